@@ -1,0 +1,125 @@
+// shmreplay/buffer.hpp: create, open and remove a named shared-memory segment (an RAII mapping of it).
+//
+// A Buffer is one process's mapping of one segment. Any number of processes may hold a Buffer of the same
+// segment at once. The segment outlives every Buffer: it stays in the shared-memory directory until remove()
+// (or the CLI's `shmreplay rm`), even when every process that used it has died.
+//
+// Thread safety: a Buffer is immutable after create()/open() and may be shared between threads; the segment's
+// counters are atomics, and the roles that write them (writers, the learner) are defined by their own classes.
+//
+//   auto schema = shmreplay::Schema::parse("obs:f32[4] action:i32 reward:f32 done:bool");
+//   auto buf = shmreplay::Buffer::create("cartpole", /*num_envs=*/8, /*capacity=*/4096, schema);
+//   auto same = shmreplay::Buffer::open("cartpole", {.expected_schema = schema});
+//   shmreplay::Buffer::remove("cartpole");
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shmreplay/layout.hpp"
+#include "shmreplay/schema.hpp"
+
+namespace shmreplay {
+
+/// The directory that holds segment files: $SHMREPLAY_SHM_DIR when set and non-empty, else "/dev/shm".
+std::string shm_directory();
+
+struct CreateOptions {
+  uint32_t mode = 0600;  ///< permission bits of the segment file (the umask does not apply)
+  bool replace = false;  ///< atomically replace a segment of the same name instead of failing
+};
+
+struct OpenOptions {
+  /// When set, open() fails with Errc::schema_mismatch unless the segment's schema equals it; the message lists
+  /// every difference, field by field.
+  std::optional<Schema> expected_schema;
+  /// Map the segment read-only (for inspection); the mutable accessors below may not be used then.
+  bool read_only = false;
+  /// How long to wait for a segment whose creator has not yet published it as ready, before failing with
+  /// Errc::not_ready. (Segments made by create() are only linked into the directory once ready.)
+  uint64_t ready_timeout_ms = 0;
+};
+
+class Buffer {
+ public:
+  /// Creates the segment `name` (file shm_directory()/name) with `num_envs` rings of `capacity` steps each,
+  /// every step holding one value of each field of `schema`.
+  ///
+  /// The file is built invisibly (an unnamed O_TMPFILE), sized and fully reserved with posix_fallocate, filled,
+  /// marked ready, and only then linked under its name, so no process ever sees a half-made segment and a
+  /// crash during create() leaves nothing behind. Before anything is allocated the free space of the directory
+  /// is checked with statvfs.
+  ///
+  /// Throws Error with: invalid_argument (bad name; num_envs outside [1, kMaxEnvs]; capacity outside
+  /// [1, kMaxCapacity]; sizes that overflow), invalid_schema (an empty schema), no_space (the file system lacks
+  /// the bytes; the message gives the bytes needed and free), already_exists (unless options.replace),
+  /// permission_denied or system.
+  static Buffer create(std::string_view name, uint64_t num_envs, uint64_t capacity, const Schema& schema,
+                       const CreateOptions& options = {});
+
+  /// Opens an existing segment after validating, before touching anything else: the magic, the layout version
+  /// (same major; any minor), the header size, the file size against the header, the ready state, every
+  /// section's offset and length against the file size, and the schema table. Throws Error with not_found,
+  /// not_a_segment, truncated, version_mismatch, not_ready, corrupt, schema_mismatch or permission_denied; each
+  /// message names the segment and gives expected versus actual.
+  static Buffer open(std::string_view name, const OpenOptions& options = {});
+
+  /// Removes the segment's name. Processes that have it mapped keep working on their mapping; the memory is
+  /// freed when the last one unmaps. Refuses (Errc::not_a_segment) a file that does not start with
+  /// shmreplay's magic; throws Errc::not_found when there is no such file.
+  static void remove(std::string_view name);
+
+  /// Whether a file called `name` exists in shm_directory() (whatever it holds).
+  static bool exists(std::string_view name);
+
+  Buffer(Buffer&&) noexcept;
+  Buffer& operator=(Buffer&&) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+
+  const std::string& name() const noexcept { return name_; }
+  const std::string& path() const noexcept { return path_; }
+  const Schema& schema() const noexcept { return schema_; }
+  uint64_t num_envs() const noexcept { return num_envs_; }
+  uint64_t capacity() const noexcept { return capacity_; }
+  uint64_t total_bytes() const noexcept { return total_bytes_; }
+  bool read_only() const noexcept { return read_only_; }
+
+  // -- Low-level access, for shmreplay's own role classes (writer, sampler, inspector) and tools. --
+  // Every geometry value returned here was validated by create()/open() and is kept in this process, so a
+  // stranger scribbling on the header later cannot send these accessors out of bounds.
+
+  const layout::SegmentHeader& header() const noexcept;
+  /// Precondition: env < num_envs(). Mutable access requires a writable mapping.
+  const layout::EnvControl& env_control(uint64_t env) const noexcept;
+  layout::EnvControl& env_control(uint64_t env) noexcept;
+  /// Start of field `field`'s storage, [num_envs][capacity][schema()[field].bytes()]. Precondition:
+  /// field < schema().size(). Mutable access requires a writable mapping.
+  const std::byte* field_data(std::size_t field) const noexcept;
+  std::byte* field_data(std::size_t field) noexcept;
+  /// Byte offset of each field's storage in the segment, in schema order.
+  const std::vector<uint64_t>& field_offsets() const noexcept { return field_offsets_; }
+
+ private:
+  Buffer() = default;
+  void unmap() noexcept;
+
+  std::string name_;
+  std::string path_;
+  Schema schema_;
+  std::byte* base_ = nullptr;  // the mapping, map_bytes_ long; unmapped by the destructor
+  std::size_t map_bytes_ = 0;
+  uint64_t num_envs_ = 0;
+  uint64_t capacity_ = 0;
+  uint64_t total_bytes_ = 0;
+  uint64_t envs_offset_ = 0;
+  std::vector<uint64_t> field_offsets_;
+  bool read_only_ = false;
+};
+
+}  // namespace shmreplay

@@ -1,0 +1,87 @@
+// shmreplay/inspector.hpp: a read-only view of a segment, for tools and monitoring.
+//
+// An Inspector maps a segment read-only (PROT_READ): it can never write the segment, so it never disturbs the
+// writers or the learner. Snapshots read each counter with one atomic load; counters of different envs are not
+// read at one instant, which is fine for display. Safe to use from any thread and any process.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shmreplay/buffer.hpp"
+
+namespace shmreplay {
+
+enum class OwnerState {
+  none,   ///< no writer holds the env's lease
+  alive,  ///< the lease holder is running (its pid exists with the recorded start time)
+  dead,   ///< the lease holder is gone; a new writer may take the lease over
+};
+std::string_view to_string(OwnerState state) noexcept;
+
+struct EnvInfo {
+  uint64_t env = 0;
+  uint64_t head = 0;           ///< steps published since creation
+  uint64_t claimed = 0;        ///< steps whose write has begun (head + 1 while a write is in progress)
+  uint64_t online_start = 0;   ///< head at the last reset of the online queue
+  uint64_t length = 0;         ///< steps in the replay view: min(head, capacity)
+  uint64_t online_length = 0;  ///< steps in the online view: min(head - online_start, length)
+  OwnerState owner = OwnerState::none;
+  uint64_t owner_pid = 0;
+  uint64_t owner_start_ticks = 0;
+  uint64_t lease_since_ns = 0;   ///< CLOCK_REALTIME; 0 when there is no owner
+  uint64_t lease_takeovers = 0;
+  uint64_t last_push_ns = 0;     ///< CLOCK_REALTIME; 0 when nothing was pushed
+};
+
+struct SegmentInfo {
+  std::string name;
+  std::string path;
+  uint32_t layout_major = 0;
+  uint32_t layout_minor = 0;
+  uint64_t num_envs = 0;
+  uint64_t capacity = 0;
+  uint64_t step_bytes = 0;
+  uint64_t total_bytes = 0;
+  uint64_t data_bytes = 0;
+  Schema schema;
+  uint64_t creator_pid = 0;
+  bool creator_alive = false;
+  uint64_t creation_time_ns = 0;  ///< CLOCK_REALTIME
+  std::vector<EnvInfo> envs;
+  uint64_t total_pushed = 0;   ///< sum of heads
+  uint64_t replay_steps = 0;   ///< sum of lengths
+  uint64_t online_steps = 0;   ///< sum of online lengths
+  uint64_t live_writers = 0;   ///< distinct alive lease holders
+};
+
+class Inspector {
+ public:
+  /// Opens `name` read-only, with open()'s full validation. Throws Error as Buffer::open does.
+  explicit Inspector(std::string_view name);
+  explicit Inspector(Buffer buffer) : buffer_(std::move(buffer)) {}
+
+  /// Reads every counter of the segment. O(num_envs); checks the liveness of each distinct owner once.
+  SegmentInfo snapshot() const;
+  const Buffer& buffer() const noexcept { return buffer_; }
+
+ private:
+  Buffer buffer_;
+};
+
+/// One entry of list_segments(): a file whose first bytes are shmreplay's magic.
+struct ListedSegment {
+  std::string name;
+  std::optional<SegmentInfo> info;  ///< when it opened cleanly
+  std::string error;                ///< why it did not (truncated, version mismatch, ...)
+};
+
+/// Every shmreplay segment in shm_directory(), sorted by name. Files without shmreplay's magic (other
+/// programs' segments, anything unreadable) are skipped silently; segments with the magic that fail validation
+/// are listed with their error.
+std::vector<ListedSegment> list_segments();
+
+}  // namespace shmreplay

@@ -1,0 +1,146 @@
+// shmreplay/layout.hpp: the only file that declares bytes in the shared-memory segment.
+//
+// One buffer is one file, /dev/shm/<name> (the directory can be changed with SHMREPLAY_SHM_DIR), laid out as:
+//
+//   offset 0 ---------> +--------------------------------------------------+
+//                       | SegmentHeader                          256 bytes |
+//                       |   magic "SHMRPLAY", layout major.minor,          |
+//                       |   header_bytes, total_bytes, state (ready last), |
+//                       |   num_envs, capacity, num_fields, step_bytes,    |
+//                       |   creator pid + start ticks, creation time,      |
+//                       |   section table: {offset, bytes} x kMaxSections  |
+//   sections[kFields] > +--------------------------------------------------+
+//                       | FieldDesc[num_fields]              192 bytes each |
+//                       |   name, dtype, shape, step bytes, data offset    |
+//   sections[kEnvs] --> +--------------------------------------------------+ 64-byte aligned
+//                       | EnvControl[num_envs]      3 cache lines (192 B)  |
+//                       |   line 0, writer:  claimed, head, last push time |
+//                       |   line 1, learner: online-queue start            |
+//                       |   line 2, leases:  owner (pid, start), since     |
+//   sections[kData] --> +--------------------------------------------------+ 4096-byte aligned
+//                       | field 0: [num_envs][capacity][field 0 bytes]     |
+//                       | field 1: [num_envs][capacity][field 1 bytes]     | each field 64-byte aligned
+//                       | ...                                              |
+//                       +--------------------------------------------------+ total_bytes (page multiple)
+//
+// Rules that every reader relies on:
+// - Offsets, never pointers; every offset is from the start of the segment.
+// - Identity fields (everything in SegmentHeader except `state`, and the whole field table) are written once by
+//   the creator before `state` becomes kStateReady and never again.
+// - Counters are std::atomic<uint64_t> (asserted lock-free, so they work across processes) and monotonic:
+//   head and claimed count steps since creation; the ring slot of step s is s % capacity.
+// - A newer minor version may append sections or grow the header; it never moves what is here. A different
+//   major version is refused by open().
+// The layout-pinning test (tests/test_layout.cpp) fixes every size and offset below to kLayoutMajor.kLayoutMinor:
+// change one and that test tells you to bump the version.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "shmreplay/schema.hpp"
+
+namespace shmreplay::layout {
+
+inline constexpr uint64_t kMagic = 0x59414c50524d4853ull;  ///< the bytes "SHMRPLAY" read as little-endian u64
+inline constexpr uint32_t kLayoutMajor = 1;
+inline constexpr uint32_t kLayoutMinor = 0;
+
+inline constexpr uint64_t kStateInitializing = 0;
+inline constexpr uint64_t kStateReady = 0x59444145522e2e2eull;  ///< "...READY"; unlikely to be left by chance
+
+inline constexpr std::size_t kCacheLineBytes = 64;
+inline constexpr std::size_t kDataAlignBytes = 64;    ///< alignment of each field's storage (vector copies)
+inline constexpr std::size_t kPageBytes = 4096;       ///< alignment of the data section and of total_bytes
+inline constexpr uint64_t kMaxEnvs = 1ull << 20;
+inline constexpr uint64_t kMaxCapacity = 1ull << 40;  ///< steps per env
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "segment counters must be lock-free atomics, or they would not work across processes");
+
+/// Indices into SegmentHeader::sections.
+enum SectionIndex : uint32_t {
+  kSectionFields = 0,  ///< FieldDesc[num_fields]
+  kSectionEnvs = 1,    ///< EnvControl[num_envs]
+  kSectionData = 2,    ///< every field's storage
+  kSectionsUsed = 3,   ///< sections this minor version defines; the rest of the table is zero
+};
+inline constexpr std::size_t kMaxSections = 8;
+
+struct SectionDesc {
+  uint64_t offset;  ///< from the start of the segment
+  uint64_t bytes;
+};
+
+struct SegmentHeader {
+  // -- cache line 0: identity and geometry, written once before `state` turns ready --
+  uint64_t magic;                ///< kMagic
+  uint32_t layout_major;         ///< kLayoutMajor of the creator
+  uint32_t layout_minor;         ///< kLayoutMinor of the creator
+  uint64_t header_bytes;         ///< sizeof(SegmentHeader) of the creator's version
+  uint64_t total_bytes;          ///< the file's size
+  std::atomic<uint64_t> state;   ///< kStateReady, stored with release by create(), last; open() loads it acquire
+  uint64_t num_envs;
+  uint64_t capacity;             ///< steps per env
+  uint64_t num_fields;
+  // -- cache line 1: creation record --
+  uint64_t step_bytes;           ///< bytes of one step, all fields together
+  uint64_t creator_pid;
+  uint64_t creator_start_ticks;  ///< the creator's start time, /proc/<pid>/stat field 22 (clock ticks after boot)
+  uint64_t creation_time_ns;     ///< CLOCK_REALTIME at creation
+  uint64_t num_sections;         ///< kSectionsUsed of the creator's version
+  uint64_t reserved0[3];
+  // -- cache lines 2-3: the section table --
+  SectionDesc sections[kMaxSections];
+};
+
+/// One entry of the field table. Unused dims are 0; the name is NUL-padded.
+struct FieldDesc {
+  uint8_t name[kMaxNameBytes + 1];
+  uint32_t dtype;        ///< a DType value
+  uint32_t ndim;         ///< 0 for a scalar, at most kMaxDims
+  uint64_t dims[kMaxDims];
+  uint64_t step_bytes;   ///< bytes of this field in one step
+  uint64_t data_offset;  ///< where [num_envs][capacity][step_bytes] starts; kDataAlignBytes-aligned
+  uint64_t data_bytes;   ///< num_envs * capacity * step_bytes
+  uint64_t reserved0[4];
+};
+
+/// The owner lease word: pid in the high half, the low 32 bits of its start ticks in the low half; 0 when free.
+/// One word so that taking a lease is a single compare-and-swap. (Start ticks wrap 32 bits after ~497 days of
+/// uptime at 100 Hz, so a reused pid would also need a start time congruent modulo that to be mistaken.)
+constexpr uint64_t pack_owner(uint64_t pid, uint64_t start_ticks) noexcept {
+  return (pid << 32) | (start_ticks & 0xffffffffull);
+}
+constexpr uint64_t owner_pid(uint64_t lease) noexcept { return lease >> 32; }
+constexpr uint64_t owner_start_low(uint64_t lease) noexcept { return lease & 0xffffffffull; }
+
+/// Per-env control block. Each line is written by one role, so that roles never share a written cache line.
+struct alignas(kCacheLineBytes) EnvControl {
+  // -- cache line 0: written by the env's writer on every push --
+  std::atomic<uint64_t> claimed;       ///< steps whose write has begun; head <= claimed <= head + 1
+  std::atomic<uint64_t> head;          ///< steps published since creation; slot of step s is s % capacity
+  std::atomic<uint64_t> last_push_ns;  ///< CLOCK_REALTIME of the last publish (0: never); informational
+  uint64_t pad0[5];
+  // -- cache line 1: written by the learner --
+  std::atomic<uint64_t> online_start;  ///< head at the last reset of the online queue
+  uint64_t pad1[7];
+  // -- cache line 2: the owner lease, written when a writer takes, releases or takes over the env --
+  std::atomic<uint64_t> lease;              ///< pack_owner(pid, start ticks) of the owner, 0 when free
+  std::atomic<uint64_t> owner_start_ticks;  ///< the owner's full start ticks (the lease keeps only 32 bits)
+  std::atomic<uint64_t> lease_since_ns;     ///< CLOCK_REALTIME when the lease was taken
+  std::atomic<uint64_t> lease_takeovers;    ///< how often a dead owner's lease was taken over
+  uint64_t pad2[4];
+};
+
+static_assert(sizeof(SegmentHeader) == 256, "SegmentHeader is 4 cache lines; changing it changes the layout");
+static_assert(offsetof(SegmentHeader, sections) % kCacheLineBytes == 0, "the section table starts a cache line");
+static_assert(sizeof(FieldDesc) == 192, "FieldDesc is 3 cache lines; changing it changes the layout");
+static_assert(sizeof(EnvControl) == 3 * kCacheLineBytes, "EnvControl is 3 cache lines, one per writing role");
+static_assert(offsetof(EnvControl, online_start) == kCacheLineBytes,
+              "the learner's online_start must not share a cache line with the writer's counters");
+static_assert(offsetof(EnvControl, lease) == 2 * kCacheLineBytes,
+              "the lease must not share a cache line with the hot counters");
+
+}  // namespace shmreplay::layout

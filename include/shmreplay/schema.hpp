@@ -1,0 +1,96 @@
+// shmreplay/schema.hpp: the fields of one step, their dtypes and shapes; parse, validate, compare.
+//
+// A Schema is an ordered list of named fields. Each field has a dtype and a shape (empty for a scalar); one
+// step of the buffer holds one value of every field. The text form, used by the CLI and by configs, lists the
+// fields separated by white space (or ';'), each as NAME:DTYPE or NAME:DTYPE[D0,D1,...]; '#' starts a comment
+// that runs to the end of the line:
+//
+//     obs:u8[84,84,4] action:i32 reward:f32 done:bool
+//
+// Schema objects are plain values: immutable after construction, safe to share between threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shmreplay {
+
+/// Element types. The numeric values are stored in the segment's field table: never renumber them.
+enum class DType : uint32_t {
+  u8 = 1, i8 = 2, u16 = 3, i16 = 4, u32 = 5, i32 = 6, u64 = 7, i64 = 8,
+  f16 = 9,      ///< IEEE 754 half precision
+  bf16 = 10,    ///< bfloat16
+  f32 = 11, f64 = 12,
+  boolean = 13, ///< one byte, 0 or 1; spelled "bool" in the text form
+};
+
+inline constexpr std::size_t kMaxDims = 8;           ///< dimensions of a field's shape, at most
+inline constexpr std::size_t kMaxNameBytes = 63;      ///< bytes of a field's name, at most
+inline constexpr std::size_t kMaxFields = 256;        ///< fields of a schema, at most
+inline constexpr uint64_t kMaxStepBytes = 1ull << 32; ///< bytes of one step (all fields together), at most
+
+/// Bytes of one element of `dtype`; 0 for a value that is not a DType.
+std::size_t dtype_bytes(DType dtype) noexcept;
+/// The text form's spelling ("u8", "bool", ...); "?" for a value that is not a DType.
+std::string_view dtype_name(DType dtype) noexcept;
+/// Parses a dtype's spelling; nullopt when unknown.
+std::optional<DType> parse_dtype(std::string_view text) noexcept;
+/// Whether `raw` (as stored in a segment) is one of the DType values.
+bool is_dtype(uint32_t raw) noexcept;
+
+struct Field {
+  std::string name;
+  DType dtype = DType::u8;
+  std::vector<uint64_t> shape;  ///< empty for a scalar
+
+  /// Elements per step: the product of the shape (1 for a scalar). Assumes a validated field.
+  uint64_t elements() const noexcept;
+  /// Bytes per step: elements() * dtype_bytes(dtype). Assumes a validated field.
+  uint64_t bytes() const noexcept;
+  /// The text form, e.g. "obs:u8[84,84,4]".
+  std::string to_string() const;
+
+  friend bool operator==(const Field&, const Field&) = default;
+};
+
+class Schema {
+ public:
+  Schema() = default;
+  /// Validates `fields` and throws Error(Errc::invalid_schema) naming the offending field when: there are no
+  /// fields or more than kMaxFields; a name is empty, longer than kMaxNameBytes, does not match
+  /// [A-Za-z_][A-Za-z0-9_.-]*, or repeats; a dtype is not a DType; a shape has more than kMaxDims dimensions,
+  /// a zero dimension, or a size that overflows; the whole step exceeds kMaxStepBytes.
+  explicit Schema(std::vector<Field> fields);
+
+  /// Parses the text form (see the top of this file) and validates it as the constructor does. Errors name the
+  /// field, its position in the spec (1-based) and the column of the problem.
+  static Schema parse(std::string_view spec);
+
+  const std::vector<Field>& fields() const noexcept { return fields_; }
+  std::size_t size() const noexcept { return fields_.size(); }
+  bool empty() const noexcept { return fields_.empty(); }
+  const Field& operator[](std::size_t index) const { return fields_.at(index); }
+
+  /// Index of the field called `name`; nullopt when there is none.
+  std::optional<std::size_t> find(std::string_view name) const noexcept;
+  /// Bytes of one step, all fields together.
+  uint64_t step_bytes() const noexcept { return step_bytes_; }
+  /// The text form, fields separated by single spaces; parse(to_string()) == *this.
+  std::string to_string() const;
+
+  /// One human-readable line per difference between `expected` and `actual` (a missing, extra or reordered
+  /// field; a different dtype or shape), each naming the field; empty when they are equal.
+  static std::vector<std::string> differences(const Schema& expected, const Schema& actual);
+
+  friend bool operator==(const Schema& a, const Schema& b) { return a.fields_ == b.fields_; }
+
+ private:
+  std::vector<Field> fields_;
+  uint64_t step_bytes_ = 0;
+};
+
+}  // namespace shmreplay

@@ -1,0 +1,9 @@
+// shmreplay/shmreplay.hpp: the umbrella include.
+#pragma once
+
+#include "shmreplay/buffer.hpp"     // IWYU pragma: export
+#include "shmreplay/error.hpp"      // IWYU pragma: export
+#include "shmreplay/inspector.hpp"  // IWYU pragma: export
+#include "shmreplay/layout.hpp"     // IWYU pragma: export
+#include "shmreplay/schema.hpp"     // IWYU pragma: export
+#include "shmreplay/version.hpp"    // IWYU pragma: export

@@ -1,0 +1,591 @@
+#include "shmreplay/buffer.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "detail/file.hpp"
+#include "detail/process.hpp"
+#include "shmreplay/error.hpp"
+
+namespace shmreplay {
+namespace {
+
+using detail::human_bytes;
+using detail::round_up;
+using detail::UniqueFd;
+using namespace layout;
+
+// Where everything goes in a segment of the given shape. create() writes this into the header; open() checks
+// the header against the same rules (not against this exact plan, so that a newer minor version may place
+// extra sections).
+struct Plan {
+  SectionDesc sections[kSectionsUsed];
+  std::vector<uint64_t> field_offsets;
+  uint64_t total_bytes = 0;
+};
+
+[[noreturn]] void too_large(uint64_t num_envs, uint64_t capacity, const std::string& what) {
+  throw Error(Errc::invalid_argument,
+              fmt::format("a buffer of {} envs x {} steps is too large: {} overflows 64 bits", num_envs, capacity,
+                          what));
+}
+
+uint64_t checked_mul(uint64_t a, uint64_t b, uint64_t num_envs, uint64_t capacity, const std::string& what) {
+  uint64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) too_large(num_envs, capacity, what);
+  return r;
+}
+
+uint64_t checked_add(uint64_t a, uint64_t b, uint64_t num_envs, uint64_t capacity, const std::string& what) {
+  uint64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r) || r > UINT64_MAX - kPageBytes) too_large(num_envs, capacity, what);
+  return r;
+}
+
+Plan plan_layout(uint64_t num_envs, uint64_t capacity, const Schema& schema) {
+  Plan p;
+  uint64_t at = sizeof(SegmentHeader);
+  p.sections[kSectionFields] = {at, schema.size() * sizeof(FieldDesc)};
+  at = round_up(at + p.sections[kSectionFields].bytes, kCacheLineBytes);
+  p.sections[kSectionEnvs] = {at, num_envs * sizeof(EnvControl)};
+  at = round_up(at + p.sections[kSectionEnvs].bytes, kPageBytes);
+  const uint64_t data_start = at;
+  const uint64_t steps = checked_mul(num_envs, capacity, num_envs, capacity, "the number of steps");
+  for (const Field& f : schema.fields()) {
+    const std::string what = fmt::format("the storage of field '{}' ({} bytes per step)", f.name, f.bytes());
+    const uint64_t bytes = checked_mul(steps, f.bytes(), num_envs, capacity, what);
+    at = round_up(at, kDataAlignBytes);
+    p.field_offsets.push_back(at);
+    at = checked_add(at, bytes, num_envs, capacity, "the segment's size");
+  }
+  p.sections[kSectionData] = {data_start, at - data_start};
+  p.total_bytes = round_up(at, kPageBytes);
+  if (p.total_bytes > static_cast<uint64_t>(SIZE_MAX / 2)) too_large(num_envs, capacity, "the segment's size");
+  return p;
+}
+
+void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const Schema& schema, const Plan& p) {
+  // The file came from fallocate, so every byte is already zero; construct the atomics in place.
+  auto* h = new (base) SegmentHeader{};
+  h->magic = kMagic;
+  h->layout_major = kLayoutMajor;
+  h->layout_minor = kLayoutMinor;
+  h->header_bytes = sizeof(SegmentHeader);
+  h->total_bytes = p.total_bytes;
+  h->state.store(kStateInitializing, std::memory_order_relaxed);
+  h->num_envs = num_envs;
+  h->capacity = capacity;
+  h->num_fields = schema.size();
+  h->step_bytes = schema.step_bytes();
+  h->creator_pid = static_cast<uint64_t>(::getpid());
+  h->creator_start_ticks = detail::self_start_ticks();
+  h->creation_time_ns = detail::realtime_ns();
+  h->num_sections = kSectionsUsed;
+  for (uint32_t s = 0; s < kSectionsUsed; ++s) h->sections[s] = p.sections[s];
+
+  auto* table = reinterpret_cast<FieldDesc*>(base + p.sections[kSectionFields].offset);
+  for (std::size_t i = 0; i < schema.size(); ++i) {
+    const Field& f = schema[i];
+    auto* d = new (table + i) FieldDesc{};
+    std::memcpy(d->name, f.name.data(), f.name.size());
+    d->dtype = static_cast<uint32_t>(f.dtype);
+    d->ndim = static_cast<uint32_t>(f.shape.size());
+    std::copy(f.shape.begin(), f.shape.end(), d->dims);
+    d->step_bytes = f.bytes();
+    d->data_offset = p.field_offsets[i];
+    d->data_bytes = num_envs * capacity * f.bytes();
+  }
+  auto* envs = reinterpret_cast<EnvControl*>(base + p.sections[kSectionEnvs].offset);
+  for (uint64_t e = 0; e < num_envs; ++e) new (envs + e) EnvControl{};
+
+  // Everything above happens-before any attacher's acquire load of `state` in open().
+  h->state.store(kStateReady, std::memory_order_release);
+}
+
+// An unnamed file in `dir` (O_TMPFILE), or, where the file system lacks that, a hidden named one.
+struct TempFile {
+  UniqueFd fd;
+  std::string named_path;  // empty for O_TMPFILE
+  ~TempFile() {
+    if (!named_path.empty()) ::unlink(named_path.c_str());
+  }
+};
+
+std::string hidden_name(const std::string& name) {
+  static std::atomic<uint64_t> counter{0};
+  return fmt::format(".shmreplay-{}-{}-{}", name, ::getpid(), counter.fetch_add(1, std::memory_order_relaxed));
+}
+
+void make_temp_file(TempFile& t, const std::string& dir, const std::string& name, uint32_t mode) {
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
+  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    t.named_path = dir + "/" + hidden_name(name);
+    fd = ::open(t.named_path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, mode);
+    if (fd < 0) t.named_path.clear();
+  }
+  if (fd < 0) throw_errno(errno, fmt::format("cannot create shmreplay segment '{}' in '{}'", name, dir));
+  t.fd = UniqueFd(fd);
+}
+
+// Gives the finished temp file its name: fails if the name exists, unless `replace`.
+void publish_name(TempFile& t, const std::string& path, const std::string& dir, const std::string& name,
+                  bool replace) {
+  const auto exists_error = [&] {
+    throw Error(Errc::already_exists,
+                fmt::format("cannot create shmreplay segment '{}': '{}' already exists (remove it with "
+                            "`shmreplay rm {}`, or ask for replacement)",
+                            name, path, name));
+  };
+  if (t.named_path.empty()) {
+    const std::string proc = fmt::format("/proc/self/fd/{}", t.fd.get());
+    if (!replace) {
+      if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) == 0) return;
+      if (errno == EEXIST) exists_error();
+      throw_errno(errno, fmt::format("cannot link shmreplay segment '{}' as '{}'", name, path));
+    }
+    // Replacement: link under a hidden name, then rename over the old file in one atomic step.
+    t.named_path = dir + "/" + hidden_name(name);
+    if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, t.named_path.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+      const int err = errno;
+      t.named_path.clear();
+      throw_errno(err, fmt::format("cannot link shmreplay segment '{}' in '{}'", name, dir));
+    }
+  }
+  if (replace) {
+    if (::rename(t.named_path.c_str(), path.c_str()) != 0) {
+      throw_errno(errno, fmt::format("cannot rename shmreplay segment '{}' to '{}'", name, path));
+    }
+  } else {
+    if (::link(t.named_path.c_str(), path.c_str()) != 0) {
+      if (errno == EEXIST) exists_error();
+      throw_errno(errno, fmt::format("cannot link shmreplay segment '{}' as '{}'", name, path));
+    }
+    ::unlink(t.named_path.c_str());
+  }
+  t.named_path.clear();  // the file has its real name now: the destructor must not unlink anything
+}
+
+// -- open()'s validation --
+
+class Validator {
+ public:
+  Validator(const std::string& name, const std::string& path, uint64_t file_bytes)
+      : name_(name), path_(path), file_bytes_(file_bytes) {}
+
+  [[noreturn]] void fail(Errc code, const std::string& what) const {
+    throw Error(code, fmt::format("cannot open shmreplay segment '{}' ({}): {}", name_, path_, what));
+  }
+
+  // [offset, offset + bytes) must lie inside the file, after the header, and be aligned.
+  void check_range(const std::string& what, uint64_t offset, uint64_t bytes, uint64_t header_bytes,
+                   uint64_t align) const {
+    uint64_t end = 0;
+    if (__builtin_add_overflow(offset, bytes, &end) || end > file_bytes_) {
+      fail(Errc::corrupt, fmt::format("{} at offset {} with {} bytes ends beyond the file's {} bytes", what, offset,
+                                      bytes, file_bytes_));
+    }
+    if (offset < header_bytes) {
+      fail(Errc::corrupt,
+           fmt::format("{} at offset {} overlaps the header, which is {} bytes", what, offset, header_bytes));
+    }
+    if (offset % align != 0) {
+      fail(Errc::corrupt, fmt::format("{} at offset {} is not aligned to {} bytes", what, offset, align));
+    }
+  }
+
+  static void check_disjoint(const Validator& v, std::vector<std::pair<SectionDesc, std::string>> ranges) {
+    std::sort(ranges.begin(), ranges.end(),
+              [](const auto& a, const auto& b) { return a.first.offset < b.first.offset; });
+    for (std::size_t i = 1; i < ranges.size(); ++i) {
+      const auto& [prev, prev_name] = ranges[i - 1];
+      const auto& [cur, cur_name] = ranges[i];
+      if (prev.offset + prev.bytes > cur.offset) {
+        v.fail(Errc::corrupt, fmt::format("{} [{}, {}) overlaps {} [{}, {})", prev_name, prev.offset,
+                                          prev.offset + prev.bytes, cur_name, cur.offset, cur.offset + cur.bytes));
+      }
+    }
+  }
+
+ private:
+  const std::string& name_;
+  const std::string& path_;
+  uint64_t file_bytes_;
+};
+
+std::string magic_text(uint64_t magic) {
+  std::string s;
+  for (int i = 0; i < 8; ++i) {
+    const char c = static_cast<char>((magic >> (8 * i)) & 0xff);
+    s += (c >= 0x20 && c < 0x7f) ? c : '.';
+  }
+  return s;
+}
+
+std::string creator_text(const SegmentHeader& h) {
+  const bool alive = detail::process_alive(h.creator_pid, h.creator_start_ticks);
+  return fmt::format("pid {}, {}", h.creator_pid, alive ? "still running" : "no longer running");
+}
+
+}  // namespace
+
+std::string shm_directory() {
+  const char* dir = std::getenv("SHMREPLAY_SHM_DIR");
+  return (dir != nullptr && *dir != '\0') ? std::string(dir) : std::string("/dev/shm");
+}
+
+Buffer Buffer::create(std::string_view name_in, uint64_t num_envs, uint64_t capacity, const Schema& schema,
+                      const CreateOptions& options) {
+  const std::string name = detail::normalize_name(name_in);
+  const std::string dir = shm_directory();
+  const std::string path = detail::segment_path(name);
+  if (num_envs < 1 || num_envs > kMaxEnvs) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot create shmreplay segment '{}': num_envs is {}, expected 1 to {}", name,
+                            num_envs, kMaxEnvs));
+  }
+  if (capacity < 1 || capacity > kMaxCapacity) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot create shmreplay segment '{}': capacity is {} steps, expected 1 to {}", name,
+                            capacity, kMaxCapacity));
+  }
+  if (schema.empty()) {
+    throw Error(Errc::invalid_schema,
+                fmt::format("cannot create shmreplay segment '{}': the schema has no fields", name));
+  }
+  if ((options.mode & ~07777u) != 0) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot create shmreplay segment '{}': mode {:o} is not a permission mask", name,
+                            options.mode));
+  }
+  const Plan plan = plan_layout(num_envs, capacity, schema);
+
+  // Fail early, with numbers, when the file system cannot hold the segment (Docker's /dev/shm is 64 MiB).
+  struct statvfs vfs {};
+  if (::statvfs(dir.c_str(), &vfs) != 0) {
+    throw_errno(errno, fmt::format("cannot create shmreplay segment '{}': cannot query free space of '{}'", name,
+                                   dir));
+  }
+  const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  const auto no_space = [&](uint64_t free_now) {
+    throw Error(Errc::no_space,
+                fmt::format("cannot create shmreplay segment '{}': it needs {} bytes ({}) but '{}' has {} bytes "
+                            "({}) free; use fewer envs, a smaller capacity or schema, or a larger {}",
+                            name, plan.total_bytes, human_bytes(plan.total_bytes), dir, free_now,
+                            human_bytes(free_now), dir));
+  };
+  if (plan.total_bytes > free_bytes) no_space(free_bytes);
+
+  TempFile tmp;
+  make_temp_file(tmp, dir, name, options.mode);
+  if (::fchmod(tmp.fd.get(), options.mode) != 0) {  // O_TMPFILE's mode is subject to the umask
+    throw_errno(errno, fmt::format("cannot set mode {:o} on shmreplay segment '{}'", options.mode, name));
+  }
+  // Reserve every page now: a full tmpfs fails here, with an error, instead of SIGBUS at some later write.
+  const int err = ::posix_fallocate(tmp.fd.get(), 0, static_cast<off_t>(plan.total_bytes));
+  if (err == ENOSPC) {
+    struct statvfs now {};
+    ::statvfs(dir.c_str(), &now);
+    no_space(static_cast<uint64_t>(now.f_bavail) * now.f_frsize);
+  }
+  if (err != 0) {
+    throw_errno(err, fmt::format("cannot reserve {} bytes for shmreplay segment '{}' in '{}'", plan.total_bytes,
+                                 name, dir));
+  }
+
+  Buffer b;
+  b.name_ = name;
+  b.path_ = path;
+  b.schema_ = schema;
+  detail::Mapping map(tmp.fd.get(), plan.total_bytes, /*writable=*/true, path);
+  write_segment(map.data(), num_envs, capacity, schema, plan);
+  publish_name(tmp, path, dir, name, options.replace);
+
+  b.base_ = map.data();
+  b.map_bytes_ = map.size();
+  map.release();
+  b.num_envs_ = num_envs;
+  b.capacity_ = capacity;
+  b.total_bytes_ = plan.total_bytes;
+  b.envs_offset_ = plan.sections[kSectionEnvs].offset;
+  b.field_offsets_ = plan.field_offsets;
+  return b;
+}
+
+Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
+  const std::string name = detail::normalize_name(name_in);
+  const std::string path = detail::segment_path(name);
+  const int flags = (options.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW;
+  UniqueFd fd(::open(path.c_str(), flags));
+  if (!fd) {
+    const int e = errno;
+    if (e == ENOENT) {
+      throw Error(Errc::not_found, fmt::format("cannot open shmreplay segment '{}': '{}' does not exist", name, path));
+    }
+    throw_errno(e, fmt::format("cannot open shmreplay segment '{}' ({})", name, path));
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw_errno(errno, fmt::format("cannot stat '{}'", path));
+  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+  Validator v(name, path, file_bytes);
+  if (!S_ISREG(st.st_mode)) v.fail(Errc::not_a_segment, "it is not a regular file");
+
+  // The magic and the version come first, read with pread so that even a tiny file cannot fault.
+  uint64_t prefix[2] = {0, 0};
+  const ssize_t got = ::pread(fd.get(), prefix, sizeof prefix, 0);
+  if (got < static_cast<ssize_t>(sizeof(uint64_t)) || prefix[0] != kMagic) {
+    if (got < static_cast<ssize_t>(sizeof(uint64_t))) {
+      v.fail(Errc::not_a_segment,
+             fmt::format("it is not a shmreplay segment: the file is {} bytes, too short for the 8-byte magic",
+                         file_bytes));
+    }
+    v.fail(Errc::not_a_segment, fmt::format("it is not a shmreplay segment: magic 0x{:016x} ('{}'), expected "
+                                            "0x{:016x} ('SHMRPLAY')",
+                                            prefix[0], magic_text(prefix[0]), kMagic));
+  }
+  if (got < static_cast<ssize_t>(sizeof prefix)) {
+    v.fail(Errc::truncated, fmt::format("the file is truncated to {} bytes, before its layout version", file_bytes));
+  }
+  const auto major = static_cast<uint32_t>(prefix[1] & 0xffffffffu);
+  const auto minor = static_cast<uint32_t>(prefix[1] >> 32);
+  if (major != kLayoutMajor) {
+    v.fail(Errc::version_mismatch,
+           fmt::format("segment layout {}.{}, library {}.{}: {}", major, minor, kLayoutMajor, kLayoutMinor,
+                       major > kLayoutMajor ? "a newer shmreplay made it; upgrade this program"
+                                            : "an older shmreplay made it; recreate the segment"));
+  }
+  if (file_bytes < sizeof(SegmentHeader)) {
+    v.fail(Errc::truncated, fmt::format("the file is {} bytes, shorter than the {}-byte header", file_bytes,
+                                        sizeof(SegmentHeader)));
+  }
+
+  Buffer b;
+  b.name_ = name;
+  b.path_ = path;
+  b.read_only_ = options.read_only;
+  {
+    detail::Mapping map(fd.get(), static_cast<std::size_t>(file_bytes), !options.read_only, path);
+    b.base_ = map.data();
+    b.map_bytes_ = map.size();
+    map.release();
+  }
+  // From here on `b` owns the mapping: an exception unmaps it.
+  const auto& h = *std::launder(reinterpret_cast<const SegmentHeader*>(b.base_));
+
+  // Wait for (or report) a creator that has not finished. Acquire pairs with create()'s release store.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.ready_timeout_ms);
+  while (h.state.load(std::memory_order_acquire) != kStateReady) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      v.fail(Errc::not_ready,
+             fmt::format("it is not ready: its creator ({}) has not finished initialising it{}", creator_text(h),
+                         options.ready_timeout_ms ? fmt::format(" within {} ms", options.ready_timeout_ms) : ""));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+
+  // Everything below is read once, checked, and kept in this process.
+  const uint64_t header_bytes = h.header_bytes;
+  if (header_bytes < sizeof(SegmentHeader) || (minor == kLayoutMinor && header_bytes != sizeof(SegmentHeader))) {
+    v.fail(Errc::corrupt, fmt::format("header_bytes is {}, expected {} for layout {}.{}", header_bytes,
+                                      sizeof(SegmentHeader), major, minor));
+  }
+  if (h.total_bytes != file_bytes) {
+    v.fail(h.total_bytes > file_bytes ? Errc::truncated : Errc::corrupt,
+           fmt::format("the header says the segment is {} bytes, but the file is {} bytes", h.total_bytes,
+                       file_bytes));
+  }
+  if (file_bytes < header_bytes) {
+    v.fail(Errc::truncated, fmt::format("the file is {} bytes, shorter than its {}-byte header", file_bytes,
+                                        header_bytes));
+  }
+  const uint64_t num_envs = h.num_envs;
+  const uint64_t capacity = h.capacity;
+  const uint64_t num_fields = h.num_fields;
+  if (num_envs < 1 || num_envs > kMaxEnvs) {
+    v.fail(Errc::corrupt, fmt::format("num_envs is {}, expected 1 to {}", num_envs, kMaxEnvs));
+  }
+  if (capacity < 1 || capacity > kMaxCapacity) {
+    v.fail(Errc::corrupt, fmt::format("capacity is {}, expected 1 to {}", capacity, kMaxCapacity));
+  }
+  if (num_fields < 1 || num_fields > kMaxFields) {
+    v.fail(Errc::corrupt, fmt::format("num_fields is {}, expected 1 to {}", num_fields, kMaxFields));
+  }
+  if (h.num_sections < kSectionsUsed || h.num_sections > kMaxSections) {
+    v.fail(Errc::corrupt, fmt::format("num_sections is {}, expected {} to {} for layout {}.{}", h.num_sections,
+                                      kSectionsUsed, kMaxSections, major, minor));
+  }
+  const SectionDesc fields_sec = h.sections[kSectionFields];
+  const SectionDesc envs_sec = h.sections[kSectionEnvs];
+  const SectionDesc data_sec = h.sections[kSectionData];
+  if (fields_sec.bytes != num_fields * sizeof(FieldDesc)) {
+    v.fail(Errc::corrupt, fmt::format("the field table is {} bytes, expected {} fields x {} bytes",
+                                      fields_sec.bytes, num_fields, sizeof(FieldDesc)));
+  }
+  if (envs_sec.bytes != num_envs * sizeof(EnvControl)) {
+    v.fail(Errc::corrupt, fmt::format("the env table is {} bytes, expected {} envs x {} bytes", envs_sec.bytes,
+                                      num_envs, sizeof(EnvControl)));
+  }
+  v.check_range("the field table", fields_sec.offset, fields_sec.bytes, header_bytes, alignof(FieldDesc));
+  v.check_range("the env table", envs_sec.offset, envs_sec.bytes, header_bytes, kCacheLineBytes);
+  v.check_range("the data section", data_sec.offset, data_sec.bytes, header_bytes, kDataAlignBytes);
+  Validator::check_disjoint(v, {{fields_sec, "the field table"}, {envs_sec, "the env table"},
+                                {data_sec, "the data section"}});
+
+  // The schema table: every entry must describe a valid field whose storage lies inside the data section.
+  const auto* table = std::launder(reinterpret_cast<const FieldDesc*>(b.base_ + fields_sec.offset));
+  std::vector<Field> fields;
+  std::vector<std::pair<SectionDesc, std::string>> storage;
+  uint64_t steps = 0;
+  if (__builtin_mul_overflow(num_envs, capacity, &steps)) v.fail(Errc::corrupt, "num_envs x capacity overflows");
+  for (uint64_t i = 0; i < num_fields; ++i) {
+    const FieldDesc& d = table[i];
+    const auto* nul = static_cast<const uint8_t*>(std::memchr(d.name, 0, sizeof d.name));
+    if (nul == nullptr) v.fail(Errc::corrupt, fmt::format("field {}'s name is not NUL-terminated", i + 1));
+    Field f;
+    f.name.assign(reinterpret_cast<const char*>(d.name), static_cast<std::size_t>(nul - d.name));
+    const std::string what = fmt::format("field {} '{}'", i + 1, f.name);
+    if (!is_dtype(d.dtype)) v.fail(Errc::corrupt, fmt::format("{} has dtype code {}, which is unknown", what, d.dtype));
+    if (d.ndim > kMaxDims) {
+      v.fail(Errc::corrupt, fmt::format("{} has {} dimensions, at most {} are allowed", what, d.ndim, kMaxDims));
+    }
+    f.dtype = static_cast<DType>(d.dtype);
+    f.shape.assign(d.dims, d.dims + d.ndim);
+    // Schema validation below rejects zero and overflowing dims; check them here first so bytes() is exact.
+    try {
+      (void)Schema({f});
+    } catch (const Error& e) {
+      v.fail(Errc::corrupt, fmt::format("the field table is invalid: {}", e.what()));
+    }
+    if (d.step_bytes != f.bytes()) {
+      v.fail(Errc::corrupt, fmt::format("{} ({}) says {} bytes per step, expected {}", what, f.to_string(),
+                                        d.step_bytes, f.bytes()));
+    }
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(steps, f.bytes(), &bytes) || d.data_bytes != bytes) {
+      v.fail(Errc::corrupt, fmt::format("{} has {} bytes of storage, expected {} envs x {} steps x {} bytes", what,
+                                        d.data_bytes, num_envs, capacity, f.bytes()));
+    }
+    v.check_range(fmt::format("the storage of {}", what), d.data_offset, d.data_bytes, header_bytes,
+                  kDataAlignBytes);
+    if (d.data_offset < data_sec.offset || d.data_offset + d.data_bytes > data_sec.offset + data_sec.bytes) {
+      v.fail(Errc::corrupt, fmt::format("the storage of {} [{}, {}) lies outside the data section [{}, {})", what,
+                                        d.data_offset, d.data_offset + d.data_bytes, data_sec.offset,
+                                        data_sec.offset + data_sec.bytes));
+    }
+    storage.emplace_back(SectionDesc{d.data_offset, d.data_bytes}, fmt::format("the storage of {}", what));
+    b.field_offsets_.push_back(d.data_offset);
+    fields.push_back(std::move(f));
+  }
+  Validator::check_disjoint(v, storage);
+  try {
+    b.schema_ = Schema(std::move(fields));
+  } catch (const Error& e) {
+    v.fail(Errc::corrupt, fmt::format("the field table is invalid: {}", e.what()));
+  }
+  if (h.step_bytes != b.schema_.step_bytes()) {
+    v.fail(Errc::corrupt, fmt::format("step_bytes is {}, but the fields add up to {}", h.step_bytes,
+                                      b.schema_.step_bytes()));
+  }
+  if (options.expected_schema) {
+    const auto diffs = Schema::differences(*options.expected_schema, b.schema_);
+    if (!diffs.empty()) {
+      v.fail(Errc::schema_mismatch,
+             fmt::format("its schema differs from the expected one in {} place{}: {} (expected '{}', actual '{}')",
+                         diffs.size(), diffs.size() == 1 ? "" : "s", fmt::join(diffs, "; "),
+                         options.expected_schema->to_string(), b.schema_.to_string()));
+    }
+  }
+  b.num_envs_ = num_envs;
+  b.capacity_ = capacity;
+  b.total_bytes_ = file_bytes;
+  b.envs_offset_ = envs_sec.offset;
+  return b;
+}
+
+void Buffer::remove(std::string_view name_in) {
+  const std::string name = detail::normalize_name(name_in);
+  const std::string path = detail::segment_path(name);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd) {
+    const int e = errno;
+    if (e == ENOENT) {
+      throw Error(Errc::not_found,
+                  fmt::format("cannot remove shmreplay segment '{}': '{}' does not exist", name, path));
+    }
+    throw_errno(e, fmt::format("cannot remove shmreplay segment '{}' ({})", name, path));
+  }
+  uint64_t magic = 0;
+  if (::pread(fd.get(), &magic, sizeof magic, 0) != static_cast<ssize_t>(sizeof magic) || magic != kMagic) {
+    throw Error(Errc::not_a_segment,
+                fmt::format("refusing to remove '{}': it is not a shmreplay segment (no 'SHMRPLAY' magic)", path));
+  }
+  if (::unlink(path.c_str()) != 0) {
+    throw_errno(errno, fmt::format("cannot remove shmreplay segment '{}' ({})", name, path));
+  }
+}
+
+bool Buffer::exists(std::string_view name) {
+  const std::string path = detail::segment_path(detail::normalize_name(name));
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+Buffer::Buffer(Buffer&& other) noexcept { *this = std::move(other); }
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    unmap();
+    name_ = std::move(other.name_);
+    path_ = std::move(other.path_);
+    schema_ = std::move(other.schema_);
+    base_ = std::exchange(other.base_, nullptr);
+    map_bytes_ = std::exchange(other.map_bytes_, 0);
+    num_envs_ = std::exchange(other.num_envs_, 0);
+    capacity_ = std::exchange(other.capacity_, 0);
+    total_bytes_ = std::exchange(other.total_bytes_, 0);
+    envs_offset_ = std::exchange(other.envs_offset_, 0);
+    field_offsets_ = std::move(other.field_offsets_);
+    read_only_ = other.read_only_;
+  }
+  return *this;
+}
+
+Buffer::~Buffer() { unmap(); }
+
+void Buffer::unmap() noexcept {
+  if (base_ != nullptr) ::munmap(base_, map_bytes_);
+  base_ = nullptr;
+  map_bytes_ = 0;
+}
+
+const SegmentHeader& Buffer::header() const noexcept {
+  return *std::launder(reinterpret_cast<const SegmentHeader*>(base_));
+}
+
+const EnvControl& Buffer::env_control(uint64_t env) const noexcept {
+  return std::launder(reinterpret_cast<const EnvControl*>(base_ + envs_offset_))[env];
+}
+
+EnvControl& Buffer::env_control(uint64_t env) noexcept {
+  return std::launder(reinterpret_cast<EnvControl*>(base_ + envs_offset_))[env];
+}
+
+const std::byte* Buffer::field_data(std::size_t field) const noexcept { return base_ + field_offsets_[field]; }
+
+std::byte* Buffer::field_data(std::size_t field) noexcept { return base_ + field_offsets_[field]; }
+
+}  // namespace shmreplay

@@ -1,0 +1,27 @@
+// Process identity and liveness, judged by pid plus start time (pids are reused; start times are not).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+
+namespace shmreplay::detail {
+
+/// The start time of `pid` in clock ticks after boot (/proc/<pid>/stat field 22); 0 when there is no such
+/// process (or it is a zombie or /proc cannot be read).
+uint64_t process_start_ticks(pid_t pid) noexcept;
+
+/// This process's start time, cached on first use (and refreshed after fork).
+uint64_t self_start_ticks() noexcept;
+
+/// Whether the process `pid` that started at `start_ticks` is still running. Compares all bits of the start
+/// time, or only the low 32 when `low32_only` (for a packed lease word).
+bool process_alive(uint64_t pid, uint64_t start_ticks, bool low32_only = false) noexcept;
+
+/// Converts start ticks to CLOCK_REALTIME nanoseconds using the boot time in /proc/stat; 0 if unknown.
+uint64_t start_ticks_to_realtime_ns(uint64_t start_ticks) noexcept;
+
+/// CLOCK_REALTIME in nanoseconds.
+uint64_t realtime_ns() noexcept;
+
+}  // namespace shmreplay::detail

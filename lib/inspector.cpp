@@ -1,0 +1,111 @@
+#include "shmreplay/inspector.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+
+#include "detail/file.hpp"
+#include "detail/process.hpp"
+#include "shmreplay/error.hpp"
+
+namespace shmreplay {
+
+std::string_view to_string(OwnerState state) noexcept {
+  switch (state) {
+    case OwnerState::none: return "none";
+    case OwnerState::alive: return "alive";
+    case OwnerState::dead: return "dead";
+  }
+  return "?";
+}
+
+Inspector::Inspector(std::string_view name) : buffer_(Buffer::open(name, {.read_only = true})) {}
+
+SegmentInfo Inspector::snapshot() const {
+  const Buffer& b = buffer_;
+  const auto& h = b.header();
+  SegmentInfo s;
+  s.name = b.name();
+  s.path = b.path();
+  s.layout_major = h.layout_major;
+  s.layout_minor = h.layout_minor;
+  s.num_envs = b.num_envs();
+  s.capacity = b.capacity();
+  s.step_bytes = b.schema().step_bytes();
+  s.total_bytes = b.total_bytes();
+  s.data_bytes = b.num_envs() * b.capacity() * s.step_bytes;
+  s.schema = b.schema();
+  s.creator_pid = h.creator_pid;
+  s.creator_alive = detail::process_alive(h.creator_pid, h.creator_start_ticks);
+  s.creation_time_ns = h.creation_time_ns;
+
+  std::map<uint64_t, bool> alive;  // lease word -> liveness, so each owner's /proc entry is read once
+  s.envs.reserve(b.num_envs());
+  for (uint64_t e = 0; e < b.num_envs(); ++e) {
+    const layout::EnvControl& c = b.env_control(e);
+    EnvInfo i;
+    i.env = e;
+    // Acquire pairs with the writer's release store of head: claimed and last_push_ns are at least as new.
+    i.head = c.head.load(std::memory_order_acquire);
+    i.claimed = c.claimed.load(std::memory_order_relaxed);
+    i.last_push_ns = c.last_push_ns.load(std::memory_order_relaxed);
+    i.online_start = c.online_start.load(std::memory_order_relaxed);
+    i.length = std::min(i.head, b.capacity());
+    i.online_length = i.head >= i.online_start ? std::min(i.head - i.online_start, i.length) : 0;
+    // Acquire pairs with the release of the compare-and-swap that took the lease: the lease's details are set.
+    const uint64_t lease = c.lease.load(std::memory_order_acquire);
+    if (lease != 0) {
+      i.owner_pid = layout::owner_pid(lease);
+      i.owner_start_ticks = c.owner_start_ticks.load(std::memory_order_relaxed);
+      i.lease_since_ns = c.lease_since_ns.load(std::memory_order_relaxed);
+      auto [it, fresh] = alive.try_emplace(lease, false);
+      if (fresh) it->second = detail::process_alive(i.owner_pid, layout::owner_start_low(lease), true);
+      i.owner = it->second ? OwnerState::alive : OwnerState::dead;
+    }
+    i.lease_takeovers = c.lease_takeovers.load(std::memory_order_relaxed);
+    s.total_pushed += i.head;
+    s.replay_steps += i.length;
+    s.online_steps += i.online_length;
+    s.envs.push_back(i);
+  }
+  s.live_writers = static_cast<uint64_t>(std::count_if(alive.begin(), alive.end(), [](const auto& kv) { return kv.second; }));
+  return s;
+}
+
+std::vector<ListedSegment> list_segments() {
+  std::vector<ListedSegment> out;
+  const std::string dir = shm_directory();
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (const dirent* ent = ::readdir(d)) {
+    const std::string name = ent->d_name;
+    if (name.empty() || name[0] == '.') continue;
+    // Only regular files that start with the magic are ours; everything else is skipped silently.
+    detail::UniqueFd fd(::openat(::dirfd(d), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+    if (!fd) continue;
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    uint64_t magic = 0;
+    if (::pread(fd.get(), &magic, sizeof magic, 0) != static_cast<ssize_t>(sizeof magic) ||
+        magic != layout::kMagic) {
+      continue;
+    }
+    ListedSegment item;
+    item.name = name;
+    try {
+      item.info = Inspector(name).snapshot();
+    } catch (const Error& e) {
+      item.error = e.what();
+    }
+    out.push_back(std::move(item));
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return out;
+}
+
+}  // namespace shmreplay

@@ -1,0 +1,77 @@
+// Helpers shared by the tests: unique segment names, cleanup guards, running child processes.
+#pragma once
+
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/error.hpp"
+
+namespace shmreplay::test {
+
+/// A segment name no other test (or concurrent ctest process) uses: "srt-<tag>-<pid>-<n>".
+inline std::string unique_name(const std::string& tag) {
+  static std::atomic<int> counter{0};
+  return fmt::format("srt-{}-{}-{}", tag, ::getpid(), counter.fetch_add(1));
+}
+
+/// Removes the segment file `name` (whatever it holds) when it goes out of scope.
+class SegmentGuard {
+ public:
+  explicit SegmentGuard(std::string name) : name_(std::move(name)) {}
+  SegmentGuard(const SegmentGuard&) = delete;
+  SegmentGuard& operator=(const SegmentGuard&) = delete;
+  ~SegmentGuard() { std::remove((shm_directory() + "/" + name_).c_str()); }
+  const std::string& name() const { return name_; }
+  std::string path() const { return shm_directory() + "/" + name_; }
+
+ private:
+  std::string name_;
+};
+
+/// Runs `body` in a forked child and returns its exit status (the child's exit code, or 128 + signal).
+/// The child exits with 0 when `body` returns true, 1 when it returns false, 2 when it throws.
+inline int run_in_child(const std::function<bool()>& body) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int code = 2;
+    try {
+      code = body() ? 0 : 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+    }
+    std::fflush(nullptr);
+    ::_exit(code);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+/// Runs `fn` and returns the Errc of the shmreplay::Error it throws (or 0 if it does not throw), storing
+/// the message in `message`.
+template <class Fn>
+int error_of(Fn&& fn, std::string* message = nullptr) {
+  try {
+    std::forward<Fn>(fn)();
+  } catch (const Error& e) {
+    if (message) *message = e.what();
+    return static_cast<int>(e.errc());
+  }
+  return 0;
+}
+
+}  // namespace shmreplay::test
