@@ -358,7 +358,8 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
                                             prefix[0], magic_text(prefix[0]), kMagic));
   }
   if (got < static_cast<ssize_t>(sizeof prefix)) {
-    v.fail(Errc::truncated, fmt::format("the file is truncated to {} bytes, before its layout version", file_bytes));
+    v.fail(Errc::truncated, fmt::format("it is truncated: the file is {} bytes, too short for the layout version",
+                                        file_bytes));
   }
   const auto major = static_cast<uint32_t>(prefix[1] & 0xffffffffu);
   const auto minor = static_cast<uint32_t>(prefix[1] >> 32);
@@ -369,8 +370,8 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
                                             : "an older shmreplay made it; recreate the segment"));
   }
   if (file_bytes < sizeof(SegmentHeader)) {
-    v.fail(Errc::truncated, fmt::format("the file is {} bytes, shorter than the {}-byte header", file_bytes,
-                                        sizeof(SegmentHeader)));
+    v.fail(Errc::truncated, fmt::format("it is truncated: the file is {} bytes, shorter than the {}-byte header",
+                                        file_bytes, sizeof(SegmentHeader)));
   }
 
   Buffer b;
@@ -405,12 +406,12 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
   }
   if (h.total_bytes != file_bytes) {
     v.fail(h.total_bytes > file_bytes ? Errc::truncated : Errc::corrupt,
-           fmt::format("the header says the segment is {} bytes, but the file is {} bytes", h.total_bytes,
-                       file_bytes));
+           fmt::format("{}the header says the segment is {} bytes, but the file is {} bytes",
+                       h.total_bytes > file_bytes ? "it is truncated: " : "", h.total_bytes, file_bytes));
   }
   if (file_bytes < header_bytes) {
-    v.fail(Errc::truncated, fmt::format("the file is {} bytes, shorter than its {}-byte header", file_bytes,
-                                        header_bytes));
+    v.fail(Errc::truncated, fmt::format("it is truncated: the file is {} bytes, shorter than its {}-byte header",
+                                        file_bytes, header_bytes));
   }
   const uint64_t num_envs = h.num_envs;
   const uint64_t capacity = h.capacity;

@@ -1,0 +1,23 @@
+// Creates, opens and removes a segment through the installed package; exits 0 when all of it works.
+#include <shmreplay/shmreplay.hpp>
+
+#include <cstdio>
+#include <string>
+#include <unistd.h>
+
+int main() {
+  const std::string name = "srt-consumer-" + std::to_string(::getpid());
+  try {
+    const auto schema = shmreplay::Schema::parse("obs:f32[4] done:bool");
+    const auto created = shmreplay::Buffer::create(name, 2, 16, schema);
+    const auto opened = shmreplay::Buffer::open(name, {.expected_schema = schema});
+    const bool ok = opened.num_envs() == 2 && opened.capacity() == 16 && opened.schema() == schema;
+    shmreplay::Buffer::remove(name);
+    std::printf("consumer: shmreplay %s, layout %u.%u, %s\n", shmreplay::kVersion, shmreplay::layout::kLayoutMajor,
+                shmreplay::layout::kLayoutMinor, ok ? "ok" : "MISMATCH");
+    return ok ? 0 : 1;
+  } catch (const shmreplay::Error& e) {
+    std::fprintf(stderr, "consumer: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,547 @@
+// Buffer: create, open, remove, and every kind of bad input, across real processes.
+#include <doctest/doctest.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/error.hpp"
+#include "shmreplay/layout.hpp"
+#include "support.hpp"
+
+using namespace shmreplay;
+using namespace shmreplay::layout;
+using test::error_of;
+using test::run_in_child;
+using test::SegmentGuard;
+using test::unique_name;
+
+namespace {
+
+const Schema kSchema = Schema::parse("obs:f32[4] action:i32 reward:f32 done:bool");
+
+constexpr int code(Errc e) { return static_cast<int>(e); }
+
+std::vector<char> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_file(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// A copy of a freshly created segment's bytes, for tests that corrupt it.
+std::vector<char> real_segment_bytes() {
+  const std::string name = unique_name("src");
+  SegmentGuard guard(name);
+  (void)Buffer::create(name, 3, 16, kSchema);
+  return read_file(guard.path());
+}
+
+template <class T>
+void poke(std::vector<char>& bytes, std::size_t offset, T value) {
+  std::memcpy(bytes.data() + offset, &value, sizeof value);
+}
+
+// Opens a file holding `bytes` and returns the error code (0 when it opens), with the message in *message.
+int open_bytes(const std::vector<char>& bytes, std::string* message, const OpenOptions& options = {}) {
+  const std::string name = unique_name("bad");
+  SegmentGuard guard(name);
+  write_file(guard.path(), bytes);
+  return error_of([&] { (void)Buffer::open(name, options); }, message);
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("a created segment opens with the same schema, sizes and a zeroed control block") {
+  const std::string name = unique_name("roundtrip");
+  SegmentGuard guard(name);
+  const auto before = std::chrono::system_clock::now();
+  const Buffer created = Buffer::create(name, 4, 100, kSchema);
+  CHECK(created.name() == name);
+  CHECK(created.path() == shm_directory() + "/" + name);
+  CHECK(Buffer::exists(name));
+
+  const Buffer b = Buffer::open(name, {.expected_schema = kSchema});
+  CHECK(b.schema() == kSchema);
+  CHECK(b.num_envs() == 4);
+  CHECK(b.capacity() == 100);
+  CHECK(b.total_bytes() == created.total_bytes());
+  CHECK(b.field_offsets() == created.field_offsets());
+  const SegmentHeader& h = b.header();
+  CHECK(h.state.load() == kStateReady);
+  CHECK(h.creator_pid == static_cast<uint64_t>(::getpid()));
+  CHECK(h.creator_start_ticks > 0);
+  const auto created_ns = static_cast<int64_t>(h.creation_time_ns);
+  const auto before_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(before.time_since_epoch()).count();
+  CHECK(created_ns >= before_ns);
+  CHECK(created_ns < before_ns + 60'000'000'000LL);
+  for (uint64_t e = 0; e < 4; ++e) {
+    const EnvControl& c = b.env_control(e);
+    CHECK(c.head.load() == 0);
+    CHECK(c.claimed.load() == 0);
+    CHECK(c.online_start.load() == 0);
+    CHECK(c.lease.load() == 0);
+  }
+  // Both mappings see the same bytes.
+  Buffer& writable = const_cast<Buffer&>(created);
+  std::memset(writable.field_data(2), 0x5a, 4);
+  CHECK(std::to_integer<int>(b.field_data(2)[3]) == 0x5a);
+  // A leading '/' (shm_open style) names the same segment.
+  CHECK_NOTHROW((void)Buffer::open("/" + name));
+}
+
+TEST_CASE("a segment created in one process is opened and read in another, and outlives its creator") {
+  const std::string name = unique_name("fork");
+  SegmentGuard guard(name);
+  {
+    Buffer b = Buffer::create(name, 2, 8, kSchema);
+    b.env_control(1).head.store(42);
+    auto* obs = reinterpret_cast<float*>(b.field_data(0));
+    obs[(1 * 8 + 3) * 4 + 2] = 3.5f;  // env 1, slot 3, element 2
+  }
+  const int status = run_in_child([&] {
+    Buffer b = Buffer::open(name, {.expected_schema = kSchema});
+    const auto* obs = reinterpret_cast<const float*>(b.field_data(0));
+    if (b.env_control(1).head.load() != 42 || obs[(1 * 8 + 3) * 4 + 2] != 3.5f) return false;
+    b.env_control(0).head.store(7);  // a write the parent must see
+    return true;
+  });
+  CHECK(status == 0);
+  CHECK(Buffer::open(name).env_control(0).head.load() == 7);
+
+  // The other way round: a child creates, fills and exits; the parent opens what it left.
+  const std::string name2 = unique_name("fork2");
+  SegmentGuard guard2(name2);
+  CHECK(run_in_child([&] {
+          Buffer b = Buffer::create(name2, 3, 5, kSchema);
+          b.env_control(2).head.store(5);
+          return true;
+        }) == 0);
+  const Buffer b2 = Buffer::open(name2, {.expected_schema = kSchema});
+  CHECK(b2.env_control(2).head.load() == 5);
+  CHECK(b2.header().creator_pid != static_cast<uint64_t>(::getpid()));
+}
+
+TEST_CASE("creating a name that exists fails and leaves the existing segment untouched unless replacing") {
+  const std::string name = unique_name("exists");
+  SegmentGuard guard(name);
+  Buffer first = Buffer::create(name, 2, 8, kSchema);
+  first.env_control(0).head.store(11);
+  std::string message;
+  CHECK(error_of([&] { (void)Buffer::create(name, 5, 5, Schema::parse("x:u8")); }, &message) ==
+        code(Errc::already_exists));
+  CHECK(contains(message, name));
+  CHECK(contains(message, "already exists"));
+  {
+    const Buffer still = Buffer::open(name);
+    CHECK(still.schema() == kSchema);
+    CHECK(still.env_control(0).head.load() == 11);
+  }
+  // A file that is not a segment also blocks the name.
+  const std::string foreign = unique_name("foreign");
+  SegmentGuard fguard(foreign);
+  write_file(fguard.path(), {'h', 'i'});
+  CHECK(error_of([&] { (void)Buffer::create(foreign, 1, 1, kSchema); }) == code(Errc::already_exists));
+  CHECK(read_file(fguard.path()) == std::vector<char>{'h', 'i'});
+
+  // With replace, the name moves to a new segment; the old mapping keeps its own data.
+  const Schema other = Schema::parse("x:u8[3]");
+  const Buffer replaced = Buffer::create(name, 5, 5, other, {.replace = true});
+  CHECK(Buffer::open(name).schema() == other);
+  CHECK(first.env_control(0).head.load() == 11);
+  CHECK(first.schema() == kSchema);
+}
+
+TEST_CASE("concurrent creates of one name: exactly one process wins") {
+  const std::string name = unique_name("race");
+  SegmentGuard guard(name);
+  constexpr int kProcs = 4;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < kProcs; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      int rc = 3;
+      try {
+        (void)Buffer::create(name, 2, 64, kSchema);
+        rc = 0;
+      } catch (const Error& e) {
+        rc = e.errc() == Errc::already_exists ? 1 : 2;
+      }
+      ::_exit(rc);
+    }
+    pids.push_back(pid);
+  }
+  int winners = 0, losers = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    REQUIRE(WIFEXITED(status));
+    winners += WEXITSTATUS(status) == 0;
+    losers += WEXITSTATUS(status) == 1;
+  }
+  CHECK(winners == 1);
+  CHECK(losers == kProcs - 1);
+  CHECK_NOTHROW((void)Buffer::open(name, {.expected_schema = kSchema}));
+}
+
+TEST_CASE("an attacher never sees a half-made segment while another process creates and removes it") {
+  const std::string name = unique_name("visible");
+  SegmentGuard guard(name);
+  const pid_t creator = ::fork();
+  if (creator == 0) {
+    for (int i = 0; i < 300; ++i) {
+      try {
+        (void)Buffer::create(name, 16, 512, kSchema, {.replace = true});
+        Buffer::remove(name);
+      } catch (...) {
+      }
+    }
+    ::_exit(0);
+  }
+  int opened = 0, missing = 0, other = 0;
+  std::string last_error;
+  while (true) {
+    int status = 0;
+    const bool done = ::waitpid(creator, &status, WNOHANG) == creator;
+    try {
+      const Buffer b = Buffer::open(name, {.expected_schema = kSchema});
+      opened += b.num_envs() == 16 && b.capacity() == 512;
+    } catch (const Error& e) {
+      if (e.errc() == Errc::not_found) {
+        ++missing;
+      } else {
+        ++other;
+        last_error = e.what();
+      }
+    }
+    if (done) break;
+  }
+  CAPTURE(last_error);
+  CHECK(other == 0);
+  MESSAGE("opened ", opened, " times, found no segment ", missing, " times");
+}
+
+TEST_CASE("segments are created with mode 0600 by default, and the requested mode whatever the umask") {
+  const std::string name = unique_name("mode");
+  SegmentGuard guard(name);
+  const mode_t old_umask = ::umask(0077);
+  (void)Buffer::create(name, 1, 1, kSchema);
+  struct stat st {};
+  REQUIRE(::stat(guard.path().c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0600);
+  CHECK(S_ISREG(st.st_mode));
+
+  const std::string name2 = unique_name("mode2");
+  SegmentGuard guard2(name2);
+  (void)Buffer::create(name2, 1, 1, kSchema, {.mode = 0644});
+  REQUIRE(::stat(guard2.path().c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0644);
+  ::umask(old_umask);
+  CHECK(error_of([&] { (void)Buffer::create(unique_name("mode3"), 1, 1, kSchema, {.mode = 010000}); }) ==
+        code(Errc::invalid_argument));
+}
+
+TEST_CASE("bad names, counts and sizes are rejected before any file is made") {
+  std::string m;
+  CHECK(error_of([&] { (void)Buffer::create("", 1, 1, kSchema); }, &m) == code(Errc::invalid_argument));
+  CHECK(contains(m, "empty"));
+  CHECK(error_of([&] { (void)Buffer::create("a/b", 1, 1, kSchema); }, &m) == code(Errc::invalid_argument));
+  CHECK(contains(m, "'/'"));
+  CHECK(error_of([&] { (void)Buffer::create(".hidden", 1, 1, kSchema); }, &m) == code(Errc::invalid_argument));
+  CHECK(error_of([&] { (void)Buffer::create(std::string(201, 'n'), 1, 1, kSchema); }) ==
+        code(Errc::invalid_argument));
+  CHECK(error_of([&] { (void)Buffer::open("../etc/passwd"); }) == code(Errc::invalid_argument));
+
+  const std::string name = unique_name("counts");
+  SegmentGuard guard(name);
+  CHECK(error_of([&] { (void)Buffer::create(name, 0, 8, kSchema); }, &m) == code(Errc::invalid_argument));
+  CHECK(contains(m, "num_envs is 0, expected 1 to"));
+  CHECK(error_of([&] { (void)Buffer::create(name, kMaxEnvs + 1, 8, kSchema); }) == code(Errc::invalid_argument));
+  CHECK(error_of([&] { (void)Buffer::create(name, 1, 0, kSchema); }, &m) == code(Errc::invalid_argument));
+  CHECK(contains(m, "capacity is 0 steps"));
+  CHECK(error_of([&] { (void)Buffer::create(name, 1, 8, Schema{}); }) == code(Errc::invalid_schema));
+  // 2^20 envs x 2^40 steps overflows before any field is considered; a big field overflows the storage.
+  CHECK(error_of([&] { (void)Buffer::create(name, kMaxEnvs, kMaxCapacity, kSchema); }, &m) ==
+        code(Errc::invalid_argument));
+  CHECK(contains(m, "overflows"));
+  CHECK(error_of([&] { (void)Buffer::create(name, 1024, kMaxCapacity, Schema::parse("img:u8[4096,4096]")); },
+                 &m) == code(Errc::invalid_argument));
+  CHECK(contains(m, "field 'img'"));
+  CHECK_FALSE(Buffer::exists(name));
+}
+
+TEST_CASE("open of a missing name says it does not exist") {
+  std::string m;
+  const std::string name = unique_name("missing");
+  CHECK(error_of([&] { (void)Buffer::open(name); }, &m) == code(Errc::not_found));
+  CHECK(contains(m, name));
+  CHECK(contains(m, "does not exist"));
+}
+
+TEST_CASE("a file of random bytes is reported as not a segment, never a crash") {
+  std::mt19937_64 rng(12345);
+  for (const std::size_t size : {0u, 3u, 8u, 255u, 4096u, 65536u}) {
+    CAPTURE(size);
+    std::vector<char> bytes(size);
+    for (auto& c : bytes) c = static_cast<char>(rng());
+    std::string m;
+    CHECK(open_bytes(bytes, &m) == code(Errc::not_a_segment));
+    CHECK(contains(m, "not a shmreplay segment"));
+  }
+  std::vector<char> text(100, 'x');
+  std::string m;
+  CHECK(open_bytes(text, &m) == code(Errc::not_a_segment));
+  CHECK(contains(m, "expected 0x59414c50524d4853 ('SHMRPLAY')"));
+  CHECK(contains(m, "'xxxxxxxx'"));
+}
+
+TEST_CASE("a truncated copy of a real segment is reported as truncated at every length") {
+  const std::vector<char> whole = real_segment_bytes();
+  REQUIRE(whole.size() > 4096);
+  for (const std::size_t size : {std::size_t{12}, std::size_t{16}, std::size_t{100}, std::size_t{255},
+                                 std::size_t{256}, std::size_t{4096}, whole.size() - 4096, whole.size() - 1}) {
+    CAPTURE(size);
+    std::string m;
+    CHECK(open_bytes({whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(size)}, &m) ==
+          code(Errc::truncated));
+    CHECK(contains(m, "it is truncated: "));
+  }
+  std::string m;
+  CHECK(open_bytes({whole.begin(), whole.begin() + 4}, &m) == code(Errc::not_a_segment));
+  CHECK(open_bytes(whole, &m) == 0);  // the untouched copy opens
+  // A longer file than the header says is inconsistent too.
+  std::vector<char> longer = whole;
+  longer.resize(whole.size() + 4096);
+  CHECK(open_bytes(longer, &m) == code(Errc::corrupt));
+}
+
+TEST_CASE("a segment of a newer major version is refused with both versions; a newer minor opens") {
+  std::vector<char> bytes = real_segment_bytes();
+  poke<uint32_t>(bytes, offsetof(SegmentHeader, layout_major), 2);
+  std::string m;
+  CHECK(open_bytes(bytes, &m) == code(Errc::version_mismatch));
+  CHECK(contains(m, "segment layout 2.0, library 1.0"));
+  poke<uint32_t>(bytes, offsetof(SegmentHeader, layout_major), 0);
+  CHECK(open_bytes(bytes, &m) == code(Errc::version_mismatch));
+
+  std::vector<char> minor = real_segment_bytes();
+  poke<uint32_t>(minor, offsetof(SegmentHeader, layout_minor), 7);
+  CHECK(open_bytes(minor, &m) == 0);
+}
+
+TEST_CASE("a segment that is not ready is reported, or waited for within the timeout") {
+  std::vector<char> bytes = real_segment_bytes();
+  poke<uint64_t>(bytes, offsetof(SegmentHeader, state), kStateInitializing);
+  std::string m;
+  CHECK(open_bytes(bytes, &m) == code(Errc::not_ready));
+  CHECK(contains(m, "not ready"));
+  CHECK(contains(m, "creator (pid"));
+  CHECK(open_bytes(bytes, &m, {.ready_timeout_ms = 30}) == code(Errc::not_ready));
+  CHECK(contains(m, "within 30 ms"));
+
+  // A creator that finishes while open() waits: open() succeeds.
+  const std::string name = unique_name("late");
+  SegmentGuard guard(name);
+  write_file(guard.path(), bytes);
+  // Publish "ready" by hand while open() waits.
+  std::thread publisher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const int fd = ::open(guard.path().c_str(), O_RDWR);
+    const uint64_t ready = kStateReady;
+    (void)::pwrite(fd, &ready, sizeof ready, offsetof(SegmentHeader, state));
+    ::close(fd);
+  });
+  CHECK(error_of([&] { (void)Buffer::open(name, {.ready_timeout_ms = 5000}); }) == 0);
+  publisher.join();
+}
+
+TEST_CASE("inconsistent headers and field tables are reported as corrupt, naming the part") {
+  const std::vector<char> good = real_segment_bytes();
+  SegmentHeader h{};
+  std::memcpy(static_cast<void*>(&h), good.data(), sizeof h);
+  std::string m;
+  const auto corrupt = [&](auto mutate, const char* needle) {
+    std::vector<char> bytes = good;
+    mutate(bytes);
+    CAPTURE(needle);
+    CHECK(open_bytes(bytes, &m) == code(Errc::corrupt));
+    CAPTURE(m);
+    CHECK(contains(m, needle));
+  };
+  corrupt([](auto& b) { poke<uint64_t>(b, offsetof(SegmentHeader, header_bytes), 100); }, "header_bytes is 100");
+  corrupt([](auto& b) { poke<uint64_t>(b, offsetof(SegmentHeader, num_envs), 0); }, "num_envs is 0");
+  corrupt([](auto& b) { poke<uint64_t>(b, offsetof(SegmentHeader, num_envs), 4); }, "env table");
+  corrupt([](auto& b) { poke<uint64_t>(b, offsetof(SegmentHeader, capacity), 0); }, "capacity is 0");
+  corrupt([](auto& b) { poke<uint64_t>(b, offsetof(SegmentHeader, num_fields), 0); }, "num_fields is 0");
+  corrupt([](auto& b) { poke<uint64_t>(b, offsetof(SegmentHeader, num_sections), 1); }, "num_sections is 1");
+  corrupt([](auto& b) { poke<uint64_t>(b, offsetof(SegmentHeader, step_bytes), 1); }, "step_bytes is 1");
+  const std::size_t envs_off = offsetof(SegmentHeader, sections) + kSectionEnvs * sizeof(SectionDesc);
+  corrupt([&](auto& b) { poke<uint64_t>(b, envs_off, uint64_t{1} << 40); }, "ends beyond the file");
+  corrupt([&](auto& b) { poke<uint64_t>(b, envs_off, UINT64_MAX - 8); }, "ends beyond the file");
+  corrupt([&](auto& b) { poke<uint64_t>(b, envs_off, 64); }, "overlaps the header");
+  corrupt([&](auto& b) { poke<uint64_t>(b, envs_off, h.sections[kSectionFields].offset); }, "overlaps");
+  corrupt([&](auto& b) { poke<uint64_t>(b, envs_off, h.sections[kSectionEnvs].offset + 8); }, "not aligned");
+
+  const std::size_t f0 = h.sections[kSectionFields].offset;
+  const std::size_t f1 = f0 + sizeof(FieldDesc);
+  corrupt([&](auto& b) { poke<uint32_t>(b, f1 + offsetof(FieldDesc, dtype), 99); }, "field 2 'action' has dtype code 99");
+  corrupt([&](auto& b) { poke<uint32_t>(b, f0 + offsetof(FieldDesc, ndim), 9); }, "9 dimensions");
+  corrupt([&](auto& b) { poke<uint64_t>(b, f0 + offsetof(FieldDesc, dims), 0); }, "dimension 1");
+  corrupt([&](auto& b) { std::memset(b.data() + f0, 'a', 64); }, "not NUL-terminated");
+  corrupt([&](auto& b) { b[f1] = '!'; }, "not allowed");
+  corrupt([&](auto& b) { b[f1] = 'o'; b[f1 + 1] = 'b'; b[f1 + 2] = 's'; b[f1 + 3] = 0; }, "unique");
+  corrupt([&](auto& b) { poke<uint64_t>(b, f0 + offsetof(FieldDesc, step_bytes), 3); }, "bytes per step");
+  corrupt([&](auto& b) { poke<uint64_t>(b, f0 + offsetof(FieldDesc, data_bytes), 3); }, "bytes of storage");
+  corrupt([&](auto& b) { poke<uint64_t>(b, f1 + offsetof(FieldDesc, data_offset), h.sections[kSectionData].offset); },
+          "overlaps");
+  corrupt([&](auto& b) { poke<uint64_t>(b, f1 + offsetof(FieldDesc, data_offset), uint64_t{1} << 62); },
+          "ends beyond the file");
+  corrupt([&](auto& b) { poke<uint64_t>(b, f1 + offsetof(FieldDesc, data_offset), 4096 + 8); }, "not aligned");
+}
+
+TEST_CASE("an expected schema that differs is reported field by field") {
+  const std::string name = unique_name("schema");
+  SegmentGuard guard(name);
+  (void)Buffer::create(name, 1, 4, kSchema);
+  std::string m;
+  CHECK(error_of([&] { (void)Buffer::open(name, {.expected_schema = Schema::parse("obs:f32[5] action:i64 "
+                                                                                   "reward:f32 done:bool")}); },
+                 &m) == code(Errc::schema_mismatch));
+  CHECK(contains(m, name));
+  CHECK(contains(m, "2 places"));
+  CHECK(contains(m, "field 'obs': expected shape [5], actual [4]"));
+  CHECK(contains(m, "field 'action': expected dtype i64, actual i32"));
+  CHECK(error_of([&] { (void)Buffer::open(name, {.expected_schema = kSchema}); }) == 0);
+}
+
+TEST_CASE("remove deletes the name; attached processes keep working and new opens fail") {
+  const std::string name = unique_name("remove");
+  SegmentGuard guard(name);
+  Buffer b = Buffer::create(name, 2, 4, kSchema);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    // Attached before the removal; keeps writing after it.
+    Buffer mine = Buffer::open(name);
+    ::raise(SIGSTOP);
+    mine.env_control(1).head.store(99);
+    std::memset(mine.field_data(0), 0x11, 16);
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, WUNTRACED) == child);
+  REQUIRE(WIFSTOPPED(status));
+  Buffer::remove(name);
+  CHECK_FALSE(Buffer::exists(name));
+  ::kill(child, SIGCONT);
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(b.env_control(1).head.load() == 99);
+  CHECK(std::to_integer<int>(b.field_data(0)[15]) == 0x11);
+  std::string m;
+  CHECK(error_of([&] { (void)Buffer::open(name); }, &m) == code(Errc::not_found));
+  CHECK(error_of([&] { Buffer::remove(name); }, &m) == code(Errc::not_found));
+  CHECK(contains(m, "does not exist"));
+}
+
+TEST_CASE("remove refuses a file that is not a shmreplay segment") {
+  const std::string name = unique_name("notours");
+  SegmentGuard guard(name);
+  write_file(guard.path(), std::vector<char>(64, 'z'));
+  std::string m;
+  CHECK(error_of([&] { Buffer::remove(name); }, &m) == code(Errc::not_a_segment));
+  CHECK(contains(m, "refusing"));
+  CHECK(Buffer::exists(name));
+  // A damaged segment (magic intact) can still be removed.
+  const std::vector<char> whole = real_segment_bytes();
+  const std::string damaged = unique_name("damaged");
+  SegmentGuard dguard(damaged);
+  write_file(dguard.path(), {whole.begin(), whole.begin() + 100});
+  CHECK_NOTHROW(Buffer::remove(damaged));
+  CHECK_FALSE(Buffer::exists(damaged));
+}
+
+TEST_CASE("a full /dev/shm fails at create with the bytes needed and free, leaves no file, and never SIGBUSes") {
+  // Needs a private mount namespace with a 64 MiB tmpfs over the shm directory (root, as in CI).
+  const int status = run_in_child([] {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", shm_directory().c_str(), "tmpfs", 0, "size=64m") != 0) {
+      std::fprintf(stderr, "cannot mount a private tmpfs: %s\n", std::strerror(errno));
+      ::_exit(77);
+    }
+    const auto fail = [](const char* what) {
+      std::fprintf(stderr, "full-shm child: %s\n", what);
+      return false;
+    };
+    const Schema atari = Schema::parse("obs:u8[84,84,4] action:i32 reward:f32 done:bool");  // 28233 B/step
+    std::string m;
+    // 8 envs x 512 steps x 28233 bytes = 110 MiB: more than the 64 MiB there are.
+    if (error_of([&] { (void)Buffer::create("big", 8, 512, atari); }, &m) != code(Errc::no_space)) {
+      return fail("a 110 MiB segment did not fail with no_space");
+    }
+    std::fprintf(stderr, "message: %s\n", m.c_str());
+    if (!contains(m, "needs 115") || !contains(m, "has 67108864 bytes") || !contains(m, "64.0 MiB")) {
+      return fail("the message lacks the bytes needed and free");
+    }
+    if (Buffer::exists("big")) return fail("a file was left behind");
+    // 40 MiB fits; a second 40 MiB does not; the first stays whole and writable to its last byte.
+    Buffer first = Buffer::create("first", 4, 380, atari);
+    if (first.total_bytes() < (40u << 20) || first.total_bytes() > (42u << 20)) return fail("unexpected size");
+    if (error_of([&] { (void)Buffer::create("second", 4, 380, atari); }, &m) != code(Errc::no_space)) {
+      return fail("the second 40 MiB segment did not fail with no_space");
+    }
+    if (Buffer::exists("second")) return fail("the failed second segment left a file");
+    for (std::size_t f = 0; f < atari.size(); ++f) {
+      std::memset(first.field_data(f), 0xab, 4 * 380 * atari[f].bytes());  // would SIGBUS without fallocate
+    }
+    DIR* d = ::opendir(shm_directory().c_str());
+    int files = 0;
+    while (const dirent* e = ::readdir(d)) files += e->d_name[0] != '.';
+    ::closedir(d);
+    return files == 1 ? true : fail("expected exactly one file in the private /dev/shm");
+  });
+  if (status == 77) {
+    WARN_MESSAGE(false, "skipped: this process cannot mount a private tmpfs (needs root / CAP_SYS_ADMIN)");
+    return;
+  }
+  CHECK(status == 0);
+}
+
+TEST_CASE("a failure while reserving the memory leaves no file behind") {
+  // RLIMIT_FSIZE makes posix_fallocate fail (EFBIG) after the free-space check passed.
+  const std::string name = unique_name("fsize");
+  SegmentGuard guard(name);
+  const int status = run_in_child([&] {
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{1 << 20, 1 << 20};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    std::string m;
+    const int c = error_of([&] { (void)Buffer::create(name, 64, 4096, kSchema); }, &m);  // 6.5 MB
+    std::fprintf(stderr, "message: %s\n", m.c_str());
+    return c != 0 && contains(m, "cannot reserve") && !Buffer::exists(name);
+  });
+  CHECK(status == 0);
+  CHECK_FALSE(Buffer::exists(name));
+}

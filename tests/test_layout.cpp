@@ -1,0 +1,117 @@
+// Pins the segment layout to its version constant. If a check here fails, the bytes of the segment changed:
+// bump layout::kLayoutMajor (incompatible change) or kLayoutMinor (appended sections/fields only), then update
+// the expected values below and the diagram in include/shmreplay/layout.hpp and docs/design.md.
+#include <doctest/doctest.h>
+
+#include <cstddef>
+
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/layout.hpp"
+#include "support.hpp"
+
+using namespace shmreplay;
+using namespace shmreplay::layout;
+
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+
+TEST_CASE("the layout version is 1.0 and its magic spells SHMRPLAY") {
+  CHECK(kLayoutMajor == 1);
+  CHECK(kLayoutMinor == 0);
+  const char expected[] = "SHMRPLAY";
+  for (int i = 0; i < 8; ++i) CHECK(static_cast<char>((kMagic >> (8 * i)) & 0xff) == expected[i]);
+}
+
+TEST_CASE("layout 1.0: SegmentHeader sizes and offsets are pinned") {
+  CHECK(sizeof(SegmentHeader) == 256);
+  CHECK(offsetof(SegmentHeader, magic) == 0);
+  CHECK(offsetof(SegmentHeader, layout_major) == 8);
+  CHECK(offsetof(SegmentHeader, layout_minor) == 12);
+  CHECK(offsetof(SegmentHeader, header_bytes) == 16);
+  CHECK(offsetof(SegmentHeader, total_bytes) == 24);
+  CHECK(offsetof(SegmentHeader, state) == 32);
+  CHECK(offsetof(SegmentHeader, num_envs) == 40);
+  CHECK(offsetof(SegmentHeader, capacity) == 48);
+  CHECK(offsetof(SegmentHeader, num_fields) == 56);
+  CHECK(offsetof(SegmentHeader, step_bytes) == 64);
+  CHECK(offsetof(SegmentHeader, creator_pid) == 72);
+  CHECK(offsetof(SegmentHeader, creator_start_ticks) == 80);
+  CHECK(offsetof(SegmentHeader, creation_time_ns) == 88);
+  CHECK(offsetof(SegmentHeader, num_sections) == 96);
+  CHECK(offsetof(SegmentHeader, sections) == 128);
+  CHECK(sizeof(SectionDesc) == 16);
+  CHECK(kMaxSections == 8);
+  CHECK(kSectionFields == 0);
+  CHECK(kSectionEnvs == 1);
+  CHECK(kSectionData == 2);
+  CHECK(kSectionsUsed == 3);
+}
+
+TEST_CASE("layout 1.0: FieldDesc sizes and offsets are pinned") {
+  CHECK(sizeof(FieldDesc) == 192);
+  CHECK(offsetof(FieldDesc, name) == 0);
+  CHECK(offsetof(FieldDesc, dtype) == 64);
+  CHECK(offsetof(FieldDesc, ndim) == 68);
+  CHECK(offsetof(FieldDesc, dims) == 72);
+  CHECK(offsetof(FieldDesc, step_bytes) == 136);
+  CHECK(offsetof(FieldDesc, data_offset) == 144);
+  CHECK(offsetof(FieldDesc, data_bytes) == 152);
+  CHECK(kMaxDims == 8);
+  CHECK(kMaxNameBytes == 63);
+  // The dtype codes are stored in the field table.
+  CHECK(static_cast<uint32_t>(DType::u8) == 1);
+  CHECK(static_cast<uint32_t>(DType::bf16) == 10);
+  CHECK(static_cast<uint32_t>(DType::boolean) == 13);
+}
+
+TEST_CASE("layout 1.0: EnvControl puts each writing role on its own cache line") {
+  CHECK(sizeof(EnvControl) == 192);
+  CHECK(alignof(EnvControl) == 64);
+  CHECK(offsetof(EnvControl, claimed) == 0);
+  CHECK(offsetof(EnvControl, head) == 8);
+  CHECK(offsetof(EnvControl, last_push_ns) == 16);
+  CHECK(offsetof(EnvControl, online_start) == 64);
+  CHECK(offsetof(EnvControl, lease) == 128);
+  CHECK(offsetof(EnvControl, owner_start_ticks) == 136);
+  CHECK(offsetof(EnvControl, lease_since_ns) == 144);
+  CHECK(offsetof(EnvControl, lease_takeovers) == 152);
+}
+
+TEST_CASE("the owner lease packs pid and the low half of the start time into one word") {
+  const uint64_t lease = pack_owner(4194303, 0x123456789abull);
+  CHECK(owner_pid(lease) == 4194303);
+  CHECK(owner_start_low(lease) == 0x456789abull);
+  CHECK(pack_owner(1, 0) != 0);  // a held lease is never the "free" value
+}
+
+TEST_CASE("a created segment places its sections as the layout says") {
+  const std::string name = test::unique_name("layout");
+  test::SegmentGuard guard(name);
+  const Schema schema = Schema::parse("obs:f32[3] done:bool action:i64[2]");
+  const Buffer b = Buffer::create(name, 5, 7, schema);
+  const SegmentHeader& h = b.header();
+  CHECK(h.magic == kMagic);
+  CHECK(h.layout_major == kLayoutMajor);
+  CHECK(h.layout_minor == kLayoutMinor);
+  CHECK(h.header_bytes == sizeof(SegmentHeader));
+  CHECK(h.num_sections == kSectionsUsed);
+  CHECK(h.step_bytes == 12 + 1 + 16);
+  // Field table right after the header; env table on the next cache line; data on the next page.
+  CHECK(h.sections[kSectionFields].offset == 256);
+  CHECK(h.sections[kSectionFields].bytes == 3 * 192);
+  CHECK(h.sections[kSectionEnvs].offset == 256 + 3 * 192);
+  CHECK(h.sections[kSectionEnvs].bytes == 5 * 192);
+  CHECK(h.sections[kSectionData].offset == 4096);
+  // Each field's storage is [5 envs][7 steps][bytes], 64-byte aligned, in schema order.
+  const auto& offs = b.field_offsets();
+  REQUIRE(offs.size() == 3);
+  CHECK(offs[0] == 4096);
+  CHECK(offs[1] == 4096 + 448);           // 5*7*12 = 420, rounded up to 448
+  CHECK(offs[2] == 4096 + 448 + 64);      // 5*7*1 = 35, rounded up to 64
+  CHECK(h.sections[kSectionData].bytes == 448 + 64 + 5 * 7 * 16);
+  CHECK(h.total_bytes == 8192);
+  CHECK(b.total_bytes() == 8192);
+  for (std::size_t i = 3; i < kMaxSections; ++i) {
+    CHECK(h.sections[i].offset == 0);
+    CHECK(h.sections[i].bytes == 0);
+  }
+}
