@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -142,15 +143,16 @@ void make_temp_file(TempFile& t, const std::string& dir, const std::string& name
   t.fd = UniqueFd(fd);
 }
 
+[[noreturn]] void already_exists(const std::string& name, const std::string& path) {
+  throw Error(Errc::already_exists, fmt::format("cannot create shmreplay segment '{}': '{}' already exists (remove "
+                                                "it with `shmreplay rm {}`, or ask for replacement)",
+                                                name, path, name));
+}
+
 // Gives the finished temp file its name: fails if the name exists, unless `replace`.
 void publish_name(TempFile& t, const std::string& path, const std::string& dir, const std::string& name,
                   bool replace) {
-  const auto exists_error = [&] {
-    throw Error(Errc::already_exists,
-                fmt::format("cannot create shmreplay segment '{}': '{}' already exists (remove it with "
-                            "`shmreplay rm {}`, or ask for replacement)",
-                            name, path, name));
-  };
+  const auto exists_error = [&] { already_exists(name, path); };
   if (t.named_path.empty()) {
     const std::string proc = fmt::format("/proc/self/fd/{}", t.fd.get());
     if (!replace) {
@@ -273,6 +275,9 @@ Buffer Buffer::create(std::string_view name_in, uint64_t num_envs, uint64_t capa
                             options.mode));
   }
   const Plan plan = plan_layout(num_envs, capacity, schema);
+  // An early, clear answer for the common case; publish_name() still settles races atomically.
+  struct stat existing {};
+  if (!options.replace && ::lstat(path.c_str(), &existing) == 0) already_exists(name, path);
 
   // Fail early, with numbers, when the file system cannot hold the segment (Docker's /dev/shm is 64 MiB).
   struct statvfs vfs {};
@@ -578,15 +583,20 @@ const SegmentHeader& Buffer::header() const noexcept {
 }
 
 const EnvControl& Buffer::env_control(uint64_t env) const noexcept {
+  assert(env < num_envs_);
   return std::launder(reinterpret_cast<const EnvControl*>(base_ + envs_offset_))[env];
 }
 
 EnvControl& Buffer::env_control(uint64_t env) noexcept {
+  assert(!read_only_ && env < num_envs_);
   return std::launder(reinterpret_cast<EnvControl*>(base_ + envs_offset_))[env];
 }
 
 const std::byte* Buffer::field_data(std::size_t field) const noexcept { return base_ + field_offsets_[field]; }
 
-std::byte* Buffer::field_data(std::size_t field) noexcept { return base_ + field_offsets_[field]; }
+std::byte* Buffer::field_data(std::size_t field) noexcept {
+  assert(!read_only_ && field < field_offsets_.size());
+  return base_ + field_offsets_[field];
+}
 
 }  // namespace shmreplay
