@@ -144,9 +144,10 @@ void make_temp_file(TempFile& t, const std::string& dir, const std::string& name
 }
 
 [[noreturn]] void already_exists(const std::string& name, const std::string& path) {
-  throw Error(Errc::already_exists, fmt::format("cannot create shmreplay segment '{}': '{}' already exists (remove "
-                                                "it with `shmreplay rm {}`, or ask for replacement)",
-                                                name, path, name));
+  throw Error(Errc::already_exists,
+              fmt::format("cannot create shmreplay segment '{}': '{}' already exists; remove it first (`shmreplay "
+                          "rm {}`) or ask for replacement (CreateOptions::replace, `shmreplay create --replace`)",
+                          name, path, name));
 }
 
 // Gives the finished temp file its name: fails if the name exists, unless `replace`.

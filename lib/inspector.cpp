@@ -99,6 +99,7 @@ std::vector<ListedSegment> list_segments() {
     try {
       item.info = Inspector(name).snapshot();
     } catch (const Error& e) {
+      if (e.errc() == Errc::not_found) continue;  // removed since readdir saw it
       item.error = e.what();
     }
     out.push_back(std::move(item));

@@ -104,6 +104,8 @@ class Cursor {
     ++pos_;
   }
   std::size_t pos() const { return pos_; }
+  // The next character for an error message, or "the end of the spec".
+  std::string found() const { return done() ? std::string("the end of the spec") : fmt::format("'{}'", peek()); }
   std::string where() const {
     return line_ > 1 ? fmt::format("line {}, column {}", line_, pos_ - line_start_ + 1)
                      : fmt::format("column {}", pos_ + 1);
@@ -205,8 +207,8 @@ Schema Schema::parse(std::string_view spec) {
     const std::string name_at = cur.where();
     field.name = std::string(cur.take_while(is_token_char));
     if (field.name.empty()) {
-      fail(fmt::format("schema spec, field {} at {}: expected a field name, found '{}'", index, name_at,
-                       cur.peek()));
+      fail(fmt::format("schema spec, field {} at {}: expected a field name, found {}", index, name_at,
+                       cur.found()));
     }
     const auto where = [&] { return fmt::format("schema spec, field {} '{}' at {}", index, field.name, cur.where()); };
     if (cur.peek() != ':') {
@@ -230,7 +232,9 @@ Schema Schema::parse(std::string_view spec) {
         const std::string_view digits = cur.take_while(is_digit);
         uint64_t dim = 0;
         const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), dim);
-        if (digits.empty()) fail(fmt::format("{}: expected a dimension (a positive integer), found '{}'", dim_at, cur.peek()));
+        if (digits.empty()) {
+          fail(fmt::format("{}: expected a dimension (a positive integer), found {}", dim_at, cur.found()));
+        }
         if (ec != std::errc{} || end != digits.data() + digits.size()) {
           fail(fmt::format("{}: dimension '{}' does not fit in 64 bits", dim_at, digits));
         }
@@ -244,8 +248,7 @@ Schema Schema::parse(std::string_view spec) {
           cur.advance();
           break;
         }
-        fail(fmt::format("{}: expected ',' or ']' in the shape, found '{}'", where(),
-                         cur.done() ? std::string("the end of the spec") : std::string(1, cur.peek())));
+        fail(fmt::format("{}: expected ',' or ']' in the shape, found {}", where(), cur.found()));
       }
     }
     if (!cur.done()) {

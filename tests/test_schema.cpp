@@ -85,7 +85,11 @@ TEST_CASE("a spec that does not parse is rejected with the field, its position a
   CHECK(parse_error(":u8").find("expected a field name") != std::string::npos);
   CHECK(parse_error("obs:u8[]").find("the shape is empty") != std::string::npos);
   CHECK(parse_error("obs:u8[4,]").find("expected a dimension") != std::string::npos);
-  CHECK(parse_error("obs:u8[4").find("expected ',' or ']'") != std::string::npos);
+  CHECK(parse_error("obs:u8[4").find("expected ',' or ']' in the shape, found the end of the spec") !=
+        std::string::npos);
+  CHECK(parse_error("obs:u8[").find("expected a dimension (a positive integer), found the end of the spec") !=
+        std::string::npos);
+  CHECK(parse_error("obs:u8[4,").find("found the end of the spec") != std::string::npos);
   CHECK(parse_error("obs:u8[4]x").find("unexpected 'x'") != std::string::npos);
   CHECK(parse_error("obs:u8[99999999999999999999999]").find("does not fit in 64 bits") != std::string::npos);
   {

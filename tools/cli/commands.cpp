@@ -1,0 +1,271 @@
+#include "commands.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <memory>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/error.hpp"
+#include "shmreplay/inspector.hpp"
+#include "shmreplay/schema.hpp"
+#include "text.hpp"
+
+namespace shmreplay::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;  // keeps keys in the order written, so the output reads like the text form
+using Align = Table::Align;
+
+std::string counted(uint64_t n, std::string_view singular, std::string_view plural) {
+  return fmt::format("{} {}", n, n == 1 ? singular : plural);
+}
+
+std::string layout_text(uint32_t major, uint32_t minor) { return fmt::format("{}.{}", major, minor); }
+
+std::string shape_text(const Field& f) {
+  return f.shape.empty() ? std::string("scalar") : fmt::format("[{}]", fmt::join(f.shape, ","));
+}
+
+double seconds(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
+
+Schema read_schema_file(const std::string& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) throw_errno(errno, fmt::format("cannot read schema file '{}'", path));
+  std::string text;
+  char chunk[4096];
+  std::size_t got = 0;
+  while ((got = std::fread(chunk, 1, sizeof chunk, file.get())) > 0) text.append(chunk, got);
+  if (std::ferror(file.get())) throw_errno(errno, fmt::format("cannot read schema file '{}'", path));
+  try {
+    return Schema::parse(text);
+  } catch (const Error& e) {
+    throw Error(e.errc(), fmt::format("schema file '{}': {}", path, e.what()));
+  }
+}
+
+// -- JSON forms --
+
+Json schema_json(const Schema& schema) {
+  Json fields = Json::array();
+  for (const Field& f : schema.fields()) {
+    fields.push_back({{"name", f.name}, {"dtype", dtype_name(f.dtype)}, {"shape", f.shape}, {"bytes", f.bytes()}});
+  }
+  return fields;
+}
+
+Json env_json(const EnvInfo& e) {
+  return {
+      {"env", e.env},
+      {"head", e.head},
+      {"claimed", e.claimed},
+      {"online_start", e.online_start},
+      {"length", e.length},
+      {"online_length", e.online_length},
+      {"owner", to_string(e.owner)},
+      {"owner_pid", e.owner_pid},
+      {"owner_start_ticks", e.owner_start_ticks},
+      {"lease_since_ns", e.lease_since_ns},
+      {"lease_takeovers", e.lease_takeovers},
+      {"last_push_ns", e.last_push_ns},
+  };
+}
+
+Json listed_json(const ListedSegment& s) {
+  if (!s.info) return {{"name", s.name}, {"error", s.error}};
+  const SegmentInfo& i = *s.info;
+  return {
+      {"name", s.name},
+      {"envs", i.num_envs},
+      {"capacity", i.capacity},
+      {"step_bytes", i.step_bytes},
+      {"total_bytes", i.total_bytes},
+      {"replay_steps", i.replay_steps},
+      {"online_steps", i.online_steps},
+      {"total_pushed", i.total_pushed},
+      {"live_writers", i.live_writers},
+      {"creation_time_ns", i.creation_time_ns},
+      {"age_s", seconds(age_ns(i.creation_time_ns))},
+      {"layout", layout_text(i.layout_major, i.layout_minor)},
+  };
+}
+
+Json info_json(const SegmentInfo& i) {
+  Json envs = Json::array();
+  for (const EnvInfo& e : i.envs) envs.push_back(env_json(e));
+  return {
+      {"name", i.name},
+      {"path", i.path},
+      {"layout", layout_text(i.layout_major, i.layout_minor)},
+      {"num_envs", i.num_envs},
+      {"capacity", i.capacity},
+      {"step_bytes", i.step_bytes},
+      {"total_bytes", i.total_bytes},
+      {"data_bytes", i.data_bytes},
+      {"creator_pid", i.creator_pid},
+      {"creator_alive", i.creator_alive},
+      {"creation_time_ns", i.creation_time_ns},
+      {"created", iso_utc(i.creation_time_ns)},
+      {"age_s", seconds(age_ns(i.creation_time_ns))},
+      {"total_pushed", i.total_pushed},
+      {"replay_steps", i.replay_steps},
+      {"online_steps", i.online_steps},
+      {"live_writers", i.live_writers},
+      {"schema_spec", i.schema.to_string()},
+      {"schema", schema_json(i.schema)},
+      {"envs", std::move(envs)},
+  };
+}
+
+// -- text forms --
+
+void print_pair(std::string_view key, std::string_view value) { fmt::print("{:<14}{}\n", key, value); }
+
+void print_info_summary(const SegmentInfo& i) {
+  const uint64_t slots = i.num_envs * i.capacity;
+  print_pair("name", i.name);
+  print_pair("path", i.path);
+  print_pair("layout", layout_text(i.layout_major, i.layout_minor));
+  print_pair("envs", fmt::format("{}", i.num_envs));
+  print_pair("capacity", fmt::format("{} per env", counted(i.capacity, "step", "steps")));
+  print_pair("step", counted(i.step_bytes, "byte", "bytes"));
+  print_pair("size", fmt::format("{} ({} bytes; step data {} bytes)", human_bytes(i.total_bytes), i.total_bytes,
+                                 i.data_bytes));
+  print_pair("creator", fmt::format("pid {} ({})", i.creator_pid, i.creator_alive ? "running" : "exited"));
+  print_pair("created", fmt::format("{} ago ({})", human_age(age_ns(i.creation_time_ns)), iso_utc(i.creation_time_ns)));
+  print_pair("total pushed", counted(i.total_pushed, "step", "steps"));
+  print_pair("replay steps", fmt::format("{} ({} full)", i.replay_steps, percent(i.replay_steps, slots)));
+  print_pair("online steps", fmt::format("{}", i.online_steps));
+  print_pair("live writers", fmt::format("{}", i.live_writers));
+}
+
+void print_schema_table(const Schema& schema) {
+  fmt::print("\nschema ({}, {} per step): {}\n", counted(schema.size(), "field", "fields"),
+             counted(schema.step_bytes(), "byte", "bytes"), schema.to_string());
+  Table t({{"#", Align::right}, {"NAME"}, {"DTYPE"}, {"SHAPE"}, {"BYTES", Align::right}});
+  for (std::size_t k = 0; k < schema.size(); ++k) {
+    const Field& f = schema[k];
+    t.add_row({fmt::format("{}", k), f.name, std::string(dtype_name(f.dtype)), shape_text(f),
+               fmt::format("{}", f.bytes())});
+  }
+  fmt::print("{}", t.render("  "));
+}
+
+void print_env_table(const std::vector<EnvInfo>& envs) {
+  fmt::print("\nenvs:\n");
+  Table t({{"ENV", Align::right},
+           {"HEAD", Align::right},
+           {"CLAIMED", Align::right},
+           {"LENGTH", Align::right},
+           {"ONLINE", Align::right},
+           {"OWNER", Align::right},
+           {"STATE"},
+           {"LAST PUSH"}});
+  const std::size_t shown = std::min(envs.size(), kMaxEnvRowsShown);
+  for (std::size_t k = 0; k < shown; ++k) {
+    const EnvInfo& e = envs[k];
+    t.add_row({fmt::format("{}", e.env), fmt::format("{}", e.head), fmt::format("{}", e.claimed),
+               fmt::format("{}", e.length), fmt::format("{}", e.online_length),
+               e.owner == OwnerState::none ? std::string("-") : fmt::format("{}", e.owner_pid),
+               std::string(to_string(e.owner)),
+               e.last_push_ns == 0 ? std::string("never") : human_age(age_ns(e.last_push_ns)) + " ago"});
+  }
+  fmt::print("{}", t.render("  "));
+  if (shown < envs.size()) {
+    fmt::print("  ... {} omitted (shmreplay info --json lists every env)\n",
+               counted(envs.size() - shown, "more env", "more envs"));
+  }
+}
+
+}  // namespace
+
+void print_error(std::string_view message) {
+  std::string line;
+  for (const char c : message) {  // one line, and no control characters from a file's name or contents
+    if (c == '\n' || c == '\r' || c == '\t') {
+      line += ' ';
+    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      line += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+    } else {
+      line += c;
+    }
+  }
+  std::fflush(stdout);  // keep what was printed before the error ahead of it when both go to one terminal
+  fmt::print(stderr, "shmreplay: error: {}\n", line);
+}
+
+int run_create(const CreateArgs& args) {
+  const Schema schema = args.schema_file.empty() ? Schema::parse(args.schema_spec) : read_schema_file(args.schema_file);
+  const Buffer b =
+      Buffer::create(args.name, args.num_envs, args.capacity, schema, {.mode = args.mode, .replace = args.replace});
+  fmt::print("created '{}': {} x {}, {} per step, {} ({})\n", b.name(), counted(b.num_envs(), "env", "envs"),
+             counted(b.capacity(), "step", "steps"), counted(schema.step_bytes(), "byte", "bytes"),
+             human_bytes(b.total_bytes()), b.path());
+  return kExitOk;
+}
+
+int run_ls(const LsArgs& args) {
+  const std::vector<ListedSegment> segments = list_segments();
+  if (args.json) {
+    Json out = Json::array();
+    for (const ListedSegment& s : segments) out.push_back(listed_json(s));
+    fmt::print("{}\n", out.dump(2));
+    return kExitOk;
+  }
+  if (segments.empty()) {
+    fmt::print("no shmreplay segments in {}\n", shm_directory());
+    return kExitOk;
+  }
+  Table t({{"NAME"},
+           {"ENVS", Align::right},
+           {"CAPACITY", Align::right},
+           {"FILL", Align::right},
+           {"STEPS", Align::right},
+           {"BYTES", Align::right},
+           {"WRITERS", Align::right},
+           {"AGE", Align::right}});
+  for (const ListedSegment& s : segments) {
+    if (!s.info) {
+      t.add_spanning_row(s.name, "error: " + s.error);
+      continue;
+    }
+    const SegmentInfo& i = *s.info;
+    t.add_row({s.name, fmt::format("{}", i.num_envs), fmt::format("{}", i.capacity),
+               percent(i.replay_steps, i.num_envs * i.capacity), fmt::format("{}", i.total_pushed),
+               human_bytes(i.total_bytes), fmt::format("{}", i.live_writers),
+               human_age(age_ns(i.creation_time_ns))});
+  }
+  fmt::print("{}", t.render());
+  return kExitOk;
+}
+
+int run_info(const InfoArgs& args) {
+  const SegmentInfo info = Inspector(args.name).snapshot();
+  if (args.json) {
+    fmt::print("{}\n", info_json(info).dump(2));
+    return kExitOk;
+  }
+  print_info_summary(info);
+  print_schema_table(info.schema);
+  print_env_table(info.envs);
+  return kExitOk;
+}
+
+int run_rm(const RmArgs& args) {
+  int code = kExitOk;
+  for (const std::string& name : args.names) {
+    try {
+      Buffer::remove(name);
+      fmt::print("removed '{}'\n", name);
+    } catch (const std::exception& e) {
+      print_error(e.what());
+      code = kExitFailure;
+    }
+  }
+  return code;
+}
+
+}  // namespace shmreplay::cli
