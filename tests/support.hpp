@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <string_view>
 #include <functional>
 #include <string>
 #include <utility>
@@ -38,6 +40,20 @@ class SegmentGuard {
  private:
   std::string name_;
 };
+
+/// Writes `bytes` to `path` atomically: into a hidden temporary file that is then renamed over `path`. Tests
+/// that run concurrently may be listing the shm directory and mapping what they find; rewriting a file in place
+/// (truncate, then write) could pull pages from under such a mapping, which is SIGBUS for the lister.
+inline void write_file(const std::string& path, std::string_view bytes) {
+  static std::atomic<int> counter{0};
+  const auto slash = path.rfind('/');
+  const std::string tmp = fmt::format("{}/.tmp-{}-{}", path.substr(0, slash), ::getpid(), counter.fetch_add(1));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
 
 /// Runs `body` in a forked child and returns its exit status (the child's exit code, or 128 + signal).
 /// The child exits with 0 when `body` returns true, 1 when it returns false, 2 when it throws.

@@ -43,8 +43,7 @@ std::vector<char> read_file(const std::string& path) {
 }
 
 void write_file(const std::string& path, const std::vector<char>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  test::write_file(path, std::string_view(bytes.data(), bytes.size()));
 }
 
 // A copy of a freshly created segment's bytes, for tests that corrupt it.

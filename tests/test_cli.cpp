@@ -135,11 +135,7 @@ const json* find_named(const json& array, const std::string& name) {
   return nullptr;
 }
 
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
-}
+using test::write_file;
 
 std::string read_file(const std::string& path, std::size_t max_bytes) {
   std::ifstream in(path, std::ios::binary);

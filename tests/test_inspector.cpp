@@ -108,9 +108,9 @@ TEST_CASE("list_segments finds shmreplay segments, reports damaged ones and skip
     std::ifstream in(g1.path(), std::ios::binary);
     std::string head(100, '\0');
     in.read(head.data(), 100);
-    std::ofstream(g2.path(), std::ios::binary) << head;
+    test::write_file(g2.path(), head);
   }
-  std::ofstream(g3.path(), std::ios::binary) << "not a segment at all";
+  test::write_file(g3.path(), "not a segment at all");
   bool saw_good = false, saw_damaged = false, saw_foreign = false;
   for (const ListedSegment& s : list_segments()) {
     if (s.name == good) {

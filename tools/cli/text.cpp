@@ -11,18 +11,6 @@
 
 namespace shmreplay::cli {
 
-std::string human_bytes(uint64_t bytes) {
-  if (bytes < 1024) return fmt::format("{} bytes", bytes);
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double v = static_cast<double>(bytes) / 1024.0;
-  std::size_t u = 0;
-  while (v >= 1024.0 && u + 1 < std::size(units)) {
-    v /= 1024.0;
-    ++u;
-  }
-  return fmt::format("{:.1f} {}", v, units[u]);
-}
-
 std::string human_age(uint64_t age_ns) {
   const uint64_t s = age_ns / 1'000'000'000u;
   if (s < 60) return fmt::format("{}s", s);

@@ -7,10 +7,12 @@
 #include <string_view>
 #include <vector>
 
+#include "detail/file.hpp"  // human_bytes, shared with the library's messages
+
 namespace shmreplay::cli {
 
 /// "512 bytes", "1.5 KiB", "64.0 MiB", ... (binary units, one decimal).
-std::string human_bytes(uint64_t bytes);
+using shmreplay::detail::human_bytes;
 
 /// A coarse age in the largest whole unit that fits: "5s", "3m", "2h", "4d".
 std::string human_age(uint64_t age_ns);
