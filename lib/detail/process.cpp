@@ -59,16 +59,7 @@ uint64_t process_start_ticks(pid_t pid) noexcept {
   return ticks;
 }
 
-uint64_t self_start_ticks() noexcept {
-  static pid_t cached_pid = 0;
-  static uint64_t cached = 0;
-  const pid_t pid = ::getpid();
-  if (pid != cached_pid) {
-    cached = process_start_ticks(pid);
-    cached_pid = pid;
-  }
-  return cached;
-}
+uint64_t self_start_ticks() noexcept { return process_start_ticks(::getpid()); }
 
 bool process_alive(uint64_t pid, uint64_t start_ticks, bool low32_only) noexcept {
   if (pid == 0 || pid > 0x7fffffffull) return false;

@@ -11,7 +11,7 @@ namespace shmreplay::detail {
 /// process (or it is a zombie or /proc cannot be read).
 uint64_t process_start_ticks(pid_t pid) noexcept;
 
-/// This process's start time, cached on first use (and refreshed after fork).
+/// This process's start time (read from /proc each call: a cold path, and always right after fork).
 uint64_t self_start_ticks() noexcept;
 
 /// Whether the process `pid` that started at `start_ticks` is still running. Compares all bits of the start
