@@ -118,29 +118,19 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
   h->state.store(kStateReady, std::memory_order_release);
 }
 
-// An unnamed file in `dir` (O_TMPFILE), or, where the file system lacks that, a hidden named one.
-struct TempFile {
-  UniqueFd fd;
-  std::string named_path;  // empty for O_TMPFILE
-  ~TempFile() {
-    if (!named_path.empty()) ::unlink(named_path.c_str());
+// The segment file while it is being built: unnamed (O_TMPFILE), so that nobody can open it half-made and a
+// crash at any instruction leaves nothing behind.
+UniqueFd make_unnamed_file(const std::string& dir, const std::string& name, uint32_t mode) {
+  UniqueFd fd(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, mode));
+  if (fd) return fd;
+  const int e = errno;
+  if (e == EOPNOTSUPP || e == EISDIR || e == EINVAL) {
+    throw Error(Errc::system, fmt::format("cannot create shmreplay segment '{}': '{}' does not support unnamed files "
+                                          "(O_TMPFILE), which atomic creation needs; use a tmpfs directory such as "
+                                          "/dev/shm",
+                                          name, dir));
   }
-};
-
-std::string hidden_name(const std::string& name) {
-  static std::atomic<uint64_t> counter{0};
-  return fmt::format(".shmreplay-{}-{}-{}", name, ::getpid(), counter.fetch_add(1, std::memory_order_relaxed));
-}
-
-void make_temp_file(TempFile& t, const std::string& dir, const std::string& name, uint32_t mode) {
-  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
-  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
-    t.named_path = dir + "/" + hidden_name(name);
-    fd = ::open(t.named_path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, mode);
-    if (fd < 0) t.named_path.clear();
-  }
-  if (fd < 0) throw_errno(errno, fmt::format("cannot create shmreplay segment '{}' in '{}'", name, dir));
-  t.fd = UniqueFd(fd);
+  throw_errno(e, fmt::format("cannot create shmreplay segment '{}' in '{}'", name, dir));
 }
 
 [[noreturn]] void already_exists(const std::string& name, const std::string& path) {
@@ -150,37 +140,27 @@ void make_temp_file(TempFile& t, const std::string& dir, const std::string& name
                           name, path, name));
 }
 
-// Gives the finished temp file its name: fails if the name exists, unless `replace`.
-void publish_name(TempFile& t, const std::string& path, const std::string& dir, const std::string& name,
-                  bool replace) {
-  const auto exists_error = [&] { already_exists(name, path); };
-  if (t.named_path.empty()) {
-    const std::string proc = fmt::format("/proc/self/fd/{}", t.fd.get());
-    if (!replace) {
-      if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) == 0) return;
-      if (errno == EEXIST) exists_error();
-      throw_errno(errno, fmt::format("cannot link shmreplay segment '{}' as '{}'", name, path));
-    }
-    // Replacement: link under a hidden name, then rename over the old file in one atomic step.
-    t.named_path = dir + "/" + hidden_name(name);
-    if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, t.named_path.c_str(), AT_SYMLINK_FOLLOW) != 0) {
-      const int err = errno;
-      t.named_path.clear();
-      throw_errno(err, fmt::format("cannot link shmreplay segment '{}' in '{}'", name, dir));
-    }
+// Gives the finished unnamed file its name. Without `replace`, linkat() fails with EEXIST when the name exists,
+// so of several racing creators exactly one wins. With it, the file is linked under a hidden name and renamed
+// over the old one in one atomic step.
+void publish_name(int fd, const std::string& path, const std::string& dir, const std::string& name, bool replace) {
+  const std::string proc = fmt::format("/proc/self/fd/{}", fd);
+  if (!replace) {
+    if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) == 0) return;
+    if (errno == EEXIST) already_exists(name, path);
+    throw_errno(errno, fmt::format("cannot link shmreplay segment '{}' as '{}'", name, path));
   }
-  if (replace) {
-    if (::rename(t.named_path.c_str(), path.c_str()) != 0) {
-      throw_errno(errno, fmt::format("cannot rename shmreplay segment '{}' to '{}'", name, path));
-    }
-  } else {
-    if (::link(t.named_path.c_str(), path.c_str()) != 0) {
-      if (errno == EEXIST) exists_error();
-      throw_errno(errno, fmt::format("cannot link shmreplay segment '{}' as '{}'", name, path));
-    }
-    ::unlink(t.named_path.c_str());
+  static std::atomic<uint64_t> counter{0};
+  const std::string hidden = fmt::format("{}/.shmreplay-{}-{}-{}", dir, name, ::getpid(),
+                                         counter.fetch_add(1, std::memory_order_relaxed));
+  if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, hidden.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+    throw_errno(errno, fmt::format("cannot link shmreplay segment '{}' in '{}'", name, dir));
   }
-  t.named_path.clear();  // the file has its real name now: the destructor must not unlink anything
+  if (::rename(hidden.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(hidden.c_str());
+    throw_errno(e, fmt::format("cannot rename shmreplay segment '{}' to '{}'", name, path));
+  }
 }
 
 // -- open()'s validation --
@@ -296,13 +276,12 @@ Buffer Buffer::create(std::string_view name_in, uint64_t num_envs, uint64_t capa
   };
   if (plan.total_bytes > free_bytes) no_space(free_bytes);
 
-  TempFile tmp;
-  make_temp_file(tmp, dir, name, options.mode);
-  if (::fchmod(tmp.fd.get(), options.mode) != 0) {  // O_TMPFILE's mode is subject to the umask
+  const UniqueFd fd = make_unnamed_file(dir, name, options.mode);
+  if (::fchmod(fd.get(), options.mode) != 0) {  // O_TMPFILE's mode is subject to the umask
     throw_errno(errno, fmt::format("cannot set mode {:o} on shmreplay segment '{}'", options.mode, name));
   }
   // Reserve every page now: a full tmpfs fails here, with an error, instead of SIGBUS at some later write.
-  const int err = ::posix_fallocate(tmp.fd.get(), 0, static_cast<off_t>(plan.total_bytes));
+  const int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(plan.total_bytes));
   if (err == ENOSPC) {
     struct statvfs now {};
     ::statvfs(dir.c_str(), &now);
@@ -317,9 +296,9 @@ Buffer Buffer::create(std::string_view name_in, uint64_t num_envs, uint64_t capa
   b.name_ = name;
   b.path_ = path;
   b.schema_ = schema;
-  detail::Mapping map(tmp.fd.get(), plan.total_bytes, /*writable=*/true, path);
+  detail::Mapping map(fd.get(), plan.total_bytes, /*writable=*/true, path);
   write_segment(map.data(), num_envs, capacity, schema, plan);
-  publish_name(tmp, path, dir, name, options.replace);
+  publish_name(fd.get(), path, dir, name, options.replace);
 
   b.base_ = map.data();
   b.map_bytes_ = map.size();
