@@ -314,12 +314,18 @@ Buffer Buffer::create(std::string_view name_in, uint64_t num_envs, uint64_t capa
 Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
   const std::string name = detail::normalize_name(name_in);
   const std::string path = detail::segment_path(name);
-  const int flags = (options.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW;
+  // O_NONBLOCK: a FIFO planted under the name must not hang open(); it is refused as not a regular file below.
+  const int flags = (options.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
   UniqueFd fd(::open(path.c_str(), flags));
   if (!fd) {
     const int e = errno;
     if (e == ENOENT) {
       throw Error(Errc::not_found, fmt::format("cannot open shmreplay segment '{}': '{}' does not exist", name, path));
+    }
+    if (e == ELOOP) {
+      throw Error(Errc::not_a_segment, fmt::format("cannot open shmreplay segment '{}': '{}' is a symbolic link; "
+                                                   "segments are regular files",
+                                                   name, path));
     }
     throw_errno(e, fmt::format("cannot open shmreplay segment '{}' ({})", name, path));
   }

@@ -316,6 +316,34 @@ TEST_CASE("a file of random bytes is reported as not a segment, never a crash") 
   CHECK(contains(m, "'xxxxxxxx'"));
 }
 
+TEST_CASE("a FIFO, a directory or a symlink under a segment's name is refused, never waited on or followed") {
+  const std::string fifo = unique_name("fifo");
+  SegmentGuard fguard(fifo);
+  REQUIRE(::mkfifo(fguard.path().c_str(), 0600) == 0);
+  std::string m;
+  CHECK(error_of([&] { (void)Buffer::open(fifo, {.read_only = true}); }, &m) == code(Errc::not_a_segment));
+  CHECK(contains(m, "not a regular file"));
+  CHECK(error_of([&] { (void)Buffer::open(fifo); }, &m) == code(Errc::not_a_segment));
+  CHECK(error_of([&] { Buffer::remove(fifo); }, &m) == code(Errc::not_a_segment));
+
+  const std::string dir = unique_name("dir");
+  const std::string dir_path = shm_directory() + "/" + dir;
+  REQUIRE(::mkdir(dir_path.c_str(), 0700) == 0);
+  CHECK(error_of([&] { (void)Buffer::open(dir, {.read_only = true}); }) != 0);
+  CHECK(error_of([&] { (void)Buffer::open(dir); }) != 0);
+  ::rmdir(dir_path.c_str());
+
+  // A symlink to a real segment is not followed (O_NOFOLLOW): segments are files, not links to elsewhere.
+  const std::string real = unique_name("real");
+  SegmentGuard rguard(real);
+  (void)Buffer::create(real, 1, 1, kSchema);
+  const std::string link = unique_name("link");
+  SegmentGuard lguard(link);
+  REQUIRE(::symlink(rguard.path().c_str(), lguard.path().c_str()) == 0);
+  CHECK(error_of([&] { (void)Buffer::open(link); }, &m) == code(Errc::not_a_segment));
+  CHECK(contains(m, "symbolic link"));
+}
+
 TEST_CASE("a truncated copy of a real segment is reported as truncated at every length") {
   const std::vector<char> whole = real_segment_bytes();
   REQUIRE(whole.size() > 4096);
