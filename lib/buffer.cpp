@@ -191,14 +191,15 @@ class Validator {
     }
   }
 
-  static void check_disjoint(const Validator& v, std::vector<std::pair<SectionDesc, std::string>> ranges) {
+  // No two of `ranges` overlap.
+  void check_disjoint(std::vector<std::pair<SectionDesc, std::string>> ranges) const {
     std::sort(ranges.begin(), ranges.end(),
               [](const auto& a, const auto& b) { return a.first.offset < b.first.offset; });
     for (std::size_t i = 1; i < ranges.size(); ++i) {
       const auto& [prev, prev_name] = ranges[i - 1];
       const auto& [cur, cur_name] = ranges[i];
       if (prev.offset + prev.bytes > cur.offset) {
-        v.fail(Errc::corrupt, fmt::format("{} [{}, {}) overlaps {} [{}, {})", prev_name, prev.offset,
+        fail(Errc::corrupt, fmt::format("{} [{}, {}) overlaps {} [{}, {})", prev_name, prev.offset,
                                           prev.offset + prev.bytes, cur_name, cur.offset, cur.offset + cur.bytes));
       }
     }
@@ -434,7 +435,7 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
   v.check_range("the field table", fields_sec.offset, fields_sec.bytes, header_bytes, alignof(FieldDesc));
   v.check_range("the env table", envs_sec.offset, envs_sec.bytes, header_bytes, kCacheLineBytes);
   v.check_range("the data section", data_sec.offset, data_sec.bytes, header_bytes, kDataAlignBytes);
-  Validator::check_disjoint(v, {{fields_sec, "the field table"}, {envs_sec, "the env table"},
+  v.check_disjoint({{fields_sec, "the field table"}, {envs_sec, "the env table"},
                                 {data_sec, "the data section"}});
 
   // The schema table: every entry must describe a valid field whose storage lies inside the data section.
@@ -482,7 +483,7 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
     b.field_offsets_.push_back(d.data_offset);
     fields.push_back(std::move(f));
   }
-  Validator::check_disjoint(v, storage);
+  v.check_disjoint(storage);
   try {
     b.schema_ = Schema(std::move(fields));
   } catch (const Error& e) {

@@ -49,10 +49,6 @@ bool name_char(char c, bool first) {
 
 [[noreturn]] void fail(const std::string& message) { throw Error(Errc::invalid_schema, message); }
 
-std::string shape_text(const std::vector<uint64_t>& shape) {
-  return shape.empty() ? std::string("scalar") : fmt::format("[{}]", fmt::join(shape, ","));
-}
-
 // Validates one field; `where` names it ("field 2 'obs'") in messages. Returns its bytes per step.
 uint64_t validate_field(const Field& f, const std::string& where) {
   if (f.name.empty()) fail(fmt::format("schema {}: the name is empty", where));
@@ -79,11 +75,11 @@ uint64_t validate_field(const Field& f, const std::string& where) {
   for (std::size_t d = 0; d < f.shape.size(); ++d) {
     if (f.shape[d] == 0) {
       fail(fmt::format("schema {}: dimension {} of shape {} is 0; every dimension must be at least 1", where,
-                       d + 1, shape_text(f.shape)));
+                       d + 1, f.shape_string()));
     }
     if (__builtin_mul_overflow(bytes, f.shape[d], &bytes) || bytes > kMaxStepBytes) {
       fail(fmt::format("schema {}: shape {} of {} is too large: a step of this field would exceed {} bytes",
-                       where, shape_text(f.shape), dtype_name(f.dtype), kMaxStepBytes));
+                       where, f.shape_string(), dtype_name(f.dtype), kMaxStepBytes));
     }
   }
   return bytes;
@@ -170,6 +166,10 @@ uint64_t Field::elements() const noexcept {
 }
 
 uint64_t Field::bytes() const noexcept { return elements() * dtype_bytes(dtype); }
+
+std::string Field::shape_string() const {
+  return shape.empty() ? std::string("scalar") : fmt::format("[{}]", fmt::join(shape, ","));
+}
 
 std::string Field::to_string() const {
   if (shape.empty()) return fmt::format("{}:{}", name, dtype_name(dtype));
@@ -296,8 +296,8 @@ std::vector<std::string> Schema::differences(const Schema& expected, const Schem
                                 dtype_name(have.dtype)));
     }
     if (want.shape != have.shape) {
-      out.push_back(fmt::format("field '{}': expected shape {}, actual {}", want.name, shape_text(want.shape),
-                                shape_text(have.shape)));
+      out.push_back(fmt::format("field '{}': expected shape {}, actual {}", want.name, want.shape_string(),
+                                have.shape_string()));
     }
     if (*at != i) {
       out.push_back(fmt::format("field '{}': expected at position {}, actual position {}", want.name, i + 1, *at + 1));

@@ -53,6 +53,8 @@ struct Field {
   uint64_t bytes() const noexcept;
   /// The text form, e.g. "obs:u8[84,84,4]".
   std::string to_string() const;
+  /// The shape alone: "[84,84,4]", or "scalar".
+  std::string shape_string() const;
 
   friend bool operator==(const Field&, const Field&) = default;
 };

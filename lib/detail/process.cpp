@@ -68,20 +68,6 @@ bool process_alive(uint64_t pid, uint64_t start_ticks, bool low32_only) noexcept
   return low32_only ? (now & 0xffffffffull) == (start_ticks & 0xffffffffull) : now == start_ticks;
 }
 
-uint64_t start_ticks_to_realtime_ns(uint64_t start_ticks) noexcept {
-  char buf[8192];
-  const std::size_t n = read_small_file("/proc/stat", buf, sizeof buf);
-  const char* p = n ? std::strstr(buf, "\nbtime ") : nullptr;
-  if (p == nullptr) return 0;
-  p += 7;
-  uint64_t btime = 0;
-  if (std::from_chars(p, buf + n, btime).ec != std::errc{}) return 0;
-  const long hz = ::sysconf(_SC_CLK_TCK);
-  if (hz <= 0) return 0;
-  const uint64_t uhz = static_cast<uint64_t>(hz);
-  return btime * 1'000'000'000ull + start_ticks / uhz * 1'000'000'000ull + start_ticks % uhz * 1'000'000'000ull / uhz;
-}
-
 uint64_t realtime_ns() noexcept {
   timespec ts{};
   ::clock_gettime(CLOCK_REALTIME, &ts);

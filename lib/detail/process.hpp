@@ -18,9 +18,6 @@ uint64_t self_start_ticks() noexcept;
 /// time, or only the low 32 when `low32_only` (for a packed lease word).
 bool process_alive(uint64_t pid, uint64_t start_ticks, bool low32_only = false) noexcept;
 
-/// Converts start ticks to CLOCK_REALTIME nanoseconds using the boot time in /proc/stat; 0 if unknown.
-uint64_t start_ticks_to_realtime_ns(uint64_t start_ticks) noexcept;
-
 /// CLOCK_REALTIME in nanoseconds.
 uint64_t realtime_ns() noexcept;
 

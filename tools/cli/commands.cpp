@@ -26,10 +26,6 @@ std::string counted(uint64_t n, std::string_view singular, std::string_view plur
 
 std::string layout_text(uint32_t major, uint32_t minor) { return fmt::format("{}.{}", major, minor); }
 
-std::string shape_text(const Field& f) {
-  return f.shape.empty() ? std::string("scalar") : fmt::format("[{}]", fmt::join(f.shape, ","));
-}
-
 double seconds(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
 
 Schema read_schema_file(const std::string& path) {
@@ -148,7 +144,7 @@ void print_schema_table(const Schema& schema) {
   Table t({{"#", Align::right}, {"NAME"}, {"DTYPE"}, {"SHAPE"}, {"BYTES", Align::right}});
   for (std::size_t k = 0; k < schema.size(); ++k) {
     const Field& f = schema[k];
-    t.add_row({fmt::format("{}", k), f.name, std::string(dtype_name(f.dtype)), shape_text(f),
+    t.add_row({fmt::format("{}", k), f.name, std::string(dtype_name(f.dtype)), f.shape_string(),
                fmt::format("{}", f.bytes())});
   }
   fmt::print("{}", t.render("  "));

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <chrono>
 #include <ctime>
 #include <iterator>
 #include <utility>
@@ -19,13 +18,8 @@ std::string human_age(uint64_t age_ns) {
   return fmt::format("{}d", s / (24 * 60 * 60));
 }
 
-uint64_t now_ns() {
-  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch).count());
-}
-
 uint64_t age_ns(uint64_t since_ns) {
-  const uint64_t now = now_ns();
+  const uint64_t now = detail::realtime_ns();
   return now > since_ns ? now - since_ns : 0;
 }
 

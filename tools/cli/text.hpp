@@ -7,7 +7,8 @@
 #include <string_view>
 #include <vector>
 
-#include "detail/file.hpp"  // human_bytes, shared with the library's messages
+#include "detail/file.hpp"     // human_bytes, shared with the library's messages
+#include "detail/process.hpp"  // realtime_ns
 
 namespace shmreplay::cli {
 
@@ -17,8 +18,6 @@ using shmreplay::detail::human_bytes;
 /// A coarse age in the largest whole unit that fits: "5s", "3m", "2h", "4d".
 std::string human_age(uint64_t age_ns);
 
-/// CLOCK_REALTIME now, in nanoseconds since the epoch.
-uint64_t now_ns();
 
 /// Nanoseconds from `since_ns` (CLOCK_REALTIME) to now; 0 when `since_ns` lies in the future (clock steps).
 uint64_t age_ns(uint64_t since_ns);
