@@ -64,7 +64,9 @@ Plan plan_layout(uint64_t num_envs, uint64_t capacity, const Schema& schema) {
   p.sections[kSectionFields] = {at, schema.size() * sizeof(FieldDesc)};
   at = round_up(at + p.sections[kSectionFields].bytes, kCacheLineBytes);
   p.sections[kSectionEnvs] = {at, num_envs * sizeof(EnvControl)};
-  at = round_up(at + p.sections[kSectionEnvs].bytes, kPageBytes);
+  at = round_up(at + p.sections[kSectionEnvs].bytes, kCacheLineBytes);
+  p.sections[kSectionGlobal] = {at, sizeof(GlobalControl)};
+  at = round_up(at + p.sections[kSectionGlobal].bytes, kPageBytes);
   const uint64_t data_start = at;
   const uint64_t steps = checked_mul(num_envs, capacity, num_envs, capacity, "the number of steps");
   for (const Field& f : schema.fields()) {
@@ -113,6 +115,7 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
   }
   auto* envs = reinterpret_cast<EnvControl*>(base + p.sections[kSectionEnvs].offset);
   for (uint64_t e = 0; e < num_envs; ++e) new (envs + e) EnvControl{};
+  new (base + p.sections[kSectionGlobal].offset) GlobalControl{};
 
   // Everything above happens-before any attacher's acquire load of `state` in open().
   h->state.store(kStateReady, std::memory_order_release);
@@ -308,6 +311,7 @@ Buffer Buffer::create(std::string_view name_in, uint64_t num_envs, uint64_t capa
   b.capacity_ = capacity;
   b.total_bytes_ = plan.total_bytes;
   b.envs_offset_ = plan.sections[kSectionEnvs].offset;
+  b.global_offset_ = plan.sections[kSectionGlobal].offset;
   b.field_offsets_ = plan.field_offsets;
   return b;
 }
@@ -360,6 +364,12 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
            fmt::format("segment layout {}.{}, library {}.{}: {}", major, minor, kLayoutMajor, kLayoutMinor,
                        major > kLayoutMajor ? "a newer shmreplay made it; upgrade this program"
                                             : "an older shmreplay made it; recreate the segment"));
+  }
+  if (minor < kLayoutMinor) {
+    v.fail(Errc::version_mismatch,
+           fmt::format("segment layout {}.{}, library {}.{}: an older shmreplay made it, without the sections this "
+                       "library needs; recreate the segment",
+                       major, minor, kLayoutMajor, kLayoutMinor));
   }
   if (file_bytes < sizeof(SegmentHeader)) {
     v.fail(Errc::truncated, fmt::format("it is truncated: the file is {} bytes, shorter than the {}-byte header",
@@ -424,6 +434,7 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
   const SectionDesc fields_sec = h.sections[kSectionFields];
   const SectionDesc envs_sec = h.sections[kSectionEnvs];
   const SectionDesc data_sec = h.sections[kSectionData];
+  const SectionDesc global_sec = h.sections[kSectionGlobal];
   if (fields_sec.bytes != num_fields * sizeof(FieldDesc)) {
     v.fail(Errc::corrupt, fmt::format("the field table is {} bytes, expected {} fields x {} bytes",
                                       fields_sec.bytes, num_fields, sizeof(FieldDesc)));
@@ -434,9 +445,14 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
   }
   v.check_range("the field table", fields_sec.offset, fields_sec.bytes, header_bytes, alignof(FieldDesc));
   v.check_range("the env table", envs_sec.offset, envs_sec.bytes, header_bytes, kCacheLineBytes);
+  if (global_sec.bytes < sizeof(GlobalControl)) {
+    v.fail(Errc::corrupt, fmt::format("the global section is {} bytes, expected at least {}", global_sec.bytes,
+                                      sizeof(GlobalControl)));
+  }
   v.check_range("the data section", data_sec.offset, data_sec.bytes, header_bytes, kDataAlignBytes);
+  v.check_range("the global section", global_sec.offset, global_sec.bytes, header_bytes, kCacheLineBytes);
   v.check_disjoint({{fields_sec, "the field table"}, {envs_sec, "the env table"},
-                                {data_sec, "the data section"}});
+                    {data_sec, "the data section"}, {global_sec, "the global section"}});
 
   // The schema table: every entry must describe a valid field whose storage lies inside the data section.
   const auto* table = std::launder(reinterpret_cast<const FieldDesc*>(b.base_ + fields_sec.offset));
@@ -506,6 +522,7 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
   b.capacity_ = capacity;
   b.total_bytes_ = file_bytes;
   b.envs_offset_ = envs_sec.offset;
+  b.global_offset_ = global_sec.offset;
   return b;
 }
 
@@ -551,6 +568,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     capacity_ = std::exchange(other.capacity_, 0);
     total_bytes_ = std::exchange(other.total_bytes_, 0);
     envs_offset_ = std::exchange(other.envs_offset_, 0);
+    global_offset_ = std::exchange(other.global_offset_, 0);
     field_offsets_ = std::move(other.field_offsets_);
     read_only_ = other.read_only_;
   }
@@ -577,6 +595,15 @@ const EnvControl& Buffer::env_control(uint64_t env) const noexcept {
 EnvControl& Buffer::env_control(uint64_t env) noexcept {
   assert(!read_only_ && env < num_envs_);
   return std::launder(reinterpret_cast<EnvControl*>(base_ + envs_offset_))[env];
+}
+
+const GlobalControl& Buffer::global_control() const noexcept {
+  return *std::launder(reinterpret_cast<const GlobalControl*>(base_ + global_offset_));
+}
+
+GlobalControl& Buffer::global_control() noexcept {
+  assert(!read_only_);
+  return *std::launder(reinterpret_cast<GlobalControl*>(base_ + global_offset_));
 }
 
 const std::byte* Buffer::field_data(std::size_t field) const noexcept { return base_ + field_offsets_[field]; }

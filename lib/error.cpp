@@ -24,6 +24,14 @@ class Category final : public std::error_category {
       case Errc::no_space: return "no space for segment";
       case Errc::permission_denied: return "permission denied";
       case Errc::system: return "system error";
+      case Errc::env_out_of_range: return "env id out of range";
+      case Errc::lease_held: return "lease held by another process";
+      case Errc::not_leased: return "env not leased by this writer";
+      case Errc::size_mismatch: return "size does not match the schema";
+      case Errc::empty_view: return "nothing to sample";
+      case Errc::timeout: return "timed out";
+      case Errc::contended: return "sample kept being overwritten";
+      case Errc::read_only: return "read-only mapping";
     }
     return "unknown shmreplay error";
   }

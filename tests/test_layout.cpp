@@ -14,14 +14,14 @@ using namespace shmreplay::layout;
 
 #pragma GCC diagnostic ignored "-Winvalid-offsetof"
 
-TEST_CASE("the layout version is 1.0 and its magic spells SHMRPLAY") {
+TEST_CASE("the layout version is 1.1 and its magic spells SHMRPLAY") {
   CHECK(kLayoutMajor == 1);
-  CHECK(kLayoutMinor == 0);
+  CHECK(kLayoutMinor == 1);
   const char expected[] = "SHMRPLAY";
   for (int i = 0; i < 8; ++i) CHECK(static_cast<char>((kMagic >> (8 * i)) & 0xff) == expected[i]);
 }
 
-TEST_CASE("layout 1.0: SegmentHeader sizes and offsets are pinned") {
+TEST_CASE("layout 1.1: SegmentHeader sizes and offsets are pinned") {
   CHECK(sizeof(SegmentHeader) == 256);
   CHECK(offsetof(SegmentHeader, magic) == 0);
   CHECK(offsetof(SegmentHeader, layout_major) == 8);
@@ -43,10 +43,11 @@ TEST_CASE("layout 1.0: SegmentHeader sizes and offsets are pinned") {
   CHECK(kSectionFields == 0);
   CHECK(kSectionEnvs == 1);
   CHECK(kSectionData == 2);
-  CHECK(kSectionsUsed == 3);
+  CHECK(kSectionGlobal == 3);
+  CHECK(kSectionsUsed == 4);
 }
 
-TEST_CASE("layout 1.0: FieldDesc sizes and offsets are pinned") {
+TEST_CASE("layout 1.1: FieldDesc sizes and offsets are pinned") {
   CHECK(sizeof(FieldDesc) == 192);
   CHECK(offsetof(FieldDesc, name) == 0);
   CHECK(offsetof(FieldDesc, dtype) == 64);
@@ -63,17 +64,35 @@ TEST_CASE("layout 1.0: FieldDesc sizes and offsets are pinned") {
   CHECK(static_cast<uint32_t>(DType::boolean) == 13);
 }
 
-TEST_CASE("layout 1.0: EnvControl puts each writing role on its own cache line") {
+TEST_CASE("layout 1.1: EnvControl puts each writing role on its own cache line") {
   CHECK(sizeof(EnvControl) == 192);
   CHECK(alignof(EnvControl) == 64);
   CHECK(offsetof(EnvControl, claimed) == 0);
   CHECK(offsetof(EnvControl, head) == 8);
   CHECK(offsetof(EnvControl, last_push_ns) == 16);
   CHECK(offsetof(EnvControl, online_start) == 64);
+  CHECK(offsetof(EnvControl, update_seq) == 72);
   CHECK(offsetof(EnvControl, lease) == 128);
   CHECK(offsetof(EnvControl, owner_start_ticks) == 136);
   CHECK(offsetof(EnvControl, lease_since_ns) == 144);
   CHECK(offsetof(EnvControl, lease_takeovers) == 152);
+}
+
+TEST_CASE("layout 1.1: GlobalControl puts the learner lease, its counters and the wake word on their own lines") {
+  CHECK(sizeof(GlobalControl) == 256);
+  CHECK(alignof(GlobalControl) == 64);
+  CHECK(offsetof(GlobalControl, learner_lease) == 0);
+  CHECK(offsetof(GlobalControl, learner_start_ticks) == 8);
+  CHECK(offsetof(GlobalControl, learner_since_ns) == 16);
+  CHECK(offsetof(GlobalControl, learner_takeovers) == 24);
+  CHECK(offsetof(GlobalControl, rows_sampled) == 64);
+  CHECK(offsetof(GlobalControl, sample_calls) == 72);
+  CHECK(offsetof(GlobalControl, retries) == 80);
+  CHECK(offsetof(GlobalControl, online_resets) == 88);
+  CHECK(offsetof(GlobalControl, steps_updated) == 96);
+  CHECK(offsetof(GlobalControl, wake_seq) == 128);
+  CHECK(offsetof(GlobalControl, waiters) == 136);
+  CHECK(kUpdateLockBit == (1ull << 63));
 }
 
 TEST_CASE("the owner lease packs pid and the low half of the start time into one word") {
@@ -95,11 +114,14 @@ TEST_CASE("a created segment places its sections as the layout says") {
   CHECK(h.header_bytes == sizeof(SegmentHeader));
   CHECK(h.num_sections == kSectionsUsed);
   CHECK(h.step_bytes == 12 + 1 + 16);
-  // Field table right after the header; env table on the next cache line; data on the next page.
+  // Field table right after the header; env table and global block on the next cache lines; data on the next
+  // page.
   CHECK(h.sections[kSectionFields].offset == 256);
   CHECK(h.sections[kSectionFields].bytes == 3 * 192);
   CHECK(h.sections[kSectionEnvs].offset == 256 + 3 * 192);
   CHECK(h.sections[kSectionEnvs].bytes == 5 * 192);
+  CHECK(h.sections[kSectionGlobal].offset == 256 + 3 * 192 + 5 * 192);
+  CHECK(h.sections[kSectionGlobal].bytes == 256);
   CHECK(h.sections[kSectionData].offset == 4096);
   // Each field's storage is [5 envs][7 steps][bytes], 64-byte aligned, in schema order.
   const auto& offs = b.field_offsets();
@@ -110,7 +132,7 @@ TEST_CASE("a created segment places its sections as the layout says") {
   CHECK(h.sections[kSectionData].bytes == 448 + 64 + 5 * 7 * 16);
   CHECK(h.total_bytes == 8192);
   CHECK(b.total_bytes() == 8192);
-  for (std::size_t i = 3; i < kMaxSections; ++i) {
+  for (std::size_t i = kSectionsUsed; i < kMaxSections; ++i) {
     CHECK(h.sections[i].offset == 0);
     CHECK(h.sections[i].bytes == 0);
   }

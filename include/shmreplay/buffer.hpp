@@ -98,6 +98,10 @@ class Buffer {
   /// Precondition: env < num_envs(). Mutable access requires a writable mapping.
   const layout::EnvControl& env_control(uint64_t env) const noexcept;
   layout::EnvControl& env_control(uint64_t env) noexcept;
+  /// The segment-wide control block (learner lease, learner counters, wake word). Mutable access requires a
+  /// writable mapping.
+  const layout::GlobalControl& global_control() const noexcept;
+  layout::GlobalControl& global_control() noexcept;
   /// Start of field `field`'s storage, [num_envs][capacity][schema()[field].bytes()]. Precondition:
   /// field < schema().size(). Mutable access requires a writable mapping.
   const std::byte* field_data(std::size_t field) const noexcept;
@@ -118,6 +122,7 @@ class Buffer {
   uint64_t capacity_ = 0;
   uint64_t total_bytes_ = 0;
   uint64_t envs_offset_ = 0;
+  uint64_t global_offset_ = 0;
   std::vector<uint64_t> field_offsets_;
   bool read_only_ = false;
 };

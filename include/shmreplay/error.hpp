@@ -1,9 +1,10 @@
 // shmreplay/error.hpp: the one exception type the library throws.
 //
-// Cold paths (create, open, schema parsing, the CLI) throw shmreplay::Error, a std::system_error whose code is
+// Cold paths (create, open, schema parsing, leases, the CLI) throw shmreplay::Error, a std::system_error whose code is
 // a shmreplay::Errc in shmreplay's error category and whose what() is a complete sentence: what went wrong,
 // where (segment name, field, env id) and the expected versus the actual value. Hot paths (push, sample) do
-// not throw on their normal path.
+// not allocate or throw on their normal path; they validate their arguments first and throw before writing
+// anything when an argument is wrong.
 #pragma once
 
 #include <string>
@@ -25,6 +26,14 @@ enum class Errc : int {
   no_space,              ///< the shared-memory file system lacks the room for the segment
   permission_denied,     ///< the OS refused access to the segment file
   system,                ///< any other OS error; the message carries errno's text
+  env_out_of_range,      ///< an env id >= num_envs (or negative)
+  lease_held,            ///< the env (or the learner role) is leased by another live process
+  not_leased,            ///< a push to an env that this Writer does not lease
+  size_mismatch,         ///< field data whose byte size does not match the schema
+  empty_view,            ///< sampling a view that holds no steps
+  timeout,               ///< a blocking wait ran out of time
+  contended,             ///< a sample kept being overwritten by writers and gave up after its retry limit
+  read_only,             ///< a writing role on a read-only mapping
 };
 
 /// The error category of shmreplay::Errc (name "shmreplay").

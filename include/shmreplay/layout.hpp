@@ -15,8 +15,13 @@
 //   sections[kEnvs] --> +--------------------------------------------------+ 64-byte aligned
 //                       | EnvControl[num_envs]      3 cache lines (192 B)  |
 //                       |   line 0, writer:  claimed, head, last push time |
-//                       |   line 1, learner: online-queue start            |
+//                       |   line 1, learner: online-queue start, update seq|
 //                       |   line 2, leases:  owner (pid, start), since     |
+//   sections[kGlobal] > +--------------------------------------------------+ 64-byte aligned
+//                       | GlobalControl             4 cache lines (256 B)  |
+//                       |   line 0, learner lease: owner, since, takeovers |
+//                       |   line 1, learner stats: rows, calls, retries    |
+//                       |   line 2, wake-up word and waiter count          |
 //   sections[kData] --> +--------------------------------------------------+ 4096-byte aligned
 //                       | field 0: [num_envs][capacity][field 0 bytes]     |
 //                       | field 1: [num_envs][capacity][field 1 bytes]     | each field 64-byte aligned
@@ -45,7 +50,7 @@ namespace shmreplay::layout {
 
 inline constexpr uint64_t kMagic = 0x59414c50524d4853ull;  ///< the bytes "SHMRPLAY" read as little-endian u64
 inline constexpr uint32_t kLayoutMajor = 1;
-inline constexpr uint32_t kLayoutMinor = 0;
+inline constexpr uint32_t kLayoutMinor = 1;  ///< 1.1 added the global section and update_seq
 
 inline constexpr uint64_t kStateInitializing = 0;
 inline constexpr uint64_t kStateReady = 0x59444145522e2e2eull;  ///< "...READY"; unlikely to be left by chance
@@ -64,7 +69,8 @@ enum SectionIndex : uint32_t {
   kSectionFields = 0,  ///< FieldDesc[num_fields]
   kSectionEnvs = 1,    ///< EnvControl[num_envs]
   kSectionData = 2,    ///< every field's storage
-  kSectionsUsed = 3,   ///< sections this minor version defines; the rest of the table is zero
+  kSectionGlobal = 3,  ///< GlobalControl (since layout 1.1)
+  kSectionsUsed = 4,   ///< sections this minor version defines; the rest of the table is zero
 };
 inline constexpr std::size_t kMaxSections = 8;
 
@@ -116,22 +122,51 @@ constexpr uint64_t pack_owner(uint64_t pid, uint64_t start_ticks) noexcept {
 constexpr uint64_t owner_pid(uint64_t lease) noexcept { return lease >> 32; }
 constexpr uint64_t owner_start_low(uint64_t lease) noexcept { return lease & 0xffffffffull; }
 
+/// Bit 63 of EnvControl::claimed: the learner's update lock. While it is set, the env's writer does not claim a
+/// new slot (it spins on the word); the step counts stay in the low 63 bits.
+inline constexpr uint64_t kUpdateLockBit = 1ull << 63;
+
 /// Per-env control block. Each line is written by one role, so that roles never share a written cache line.
 struct alignas(kCacheLineBytes) EnvControl {
   // -- cache line 0: written by the env's writer on every push --
-  std::atomic<uint64_t> claimed;       ///< steps whose write has begun; head <= claimed <= head + 1
+  std::atomic<uint64_t> claimed;       ///< steps whose write has begun (low 63 bits); head <= claimed <= head + 1;
+                                       ///< kUpdateLockBit while the learner updates a stored step
   std::atomic<uint64_t> head;          ///< steps published since creation; slot of step s is s % capacity
   std::atomic<uint64_t> last_push_ns;  ///< CLOCK_REALTIME of the last publish (0: never); informational
   uint64_t pad0[5];
   // -- cache line 1: written by the learner --
   std::atomic<uint64_t> online_start;  ///< head at the last reset of the online queue
-  uint64_t pad1[7];
+  std::atomic<uint64_t> update_seq;    ///< odd while the learner rewrites a stored step of this env (seqlock)
+  uint64_t pad1[6];
   // -- cache line 2: the owner lease, written when a writer takes, releases or takes over the env --
   std::atomic<uint64_t> lease;              ///< pack_owner(pid, start ticks) of the owner, 0 when free
   std::atomic<uint64_t> owner_start_ticks;  ///< the owner's full start ticks (the lease keeps only 32 bits)
   std::atomic<uint64_t> lease_since_ns;     ///< CLOCK_REALTIME when the lease was taken
   std::atomic<uint64_t> lease_takeovers;    ///< how often a dead owner's lease was taken over
   uint64_t pad2[4];
+};
+
+/// Segment-wide control block: the learner's lease and counters, and the word writers wake waiters on.
+struct alignas(kCacheLineBytes) GlobalControl {
+  // -- cache line 0: the learner lease (one learner per segment), written when a learner attaches or leaves --
+  std::atomic<uint64_t> learner_lease;        ///< pack_owner(pid, start ticks) of the learner, 0 when none
+  std::atomic<uint64_t> learner_start_ticks;  ///< the learner's full start ticks
+  std::atomic<uint64_t> learner_since_ns;     ///< CLOCK_REALTIME when the lease was taken
+  std::atomic<uint64_t> learner_takeovers;    ///< how often a dead learner's lease was taken over
+  uint64_t pad0[4];
+  // -- cache line 1: the learner's counters, written by the learner after each call; informational --
+  std::atomic<uint64_t> rows_sampled;   ///< rows (sequences) returned by sample calls and peeks
+  std::atomic<uint64_t> sample_calls;
+  std::atomic<uint64_t> retries;        ///< rows redrawn because a writer overwrote them during the copy
+  std::atomic<uint64_t> online_resets;
+  std::atomic<uint64_t> steps_updated;  ///< steps rewritten by the learner's update
+  uint64_t pad1[3];
+  // -- cache line 2: blocking waits. The low 32 bits of wake_seq are a shared futex word. --
+  std::atomic<uint64_t> wake_seq;  ///< bumped by a writer after publishing when waiters != 0
+  std::atomic<uint64_t> waiters;   ///< processes sleeping on wake_seq
+  uint64_t pad2[6];
+  // -- cache line 3: reserved for later minor versions --
+  uint64_t reserved[8];
 };
 
 static_assert(sizeof(SegmentHeader) == 256, "SegmentHeader is 4 cache lines; changing it changes the layout");
@@ -142,5 +177,9 @@ static_assert(offsetof(EnvControl, online_start) == kCacheLineBytes,
               "the learner's online_start must not share a cache line with the writer's counters");
 static_assert(offsetof(EnvControl, lease) == 2 * kCacheLineBytes,
               "the lease must not share a cache line with the hot counters");
+static_assert(sizeof(GlobalControl) == 4 * kCacheLineBytes, "GlobalControl is 4 cache lines");
+static_assert(offsetof(GlobalControl, rows_sampled) == kCacheLineBytes &&
+                  offsetof(GlobalControl, wake_seq) == 2 * kCacheLineBytes,
+              "the learner's counters and the wake word each own a cache line");
 
 }  // namespace shmreplay::layout

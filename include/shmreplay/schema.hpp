@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -94,5 +95,32 @@ class Schema {
   std::vector<Field> fields_;
   uint64_t step_bytes_ = 0;
 };
+
+/// A read-only view of some field values passed to the library: `bytes` bytes at `data`, laid out C-contiguous.
+/// For a batched push it holds [n][field shape]; for a single step, one value of the field. `data == nullptr`
+/// means "no value" where an operation allows it (try_update leaves such a field unchanged).
+struct FieldBytes {
+  const void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+/// Views a contiguous array of any trivially copyable type as FieldBytes.
+template <class T>
+FieldBytes field_bytes(std::span<const T> values) noexcept {
+  return {values.data(), values.size_bytes()};
+}
+template <class T>
+FieldBytes field_bytes(std::span<T> values) noexcept {
+  return {values.data(), values.size_bytes()};
+}
+template <class T, class Alloc>
+FieldBytes field_bytes(const std::vector<T, Alloc>& values) noexcept {
+  return {values.data(), values.size() * sizeof(T)};
+}
+/// Views one value (a scalar field, or a struct laid out like the field) as FieldBytes.
+template <class T>
+FieldBytes value_bytes(const T& value) noexcept {
+  return {&value, sizeof(T)};
+}
 
 }  // namespace shmreplay

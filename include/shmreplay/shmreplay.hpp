@@ -5,5 +5,7 @@
 #include "shmreplay/error.hpp"      // IWYU pragma: export
 #include "shmreplay/inspector.hpp"  // IWYU pragma: export
 #include "shmreplay/layout.hpp"     // IWYU pragma: export
+#include "shmreplay/sampler.hpp"    // IWYU pragma: export
 #include "shmreplay/schema.hpp"     // IWYU pragma: export
 #include "shmreplay/version.hpp"    // IWYU pragma: export
+#include "shmreplay/writer.hpp"     // IWYU pragma: export

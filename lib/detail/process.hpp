@@ -21,4 +21,7 @@ bool process_alive(uint64_t pid, uint64_t start_ticks, bool low32_only = false) 
 /// CLOCK_REALTIME in nanoseconds.
 uint64_t realtime_ns() noexcept;
 
+/// CLOCK_REALTIME_COARSE in nanoseconds (a few ns to read, a few ms resolution): for per-push timestamps.
+uint64_t coarse_realtime_ns() noexcept;
+
 }  // namespace shmreplay::detail

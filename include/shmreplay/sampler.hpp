@@ -1,0 +1,215 @@
+// shmreplay/sampler.hpp: the learner's view of a buffer: sample sequences, the online queue, peek, update.
+//
+// Who calls it: the learner process, one Sampler per segment. Constructing a Sampler takes the segment's
+// learner lease (pid plus start time, like an env lease): a second live learner gets Errc::lease_held naming the
+// first; a dead learner's lease is taken over. The learner owns the online queue (reset_online_queue) and is the
+// only process that rewrites stored steps (try_update).
+//
+// Views, per env e with `head` steps published and `capacity` slots (steps are numbered from 0 since creation):
+//   replay: steps [max(0, claimed - capacity), head)   -- every stored step (claimed = head outside a write)
+//   online: steps [max(online_start, replay start), head) -- published since the last reset_online_queue()
+// The two views share the head, as in the Muesli seed's UniformBuffer.
+//
+// Sampling (the seed's _sample_sequence, without its O(stored steps) scan): a row starts at a step p of some
+// env; its remaining length is r = min(head - p, sequence_length); start positions are drawn with replacement,
+// each with weight r ^ distribution_power (power 0: uniform over starts). The row holds steps p .. p+r-1 and
+// the mask marks them; the rest of the row is zero-filled and masked out. A row never crosses the head and
+// never wraps into older data. Choosing positions costs O(num_envs + rows * log(num_envs * sequence_length)).
+//
+// Consistency while writers run: each row is validated after its copy (seqlock: the env's `claimed` counter
+// must show that no writer reclaimed the row's oldest slot meanwhile, and no update ran); a row that fails is
+// redrawn from a fresh snapshot and counted in retries(). No row a caller receives was torn.
+//
+// Determinism: for a given Rng state and buffer state (no concurrent writes), the rows are the same on every
+// machine (std::mt19937_64's sequence is fixed by the standard; conversions to [0, 1) are our own).
+//
+// Thread safety: a Sampler is used by one thread at a time. Outputs go into a SampleBatch that is reused:
+// after the first call with a given shape no call allocates.
+//
+//   shmreplay::Sampler learner(buf);
+//   shmreplay::Rng rng(42);
+//   shmreplay::SampleBatch batch;
+//   learner.sample_mixed(/*replay=*/48, /*online=*/16, /*sequence_length=*/10, /*power=*/1.0, rng, batch);
+//   auto obs = batch.field_as<float>(0);   // [64][10][obs shape]
+//   learner.reset_online_queue();
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/schema.hpp"
+
+namespace shmreplay {
+
+enum class View : uint8_t {
+  replay,  ///< every stored step
+  online,  ///< the steps published since the last reset_online_queue()
+};
+std::string_view to_string(View view) noexcept;
+
+/// The random engine samplers take. Its output sequence is fixed by the C++ standard, so a seed gives the same
+/// rows with any standard library.
+using Rng = std::mt19937_64;
+
+/// A writable array supplied by the caller: `bytes` bytes at `data`.
+struct MutableFieldBytes {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+/// The output of a sample call: per field an array [rows][sequence_length][field shape], a mask
+/// [rows][sequence_length] (1 where the step exists), and per row the env id and the global step index where
+/// the row starts. Either owns its storage (default-constructed; grown on demand and reused, so a warmed-up
+/// batch never allocates) or writes into caller arrays (borrow()).
+class SampleBatch {
+ public:
+  SampleBatch() = default;
+
+  /// A batch that fills caller-provided arrays (for instance framework tensors): one per field in schema order,
+  /// each at least rows x sequence_length x field bytes; `mask` at least rows x sequence_length; `env_ids` and
+  /// `start_steps` at least rows. Each sample call checks the sizes and throws Error(size_mismatch) naming the
+  /// array that is too small.
+  static SampleBatch borrow(std::vector<MutableFieldBytes> fields, std::span<uint8_t> mask,
+                            std::span<uint64_t> env_ids, std::span<uint64_t> start_steps);
+
+  std::size_t rows() const noexcept { return rows_; }
+  std::size_t sequence_length() const noexcept { return length_; }
+  std::size_t num_fields() const noexcept { return field_ptr_.size(); }
+
+  /// Field `index` (schema order): rows() x sequence_length() x that field's bytes per step.
+  std::span<const std::byte> field(std::size_t index) const noexcept;
+  template <class T>
+  std::span<const T> field_as(std::size_t index) const noexcept {
+    const auto b = field(index);
+    return {reinterpret_cast<const T*>(b.data()), b.size() / sizeof(T)};
+  }
+  /// The bytes of field `index` at row `row`, position `t` in the row.
+  const std::byte* step(std::size_t index, std::size_t row, std::size_t t) const noexcept;
+  std::span<const uint8_t> mask() const noexcept { return {mask_, rows_ * length_}; }
+  bool valid(std::size_t row, std::size_t t) const noexcept { return mask_[row * length_ + t] != 0; }
+  std::span<const uint64_t> env_ids() const noexcept { return {env_ids_, rows_}; }
+  std::span<const uint64_t> start_steps() const noexcept { return {starts_, rows_}; }
+
+ private:
+  friend class Sampler;
+  void prepare(const Schema& schema, std::size_t rows, std::size_t length);
+
+  bool borrowed_ = false;
+  std::vector<MutableFieldBytes> borrowed_fields_;
+  std::span<uint8_t> borrowed_mask_;
+  std::span<uint64_t> borrowed_env_ids_;
+  std::span<uint64_t> borrowed_starts_;
+  std::vector<std::vector<std::byte>> own_fields_;
+  std::vector<uint8_t> own_mask_;
+  std::vector<uint64_t> own_env_ids_;
+  std::vector<uint64_t> own_starts_;
+
+  std::vector<std::byte*> field_ptr_;
+  std::vector<std::size_t> field_step_bytes_;
+  uint8_t* mask_ = nullptr;
+  uint64_t* env_ids_ = nullptr;
+  uint64_t* starts_ = nullptr;
+  std::size_t rows_ = 0;
+  std::size_t length_ = 0;
+};
+
+struct SamplerOptions {
+  /// How many times a sample call redraws rows that writers overwrote during the copy before it gives up with
+  /// Errc::contended (only reachable when writers lap a tiny ring continuously).
+  uint32_t max_retry_rounds = 10000;
+};
+
+/// Sizes of one env's views.
+struct EnvSizes {
+  uint64_t head = 0;    ///< steps published since creation
+  uint64_t replay = 0;  ///< steps in the replay view
+  uint64_t online = 0;  ///< steps in the online view
+};
+
+class Sampler {
+ public:
+  /// Takes the learner lease of `buffer` (see the top of this file). Throws Error(lease_held) when another live
+  /// process (or another Sampler of this process) is the learner, read_only for a read-only Buffer. After
+  /// taking over a dead learner's lease it releases any update lock the dead learner held.
+  explicit Sampler(Buffer& buffer, const SamplerOptions& options = {});
+  Sampler(Sampler&& other) noexcept;
+  Sampler& operator=(Sampler&&) = delete;
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
+  /// Releases the learner lease.
+  ~Sampler();
+
+  /// Draws `batch_size` rows of `sequence_length` steps from `view` into `out` (see the top of this file).
+  /// Throws Error with invalid_argument (batch_size 0, sequence_length 0 or above capacity, a negative or
+  /// non-finite power), empty_view (the view holds no steps), contended (see SamplerOptions).
+  /// O(num_envs + batch_size * (log(num_envs * sequence_length) + sequence_length * step bytes)); no
+  /// allocation once `out` is warmed up; never blocks.
+  void sample(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power, Rng& rng,
+              SampleBatch& out);
+
+  /// The seed's sample_rb_and_oq: `replay_batch` rows from the replay view, then `online_batch` rows from the
+  /// online view, in one batch. Either count may be 0 (not both); a view with a nonzero count must not be empty.
+  void sample_mixed(std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
+                    double distribution_power, Rng& rng, SampleBatch& out);
+
+  /// Flat transitions, as the functional buffer and dejax sample: `batch_size` single steps drawn uniformly
+  /// from every stored step of `view` (sample with sequence_length 1).
+  void sample_transitions(View view, std::size_t batch_size, Rng& rng, SampleBatch& out) {
+    sample(view, batch_size, 1, 0.0, rng, out);
+  }
+
+  /// The newest step of each listed env, one row each (sequence_length 1); an env with no step yet gets mask 0,
+  /// zeros and start step 0. Throws env_out_of_range. The online and replay views share this head.
+  void peek(std::span<const uint64_t> env_ids, SampleBatch& out);
+
+  /// Empties the online view of every env: it restarts at each env's current head. O(num_envs).
+  void reset_online_queue() noexcept;
+
+  /// Steps in `view` over all envs, and for one env (throws env_out_of_range). O(num_envs) and O(1).
+  uint64_t size(View view) const noexcept;
+  EnvSizes sizes(uint64_t env_id) const;
+
+  /// Rewrites stored step `step` of env `env_id` in place (dejax's update_fn, for one step): each field with
+  /// non-null data is replaced by `fields[f]` (exactly the field's bytes; size_mismatch otherwise); fields with
+  /// null data are left as they are. Returns false, changing nothing, when the step is no longer stored (a
+  /// writer overwrote it). Throws env_out_of_range, invalid_argument (a step that was never published).
+  /// Concurrent samplers never see a half-updated step (they retry); the env's writer waits for the copy of
+  /// one step while it needs the same env's claim.
+  bool try_update(uint64_t env_id, uint64_t step, std::span<const FieldBytes> fields);
+
+  /// Rows redrawn so far by this Sampler because writers overwrote them during the copy.
+  uint64_t retries() const noexcept { return retries_; }
+  const Buffer& buffer() const noexcept { return *buffer_; }
+
+ private:
+  bool take_snapshot(View view, std::size_t length, double power) noexcept;
+  void draw(Rng& rng, std::size_t row, std::size_t length, SampleBatch& out) const noexcept;
+  bool copy_steps(uint64_t env, uint64_t start, uint64_t count, std::size_t row, SampleBatch& out) const noexcept;
+  void sample_rows(View view, std::size_t first_row, std::size_t count, std::size_t length, double power,
+                   Rng& rng, SampleBatch& out);
+  void check_args(const char* op, std::size_t rows, std::size_t length, double power) const;
+  void count_call(std::size_t rows) noexcept;
+
+  Buffer* buffer_ = nullptr;
+  SamplerOptions options_;
+  uint64_t lease_word_ = 0;
+  uint64_t retries_ = 0;
+  // Per-call scratch, reused: per env the view's [lo, hi) and the cumulative weight; the weight table.
+  std::vector<uint64_t> lo_;
+  std::vector<uint64_t> hi_;
+  std::vector<double> cumulative_;  // cumulative_[e] = total weight of envs 0..e
+  double full_weight_ = 0.0;         // length ^ power
+  std::vector<double> tail_prefix_;  // tail_prefix_[r] = sum of i^power for i = 1..r, r <= length
+  std::size_t table_length_ = 0;
+  double table_power_ = -1.0;
+  std::vector<uint32_t> failed_;     // rows to redraw
+  std::vector<uint32_t> redraw_;
+};
+
+}  // namespace shmreplay

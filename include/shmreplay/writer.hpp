@@ -1,0 +1,152 @@
+// shmreplay/writer.hpp: the env worker's view of a buffer: lease env ids, push steps, reserve/commit in place.
+//
+// Who calls it: an env worker process (envpool-style), one Writer per set of envs it steps. Each env has one
+// writer at a time, enforced by a lease in the segment that records the owner's pid and process start time;
+// a second Writer asking for a leased env gets Errc::lease_held naming the owner, and the lease of a dead
+// process is taken over (death is judged by pid plus start time, so a reused pid is never mistaken for the
+// owner). Leases are released by the destructor; a process that dies keeps them until someone takes them over.
+//
+// Publishing: a step becomes visible to samplers only when all of its fields are written. Per env, the writer
+// raises `claimed` (the seqlock counter) before it touches the ring slot and stores `head` with release after,
+// so a sampler that acquires `head` sees every byte of every step below it, and a sampler that copied a slot
+// the writer was reclaiming finds out by re-reading `claimed` (docs/design.md, "Concurrency protocol").
+// Writers never wait for the learner, except while the learner's try_update() holds the same env's update lock
+// for the duration of one step's copy.
+//
+// Thread safety: a Writer is used by one thread at a time. Several Writers (in one process or many) on
+// disjoint env sets run fully in parallel. The Buffer must outlive the Writer.
+//
+//   shmreplay::Writer w(buf, std::vector<uint64_t>{0, 1, 2, 3});
+//   std::vector<int32_t> ids = {2, 0};                   // whichever envs finished, any order
+//   std::vector<float> obs(2 * 4); std::vector<int32_t> act(2); ...
+//   w.push(ids, {shmreplay::field_bytes(obs), shmreplay::field_bytes(act), ...});  // fields in schema order
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/schema.hpp"
+
+namespace shmreplay {
+
+class Writer;
+
+/// A step reserved in place by Writer::reserve(): fill each field's bytes in the segment, then commit(). Until
+/// commit() nothing is visible to samplers; destroying the slot without commit() abandons the step (the env's
+/// head does not move and the next push reuses the slot). Move-only; used by the thread that reserved it.
+class StepSlot {
+ public:
+  StepSlot(StepSlot&& other) noexcept;
+  StepSlot& operator=(StepSlot&&) = delete;
+  StepSlot(const StepSlot&) = delete;
+  StepSlot& operator=(const StepSlot&) = delete;
+  ~StepSlot();
+
+  uint64_t env() const noexcept { return env_; }
+  /// The global index of the step being written (the env's head before commit).
+  uint64_t step() const noexcept { return step_; }
+  /// The bytes of field `index` (schema order) in this step's ring slot. Precondition: not committed.
+  std::span<std::byte> field(std::size_t index) const noexcept;
+  /// field(index) viewed as elements of T; sizeof(T) must divide the field's bytes.
+  template <class T>
+  std::span<T> as(std::size_t index) const noexcept {
+    const auto bytes = field(index);
+    return {reinterpret_cast<T*>(bytes.data()), bytes.size() / sizeof(T)};
+  }
+  /// Publishes the step (release store of the env's head). Throws Error(invalid_argument) when called twice.
+  void commit();
+  bool committed() const noexcept { return writer_ == nullptr; }
+
+ private:
+  friend class Writer;
+  StepSlot(Writer* writer, uint64_t env, uint64_t step, uint32_t local) noexcept
+      : writer_(writer), env_(env), step_(step), local_(local) {}
+  Writer* writer_;  // null once committed or abandoned
+  uint64_t env_;
+  uint64_t step_;
+  uint32_t local_;
+};
+
+class Writer {
+ public:
+  /// Leases `env_ids` (all of them or none) for this process and this Writer. For each env: a free lease is
+  /// taken; a lease whose holder is dead is taken over (counted in takeovers()); a lease held by a live process
+  /// throws Error(lease_held) naming the env and the owner's pid and start time, and one held by this process
+  /// (another Writer) throws lease_held too. Also throws env_out_of_range, invalid_argument (a repeated env
+  /// id, an empty list) and read_only (a read-only Buffer). O(num_envs) memory for the env lookup table.
+  Writer(Buffer& buffer, std::span<const uint64_t> env_ids);
+  Writer(Buffer& buffer, std::initializer_list<uint64_t> env_ids)
+      : Writer(buffer, std::span<const uint64_t>(env_ids.begin(), env_ids.size())) {}
+  /// Leases envs [first, first + count).
+  static Writer range(Buffer& buffer, uint64_t first, uint64_t count);
+
+  Writer(Writer&& other) noexcept;
+  Writer& operator=(Writer&&) = delete;
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+  /// Releases every lease still held (a lease already taken over by another process is left alone).
+  ~Writer();
+
+  /// Pushes one step for each listed env, in list order: `fields` holds one array per schema field, in schema
+  /// order, each [env_ids.size()][field shape] (what envpool's recv returns). Any subset of this Writer's envs,
+  /// any order, but each env at most once per call.
+  ///
+  /// Everything is validated before anything is written; on error nothing is pushed and Error is thrown:
+  /// env_out_of_range, not_leased (an env this Writer does not lease), invalid_argument (an env listed twice,
+  /// an env with a reserved but uncommitted step), size_mismatch (a field count or byte size that differs from
+  /// the schema; the message names the field and gives expected versus actual bytes).
+  /// Cost: O(len(env_ids) * num_fields) copies; no allocation; never blocks (see the header comment).
+  void push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields);
+  void push(std::span<const uint64_t> env_ids, std::span<const FieldBytes> fields);
+  void push(std::span<const int32_t> env_ids, std::initializer_list<FieldBytes> fields) {
+    push(env_ids, std::span<const FieldBytes>(fields.begin(), fields.size()));
+  }
+  void push(std::span<const uint64_t> env_ids, std::initializer_list<FieldBytes> fields) {
+    push(env_ids, std::span<const FieldBytes>(fields.begin(), fields.size()));
+  }
+
+  /// Pushes one step of one env: `fields` holds one value of each field, in schema order. Errors as push().
+  void push_one(uint64_t env_id, std::span<const FieldBytes> fields);
+  void push_one(uint64_t env_id, std::initializer_list<FieldBytes> fields) {
+    push_one(env_id, std::span<const FieldBytes>(fields.begin(), fields.size()));
+  }
+
+  /// Zero-copy push: claims the env's next ring slot and returns it for filling in place; StepSlot::commit()
+  /// publishes it. One reservation per env at a time (a second one, or a push to the env, throws
+  /// invalid_argument until the first is committed or destroyed). Errors as push() for the env id.
+  StepSlot reserve(uint64_t env_id);
+
+  /// The envs this Writer leases, in the order given to the constructor.
+  const std::vector<uint64_t>& env_ids() const noexcept { return envs_; }
+  /// Steps published so far for `env_id` (its head). Precondition: env_id is leased by this Writer.
+  uint64_t head(uint64_t env_id) const noexcept;
+  /// How many of this Writer's leases were taken over from dead processes.
+  uint64_t takeovers() const noexcept { return takeovers_; }
+  const Buffer& buffer() const noexcept { return *buffer_; }
+
+ private:
+  friend class StepSlot;
+  template <class Id>
+  void push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> fields);
+  uint32_t local_of(uint64_t env_id, const char* op) const;
+  uint64_t claim(uint32_t local) noexcept;
+  void publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept;
+  void release_all() noexcept;
+
+  Buffer* buffer_ = nullptr;
+  std::vector<uint64_t> envs_;         // leased env ids
+  std::vector<uint32_t> local_;        // env id -> index in envs_ + 1; 0 when not leased
+  std::vector<uint64_t> seen_;         // per leased env: the push call that last listed it (duplicate check)
+  std::vector<uint8_t> reserved_;      // per leased env: a StepSlot is outstanding
+  std::vector<std::byte*> field_base_; // start of each field's storage
+  std::vector<uint64_t> field_bytes_;  // bytes per step of each field
+  uint64_t calls_ = 0;
+  uint64_t lease_word_ = 0;            // pack_owner(pid, start) of this process
+  uint64_t takeovers_ = 0;
+};
+
+}  // namespace shmreplay

@@ -1,0 +1,50 @@
+#include "detail/lease.hpp"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "detail/process.hpp"
+#include "shmreplay/layout.hpp"
+
+namespace shmreplay::detail {
+
+uint64_t self_lease_word() noexcept {
+  return layout::pack_owner(static_cast<uint64_t>(::getpid()), self_start_ticks());
+}
+
+LeaseResult try_take_lease(const LeaseWords& w, uint64_t me) noexcept {
+  uint64_t cur = w.lease.load(std::memory_order_acquire);  // pairs with the release CAS/store of the holder
+  for (;;) {
+    if (cur == me) return {LeaseOutcome::held_by_us, cur, w.start_ticks.load(std::memory_order_relaxed)};
+    const bool dead = cur != 0 && !process_alive(layout::owner_pid(cur), layout::owner_start_low(cur), true);
+    if (cur != 0 && !dead) {
+      return {LeaseOutcome::held_alive, cur, w.start_ticks.load(std::memory_order_relaxed)};
+    }
+    // acq_rel: acquire pairs with the previous holder's release (its last pushes happen-before our first);
+    // release publishes our claim to the next taker.
+    if (w.lease.compare_exchange_strong(cur, me, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      w.start_ticks.store(self_start_ticks(), std::memory_order_relaxed);
+      w.since_ns.store(realtime_ns(), std::memory_order_relaxed);
+      if (dead) {
+        w.takeovers.fetch_add(1, std::memory_order_relaxed);
+        return {LeaseOutcome::taken_over, cur, 0};
+      }
+      return {LeaseOutcome::taken, 0, 0};
+    }
+    // Someone else changed the word between our load and CAS: judge the new value.
+  }
+}
+
+void release_lease(const LeaseWords& w, uint64_t me) noexcept {
+  uint64_t expected = me;
+  // release: pairs with the acquire of the next taker's CAS, so our pushes happen-before its pushes.
+  w.lease.compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed);
+}
+
+std::string holder_text(uint64_t lease, uint64_t start_ticks) {
+  return fmt::format("pid {} (start time {} ticks after boot)", layout::owner_pid(lease),
+                     start_ticks != 0 ? start_ticks : layout::owner_start_low(lease));
+}
+
+}  // namespace shmreplay::detail

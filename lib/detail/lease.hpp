@@ -1,0 +1,44 @@
+// Leases in the segment: one word per leased thing (an env, the learner role) holding pack_owner(pid, start
+// ticks), taken with a compare-and-swap; a dead holder's lease is taken over. See docs/design.md, "Leases".
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace shmreplay::detail {
+
+/// The four lease words, in the order both EnvControl (line 2) and GlobalControl (line 0) declare them.
+struct LeaseWords {
+  std::atomic<uint64_t>& lease;
+  std::atomic<uint64_t>& start_ticks;
+  std::atomic<uint64_t>& since_ns;
+  std::atomic<uint64_t>& takeovers;
+};
+
+enum class LeaseOutcome {
+  taken,        ///< the lease was free and is now ours
+  taken_over,   ///< its holder was dead; the lease is now ours
+  held_alive,   ///< another live process holds it (holder_lease tells who)
+  held_by_us,   ///< this process already holds it
+};
+
+struct LeaseResult {
+  LeaseOutcome outcome;
+  uint64_t holder_lease = 0;        ///< the word found, for held_* outcomes
+  uint64_t holder_start_ticks = 0;  ///< the holder's full start ticks, as recorded
+};
+
+/// This process's lease word: pack_owner(getpid(), start ticks).
+uint64_t self_lease_word() noexcept;
+
+/// Tries to take `words` for `me`. Never blocks; judges a holder's liveness by pid plus start time.
+LeaseResult try_take_lease(const LeaseWords& words, uint64_t me) noexcept;
+
+/// Releases the lease if `me` still holds it (a CAS, so a lease taken over meanwhile is left alone).
+void release_lease(const LeaseWords& words, uint64_t me) noexcept;
+
+/// "pid 1234 (started at tick 5678)" for messages.
+std::string holder_text(uint64_t lease, uint64_t start_ticks);
+
+}  // namespace shmreplay::detail
