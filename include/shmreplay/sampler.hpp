@@ -36,6 +36,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <span>
 #include <string>
@@ -182,6 +183,9 @@ class Sampler {
   /// Concurrent samplers never see a half-updated step (they retry); the env's writer waits for the copy of
   /// one step while it needs the same env's claim.
   bool try_update(uint64_t env_id, uint64_t step, std::span<const FieldBytes> fields);
+  bool try_update(uint64_t env_id, uint64_t step, std::initializer_list<FieldBytes> fields) {
+    return try_update(env_id, step, std::span<const FieldBytes>(fields.begin(), fields.size()));
+  }
 
   /// Rows redrawn so far by this Sampler because writers overwrote them during the copy.
   uint64_t retries() const noexcept { return retries_; }
