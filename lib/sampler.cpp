@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cassert>
 #include <cmath>
@@ -11,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "detail/futex.hpp"
 #include "detail/lease.hpp"
 #include "shmreplay/error.hpp"
 
@@ -142,6 +144,10 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
       }
     }
   }
+  if (r.outcome == detail::LeaseOutcome::taken_over) {
+    // Only the learner waits; a dead learner's waiter count would make every push issue a futex wake.
+    g.waiters.store(0, std::memory_order_relaxed);
+  }
   const std::size_t num_envs = static_cast<std::size_t>(buffer.num_envs());
   lo_.resize(num_envs);
   hi_.resize(num_envs);
@@ -208,6 +214,39 @@ EnvSizes Sampler::sizes(uint64_t env_id) const {
   const Range replay = view_range(c, View::replay, buffer_->capacity());
   const Range online = view_range(c, View::online, buffer_->capacity());
   return {replay.hi, replay.hi - replay.lo, online.hi - online.lo};
+}
+
+bool Sampler::wait(View view, uint64_t min_steps, uint64_t timeout_ms) {
+  const uint64_t most = buffer_->num_envs() * buffer_->capacity();
+  if (min_steps > most) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot wait for {} steps in the {} view of '{}': it holds at most {} ({} envs x {} "
+                            "steps)",
+                            min_steps, to_string(view), buffer_->name(), most, buffer_->num_envs(),
+                            buffer_->capacity()));
+  }
+  if (size(view) >= min_steps) return true;
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  GlobalControl& g = buffer_->global_control();
+  // seq_cst: pairs with the writers' seq_cst fence between their head stores and their load of `waiters`.
+  g.waiters.fetch_add(1, std::memory_order_seq_cst);
+  bool ready = false;
+  for (;;) {
+    // seq_cst: read the wake word before re-checking the heads, so a wake after the check changes the word and
+    // FUTEX_WAIT returns at once.
+    const auto seq = static_cast<uint32_t>(g.wake_seq.load(std::memory_order_seq_cst));
+    if (size(view) >= min_steps) {
+      ready = true;
+      break;
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
+    detail::futex_wait(g.wake_seq, seq, std::min<uint64_t>(static_cast<uint64_t>(left), 50'000'000ull));
+  }
+  g.waiters.fetch_sub(1, std::memory_order_relaxed);
+  return ready;
 }
 
 void Sampler::reset_online_queue() noexcept {

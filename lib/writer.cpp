@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "detail/futex.hpp"
 #include "detail/lease.hpp"
 #include "detail/process.hpp"
 #include "shmreplay/error.hpp"
@@ -92,6 +93,7 @@ void StepSlot::commit() {
   }
   writer_->publish(local_, step_, detail::coarse_realtime_ns());
   writer_->reserved_[local_] = 0;
+  writer_->notify();
   writer_ = nullptr;
 }
 
@@ -235,6 +237,19 @@ void Writer::publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept {
   c.last_push_ns.store(now_ns, std::memory_order_relaxed);
 }
 
+void Writer::notify() noexcept {
+  layout::GlobalControl& g = buffer_->global_control();
+  // seq_cst fence: orders the head stores above before the load of `waiters`; pairs with the learner's seq_cst
+  // increment of `waiters` before it re-reads the heads in Sampler::wait(). Either we see its increment and wake
+  // it, or it sees our heads: no lost wake-up.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (g.waiters.load(std::memory_order_relaxed) != 0) {
+    // release: pairs with the waiter's load of wake_seq before it sleeps (FUTEX_WAIT compares it).
+    g.wake_seq.fetch_add(1, std::memory_order_release);
+    detail::futex_wake_all(g.wake_seq);
+  }
+}
+
 template <class Id>
 void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> fields) {
   const std::size_t n = env_ids.size();
@@ -289,6 +304,7 @@ void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> 
     }
     publish(l, step, now);
   }
+  notify();
 }
 
 void Writer::push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields) {

@@ -169,6 +169,13 @@ class Sampler {
   /// zeros and start step 0. Throws env_out_of_range. The online and replay views share this head.
   void peek(std::span<const uint64_t> env_ids, SampleBatch& out);
 
+  /// Blocks until `view` holds at least `min_steps` steps over all envs (flashbax's can_sample, Reverb's
+  /// MinSize), or `timeout_ms` passes. Returns whether the condition holds. Woken by writers through a shared
+  /// futex in the segment (works across processes), and re-checks at least every 50 ms, so a writer that stops
+  /// or dies cannot hold it past the timeout. Throws invalid_argument when min_steps exceeds what the view can
+  /// ever hold (num_envs x capacity).
+  bool wait(View view, uint64_t min_steps, uint64_t timeout_ms);
+
   /// Empties the online view of every env: it restarts at each env's current head. O(num_envs).
   void reset_online_queue() noexcept;
 

@@ -11,7 +11,8 @@
 // so a sampler that acquires `head` sees every byte of every step below it, and a sampler that copied a slot
 // the writer was reclaiming finds out by re-reading `claimed` (docs/design.md, "Concurrency protocol").
 // Writers never wait for the learner, except while the learner's try_update() holds the same env's update lock
-// for the duration of one step's copy.
+// for the duration of one step's copy. After publishing, a push wakes a learner blocked in Sampler::wait()
+// (a shared futex in the segment; a system call only when someone is waiting).
 //
 // Thread safety: a Writer is used by one thread at a time. Several Writers (in one process or many) on
 // disjoint env sets run fully in parallel. The Buffer must outlive the Writer.
@@ -135,6 +136,7 @@ class Writer {
   uint32_t local_of(uint64_t env_id, const char* op) const;
   uint64_t claim(uint32_t local) noexcept;
   void publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept;
+  void notify() noexcept;
   void release_all() noexcept;
 
   Buffer* buffer_ = nullptr;

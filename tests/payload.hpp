@@ -1,0 +1,131 @@
+// A self-checking step payload shared by the concurrency tests: every step carries its env, its step index, a
+// version (bumped by the learner's try_update) and a checksum over all of its bytes, so a torn, misplaced or
+// stale step is detected wherever it turns up.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "shmreplay/sampler.hpp"
+#include "shmreplay/schema.hpp"
+#include "shmreplay/writer.hpp"
+
+#include <vector>
+
+namespace shmreplay::test {
+
+// hdr = {env, step, version, checksum}; body and tail are derived from (env, step, version).
+inline const Schema kPayloadSchema = Schema::parse("hdr:u64[4] body:f32[13] tail:u8[29]");
+constexpr std::size_t kBody = 13;
+constexpr std::size_t kTail = 29;
+
+struct Payload {
+  uint64_t hdr[4];
+  float body[kBody];
+  uint8_t tail[kTail];
+};
+
+inline uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return x;
+}
+
+inline uint64_t checksum(const uint64_t* hdr, const float* body, const uint8_t* tail) {
+  uint64_t h = mix(hdr[0] * 31 + hdr[1] * 7 + hdr[2]);
+  for (std::size_t i = 0; i < kBody; ++i) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, body + i, 4);
+    h = mix(h ^ bits);
+  }
+  for (std::size_t i = 0; i < kTail; ++i) h = mix(h ^ tail[i]);
+  return h;
+}
+
+inline Payload make_payload(uint64_t env, uint64_t step, uint64_t version) {
+  Payload p{};
+  p.hdr[0] = env;
+  p.hdr[1] = step;
+  p.hdr[2] = version;
+  for (std::size_t i = 0; i < kBody; ++i) p.body[i] = static_cast<float>((env * 131 + step * 17 + version + i) % 4096);
+  for (std::size_t i = 0; i < kTail; ++i) p.tail[i] = static_cast<uint8_t>(env * 31 + step * 7 + version * 3 + i);
+  p.hdr[3] = checksum(p.hdr, p.body, p.tail);
+  return p;
+}
+
+inline double run_seconds() {
+  const char* soak = std::getenv("SHMREPLAY_SOAK_SECONDS");
+  return soak != nullptr && std::atof(soak) > 0 ? std::atof(soak) : 0.6;
+}
+
+// Checks one row of a batch; returns a description of the first violation, or "" when the row is sound.
+inline std::string check_row(const SampleBatch& b, std::size_t row, uint64_t head_after) {
+  const uint64_t env = b.env_ids()[row];
+  const uint64_t start = b.start_steps()[row];
+  const std::size_t L = b.sequence_length();
+  std::size_t valid = 0;
+  while (valid < L && b.valid(row, valid)) ++valid;
+  for (std::size_t t = valid; t < L; ++t) {
+    if (b.valid(row, t)) return "mask has a hole";
+  }
+  if (valid == 0) return "row with no valid step";
+  if (start + valid > head_after) return "row reaches past the head";
+  if (valid < L && start + valid > head_after) return "short row";
+  for (std::size_t t = 0; t < L; ++t) {
+    uint64_t hdr[4];
+    float body[kBody];
+    uint8_t tail[kTail];
+    std::memcpy(hdr, b.step(0, row, t), sizeof hdr);
+    std::memcpy(body, b.step(1, row, t), sizeof body);
+    std::memcpy(tail, b.step(2, row, t), sizeof tail);
+    if (t >= valid) {
+      for (const uint64_t h : hdr) if (h != 0) return "masked step not zero";
+      continue;
+    }
+    if (hdr[0] != env) return fmt::format("step of env {} in a row of env {}", hdr[0], env);
+    if (hdr[1] != start + t) return fmt::format("step {} at position {} of a row starting at {}", hdr[1], t, start);
+    if (hdr[3] != checksum(hdr, body, tail)) return fmt::format("torn step {} of env {}", hdr[1], env);
+    const Payload expect = make_payload(env, hdr[1], hdr[2]);
+    if (std::memcmp(body, expect.body, sizeof body) != 0 || std::memcmp(tail, expect.tail, sizeof tail) != 0) {
+      return "payload does not match its header";
+    }
+  }
+  return "";
+}
+
+/// Pushes one payload step (version 0) for each env of `ids` in one batched push; `scratch` vectors are reused.
+struct PayloadPusher {
+  std::vector<uint64_t> hdr;
+  std::vector<float> body;
+  std::vector<uint8_t> tail;
+
+  void push(Writer& writer, const std::vector<int32_t>& ids) {
+    hdr.clear();
+    body.clear();
+    tail.clear();
+    for (const int32_t e : ids) {
+      const auto env = static_cast<uint64_t>(e);
+      const Payload p = make_payload(env, writer.head(env), 0);
+      hdr.insert(hdr.end(), p.hdr, p.hdr + 4);
+      body.insert(body.end(), p.body, p.body + kBody);
+      tail.insert(tail.end(), p.tail, p.tail + kTail);
+    }
+    writer.push(ids, {field_bytes(hdr), field_bytes(body), field_bytes(tail)});
+  }
+};
+
+/// Fills a reserved slot with its payload (version 0); `fields` limits how many fields are written (to leave a
+/// reservation half-filled).
+inline void fill_slot(StepSlot& slot, std::size_t fields = 3) {
+  const Payload p = make_payload(slot.env(), slot.step(), 0);
+  if (fields > 0) std::memcpy(slot.field(0).data(), p.hdr, sizeof p.hdr);
+  if (fields > 1) std::memcpy(slot.field(1).data(), p.body, sizeof p.body);
+  if (fields > 2) std::memcpy(slot.field(2).data(), p.tail, sizeof p.tail);
+}
+
+}  // namespace shmreplay::test
