@@ -51,11 +51,13 @@ SegmentInfo Inspector::snapshot() const {
     i.env = e;
     // Acquire pairs with the writer's release store of head: claimed and last_push_ns are at least as new.
     i.head = c.head.load(std::memory_order_acquire);
-    i.claimed = c.claimed.load(std::memory_order_relaxed);
+    i.claimed = c.claimed.load(std::memory_order_relaxed) & ~layout::kUpdateLockBit;
     i.last_push_ns = c.last_push_ns.load(std::memory_order_relaxed);
     i.online_start = c.online_start.load(std::memory_order_relaxed);
-    i.length = std::min(i.head, b.capacity());
-    i.online_length = i.head >= i.online_start ? std::min(i.head - i.online_start, i.length) : 0;
+    // The same views as the Sampler's: a slot being reclaimed (claimed = head + 1) is not counted.
+    const uint64_t lo = std::min(i.claimed > b.capacity() ? i.claimed - b.capacity() : 0, i.head);
+    i.length = i.head - lo;
+    i.online_length = i.head - std::min(std::max(lo, i.online_start), i.head);
     // Acquire pairs with the release of the compare-and-swap that took the lease: the lease's details are set.
     const uint64_t lease = c.lease.load(std::memory_order_acquire);
     if (lease != 0) {
@@ -73,6 +75,25 @@ SegmentInfo Inspector::snapshot() const {
     s.envs.push_back(i);
   }
   s.live_writers = static_cast<uint64_t>(std::count_if(alive.begin(), alive.end(), [](const auto& kv) { return kv.second; }));
+
+  const layout::GlobalControl& g = b.global_control();
+  LearnerInfo& l = s.learner;
+  // Acquire pairs with the release of the compare-and-swap that took the learner lease.
+  const uint64_t lease = g.learner_lease.load(std::memory_order_acquire);
+  if (lease != 0) {
+    l.pid = layout::owner_pid(lease);
+    l.start_ticks = g.learner_start_ticks.load(std::memory_order_relaxed);
+    l.since_ns = g.learner_since_ns.load(std::memory_order_relaxed);
+    l.state = detail::process_alive(l.pid, layout::owner_start_low(lease), true) ? OwnerState::alive
+                                                                                  : OwnerState::dead;
+  }
+  l.takeovers = g.learner_takeovers.load(std::memory_order_relaxed);
+  l.rows_sampled = g.rows_sampled.load(std::memory_order_relaxed);
+  l.sample_calls = g.sample_calls.load(std::memory_order_relaxed);
+  l.retries = g.retries.load(std::memory_order_relaxed);
+  l.online_resets = g.online_resets.load(std::memory_order_relaxed);
+  l.steps_updated = g.steps_updated.load(std::memory_order_relaxed);
+  l.waiters = g.waiters.load(std::memory_order_relaxed);
   return s;
 }
 

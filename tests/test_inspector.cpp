@@ -8,6 +8,7 @@
 
 #include "detail/process.hpp"
 #include "shmreplay/inspector.hpp"
+#include "shmreplay/sampler.hpp"
 #include "shmreplay/layout.hpp"
 #include "support.hpp"
 
@@ -75,14 +76,29 @@ TEST_CASE("a snapshot derives lengths from the counters and judges owners by pid
   CHECK(s.envs[0].owner == OwnerState::alive);
   CHECK(s.envs[0].owner_pid == me);
   CHECK(s.envs[0].owner_start_ticks == my_start);
-  CHECK(s.envs[1].length == 10);
-  CHECK(s.envs[1].online_length == 10);
+  // A write is in progress on env 1 (claimed = head + 1): its oldest slot is being reclaimed, so the views hold
+  // 9 steps, as the Sampler sees them.
+  CHECK(s.envs[1].length == 9);
+  CHECK(s.envs[1].online_length == 9);
   CHECK(s.envs[1].claimed == 26);
   CHECK(s.envs[2].owner == OwnerState::dead);
   CHECK(s.total_pushed == 29);
-  CHECK(s.replay_steps == 14);
-  CHECK(s.online_steps == 13);
+  CHECK(s.replay_steps == 13);
+  CHECK(s.online_steps == 12);
+  CHECK(s.learner.state == OwnerState::none);
   CHECK(s.live_writers == 1);
+
+  // The learner and its counters.
+  {
+    Sampler learner(b);
+    learner.reset_online_queue();
+    const SegmentInfo with = Inspector(name).snapshot();
+    CHECK(with.learner.state == OwnerState::alive);
+    CHECK(with.learner.pid == me);
+    CHECK(with.learner.online_resets == 1);
+    CHECK(with.envs[0].online_length == 0);
+  }
+  CHECK(Inspector(name).snapshot().learner.state == OwnerState::none);
 
   // A pid that is alive but started at another time (pid reuse) is dead for the lease.
   b.env_control(0).lease.store(layout::pack_owner(me, my_start + 1));

@@ -27,14 +27,29 @@ struct EnvInfo {
   uint64_t head = 0;           ///< steps published since creation
   uint64_t claimed = 0;        ///< steps whose write has begun (head + 1 while a write is in progress)
   uint64_t online_start = 0;   ///< head at the last reset of the online queue
-  uint64_t length = 0;         ///< steps in the replay view: min(head, capacity)
-  uint64_t online_length = 0;  ///< steps in the online view: min(head - online_start, length)
+  uint64_t length = 0;         ///< steps in the replay view: head - max(0, claimed - capacity)
+  uint64_t online_length = 0;  ///< steps in the online view: those of the replay view at or after online_start
   OwnerState owner = OwnerState::none;
   uint64_t owner_pid = 0;
   uint64_t owner_start_ticks = 0;
   uint64_t lease_since_ns = 0;   ///< CLOCK_REALTIME; 0 when there is no owner
   uint64_t lease_takeovers = 0;
   uint64_t last_push_ns = 0;     ///< CLOCK_REALTIME; 0 when nothing was pushed
+};
+
+/// The learner (the Sampler holding the learner lease) and its counters.
+struct LearnerInfo {
+  OwnerState state = OwnerState::none;
+  uint64_t pid = 0;
+  uint64_t start_ticks = 0;
+  uint64_t since_ns = 0;        ///< CLOCK_REALTIME when it attached; 0 when none
+  uint64_t takeovers = 0;       ///< dead learners replaced
+  uint64_t rows_sampled = 0;    ///< over the segment's life
+  uint64_t sample_calls = 0;
+  uint64_t retries = 0;         ///< rows redrawn because writers overwrote them during the copy
+  uint64_t online_resets = 0;
+  uint64_t steps_updated = 0;
+  uint64_t waiters = 0;         ///< learners blocked in wait() right now
 };
 
 struct SegmentInfo {
@@ -56,6 +71,7 @@ struct SegmentInfo {
   uint64_t replay_steps = 0;   ///< sum of lengths
   uint64_t online_steps = 0;   ///< sum of online lengths
   uint64_t live_writers = 0;   ///< distinct alive lease holders
+  LearnerInfo learner;
 };
 
 class Inspector {

@@ -89,6 +89,22 @@ Json listed_json(const ListedSegment& s) {
   };
 }
 
+Json learner_json(const LearnerInfo& l) {
+  return {
+      {"state", to_string(l.state)},
+      {"pid", l.pid},
+      {"start_ticks", l.start_ticks},
+      {"since_ns", l.since_ns},
+      {"takeovers", l.takeovers},
+      {"rows_sampled", l.rows_sampled},
+      {"sample_calls", l.sample_calls},
+      {"retries", l.retries},
+      {"online_resets", l.online_resets},
+      {"steps_updated", l.steps_updated},
+      {"waiters", l.waiters},
+  };
+}
+
 Json info_json(const SegmentInfo& i) {
   Json envs = Json::array();
   for (const EnvInfo& e : i.envs) envs.push_back(env_json(e));
@@ -110,6 +126,7 @@ Json info_json(const SegmentInfo& i) {
       {"replay_steps", i.replay_steps},
       {"online_steps", i.online_steps},
       {"live_writers", i.live_writers},
+      {"learner", learner_json(i.learner)},
       {"schema_spec", i.schema.to_string()},
       {"schema", schema_json(i.schema)},
       {"envs", std::move(envs)},
@@ -136,6 +153,14 @@ void print_info_summary(const SegmentInfo& i) {
   print_pair("replay steps", fmt::format("{} ({} full)", i.replay_steps, percent(i.replay_steps, slots)));
   print_pair("online steps", fmt::format("{}", i.online_steps));
   print_pair("live writers", fmt::format("{}", i.live_writers));
+  const LearnerInfo& l = i.learner;
+  print_pair("learner", l.state == OwnerState::none
+                            ? std::string("none attached")
+                            : fmt::format("pid {} ({}, attached {} ago)", l.pid, to_string(l.state),
+                                          human_age(age_ns(l.since_ns))));
+  print_pair("sampled", fmt::format("{} in {}, {} retried, {} updated, {} online resets",
+                                    counted(l.rows_sampled, "row", "rows"), counted(l.sample_calls, "call", "calls"),
+                                    l.retries, counted(l.steps_updated, "step", "steps"), l.online_resets));
 }
 
 void print_schema_table(const Schema& schema) {
