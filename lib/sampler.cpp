@@ -162,10 +162,10 @@ Sampler::Sampler(Sampler&& other) noexcept
       lo_(std::move(other.lo_)),
       hi_(std::move(other.hi_)),
       cumulative_(std::move(other.cumulative_)),
-      full_weight_(other.full_weight_),
       tail_prefix_(std::move(other.tail_prefix_)),
       table_length_(other.table_length_),
       table_power_(other.table_power_),
+      table_rmax_(other.table_rmax_),
       failed_(std::move(other.failed_)),
       redraw_(std::move(other.redraw_)) {}
 
@@ -280,29 +280,39 @@ void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, d
 // Fills lo_/hi_/cumulative_ for `view` and returns whether any start position exists. The weight of env e
 // with n = hi - lo steps: its first max(0, n - L + 1) starts have remaining length L (weight L^p); the last
 // min(n, L - 1) have remaining lengths min(n, L-1), ..., 2, 1, whose weights sum to tail_prefix_[min(n, L-1)].
+// Weights are scaled by 1 / r_max^p, where r_max is the longest remaining length in the view, so that the
+// largest weight is 1: a large power cannot overflow to infinity (tiny weights rounding to 0 is the right limit).
 bool Sampler::take_snapshot(View view, std::size_t length, double power) noexcept {
-  if (length != table_length_ || power != table_power_) {
-    // O(L), once per (L, power): the only allocation outside warm-up, and only when these change.
-    tail_prefix_.resize(length + 1);
-    tail_prefix_[0] = 0.0;
-    for (std::size_t r = 1; r <= length; ++r) {
-      tail_prefix_[r] = tail_prefix_[r - 1] + std::pow(static_cast<double>(r), power);
-    }
-    full_weight_ = std::pow(static_cast<double>(length), power);
-    table_length_ = length;
-    table_power_ = power;
-  }
   const uint64_t cap = buffer_->capacity();
   const uint64_t L = length;
-  double total = 0.0;
+  uint64_t longest = 0;
   for (std::size_t e = 0; e < lo_.size(); ++e) {
     const Range r = view_range(buffer_->env_control(e), view, cap);
     lo_[e] = r.lo;
     hi_[e] = r.hi;
-    const uint64_t n = r.hi - r.lo;
+    longest = std::max(longest, r.hi - r.lo);
+  }
+  const uint64_t r_max = std::min(longest, L);
+  if (r_max == 0) return false;
+  if (length != table_length_ || power != table_power_ || r_max != table_rmax_) {
+    // O(L) when (L, power, r_max) changes; r_max is L as soon as one env holds L steps.
+    tail_prefix_.resize(length + 1);
+    tail_prefix_[0] = 0.0;
+    const double scale = static_cast<double>(r_max);
+    for (std::size_t r = 1; r <= length; ++r) {
+      tail_prefix_[r] = tail_prefix_[r - 1] + std::pow(static_cast<double>(r) / scale, power);
+    }
+    table_length_ = length;
+    table_power_ = power;
+    table_rmax_ = r_max;
+  }
+  double total = 0.0;
+  for (std::size_t e = 0; e < lo_.size(); ++e) {
+    const uint64_t n = hi_[e] - lo_[e];
     const uint64_t full = n >= L ? n - L + 1 : 0;
     const uint64_t tail = std::min<uint64_t>(n, L - 1);
-    total += static_cast<double>(full) * full_weight_ + tail_prefix_[tail];
+    // A full-length start weighs (L / r_max)^p = 1: when r_max < L no env has one.
+    total += static_cast<double>(full) + tail_prefix_[tail];
     cumulative_[e] = total;
   }
   return total > 0.0;
@@ -326,11 +336,11 @@ void Sampler::draw(Rng& rng, std::size_t row, std::size_t length, SampleBatch& o
   const uint64_t tail = std::min<uint64_t>(n, L - 1);
   double v = std::max(0.0, u - before);
   uint64_t start = 0;
-  if (v < static_cast<double>(full) * full_weight_) {
-    const auto idx = static_cast<uint64_t>(v / full_weight_);
+  if (v < static_cast<double>(full)) {  // each full-length start weighs 1
+    const auto idx = static_cast<uint64_t>(v);
     start = lo + std::min(idx, full - 1);
   } else if (tail > 0) {
-    v -= static_cast<double>(full) * full_weight_;
+    v -= static_cast<double>(full);
     // The remaining length r in 1..tail whose weight interval holds v; that start is hi - r.
     const double* first = tail_prefix_.data() + 1;
     const double* found = std::upper_bound(first, first + tail, v);

@@ -215,10 +215,10 @@ class Sampler {
   std::vector<uint64_t> lo_;
   std::vector<uint64_t> hi_;
   std::vector<double> cumulative_;  // cumulative_[e] = total weight of envs 0..e
-  double full_weight_ = 0.0;         // length ^ power
-  std::vector<double> tail_prefix_;  // tail_prefix_[r] = sum of i^power for i = 1..r, r <= length
+  std::vector<double> tail_prefix_;  // tail_prefix_[r] = sum of (i / r_max)^power for i = 1..r, r <= length
   std::size_t table_length_ = 0;
   double table_power_ = -1.0;
+  uint64_t table_rmax_ = 0;         // the longest remaining length the table is scaled by
   std::vector<uint32_t> failed_;     // rows to redraw
   std::vector<uint32_t> redraw_;
 };
