@@ -1,6 +1,8 @@
 // The `shmreplay` CLI, run as a child process: output, --json forms, exit codes and error lines.
 #include <doctest/doctest.h>
 
+#include <chrono>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
@@ -195,8 +197,8 @@ TEST_CASE("create prints the segment's shape and info shows the schema and sizes
   std::istringstream lines(i.out);
   for (std::string line; std::getline(lines, line);) {
     const auto w = words(line);
-    if (w.size() == 8 && w[0] == "2" && w[6] == "none") {
-      CHECK(w == std::vector<std::string>{"2", "0", "0", "0", "0", "-", "none", "never"});
+    if (w.size() == 9 && w[0] == "2" && w[6] == "none") {
+      CHECK(w == std::vector<std::string>{"2", "0", "0", "0", "0", "-", "none", "-", "never"});
       saw_env_2 = true;
     }
   }
@@ -511,7 +513,7 @@ TEST_CASE("rm removes segments and refuses a foreign file") {
   CHECK(contains(missing.err, "does not exist"));
 }
 
-TEST_CASE("info --json reports an env's lease holder as alive, and a vanished one as dead") {
+TEST_CASE("info reports an env's lease holder as alive, idle when it stopped pushing, and dead when it vanished") {
   const std::string name = unique_name("cli");
   SegmentGuard guard(name);
   REQUIRE(create(name, 3, 10).exit_code == 0);
@@ -519,8 +521,13 @@ TEST_CASE("info --json reports an env's lease holder as alive, and a vanished on
   const uint64_t me = static_cast<uint64_t>(::getpid());
   const uint64_t ticks = own_start_ticks();
   layout::EnvControl& env0 = b.env_control(0);
+  const auto now_ns = [] {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count());
+  };
   env0.owner_start_ticks.store(ticks);
-  env0.lease_since_ns.store(1);
+  env0.lease_since_ns.store(now_ns());
   env0.lease.store(layout::pack_owner(me, ticks), std::memory_order_release);
 
   {
@@ -536,6 +543,21 @@ TEST_CASE("info --json reports an env's lease holder as alive, and a vanished on
     for (std::string line; std::getline(lines, line);) {
       const auto w = words(line);
       if (w.size() >= 7 && w[0] == "0" && w[5] == std::to_string(me)) saw = w[6] == "alive";
+    }
+    CHECK(saw);
+  }
+  {
+    // Alive, but its last push was a minute ago: idle.
+    env0.last_push_ns.store(now_ns() - 60'000'000'000ull);
+    const json j = parse_json(run_cli({"info", name, "--json"}).out);
+    CHECK(j["envs"][0]["owner"] == "alive");
+    CHECK(j["envs"][0]["state"] == "idle");
+    const CliResult text = run_cli({"info", name});
+    bool saw = false;
+    std::istringstream lines(text.out);
+    for (std::string line; std::getline(lines, line);) {
+      const auto w = words(line);
+      if (w.size() >= 7 && w[0] == "0" && w[5] == std::to_string(me)) saw = w[6] == "idle";
     }
     CHECK(saw);
   }

@@ -43,6 +43,16 @@ Schema read_schema_file(const std::string& path) {
   }
 }
 
+// "alive", "dead", "none", or "idle" for a live owner that has not pushed for kIdleAfterNs.
+constexpr uint64_t kIdleAfterNs = 10'000'000'000ull;
+std::string state_text(const EnvInfo& e) {
+  if (e.owner == OwnerState::alive) {
+    const uint64_t since = e.last_push_ns != 0 ? e.last_push_ns : e.lease_since_ns;
+    if (since != 0 && age_ns(since) > kIdleAfterNs) return "idle";
+  }
+  return std::string(to_string(e.owner));
+}
+
 // -- JSON forms --
 
 Json schema_json(const Schema& schema) {
@@ -67,6 +77,7 @@ Json env_json(const EnvInfo& e) {
       {"lease_since_ns", e.lease_since_ns},
       {"lease_takeovers", e.lease_takeovers},
       {"last_push_ns", e.last_push_ns},
+      {"state", state_text(e)},
   };
 }
 
@@ -184,6 +195,7 @@ void print_env_table(const std::vector<EnvInfo>& envs) {
            {"ONLINE", Align::right},
            {"OWNER", Align::right},
            {"STATE"},
+           {"LEASED"},
            {"LAST PUSH"}});
   const std::size_t shown = std::min(envs.size(), kMaxEnvRowsShown);
   for (std::size_t k = 0; k < shown; ++k) {
@@ -191,7 +203,7 @@ void print_env_table(const std::vector<EnvInfo>& envs) {
     t.add_row({fmt::format("{}", e.env), fmt::format("{}", e.head), fmt::format("{}", e.claimed),
                fmt::format("{}", e.length), fmt::format("{}", e.online_length),
                e.owner == OwnerState::none ? std::string("-") : fmt::format("{}", e.owner_pid),
-               std::string(to_string(e.owner)),
+               state_text(e), e.lease_since_ns == 0 ? std::string("-") : human_age(age_ns(e.lease_since_ns)) + " ago",
                e.last_push_ns == 0 ? std::string("never") : human_age(age_ns(e.last_push_ns)) + " ago"});
   }
   fmt::print("{}", t.render("  "));
