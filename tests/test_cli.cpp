@@ -513,6 +513,16 @@ TEST_CASE("rm removes segments and refuses a foreign file") {
   CHECK(contains(missing.err, "does not exist"));
 }
 
+// The STATE column of env 0's row in `info`'s text, when its OWNER column is `owner`; "" when there is no row.
+std::string env0_state_text(const std::string& name, uint64_t owner) {
+  std::istringstream lines(run_cli({"info", name}).out);
+  for (std::string line; std::getline(lines, line);) {
+    const auto w = words(line);
+    if (w.size() >= 7 && w[0] == "0" && w[5] == std::to_string(owner)) return w[6];
+  }
+  return "";
+}
+
 TEST_CASE("info reports an env's lease holder as alive, idle when it stopped pushing, and dead when it vanished") {
   const std::string name = unique_name("cli");
   SegmentGuard guard(name);
@@ -537,14 +547,7 @@ TEST_CASE("info reports an env's lease holder as alive, idle when it stopped pus
     CHECK(j["envs"][0]["owner_start_ticks"] == ticks);
     CHECK(j["envs"][1]["owner"] == "none");
     CHECK(j["live_writers"] == 1);
-    const CliResult text = run_cli({"info", name});
-    bool saw = false;
-    std::istringstream lines(text.out);
-    for (std::string line; std::getline(lines, line);) {
-      const auto w = words(line);
-      if (w.size() >= 7 && w[0] == "0" && w[5] == std::to_string(me)) saw = w[6] == "alive";
-    }
-    CHECK(saw);
+    CHECK(env0_state_text(name, me) == "alive");
   }
   {
     // Alive, but its last push was a minute ago: idle.
@@ -552,14 +555,7 @@ TEST_CASE("info reports an env's lease holder as alive, idle when it stopped pus
     const json j = parse_json(run_cli({"info", name, "--json"}).out);
     CHECK(j["envs"][0]["owner"] == "alive");
     CHECK(j["envs"][0]["state"] == "idle");
-    const CliResult text = run_cli({"info", name});
-    bool saw = false;
-    std::istringstream lines(text.out);
-    for (std::string line; std::getline(lines, line);) {
-      const auto w = words(line);
-      if (w.size() >= 7 && w[0] == "0" && w[5] == std::to_string(me)) saw = w[6] == "idle";
-    }
-    CHECK(saw);
+    CHECK(env0_state_text(name, me) == "idle");
   }
 
   // A child that has exited and been reaped: its pid names no process (or, if reused, one with another start).

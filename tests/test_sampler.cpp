@@ -86,6 +86,21 @@ struct Model {
   }
 };
 
+// A buffer with every env leased by one Writer, the learner, and the reference model that mirrors them.
+struct Rig {
+  Rig(const std::string& tag, uint64_t num_envs, uint64_t cap)
+      : guard(unique_name(tag)),
+        buf(Buffer::create(guard.name(), num_envs, cap, kSchema)),
+        w(Writer::range(buf, 0, num_envs)),
+        s(buf),
+        m(num_envs, cap) {}
+  SegmentGuard guard;
+  Buffer buf;
+  Writer w;
+  Sampler s;
+  Model m;
+};
+
 // Pushes the next step of each env in `envs` (in that order) to the buffer and the model. mode 0: a batched
 // push with int32 ids, 1: with uint64 ids, 2: push_one per env.
 void push_envs(Writer& w, Model& m, const std::vector<uint64_t>& envs, int mode) {
@@ -235,12 +250,10 @@ TEST_CASE("every sampled row is one the reference model allows, across wrap-arou
     for (const uint64_t cap : {1u, 3u, 5u, 8u}) {
       CAPTURE(num_envs);
       CAPTURE(cap);
-      const std::string name = unique_name("model");
-      SegmentGuard guard(name);
-      Buffer buf = Buffer::create(name, num_envs, cap, kSchema);
-      Writer w = Writer::range(buf, 0, num_envs);
-      Sampler s(buf);
-      Model m(num_envs, cap);
+      Rig rig("model", num_envs, cap);
+            Writer& w = rig.w;
+      Sampler& s = rig.s;
+      Model& m = rig.m;
       SampleBatch out;
       std::vector<uint64_t> all(num_envs);
       for (uint64_t e = 0; e < num_envs; ++e) all[e] = e;
@@ -368,12 +381,10 @@ TEST_CASE("the same buffer state and seed give identical batches; different seed
 }
 
 TEST_CASE("start positions follow the weights min(remaining, L)^power (chi-square), and the test has power") {
-  const std::string name = unique_name("chi");
-  SegmentGuard guard(name);
-  Buffer buf = Buffer::create(name, 3, 12, kSchema);
-  Writer w = Writer::range(buf, 0, 3);
-  Sampler s(buf);
-  Model m(3, 12);
+  Rig rig("chi", 3, 12);
+    Writer& w = rig.w;
+  Sampler& s = rig.s;
+  Model& m = rig.m;
   push_env(w, m, 0, 5);   // env 0: 7 steps, never wrapped
   push_env(w, m, 1, 25);  // env 1: 30 steps, wrapped twice
   push_env(w, m, 2, 14);  // env 2: 20 steps, wrapped
@@ -433,12 +444,10 @@ TEST_CASE("a huge finite power favours the longest starts instead of collapsing 
   // L^power overflows a double here (8^400 = 2^1200). The limit of the weights is "only starts with the longest
   // remaining length"; rejecting such a power with invalid_argument is acceptable too. Neither a single repeated
   // row nor Errc::contended (no writer runs) is.
-  const std::string name = unique_name("bigpow");
-  SegmentGuard guard(name);
-  Buffer buf = Buffer::create(name, 3, 12, kSchema);
-  Writer w = Writer::range(buf, 0, 3);
-  Sampler s(buf);
-  Model m(3, 12);
+  Rig rig("bigpow", 3, 12);
+    Writer& w = rig.w;
+  Sampler& s = rig.s;
+  Model& m = rig.m;
   Rng rng(4);
   SampleBatch out;
   auto check_power = [&](View view, std::size_t expected_envs) {
@@ -473,12 +482,10 @@ TEST_CASE("a huge finite power favours the longest starts instead of collapsing 
 }
 
 TEST_CASE("bad arguments, empty views and too-small borrowed arrays throw errors that give the numbers") {
-  const std::string name = unique_name("err");
-  SegmentGuard guard(name);
-  Buffer buf = Buffer::create(name, 3, 8, kSchema);
-  Writer w = Writer::range(buf, 0, 3);
-  Sampler s(buf);
-  Model m(3, 8);
+  Rig rig("err", 3, 8);
+    Writer& w = rig.w;
+  Sampler& s = rig.s;
+  Model& m = rig.m;
   Rng rng(3);
   SampleBatch out;
   std::string msg;
@@ -566,12 +573,10 @@ TEST_CASE("bad arguments, empty views and too-small borrowed arrays throw errors
 }
 
 TEST_CASE("an owned batch keeps its storage across calls of the same or a smaller shape") {
-  const std::string name = unique_name("reuse");
-  SegmentGuard guard(name);
-  Buffer buf = Buffer::create(name, 2, 8, kSchema);
-  Writer w = Writer::range(buf, 0, 2);
-  Sampler s(buf);
-  Model m(2, 8);
+  Rig rig("reuse", 2, 8);
+    Writer& w = rig.w;
+  Sampler& s = rig.s;
+  Model& m = rig.m;
   push_env(w, m, 0, 11);
   push_env(w, m, 1, 3);
   Rng rng(8);
@@ -603,12 +608,10 @@ TEST_CASE("an owned batch keeps its storage across calls of the same or a smalle
 }
 
 TEST_CASE("try_update rewrites a stored step, refuses an overwritten one and rejects an unpublished one") {
-  const std::string name = unique_name("update");
-  SegmentGuard guard(name);
-  Buffer buf = Buffer::create(name, 2, 4, kSchema);
-  Writer w = Writer::range(buf, 0, 2);
-  Sampler s(buf);
-  Model m(2, 4);
+  Rig rig("update", 2, 4);
+    Writer& w = rig.w;
+  Sampler& s = rig.s;
+  Model& m = rig.m;
   push_env(w, m, 0, 6);  // env 0 stores steps 2..5
   push_env(w, m, 1, 1);
   SampleBatch out;
