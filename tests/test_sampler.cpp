@@ -251,7 +251,7 @@ TEST_CASE("every sampled row is one the reference model allows, across wrap-arou
       CAPTURE(num_envs);
       CAPTURE(cap);
       Rig rig("model", num_envs, cap);
-            Writer& w = rig.w;
+      Writer& w = rig.w;
       Sampler& s = rig.s;
       Model& m = rig.m;
       SampleBatch out;
@@ -382,7 +382,7 @@ TEST_CASE("the same buffer state and seed give identical batches; different seed
 
 TEST_CASE("start positions follow the weights min(remaining, L)^power (chi-square), and the test has power") {
   Rig rig("chi", 3, 12);
-    Writer& w = rig.w;
+  Writer& w = rig.w;
   Sampler& s = rig.s;
   Model& m = rig.m;
   push_env(w, m, 0, 5);   // env 0: 7 steps, never wrapped
@@ -445,7 +445,7 @@ TEST_CASE("a huge finite power favours the longest starts instead of collapsing 
   // remaining length"; rejecting such a power with invalid_argument is acceptable too. Neither a single repeated
   // row nor Errc::contended (no writer runs) is.
   Rig rig("bigpow", 3, 12);
-    Writer& w = rig.w;
+  Writer& w = rig.w;
   Sampler& s = rig.s;
   Model& m = rig.m;
   Rng rng(4);
@@ -483,7 +483,7 @@ TEST_CASE("a huge finite power favours the longest starts instead of collapsing 
 
 TEST_CASE("bad arguments, empty views and too-small borrowed arrays throw errors that give the numbers") {
   Rig rig("err", 3, 8);
-    Writer& w = rig.w;
+  Writer& w = rig.w;
   Sampler& s = rig.s;
   Model& m = rig.m;
   Rng rng(3);
@@ -574,7 +574,7 @@ TEST_CASE("bad arguments, empty views and too-small borrowed arrays throw errors
 
 TEST_CASE("an owned batch keeps its storage across calls of the same or a smaller shape") {
   Rig rig("reuse", 2, 8);
-    Writer& w = rig.w;
+  Writer& w = rig.w;
   Sampler& s = rig.s;
   Model& m = rig.m;
   push_env(w, m, 0, 11);
@@ -609,7 +609,7 @@ TEST_CASE("an owned batch keeps its storage across calls of the same or a smalle
 
 TEST_CASE("try_update rewrites a stored step, refuses an overwritten one and rejects an unpublished one") {
   Rig rig("update", 2, 4);
-    Writer& w = rig.w;
+  Writer& w = rig.w;
   Sampler& s = rig.s;
   Model& m = rig.m;
   push_env(w, m, 0, 6);  // env 0 stores steps 2..5
