@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <map>
 
+#include "detail/env_state.hpp"
 #include "detail/file.hpp"
+#include "detail/lease.hpp"
 #include "detail/process.hpp"
 #include "shmreplay/error.hpp"
 
@@ -49,15 +51,15 @@ SegmentInfo Inspector::snapshot() const {
     const layout::EnvControl& c = b.env_control(e);
     EnvInfo i;
     i.env = e;
-    // Acquire pairs with the writer's release store of head: claimed and last_push_ns are at least as new.
-    i.head = c.head.load(std::memory_order_acquire);
+    // The same views as the Sampler's (each read is its own snapshot, which is fine for display).
+    const detail::StepRange replay = detail::view_range(c, View::replay, b.capacity());
+    const detail::StepRange online = detail::view_range(c, View::online, b.capacity());
+    i.head = replay.hi;
+    i.length = replay.hi - replay.lo;
+    i.online_length = online.hi - online.lo;
     i.claimed = c.claimed.load(std::memory_order_relaxed) & ~layout::kUpdateLockBit;
     i.last_push_ns = c.last_push_ns.load(std::memory_order_relaxed);
     i.online_start = c.online_start.load(std::memory_order_relaxed);
-    // The same views as the Sampler's: a slot being reclaimed (claimed = head + 1) is not counted.
-    const uint64_t lo = std::min(i.claimed > b.capacity() ? i.claimed - b.capacity() : 0, i.head);
-    i.length = i.head - lo;
-    i.online_length = i.head - std::min(std::max(lo, i.online_start), i.head);
     // Acquire pairs with the release of the compare-and-swap that took the lease: the lease's details are set.
     const uint64_t lease = c.lease.load(std::memory_order_acquire);
     if (lease != 0) {
@@ -65,7 +67,7 @@ SegmentInfo Inspector::snapshot() const {
       i.owner_start_ticks = c.owner_start_ticks.load(std::memory_order_relaxed);
       i.lease_since_ns = c.lease_since_ns.load(std::memory_order_relaxed);
       auto [it, fresh] = alive.try_emplace(lease, false);
-      if (fresh) it->second = detail::process_alive(i.owner_pid, layout::owner_start_low(lease), true);
+      if (fresh) it->second = detail::lease_holder_alive(lease);
       i.owner = it->second ? OwnerState::alive : OwnerState::dead;
     }
     i.lease_takeovers = c.lease_takeovers.load(std::memory_order_relaxed);
@@ -84,8 +86,7 @@ SegmentInfo Inspector::snapshot() const {
     l.pid = layout::owner_pid(lease);
     l.start_ticks = g.learner_start_ticks.load(std::memory_order_relaxed);
     l.since_ns = g.learner_since_ns.load(std::memory_order_relaxed);
-    l.state = detail::process_alive(l.pid, layout::owner_start_low(lease), true) ? OwnerState::alive
-                                                                                  : OwnerState::dead;
+    l.state = detail::lease_holder_alive(lease) ? OwnerState::alive : OwnerState::dead;
   }
   l.takeovers = g.learner_takeovers.load(std::memory_order_relaxed);
   l.rows_sampled = g.rows_sampled.load(std::memory_order_relaxed);

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "detail/env_state.hpp"
 #include "detail/futex.hpp"
 #include "detail/lease.hpp"
 #include "shmreplay/error.hpp"
@@ -131,21 +132,9 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
                             buffer.name(), detail::holder_text(r.holder_lease, r.holder_start_ticks)));
   }
   if (r.outcome == detail::LeaseOutcome::taken_over) {
-    // The dead learner may have died inside try_update(): finish its seqlock section and drop its update lock.
-    for (uint64_t e = 0; e < buffer.num_envs(); ++e) {
-      EnvControl& c = buffer.env_control(e);
-      uint64_t seq = c.update_seq.load(std::memory_order_relaxed);
-      // release: pairs with samplers' loads of update_seq around their copies.
-      if (seq & 1) c.update_seq.compare_exchange_strong(seq, seq + 1, std::memory_order_release);
-      uint64_t cur = c.claimed.load(std::memory_order_relaxed);
-      // release: pairs with the writer's acquire load that waits for the bit to clear.
-      while ((cur & kUpdateLockBit) &&
-             !c.claimed.compare_exchange_weak(cur, cur & ~kUpdateLockBit, std::memory_order_release)) {
-      }
-    }
-  }
-  if (r.outcome == detail::LeaseOutcome::taken_over) {
-    // Only the learner waits; a dead learner's waiter count would make every push issue a futex wake.
+    // The dead learner may have died inside try_update(); only the learner waits, so its waiter count goes too
+    // (it would make every push issue a futex wake).
+    for (uint64_t e = 0; e < buffer.num_envs(); ++e) detail::release_dead_update_lock(buffer.env_control(e));
     g.waiters.store(0, std::memory_order_relaxed);
   }
   const std::size_t num_envs = static_cast<std::size_t>(buffer.num_envs());
@@ -176,30 +165,13 @@ Sampler::~Sampler() {
 // ---------------------------------------------------------------------------------------------------------------
 // Views and sizes
 
-namespace {
-
-// The view's step range [lo, hi) for one env, from one acquire load of head (pairs with the writer's release
-// store of head: every step below it is fully written) and a later load of claimed.
-struct Range {
-  uint64_t lo;
-  uint64_t hi;
-};
-
-inline Range view_range(const EnvControl& c, View view, uint64_t cap) noexcept {
-  const uint64_t head = c.head.load(std::memory_order_acquire);
-  const uint64_t claimed = c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit;
-  uint64_t lo = claimed > cap ? claimed - cap : 0;  // the oldest step whose slot is not being reclaimed
-  if (view == View::online) lo = std::max(lo, c.online_start.load(std::memory_order_relaxed));
-  return {std::min(lo, head), head};
-}
-
-}  // namespace
+using detail::view_range;
 
 uint64_t Sampler::size(View view) const noexcept {
   uint64_t total = 0;
   const uint64_t cap = buffer_->capacity();
   for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
-    const Range r = view_range(buffer_->env_control(e), view, cap);
+    const detail::StepRange r = view_range(buffer_->env_control(e), view, cap);
     total += r.hi - r.lo;
   }
   return total;
@@ -211,8 +183,8 @@ EnvSizes Sampler::sizes(uint64_t env_id) const {
                                                     buffer_->name(), buffer_->num_envs() - 1));
   }
   const EnvControl& c = buffer_->env_control(env_id);
-  const Range replay = view_range(c, View::replay, buffer_->capacity());
-  const Range online = view_range(c, View::online, buffer_->capacity());
+  const detail::StepRange replay = view_range(c, View::replay, buffer_->capacity());
+  const detail::StepRange online = view_range(c, View::online, buffer_->capacity());
   return {replay.hi, replay.hi - replay.lo, online.hi - online.lo};
 }
 
@@ -287,7 +259,7 @@ bool Sampler::take_snapshot(View view, std::size_t length, double power) noexcep
   const uint64_t L = length;
   uint64_t longest = 0;
   for (std::size_t e = 0; e < lo_.size(); ++e) {
-    const Range r = view_range(buffer_->env_control(e), view, cap);
+    const detail::StepRange r = view_range(buffer_->env_control(e), view, cap);
     lo_[e] = r.lo;
     hi_[e] = r.hi;
     longest = std::max(longest, r.hi - r.lo);
@@ -391,41 +363,28 @@ void Sampler::count_call(std::size_t rows) noexcept {
   g.sample_calls.fetch_add(1, std::memory_order_relaxed);
 }
 
+// Whether any env has published a step at or after the view's base (0, or online_start). False means the view
+// is really empty; true with an empty snapshot means a slot was being rewritten at that instant (a ring of
+// capacity 1), which a redraw gets past.
+bool Sampler::view_has_published(View view) const noexcept {
+  for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
+    const EnvControl& c = buffer_->env_control(e);
+    const uint64_t base = view == View::online ? c.online_start.load(std::memory_order_relaxed) : 0;
+    if (c.head.load(std::memory_order_acquire) > base) return true;
+  }
+  return false;
+}
+
+// Draws rows [first_row, first_row + count): each round snapshots the view, draws and copies the rows still
+// pending, and keeps the ones that failed validation for the next round (counted as retries).
 void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, std::size_t length, double power,
                           Rng& rng, SampleBatch& out) {
+  failed_.reserve(count);  // no-op once warmed up
+  redraw_.reserve(count);
   failed_.clear();
-  bool any = take_snapshot(view, length, power);
-  uint32_t rounds = 0;
-  if (!any) {
-    // A view can look empty only for an instant (a ring of capacity 1 whose slot is being rewritten). Report a
-    // real empty view at once.
-    const bool really_empty = size(view) == 0 && [&] {
-      for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
-        const EnvControl& c = buffer_->env_control(e);
-        const uint64_t head = c.head.load(std::memory_order_acquire);
-        if (head > (view == View::online ? c.online_start.load(std::memory_order_relaxed) : 0)) return false;
-      }
-      return true;
-    }();
-    if (really_empty) {
-      throw Error(Errc::empty_view, fmt::format("cannot sample the {} view of '{}': it holds no steps{}",
-                                                to_string(view), buffer_->name(),
-                                                view == View::online ? " (nothing was pushed since the last "
-                                                                       "reset_online_queue())"
-                                                                     : ""));
-    }
-    for (std::size_t i = 0; i < count; ++i) failed_.push_back(static_cast<uint32_t>(first_row + i));
-  } else {
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::size_t row = first_row + i;
-      draw(rng, row, length, out);
-      const uint64_t e = out.env_ids_[row];
-      const uint64_t steps = std::min<uint64_t>(length, hi_[e] - out.starts_[row]);
-      if (!copy_steps(e, out.starts_[row], steps, row, out)) failed_.push_back(static_cast<uint32_t>(row));
-    }
-  }
-  while (!failed_.empty()) {
-    if (++rounds > options_.max_retry_rounds) {
+  for (std::size_t i = 0; i < count; ++i) failed_.push_back(static_cast<uint32_t>(first_row + i));
+  for (uint32_t round = 0; !failed_.empty(); ++round) {
+    if (round > options_.max_retry_rounds) {
       throw Error(Errc::contended,
                   fmt::format("cannot sample the {} view of '{}': {} row(s) were overwritten by writers during "
                               "the copy {} times in a row; the ring ({} steps per env) is too small for the "
@@ -433,15 +392,23 @@ void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, s
                               to_string(view), buffer_->name(), failed_.size(), options_.max_retry_rounds,
                               buffer_->capacity()));
     }
-    retries_ += failed_.size();
-    buffer_->global_control().retries.fetch_add(failed_.size(), std::memory_order_relaxed);
-    std::swap(failed_, redraw_);
-    failed_.clear();
+    if (round > 0) {
+      retries_ += failed_.size();
+      buffer_->global_control().retries.fetch_add(failed_.size(), std::memory_order_relaxed);
+    }
     if (!take_snapshot(view, length, power)) {
-      std::swap(failed_, redraw_);
+      if (!view_has_published(view)) {
+        throw Error(Errc::empty_view, fmt::format("cannot sample the {} view of '{}': it holds no steps{}",
+                                                  to_string(view), buffer_->name(),
+                                                  view == View::online ? " (nothing was pushed since the last "
+                                                                         "reset_online_queue())"
+                                                                       : ""));
+      }
       ::sched_yield();
       continue;
     }
+    std::swap(failed_, redraw_);
+    failed_.clear();
     for (const uint32_t row : redraw_) {
       draw(rng, row, length, out);
       const uint64_t e = out.env_ids_[row];
@@ -455,8 +422,6 @@ void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_len
                      Rng& rng, SampleBatch& out) {
   check_args("sample", batch_size, sequence_length, distribution_power);
   out.prepare(buffer_->schema(), batch_size, sequence_length);
-  failed_.reserve(batch_size);
-  redraw_.reserve(batch_size);
   sample_rows(view, 0, batch_size, sequence_length, distribution_power, rng, out);
   count_call(batch_size);
 }
@@ -466,8 +431,6 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
   check_args("sample (mixed)", replay_batch + online_batch, sequence_length, distribution_power);
   const std::size_t rows = replay_batch + online_batch;
   out.prepare(buffer_->schema(), rows, sequence_length);
-  failed_.reserve(rows);
-  redraw_.reserve(rows);
   if (replay_batch > 0) sample_rows(View::replay, 0, replay_batch, sequence_length, distribution_power, rng, out);
   if (online_batch > 0) {
     sample_rows(View::online, replay_batch, online_batch, sequence_length, distribution_power, rng, out);

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "detail/env_state.hpp"
 #include "detail/futex.hpp"
 #include "detail/lease.hpp"
 #include "detail/process.hpp"
@@ -44,7 +45,7 @@ uint64_t wait_update_unlocked(EnvControl& c, layout::GlobalControl& g) noexcept 
   for (unsigned spins = 0;; ++spins) {
     // acquire: pairs with the learner's release store that clears the bit, so its update's bytes
     // happen-before the bytes we are about to write into a slot.
-    uint64_t cur = c.claimed.load(std::memory_order_acquire);
+    const uint64_t cur = c.claimed.load(std::memory_order_acquire);
     if ((cur & kUpdateLockBit) == 0) return cur;
     if (spins < 64) {
       cpu_relax();
@@ -55,14 +56,8 @@ uint64_t wait_update_unlocked(EnvControl& c, layout::GlobalControl& g) noexcept 
     if (now - last_check < std::chrono::milliseconds(1)) continue;
     last_check = now;
     const uint64_t learner = g.learner_lease.load(std::memory_order_relaxed);
-    if (learner != 0 && detail::process_alive(layout::owner_pid(learner), layout::owner_start_low(learner), true)) {
-      continue;
-    }
-    // The learner died inside try_update(): finish its seqlock section (even update_seq) and clear the bit.
-    uint64_t seq = c.update_seq.load(std::memory_order_relaxed);
-    if (seq & 1) c.update_seq.compare_exchange_strong(seq, seq + 1, std::memory_order_release);
-    // release: pairs with the acquire load above in any other waiter and with samplers re-reading claimed.
-    c.claimed.compare_exchange_strong(cur, cur & ~kUpdateLockBit, std::memory_order_release);
+    if (learner != 0 && detail::lease_holder_alive(learner)) continue;
+    detail::release_dead_update_lock(c);  // the learner died inside try_update()
   }
 }
 

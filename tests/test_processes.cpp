@@ -35,7 +35,6 @@ using Clock = std::chrono::steady_clock;
 // writer can (batched subsets in random order, single pushes, reserve/commit, half-filled reservations that are
 // committed late or abandoned), at uneven per-env rates. Never returns; the parent kills it.
 [[noreturn]] void writer_main(const std::string& name, std::vector<uint64_t> envs, uint64_t seed, bool slow) {
-  int code = 3;
   try {
     Buffer buf = Buffer::open(name, {.expected_schema = kPayloadSchema});
     Writer writer(buf, envs);
@@ -69,7 +68,7 @@ using Clock = std::chrono::steady_clock;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "writer %d: %s\n", static_cast<int>(::getpid()), e.what());
   }
-  ::_exit(code);
+  ::_exit(3);  // only reached when the writer failed: the parent reports an exit instead of a kill
 }
 
 pid_t spawn(const std::function<void()>& body) {

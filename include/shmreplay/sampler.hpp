@@ -200,6 +200,7 @@ class Sampler {
 
  private:
   bool take_snapshot(View view, std::size_t length, double power) noexcept;
+  bool view_has_published(View view) const noexcept;
   void draw(Rng& rng, std::size_t row, std::size_t length, SampleBatch& out) const noexcept;
   bool copy_steps(uint64_t env, uint64_t start, uint64_t count, std::size_t row, SampleBatch& out) const noexcept;
   void sample_rows(View view, std::size_t first_row, std::size_t count, std::size_t length, double power,

@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <bit>
-#include <cerrno>
 #include <climits>
 #include <cstdint>
 #include <ctime>

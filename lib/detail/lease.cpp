@@ -9,6 +9,10 @@
 
 namespace shmreplay::detail {
 
+bool lease_holder_alive(uint64_t lease) noexcept {
+  return process_alive(layout::owner_pid(lease), layout::owner_start_low(lease), /*low32_only=*/true);
+}
+
 uint64_t self_lease_word() noexcept {
   return layout::pack_owner(static_cast<uint64_t>(::getpid()), self_start_ticks());
 }
@@ -17,7 +21,7 @@ LeaseResult try_take_lease(const LeaseWords& w, uint64_t me) noexcept {
   uint64_t cur = w.lease.load(std::memory_order_acquire);  // pairs with the release CAS/store of the holder
   for (;;) {
     if (cur == me) return {LeaseOutcome::held_by_us, cur, w.start_ticks.load(std::memory_order_relaxed)};
-    const bool dead = cur != 0 && !process_alive(layout::owner_pid(cur), layout::owner_start_low(cur), true);
+    const bool dead = cur != 0 && !lease_holder_alive(cur);
     if (cur != 0 && !dead) {
       return {LeaseOutcome::held_alive, cur, w.start_ticks.load(std::memory_order_relaxed)};
     }

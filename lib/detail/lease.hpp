@@ -29,6 +29,9 @@ struct LeaseResult {
   uint64_t holder_start_ticks = 0;  ///< the holder's full start ticks, as recorded
 };
 
+/// Whether the process named by a (nonzero) lease word is running: its pid with the same start time.
+bool lease_holder_alive(uint64_t lease) noexcept;
+
 /// This process's lease word: pack_owner(getpid(), start ticks).
 uint64_t self_lease_word() noexcept;
 
