@@ -201,7 +201,17 @@ TEST_CASE("writer processes killed at random moments lose nothing published and 
         next_kill = Clock::now() + std::chrono::milliseconds(20 + rng() % 120);
       }
     }
-    const SegmentInfo live = Inspector(guard.name()).snapshot();
+    // The last replacement may not have taken its leases over yet: give it time (never a timed assertion).
+    const auto all_alive = [](const SegmentInfo& info) {
+      return std::all_of(info.envs.begin(), info.envs.end(),
+                         [](const EnvInfo& env) { return env.owner == OwnerState::alive; });
+    };
+    SegmentInfo live = Inspector(guard.name()).snapshot();
+    for (const auto give_up = Clock::now() + std::chrono::seconds(20);
+         !(all_alive(live) && live.live_writers == num_writers) && Clock::now() < give_up;
+         live = Inspector(guard.name()).snapshot()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     for (const EnvInfo& env : live.envs) {
       CHECK(env.owner == OwnerState::alive);
       CHECK(env.last_push_ns > 0);
