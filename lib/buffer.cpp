@@ -58,7 +58,100 @@ uint64_t checked_add(uint64_t a, uint64_t b, uint64_t num_envs, uint64_t capacit
   return r;
 }
 
-Plan plan_layout(uint64_t num_envs, uint64_t capacity, const Schema& schema) {
+// The episode roles a create() asked for, resolved against the schema: per field its role code.
+struct Roles {
+  std::vector<uint32_t> of_field;  // FieldRole per field, schema order
+  EpisodeFieldIndices indices;
+  uint64_t queue_capacity = 0;     // records per env; 0 without episode fields
+};
+
+bool is_integer_or_bool(DType d) noexcept {
+  switch (d) {
+    case DType::u8: case DType::i8: case DType::u16: case DType::i16: case DType::u32: case DType::i32:
+    case DType::u64: case DType::i64: case DType::boolean: return true;
+    default: return false;
+  }
+}
+
+// The one check both create() and open() make of a set of roles; returns "" or what is wrong.
+std::string role_problem(const Schema& schema, const EpisodeFieldIndices& r) {
+  auto describe = [&](const char* role, std::size_t f) {
+    return fmt::format("episode field {} = '{}' ({})", role, schema[f].name, schema[f].to_string());
+  };
+  if (r.done && (r.terminated || r.truncated)) {
+    return fmt::format("{} is given together with {}: name either done, or terminated and/or truncated",
+                       describe("done", *r.done),
+                       r.terminated ? describe("terminated", *r.terminated) : describe("truncated", *r.truncated));
+  }
+  const std::pair<const char*, std::optional<std::size_t>> flags[] = {
+      {"done", r.done}, {"terminated", r.terminated}, {"truncated", r.truncated}};
+  for (const auto& [role, f] : flags) {
+    if (f && (schema[*f].elements() != 1 || !is_integer_or_bool(schema[*f].dtype))) {
+      return fmt::format("{} is not a flag: expected a scalar bool or integer field, actual dtype {} shape {}",
+                         describe(role, *f), dtype_name(schema[*f].dtype), schema[*f].shape_string());
+    }
+  }
+  if (r.reward) {
+    const Field& f = schema[*r.reward];
+    if (f.elements() != 1 || f.dtype == DType::boolean) {
+      return fmt::format("{} is not a reward: expected a scalar numeric field (not bool), actual dtype {} shape {}",
+                         describe("reward", *r.reward), dtype_name(f.dtype), f.shape_string());
+    }
+    if (!r.any_flag()) {
+      return fmt::format("{} is given without an episode-end field: name done, or terminated and/or truncated too",
+                         describe("reward", *r.reward));
+    }
+  }
+  return {};
+}
+
+Roles resolve_roles(const std::string& name, const Schema& schema, const CreateOptions& options) {
+  Roles roles;
+  roles.of_field.assign(schema.size(), kRoleNone);
+  const EpisodeFields& ep = options.episodes;
+  auto fail = [&](const std::string& what) {
+    throw Error(Errc::invalid_argument, fmt::format("cannot create shmreplay segment '{}': {}", name, what));
+  };
+  const std::pair<const char*, const std::string*> named[] = {
+      {"done", &ep.done}, {"terminated", &ep.terminated}, {"truncated", &ep.truncated}, {"reward", &ep.reward}};
+  const uint32_t codes[] = {kRoleDone, kRoleTerminated, kRoleTruncated, kRoleReward};
+  std::optional<std::size_t>* slots[] = {&roles.indices.done, &roles.indices.terminated, &roles.indices.truncated,
+                                         &roles.indices.reward};
+  for (std::size_t i = 0; i < 4; ++i) {
+    const std::string& field = *named[i].second;
+    if (field.empty()) continue;
+    const auto f = schema.find(field);
+    if (!f) {
+      std::vector<std::string> names;
+      for (const Field& x : schema.fields()) names.push_back(x.name);
+      fail(fmt::format("episode field {} = '{}' names no field of the schema (its fields: {})", named[i].first,
+                       field, fmt::join(names, ", ")));
+    }
+    if (roles.of_field[*f] != kRoleNone) {
+      const char* other = named[roles.of_field[*f] - 1].first;
+      fail(fmt::format("field '{}' is named as episode field {} and as {}; each role needs its own field", field,
+                       other, named[i].first));
+    }
+    roles.of_field[*f] = codes[i];
+    *slots[i] = *f;
+  }
+  if (const std::string problem = role_problem(schema, roles.indices); !problem.empty()) fail(problem);
+  if (roles.indices.any_flag()) {
+    roles.queue_capacity = options.episode_queue_capacity == 0 ? kDefaultEpisodeQueueCapacity
+                                                               : options.episode_queue_capacity;
+    if (roles.queue_capacity > kMaxEpisodeQueueCapacity) {
+      fail(fmt::format("episode_queue_capacity is {} records, expected 1 to {}", roles.queue_capacity,
+                       kMaxEpisodeQueueCapacity));
+    }
+  } else if (options.episode_queue_capacity != 0) {
+    fail(fmt::format("episode_queue_capacity is {}, but the buffer has no episode fields (set "
+                     "CreateOptions::episodes.done, or terminated and/or truncated)",
+                     options.episode_queue_capacity));
+  }
+  return roles;
+}
+
+Plan plan_layout(uint64_t num_envs, uint64_t capacity, const Schema& schema, uint64_t queue_capacity) {
   Plan p;
   uint64_t at = sizeof(SegmentHeader);
   p.sections[kSectionFields] = {at, schema.size() * sizeof(FieldDesc)};
@@ -77,12 +170,27 @@ Plan plan_layout(uint64_t num_envs, uint64_t capacity, const Schema& schema) {
     at = checked_add(at, bytes, num_envs, capacity, "the segment's size");
   }
   p.sections[kSectionData] = {data_start, at - data_start};
+  // Layout 1.2: the episode sections follow the data (so everything before is placed as in 1.1); all three are
+  // empty in a buffer without episode fields.
+  const bool episodes = queue_capacity != 0;
+  at = round_up(at, kCacheLineBytes);
+  p.sections[kSectionEpisodes] = {at, episodes ? num_envs * sizeof(EpisodeControl) : 0};
+  at = checked_add(at, p.sections[kSectionEpisodes].bytes, num_envs, capacity, "the segment's size");
+  const uint64_t meta_bytes = episodes ? checked_mul(steps, sizeof(uint64_t), num_envs, capacity, "the step meta") : 0;
+  p.sections[kSectionStepMeta] = {at, meta_bytes};
+  at = round_up(checked_add(at, meta_bytes, num_envs, capacity, "the segment's size"), kCacheLineBytes);
+  const uint64_t queue_bytes =
+      checked_mul(checked_mul(num_envs, queue_capacity, num_envs, capacity, "the episode queues"),
+                  sizeof(EpisodeRecordSlot), num_envs, capacity, "the episode queues");
+  p.sections[kSectionEpisodeQueues] = {at, queue_bytes};
+  at = checked_add(at, queue_bytes, num_envs, capacity, "the segment's size");
   p.total_bytes = round_up(at, kPageBytes);
   if (p.total_bytes > static_cast<uint64_t>(SIZE_MAX / 2)) too_large(num_envs, capacity, "the segment's size");
   return p;
 }
 
-void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const Schema& schema, const Plan& p) {
+void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const Schema& schema, const Plan& p,
+                   const Roles& roles) {
   // The file came from fallocate, so every byte is already zero; construct the atomics in place.
   auto* h = new (base) SegmentHeader{};
   h->magic = kMagic;
@@ -99,6 +207,7 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
   h->creator_start_ticks = detail::self_start_ticks();
   h->creation_time_ns = detail::realtime_ns();
   h->num_sections = kSectionsUsed;
+  h->episode_queue_capacity = roles.queue_capacity;
   for (uint32_t s = 0; s < kSectionsUsed; ++s) h->sections[s] = p.sections[s];
 
   auto* table = reinterpret_cast<FieldDesc*>(base + p.sections[kSectionFields].offset);
@@ -112,10 +221,24 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
     d->step_bytes = f.bytes();
     d->data_offset = p.field_offsets[i];
     d->data_bytes = num_envs * capacity * f.bytes();
+    d->role = roles.of_field[i];
   }
   auto* envs = reinterpret_cast<EnvControl*>(base + p.sections[kSectionEnvs].offset);
   for (uint64_t e = 0; e < num_envs; ++e) new (envs + e) EnvControl{};
   new (base + p.sections[kSectionGlobal].offset) GlobalControl{};
+  if (roles.queue_capacity != 0) {
+    // Journal slot 0 holds the state for head 0 (episode 0 starts at step 0, nothing completed); slot 1 holds
+    // nothing yet. Meta words and record slots start as zeros.
+    auto* eps = reinterpret_cast<EpisodeControl*>(base + p.sections[kSectionEpisodes].offset);
+    for (uint64_t e = 0; e < num_envs; ++e) {
+      auto* c = new (eps + e) EpisodeControl{};
+      c->journal[1].for_head.store(kJournalWriting, std::memory_order_relaxed);
+    }
+    auto* meta = reinterpret_cast<std::atomic<uint64_t>*>(base + p.sections[kSectionStepMeta].offset);
+    for (uint64_t i = 0; i < num_envs * capacity; ++i) new (meta + i) std::atomic<uint64_t>(0);
+    auto* slots = reinterpret_cast<EpisodeRecordSlot*>(base + p.sections[kSectionEpisodeQueues].offset);
+    for (uint64_t i = 0; i < num_envs * roles.queue_capacity; ++i) new (slots + i) EpisodeRecordSlot{};
+  }
 
   // Everything above happens-before any attacher's acquire load of `state` in open().
   h->state.store(kStateReady, std::memory_order_release);
@@ -259,7 +382,8 @@ Buffer Buffer::create(std::string_view name_in, uint64_t num_envs, uint64_t capa
                 fmt::format("cannot create shmreplay segment '{}': mode {:o} is not a permission mask", name,
                             options.mode));
   }
-  const Plan plan = plan_layout(num_envs, capacity, schema);
+  const Roles roles = resolve_roles(name, schema, options);
+  const Plan plan = plan_layout(num_envs, capacity, schema, roles.queue_capacity);
   // An early, clear answer for the common case; publish_name() still settles races atomically.
   struct stat existing {};
   if (!options.replace && ::lstat(path.c_str(), &existing) == 0) already_exists(name, path);
@@ -301,7 +425,7 @@ Buffer Buffer::create(std::string_view name_in, uint64_t num_envs, uint64_t capa
   b.path_ = path;
   b.schema_ = schema;
   detail::Mapping map(fd.get(), plan.total_bytes, /*writable=*/true, path);
-  write_segment(map.data(), num_envs, capacity, schema, plan);
+  write_segment(map.data(), num_envs, capacity, schema, plan, roles);
   publish_name(fd.get(), path, dir, name, options.replace);
 
   b.base_ = map.data();
@@ -313,6 +437,11 @@ Buffer Buffer::create(std::string_view name_in, uint64_t num_envs, uint64_t capa
   b.envs_offset_ = plan.sections[kSectionEnvs].offset;
   b.global_offset_ = plan.sections[kSectionGlobal].offset;
   b.field_offsets_ = plan.field_offsets;
+  b.episode_fields_ = roles.indices;
+  b.episode_queue_capacity_ = roles.queue_capacity;
+  b.episodes_offset_ = plan.sections[kSectionEpisodes].offset;
+  b.step_meta_offset_ = plan.sections[kSectionStepMeta].offset;
+  b.queues_offset_ = plan.sections[kSectionEpisodeQueues].offset;
   return b;
 }
 
@@ -366,10 +495,12 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
                                             : "an older shmreplay made it; recreate the segment"));
   }
   if (minor < kLayoutMinor) {
+    // 1.0 lacks the global section (learner lease, wake word); 1.1 the episode sections and field roles.
     v.fail(Errc::version_mismatch,
            fmt::format("segment layout {}.{}, library {}.{}: an older shmreplay made it, without the sections this "
-                       "library needs; recreate the segment",
-                       major, minor, kLayoutMajor, kLayoutMinor));
+                       "library needs ({}); recreate the segment",
+                       major, minor, kLayoutMajor, kLayoutMinor,
+                       minor == 0 ? "the learner lease and episode bookkeeping" : "episode bookkeeping"));
   }
   if (file_bytes < sizeof(SegmentHeader)) {
     v.fail(Errc::truncated, fmt::format("it is truncated: the file is {} bytes, shorter than the {}-byte header",
@@ -451,13 +582,50 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
   }
   v.check_range("the data section", data_sec.offset, data_sec.bytes, header_bytes, kDataAlignBytes);
   v.check_range("the global section", global_sec.offset, global_sec.bytes, header_bytes, kCacheLineBytes);
-  v.check_disjoint({{fields_sec, "the field table"}, {envs_sec, "the env table"},
-                    {data_sec, "the data section"}, {global_sec, "the global section"}});
+  // Layout 1.2: the episode sections, empty (0 bytes, offset ignored) in a buffer without episode fields.
+  const uint64_t queue_capacity = h.episode_queue_capacity;
+  const SectionDesc episodes_sec = h.sections[kSectionEpisodes];
+  const SectionDesc meta_sec = h.sections[kSectionStepMeta];
+  const SectionDesc queues_sec = h.sections[kSectionEpisodeQueues];
+  if (queue_capacity > kMaxEpisodeQueueCapacity) {
+    v.fail(Errc::corrupt, fmt::format("episode_queue_capacity is {}, expected 0 to {}", queue_capacity,
+                                      kMaxEpisodeQueueCapacity));
+  }
+  const bool episodes = queue_capacity != 0;
+  uint64_t expect_meta = 0;
+  uint64_t expect_queues = 0;
+  if (episodes && (__builtin_mul_overflow(num_envs * capacity, sizeof(uint64_t), &expect_meta) ||
+                   __builtin_mul_overflow(num_envs * queue_capacity, sizeof(EpisodeRecordSlot), &expect_queues))) {
+    v.fail(Errc::corrupt, "the episode sections' sizes overflow");
+  }
+  const uint64_t expect_episodes = episodes ? num_envs * sizeof(EpisodeControl) : 0;
+  if (episodes_sec.bytes != expect_episodes || meta_sec.bytes != expect_meta || queues_sec.bytes != expect_queues) {
+    v.fail(Errc::corrupt,
+           fmt::format("the episode sections are {}, {} and {} bytes, expected {}, {} and {} for {} envs x {} steps "
+                       "and {} records per queue",
+                       episodes_sec.bytes, meta_sec.bytes, queues_sec.bytes, expect_episodes, expect_meta,
+                       expect_queues, num_envs, capacity, queue_capacity));
+  }
+  std::vector<std::pair<SectionDesc, std::string>> sections = {{fields_sec, "the field table"},
+                                                               {envs_sec, "the env table"},
+                                                               {data_sec, "the data section"},
+                                                               {global_sec, "the global section"}};
+  if (episodes) {
+    v.check_range("the episode control section", episodes_sec.offset, episodes_sec.bytes, header_bytes,
+                  kCacheLineBytes);
+    v.check_range("the step meta section", meta_sec.offset, meta_sec.bytes, header_bytes, kCacheLineBytes);
+    v.check_range("the episode queue section", queues_sec.offset, queues_sec.bytes, header_bytes, kCacheLineBytes);
+    sections.emplace_back(episodes_sec, "the episode control section");
+    sections.emplace_back(meta_sec, "the step meta section");
+    sections.emplace_back(queues_sec, "the episode queue section");
+  }
+  v.check_disjoint(sections);
 
   // The schema table: every entry must describe a valid field whose storage lies inside the data section.
   const auto* table = std::launder(reinterpret_cast<const FieldDesc*>(b.base_ + fields_sec.offset));
   std::vector<Field> fields;
   std::vector<std::pair<SectionDesc, std::string>> storage;
+  EpisodeFieldIndices roles;
   uint64_t steps = 0;
   if (__builtin_mul_overflow(num_envs, capacity, &steps)) v.fail(Errc::corrupt, "num_envs x capacity overflows");
   for (uint64_t i = 0; i < num_fields; ++i) {
@@ -498,6 +666,15 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
     storage.emplace_back(SectionDesc{d.data_offset, d.data_bytes}, fmt::format("the storage of {}", what));
     b.field_offsets_.push_back(d.data_offset);
     fields.push_back(std::move(f));
+    if (d.role >= kRoleCount) v.fail(Errc::corrupt, fmt::format("{} has episode role code {}, which is unknown", what, d.role));
+    std::optional<std::size_t>* role_slot[] = {nullptr, &roles.done, &roles.terminated, &roles.truncated, &roles.reward};
+    if (d.role != kRoleNone) {
+      if (*role_slot[d.role]) {
+        v.fail(Errc::corrupt, fmt::format("{} and field {} both have episode role code {}", what,
+                                          **role_slot[d.role] + 1, d.role));
+      }
+      *role_slot[d.role] = static_cast<std::size_t>(i);
+    }
   }
   v.check_disjoint(storage);
   try {
@@ -508,6 +685,13 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
   if (h.step_bytes != b.schema_.step_bytes()) {
     v.fail(Errc::corrupt, fmt::format("step_bytes is {}, but the fields add up to {}", h.step_bytes,
                                       b.schema_.step_bytes()));
+  }
+  if (const std::string problem = role_problem(b.schema_, roles); !problem.empty()) {
+    v.fail(Errc::corrupt, fmt::format("the field table's episode roles are invalid: {}", problem));
+  }
+  if (roles.any_flag() != episodes) {
+    v.fail(Errc::corrupt, fmt::format("episode_queue_capacity is {} but the field table has {} episode flag field",
+                                      queue_capacity, roles.any_flag() ? "an" : "no"));
   }
   if (options.expected_schema) {
     const auto diffs = Schema::differences(*options.expected_schema, b.schema_);
@@ -523,6 +707,11 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
   b.total_bytes_ = file_bytes;
   b.envs_offset_ = envs_sec.offset;
   b.global_offset_ = global_sec.offset;
+  b.episode_fields_ = roles;
+  b.episode_queue_capacity_ = queue_capacity;
+  b.episodes_offset_ = episodes_sec.offset;
+  b.step_meta_offset_ = meta_sec.offset;
+  b.queues_offset_ = queues_sec.offset;
   return b;
 }
 
@@ -571,6 +760,11 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     global_offset_ = std::exchange(other.global_offset_, 0);
     field_offsets_ = std::move(other.field_offsets_);
     read_only_ = other.read_only_;
+    episode_fields_ = std::exchange(other.episode_fields_, {});
+    episode_queue_capacity_ = std::exchange(other.episode_queue_capacity_, 0);
+    episodes_offset_ = std::exchange(other.episodes_offset_, 0);
+    step_meta_offset_ = std::exchange(other.step_meta_offset_, 0);
+    queues_offset_ = std::exchange(other.queues_offset_, 0);
   }
   return *this;
 }
@@ -604,6 +798,47 @@ const GlobalControl& Buffer::global_control() const noexcept {
 GlobalControl& Buffer::global_control() noexcept {
   assert(!read_only_);
   return *std::launder(reinterpret_cast<GlobalControl*>(base_ + global_offset_));
+}
+
+const EpisodeControl& Buffer::episode_control(uint64_t env) const noexcept {
+  assert(has_episodes() && env < num_envs_);
+  return std::launder(reinterpret_cast<const EpisodeControl*>(base_ + episodes_offset_))[env];
+}
+
+EpisodeControl& Buffer::episode_control(uint64_t env) noexcept {
+  assert(!read_only_ && has_episodes() && env < num_envs_);
+  return std::launder(reinterpret_cast<EpisodeControl*>(base_ + episodes_offset_))[env];
+}
+
+const std::atomic<uint64_t>* Buffer::step_meta(uint64_t env) const noexcept {
+  assert(has_episodes() && env < num_envs_);
+  return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + step_meta_offset_)) + env * capacity_;
+}
+
+std::atomic<uint64_t>* Buffer::step_meta(uint64_t env) noexcept {
+  assert(!read_only_ && has_episodes() && env < num_envs_);
+  return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + step_meta_offset_)) + env * capacity_;
+}
+
+const EpisodeRecordSlot* Buffer::episode_queue(uint64_t env) const noexcept {
+  assert(has_episodes() && env < num_envs_);
+  return std::launder(reinterpret_cast<const EpisodeRecordSlot*>(base_ + queues_offset_)) +
+         env * episode_queue_capacity_;
+}
+
+EpisodeRecordSlot* Buffer::episode_queue(uint64_t env) noexcept {
+  assert(!read_only_ && has_episodes() && env < num_envs_);
+  return std::launder(reinterpret_cast<EpisodeRecordSlot*>(base_ + queues_offset_)) + env * episode_queue_capacity_;
+}
+
+std::string_view to_string(EpisodeEnd end) noexcept {
+  switch (end) {
+    case EpisodeEnd::none: return "none";
+    case EpisodeEnd::done: return "done";
+    case EpisodeEnd::terminated: return "terminated";
+    case EpisodeEnd::truncated: return "truncated";
+  }
+  return "?";
 }
 
 const std::byte* Buffer::field_data(std::size_t field) const noexcept { return base_ + field_offsets_[field]; }

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "detail/env_state.hpp"
+#include "detail/episodes.hpp"
 #include "detail/futex.hpp"
 #include "detail/lease.hpp"
 #include "shmreplay/error.hpp"
@@ -31,9 +32,38 @@ detail::LeaseWords learner_lease(GlobalControl& g) noexcept {
 // A double in [0, 1) from the top 53 bits of one engine output: the same on every platform.
 inline double uniform01(Rng& rng) noexcept { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
 
+// An integer in [0, n) from one engine output (the high half of a 64 x 64-bit product; bias below n / 2^64).
+inline uint64_t uniform_below(Rng& rng, uint64_t n) noexcept {
+  __extension__ using U128 = unsigned __int128;
+  return static_cast<uint64_t>((static_cast<U128>(rng()) * n) >> 64);
+}
+
+// Stop/within sampling proposes at most this many starts for one row before the call switches to the exact
+// method (which enumerates episodes).
+constexpr uint32_t kMaxTries = 64;
+
+// The first point >= x of the grid anchor, anchor + period, ... (x >= anchor).
+inline uint64_t grid_ceil(uint64_t anchor, uint64_t period, uint64_t x) noexcept {
+  return anchor + (x - anchor + period - 1) / period * period;
+}
+
+// Grid points p with p + L <= hi, from `first` on (the starts that have L steps left): their count.
+inline uint64_t full_starts(uint64_t first, uint64_t hi, uint64_t length, uint64_t period) noexcept {
+  return hi >= first + length ? (hi - length - first) / period + 1 : 0;
+}
+
 }  // namespace
 
 std::string_view to_string(View view) noexcept { return view == View::replay ? "replay" : "online"; }
+
+std::string_view to_string(Episodes episodes) noexcept {
+  switch (episodes) {
+    case Episodes::cross: return "cross";
+    case Episodes::stop: return "stop";
+    case Episodes::within: return "within";
+  }
+  return "?";
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // SampleBatch
@@ -93,7 +123,11 @@ void SampleBatch::prepare(const Schema& schema, std::size_t rows, std::size_t le
     starts_ = own_starts_.data();
   }
   field_step_bytes_.resize(nf);
-  for (std::size_t f = 0; f < nf; ++f) field_step_bytes_[f] = static_cast<std::size_t>(schema[f].bytes());
+  field_dtype_.resize(nf);
+  for (std::size_t f = 0; f < nf; ++f) {
+    field_step_bytes_[f] = static_cast<std::size_t>(schema[f].bytes());
+    field_dtype_[f] = schema[f].dtype;
+  }
   rows_ = rows;
   length_ = length;
 }
@@ -141,6 +175,7 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
   lo_.resize(num_envs);
   hi_.resize(num_envs);
   cumulative_.resize(num_envs);
+  grid_cumulative_.resize(num_envs);
 }
 
 Sampler::Sampler(Sampler&& other) noexcept
@@ -156,7 +191,18 @@ Sampler::Sampler(Sampler&& other) noexcept
       table_power_(other.table_power_),
       table_rmax_(other.table_rmax_),
       failed_(std::move(other.failed_)),
-      redraw_(std::move(other.redraw_)) {}
+      redraw_(std::move(other.redraw_)),
+      grid_cumulative_(std::move(other.grid_cumulative_)),
+      row_steps_(std::move(other.row_steps_)),
+      period_table_(std::move(other.period_table_)),
+      period_table_length_(other.period_table_length_),
+      period_table_power_(other.period_table_power_),
+      period_table_period_(other.period_table_period_),
+      period_table_scale_(other.period_table_scale_),
+      segments_(std::move(other.segments_)),
+      exact_(other.exact_),
+      stats_(other.stats_),
+      pop_cursor_(other.pop_cursor_) {}
 
 Sampler::~Sampler() {
   if (buffer_ != nullptr) detail::release_lease(learner_lease(buffer_->global_control()), lease_word_);
@@ -233,7 +279,19 @@ void Sampler::reset_online_queue() noexcept {
 // ---------------------------------------------------------------------------------------------------------------
 // Sampling
 
-void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, double power) const {
+void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, double power,
+                         const SampleOptions& options) const {
+  if (options.episodes != Episodes::cross && !buffer_->has_episodes()) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot {} '{}' with episodes = {}: the buffer has no episode fields (create it with "
+                            "CreateOptions::episodes naming its done, or terminated and/or truncated, field)",
+                            op, buffer_->name(), to_string(options.episodes)));
+  }
+  if (options.period == 0) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot {} '{}': period is 0, expected 1 or more steps between start positions", op,
+                            buffer_->name()));
+  }
   if (rows == 0) {
     throw Error(Errc::invalid_argument, fmt::format("cannot {} '{}': the batch size is 0", op, buffer_->name()));
   }
@@ -375,14 +433,287 @@ bool Sampler::view_has_published(View view) const noexcept {
   return false;
 }
 
+// Steps published and not yet overwritten by a completed write, over all envs (a write in progress does not
+// count against the view here): what SampleOptions::min_steps is checked against, once per call.
+uint64_t Sampler::published_steps(View view) const noexcept {
+  const uint64_t cap = buffer_->capacity();
+  uint64_t total = 0;
+  for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
+    const EnvControl& c = buffer_->env_control(e);
+    const uint64_t head = c.head.load(std::memory_order_acquire);  // pairs with the writer's release of head
+    uint64_t lo = head > cap ? head - cap : 0;
+    if (view == View::online) lo = std::max(lo, c.online_start.load(std::memory_order_relaxed));
+    total += head - std::min(lo, head);
+  }
+  return total;
+}
+
+// Whether any env's writer is between its claim and its head store (the view is one step short meanwhile).
+bool Sampler::writes_in_flight() const noexcept {
+  for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
+    const EnvControl& c = buffer_->env_control(e);
+    const uint64_t head = c.head.load(std::memory_order_relaxed);
+    if ((c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit) > head) return true;
+  }
+  return false;
+}
+
+// S[r] = (r / scale)^power + S[r - period] (0 below 1), for r <= length: the total weight of the starts whose
+// remaining lengths are r, r - period, r - 2 period, ... > 0, i.e. of the grid points from a start with r steps
+// left up to the end of its segment. For period 1 it is tail_prefix_ (scaled by `scale`).
+void Sampler::ensure_period_table(std::size_t length, double power, uint64_t period, uint64_t scale) {
+  if (length == period_table_length_ && power == period_table_power_ && period == period_table_period_ &&
+      scale == period_table_scale_) {
+    return;
+  }
+  period_table_.resize(length + 1);
+  period_table_[0] = 0.0;
+  const double s = static_cast<double>(scale);
+  for (std::size_t r = 1; r <= length; ++r) {
+    const double w = std::pow(static_cast<double>(r) / s, power);
+    period_table_[r] = w + (r > period ? period_table_[r - period] : 0.0);
+  }
+  period_table_length_ = length;
+  period_table_power_ = power;
+  period_table_period_ = period;
+  period_table_scale_ = scale;
+}
+
+namespace {
+
+// Among the grid points of a segment's tail, whose remaining lengths are r0, r0 - period, ..., c (c in
+// [1, period]) with cumulative weights table[c], table[c + period], ..., table[r0] from the end: the remaining
+// length of the one whose weight interval holds v (0 <= v < table[r0]).
+uint64_t pick_tail(const std::vector<double>& table, uint64_t r0, uint64_t period, double v) noexcept {
+  const uint64_t c = (r0 - 1) % period + 1;
+  uint64_t lo = 0;
+  uint64_t hi = (r0 - c) / period;  // the answer is in [lo, hi]
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (table[static_cast<std::size_t>(c + mid * period)] > v) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return c + lo * period;
+}
+
+}  // namespace
+
+// The snapshot for sampling with options (a period, or stop/within). cross: per env the exact total weight over
+// the period's grid, as take_snapshot does for period 1 (full starts weigh 1 after scaling by r_max^p; the tail's
+// weights come from the period table). stop/within: per env the number of grid points that can start a row (the
+// proposal of draw_by_rejection). Returns whether any start exists.
+bool Sampler::take_general_snapshot(View view, std::size_t length, double power, const SampleOptions& o) {
+  const uint64_t cap = buffer_->capacity();
+  const uint64_t L = length;
+  const uint64_t P = std::min(o.period, cap);  // a period of cap or more keeps only each view's first step
+  uint64_t longest = 0;
+  for (std::size_t e = 0; e < lo_.size(); ++e) {
+    const detail::StepRange r = view_range(buffer_->env_control(e), view, cap);
+    lo_[e] = r.lo;
+    hi_[e] = r.hi;
+    longest = std::max(longest, r.hi - r.lo);
+  }
+  if (o.episodes == Episodes::cross) {
+    const uint64_t r_max = std::min(longest, L);  // the first grid point of the longest env has r_max left
+    if (r_max == 0) return false;
+    ensure_period_table(length, power, P, r_max);
+    double total = 0.0;
+    for (std::size_t e = 0; e < lo_.size(); ++e) {
+      const uint64_t full = full_starts(lo_[e], hi_[e], L, P);
+      const uint64_t tail_first = lo_[e] + full * P;
+      total += static_cast<double>(full) +
+               (tail_first < hi_[e] ? period_table_[static_cast<std::size_t>(hi_[e] - tail_first)] : 0.0);
+      cumulative_[e] = total;
+    }
+    return total > 0.0;
+  }
+  uint64_t total = 0;
+  for (std::size_t e = 0; e < lo_.size(); ++e) {
+    const uint64_t n = hi_[e] - lo_[e];
+    total += o.episodes == Episodes::within ? full_starts(lo_[e], hi_[e], L, P) : (n == 0 ? 0 : (n - 1) / P + 1);
+    grid_cumulative_[e] = total;
+  }
+  return total > 0;
+}
+
+// Draws one start for cross sampling with a period from the snapshot, as draw() does for period 1.
+void Sampler::draw_cross_period(Rng& rng, std::size_t row, std::size_t length, uint64_t period,
+                                SampleBatch& out) noexcept {
+  const double total = cumulative_.back();
+  const double u = uniform01(rng) * total;
+  auto it = std::upper_bound(cumulative_.begin(), cumulative_.end(), u);
+  if (it == cumulative_.end()) --it;
+  while (it != cumulative_.begin() && *it == *(it - 1)) --it;
+  const auto e = static_cast<std::size_t>(it - cumulative_.begin());
+  const double v = std::max(0.0, u - (e == 0 ? 0.0 : cumulative_[e - 1]));
+  const uint64_t L = length;
+  const uint64_t lo = lo_[e];
+  const uint64_t hi = hi_[e];
+  const uint64_t full = full_starts(lo, hi, L, period);
+  const uint64_t tail_first = lo + full * period;
+  uint64_t start = 0;
+  if (v < static_cast<double>(full) || tail_first >= hi) {
+    start = lo + std::min(static_cast<uint64_t>(v), full == 0 ? 0 : full - 1) * period;
+  } else {
+    start = hi - pick_tail(period_table_, hi - tail_first, period, v - static_cast<double>(full));
+  }
+  out.env_ids_[row] = e;
+  out.starts_[row] = start;
+  row_steps_[row] = std::min<uint64_t>(L, hi - start);
+}
+
+// Stop/within by rejection: propose a grid point uniformly over all envs, place it in its episode from the step
+// meta, accept it with probability (its weight) / L^power. Exact for the target weights, since every weight is at
+// most L^power. Returns false when kMaxTries proposals were refused (the caller then switches to build_exact).
+// Meta words are read without validation here: a start whose meta a writer was overwriting is itself being
+// overwritten, and the row's copy (which validates every step >= its start, meta included) rejects it.
+bool Sampler::draw_by_rejection(Rng& rng, std::size_t row, std::size_t length, double power,
+                                const SampleOptions& o, SampleBatch& out) noexcept {
+  const uint64_t cap = buffer_->capacity();
+  const uint64_t L = length;
+  const uint64_t P = std::min(o.period, cap);
+  const bool within = o.episodes == Episodes::within;
+  const uint64_t total = grid_cumulative_.back();
+  for (uint32_t attempt = 0; attempt < kMaxTries; ++attempt) {
+    ++stats_.tries;
+    const uint64_t g = uniform_below(rng, total);
+    const auto e = static_cast<std::size_t>(
+        std::upper_bound(grid_cumulative_.begin(), grid_cumulative_.end(), g) - grid_cumulative_.begin());
+    const uint64_t p = lo_[e] + (g - (e == 0 ? 0 : grid_cumulative_[e - 1])) * P;
+    const std::atomic<uint64_t>* meta = buffer_->step_meta(e);
+    // The last step the row could hold; its episode started at or before p iff no episode starts in (p, q].
+    const uint64_t q = std::min(p + L, hi_[e]) - 1;
+    const uint64_t s = detail::meta_start(detail::load_meta(meta, cap, q));
+    ++stats_.meta_loads;
+    if (s > q) continue;  // a torn read (the slot is being reused): this start is going away
+    uint64_t steps = q - p + 1;
+    if (s > p) {
+      if (within) continue;  // an episode ends inside the sequence
+      // stop: the row ends where the next episode starts: the first x in (p, q] with start(x) > p.
+      uint64_t a = p + 1;
+      uint64_t b = q;
+      while (a < b) {
+        const uint64_t mid = a + (b - a) / 2;
+        ++stats_.meta_loads;
+        if (detail::meta_start(detail::load_meta(meta, cap, mid)) > p) {
+          b = mid;
+        } else {
+          a = mid + 1;
+        }
+      }
+      steps = a - p;
+    }
+    if (!within && steps < L && power != 0.0) {
+      const double w = std::pow(static_cast<double>(steps) / static_cast<double>(L), power);
+      if (!(uniform01(rng) < w)) continue;
+    }
+    out.env_ids_[row] = e;
+    out.starts_[row] = p;
+    row_steps_[row] = steps;
+    return true;
+  }
+  return false;
+}
+
+// The exact method for stop/within: walk each env's view from its newest step down, one meta load per episode
+// piece (a step's meta holds its episode's first step), and give each piece its exact total weight: its full
+// starts (L steps left in the episode) weigh 1 each; for stop its tail (fewer than L left) weighs
+// period_table_[first tail start's remaining length], scaled by the longest remaining length found. Returns
+// whether any start has a positive weight. O(num_envs + pieces); allocates scratch the first time.
+bool Sampler::build_exact(std::size_t length, double power, const SampleOptions& o) {
+  ++stats_.exact_fallbacks;
+  segments_.clear();
+  const uint64_t cap = buffer_->capacity();
+  const uint64_t L = length;
+  const uint64_t P = std::min(o.period, cap);
+  const bool within = o.episodes == Episodes::within;
+  uint64_t r_max = 0;
+  for (std::size_t e = 0; e < lo_.size(); ++e) {
+    const uint64_t lo = lo_[e];
+    const std::atomic<uint64_t>* meta = buffer_->step_meta(e);
+    for (uint64_t b = hi_[e]; b > lo;) {
+      const uint64_t q = b - 1;
+      const uint64_t s = detail::meta_start(detail::load_meta(meta, cap, q));
+      ++stats_.segments_enumerated;
+      ++stats_.meta_loads;
+      if (s > q) break;  // a torn read: the env's steps from here down are being overwritten
+      const uint64_t a = std::max(s, lo);
+      const uint64_t first = grid_ceil(lo, P, a);
+      if (first < b) {
+        const uint64_t full = full_starts(first, b, L, P);
+        if (!within || full > 0) {
+          segments_.push_back({e, first, b, full, 0.0});
+          r_max = std::max(r_max, std::min(L, b - first));
+        }
+      }
+      b = a;
+    }
+  }
+  if (segments_.empty()) return false;
+  if (!within) ensure_period_table(length, power, P, r_max);
+  double total = 0.0;
+  for (Segment& seg : segments_) {
+    // A full start weighs (L / r_max)^p = 1: there are full starts only when r_max = L.
+    total += static_cast<double>(seg.full);
+    const uint64_t tail_first = seg.first_grid + seg.full * P;
+    if (!within && tail_first < seg.end) total += period_table_[static_cast<std::size_t>(seg.end - tail_first)];
+    seg.cumulative = total;
+  }
+  return total > 0.0;
+}
+
+void Sampler::draw_exact(Rng& rng, std::size_t row, std::size_t length, const SampleOptions& o,
+                         SampleBatch& out) noexcept {
+  const uint64_t P = std::min(o.period, buffer_->capacity());
+  const uint64_t L = length;
+  const double u = uniform01(rng) * segments_.back().cumulative;
+  auto it = std::upper_bound(segments_.begin(), segments_.end(), u,
+                             [](double x, const Segment& s) { return x < s.cumulative; });
+  if (it == segments_.end()) --it;
+  while (it != segments_.begin() && it->cumulative == (it - 1)->cumulative) --it;
+  const double v = std::max(0.0, u - (it == segments_.begin() ? 0.0 : (it - 1)->cumulative));
+  const Segment& seg = *it;
+  const uint64_t tail_first = seg.first_grid + seg.full * P;
+  uint64_t start = 0;
+  uint64_t steps = L;
+  if (v < static_cast<double>(seg.full) || o.episodes == Episodes::within || tail_first >= seg.end) {
+    start = seg.first_grid + std::min(static_cast<uint64_t>(v), seg.full == 0 ? 0 : seg.full - 1) * P;
+    steps = std::min(L, seg.end - start);
+  } else {
+    steps = pick_tail(period_table_, seg.end - tail_first, P, v - static_cast<double>(seg.full));
+    start = seg.end - steps;
+  }
+  out.env_ids_[row] = seg.env;
+  out.starts_[row] = start;
+  row_steps_[row] = steps;
+}
+
 // Draws rows [first_row, first_row + count): each round snapshots the view, draws and copies the rows still
-// pending, and keeps the ones that failed validation for the next round (counted as retries).
+// pending, and keeps the ones that failed validation for the next round (counted as retries). Cross sampling
+// with period 1 (the default) is the closed form of take_snapshot/draw, unchanged; anything else goes through
+// take_general_snapshot and the draws above.
 void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, std::size_t length, double power,
-                          Rng& rng, SampleBatch& out) {
+                          const SampleOptions& o, Rng& rng, SampleBatch& out) {
+  // A single step never crosses an episode end: with period 1 every mode is the uniform closed form.
+  const bool fast = o.period == 1 && (o.episodes == Episodes::cross || length == 1);
+  const bool by_episode = !fast && o.episodes != Episodes::cross;
+  if (o.min_steps > 0) {
+    const uint64_t have = published_steps(view);
+    if (have < o.min_steps) {
+      throw Error(Errc::empty_view,
+                  fmt::format("cannot sample the {} view of '{}': it holds {} steps, fewer than min_steps = {}{}",
+                              to_string(view), buffer_->name(), have, o.min_steps,
+                              view == View::online ? " (counted since the last reset_online_queue())" : ""));
+    }
+  }
   failed_.reserve(count);  // no-op once warmed up
   redraw_.reserve(count);
   failed_.clear();
   for (std::size_t i = 0; i < count; ++i) failed_.push_back(static_cast<uint32_t>(first_row + i));
+  exact_ = false;
   for (uint32_t round = 0; !failed_.empty(); ++round) {
     if (round > options_.max_retry_rounds) {
       throw Error(Errc::contended,
@@ -396,7 +727,11 @@ void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, s
       retries_ += failed_.size();
       buffer_->global_control().retries.fetch_add(failed_.size(), std::memory_order_relaxed);
     }
-    if (!take_snapshot(view, length, power)) {
+    const bool any = fast ? take_snapshot(view, length, power) : take_general_snapshot(view, length, power, o);
+    // Whether the round may go ahead; throws when the view cannot give a row, yields when that may be a write
+    // in progress (the view is a step short while a slot is reclaimed).
+    const auto usable = [&](bool found) {
+      if (found) return true;
       if (!view_has_published(view)) {
         throw Error(Errc::empty_view, fmt::format("cannot sample the {} view of '{}': it holds no steps{}",
                                                   to_string(view), buffer_->name(),
@@ -404,38 +739,180 @@ void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, s
                                                                          "reset_online_queue())"
                                                                        : ""));
       }
+      // A write in progress hides the oldest step of its env; that can hide the only within start for good
+      // unless the sequence needs the whole ring (L = capacity), where the next step brings one back.
+      if (o.episodes == Episodes::within && (length < buffer_->capacity() || !writes_in_flight())) {
+        throw Error(Errc::empty_view,
+                    fmt::format("cannot sample the {} view of '{}' with episodes = within: no start position (every "
+                                "{} steps) has {} steps of one episode before the head",
+                                to_string(view), buffer_->name(), o.period, length));
+      }
       ::sched_yield();
-      continue;
-    }
+      return false;
+    };
+    if (!usable(any)) continue;
+    if (exact_ && !usable(build_exact(length, power, o))) continue;
+    row_steps_.resize(std::max<std::size_t>(row_steps_.size(), first_row + count));
     std::swap(failed_, redraw_);
     failed_.clear();
-    for (const uint32_t row : redraw_) {
-      draw(rng, row, length, out);
-      const uint64_t e = out.env_ids_[row];
-      const uint64_t steps = std::min<uint64_t>(length, hi_[e] - out.starts_[row]);
-      if (!copy_steps(e, out.starts_[row], steps, row, out)) failed_.push_back(row);
+    for (std::size_t i = 0; i < redraw_.size(); ++i) {
+      const uint32_t row = redraw_[i];
+      if (fast) {
+        draw(rng, row, length, out);
+        row_steps_[row] = std::min<uint64_t>(length, hi_[out.env_ids_[row]] - out.starts_[row]);
+      } else if (!by_episode) {
+        draw_cross_period(rng, row, length, std::min(o.period, buffer_->capacity()), out);
+      } else {
+        ++stats_.rows;
+        if (!exact_ && !draw_by_rejection(rng, row, length, power, o, out)) {
+          exact_ = true;
+          if (!usable(build_exact(length, power, o))) {
+            // Nothing to draw from in this snapshot (a write in progress): this row and the rest wait for the
+            // next round's fresh snapshot.
+            failed_.insert(failed_.end(), redraw_.begin() + static_cast<std::ptrdiff_t>(i), redraw_.end());
+            break;
+          }
+        }
+        if (exact_) draw_exact(rng, row, length, o, out);
+      }
+      if (!copy_steps(out.env_ids_[row], out.starts_[row], row_steps_[row], row, out)) failed_.push_back(row);
     }
   }
 }
 
 void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power,
                      Rng& rng, SampleBatch& out) {
-  check_args("sample", batch_size, sequence_length, distribution_power);
+  sample(view, batch_size, sequence_length, distribution_power, rng, out, SampleOptions{});
+}
+
+void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power,
+                     Rng& rng, SampleBatch& out, const SampleOptions& options) {
+  check_args("sample", batch_size, sequence_length, distribution_power, options);
   out.prepare(buffer_->schema(), batch_size, sequence_length);
-  sample_rows(view, 0, batch_size, sequence_length, distribution_power, rng, out);
+  out.episode_fields_ = buffer_->episode_fields();
+  sample_rows(view, 0, batch_size, sequence_length, distribution_power, options, rng, out);
   count_call(batch_size);
 }
 
 void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
                            double distribution_power, Rng& rng, SampleBatch& out) {
-  check_args("sample (mixed)", replay_batch + online_batch, sequence_length, distribution_power);
+  sample_mixed(replay_batch, online_batch, sequence_length, distribution_power, rng, out, SampleOptions{});
+}
+
+void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
+                           double distribution_power, Rng& rng, SampleBatch& out, const SampleOptions& options) {
+  check_args("sample (mixed)", replay_batch + online_batch, sequence_length, distribution_power, options);
   const std::size_t rows = replay_batch + online_batch;
   out.prepare(buffer_->schema(), rows, sequence_length);
-  if (replay_batch > 0) sample_rows(View::replay, 0, replay_batch, sequence_length, distribution_power, rng, out);
+  out.episode_fields_ = buffer_->episode_fields();
+  if (replay_batch > 0) {
+    sample_rows(View::replay, 0, replay_batch, sequence_length, distribution_power, options, rng, out);
+  }
   if (online_batch > 0) {
-    sample_rows(View::online, replay_batch, online_batch, sequence_length, distribution_power, rng, out);
+    sample_rows(View::online, replay_batch, online_batch, sequence_length, distribution_power, options, rng, out);
   }
   count_call(rows);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Completed-episode records
+
+std::size_t Sampler::pop_episodes(std::span<EpisodeRecord> out) noexcept {
+  if (!buffer_->has_episodes() || out.empty()) return 0;
+  const uint64_t num_envs = buffer_->num_envs();
+  const uint64_t capacity = buffer_->episode_queue_capacity();
+  std::size_t n = 0;
+  for (uint64_t k = 0; k < num_envs && n < out.size(); ++k) {
+    const uint64_t e = (pop_cursor_ + k) % num_envs;
+    layout::EpisodeControl& c = buffer_->episode_control(e);
+    // acquire: pairs with the writer's release store of queue_tail in emit_record; the slots below it are whole.
+    const uint64_t tail = c.queue_tail.load(std::memory_order_acquire);
+    uint64_t head = c.queue_head.load(std::memory_order_relaxed);  // only the learner stores it
+    if (head > tail || tail - head > capacity) head = tail > capacity ? tail - capacity : 0;  // never: defensive
+    const uint64_t take = std::min<uint64_t>(tail - head, out.size() - n);
+    const layout::EpisodeRecordSlot* slots = buffer_->episode_queue(e);
+    for (uint64_t i = 0; i < take; ++i) {
+      const layout::EpisodeRecordSlot& slot = slots[(head + i) % capacity];
+      EpisodeRecord& r = out[n++];
+      r.env = e;
+      r.first_step = slot.first_step.load(std::memory_order_relaxed);
+      r.length = slot.length.load(std::memory_order_relaxed);
+      r.episode_return = detail::f64_of(slot.episode_return.load(std::memory_order_relaxed));
+      r.end = static_cast<EpisodeEnd>(slot.end.load(std::memory_order_relaxed) & 3);
+    }
+    // release: pairs with the writer's acquire load of queue_head before it reuses a slot; our reads come first.
+    if (take > 0) c.queue_head.store(head + take, std::memory_order_release);
+  }
+  pop_cursor_ = static_cast<std::size_t>((pop_cursor_ + 1) % num_envs);
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// n-step returns
+
+namespace {
+
+NStep nstep_impl(const SampleBatch& b, std::size_t row, std::size_t t, std::size_t n, double discount,
+                 std::optional<std::size_t> reward_field) {
+  const std::size_t L = b.sequence_length();
+  if (row >= b.rows() || t >= L) {
+    throw Error(Errc::invalid_argument, fmt::format("cannot compute an n-step return at row {}, position {}: the "
+                                                    "batch has {} rows of {} steps",
+                                                    row, t, b.rows(), L));
+  }
+  if (n == 0 || !std::isfinite(discount)) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot compute an n-step return with n = {} and discount = {}: expected n >= 1 and a "
+                            "finite discount",
+                            n, discount));
+  }
+  if (!reward_field) {
+    throw Error(Errc::invalid_argument, "cannot compute an n-step return: the buffer has no reward field (create it "
+                                        "with CreateOptions::episodes.reward) and none was given");
+  }
+  const std::size_t rf = *reward_field;
+  const auto step_bytes = [&](std::size_t f) { return b.field(f).size() / (b.rows() * L); };
+  if (rf >= b.num_fields() || step_bytes(rf) != dtype_bytes(b.field_dtype(rf))) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot compute an n-step return from field {}: expected a scalar field below {}", rf,
+                            b.num_fields()));
+  }
+  const EpisodeFieldIndices& ef = b.episode_fields();
+  const auto flag = [&](const std::optional<std::size_t>& f, std::size_t pos) {
+    return f && detail::flag_set(b.step(*f, row, pos), step_bytes(*f));
+  };
+  NStep r;
+  double scale = 1.0;
+  for (std::size_t k = 0; k < n && t + k < L && b.valid(row, t + k); ++k) {
+    const std::size_t pos = t + k;
+    r.reward_sum += scale * detail::element_as_double(b.field_dtype(rf), b.step(rf, row, pos));
+    scale *= discount;
+    r.steps = k + 1;
+    if (flag(ef.terminated, pos) || flag(ef.done, pos)) {
+      r.terminated = true;
+      break;
+    }
+    if (flag(ef.truncated, pos)) {
+      r.truncated = true;
+      break;
+    }
+  }
+  if (r.steps == 0 || r.terminated) return r;
+  r.bootstrap_discount = scale;
+  const std::size_t next = t + r.steps;
+  if (!r.truncated && next < L && b.valid(row, next)) r.bootstrap = next;
+  return r;
+}
+
+}  // namespace
+
+NStep nstep(const SampleBatch& batch, std::size_t row, std::size_t t, std::size_t n, double discount) {
+  return nstep_impl(batch, row, t, n, discount, batch.episode_fields().reward);
+}
+
+NStep nstep(const SampleBatch& batch, std::size_t row, std::size_t t, std::size_t n, double discount,
+            std::size_t reward_field) {
+  return nstep_impl(batch, row, t, n, discount, reward_field);
 }
 
 void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
@@ -450,6 +927,7 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
     }
   }
   out.prepare(buffer_->schema(), env_ids.size(), 1);
+  out.episode_fields_ = buffer_->episode_fields();
   for (std::size_t row = 0; row < env_ids.size(); ++row) {
     const uint64_t e = env_ids[row];
     out.env_ids_[row] = e;
@@ -481,6 +959,15 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
   if (fields.size() != schema.size()) {
     throw Error(Errc::size_mismatch, fmt::format("cannot update '{}': {} field values given, the schema has {} ({})",
                                                  buffer_->name(), fields.size(), schema.size(), schema.to_string()));
+  }
+  const EpisodeFieldIndices& ef = buffer_->episode_fields();
+  for (const auto& flag : {ef.done, ef.terminated, ef.truncated}) {
+    if (flag && fields.size() == schema.size() && fields[*flag].data != nullptr) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot update step {} of env {} of '{}': field '{}' is an episode flag field, and "
+                              "episode boundaries are fixed when a step is pushed; pass no data for it",
+                              step, env_id, buffer_->name(), schema[*flag].name));
+    }
   }
   for (std::size_t f = 0; f < fields.size(); ++f) {
     if (fields[f].data != nullptr && fields[f].bytes != schema[f].bytes()) {

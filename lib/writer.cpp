@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "detail/env_state.hpp"
+#include "detail/episodes.hpp"
 #include "detail/futex.hpp"
 #include "detail/lease.hpp"
 #include "detail/process.hpp"
@@ -86,7 +87,9 @@ void StepSlot::commit() {
     throw Error(Errc::invalid_argument,
                 fmt::format("step {} of env {} was already committed or abandoned", step_, env_));
   }
+  const bool record_due = writer_->roles_ && writer_->stage_episode(env_, step_, {}, 0);
   writer_->publish(local_, step_, detail::coarse_realtime_ns());
+  if (record_due) detail::emit_record(*writer_->buffer_, env_, step_ + 1);
   writer_->reserved_[local_] = 0;
   writer_->notify();
   writer_ = nullptr;
@@ -146,6 +149,10 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids) : buffer_(&buf
     field_base_.push_back(buffer.field_data(f));
     field_bytes_.push_back(buffer.schema()[f].bytes());
   }
+  if (buffer.has_episodes()) {
+    roles_ = std::make_unique<detail::EpisodeRoles>(buffer);
+    for (const uint64_t e : envs_) detail::recover_env(buffer, e);
+  }
 }
 
 Writer Writer::range(Buffer& buffer, uint64_t first, uint64_t count) {
@@ -164,7 +171,8 @@ Writer::Writer(Writer&& other) noexcept
       field_bytes_(std::move(other.field_bytes_)),
       calls_(other.calls_),
       lease_word_(other.lease_word_),
-      takeovers_(other.takeovers_) {
+      takeovers_(other.takeovers_),
+      roles_(std::move(other.roles_)) {
   other.envs_.clear();
 }
 
@@ -232,6 +240,16 @@ void Writer::publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept {
   c.last_push_ns.store(now_ns, std::memory_order_relaxed);
 }
 
+bool Writer::stage_episode(uint64_t env, uint64_t step, std::span<const FieldBytes> fields,
+                           std::size_t row) noexcept {
+  const uint64_t slot = env * buffer_->capacity() + step % buffer_->capacity();
+  const detail::StepFlags flags = detail::read_step_flags(*roles_, [&](std::size_t f) -> const std::byte* {
+    if (fields.empty()) return field_base_[f] + slot * field_bytes_[f];  // reserve/commit: the filled slot
+    return static_cast<const std::byte*>(fields[f].data) + row * field_bytes_[f];
+  });
+  return detail::stage_step(*buffer_, env, step, flags);
+}
+
 void Writer::notify() noexcept {
   layout::GlobalControl& g = buffer_->global_control();
   // seq_cst fence: orders the head stores above before the load of `waiters`; pairs with the learner's seq_cst
@@ -297,7 +315,9 @@ void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> 
       const uint64_t b = field_bytes_[f];
       std::memcpy(field_base_[f] + slot * b, static_cast<const std::byte*>(fields[f].data) + i * b, b);
     }
+    const bool record_due = roles_ && stage_episode(env, step, fields, i);
     publish(l, step, now);
+    if (record_due) detail::emit_record(*buffer_, env, step + 1);
   }
   notify();
 }

@@ -384,6 +384,12 @@ TEST_CASE("a segment of another major or an older minor version is refused with 
   CHECK(open_bytes(minor, &m) == code(Errc::version_mismatch));
   CHECK(contains(m, fmt::format("segment layout 1.0, library 1.{}", kLayoutMinor)));
   CHECK(contains(m, "recreate"));
+  // Layout 1.1 lacks the episode sections and field roles.
+  poke<uint32_t>(minor, offsetof(SegmentHeader, layout_minor), 1);
+  CHECK(open_bytes(minor, &m) == code(Errc::version_mismatch));
+  CHECK(contains(m, fmt::format("segment layout 1.1, library 1.{}", kLayoutMinor)));
+  CHECK(contains(m, "episode"));
+  CHECK(contains(m, "recreate the segment"));
 }
 
 TEST_CASE("a segment that is not ready is reported, or waited for within the timeout") {

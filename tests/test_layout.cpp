@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstddef>
+#include <optional>
 
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/layout.hpp"
@@ -14,14 +15,14 @@ using namespace shmreplay::layout;
 
 #pragma GCC diagnostic ignored "-Winvalid-offsetof"
 
-TEST_CASE("the layout version is 1.1 and its magic spells SHMRPLAY") {
+TEST_CASE("the layout version is 1.2 and its magic spells SHMRPLAY") {
   CHECK(kLayoutMajor == 1);
-  CHECK(kLayoutMinor == 1);
+  CHECK(kLayoutMinor == 2);
   const char expected[] = "SHMRPLAY";
   for (int i = 0; i < 8; ++i) CHECK(static_cast<char>((kMagic >> (8 * i)) & 0xff) == expected[i]);
 }
 
-TEST_CASE("layout 1.1: SegmentHeader sizes and offsets are pinned") {
+TEST_CASE("layout 1.2: SegmentHeader sizes and offsets are pinned") {
   CHECK(sizeof(SegmentHeader) == 256);
   CHECK(offsetof(SegmentHeader, magic) == 0);
   CHECK(offsetof(SegmentHeader, layout_major) == 8);
@@ -37,6 +38,8 @@ TEST_CASE("layout 1.1: SegmentHeader sizes and offsets are pinned") {
   CHECK(offsetof(SegmentHeader, creator_start_ticks) == 80);
   CHECK(offsetof(SegmentHeader, creation_time_ns) == 88);
   CHECK(offsetof(SegmentHeader, num_sections) == 96);
+  CHECK(offsetof(SegmentHeader, episode_queue_capacity) == 104);
+  CHECK(offsetof(SegmentHeader, reserved0) == 112);
   CHECK(offsetof(SegmentHeader, sections) == 128);
   CHECK(sizeof(SectionDesc) == 16);
   CHECK(kMaxSections == 8);
@@ -44,10 +47,13 @@ TEST_CASE("layout 1.1: SegmentHeader sizes and offsets are pinned") {
   CHECK(kSectionEnvs == 1);
   CHECK(kSectionData == 2);
   CHECK(kSectionGlobal == 3);
-  CHECK(kSectionsUsed == 4);
+  CHECK(kSectionEpisodes == 4);
+  CHECK(kSectionStepMeta == 5);
+  CHECK(kSectionEpisodeQueues == 6);
+  CHECK(kSectionsUsed == 7);
 }
 
-TEST_CASE("layout 1.1: FieldDesc sizes and offsets are pinned") {
+TEST_CASE("layout 1.2: FieldDesc sizes and offsets are pinned") {
   CHECK(sizeof(FieldDesc) == 192);
   CHECK(offsetof(FieldDesc, name) == 0);
   CHECK(offsetof(FieldDesc, dtype) == 64);
@@ -56,6 +62,16 @@ TEST_CASE("layout 1.1: FieldDesc sizes and offsets are pinned") {
   CHECK(offsetof(FieldDesc, step_bytes) == 136);
   CHECK(offsetof(FieldDesc, data_offset) == 144);
   CHECK(offsetof(FieldDesc, data_bytes) == 152);
+  CHECK(offsetof(FieldDesc, role) == 160);
+  CHECK(offsetof(FieldDesc, reserved1) == 164);
+  CHECK(offsetof(FieldDesc, reserved0) == 168);
+  // The episode role codes are stored in the field table.
+  CHECK(kRoleNone == 0);
+  CHECK(kRoleDone == 1);
+  CHECK(kRoleTerminated == 2);
+  CHECK(kRoleTruncated == 3);
+  CHECK(kRoleReward == 4);
+  CHECK(kRoleCount == 5);
   CHECK(kMaxDims == 8);
   CHECK(kMaxNameBytes == 63);
   // The dtype codes are stored in the field table.
@@ -64,7 +80,7 @@ TEST_CASE("layout 1.1: FieldDesc sizes and offsets are pinned") {
   CHECK(static_cast<uint32_t>(DType::boolean) == 13);
 }
 
-TEST_CASE("layout 1.1: EnvControl puts each writing role on its own cache line") {
+TEST_CASE("layout 1.2: EnvControl puts each writing role on its own cache line") {
   CHECK(sizeof(EnvControl) == 192);
   CHECK(alignof(EnvControl) == 64);
   CHECK(offsetof(EnvControl, claimed) == 0);
@@ -78,7 +94,7 @@ TEST_CASE("layout 1.1: EnvControl puts each writing role on its own cache line")
   CHECK(offsetof(EnvControl, lease_takeovers) == 152);
 }
 
-TEST_CASE("layout 1.1: GlobalControl puts the learner lease, its counters and the wake word on their own lines") {
+TEST_CASE("layout 1.2: GlobalControl puts the learner lease, its counters and the wake word on their own lines") {
   CHECK(sizeof(GlobalControl) == 256);
   CHECK(alignof(GlobalControl) == 64);
   CHECK(offsetof(GlobalControl, learner_lease) == 0);
@@ -93,6 +109,40 @@ TEST_CASE("layout 1.1: GlobalControl puts the learner lease, its counters and th
   CHECK(offsetof(GlobalControl, wake_seq) == 128);
   CHECK(offsetof(GlobalControl, waiters) == 136);
   CHECK(kUpdateLockBit == (1ull << 63));
+}
+
+TEST_CASE("layout 1.2: the episode sections' structs, meta bits and codes are pinned") {
+  CHECK(sizeof(EpisodeJournal) == 64);
+  CHECK(alignof(EpisodeJournal) == 64);
+  CHECK(offsetof(EpisodeJournal, for_head) == 0);
+  CHECK(offsetof(EpisodeJournal, episode_start) == 8);
+  CHECK(offsetof(EpisodeJournal, running_return) == 16);
+  CHECK(offsetof(EpisodeJournal, episodes_completed) == 24);
+  CHECK(offsetof(EpisodeJournal, last_first_step) == 32);
+  CHECK(offsetof(EpisodeJournal, last_length) == 40);
+  CHECK(offsetof(EpisodeJournal, last_return) == 48);
+  CHECK(offsetof(EpisodeJournal, last_end) == 56);
+  CHECK(sizeof(EpisodeControl) == 256);
+  CHECK(alignof(EpisodeControl) == 64);
+  CHECK(offsetof(EpisodeControl, journal) == 0);
+  CHECK(offsetof(EpisodeControl, queue_tail) == 128);
+  CHECK(offsetof(EpisodeControl, records_dropped) == 136);
+  CHECK(offsetof(EpisodeControl, queue_head) == 192);
+  CHECK(sizeof(EpisodeRecordSlot) == 32);
+  CHECK(offsetof(EpisodeRecordSlot, first_step) == 0);
+  CHECK(offsetof(EpisodeRecordSlot, length) == 8);
+  CHECK(offsetof(EpisodeRecordSlot, episode_return) == 16);
+  CHECK(offsetof(EpisodeRecordSlot, end) == 24);
+  CHECK(kMetaEndsEpisode == (1ull << 63));
+  CHECK(kMetaTruncated == (1ull << 62));
+  CHECK(kMetaStartMask == (1ull << 62) - 1);
+  CHECK(kJournalWriting == ~0ull);
+  CHECK(kDefaultEpisodeQueueCapacity == 128);
+  CHECK(kMaxEpisodeQueueCapacity == (1ull << 24));
+  CHECK(static_cast<int>(EpisodeEnd::none) == 0);
+  CHECK(static_cast<int>(EpisodeEnd::done) == 1);
+  CHECK(static_cast<int>(EpisodeEnd::terminated) == 2);
+  CHECK(static_cast<int>(EpisodeEnd::truncated) == 3);
 }
 
 TEST_CASE("the owner lease packs pid and the low half of the start time into one word") {
@@ -132,8 +182,49 @@ TEST_CASE("a created segment places its sections as the layout says") {
   CHECK(h.sections[kSectionData].bytes == 448 + 64 + 5 * 7 * 16);
   CHECK(h.total_bytes == 8192);
   CHECK(b.total_bytes() == 8192);
+  // Without episode fields the 1.2 sections are empty, placed after the data, and no field has a role.
+  CHECK(h.episode_queue_capacity == 0);
+  for (const SectionIndex i : {kSectionEpisodes, kSectionStepMeta, kSectionEpisodeQueues}) {
+    CHECK(h.sections[i].offset == 4096 + 1088);  // the data's end, 5168, rounded up to a cache line
+    CHECK(h.sections[i].bytes == 0);
+  }
+  CHECK_FALSE(b.has_episodes());
   for (std::size_t i = kSectionsUsed; i < kMaxSections; ++i) {
     CHECK(h.sections[i].offset == 0);
     CHECK(h.sections[i].bytes == 0);
   }
+}
+
+TEST_CASE("a segment with episode fields places the episode sections after the data and records the roles") {
+  const std::string name = test::unique_name("layout-ep");
+  test::SegmentGuard guard(name);
+  const Schema schema = Schema::parse("obs:f32[3] done:bool action:i64[2] reward:f32");
+  const Buffer b = Buffer::create(name, 5, 7, schema, {.episodes = {.done = "done", .reward = "reward"}});
+  const SegmentHeader& h = b.header();
+  CHECK(h.num_sections == 7);
+  CHECK(h.episode_queue_capacity == 128);
+  // Data: 448 + 64 + 576 (5*7*16 = 560 rounded) + 5*7*4 = 140 -> [4096, 5324); the episode sections follow, each
+  // on a cache line.
+  CHECK(h.sections[kSectionData].offset == 4096);
+  CHECK(h.sections[kSectionData].bytes == 448 + 64 + 576 + 140);
+  CHECK(h.sections[kSectionEpisodes].offset == 5376);
+  CHECK(h.sections[kSectionEpisodes].bytes == 5 * 256);
+  CHECK(h.sections[kSectionStepMeta].offset == 5376 + 1280);
+  CHECK(h.sections[kSectionStepMeta].bytes == 5 * 7 * 8);
+  CHECK(h.sections[kSectionEpisodeQueues].offset == 6656 + 320);  // 6656 + 280, rounded up to a cache line
+  CHECK(h.sections[kSectionEpisodeQueues].bytes == 5 * 128 * 32);
+  CHECK(h.total_bytes == 28672);  // 6976 + 20480 = 27456, rounded up to a page
+  const auto* table = reinterpret_cast<const FieldDesc*>(reinterpret_cast<const std::byte*>(&h) +
+                                                         h.sections[kSectionFields].offset);
+  CHECK(table[0].role == kRoleNone);
+  CHECK(table[1].role == kRoleDone);
+  CHECK(table[2].role == kRoleNone);
+  CHECK(table[3].role == kRoleReward);
+  CHECK(b.has_episodes());
+  CHECK(b.episode_fields().done == std::optional<std::size_t>(1));
+  CHECK(b.episode_fields().reward == std::optional<std::size_t>(3));
+  CHECK_FALSE(b.episode_fields().terminated);
+  // A fresh env: journal slot 0 is the state for head 0, slot 1 holds nothing.
+  CHECK(b.episode_control(0).journal[0].for_head.load() == 0);
+  CHECK(b.episode_control(0).journal[1].for_head.load() == kJournalWriting);
 }

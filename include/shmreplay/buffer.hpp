@@ -11,8 +11,14 @@
 //   auto buf = shmreplay::Buffer::create("cartpole", /*num_envs=*/8, /*capacity=*/4096, schema);
 //   auto same = shmreplay::Buffer::open("cartpole", {.expected_schema = schema});
 //   shmreplay::Buffer::remove("cartpole");
+//
+//   // With episode bookkeeping (stop/within sampling, completed-episode records): name the flag and reward fields.
+//   auto eps = shmreplay::Schema::parse("obs:f32[4] action:i32 reward:f32 terminated:bool truncated:bool");
+//   auto ebuf = shmreplay::Buffer::create("cartpole-ep", 8, 4096, eps,
+//       {.episodes = {.terminated = "terminated", .truncated = "truncated", .reward = "reward"}});
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -28,9 +34,50 @@ namespace shmreplay {
 /// The directory that holds segment files: $SHMREPLAY_SHM_DIR when set and non-empty, else "/dev/shm".
 std::string shm_directory();
 
+/// Which fields (by name) carry episode bookkeeping; an empty name means none. Either `done` alone, or
+/// `terminated` and/or `truncated` (done excludes both). Flags must be scalar bool or integer fields (nonzero means
+/// set); `reward` a scalar numeric field, and it needs a flag. A step whose flag is set is the last step of its
+/// episode; the next step of the env starts a new one (auto-reset streams, as envpool and Gymnasium produce).
+struct EpisodeFields {
+  std::string done;
+  std::string terminated;
+  std::string truncated;
+  std::string reward;
+
+  bool empty() const noexcept { return done.empty() && terminated.empty() && truncated.empty() && reward.empty(); }
+};
+
 struct CreateOptions {
   uint32_t mode = 0600;  ///< permission bits of the segment file (the umask does not apply)
   bool replace = false;  ///< atomically replace a segment of the same name instead of failing
+  /// The episode fields (see EpisodeFields). With at least one flag, writers record every env's episode
+  /// boundaries as they push (one word per stored step), which enables Episodes::stop and Episodes::within
+  /// sampling and the completed-episode records (Sampler::pop_episodes). Without, the buffer is as before.
+  EpisodeFields episodes;
+  /// Records each env's completed-episode queue holds before records are dropped (counted) because the learner
+  /// did not pop them; 0 means layout::kDefaultEpisodeQueueCapacity. Only with episode fields.
+  uint64_t episode_queue_capacity = 0;
+};
+
+/// How an episode ended (stored in the segment as these codes: never renumber).
+enum class EpisodeEnd : uint8_t {
+  none = 0,        ///< it has not (yet)
+  done = 1,        ///< its `done` flag was set (termination and truncation are not told apart)
+  terminated = 2,  ///< its `terminated` flag was set (it wins when both flags are set)
+  truncated = 3,   ///< its `truncated` flag was set
+};
+std::string_view to_string(EpisodeEnd end) noexcept;
+
+/// The schema index of each episode field of a buffer; nullopt where the buffer has none.
+struct EpisodeFieldIndices {
+  std::optional<std::size_t> done;
+  std::optional<std::size_t> terminated;
+  std::optional<std::size_t> truncated;
+  std::optional<std::size_t> reward;
+
+  /// Whether the buffer records episodes (it has a done, terminated or truncated field).
+  bool any_flag() const noexcept { return done || terminated || truncated; }
+  friend bool operator==(const EpisodeFieldIndices&, const EpisodeFieldIndices&) = default;
 };
 
 struct OpenOptions {
@@ -55,14 +102,18 @@ class Buffer {
   /// is checked with statvfs.
   ///
   /// Throws Error with: invalid_argument (bad name; num_envs outside [1, kMaxEnvs]; capacity outside
-  /// [1, kMaxCapacity]; sizes that overflow), invalid_schema (an empty schema), no_space (the file system lacks
+  /// [1, kMaxCapacity]; sizes that overflow; episode fields that name no field, have the wrong dtype or shape,
+  /// combine done with terminated/truncated, repeat a field, or a reward without a flag; an
+  /// episode_queue_capacity outside [1, kMaxEpisodeQueueCapacity] or without episode fields), invalid_schema (an
+  /// empty schema), no_space (the file system lacks
   /// the bytes; the message gives the bytes needed and free), already_exists (unless options.replace),
   /// permission_denied or system.
   static Buffer create(std::string_view name, uint64_t num_envs, uint64_t capacity, const Schema& schema,
                        const CreateOptions& options = {});
 
   /// Opens an existing segment after validating, before touching anything else: the magic, the layout version
-  /// (same major; any minor), the header size, the file size against the header, the ready state, every
+  /// (same major; this minor or a newer one: older minors lack sections this library needs and are refused with
+  /// version_mismatch, "recreate the segment"), the header size, the file size against the header, the ready state, every
   /// section's offset and length against the file size, and the schema table. Throws Error with not_found,
   /// not_a_segment, truncated, version_mismatch, not_ready, corrupt, schema_mismatch or permission_denied; each
   /// message names the segment and gives expected versus actual.
@@ -89,6 +140,11 @@ class Buffer {
   uint64_t capacity() const noexcept { return capacity_; }
   uint64_t total_bytes() const noexcept { return total_bytes_; }
   bool read_only() const noexcept { return read_only_; }
+  /// The episode fields the buffer was created with (schema indices), and whether it records episodes.
+  const EpisodeFieldIndices& episode_fields() const noexcept { return episode_fields_; }
+  bool has_episodes() const noexcept { return episode_fields_.any_flag(); }
+  /// Records per env's completed-episode queue; 0 when the buffer has no episode fields.
+  uint64_t episode_queue_capacity() const noexcept { return episode_queue_capacity_; }
 
   // -- Low-level access, for shmreplay's own role classes (writer, sampler, inspector) and tools. --
   // Every geometry value returned here was validated by create()/open() and is kept in this process, so a
@@ -108,6 +164,15 @@ class Buffer {
   std::byte* field_data(std::size_t field) noexcept;
   /// Byte offset of each field's storage in the segment, in schema order.
   const std::vector<uint64_t>& field_offsets() const noexcept { return field_offsets_; }
+  /// The episode sections (layout 1.2). Precondition: has_episodes() and env < num_envs(). Mutable access
+  /// requires a writable mapping. step_meta(env) is the env's `capacity` meta words, slot s % capacity for step s;
+  /// episode_queue(env) its `episode_queue_capacity` record slots.
+  const layout::EpisodeControl& episode_control(uint64_t env) const noexcept;
+  layout::EpisodeControl& episode_control(uint64_t env) noexcept;
+  const std::atomic<uint64_t>* step_meta(uint64_t env) const noexcept;
+  std::atomic<uint64_t>* step_meta(uint64_t env) noexcept;
+  const layout::EpisodeRecordSlot* episode_queue(uint64_t env) const noexcept;
+  layout::EpisodeRecordSlot* episode_queue(uint64_t env) noexcept;
 
  private:
   Buffer() = default;
@@ -125,6 +190,11 @@ class Buffer {
   uint64_t global_offset_ = 0;
   std::vector<uint64_t> field_offsets_;
   bool read_only_ = false;
+  EpisodeFieldIndices episode_fields_;
+  uint64_t episode_queue_capacity_ = 0;
+  uint64_t episodes_offset_ = 0;
+  uint64_t step_meta_offset_ = 0;
+  uint64_t queues_offset_ = 0;
 };
 
 }  // namespace shmreplay

@@ -30,7 +30,8 @@ enum class Errc : int {
   lease_held,            ///< the env (or the learner role) is leased by another live process
   not_leased,            ///< a push to an env that this Writer does not lease
   size_mismatch,         ///< field data whose byte size does not match the schema
-  empty_view,            ///< sampling a view that holds no steps
+  empty_view,            ///< sampling a view that holds no steps, fewer than SampleOptions::min_steps, or (with
+                         ///< Episodes::within) no start whose whole sequence lies in one episode
   timeout,               ///< a blocking wait ran out of time
   contended,             ///< a sample kept being overwritten by writers and gave up after its retry limit
   read_only,             ///< a writing role on a read-only mapping

@@ -26,6 +26,23 @@
 //                       | field 0: [num_envs][capacity][field 0 bytes]     |
 //                       | field 1: [num_envs][capacity][field 1 bytes]     | each field 64-byte aligned
 //                       | ...                                              |
+//                       +--------------------------------------------------+ 64-byte aligned
+//   Since 1.2, only in a buffer with episode fields (FieldDesc::role); 0 bytes otherwise:
+//   sections[kEpisodes] +--------------------------------------------------+
+//                       | EpisodeControl[num_envs]  4 cache lines (256 B)  |
+//                       |   lines 0-1, writer: journal[2]: episode start,  |
+//                       |     running return, episodes completed, last     |
+//                       |     episode; journal[s % 2] is the state for     |
+//                       |     head = s                                     |
+//                       |   line 2, writer:  record queue tail, dropped    |
+//                       |   line 3, learner: record queue head             |
+//   sections[kStepMeta] +--------------------------------------------------+ 64-byte aligned
+//                       | step meta: [num_envs][capacity] u64, one per     |
+//                       |   ring slot: the first step of the step's        |
+//                       |   episode, bit 63 ends it, bit 62 by truncation  |
+//   sections[kEpisodeQ] +--------------------------------------------------+ 64-byte aligned
+//                       | EpisodeRecordSlot[num_envs][queue cap.], 32 B    |
+//                       |   completed-episode records, one SPSC ring/env   |
 //                       +--------------------------------------------------+ total_bytes (page multiple)
 //
 // Rules that every reader relies on:
@@ -35,7 +52,11 @@
 // - Counters are std::atomic<uint64_t> (asserted lock-free, so they work across processes) and monotonic:
 //   head and claimed count steps since creation; the ring slot of step s is s % capacity.
 // - A newer minor version may append sections or grow the header; it never moves what is here. A different
-//   major version is refused by open().
+//   major version is refused by open(), and so is an older minor version (1.0 lacks the learner lease, 1.1 the
+//   episode bookkeeping): "recreate the segment".
+// - Episode bookkeeping (1.2) exists only in a buffer created with episode fields: the field table's `role`
+//   words name them, and the three episode sections are empty (0 bytes) otherwise, so a buffer without episode
+//   fields has exactly the size and placement it had in 1.1.
 // The layout-pinning test (tests/test_layout.cpp) fixes every size and offset below to kLayoutMajor.kLayoutMinor:
 // change one and that test tells you to bump the version.
 #pragma once
@@ -50,7 +71,8 @@ namespace shmreplay::layout {
 
 inline constexpr uint64_t kMagic = 0x59414c50524d4853ull;  ///< the bytes "SHMRPLAY" read as little-endian u64
 inline constexpr uint32_t kLayoutMajor = 1;
-inline constexpr uint32_t kLayoutMinor = 1;  ///< 1.1 added the global section and update_seq
+inline constexpr uint32_t kLayoutMinor = 2;  ///< 1.1 added the global section and update_seq; 1.2 the episode
+                                             ///< sections, FieldDesc::role, episode_queue_capacity
 
 inline constexpr uint64_t kStateInitializing = 0;
 inline constexpr uint64_t kStateReady = 0x59444145522e2e2eull;  ///< "...READY"; unlikely to be left by chance
@@ -70,7 +92,10 @@ enum SectionIndex : uint32_t {
   kSectionEnvs = 1,    ///< EnvControl[num_envs]
   kSectionData = 2,    ///< every field's storage
   kSectionGlobal = 3,  ///< GlobalControl (since layout 1.1)
-  kSectionsUsed = 4,   ///< sections this minor version defines; the rest of the table is zero
+  kSectionEpisodes = 4,       ///< EpisodeControl[num_envs] (since 1.2; 0 bytes without episode fields)
+  kSectionStepMeta = 5,       ///< std::atomic<uint64_t>[num_envs][capacity] step meta (since 1.2; idem)
+  kSectionEpisodeQueues = 6,  ///< EpisodeRecordSlot[num_envs][episode_queue_capacity] (since 1.2; idem)
+  kSectionsUsed = 7,   ///< sections this minor version defines; the rest of the table is zero
 };
 inline constexpr std::size_t kMaxSections = 8;
 
@@ -96,7 +121,8 @@ struct SegmentHeader {
   uint64_t creator_start_ticks;  ///< the creator's start time, /proc/<pid>/stat field 22 (clock ticks after boot)
   uint64_t creation_time_ns;     ///< CLOCK_REALTIME at creation
   uint64_t num_sections;         ///< kSectionsUsed of the creator's version
-  uint64_t reserved0[3];
+  uint64_t episode_queue_capacity;  ///< records per env's completed-episode queue; 0 without episode fields (1.2)
+  uint64_t reserved0[2];
   // -- cache lines 2-3: the section table --
   SectionDesc sections[kMaxSections];
 };
@@ -110,7 +136,20 @@ struct FieldDesc {
   uint64_t step_bytes;   ///< bytes of this field in one step
   uint64_t data_offset;  ///< where [num_envs][capacity][step_bytes] starts; kDataAlignBytes-aligned
   uint64_t data_bytes;   ///< num_envs * capacity * step_bytes
-  uint64_t reserved0[4];
+  uint32_t role;         ///< a FieldRole code (since 1.2): the field's part in episode bookkeeping; 0 for none
+  uint32_t reserved1;
+  uint64_t reserved0[3];
+};
+
+/// FieldDesc::role: which field holds the episode-end flags and the reward. Identity data, set at creation
+/// (CreateOptions::episodes). Stored in the segment: never renumber.
+enum FieldRole : uint32_t {
+  kRoleNone = 0,
+  kRoleDone = 1,        ///< the step ends its episode (terminated or truncated, not told apart)
+  kRoleTerminated = 2,  ///< the step ends its episode by termination
+  kRoleTruncated = 3,   ///< the step ends its episode by truncation (a time limit)
+  kRoleReward = 4,      ///< the step's reward, summed into completed-episode records
+  kRoleCount = 5,
 };
 
 /// The owner lease word: pid in the high half, the low 32 bits of its start ticks in the low half; 0 when free.
@@ -169,6 +208,81 @@ struct alignas(kCacheLineBytes) GlobalControl {
   uint64_t reserved[8];
 };
 
+// -- Episodes (since 1.2) ---------------------------------------------------------------------------------------
+//
+// A buffer created with episode fields (a done flag, or terminated and/or truncated flags, and optionally a
+// reward) has three more sections. Everything in them is written by the env's writer before (or, for records,
+// right after) its release store of `head`, so a sampler that acquires head sees the episode structure of every
+// step below it. docs/design.md, "Episodes", has the protocol and its crash argument.
+//
+// Step meta. One word per ring slot, [num_envs][capacity], written with the step it describes (after the
+// writer's claim, before its head store), so it is covered by the step seqlock exactly as the step's bytes are:
+// a copy that validates (claimed <= p + capacity) also read intact meta for every step >= p. The word holds the
+// first step of the episode the step belongs to; starts are non-decreasing in the step index, so "does an episode
+// end in [p, q]" is one load (start(q) > p), and where, a binary search. It never overflows: there is exactly one
+// word per stored step.
+
+inline constexpr uint64_t kMetaEndsEpisode = 1ull << 63;  ///< the step ends its episode
+inline constexpr uint64_t kMetaTruncated = 1ull << 62;    ///< ... by truncation (only with a truncated field)
+inline constexpr uint64_t kMetaStartMask = kMetaTruncated - 1;  ///< the episode's first step (steps < 2^62)
+
+/// The journal value of for_head while the slot is being rewritten (never a head: heads stay below 2^62).
+inline constexpr uint64_t kJournalWriting = ~0ull;
+
+/// The writer's episode state for one head value, one cache line. A writer publishing step s reads journal[s % 2]
+/// (the state for head = s) and writes journal[(s + 1) % 2] (for head = s + 1) before its head store, so whatever
+/// instruction it dies at, journal[head % 2] holds the complete state for the published head: that is what a
+/// replacement writer continues from (it never trusts a slot whose for_head is not the head).
+struct alignas(kCacheLineBytes) EpisodeJournal {
+  std::atomic<uint64_t> for_head;            ///< the head this state is for; kJournalWriting while rewritten
+  std::atomic<uint64_t> episode_start;       ///< first step of the episode that step for_head belongs to
+  std::atomic<uint64_t> running_return;      ///< f64 bits: reward sum of steps [episode_start, for_head)
+  std::atomic<uint64_t> episodes_completed;  ///< episodes that ended at a step < for_head, since creation
+  std::atomic<uint64_t> last_first_step;     ///< the last completed episode: its first step,
+  std::atomic<uint64_t> last_length;         ///<   its length in steps (0: none yet),
+  std::atomic<uint64_t> last_return;         ///<   its return (f64 bits),
+  std::atomic<uint64_t> last_end;            ///<   how it ended (an EpisodeEnd code)
+};
+
+/// Per-env episode block. The record queue is a single-producer (the env's writer) single-consumer (the learner)
+/// ring of EpisodeRecordSlot with 64-bit monotonic indices: the slot of record i is i % episode_queue_capacity.
+/// Producer: if queue_tail - queue_head (acquire) < capacity, store the slot's words, then queue_tail + 1
+/// (release); else records_dropped + 1. Consumer: queue_tail (acquire), read slots [queue_head, queue_tail),
+/// then queue_head (release). A producer killed between its slot stores and its tail store leaves the record
+/// unpublished, and its replacement re-pushes it (journal.episodes_completed > queue_tail + records_dropped).
+///
+/// Why not boost::lockfree::spsc_queue (fixed capacity, pointer-free, and lock-free, so usable in shared memory):
+/// its capacity is a compile-time constant (one size for every segment, where ours is chosen at creation and
+/// recorded in the header); its members are private, so their offsets cannot be pinned by test_layout, and two
+/// programs built against different Boost versions could disagree on them without any check failing (we
+/// support mixed builds of one layout version); its indices wrap modulo the capacity, so "did this record get
+/// pushed?" cannot be answered from them after a crash, which the exactly-once recovery above needs; and the
+/// read-only Inspector needs the queue depth from a PROT_READ mapping, which is two plain loads here. The ring
+/// above is the same algorithm (a release store of the producer index after the element, an acquire load by
+/// the consumer), written with std::atomic<uint64_t> words only.
+struct alignas(kCacheLineBytes) EpisodeControl {
+  // -- cache lines 0-1: the writer's journal, written on every push --
+  EpisodeJournal journal[2];
+  // -- cache line 2: the queue's producer side, written by the env's writer when an episode ends --
+  std::atomic<uint64_t> queue_tail;       ///< records pushed since creation
+  std::atomic<uint64_t> records_dropped;  ///< records dropped because the queue was full (the writer never waits)
+  uint64_t pad2[6];
+  // -- cache line 3: the queue's consumer side, written by the learner --
+  std::atomic<uint64_t> queue_head;  ///< records popped since creation; queue_head <= queue_tail
+  uint64_t pad3[7];
+};
+
+/// One completed-episode record in a queue (the env is the queue's).
+struct EpisodeRecordSlot {
+  std::atomic<uint64_t> first_step;
+  std::atomic<uint64_t> length;          ///< steps; the episode ended at step first_step + length - 1
+  std::atomic<uint64_t> episode_return;  ///< f64 bits: the sum of its rewards (0 without a reward field)
+  std::atomic<uint64_t> end;             ///< an EpisodeEnd code
+};
+
+inline constexpr uint64_t kDefaultEpisodeQueueCapacity = 128;  ///< records per env, when not given
+inline constexpr uint64_t kMaxEpisodeQueueCapacity = 1ull << 24;
+
 static_assert(sizeof(SegmentHeader) == 256, "SegmentHeader is 4 cache lines; changing it changes the layout");
 static_assert(offsetof(SegmentHeader, sections) % kCacheLineBytes == 0, "the section table starts a cache line");
 static_assert(sizeof(FieldDesc) == 192, "FieldDesc is 3 cache lines; changing it changes the layout");
@@ -181,5 +295,14 @@ static_assert(sizeof(GlobalControl) == 4 * kCacheLineBytes, "GlobalControl is 4 
 static_assert(offsetof(GlobalControl, rows_sampled) == kCacheLineBytes &&
                   offsetof(GlobalControl, wake_seq) == 2 * kCacheLineBytes,
               "the learner's counters and the wake word each own a cache line");
+static_assert(sizeof(EpisodeJournal) == kCacheLineBytes, "a journal slot is one cache line");
+static_assert(sizeof(EpisodeControl) == 4 * kCacheLineBytes && alignof(EpisodeControl) == kCacheLineBytes,
+              "EpisodeControl is 4 cache lines: two journal slots, the queue producer, the queue consumer");
+static_assert(offsetof(EpisodeControl, queue_tail) == 2 * kCacheLineBytes &&
+                  offsetof(EpisodeControl, queue_head) == 3 * kCacheLineBytes,
+              "the queue's producer and consumer indices must not share a cache line with each other or the journal");
+static_assert(sizeof(EpisodeRecordSlot) == 32, "a record slot is four words");
+static_assert(sizeof(std::atomic<uint64_t>) == 8 && alignof(std::atomic<uint64_t>) == 8,
+              "step meta words are plain 8-byte atomics");
 
 }  // namespace shmreplay::layout

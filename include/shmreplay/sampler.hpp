@@ -16,6 +16,32 @@
 // the mask marks them; the rest of the row is zero-filled and masked out. A row never crosses the head and
 // never wraps into older data. Choosing positions costs O(num_envs + rows * log(num_envs * sequence_length)).
 //
+// Episodes (a buffer created with episode fields, CreateOptions::episodes), chosen per call with SampleOptions:
+//   cross:  the above; rows run on across episode ends (the seed's behaviour; any buffer).
+//   stop:   a row ends at its episode's last step: the mask stops there, the rest is zero-filled. The remaining
+//           length r counts steps up to the episode's end (or the head), so the weight is min(r, L)^power with r
+//           inside the episode.
+//   within: only starts whose whole sequence (L steps, below the head) lies in one episode; each such start has
+//           the same weight (flashbax's strict sequence length). Fewer valid starts than rows is fine (draws are
+//           with replacement); none at all is Errc::empty_view.
+// period: starts are the steps lo, lo + period, lo + 2 period, ... of each env's view [lo, hi) (counted from the
+// view's oldest step, as flashbax does since its pull request 50). min_steps: a view holding fewer steps (all envs
+// together) is refused with Errc::empty_view, so a learner can ask for "at least N steps" on every call; wait()
+// blocks until then.
+// Cost: cross with period 1 is the O(1)-per-env closed form above; cross with a period, the same closed form over
+// the period's grid. stop and within propose a start uniformly from the grid of all envs (O(log num_envs)), locate
+// its episode from the step meta the writers record (within: one load; stop: one load, plus a binary search over
+// at most L steps when the episode ends inside the row) and accept it with probability weight / L^power (exact
+// rejection sampling); the expected number of proposals per row is L^power over the mean weight, which depends on
+// the episode lengths relative to L, not on how many steps are stored. A row that is refused 64 times in a row
+// switches the rest of the call to an exact method that enumerates the episodes in the views (one meta load per
+// episode): O(num_envs + stored episodes) once, then O(log) per row. stats() counts this work.
+//
+// Completed-episode records: when a writer publishes the last step of an episode it queues a record (env, first
+// step, length, return, how it ended) in the segment; pop_episodes() takes them, per env in order. A full queue
+// drops records (counted in Inspector's episode_records_dropped); a learner that dies between reading and popping
+// leaves its records to the next learner (delivered at least once to learners, exactly once from writers).
+//
 // Consistency while writers run: each row is validated after its copy (seqlock: the env's `claimed` counter
 // must show that no writer reclaimed the row's oldest slot meanwhile, and no update ran); a row that fails is
 // redrawn from a fresh snapshot and counted in retries(). No row a caller receives was torn.
@@ -32,11 +58,19 @@
 //   learner.sample_mixed(/*replay=*/48, /*online=*/16, /*sequence_length=*/10, /*power=*/1.0, rng, batch);
 //   auto obs = batch.field_as<float>(0);   // [64][10][obs shape]
 //   learner.reset_online_queue();
+//
+//   // A buffer with episode fields: rows that stop at episode ends, starts every 4 steps, at least 1000 steps.
+//   shmreplay::SampleOptions opts{.episodes = shmreplay::Episodes::stop, .period = 4, .min_steps = 1000};
+//   learner.sample(shmreplay::View::replay, 32, 16, 1.0, rng, batch, opts);
+//   shmreplay::NStep g = shmreplay::nstep(batch, /*row=*/0, /*t=*/0, /*n=*/5, /*discount=*/0.99);
+//   std::vector<shmreplay::EpisodeRecord> done(256);
+//   done.resize(learner.pop_episodes(done));   // env, first_step, length, episode_return, end
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -53,6 +87,43 @@ enum class View : uint8_t {
   online,  ///< the steps published since the last reset_online_queue()
 };
 std::string_view to_string(View view) noexcept;
+
+/// How sampled sequences treat episode boundaries (see the top of this file).
+enum class Episodes : uint8_t {
+  cross,   ///< ignore them (the default; any buffer)
+  stop,    ///< end each row at its episode's last step; needs a buffer with episode fields
+  within,  ///< only starts whose whole sequence lies in one episode; needs a buffer with episode fields
+};
+std::string_view to_string(Episodes episodes) noexcept;
+
+/// Options of one sample call. The defaults are the behaviour of the calls without options, row for row.
+struct SampleOptions {
+  Episodes episodes = Episodes::cross;
+  /// Start positions every `period` steps, counted from each env's oldest step in the view; at least 1.
+  uint64_t period = 1;
+  /// The view must hold at least this many steps (all envs together), else Errc::empty_view.
+  uint64_t min_steps = 0;
+};
+
+/// One completed episode of one env, as its writer recorded it when it published the episode's last step.
+struct EpisodeRecord {
+  uint64_t env = 0;
+  uint64_t first_step = 0;      ///< global step index of the episode's first step
+  uint64_t length = 0;          ///< steps; the last is first_step + length - 1
+  double episode_return = 0.0;  ///< the sum of its rewards (0 when the buffer has no reward field)
+  EpisodeEnd end = EpisodeEnd::none;
+  friend bool operator==(const EpisodeRecord&, const EpisodeRecord&) = default;
+};
+
+/// Work done by a Sampler's stop/within sampling since it was made (no time is measured): what the claim
+/// "sampling cost does not grow with the number of stored steps" is checked with.
+struct SamplerStats {
+  uint64_t rows = 0;                 ///< rows drawn by stop/within sampling (redrawn rows count again)
+  uint64_t tries = 0;                ///< candidate starts proposed for them
+  uint64_t meta_loads = 0;           ///< step meta words read to place candidates in their episodes
+  uint64_t exact_fallbacks = 0;      ///< times a call switched to enumerating episodes
+  uint64_t segments_enumerated = 0;  ///< episode pieces visited by those (one meta load each)
+};
 
 /// The random engine samplers take. Its output sequence is fixed by the C++ standard, so a seed gives the same
 /// rows with any standard library.
@@ -96,10 +167,16 @@ class SampleBatch {
   bool valid(std::size_t row, std::size_t t) const noexcept { return mask_[row * length_ + t] != 0; }
   std::span<const uint64_t> env_ids() const noexcept { return {env_ids_, rows_}; }
   std::span<const uint64_t> start_steps() const noexcept { return {starts_, rows_}; }
+  /// The episode fields of the buffer the batch was last filled from (schema indices; all empty without).
+  const EpisodeFieldIndices& episode_fields() const noexcept { return episode_fields_; }
+  /// The dtype of field `index` of the buffer the batch was last filled from.
+  DType field_dtype(std::size_t index) const noexcept { return field_dtype_[index]; }
 
  private:
   friend class Sampler;
   void prepare(const Schema& schema, std::size_t rows, std::size_t length);
+  EpisodeFieldIndices episode_fields_;
+  std::vector<DType> field_dtype_;
 
   bool borrowed_ = false;
   std::vector<MutableFieldBytes> borrowed_fields_;
@@ -125,6 +202,32 @@ struct SamplerOptions {
   /// Errc::contended (only reachable when writers lap a tiny ring continuously).
   uint32_t max_retry_rounds = 10000;
 };
+
+/// The n-step return of one position of a sampled row (nstep()).
+struct NStep {
+  double reward_sum = 0.0;  ///< sum over k < steps of discount^k * reward(t + k)
+  std::size_t steps = 0;    ///< rewards summed: 1 to n (0 when position t is masked out)
+  /// Position in the row of the state to bootstrap from (t + steps), when the sum stopped without an episode end
+  /// and that position is valid; nullopt after an episode end, or when the row's mask ends first.
+  std::optional<std::size_t> bootstrap;
+  /// discount^steps, the factor of the bootstrap value; 0 when the episode terminated (or ended by `done`).
+  double bootstrap_discount = 0.0;
+  bool terminated = false;  ///< the last summed step ended its episode by termination, or by `done`
+  /// The last summed step ended its episode by truncation. Its true next state is not stored: in an auto-reset
+  /// stream the next step of the env is the first of the next episode. bootstrap is nullopt and
+  /// bootstrap_discount is discount^steps, for a caller who keeps final observations elsewhere.
+  bool truncated = false;
+};
+
+/// The discounted n-step return at position t of row `row` (cpprb's Nstep, TorchRL's MultiStep), with each step's
+/// reward and flags read as the outcome of its action: sums reward(t), ..., reward(t + k) for up to n steps,
+/// stopping after a step whose done, terminated or truncated flag is set and at the end of the row's mask. Uses the
+/// buffer's reward field, or `reward_field` (any scalar numeric field, schema order) in the second form; without
+/// episode flags it stops at the mask only. Throws invalid_argument when row, t or the field is out of range, n is
+/// 0, discount is not finite, or the buffer has no reward field and none is given. O(n); no allocation.
+NStep nstep(const SampleBatch& batch, std::size_t row, std::size_t t, std::size_t n, double discount);
+NStep nstep(const SampleBatch& batch, std::size_t row, std::size_t t, std::size_t n, double discount,
+            std::size_t reward_field);
 
 /// Sizes of one env's views.
 struct EnvSizes {
@@ -153,17 +256,40 @@ class Sampler {
   /// allocation once `out` is warmed up; never blocks.
   void sample(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power, Rng& rng,
               SampleBatch& out);
+  /// The same with episode, period and minimum-size options (see the top of this file). Also throws
+  /// invalid_argument for stop or within on a buffer without episode fields and for a period of 0, and
+  /// empty_view when the view holds fewer than options.min_steps steps or, for within, no start whose whole
+  /// sequence lies in one episode. With default options it returns exactly what the call above returns.
+  void sample(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power, Rng& rng,
+              SampleBatch& out, const SampleOptions& options);
 
   /// The seed's sample_rb_and_oq: `replay_batch` rows from the replay view, then `online_batch` rows from the
   /// online view, in one batch. Either count may be 0 (not both); a view with a nonzero count must not be empty.
   void sample_mixed(std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
                     double distribution_power, Rng& rng, SampleBatch& out);
+  /// The same with options, which apply to both views (min_steps to each view that has rows).
+  void sample_mixed(std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
+                    double distribution_power, Rng& rng, SampleBatch& out, const SampleOptions& options);
 
   /// Flat transitions, as the functional buffer and dejax sample: `batch_size` single steps drawn uniformly
   /// from every stored step of `view` (sample with sequence_length 1).
   void sample_transitions(View view, std::size_t batch_size, Rng& rng, SampleBatch& out) {
     sample(view, batch_size, 1, 0.0, rng, out);
   }
+  /// The same with options (a single step never crosses an episode end, so `episodes` only checks the buffer).
+  void sample_transitions(View view, std::size_t batch_size, Rng& rng, SampleBatch& out,
+                          const SampleOptions& options) {
+    sample(view, batch_size, 1, 0.0, rng, out, options);
+  }
+
+  /// Moves up to out.size() completed-episode records out of the envs' queues into `out` and returns how many:
+  /// each env's records in the order its episodes ended; envs are visited round-robin from a start that advances
+  /// on every call, so one busy env cannot starve the others. Returns 0 on a buffer without episode fields.
+  /// O(num_envs + records); no allocation; never blocks.
+  std::size_t pop_episodes(std::span<EpisodeRecord> out) noexcept;
+
+  /// Work counters of stop/within sampling (see SamplerStats).
+  const SamplerStats& stats() const noexcept { return stats_; }
 
   /// The newest step of each listed env, one row each (sequence_length 1); an env with no step yet gets mask 0,
   /// zeros and start step 0. Throws env_out_of_range. The online and replay views share this head.
@@ -186,7 +312,9 @@ class Sampler {
   /// Rewrites stored step `step` of env `env_id` in place (dejax's update_fn, for one step): each field with
   /// non-null data is replaced by `fields[f]` (exactly the field's bytes; size_mismatch otherwise); fields with
   /// null data are left as they are. Returns false, changing nothing, when the step is no longer stored (a
-  /// writer overwrote it). Throws env_out_of_range, invalid_argument (a step that was never published).
+  /// writer overwrote it). Throws env_out_of_range, invalid_argument (a step that was never published; data for
+  /// an episode flag field, whose boundaries are fixed when the step is pushed). Rewriting the reward field
+  /// changes what samples read, not the records already queued.
   /// Concurrent samplers never see a half-updated step (they retry); the env's writer waits for the copy of
   /// one step while it needs the same env's claim.
   bool try_update(uint64_t env_id, uint64_t step, std::span<const FieldBytes> fields);
@@ -199,13 +327,32 @@ class Sampler {
   const Buffer& buffer() const noexcept { return *buffer_; }
 
  private:
+  // One piece of an episode inside an env's view, for the exact stop/within method: starts on the grid from
+  // first_grid up to end (exclusive); `full` of them have L steps left in the episode; weight totals accumulate.
+  struct Segment {
+    uint64_t env;
+    uint64_t first_grid;
+    uint64_t end;
+    uint64_t full;
+    double cumulative;
+  };
   bool take_snapshot(View view, std::size_t length, double power) noexcept;
+  bool take_general_snapshot(View view, std::size_t length, double power, const SampleOptions& o);
+  void ensure_period_table(std::size_t length, double power, uint64_t period, uint64_t scale);
+  void draw_cross_period(Rng& rng, std::size_t row, std::size_t length, uint64_t period, SampleBatch& out) noexcept;
+  bool draw_by_rejection(Rng& rng, std::size_t row, std::size_t length, double power, const SampleOptions& o,
+                         SampleBatch& out) noexcept;
+  bool build_exact(std::size_t length, double power, const SampleOptions& o);
+  void draw_exact(Rng& rng, std::size_t row, std::size_t length, const SampleOptions& o, SampleBatch& out) noexcept;
+  uint64_t published_steps(View view) const noexcept;
+  bool writes_in_flight() const noexcept;
   bool view_has_published(View view) const noexcept;
   void draw(Rng& rng, std::size_t row, std::size_t length, SampleBatch& out) const noexcept;
   bool copy_steps(uint64_t env, uint64_t start, uint64_t count, std::size_t row, SampleBatch& out) const noexcept;
   void sample_rows(View view, std::size_t first_row, std::size_t count, std::size_t length, double power,
-                   Rng& rng, SampleBatch& out);
-  void check_args(const char* op, std::size_t rows, std::size_t length, double power) const;
+                   const SampleOptions& options, Rng& rng, SampleBatch& out);
+  void check_args(const char* op, std::size_t rows, std::size_t length, double power,
+                  const SampleOptions& options = {}) const;
   void count_call(std::size_t rows) noexcept;
 
   Buffer* buffer_ = nullptr;
@@ -222,6 +369,18 @@ class Sampler {
   uint64_t table_rmax_ = 0;         // the longest remaining length the table is scaled by
   std::vector<uint32_t> failed_;     // rows to redraw
   std::vector<uint32_t> redraw_;
+  // Options sampling (period > 1 or stop/within): grid counts per env, the period table, the exact fallback.
+  std::vector<uint64_t> grid_cumulative_;  // grid_cumulative_[e] = proposal grid points of envs 0..e
+  std::vector<uint64_t> row_steps_;        // per row: the steps to copy, as drawn
+  std::vector<double> period_table_;       // S[r] = (r/scale)^p + S[r - period], r <= length
+  std::size_t period_table_length_ = 0;
+  double period_table_power_ = -1.0;
+  uint64_t period_table_period_ = 0;
+  uint64_t period_table_scale_ = 0;
+  std::vector<Segment> segments_;          // the exact fallback's episode pieces, with cumulative weights
+  bool exact_ = false;                     // this call draws from segments_
+  SamplerStats stats_;
+  std::size_t pop_cursor_ = 0;             // the env pop_episodes starts from
 };
 
 }  // namespace shmreplay

@@ -11,7 +11,17 @@
 // so a sampler that acquires `head` sees every byte of every step below it, and a sampler that copied a slot
 // the writer was reclaiming finds out by re-reading `claimed` (docs/design.md, "Concurrency protocol").
 // Writers never wait for the learner, except while the learner's try_update() holds the same env's update lock
-// for the duration of one step's copy. After publishing, a push wakes a learner blocked in Sampler::wait()
+// for the duration of one step's copy.
+//
+// Episodes: in a buffer created with episode fields (CreateOptions::episodes), every publish also records the
+// step's episode, read from the step's own flag and reward bytes (the caller's arrays for push and push_one, the
+// slot for reserve/commit): one meta word per step (its episode's first step) stored before the head store, so a
+// sampler that sees the step sees its boundary; and when the step ends an episode, a completed-episode record
+// (env, first step, length, return) pushed right after the head store onto the env's queue for the learner
+// (Sampler::pop_episodes), or counted as dropped when the queue is full (a writer never waits for the learner).
+// The running episode start and return live in the segment, so a writer that takes over a dead writer's env
+// continues the episode, and pushes the record of an episode whose last step the dead writer published without
+// pushing its record (docs/design.md, "Episodes"). Cost: O(1) per step, a few stores to the writer's own lines. After publishing, a push wakes a learner blocked in Sampler::wait()
 // (a shared futex in the segment; a system call only when someone is waiting).
 //
 // Thread safety: a Writer is used by one thread at a time. Several Writers (in one process or many) on
@@ -26,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -33,6 +44,10 @@
 #include "shmreplay/schema.hpp"
 
 namespace shmreplay {
+
+namespace detail {
+struct EpisodeRoles;
+}
 
 class Writer;
 
@@ -58,7 +73,8 @@ class StepSlot {
     const auto bytes = field(index);
     return {reinterpret_cast<T*>(bytes.data()), bytes.size() / sizeof(T)};
   }
-  /// Publishes the step (release store of the env's head). Throws Error(invalid_argument) when called twice.
+  /// Publishes the step (release store of the env's head); in a buffer with episode fields, its flags and reward
+  /// are read from the slot as filled. Throws Error(invalid_argument) when called twice.
   void commit();
   bool committed() const noexcept { return writer_ == nullptr; }
 
@@ -78,7 +94,9 @@ class Writer {
   /// taken; a lease whose holder is dead is taken over (counted in takeovers()); a lease held by a live process
   /// throws Error(lease_held) naming the env and the owner's pid and start time, and one held by this process
   /// (another Writer) throws lease_held too. Also throws env_out_of_range, invalid_argument (a repeated env
-  /// id, an empty list) and read_only (a read-only Buffer). O(num_envs) memory for the env lookup table.
+  /// id, an empty list) and read_only (a read-only Buffer). O(num_envs) memory for the env lookup table. In a
+  /// buffer with episode fields it then brings each env's episode state in line with its head (pushing the record
+  /// a dead predecessor owed, if any).
   Writer(Buffer& buffer, std::span<const uint64_t> env_ids);
   Writer(Buffer& buffer, std::initializer_list<uint64_t> env_ids)
       : Writer(buffer, std::span<const uint64_t>(env_ids.begin(), env_ids.size())) {}
@@ -136,6 +154,9 @@ class Writer {
   uint32_t local_of(uint64_t env_id, const char* op) const;
   uint64_t claim(uint32_t local) noexcept;
   void publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept;
+  // Episode bookkeeping of step `step` of `env` before its head store: flags from fields[f] at row `row`, or from
+  // the ring slot when `fields` is empty. Returns whether a record is due after the head store.
+  bool stage_episode(uint64_t env, uint64_t step, std::span<const FieldBytes> fields, std::size_t row) noexcept;
   void notify() noexcept;
   void release_all() noexcept;
 
@@ -149,6 +170,7 @@ class Writer {
   uint64_t calls_ = 0;
   uint64_t lease_word_ = 0;            // pack_owner(pid, start) of this process
   uint64_t takeovers_ = 0;
+  std::unique_ptr<detail::EpisodeRoles> roles_;  // the buffer's episode fields; null without any
 };
 
 }  // namespace shmreplay

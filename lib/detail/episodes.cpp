@@ -1,0 +1,243 @@
+#include "detail/episodes.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace shmreplay::detail {
+
+using layout::EpisodeControl;
+using layout::EpisodeJournal;
+using layout::kJournalWriting;
+
+namespace {
+
+template <class T>
+T load_as(const std::byte* p) noexcept {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+double half_to_double(uint16_t h) noexcept {
+  const int sign = (h >> 15) != 0 ? -1 : 1;
+  const int exponent = (h >> 10) & 0x1f;
+  const int mantissa = h & 0x3ff;
+  double v = 0.0;
+  if (exponent == 0) {
+    v = static_cast<double>(mantissa) * 0x1p-24;  // subnormal
+  } else if (exponent == 31) {
+    v = mantissa == 0 ? __builtin_inf() : __builtin_nan("");
+  } else {
+    v = (1.0 + static_cast<double>(mantissa) * 0x1p-10) * static_cast<double>(1u << exponent) * 0x1p-15;
+  }
+  return sign * v;
+}
+
+// The state a journal slot holds, copied out with relaxed loads (the caller ordered them).
+JournalState load_slot(const EpisodeJournal& j) noexcept {
+  JournalState s;
+  s.for_head = j.for_head.load(std::memory_order_relaxed);
+  s.episode_start = j.episode_start.load(std::memory_order_relaxed);
+  s.running_return = f64_of(j.running_return.load(std::memory_order_relaxed));
+  s.episodes_completed = j.episodes_completed.load(std::memory_order_relaxed);
+  s.last_first_step = j.last_first_step.load(std::memory_order_relaxed);
+  s.last_length = j.last_length.load(std::memory_order_relaxed);
+  s.last_return = f64_of(j.last_return.load(std::memory_order_relaxed));
+  s.last_end = static_cast<EpisodeEnd>(j.last_end.load(std::memory_order_relaxed) & 3);
+  return s;
+}
+
+// Writes `s` into `j` as the state for head s.for_head, seqlock style, so a reader (the Inspector) never takes a
+// half-written slot for a whole one, and a writer killed midway leaves for_head = kJournalWriting (never trusted).
+void store_slot(EpisodeJournal& j, const JournalState& s) noexcept {
+  j.for_head.store(kJournalWriting, std::memory_order_relaxed);
+  // release fence: orders the marker before the field stores; pairs with read_journal's acquire fence.
+  std::atomic_thread_fence(std::memory_order_release);
+  j.episode_start.store(s.episode_start, std::memory_order_relaxed);
+  j.running_return.store(bits_of(s.running_return), std::memory_order_relaxed);
+  j.episodes_completed.store(s.episodes_completed, std::memory_order_relaxed);
+  j.last_first_step.store(s.last_first_step, std::memory_order_relaxed);
+  j.last_length.store(s.last_length, std::memory_order_relaxed);
+  j.last_return.store(bits_of(s.last_return), std::memory_order_relaxed);
+  j.last_end.store(static_cast<uint64_t>(s.last_end), std::memory_order_relaxed);
+  // release: pairs with read_journal's acquire load of for_head (the fields above are complete).
+  j.for_head.store(s.for_head, std::memory_order_release);
+}
+
+// The state for head `head` when the journal has none for it (only after a tool rewrote the env's counters, or a
+// corrupted segment): the episode start follows from the meta word of step head - 1; the running return and the
+// counters restart from what the queue shows.
+JournalState derive_state(const Buffer& b, uint64_t env, uint64_t head) noexcept {
+  JournalState s;
+  s.for_head = head;
+  if (head > 0) {
+    const uint64_t m = load_meta(b.step_meta(env), b.capacity(), head - 1);
+    s.episode_start = (m & layout::kMetaEndsEpisode) != 0 ? head : std::min(meta_start(m), head - 1);
+  }
+  const EpisodeControl& c = b.episode_control(env);
+  s.episodes_completed =
+      c.queue_tail.load(std::memory_order_relaxed) + c.records_dropped.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace
+
+double element_as_double(DType dtype, const std::byte* p) noexcept {
+  switch (dtype) {
+    case DType::u8: return static_cast<double>(load_as<uint8_t>(p));
+    case DType::i8: return static_cast<double>(load_as<int8_t>(p));
+    case DType::u16: return static_cast<double>(load_as<uint16_t>(p));
+    case DType::i16: return static_cast<double>(load_as<int16_t>(p));
+    case DType::u32: return static_cast<double>(load_as<uint32_t>(p));
+    case DType::i32: return static_cast<double>(load_as<int32_t>(p));
+    case DType::u64: return static_cast<double>(load_as<uint64_t>(p));
+    case DType::i64: return static_cast<double>(load_as<int64_t>(p));
+    case DType::f16: return half_to_double(load_as<uint16_t>(p));
+    case DType::bf16: return static_cast<double>(std::bit_cast<float>(uint32_t{load_as<uint16_t>(p)} << 16));
+    case DType::f32: return static_cast<double>(load_as<float>(p));
+    case DType::f64: return load_as<double>(p);
+    case DType::boolean: return load_as<uint8_t>(p) != 0 ? 1.0 : 0.0;
+  }
+  return 0.0;
+}
+
+EpisodeRoles::EpisodeRoles(const Buffer& buffer) {
+  const EpisodeFieldIndices& f = buffer.episode_fields();
+  enabled = f.any_flag();
+  if (!enabled) return;
+  const Schema& schema = buffer.schema();
+  auto index = [](const std::optional<std::size_t>& i) { return i ? static_cast<int>(*i) : -1; };
+  done = index(f.done);
+  terminated = index(f.terminated);
+  truncated = index(f.truncated);
+  reward = index(f.reward);
+  if (f.done) flag_bytes[0] = static_cast<std::size_t>(schema[*f.done].bytes());
+  if (f.terminated) flag_bytes[1] = static_cast<std::size_t>(schema[*f.terminated].bytes());
+  if (f.truncated) flag_bytes[2] = static_cast<std::size_t>(schema[*f.truncated].bytes());
+  if (f.reward) reward_dtype = schema[*f.reward].dtype;
+}
+
+bool stage_step(Buffer& b, uint64_t env, uint64_t step, const StepFlags& flags) noexcept {
+  EpisodeControl& c = b.episode_control(env);
+  const EpisodeJournal& cur = c.journal[step % 2];
+  // The state for head = step. Relaxed: this writer wrote it, or recover_env checked it after an acquire load of
+  // head when the lease was taken.
+  JournalState s = cur.for_head.load(std::memory_order_relaxed) == step ? load_slot(cur) : derive_state(b, env, step);
+  const bool ends = flags.end != EpisodeEnd::none;
+  const uint64_t meta = s.episode_start | (ends ? layout::kMetaEndsEpisode : 0) |
+                        (flags.end == EpisodeEnd::truncated ? layout::kMetaTruncated : 0);
+  // Covered by the step seqlock like the step's bytes: stored after the claim's release fence, before head.
+  b.step_meta(env)[step % b.capacity()].store(meta, std::memory_order_relaxed);
+  s.running_return += flags.reward;
+  if (ends) {
+    s.last_first_step = s.episode_start;
+    s.last_length = step + 1 - s.episode_start;
+    s.last_return = s.running_return;
+    s.last_end = flags.end;
+    ++s.episodes_completed;
+    s.episode_start = step + 1;
+    s.running_return = 0.0;
+  }
+  s.for_head = step + 1;
+  store_slot(c.journal[(step + 1) % 2], s);
+  return ends;
+}
+
+void emit_record(Buffer& b, uint64_t env, uint64_t head) noexcept {
+  EpisodeControl& c = b.episode_control(env);
+  const JournalState s = load_slot(c.journal[head % 2]);  // written by this writer before its head store
+  const uint64_t tail = c.queue_tail.load(std::memory_order_relaxed);  // only the env's writer stores it
+  // acquire: pairs with the learner's release store of queue_head after it copied records out, so its reads of a
+  // slot happen-before our overwrite of that slot.
+  const uint64_t consumed = c.queue_head.load(std::memory_order_acquire);
+  const uint64_t capacity = b.episode_queue_capacity();
+  if (tail - consumed >= capacity) {
+    // Full: the writer never waits for the learner. One store, so a kill leaves it counted or not at all.
+    c.records_dropped.store(c.records_dropped.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return;
+  }
+  layout::EpisodeRecordSlot& slot = b.episode_queue(env)[tail % capacity];
+  slot.first_step.store(s.last_first_step, std::memory_order_relaxed);
+  slot.length.store(s.last_length, std::memory_order_relaxed);
+  slot.episode_return.store(bits_of(s.last_return), std::memory_order_relaxed);
+  slot.end.store(static_cast<uint64_t>(s.last_end), std::memory_order_relaxed);
+  // release: pairs with the learner's acquire load of queue_tail in pop_episodes; the slot is complete.
+  c.queue_tail.store(tail + 1, std::memory_order_release);
+}
+
+void recover_env(Buffer& b, uint64_t env) noexcept {
+  const uint64_t head = b.env_control(env).head.load(std::memory_order_acquire);
+  // acquire above: pairs with the previous writer's release store of head; its journal, meta and queue stores that
+  // precede that store are visible here.
+  EpisodeControl& c = b.episode_control(env);
+  EpisodeJournal& j = c.journal[head % 2];
+  if (j.for_head.load(std::memory_order_relaxed) != head) {
+    store_slot(j, derive_state(b, env, head));
+    return;
+  }
+  const uint64_t completed = j.episodes_completed.load(std::memory_order_relaxed);
+  const uint64_t accounted =
+      c.queue_tail.load(std::memory_order_relaxed) + c.records_dropped.load(std::memory_order_relaxed);
+  // The previous writer published an episode's last step and died before pushing its record: push it now.
+  if (completed == accounted + 1) emit_record(b, env, head);
+}
+
+void rebuild_env(Buffer& b, uint64_t env) noexcept {
+  const EpisodeRoles roles(b);
+  if (!roles.enabled) return;
+  const layout::EnvControl& ec = b.env_control(env);
+  const uint64_t head = ec.head.load(std::memory_order_acquire);
+  const uint64_t claimed = ec.claimed.load(std::memory_order_relaxed) & ~layout::kUpdateLockBit;
+  const uint64_t cap = b.capacity();
+  const uint64_t first = std::min(claimed > cap ? claimed - cap : 0, head);
+  const Schema& schema = b.schema();
+  EpisodeControl& c = b.episode_control(env);
+  JournalState s;
+  s.episode_start = first;
+  s.episodes_completed =
+      c.queue_tail.load(std::memory_order_relaxed) + c.records_dropped.load(std::memory_order_relaxed);
+  for (uint64_t step = first; step < head; ++step) {
+    const uint64_t slot = env * cap + step % cap;
+    const StepFlags f = read_step_flags(
+        roles, [&](std::size_t field) { return b.field_data(field) + slot * schema[field].bytes(); });
+    const bool ends = f.end != EpisodeEnd::none;
+    b.step_meta(env)[step % cap].store(s.episode_start | (ends ? layout::kMetaEndsEpisode : 0) |
+                                           (f.end == EpisodeEnd::truncated ? layout::kMetaTruncated : 0),
+                                       std::memory_order_relaxed);
+    s.running_return += f.reward;
+    if (ends) {
+      s.last_first_step = s.episode_start;
+      s.last_length = step + 1 - s.episode_start;
+      s.last_return = s.running_return;
+      s.last_end = f.end;
+      s.episode_start = step + 1;
+      s.running_return = 0.0;
+    }
+  }
+  s.for_head = head;
+  store_slot(c.journal[head % 2], s);
+  JournalState other;
+  other.for_head = kJournalWriting;
+  store_slot(c.journal[(head + 1) % 2], other);
+}
+
+bool read_journal(const Buffer& b, uint64_t env, JournalState& out) noexcept {
+  const EpisodeControl& c = b.episode_control(env);
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const uint64_t head = b.env_control(env).head.load(std::memory_order_acquire);
+    const EpisodeJournal& j = c.journal[head % 2];
+    // acquire: pairs with store_slot's release store of for_head; the fields it covers are complete.
+    const uint64_t f0 = j.for_head.load(std::memory_order_acquire);
+    out = load_slot(j);
+    // acquire fence: pairs with store_slot's release fence after the marker; a field read from a rewrite shows
+    // in the re-read of for_head.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (f0 == head && j.for_head.load(std::memory_order_relaxed) == f0) {
+      out.for_head = f0;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace shmreplay::detail
