@@ -5,13 +5,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sched.h>
+
 #include <algorithm>
+#include <limits>
 #include <map>
 
+#include <fmt/format.h>
+
 #include "detail/env_state.hpp"
+#include "detail/episodes.hpp"
 #include "detail/file.hpp"
 #include "detail/lease.hpp"
 #include "detail/process.hpp"
+#include "detail/step_copy.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
@@ -44,6 +51,8 @@ SegmentInfo Inspector::snapshot() const {
   s.creator_pid = h.creator_pid;
   s.creator_alive = detail::process_alive(h.creator_pid, h.creator_start_ticks);
   s.creation_time_ns = h.creation_time_ns;
+  s.episode_fields = b.episode_fields();
+  s.episode_queue_capacity = b.episode_queue_capacity();
 
   std::map<uint64_t, bool> alive;  // lease word -> liveness, so each owner's /proc entry is read once
   s.envs.reserve(b.num_envs());
@@ -71,6 +80,24 @@ SegmentInfo Inspector::snapshot() const {
       i.owner = it->second ? OwnerState::alive : OwnerState::dead;
     }
     i.lease_takeovers = c.lease_takeovers.load(std::memory_order_relaxed);
+    if (b.has_episodes()) {
+      const layout::EpisodeControl& ep = b.episode_control(e);
+      detail::JournalState j;
+      if (detail::read_journal(b, e, j)) {
+        i.episodes_completed = j.episodes_completed;
+        i.episode_start = j.episode_start;
+        i.last_episode_length = j.last_length;
+        i.last_episode_return = j.last_return;
+        i.last_episode_end = j.last_end;
+      }
+      i.episode_records_dropped = ep.records_dropped.load(std::memory_order_relaxed);
+      const uint64_t consumed = ep.queue_head.load(std::memory_order_relaxed);
+      const uint64_t tail = ep.queue_tail.load(std::memory_order_relaxed);
+      i.episode_queue_depth = tail > consumed ? tail - consumed : 0;
+      s.episodes_completed += i.episodes_completed;
+      s.episode_records_dropped += i.episode_records_dropped;
+      s.episode_queue_depth += i.episode_queue_depth;
+    }
     s.total_pushed += i.head;
     s.replay_steps += i.length;
     s.online_steps += i.online_length;
@@ -96,6 +123,52 @@ SegmentInfo Inspector::snapshot() const {
   l.steps_updated = g.steps_updated.load(std::memory_order_relaxed);
   l.waiters = g.waiters.load(std::memory_order_relaxed);
   return s;
+}
+
+std::span<const std::byte> StepRecords::field(std::size_t index, std::size_t field) const noexcept {
+  const uint64_t begin = field_offsets[field];
+  const uint64_t end = field + 1 < field_offsets.size() ? field_offsets[field + 1] : record_bytes;
+  return {bytes.data() + index * record_bytes + begin, static_cast<std::size_t>(end - begin)};
+}
+
+StepRecords Inspector::read_steps(uint64_t env, uint64_t first_step, uint64_t count) const {
+  const Buffer& b = buffer_;
+  if (env >= b.num_envs()) {
+    throw Error(Errc::env_out_of_range, fmt::format("cannot read steps of env {} of '{}': env ids run from 0 to {}",
+                                                    env, b.name(), b.num_envs() - 1));
+  }
+  StepRecords out;
+  out.env = env;
+  out.record_bytes = b.schema().step_bytes();
+  out.field_offsets = detail::record_field_offsets(b.schema());
+  const uint64_t end_asked =
+      count > std::numeric_limits<uint64_t>::max() - first_step ? std::numeric_limits<uint64_t>::max() : first_step + count;
+  constexpr uint32_t kMaxRounds = 10000;
+  for (uint32_t round = 0; round < kMaxRounds; ++round) {
+    if (round > 0) ::sched_yield();
+    const detail::StepRange view = detail::view_range(b.env_control(env), View::replay, b.capacity());
+    const uint64_t lo = std::max(first_step, view.lo);
+    const uint64_t hi = std::min(end_asked, view.hi);
+    if (lo >= hi) {
+      out.first_step = std::min(std::max(first_step, view.lo), view.hi);
+      out.count = 0;
+      out.bytes.clear();
+      return out;
+    }
+    out.bytes.resize(static_cast<std::size_t>((hi - lo) * out.record_bytes));
+    const detail::CopyResult r = detail::copy_records(b, env, lo, hi - lo, out.field_offsets, out.bytes.data());
+    if (r.outcome != detail::CopyOutcome::ok) continue;
+    // Steps below intact_from were overwritten during the copy: keep the newer part.
+    const uint64_t keep_from = std::clamp(r.intact_from, lo, hi);
+    const auto dropped = static_cast<std::ptrdiff_t>((keep_from - lo) * out.record_bytes);
+    out.bytes.erase(out.bytes.begin(), out.bytes.begin() + dropped);
+    out.first_step = keep_from;
+    out.count = hi - keep_from;
+    return out;
+  }
+  throw Error(Errc::contended, fmt::format("cannot read steps of env {} of '{}': the learner rewrote the env during "
+                                           "the copy {} times in a row",
+                                           env, b.name(), kMaxRounds));
 }
 
 std::vector<ListedSegment> list_segments() {

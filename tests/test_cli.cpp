@@ -1,10 +1,13 @@
-// The `shmreplay` CLI, run as a child process: output, --json forms, exit codes and error lines.
+// The `shmreplay` CLI, run as a child process: output, --json forms, exit codes and error lines; watch, dump, save
+// and load against buffers filled by writer processes that keep pushing.
 #include <doctest/doctest.h>
 
 #include <chrono>
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,8 +26,12 @@
 #include <nlohmann/json.hpp>
 
 #include "shmreplay/buffer.hpp"
+#include "shmreplay/checkpoint.hpp"
 #include "shmreplay/layout.hpp"
+#include "shmreplay/sampler.hpp"
 #include "shmreplay/version.hpp"
+#include "shmreplay/writer.hpp"
+#include "payload.hpp"
 #include "support.hpp"
 
 using namespace shmreplay;
@@ -582,4 +589,606 @@ TEST_CASE("info shows the first 64 envs as text and says how many it omits, whil
   REQUIRE(text.exit_code == 0);
   CHECK(contains(text.out, "36 more envs omitted"));
   CHECK(parse_json(run_cli({"info", name, "--json"}).out)["envs"].size() == 100);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// watch, dump, save, load, and rm of segments in use
+
+namespace {
+
+const std::string kPayloadSpec = test::kPayloadSchema.to_string();  // hdr:u64[4] body:f32[13] tail:u8[29]
+
+/// A writer process: leases `envs` of `name` and pushes self-checking payload steps (test::make_payload) until
+/// stop() or kill(): flat out, or pausing 100 us after every 16 pushes (so that it leaves the other core to the
+/// CLI processes under test).
+class WriterProcess {
+ public:
+  WriterProcess(const std::string& name, std::vector<int32_t> envs, bool flat_out = false) {
+    int stop_pipe[2];
+    REQUIRE(::pipe2(stop_pipe, O_CLOEXEC) == 0);
+    std::fflush(nullptr);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::close(stop_pipe[1]);
+      int code = 0;
+      try {
+        Buffer b = Buffer::open(name);
+        const std::vector<uint64_t> ids(envs.begin(), envs.end());
+        Writer w(b, ids);
+        test::PayloadPusher pusher;
+        pollfd stop{stop_pipe[0], POLLIN, 0};
+        for (uint64_t n = 1;; ++n) {
+          pusher.push(w, envs);
+          if (n % 64 == 0 && ::poll(&stop, 1, 0) != 0) break;  // the parent closed its end
+          if (!flat_out && n % 16 == 0) ::usleep(100);
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "writer process: %s\n", e.what());
+        code = 2;
+      }
+      ::_exit(code);
+    }
+    ::close(stop_pipe[0]);
+    stop_fd_ = stop_pipe[1];
+  }
+  WriterProcess(const WriterProcess&) = delete;
+  WriterProcess& operator=(const WriterProcess&) = delete;
+  ~WriterProcess() {
+    if (pid_ > 0) kill();
+    if (stop_fd_ >= 0) ::close(stop_fd_);
+  }
+
+  pid_t pid() const { return pid_; }
+
+  /// Asks the writer to stop and returns its exit code (0: it pushed without error until asked).
+  int stop() {
+    ::close(stop_fd_);
+    stop_fd_ = -1;
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  /// SIGKILL: the writer dies holding its leases.
+  void kill() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+  /// Waits until every env of `b` has published at least `steps` steps (the writer runs flat out; a writer that
+  /// died fails the test instead of hanging it).
+  void wait_for_heads(const Buffer& b, uint64_t steps) const {
+    for (uint64_t e = 0; e < b.num_envs(); ++e) wait_for_env(b, e, steps);
+  }
+  /// Waits until env `env` of `b` has published at least `steps` steps.
+  void wait_for_env(const Buffer& b, uint64_t env, uint64_t steps) const {
+    while (b.env_control(env).head.load() < steps) {
+      REQUIRE(::waitpid(pid_, nullptr, WNOHANG) == 0);
+      ::usleep(1000);
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int stop_fd_ = -1;
+};
+
+std::vector<int32_t> all_envs(uint64_t n) {
+  std::vector<int32_t> ids;
+  for (uint64_t e = 0; e < n; ++e) ids.push_back(static_cast<int32_t>(e));
+  return ids;
+}
+
+// Creates a segment with the payload schema (in this process: the CLI's create has its own tests, and every CLI
+// run costs a process start, which sanitizer builds make slow).
+CliResult create_payload(const std::string& name, uint64_t envs, uint64_t capacity) {
+  Buffer::create(name, envs, capacity, test::kPayloadSchema);
+  return {0, "", ""};
+}
+
+// The stored bytes of step `step` of env `env`, its fields in schema order.
+std::string stored_step(const Buffer& b, uint64_t env, uint64_t step) {
+  std::string out;
+  for (std::size_t f = 0; f < b.schema().size(); ++f) {
+    const uint64_t bytes = b.schema()[f].bytes();
+    const auto* p = reinterpret_cast<const char*>(b.field_data(f) + (env * b.capacity() + step % b.capacity()) * bytes);
+    out.append(p, bytes);
+  }
+  return out;
+}
+
+std::string payload_bytes(uint64_t env, uint64_t step) {
+  const test::Payload p = test::make_payload(env, step, 0);
+  std::string out(reinterpret_cast<const char*>(p.hdr), sizeof p.hdr);
+  out.append(reinterpret_cast<const char*>(p.body), sizeof p.body);
+  out.append(reinterpret_cast<const char*>(p.tail), sizeof p.tail);
+  return out;
+}
+
+// Every step in `env`'s replay view is exactly the payload its writer published for (env, step); "" or the first
+// step that is not.
+std::string check_env_payloads(const Buffer& b, uint64_t env) {
+  const layout::EnvControl& c = b.env_control(env);
+  const uint64_t head = c.head.load();
+  const uint64_t claimed = c.claimed.load() & ~layout::kUpdateLockBit;
+  for (uint64_t s = claimed > b.capacity() ? claimed - b.capacity() : 0; s < head; ++s) {
+    if (stored_step(b, env, s) != payload_bytes(env, s)) return fmt::format("env {} step {} differs", env, s);
+  }
+  return "";
+}
+
+std::vector<json> json_lines(const std::string& text) {
+  std::vector<json> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    json j;
+    REQUIRE_NOTHROW(j = json::parse(line));
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::string temp_file(const std::string& tag) { return fmt::format("/tmp/{}.ckpt", unique_name(tag)); }
+
+// Removes a file when it goes out of scope.
+struct FileGuard {
+  std::string path;
+  ~FileGuard() { std::remove(path.c_str()); }
+};
+
+// Writes `bytes` into a new file at `path` (the old one removed first: truncating in place is slow on ext4).
+void replace_file(const std::string& path, std::string_view bytes) {
+  std::remove(path.c_str());
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string whole_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Fills envs of a quiet segment with payload steps from this process: env e gets steps[e] steps.
+void push_payloads(const std::string& name, const std::vector<uint64_t>& steps) {
+  Buffer b = Buffer::open(name);
+  Writer w = Writer::range(b, 0, b.num_envs());
+  test::PayloadPusher pusher;
+  for (std::size_t e = 0; e < steps.size(); ++e) {
+    for (uint64_t i = 0; i < steps[e]; ++i) pusher.push(w, {static_cast<int32_t>(e)});
+  }
+}
+
+}  // namespace
+
+TEST_CASE("save while a writer process keeps pushing, then load: every restored step is the one its writer published") {
+  const std::string name = unique_name("cli-save");
+  const std::string copy = unique_name("cli-load");
+  SegmentGuard guard(name);
+  SegmentGuard copy_guard(copy);
+  FileGuard file{temp_file("cli-save")};
+  REQUIRE(create_payload(name, 4, 128).exit_code == 0);
+  const Buffer source = Buffer::open(name, {.read_only = true});
+  WriterProcess writer(name, all_envs(4), /*flat_out=*/true);
+  writer.wait_for_heads(source, 3 * 128);  // every ring lapped: the save must follow a moving window
+
+  const CliResult saved = run_cli({"save", name, file.path, "--json"});
+  REQUIRE(saved.exit_code == 0);
+  CHECK(saved.err.empty());  // stderr is not a terminal and --progress was not given: no progress bar
+  const json s = parse_json(saved.out);
+  CHECK(s["source"] == name);
+  CHECK(s["file"] == file.path);
+  CHECK(s["num_envs"] == 4);
+  CHECK(s["capacity"] == 128);
+  CHECK(s["schema_spec"] == kPayloadSpec);
+  CHECK(s["format"] == "1.0");
+  REQUIRE(s["envs"].size() == 4);
+  uint64_t total = 0;
+  for (const json& e : s["envs"]) {
+    CAPTURE(e.dump());
+    // A full window: claimed = head holds the last 128 steps; claimed = head + 1 (a write in progress), 127.
+    CHECK(e["steps"].get<uint64_t>() == (e["claimed"] == e["head"] ? 128u : 127u));
+    CHECK(e["first_step"].get<uint64_t>() + e["steps"].get<uint64_t>() == e["head"].get<uint64_t>());
+    CHECK(e["head"].get<uint64_t>() <= source.env_control(e["env"].get<uint64_t>()).head.load());
+    total += e["steps"].get<uint64_t>();
+  }
+  CHECK(s["total_steps"] == total);
+  CHECK(s["file_bytes"] == whole_file(file.path).size());
+  CHECK(writer.stop() == 0);
+
+  const CliResult loaded = run_cli({"load", file.path, copy, "--json"});
+  REQUIRE(loaded.exit_code == 0);
+  const json l = parse_json(loaded.out);
+  CHECK(l["name"] == copy);
+  CHECK(l["created"] == true);
+  CHECK(l["checkpoint"]["total_steps"] == total);
+
+  const Buffer restored = Buffer::open(copy, {.read_only = true});
+  CHECK(restored.schema() == test::kPayloadSchema);
+  for (uint64_t e = 0; e < 4; ++e) {
+    CAPTURE(e);
+    const json& saved_env = s["envs"][e];
+    CHECK(restored.env_control(e).head.load() == saved_env["head"].get<uint64_t>());
+    CHECK(restored.env_control(e).claimed.load() == saved_env["claimed"].get<uint64_t>());
+    CHECK(check_env_payloads(restored, e) == "");
+  }
+
+  // dump --json --full of the copy reads the same steps back: each header is {env, step, version 0, checksum}.
+  const CliResult dumped = run_cli({"dump", copy, "--json", "--full", "--field", "hdr"});
+  REQUIRE(dumped.exit_code == 0);
+  const std::vector<json> rows = json_lines(dumped.out);
+  CHECK(rows.size() == total);
+  for (const json& row : rows) {
+    const uint64_t env = row["env"];
+    const uint64_t step = row["step"];
+    const test::Payload p = test::make_payload(env, step, 0);
+    CHECK(row["fields"]["hdr"] == json{p.hdr[0], p.hdr[1], p.hdr[2], p.hdr[3]});
+  }
+}
+
+TEST_CASE("save and load show progress on stderr with --progress") {
+  const std::string name = unique_name("cli-progress");
+  SegmentGuard guard(name);
+  FileGuard file{temp_file("cli-progress")};
+  REQUIRE(create_payload(name, 2, 64).exit_code == 0);
+  push_payloads(name, {100, 10});
+  const CliResult saved = run_cli({"save", name, file.path, "--progress"});
+  REQUIRE(saved.exit_code == 0);
+  CHECK(contains(saved.out, fmt::format("saved '{}' to '{}'", name, file.path)));
+  CHECK(contains(saved.out, "74 steps stored"));
+  CHECK(contains(saved.err, "saving"));
+  CHECK(contains(saved.err, "100%"));
+  const CliResult loaded = run_cli({"load", file.path, "--progress"});  // into the segment it came from
+  REQUIRE(loaded.exit_code == 0);
+  CHECK(contains(loaded.out, fmt::format("into existing segment '{}'", name)));
+  CHECK(contains(loaded.err, "verifying"));
+  CHECK(contains(loaded.err, "loading"));
+}
+
+TEST_CASE("load refuses truncated and corrupt checkpoints with one error line and leaves the target untouched") {
+  const std::string name = unique_name("cli-bad");
+  const std::string fresh = unique_name("cli-fresh");
+  SegmentGuard guard(name);
+  SegmentGuard fresh_guard(fresh);
+  FileGuard good{temp_file("cli-good")};
+  FileGuard bad{temp_file("cli-bad")};
+  REQUIRE(create_payload(name, 3, 16).exit_code == 0);
+  push_payloads(name, {20, 5, 0});
+  REQUIRE(run_cli({"save", name, good.path}).exit_code == 0);
+  push_payloads(name, {3, 3, 3});  // the target now differs from the checkpoint
+  const std::string target_before = whole_file(guard.path());
+  const std::string whole = whole_file(good.path);
+  const CheckpointInfo info = verify_checkpoint(good.path);
+  const uint64_t records = info.envs[0].offset + sizeof(checkpoint_format::EnvSection);
+
+  const auto refused = [&](const std::string& what, Errc code, bool also_new) {
+    CAPTURE(what);
+    for (const std::string& target : also_new ? std::vector<std::string>{name, fresh} : std::vector<std::string>{name}) {
+      const CliResult r = run_cli({"load", bad.path, target});
+      CHECK(r.exit_code == 1);
+      CHECK(r.out.empty());
+      CHECK(one_error_line(r.err));
+      CHECK(contains(r.err, bad.path));
+      CHECK(contains(r.err, code == Errc::truncated ? "truncated" : "corrupt"));
+    }
+    CHECK(whole_file(guard.path()) == target_before);
+    CHECK_FALSE(Buffer::exists(fresh));
+  };
+  // A few cuts and flips against the existing target, the first of each also against a new name
+  // (test_checkpoint tries every byte of the headers against the library).
+  for (const uint64_t length : {records + 100, uint64_t{100}, uint64_t{whole.size() - 1}}) {
+    replace_file(bad.path, std::string_view(whole).substr(0, length));
+    refused(fmt::format("truncated to {} bytes", length), Errc::truncated, length == records + 100);
+  }
+  for (const uint64_t at : {records + 50, uint64_t{130}, info.envs[1].offset + 16}) {
+    std::string flipped = whole;
+    flipped[at] = static_cast<char>(flipped[at] ^ 0x40);
+    replace_file(bad.path, flipped);
+    refused(fmt::format("byte {} flipped", at), Errc::corrupt, at == records + 50);
+  }
+  const CliResult good_load = run_cli({"load", good.path, name});
+  CHECK(good_load.exit_code == 0);
+  CHECK(whole_file(guard.path()) != target_before);
+}
+
+TEST_CASE("load into an existing segment with a different schema is refused and names the difference") {
+  const std::string name = unique_name("cli-schema");
+  const std::string other = unique_name("cli-schema-other");
+  SegmentGuard guard(name);
+  SegmentGuard other_guard(other);
+  FileGuard file{temp_file("cli-schema")};
+  REQUIRE(create_payload(name, 2, 8).exit_code == 0);
+  push_payloads(name, {3, 3});
+  REQUIRE(run_cli({"save", name, file.path}).exit_code == 0);
+  Buffer::create(other, 2, 8, Schema::parse("hdr:u64[4] body:f32[12] tail:u8[29]"));
+  const std::string before = whole_file(other_guard.path());
+  const CliResult r = run_cli({"load", file.path, other});
+  CHECK(r.exit_code == 1);
+  CHECK(one_error_line(r.err));
+  CHECK(contains(r.err, "field 'body'"));
+  CHECK(contains(r.err, "schema"));
+  CHECK(whole_file(other_guard.path()) == before);
+
+  const CliResult not_a_checkpoint = run_cli({"load", guard.path(), other});
+  CHECK(not_a_checkpoint.exit_code == 1);
+  CHECK(one_error_line(not_a_checkpoint.err));
+  CHECK(contains(not_a_checkpoint.err, "not a shmreplay checkpoint"));
+}
+
+TEST_CASE("load refuses a segment with a live writer, and rm refuses it unless --force") {
+  const std::string name = unique_name("cli-busy");
+  SegmentGuard guard(name);
+  FileGuard file{temp_file("cli-busy")};
+  REQUIRE(create_payload(name, 2, 32).exit_code == 0);
+  push_payloads(name, {5, 5});
+  REQUIRE(run_cli({"save", name, file.path}).exit_code == 0);
+  const Buffer b = Buffer::open(name, {.read_only = true});
+  {
+    WriterProcess writer(name, {1});
+    writer.wait_for_env(b, 1, 40);
+
+    const CliResult load = run_cli({"load", file.path, name});
+    CHECK(load.exit_code == 1);
+    CHECK(one_error_line(load.err));
+    CHECK(contains(load.err, fmt::format("pid {}", writer.pid())));
+
+    const CliResult rm = run_cli({"rm", name});
+    CHECK(rm.exit_code == 1);
+    CHECK(one_error_line(rm.err));
+    CHECK(contains(rm.err, fmt::format("1 live writer (pid {})", writer.pid())));
+    CHECK(contains(rm.err, "--force"));
+    CHECK(Buffer::exists(name));
+    writer.kill();  // dies holding env 1's lease
+  }
+  // A dead writer does not hold the segment: load and rm proceed (the load takes the dead lease over).
+  CHECK(run_cli({"load", file.path, name}).exit_code == 0);
+  CHECK(b.env_control(1).head.load() == 5);  // the checkpoint's head, taken over from the dead writer
+  const CliResult rm = run_cli({"rm", name});
+  CHECK(rm.exit_code == 0);
+  CHECK_FALSE(Buffer::exists(name));
+
+  // --force removes a segment in use; its writer keeps working on its mapping.
+  REQUIRE(create_payload(name, 2, 32).exit_code == 0);
+  WriterProcess writer(name, {0, 1});
+  writer.wait_for_heads(Buffer::open(name, {.read_only = true}), 1);
+  CHECK(run_cli({"rm", name}).exit_code == 1);
+  const CliResult forced = run_cli({"rm", "--force", name});
+  CHECK(forced.exit_code == 0);
+  CHECK(forced.out == fmt::format("removed '{}'\n", name));
+  CHECK_FALSE(Buffer::exists(name));
+  CHECK(writer.stop() == 0);
+}
+
+TEST_CASE("watch --count prints plain frames with rates, fill bars and writer liveness") {
+  const std::string name = unique_name("cli-watch");
+  SegmentGuard guard(name);
+  REQUIRE(create_payload(name, 3, 64).exit_code == 0);
+  const Buffer b = Buffer::open(name, {.read_only = true});
+  WriterProcess writer(name, {0, 2});
+  writer.wait_for_env(b, 0, 64);
+  writer.wait_for_env(b, 2, 64);
+
+  const CliResult r = run_cli({"watch", name, "--count", "2", "--interval", "0.05"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.empty());
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') > 10);
+  const std::string frame2 = r.out.substr(r.out.find("\n\nshmreplay watch") + 2);  // frames are blank-line separated
+  CHECK(frame2.starts_with(fmt::format("shmreplay watch '{}'", name)));
+  CHECK(contains(r.out.substr(0, r.out.find("\n\n")), "shmreplay watch"));
+  const std::vector<std::string> pushes = words(line_starting(frame2, "pushes/s"));
+  REQUIRE(pushes.size() >= 2);
+  CHECK(std::stod(pushes[1]) >= 0.0);
+  CHECK(contains(line_starting(frame2, "writers"), "1 alive, 0 dead, 1 env without a writer"));
+  CHECK(contains(line_starting(frame2, "learner"), "none attached"));
+  const std::vector<std::string> env0 = words(line_starting(frame2, "    0  ["));
+  REQUIRE(env0.size() >= 10);
+  // A full ring: 64 steps, or 63 while a write is in progress (its slot is not part of the view).
+  CHECK(env0[1] == "[####################]");
+  CHECK((env0[2] == "100.0%" || env0[2] == "98.4%"));
+  CHECK(env0[7] == std::to_string(writer.pid()));
+  CHECK(env0[8] == "alive");
+  const std::vector<std::string> env1 = words(line_starting(frame2, "    1  ["));
+  REQUIRE(env1.size() >= 10);
+  CHECK(env1[1] == "[--------------------]");
+  CHECK(env1[8] == "none");
+
+  const CliResult once = run_cli({"watch", name, "--once", "--interval", "0.02"});
+  CHECK(once.exit_code == 0);
+  CHECK(std::count(once.out.begin(), once.out.end(), '\n') == 13);  // a title, 7 summary lines, a blank, a table of 3
+  CHECK(writer.stop() == 0);
+}
+
+TEST_CASE("watch --json prints one parseable frame per line") {
+  const std::string name = unique_name("cli-watch-json");
+  SegmentGuard guard(name);
+  REQUIRE(create_payload(name, 2, 64).exit_code == 0);
+  const Buffer b = Buffer::open(name, {.read_only = true});
+  WriterProcess writer(name, {0, 1});
+  writer.wait_for_heads(b, 64);
+  const CliResult r = run_cli({"watch", name, "--json", "--count", "3", "--interval", "0.03"});
+  REQUIRE(r.exit_code == 0);
+  const std::vector<json> frames = json_lines(r.out);
+  REQUIRE(frames.size() == 3);
+  uint64_t pushed = 0;
+  for (const json& f : frames) {
+    CHECK(f["name"] == name);
+    CHECK(f["num_envs"] == 2);
+    CHECK(f["live_writers"] == 1);
+    CHECK(f["dead_writers"] == 0);
+    CHECK(f["interval_s"].get<double>() > 0.0);
+    CHECK(f["pushes_per_s"].get<double>() >= 0.0);
+    CHECK(f["total_pushed"].get<uint64_t>() >= pushed);
+    pushed = f["total_pushed"].get<uint64_t>();
+    CHECK(f["fill"].get<double>() >= 127.0 / 128);  // full, or one slot being rewritten
+    CHECK(f["learner"]["state"] == "none");
+    REQUIRE(f["envs"].size() == 2);
+    CHECK(f["envs"][1]["owner_pid"] == writer.pid());
+    CHECK(f["envs"][1]["state"] == "alive");
+    CHECK(f["envs"][1]["length"].get<uint64_t>() >= 63);
+    CHECK(f["envs"][1]["last_push_age_s"].is_number());
+  }
+  CHECK(writer.stop() == 0);
+
+  CHECK(run_cli({"watch", name, "--once", "--count", "2"}).exit_code == 2);
+  CHECK(run_cli({"watch", name, "--interval", "0"}).exit_code == 2);
+}
+
+TEST_CASE("dump selects envs, the last steps, a step range and fields, and summarises large arrays") {
+  const std::string name = unique_name("cli-dump");
+  SegmentGuard guard(name);
+  REQUIRE(create_payload(name, 3, 8).exit_code == 0);
+  push_payloads(name, {12, 3, 0});  // env 0 wrapped: steps 4..11 stored
+
+  // The whole view as a table, arrays summarised.
+  const CliResult all = run_cli({"dump", name});
+  REQUIRE(all.exit_code == 0);
+  CHECK(words(line_starting(all.out, "ENV")) == std::vector<std::string>{"ENV", "STEP", "hdr", "body", "tail"});
+  CHECK(std::count(all.out.begin(), all.out.end(), '\n') == 1 + 8 + 3);
+  const std::string row = line_starting(all.out, "  0     4  ");
+  CHECK(contains(row, "[0, 4, 0, "));    // hdr has 4 elements: printed whole
+  CHECK(contains(row, "f32[13] min="));  // body has 13: summarised
+  CHECK(contains(row, "u8[29] min="));
+  CHECK(contains(row, "first=["));
+  CHECK(line_starting(all.out, "  0     3  ").empty());  // overwritten
+  CHECK_FALSE(line_starting(all.out, "  1     2  ").empty());
+
+  // --env and --last, as JSON lines with summaries.
+  const std::vector<json> last = json_lines(run_cli({"dump", name, "--env", "0,1", "--last", "2", "--json"}).out);
+  REQUIRE(last.size() == 4);
+  CHECK(last[0]["env"] == 0);
+  CHECK(last[0]["step"] == 10);
+  CHECK(last[1]["step"] == 11);
+  CHECK(last[2]["env"] == 1);
+  CHECK(last[2]["step"] == 1);
+  const json& body = last[0]["fields"]["body"];
+  const test::Payload p = test::make_payload(0, 10, 0);
+  CHECK(body["dtype"] == "f32");
+  CHECK(body["shape"] == json{13});
+  CHECK(body["first"][0] == p.body[0]);
+  double lo = p.body[0], hi = p.body[0], sum = 0;
+  for (const float v : p.body) {
+    lo = std::min<double>(lo, v);
+    hi = std::max<double>(hi, v);
+    sum += v;
+  }
+  CHECK(body["min"] == lo);
+  CHECK(body["max"] == hi);
+  CHECK(body["mean"].get<double>() == doctest::Approx(sum / 13));
+
+  // --steps, --field and --full.
+  const std::vector<json> range =
+      json_lines(run_cli({"dump", name, "--env", "0", "--steps", "6:9", "--field", "tail", "--full", "--json"}).out);
+  REQUIRE(range.size() == 3);
+  for (std::size_t i = 0; i < range.size(); ++i) {
+    const uint64_t step = 6 + i;
+    CHECK(range[i]["step"] == step);
+    CHECK(range[i]["fields"].size() == 1);
+    const test::Payload q = test::make_payload(0, step, 0);
+    CHECK(range[i]["fields"]["tail"] == std::vector<uint64_t>(q.tail, q.tail + test::kTail));
+  }
+  const CliResult none = run_cli({"dump", name, "--env", "2"});
+  CHECK(none.exit_code == 0);
+  CHECK(contains(none.out, "no stored steps match"));
+
+  // Errors: an unknown field or env (exit 1), conflicting or malformed selections (usage, exit 2).
+  const CliResult field = run_cli({"dump", name, "--field", "nope"});
+  CHECK(field.exit_code == 1);
+  CHECK(one_error_line(field.err));
+  CHECK(contains(field.err, "'nope'"));
+  CHECK(contains(field.err, "hdr, body, tail"));
+  const CliResult env = run_cli({"dump", name, "--env", "3"});
+  CHECK(env.exit_code == 1);
+  CHECK(contains(env.err, "env ids run from 0 to 2"));
+  CHECK(run_cli({"dump", name, "--last", "2", "--steps", "1:3"}).exit_code == 2);
+  CHECK(run_cli({"dump", name, "--steps", "5:3"}).exit_code == 2);
+}
+
+TEST_CASE("ls and info report fill, live writers, totals and the learner of a buffer in use") {
+  const std::string name = unique_name("cli-busy-info");
+  SegmentGuard guard(name);
+  REQUIRE(create_payload(name, 2, 16).exit_code == 0);
+  Buffer b = Buffer::open(name);
+  WriterProcess writer(name, {0});
+  writer.wait_for_env(b, 0, 16);
+  Sampler learner(b);
+  Rng rng(3);
+  SampleBatch batch;
+  learner.sample(View::replay, 5, 2, 1.0, rng, batch);
+
+  const json listed = parse_json(run_cli({"ls", "--json"}).out);
+  const json* mine = find_named(listed, name);
+  REQUIRE(mine != nullptr);
+  // env 0 full (or with one slot being rewritten by its writer), env 1 empty
+  CHECK(((*mine)["fill"] == 0.5 || (*mine)["fill"] == 15.0 / 32));
+  CHECK((*mine)["live_writers"] == 1);
+  CHECK((*mine)["learner"] == "alive");
+  CHECK((*mine)["age_s"].get<double>() >= 0.0);
+  const std::vector<std::string> row = words(line_starting(run_cli({"ls"}).out, name + " "));
+  REQUIRE(row.size() == 9);
+  CHECK((row[3] == "50.0%" || row[3] == "46.9%"));
+  CHECK(row[7] == "1");
+
+  const json info = parse_json(run_cli({"info", name, "--json"}).out);
+  CHECK(info["live_writers"] == 1);
+  CHECK(info["replay_steps"].get<uint64_t>() >= 15);
+  CHECK(info["total_pushed"].get<uint64_t>() >= 16);
+  CHECK(info["learner"]["state"] == "alive");
+  CHECK(info["learner"]["pid"] == ::getpid());
+  CHECK(info["learner"]["rows_sampled"] == 5);
+  CHECK(info["learner"]["sample_calls"] == 1);
+  CHECK(info["envs"][0]["owner"] == "alive");
+  CHECK(info["envs"][0]["owner_pid"] == writer.pid());
+  CHECK(info["envs"][0]["last_push_ns"].get<uint64_t>() > 0);
+  const std::string text = run_cli({"info", name}).out;
+  CHECK(contains(line_starting(text, "sampled"), "5 rows in 1 call"));
+  CHECK(contains(line_starting(text, "learner"), fmt::format("pid {} (alive", ::getpid())));
+  CHECK(contains(line_starting(text, "online steps"), "full)"));
+  CHECK(writer.stop() == 0);
+}
+
+TEST_CASE("create names episode fields and info shows completed episodes, per env and in JSON") {
+  const std::string name = unique_name("cli-episodes");
+  SegmentGuard guard(name);
+  const CliResult c = run_cli({"create", name, "--envs", "2", "--capacity", "16", "--schema",
+                               "obs:f32 reward:f32 terminated:bool truncated:bool", "--terminated", "terminated",
+                               "--truncated", "truncated", "--reward", "reward", "--episode-queue", "4"});
+  INFO(c.err);
+  REQUIRE(c.exit_code == 0);
+  {
+    Buffer buf = Buffer::open(name);
+    REQUIRE(buf.has_episodes());
+    Writer writer(buf, {0, 1});
+    // env 0: an episode of 3 steps (returns 1+2+3), then one cut by truncation after 2 steps; env 1: one step.
+    const float rewards[] = {1, 2, 3, 4, 5};
+    const uint8_t term[] = {0, 0, 1, 0, 0}, trunc[] = {0, 0, 0, 0, 1};
+    for (int k = 0; k < 5; ++k) {
+      const float obs = 0;
+      writer.push_one(0, {value_bytes(obs), value_bytes(rewards[k]), value_bytes(term[k]), value_bytes(trunc[k])});
+    }
+    const float obs = 0, reward = 7;
+    const uint8_t no = 0;
+    writer.push_one(1, {value_bytes(obs), value_bytes(reward), value_bytes(no), value_bytes(no)});
+  }
+  const CliResult text = run_cli({"info", name});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("2 completed, 2 waiting for the learner, 0 dropped (queue 4 per env)") != std::string::npos);
+  CHECK(text.out.find("terminated=terminated truncated=truncated reward=reward") != std::string::npos);
+  CHECK(text.out.find("2 steps, return 9, truncated") != std::string::npos);
+  const json j = parse_json(run_cli({"info", name, "--json"}).out);
+  CHECK(j["episodes"]["completed"] == 2);
+  CHECK(j["episodes"]["queue_depth"] == 2);
+  CHECK(j["episodes"]["queue_capacity"] == 4);
+  CHECK(j["envs"][0]["episodes_completed"] == 2);
+  CHECK(j["envs"][0]["last_episode"]["length"] == 2);
+  CHECK(j["envs"][0]["last_episode"]["return"] == 9.0);
+  CHECK(j["envs"][0]["last_episode"]["end"] == "truncated");
+  CHECK(j["envs"][1]["episodes_completed"] == 0);
+  CHECK(j["envs"][1]["episode_start"] == 0);
+
+  const CliResult bad = run_cli({"create", unique_name("cli-episodes-bad"), "--envs", "1", "--capacity", "4",
+                                 "--schema", "obs:f32 done:f32", "--done", "done"});
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.err.find("done") != std::string::npos);
 }

@@ -2,11 +2,15 @@
 //
 // An Inspector maps a segment read-only (PROT_READ): it can never write the segment, so it never disturbs the
 // writers or the learner. Snapshots read each counter with one atomic load; counters of different envs are not
-// read at one instant, which is fine for display. Safe to use from any thread and any process.
+// read at one instant, which is fine for display. read_steps() copies stored steps out with the Sampler's seqlock
+// validation, so what it returns was never torn, without taking the learner lease. Safe to use from any thread
+// and any process.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +39,14 @@ struct EnvInfo {
   uint64_t lease_since_ns = 0;   ///< CLOCK_REALTIME; 0 when there is no owner
   uint64_t lease_takeovers = 0;
   uint64_t last_push_ns = 0;     ///< CLOCK_REALTIME; 0 when nothing was pushed
+  // Episodes (all 0 in a buffer without episode fields):
+  uint64_t episodes_completed = 0;       ///< episodes whose last step was published, since creation
+  uint64_t episode_records_dropped = 0;  ///< records lost because the queue was full when the episode ended
+  uint64_t episode_queue_depth = 0;      ///< records waiting for the learner (Sampler::pop_episodes)
+  uint64_t episode_start = 0;            ///< first step of the episode in progress
+  uint64_t last_episode_length = 0;      ///< the last completed episode (0: none yet)
+  double last_episode_return = 0.0;
+  EpisodeEnd last_episode_end = EpisodeEnd::none;
 };
 
 /// The learner (the Sampler holding the learner lease) and its counters.
@@ -72,6 +84,26 @@ struct SegmentInfo {
   uint64_t online_steps = 0;   ///< sum of online lengths
   uint64_t live_writers = 0;   ///< distinct alive lease holders
   LearnerInfo learner;
+  // Episodes (layout 1.2): the fields with episode roles, and totals over envs.
+  EpisodeFieldIndices episode_fields;  ///< schema indices of done / terminated / truncated / reward
+  uint64_t episode_queue_capacity = 0; ///< records per env's queue; 0 without episode fields
+  uint64_t episodes_completed = 0;
+  uint64_t episode_records_dropped = 0;
+  uint64_t episode_queue_depth = 0;
+};
+
+/// Consecutive published steps of one env, copied out of the segment (Inspector::read_steps). Each record is one
+/// step: its fields in schema order, back to back.
+struct StepRecords {
+  uint64_t env = 0;
+  uint64_t first_step = 0;              ///< the global index of the first record's step
+  uint64_t count = 0;                   ///< records held: steps first_step .. first_step + count - 1
+  uint64_t record_bytes = 0;            ///< bytes of one record (the schema's step bytes)
+  std::vector<uint64_t> field_offsets;  ///< where each field starts inside a record, in schema order
+  std::vector<std::byte> bytes;         ///< count records, oldest first
+
+  /// The bytes of field `field` in record `index` (step first_step + index). Preconditions: in range.
+  std::span<const std::byte> field(std::size_t index, std::size_t field) const noexcept;
 };
 
 class Inspector {
@@ -80,8 +112,19 @@ class Inspector {
   explicit Inspector(std::string_view name);
   explicit Inspector(Buffer buffer) : buffer_(std::move(buffer)) {}
 
-  /// Reads every counter of the segment. O(num_envs); checks the liveness of each distinct owner once.
+  /// Reads every counter of the segment. O(num_envs); checks the liveness of each distinct owner once. Each env's
+  /// episode state (completed, last episode, episode in progress) is one consistent read of its writer's journal.
   SegmentInfo snapshot() const;
+
+  /// Copies the published steps of env `env` in [first_step, first_step + count) that are stored (the part of
+  /// that range inside the replay view, [max(0, claimed - capacity), head)). Writers keep pushing meanwhile: the
+  /// copy is validated like a sample row, and steps whose slots a writer reclaimed before they were copied are
+  /// left out, so the result is the newer end of the range (its first_step may be above the one asked for, and
+  /// count may be 0). Every record is exactly what its writer published. Never writes the segment and never
+  /// blocks. Throws env_out_of_range, and contended when the learner kept rewriting the env during the copy.
+  /// O(count * num_fields) time and memory.
+  StepRecords read_steps(uint64_t env, uint64_t first_step, uint64_t count) const;
+
   const Buffer& buffer() const noexcept { return buffer_; }
 
  private:

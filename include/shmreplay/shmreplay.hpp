@@ -2,6 +2,7 @@
 #pragma once
 
 #include "shmreplay/buffer.hpp"     // IWYU pragma: export
+#include "shmreplay/checkpoint.hpp"  // IWYU pragma: export
 #include "shmreplay/error.hpp"      // IWYU pragma: export
 #include "shmreplay/inspector.hpp"  // IWYU pragma: export
 #include "shmreplay/layout.hpp"     // IWYU pragma: export

@@ -1,8 +1,10 @@
 #include "commands.hpp"
 
 #include <cerrno>
+#include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -43,16 +45,6 @@ Schema read_schema_file(const std::string& path) {
   }
 }
 
-// "alive", "dead", "none", or "idle" for a live owner that has not pushed for kIdleAfterNs.
-constexpr uint64_t kIdleAfterNs = 10'000'000'000ull;
-std::string state_text(const EnvInfo& e) {
-  if (e.owner == OwnerState::alive) {
-    const uint64_t since = e.last_push_ns != 0 ? e.last_push_ns : e.lease_since_ns;
-    if (since != 0 && age_ns(since) > kIdleAfterNs) return "idle";
-  }
-  return std::string(to_string(e.owner));
-}
-
 // -- JSON forms --
 
 Json schema_json(const Schema& schema) {
@@ -78,7 +70,28 @@ Json env_json(const EnvInfo& e) {
       {"lease_takeovers", e.lease_takeovers},
       {"last_push_ns", e.last_push_ns},
       {"state", state_text(e)},
+      {"episodes_completed", e.episodes_completed},
+      {"episode_records_dropped", e.episode_records_dropped},
+      {"episode_queue_depth", e.episode_queue_depth},
+      {"episode_start", e.episode_start},
+      {"last_episode",
+       {{"length", e.last_episode_length},
+        {"return", e.last_episode_return},
+        {"end", to_string(e.last_episode_end)}}},
   };
+}
+
+// "done=done reward=reward": the fields with episode roles, or "" for a buffer without them.
+std::string episode_fields_text(const SegmentInfo& i) {
+  std::string out;
+  const auto add = [&](const char* role, const std::optional<std::size_t>& index) {
+    if (index) out += fmt::format("{}{}={}", out.empty() ? "" : " ", role, i.schema[*index].name);
+  };
+  add("done", i.episode_fields.done);
+  add("terminated", i.episode_fields.terminated);
+  add("truncated", i.episode_fields.truncated);
+  add("reward", i.episode_fields.reward);
+  return out;
 }
 
 Json listed_json(const ListedSegment& s) {
@@ -93,7 +106,11 @@ Json listed_json(const ListedSegment& s) {
       {"replay_steps", i.replay_steps},
       {"online_steps", i.online_steps},
       {"total_pushed", i.total_pushed},
+      {"fill", i.num_envs * i.capacity == 0 ? 0.0
+                                             : static_cast<double>(i.replay_steps) /
+                                                   static_cast<double>(i.num_envs * i.capacity)},
       {"live_writers", i.live_writers},
+      {"learner", to_string(i.learner.state)},
       {"creation_time_ns", i.creation_time_ns},
       {"age_s", seconds(age_ns(i.creation_time_ns))},
       {"layout", layout_text(i.layout_major, i.layout_minor)},
@@ -138,6 +155,12 @@ Json info_json(const SegmentInfo& i) {
       {"online_steps", i.online_steps},
       {"live_writers", i.live_writers},
       {"learner", learner_json(i.learner)},
+      {"episodes",
+       {{"fields", episode_fields_text(i)},
+        {"queue_capacity", i.episode_queue_capacity},
+        {"completed", i.episodes_completed},
+        {"records_dropped", i.episode_records_dropped},
+        {"queue_depth", i.episode_queue_depth}}},
       {"schema_spec", i.schema.to_string()},
       {"schema", schema_json(i.schema)},
       {"envs", std::move(envs)},
@@ -162,13 +185,18 @@ void print_info_summary(const SegmentInfo& i) {
   print_pair("created", fmt::format("{} ago ({})", human_age(age_ns(i.creation_time_ns)), iso_utc(i.creation_time_ns)));
   print_pair("total pushed", counted(i.total_pushed, "step", "steps"));
   print_pair("replay steps", fmt::format("{} ({} full)", i.replay_steps, percent(i.replay_steps, slots)));
-  print_pair("online steps", fmt::format("{}", i.online_steps));
+  print_pair("online steps", fmt::format("{} ({} full)", i.online_steps, percent(i.online_steps, slots)));
   print_pair("live writers", fmt::format("{}", i.live_writers));
   const LearnerInfo& l = i.learner;
   print_pair("learner", l.state == OwnerState::none
                             ? std::string("none attached")
                             : fmt::format("pid {} ({}, attached {} ago)", l.pid, to_string(l.state),
                                           human_age(age_ns(l.since_ns))));
+  if (i.episode_queue_capacity > 0) {
+    print_pair("episodes", fmt::format("{} completed, {} waiting for the learner, {} dropped (queue {} per env); {}",
+                                       i.episodes_completed, i.episode_queue_depth, i.episode_records_dropped,
+                                       i.episode_queue_capacity, episode_fields_text(i)));
+  }
   print_pair("sampled", fmt::format("{} in {}, {} retried, {} updated, {} online resets",
                                     counted(l.rows_sampled, "row", "rows"), counted(l.sample_calls, "call", "calls"),
                                     l.retries, counted(l.steps_updated, "step", "steps"), l.online_resets));
@@ -186,25 +214,32 @@ void print_schema_table(const Schema& schema) {
   fmt::print("{}", t.render("  "));
 }
 
-void print_env_table(const std::vector<EnvInfo>& envs) {
+void print_env_table(const std::vector<EnvInfo>& envs, bool episodes) {
   fmt::print("\nenvs:\n");
-  Table t({{"ENV", Align::right},
-           {"HEAD", Align::right},
-           {"CLAIMED", Align::right},
-           {"LENGTH", Align::right},
-           {"ONLINE", Align::right},
-           {"OWNER", Align::right},
-           {"STATE"},
-           {"LEASED"},
-           {"LAST PUSH"}});
+  std::vector<Table::Column> columns{{"ENV", Align::right},   {"HEAD", Align::right},  {"CLAIMED", Align::right},
+                                     {"LENGTH", Align::right}, {"ONLINE", Align::right}, {"OWNER", Align::right},
+                                     {"STATE"},                {"LEASED"},               {"LAST PUSH"}};
+  if (episodes) {
+    columns.push_back({"EPISODES", Align::right});
+    columns.push_back({"LAST EPISODE"});
+  }
+  Table t(std::move(columns));
   const std::size_t shown = std::min(envs.size(), kMaxEnvRowsShown);
   for (std::size_t k = 0; k < shown; ++k) {
     const EnvInfo& e = envs[k];
-    t.add_row({fmt::format("{}", e.env), fmt::format("{}", e.head), fmt::format("{}", e.claimed),
-               fmt::format("{}", e.length), fmt::format("{}", e.online_length),
-               e.owner == OwnerState::none ? std::string("-") : fmt::format("{}", e.owner_pid),
-               state_text(e), e.lease_since_ns == 0 ? std::string("-") : human_age(age_ns(e.lease_since_ns)) + " ago",
-               e.last_push_ns == 0 ? std::string("never") : human_age(age_ns(e.last_push_ns)) + " ago"});
+    std::vector<std::string> row{
+        fmt::format("{}", e.env), fmt::format("{}", e.head), fmt::format("{}", e.claimed),
+        fmt::format("{}", e.length), fmt::format("{}", e.online_length),
+        e.owner == OwnerState::none ? std::string("-") : fmt::format("{}", e.owner_pid), state_text(e),
+        e.lease_since_ns == 0 ? std::string("-") : human_age(age_ns(e.lease_since_ns)) + " ago",
+        e.last_push_ns == 0 ? std::string("never") : human_age(age_ns(e.last_push_ns)) + " ago"};
+    if (episodes) {
+      row.push_back(fmt::format("{}", e.episodes_completed));
+      row.push_back(e.last_episode_length == 0 ? std::string("-")
+                                               : fmt::format("{} steps, return {:g}, {}", e.last_episode_length,
+                                                             e.last_episode_return, to_string(e.last_episode_end)));
+    }
+    t.add_row(std::move(row));
   }
   fmt::print("{}", t.render("  "));
   if (shown < envs.size()) {
@@ -214,6 +249,14 @@ void print_env_table(const std::vector<EnvInfo>& envs) {
 }
 
 }  // namespace
+
+std::string state_text(const EnvInfo& e) {
+  if (e.owner == OwnerState::alive) {
+    const uint64_t since = e.last_push_ns != 0 ? e.last_push_ns : e.lease_since_ns;
+    if (since != 0 && age_ns(since) > kIdleAfterNs) return "idle";
+  }
+  return std::string(to_string(e.owner));
+}
 
 void print_error(std::string_view message) {
   std::string line;
@@ -232,8 +275,11 @@ void print_error(std::string_view message) {
 
 int run_create(const CreateArgs& args) {
   const Schema schema = args.schema_file.empty() ? Schema::parse(args.schema_spec) : read_schema_file(args.schema_file);
-  const Buffer b =
-      Buffer::create(args.name, args.num_envs, args.capacity, schema, {.mode = args.mode, .replace = args.replace});
+  const Buffer b = Buffer::create(args.name, args.num_envs, args.capacity, schema,
+                                  {.mode = args.mode,
+                                   .replace = args.replace,
+                                   .episodes = args.episodes,
+                                   .episode_queue_capacity = args.episode_queue_capacity});
   fmt::print("created '{}': {} x {}, {} per step, {} ({})\n", b.name(), counted(b.num_envs(), "env", "envs"),
              counted(b.capacity(), "step", "steps"), counted(schema.step_bytes(), "byte", "bytes"),
              human_bytes(b.total_bytes()), b.path());
@@ -283,14 +329,55 @@ int run_info(const InfoArgs& args) {
   }
   print_info_summary(info);
   print_schema_table(info.schema);
-  print_env_table(info.envs);
+  print_env_table(info.envs, info.episode_queue_capacity > 0);
   return kExitOk;
 }
+
+namespace {
+
+// Why `name` must not be removed now (its live writers and learner) and how many processes that is; "" and 0
+// when nothing alive uses it. A segment that cannot be opened has no users we can name: Buffer::remove decides.
+std::pair<std::string, std::size_t> live_users(const std::string& name) {
+  SegmentInfo info;
+  try {
+    info = Inspector(name).snapshot();
+  } catch (const Error&) {
+    return {"", 0};
+  }
+  std::vector<uint64_t> pids;
+  for (const EnvInfo& e : info.envs) {
+    if (e.owner == OwnerState::alive && std::find(pids.begin(), pids.end(), e.owner_pid) == pids.end()) {
+      pids.push_back(e.owner_pid);
+    }
+  }
+  std::string why;
+  if (!pids.empty()) {
+    why = fmt::format("{} (pid{} {})", counted(pids.size(), "live writer", "live writers"), pids.size() == 1 ? "" : "s",
+                      fmt::join(pids, ", "));
+  }
+  std::size_t processes = pids.size();
+  if (info.learner.state == OwnerState::alive) {
+    why += fmt::format("{}a live learner (pid {})", why.empty() ? "" : " and ", info.learner.pid);
+    if (std::find(pids.begin(), pids.end(), info.learner.pid) == pids.end()) ++processes;
+  }
+  return {why, processes};
+}
+
+}  // namespace
 
 int run_rm(const RmArgs& args) {
   int code = kExitOk;
   for (const std::string& name : args.names) {
     try {
+      if (!args.force) {
+        const auto [users, processes] = live_users(name);
+        if (processes > 0) {
+          throw Error(Errc::lease_held,
+                      fmt::format("refusing to remove '{}': it is in use by {}; stop {} first, or use --force "
+                                  "(processes that have it mapped keep working on their mapping)",
+                                  name, users, processes == 1 ? "it" : "them"));
+        }
+      }
       Buffer::remove(name);
       fmt::print("removed '{}'\n", name);
     } catch (const std::exception& e) {

@@ -5,9 +5,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include "shmreplay/inspector.hpp"
 
 namespace shmreplay::cli {
 
@@ -27,6 +31,8 @@ struct CreateArgs {
   std::string schema_file;  ///< a file holding the schema text; empty when schema_spec is given
   uint32_t mode = 0600;
   bool replace = false;
+  shmreplay::EpisodeFields episodes;   ///< field names with episode roles; all empty: none
+  uint64_t episode_queue_capacity = 0;  ///< 0: the library's default
 };
 
 struct LsArgs {
@@ -40,6 +46,42 @@ struct InfoArgs {
 
 struct RmArgs {
   std::vector<std::string> names;
+  bool force = false;  ///< remove even while live writers or a live learner use the segment
+};
+
+struct WatchArgs {
+  std::string name;
+  double interval_s = 1.0;  ///< seconds between frames
+  uint64_t count = 0;       ///< frames to print, then exit; 0: until q, Ctrl-C or a signal
+  bool once = false;        ///< one frame (rates measured over one interval), then exit
+  bool json = false;        ///< one JSON object per frame, one per line
+  bool plain = false;       ///< plain frames even on a terminal
+};
+
+struct DumpArgs {
+  std::string name;
+  std::vector<uint64_t> envs;       ///< empty: every env
+  std::optional<uint64_t> last;     ///< the newest N steps of each env's view
+  std::string steps;                ///< a step range "A:B" (half-open), "A:", ":B" or "A"; empty: the whole view
+  std::vector<std::string> fields;  ///< empty: every field
+  bool online = false;              ///< the online view instead of the replay view
+  bool json = false;                ///< JSON lines, one per step
+  bool full = false;                ///< every element of every array, never a summary
+};
+
+struct SaveArgs {
+  std::string name;
+  std::string file;
+  bool progress = false;  ///< a progress bar on stderr even when stderr is not a terminal
+  bool json = false;
+};
+
+struct LoadArgs {
+  std::string file;
+  std::string name;  ///< empty: the name the checkpoint was saved from
+  uint32_t mode = 0600;
+  bool progress = false;
+  bool json = false;
 };
 
 /// Each returns the process's exit code. run_rm reports a failing name itself and goes on with the others.
@@ -47,6 +89,18 @@ int run_create(const CreateArgs& args);
 int run_ls(const LsArgs& args);
 int run_info(const InfoArgs& args);
 int run_rm(const RmArgs& args);
+int run_watch(const WatchArgs& args);  // watch.cpp
+int run_dump(const DumpArgs& args);    // dump.cpp
+int run_save(const SaveArgs& args);    // save_load.cpp
+int run_load(const LoadArgs& args);    // save_load.cpp
+
+/// Parses dump's step range: "A:B" is [A, B), "A:" is [A, end), ":B" is [0, B), "A" is [A, A + 1); nullopt when
+/// the text is none of these (or A > B).
+std::optional<std::pair<uint64_t, uint64_t>> parse_step_range(const std::string& text);
+
+/// An env's writer state for display: "none", "alive", "dead", or "idle" (alive, no push for kIdleAfterNs).
+inline constexpr uint64_t kIdleAfterNs = 10'000'000'000ull;
+std::string state_text(const EnvInfo& env);
 
 /// Envs that `info` prints in its text form; the rest are counted as omitted (--json has them all).
 inline constexpr std::size_t kMaxEnvRowsShown = 64;

@@ -1,13 +1,19 @@
-// shmreplay: the command-line tool that creates, lists, inspects and removes shmreplay segments.
+// shmreplay: the command-line tool that creates, lists, inspects, watches, dumps, saves, loads and removes
+// shmreplay segments.
 //
 //   shmreplay create NAME --envs N --capacity T (--schema SPEC | --schema-file FILE) [--mode OCTAL] [--replace]
 //   shmreplay ls [--json]
 //   shmreplay info NAME [--json]
-//   shmreplay rm NAME...
+//   shmreplay watch NAME [--interval S] [--once | --count N] [--json] [--plain]
+//   shmreplay dump NAME [--env E]... [--last N | --steps A:B] [--field F]... [--online] [--full] [--json]
+//   shmreplay save NAME FILE [--progress] [--json]
+//   shmreplay load FILE [NAME] [--mode OCTAL] [--progress] [--json]
+//   shmreplay rm NAME... [--force]
 //   shmreplay --version
 //
 // Exit codes: 0 success; 1 a runtime error (one `shmreplay: error: ...` line on stderr); 2 a usage error (the
-// same kind of line). This file only parses the command line; commands.cpp does the work.
+// same kind of line). This file only parses the command line; commands.cpp, watch.cpp, dump.cpp and
+// save_load.cpp do the work. Every command but create, load and rm maps the segment read-only.
 #include <charconv>
 #include <cstdint>
 #include <exception>
@@ -78,6 +84,16 @@ CLI::App* add_create(CLI::App& app, CreateArgs& args, CreateText& raw) {
       ->type_name("OCTAL")
       ->capture_default_str();
   cmd->add_flag("--replace", args.replace, "Atomically replace an existing segment of the same name");
+  CLI::Option_group* ep = cmd->add_option_group("episodes", "Episode fields: writers record boundaries and returns");
+  ep->add_option("--done", args.episodes.done, "Field that ends an episode (scalar bool or integer)")->type_name("FIELD");
+  ep->add_option("--terminated", args.episodes.terminated, "Field that ends an episode by termination")
+      ->type_name("FIELD");
+  ep->add_option("--truncated", args.episodes.truncated, "Field that ends an episode by truncation")
+      ->type_name("FIELD");
+  ep->add_option("--reward", args.episodes.reward, "Reward field summed into episode returns (scalar numeric)")
+      ->type_name("FIELD");
+  ep->add_option("--episode-queue", args.episode_queue_capacity, "Completed-episode records kept per env")
+      ->type_name("N");
   return cmd;
 }
 
@@ -95,10 +111,105 @@ CLI::App* add_info(CLI::App& app, InfoArgs& args) {
 }
 
 CLI::App* add_rm(CLI::App& app, RmArgs& args) {
-  CLI::App* cmd = app.add_subcommand("rm", "Remove segments (refuses files that are not shmreplay segments)");
+  CLI::App* cmd = app.add_subcommand(
+      "rm", "Remove segments (refuses files that are not shmreplay segments, and segments in use unless --force)");
   cmd->add_option("NAME", args.names, "Segment names")->required()->type_name("");
+  cmd->add_flag("--force", args.force, "Remove even while live writers or a live learner use the segment");
   return cmd;
 }
+
+const CLI::Validator kPositiveSeconds(
+    [](std::string& text) {
+      double v = 0.0;
+      const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      return ec == std::errc() && ptr == text.data() + text.size() && v >= 0.001 && v <= 86400.0
+                 ? std::string()
+                 : fmt::format("'{}' is not a number of seconds from 0.001 to 86400", text);
+    },
+    "", "seconds");
+
+const CLI::Validator kStepRange(
+    [](std::string& text) {
+      return parse_step_range(text) ? std::string()
+                                    : fmt::format("'{}' is not a step range (A:B for steps A to B-1, A:, :B or A)", text);
+    },
+    "", "step range");
+
+struct WatchText {
+  std::string interval = "1";
+  std::string count;
+};
+
+CLI::App* add_watch(CLI::App& app, WatchArgs& args, WatchText& raw) {
+  CLI::App* cmd = app.add_subcommand(
+      "watch", "A live view of a segment: pushes/s, samples/s, per-env fill and writers (q or Ctrl-C quits)");
+  cmd->add_option("NAME", args.name, "Segment name")->required()->type_name("");
+  cmd->add_option("--interval", raw.interval, "Seconds between frames")
+      ->check(kPositiveSeconds)
+      ->type_name("S")
+      ->capture_default_str();
+  CLI::Option* once = cmd->add_flag("--once", args.once, "Print one frame (rates over one interval) and exit");
+  cmd->add_option("--count", raw.count, "Print N frames, one per interval, and exit")
+      ->check(kCount)
+      ->type_name("N")
+      ->excludes(once);
+  cmd->add_flag("--json", args.json, "Print each frame as one line of JSON");
+  cmd->add_flag("--plain", args.plain, "Print plain frames one after another, even on a terminal");
+  return cmd;
+}
+
+struct DumpText {
+  std::vector<std::string> envs;
+  std::string last;
+};
+
+CLI::App* add_dump(CLI::App& app, DumpArgs& args, DumpText& raw) {
+  CLI::App* cmd = app.add_subcommand("dump", "Print stored steps as a table or JSON lines (large arrays summarised)");
+  cmd->add_option("NAME", args.name, "Segment name")->required()->type_name("");
+  cmd->add_option("--env", raw.envs, "Env ids (repeat, or separate with commas); default: every env")
+      ->delimiter(',')
+      ->check(kCount)
+      ->type_name("E");
+  CLI::Option* last =
+      cmd->add_option("--last", raw.last, "The newest N steps of each env")->check(kCount)->type_name("N");
+  cmd->add_option("--steps", args.steps, "Steps A to B-1 (A:B), from A (A:), before B (:B), or step A alone")
+      ->check(kStepRange)
+      ->type_name("A:B")
+      ->excludes(last);
+  cmd->add_option("--field", args.fields, "Fields to print (repeat, or separate with commas); default: all")
+      ->delimiter(',')
+      ->type_name("F");
+  cmd->add_flag("--online", args.online, "Select from the online view instead of every stored step");
+  cmd->add_flag("--full", args.full, "Print every element of every array instead of a summary");
+  cmd->add_flag("--json", args.json, "Print one JSON object per step, one per line");
+  return cmd;
+}
+
+CLI::App* add_save(CLI::App& app, SaveArgs& args) {
+  CLI::App* cmd = app.add_subcommand(
+      "save", "Save a consistent checkpoint of a segment to a file while writers keep pushing (read-only)");
+  cmd->add_option("NAME", args.name, "Segment name")->required()->type_name("");
+  cmd->add_option("FILE", args.file, "Checkpoint file to write (replaced atomically)")->required()->type_name("");
+  cmd->add_flag("--progress", args.progress, "Show a progress bar on stderr even when it is not a terminal");
+  cmd->add_flag("--json", args.json, "Print what was saved as JSON");
+  return cmd;
+}
+
+CLI::App* add_load(CLI::App& app, LoadArgs& args, std::string& mode) {
+  CLI::App* cmd = app.add_subcommand(
+      "load", "Load a checkpoint into a new segment, or into an existing one with the same schema and sizes");
+  cmd->add_option("FILE", args.file, "Checkpoint file")->required()->type_name("");
+  cmd->add_option("NAME", args.name, "Segment to load into (default: the name it was saved from)")->type_name("");
+  cmd->add_option("--mode", mode, "Permission bits of a new segment's file, in octal")
+      ->check(kOctalMode)
+      ->type_name("OCTAL")
+      ->capture_default_str();
+  cmd->add_flag("--progress", args.progress, "Show a progress bar on stderr even when it is not a terminal");
+  cmd->add_flag("--json", args.json, "Print what was loaded as JSON");
+  return cmd;
+}
+
+constexpr const char* kSubcommands = "create, ls, info, watch, dump, save, load or rm";
 
 // One line for a command-line error: CLI11's message, or a clearer one for an unknown subcommand, and where to
 // find the usage.
@@ -107,11 +218,11 @@ std::string usage_message(const CLI::App& app, const CLI::ParseError& e) {
   const std::vector<std::string> rest = app.remaining();
   std::string message = e.what();
   if (chosen.empty() && rest.empty()) {
-    message = "a subcommand is required (create, ls, info or rm)";
+    message = fmt::format("a subcommand is required ({})", kSubcommands);
   } else if (chosen.empty()) {
     message = rest.front().starts_with("-") ? fmt::format("unknown option '{}'", rest.front())
-                                             : fmt::format("unknown subcommand '{}' (expected create, ls, info or rm)",
-                                                           rest.front());
+                                             : fmt::format("unknown subcommand '{}' (expected {})", rest.front(),
+                                                           kSubcommands);
   }
   const std::string help =
       chosen.empty() ? std::string("shmreplay --help") : fmt::format("shmreplay {} --help", chosen.front()->get_name());
@@ -121,7 +232,9 @@ std::string usage_message(const CLI::App& app, const CLI::ParseError& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("shmreplay: create, list, inspect and remove replay buffers in POSIX shared memory", "shmreplay");
+  CLI::App app("shmreplay: create, list, inspect, watch, dump, save, load and remove replay buffers in POSIX shared "
+               "memory",
+               "shmreplay");
   app.set_version_flag("--version", fmt::format("shmreplay {} (segment layout {}.{})", shmreplay::kVersion,
                                                 shmreplay::layout::kLayoutMajor, shmreplay::layout::kLayoutMinor));
   app.require_subcommand(1);
@@ -134,9 +247,20 @@ int main(int argc, char** argv) {
   LsArgs ls_args;
   InfoArgs info_args;
   RmArgs rm_args;
+  WatchArgs watch_args;
+  WatchText watch_raw;
+  DumpArgs dump_args;
+  DumpText dump_raw;
+  SaveArgs save_args;
+  LoadArgs load_args;
+  std::string load_mode = "0600";
   CLI::App* create = add_create(app, create_args, create_raw);
   CLI::App* ls = add_ls(app, ls_args);
   CLI::App* info = add_info(app, info_args);
+  CLI::App* watch = add_watch(app, watch_args, watch_raw);
+  CLI::App* dump = add_dump(app, dump_args, dump_raw);
+  CLI::App* save = add_save(app, save_args);
+  CLI::App* load = add_load(app, load_args, load_mode);
   CLI::App* rm = add_rm(app, rm_args);
 
   try {
@@ -158,6 +282,25 @@ int main(int argc, char** argv) {
     if (ls->parsed()) return run_ls(ls_args);
     if (info->parsed()) return run_info(info_args);
     if (rm->parsed()) return run_rm(rm_args);
+    if (watch->parsed()) {
+      watch_args.interval_s = std::stod(watch_raw.interval);
+      if (!watch_raw.count.empty()) watch_args.count = *parse_unsigned(watch_raw.count, 10);
+      if (!watch_raw.count.empty() && watch_args.count == 0) {
+        print_error("--count must be at least 1; run 'shmreplay watch --help'");
+        return kExitUsage;
+      }
+      return run_watch(watch_args);
+    }
+    if (dump->parsed()) {
+      for (const std::string& e : dump_raw.envs) dump_args.envs.push_back(*parse_unsigned(e, 10));
+      if (!dump_raw.last.empty()) dump_args.last = *parse_unsigned(dump_raw.last, 10);
+      return run_dump(dump_args);
+    }
+    if (save->parsed()) return run_save(save_args);
+    if (load->parsed()) {
+      load_args.mode = static_cast<uint32_t>(*parse_unsigned(load_mode, 8));
+      return run_load(load_args);
+    }
   } catch (const std::exception& e) {
     print_error(e.what());
     return kExitFailure;

@@ -37,6 +37,18 @@ std::string percent(uint64_t part, uint64_t whole) {
   return fmt::format("{:.1f}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
 }
 
+std::string fill_bar(double fraction, std::size_t width) {
+  const double f = std::clamp(fraction, 0.0, 1.0);
+  auto filled = static_cast<std::size_t>(f * static_cast<double>(width) + 0.5);
+  if (filled == 0 && f > 0.0) filled = 1;  // anything stored shows
+  filled = std::min(filled, width);
+  return "[" + std::string(filled, '#') + std::string(width - filled, '-') + "]";
+}
+
+std::string rate_text(double per_second) {
+  return per_second < 0.0 ? std::string("-") : fmt::format("{:.1f}", per_second);
+}
+
 Table::Table(std::vector<Column> columns) : columns_(std::move(columns)) {}
 
 void Table::add_row(std::vector<std::string> cells) {

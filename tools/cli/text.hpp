@@ -28,6 +28,13 @@ std::string iso_utc(uint64_t time_ns);
 /// `part / whole` as a percentage with one decimal, "12.5%"; "0.0%" when `whole` is 0.
 std::string percent(uint64_t part, uint64_t whole);
 
+/// A bar `width` characters wide between brackets, filled in proportion to `fraction` (clamped to [0, 1]):
+/// "[#####-----]".
+std::string fill_bar(double fraction, std::size_t width);
+
+/// A rate per second with one decimal ("1234.5"), or "-" when it is not known yet (a negative value).
+std::string rate_text(double per_second);
+
 /// A table printed as left- or right-aligned columns separated by two spaces, with a header row.
 class Table {
  public:

@@ -1,0 +1,246 @@
+// shmreplay/checkpoint.hpp: save a live buffer to a file, and load it back, into a new segment or an existing one.
+//
+// Who calls it: tools (`shmreplay save`, `shmreplay load`) and programs that checkpoint their replay buffer.
+//
+// Saving reads the segment the way a sampler does, without being the learner and without writing a byte of it
+// (a read-only mapping is enough), while writers keep pushing: per env it copies the stored steps oldest first in
+// chunks, validates each chunk with the seqlock (docs/design.md, "Concurrency protocol"), and follows the writer
+// until it holds a complete ring window. What it records per env is a state the env really was in: the steps
+// [first_step, head), each exactly as its writer published it, where first_step = max(0, claimed - capacity),
+// with claimed = head, or head + 1 when the writer was writing step `head` at that instant (then the slot being
+// rewritten is not part of the window). The original step indices, the head and online_start are kept, so after
+// a load the writers continue at the same step numbers and the learner's online queue is where it was.
+//
+// Loading validates the whole file first (magic, version, sizes, the schema, every checksum) and only then
+// writes: into a new segment created with the file's geometry, or into an existing segment whose schema, env
+// count and capacity equal the file's. For an existing segment it first takes the learner lease and the lease of
+// every env (so no writer and no learner run during the load; it fails with Errc::lease_held naming a live
+// holder), and rewrites each env inside the update seqlock, so concurrent readers (shmreplay dump, save) never see
+// a half-loaded env. A truncated or corrupt file fails with an error that says where and what, before anything in
+// the target is touched. (The file must not change between validation and loading; if it does, the second read's
+// checksums catch it and a new segment is removed, but an existing one is left partly loaded.)
+//
+// Thread safety: the functions are independent; a save and a load of the same segment may run at once in
+// different processes (the save then sees the load as a rewrite and copies again).
+//
+// -- The file format, version 1.0 ------------------------------------------------------------------------------
+//
+// All integers are little-endian. CRC-32 is the IEEE polynomial of zlib (check value crc32("123456789") =
+// 0xcbf43926). The structs are declared below in namespace checkpoint_format with their sizes pinned.
+//
+//   offset 0 -------------> +-----------------------------------------------+
+//                           | CheckpointHeader                    160 bytes |
+//                           |   magic "SHMRCKPT", format major.minor,       |
+//                           |   header_bytes, file_bytes (the whole file),  |
+//                           |   num_envs, capacity, num_fields, step_bytes, |
+//                           |   total_steps, meta_bytes, name_bytes,        |
+//                           |   schema_bytes, saved time, source creation   |
+//                           |   time, source layout major.minor, episode    |
+//                           |   fields (done, terminated, truncated, reward |
+//                           |   field indices) and queue capacity,          |
+//                           |   meta_crc, header_crc (of these 160 bytes    |
+//                           |   with header_crc = 0)                        |
+//   header_bytes ---------> +-----------------------------------------------+
+//                           | meta: the source segment's name (name_bytes), |
+//                           |   then the schema's text form (schema_bytes), |
+//                           |   e.g. "obs:f32[4] action:i32 done:bool"      |
+//                           +-----------------------------------------------+
+//                           | env 0: EnvSection                    80 bytes |
+//                           |   magic "SHMRENV.", env, first_step, steps,   |
+//                           |   head (= first_step + steps), claimed (head  |
+//                           |   or head + 1), online_start, last_push_ns,   |
+//                           |   data_crc (of the records), header_crc       |
+//                           |   (of these 80 bytes with header_crc = 0)     |
+//                           | records: steps x step_bytes, oldest first;    |
+//                           |   a record is one step, its fields in schema  |
+//                           |   order, back to back, no padding             |
+//                           | env 1: EnvSection, records                    |
+//                           | ...                                           |
+//                           +-----------------------------------------------+
+//                           | CheckpointTrailer                    32 bytes |
+//                           |   magic "SHMRCEND", total_steps,              |
+//                           |   record bytes, trailer_crc                   |
+//   file_bytes -----------> +-----------------------------------------------+
+//
+// Invariants a loader checks: the file is exactly file_bytes long (shorter: Errc::truncated); the sections are
+// back to back in env order; per env first_step = max(0, claimed - capacity), steps <= capacity, online_start <=
+// head; step_bytes and num_fields agree with the schema text; episode field indices are below num_fields;
+// total_steps is the sum of the envs' steps.
+//
+// Episodes (a buffer created with CreateOptions::episodes, layout 1.2): the file records which fields are the
+// episode flags and reward, and the queue capacity, so a new segment is created with the same episode fields, and
+// an existing one must have the same. The per-step episode bookkeeping (step meta, the writers' journals) is not
+// stored: it follows from the flag and reward bytes of the steps, and a load rebuilds it (detail::rebuild_env).
+// An episode in progress at the window's start counts only its stored steps in its running return; the learner's
+// completed-episode queues are not part of a checkpoint (an existing segment keeps its own).
+// Versioning: a reader refuses another major version (Errc::version_mismatch) and reads any minor version of its
+// own major; a newer minor version may grow the header (header_bytes) and only append where a 1.0 reader does
+// not look.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/schema.hpp"
+
+namespace shmreplay {
+
+namespace checkpoint_format {
+
+inline constexpr uint64_t kMagic = 0x54504b43524d4853ull;         ///< "SHMRCKPT" read as little-endian u64
+inline constexpr uint64_t kEnvMagic = 0x2e564e45524d4853ull;      ///< "SHMRENV."
+inline constexpr uint64_t kTrailerMagic = 0x444e4543524d4853ull;  ///< "SHMRCEND"
+inline constexpr uint32_t kFormatMajor = 1;
+inline constexpr uint32_t kFormatMinor = 0;
+inline constexpr uint64_t kMaxMetaBytes = 1ull << 20;  ///< bound on the name + schema text a loader accepts
+inline constexpr uint32_t kNoField = 0xffffffffu;      ///< an episode field index meaning "none"
+
+struct CheckpointHeader {
+  uint64_t magic;                    ///< kMagic
+  uint32_t format_major;
+  uint32_t format_minor;
+  uint64_t header_bytes;             ///< sizeof(CheckpointHeader) of the writer's version; the meta block follows
+  uint64_t file_bytes;               ///< the whole file
+  uint64_t num_envs;
+  uint64_t capacity;
+  uint64_t num_fields;
+  uint64_t step_bytes;               ///< bytes of one record
+  uint64_t total_steps;              ///< records in the file, all envs together
+  uint64_t meta_bytes;               ///< bytes of the meta block: the name, then the schema text
+  uint64_t name_bytes;               ///< bytes of the source segment's name at the start of the meta block
+  uint64_t schema_bytes;             ///< bytes of the schema text after the name (the rest of the meta block)
+  uint64_t saved_time_ns;            ///< CLOCK_REALTIME when the save finished
+  uint64_t source_creation_time_ns;  ///< the source segment's creation time
+  uint32_t source_layout_major;
+  uint32_t source_layout_minor;
+  uint32_t episode_done;             ///< schema index of the episode `done` field; kNoField when none
+  uint32_t episode_terminated;       ///< ... of `terminated`
+  uint32_t episode_truncated;        ///< ... of `truncated`
+  uint32_t episode_reward;           ///< ... of `reward`
+  uint64_t episode_queue_capacity;   ///< records per env's completed-episode queue; 0 without episode fields
+  uint32_t meta_crc;                 ///< CRC-32 of the meta block
+  uint32_t header_crc;               ///< CRC-32 of this header with header_crc = 0
+  uint64_t reserved;
+};
+
+struct EnvSection {
+  uint64_t magic;         ///< kEnvMagic
+  uint64_t env;
+  uint64_t first_step;    ///< the step index of the first record
+  uint64_t steps;         ///< records that follow
+  uint64_t head;          ///< first_step + steps
+  uint64_t claimed;       ///< head, or head + 1 when the writer was writing step `head`
+  uint64_t online_start;  ///< the learner's online-queue start, <= head
+  uint64_t last_push_ns;  ///< informational
+  uint32_t data_crc;      ///< CRC-32 of the records
+  uint32_t header_crc;    ///< CRC-32 of this section header with header_crc = 0
+  uint64_t reserved;
+};
+
+struct CheckpointTrailer {
+  uint64_t magic;         ///< kTrailerMagic
+  uint64_t total_steps;
+  uint64_t record_bytes;  ///< bytes of all records together
+  uint32_t reserved;
+  uint32_t trailer_crc;   ///< CRC-32 of this trailer with trailer_crc = 0
+};
+
+static_assert(sizeof(CheckpointHeader) == 160, "the checkpoint header is 160 bytes in format 1.0");
+static_assert(sizeof(EnvSection) == 80, "an env section header is 80 bytes in format 1.0");
+static_assert(sizeof(CheckpointTrailer) == 32, "the checkpoint trailer is 32 bytes in format 1.0");
+
+}  // namespace checkpoint_format
+
+/// One env as a checkpoint holds it.
+struct CheckpointEnv {
+  uint64_t env = 0;
+  uint64_t first_step = 0;    ///< steps first_step .. head - 1 are in the file
+  uint64_t steps = 0;
+  uint64_t head = 0;          ///< first_step + steps
+  uint64_t claimed = 0;       ///< head or head + 1 (see the top of this file)
+  uint64_t online_start = 0;
+  uint64_t last_push_ns = 0;
+  uint64_t offset = 0;        ///< where the env's section starts in the file
+  uint32_t data_crc = 0;      ///< CRC-32 of the env's records
+};
+
+/// What a checkpoint file holds, as read from (or written to) its headers.
+struct CheckpointInfo {
+  std::string path;
+  uint32_t format_major = 0;
+  uint32_t format_minor = 0;
+  std::string source_name;
+  uint32_t source_layout_major = 0;
+  uint32_t source_layout_minor = 0;
+  uint64_t source_creation_time_ns = 0;
+  uint64_t saved_time_ns = 0;
+  uint64_t num_envs = 0;
+  uint64_t capacity = 0;
+  Schema schema;
+  EpisodeFieldIndices episode_fields;   ///< the source's episode fields (none: a buffer without episodes)
+  uint64_t episode_queue_capacity = 0;  ///< the source's records per env queue; 0 without episode fields
+  uint64_t file_bytes = 0;
+  uint64_t total_steps = 0;
+  std::vector<CheckpointEnv> envs;
+};
+
+/// A progress report: `phase` is "saving", "verifying" or "loading"; done_bytes grows to total_bytes.
+struct CheckpointProgress {
+  std::string_view phase;
+  uint64_t done_bytes = 0;
+  uint64_t total_bytes = 0;
+};
+using CheckpointProgressFn = std::function<void(const CheckpointProgress&)>;
+
+struct SaveOptions {
+  /// Called after each chunk (about 1 MiB of records) and once at the end; may be empty.
+  CheckpointProgressFn progress;
+  /// How many times an env's copy may be spoilt (rewritten by the learner or a load, lapped by its writer) before
+  /// save_checkpoint gives up with Errc::contended.
+  uint32_t max_rounds = 100000;
+};
+
+/// Saves `source` (which may be mapped read-only) to the file `path`: written under a temporary name in the same
+/// directory, synced, then renamed over `path`, so `path` is either the complete new checkpoint or what it was.
+/// Never writes the segment and never waits for writers or the learner. Throws Error: contended (see
+/// SaveOptions), system / permission_denied / no_space / not_found for the file. O(stored steps x fields) time,
+/// O(1 MiB + one record) memory.
+CheckpointInfo save_checkpoint(const Buffer& source, const std::string& path, const SaveOptions& options = {});
+
+/// Reads and validates the whole file, every checksum included, and returns what it holds; writes nothing.
+/// Throws Error: not_found, not_a_segment (not a checkpoint file), version_mismatch, truncated, corrupt (each
+/// message says which part, at which offset, and expected versus actual), system.
+CheckpointInfo verify_checkpoint(const std::string& path, const CheckpointProgressFn& progress = {});
+
+struct LoadOptions {
+  /// Called during validation ("verifying") and writing ("loading"); may be empty.
+  CheckpointProgressFn progress;
+  /// For a new segment: its file's permission bits.
+  uint32_t mode = 0600;
+};
+
+struct LoadResult {
+  std::string name;     ///< the segment loaded into
+  bool created = false; ///< whether load created it
+  CheckpointInfo info;
+};
+
+/// Loads the checkpoint `path` into the segment `name` (empty: the name the checkpoint was saved from). When no
+/// such segment exists it is created with the file's geometry and schema (and removed again if the load fails);
+/// otherwise the existing segment must have the same schema and episode fields (Errc::schema_mismatch, listing
+/// the differences), envs and capacity (Errc::invalid_argument), and no live writer or learner
+/// (Errc::lease_held). The file is
+/// validated completely (as verify_checkpoint) before the target is touched. Each env ends with the file's
+/// steps, head, claimed and online_start (and, with episode fields, the episode bookkeeping rebuilt from them);
+/// the learner's counters, the episode queues and the leases' history are kept.
+LoadResult load_checkpoint(const std::string& path, std::string_view name = {}, const LoadOptions& options = {});
+
+/// Loads the checkpoint `path` into `target`, an existing writable segment, as load_checkpoint does.
+CheckpointInfo load_checkpoint_into(Buffer& target, const std::string& path, const LoadOptions& options = {});
+
+}  // namespace shmreplay

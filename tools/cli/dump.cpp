@@ -1,0 +1,313 @@
+// `shmreplay dump`: stored steps as a table or as JSON lines, read consistently while writers push
+// (Inspector::read_steps: the seqlock validation of a sample, on a read-only mapping). Arrays with more than
+// kInlineElements elements are summarised (shape, min, max, mean, first values) unless --full.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "shmreplay/error.hpp"
+#include "shmreplay/inspector.hpp"
+#include "shmreplay/schema.hpp"
+#include "text.hpp"
+
+namespace shmreplay::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using Align = Table::Align;
+
+constexpr uint64_t kInlineElements = 8;  // arrays up to this many elements are printed whole
+constexpr uint64_t kFirstValues = 4;     // values a summary shows
+
+template <class T>
+T load(const std::byte* p) noexcept {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+float half_to_float(uint16_t h) noexcept {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa x 2^-24
+    const float v = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign != 0 ? -v : v;
+  }
+  const uint32_t bits = exponent == 0x1f ? sign | 0x7f800000u | (mantissa << 13)  // inf, nan
+                                         : sign | ((exponent + 112) << 23) | (mantissa << 13);
+  float v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+float bf16_to_float(uint16_t b) noexcept {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+// A float as the double with the float's shortest decimal form (0.77f is 0.77, not 0.7699999809265137), as
+// numpy prints float32.
+double short_double(float v) {
+  if (!std::isfinite(v)) return static_cast<double>(v);
+  return std::strtod(fmt::format("{}", v).c_str(), nullptr);
+}
+
+// One element of `dtype` at `p`, as a JSON value (integers stay exact) and as a double (for statistics).
+Json element_json(DType dtype, const std::byte* p) {
+  switch (dtype) {
+    case DType::u8: return load<uint8_t>(p);
+    case DType::i8: return load<int8_t>(p);
+    case DType::u16: return load<uint16_t>(p);
+    case DType::i16: return load<int16_t>(p);
+    case DType::u32: return load<uint32_t>(p);
+    case DType::i32: return load<int32_t>(p);
+    case DType::u64: return load<uint64_t>(p);
+    case DType::i64: return load<int64_t>(p);
+    case DType::f16: return short_double(half_to_float(load<uint16_t>(p)));
+    case DType::bf16: return short_double(bf16_to_float(load<uint16_t>(p)));
+    case DType::f32: return short_double(load<float>(p));
+    case DType::f64: return load<double>(p);
+    case DType::boolean: return load<uint8_t>(p) != 0;
+  }
+  return nullptr;
+}
+
+double element_double(DType dtype, const std::byte* p) {
+  switch (dtype) {
+    case DType::u8: return load<uint8_t>(p);
+    case DType::i8: return load<int8_t>(p);
+    case DType::u16: return load<uint16_t>(p);
+    case DType::i16: return load<int16_t>(p);
+    case DType::u32: return load<uint32_t>(p);
+    case DType::i32: return load<int32_t>(p);
+    case DType::u64: return static_cast<double>(load<uint64_t>(p));
+    case DType::i64: return static_cast<double>(load<int64_t>(p));
+    case DType::f16: return half_to_float(load<uint16_t>(p));
+    case DType::bf16: return bf16_to_float(load<uint16_t>(p));
+    case DType::f32: return load<float>(p);
+    case DType::f64: return load<double>(p);
+    case DType::boolean: return load<uint8_t>(p) != 0 ? 1.0 : 0.0;
+  }
+  return 0.0;
+}
+
+std::string element_text(DType dtype, const std::byte* p) {
+  switch (dtype) {
+    case DType::f16: return fmt::format("{}", half_to_float(load<uint16_t>(p)));
+    case DType::bf16: return fmt::format("{}", bf16_to_float(load<uint16_t>(p)));
+    case DType::f32: return fmt::format("{}", load<float>(p));
+    case DType::f64: return fmt::format("{}", load<double>(p));
+    case DType::boolean: return load<uint8_t>(p) != 0 ? "true" : "false";
+    default: return element_json(dtype, p).dump();
+  }
+}
+
+// The elements of dimension `dim` onwards, starting at element `first`, nested by the shape.
+std::string nested_text(const Field& f, const std::byte* data, std::size_t dim, uint64_t first) {
+  const std::size_t eb = dtype_bytes(f.dtype);
+  uint64_t stride = 1;
+  for (std::size_t d = dim + 1; d < f.shape.size(); ++d) stride *= f.shape[d];
+  std::string out = "[";
+  for (uint64_t i = 0; i < f.shape[dim]; ++i) {
+    if (i > 0) out += ", ";
+    out += dim + 1 == f.shape.size() ? element_text(f.dtype, data + (first + i) * eb)
+                                     : nested_text(f, data, dim + 1, first + i * stride);
+  }
+  return out + "]";
+}
+
+Json nested_json(const Field& f, const std::byte* data, std::size_t dim, uint64_t first) {
+  const std::size_t eb = dtype_bytes(f.dtype);
+  uint64_t stride = 1;
+  for (std::size_t d = dim + 1; d < f.shape.size(); ++d) stride *= f.shape[d];
+  Json out = Json::array();
+  for (uint64_t i = 0; i < f.shape[dim]; ++i) {
+    out.push_back(dim + 1 == f.shape.size() ? element_json(f.dtype, data + (first + i) * eb)
+                                            : nested_json(f, data, dim + 1, first + i * stride));
+  }
+  return out;
+}
+
+struct Summary {
+  double min = 0.0;
+  double max = 0.0;
+  double mean = 0.0;
+  uint64_t nan = 0;  // elements that are NaN (left out of min, max and mean)
+};
+
+Summary summarise(const Field& f, const std::byte* data) {
+  const std::size_t eb = dtype_bytes(f.dtype);
+  Summary s;
+  s.min = std::numeric_limits<double>::infinity();
+  s.max = -std::numeric_limits<double>::infinity();
+  double sum = 0.0;
+  uint64_t counted = 0;
+  for (uint64_t i = 0; i < f.elements(); ++i) {
+    const double v = element_double(f.dtype, data + i * eb);
+    if (std::isnan(v)) {
+      ++s.nan;
+      continue;
+    }
+    s.min = std::min(s.min, v);
+    s.max = std::max(s.max, v);
+    sum += v;
+    ++counted;
+  }
+  s.mean = counted == 0 ? std::numeric_limits<double>::quiet_NaN() : sum / static_cast<double>(counted);
+  return s;
+}
+
+bool summarised(const Field& f, bool full) { return !full && f.elements() > kInlineElements; }
+
+std::string value_text(const Field& f, const std::byte* data, bool full) {
+  if (f.shape.empty()) return element_text(f.dtype, data);
+  if (!summarised(f, full)) return nested_text(f, data, 0, 0);
+  const Summary s = summarise(f, data);
+  std::string first;
+  for (uint64_t i = 0; i < kFirstValues; ++i) first += element_text(f.dtype, data + i * dtype_bytes(f.dtype)) + " ";
+  return fmt::format("{}{} min={:g} max={:g} mean={:.6g}{} first=[{}...]", dtype_name(f.dtype), f.shape_string(),
+                     s.min, s.max, s.mean, s.nan != 0 ? fmt::format(" nan={}", s.nan) : std::string(), first);
+}
+
+Json value_json(const Field& f, const std::byte* data, bool full) {
+  if (f.shape.empty()) return element_json(f.dtype, data);
+  if (!summarised(f, full)) return nested_json(f, data, 0, 0);
+  const Summary s = summarise(f, data);
+  Json first = Json::array();
+  for (uint64_t i = 0; i < kFirstValues; ++i) first.push_back(element_json(f.dtype, data + i * dtype_bytes(f.dtype)));
+  Json out = {{"dtype", dtype_name(f.dtype)}, {"shape", f.shape}, {"min", s.min}, {"max", s.max}, {"mean", s.mean}};
+  if (s.nan != 0) out["nan"] = s.nan;
+  out["first"] = std::move(first);
+  return out;
+}
+
+struct StepRange {
+  uint64_t first = 0;
+  uint64_t end = std::numeric_limits<uint64_t>::max();  // exclusive
+};
+
+}  // namespace
+
+std::optional<std::pair<uint64_t, uint64_t>> parse_step_range(const std::string& text) {
+  const auto number = [](std::string_view t) -> std::optional<uint64_t> {
+    if (t.empty() || t.size() > 20) return std::nullopt;
+    uint64_t v = 0;
+    for (const char c : t) {
+      if (c < '0' || c > '9') return std::nullopt;
+      const uint64_t digit = static_cast<uint64_t>(c - '0');
+      if (v > (std::numeric_limits<uint64_t>::max() - digit) / 10) return std::nullopt;
+      v = v * 10 + digit;
+    }
+    return v;
+  };
+  const std::size_t colon = text.find(':');
+  if (colon == std::string::npos) {
+    const auto a = number(text);
+    if (!a || *a == std::numeric_limits<uint64_t>::max()) return std::nullopt;
+    return std::pair{*a, *a + 1};
+  }
+  const std::string_view left = std::string_view(text).substr(0, colon);
+  const std::string_view right = std::string_view(text).substr(colon + 1);
+  const auto a = left.empty() ? std::optional<uint64_t>(0) : number(left);
+  const auto b = right.empty() ? std::optional<uint64_t>(std::numeric_limits<uint64_t>::max()) : number(right);
+  if (!a || !b || *a > *b) return std::nullopt;
+  return std::pair{*a, *b};
+}
+
+int run_dump(const DumpArgs& args) {
+  const Inspector insp(args.name);
+  const Buffer& b = insp.buffer();
+  const Schema& schema = b.schema();
+
+  std::vector<std::size_t> fields;
+  if (args.fields.empty()) {
+    for (std::size_t f = 0; f < schema.size(); ++f) fields.push_back(f);
+  }
+  for (const std::string& name : args.fields) {
+    const auto f = schema.find(name);
+    if (!f) {
+      std::vector<std::string> names;
+      for (const Field& field : schema.fields()) names.push_back(field.name);
+      throw Error(Errc::invalid_argument, fmt::format("cannot dump field '{}' of '{}': it has no such field (its "
+                                                      "fields: {})",
+                                                      name, b.name(), fmt::join(names, ", ")));
+    }
+    fields.push_back(*f);
+  }
+  std::vector<uint64_t> envs = args.envs;
+  if (envs.empty()) {
+    for (uint64_t e = 0; e < b.num_envs(); ++e) envs.push_back(e);
+  }
+  for (const uint64_t e : envs) {
+    if (e >= b.num_envs()) {
+      throw Error(Errc::env_out_of_range, fmt::format("cannot dump env {} of '{}': env ids run from 0 to {}", e,
+                                                      b.name(), b.num_envs() - 1));
+    }
+  }
+  StepRange range;
+  if (!args.steps.empty()) {
+    const auto parsed = parse_step_range(args.steps);
+    if (!parsed) {
+      throw Error(Errc::invalid_argument, fmt::format("'{}' is not a step range (A:B, A:, :B or A)", args.steps));
+    }
+    range = {parsed->first, parsed->second};
+  }
+
+  const SegmentInfo info = insp.snapshot();
+  std::vector<Table::Column> columns{{"ENV", Align::right}, {"STEP", Align::right}};
+  for (const std::size_t f : fields) columns.push_back({schema[f].name});
+  Table table(columns);
+  uint64_t rows = 0;
+  for (const uint64_t env : envs) {
+    const EnvInfo& e = info.envs[static_cast<std::size_t>(env)];
+    const uint64_t hi = e.head;
+    uint64_t lo = hi - (args.online ? e.online_length : e.length);
+    if (args.last) lo = std::max(lo, hi - std::min(*args.last, hi - lo));
+    lo = std::max(lo, range.first);
+    const uint64_t end = std::min(hi, range.end);
+    if (lo >= end) continue;
+    const StepRecords records = insp.read_steps(env, lo, end - lo);
+    for (uint64_t i = 0; i < records.count; ++i) {
+      const uint64_t step = records.first_step + i;
+      if (args.json) {
+        Json values = Json::object();
+        for (const std::size_t f : fields) {
+          values[schema[f].name] = value_json(schema[f], records.field(static_cast<std::size_t>(i), f).data(), args.full);
+        }
+        fmt::print("{}\n", Json{{"env", env}, {"step", step}, {"fields", std::move(values)}}.dump());
+      } else {
+        std::vector<std::string> cells{fmt::format("{}", env), fmt::format("{}", step)};
+        for (const std::size_t f : fields) {
+          cells.push_back(value_text(schema[f], records.field(static_cast<std::size_t>(i), f).data(), args.full));
+        }
+        table.add_row(std::move(cells));
+      }
+      ++rows;
+    }
+  }
+  if (!args.json) {
+    if (rows == 0) {
+      fmt::print("no stored steps match (envs {}, {} view{}{})\n", fmt::join(envs, ","),
+                 args.online ? "online" : "replay", args.last ? fmt::format(", last {}", *args.last) : "",
+                 args.steps.empty() ? "" : fmt::format(", steps {}", args.steps));
+    } else {
+      fmt::print("{}", table.render());
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace shmreplay::cli

@@ -1,0 +1,136 @@
+// `shmreplay save` and `shmreplay load`: thin layers over shmreplay/checkpoint.hpp, with a progress bar on stderr
+// (when stderr is a terminal, or with --progress).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/checkpoint.hpp"
+#include "text.hpp"
+
+namespace shmreplay::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Draws checkpoint progress on stderr: on a terminal one line redrawn at most every 100 ms; otherwise a line at
+// every tenth of the way, for logs. Each phase ends with one 100% report.
+class ProgressBar {
+ public:
+  ProgressBar(bool enabled, std::string subject)
+      : enabled_(enabled), tty_(::isatty(STDERR_FILENO) != 0), subject_(std::move(subject)) {}
+  ProgressBar(const ProgressBar&) = delete;
+  ProgressBar& operator=(const ProgressBar&) = delete;
+  ~ProgressBar() {
+    if (open_line_) std::fputs("\n", stderr);  // an error follows on its own line
+  }
+
+  void operator()(const CheckpointProgress& p) {
+    if (!enabled_) return;
+    if (p.phase != phase_) {
+      if (open_line_) std::fputs("\n", stderr);
+      open_line_ = false;
+      phase_ = std::string(p.phase);
+      finished_ = false;
+      last_tenth_ = -1;
+      last_draw_ = {};
+    }
+    if (finished_) return;
+    const bool done = p.done_bytes >= p.total_bytes;
+    const double fraction =
+        p.total_bytes == 0 ? 1.0 : static_cast<double>(p.done_bytes) / static_cast<double>(p.total_bytes);
+    const std::string amounts = fmt::format("{} of {}", human_bytes(p.done_bytes), human_bytes(p.total_bytes));
+    if (tty_) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!done && now - last_draw_ < std::chrono::milliseconds(100)) return;
+      last_draw_ = now;
+      fmt::print(stderr, "\r\x1b[K{} {} {} {:5.1f}%  {}", phase_, subject_, fill_bar(fraction, 30), 100.0 * fraction,
+                 amounts);
+      open_line_ = !done;
+      if (done) std::fputs("\n", stderr);
+    } else {
+      const int tenth = static_cast<int>(fraction * 10.0);
+      if (tenth == last_tenth_ && !done) return;
+      last_tenth_ = tenth;
+      fmt::print(stderr, "{} {}: {:.0f}% ({})\n", phase_, subject_, 100.0 * fraction, amounts);
+    }
+    std::fflush(stderr);
+    finished_ = done;
+  }
+
+ private:
+  bool enabled_;
+  bool tty_;
+  std::string subject_;
+  std::string phase_;
+  bool open_line_ = false;
+  bool finished_ = false;
+  int last_tenth_ = -1;
+  std::chrono::steady_clock::time_point last_draw_{};
+};
+
+bool show_progress(bool asked) { return asked || ::isatty(STDERR_FILENO) != 0; }
+
+Json checkpoint_json(const CheckpointInfo& info) {
+  Json envs = Json::array();
+  for (const CheckpointEnv& e : info.envs) {
+    envs.push_back({{"env", e.env},
+                    {"first_step", e.first_step},
+                    {"steps", e.steps},
+                    {"head", e.head},
+                    {"claimed", e.claimed},
+                    {"online_start", e.online_start}});
+  }
+  return {
+      {"file", info.path},
+      {"format", fmt::format("{}.{}", info.format_major, info.format_minor)},
+      {"source", info.source_name},
+      {"num_envs", info.num_envs},
+      {"capacity", info.capacity},
+      {"schema_spec", info.schema.to_string()},
+      {"total_steps", info.total_steps},
+      {"file_bytes", info.file_bytes},
+      {"saved_time_ns", info.saved_time_ns},
+      {"envs", std::move(envs)},
+  };
+}
+
+}  // namespace
+
+int run_save(const SaveArgs& args) {
+  const Buffer source = Buffer::open(args.name, {.read_only = true});
+  ProgressBar bar(show_progress(args.progress), fmt::format("'{}'", source.name()));
+  const CheckpointInfo info =
+      save_checkpoint(source, args.file, {.progress = [&bar](const CheckpointProgress& p) { bar(p); }});
+  if (args.json) {
+    fmt::print("{}\n", checkpoint_json(info).dump(2));
+    return kExitOk;
+  }
+  fmt::print("saved '{}' to '{}': {} envs x {} steps, {} steps stored, {}{}\n", source.name(), args.file,
+             info.num_envs, info.capacity, info.total_steps, human_bytes(info.file_bytes),
+             info.file_bytes >= 1024 ? fmt::format(" ({} bytes)", info.file_bytes) : std::string());
+  return kExitOk;
+}
+
+int run_load(const LoadArgs& args) {
+  ProgressBar bar(show_progress(args.progress), fmt::format("'{}'", args.file));
+  const LoadResult r = load_checkpoint(
+      args.file, args.name, {.progress = [&bar](const CheckpointProgress& p) { bar(p); }, .mode = args.mode});
+  if (args.json) {
+    Json out = {{"name", r.name}, {"created", r.created}};
+    out["checkpoint"] = checkpoint_json(r.info);
+    fmt::print("{}\n", out.dump(2));
+    return kExitOk;
+  }
+  fmt::print("loaded '{}' into {} segment '{}': {} envs x {} steps, {} steps restored\n", args.file,
+             r.created ? "new" : "existing", r.name, r.info.num_envs, r.info.capacity, r.info.total_steps);
+  return kExitOk;
+}
+
+}  // namespace shmreplay::cli
