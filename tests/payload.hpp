@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/layout.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/schema.hpp"
 #include "shmreplay/writer.hpp"
@@ -126,6 +128,39 @@ inline void fill_slot(StepSlot& slot, std::size_t fields = 3) {
   if (fields > 0) std::memcpy(slot.field(0).data(), p.hdr, sizeof p.hdr);
   if (fields > 1) std::memcpy(slot.field(1).data(), p.body, sizeof p.body);
   if (fields > 2) std::memcpy(slot.field(2).data(), p.tail, sizeof p.tail);
+}
+
+/// The stored bytes of step `step` of env `env`, its fields in schema order (no writer may be writing it).
+inline std::string stored_step(const Buffer& b, uint64_t env, uint64_t step) {
+  std::string out;
+  const uint64_t cap = b.capacity();
+  for (std::size_t f = 0; f < b.schema().size(); ++f) {
+    const uint64_t bytes = b.schema()[f].bytes();
+    const auto* p = reinterpret_cast<const char*>(b.field_data(f) + (env * cap + step % cap) * bytes);
+    out.append(p, bytes);
+  }
+  return out;
+}
+
+/// The bytes a payload writer publishes for (env, step), fields in schema order.
+inline std::string payload_bytes(uint64_t env, uint64_t step) {
+  const Payload p = make_payload(env, step, 0);
+  std::string out(reinterpret_cast<const char*>(p.hdr), sizeof p.hdr);
+  out.append(reinterpret_cast<const char*>(p.body), sizeof p.body);
+  out.append(reinterpret_cast<const char*>(p.tail), sizeof p.tail);
+  return out;
+}
+
+// Checks every step in env's replay view is the payload of (env, step); returns the first violation or "".
+inline std::string check_env_payloads(const Buffer& b, uint64_t env) {
+  const layout::EnvControl& c = b.env_control(env);
+  const uint64_t head = c.head.load();
+  const uint64_t claimed = c.claimed.load() & ~layout::kUpdateLockBit;
+  const uint64_t lo = claimed > b.capacity() ? claimed - b.capacity() : 0;
+  for (uint64_t s = lo; s < head; ++s) {
+    if (stored_step(b, env, s) != payload_bytes(env, s)) return fmt::format("env {} step {} differs", env, s);
+  }
+  return "";
 }
 
 }  // namespace shmreplay::test

@@ -1,6 +1,8 @@
 // Helpers shared by the tests: unique segment names, cleanup guards, running child processes.
 #pragma once
 
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include <doctest/doctest.h>
 #include <fmt/format.h>
 
 #include "shmreplay/buffer.hpp"
@@ -88,6 +91,30 @@ int error_of(Fn&& fn, std::string* message = nullptr) {
     return static_cast<int>(e.errc());
   }
   return 0;
+}
+
+// Forks a child that runs `body`; the child is killed with this process if this process dies first (a failed
+// REQUIRE must not leave writer processes running).
+inline pid_t spawn(const std::function<void()>& body) {
+  std::fflush(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(4);
+    body();
+    ::_exit(0);
+  }
+  REQUIRE(pid > 0);
+  return pid;
+}
+
+/// SIGKILLs and reaps `pid`; false when the child had already exited on its own (a failure in the child).
+inline bool kill_and_reap(pid_t pid) {
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
 }
 
 }  // namespace shmreplay::test

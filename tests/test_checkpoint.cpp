@@ -26,7 +26,10 @@
 
 using namespace shmreplay;
 using test::kPayloadSchema;
+using test::check_env_payloads;
+using test::payload_bytes;
 using test::SegmentGuard;
+using test::stored_step;
 using test::unique_name;
 
 namespace {
@@ -64,37 +67,6 @@ void push_steps(Writer& w, const std::vector<int32_t>& envs, uint64_t steps) {
   for (uint64_t i = 0; i < steps; ++i) pusher.push(w, envs);
 }
 
-// The stored bytes of step `step` of env `env`, all fields in schema order.
-std::string stored_step(const Buffer& b, uint64_t env, uint64_t step) {
-  std::string out;
-  const uint64_t cap = b.capacity();
-  for (std::size_t f = 0; f < b.schema().size(); ++f) {
-    const uint64_t bytes = b.schema()[f].bytes();
-    const auto* p = reinterpret_cast<const char*>(b.field_data(f) + (env * cap + step % cap) * bytes);
-    out.append(p, bytes);
-  }
-  return out;
-}
-
-std::string payload_bytes(uint64_t env, uint64_t step) {
-  const test::Payload p = test::make_payload(env, step, 0);
-  std::string out(reinterpret_cast<const char*>(p.hdr), sizeof p.hdr);
-  out.append(reinterpret_cast<const char*>(p.body), sizeof p.body);
-  out.append(reinterpret_cast<const char*>(p.tail), sizeof p.tail);
-  return out;
-}
-
-// Checks every step in env's replay view is the payload of (env, step); returns the first violation or "".
-std::string check_env_payloads(const Buffer& b, uint64_t env) {
-  const layout::EnvControl& c = b.env_control(env);
-  const uint64_t head = c.head.load();
-  const uint64_t claimed = c.claimed.load() & ~layout::kUpdateLockBit;
-  const uint64_t lo = claimed > b.capacity() ? claimed - b.capacity() : 0;
-  for (uint64_t s = lo; s < head; ++s) {
-    if (stored_step(b, env, s) != payload_bytes(env, s)) return fmt::format("env {} step {} differs", env, s);
-  }
-  return "";
-}
 
 struct EnvCounters {
   uint64_t head, claimed, online_start;

@@ -36,7 +36,10 @@
 
 using namespace shmreplay;
 using nlohmann::json;
+using test::check_env_payloads;
+using test::payload_bytes;
 using test::SegmentGuard;
+using test::stored_step;
 using test::unique_name;
 
 namespace {
@@ -689,36 +692,6 @@ CliResult create_payload(const std::string& name, uint64_t envs, uint64_t capaci
   return {0, "", ""};
 }
 
-// The stored bytes of step `step` of env `env`, its fields in schema order.
-std::string stored_step(const Buffer& b, uint64_t env, uint64_t step) {
-  std::string out;
-  for (std::size_t f = 0; f < b.schema().size(); ++f) {
-    const uint64_t bytes = b.schema()[f].bytes();
-    const auto* p = reinterpret_cast<const char*>(b.field_data(f) + (env * b.capacity() + step % b.capacity()) * bytes);
-    out.append(p, bytes);
-  }
-  return out;
-}
-
-std::string payload_bytes(uint64_t env, uint64_t step) {
-  const test::Payload p = test::make_payload(env, step, 0);
-  std::string out(reinterpret_cast<const char*>(p.hdr), sizeof p.hdr);
-  out.append(reinterpret_cast<const char*>(p.body), sizeof p.body);
-  out.append(reinterpret_cast<const char*>(p.tail), sizeof p.tail);
-  return out;
-}
-
-// Every step in `env`'s replay view is exactly the payload its writer published for (env, step); "" or the first
-// step that is not.
-std::string check_env_payloads(const Buffer& b, uint64_t env) {
-  const layout::EnvControl& c = b.env_control(env);
-  const uint64_t head = c.head.load();
-  const uint64_t claimed = c.claimed.load() & ~layout::kUpdateLockBit;
-  for (uint64_t s = claimed > b.capacity() ? claimed - b.capacity() : 0; s < head; ++s) {
-    if (stored_step(b, env, s) != payload_bytes(env, s)) return fmt::format("env {} step {} differs", env, s);
-  }
-  return "";
-}
 
 std::vector<json> json_lines(const std::string& text) {
   std::vector<json> out;

@@ -36,6 +36,8 @@
 
 using namespace shmreplay;
 using test::error_of;
+using test::kill_and_reap;
+using test::spawn;
 using test::SegmentGuard;
 using test::unique_name;
 
@@ -1003,28 +1005,6 @@ CreateOptions kill_options() {
   ::_exit(3);
 }
 
-// Forks a child that runs `body`; the child is killed with this process if this process dies first (a failed
-// REQUIRE must not leave writer processes running).
-pid_t spawn(const std::function<void()>& body) {
-  std::fflush(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(4);
-    body();
-    ::_exit(0);
-  }
-  REQUIRE(pid > 0);
-  return pid;
-}
-
-bool kill_and_reap(pid_t pid) {
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-}
 
 bool ends_at(const SampleBatch& b, std::size_t row, std::size_t t) {
   return std::to_integer<uint8_t>(*b.step(1, row, t)) != 0 || std::to_integer<uint8_t>(*b.step(2, row, t)) != 0;

@@ -71,24 +71,6 @@ using Clock = std::chrono::steady_clock;
   ::_exit(3);  // only reached when the writer failed: the parent reports an exit instead of a kill
 }
 
-pid_t spawn(const std::function<void()>& body) {
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    body();
-    ::_exit(0);
-  }
-  REQUIRE(pid > 0);
-  return pid;
-}
-
-// SIGKILL and reap; returns false when the child had already exited on its own (a failure in the child).
-bool kill_and_reap(pid_t pid) {
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-}
 
 // Reads every stored step of every env straight from the ring (no writer may be running) and checks that each
 // holds its own env, its own step index and an intact checksum. Returns the number of bad steps.
