@@ -150,9 +150,9 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
     throw Error(Errc::read_only,
                 fmt::format("cannot attach a learner to '{}': the buffer is mapped read-only", buffer.name()));
   }
-  lease_word_ = detail::self_lease_word();
+  const uint64_t lease_word = detail::self_lease_word();
   GlobalControl& g = buffer.global_control();
-  const detail::LeaseResult r = detail::try_take_lease(learner_lease(g), lease_word_);
+  const detail::LeaseResult r = detail::try_take_lease(learner_lease(g), lease_word);
   if (r.outcome == detail::LeaseOutcome::held_by_us) {
     throw Error(Errc::lease_held,
                 fmt::format("cannot attach a learner to '{}': this process already has a Sampler on it; a buffer "
@@ -171,6 +171,7 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
     for (uint64_t e = 0; e < buffer.num_envs(); ++e) detail::release_dead_update_lock(buffer.env_control(e));
     g.waiters.store(0, std::memory_order_relaxed);
   }
+  lease_ = LearnerLease(&buffer, lease_word);
   const std::size_t num_envs = static_cast<std::size_t>(buffer.num_envs());
   lo_.resize(num_envs);
   hi_.resize(num_envs);
@@ -178,34 +179,18 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
   grid_cumulative_.resize(num_envs);
 }
 
-Sampler::Sampler(Sampler&& other) noexcept
-    : buffer_(std::exchange(other.buffer_, nullptr)),
-      options_(other.options_),
-      lease_word_(other.lease_word_),
-      retries_(other.retries_),
-      lo_(std::move(other.lo_)),
-      hi_(std::move(other.hi_)),
-      cumulative_(std::move(other.cumulative_)),
-      tail_prefix_(std::move(other.tail_prefix_)),
-      table_length_(other.table_length_),
-      table_power_(other.table_power_),
-      table_rmax_(other.table_rmax_),
-      failed_(std::move(other.failed_)),
-      redraw_(std::move(other.redraw_)),
-      grid_cumulative_(std::move(other.grid_cumulative_)),
-      row_steps_(std::move(other.row_steps_)),
-      period_table_(std::move(other.period_table_)),
-      period_table_length_(other.period_table_length_),
-      period_table_power_(other.period_table_power_),
-      period_table_period_(other.period_table_period_),
-      period_table_scale_(other.period_table_scale_),
-      segments_(std::move(other.segments_)),
-      exact_(other.exact_),
-      stats_(other.stats_),
-      pop_cursor_(other.pop_cursor_) {}
+Sampler::LearnerLease& Sampler::LearnerLease::operator=(LearnerLease&& other) noexcept {
+  if (this != &other) {
+    release();
+    buffer_ = std::exchange(other.buffer_, nullptr);
+    word_ = other.word_;
+  }
+  return *this;
+}
 
-Sampler::~Sampler() {
-  if (buffer_ != nullptr) detail::release_lease(learner_lease(buffer_->global_control()), lease_word_);
+void Sampler::LearnerLease::release() noexcept {
+  if (buffer_ != nullptr) detail::release_lease(learner_lease(buffer_->global_control()), word_);
+  buffer_ = nullptr;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

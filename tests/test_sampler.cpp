@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -679,4 +680,27 @@ TEST_CASE("try_update rewrites a stored step, refuses an overwritten one and rej
         code(Errc::size_mismatch));
   s.sample(View::replay, 100, 4, 1.0, rng, out);
   CHECK(check_rows(out, m, View::replay, 0, 100, 4) == "");
+}
+
+TEST_CASE("a moved Sampler keeps the learner lease, and a moved-from one releases nothing") {
+  SegmentGuard guard(unique_name("sampler-move"));
+  Buffer buf = Buffer::create(guard.name(), 2, 8, kSchema);
+  const auto lease = [&] { return buf.global_control().learner_lease.load(); };
+  std::optional<Sampler> later;
+  {
+    Sampler first(buf);
+    const uint64_t held = lease();
+    REQUIRE(held != 0);
+    std::optional<Sampler> second;
+    second.emplace(std::move(first));
+    CHECK(lease() == held);  // moving hands the lease over
+    CHECK(error_of([&] { Sampler third(buf); }) == code(Errc::lease_held));
+    second.reset();  // its owner goes: the lease is free
+    CHECK(lease() == 0);
+    later.emplace(buf);  // a new learner, while `first` (moved from) still lives
+    REQUIRE(lease() != 0);
+  }
+  CHECK(lease() != 0);  // destroying the moved-from `first` did not release the new learner's lease
+  later.reset();
+  CHECK(lease() == 0);
 }

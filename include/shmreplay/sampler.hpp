@@ -75,6 +75,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shmreplay/buffer.hpp"
@@ -242,12 +243,12 @@ class Sampler {
   /// process (or another Sampler of this process) is the learner, read_only for a read-only Buffer. After
   /// taking over a dead learner's lease it releases any update lock the dead learner held.
   explicit Sampler(Buffer& buffer, const SamplerOptions& options = {});
-  Sampler(Sampler&& other) noexcept;
+  Sampler(Sampler&& other) noexcept = default;
   Sampler& operator=(Sampler&&) = delete;
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
   /// Releases the learner lease.
-  ~Sampler();
+  ~Sampler() = default;  ///< releases the learner lease
 
   /// Draws `batch_size` rows of `sequence_length` steps from `view` into `out` (see the top of this file).
   /// Throws Error with invalid_argument (batch_size 0, sequence_length 0 or above capacity, a negative or
@@ -355,9 +356,25 @@ class Sampler {
                   const SampleOptions& options = {}) const;
   void count_call(std::size_t rows) noexcept;
 
+  // Holds the learner lease: released when destroyed, handed over when moved. So the Sampler's move constructor
+  // is the default one, and a constructor that throws after taking the lease still releases it.
+  class LearnerLease {
+   public:
+    LearnerLease() = default;
+    LearnerLease(Buffer* buffer, uint64_t word) noexcept : buffer_(buffer), word_(word) {}
+    LearnerLease(LearnerLease&& other) noexcept : buffer_(std::exchange(other.buffer_, nullptr)), word_(other.word_) {}
+    LearnerLease& operator=(LearnerLease&& other) noexcept;
+    ~LearnerLease() { release(); }
+
+   private:
+    void release() noexcept;
+    Buffer* buffer_ = nullptr;  // null when not held (or moved from)
+    uint64_t word_ = 0;
+  };
+
   Buffer* buffer_ = nullptr;
   SamplerOptions options_;
-  uint64_t lease_word_ = 0;
+  LearnerLease lease_;
   uint64_t retries_ = 0;
   // Per-call scratch, reused: per env the view's [lo, hi) and the cumulative weight; the weight table.
   std::vector<uint64_t> lo_;
