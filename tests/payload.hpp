@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -65,16 +66,25 @@ inline double run_seconds() {
   return soak != nullptr && std::atof(soak) > 0 ? std::atof(soak) : 0.6;
 }
 
+/// How many steps of a row are valid, when its mask is a prefix (as every row's must be); nullopt on a hole.
+inline std::optional<std::size_t> mask_prefix(const SampleBatch& b, std::size_t row) {
+  const std::size_t L = b.sequence_length();
+  std::size_t valid = 0;
+  while (valid < L && b.valid(row, valid)) ++valid;
+  for (std::size_t t = valid; t < L; ++t) {
+    if (b.valid(row, t)) return std::nullopt;
+  }
+  return valid;
+}
+
 // Checks one row of a batch; returns a description of the first violation, or "" when the row is sound.
 inline std::string check_row(const SampleBatch& b, std::size_t row, uint64_t head_after) {
   const uint64_t env = b.env_ids()[row];
   const uint64_t start = b.start_steps()[row];
   const std::size_t L = b.sequence_length();
-  std::size_t valid = 0;
-  while (valid < L && b.valid(row, valid)) ++valid;
-  for (std::size_t t = valid; t < L; ++t) {
-    if (b.valid(row, t)) return "mask has a hole";
-  }
+  const std::optional<std::size_t> prefix = mask_prefix(b, row);
+  if (!prefix) return "mask has a hole";
+  const std::size_t valid = *prefix;
   if (valid == 0) return "row with no valid step";
   if (start + valid > head_after) return "row reaches past the head";
   for (std::size_t t = 0; t < L; ++t) {

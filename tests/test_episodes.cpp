@@ -37,6 +37,7 @@
 using namespace shmreplay;
 using test::error_of;
 using test::kill_and_reap;
+using test::mask_prefix;
 using test::spawn;
 using test::SegmentGuard;
 using test::unique_name;
@@ -1017,11 +1018,9 @@ std::string check_episode_row(const SampleBatch& b, std::size_t row, Episodes mo
   const uint64_t env = b.env_ids()[row];
   const uint64_t start = b.start_steps()[row];
   const std::size_t L = b.sequence_length();
-  std::size_t valid = 0;
-  while (valid < L && b.valid(row, valid)) ++valid;
-  for (std::size_t t = valid; t < L; ++t) {
-    if (b.valid(row, t)) return "mask has a hole";
-  }
+  const std::optional<std::size_t> prefix = mask_prefix(b, row);
+  if (!prefix) return "mask has a hole";
+  const std::size_t valid = *prefix;
   if (valid == 0) return "empty row";
   if (mode == Episodes::within && valid != L) return "within row shorter than L";
   for (std::size_t t = 0; t < valid; ++t) {
