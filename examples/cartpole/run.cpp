@@ -2,7 +2,11 @@
 // actor processes (cartpole_learner, cartpole_actor, found next to this program), forwards their progress
 // lines, stops everything after --seconds or on Ctrl-C / SIGTERM, and prints a summary.
 //
-//   cartpole_run [--seconds 25] [--workers 2] [--envs-per-worker 16] [--keep] [--json]
+//   cartpole_run [--seconds 25] [--workers 2] [--envs-per-worker 16] [--keep] [--json] [--learner CMD]
+//
+// --learner runs another learner in place of cartpole_learner: CMD is a shell command line, run as
+// `exec CMD --buffer NAME`; it must print "@report {json}" (with at least "violations") before it exits, as
+// examples/python/torch_learner.py does.
 //
 // No process outlives it: children are stopped with SIGTERM (SIGKILL after a grace period) and reaped, and each
 // child asks the kernel for SIGTERM should the launcher itself die. The buffer is removed unless --keep.
@@ -39,6 +43,7 @@ struct Options {
   uint64_t capacity = 4096;
   std::string name;
   bool keep = false, json = false, quiet = false;
+  std::string learner;  // a shell command line in place of cartpole_learner; empty: cartpole_learner
 };
 
 struct Child {
@@ -179,7 +184,11 @@ int run(const Options& o) {
   std::vector<Child> children;
   children.reserve(o.workers + 1);
   const auto start = Clock::now();
-  children.push_back(spawn("learner", {(dir / "cartpole_learner").string(), "--buffer", o.name}));
+  if (o.learner.empty()) {
+    children.push_back(spawn("learner", {(dir / "cartpole_learner").string(), "--buffer", o.name}));
+  } else {  // exec: the shell becomes the learner, so its pid is the one signalled and reaped
+    children.push_back(spawn("learner", {"/bin/sh", "-c", fmt::format("exec {} --buffer '{}'", o.learner, o.name)}));
+  }
   for (uint32_t w = 0; w < o.workers; ++w) {
     children.push_back(spawn(fmt::format("actor {}", w),
                              {(dir / "cartpole_actor").string(), "--buffer", o.name, "--first",
@@ -209,7 +218,8 @@ int run(const Options& o) {
   const json empty = json::object();
   const json& lr = children[0].report ? *children[0].report : empty;
   summary["learner_report"] = children[0].report.has_value();
-  for (const char* key : {"updates", "rows_sampled", "retries", "violations", "loss_first", "loss_last"}) {
+  for (const char* key : {"updates", "rows_sampled", "retries", "violations", "loss_first", "loss_last",
+                          "eval_return_first", "eval_return_last", "eval_return_best"}) {
     summary[key] = lr.value(key, json());
   }
   summary["samples_per_s"] = lr.value("rows_sampled", 0.0) / seconds;
@@ -247,8 +257,15 @@ int run(const Options& o) {
     fmt::print("  steps pushed     {:>12}  ({:.0f}/s; actors report {:.0f})\n", pushes, static_cast<double>(pushes) / seconds, actor_steps);
     fmt::print("  rows sampled     {:>12}  ({:.0f}/s) in {} updates, {} retries\n", lr.value("rows_sampled", 0),
                lr.value("rows_sampled", 0.0) / seconds, lr.value("updates", 0), lr.value("retries", 0));
-    fmt::print("  value loss       {:>12.3f}  -> {:.3f} ({})\n", lr.value("loss_first", 0.0), lr.value("loss_last", 0.0),
-               summary["loss_falling"].get<bool>() ? "falling" : "NOT falling");
+    fmt::print("  learner loss     {:>12.3f}  -> {:.3f} ({})\n", lr.value("loss_first", 0.0), lr.value("loss_last", 0.0),
+               lr.contains("eval_return_last")               ? "TD loss: it need not fall"
+               : summary["loss_falling"].get<bool>() ? "falling"
+                                                     : "NOT falling");
+    if (lr.contains("eval_return_last")) {
+      fmt::print("  greedy return    {:>12.1f}  -> {:.1f}, best {:.1f} (the learner's own evaluation)\n",
+                 lr.value("eval_return_first", 0.0), lr.value("eval_return_last", 0.0),
+                 lr.value("eval_return_best", 0.0));
+    }
     fmt::print("  episode return   {:>12.1f}  -> {:.1f} (actors' first and last 100 episodes)\n",
                summary["return_first"].get<double>(), summary["return_last"].get<double>());
     fmt::print("  violations       {:>12}  (every sampled step's stamp checked by the learner)\n",
@@ -277,6 +294,9 @@ int main(int argc, char** argv) {
   app.add_flag("--keep", o.keep, "keep the buffer (and its parameter block) after the run, for `shmreplay info`");
   app.add_flag("--json", o.json, "print the summary as JSON on stdout (progress goes to stderr)");
   app.add_flag("--quiet", o.quiet, "do not forward the children's progress lines");
+  app.add_option("--learner", o.learner,
+                 "run this shell command (plus --buffer NAME) as the learner instead of cartpole_learner, e.g. "
+                 "\"/usr/bin/python3 examples/python/torch_learner.py\"");
   CLI11_PARSE(app, argc, argv);
   if (o.json) g_progress = stderr;
   o.batch = std::min(o.batch, o.envs_per_worker);
