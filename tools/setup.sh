@@ -11,6 +11,9 @@ packages=(
   nlohmann-json3-dev              # --json output
   doctest-dev                     # tests
   util-linux                      # unshare/mount, used by the full-/dev/shm test
+  pybind11-dev python3-dev         # the Python module
+  python3-numpy python3-pytest    # its arrays and its tests
+  python3-torch                   # the PyTorch learner example (examples/python/torch_learner.py)
 )
 
 missing=()

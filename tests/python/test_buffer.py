@@ -1,0 +1,86 @@
+"""Buffer: create, open, remove, sizes, and the errors of each."""
+import os
+
+import numpy as np
+import pytest
+
+import shmreplay
+from conftest import PAYLOAD_SCHEMA
+
+
+def test_a_created_buffer_is_opened_by_name_with_its_schema_and_sizes(name):
+    buf = shmreplay.Buffer.create(name, 3, 64, "obs:f32[4] action:i32", mode=0o640)
+    assert shmreplay.Buffer.exists(name)
+    other = shmreplay.Buffer.open(name, schema="obs:f32[4] action:i32")
+    for b in (buf, other):
+        assert (b.name, b.num_envs, b.capacity, b.step_bytes) == (name, 3, 64, 20)
+        assert str(b.schema) == "obs:f32[4] action:i32"
+        assert b.total_bytes >= 3 * 64 * 20
+        assert not b.read_only and not b.has_episodes
+        assert list(b.heads()) == [0, 0, 0]
+    assert os.stat(buf.path).st_mode & 0o777 == 0o640
+    assert name in repr(buf)
+    shmreplay.Buffer.remove(name)
+    assert not shmreplay.Buffer.exists(name)
+
+
+def test_creating_a_name_that_exists_fails_unless_replace(name):
+    shmreplay.Buffer.create(name, 1, 8, "a:u8")
+    with pytest.raises(shmreplay.AlreadyExists, match="already exists"):
+        shmreplay.Buffer.create(name, 1, 8, "a:u8")
+    with pytest.raises(FileExistsError):
+        shmreplay.Buffer.create(name, 1, 8, "a:u8")
+    b = shmreplay.Buffer.create(name, 2, 8, "b:u16", replace=True)
+    assert shmreplay.Buffer.open(name).num_envs == 2 and str(b.schema) == "b:u16"
+
+
+def test_opening_with_another_schema_names_the_difference(name):
+    shmreplay.Buffer.create(name, 1, 8, "obs:f32[4] action:i32")
+    with pytest.raises(shmreplay.SchemaMismatch, match="obs") as info:
+        shmreplay.Buffer.open(name, schema="obs:f32[5] action:i32")
+    assert "f32[5]" in str(info.value) and "f32[4]" in str(info.value)
+
+
+def test_a_missing_or_foreign_segment_is_a_clear_error(name):
+    with pytest.raises(shmreplay.NotFound, match=name):
+        shmreplay.Buffer.open(name)
+    with pytest.raises(FileNotFoundError):
+        shmreplay.Buffer.remove(name)
+    with open(f"/dev/shm/{name}", "wb") as f:
+        f.write(b"not a segment at all" * 100)
+    with pytest.raises(shmreplay.NotASegment):
+        shmreplay.Buffer.open(name)
+    os.unlink(f"/dev/shm/{name}")
+
+
+def test_a_read_only_buffer_refuses_a_writer(name):
+    shmreplay.Buffer.create(name, 2, 8, "a:u8")
+    ro = shmreplay.Buffer.open(name, read_only=True)
+    assert ro.read_only
+    with pytest.raises(shmreplay.ReadOnly):
+        shmreplay.Writer(ro, [0])
+
+
+def test_bad_sizes_are_invalid_arguments(name):
+    with pytest.raises(shmreplay.InvalidArgument):
+        shmreplay.Buffer.create(name, 0, 8, "a:u8")
+    with pytest.raises(shmreplay.InvalidArgument):
+        shmreplay.Buffer.create(name, 1, 0, "a:u8")
+    assert not shmreplay.Buffer.exists(name)
+
+
+def test_episode_fields_are_given_by_name(name):
+    buf = shmreplay.Buffer.create(name, 2, 32, "obs:f32 reward:f32 done:bool", done="done", reward="reward",
+                                  episode_queue_capacity=8)
+    assert buf.has_episodes
+    with pytest.raises(shmreplay.InvalidArgument, match="nope"):
+        shmreplay.Buffer.create(name + "-x", 2, 32, "obs:f32 done:bool", done="nope")
+
+
+def test_heads_count_published_steps_per_env(buffer):
+    from conftest import payload
+    w = shmreplay.Writer(buffer, [0, 1, 2, 3])
+    w.push([3, 1], payload([3, 1], [0, 0]))
+    w.push([3], payload([3], [1]))
+    assert list(buffer.heads()) == [0, 1, 0, 2]
+    assert PAYLOAD_SCHEMA == str(buffer.schema)

@@ -1,0 +1,216 @@
+"""Sampler: the views, mixed and flat sampling, peek, out=, wait, updates, episodes, errors."""
+import threading
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import shmreplay
+from conftest import check_batch, payload
+
+
+def fill(buffer, steps_per_env, start=None):
+    """Pushes steps_per_env[e] steps to each env e, in batches of shuffled env subsets."""
+    w = shmreplay.Writer(buffer, list(range(buffer.num_envs)))
+    rng = np.random.default_rng(0)
+    heads = list(buffer.heads())
+    left = list(steps_per_env)
+    while any(left):
+        ids = np.array([e for e in rng.permutation(buffer.num_envs) if left[e] > 0 and rng.random() < 0.7])
+        if len(ids) == 0:
+            continue
+        w.push(ids, payload(ids, [heads[e] for e in ids]))
+        for e in ids:
+            heads[e] += 1
+            left[e] -= 1
+    w.close()
+
+
+def test_samples_are_arrays_of_the_schema_with_mask_env_ids_and_starts(buffer):
+    fill(buffer, [20, 5, 0, 1])  # env 0 wrapped (capacity 16), env 2 empty
+    s = shmreplay.Sampler(buffer, seed=3)
+    b = s.sample("replay", 64, 4, power=1.0)
+    assert b.rows == 64 and b.sequence_length == 4
+    assert b["head"].shape == (64, 4, 3) and b["head"].dtype == np.uint64
+    assert b["body"].shape == (64, 4, 5) and b["half"].dtype == np.float16 and b["brain"].dtype == np.uint16
+    assert b["flag"].dtype == np.bool_ and b.mask.dtype == np.bool_ and b.mask.shape == (64, 4)
+    assert b.env_ids.dtype == np.int64 and b.starts.dtype == np.int64
+    assert set(b.keys()) == set(buffer.schema.names) and "body" in b
+    assert set(b.env_ids.tolist()) <= {0, 1, 3}
+    assert check_batch(b, buffer.heads()) == []
+    assert all(b.starts[b.env_ids == 0] >= 4)  # env 0 keeps its newest 16 steps: 4..19
+    assert s.size("replay") == 16 + 5 + 1
+    assert (s.sizes(0).head, s.sizes(0).replay) == (20, 16)
+
+
+def test_the_same_seed_gives_the_same_samples(buffer):
+    fill(buffer, [10, 10, 10, 10])
+    s = shmreplay.Sampler(buffer, seed=42)
+    a = s.sample("replay", 32, 3)
+    s.seed(42)
+    b = s.sample("replay", 32, 3)
+    assert np.array_equal(a.env_ids, b.env_ids) and np.array_equal(a.starts, b.starts)
+    assert np.array_equal(a["body"], b["body"])
+
+
+def test_the_online_view_holds_the_steps_since_the_last_reset(buffer):
+    fill(buffer, [6, 6, 6, 6])
+    s = shmreplay.Sampler(buffer, seed=1)
+    s.reset_online_queue()
+    assert s.size("online") == 0
+    with pytest.raises(shmreplay.EmptyView):
+        s.sample("online", 4, 1)
+    fill(buffer, [0, 3, 0, 0])
+    assert s.size("online") == 3
+    b = s.sample("online", 50, 3)
+    assert set(b.env_ids.tolist()) == {1} and set(b.starts.tolist()) <= {6, 7, 8}
+    assert check_batch(b, buffer.heads()) == []
+    m = s.sample_mixed(5, 7, 2)
+    assert m.rows == 12 and set(m.env_ids[5:].tolist()) == {1} and np.all(m.starts[5:] >= 6)
+    assert check_batch(m, buffer.heads()) == []
+
+
+def test_transitions_and_peek(buffer):
+    fill(buffer, [3, 0, 2, 1])
+    s = shmreplay.Sampler(buffer, seed=5)
+    t = s.sample_transitions("replay", 100)
+    assert t.sequence_length == 1 and t.mask.all() and check_batch(t) == []
+    p = s.peek()
+    assert p.mask[:, 0].tolist() == [True, False, True, True]
+    assert p["head"][[0, 2, 3], 0, 1].tolist() == [2, 1, 0]
+    q = s.peek([3, 0])
+    assert q.env_ids.tolist() == [3, 0] and q["head"][:, 0, 1].tolist() == [0, 2]
+
+
+def test_out_fills_the_same_arrays_and_allocates_none(buffer):
+    fill(buffer, [16, 16, 16, 16])
+    s = shmreplay.Sampler(buffer, seed=9)
+    out = s.new_batch(32, 4)
+    ids = {k: id(v) for k, v in out.fields.items()}
+    for _ in range(3):  # warm up
+        assert s.sample("replay", 32, 4, out=out) is out
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    for _ in range(200):
+        s.sample("replay", 32, 4, 1.0, out=out)
+        s.sample_mixed(16, 16, 4, out=out)
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    grown = sum(d.size_diff for d in after.compare_to(before, "filename") if d.size_diff > 0)
+    assert grown < 4096, f"{grown} bytes allocated by 400 calls with out="  # a new batch would be ~5 KiB
+    assert {k: id(v) for k, v in out.fields.items()} == ids
+    assert check_batch(out) == []
+    with pytest.raises(shmreplay.SizeMismatch, match="32 rows x 4 steps"):
+        s.sample("replay", 16, 4, out=out)
+    peek_out = s.new_batch(4, 1)
+    assert s.peek(out=peek_out) is peek_out and peek_out.mask.all()
+
+
+def test_bad_sample_arguments_are_clear_errors(buffer):
+    s = shmreplay.Sampler(buffer)
+    with pytest.raises(shmreplay.EmptyView):
+        s.sample("replay", 4, 1)
+    fill(buffer, [2, 0, 0, 0])
+    with pytest.raises(shmreplay.InvalidArgument, match="batch size is 0"):
+        s.sample("replay", 0, 1)
+    with pytest.raises(shmreplay.InvalidArgument, match="sequence_length is 17"):
+        s.sample("replay", 1, 17)
+    with pytest.raises(shmreplay.InvalidArgument, match="unknown view 'all'"):
+        s.sample("all", 1, 1)
+    with pytest.raises(shmreplay.InvalidArgument, match="unknown episodes mode"):
+        s.sample("replay", 1, 1, episodes="never")
+    with pytest.raises(shmreplay.EnvOutOfRange):
+        s.peek([4])
+
+
+def test_one_learner_at_a_time(buffer):
+    s = shmreplay.Sampler(buffer)
+    with pytest.raises(shmreplay.LeaseHeld):
+        shmreplay.Sampler(buffer)
+    s.close()
+    with pytest.raises(shmreplay.InvalidArgument, match="closed"):
+        s.sample("replay", 1, 1)
+    with shmreplay.Sampler(buffer):
+        pass
+    shmreplay.Sampler(buffer)
+
+
+def test_wait_returns_when_a_writer_thread_pushes_and_releases_the_gil(buffer):
+    s = shmreplay.Sampler(buffer)
+    assert s.wait("replay", 1, timeout=0.05) is False
+    ticks = 0
+
+    def writer():
+        nonlocal ticks
+        w = shmreplay.Writer(buffer, [0])
+        for step in range(5):
+            time.sleep(0.05)
+            w.push([0], payload([0], [step]))
+        ticks = 1
+
+    t = threading.Thread(target=writer)
+    t.start()
+    started = time.monotonic()
+    assert s.wait("replay", 5, timeout=30.0) is True  # the writer thread runs while we wait: GIL released
+    assert time.monotonic() - started < 25.0
+    t.join()
+    assert s.size("replay") == 5
+    started = time.monotonic()
+    assert s.wait("replay", 6, timeout=0.3) is False
+    assert time.monotonic() - started >= 0.29
+
+
+def test_a_python_thread_keeps_running_while_another_samples(buffer):
+    fill(buffer, [16, 16, 16, 16])
+    s = shmreplay.Sampler(buffer, seed=1)
+    stop = threading.Event()
+    counts = [0]
+
+    def counter():
+        while not stop.is_set():
+            counts[0] += 1
+
+    t = threading.Thread(target=counter)
+    t.start()
+    out = s.new_batch(256, 16)
+    for _ in range(200):
+        s.sample("replay", 256, 16, out=out)
+    stop.set()
+    t.join()
+    assert counts[0] > 0
+
+
+def test_updates_rewrite_stored_steps_in_place(buffer):
+    fill(buffer, [3, 3, 0, 0])
+    s = shmreplay.Sampler(buffer)
+    assert s.try_update(0, 1, {"body": np.full(5, 99, np.float32)}) is True
+    done = s.update([1, 1, 0], [0, 2, 2], {"body": np.full((3, 5), 7, np.float32)})
+    assert done.tolist() == [True, True, True]
+    b = s.sample("replay", 1, 3)  # any row; read the steps back through peek and samples
+    rows = {}
+    for _ in range(50):
+        b = s.sample("replay", 8, 1, out=b if b.rows == 8 and b.sequence_length == 1 else None)
+        for e, st, body in zip(b.env_ids, b.starts, b["body"][:, 0]):
+            rows[(int(e), int(st))] = body.tolist()
+    assert rows[(0, 1)] == [99.0] * 5 and rows[(1, 0)] == [7.0] * 5 and rows[(0, 2)] == [7.0] * 5
+    assert rows[(0, 0)] != [7.0] * 5
+    with pytest.raises(shmreplay.InvalidArgument, match="never published"):
+        s.try_update(2, 0, {"body": np.zeros(5, np.float32)})
+
+
+def test_completed_episodes_are_popped_with_their_return(name):
+    buf = shmreplay.Buffer.create(name, 2, 32, "obs:f32 reward:f32 done:bool", done="done", reward="reward")
+    w = shmreplay.Writer(buf, [0, 1])
+    for t in range(5):
+        w.push([0, 1], {"obs": np.zeros(2, np.float32), "reward": np.array([1.0, 2.0], np.float32),
+                        "done": np.array([t == 2, t == 4])})
+    s = shmreplay.Sampler(buf)
+    records = sorted(s.pop_episodes(), key=lambda r: r.env)
+    assert [(r.env, r.first_step, r.length, r.episode_return, r.end) for r in records] == [
+        (0, 0, 3, 3.0, "done"), (1, 0, 5, 10.0, "done")]
+    assert s.pop_episodes() == []
+    b = s.sample("replay", 64, 4, episodes="stop")
+    for r in range(b.rows):  # a row of env 0 never runs past step 2 into the next episode
+        if b.env_ids[r] == 0 and b.starts[r] <= 2:
+            assert b.starts[r] + b.mask[r].sum() <= 3

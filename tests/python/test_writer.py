@@ -1,0 +1,129 @@
+"""Writer: leases, batched pushes shaped like envpool's recv, single pushes, zero-copy reservations, errors."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import shmreplay
+from conftest import check_batch, payload
+
+
+def peek_all(buffer):
+    with shmreplay.Sampler(buffer) as s:
+        return s.peek()
+
+
+def test_a_push_writes_one_step_for_each_listed_env_in_any_order(buffer):
+    w = shmreplay.Writer(buffer, [0, 1, 2, 3])
+    w.push(np.array([2, 0, 3], dtype=np.int32), payload([2, 0, 3], [0, 0, 0]))  # envpool's int32 env ids
+    w.push([3], payload([3], [1]))
+    w.push(np.array([1, 3], dtype=np.int64), payload([1, 3], [0, 2]))
+    assert list(buffer.heads()) == [1, 1, 1, 3]
+    assert [w.head(e) for e in range(4)] == [1, 1, 1, 3]
+    p = peek_all(buffer)
+    assert p.mask.all()
+    assert list(p["head"][:, 0, 1]) == [0, 0, 0, 2]
+    assert check_batch(p) == []
+
+
+def test_non_contiguous_and_castable_arrays_are_accepted(buffer):
+    w = shmreplay.Writer(buffer, [0, 1])
+    d = payload([0, 1], [0, 0])
+    wide = np.zeros((2, 10), dtype=np.float32)
+    wide[:, ::2] = d["body"]
+    d["body"] = wide[:, ::2]  # a strided view
+    assert not d["body"].flags.c_contiguous
+    d["half"] = d["half"].astype(np.float64)  # same kind: converted
+    w.push([0, 1], d)
+    assert check_batch(peek_all(buffer)) == []
+
+
+def test_push_one_takes_scalars_and_lists(name):
+    buf = shmreplay.Buffer.create(name, 2, 8, "obs:f32[3] action:i32 done:bool mark:u16[2]")
+    w = shmreplay.Writer(buf, [1])
+    w.push_one(1, {"obs": [1.5, 2.5, 3.5], "action": 7, "done": True, "mark": [1, 2]})
+    p = peek_all(buf)
+    assert list(p.mask[:, 0]) == [False, True]
+    assert p["obs"][1, 0].tolist() == [1.5, 2.5, 3.5]
+    assert p["action"][1, 0] == 7 and p["done"][1, 0] and p["mark"][1, 0].tolist() == [1, 2]
+
+
+def test_wrong_arrays_are_refused_with_field_expected_and_actual(buffer):
+    w = shmreplay.Writer(buffer, [0, 1])
+    good = payload([0, 1], [0, 0])
+    with pytest.raises(shmreplay.SizeMismatch, match=r"'body'.*shape \(2, 5\).*\(2, 4\)"):
+        w.push([0, 1], {**good, "body": np.zeros((2, 4), np.float32)})
+    with pytest.raises(shmreplay.SizeMismatch, match=r"'head'.*uint64.*float64"):
+        w.push([0, 1], {**good, "head": np.zeros((2, 3))})
+    with pytest.raises(shmreplay.SizeMismatch, match=r"'brain'.*bfloat16 bits"):
+        w.push([0, 1], {**good, "brain": np.zeros(2, np.float32)})
+    with pytest.raises(shmreplay.SizeMismatch, match="no data for field 'flag'"):
+        w.push([0, 1], {k: v for k, v in good.items() if k != "flag"})
+    with pytest.raises(shmreplay.InvalidArgument, match="'extra' is not a field"):
+        w.push([0, 1], {**good, "extra": np.zeros(2)})
+    with pytest.raises(shmreplay.InvalidArgument, match="env ids must be"):
+        w.push(np.array([0.0, 1.0]), good)
+    assert list(buffer.heads()) == [0, 0, 0, 0]  # nothing was written
+
+
+def test_env_ids_out_of_range_or_not_leased_are_refused(buffer):
+    w = shmreplay.Writer(buffer, [0, 1])
+    with pytest.raises(shmreplay.EnvOutOfRange, match="env id 9 at position 1"):
+        w.push([0, 9], payload([0, 0], [0, 0]))
+    with pytest.raises(IndexError):
+        w.push([-1], payload([0], [0]))
+    with pytest.raises(shmreplay.NotLeased, match="2"):
+        w.push([2], payload([2], [0]))
+    with pytest.raises(shmreplay.EnvOutOfRange):
+        shmreplay.Writer(buffer, [4])
+    assert list(buffer.heads()) == [0, 0, 0, 0]
+
+
+def test_a_second_writer_for_a_leased_env_gets_the_owners_pid(buffer, name):
+    w = shmreplay.Writer.range(buffer, 0, 2)
+    assert list(w.env_ids) == [0, 1]
+    code = (f"import shmreplay\nb = shmreplay.Buffer.open('{name}')\n"
+            "try:\n    shmreplay.Writer(b, [1])\nexcept shmreplay.LeaseHeld as e:\n    print('LeaseHeld', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "LeaseHeld" in out.stdout and str(os.getpid()) in out.stdout
+    w.close()  # released: another process may lease now
+    code = f"import shmreplay\nb = shmreplay.Buffer.open('{name}')\nshmreplay.Writer(b, [1])\nprint('leased')\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, timeout=60)
+    assert out.returncode == 0 and "leased" in out.stdout, out.stderr
+
+
+def test_a_closed_writer_says_so(buffer):
+    with shmreplay.Writer(buffer, [0]) as w:
+        pass
+    with pytest.raises(shmreplay.InvalidArgument, match="closed"):
+        w.push([0], payload([0], [0]))
+    shmreplay.Writer(buffer, [0])  # the lease was released by the with block
+
+
+def test_a_reserved_step_is_filled_in_place_and_published_at_commit(buffer):
+    w = shmreplay.Writer(buffer, [2])
+    d = payload([2], [0])
+    with w.reserve(2) as slot:
+        assert (slot.env, slot.step) == (2, 0)
+        for k, v in d.items():
+            slot[k][...] = v[0]
+        assert buffer.heads()[2] == 0  # not yet visible
+    assert slot.committed and buffer.heads()[2] == 1
+    assert check_batch(peek_all(buffer)) == []
+    with pytest.raises(shmreplay.InvalidArgument, match="committed or abandoned"):
+        slot.commit()
+
+
+def test_a_reservation_abandoned_by_an_exception_is_never_published(buffer):
+    w = shmreplay.Writer(buffer, [1])
+    with pytest.raises(RuntimeError):
+        with w.reserve(1) as slot:
+            slot["body"][...] = 1
+            raise RuntimeError("the env crashed mid-step")
+    assert buffer.heads()[1] == 0
+    w.push([1], payload([1], [0]))  # the next step takes index 0
+    p = peek_all(buffer)
+    assert p.mask[1, 0] and p["head"][1, 0, 1] == 0 and check_batch(p) == []
