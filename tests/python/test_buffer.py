@@ -84,3 +84,13 @@ def test_heads_count_published_steps_per_env(buffer):
     w.push([3], payload([3], [1]))
     assert list(buffer.heads()) == [0, 1, 0, 2]
     assert PAYLOAD_SCHEMA == str(buffer.schema)
+
+
+def test_the_readmes_python_example_runs(name):
+    import re
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "shmreplay.Buffer.create" in b]
+    assert blocks, "the README has no Python example"
+    for block in blocks:
+        exec(compile(block.replace('"demo"', repr(name)), "README.md", "exec"), {})
+    assert not shmreplay.Buffer.exists(name)
