@@ -160,7 +160,7 @@ FieldArrays field_arrays(const char* op, const Schema& schema, const py::dict& d
 // An env id array (any integer dtype, any layout) as uint64 ids; negative ids are env_out_of_range.
 std::vector<uint64_t> env_id_vector(const char* op, py::handle ids, uint64_t num_envs) {
   py::array a = py::array::ensure(ids);
-  if (!a || a.ndim() > 1 || (a.size() > 0 && std::string("iu").find(a.dtype().kind()) == std::string::npos)) {
+  if (!a || a.ndim() != 1 || (a.size() > 0 && std::string("iu").find(a.dtype().kind()) == std::string::npos)) {
     if (!a) PyErr_Clear();
     throw Error(Errc::invalid_argument,
                 fmt::format("{}: env ids must be a 1-d array (or sequence) of integers{}", op,
@@ -277,21 +277,33 @@ struct Batch {
 // ---------------------------------------------------------------------------------------------------------------
 // Writer and StepSlot
 
+struct PySlot;
+
 struct PyWriter {
   std::shared_ptr<Buffer> buffer;
   std::optional<Writer> writer;
   std::mutex mu;  // taken with the GIL released where the call copies; never waits for the GIL while held
+  std::vector<PySlot*> open_slots;  // reservations not yet committed or abandoned (changed with the GIL held)
 
   Writer& get(const char* op) {
     if (!writer) throw Error(Errc::invalid_argument, fmt::format("{}: this Writer is closed", op));
     return *writer;
   }
+  void close();
 };
+
 
 struct PySlot {
   std::shared_ptr<PyWriter> owner;
   std::optional<StepSlot> slot;
   py::dict arrays;
+  const char* state = "open";  // then "committed" or "abandoned"
+
+  PySlot() = default;
+  PySlot(PySlot&&) = delete;  // registered by address in owner->open_slots
+  ~PySlot() {
+    if (slot) abandon();
+  }
 
   StepSlot& get(const char* op) {
     if (!slot) throw Error(Errc::invalid_argument, fmt::format("{}: this step slot was committed or abandoned", op));
@@ -300,13 +312,30 @@ struct PySlot {
   void commit() {
     std::lock_guard lock(owner->mu);
     get("commit").commit();
-    slot.reset();
+    state = "committed";
+    forget();
   }
   void abandon() {
     std::lock_guard lock(owner->mu);
-    slot.reset();  // an uncommitted StepSlot's destructor abandons the step: it is never published
+    if (slot) state = "abandoned";
+    forget();  // an uncommitted StepSlot's destructor abandons the step: it is never published
+  }
+  // Drops the StepSlot (before its Writer can go) and the registration; the caller holds owner->mu.
+  void forget() {
+    slot.reset();
+    std::erase(owner->open_slots, this);
   }
 };
+
+// Abandons the open reservations first: a StepSlot must not outlive its Writer.
+void PyWriter::close() {
+  std::lock_guard lock(mu);
+  while (!open_slots.empty()) {
+    open_slots.back()->state = "abandoned";
+    open_slots.back()->forget();
+  }
+  writer.reset();
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Sampler
@@ -328,18 +357,7 @@ struct PySampler {
   py::object fill(const char* op, std::size_t rows, std::size_t length, py::object out, Body&& body) {
     Sampler& s = get(op);
     py::object result = out;
-    if (out.is_none()) {
-      if (rows == 0 || length == 0) {
-        // let the library give its own error for a zero batch or length, before any array is made
-        Batch b = Batch::make(schema, rows, length);
-        SampleBatch sb = b.borrow(op, *schema, rows, length);
-        py::gil_scoped_release release;
-        std::lock_guard lock(mu);
-        body(s, sb);
-        return py::none();
-      }
-      result = py::cast(Batch::make(schema, rows, length));
-    }
+    if (out.is_none()) result = py::cast(Batch::make(schema, rows, length));
     Batch& b = result.cast<Batch&>();
     SampleBatch sb = b.borrow(op, *schema, rows, length);
     {
@@ -511,7 +529,9 @@ PYBIND11_MODULE(_shmreplay, m) {
       })
       .def("commit", &PySlot::commit, "Publish the step: samplers can see it from now on.")
       .def("abandon", &PySlot::abandon, "Give the slot up unpublished; the env's next step reuses its index.")
-      .def_property_readonly("committed", [](const PySlot& s) { return !s.slot.has_value(); })
+      .def_property_readonly("state", [](const PySlot& s) { return std::string(s.state); },
+                             "'open', 'committed' or 'abandoned' (by abandon(), an exception in its with block, or "
+                             "the Writer's close())")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PySlot& s, py::object type, py::object, py::object) {
         if (!s.slot) return false;
@@ -590,14 +610,15 @@ PYBIND11_MODULE(_shmreplay, m) {
           [](std::shared_ptr<PyWriter> w, int64_t env) {
             Writer& writer = w->get("reserve");
             if (env < 0) throw Error(Errc::env_out_of_range, fmt::format("reserve: env id {} is negative", env));
-            PySlot s;
-            s.owner = w;
+            auto owned = std::make_unique<PySlot>();
+            owned->owner = w;
             {
               std::lock_guard lock(w->mu);
-              s.slot.emplace(writer.reserve(static_cast<uint64_t>(env)));
+              owned->slot.emplace(writer.reserve(static_cast<uint64_t>(env)));
+              w->open_slots.push_back(owned.get());
             }
-            py::object self = py::cast(std::move(s));
-            PySlot& slot = self.cast<PySlot&>();
+            PySlot& slot = *owned;
+            py::object self = py::cast(std::move(owned));
             const Schema& schema = w->buffer->schema();
             for (std::size_t f = 0; f < schema.size(); ++f) {
               const auto bytes = slot.slot->field(f);
@@ -610,16 +631,12 @@ PYBIND11_MODULE(_shmreplay, m) {
           "env"_a,
           "Reserve the env's next step for zero-copy filling: fill slot[name][...] in place, then commit(). "
           "Do not keep the arrays past the commit: they are views of the ring slot.")
-      .def("close", [](PyWriter& w) {
-        py::gil_scoped_release release;
-        std::lock_guard lock(w.mu);
-        w.writer.reset();
-      }, "Release the leases now (also done when the Writer is garbage-collected).")
+      .def("close", &PyWriter::close,
+           "Release the leases now (also done when the Writer is garbage-collected); open reservations are "
+           "abandoned.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyWriter& w, py::object, py::object, py::object) {
-        py::gil_scoped_release release;
-        std::lock_guard lock(w.mu);
-        w.writer.reset();
+        w.close();
         return false;
       });
 

@@ -111,7 +111,7 @@ def test_a_reserved_step_is_filled_in_place_and_published_at_commit(buffer):
         for k, v in d.items():
             slot[k][...] = v[0]
         assert buffer.heads()[2] == 0  # not yet visible
-    assert slot.committed and buffer.heads()[2] == 1
+    assert slot.state == "committed" and buffer.heads()[2] == 1
     assert check_batch(peek_all(buffer)) == []
     with pytest.raises(shmreplay.InvalidArgument, match="committed or abandoned"):
         slot.commit()
@@ -123,7 +123,30 @@ def test_a_reservation_abandoned_by_an_exception_is_never_published(buffer):
         with w.reserve(1) as slot:
             slot["body"][...] = 1
             raise RuntimeError("the env crashed mid-step")
-    assert buffer.heads()[1] == 0
+    assert slot.state == "abandoned" and buffer.heads()[1] == 0
     w.push([1], payload([1], [0]))  # the next step takes index 0
     p = peek_all(buffer)
     assert p.mask[1, 0] and p["head"][1, 0, 1] == 0 and check_batch(p) == []
+
+
+def test_closing_a_writer_abandons_its_open_reservations(buffer):
+    w = shmreplay.Writer(buffer, [0])
+    slot = w.reserve(0)
+    slot["body"][...] = 5
+    w.close()
+    assert slot.state == "abandoned"
+    with pytest.raises(shmreplay.InvalidArgument, match="committed or abandoned"):
+        slot.commit()
+    del slot
+    assert buffer.heads()[0] == 0
+    w2 = shmreplay.Writer(buffer, [0])
+    w2.push([0], payload([0], [0]))
+    assert check_batch(peek_all(buffer)) == []
+
+
+def test_env_ids_must_be_a_one_dimensional_integer_array(buffer):
+    w = shmreplay.Writer(buffer, [0])
+    with pytest.raises(shmreplay.InvalidArgument, match="1-d array"):
+        w.push(0, payload([0], [0]))
+    with pytest.raises(shmreplay.InvalidArgument, match="1-d array"):
+        w.push([[0]], payload([0], [0]))
