@@ -3,6 +3,7 @@
 // stale step is detected wherever it turns up.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -78,7 +79,10 @@ inline std::optional<std::size_t> mask_prefix(const SampleBatch& b, std::size_t 
 }
 
 // Checks one row of a batch; returns a description of the first violation, or "" when the row is sound.
-inline std::string check_row(const SampleBatch& b, std::size_t row, uint64_t head_after) {
+// `head_after` is the row's env's head read after the sample call: no valid step may reach it. `head_before`,
+// when given, is that head read before the call: the row was cut at a head at least that high, so it must hold
+// at least min(L, head_before - start) steps (the mask is not cut short). 0 checks no lower bound.
+inline std::string check_row(const SampleBatch& b, std::size_t row, uint64_t head_after, uint64_t head_before = 0) {
   const uint64_t env = b.env_ids()[row];
   const uint64_t start = b.start_steps()[row];
   const std::size_t L = b.sequence_length();
@@ -87,6 +91,10 @@ inline std::string check_row(const SampleBatch& b, std::size_t row, uint64_t hea
   const std::size_t valid = *prefix;
   if (valid == 0) return "row with no valid step";
   if (start + valid > head_after) return "row reaches past the head";
+  if (head_before > start && valid < std::min<uint64_t>(L, head_before - start)) {
+    return fmt::format("mask cut short: {} valid steps from start {}, but the head was already {} (L = {})", valid,
+                       start, head_before, L);
+  }
   for (std::size_t t = 0; t < L; ++t) {
     uint64_t hdr[4];
     float body[kBody];

@@ -1,26 +1,34 @@
 // The contract under fire, with real processes: writer processes push self-checking steps at uneven rates while
 // the learner (this process) samples and checks every row; writers are SIGKILLed at random moments (inside a
-// push, inside a reserved-but-uncommitted step) and replaced; a learner is killed mid-sample and replaced; the
-// segment outlives everyone. Also blocking waits across processes and a matrix of bad actors.
+// push, inside a reserved-but-uncommitted step) and replaced, and at chosen instructions (inside a half-filled
+// reservation, inside the copy of a batched push); a learner is killed mid-sample and replaced; the segment
+// outlives everyone. Also the shared futex and blocking waits across processes, and a matrix of bad actors.
 //
 // CI runs the torture case for about two seconds; SHMREPLAY_SOAK_SECONDS=N runs it for N seconds.
 #include <doctest/doctest.h>
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "shmreplay/inspector.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
+#include "detail/futex.hpp"
 #include "payload.hpp"
 #include "support.hpp"
 
@@ -110,6 +118,9 @@ uint64_t sample_and_check(Sampler& learner, Rng& rng, SampleBatch& batch, uint64
   const std::size_t L = 1 + static_cast<std::size_t>(rng() % buf.capacity());
   const double power = static_cast<double>(rng() % 3);
   const int kind = static_cast<int>(call % 5);
+  // Heads before the call: every row was cut at a head at least this high (check_row's lower bound).
+  std::vector<uint64_t> heads_before(buf.num_envs());
+  for (uint64_t e = 0; e < heads_before.size(); ++e) heads_before[e] = learner.sizes(e).head;
   try {
     if (kind == 0) learner.sample(View::replay, 64, L, power, rng, batch);
     if (kind == 1) learner.sample_mixed(48, 16, L, power, rng, batch);
@@ -128,11 +139,93 @@ uint64_t sample_and_check(Sampler& learner, Rng& rng, SampleBatch& batch, uint64
   for (std::size_t row = 0; row < batch.rows(); ++row) {
     ++*rows;
     if (kind == 4 && !batch.valid(row, 0)) continue;
-    const std::string v = check_row(batch, row, learner.sizes(batch.env_ids()[row]).head);
+    const uint64_t env = batch.env_ids()[row];
+    const std::string v = check_row(batch, row, learner.sizes(env).head, heads_before[env]);
     if (!v.empty() && violations++ == 0 && first->empty()) *first = v;
   }
   if (call % 7 == 0) learner.reset_online_queue();
   return violations;
+}
+
+// Milliseconds since `t0`.
+int64_t ms_since(Clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+}
+
+// Waits for a child that is expected to exit by itself; returns its exit code (128 + signal if killed).
+int reap(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
+}
+
+// Samples `calls` batches every way the learner can while no writer runs, and checks every row against the exact
+// heads (so the mask must be exactly min(L, head - start)). Adds every (env, step) a valid position held to
+// `seen`. Returns the first violation, or "".
+std::string sample_quietly(Sampler& learner, Rng& rng, int calls, std::set<std::pair<uint64_t, uint64_t>>* seen) {
+  const Buffer& buf = learner.buffer();
+  SampleBatch batch;
+  std::vector<uint64_t> heads(buf.num_envs());
+  std::vector<uint64_t> all(buf.num_envs());
+  for (uint64_t e = 0; e < all.size(); ++e) all[e] = e;
+  for (int call = 0; call < calls; ++call) {
+    for (uint64_t e = 0; e < heads.size(); ++e) heads[e] = learner.sizes(e).head;
+    const std::size_t L = 1 + static_cast<std::size_t>(rng() % buf.capacity());
+    const double power = static_cast<double>(rng() % 3);
+    const int kind = call % 5;
+    try {
+      if (kind == 0) learner.sample(View::replay, 64, L, power, rng, batch);
+      if (kind == 1) learner.sample_mixed(48, 16, L, power, rng, batch);
+      if (kind == 2) learner.sample(View::online, 32, L, power, rng, batch);
+      if (kind == 3) learner.sample_transitions(View::replay, 128, rng, batch);
+      if (kind == 4) learner.peek(all, batch);
+    } catch (const Error& e) {
+      if (e.errc() == Errc::empty_view) continue;
+      throw;
+    }
+    for (std::size_t row = 0; row < batch.rows(); ++row) {
+      const uint64_t env = batch.env_ids()[row];
+      if (kind == 4 && !batch.valid(row, 0)) continue;
+      const std::string v = check_row(batch, row, heads[env], heads[env]);
+      if (!v.empty()) return fmt::format("env {} row starting at {}: {}", env, batch.start_steps()[row], v);
+      for (std::size_t t = 0; t < batch.sequence_length() && batch.valid(row, t); ++t) {
+        seen->emplace(env, batch.start_steps()[row] + t);
+      }
+    }
+  }
+  return "";
+}
+
+// The (env, step) pairs of every env's replay view, as the learner sizes it.
+std::set<std::pair<uint64_t, uint64_t>> replay_view(const Sampler& learner) {
+  std::set<std::pair<uint64_t, uint64_t>> out;
+  for (uint64_t e = 0; e < learner.buffer().num_envs(); ++e) {
+    const EnvSizes sz = learner.sizes(e);
+    for (uint64_t s = sz.head - sz.replay; s < sz.head; ++s) out.emplace(e, s);
+  }
+  return out;
+}
+
+// Runs the body of a spawned child: an exception ends the child with exit code 9 (it must never unwind into the
+// parent's copy of the test runner).
+void child_body(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "child %d: %s\n", static_cast<int>(::getpid()), e.what());
+    ::_exit(9);
+  }
+}
+
+// Where a child stopped inside a push reports to the parent (see the batched-push kill test).
+int g_stopped_fd = -1;
+
+// SIGSEGV handler of that child: tell the parent where we are, then wait to be killed, inside the faulting copy.
+void stop_inside_copy(int) {
+  const char c = 's';
+  [[maybe_unused]] const ssize_t n = ::write(g_stopped_fd, &c, 1);
+  for (;;) ::pause();
 }
 
 }  // namespace
@@ -146,6 +239,7 @@ TEST_CASE("writer processes killed at random moments lose nothing published and 
   for (uint64_t e = 0; e < num_envs; ++e) slices[e % num_writers].push_back(e);
 
   uint64_t rows = 0, calls = 0, violations = 0, kills = 0, retries = 0, pushes = 0;
+  uint64_t claimed_kills = 0, claimed_envs = 0;  // kills that left an env between its claim and its head store
   std::string first;
   {
     Buffer buf = Buffer::create(guard.name(), num_envs, capacity, kPayloadSchema);
@@ -158,6 +252,7 @@ TEST_CASE("writer processes killed at random moments lose nothing published and 
     REQUIRE(learner.wait(View::replay, num_envs, 10'000));
     Rng rng(7);
     SampleBatch batch;
+    SampleBatch newest;  // peeks right after a kill
     std::vector<uint64_t> floor(num_envs, 0);  // heads seen after each kill: published steps never go away
     const auto deadline = Clock::now() + std::chrono::duration<double>(std::max(2.0, 3 * run_seconds()));
     auto next_kill = Clock::now() + std::chrono::milliseconds(50);
@@ -172,7 +267,36 @@ TEST_CASE("writer processes killed at random moments lose nothing published and 
         const std::size_t w = rng() % num_writers;
         CHECK_MESSAGE(kill_and_reap(writers[w]), "a writer process exited on its own (see its stderr)");
         ++kills;
-        for (const uint64_t e : slices[w]) floor[e] = buf.env_control(e).head.load();
+        // Before the replacement starts nothing moves on the dead writer's envs: every step it committed is still
+        // stored intact (up to capacity), the views hold exactly those steps, and the newest one can be peeked.
+        bool left_claimed = false;
+        for (const uint64_t e : slices[w]) {
+          const layout::EnvControl& c = buf.env_control(e);
+          const uint64_t head = c.head.load();
+          const uint64_t claimed = c.claimed.load() & ~layout::kUpdateLockBit;
+          floor[e] = head;
+          CHECK_MESSAGE((claimed == head || claimed == head + 1), fmt::format("env {}: head {}, claimed {}", e,
+                                                                              head, claimed));
+          // claimed = head + 1: killed between the claim and the head store (inside a push, or inside or after an
+          // abandoned reservation); the slot being reclaimed holds step head - capacity, which leaves the view.
+          if (claimed == head + 1) {
+            left_claimed = true;
+            ++claimed_envs;
+          }
+          CHECK(check_env_payloads(buf, e) == "");
+          const EnvSizes sz = learner.sizes(e);
+          CHECK(sz.head == head);
+          CHECK_MESSAGE(sz.replay == std::min(head, claimed == head ? capacity : capacity - 1),
+                        fmt::format("env {}: head {}, claimed {}, replay {}", e, head, claimed, sz.replay));
+          if (head > 0) {
+            const uint64_t one[1] = {e};
+            learner.peek(one, newest);
+            CHECK(newest.valid(0, 0));
+            CHECK(newest.start_steps()[0] == head - 1);
+            CHECK(check_row(newest, 0, head, head) == "");
+          }
+        }
+        if (left_claimed) ++claimed_kills;
         // The dead writer's envs show as dead in the inspector until the replacement takes them over.
         const SegmentInfo info = Inspector(guard.name()).snapshot();
         for (const uint64_t e : slices[w]) {
@@ -210,6 +334,9 @@ TEST_CASE("writer processes killed at random moments lose nothing published and 
   MESSAGE(fmt::format("{} writer processes, {} kills: {} pushes, {} sample calls, {} rows checked, {} retries, {} "
                       "violations",
                       num_writers, kills, pushes, calls, rows, retries, violations));
+  MESSAGE(fmt::format("{} of {} kills left {} env(s) claimed but not published (killed inside a push or a "
+                      "reservation, or after abandoning one)",
+                      claimed_kills, kills, claimed_envs));
   CHECK_MESSAGE(violations == 0, first);
   CHECK(kills > 0);
 
@@ -222,6 +349,189 @@ TEST_CASE("writer processes killed at random moments lose nothing published and 
   // Full rings; an env whose writer died mid-write (or abandoned a reservation) has its oldest slot reclaimed.
   CHECK(learner.size(View::replay) <= num_envs * capacity);
   CHECK(learner.size(View::replay) >= num_envs * (capacity - 1));
+}
+
+TEST_CASE("a writer killed inside a half-filled reservation: its step is never sampled, and a replacement takes the "
+          "lease over and continues the stream at the old head") {
+  const uint64_t capacity = 16;
+  const uint64_t env = 1;
+  const uint64_t pushed = capacity + 5;  // wrapped: the reserved slot still holds step pushed - capacity
+  SegmentGuard guard(unique_name("killreserve"));
+  Buffer buf = Buffer::create(guard.name(), 2, capacity, kPayloadSchema);
+  {
+    Writer other(buf, {0});  // env 0 has a few steps of its own, untouched by the kill
+    PayloadPusher pusher;
+    for (int i = 0; i < 3; ++i) pusher.push(other, {0});
+  }
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t child = spawn([&] {
+    child_body([&] {
+      ::close(ready[0]);
+      Buffer b = Buffer::open(guard.name(), {.expected_schema = kPayloadSchema});
+      Writer w(b, {env});
+      PayloadPusher pusher;
+      for (uint64_t i = 0; i < pushed; ++i) pusher.push(w, {static_cast<int32_t>(env)});
+      StepSlot slot = w.reserve(env);
+      fill_slot(slot, 1);  // the header of step `pushed`; its body and tail are still step pushed - capacity's
+      const char c = 'r';
+      if (::write(ready[1], &c, 1) != 1) ::_exit(5);
+      for (;;) ::pause();
+    });
+  });
+  ::close(ready[1]);
+  char c = 0;
+  const ssize_t got = ::read(ready[0], &c, 1);
+  ::close(ready[0]);
+  if (got != 1) {
+    FAIL("the writer process failed before its reservation (see its stderr); exit " << reap(child));
+  }
+  REQUIRE(kill_and_reap(child));
+
+  // Killed between the claim and the head store: the slot is half-written and out of every view.
+  const layout::EnvControl& ctl = buf.env_control(env);
+  CHECK(ctl.head.load() == pushed);
+  CHECK((ctl.claimed.load() & ~layout::kUpdateLockBit) == pushed + 1);
+  const std::string slot_bytes = stored_step(buf, env, pushed);
+  CHECK(slot_bytes.substr(0, 32) == payload_bytes(env, pushed).substr(0, 32));
+  CHECK(slot_bytes.substr(32) == payload_bytes(env, pushed - capacity).substr(32));
+  CHECK(check_env_payloads(buf, env) == "");
+  CHECK(check_env_payloads(buf, 0) == "");
+
+  Sampler learner(buf);
+  CHECK(learner.sizes(env).head == pushed);
+  CHECK(learner.sizes(env).replay == capacity - 1);  // step pushed - capacity's slot is being reclaimed
+  CHECK(learner.sizes(0).replay == 3);
+  SampleBatch newest;
+  const uint64_t ids[1] = {env};
+  learner.peek(ids, newest);
+  CHECK(newest.start_steps()[0] == pushed - 1);
+  CHECK(check_row(newest, 0, pushed, pushed) == "");
+  // Every committed step in the view is sampled, intact, and nothing else ever is (the half-written step included).
+  Rng rng(17);
+  std::set<std::pair<uint64_t, uint64_t>> seen;
+  CHECK(sample_quietly(learner, rng, 200, &seen) == "");
+  CHECK(seen == replay_view(learner));
+  CHECK(seen.count({env, pushed}) == 0);
+
+  // A replacement takes the dead writer's lease over and rewrites step `pushed` in full.
+  Writer replacement(buf, {env});
+  CHECK(replacement.takeovers() == 1);
+  CHECK(layout::owner_pid(ctl.lease.load()) == static_cast<uint64_t>(::getpid()));
+  CHECK(replacement.head(env) == pushed);
+  PayloadPusher pusher;
+  pusher.push(replacement, {static_cast<int32_t>(env)});
+  CHECK(ctl.head.load() == pushed + 1);
+  CHECK((ctl.claimed.load() & ~layout::kUpdateLockBit) == pushed + 1);
+  CHECK(stored_step(buf, env, pushed) == payload_bytes(env, pushed));
+  CHECK(learner.sizes(env).replay == capacity);
+  for (uint64_t i = 0; i < capacity / 2; ++i) pusher.push(replacement, {static_cast<int32_t>(env)});
+  CHECK(ctl.head.load() == pushed + 1 + capacity / 2);
+  CHECK(check_env_payloads(buf, env) == "");
+  seen.clear();
+  CHECK(sample_quietly(learner, rng, 200, &seen) == "");
+  CHECK(seen == replay_view(learner));
+  CHECK(seen.count({env, pushed}) == 1);
+}
+
+TEST_CASE("a writer killed in the middle of a batched push: earlier envs of the batch are published, the env being "
+          "copied is never sampled half-written, and a replacement continues every stream") {
+  const uint64_t capacity = 8;
+  const uint64_t num_envs = 3;
+  SegmentGuard guard(unique_name("killpush"));
+  Buffer buf = Buffer::create(guard.name(), num_envs, capacity, kPayloadSchema);
+  // Pre-kill heads: env 0 has wrapped, env 1 has not, env 2 has exactly filled its ring.
+  const uint64_t before[num_envs] = {capacity + 3, 5, capacity};
+  int stopped[2];
+  REQUIRE(::pipe(stopped) == 0);
+  const pid_t child = spawn([&] {
+    child_body([&] {
+      ::close(stopped[0]);
+      Buffer b = Buffer::open(guard.name(), {.expected_schema = kPayloadSchema});
+      Writer w(b, {0, 1, 2});
+      PayloadPusher pusher;
+      for (uint64_t e = 0; e < num_envs; ++e) {
+        for (uint64_t i = 0; i < before[e]; ++i) pusher.push(w, {static_cast<int32_t>(e)});
+      }
+      // The batch [2, 0]. The tail array ends 8 bytes into env 0's row, in front of a page with no access: the
+      // push publishes env 2, claims env 0, copies its hdr and body, and faults inside the copy of its tail. The
+      // SIGSEGV handler tells the parent, which kills this process right there.
+      const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+      auto* pages = static_cast<uint8_t*>(::mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE,
+                                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+      if (pages == MAP_FAILED || ::mprotect(pages + page, page, PROT_NONE) != 0) ::_exit(6);
+      uint8_t* tail = pages + page - kTail - 8;
+      const Payload p2 = make_payload(2, before[2], 0);
+      const Payload p0 = make_payload(0, before[0], 0);
+      std::vector<uint64_t> hdr(p2.hdr, p2.hdr + 4);
+      hdr.insert(hdr.end(), p0.hdr, p0.hdr + 4);
+      std::vector<float> body(p2.body, p2.body + kBody);
+      body.insert(body.end(), p0.body, p0.body + kBody);
+      std::memcpy(tail, p2.tail, kTail);
+      std::memcpy(tail + kTail, p0.tail, 8);
+      g_stopped_fd = stopped[1];
+      struct sigaction sa {};
+      sa.sa_handler = stop_inside_copy;
+      ::sigemptyset(&sa.sa_mask);
+      if (::sigaction(SIGSEGV, &sa, nullptr) != 0 || ::sigaction(SIGBUS, &sa, nullptr) != 0) ::_exit(7);
+      const std::vector<int32_t> ids = {2, 0};
+      w.push(ids, {field_bytes(hdr), field_bytes(body), FieldBytes{tail, 2 * kTail}});
+      ::_exit(8);  // the copy did not fault: the parent reports it
+    });
+  });
+  ::close(stopped[1]);
+  char c = 0;
+  const ssize_t got = ::read(stopped[0], &c, 1);
+  ::close(stopped[0]);
+  if (got != 1) {
+    FAIL("the writer process never stopped inside the push; exit " << reap(child));
+  }
+  REQUIRE(kill_and_reap(child));
+
+  const auto head_of = [&](uint64_t e) { return buf.env_control(e).head.load(); };
+  const auto claimed_of = [&](uint64_t e) { return buf.env_control(e).claimed.load() & ~layout::kUpdateLockBit; };
+  // Env 2 (first in the batch) was published whole; env 0 was claimed and half-copied; env 1 was not in it.
+  CHECK(head_of(2) == before[2] + 1);
+  CHECK(claimed_of(2) == before[2] + 1);
+  CHECK(stored_step(buf, 2, before[2]) == payload_bytes(2, before[2]));
+  CHECK(head_of(0) == before[0]);
+  CHECK(claimed_of(0) == before[0] + 1);
+  const std::string half = stored_step(buf, 0, before[0]);
+  const std::string whole = payload_bytes(0, before[0]);
+  CHECK(half.substr(0, 32 + 4 * kBody) == whole.substr(0, 32 + 4 * kBody));  // hdr and body: the new step
+  CHECK(half != whole);                                                       // tail: not (all) copied
+  CHECK(head_of(1) == before[1]);
+  CHECK(claimed_of(1) == before[1]);
+  for (uint64_t e = 0; e < num_envs; ++e) CHECK(check_env_payloads(buf, e) == "");
+
+  Sampler learner(buf);
+  CHECK(learner.sizes(0).replay == capacity - 1);  // env 0's slot being reclaimed held step before[0] - capacity
+  CHECK(learner.sizes(1).replay == before[1]);
+  CHECK(learner.sizes(2).replay == capacity);
+  Rng rng(23);
+  std::set<std::pair<uint64_t, uint64_t>> seen;
+  CHECK(sample_quietly(learner, rng, 200, &seen) == "");
+  CHECK(seen == replay_view(learner));
+  CHECK(seen.count({0, before[0]}) == 0);
+
+  // The replacement takes all three leases over and continues each env at its head.
+  Writer replacement(buf, {0, 1, 2});
+  CHECK(replacement.takeovers() == 3);
+  for (uint64_t e = 0; e < num_envs; ++e) CHECK(replacement.head(e) == head_of(e));
+  PayloadPusher pusher;
+  pusher.push(replacement, {0, 1, 2});
+  CHECK(head_of(0) == before[0] + 1);
+  CHECK(stored_step(buf, 0, before[0]) == whole);
+  CHECK(head_of(1) == before[1] + 1);
+  CHECK(head_of(2) == before[2] + 2);
+  for (uint64_t e = 0; e < num_envs; ++e) {
+    CHECK(claimed_of(e) == head_of(e));
+    CHECK(check_env_payloads(buf, e) == "");
+  }
+  seen.clear();
+  CHECK(sample_quietly(learner, rng, 200, &seen) == "");
+  CHECK(seen == replay_view(learner));
+  CHECK(seen.count({0, before[0]}) == 1);
 }
 
 TEST_CASE("a learner killed mid-sample leaves the writers untouched, and a new learner takes over") {
@@ -281,6 +591,81 @@ TEST_CASE("a learner blocked in wait() is woken by a writer in another process")
   CHECK(buf.global_control().wake_seq.load() > wakes_before);  // woken through the futex, not by polling
   CHECK(buf.global_control().waiters.load() == 0);
   CHECK(kill_and_reap(writer));
+}
+
+TEST_CASE("the segment's futex word wakes a waiter in another process, and a wait that nobody wakes times out") {
+  SegmentGuard guard(unique_name("futex"));
+  Buffer buf = Buffer::create(guard.name(), 1, 4, kPayloadSchema);
+  std::atomic<uint64_t>& word = buf.global_control().wake_seq;
+  const auto seq = static_cast<uint32_t>(word.load());
+
+  // Nobody wakes it: it sleeps the whole timeout (the kernel never shortens one), and no longer than a few
+  // seconds more on a busy machine.
+  auto t0 = Clock::now();
+  detail::futex_wait(word, seq, 200'000'000ull);
+  int64_t waited = ms_since(t0);
+  CHECK(waited >= 199);
+  CHECK(waited < 5'000);
+  // A word that already differs from the expected value returns at once.
+  t0 = Clock::now();
+  detail::futex_wait(word, seq + 1, 10'000'000'000ull);
+  CHECK(ms_since(t0) < 2'000);
+
+  // Another process, with its own mapping of the segment (another address), wakes it without changing the word,
+  // so the wait can only end by that wake (or its 10 s timeout). The child sleeps 100 ms first, then keeps
+  // waking every 20 ms until the parent reports back, in case the parent was not asleep yet.
+  int done[2];
+  REQUIRE(::pipe(done) == 0);
+  t0 = Clock::now();  // before the child exists: its first wake is at least 100 ms later
+  const pid_t child = spawn([&] {
+    child_body([&] {
+      ::close(done[1]);
+      Buffer b = Buffer::open(guard.name());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (int i = 0; i < 500; ++i) {
+        detail::futex_wake_all(b.global_control().wake_seq);
+        pollfd p{done[0], POLLIN, 0};
+        if (::poll(&p, 1, 20) != 0) break;
+      }
+    });
+  });
+  ::close(done[0]);
+  detail::futex_wait(word, seq, 10'000'000'000ull);
+  waited = ms_since(t0);
+  ::close(done[1]);  // the child's poll sees the hang-up and stops waking
+  CHECK(reap(child) == 0);
+  MESSAGE(fmt::format("woken by another process after {} ms (the child woke it from 100 ms on)", waited));
+  CHECK(waited >= 100);    // it slept until the child's wake, not less
+  CHECK(waited < 2'000);   // and was woken, far sooner than the 10 s timeout
+  CHECK(static_cast<uint32_t>(word.load()) == seq);
+}
+
+TEST_CASE("a push in another process wakes a futex waiter on the wake word directly, without the 50 ms re-check") {
+  SegmentGuard guard(unique_name("futexpush"));
+  Buffer buf = Buffer::create(guard.name(), 1, 4, kPayloadSchema);
+  layout::GlobalControl& g = buf.global_control();
+  // Stand in for a learner in wait(): announce a waiter, then sleep on the word for up to 10 s.
+  g.waiters.fetch_add(1);
+  const auto seq = static_cast<uint32_t>(g.wake_seq.load());
+  const auto t0 = Clock::now();
+  const pid_t child = spawn([&] {
+    child_body([&] {
+      Buffer b = Buffer::open(guard.name(), {.expected_schema = kPayloadSchema});
+      Writer w(b, {0});
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      PayloadPusher pusher;
+      pusher.push(w, {0});
+    });
+  });
+  detail::futex_wait(g.wake_seq, seq, 10'000'000'000ull);
+  const int64_t waited = ms_since(t0);
+  g.waiters.fetch_sub(1);
+  CHECK(reap(child) == 0);
+  MESSAGE(fmt::format("woken by a push in another process after {} ms", waited));
+  CHECK(waited >= 100);
+  CHECK(waited < 2'000);
+  CHECK(static_cast<uint32_t>(g.wake_seq.load()) != seq);  // the push bumped the word
+  CHECK(buf.env_control(0).head.load() == 1);
 }
 
 TEST_CASE("a writer that stops cannot hold the learner past its timeout") {
