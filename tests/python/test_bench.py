@@ -1,0 +1,22 @@
+"""The Python benchmark runs and prints its table (a smoke run: no timing is checked)."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_the_python_benchmark_prints_every_figure():
+    bench = os.path.join(ROOT, "tools", "bench", "python_bench.py")
+    out = subprocess.run([sys.executable, bench, "--quick", "--json"], capture_output=True, text=True,
+                         env=os.environ, timeout=120)
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout)
+    assert len(figures) == 6
+    for f in figures:
+        assert f["ours"] > 0 and f["numpy"] > 0 and f["bytes"] > 0, f
+    table = subprocess.run([sys.executable, bench, "--quick"], capture_output=True, text=True, env=os.environ,
+                           timeout=120)
+    rows = [line for line in table.stdout.splitlines() if line.startswith("| ")]
+    assert table.returncode == 0 and len(rows) == 7, table.stdout  # the header and six figures
