@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -45,7 +46,7 @@ static_assert(static_cast<int>(Errc::read_only) == 21, "keep shmreplay/_errors.p
 // ---------------------------------------------------------------------------------------------------------------
 // dtypes and shapes
 
-py::dtype numpy_dtype(DType d) {
+py::dtype make_numpy_dtype(DType d) {
   switch (d) {
     case DType::u8: return py::dtype::of<uint8_t>();
     case DType::i8: return py::dtype::of<int8_t>();
@@ -63,6 +64,17 @@ py::dtype numpy_dtype(DType d) {
   }
   throw Error(Errc::invalid_argument, "unknown dtype");
 }
+
+// The dtype objects, made once (at import) and kept for the process: a push compares against them per field.
+std::array<py::handle, 14> g_dtypes;
+
+void init_dtypes() {
+  for (uint32_t raw = 1; raw < g_dtypes.size(); ++raw) {
+    g_dtypes[raw] = make_numpy_dtype(static_cast<DType>(raw)).release();
+  }
+}
+
+py::dtype numpy_dtype(DType d) { return py::reinterpret_borrow<py::dtype>(g_dtypes.at(static_cast<uint32_t>(d))); }
 
 std::string dtype_text(const py::dtype& dt) { return py::str(py::handle(dt)).cast<std::string>(); }
 
@@ -82,9 +94,22 @@ std::span<const py::ssize_t> shape_of(const py::array& a) {
   return {a.shape(), static_cast<std::size_t>(a.ndim())};
 }
 
-// `value` as a C-contiguous array of field f's dtype and exactly `shape`: the same array when it already is one,
-// otherwise one conversion (same-kind casts only). Errors name the operation, the field, expected and actual.
-py::array field_array(const char* op, const Field& f, py::handle value, const std::vector<py::ssize_t>& shape) {
+bool has_shape(const py::array& a, std::initializer_list<py::ssize_t> leading, const Field& f) {
+  if (static_cast<std::size_t>(a.ndim()) != leading.size() + f.shape.size()) return false;
+  std::size_t i = 0;
+  for (py::ssize_t d : leading) {
+    if (a.shape(static_cast<py::ssize_t>(i++)) != d) return false;
+  }
+  for (uint64_t d : f.shape) {
+    if (a.shape(static_cast<py::ssize_t>(i++)) != static_cast<py::ssize_t>(d)) return false;
+  }
+  return true;
+}
+
+// `value` as a C-contiguous array of field f's dtype and exactly the shape leading + f.shape: the same array when
+// it already is one, otherwise one conversion (same-kind casts only). Errors name the operation, the field,
+// expected and actual.
+py::array field_array(const char* op, const Field& f, py::handle value, std::initializer_list<py::ssize_t> leading) {
   const py::dtype want = numpy_dtype(f.dtype);
   py::array a = py::array::ensure(value);
   if (!a) {
@@ -108,9 +133,10 @@ py::array field_array(const char* op, const Field& f, py::handle value, const st
                               f.name, f.to_string(), dtype_text(want), dtype_text(a.dtype()), hint));
     }
   }
-  if (!std::equal(shape.begin(), shape.end(), shape_of(a).begin(), shape_of(a).end())) {
-    throw Error(Errc::size_mismatch, fmt::format("{}: field '{}' ({}) needs shape {}, got an array of shape {}", op,
-                                                 f.name, f.to_string(), shape_text(shape), shape_text(shape_of(a))));
+  if (!has_shape(a, leading, f)) {
+    throw Error(Errc::size_mismatch,
+                fmt::format("{}: field '{}' ({}) needs shape {}, got an array of shape {}", op, f.name, f.to_string(),
+                            shape_text(field_shape(f, leading)), shape_text(shape_of(a))));
   }
   if (a.dtype().equal(want) && (a.flags() & py::array::c_style)) return a;
   return py::array(a.attr("astype")(want, "order"_a = "C", "casting"_a = "unsafe", "copy"_a = true));
@@ -119,13 +145,14 @@ py::array field_array(const char* op, const Field& f, py::handle value, const st
 // The fields named in `data`, in schema order; given[f] is false for a field not named. Unknown names are an
 // error; missing ones are an error unless `partial`.
 struct FieldArrays {
-  std::vector<py::array> arrays;
+  std::vector<py::object> arrays;  // a numpy array where given, null otherwise
   std::vector<bool> given;
 
+  const py::array& array(std::size_t f) const { return static_cast<const py::array&>(arrays[f]); }
   std::vector<FieldBytes> bytes() const {
     std::vector<FieldBytes> out(arrays.size());
     for (std::size_t f = 0; f < arrays.size(); ++f) {
-      if (given[f]) out[f] = {arrays[f].data(), static_cast<std::size_t>(arrays[f].nbytes())};
+      if (given[f]) out[f] = {array(f).data(), static_cast<std::size_t>(array(f).nbytes())};
     }
     return out;
   }
@@ -133,15 +160,22 @@ struct FieldArrays {
 
 FieldArrays field_arrays(const char* op, const Schema& schema, const py::dict& data, bool partial,
                          std::initializer_list<py::ssize_t> leading) {
-  FieldArrays out{std::vector<py::array>(schema.size()), std::vector<bool>(schema.size(), false)};
+  FieldArrays out{std::vector<py::object>(schema.size()), std::vector<bool>(schema.size(), false)};
   for (auto [key, value] : data) {
-    const std::string name = py::str(key).cast<std::string>();
+    Py_ssize_t size = 0;
+    const char* text = PyUnicode_Check(key.ptr()) ? PyUnicode_AsUTF8AndSize(key.ptr(), &size) : nullptr;
+    if (text == nullptr) {
+      PyErr_Clear();
+      throw Error(Errc::invalid_argument, fmt::format("{}: field names must be str, got {}", op,
+                                                      py::repr(key).cast<std::string>()));
+    }
+    const std::string_view name(text, static_cast<std::size_t>(size));
     const auto f = schema.find(name);
     if (!f) {
       throw Error(Errc::invalid_argument,
                   fmt::format("{}: '{}' is not a field of the schema ({})", op, name, schema.to_string()));
     }
-    out.arrays[*f] = field_array(op, schema[*f], value, field_shape(schema[*f], leading));
+    out.arrays[*f] = field_array(op, schema[*f], value, leading);
     out.given[*f] = true;
   }
   if (!partial) {
@@ -167,10 +201,12 @@ std::vector<uint64_t> env_id_vector(const char* op, py::handle ids, uint64_t num
                             a ? fmt::format(", got {} of shape {}", dtype_text(a.dtype()), shape_text(shape_of(a)))
                               : ""));
   }
-  auto i64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
-  std::vector<uint64_t> out(static_cast<std::size_t>(i64.size()));
+  // int32 (envpool's) and int64 are read in place; other integer types are converted once.
+  const bool i32 = a.dtype().equal(py::dtype::of<int32_t>()) && (a.flags() & py::array::c_style);
+  py::array typed = i32 ? a : py::array(py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a));
+  std::vector<uint64_t> out(static_cast<std::size_t>(typed.size()));
   for (std::size_t i = 0; i < out.size(); ++i) {
-    const int64_t v = i64.data()[i];
+    const int64_t v = i32 ? static_cast<const int32_t*>(typed.data())[i] : static_cast<const int64_t*>(typed.data())[i];
     if (v < 0 || static_cast<uint64_t>(v) >= num_envs) {
       throw Error(Errc::env_out_of_range, fmt::format("{}: env id {} at position {} is out of range: the buffer has "
                                                       "envs 0 to {}",
@@ -391,6 +427,7 @@ PYBIND11_MODULE(_shmreplay, m) {
                                       SHMREPLAY_VERSION_PATCH);
 
   // Errors: shmreplay::Error -> the class of its code, from shmreplay/_errors.py (kept alive for the process).
+  init_dtypes();
   static py::handle by_code;
   by_code = py::object(py::module_::import("shmreplay._errors").attr("BY_CODE")).release();
   if (py::len(by_code) != 22) throw std::runtime_error("shmreplay._errors.BY_CODE does not match the library");
@@ -830,7 +867,7 @@ PYBIND11_MODULE(_shmreplay, m) {
                 for (std::size_t f = 0; f < row.size(); ++f) {
                   if (!arrays.given[f]) continue;
                   const std::size_t b = (*s.schema)[f].bytes();
-                  row[f] = {static_cast<const std::byte*>(arrays.arrays[f].data()) + i * b, b};
+                  row[f] = {static_cast<const std::byte*>(arrays.array(f).data()) + i * b, b};
                 }
                 const int64_t step = st.data()[i];
                 if (step < 0) {
