@@ -680,6 +680,9 @@ void Sampler::draw_exact(Rng& rng, std::size_t row, std::size_t length, const Sa
 // pending, and keeps the ones that failed validation for the next round (counted as retries). Cross sampling
 // with period 1 (the default) is the closed form of take_snapshot/draw, unchanged; anything else goes through
 // take_general_snapshot and the draws above.
+// Bytes a round copies from one snapshot before the remaining rows are drawn from a fresh one (see sample_rows).
+constexpr uint64_t kResnapshotBytes = uint64_t{1} << 20;
+
 void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, std::size_t length, double power,
                           const SampleOptions& o, Rng& rng, SampleBatch& out) {
   // A single step never crosses an episode end: with period 1 every mode is the uniform closed form.
@@ -699,7 +702,13 @@ void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, s
   failed_.clear();
   for (std::size_t i = 0; i < count; ++i) failed_.push_back(static_cast<uint32_t>(first_row + i));
   exact_ = false;
-  for (uint32_t round = 0; !failed_.empty(); ++round) {
+  // A round draws rows from one snapshot of the heads. A snapshot goes stale while its rows are copied (writers
+  // reclaim the oldest slots), so after kResnapshotBytes of copying the rest of the rows wait for a fresh one:
+  // those are deferred, not retried. `round` counts the rounds that made no clean progress (rows overwritten
+  // during their copy, or a view that was momentarily unusable); it is what max_retry_rounds limits.
+  const uint64_t step_bytes = buffer_->schema().step_bytes();
+  uint32_t round = 0;
+  while (!failed_.empty()) {
     if (round > options_.max_retry_rounds) {
       throw Error(Errc::contended,
                   fmt::format("cannot sample the {} view of '{}': {} row(s) were overwritten by writers during "
@@ -707,10 +716,6 @@ void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, s
                               "write rate",
                               to_string(view), buffer_->name(), failed_.size(), options_.max_retry_rounds,
                               buffer_->capacity()));
-    }
-    if (round > 0) {
-      retries_ += failed_.size();
-      buffer_->global_control().retries.fetch_add(failed_.size(), std::memory_order_relaxed);
     }
     const bool any = fast ? take_snapshot(view, length, power) : take_general_snapshot(view, length, power, o);
     // Whether the round may go ahead; throws when the view cannot give a row, yields when that may be a write
@@ -735,12 +740,18 @@ void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, s
       ::sched_yield();
       return false;
     };
-    if (!usable(any)) continue;
-    if (exact_ && !usable(build_exact(length, power, o))) continue;
+    if (!usable(any) || (exact_ && !usable(build_exact(length, power, o)))) {
+      ++round;
+      continue;
+    }
     row_steps_.resize(std::max<std::size_t>(row_steps_.size(), first_row + count));
     std::swap(failed_, redraw_);
     failed_.clear();
-    for (std::size_t i = 0; i < redraw_.size(); ++i) {
+    std::size_t overwritten = 0;
+    uint64_t copied = 0;
+    bool stalled = false;
+    std::size_t i = 0;
+    for (; i < redraw_.size() && copied < kResnapshotBytes; ++i) {
       const uint32_t row = redraw_[i];
       if (fast) {
         draw(rng, row, length, out);
@@ -754,14 +765,24 @@ void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, s
           if (!usable(build_exact(length, power, o))) {
             // Nothing to draw from in this snapshot (a write in progress): this row and the rest wait for the
             // next round's fresh snapshot.
-            failed_.insert(failed_.end(), redraw_.begin() + static_cast<std::ptrdiff_t>(i), redraw_.end());
+            stalled = true;
             break;
           }
         }
         if (exact_) draw_exact(rng, row, length, o, out);
       }
-      if (!copy_steps(out.env_ids_[row], out.starts_[row], row_steps_[row], row, out)) failed_.push_back(row);
+      if (!copy_steps(out.env_ids_[row], out.starts_[row], row_steps_[row], row, out)) {
+        failed_.push_back(row);
+        ++overwritten;
+      }
+      copied += row_steps_[row] * step_bytes;
     }
+    failed_.insert(failed_.end(), redraw_.begin() + static_cast<std::ptrdiff_t>(i), redraw_.end());  // deferred
+    if (overwritten > 0) {
+      retries_ += overwritten;
+      buffer_->global_control().retries.fetch_add(overwritten, std::memory_order_relaxed);
+    }
+    if (overwritten > 0 || stalled) ++round;
   }
 }
 
