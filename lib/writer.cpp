@@ -145,6 +145,11 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids) : buffer_(&buf
   }
   seen_.assign(envs_.size(), std::numeric_limits<uint64_t>::max());
   reserved_.assign(envs_.size(), 0);
+  for (const uint64_t e : envs_) {
+    control_.push_back(&buffer.env_control(e));
+    // Only the lease holder moves head, so from here on the cursor follows it (advanced in publish).
+    next_slot_.push_back(control_.back()->head.load(std::memory_order_relaxed) % buffer.capacity());
+  }
   for (std::size_t f = 0; f < buffer.schema().size(); ++f) {
     field_base_.push_back(buffer.field_data(f));
     field_bytes_.push_back(buffer.schema()[f].bytes());
@@ -167,6 +172,8 @@ Writer::Writer(Writer&& other) noexcept
       local_(std::move(other.local_)),
       seen_(std::move(other.seen_)),
       reserved_(std::move(other.reserved_)),
+      control_(std::move(other.control_)),
+      next_slot_(std::move(other.next_slot_)),
       field_base_(std::move(other.field_base_)),
       field_bytes_(std::move(other.field_bytes_)),
       calls_(other.calls_),
@@ -213,7 +220,7 @@ uint32_t Writer::local_of(uint64_t env_id, const char* op) const {
 
 // Raises the env's claim to head + 1 (the seqlock's "write begins") and returns the step being written.
 uint64_t Writer::claim(uint32_t local) noexcept {
-  EnvControl& c = buffer_->env_control(envs_[local]);
+  EnvControl& c = *control_[local];
   const uint64_t step = c.head.load(std::memory_order_relaxed);  // only this writer stores head
   uint64_t cur = c.claimed.load(std::memory_order_relaxed);
   // After an abandoned reservation or a takeover of a writer that died mid-write, the claim is already raised.
@@ -234,7 +241,8 @@ uint64_t Writer::claim(uint32_t local) noexcept {
 }
 
 void Writer::publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept {
-  EnvControl& c = buffer_->env_control(envs_[local]);
+  EnvControl& c = *control_[local];
+  if (++next_slot_[local] == buffer_->capacity()) next_slot_[local] = 0;  // the slot of step + 1
   // release: pairs with the samplers' acquire load of head; every byte of the step happens-before it.
   c.head.store(step + 1, std::memory_order_release);
   c.last_push_ns.store(now_ns, std::memory_order_relaxed);
@@ -310,7 +318,8 @@ void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> 
     const auto env = static_cast<uint64_t>(env_ids[i]);
     const uint32_t l = local_[static_cast<std::size_t>(env)] - 1;
     const uint64_t step = claim(l);
-    const uint64_t slot = env * cap + step % cap;
+    assert(next_slot_[l] == step % cap);
+    const uint64_t slot = env * cap + next_slot_[l];  // step % cap, without a division
     for (std::size_t f = 0; f < num_fields; ++f) {
       const uint64_t b = field_bytes_[f];
       std::memcpy(field_base_[f] + slot * b, static_cast<const std::byte*>(fields[f].data) + i * b, b);

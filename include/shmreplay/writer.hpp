@@ -165,6 +165,8 @@ class Writer {
   std::vector<uint32_t> local_;        // env id -> index in envs_ + 1; 0 when not leased
   std::vector<uint64_t> seen_;         // per leased env: the push call that last listed it (duplicate check)
   std::vector<uint8_t> reserved_;      // per leased env: a StepSlot is outstanding
+  std::vector<layout::EnvControl*> control_;  // per leased env: its control block in the mapping
+  std::vector<uint64_t> next_slot_;    // per leased env: head % capacity, the ring slot of its next step
   std::vector<std::byte*> field_base_; // start of each field's storage
   std::vector<uint64_t> field_bytes_;  // bytes per step of each field
   uint64_t calls_ = 0;
