@@ -118,10 +118,11 @@ py::array field_array(const char* op, const Field& f, py::handle value, std::ini
                 fmt::format("{}: field '{}' ({}) needs an array-like value, got a {}", op, f.name, f.to_string(),
                             py::str(py::type::handle_of(value).attr("__name__")).cast<std::string>()));
   }
+  // Python ints (not arrays) may go into any integer field: [1, 2] is int64 to NumPy, but meant for a u16.
+  const bool literal_ints = !py::isinstance<py::array>(value) &&
+                            std::string("iu").find(a.dtype().kind()) != std::string::npos &&
+                            std::string("iu").find(want.kind()) != std::string::npos;
   if (!a.dtype().is(want) && !a.dtype().equal(want)) {
-    // Python ints (not arrays) may go into any integer field: [1, 2] is int64 to NumPy, but meant for a u16.
-    const bool literal_ints = !py::isinstance<py::array>(value) && std::string("iu").find(a.dtype().kind()) !=
-                              std::string::npos && std::string("iu").find(want.kind()) != std::string::npos;
     const bool ok = literal_ints ||
                     py::module_::import("numpy").attr("can_cast")(a.dtype(), want, "same_kind").cast<bool>();
     if (!ok) {
@@ -139,7 +140,12 @@ py::array field_array(const char* op, const Field& f, py::handle value, std::ini
                             shape_text(field_shape(f, leading)), shape_text(shape_of(a))));
   }
   if (a.dtype().equal(want) && (a.flags() & py::array::c_style)) return a;
-  return py::array(a.attr("astype")(want, "order"_a = "C", "casting"_a = "unsafe", "copy"_a = true));
+  py::array converted(a.attr("astype")(want, "order"_a = "C", "casting"_a = "unsafe", "copy"_a = true));
+  if (literal_ints && !py::module_::import("numpy").attr("array_equal")(converted, a).cast<bool>()) {
+    throw Error(Errc::invalid_argument, fmt::format("{}: field '{}' ({}): a value is out of the range of {}", op,
+                                                    f.name, f.to_string(), dtype_text(want)));
+  }
+  return converted;
 }
 
 // The fields named in `data`, in schema order; given[f] is false for a field not named. Unknown names are an
@@ -393,7 +399,13 @@ struct PySampler {
   py::object fill(const char* op, std::size_t rows, std::size_t length, py::object out, Body&& body) {
     Sampler& s = get(op);
     py::object result = out;
-    if (out.is_none()) result = py::cast(Batch::make(schema, rows, length));
+    if (out.is_none()) {
+      result = py::cast(Batch::make(schema, rows, length));
+    } else if (!py::isinstance<Batch>(out)) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("{}: out= takes a shmreplay.Batch (from new_batch() or an earlier sample), got a {}", op,
+                              py::str(py::type::handle_of(out).attr("__name__")).cast<std::string>()));
+    }
     Batch& b = result.cast<Batch&>();
     SampleBatch sb = b.borrow(op, *schema, rows, length);
     {

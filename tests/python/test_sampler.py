@@ -214,3 +214,10 @@ def test_completed_episodes_are_popped_with_their_return(name):
     for r in range(b.rows):  # a row of env 0 never runs past step 2 into the next episode
         if b.env_ids[r] == 0 and b.starts[r] <= 2:
             assert b.starts[r] + b.mask[r].sum() <= 3
+
+
+def test_out_must_be_a_batch(buffer):
+    fill(buffer, [2, 2, 2, 2])
+    s = shmreplay.Sampler(buffer)
+    with pytest.raises(shmreplay.InvalidArgument, match="out= takes a shmreplay.Batch"):
+        s.sample("replay", 2, 1, out={"head": np.zeros((2, 1, 3))})

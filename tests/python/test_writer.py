@@ -150,3 +150,14 @@ def test_env_ids_must_be_a_one_dimensional_integer_array(buffer):
         w.push(0, payload([0], [0]))
     with pytest.raises(shmreplay.InvalidArgument, match="1-d array"):
         w.push([[0]], payload([0], [0]))
+
+
+def test_python_ints_go_into_any_integer_field_but_only_in_range(name):
+    buf = shmreplay.Buffer.create(name, 1, 8, "mark:u8[2]")
+    w = shmreplay.Writer(buf, [0])
+    w.push_one(0, {"mark": [1, 255]})
+    with pytest.raises(shmreplay.InvalidArgument, match=r"'mark'.*out of the range of uint8"):
+        w.push_one(0, {"mark": [1, 256]})
+    with pytest.raises(shmreplay.InvalidArgument, match="out of the range"):
+        w.push_one(0, {"mark": [-1, 0]})
+    assert list(buf.heads()) == [1]
