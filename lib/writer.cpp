@@ -313,22 +313,27 @@ void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> 
     }
   }
   const uint64_t now = detail::coarse_realtime_ns();
-  const uint64_t cap = buffer_->capacity();
   for (std::size_t i = 0; i < n; ++i) {
     const auto env = static_cast<uint64_t>(env_ids[i]);
-    const uint32_t l = local_[static_cast<std::size_t>(env)] - 1;
-    const uint64_t step = claim(l);
-    assert(next_slot_[l] == step % cap);
-    const uint64_t slot = env * cap + next_slot_[l];  // step % cap, without a division
-    for (std::size_t f = 0; f < num_fields; ++f) {
-      const uint64_t b = field_bytes_[f];
-      std::memcpy(field_base_[f] + slot * b, static_cast<const std::byte*>(fields[f].data) + i * b, b);
-    }
-    const bool record_due = roles_ && stage_episode(env, step, fields, i);
-    publish(l, step, now);
-    if (record_due) detail::emit_record(*buffer_, env, step + 1);
+    write_step(local_[static_cast<std::size_t>(env)] - 1, env, fields, i, now);
   }
   notify();
+}
+
+// Claims, fills from row `row` of `fields`, and publishes the next step of leased env `env` (local index `l`).
+void Writer::write_step(uint32_t l, uint64_t env, std::span<const FieldBytes> fields, std::size_t row,
+                        uint64_t now) noexcept {
+  const uint64_t cap = buffer_->capacity();
+  const uint64_t step = claim(l);
+  assert(next_slot_[l] == step % cap);
+  const uint64_t slot = env * cap + next_slot_[l];  // step % cap, without a division
+  for (std::size_t f = 0; f < field_bytes_.size(); ++f) {
+    const uint64_t b = field_bytes_[f];
+    std::memcpy(field_base_[f] + slot * b, static_cast<const std::byte*>(fields[f].data) + row * b, b);
+  }
+  const bool record_due = roles_ && stage_episode(env, step, fields, row);
+  publish(l, step, now);
+  if (record_due) detail::emit_record(*buffer_, env, step + 1);
 }
 
 void Writer::push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields) {
@@ -340,8 +345,21 @@ void Writer::push(std::span<const uint64_t> env_ids, std::span<const FieldBytes>
 }
 
 void Writer::push_one(uint64_t env_id, std::span<const FieldBytes> fields) {
-  const uint64_t ids[1] = {env_id};
-  push(std::span<const uint64_t>(ids, 1), fields);
+  // The direct path checks what one step needs (a leased env without an open reservation, every field's exact
+  // size at a non-null pointer) and writes it. Anything else takes the general path, which validates the same
+  // before writing anything and throws the precise error.
+  const uint32_t l1 = env_id < local_.size() ? local_[static_cast<std::size_t>(env_id)] : 0;
+  bool direct = l1 != 0 && !reserved_[l1 - 1] && fields.size() == field_bytes_.size();
+  for (std::size_t f = 0; direct && f < fields.size(); ++f) {
+    direct = fields[f].data != nullptr && fields[f].bytes == field_bytes_[f];
+  }
+  if (!direct) {
+    const uint64_t ids[1] = {env_id};
+    push(std::span<const uint64_t>(ids, 1), fields);
+    return;
+  }
+  write_step(l1 - 1, env_id, fields, 0, detail::coarse_realtime_ns());
+  notify();
 }
 
 StepSlot Writer::reserve(uint64_t env_id) {

@@ -213,6 +213,16 @@ TEST_CASE("a push is validated before anything is written, and each error says w
                  &msg) == static_cast<int>(Errc::size_mismatch));
   CHECK(msg.find("null pointer") != std::string::npos);
 
+  // push_one's direct path hands every odd case to the general checks, with the same errors.
+  CHECK(error_of([&] { w.push_one(4, step_fields(st)); }, &msg) == static_cast<int>(Errc::env_out_of_range));
+  CHECK(msg.find("env 4") != std::string::npos);
+  CHECK(error_of([&] { w.push_one(3, step_fields(st)); }, &msg) == static_cast<int>(Errc::not_leased));
+  CHECK(error_of([&] { w.push_one(0, {field_bytes(obs_short), value_bytes(st.action), value_bytes(st.done)}); },
+                 &msg) == static_cast<int>(Errc::size_mismatch));
+  CHECK(msg.find("field 'obs'") != std::string::npos);
+  CHECK(error_of([&] { w.push_one(0, {value_bytes(st.action), value_bytes(st.done)}); }, &msg) ==
+        static_cast<int>(Errc::size_mismatch));
+
   // Nothing above was written: every head and claim is still 0.
   for (uint64_t e = 0; e < 4; ++e) {
     CHECK(f.buf.env_control(e).head.load() == 0);

@@ -154,6 +154,8 @@ class Writer {
   uint32_t local_of(uint64_t env_id, const char* op) const;
   uint64_t claim(uint32_t local) noexcept;
   void publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept;
+  void write_step(uint32_t local, uint64_t env, std::span<const FieldBytes> fields, std::size_t row,
+                  uint64_t now_ns) noexcept;
   // Episode bookkeeping of step `step` of `env` before its head store: flags from fields[f] at row `row`, or from
   // the ring slot when `fields` is empty. Returns whether a record is due after the head store.
   bool stage_episode(uint64_t env, uint64_t step, std::span<const FieldBytes> fields, std::size_t row) noexcept;
