@@ -16,6 +16,7 @@
 #include "detail/episodes.hpp"
 #include "detail/futex.hpp"
 #include "detail/lease.hpp"
+#include "detail/process.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
@@ -179,18 +180,31 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
   grid_cumulative_.resize(num_envs);
 }
 
+Sampler::LearnerLease::LearnerLease(Buffer* buffer, uint64_t word) noexcept
+    : buffer_(buffer), word_(word), fork_generation_(detail::fork_generation()) {}
+
 Sampler::LearnerLease& Sampler::LearnerLease::operator=(LearnerLease&& other) noexcept {
   if (this != &other) {
     release();
     buffer_ = std::exchange(other.buffer_, nullptr);
     word_ = other.word_;
+    fork_generation_ = other.fork_generation_;
   }
   return *this;
 }
 
 void Sampler::LearnerLease::release() noexcept {
-  if (buffer_ != nullptr) detail::release_lease(learner_lease(buffer_->global_control()), word_);
+  // A copy in a forked child leaves the lease alone: it is the parent's.
+  if (buffer_ != nullptr && fork_generation_ == detail::fork_generation()) {
+    detail::release_lease(learner_lease(buffer_->global_control()), word_);
+  }
   buffer_ = nullptr;
+}
+
+void Sampler::LearnerLease::check_process(const char* op) const {
+  if (buffer_ != nullptr && fork_generation_ != detail::fork_generation()) {
+    detail::throw_forked("Sampler", op, buffer_->name(), layout::owner_pid(word_));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -220,6 +234,7 @@ EnvSizes Sampler::sizes(uint64_t env_id) const {
 }
 
 bool Sampler::wait(View view, uint64_t min_steps, uint64_t timeout_ms) {
+  lease_.check_process("wait on");
   const uint64_t most = buffer_->num_envs() * buffer_->capacity();
   if (min_steps > most) {
     throw Error(Errc::invalid_argument,
@@ -252,7 +267,8 @@ bool Sampler::wait(View view, uint64_t min_steps, uint64_t timeout_ms) {
   return ready;
 }
 
-void Sampler::reset_online_queue() noexcept {
+void Sampler::reset_online_queue() {
+  lease_.check_process("reset the online queue of");
   for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
     EnvControl& c = buffer_->env_control(e);
     // Only the learner writes online_start, and only the learner's own sampling reads it: relaxed.
@@ -266,6 +282,7 @@ void Sampler::reset_online_queue() noexcept {
 
 void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, double power,
                          const SampleOptions& options) const {
+  lease_.check_process(op);
   if (options.episodes != Episodes::cross && !buffer_->has_episodes()) {
     throw Error(Errc::invalid_argument,
                 fmt::format("cannot {} '{}' with episodes = {}: the buffer has no episode fields (create it with "
@@ -823,7 +840,8 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
 // ---------------------------------------------------------------------------------------------------------------
 // Completed-episode records
 
-std::size_t Sampler::pop_episodes(std::span<EpisodeRecord> out) noexcept {
+std::size_t Sampler::pop_episodes(std::span<EpisodeRecord> out) {
+  lease_.check_process("pop episodes of");
   if (!buffer_->has_episodes() || out.empty()) return 0;
   const uint64_t num_envs = buffer_->num_envs();
   const uint64_t capacity = buffer_->episode_queue_capacity();
@@ -922,6 +940,7 @@ NStep nstep(const SampleBatch& batch, std::size_t row, std::size_t t, std::size_
 }
 
 void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
+  lease_.check_process("peek into");
   if (env_ids.empty()) {
     throw Error(Errc::invalid_argument, fmt::format("cannot peek into '{}': the list of env ids is empty",
                                                     buffer_->name()));
@@ -957,6 +976,7 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
 // Update
 
 bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBytes> fields) {
+  lease_.check_process("update");
   const Schema& schema = buffer_->schema();
   if (env_id >= buffer_->num_envs()) {
     throw Error(Errc::env_out_of_range, fmt::format("cannot update env {} of '{}': env ids run from 0 to {}",

@@ -87,6 +87,7 @@ void StepSlot::commit() {
     throw Error(Errc::invalid_argument,
                 fmt::format("step {} of env {} was already committed or abandoned", step_, env_));
   }
+  writer_->check_process("commit a step of");
   const bool record_due = writer_->roles_ && writer_->stage_episode(env_, step_, {}, 0);
   writer_->publish(local_, step_, detail::coarse_realtime_ns());
   if (record_due) detail::emit_record(*writer_->buffer_, env_, step_ + 1);
@@ -123,6 +124,7 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids) : buffer_(&buf
     local_[e] = static_cast<uint32_t>(i + 1);
   }
   lease_word_ = detail::self_lease_word();
+  fork_generation_ = detail::fork_generation();
   envs_.reserve(env_ids.size());
   for (const uint64_t e : env_ids) {
     const detail::LeaseResult r = detail::try_take_lease(env_lease(buffer.env_control(e)), lease_word_);
@@ -178,6 +180,7 @@ Writer::Writer(Writer&& other) noexcept
       field_bytes_(std::move(other.field_bytes_)),
       calls_(other.calls_),
       lease_word_(other.lease_word_),
+      fork_generation_(other.fork_generation_),
       takeovers_(other.takeovers_),
       roles_(std::move(other.roles_)) {
   other.envs_.clear();
@@ -187,6 +190,10 @@ Writer::~Writer() { release_all(); }
 
 void Writer::release_all() noexcept {
   if (buffer_ == nullptr) return;
+  if (fork_generation_ != detail::fork_generation()) {  // a copy in a forked child: the leases are the parent's
+    envs_.clear();
+    return;
+  }
   for (const uint64_t e : envs_) detail::release_lease(env_lease(buffer_->env_control(e)), lease_word_);
   envs_.clear();
 }
@@ -194,6 +201,13 @@ void Writer::release_all() noexcept {
 uint64_t Writer::head(uint64_t env_id) const noexcept {
   assert(env_id < local_.size() && local_[env_id] != 0);
   return buffer_->env_control(env_id).head.load(std::memory_order_relaxed);
+}
+
+// Refuses a Writer copied into a forked child: its leases belong to the parent, which may still be pushing.
+void Writer::check_process(const char* op) const {
+  if (fork_generation_ != detail::fork_generation()) {
+    detail::throw_forked("Writer", op, buffer_->name(), layout::owner_pid(lease_word_));
+  }
 }
 
 uint32_t Writer::local_of(uint64_t env_id, const char* op) const {
@@ -276,6 +290,7 @@ void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> 
   const std::size_t n = env_ids.size();
   const std::size_t num_fields = field_bytes_.size();
   // Validate everything before writing anything.
+  check_process("push to");
   if (fields.size() != num_fields) {
     throw Error(Errc::size_mismatch, fmt::format("cannot push to '{}': {} field arrays given, the schema has {} ({})",
                                                  buffer_->name(), fields.size(), num_fields,
@@ -349,7 +364,8 @@ void Writer::push_one(uint64_t env_id, std::span<const FieldBytes> fields) {
   // size at a non-null pointer) and writes it. Anything else takes the general path, which validates the same
   // before writing anything and throws the precise error.
   const uint32_t l1 = env_id < local_.size() ? local_[static_cast<std::size_t>(env_id)] : 0;
-  bool direct = l1 != 0 && !reserved_[l1 - 1] && fields.size() == field_bytes_.size();
+  bool direct = l1 != 0 && !reserved_[l1 - 1] && fields.size() == field_bytes_.size() &&
+                fork_generation_ == detail::fork_generation();
   for (std::size_t f = 0; direct && f < fields.size(); ++f) {
     direct = fields[f].data != nullptr && fields[f].bytes == field_bytes_[f];
   }
@@ -363,6 +379,7 @@ void Writer::push_one(uint64_t env_id, std::span<const FieldBytes> fields) {
 }
 
 StepSlot Writer::reserve(uint64_t env_id) {
+  check_process("reserve a step of");
   const uint32_t l = local_of(env_id, "reserve a step of");
   if (reserved_[l]) {
     throw Error(Errc::invalid_argument,

@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "detail/process.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
 #include "support.hpp"
@@ -297,6 +299,47 @@ TEST_CASE("a pid reused by another process does not keep a dead owner's lease") 
   f.buf.env_control(0).lease.store(layout::pack_owner(me, 12345));
   Writer w(f.buf, {0});
   CHECK(w.takeovers() == 1);
+}
+
+TEST_CASE("a Writer or Sampler copied into a forked child refuses to act and leaves the parent's leases alone") {
+  Fixture f(2, 8);
+  const uint64_t me = layout::pack_owner(static_cast<uint64_t>(::getpid()), detail::self_start_ticks());
+  {
+    auto writer = std::make_unique<Writer>(f.buf, std::initializer_list<uint64_t>{0});
+    auto learner = std::make_unique<Sampler>(f.buf);
+    writer->push_one(0, step_fields(make_step(0, 0)));
+    const int code = test::run_in_child([&] {
+      std::string msg;
+      bool ok = error_of([&] { writer->push_one(0, step_fields(make_step(0, 1))); }, &msg) ==
+                static_cast<int>(Errc::not_leased);
+      ok = ok && msg.find("through fork()") != std::string::npos &&
+           msg.find(std::to_string(::getppid())) != std::string::npos;
+      const std::vector<uint64_t> ids = {0};
+      ok = ok && error_of([&] { writer->push(ids, step_fields(make_step(0, 1))); }) ==
+                     static_cast<int>(Errc::not_leased);
+      ok = ok && error_of([&] { (void)writer->reserve(0); }) == static_cast<int>(Errc::not_leased);
+      Rng rng(1);
+      SampleBatch batch;
+      ok = ok && error_of([&] { learner->sample(View::replay, 1, 1, 0.0, rng, batch); }) ==
+                     static_cast<int>(Errc::not_leased);
+      ok = ok && error_of([&] { learner->reset_online_queue(); }) == static_cast<int>(Errc::not_leased);
+      ok = ok && error_of([&] { (void)learner->wait(View::replay, 1, 0); }) == static_cast<int>(Errc::not_leased);
+      writer.reset();  // destroyed here: must not release the parent's leases
+      learner.reset();
+      // A Writer made in the child is refused (the parent holds env 0) and one for a free env works.
+      ok = ok && error_of([&] { Writer again(f.buf, {0}); }) == static_cast<int>(Errc::lease_held);
+      Writer own(f.buf, {1});
+      own.push_one(1, step_fields(make_step(1, 0)));
+      return ok;
+    });
+    CHECK(code == 0);
+    CHECK(f.buf.env_control(0).lease.load() == me);  // still the parent's
+    CHECK(f.buf.global_control().learner_lease.load() == me);
+    CHECK(f.buf.env_control(1).head.load() == 1);
+    writer->push_one(0, step_fields(make_step(0, 1)));  // the parent goes on
+    CHECK(writer->head(0) == 2);
+  }
+  CHECK(f.buf.env_control(0).lease.load() == 0);  // released by the parent's own destructor
 }
 
 TEST_CASE("a writer releases its leases when destroyed, and a moved-from writer releases nothing") {

@@ -287,7 +287,7 @@ class Sampler {
   /// each env's records in the order its episodes ended; envs are visited round-robin from a start that advances
   /// on every call, so one busy env cannot starve the others. Returns 0 on a buffer without episode fields.
   /// O(num_envs + records); no allocation; never blocks.
-  std::size_t pop_episodes(std::span<EpisodeRecord> out) noexcept;
+  std::size_t pop_episodes(std::span<EpisodeRecord> out);
 
   /// Work counters of stop/within sampling (see SamplerStats).
   const SamplerStats& stats() const noexcept { return stats_; }
@@ -304,7 +304,7 @@ class Sampler {
   bool wait(View view, uint64_t min_steps, uint64_t timeout_ms);
 
   /// Empties the online view of every env: it restarts at each env's current head. O(num_envs).
-  void reset_online_queue() noexcept;
+  void reset_online_queue();
 
   /// Steps in `view` over all envs, and for one env (throws env_out_of_range). O(num_envs) and O(1).
   uint64_t size(View view) const noexcept;
@@ -361,8 +361,11 @@ class Sampler {
   class LearnerLease {
    public:
     LearnerLease() = default;
-    LearnerLease(Buffer* buffer, uint64_t word) noexcept : buffer_(buffer), word_(word) {}
-    LearnerLease(LearnerLease&& other) noexcept : buffer_(std::exchange(other.buffer_, nullptr)), word_(other.word_) {}
+    LearnerLease(Buffer* buffer, uint64_t word) noexcept;
+    LearnerLease(LearnerLease&& other) noexcept
+        : buffer_(std::exchange(other.buffer_, nullptr)), word_(other.word_), fork_generation_(other.fork_generation_) {}
+    /// Throws not_leased when this object reached a forked child: the learner lease is the parent's.
+    void check_process(const char* op) const;
     LearnerLease& operator=(LearnerLease&& other) noexcept;
     ~LearnerLease() { release(); }
 
@@ -370,6 +373,7 @@ class Sampler {
     void release() noexcept;
     Buffer* buffer_ = nullptr;  // null when not held (or moved from)
     uint64_t word_ = 0;
+    uint64_t fork_generation_ = 0;  // detail::fork_generation() when taken
   };
 
   Buffer* buffer_ = nullptr;

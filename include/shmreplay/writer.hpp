@@ -152,6 +152,7 @@ class Writer {
   template <class Id>
   void push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> fields);
   uint32_t local_of(uint64_t env_id, const char* op) const;
+  void check_process(const char* op) const;
   uint64_t claim(uint32_t local) noexcept;
   void publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept;
   void write_step(uint32_t local, uint64_t env, std::span<const FieldBytes> fields, std::size_t row,
@@ -173,6 +174,7 @@ class Writer {
   std::vector<uint64_t> field_bytes_;  // bytes per step of each field
   uint64_t calls_ = 0;
   uint64_t lease_word_ = 0;            // pack_owner(pid, start) of this process
+  uint64_t fork_generation_ = 0;       // detail::fork_generation() when the leases were taken
   uint64_t takeovers_ = 0;
   std::unique_ptr<detail::EpisodeRoles> roles_;  // the buffer's episode fields; null without any
 };

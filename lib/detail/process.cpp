@@ -1,8 +1,15 @@
 #include "detail/process.hpp"
 
+#include <fmt/format.h>
+
+#include "shmreplay/error.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -78,6 +85,24 @@ uint64_t coarse_realtime_ns() noexcept {
   timespec ts{};
   ::clock_gettime(CLOCK_REALTIME_COARSE, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+namespace {
+std::atomic<uint64_t> g_fork_generation{0};
+void on_fork_child() noexcept { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
+}  // namespace
+
+uint64_t fork_generation() noexcept {
+  static const bool registered = [] { return ::pthread_atfork(nullptr, nullptr, &on_fork_child) == 0; }();
+  (void)registered;
+  return g_fork_generation.load(std::memory_order_relaxed);  // written by this process's own fork() only
+}
+
+void throw_forked(const char* what, const char* op, const std::string& buffer, uint64_t owner_pid) {
+  throw Error(Errc::not_leased,
+              fmt::format("cannot {} '{}': this {} belongs to process {} and reached process {} through fork(); "
+                          "leases belong to processes, so make a new {} in this process",
+                          op, buffer, what, owner_pid, ::getpid(), what));
 }
 
 }  // namespace shmreplay::detail

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <string>
 
 namespace shmreplay::detail {
 
@@ -23,5 +24,13 @@ uint64_t realtime_ns() noexcept;
 
 /// CLOCK_REALTIME_COARSE in nanoseconds (a few ns to read, a few ms resolution): for per-push timestamps.
 uint64_t coarse_realtime_ns() noexcept;
+
+/// How many fork()s lie between the first call in this process's ancestry and now: it grows by one in every
+/// child (a pthread_atfork handler, registered by the first call). A Writer or Sampler remembers it, so that a
+/// copy inherited by a forked child, whose leases belong to the parent, refuses to act or to release them.
+uint64_t fork_generation() noexcept;
+
+/// The not_leased error for such a copy: what it is, the operation refused, the buffer, and the owner's pid.
+[[noreturn]] void throw_forked(const char* what, const char* op, const std::string& buffer, uint64_t owner_pid);
 
 }  // namespace shmreplay::detail

@@ -161,3 +161,31 @@ def test_python_ints_go_into_any_integer_field_but_only_in_range(name):
     with pytest.raises(shmreplay.InvalidArgument, match="out of the range"):
         w.push_one(0, {"mark": [-1, 0]})
     assert list(buf.heads()) == [1]
+
+
+def test_a_writer_inherited_through_fork_refuses_to_push_and_the_parent_keeps_its_lease(buffer):
+    w = shmreplay.Writer(buffer, [0])
+    w.push([0], payload([0], [0]))
+    pid = os.fork()
+    if pid == 0:  # the child: the Writer's lease is the parent's
+        code = 1
+        try:
+            w.push([0], payload([0], [1]))
+        except shmreplay.NotLeased as e:
+            code = 0 if "fork" in str(e) else 2
+        except BaseException:
+            code = 3
+        w.close()  # must not release the parent's lease
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    w.push([0], payload([0], [1]))  # still ours
+    assert buffer.heads()[0] == 2
+    assert lease_refused_to_another_process(buffer.name, 0)
+
+
+def lease_refused_to_another_process(name, env):
+    """Whether a new Python process gets LeaseHeld for `env` of buffer `name`."""
+    code = (f"import shmreplay\ntry:\n    shmreplay.Writer(shmreplay.Buffer.open({name!r}), [{env}])\n"
+            "except shmreplay.LeaseHeld:\n    raise SystemExit(7)\n")
+    return subprocess.run([sys.executable, "-c", code], env=os.environ, timeout=60).returncode == 7
