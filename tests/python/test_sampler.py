@@ -221,3 +221,45 @@ def test_out_must_be_a_batch(buffer):
     s = shmreplay.Sampler(buffer)
     with pytest.raises(shmreplay.InvalidArgument, match="out= takes a shmreplay.Batch"):
         s.sample("replay", 2, 1, out={"head": np.zeros((2, 1, 3))})
+
+
+def test_python_threads_pushing_and_sampling_at_once_never_see_a_torn_step(name):
+    """Two threads share one Writer (its mutex serialises them), a third has its own Writer, and the main thread
+    samples meanwhile with the GIL released during every copy: every sampled byte must check out."""
+    buf = shmreplay.Buffer.create(name, 6, 32, "head:u64[3] body:f32[5] flag:bool half:f16[2] brain:bf16")
+    shared = shmreplay.Writer(buf, [0, 1, 2, 3])
+    own = shmreplay.Writer(buf, [4, 5])
+    stop = threading.Event()
+    errors = []
+
+    def pusher(writer, envs):
+        try:
+            rng = np.random.default_rng(envs[0])
+            while not stop.is_set():
+                ids = [e for e in envs if rng.random() < 0.7]
+                if ids:  # each thread has its own envs, so their heads move only here
+                    writer.push(ids, payload(ids, [writer.head(e) for e in ids]))
+        except Exception as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=pusher, args=(shared, [0, 1])),
+               threading.Thread(target=pusher, args=(shared, [2, 3])),
+               threading.Thread(target=pusher, args=(own, [4, 5]))]
+    for t in threads:
+        t.start()
+    try:
+        s = shmreplay.Sampler(buf, seed=2)
+        assert s.wait("replay", 64, timeout=30.0)
+        out = s.new_batch(64, 8)
+        problems, rows, deadline = [], 0, time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            s.sample("replay", 64, 8, 1.0, out=out)
+            problems += check_batch(out, buf.heads())
+            rows += out.rows
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert problems == [], problems[:5]
+    assert rows > 0 and int(buf.heads().sum()) > 100
