@@ -293,13 +293,11 @@ struct Batch {
     for (std::size_t f = 0; f < fields.size(); ++f) {
       out[f] = {fields[f].mutable_data(), static_cast<std::size_t>(fields[f].nbytes())};
     }
-    auto span_of = [](py::array& a, auto* type) {
-      using T = std::remove_pointer_t<decltype(type)>;
-      return std::span<T>(static_cast<T*>(a.mutable_data()), static_cast<std::size_t>(a.size()));
-    };
-    return SampleBatch::borrow(std::move(out), span_of(mask, static_cast<uint8_t*>(nullptr)),
-                               span_of(env_ids, static_cast<uint64_t*>(nullptr)),
-                               span_of(starts, static_cast<uint64_t*>(nullptr)));
+    // bool and int64 arrays, lent as the library's uint8 mask and uint64 ids (same sizes, values in range)
+    const auto n = [](const py::array& a) { return static_cast<std::size_t>(a.size()); };
+    return SampleBatch::borrow(std::move(out), {static_cast<uint8_t*>(mask.mutable_data()), n(mask)},
+                               {static_cast<uint64_t*>(env_ids.mutable_data()), n(env_ids)},
+                               {static_cast<uint64_t*>(starts.mutable_data()), n(starts)});
   }
 
   py::array field(const std::string& name) const {
@@ -392,6 +390,11 @@ struct PySampler {
   Sampler& get(const char* op) {
     if (!sampler) throw Error(Errc::invalid_argument, fmt::format("{}: this Sampler is closed", op));
     return *sampler;
+  }
+  void close() {
+    py::gil_scoped_release release;  // another thread may be inside a sample, holding mu
+    std::lock_guard lock(mu);
+    sampler.reset();
   }
 
   // Runs `body(sampler, batch)` on `out` (or a new Batch of rows x length) with the GIL released.
@@ -903,16 +906,11 @@ PYBIND11_MODULE(_shmreplay, m) {
           },
           "max"_a = 1024, "Completed episodes queued by the writers, oldest first per env (buffers with episode "
                           "fields).")
-      .def("close", [](PySampler& s) {
-        py::gil_scoped_release release;
-        std::lock_guard lock(s.mu);
-        s.sampler.reset();
-      }, "Release the learner role now (also done when the Sampler is garbage-collected).")
+      .def("close", &PySampler::close,
+           "Release the learner role now (also done when the Sampler is garbage-collected).")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PySampler& s, py::object, py::object, py::object) {
-        py::gil_scoped_release release;
-        std::lock_guard lock(s.mu);
-        s.sampler.reset();
+        s.close();
         return false;
       });
 }
