@@ -1,7 +1,30 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages that shmreplay needs to build and test, and only those that are missing.
-# Safe to run again: it does nothing when everything is present. Needs root (or sudo) only to install.
+# Installs what shmreplay needs to build and test, and only what is missing. Safe to run again: it does nothing
+# when everything is present.
+#
+# - Debian 12 packages for the C++ library, CLI and tests (apt; needs root or sudo only when something is missing).
+# - The project's virtual environment .venv (in the clone), made with the machine's python3 (SHMREPLAY_PYTHON to
+#   choose another), holding what the Python side builds and tests with, from PyPI: scikit-build-core and pybind11
+#   (the package's build), NumPy 2, pytest, PyTorch 2 and JAX (its extras torch, jax and test).
+# - .venv-numpy1, a second environment with the oldest NumPy the package declares (1.24), for the test suite's
+#   NumPy 1 pass. `tools/setup.sh --no-numpy1` skips it (tools/demo.sh does).
+#
+# PyTorch is pinned to SHMREPLAY_TORCH (default 2.13.0: on the project's machines a CPU build of it lies on disk;
+# elsewhere pip takes PyPI's build). Nothing is cached outside the clone by this script.
 set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+numpy1=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-numpy1) numpy1=0 ;;
+    *) echo "usage: tools/setup.sh [--no-numpy1]" >&2; exit 2 ;;
+  esac
+done
+
+python=${SHMREPLAY_PYTHON:-python3}
+torch_spec="torch==${SHMREPLAY_TORCH:-2.13.0}"
+numpy1_spec="numpy==1.24.4"
 
 packages=(
   g++ cmake make git pkg-config   # toolchain
@@ -11,10 +34,11 @@ packages=(
   nlohmann-json3-dev              # --json output
   doctest-dev                     # tests
   util-linux                      # unshare/mount, used by the full-/dev/shm test
-  pybind11-dev python3-dev         # the Python module
-  python3-numpy python3-pytest    # its arrays and its tests
-  python3-torch                   # the PyTorch learner example (examples/python/torch_learner.py)
 )
+# Debian's own python3 needs its venv module and headers as packages; another interpreter (pyenv, conda) has them.
+if [[ $(command -v "$python" || true) == /usr/bin/* ]]; then
+  packages+=(python3-venv python3-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -23,16 +47,44 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if ((${#missing[@]} == 0)); then
-  exit 0
+if ((${#missing[@]})); then
+  echo "shmreplay setup: installing ${missing[*]}" >&2
+  sudo=()
+  if [[ $(id -u) != 0 ]]; then
+    command -v sudo >/dev/null || { echo "shmreplay setup: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+    sudo=(sudo)
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-echo "shmreplay setup: installing ${missing[*]}" >&2
-sudo=()
-if [[ $(id -u) != 0 ]]; then
-  command -v sudo >/dev/null || { echo "shmreplay setup: need root or sudo to install ${missing[*]}" >&2; exit 1; }
-  sudo=(sudo)
+# make_venv DIR: a virtual environment with an up-to-date pip, made if it is missing (or broken).
+make_venv() {
+  local dir=$1
+  if ! "$dir/bin/python" -c 'import pip' >/dev/null 2>&1; then
+    echo "shmreplay setup: making the virtual environment $dir with $("$python" --version 2>&1)" >&2
+    rm -rf "$dir"
+    "$python" -m venv "$dir"
+    "$dir/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+  fi
+}
+
+# pip_missing DIR IMPORTS PIP-ARGS...: pip install PIP-ARGS into DIR unless every module of IMPORTS imports there.
+pip_missing() {
+  local dir=$1 imports=$2; shift 2
+  if ! "$dir/bin/python" -c "import $imports" >/dev/null 2>&1; then
+    echo "shmreplay setup: $dir: pip install $*" >&2
+    "$dir/bin/python" -m pip install -q --disable-pip-version-check "$@"
+  fi
+}
+
+make_venv .venv
+pip_missing .venv scikit_build_core,pybind11 "scikit-build-core>=0.10" "pybind11>=2.12"
+pip_missing .venv torch "$torch_spec"
+pip_missing .venv numpy,pytest,jax "numpy>=2" "pytest>=7" "jax>=0.4.26"
+
+if ((numpy1)); then
+  make_venv .venv-numpy1
+  pip_missing .venv-numpy1 numpy,pytest "$numpy1_spec" "pytest>=7"
 fi
-export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -qq
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh clone: installs what is missing, builds, and runs every test twice,
-# once in an optimised build (which also checks that find_package(shmreplay) works from an install tree) and
-# once under AddressSanitizer + UndefinedBehaviorSanitizer.
+# The whole test suite, from a fresh clone: installs what is missing (tools/setup.sh), builds, and runs every test:
+# 1. pip builds the Python package's wheel from this clone (scikit-build-core, the project's CMake) and installs it
+#    into .venv (NumPy 2, PyTorch 2, JAX) and .venv-numpy1 (NumPy 1.24);
+# 2. an optimised build and its tests: the C++ tests, find_package(shmreplay) from an install tree, the Python
+#    suite against the package pip installed (in both environments), and a fresh virtual environment that pip
+#    installs the clone into and runs processes and the CLI from;
+# 3. everything again under AddressSanitizer + UndefinedBehaviorSanitizer (the Python suite against the
+#    sanitized module in the build tree, with .venv's interpreter).
 #
 #   tools/test.sh                  everything (this is what CI runs)
 #   tools/test.sh --no-sanitize    skip the sanitizer build, for a quicker local loop
@@ -18,6 +23,7 @@ done
 
 tools/setup.sh
 jobs=$(nproc)
+venv=$PWD/.venv
 
 run_suite() { # build-dir, extra cmake args...
   local dir=$1; shift
@@ -26,11 +32,20 @@ run_suite() { # build-dir, extra cmake args...
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 300
 }
 
+echo "== Python package: pip builds the wheel from this clone and installs it into .venv and .venv-numpy1" >&2
+rm -rf build/wheelhouse
+"$venv/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps -w build/wheelhouse .
+wheels=(build/wheelhouse/shmreplay-*.whl)
+for env in .venv .venv-numpy1; do
+  "$env/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "${wheels[0]}"
+done
+
 echo "== release build and tests" >&2
-run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHMREPLAY_BUILD_PYTHON=OFF \
+  -DSHMREPLAY_TEST_PYTHON="$venv/bin/python" -DSHMREPLAY_TEST_PYTHON_NUMPY1="$PWD/.venv-numpy1/bin/python"
 
 if ((sanitize)); then
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests" >&2
-  run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSHMREPLAY_SANITIZE=ON
+  run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSHMREPLAY_SANITIZE=ON -DPython_EXECUTABLE="$venv/bin/python"
 fi
 echo "== all tests passed" >&2

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -251,6 +252,26 @@ Field make_field(const std::string& name, const std::string& dtype, std::vector<
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// Batch storage
+
+// Where every array of a Batch starts: a multiple of 64 bytes. JAX's CPU client takes an array through DLPack
+// without a copy only when its data is 64-byte aligned (it copies otherwise; NumPy's own allocations are only
+// 16-byte aligned), and 64 is also a cache line, so no two arrays of a batch share one.
+constexpr std::size_t kBatchAlignment = 64;
+
+// An uninitialised C-contiguous array of `shape` whose data starts on a kBatchAlignment boundary; the memory
+// belongs to a capsule that is the array's base, freed when the last array or view of it goes.
+py::array aligned_array(const py::dtype& dtype, const std::vector<py::ssize_t>& shape) {
+  std::size_t bytes = static_cast<std::size_t>(dtype.itemsize());
+  for (py::ssize_t d : shape) bytes *= static_cast<std::size_t>(d);
+  bytes = std::max<std::size_t>(kBatchAlignment, (bytes + kBatchAlignment - 1) / kBatchAlignment * kBatchAlignment);
+  void* data = std::aligned_alloc(kBatchAlignment, bytes);
+  if (data == nullptr) throw std::bad_alloc();
+  py::capsule owner(data, [](void* p) { std::free(p); });
+  return py::array(dtype, shape, std::vector<py::ssize_t>{}, data, owner);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Batch: the arrays a sample fills. Freshly made by a sample call, or made once and passed back as out=.
 
 struct Batch {
@@ -271,11 +292,11 @@ struct Batch {
     const auto r = static_cast<py::ssize_t>(rows), l = static_cast<py::ssize_t>(length);
     for (const Field& f : schema->fields()) {
       b.names.push_back(f.name);
-      b.fields.emplace_back(numpy_dtype(f.dtype), field_shape(f, {r, l}));
+      b.fields.push_back(aligned_array(numpy_dtype(f.dtype), field_shape(f, {r, l})));
     }
-    b.mask = py::array(py::dtype::of<bool>(), std::vector<py::ssize_t>{r, l});
-    b.env_ids = py::array(py::dtype::of<int64_t>(), std::vector<py::ssize_t>{r});
-    b.starts = py::array(py::dtype::of<int64_t>(), std::vector<py::ssize_t>{r});
+    b.mask = aligned_array(py::dtype::of<bool>(), {r, l});
+    b.env_ids = aligned_array(py::dtype::of<int64_t>(), {r});
+    b.starts = aligned_array(py::dtype::of<int64_t>(), {r});
     return b;
   }
 
@@ -575,6 +596,8 @@ PYBIND11_MODULE(_shmreplay, m) {
       .def_property_readonly("env", [](PySlot& s) { return s.get("env").env(); })
       .def_property_readonly("step", [](PySlot& s) { return s.get("step").step(); })
       .def_property_readonly("fields", [](PySlot& s) { return s.arrays; })
+      .def_property_readonly("schema", [](PySlot& s) { return std::make_shared<Schema>(s.owner->buffer->schema()); },
+                             "the schema of the buffer the slot belongs to")
       .def("__getitem__", [](PySlot& s, const std::string& name) {
         if (!s.arrays.contains(name)) throw py::key_error(fmt::format("'{}' is not a field of this step", name));
         return s.arrays[py::str(name)];
@@ -697,6 +720,8 @@ PYBIND11_MODULE(_shmreplay, m) {
                     "Sampled sequences: per field an array [rows, sequence_length, *shape], mask (bool [rows, "
                     "sequence_length], True where the step exists), env_ids and starts (int64 [rows]).")
       .def_property_readonly("fields", &Batch::field_dict)
+      .def_property_readonly("schema", [](const Batch& b) { return std::make_shared<Schema>(*b.schema); },
+                             "the schema of the buffer it was sampled from")
       .def_readonly("mask", &Batch::mask)
       .def_readonly("env_ids", &Batch::env_ids)
       .def_readonly("starts", &Batch::starts, "the global step index of each row's first step")

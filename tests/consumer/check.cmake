@@ -16,13 +16,3 @@ run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -DCMAKE_PREFIX_PATH=$
     -DCMAKE_BUILD_TYPE=${CONFIG})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer)
-
-# The Python package, when the build has it: it imports from the install tree alone.
-if(PYTHON_EXECUTABLE AND PYTHON_INSTALL_DIR)
-  file(GLOB installed ${prefix}/${PYTHON_INSTALL_DIR}/shmreplay/_shmreplay*.so)
-  if(NOT installed)
-    message(FATAL_ERROR "the Python module is not installed under ${prefix}/${PYTHON_INSTALL_DIR}/shmreplay")
-  endif()
-  run(${CMAKE_COMMAND} -E env PYTHONPATH=${prefix}/${PYTHON_INSTALL_DIR} ${PYTHON_EXECUTABLE} -c
-      "import shmreplay\nassert shmreplay.__file__.startswith('${prefix}'), shmreplay.__file__\nprint('python', shmreplay.__version__)")  # no ';': run() would split there
-endif()

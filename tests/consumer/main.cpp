@@ -2,6 +2,7 @@
 #include <shmreplay/shmreplay.hpp>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <unistd.h>
 
@@ -11,7 +12,12 @@ int main() {
     const auto schema = shmreplay::Schema::parse("obs:f32[4] done:bool");
     const auto created = shmreplay::Buffer::create(name, 2, 16, schema);
     const auto opened = shmreplay::Buffer::open(name, {.expected_schema = schema});
-    const bool ok = opened.num_envs() == 2 && opened.capacity() == 16 && opened.schema() == schema;
+    const bool same_version = std::strcmp(shmreplay::kVersion, SHMREPLAY_PACKAGE_VERSION) == 0;
+    if (!same_version) {
+      std::fprintf(stderr, "consumer: the headers say version %s, the CMake package config %s\n", shmreplay::kVersion,
+                   SHMREPLAY_PACKAGE_VERSION);
+    }
+    const bool ok = same_version && opened.num_envs() == 2 && opened.capacity() == 16 && opened.schema() == schema;
     shmreplay::Buffer::remove(name);
     std::printf("consumer: shmreplay %s, layout %u.%u, %s\n", shmreplay::kVersion, shmreplay::layout::kLayoutMajor,
                 shmreplay::layout::kLayoutMinor, ok ? "ok" : "MISMATCH");

@@ -263,3 +263,12 @@ def test_python_threads_pushing_and_sampling_at_once_never_see_a_torn_step(name)
     assert errors == []
     assert problems == [], problems[:5]
     assert rows > 0 and int(buf.heads().sum()) > 100
+
+
+def test_every_array_of_a_batch_starts_on_a_64_byte_boundary_and_is_writable(buffer):
+    fill(buffer, [5, 5, 5, 5])
+    s = shmreplay.Sampler(buffer, seed=1)
+    for batch in (s.sample("replay", 7, 3), s.new_batch(5, 2), s.sample_transitions("replay", 9), s.peek()):
+        for a in list(batch.fields.values()) + [batch.mask, batch.env_ids, batch.starts]:
+            assert a.ctypes.data % 64 == 0 and a.flags.c_contiguous and a.flags.writeable, a.dtype
+    assert batch.schema == buffer.schema

@@ -163,6 +163,7 @@ def test_python_ints_go_into_any_integer_field_but_only_in_range(name):
     assert list(buf.heads()) == [1]
 
 
+@pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called")  # JAX, imported by another test, warns; the child never uses it
 def test_a_writer_inherited_through_fork_refuses_to_push_and_the_parent_keeps_its_lease(buffer):
     w = shmreplay.Writer(buffer, [0])
     w.push([0], payload([0], [0]))
