@@ -424,6 +424,7 @@ Buffer Buffer::create(std::string_view name_in, uint64_t num_envs, uint64_t capa
   b.name_ = name;
   b.path_ = path;
   b.schema_ = schema;
+  b.mode_ = options.mode;
   detail::Mapping map(fd.get(), plan.total_bytes, /*writable=*/true, path);
   write_segment(map.data(), num_envs, capacity, schema, plan, roles);
   publish_name(fd.get(), path, dir, name, options.replace);
@@ -511,6 +512,7 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
   b.name_ = name;
   b.path_ = path;
   b.read_only_ = options.read_only;
+  b.mode_ = static_cast<uint32_t>(st.st_mode & 07777);
   {
     detail::Mapping map(fd.get(), static_cast<std::size_t>(file_bytes), !options.read_only, path);
     b.base_ = map.data();
@@ -760,6 +762,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     global_offset_ = std::exchange(other.global_offset_, 0);
     field_offsets_ = std::move(other.field_offsets_);
     read_only_ = other.read_only_;
+    mode_ = other.mode_;
     episode_fields_ = std::exchange(other.episode_fields_, {});
     episode_queue_capacity_ = std::exchange(other.episode_queue_capacity_, 0);
     episodes_offset_ = std::exchange(other.episodes_offset_, 0);

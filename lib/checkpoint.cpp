@@ -183,6 +183,11 @@ std::string printable_bytes(const void* data, std::size_t bytes) {
 
 // -- save --
 
+// The permission bits of a checkpoint of `b`: the segment's read/write bits for group and others, so that saving
+// a private buffer gives a private file, and read/write for the owner, who must be able to load it back. Never
+// execute, set-id or sticky bits, whatever the segment has.
+mode_t checkpoint_mode(const Buffer& b) noexcept { return static_cast<mode_t>((b.mode() & 0066u) | 0600u); }
+
 struct SavedEnv {
   uint64_t first_step = 0;
   uint64_t steps = 0;
@@ -646,9 +651,15 @@ CheckpointInfo save_checkpoint(const Buffer& source, const std::string& path, co
   const uint64_t cap = source.capacity();
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = fmt::format("{}.tmp-{}-{}", path, ::getpid(), counter.fetch_add(1));
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
+  const mode_t mode = checkpoint_mode(source);
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
   if (!fd) throw_errno(errno, fmt::format("cannot create checkpoint file '{}'", tmp));
   TempFile guard(tmp);
+  // The umask may have narrowed the mode at creation; set it exactly before a byte of the buffer is written.
+  if (::fchmod(fd.get(), mode) != 0) {
+    throw_errno(errno, fmt::format("cannot set mode {:04o} on checkpoint file '{}'", mode, tmp));
+  }
+  if (options.temp_file_created) options.temp_file_created(tmp);
   OutFile out(tmp, std::move(fd));
 
   CheckpointInfo info;

@@ -2,6 +2,7 @@
 // (Inspector::read_steps); a truncated or corrupt file is refused before anything is written.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -616,4 +617,58 @@ TEST_CASE("a buffer with episode fields keeps them through save and load, and it
         static_cast<int>(Errc::schema_mismatch));
   CHECK(message.find("episode fields") != std::string::npos);
   CHECK(slurp(plain.path()) == before);
+}
+
+namespace {
+
+// Sets the umask for a scope and restores it after (a failed REQUIRE included).
+class UmaskGuard {
+ public:
+  explicit UmaskGuard(mode_t mask) : old_(::umask(mask)) {}
+  UmaskGuard(const UmaskGuard&) = delete;
+  UmaskGuard& operator=(const UmaskGuard&) = delete;
+  ~UmaskGuard() { ::umask(old_); }
+
+ private:
+  mode_t old_;
+};
+
+mode_t file_mode(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return st.st_mode & 07777;
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint gets its segment's read/write bits whatever the umask, before a byte is written to it") {
+  const UmaskGuard open_umask(0);  // the umask that would make a file created 0666 world-readable
+  for (const uint32_t segment_mode : {0600u, 0640u, 0660u, 0644u, 0400u}) {
+    CAPTURE(fmt::format("{:04o}", segment_mode));
+    SegmentGuard source(unique_name("ckpt-mode"));
+    FileGuard file(temp_path("ckpt-mode"));
+    {
+      Buffer b = Buffer::create(source.name(), 2, 8, kPayloadSchema, {.mode = segment_mode});
+      Writer w(b, {0, 1});
+      push_steps(w, {0, 1}, 5);
+    }
+    const Buffer src = Buffer::open(source.name(), {.read_only = true});
+    CHECK(src.mode() == segment_mode);
+    const mode_t expected = (segment_mode & 0066) | 0600;  // the owner keeps read/write to load it back
+    std::string temp;
+    mode_t temp_mode = 0;
+    off_t temp_size = -1;
+    (void)save_checkpoint(src, file.path(), {.temp_file_created = [&](const std::string& path) {
+                            struct stat st {};
+                            REQUIRE(::stat(path.c_str(), &st) == 0);
+                            temp = path;
+                            temp_mode = st.st_mode & 07777;
+                            temp_size = st.st_size;
+                          }});
+    CHECK(temp.starts_with(file.path() + ".tmp-"));
+    CHECK(temp_mode == expected);
+    CHECK(temp_size == 0);
+    CHECK(file_mode(file.path()) == expected);
+    CHECK_FALSE(std::ifstream(temp).good());  // renamed to the file
+  }
 }

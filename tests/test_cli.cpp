@@ -1165,3 +1165,38 @@ TEST_CASE("create names episode fields and info shows completed episodes, per en
   CHECK(bad.exit_code == 1);
   CHECK(bad.err.find("done") != std::string::npos);
 }
+
+namespace {
+
+// Sets the umask for a scope (children started meanwhile inherit it) and restores it after.
+class UmaskGuard {
+ public:
+  explicit UmaskGuard(mode_t mask) : old_(::umask(mask)) {}
+  UmaskGuard(const UmaskGuard&) = delete;
+  UmaskGuard& operator=(const UmaskGuard&) = delete;
+  ~UmaskGuard() { ::umask(old_); }
+
+ private:
+  mode_t old_;
+};
+
+mode_t file_mode(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return st.st_mode & 07777;
+}
+
+}  // namespace
+
+TEST_CASE("save of a private segment writes a private file even with umask 0") {
+  const std::string name = unique_name("cli-private");
+  SegmentGuard guard(name);
+  FileGuard file{temp_file("cli-private")};
+  Buffer::create(name, 2, 16, test::kPayloadSchema, {.mode = 0600});
+  push_payloads(name, {5, 20});
+  {
+    const UmaskGuard open_umask(0);
+    REQUIRE(run_cli({"save", name, file.path}).exit_code == 0);
+  }
+  CHECK(file_mode(file.path) == 0600);  // not 0666: the buffer's steps stay private
+}

@@ -140,6 +140,9 @@ class Buffer {
   uint64_t capacity() const noexcept { return capacity_; }
   uint64_t total_bytes() const noexcept { return total_bytes_; }
   bool read_only() const noexcept { return read_only_; }
+  /// The segment file's permission bits (st_mode & 07777) when this process created or opened it. A checkpoint
+  /// saved from the segment gets its read/write bits, so saving a private buffer gives a private file.
+  uint32_t mode() const noexcept { return mode_; }
   /// The episode fields the buffer was created with (schema indices), and whether it records episodes.
   const EpisodeFieldIndices& episode_fields() const noexcept { return episode_fields_; }
   bool has_episodes() const noexcept { return episode_fields_.any_flag(); }
@@ -190,6 +193,7 @@ class Buffer {
   uint64_t global_offset_ = 0;
   std::vector<uint64_t> field_offsets_;
   bool read_only_ = false;
+  uint32_t mode_ = 0;
   EpisodeFieldIndices episode_fields_;
   uint64_t episode_queue_capacity_ = 0;
   uint64_t episodes_offset_ = 0;

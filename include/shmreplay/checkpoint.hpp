@@ -203,10 +203,17 @@ struct SaveOptions {
   /// How many times an env's copy may be spoilt (rewritten by the learner or a load, lapped by its writer) before
   /// save_checkpoint gives up with Errc::contended.
   uint32_t max_rounds = 100000;
+  /// Called once with the temporary file's path, right after it is created with its final mode and before a byte
+  /// is written to it; may be empty. save_checkpoint removes the file itself on every error; this lets a program
+  /// remove it on a signal too (the CLI's `save` does, from its SIGINT/SIGTERM handler).
+  std::function<void(const std::string& temp_path)> temp_file_created;
 };
 
 /// Saves `source` (which may be mapped read-only) to the file `path`: written under a temporary name in the same
-/// directory, synced, then renamed over `path`, so `path` is either the complete new checkpoint or what it was.
+/// directory (`path.tmp-<pid>-<n>`), synced, then renamed over `path`, so `path` is either the complete new
+/// checkpoint or what it was. The file's permission bits are the segment's read/write bits for group and others
+/// plus 0600 for the owner (a 0600 buffer gives a 0600 file, a 0640 one a 0640 file), set when the temporary file
+/// is created, before any data is in it, whatever the umask.
 /// Never writes the segment and never waits for writers or the learner. Throws Error: contended (see
 /// SaveOptions), system / permission_denied / no_space / not_found for the file. O(stored steps x fields) time,
 /// O(1 MiB + one record) memory.
