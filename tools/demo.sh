@@ -14,13 +14,12 @@ for arg in "$@"; do
   if [[ $arg == --python ]]; then python=1; else args+=("$arg"); fi
 done
 
-tools/setup.sh
+tools/setup.sh --no-numpy1
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-targets=(cartpole_run cartpole_actor cartpole_learner shmreplay_cli)
-if ((python)); then targets+=(shmreplay_python); fi
-cmake --build build -j "$(nproc)" --target "${targets[@]}"
+cmake --build build -j "$(nproc)" --target cartpole_run cartpole_actor cartpole_learner shmreplay_cli
 if ((python)); then
-  export PYTHONPATH="$PWD/build/python${PYTHONPATH:+:$PYTHONPATH}"
-  exec build/examples/cartpole_run --learner "/usr/bin/python3 $PWD/examples/python/torch_learner.py" "${args[@]}"
+  # the package as a user has it: pip installs this clone into the project's .venv (recompiling only what changed)
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps .
+  exec build/examples/cartpole_run --learner "$PWD/.venv/bin/python $PWD/examples/python/torch_learner.py" "${args[@]}"
 fi
 exec build/examples/cartpole_run "${args[@]}"

@@ -296,7 +296,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quiet", o.quiet, "do not forward the children's progress lines");
   app.add_option("--learner", o.learner,
                  "run this shell command (plus --buffer NAME) as the learner instead of cartpole_learner, e.g. "
-                 "\"/usr/bin/python3 examples/python/torch_learner.py\"");
+                 "\".venv/bin/python examples/python/torch_learner.py\"");
   CLI11_PARSE(app, argc, argv);
   if (o.json) g_progress = stderr;
   o.batch = std::min(o.batch, o.envs_per_worker);

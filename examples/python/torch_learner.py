@@ -1,12 +1,12 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """A PyTorch learner on a shmreplay buffer filled by the C++ CartPole actors of the main example.
 
 Run it through the launcher, which creates the buffer, starts the C++ actor processes and this learner in
 place of the C++ one, and stops everything at the end:
 
-    build/examples/cartpole_run --seconds 30 --learner "/usr/bin/python3 examples/python/torch_learner.py"
+    build/examples/cartpole_run --seconds 30 --learner ".venv/bin/python examples/python/torch_learner.py"
 
-(with PYTHONPATH=build/python, or the package installed; tools/demo.sh --python does all of it). Or attach it
+(with the package installed in .venv by pip; tools/demo.sh --python does all of it). Or attach it
 by hand to a running buffer: ``torch_learner.py --buffer NAME``.
 
 What it does, in the learner's loop:

@@ -20,3 +20,18 @@ def test_the_python_benchmark_prints_every_figure():
                            timeout=120)
     rows = [line for line in table.stdout.splitlines() if line.startswith("| ")]
     assert table.returncode == 0 and len(rows) == 7, table.stdout  # the header and six figures
+
+
+def test_the_handover_benchmark_prints_every_figure():
+    bench = os.path.join(ROOT, "tools", "bench", "handover_bench.py")
+    out = subprocess.run([sys.executable, bench, "--quick", "--json"], capture_output=True, text=True,
+                         env=os.environ, timeout=180)
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout)
+    assert figures[0]["copies"] == "baseline" and figures[0]["seconds"] > 0
+    assert all(f["bytes"] > 0 for f in figures)
+    for framework in ("PyTorch", "JAX"):
+        mine = [f for f in figures if f["hand-over"].startswith(framework)]
+        assert mine, figures
+        if "not installed" not in mine[0]["hand-over"]:
+            assert all(f["seconds"] > 0 for f in mine), mine

@@ -1,10 +1,10 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """What the Python module adds to a push and a sample, against plain NumPy doing the same copies in the same
 process (the cost a hand-written NumPy replay buffer pays), measured in one run.
 
-    PYTHONPATH=build/python /usr/bin/python3 tools/bench/python_bench.py            # a markdown table, ~20 s
-    PYTHONPATH=build/python /usr/bin/python3 tools/bench/python_bench.py --quick    # a smoke run (~1 s)
-    ... --json                                                                       # the same as JSON
+    .venv/bin/python tools/bench/python_bench.py            # a markdown table, ~20 s
+    .venv/bin/python tools/bench/python_bench.py --quick    # a smoke run (~1 s)
+    ... --json                                               # the same as JSON
 
 Baselines, on the same shapes and bytes:
 - push: the batch's arrays written into a [num_envs][capacity][...] NumPy ring at each env's head (fancy-index
