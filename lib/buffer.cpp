@@ -377,10 +377,11 @@ Buffer Buffer::create(std::string_view name_in, uint64_t num_envs, uint64_t capa
     throw Error(Errc::invalid_schema,
                 fmt::format("cannot create shmreplay segment '{}': the schema has no fields", name));
   }
-  if ((options.mode & ~07777u) != 0) {
+  if (const std::string problem = detail::segment_mode_problem(options.mode); !problem.empty()) {
     throw Error(Errc::invalid_argument,
-                fmt::format("cannot create shmreplay segment '{}': mode {:o} is not a permission mask", name,
-                            options.mode));
+                fmt::format("cannot create shmreplay segment '{}': mode {:04o} is not allowed: a segment's mode may "
+                            "have only read and write bits (expected a subset of {:04o}, e.g. 0600), and {}",
+                            name, options.mode, detail::kSegmentModeBits, problem));
   }
   const Roles roles = resolve_roles(name, schema, options);
   const Plan plan = plan_layout(num_envs, capacity, schema, roles.queue_capacity);

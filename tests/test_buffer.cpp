@@ -262,6 +262,43 @@ TEST_CASE("segments are created with mode 0600 by default, and the requested mod
         code(Errc::invalid_argument));
 }
 
+TEST_CASE("a mode with execute, set-uid, set-gid or sticky bits is refused naming the mode; read/write bits are kept") {
+  const struct {
+    uint32_t mode;
+    const char* bits;
+  } refused[] = {{04777, "set-uid and execute bits (4111)"},
+                 {0700, "execute bits (0100)"},
+                 {0755, "execute bits (0111)"},
+                 {02660, "set-gid bits (2000)"},
+                 {01666, "sticky bits (1000)"},
+                 {06600, "set-uid and set-gid bits (6000)"},
+                 {010600, "non-permission bits (10000)"}};
+  for (const auto& r : refused) {
+    CAPTURE(fmt::format("{:o}", r.mode));
+    const std::string name = unique_name("badmode");
+    SegmentGuard guard(name);
+    std::string m;
+    CHECK(error_of([&] { (void)Buffer::create(name, 1, 1, kSchema, {.mode = r.mode}); }, &m) ==
+          code(Errc::invalid_argument));
+    CHECK(contains(m, fmt::format("'{}'", name)));
+    CHECK(contains(m, fmt::format("mode {:04o} is not allowed", r.mode)));
+    CHECK(contains(m, "expected a subset of 0666"));
+    CHECK(contains(m, r.bits));
+    CHECK_FALSE(Buffer::exists(name));
+  }
+  // Read/write bits only are allowed, world-writable included (the CLI warns about that one).
+  for (const uint32_t mode : {0u, 0400u, 0600u, 0660u, 0644u, 0666u}) {
+    CAPTURE(fmt::format("{:o}", mode));
+    const std::string name = unique_name("okmode");
+    SegmentGuard guard(name);
+    const Buffer b = Buffer::create(name, 1, 1, kSchema, {.mode = mode});
+    CHECK(b.mode() == mode);
+    struct stat st {};
+    REQUIRE(::stat(guard.path().c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == mode);
+  }
+}
+
 TEST_CASE("bad names, counts and sizes are rejected before any file is made") {
   std::string m;
   CHECK(error_of([&] { (void)Buffer::create("", 1, 1, kSchema); }, &m) == code(Errc::invalid_argument));

@@ -1200,3 +1200,45 @@ TEST_CASE("save of a private segment writes a private file even with umask 0") {
   }
   CHECK(file_mode(file.path) == 0600);  // not 0666: the buffer's steps stay private
 }
+
+TEST_CASE("--mode with execute, set-id or sticky bits is a usage error naming the mode; 0666 is created with a warning") {
+  const std::string name = unique_name("cli-mode");
+  SegmentGuard guard(name);
+  for (const std::string mode : {"4777", "0755", "2660", "1666"}) {
+    CAPTURE(mode);
+    const CliResult r = run_cli({"create", name, "--envs", "1", "--capacity", "1", "--schema", "x:u8", "--mode", mode});
+    CHECK(r.exit_code == 2);
+    CHECK(one_error_line(r.err));
+    CHECK(contains(r.err, fmt::format("mode {} is not allowed", mode)));
+    CHECK(contains(r.err, "expected a subset of 0666"));
+    CHECK(r.out.empty());
+    CHECK_FALSE(Buffer::exists(name));
+  }
+  const CliResult setuid = run_cli({"create", name, "--envs", "1", "--capacity", "1", "--schema", "x:u8", "--mode", "4777"});
+  CHECK(contains(setuid.err, "set-uid and execute bits (4111)"));
+
+  const CliResult shared = run_cli({"create", name, "--envs", "1", "--capacity", "1", "--schema", "x:u8", "--mode", "0660"});
+  REQUIRE(shared.exit_code == 0);
+  CHECK(shared.err.empty());
+  CHECK(file_mode(guard.path()) == 0660);
+  const CliResult open_to_all =
+      run_cli({"create", name, "--envs", "1", "--capacity", "1", "--schema", "x:u8", "--mode", "0666", "--replace"});
+  REQUIRE(open_to_all.exit_code == 0);
+  CHECK(file_mode(guard.path()) == 0666);
+  CHECK(open_to_all.err.starts_with(fmt::format("shmreplay: warning: mode 0666 makes segment '{}' world-writable", name)));
+  CHECK(std::count(open_to_all.err.begin(), open_to_all.err.end(), '\n') == 1);
+
+  // load --mode: the same rule for a new segment, and the same warning.
+  FileGuard file{temp_file("cli-mode")};
+  REQUIRE(run_cli({"save", name, file.path}).exit_code == 0);
+  const std::string copy = unique_name("cli-mode-load");
+  SegmentGuard copy_guard(copy);
+  const CliResult bad_load = run_cli({"load", file.path, copy, "--mode", "0700"});
+  CHECK(bad_load.exit_code == 2);
+  CHECK(contains(bad_load.err, "mode 0700 is not allowed"));
+  CHECK_FALSE(Buffer::exists(copy));
+  const CliResult loaded = run_cli({"load", file.path, copy, "--mode", "666"});
+  REQUIRE(loaded.exit_code == 0);
+  CHECK(file_mode(copy_guard.path()) == 0666);
+  CHECK(contains(loaded.err, fmt::format("shmreplay: warning: mode 0666 makes segment '{}' world-writable", copy)));
+}

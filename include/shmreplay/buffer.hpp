@@ -48,7 +48,10 @@ struct EpisodeFields {
 };
 
 struct CreateOptions {
-  uint32_t mode = 0600;  ///< permission bits of the segment file (the umask does not apply)
+  /// Permission bits of the segment file (the umask does not apply): read and write bits only, a subset of 0666
+  /// (create() refuses execute, set-uid, set-gid and sticky bits with Errc::invalid_argument). 0666 (world-writable)
+  /// is allowed but lets every local user corrupt the buffer; share it with a group (0660) instead.
+  uint32_t mode = 0600;
   bool replace = false;  ///< atomically replace a segment of the same name instead of failing
   /// The episode fields (see EpisodeFields). With at least one flag, writers record every env's episode
   /// boundaries as they push (one word per stored step), which enables Episodes::stop and Episodes::within
@@ -101,13 +104,12 @@ class Buffer {
   /// crash during create() leaves nothing behind. Before anything is allocated the free space of the directory
   /// is checked with statvfs.
   ///
-  /// Throws Error with: invalid_argument (bad name; num_envs outside [1, kMaxEnvs]; capacity outside
-  /// [1, kMaxCapacity]; sizes that overflow; episode fields that name no field, have the wrong dtype or shape,
-  /// combine done with terminated/truncated, repeat a field, or a reward without a flag; an
-  /// episode_queue_capacity outside [1, kMaxEpisodeQueueCapacity] or without episode fields), invalid_schema (an
-  /// empty schema), no_space (the file system lacks
-  /// the bytes; the message gives the bytes needed and free), already_exists (unless options.replace),
-  /// permission_denied or system.
+  /// Throws Error with: invalid_argument (bad name; a mode with bits outside 0666; num_envs outside
+  /// [1, kMaxEnvs]; capacity outside [1, kMaxCapacity]; sizes that overflow; episode fields that name no field,
+  /// have the wrong dtype or shape, combine done with terminated/truncated, repeat a field, or a reward without a
+  /// flag; an episode_queue_capacity outside [1, kMaxEpisodeQueueCapacity] or without episode fields),
+  /// invalid_schema (an empty schema), no_space (the file system lacks the bytes; the message gives the bytes
+  /// needed and free), already_exists (unless options.replace), permission_denied or system.
   static Buffer create(std::string_view name, uint64_t num_envs, uint64_t capacity, const Schema& schema,
                        const CreateOptions& options = {});
 

@@ -62,4 +62,21 @@ std::string human_bytes(uint64_t bytes) {
   return fmt::format("{:.1f} {}", v, units[u]);
 }
 
+std::string segment_mode_problem(uint32_t mode) {
+  const uint32_t extra = mode & ~kSegmentModeBits;
+  if (extra == 0) return {};
+  std::string kinds;
+  const auto add = [&](bool has, const char* kind) {
+    if (has) kinds += fmt::format("{}{}", kinds.empty() ? "" : ", ", kind);
+  };
+  add((extra & ~07777u) != 0, "non-permission");
+  add((extra & 04000u) != 0, "set-uid");
+  add((extra & 02000u) != 0, "set-gid");
+  add((extra & 01000u) != 0, "sticky");
+  add((extra & 0111u) != 0, "execute");
+  const std::size_t last_comma = kinds.rfind(", ");
+  if (last_comma != std::string::npos) kinds.replace(last_comma, 2, " and ");
+  return fmt::format("it also has {} bits ({:04o})", kinds, extra);
+}
+
 }  // namespace shmreplay::detail

@@ -77,6 +77,17 @@ std::string segment_path(const std::string& name);
 /// "123 bytes", "1.5 KiB", "64.0 MiB", ...
 std::string human_bytes(uint64_t bytes);
 
+/// The permission bits a segment file may have: read and write, for owner, group and others.
+inline constexpr uint32_t kSegmentModeBits = 0666;
+
+/// Why `mode` is not a segment file's mode, or "" when it is one (a subset of kSegmentModeBits): "it also has
+/// set-uid and execute bits (4111)". A segment is data, never a program, and set-id or sticky bits on it mean
+/// nothing but trouble; the library's create and the CLI's --mode share this one rule.
+std::string segment_mode_problem(uint32_t mode);
+
+/// Whether `mode` lets every user write the file (the bit 0002).
+constexpr bool world_writable(uint32_t mode) noexcept { return (mode & 0002u) != 0; }
+
 constexpr uint64_t round_up(uint64_t value, uint64_t align) noexcept { return (value + align - 1) / align * align; }
 
 }  // namespace shmreplay::detail

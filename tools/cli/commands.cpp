@@ -273,6 +273,15 @@ void print_error(std::string_view message) {
   fmt::print(stderr, "shmreplay: error: {}\n", line);
 }
 
+void warn_if_world_writable(const std::string& name, uint32_t mode) {
+  if (!detail::world_writable(mode)) return;
+  std::fflush(stdout);
+  fmt::print(stderr,
+             "shmreplay: warning: mode {:04o} makes segment '{}' world-writable: every user of this machine can "
+             "corrupt its steps and counters; share it with a group instead (mode 0660)\n",
+             mode, name);
+}
+
 int run_create(const CreateArgs& args) {
   const Schema schema = args.schema_file.empty() ? Schema::parse(args.schema_spec) : read_schema_file(args.schema_file);
   const Buffer b = Buffer::create(args.name, args.num_envs, args.capacity, schema,
@@ -283,6 +292,7 @@ int run_create(const CreateArgs& args) {
   fmt::print("created '{}': {} x {}, {} per step, {} ({})\n", b.name(), counted(b.num_envs(), "env", "envs"),
              counted(b.capacity(), "step", "steps"), counted(schema.step_bytes(), "byte", "bytes"),
              human_bytes(b.total_bytes()), b.path());
+  warn_if_world_writable(b.name(), args.mode);
   return kExitOk;
 }
 

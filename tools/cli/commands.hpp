@@ -23,6 +23,10 @@ inline constexpr int kExitUsage = 2;
 /// Prints the one-line error report to stderr: "shmreplay: error: <message>", newlines folded into spaces.
 void print_error(std::string_view message);
 
+/// Prints a one-line warning to stderr, "shmreplay: warning: <message>", when a new segment `name` got a
+/// world-writable `mode` (allowed, but every local user can then corrupt it).
+void warn_if_world_writable(const std::string& name, uint32_t mode);
+
 struct CreateArgs {
   std::string name;
   uint64_t num_envs = 0;

@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "detail/file.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/layout.hpp"
 #include "shmreplay/version.hpp"
@@ -50,11 +51,17 @@ const CLI::Validator kCount(
     },
     "", "count");
 
+// A segment's mode: octal, and read/write bits only (the library's rule, checked here too so that a bad --mode
+// is a usage error, exit code 2, before anything is read or created).
 const CLI::Validator kOctalMode(
     [](std::string& text) {
       const auto mode = parse_unsigned(text, 8);
-      return mode && *mode <= 07777 ? std::string()
-                                    : fmt::format("'{}' is not an octal file mode (0 to 7777, e.g. 0600)", text);
+      if (!mode || *mode > 07777) return fmt::format("'{}' is not an octal file mode (0 to 0666, e.g. 0600)", text);
+      const std::string problem = shmreplay::detail::segment_mode_problem(static_cast<uint32_t>(*mode));
+      if (problem.empty()) return std::string();
+      return fmt::format("mode {} is not allowed: a segment's mode may have only read and write bits (expected a "
+                         "subset of {:04o}, e.g. 0600 or 0660), and {}",
+                         text, shmreplay::detail::kSegmentModeBits, problem);
     },
     "", "octal mode");
 
@@ -79,7 +86,7 @@ CLI::App* add_create(CLI::App& app, CreateArgs& args, CreateText& raw) {
   schema->add_option("--schema-file", args.schema_file, "File holding the schema text ('#' comments allowed)")
       ->type_name("FILE");
   schema->require_option(1);
-  cmd->add_option("--mode", raw.mode, "Permission bits of the segment file, in octal")
+  cmd->add_option("--mode", raw.mode, "Permission bits of the segment file, in octal: read/write bits only")
       ->check(kOctalMode)
       ->type_name("OCTAL")
       ->capture_default_str();
@@ -200,7 +207,7 @@ CLI::App* add_load(CLI::App& app, LoadArgs& args, std::string& mode) {
       "load", "Load a checkpoint into a new segment, or into an existing one with the same schema and sizes");
   cmd->add_option("FILE", args.file, "Checkpoint file")->required()->type_name("");
   cmd->add_option("NAME", args.name, "Segment to load into (default: the name it was saved from)")->type_name("");
-  cmd->add_option("--mode", mode, "Permission bits of a new segment's file, in octal")
+  cmd->add_option("--mode", mode, "Permission bits of a new segment's file, in octal: read/write bits only")
       ->check(kOctalMode)
       ->type_name("OCTAL")
       ->capture_default_str();

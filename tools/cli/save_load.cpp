@@ -122,6 +122,7 @@ int run_load(const LoadArgs& args) {
   ProgressBar bar(show_progress(args.progress), fmt::format("'{}'", args.file));
   const LoadResult r = load_checkpoint(
       args.file, args.name, {.progress = [&bar](const CheckpointProgress& p) { bar(p); }, .mode = args.mode});
+  if (r.created) warn_if_world_writable(r.name, args.mode);
   if (args.json) {
     Json out = {{"name", r.name}, {"created", r.created}};
     out["checkpoint"] = checkpoint_json(r.info);
