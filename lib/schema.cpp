@@ -7,6 +7,7 @@
 #include <charconv>
 #include <set>
 
+#include "detail/char_text.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
@@ -58,9 +59,9 @@ uint64_t validate_field(const Field& f, const std::string& where) {
   }
   for (std::size_t i = 0; i < f.name.size(); ++i) {
     if (!name_char(f.name[i], i == 0)) {
-      fail(fmt::format("schema {}: character {} of the name ('{}') is not allowed; names match "
+      fail(fmt::format("schema {}: character {} of the name ({}) is not allowed; names match "
                        "[A-Za-z_][A-Za-z0-9_.-]*",
-                       where, i + 1, f.name[i]));
+                       where, i + 1, detail::char_text(f.name[i])));
     }
   }
   if (!is_dtype(static_cast<uint32_t>(f.dtype))) {
@@ -101,7 +102,7 @@ class Cursor {
   }
   std::size_t pos() const { return pos_; }
   // The next character for an error message, or "the end of the spec".
-  std::string found() const { return done() ? std::string("the end of the spec") : fmt::format("'{}'", peek()); }
+  std::string found() const { return done() ? std::string("the end of the spec") : detail::char_text(peek()); }
   std::string where() const {
     return line_ > 1 ? fmt::format("line {}, column {}", line_, pos_ - line_start_ + 1)
                      : fmt::format("column {}", pos_ + 1);

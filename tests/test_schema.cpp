@@ -59,6 +59,32 @@ TEST_CASE("every dtype parses and has its element size") {
   CHECK_FALSE(is_dtype(14));
 }
 
+// True when every byte >= 0x80 of s belongs to a well-formed UTF-8 sequence (no character cut in half).
+bool valid_utf8(const std::string& s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (std::size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+TEST_CASE("an error about a non-ASCII character names its byte and stays valid UTF-8") {
+  for (const std::string spec : {"\xc3\xa9:f32", "a:f32 b:f32[\xc3\xa9]"}) {
+    CAPTURE(spec);
+    const std::string m = parse_error(spec);
+    CHECK(valid_utf8(m));
+    CHECK(m.find("byte 0xc3 (not ASCII)") != std::string::npos);
+  }
+  CHECK(valid_utf8(parse_error("a:f\xc3\xa9")));  // a token quoted whole keeps its characters whole
+  CHECK(valid_utf8(parse_error("a:f32 \x01:u8")));
+  CHECK(parse_error("a:f32 \x01:u8").find("byte 0x01 (a control character)") != std::string::npos);
+}
+
 TEST_CASE("to_string gives a spec that parses back to the same schema") {
   const std::string spec = "obs:f32[17] action:f32[6] logprob:f32 reward:f32 value:f32 done:bool img:u8[2,3,4,5]";
   const Schema s = Schema::parse(spec);

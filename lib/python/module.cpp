@@ -3,7 +3,8 @@
 // Buffer, Writer, Sampler and the schema for Python, with NumPy arrays in and out:
 // - push takes an env id array and a dict of arrays shaped like envpool's recv output, [len(env_ids), *shape];
 //   arrays of the field's dtype that are C-contiguous are read in place, others are converted once
-//   (same-kind casts only: float64 into an f32 field, yes; float into an i32 field, no).
+//   (same-kind casts only: float64 into an f32 field, yes; float into an i32 field, no; integers into any integer
+//   field when every value fits, never wrapped).
 // - sample returns a Batch of freshly allocated arrays; with out=batch it fills that batch's arrays in place and
 //   allocates no array.
 // - dtypes: u8..i64 as numpy's integers, f16 as numpy.float16, bf16 as numpy.uint16 holding the bfloat16 bits,
@@ -107,6 +108,28 @@ bool has_shape(const py::array& a, std::initializer_list<py::ssize_t> leading, c
   return true;
 }
 
+// One rule for every push and update path (arrays, lists and Python ints alike): integers go into an integer
+// field only if every value fits its dtype; a value that does not is an error, never a wrap (2**40 + 5 into an
+// i32 field would otherwise be stored as 5).
+void check_integer_range(const char* op, const Field& f, const py::array& a, const py::dtype& want) {
+  const auto is_int = [](const py::dtype& d) { return d.kind() == 'i' || d.kind() == 'u'; };
+  if (!is_int(a.dtype()) || !is_int(want) || a.size() == 0) return;
+  py::module_ np = py::module_::import("numpy");
+  if (np.attr("can_cast")(a.dtype(), want, "safe").cast<bool>()) return;
+  py::object info = np.attr("iinfo")(want);
+  // min and max as Python ints: exact for every pair of integer dtypes (NumPy 1 compares uint64 with int64 as
+  // float64)
+  const py::int_ lo(a.attr("min")()), hi(a.attr("max")());
+  if (lo < py::int_(info.attr("min")) || hi > py::int_(info.attr("max"))) {
+    const py::int_ bad = lo < py::int_(info.attr("min")) ? lo : hi;
+    throw Error(Errc::invalid_argument,
+                fmt::format("{}: field '{}' ({}): the value {} is out of the range of {} ({} to {})", op, f.name,
+                            f.to_string(), py::str(bad).cast<std::string>(), dtype_text(want),
+                            py::str(info.attr("min")).cast<std::string>(),
+                            py::str(info.attr("max")).cast<std::string>()));
+  }
+}
+
 // `value` as a C-contiguous array of field f's dtype and exactly the shape leading + f.shape: the same array when
 // it already is one, otherwise one conversion (same-kind casts only). Errors name the operation, the field,
 // expected and actual.
@@ -119,12 +142,12 @@ py::array field_array(const char* op, const Field& f, py::handle value, std::ini
                 fmt::format("{}: field '{}' ({}) needs an array-like value, got a {}", op, f.name, f.to_string(),
                             py::str(py::type::handle_of(value).attr("__name__")).cast<std::string>()));
   }
-  // Python ints (not arrays) may go into any integer field: [1, 2] is int64 to NumPy, but meant for a u16.
-  const bool literal_ints = !py::isinstance<py::array>(value) &&
-                            std::string("iu").find(a.dtype().kind()) != std::string::npos &&
-                            std::string("iu").find(want.kind()) != std::string::npos;
+  // Integers (arrays, lists, Python ints) may go into any integer field, if every value fits (checked below):
+  // np.array([1, 2]) is int64 to NumPy, but meant for a u8 action.
+  const bool integers = std::string("iu").find(a.dtype().kind()) != std::string::npos &&
+                        std::string("iu").find(want.kind()) != std::string::npos;
   if (!a.dtype().is(want) && !a.dtype().equal(want)) {
-    const bool ok = literal_ints ||
+    const bool ok = integers ||
                     py::module_::import("numpy").attr("can_cast")(a.dtype(), want, "same_kind").cast<bool>();
     if (!ok) {
       std::string hint;
@@ -141,12 +164,8 @@ py::array field_array(const char* op, const Field& f, py::handle value, std::ini
                             shape_text(field_shape(f, leading)), shape_text(shape_of(a))));
   }
   if (a.dtype().equal(want) && (a.flags() & py::array::c_style)) return a;
-  py::array converted(a.attr("astype")(want, "order"_a = "C", "casting"_a = "unsafe", "copy"_a = true));
-  if (literal_ints && !py::module_::import("numpy").attr("array_equal")(converted, a).cast<bool>()) {
-    throw Error(Errc::invalid_argument, fmt::format("{}: field '{}' ({}): a value is out of the range of {}", op,
-                                                    f.name, f.to_string(), dtype_text(want)));
-  }
-  return converted;
+  check_integer_range(op, f, a, want);
+  return py::array(a.attr("astype")(want, "order"_a = "C", "casting"_a = "unsafe", "copy"_a = true));
 }
 
 // The fields named in `data`, in schema order; given[f] is false for a field not named. Unknown names are an
@@ -474,7 +493,15 @@ PYBIND11_MODULE(_shmreplay, m) {
       const int code = static_cast<int>(e.errc());
       py::handle cls = code >= 1 && code <= 21 ? py::handle(PyList_GetItem(by_code.ptr(), code))
                                                : py::handle(PyExc_RuntimeError);
-      PyErr_SetString(cls.ptr(), e.what());
+      // Messages quote user text; decode leniently so that a message is never lost to a stray byte.
+      const std::string_view what = e.what();
+      PyObject* text = PyUnicode_DecodeUTF8(what.data(), static_cast<Py_ssize_t>(what.size()), "backslashreplace");
+      if (text == nullptr) {
+        PyErr_Clear();
+        text = PyUnicode_FromString("(the message could not be decoded)");
+      }
+      PyErr_SetObject(cls.ptr(), text);
+      Py_XDECREF(text);
     }
   });
   m.def("_raise_errc", [](int code, const std::string& message) { throw Error(static_cast<Errc>(code), message); },

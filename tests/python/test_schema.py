@@ -66,3 +66,15 @@ def test_every_error_code_raises_its_own_exception_class():
     assert issubclass(shmreplay.NotFound, FileNotFoundError)
     assert issubclass(shmreplay.Timeout, TimeoutError)
     assert issubclass(shmreplay.EnvOutOfRange, IndexError)
+
+
+@pytest.mark.parametrize("call", [lambda: shmreplay.Schema.parse("é:f32"),
+                                  lambda: shmreplay.Schema.parse("a:f32 b:f32[é]"),
+                                  lambda: shmreplay.Buffer.create("é", 1, 1, "a:f32"),
+                                  lambda: shmreplay.Buffer.create("ok-name-é", 1, 1, "a:f32")])
+def test_errors_about_non_ascii_input_keep_their_whole_message(call):
+    with pytest.raises(shmreplay.Error) as e:
+        call()
+    message = str(e.value)
+    assert len(message) > 20 and ("not ASCII" in message or "é" in message), repr(message)
+    message.encode("utf-8")  # valid text

@@ -190,3 +190,25 @@ def lease_refused_to_another_process(name, env):
     code = (f"import shmreplay\ntry:\n    shmreplay.Writer(shmreplay.Buffer.open({name!r}), [{env}])\n"
             "except shmreplay.LeaseHeld:\n    raise SystemExit(7)\n")
     return subprocess.run([sys.executable, "-c", code], env=os.environ, timeout=60).returncode == 7
+
+
+def test_integers_out_of_a_fields_range_are_refused_by_every_push_path_and_nothing_is_written(name):
+    buf = shmreplay.Buffer.create(name, 2, 4, "a:i32 b:u8")
+    w = shmreplay.Writer(buf, [0, 1])
+    big = np.array([2**40 + 5, 1], dtype=np.int64)
+    for call in (lambda: w.push([0, 1], {"a": big, "b": np.array([1, 2], np.uint8)}),
+                 lambda: w.push([0, 1], {"a": [2**40 + 5, 1], "b": [1, 2]}),
+                 lambda: w.push([0, 1], {"a": np.array([1, 2]), "b": np.array([-1, 2], np.int16)}),
+                 lambda: w.push_one(0, {"a": 2**40 + 5, "b": 1}),
+                 lambda: w.push_one(0, {"a": np.int64(2**40 + 5), "b": 1}),
+                 lambda: w.push_one(0, {"a": 1, "b": np.array(256, np.int64)})):
+        with pytest.raises(shmreplay.InvalidArgument, match=r"out of the range of (int32|uint8)"):
+            call()
+    assert list(buf.heads()) == [0, 0]
+    w.push([0, 1], {"a": np.array([-2**31, 2**31 - 1], np.int64), "b": np.array([0, 255], np.int64)})  # in range
+    b = shmreplay.Sampler(buf).peek()
+    assert b["a"][:, 0].tolist() == [-2**31, 2**31 - 1] and b["b"][:, 0].tolist() == [0, 255]
+    with shmreplay.Sampler(buf) as s:  # the learner's in-place update follows the same rule
+        with pytest.raises(shmreplay.InvalidArgument, match=r"out of the range of int32"):
+            s.update([0], [0], {"a": np.array([2**40 + 5])})
+        assert s.peek()["a"][0, 0] == -2**31
