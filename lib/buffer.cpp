@@ -15,6 +15,7 @@
 #include <cstring>
 #include <new>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -358,8 +359,15 @@ std::string shm_directory() {
   return (dir != nullptr && *dir != '\0') ? std::string(dir) : std::string("/dev/shm");
 }
 
-Buffer Buffer::create(std::string_view name_in, uint64_t num_envs, uint64_t capacity, const Schema& schema,
+Buffer Buffer::create(std::string_view name, uint64_t num_envs, uint64_t capacity, const Schema& schema,
                       const CreateOptions& options) {
+  Buffer b = create_unnamed(name, num_envs, capacity, schema, options);
+  b.publish();
+  return b;
+}
+
+Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint64_t capacity, const Schema& schema,
+                              const CreateOptions& options) {
   const std::string name = detail::normalize_name(name_in);
   const std::string dir = shm_directory();
   const std::string path = detail::segment_path(name);
@@ -405,7 +413,7 @@ Buffer Buffer::create(std::string_view name_in, uint64_t num_envs, uint64_t capa
   };
   if (plan.total_bytes > free_bytes) no_space(free_bytes);
 
-  const UniqueFd fd = make_unnamed_file(dir, name, options.mode);
+  UniqueFd fd = make_unnamed_file(dir, name, options.mode);
   if (::fchmod(fd.get(), options.mode) != 0) {  // O_TMPFILE's mode is subject to the umask
     throw_errno(errno, fmt::format("cannot set mode {:o} on shmreplay segment '{}'", options.mode, name));
   }
@@ -428,7 +436,6 @@ Buffer Buffer::create(std::string_view name_in, uint64_t num_envs, uint64_t capa
   b.mode_ = options.mode;
   detail::Mapping map(fd.get(), plan.total_bytes, /*writable=*/true, path);
   write_segment(map.data(), num_envs, capacity, schema, plan, roles);
-  publish_name(fd.get(), path, dir, name, options.replace);
 
   b.base_ = map.data();
   b.map_bytes_ = map.size();
@@ -444,7 +451,20 @@ Buffer Buffer::create(std::string_view name_in, uint64_t num_envs, uint64_t capa
   b.episodes_offset_ = plan.sections[kSectionEpisodes].offset;
   b.step_meta_offset_ = plan.sections[kSectionStepMeta].offset;
   b.queues_offset_ = plan.sections[kSectionEpisodeQueues].offset;
+  b.unnamed_fd_ = fd.release();
+  b.replace_on_publish_ = options.replace;
   return b;
+}
+
+void Buffer::publish() {
+  if (unnamed_fd_ < 0) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot publish shmreplay segment '{}': it already has its name ('{}')", name_, path_));
+  }
+  const std::string dir = path_.substr(0, path_.rfind('/'));
+  publish_name(unnamed_fd_, path_, dir, name_, replace_on_publish_);
+  ::close(unnamed_fd_);  // the name keeps the file now; the mapping keeps working without the descriptor
+  unnamed_fd_ = -1;
 }
 
 Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
@@ -764,6 +784,8 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     field_offsets_ = std::move(other.field_offsets_);
     read_only_ = other.read_only_;
     mode_ = other.mode_;
+    unnamed_fd_ = std::exchange(other.unnamed_fd_, -1);
+    replace_on_publish_ = other.replace_on_publish_;
     episode_fields_ = std::exchange(other.episode_fields_, {});
     episode_queue_capacity_ = std::exchange(other.episode_queue_capacity_, 0);
     episodes_offset_ = std::exchange(other.episodes_offset_, 0);
@@ -779,6 +801,8 @@ void Buffer::unmap() noexcept {
   if (base_ != nullptr) ::munmap(base_, map_bytes_);
   base_ = nullptr;
   map_bytes_ = 0;
+  if (unnamed_fd_ >= 0) ::close(unnamed_fd_);  // an unpublished segment vanishes with its last reference
+  unnamed_fd_ = -1;
 }
 
 const SegmentHeader& Buffer::header() const noexcept {

@@ -791,18 +791,15 @@ LoadResult load_checkpoint(const std::string& path, std::string_view name, const
     create.episodes = episode_field_names(info.schema, info.episode_fields);
     create.episode_queue_capacity = info.episode_queue_capacity;
   }
-  Buffer target = Buffer::create(result.name, info.num_envs, info.capacity, info.schema, create);
-  result.created = true;
-  try {
+  // Built and filled without a name, and named only when complete: a load that fails, or is killed at any
+  // instruction (Ctrl-C, SIGKILL), leaves no segment behind, never an empty one with leases held by a dead pid.
+  Buffer target = Buffer::create_unnamed(result.name, info.num_envs, info.capacity, info.schema, create);
+  {
     Leases leases = take_leases(target, path);
     write_envs(target, in, info, options.progress);
-  } catch (...) {
-    try {
-      Buffer::remove(result.name);
-    } catch (const Error&) {  // already gone: nothing to undo
-    }
-    throw;
-  }
+  }  // the leases are released before the name appears
+  target.publish();
+  result.created = true;
   return result;
 }
 

@@ -10,11 +10,13 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string_view>
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -107,6 +109,18 @@ inline pid_t spawn(const std::function<void()>& body) {
   }
   REQUIRE(pid > 0);
   return pid;
+}
+
+/// The names of the entries of directory `dir` (hidden ones included) whose name contains `part`: what a test
+/// looks for when nothing may be left behind (a segment, a hidden temporary name, a FILE.tmp-<pid>-<n>).
+inline std::vector<std::string> entries_containing(const std::string& dir, std::string_view part) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(part) != std::string::npos) out.push_back(name);
+  }
+  return out;
 }
 
 /// SIGKILLs and reaps `pid`; false when the child had already exited on its own (a failure in the child).

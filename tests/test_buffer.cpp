@@ -173,6 +173,50 @@ TEST_CASE("creating a name that exists fails and leaves the existing segment unt
   CHECK(first.schema() == kSchema);
 }
 
+TEST_CASE("an unnamed segment is usable but invisible until published, vanishes unpublished, and never takes a name "
+          "that appeared meanwhile") {
+  const std::string name = unique_name("unnamed");
+  SegmentGuard guard(name);
+  {
+    Buffer hidden = Buffer::create_unnamed(name, 2, 8, kSchema);
+    CHECK_FALSE(hidden.published());
+    CHECK(hidden.name() == name);
+    CHECK(hidden.path() == guard.path());
+    hidden.env_control(1).head.store(5);
+    CHECK_FALSE(Buffer::exists(name));
+    CHECK(test::entries_containing(shm_directory(), name).empty());  // not even a hidden temporary name
+    CHECK(error_of([&] { (void)Buffer::open(name); }) == code(Errc::not_found));
+  }
+  CHECK(test::entries_containing(shm_directory(), name).empty());  // destroyed unpublished: gone
+
+  // Published: the name appears with everything written before, and a second publish is refused.
+  Buffer made = Buffer::create_unnamed(name, 2, 8, kSchema);
+  made.env_control(1).head.store(7);
+  made.publish();
+  CHECK(made.published());
+  CHECK(Buffer::open(name).env_control(1).head.load() == 7);
+  std::string m;
+  CHECK(error_of([&] { made.publish(); }, &m) == code(Errc::invalid_argument));
+  CHECK(contains(m, "already has its name"));
+
+  // A name that appears between create_unnamed and publish is not replaced (unless asked): linkat's EEXIST.
+  const std::string raced = unique_name("unnamed-race");
+  SegmentGuard raced_guard(raced);
+  Buffer late = Buffer::create_unnamed(raced, 1, 4, kSchema);
+  {
+    Buffer first = Buffer::create(raced, 3, 3, Schema::parse("x:u8"));
+    first.env_control(2).head.store(9);
+  }
+  CHECK(error_of([&] { late.publish(); }, &m) == code(Errc::already_exists));
+  CHECK(contains(m, raced));
+  CHECK_FALSE(late.published());
+  CHECK(Buffer::open(raced).env_control(2).head.load() == 9);
+  Buffer replacing = Buffer::create_unnamed(raced, 1, 4, kSchema, {.replace = true});
+  replacing.publish();
+  CHECK(Buffer::open(raced).schema() == kSchema);
+  CHECK(test::entries_containing(shm_directory(), raced) == std::vector<std::string>{raced});
+}
+
 TEST_CASE("concurrent creates of one name: exactly one process wins") {
   const std::string name = unique_name("race");
   SegmentGuard guard(name);

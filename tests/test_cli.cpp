@@ -16,9 +16,12 @@
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -1241,4 +1244,160 @@ TEST_CASE("--mode with execute, set-id or sticky bits is a usage error naming th
   REQUIRE(loaded.exit_code == 0);
   CHECK(file_mode(copy_guard.path()) == 0666);
   CHECK(contains(loaded.err, fmt::format("shmreplay: warning: mode 0666 makes segment '{}' world-writable", copy)));
+}
+
+namespace {
+
+/// The CLI running as a child process, its stderr read line by line (stdout goes to /dev/null), so that a test
+/// can signal it at a chosen moment: after a given progress line.
+class RunningCli {
+ public:
+  explicit RunningCli(const std::vector<std::string>& args) {
+    int err_pipe[2];
+    REQUIRE(::pipe2(err_pipe, O_CLOEXEC) == 0);
+    std::vector<std::string> storage{SHMREPLAY_CLI_PATH};
+    storage.insert(storage.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& s : storage) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    std::fflush(nullptr);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      const int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, STDOUT_FILENO);
+      ::dup2(err_pipe[1], STDERR_FILENO);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(err_pipe[1]);
+    err_fd_ = err_pipe[0];
+  }
+  RunningCli(const RunningCli&) = delete;
+  RunningCli& operator=(const RunningCli&) = delete;
+  ~RunningCli() {
+    if (pid_ > 0) finish(SIGKILL);
+    if (err_fd_ >= 0) ::close(err_fd_);
+  }
+
+  /// The next line the CLI writes to stderr (without its newline); nullopt once it closed stderr (it exited).
+  std::optional<std::string> next_line() {
+    for (;;) {
+      const std::size_t nl = pending_.find('\n');
+      if (nl != std::string::npos) {
+        std::string line = pending_.substr(0, nl);
+        pending_.erase(0, nl + 1);
+        return line;
+      }
+      char chunk[4096];
+      const ssize_t got = ::read(err_fd_, chunk, sizeof chunk);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return std::nullopt;
+      pending_.append(chunk, static_cast<std::size_t>(got));
+    }
+  }
+
+  /// Sends `sig` (0: none) and reaps the CLI; its exit code, or 128 + the signal that ended it.
+  int finish(int sig) {
+    if (sig != 0) ::kill(pid_, sig);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int err_fd_ = -1;
+  std::string pending_;
+};
+
+// A quiet segment of `envs` x `capacity` steps of about 4 KiB, full, with step s of env e holding id = e << 32 | s
+// in its first field: a checkpoint of it is large enough that loading and saving take a while.
+const Schema kBigSchema = Schema::parse("id:u64 blob:u8[4088]");
+
+void fill_big(const std::string& name, uint64_t envs, uint64_t capacity) {
+  Buffer b = Buffer::create(name, envs, capacity, kBigSchema);
+  Writer w = Writer::range(b, 0, envs);
+  std::vector<std::byte> blob(4088);
+  for (uint64_t s = 0; s < capacity; ++s) {
+    for (uint64_t e = 0; e < envs; ++e) {
+      const uint64_t id = e << 32 | s;
+      std::memset(blob.data(), static_cast<int>(id & 0xff), blob.size());
+      w.push_one(e, {FieldBytes{&id, sizeof id}, FieldBytes{blob.data(), blob.size()}});
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("load into a new name killed or interrupted at any moment leaves no segment and no temporary file") {
+  const std::string source = unique_name("cli-kload-src");
+  SegmentGuard source_guard(source);
+  FileGuard file{temp_file("cli-kload")};
+  fill_big(source, 8, 1024);  // 32 MiB of steps
+  {
+    const Buffer b = Buffer::open(source, {.read_only = true});
+    (void)save_checkpoint(b, file.path);
+  }
+  const std::string target = unique_name("cli-kload-dst");
+  SegmentGuard target_guard(target);
+
+  // Kill after the n-th progress line (the verify pass prints about 11, the load pass 11 more), and after fixed
+  // delays; SIGKILL, SIGINT (Ctrl-C) and SIGTERM in turn.
+  const int signals[] = {SIGKILL, SIGINT, SIGTERM};
+  int runs = 0, killed_loading = 0, killed_verifying = 0, completed = 0;
+  const auto check_nothing_left = [&](const std::string& when) {
+    CAPTURE(when);
+    CHECK_FALSE(Buffer::exists(target));
+    CHECK(test::entries_containing(shm_directory(), target).empty());
+  };
+  const auto check_complete = [&] {  // the kill came after the load finished: the segment must be whole
+    const Buffer b = Buffer::open(target, {.read_only = true});
+    for (uint64_t e = 0; e < 8; ++e) {
+      CHECK(b.env_control(e).head.load() == 1024);
+      CHECK(b.env_control(e).lease.load() == 0);
+    }
+    CHECK(b.global_control().learner_lease.load() == 0);
+    Buffer::remove(target);
+  };
+  for (int after_lines = 1; after_lines <= 24; ++after_lines) {
+    const int sig = signals[runs++ % 3];
+    RunningCli cli({"load", file.path, target, "--progress"});
+    std::string last;
+    for (int n = 0; n < after_lines; ++n) {
+      const auto line = cli.next_line();
+      if (!line) break;
+      last = *line;
+    }
+    const int code = cli.finish(sig);
+    if (code == 0) {
+      ++completed;
+      check_complete();
+      continue;
+    }
+    CHECK(code == 128 + sig);
+    (last.starts_with("loading") ? killed_loading : killed_verifying)++;
+    check_nothing_left(fmt::format("signal {} after {} lines, the last '{}'", sig, after_lines, last));
+  }
+  for (const int delay_us : {0, 200, 1000, 3000, 10000, 30000, 60000, 100000}) {
+    const int sig = signals[runs++ % 3];
+    RunningCli cli({"load", file.path, target});
+    ::usleep(static_cast<useconds_t>(delay_us));
+    const int code = cli.finish(sig);
+    if (code == 0) {
+      ++completed;
+      check_complete();
+      continue;
+    }
+    CHECK(code == 128 + sig);
+    check_nothing_left(fmt::format("signal {} after {} us", sig, delay_us));
+  }
+  MESSAGE(fmt::format("{} loads signalled: {} while verifying, {} while loading; {} had finished", runs,
+                      killed_verifying, killed_loading, completed));
+  CHECK(killed_loading >= 5);  // the moments that used to leave an empty, leased segment behind
+  // And a load that is left alone still creates the segment, whole.
+  REQUIRE(run_cli({"load", file.path, target}).exit_code == 0);
+  check_complete();
 }

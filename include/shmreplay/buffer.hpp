@@ -113,6 +113,23 @@ class Buffer {
   static Buffer create(std::string_view name, uint64_t num_envs, uint64_t capacity, const Schema& schema,
                        const CreateOptions& options = {});
 
+  /// create() without its last step: the segment is complete and ready but has no name yet. It exists only as
+  /// this Buffer's descriptor and mapping, so no other process can open it, and it vanishes, leaving nothing
+  /// behind, when the Buffer is destroyed or the process dies (SIGKILL included) before publish(). Writers and
+  /// Samplers of this process may use it meanwhile: it is how load_checkpoint fills a new segment before anyone
+  /// can see it. Throws as create() (already_exists when the name exists now, unless options.replace).
+  static Buffer create_unnamed(std::string_view name, uint64_t num_envs, uint64_t capacity, const Schema& schema,
+                               const CreateOptions& options = {});
+
+  /// Gives a segment made by create_unnamed() its name, in one atomic step: linkat() fails with already_exists
+  /// when the name appeared meanwhile (of racing publishers exactly one wins), or, with options.replace, the
+  /// segment replaces the old one with rename(). Throws already_exists, invalid_argument (already published),
+  /// permission_denied or system; on failure the segment stays unnamed.
+  void publish();
+
+  /// False only for a segment from create_unnamed() that publish() has not named yet.
+  bool published() const noexcept { return unnamed_fd_ < 0; }
+
   /// Opens an existing segment after validating, before touching anything else: the magic, the layout version
   /// (same major; this minor or a newer one: older minors lack sections this library needs and are refused with
   /// version_mismatch, "recreate the segment"), the header size, the file size against the header, the ready state, every
@@ -196,6 +213,8 @@ class Buffer {
   std::vector<uint64_t> field_offsets_;
   bool read_only_ = false;
   uint32_t mode_ = 0;
+  int unnamed_fd_ = -1;  // the O_TMPFILE descriptor of an unpublished segment (create_unnamed); -1 once named
+  bool replace_on_publish_ = false;
   EpisodeFieldIndices episode_fields_;
   uint64_t episode_queue_capacity_ = 0;
   uint64_t episodes_offset_ = 0;

@@ -12,13 +12,14 @@
 // a load the writers continue at the same step numbers and the learner's online queue is where it was.
 //
 // Loading validates the whole file first (magic, version, sizes, the schema, every checksum) and only then
-// writes: into a new segment created with the file's geometry, or into an existing segment whose schema, env
+// writes: into a new segment created with the file's geometry (filled while it has no name, and named only once
+// complete, so an interrupted load leaves nothing), or into an existing segment whose schema, env
 // count and capacity equal the file's. For an existing segment it first takes the learner lease and the lease of
 // every env (so no writer and no learner run during the load; it fails with Errc::lease_held naming a live
 // holder), and rewrites each env inside the update seqlock, so concurrent readers (shmreplay dump, save) never see
 // a half-loaded env. A truncated or corrupt file fails with an error that says where and what, before anything in
 // the target is touched. (The file must not change between validation and loading; if it does, the second read's
-// checksums catch it and a new segment is removed, but an existing one is left partly loaded.)
+// checksums catch it and a new segment never gets its name, but an existing one is left partly loaded.)
 //
 // Thread safety: the functions are independent; a save and a load of the same segment may run at once in
 // different processes (the save then sees the load as a rewrite and copies again).
@@ -238,7 +239,9 @@ struct LoadResult {
 };
 
 /// Loads the checkpoint `path` into the segment `name` (empty: the name the checkpoint was saved from). When no
-/// such segment exists it is created with the file's geometry and schema (and removed again if the load fails);
+/// such segment exists it is created with the file's geometry and schema, filled while it has no name
+/// (Buffer::create_unnamed) and named only when complete, so a load that fails or is killed at any moment leaves no
+/// segment behind (Errc::already_exists if another process creates the name meanwhile);
 /// otherwise the existing segment must have the same schema and episode fields (Errc::schema_mismatch, listing
 /// the differences), envs and capacity (Errc::invalid_argument), and no live writer or learner
 /// (Errc::lease_held). The file is

@@ -28,6 +28,8 @@ class UniqueFd {
   int get() const noexcept { return fd_; }
   explicit operator bool() const noexcept { return fd_ >= 0; }
   void reset() noexcept;
+  /// Gives up ownership: returns the descriptor, which the caller closes.
+  int release() noexcept { return std::exchange(fd_, -1); }
 
  private:
   int fd_ = -1;
