@@ -1,7 +1,10 @@
 #include "shmreplay/checkpoint.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
@@ -182,6 +186,41 @@ std::string printable_bytes(const void* data, std::size_t bytes) {
 }
 
 // -- save --
+
+// Removes what earlier saves to `path` left behind when they were killed (SIGKILL, or a program without the CLI's
+// signal handler): `path.tmp-<pid>-<n>` files of processes that no longer exist. A file whose pid looks dead is
+// still left alone while some process holds its lock (every save flocks its temporary file as it creates it), so
+// a save running in another pid namespace, where its pid means nothing here, keeps its file. Best effort: errors
+// are ignored (an unreadable directory, a file removed meanwhile).
+void remove_stale_temporaries(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string(".") : slash == 0 ? std::string("/") : path.substr(0, slash);
+  const std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp-";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  while (const dirent* ent = ::readdir(d)) {
+    const std::string_view name(ent->d_name);
+    if (!name.starts_with(prefix)) continue;
+    // The rest must be <pid>-<n>, both decimal.
+    const std::string_view rest = name.substr(prefix.size());
+    const std::size_t dash = rest.find('-');
+    const auto decimal = [](std::string_view t) {
+      return !t.empty() && t.size() <= 19 && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (dash == std::string_view::npos || !decimal(rest.substr(0, dash)) || !decimal(rest.substr(dash + 1))) continue;
+    const uint64_t pid = std::stoull(std::string(rest.substr(0, dash)));
+    if (pid == static_cast<uint64_t>(::getpid()) || pid > static_cast<uint64_t>(std::numeric_limits<pid_t>::max())) {
+      continue;  // this process's own saves (other threads) are alive; a number that is no pid is no save's
+    }
+    if (pid == 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (EPERM: alive)
+    UniqueFd fd(::openat(::dirfd(d), ent->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+    struct stat st {};
+    if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;  // a save (in another pid namespace) still writes it
+    ::unlinkat(::dirfd(d), ent->d_name, 0);
+  }
+  ::closedir(d);
+}
 
 // The permission bits of a checkpoint of `b`: the segment's read/write bits for group and others, so that saving
 // a private buffer gives a private file, and read/write for the owner, who must be able to load it back. Never
@@ -649,12 +688,16 @@ CheckpointInfo save_checkpoint(const Buffer& source, const std::string& path, co
   const Schema& schema = source.schema();
   const uint64_t sb = schema.step_bytes();
   const uint64_t cap = source.capacity();
+  remove_stale_temporaries(path);
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = fmt::format("{}.tmp-{}-{}", path, ::getpid(), counter.fetch_add(1));
   const mode_t mode = checkpoint_mode(source);
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
   if (!fd) throw_errno(errno, fmt::format("cannot create checkpoint file '{}'", tmp));
   TempFile guard(tmp);
+  // Held until this process closes the file or dies: tells remove_stale_temporaries of other processes that the
+  // file is in use even where they cannot judge this pid. (A failure only weakens that hint.)
+  (void)::flock(fd.get(), LOCK_EX | LOCK_NB);
   // The umask may have narrowed the mode at creation; set it exactly before a byte of the buffer is written.
   if (::fchmod(fd.get(), mode) != 0) {
     throw_errno(errno, fmt::format("cannot set mode {:04o} on checkpoint file '{}'", mode, tmp));

@@ -2,6 +2,8 @@
 // (Inspector::read_steps); a truncated or corrupt file is refused before anything is written.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -671,4 +674,48 @@ TEST_CASE("a checkpoint gets its segment's read/write bits whatever the umask, b
     CHECK(file_mode(file.path()) == expected);
     CHECK_FALSE(std::ifstream(temp).good());  // renamed to the file
   }
+}
+
+TEST_CASE("a save removes the temporary files that killed saves to the same file left, and nobody else's") {
+  SegmentGuard source(unique_name("ckpt-stale"));
+  FileGuard file(temp_path("ckpt-stale"));
+  {
+    Buffer b = Buffer::create(source.name(), 2, 8, kPayloadSchema);
+    Writer w(b, {0, 1});
+    push_steps(w, {0, 1}, 5);
+  }
+  // Two pids that no longer exist: children that exited and were reaped.
+  const auto dead_pid = [] {
+    const pid_t pid = ::fork();
+    if (pid == 0) ::_exit(0);
+    ::waitpid(pid, nullptr, 0);
+    return pid;
+  };
+  const pid_t dead = dead_pid();
+  const pid_t dead_but_locked = dead_pid();
+  const std::string p = file.path();
+  const std::vector<std::string> stale = {fmt::format("{}.tmp-{}-0", p, dead), fmt::format("{}.tmp-{}-17", p, dead)};
+  const std::vector<std::string> kept = {
+      fmt::format("{}.tmp-{}-3", p, ::getpid()),         // this process's own (another thread's save)
+      fmt::format("{}.tmp-{}-0", p, ::getppid()),        // a live process's
+      fmt::format("{}.tmp-{}-0", p, dead_but_locked),    // locked: a save in another pid namespace
+      fmt::format("{}.tmp-x-0", p),                      // not <pid>-<n>
+      fmt::format("{}.tmp-{}", p, dead),                 // not <pid>-<n>
+      fmt::format("{}x.tmp-{}-0", p, dead),              // another file's
+  };
+  std::vector<std::unique_ptr<FileGuard>> guards;
+  for (const std::string& f : stale) guards.push_back(std::make_unique<FileGuard>(f));
+  for (const std::string& f : kept) guards.push_back(std::make_unique<FileGuard>(f));
+  for (const std::string& f : stale) spit(f, "half a checkpoint");
+  for (const std::string& f : kept) spit(f, "someone else's");
+  const int locked = ::open(kept[2].c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(locked >= 0);
+  REQUIRE(::flock(locked, LOCK_EX) == 0);
+
+  const Buffer src = Buffer::open(source.name(), {.read_only = true});
+  (void)save_checkpoint(src, p);
+  ::close(locked);
+  for (const std::string& f : stale) CHECK_MESSAGE(!std::ifstream(f).good(), f);
+  for (const std::string& f : kept) CHECK_MESSAGE(slurp(f) == "someone else's", f);
+  CHECK(verify_checkpoint(p).total_steps == 10);
 }

@@ -1401,3 +1401,47 @@ TEST_CASE("load into a new name killed or interrupted at any moment leaves no se
   REQUIRE(run_cli({"load", file.path, target}).exit_code == 0);
   check_complete();
 }
+
+TEST_CASE("save interrupted by SIGINT, SIGTERM or SIGHUP removes its temporary file and dies of the signal") {
+  const std::string source = unique_name("cli-ksave");
+  SegmentGuard source_guard(source);
+  fill_big(source, 8, 1024);  // 32 MiB of steps
+  FileGuard file{temp_file("cli-ksave")};
+  const std::string dir = file.path.substr(0, file.path.rfind('/'));
+  const std::string temp_prefix = file.path.substr(dir.size() + 1) + ".tmp-";
+  const int signals[] = {SIGINT, SIGTERM, SIGHUP};
+  int interrupted = 0, finished = 0;
+  for (int after_lines = 1; after_lines <= 9; ++after_lines) {
+    const int sig = signals[after_lines % 3];
+    CAPTURE(sig);
+    CAPTURE(after_lines);
+    RunningCli cli({"save", source, file.path, "--progress"});
+    for (int n = 0; n < after_lines; ++n) {  // the first line comes once the temporary file exists
+      if (!cli.next_line()) break;
+    }
+    const int code = cli.finish(sig);
+    if (code == 0) {  // it finished before the signal: a whole checkpoint
+      ++finished;
+      CHECK(verify_checkpoint(file.path).total_steps == 8 * 1024);
+      std::remove(file.path.c_str());
+    } else {
+      ++interrupted;
+      CHECK(code == 128 + sig);
+      CHECK_FALSE(std::ifstream(file.path).good());
+    }
+    CHECK(test::entries_containing(dir, temp_prefix).empty());
+  }
+  MESSAGE(fmt::format("{} saves interrupted, {} had finished", interrupted, finished));
+  CHECK(interrupted >= 3);
+
+  // SIGKILL leaves no chance to clean up: the temporary file stays until the next save to the same file.
+  {
+    RunningCli cli({"save", source, file.path, "--progress"});
+    for (int n = 0; n < 2; ++n) REQUIRE(cli.next_line());
+    REQUIRE(cli.finish(SIGKILL) == 128 + SIGKILL);
+  }
+  CHECK(test::entries_containing(dir, temp_prefix).size() == 1);
+  REQUIRE(run_cli({"save", source, file.path}).exit_code == 0);
+  CHECK(test::entries_containing(dir, temp_prefix).empty());
+  CHECK(verify_checkpoint(file.path).total_steps == 8 * 1024);
+}

@@ -214,7 +214,9 @@ struct SaveOptions {
 /// directory (`path.tmp-<pid>-<n>`), synced, then renamed over `path`, so `path` is either the complete new
 /// checkpoint or what it was. The file's permission bits are the segment's read/write bits for group and others
 /// plus 0600 for the owner (a 0600 buffer gives a 0600 file, a 0640 one a 0640 file), set when the temporary file
-/// is created, before any data is in it, whatever the umask.
+/// is created, before any data is in it, whatever the umask. Before it starts, it removes the temporary files
+/// that earlier saves to `path` left when they were killed (`path.tmp-<pid>-<n>` of pids that no longer exist and
+/// that no process holds locked); on an error it removes its own.
 /// Never writes the segment and never waits for writers or the learner. Throws Error: contended (see
 /// SaveOptions), system / permission_denied / no_space / not_found for the file. O(stored steps x fields) time,
 /// O(1 MiB + one record) memory.
