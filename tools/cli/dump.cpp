@@ -1,6 +1,13 @@
 // `shmreplay dump`: stored steps as a table or as JSON lines, read consistently while writers push
 // (Inspector::read_steps: the seqlock validation of a sample, on a read-only mapping). Arrays with more than
 // kInlineElements elements are summarised (shape, min, max, mean, first values) unless --full.
+//
+// Memory is bounded whatever the selection: steps are read kChunkBytes at a time (one step at a time when a step
+// is larger), printed, and dropped; a table is printed kTableRows rows at a time, its column widths those of the
+// rows printed so far (so a very long dump may widen a column part way through). An env whose counters claim a
+// view longer than its capacity is refused with an error naming them, instead of trusted.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -8,6 +15,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -199,6 +207,80 @@ struct StepRange {
   uint64_t end = std::numeric_limits<uint64_t>::max();  // exclusive
 };
 
+constexpr uint64_t kChunkBytes = 4ull << 20;  // records read at once: about this many bytes
+constexpr std::size_t kTableRows = 1024;      // table rows held before they are printed
+
+// A Table printed in blocks of rows as they come: the header and the first block with the widths of those rows
+// (exactly Table::render's output when everything fits in one block), later blocks with the widths grown to
+// fit them. No trailing spaces.
+class StreamedTable {
+ public:
+  explicit StreamedTable(std::vector<Table::Column> columns) : columns_(std::move(columns)) {
+    for (const Table::Column& c : columns_) widths_.push_back(c.title.size());
+  }
+  void add_row(std::vector<std::string> cells) {
+    rows_.push_back(std::move(cells));
+    if (rows_.size() == kTableRows) flush();
+  }
+  void flush() {
+    if (rows_.empty()) return;
+    for (const auto& r : rows_) {
+      for (std::size_t i = 0; i < r.size(); ++i) widths_[i] = std::max(widths_[i], r[i].size());
+    }
+    std::string out;
+    if (!header_printed_) {
+      std::vector<std::string> titles;
+      for (const Table::Column& c : columns_) titles.push_back(c.title);
+      emit(out, titles);
+      header_printed_ = true;
+    }
+    for (const auto& r : rows_) emit(out, r);
+    rows_.clear();
+    fmt::print("{}", out);
+  }
+
+ private:
+  void emit(std::string& out, const std::vector<std::string>& cells) const {
+    std::string line;
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      if (i > 0) line += "  ";
+      const std::size_t pad = widths_[i] - std::min(widths_[i], cells[i].size());
+      if (columns_[i].align == Align::right) line.append(pad, ' ');
+      line += cells[i];
+      if (columns_[i].align == Align::left && i + 1 < cells.size()) line.append(pad, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line;
+    out += '\n';
+  }
+  std::vector<Table::Column> columns_;
+  std::vector<std::size_t> widths_;
+  std::vector<std::vector<std::string>> rows_;
+  bool header_printed_ = false;
+};
+
+// Env `env`'s counters, checked: a writer keeps head <= claimed <= head + 1, so a replay view longer than the
+// capacity (claimed < head) means damaged counters, or a checkpoint load that rewrote the env between the loads
+// of head and claimed; the latter is gone on a re-read, so the env is read again for a moment before the damage
+// is reported (Errc::corrupt, naming the env and its counters).
+EnvInfo checked_env(const Inspector& insp, const SegmentInfo& info, uint64_t env) {
+  EnvInfo e = info.envs[static_cast<std::size_t>(env)];
+  const uint64_t cap = insp.buffer().capacity();
+  for (int attempt = 0; e.length > cap && attempt < 20; ++attempt) {
+    ::usleep(5000);
+    e = insp.snapshot().envs[static_cast<std::size_t>(env)];
+  }
+  if (e.length > cap) {
+    throw Error(Errc::corrupt,
+                fmt::format("cannot dump env {} of '{}': its counters are damaged: head {}, claimed {}, online_start "
+                            "{}; its replay view would hold {} steps, more than its capacity of {} (a writer keeps "
+                            "head <= claimed <= head + 1); see `shmreplay info {}`, then recreate or reload it",
+                            env, insp.buffer().name(), e.head, e.claimed, e.online_start, e.length, cap,
+                            insp.buffer().name()));
+  }
+  return e;
+}
+
 }  // namespace
 
 std::optional<std::pair<uint64_t, uint64_t>> parse_step_range(const std::string& text) {
@@ -269,33 +351,39 @@ int run_dump(const DumpArgs& args) {
   const SegmentInfo info = insp.snapshot();
   std::vector<Table::Column> columns{{"ENV", Align::right}, {"STEP", Align::right}};
   for (const std::size_t f : fields) columns.push_back({schema[f].name});
-  Table table(columns);
+  StreamedTable table(columns);
+  const uint64_t chunk_steps = std::max<uint64_t>(1, kChunkBytes / std::max<uint64_t>(schema.step_bytes(), 1));
   uint64_t rows = 0;
   for (const uint64_t env : envs) {
-    const EnvInfo& e = info.envs[static_cast<std::size_t>(env)];
+    const EnvInfo e = checked_env(insp, info, env);
     const uint64_t hi = e.head;
-    uint64_t lo = hi - (args.online ? e.online_length : e.length);
+    uint64_t lo = hi - (args.online ? e.online_length : e.length);  // at most the capacity below hi (checked)
     if (args.last) lo = std::max(lo, hi - std::min(*args.last, hi - lo));
     lo = std::max(lo, range.first);
     const uint64_t end = std::min(hi, range.end);
-    if (lo >= end) continue;
-    const StepRecords records = insp.read_steps(env, lo, end - lo);
-    for (uint64_t i = 0; i < records.count; ++i) {
-      const uint64_t step = records.first_step + i;
-      if (args.json) {
-        Json values = Json::object();
-        for (const std::size_t f : fields) {
-          values[schema[f].name] = value_json(schema[f], records.field(static_cast<std::size_t>(i), f).data(), args.full);
+    // Chunk by chunk; steps a writer overwrote before their chunk was read are left out (read_steps keeps the
+    // newer end of a chunk), so the steps printed are increasing, each exactly as its writer published it.
+    for (uint64_t at = lo; at < end;) {
+      const StepRecords records = insp.read_steps(env, at, std::min(chunk_steps, end - at));
+      for (uint64_t i = 0; i < records.count; ++i) {
+        const uint64_t step = records.first_step + i;
+        if (args.json) {
+          Json values = Json::object();
+          for (const std::size_t f : fields) {
+            values[schema[f].name] =
+                value_json(schema[f], records.field(static_cast<std::size_t>(i), f).data(), args.full);
+          }
+          fmt::print("{}\n", Json{{"env", env}, {"step", step}, {"fields", std::move(values)}}.dump());
+        } else {
+          std::vector<std::string> cells{fmt::format("{}", env), fmt::format("{}", step)};
+          for (const std::size_t f : fields) {
+            cells.push_back(value_text(schema[f], records.field(static_cast<std::size_t>(i), f).data(), args.full));
+          }
+          table.add_row(std::move(cells));
         }
-        fmt::print("{}\n", Json{{"env", env}, {"step", step}, {"fields", std::move(values)}}.dump());
-      } else {
-        std::vector<std::string> cells{fmt::format("{}", env), fmt::format("{}", step)};
-        for (const std::size_t f : fields) {
-          cells.push_back(value_text(schema[f], records.field(static_cast<std::size_t>(i), f).data(), args.full));
-        }
-        table.add_row(std::move(cells));
+        ++rows;
       }
-      ++rows;
+      at = std::max(at + std::min(chunk_steps, end - at), records.first_step + records.count);
     }
   }
   if (!args.json) {
@@ -304,7 +392,7 @@ int run_dump(const DumpArgs& args) {
                  args.online ? "online" : "replay", args.last ? fmt::format(", last {}", *args.last) : "",
                  args.steps.empty() ? "" : fmt::format(", steps {}", args.steps));
     } else {
-      fmt::print("{}", table.render());
+      table.flush();
     }
   }
   return kExitOk;
