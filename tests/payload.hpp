@@ -62,9 +62,11 @@ inline Payload make_payload(uint64_t env, uint64_t step, uint64_t version) {
   return p;
 }
 
-inline double run_seconds() {
+/// How long a soak loop runs: SHMREPLAY_SOAK_SECONDS when it is set to a positive number of seconds (exactly that,
+/// as the README promises), else `ci_seconds`, the loop's own default for CI.
+inline double run_seconds(double ci_seconds = 0.6) {
   const char* soak = std::getenv("SHMREPLAY_SOAK_SECONDS");
-  return soak != nullptr && std::atof(soak) > 0 ? std::atof(soak) : 0.6;
+  return soak != nullptr && std::atof(soak) > 0 ? std::atof(soak) : ci_seconds;
 }
 
 /// How many steps of a row are valid, when its mask is a prefix (as every row's must be); nullopt on a hole.
