@@ -25,7 +25,7 @@ import numpy as np
 
 from ._sample import Sample, bf16_fields
 
-__all__ = ["Sample", "array", "as_arrays"]
+__all__ = ["Sample", "UniformBuffer", "array", "as_arrays", "key_seed"]
 
 
 def array(a, bf16=False, device=None, copy=False):
@@ -49,3 +49,6 @@ def as_arrays(batch, device=None, copy=False):
     conv = lambda a, b16=False: array(a, b16, device, copy)  # noqa: E731
     return Sample({name: conv(a, name in bf16) for name, a in batch.fields.items()}, conv(batch.mask),
                   conv(batch.env_ids), conv(batch.starts))
+
+
+from ._jax_uniform import UniformBuffer, key_seed  # noqa: E402  (it uses array() above)
