@@ -23,6 +23,7 @@
 #include <array>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -32,6 +33,7 @@
 
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/error.hpp"
+#include "shmreplay/inspector.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/schema.hpp"
 #include "shmreplay/version.hpp"
@@ -611,6 +613,33 @@ PYBIND11_MODULE(_shmreplay, m) {
             return out;
           },
           "Steps published per env since creation (int64 array of num_envs).")
+      .def(
+          "read_steps",
+          [](const Buffer& b, uint64_t env, uint64_t first_step, uint64_t count) {
+            StepRecords records;
+            {
+              py::gil_scoped_release release;
+              records = Inspector(b.name()).read_steps(env, first_step, count);
+            }
+            const Schema& schema = b.schema();
+            const auto n = static_cast<py::ssize_t>(records.count);
+            py::dict out;
+            for (std::size_t f = 0; f < schema.size(); ++f) {
+              py::array a(numpy_dtype(schema[f].dtype), field_shape(schema[f], {n}));
+              const std::size_t bytes = schema[f].bytes();
+              auto* dst = static_cast<std::byte*>(a.mutable_data());
+              for (uint64_t i = 0; i < records.count; ++i) {
+                std::memcpy(dst + i * bytes, records.bytes.data() + i * records.record_bytes + records.field_offsets[f],
+                            bytes);
+              }
+              out[py::str(schema[f].name)] = a;
+            }
+            return py::make_tuple(records.first_step, out);
+          },
+          "env"_a, "first_step"_a, "count"_a,
+          "Copies stored steps first_step .. first_step + count - 1 of env out (those still stored: the range is cut "
+          "to what the ring holds), validated like a sample, without the learner lease. Returns (the first step "
+          "copied, {field: array [steps, *shape]}).")
       .def("__repr__", [](const Buffer& b) {
         return fmt::format("<shmreplay.Buffer '{}': {} envs x {} steps of {} bytes; {}>", b.name(), b.num_envs(),
                            b.capacity(), b.schema().step_bytes(), b.schema().to_string());

@@ -25,7 +25,7 @@ import numpy as np
 
 from ._sample import Sample, bf16_fields
 
-__all__ = ["Sample", "UniformBuffer", "array", "as_arrays", "key_seed"]
+__all__ = ["ReplayBuffer", "Sample", "State", "UniformBuffer", "array", "as_arrays", "key_seed", "uniform_replay"]
 
 
 def array(a, bf16=False, device=None, copy=False):
@@ -52,3 +52,4 @@ def as_arrays(batch, device=None, copy=False):
 
 
 from ._jax_uniform import UniformBuffer, key_seed  # noqa: E402  (it uses array() above)
+from ._jax_functional import ReplayBuffer, State, uniform_replay  # noqa: E402
