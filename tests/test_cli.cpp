@@ -1383,6 +1383,12 @@ TEST_CASE("load into a new name killed or interrupted at any moment leaves no se
       continue;
     }
     CHECK(code == 128 + sig);
+    if (Buffer::exists(target)) {  // the signal came between naming the finished segment and exiting
+      ++completed;
+      check_complete();
+      check_nothing_left(fmt::format("signal {} after naming the segment", sig));
+      continue;
+    }
     (last.starts_with("loading") ? killed_loading : killed_verifying)++;
     check_nothing_left(fmt::format("signal {} after {} lines, the last '{}'", sig, after_lines, last));
   }
@@ -1397,6 +1403,10 @@ TEST_CASE("load into a new name killed or interrupted at any moment leaves no se
       continue;
     }
     CHECK(code == 128 + sig);
+    if (Buffer::exists(target)) {  // named just before the signal: it must be whole
+      ++completed;
+      check_complete();
+    }
     check_nothing_left(fmt::format("signal {} after {} us", sig, delay_us));
   }
   MESSAGE(fmt::format("{} loads signalled: {} while verifying, {} while loading; {} had finished", runs,
@@ -1481,7 +1491,7 @@ TEST_CASE("dump of a large env streams it in bounded memory, as a table and as J
     const uint64_t beyond = peak > segment_bytes ? peak - segment_bytes : 0;
     MESSAGE(fmt::format("dump{}: peak resident {} MiB, {} MiB beyond the {} MiB segment", as_json ? " --json" : "",
                         peak >> 20, beyond >> 20, segment_bytes >> 20));
-    CHECK(beyond < (96ull << 20));  // the whole env copied at once would be 256 MiB more
+    CHECK(beyond < (128ull << 20));  // the whole env copied at once would be 256 MiB more
   }
   // What was streamed is every step, in order (checked on the JSON form, on a smaller selection).
   const CliResult part = run_cli({"dump", name, "--field", "id", "--json", "--steps", "8000:"});
