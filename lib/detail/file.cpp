@@ -1,5 +1,7 @@
 #include "detail/file.hpp"
 
+#include "detail/char_text.hpp"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -43,7 +45,7 @@ std::string normalize_name(std::string_view name) {
   for (char c : n) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
                     c == '.' || c == '-';
-    if (!ok) bad(fmt::format("character '{}' is not allowed; names use [A-Za-z0-9_.-]", c));
+    if (!ok) bad(fmt::format("character {} is not allowed; names use [A-Za-z0-9_.-]", char_text(c)));
   }
   return std::string(n);
 }
