@@ -5,7 +5,8 @@
 # - Debian 12 packages for the C++ library, CLI and tests (apt; needs root or sudo only when something is missing).
 # - The project's virtual environment .venv (in the clone), made with the machine's python3 (SHMREPLAY_PYTHON to
 #   choose another), holding what the Python side builds and tests with, from PyPI: scikit-build-core and pybind11
-#   (the package's build), NumPy 2, pytest, PyTorch 2 and JAX (its extras torch, jax and test).
+#   (the package's build), NumPy 2, pytest, PyTorch 2, JAX and envpool (its extras torch, jax, envpool and
+#   test).
 # - .venv-numpy1, a second environment with the oldest NumPy the package declares (1.24), for the test suite's
 #   NumPy 1 pass. `tools/setup.sh --no-numpy1` skips it (tools/demo.sh does).
 #
@@ -82,7 +83,8 @@ pip_missing() {
 make_venv .venv
 pip_missing .venv scikit_build_core,pybind11 "scikit-build-core>=0.10" "pybind11>=2.12"
 pip_missing .venv torch "$torch_spec"
-pip_missing .venv numpy,pytest,jax "numpy>=2" "pytest>=7" "jax>=0.4.26"
+pip_missing .venv numpy,pytest,scipy,jax "numpy>=2" "pytest>=7" scipy "jax>=0.4.26"
+pip_missing .venv envpool "envpool>=1.2"
 
 if ((numpy1)); then
   make_venv .venv-numpy1

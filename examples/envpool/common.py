@@ -1,0 +1,83 @@
+"""What the envpool actors and the learner share: the step schema, the linear policy and value features (the
+C++ CartPole example's agent, in NumPy), the self-check stamp of every step, and the parameter file the learner
+publishes for the actors.
+
+A pushed step is what the actor acted on and what came of it, as in the Muesli seed's Storage: obs, action,
+logprob (of the behaviour policy), value (its estimate), reward and done (the outcome), truncated (cut by the
+time limit), episode_return (on done steps) and stamp = [env id, step index, checksum of the other fields], so
+the learner can check every step it samples."""
+import os
+import tempfile
+
+import numpy as np
+
+SCHEMA = ("obs:f32[4] action:i32 logprob:f32 reward:f32 value:f32 done:bool truncated:bool episode_return:f32 "
+          "stamp:u64[3]")
+GAMMA = 0.98
+VALUE_SCALE = 1.0 / (1.0 - GAMMA)  # V = VALUE_SCALE * u . psi keeps u of order 1
+POLICY_FEATURES, VALUE_FEATURES = 5, 15
+NUM_PARAMS = POLICY_FEATURES + VALUE_FEATURES
+_SCALE = np.array([2.4, 3.0, 0.21, 3.0], np.float64)
+_PAIRS = [(i, j) for i in range(4) for j in range(i, 4)]
+
+
+def policy_features(obs):
+    """[..., 5]: the scaled observation and a bias."""
+    s = np.asarray(obs, np.float64) / _SCALE
+    return np.concatenate([s, np.ones(s.shape[:-1] + (1,))], axis=-1)
+
+
+def value_features(obs):
+    """[..., 15]: a bias, the scaled observation and its 10 products."""
+    s = np.asarray(obs, np.float64) / _SCALE
+    prods = np.stack([s[..., i] * s[..., j] for i, j in _PAIRS], axis=-1)
+    return np.concatenate([np.ones(s.shape[:-1] + (1,)), s, prods], axis=-1)
+
+
+def act(params, obs, rng):
+    """Actions (Bernoulli(sigmoid(logit)) for 'push right'), their log-probabilities and value estimates."""
+    logit = np.clip(policy_features(obs) @ params[:POLICY_FEATURES], -30, 30)
+    action = (rng.random(len(logit)) < 1.0 / (1.0 + np.exp(-logit))).astype(np.int32)
+    z = np.where(action == 1, logit, -logit)
+    logprob = -np.log1p(np.exp(-z))
+    value = VALUE_SCALE * (value_features(obs) @ params[POLICY_FEATURES:])
+    return action, logprob.astype(np.float32), value.astype(np.float32)
+
+
+def checksum(env, step, fields):
+    """FNV-1a over each step's env id, step index and field bytes (vectorised over the leading dimensions)."""
+    lead = np.shape(env)
+    cells = int(np.prod(lead)) if lead else 1
+    parts = [np.asarray(env, np.uint64), np.asarray(step, np.uint64)] + [
+        np.asarray(fields[k]) for k in ("obs", "action", "logprob", "reward", "value", "done", "truncated",
+                                          "episode_return")]
+    raw = np.concatenate([np.ascontiguousarray(p).reshape(cells, -1).view(np.uint8) for p in parts], axis=1)
+    h = np.full(cells, 1469598103934665603, dtype=np.uint64)
+    prime = np.uint64(1099511628211)
+    for column in raw.T:
+        h = (h ^ column.astype(np.uint64)) * prime
+    return h.reshape(lead)
+
+
+def params_path(buffer):
+    return os.path.join(tempfile.gettempdir(), f"shmreplay-{buffer}.params.npy")
+
+
+def publish(path, params):
+    """The learner: write the parameters to a temporary file and rename it over `path`, so a reader sees one
+    whole version or the previous one, never a mix."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        np.save(f, np.asarray(params, np.float64))
+    os.replace(tmp, path)
+
+
+def read_params(path, last_mtime):
+    """The actors: (params, mtime) when `path` changed since `last_mtime`, else (None, last_mtime)."""
+    try:
+        mtime = os.stat(path).st_mtime_ns
+        if mtime == last_mtime:
+            return None, last_mtime
+        return np.load(path), mtime
+    except (FileNotFoundError, ValueError, EOFError):
+        return None, last_mtime

@@ -1,0 +1,141 @@
+"""The main job on real envpool: one shmreplay buffer, K envpool actor processes (async mode, each leasing its
+own env ids) and one PyTorch learner process, for --seconds; then a summary with every process's figures.
+
+    .venv/bin/python examples/envpool/run.py --seconds 180              # CartPole-v1, learning
+    .venv/bin/python examples/envpool/run.py --json --seconds 20         # the summary as JSON
+
+The launcher creates the buffer, starts the learner and the actors, forwards the learner's lines, stops
+everything with SIGTERM at the end (or on Ctrl-C), collects each process's @report line, removes the buffer
+and prints the summary. Exit status 0 only if every process exited cleanly and the learner saw no violation."""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import shmreplay
+from common import SCHEMA, params_path
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=120)
+    p.add_argument("--workers", type=int, default=2, help="actor processes")
+    p.add_argument("--envs-per-worker", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=8, help="envpool's batch_size: envs per recv")
+    p.add_argument("--capacity", type=int, default=4096, help="steps kept per env")
+    p.add_argument("--min-replay", type=int, default=2048, help="the learner's first update waits for this many")
+    p.add_argument("--ready-timeout", type=float, default=120, help="longest wait for the processes to start")
+    p.add_argument("--name", default=f"envpool-cartpole-{os.getpid()}")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("--quiet", action="store_true", help="do not forward the learner's lines")
+    p.add_argument("--keep", action="store_true", help="leave the buffer for `shmreplay info`")
+    a = p.parse_args()
+    out = sys.stderr if a.json else sys.stdout
+    envs = a.workers * a.envs_per_worker
+    buf = shmreplay.Buffer.create(a.name, envs, a.capacity, SCHEMA, replace=True)
+    print(f"buffer '{a.name}': {envs} envs x {a.capacity} steps; 1 learner and {a.workers} envpool actors for "
+          f"{a.seconds:g} s (Ctrl-C stops)", file=out, flush=True)
+    py = sys.executable
+    procs = [("learner", subprocess.Popen([py, os.path.join(HERE, "learner.py"), "--buffer", a.name,
+                                           "--min-replay", str(a.min_replay)]
+                                          + (["--quiet"] if a.quiet else []),
+                                          stdout=subprocess.PIPE, text=True))]
+    for w in range(a.workers):
+        procs.append((f"actor {w}", subprocess.Popen(
+            [py, os.path.join(HERE, "actor.py"), "--buffer", a.name, "--first-env", str(w * a.envs_per_worker),
+             "--num-envs", str(a.envs_per_worker), "--batch-size", str(a.batch_size), "--seed", str(w)],
+            stdout=subprocess.PIPE, text=True)))
+    reports, ready = {}, set()
+
+    def forward(role, proc):
+        for line in proc.stdout:
+            if line.startswith("@ready"):
+                ready.add(role)
+            elif line.startswith("@report "):
+                reports[role] = json.loads(line[len("@report "):])
+            elif not a.quiet:
+                print(line, end="", file=out, flush=True)
+
+    threads = [threading.Thread(target=forward, args=pr, daemon=True) for pr in procs]
+    for t in threads:
+        t.start()
+    interrupted = False
+    started = time.monotonic()
+    try:
+        # --seconds of work: the clock starts once every process has made its env pool or sampler (importing
+        # envpool and torch takes seconds, many more on a busy machine), or after --ready-timeout
+        while len(ready) < len(procs) and time.monotonic() - started < a.ready_timeout and \
+                all(pr.poll() is None for _, pr in procs):
+            time.sleep(0.1)
+        started = time.monotonic()
+        while time.monotonic() - started < a.seconds and all(pr.poll() is None for _, pr in procs):
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        interrupted = True
+    wall = time.monotonic() - started
+    for _, pr in procs[1:] + procs[:1]:        # actors first, then the learner
+        if pr.poll() is None:
+            pr.send_signal(signal.SIGTERM)
+    status = {}
+    for role, pr in procs:
+        try:
+            code = pr.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            pr.kill()
+            code = pr.wait()
+        status[role] = code
+    for t in threads:
+        t.join(timeout=5)
+    if not a.keep:
+        shmreplay.Buffer.remove(a.name)
+    try:
+        os.remove(params_path(a.name))
+    except FileNotFoundError:
+        pass
+
+    actors = [reports.get(f"actor {w}", {}) for w in range(a.workers)]
+    learner = reports.get("learner", {})
+    first = [r["return_first"] for r in actors if r.get("return_first") is not None]
+    last = [r["return_last"] for r in actors if r.get("return_last") is not None]
+    summary = {
+        "seconds": wall, "interrupted": interrupted, "workers": a.workers, "envs": envs,
+        "pushes": sum(r.get("pushes", 0) for r in actors),
+        "env_steps_per_s": sum(r.get("env_steps_per_s", 0) for r in actors),
+        "rows_sampled": learner.get("rows_sampled"), "updates": learner.get("updates"),
+        "updates_per_s": learner.get("updates_per_s"), "retries": learner.get("retries"),
+        "violations": learner.get("violations"),
+        "return_first": sum(first) / len(first) if first else None,
+        "return_last": sum(last) / len(last) if last else None,
+        "processes": [{"role": role, "exit": status[role], "clean": status[role] == 0 and role in reports,
+                       "report": reports.get(role)} for role, _ in procs],
+        "buffer": {"name": a.name, "kept": a.keep},
+    }
+    summary["ok"] = all(pr["clean"] for pr in summary["processes"]) and summary["violations"] == 0
+    if a.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        print(f"summary: {wall:.1f} s, {a.workers} envpool actors x {a.envs_per_worker} CartPoles", file=out)
+        print(f"  env steps pushed  {summary['pushes']:>10}  ({summary['env_steps_per_s']:.0f}/s)", file=out)
+        print(f"  rows sampled      {summary['rows_sampled']!s:>10}  in {summary['updates']} updates "
+              f"({summary['updates_per_s'] or 0:.1f}/s), {summary['retries']} retries", file=out)
+        print(f"  episode return    {summary['return_first'] or 0:10.1f}  -> {summary['return_last'] or 0:.1f} "
+              "(actors' first and last 100 episodes)", file=out)
+        print(f"  violations        {summary['violations']!s:>10}  (every sampled step's stamp checked)", file=out)
+        for pr in summary["processes"]:
+            r = pr["report"] or {}
+            figures = (f"{r.get('env_steps_per_s', 0):.0f} env steps/s, {r.get('episodes', 0)} episodes"
+                       if pr["role"].startswith("actor") else
+                       f"{r.get('updates_per_s', 0):.1f} updates/s, {r.get('rows_per_s', 0):.0f} rows/s")
+            print(f"  {pr['role']:<9} exit {pr['exit']}  {figures}", file=out)
+        print(f"  buffer            {'kept' if a.keep else 'removed'}", file=out)
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
