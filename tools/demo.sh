@@ -1,25 +1,37 @@
 #!/usr/bin/env bash
-# The main job, from a fresh clone: installs what is missing, builds the CartPole actor/learner example, and
-# runs it (1 learner and 2 envpool-style actor processes on one shmreplay buffer, 25 s by default).
+# The main job, from a fresh clone: installs what is missing, pip installs the package into the project's .venv,
+# and runs the envpool example: 2 envpool actor processes (CartPole-v1 in async mode) and a PyTorch learner on
+# one shmreplay buffer, 180 s by default, then a summary with every process's figures.
 #
-#   tools/demo.sh                     the default run (the C++ learner)
-#   tools/demo.sh --python            the PyTorch learner (examples/python/torch_learner.py) in its place
-#   tools/demo.sh --seconds 60 --workers 3 --keep     any cartpole_run option (see --help)
+#   tools/demo.sh                                  the envpool run (options go to examples/envpool/run.py)
+#   tools/demo.sh --seconds 60 --workers 3         any run.py option (see --help)
+#   tools/demo.sh --cpp [cartpole_run options]     the C++ example instead (C++ actors and learner)
+#   tools/demo.sh --cpp --python                   the C++ actors with the PyTorch DQN learner
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 args=()
+cpp=0
 python=0
 for arg in "$@"; do
-  if [[ $arg == --python ]]; then python=1; else args+=("$arg"); fi
+  case "$arg" in
+    --cpp) cpp=1 ;;
+    --python) python=1 ;;
+    *) args+=("$arg") ;;
+  esac
 done
 
 tools/setup.sh --no-numpy1
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j "$(nproc)" --target cartpole_run cartpole_actor cartpole_learner shmreplay_cli
-if ((python)); then
-  # the package as a user has it: pip installs this clone into the project's .venv (recompiling only what changed)
-  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps .
-  exec build/examples/cartpole_run --learner "$PWD/.venv/bin/python $PWD/examples/python/torch_learner.py" "${args[@]}"
+if ((cpp)); then
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build -j "$(nproc)" --target cartpole_run cartpole_actor cartpole_learner shmreplay_cli
+  if ((python)); then
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps .
+    exec build/examples/cartpole_run --learner "$PWD/.venv/bin/python $PWD/examples/python/torch_learner.py" \
+      "${args[@]}"
+  fi
+  exec build/examples/cartpole_run "${args[@]}"
 fi
-exec build/examples/cartpole_run "${args[@]}"
+# the package as a user has it: pip installs this clone into .venv (recompiling only what changed)
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps .
+exec .venv/bin/python examples/envpool/run.py --seconds 180 "${args[@]}"

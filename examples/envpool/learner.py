@@ -40,42 +40,47 @@ def check_rows(batch, heads):
     return int(bad.sum() + bad_prefix.sum() + past_head.sum())
 
 
+def vtrace_targets(logpi, behaviour_logprob, v, reward, done, mask):
+    """V-trace (lambda = 1, rho-bar = c-bar = 1) over rows [B, L], in NumPy: the value targets vs, the policy
+    advantages, and which steps are trained (those whose successor is in the row, or that ended an episode)."""
+    next_valid = np.concatenate([mask[:, 1:], np.zeros_like(mask[:, :1])], axis=1)
+    trained = mask & (done | next_valid)
+    rho = np.minimum(1.0, np.exp(logpi - behaviour_logprob))
+    v_next = np.concatenate([v[:, 1:], np.zeros_like(v[:, :1])], axis=1) * ~done
+    vs = v.copy()
+    carry = np.zeros(v.shape[0])          # vs_{t+1} - v_{t+1} along a chain of trained steps
+    length = v.shape[1]
+    for t in reversed(range(length)):
+        chained = trained[:, t] & ~done[:, t] & (trained[:, t + 1] if t + 1 < length else False)
+        delta = rho[:, t] * (reward[:, t] + GAMMA * v_next[:, t] - v[:, t])
+        vs[:, t] = v[:, t] + delta + GAMMA * rho[:, t] * np.where(chained, carry, 0.0)
+        carry = vs[:, t] - v[:, t]
+    vs_next = np.concatenate([vs[:, 1:], np.zeros_like(vs[:, :1])], axis=1)
+    next_trained = np.concatenate([trained[:, 1:], np.zeros_like(trained[:, :1])], axis=1)
+    q = reward + GAMMA * np.where(next_trained & ~done, vs_next, v_next) * ~done
+    return vs, rho * (q - v), trained
+
+
 def vtrace_loss(params, b, entropy_coef):
-    """The loss of one batch: V-trace value regression plus the policy gradient with an entropy bonus (lambda =
-    1, rho-bar = c-bar = 1). A step is trained when its successor is in the row or it ended an episode."""
-    mask = torch.from_numpy(b.mask)
-    obs = b["obs"]
-    f = torch.from_numpy(policy_features(obs))                 # [B, L, 5]
-    psi = torch.from_numpy(value_features(obs))                # [B, L, 15]
+    """The loss of one batch: V-trace value regression plus the policy gradient with an entropy bonus; and the
+    mean squared V-trace error, for the progress lines."""
+    mask = b.mask
+    f = torch.from_numpy(policy_features(b["obs"]))            # [B, L, 5]
+    psi = torch.from_numpy(value_features(b["obs"]))           # [B, L, 15]
     logit = (f @ params[:POLICY_FEATURES]).clamp(-30, 30)
     v = VALUE_SCALE * (psi @ params[POLICY_FEATURES:])
-    action = torch.from_numpy(b["action"].astype(np.float64))
-    logpi = torch.nn.functional.logsigmoid(torch.where(action == 1, logit, -logit))
-    reward = torch.from_numpy(b["reward"].astype(np.float64))
-    done = torch.from_numpy(b["done"]) & mask
-    next_valid = torch.cat([mask[:, 1:], torch.zeros_like(mask[:, :1])], dim=1)
-    trained = mask & (done | next_valid)
-    with torch.no_grad():
-        rho = torch.exp(logpi - torch.from_numpy(b["logprob"].astype(np.float64))).clamp(max=1.0)
-        vd = v.detach()
-        v_next = torch.cat([vd[:, 1:], torch.zeros_like(vd[:, :1])], dim=1) * (~done)
-        vs = torch.zeros_like(vd)
-        carry = torch.zeros(vd.shape[0], dtype=vd.dtype)
-        for t in reversed(range(vd.shape[1])):
-            # carry = vs_{t+1} - v_{t+1}, zero at an episode's end or the row's last trained step
-            keep = trained[:, t] & ~done[:, t] & (trained[:, t + 1] if t + 1 < vd.shape[1] else False)
-            delta = rho[:, t] * (reward[:, t] + GAMMA * v_next[:, t] - vd[:, t])
-            vs[:, t] = vd[:, t] + delta + GAMMA * rho[:, t] * torch.where(keep, carry, torch.zeros_like(carry))
-            carry = vs[:, t] - vd[:, t]
-        vs_next = torch.cat([vs[:, 1:], torch.zeros_like(vs[:, :1])], dim=1)
-        vs_next = torch.where(trained.roll(-1, 1) & ~done, vs_next, v_next)
-        advantage = rho * (reward + GAMMA * vs_next * (~done) - vd) / VALUE_SCALE
-    n = trained.sum().clamp(min=1)
-    value_loss = (((vs - v) / VALUE_SCALE) ** 2 * trained).sum() / n
+    action = torch.from_numpy(b["action"] == 1)
+    logpi = torch.nn.functional.logsigmoid(torch.where(action, logit, -logit))
+    vs, advantage, trained = vtrace_targets(logpi.detach().numpy(), b["logprob"].astype(np.float64),
+                                            v.detach().numpy(), b["reward"].astype(np.float64),
+                                            b["done"] & mask, mask)
+    n = max(1, int(trained.sum()))
+    w = torch.from_numpy(trained.astype(np.float64)) / n
+    value_loss = (((torch.from_numpy(vs) - v) / VALUE_SCALE) ** 2 * w).sum()
     p = torch.sigmoid(logit)
     entropy = -(p * torch.log(p + 1e-12) + (1 - p) * torch.log(1 - p + 1e-12))
-    policy_loss = -((advantage * logpi + entropy_coef * entropy) * trained).sum() / n
-    return value_loss + policy_loss, float(((vs - vd) ** 2 * trained).sum() / n)
+    policy_loss = -((torch.from_numpy(advantage / VALUE_SCALE) * logpi + entropy_coef * entropy) * w).sum()
+    return value_loss + policy_loss, float(((vs - v.detach().numpy()) ** 2 * trained).sum() / n)
 
 
 class Adam:
@@ -128,7 +133,7 @@ def main():
     updates = rows = violations = 0
     losses = []
     started = time.monotonic()
-    last_print = started
+    last_print = next_publish = started
     with shmreplay.Sampler(buf, seed=1) as s:
         print("@ready", flush=True)
         while not stop and not s.wait("replay", a.min_replay, timeout=0.5):
@@ -143,7 +148,9 @@ def main():
             loss, value_error = vtrace_loss(params, batch, a.entropy)
             loss.backward()
             opt.step()
-            publish(path, params.detach().numpy())
+            if time.monotonic() >= next_publish:  # the actors poll every 100 ms; a file per update is waste
+                publish(path, params.detach().numpy())
+                next_publish = time.monotonic() + 0.02
             updates += 1
             rows += batch.rows
             losses.append(value_error)
