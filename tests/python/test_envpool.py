@@ -30,3 +30,16 @@ def test_envpool_actors_and_the_learner_run_with_every_sampled_step_checked(name
     assert not shmreplay.Buffer.exists(name)
     print(f"{summary['pushes']} env steps, {summary['updates']} updates, return {summary['return_first']:.1f} -> "
           f"{summary['return_last']:.1f}")
+
+
+@pytest.mark.skipif(bool(os.environ.get("LD_PRELOAD")), reason="the sanitizer pass: too slow under ASan's runtime")
+def test_the_atari_throughput_run_reports_every_process():
+    run = os.path.join(ROOT, "examples", "envpool", "throughput.py")
+    out = subprocess.run([sys.executable, run, "--seconds", "4", "--json", "--workers", "2", "--envs-per-worker", "2",
+                          "--batch-size", "1", "--capacity", "128", "--replay-rows", "4", "--online-rows", "4"],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    reports = {r["role"]: r for r in json.loads(out.stdout)}
+    assert set(reports) == {"learner", "actor 0", "actor 1"}, reports
+    assert all(reports[f"actor {w}"]["env_steps"] > 0 for w in range(2)), reports
+    assert reports["learner"]["batches"] >= 0
