@@ -1,8 +1,9 @@
 // Fuzz target: a checkpoint file of arbitrary bytes, loaded twice: as it is, and with its checksums, sizes and
 // totals repaired (so that mutations reach the loader's own checks, the segment it builds, and a learner over
 // that segment, instead of stopping at the first CRC). Each time: verify_checkpoint, load_checkpoint into a new
-// segment, read it back as the inspector and the learner do, then load the file again into that existing
-// segment. shmreplay::Error is the expected refusal; anything else is a finding.
+// segment, save that segment and check the new file holds the same steps, read it as the inspector and the
+// learner do, then load the file again into that existing segment. shmreplay::Error is the expected refusal of
+// the input; anything else (or an Error from saving what was loaded) is a finding.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -73,15 +74,40 @@ bool small_enough(const CheckpointInfo& info) {
   return info.schema.step_bytes() <= kMaxSegmentBytes && bytes <= kMaxSegmentBytes;
 }
 
+// What a load made of a checkpoint must save back to: the same envs, each with the same steps (first step, head,
+// records) and online start. (claimed may differ: a partly filled env whose writer was mid-write saves as
+// claimed = head, the same steps.) Any Error here is a finding too: the state came from a verified file.
+void check_round_trip(const std::string& name, const CheckpointInfo& loaded) {
+  const std::string again = fuzz::private_dir() + "/again.ckpt";
+  const Buffer b = Buffer::open(name, {.read_only = true});
+  const CheckpointInfo saved = save_checkpoint(b, again);
+  const CheckpointInfo verified = verify_checkpoint(again);
+  if (saved.envs.size() != loaded.envs.size() || verified.total_steps != loaded.total_steps ||
+      !(verified.schema == loaded.schema) || !(verified.episode_fields == loaded.episode_fields)) {
+    std::abort();
+  }
+  for (std::size_t k = 0; k < loaded.envs.size(); ++k) {
+    const CheckpointEnv& a = loaded.envs[k];
+    const CheckpointEnv& c = verified.envs[k];
+    if (a.env != c.env || a.first_step != c.first_step || a.steps != c.steps || a.head != c.head ||
+        a.online_start != c.online_start || a.data_crc != c.data_crc) {
+      std::abort();
+    }
+  }
+  ::unlink(again.c_str());
+}
+
 void load_and_read(const std::string& path, fuzz::Choices& choices) {
   const std::string name = "loaded";
+  CheckpointInfo info;
   try {
-    const CheckpointInfo info = verify_checkpoint(path);
+    info = verify_checkpoint(path);
     if (!small_enough(info)) return;
     (void)load_checkpoint(path, name);
   } catch (const Error&) {
     return;
   }
+  check_round_trip(name, info);
   fuzz::read_as_inspector(name, choices);
   fuzz::drive_learner(name, choices);
   try {
