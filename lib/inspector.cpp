@@ -147,6 +147,12 @@ StepRecords Inspector::read_steps(uint64_t env, uint64_t first_step, uint64_t co
   for (uint32_t round = 0; round < kMaxRounds; ++round) {
     if (round > 0) ::sched_yield();
     const detail::StepRange view = detail::view_range(b.env_control(env), View::replay, b.capacity());
+    if (view.hi - view.lo > b.capacity()) {  // a writer keeps head <= claimed <= head + 1: damaged counters
+      if (round < 100) continue;               // (or a load rewriting the env: look again for a while)
+      throw Error(Errc::corrupt, fmt::format("cannot read steps of env {} of '{}': its counters claim {} stored "
+                                             "steps (steps {} to {}) but it holds at most {}",
+                                             env, b.name(), view.hi - view.lo, view.lo, view.hi, b.capacity()));
+    }
     const uint64_t lo = std::max(first_step, view.lo);
     const uint64_t hi = std::min(end_asked, view.hi);
     if (lo >= hi) {

@@ -146,3 +146,17 @@ TEST_CASE("list_segments finds shmreplay segments, reports damaged ones and skip
   CHECK(saw_damaged);
   CHECK_FALSE(saw_foreign);
 }
+
+TEST_CASE("read_steps refuses an env whose counters claim more steps than it holds, instead of allocating them") {
+  const std::string name = unique_name("insp-dmg");
+  SegmentGuard guard(name);
+  Buffer b = Buffer::create(name, 1, 8, Schema::parse("x:u8[4096]"));
+  b.env_control(0).head.store(uint64_t{1} << 40);  // damaged: head far above claimed
+  b.env_control(0).claimed.store(5);
+  const Inspector insp(name);
+  std::string message;
+  CHECK(test::error_of([&] { (void)insp.read_steps(0, 0, uint64_t{1} << 41); }, &message) ==
+        static_cast<int>(Errc::corrupt));
+  CHECK(message.find("claim") != std::string::npos);
+  CHECK(message.find("at most 8") != std::string::npos);
+}

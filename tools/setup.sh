@@ -2,7 +2,8 @@
 # Installs what shmreplay needs to build and test, and only what is missing. Safe to run again: it does nothing
 # when everything is present.
 #
-# - Debian 12 packages for the C++ library, CLI and tests (apt; needs root or sudo only when something is missing).
+# - Debian 12 packages for the C++ library, CLI, tests and fuzzers (apt; needs root or sudo only when something is
+#   missing).
 # - The project's virtual environment .venv (in the clone), made with the machine's python3 (SHMREPLAY_PYTHON to
 #   choose another), holding what the Python side builds and tests with, from PyPI: scikit-build-core and pybind11
 #   (the package's build), NumPy 2, pytest, PyTorch 2, JAX and envpool (its extras torch, jax, envpool and
@@ -35,6 +36,7 @@ packages=(
   nlohmann-json3-dev              # --json output
   doctest-dev                     # tests
   util-linux                      # unshare/mount, used by the full-/dev/shm test
+  clang libclang-rt-14-dev        # libFuzzer, for the fuzz targets (tools/fuzz/run.sh)
 )
 # Debian's own python3 needs its venv module and headers as packages; another interpreter (pyenv, conda) has them.
 if [[ $(command -v "$python" || true) == /usr/bin/* ]]; then

@@ -6,10 +6,10 @@
 #    suite against the package pip installed (in both environments), and a fresh virtual environment that pip
 #    installs the clone into and runs processes and the CLI from;
 # 3. everything again under AddressSanitizer + UndefinedBehaviorSanitizer (the Python suite against the
-#    sanitized module in the build tree, with .venv's interpreter).
+#    sanitized module in the build tree, with .venv's interpreter), then a short run of each fuzz target.
 #
 #   tools/test.sh                  everything (this is what CI runs)
-#   tools/test.sh --no-sanitize    skip the sanitizer build, for a quicker local loop
+#   tools/test.sh --no-sanitize    skip the sanitizer build and the fuzzers, for a quicker local loop
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -47,5 +47,7 @@ run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHMREPLAY_BUILD_PYTHON=OFF \
 if ((sanitize)); then
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests" >&2
   run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSHMREPLAY_SANITIZE=ON -DPython_EXECUTABLE="$venv/bin/python"
+  echo "== fuzzers: a short run of each libFuzzer target (clang, ASan+UBSan; longer: tools/fuzz/run.sh --seconds S)" >&2
+  tools/fuzz/run.sh --runs 5000
 fi
 echo "== all tests passed" >&2

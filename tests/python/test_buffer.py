@@ -94,3 +94,11 @@ def test_the_readmes_python_example_runs(name):
     for block in blocks:
         exec(compile(block.replace('"demo"', repr(name)), "README.md", "exec"), {})
     assert not shmreplay.Buffer.exists(name)
+
+
+def test_a_mode_with_more_than_read_and_write_bits_is_refused_naming_it(name):
+    for mode in (0o755, 0o4666, 0o1600):
+        with pytest.raises(shmreplay.InvalidArgument, match=oct(mode)[2:]):
+            shmreplay.Buffer.create(name, 1, 1, "x:u8", mode=mode)
+        assert not shmreplay.Buffer.exists(name)
+    assert shmreplay.Buffer.create(name, 1, 1, "x:u8", mode=0o640).name == name
