@@ -42,6 +42,28 @@ SCHEMA = ("obs:f32[4] action:i32 logprob:f32 reward:f32 value:f32 done:bool trun
 stop = False
 
 
+class Adam:
+    """Adam over a list of tensors. (torch.optim's first use imports torch._dynamo, which takes seconds, many more
+    on a busy 2-core machine, while the launcher's clock runs; this learner does without it.)"""
+
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8):
+        self.params, self.lr, self.b1, self.b2, self.eps, self.t = params, lr, betas[0], betas[1], eps, 0
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+
+    @torch.no_grad()
+    def step(self):
+        self.t += 1
+        c1, c2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t
+        for p, m, v in zip(self.params, self.m, self.v):
+            if p.grad is None:
+                continue
+            m.mul_(self.b1).add_(p.grad, alpha=1 - self.b1)
+            v.mul_(self.b2).addcmul_(p.grad, p.grad, value=1 - self.b2)
+            p.sub_(self.lr * (m / c1) / ((v / c2).sqrt() + self.eps))
+            p.grad = None
+
+
 def on_signal(signum, frame):
     global stop
     stop = True
@@ -173,7 +195,7 @@ def main():
     buf = shmreplay.Buffer.open(o.buffer, schema=SCHEMA, ready_timeout=10.0)
     online, target = q_network(), q_network()
     target.load_state_dict(online.state_dict())
-    optimiser = torch.optim.Adam(online.parameters(), lr=o.lr)
+    optimiser = Adam(list(online.parameters()), o.lr)
     report = {"updates": 0, "rows_sampled": 0, "pairs_trained": 0, "retries": 0, "violations": 0}
     losses, evals = [], []
     start = time.monotonic()
@@ -196,7 +218,6 @@ def main():
             sampler.reset_online_queue()
             report["violations"] += violations(batch, buf.heads())
             loss, pairs = td_loss(online, target, batch, o.gamma)
-            optimiser.zero_grad()
             loss.backward()
             optimiser.step()
             report["updates"] += 1

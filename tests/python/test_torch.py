@@ -67,8 +67,8 @@ CARTPOLE_RUN = os.environ.get("SHMREPLAY_CARTPOLE_RUN")
 @pytest.mark.skipif(not CARTPOLE_RUN, reason="SHMREPLAY_CARTPOLE_RUN (the built cartpole_run) is not set")
 def test_the_pytorch_learner_trains_on_what_the_cpp_actors_push(name):
     learner = f"{sys.executable} {os.path.join(ROOT, 'examples', 'python', 'torch_learner.py')} --eval-seconds 1"
-    # 8 s; longer in the sanitizer build, where importing torch alone takes several seconds
-    seconds = os.environ.get("SHMREPLAY_CARTPOLE_SECONDS", "8")
+    # 10 s; longer in the sanitizer build, where importing torch alone takes several seconds
+    seconds = os.environ.get("SHMREPLAY_CARTPOLE_SECONDS", "10")
     out = subprocess.run([CARTPOLE_RUN, "--seconds", seconds, "--json", "--quiet", "--name", name, "--learner", learner],
                          capture_output=True, text=True, env=os.environ, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
