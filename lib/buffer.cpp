@@ -20,8 +20,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "detail/file.hpp"
-#include "detail/process.hpp"
+#include "detail/os/file.hpp"
+#include "detail/os/process.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {

@@ -21,12 +21,12 @@
 
 #include <fmt/format.h>
 
-#include "detail/crc32.hpp"
-#include "detail/env_state.hpp"
-#include "detail/episodes.hpp"
-#include "detail/file.hpp"
-#include "detail/process.hpp"
-#include "detail/step_copy.hpp"
+#include "detail/os/crc32.hpp"
+#include "detail/os/file.hpp"
+#include "detail/os/process.hpp"
+#include "detail/protocol/env_state.hpp"
+#include "detail/protocol/episodes.hpp"
+#include "detail/protocol/step_copy.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/layout.hpp"
 #include "shmreplay/sampler.hpp"

@@ -12,11 +12,11 @@
 
 #include <fmt/format.h>
 
-#include "detail/env_state.hpp"
-#include "detail/episodes.hpp"
-#include "detail/futex.hpp"
-#include "detail/lease.hpp"
-#include "detail/process.hpp"
+#include "detail/os/futex.hpp"
+#include "detail/os/process.hpp"
+#include "detail/protocol/env_state.hpp"
+#include "detail/protocol/episodes.hpp"
+#include "detail/protocol/lease.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {

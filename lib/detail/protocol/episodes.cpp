@@ -1,4 +1,4 @@
-#include "detail/episodes.hpp"
+#include "detail/protocol/episodes.hpp"
 
 #include <algorithm>
 #include <cstring>

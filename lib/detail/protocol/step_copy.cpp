@@ -1,4 +1,4 @@
-#include "detail/step_copy.hpp"
+#include "detail/protocol/step_copy.hpp"
 
 #include <atomic>
 #include <cstring>
