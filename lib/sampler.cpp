@@ -12,11 +12,12 @@
 
 #include <fmt/format.h>
 
-#include "detail/os/futex.hpp"
 #include "detail/os/process.hpp"
-#include "detail/protocol/env_state.hpp"
+#include "detail/protocol/env_ids.hpp"
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/lease.hpp"
+#include "detail/protocol/seqlock.hpp"
+#include "detail/protocol/wake.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
@@ -24,11 +25,6 @@ namespace {
 
 using layout::EnvControl;
 using layout::GlobalControl;
-using layout::kUpdateLockBit;
-
-detail::LeaseWords learner_lease(GlobalControl& g) noexcept {
-  return {g.learner_lease, g.learner_start_ticks, g.learner_since_ns, g.learner_takeovers};
-}
 
 // A double in [0, 1) from the top 53 bits of one engine output: the same on every platform.
 inline double uniform01(Rng& rng) noexcept { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
@@ -153,7 +149,7 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
   }
   const uint64_t lease_word = detail::self_lease_word();
   GlobalControl& g = buffer.global_control();
-  const detail::LeaseResult r = detail::try_take_lease(learner_lease(g), lease_word);
+  const detail::LeaseResult r = detail::try_take_lease(detail::learner_lease_words(g), lease_word);
   if (r.outcome == detail::LeaseOutcome::held_by_us) {
     throw Error(Errc::lease_held,
                 fmt::format("cannot attach a learner to '{}': this process already has a Sampler on it; a buffer "
@@ -170,7 +166,7 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
     // The dead learner may have died inside try_update(); only the learner waits, so its waiter count goes too
     // (it would make every push issue a futex wake).
     for (uint64_t e = 0; e < buffer.num_envs(); ++e) detail::release_dead_update_lock(buffer.env_control(e));
-    g.waiters.store(0, std::memory_order_relaxed);
+    detail::forget_waiters(g);
   }
   lease_ = LearnerLease(&buffer, lease_word);
   const std::size_t num_envs = static_cast<std::size_t>(buffer.num_envs());
@@ -196,7 +192,7 @@ Sampler::LearnerLease& Sampler::LearnerLease::operator=(LearnerLease&& other) no
 void Sampler::LearnerLease::release() noexcept {
   // A copy in a forked child leaves the lease alone: it is the parent's.
   if (buffer_ != nullptr && fork_generation_ == detail::fork_generation()) {
-    detail::release_lease(learner_lease(buffer_->global_control()), word_);
+    detail::release_lease(detail::learner_lease_words(buffer_->global_control()), word_);
   }
   buffer_ = nullptr;
 }
@@ -223,10 +219,7 @@ uint64_t Sampler::size(View view) const noexcept {
 }
 
 EnvSizes Sampler::sizes(uint64_t env_id) const {
-  if (env_id >= buffer_->num_envs()) {
-    throw Error(Errc::env_out_of_range, fmt::format("cannot size env {} of '{}': env ids run from 0 to {}", env_id,
-                                                    buffer_->name(), buffer_->num_envs() - 1));
-  }
+  detail::check_env_id(*buffer_, env_id, "size");
   const EnvControl& c = buffer_->env_control(env_id);
   const detail::StepRange replay = view_range(c, View::replay, buffer_->capacity());
   const detail::StepRange online = view_range(c, View::online, buffer_->capacity());
@@ -244,36 +237,13 @@ bool Sampler::wait(View view, uint64_t min_steps, uint64_t timeout_ms) {
                             buffer_->capacity()));
   }
   if (size(view) >= min_steps) return true;
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  GlobalControl& g = buffer_->global_control();
-  // seq_cst: pairs with the writers' seq_cst fence between their head stores and their load of `waiters`.
-  g.waiters.fetch_add(1, std::memory_order_seq_cst);
-  bool ready = false;
-  for (;;) {
-    // seq_cst: read the wake word before re-checking the heads, so a wake after the check changes the word and
-    // FUTEX_WAIT returns at once.
-    const auto seq = static_cast<uint32_t>(g.wake_seq.load(std::memory_order_seq_cst));
-    if (size(view) >= min_steps) {
-      ready = true;
-      break;
-    }
-    const auto now = Clock::now();
-    if (now >= deadline) break;
-    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
-    detail::futex_wait(g.wake_seq, seq, std::min<uint64_t>(static_cast<uint64_t>(left), 50'000'000ull));
-  }
-  g.waiters.fetch_sub(1, std::memory_order_relaxed);
-  return ready;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  return detail::wait_until(buffer_->global_control(), deadline, [&] { return size(view) >= min_steps; });
 }
 
 void Sampler::reset_online_queue() {
   lease_.check_process("reset the online queue of");
-  for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
-    EnvControl& c = buffer_->env_control(e);
-    // Only the learner writes online_start, and only the learner's own sampling reads it: relaxed.
-    c.online_start.store(c.head.load(std::memory_order_acquire), std::memory_order_relaxed);
-  }
+  for (uint64_t e = 0; e < buffer_->num_envs(); ++e) detail::reset_online_start(buffer_->env_control(e));
   buffer_->global_control().online_resets.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -393,8 +363,7 @@ bool Sampler::copy_steps(uint64_t env, uint64_t start, uint64_t count, std::size
   const EnvControl& c = buffer_->env_control(env);
   const uint64_t cap = buffer_->capacity();
   const std::size_t L = out.length_;
-  // acquire: pairs with the release store that ended the last update, so its bytes are seen by the copy.
-  const uint64_t useq = c.update_seq.load(std::memory_order_acquire);
+  const uint64_t useq = detail::read_begin(c);  // before the copy
   const uint64_t slot0 = start % cap;
   const uint64_t first = std::min(count, cap - slot0);  // steps before the ring wraps
   for (std::size_t f = 0; f < out.field_ptr_.size(); ++f) {
@@ -408,13 +377,8 @@ bool Sampler::copy_steps(uint64_t env, uint64_t start, uint64_t count, std::size
   uint8_t* mask = out.mask_ + row * L;
   std::memset(mask, 1, count);
   std::memset(mask + count, 0, L - count);
-  // acquire fence: pairs with the writer's release fence after raising `claimed` (and the learner's after
-  // making update_seq odd): if the copy read any byte written after those, the loads below see them.
-  std::atomic_thread_fence(std::memory_order_acquire);
-  const uint64_t claimed = c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit;
-  const uint64_t useq_after = c.update_seq.load(std::memory_order_relaxed);
-  // Step `start` is intact while no writer has claimed step start + cap (which reuses its slot).
-  return (useq & 1) == 0 && useq == useq_after && claimed <= start + cap;
+  // Step `start` (and so every later one) is intact while no writer has claimed step start + cap.
+  return detail::copy_intact(useq, detail::read_end(c), start, cap);
 }
 
 void Sampler::count_call(std::size_t rows) noexcept {
@@ -428,9 +392,7 @@ void Sampler::count_call(std::size_t rows) noexcept {
 // capacity 1), which a redraw gets past.
 bool Sampler::view_has_published(View view) const noexcept {
   for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
-    const EnvControl& c = buffer_->env_control(e);
-    const uint64_t base = view == View::online ? c.online_start.load(std::memory_order_relaxed) : 0;
-    if (c.head.load(std::memory_order_acquire) > base) return true;
+    if (detail::has_published(buffer_->env_control(e), view)) return true;
   }
   return false;
 }
@@ -441,11 +403,8 @@ uint64_t Sampler::published_steps(View view) const noexcept {
   const uint64_t cap = buffer_->capacity();
   uint64_t total = 0;
   for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
-    const EnvControl& c = buffer_->env_control(e);
-    const uint64_t head = c.head.load(std::memory_order_acquire);  // pairs with the writer's release of head
-    uint64_t lo = head > cap ? head - cap : 0;
-    if (view == View::online) lo = std::max(lo, c.online_start.load(std::memory_order_relaxed));
-    total += head - std::min(lo, head);
+    const detail::StepRange r = detail::published_range(buffer_->env_control(e), view, cap);
+    total += r.hi - r.lo;
   }
   return total;
 }
@@ -453,9 +412,7 @@ uint64_t Sampler::published_steps(View view) const noexcept {
 // Whether any env's writer is between its claim and its head store (the view is one step short meanwhile).
 bool Sampler::writes_in_flight() const noexcept {
   for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
-    const EnvControl& c = buffer_->env_control(e);
-    const uint64_t head = c.head.load(std::memory_order_relaxed);
-    if ((c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit) > head) return true;
+    if (detail::write_in_flight(buffer_->env_control(e))) return true;
   }
   return false;
 }
@@ -844,28 +801,9 @@ std::size_t Sampler::pop_episodes(std::span<EpisodeRecord> out) {
   lease_.check_process("pop episodes of");
   if (!buffer_->has_episodes() || out.empty()) return 0;
   const uint64_t num_envs = buffer_->num_envs();
-  const uint64_t capacity = buffer_->episode_queue_capacity();
   std::size_t n = 0;
   for (uint64_t k = 0; k < num_envs && n < out.size(); ++k) {
-    const uint64_t e = (pop_cursor_ + k) % num_envs;
-    layout::EpisodeControl& c = buffer_->episode_control(e);
-    // acquire: pairs with the writer's release store of queue_tail in emit_record; the slots below it are whole.
-    const uint64_t tail = c.queue_tail.load(std::memory_order_acquire);
-    uint64_t head = c.queue_head.load(std::memory_order_relaxed);  // only the learner stores it
-    if (head > tail || tail - head > capacity) head = tail > capacity ? tail - capacity : 0;  // never: defensive
-    const uint64_t take = std::min<uint64_t>(tail - head, out.size() - n);
-    const layout::EpisodeRecordSlot* slots = buffer_->episode_queue(e);
-    for (uint64_t i = 0; i < take; ++i) {
-      const layout::EpisodeRecordSlot& slot = slots[(head + i) % capacity];
-      EpisodeRecord& r = out[n++];
-      r.env = e;
-      r.first_step = slot.first_step.load(std::memory_order_relaxed);
-      r.length = slot.length.load(std::memory_order_relaxed);
-      r.episode_return = detail::f64_of(slot.episode_return.load(std::memory_order_relaxed));
-      r.end = static_cast<EpisodeEnd>(slot.end.load(std::memory_order_relaxed) & 3);
-    }
-    // release: pairs with the writer's acquire load of queue_head before it reuses a slot; our reads come first.
-    if (take > 0) c.queue_head.store(head + take, std::memory_order_release);
+    n += detail::pop_records(*buffer_, (pop_cursor_ + k) % num_envs, out.subspan(n));
   }
   pop_cursor_ = static_cast<std::size_t>((pop_cursor_ + 1) % num_envs);
   return n;
@@ -945,19 +883,14 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
     throw Error(Errc::invalid_argument, fmt::format("cannot peek into '{}': the list of env ids is empty",
                                                     buffer_->name()));
   }
-  for (const uint64_t e : env_ids) {
-    if (e >= buffer_->num_envs()) {
-      throw Error(Errc::env_out_of_range, fmt::format("cannot peek at env {} of '{}': env ids run from 0 to {}", e,
-                                                      buffer_->name(), buffer_->num_envs() - 1));
-    }
-  }
+  for (const uint64_t e : env_ids) detail::check_env_id(*buffer_, e, "peek at");
   out.prepare(buffer_->schema(), env_ids.size(), 1);
   out.episode_fields_ = buffer_->episode_fields();
   for (std::size_t row = 0; row < env_ids.size(); ++row) {
     const uint64_t e = env_ids[row];
     out.env_ids_[row] = e;
     for (uint32_t round = 0;; ++round) {
-      const uint64_t head = buffer_->env_control(e).head.load(std::memory_order_acquire);
+      const uint64_t head = detail::load_head(buffer_->env_control(e));
       out.starts_[row] = head == 0 ? 0 : head - 1;
       if (copy_steps(e, out.starts_[row], head == 0 ? 0 : 1, row, out)) break;
       if (round >= options_.max_retry_rounds) {
@@ -978,10 +911,7 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
 bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBytes> fields) {
   lease_.check_process("update");
   const Schema& schema = buffer_->schema();
-  if (env_id >= buffer_->num_envs()) {
-    throw Error(Errc::env_out_of_range, fmt::format("cannot update env {} of '{}': env ids run from 0 to {}",
-                                                    env_id, buffer_->name(), buffer_->num_envs() - 1));
-  }
+  detail::check_env_id(*buffer_, env_id, "update");
   if (fields.size() != schema.size()) {
     throw Error(Errc::size_mismatch, fmt::format("cannot update '{}': {} field values given, the schema has {} ({})",
                                                  buffer_->name(), fields.size(), schema.size(), schema.to_string()));
@@ -1003,7 +933,7 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
     }
   }
   EnvControl& c = buffer_->env_control(env_id);
-  const uint64_t head = c.head.load(std::memory_order_acquire);  // pairs with the writer's release of head
+  const uint64_t head = detail::load_head(c);
   if (step >= head) {
     throw Error(Errc::invalid_argument,
                 fmt::format("cannot update step {} of env {} of '{}': it was never published (the env has {} "
@@ -1011,31 +941,22 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
                             step, env_id, buffer_->name(), head));
   }
   const uint64_t cap = buffer_->capacity();
-  // Take the env's update lock: set kUpdateLockBit in `claimed`. While it is set the writer cannot claim a new
-  // slot, and the slot it may be writing right now (claimed - 1) is outside the steps we accept below.
-  uint64_t cur = c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit;
-  // acquire: pairs with the writer's claim CAS, so our view of `claimed` is the one the check below relies on.
-  while (!c.claimed.compare_exchange_weak(cur, cur | kUpdateLockBit, std::memory_order_acquire,
-                                          std::memory_order_relaxed)) {
-    cur &= ~kUpdateLockBit;
-  }
-  bool stored = step + cap >= cur;  // step's slot has not been claimed for step + cap
+  // While the update lock is held the writer cannot claim a new slot, and the slot it may be writing right now
+  // (claimed - 1) is outside the steps accepted here.
+  const uint64_t claimed = detail::lock_for_update(c);
+  const bool stored = step + cap >= claimed;  // step's slot has not been claimed for step + cap
   if (stored) {
-    const uint64_t seq = c.update_seq.load(std::memory_order_relaxed);
-    c.update_seq.store(seq + 1, std::memory_order_relaxed);
-    // release fence: orders the odd update_seq before the data stores; pairs with samplers' acquire fence.
-    std::atomic_thread_fence(std::memory_order_release);
-    for (std::size_t f = 0; f < fields.size(); ++f) {
-      if (fields[f].data == nullptr) continue;
-      const uint64_t b = schema[f].bytes();
-      std::memcpy(buffer_->field_data(f) + (env_id * cap + step % cap) * b, fields[f].data, b);
+    {
+      const detail::UpdateSection section(c);
+      for (std::size_t f = 0; f < fields.size(); ++f) {
+        if (fields[f].data == nullptr) continue;
+        const uint64_t b = schema[f].bytes();
+        std::memcpy(buffer_->field_data(f) + (env_id * cap + step % cap) * b, fields[f].data, b);
+      }
     }
-    // release: pairs with samplers' acquire load of update_seq before their copy.
-    c.update_seq.store(seq + 2, std::memory_order_release);
     buffer_->global_control().steps_updated.fetch_add(1, std::memory_order_relaxed);
   }
-  // release: pairs with the writer's acquire when it next claims, so our bytes precede its bytes.
-  c.claimed.store(cur, std::memory_order_release);
+  detail::unlock_update(c, claimed);
   return stored;
 }
 

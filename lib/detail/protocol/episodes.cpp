@@ -147,8 +147,8 @@ void emit_record(Buffer& b, uint64_t env, uint64_t head) noexcept {
   EpisodeControl& c = b.episode_control(env);
   const JournalState s = load_slot(c.journal[head % 2]);  // written by this writer before its head store
   const uint64_t tail = c.queue_tail.load(std::memory_order_relaxed);  // only the env's writer stores it
-  // acquire: pairs with the learner's release store of queue_head after it copied records out, so its reads of a
-  // slot happen-before our overwrite of that slot.
+  // acquire: pairs with the learner's release store of queue_head in pop_records after it copied records out, so
+  // its reads of a slot happen-before our overwrite of that slot.
   const uint64_t consumed = c.queue_head.load(std::memory_order_acquire);
   const uint64_t capacity = b.episode_queue_capacity();
   if (tail - consumed >= capacity) {
@@ -161,8 +161,32 @@ void emit_record(Buffer& b, uint64_t env, uint64_t head) noexcept {
   slot.length.store(s.last_length, std::memory_order_relaxed);
   slot.episode_return.store(bits_of(s.last_return), std::memory_order_relaxed);
   slot.end.store(static_cast<uint64_t>(s.last_end), std::memory_order_relaxed);
-  // release: pairs with the learner's acquire load of queue_tail in pop_episodes; the slot is complete.
+  // release: pairs with the learner's acquire load of queue_tail in pop_records; the slot is complete.
   c.queue_tail.store(tail + 1, std::memory_order_release);
+}
+
+std::size_t pop_records(Buffer& b, uint64_t env, std::span<EpisodeRecord> out) noexcept {
+  EpisodeControl& c = b.episode_control(env);
+  const uint64_t capacity = b.episode_queue_capacity();
+  // acquire: pairs with the writer's release store of queue_tail in emit_record; the slots below it are whole.
+  const uint64_t tail = c.queue_tail.load(std::memory_order_acquire);
+  uint64_t head = c.queue_head.load(std::memory_order_relaxed);  // only the learner stores it
+  if (head > tail || tail - head > capacity) head = tail > capacity ? tail - capacity : 0;  // never: defensive
+  const uint64_t take = std::min<uint64_t>(tail - head, out.size());
+  const layout::EpisodeRecordSlot* slots = b.episode_queue(env);
+  for (uint64_t i = 0; i < take; ++i) {
+    const layout::EpisodeRecordSlot& slot = slots[(head + i) % capacity];
+    EpisodeRecord& r = out[static_cast<std::size_t>(i)];
+    r.env = env;
+    r.first_step = slot.first_step.load(std::memory_order_relaxed);
+    r.length = slot.length.load(std::memory_order_relaxed);
+    r.episode_return = f64_of(slot.episode_return.load(std::memory_order_relaxed));
+    r.end = static_cast<EpisodeEnd>(slot.end.load(std::memory_order_relaxed) & 3);
+  }
+  // release: pairs with the writer's acquire load of queue_head in emit_record before it reuses a slot; our reads
+  // come first.
+  if (take > 0) c.queue_head.store(head + take, std::memory_order_release);
+  return static_cast<std::size_t>(take);
 }
 
 void recover_env(Buffer& b, uint64_t env) noexcept {
