@@ -241,7 +241,7 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
     for (uint64_t i = 0; i < num_envs * roles.queue_capacity; ++i) new (slots + i) EpisodeRecordSlot{};
   }
 
-  // Everything above happens-before any attacher's acquire load of `state` in open().
+  // release: pairs with the attacher's acquire load of `state` in open(); everything above happens-before it.
   h->state.store(kStateReady, std::memory_order_release);
 }
 

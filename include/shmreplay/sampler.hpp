@@ -70,6 +70,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -151,12 +152,13 @@ class Sampler {
   /// process (or another Sampler of this process) is the learner, read_only for a read-only Buffer. After
   /// taking over a dead learner's lease it releases any update lock the dead learner held.
   explicit Sampler(Buffer& buffer, const SamplerOptions& options = {});
-  Sampler(Sampler&& other) noexcept = default;
+  /// Takes over `other`'s lease and state; the moved-from Sampler holds nothing and must not sample.
+  Sampler(Sampler&& other) noexcept;
   Sampler& operator=(Sampler&&) = delete;
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
   /// Releases the learner lease.
-  ~Sampler() = default;  ///< releases the learner lease
+  ~Sampler();
 
   /// Draws `batch_size` rows of `sequence_length` steps from `view` into `out` (see the top of this file).
   /// Throws Error with invalid_argument (batch_size 0, sequence_length 0 or above capacity, a negative or
@@ -198,7 +200,7 @@ class Sampler {
   std::size_t pop_episodes(std::span<EpisodeRecord> out);
 
   /// Work counters of stop/within sampling (see SamplerStats).
-  const SamplerStats& stats() const noexcept { return stats_; }
+  const SamplerStats& stats() const noexcept;
 
   /// The newest step of each listed env, one row each (sequence_length 1); an env with no step yet gets mask 0,
   /// zeros and start step 0. Throws env_out_of_range. The online and replay views share this head.
@@ -236,33 +238,18 @@ class Sampler {
   const Buffer& buffer() const noexcept { return *buffer_; }
 
  private:
-  // One piece of an episode inside an env's view, for the exact stop/within method: starts on the grid from
-  // first_grid up to end (exclusive); `full` of them have L steps left in the episode; weight totals accumulate.
-  struct Segment {
-    uint64_t env;
-    uint64_t first_grid;
-    uint64_t end;
-    uint64_t full;
-    double cumulative;
-  };
-  bool take_snapshot(View view, std::size_t length, double power) noexcept;
-  bool take_general_snapshot(View view, std::size_t length, double power, const SampleOptions& o);
-  void ensure_period_table(std::size_t length, double power, uint64_t period, uint64_t scale);
-  void draw_cross_period(Rng& rng, std::size_t row, std::size_t length, uint64_t period, SampleBatch& out) noexcept;
-  bool draw_by_rejection(Rng& rng, std::size_t row, std::size_t length, double power, const SampleOptions& o,
-                         SampleBatch& out) noexcept;
-  bool build_exact(std::size_t length, double power, const SampleOptions& o);
-  void draw_exact(Rng& rng, std::size_t row, std::size_t length, const SampleOptions& o, SampleBatch& out) noexcept;
-  uint64_t published_steps(View view) const noexcept;
-  bool writes_in_flight() const noexcept;
-  bool view_has_published(View view) const noexcept;
-  void draw(Rng& rng, std::size_t row, std::size_t length, SampleBatch& out) const noexcept;
+  // The drawing state (defined in lib/sampler.cpp): the snapshot's views, the planners (lib/detail/sampling), the
+  // rows still to draw, the work counters. Behind a pointer, so that this header carries none of it.
+  struct Scratch;
+
   bool copy_steps(uint64_t env, uint64_t start, uint64_t count, std::size_t row, SampleBatch& out) const noexcept;
   void sample_rows(View view, std::size_t first_row, std::size_t count, std::size_t length, double power,
                    const SampleOptions& options, Rng& rng, SampleBatch& out);
+  template <class Plan>  // defined and instantiated in lib/sampler.cpp only
+  void sample_with(Plan& planner, View view, std::size_t first_row, std::size_t count, std::size_t length,
+                   double power, const SampleOptions& options, Rng& rng, SampleBatch& out);
   void check_args(const char* op, std::size_t rows, std::size_t length, double power,
                   const SampleOptions& options = {}) const;
-  void count_call(std::size_t rows) noexcept;
 
   // Holds the learner lease: released when destroyed, handed over when moved. So the Sampler's move constructor
   // is the default one, and a constructor that throws after taking the lease still releases it.
@@ -288,27 +275,7 @@ class Sampler {
   SamplerOptions options_;
   LearnerLease lease_;
   uint64_t retries_ = 0;
-  // Per-call scratch, reused: per env the view's [lo, hi) and the cumulative weight; the weight table.
-  std::vector<uint64_t> lo_;
-  std::vector<uint64_t> hi_;
-  std::vector<double> cumulative_;  // cumulative_[e] = total weight of envs 0..e
-  std::vector<double> tail_prefix_;  // tail_prefix_[r] = sum of (i / r_max)^power for i = 1..r, r <= length
-  std::size_t table_length_ = 0;
-  double table_power_ = -1.0;
-  uint64_t table_rmax_ = 0;         // the longest remaining length the table is scaled by
-  std::vector<uint32_t> failed_;     // rows to redraw
-  std::vector<uint32_t> redraw_;
-  // Options sampling (period > 1 or stop/within): grid counts per env, the period table, the exact fallback.
-  std::vector<uint64_t> grid_cumulative_;  // grid_cumulative_[e] = proposal grid points of envs 0..e
-  std::vector<uint64_t> row_steps_;        // per row: the steps to copy, as drawn
-  std::vector<double> period_table_;       // S[r] = (r/scale)^p + S[r - period], r <= length
-  std::size_t period_table_length_ = 0;
-  double period_table_power_ = -1.0;
-  uint64_t period_table_period_ = 0;
-  uint64_t period_table_scale_ = 0;
-  std::vector<Segment> segments_;          // the exact fallback's episode pieces, with cumulative weights
-  bool exact_ = false;                     // this call draws from segments_
-  SamplerStats stats_;
+  std::unique_ptr<Scratch> scratch_;     // never null, except in a moved-from Sampler
   std::size_t pop_cursor_ = 0;             // the env pop_episodes starts from
 };
 

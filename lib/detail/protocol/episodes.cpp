@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "detail/protocol/seqlock.hpp"
+
 namespace shmreplay::detail {
 
 using layout::EpisodeControl;
@@ -190,9 +192,9 @@ std::size_t pop_records(Buffer& b, uint64_t env, std::span<EpisodeRecord> out) n
 }
 
 void recover_env(Buffer& b, uint64_t env) noexcept {
-  const uint64_t head = b.env_control(env).head.load(std::memory_order_acquire);
-  // acquire above: pairs with the previous writer's release store of head; its journal, meta and queue stores that
-  // precede that store are visible here.
+  // load_head's acquire pairs with the previous writer's release store of head (publish_step); its journal, meta and
+  // queue stores that precede that store are visible here.
+  const uint64_t head = load_head(b.env_control(env));
   EpisodeControl& c = b.episode_control(env);
   EpisodeJournal& j = c.journal[head % 2];
   if (j.for_head.load(std::memory_order_relaxed) != head) {
@@ -209,11 +211,10 @@ void recover_env(Buffer& b, uint64_t env) noexcept {
 void rebuild_env(Buffer& b, uint64_t env) noexcept {
   const EpisodeRoles roles(b);
   if (!roles.enabled) return;
-  const layout::EnvControl& ec = b.env_control(env);
-  const uint64_t head = ec.head.load(std::memory_order_acquire);
-  const uint64_t claimed = ec.claimed.load(std::memory_order_relaxed) & ~layout::kUpdateLockBit;
   const uint64_t cap = b.capacity();
-  const uint64_t first = std::min(claimed > cap ? claimed - cap : 0, head);
+  const StepRange stored = view_range(b.env_control(env), View::replay, cap);  // the steps to rebuild from
+  const uint64_t first = stored.lo;
+  const uint64_t head = stored.hi;
   const Schema& schema = b.schema();
   EpisodeControl& c = b.episode_control(env);
   JournalState s;
@@ -248,7 +249,7 @@ void rebuild_env(Buffer& b, uint64_t env) noexcept {
 bool read_journal(const Buffer& b, uint64_t env, JournalState& out) noexcept {
   const EpisodeControl& c = b.episode_control(env);
   for (int attempt = 0; attempt < 64; ++attempt) {
-    const uint64_t head = b.env_control(env).head.load(std::memory_order_acquire);
+    const uint64_t head = load_head(b.env_control(env));
     const EpisodeJournal& j = c.journal[head % 2];
     // acquire: pairs with store_slot's release store of for_head; the fields it covers are complete.
     const uint64_t f0 = j.for_head.load(std::memory_order_acquire);

@@ -237,7 +237,8 @@ inline std::optional<EnvCounters> read_counters_stable(const layout::EnvControl&
   const uint64_t u = c.update_seq.load(std::memory_order_acquire);
   if ((u & 1) != 0) return std::nullopt;
   const EnvCounters n = read_counters(c);
-  // acquire: orders the counter loads above before this re-check.
+  // acquire: pairs with the release store that ends an UpdateSection (as above); a section that began or ended
+  // after the first load shows here as another value.
   if (c.update_seq.load(std::memory_order_acquire) != u) return std::nullopt;
   return n;
 }

@@ -45,8 +45,8 @@ bool wait_until(layout::GlobalControl& g, std::chrono::steady_clock::time_point 
   g.waiters.fetch_add(1, std::memory_order_seq_cst);
   bool ok = false;
   for (;;) {
-    // seq_cst: read the wake word before re-checking the heads, so a wake after the check changes the word and
-    // FUTEX_WAIT returns at once.
+    // seq_cst: pairs with the writers' release increment of wake_seq in notify_waiters; read before re-checking
+    // the heads, so a wake after the check changes the word and FUTEX_WAIT returns at once.
     const auto seq = static_cast<uint32_t>(g.wake_seq.load(std::memory_order_seq_cst));
     if (ready()) {
       ok = true;
