@@ -37,13 +37,17 @@ constexpr uint64_t kResnapshotBytes = uint64_t{1} << 20;
 // each; a row whose meta a writer was overwriting fails the validation of its copy, which covers the meta).
 class SegmentEpisodeStarts final : public detail::EpisodeStarts {
  public:
-  explicit SegmentEpisodeStarts(const Buffer& buffer) noexcept : buffer_(&buffer) {}
+  explicit SegmentEpisodeStarts(const Buffer& buffer) : capacity_(buffer.capacity()) {
+    if (!buffer.has_episodes()) return;  // then no planner asks (stop and within need episode fields)
+    for (uint64_t e = 0; e < buffer.num_envs(); ++e) meta_.push_back(buffer.step_meta(e));
+  }
   uint64_t episode_start(std::size_t env, uint64_t step) const noexcept override {
-    return detail::meta_start(detail::load_meta(buffer_->step_meta(env), buffer_->capacity(), step));
+    return detail::meta_start(detail::load_meta(meta_[env], capacity_, step));
   }
 
  private:
-  const Buffer* buffer_;
+  uint64_t capacity_;
+  std::vector<const std::atomic<uint64_t>*> meta_;  // per env, its step meta words in the mapping
 };
 
 // Whether any env has published a step at or after the view's base (0, or online_start). False means the view
