@@ -20,8 +20,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "detail/file.hpp"
-#include "detail/process.hpp"
+#include "detail/os/file.hpp"
+#include "detail/os/process.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
@@ -241,7 +241,7 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
     for (uint64_t i = 0; i < num_envs * roles.queue_capacity; ++i) new (slots + i) EpisodeRecordSlot{};
   }
 
-  // Everything above happens-before any attacher's acquire load of `state` in open().
+  // release: pairs with the attacher's acquire load of `state` in open(); everything above happens-before it.
   h->state.store(kStateReady, std::memory_order_release);
 }
 

@@ -21,12 +21,11 @@
 
 #include <fmt/format.h>
 
-#include "detail/crc32.hpp"
-#include "detail/env_state.hpp"
-#include "detail/episodes.hpp"
-#include "detail/file.hpp"
-#include "detail/process.hpp"
-#include "detail/step_copy.hpp"
+#include "detail/os/crc32.hpp"
+#include "detail/os/file.hpp"
+#include "detail/os/process.hpp"
+#include "detail/protocol/episodes.hpp"
+#include "detail/protocol/seqlock.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/layout.hpp"
 #include "shmreplay/sampler.hpp"
@@ -257,20 +256,15 @@ SavedEnv save_env(const Buffer& b, uint64_t env, OutFile& out, uint64_t data_sta
     ::sched_yield();
   };
   for (;;) {  // one attempt from a fresh snapshot
-    // acquire: pairs with the release that ends an update or a load, so head and claimed below are theirs.
-    const uint64_t u = c.update_seq.load(std::memory_order_acquire);
-    if ((u & 1) != 0) {
+    // The counters, none of them from an update or a load in progress.
+    const std::optional<detail::EnvCounters> counters = detail::read_counters_stable(c);
+    if (!counters) {
       spoil();
       continue;
     }
-    // acquire: pairs with the writer's release store of head.
-    uint64_t h = c.head.load(std::memory_order_acquire);
-    const uint64_t c0 = c.claimed.load(std::memory_order_relaxed) & ~layout::kUpdateLockBit;
-    const uint64_t online = c.online_start.load(std::memory_order_relaxed);
-    if (c.update_seq.load(std::memory_order_acquire) != u) {
-      spoil();
-      continue;
-    }
+    uint64_t h = counters->head;
+    const uint64_t c0 = counters->claimed;
+    const uint64_t online = counters->online_start;
     const uint64_t h0 = h;
     uint64_t s = std::min(c0 > cap ? c0 - cap : 0, h);
     uint64_t t = s;
@@ -326,8 +320,9 @@ SavedEnv save_env(const Buffer& b, uint64_t env, OutFile& out, uint64_t data_sta
         break;
       }
       // Every published step up to h is copied, but the run is short of a window: follow the writer.
-      const uint64_t hn = c.head.load(std::memory_order_acquire);
-      const uint64_t cn = c.claimed.load(std::memory_order_relaxed) & ~layout::kUpdateLockBit;
+      const detail::EnvCounters now = detail::read_counters(c);
+      const uint64_t hn = now.head;
+      const uint64_t cn = now.claimed;
       if (hn < t) {  // the env was reloaded
         restart = true;
         break;
@@ -638,19 +633,10 @@ void write_envs(Buffer& target, const InFile& in, const CheckpointInfo& info, co
   std::vector<std::byte> block(static_cast<std::size_t>(per_block * sb));
   for (const CheckpointEnv& e : info.envs) {
     layout::EnvControl& c = target.env_control(e.env);
-    // This process is the learner now, the only writer of update_seq: make it odd for the rewrite, as try_update
-    // does, so that readers that copy meanwhile (dump, save) reject their copies.
-    uint64_t seq = c.update_seq.load(std::memory_order_relaxed);
-    seq += seq & 1;
-    c.update_seq.store(seq + 1, std::memory_order_relaxed);
-    // release fence: orders the odd update_seq before the stores below; pairs with the readers' acquire fence.
-    std::atomic_thread_fence(std::memory_order_release);
-    struct EndSection {  // even again, on success and on error alike, so readers never spin on an odd value
-      std::atomic<uint64_t>& word;
-      uint64_t value;
-      // release: pairs with the readers' acquire load of update_seq; the data and counters precede it.
-      ~EndSection() { word.store(value, std::memory_order_release); }
-    } end_section{c.update_seq, seq + 2};
+    // This process is the learner now, the only writer of update_seq: the env is rewritten inside an update
+    // section, as try_update does, so that readers that copy meanwhile (dump, save) reject their copies. It ends
+    // on success and on error alike.
+    const detail::UpdateSection section(c);
     uint32_t crc = 0;
     const uint64_t data_offset = e.offset + sizeof(EnvSection);
     for (uint64_t done = 0; done < e.steps;) {
@@ -672,10 +658,7 @@ void write_envs(Buffer& target, const InFile& in, const CheckpointInfo& info, co
                                              "records no longer match their checksum",
                                              info.path, target.name(), e.env));
     }
-    c.head.store(e.head, std::memory_order_relaxed);
-    c.claimed.store(e.claimed, std::memory_order_relaxed);
-    c.online_start.store(e.online_start, std::memory_order_relaxed);
-    c.last_push_ns.store(e.last_push_ns, std::memory_order_relaxed);
+    detail::store_counters(c, e.head, e.claimed, e.online_start, e.last_push_ns);
     // The episode bookkeeping (step meta, the writer's journal) follows from the steps' flags and rewards.
     if (target.has_episodes()) detail::rebuild_env(target, e.env);
   }

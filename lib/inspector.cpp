@@ -13,12 +13,12 @@
 
 #include <fmt/format.h>
 
-#include "detail/env_state.hpp"
-#include "detail/episodes.hpp"
-#include "detail/file.hpp"
-#include "detail/lease.hpp"
-#include "detail/process.hpp"
-#include "detail/step_copy.hpp"
+#include "detail/os/file.hpp"
+#include "detail/os/process.hpp"
+#include "detail/protocol/env_ids.hpp"
+#include "detail/protocol/episodes.hpp"
+#include "detail/protocol/lease.hpp"
+#include "detail/protocol/seqlock.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
@@ -133,10 +133,7 @@ std::span<const std::byte> StepRecords::field(std::size_t index, std::size_t fie
 
 StepRecords Inspector::read_steps(uint64_t env, uint64_t first_step, uint64_t count) const {
   const Buffer& b = buffer_;
-  if (env >= b.num_envs()) {
-    throw Error(Errc::env_out_of_range, fmt::format("cannot read steps of env {} of '{}': env ids run from 0 to {}",
-                                                    env, b.name(), b.num_envs() - 1));
-  }
+  detail::check_env_id(b, env, "read steps of");
   StepRecords out;
   out.env = env;
   out.record_bytes = b.schema().step_bytes();

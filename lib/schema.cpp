@@ -7,7 +7,7 @@
 #include <charconv>
 #include <set>
 
-#include "detail/char_text.hpp"
+#include "detail/os/char_text.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {

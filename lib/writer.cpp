@@ -1,11 +1,8 @@
 #include "shmreplay/writer.hpp"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cassert>
-#include <chrono>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -13,56 +10,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "detail/env_state.hpp"
-#include "detail/episodes.hpp"
-#include "detail/futex.hpp"
-#include "detail/lease.hpp"
-#include "detail/process.hpp"
+#include "detail/os/process.hpp"
+#include "detail/protocol/env_ids.hpp"
+#include "detail/protocol/episodes.hpp"
+#include "detail/protocol/lease.hpp"
+#include "detail/protocol/seqlock.hpp"
+#include "detail/protocol/wake.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
-namespace {
-
-using layout::EnvControl;
-using layout::kUpdateLockBit;
-
-detail::LeaseWords env_lease(EnvControl& c) noexcept {
-  return {c.lease, c.owner_start_ticks, c.lease_since_ns, c.lease_takeovers};
-}
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
-// Waits while the learner holds `c`'s update lock (kUpdateLockBit in `claimed`) and returns the word without the
-// bit. The learner holds it for one step's copy; if its process dies holding it, this breaks the lock, so a
-// writer can never hang on a dead learner.
-uint64_t wait_update_unlocked(EnvControl& c, layout::GlobalControl& g) noexcept {
-  auto last_check = std::chrono::steady_clock::now();
-  for (unsigned spins = 0;; ++spins) {
-    // acquire: pairs with the learner's release store that clears the bit, so its update's bytes
-    // happen-before the bytes we are about to write into a slot.
-    const uint64_t cur = c.claimed.load(std::memory_order_acquire);
-    if ((cur & kUpdateLockBit) == 0) return cur;
-    if (spins < 64) {
-      cpu_relax();
-      continue;
-    }
-    ::sched_yield();
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_check < std::chrono::milliseconds(1)) continue;
-    last_check = now;
-    const uint64_t learner = g.learner_lease.load(std::memory_order_relaxed);
-    if (learner != 0 && detail::lease_holder_alive(learner)) continue;
-    detail::release_dead_update_lock(c);  // the learner died inside try_update()
-  }
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------------------------
 // StepSlot
@@ -111,11 +67,7 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids) : buffer_(&buf
   local_.assign(static_cast<std::size_t>(num_envs), 0);
   for (std::size_t i = 0; i < env_ids.size(); ++i) {
     const uint64_t e = env_ids[i];
-    if (e >= num_envs) {
-      throw Error(Errc::env_out_of_range,
-                  fmt::format("cannot lease env {} of '{}': env ids run from 0 to {} ({} envs)", e, name,
-                              num_envs - 1, num_envs));
-    }
+    detail::check_env_id(buffer, e, "lease");
     if (local_[e] != 0) {
       throw Error(Errc::invalid_argument,
                   fmt::format("cannot lease envs of '{}': env {} is listed twice (positions {} and {})", name, e,
@@ -127,7 +79,7 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids) : buffer_(&buf
   fork_generation_ = detail::fork_generation();
   envs_.reserve(env_ids.size());
   for (const uint64_t e : env_ids) {
-    const detail::LeaseResult r = detail::try_take_lease(env_lease(buffer.env_control(e)), lease_word_);
+    const detail::LeaseResult r = detail::try_take_lease(detail::env_lease_words(buffer.env_control(e)), lease_word_);
     if (r.outcome == detail::LeaseOutcome::taken || r.outcome == detail::LeaseOutcome::taken_over) {
       envs_.push_back(e);
       if (r.outcome == detail::LeaseOutcome::taken_over) ++takeovers_;
@@ -194,7 +146,7 @@ void Writer::release_all() noexcept {
     envs_.clear();
     return;
   }
-  for (const uint64_t e : envs_) detail::release_lease(env_lease(buffer_->env_control(e)), lease_word_);
+  for (const uint64_t e : envs_) detail::release_lease(detail::env_lease_words(buffer_->env_control(e)), lease_word_);
   envs_.clear();
 }
 
@@ -211,14 +163,7 @@ void Writer::check_process(const char* op) const {
 }
 
 uint32_t Writer::local_of(uint64_t env_id, const char* op) const {
-  const uint64_t num_envs = buffer_->num_envs();
-  if (env_id >= num_envs) {
-    throw Error(Errc::env_out_of_range, fmt::format("cannot {} env {} of '{}': env ids run from 0 to {}", op,
-                                                    static_cast<int64_t>(env_id) < 0
-                                                        ? std::to_string(static_cast<int64_t>(env_id))
-                                                        : std::to_string(env_id),
-                                                    buffer_->name(), num_envs - 1));
-  }
+  detail::check_env_id(*buffer_, env_id, op);
   const uint32_t l = local_[static_cast<std::size_t>(env_id)];
   if (l == 0) {
     throw Error(Errc::not_leased,
@@ -232,34 +177,15 @@ uint32_t Writer::local_of(uint64_t env_id, const char* op) const {
   return l - 1;
 }
 
-// Raises the env's claim to head + 1 (the seqlock's "write begins") and returns the step being written.
+// Claims the next step of leased env `local` (detail::claim_step: the seqlock's "write begins").
 uint64_t Writer::claim(uint32_t local) noexcept {
-  EnvControl& c = *control_[local];
-  const uint64_t step = c.head.load(std::memory_order_relaxed);  // only this writer stores head
-  uint64_t cur = c.claimed.load(std::memory_order_relaxed);
-  // After an abandoned reservation or a takeover of a writer that died mid-write, the claim is already raised.
-  // The learner's update lock never covers the slot being claimed (try_update only rewrites steps
-  // >= claimed - capacity), so with the bit set we only have to wait when the claim must still move.
-  while ((cur & ~kUpdateLockBit) != step + 1) {
-    if (cur & kUpdateLockBit) {
-      cur = wait_update_unlocked(c, buffer_->global_control());
-      continue;
-    }
-    // acquire: pairs with the learner's release that last cleared the update lock, so its bytes precede ours.
-    if (c.claimed.compare_exchange_weak(cur, step + 1, std::memory_order_acquire, std::memory_order_relaxed)) break;
-  }
-  // release fence: orders the raised claim before the slot's data stores; pairs with the samplers' acquire
-  // fence between their copy and their re-read of `claimed`.
-  std::atomic_thread_fence(std::memory_order_release);
-  return step;
+  return detail::claim_step(*control_[local], buffer_->global_control());
 }
 
+// Publishes `step` (detail::publish_step: "write ends") and advances the env's slot cursor.
 void Writer::publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept {
-  EnvControl& c = *control_[local];
   if (++next_slot_[local] == buffer_->capacity()) next_slot_[local] = 0;  // the slot of step + 1
-  // release: pairs with the samplers' acquire load of head; every byte of the step happens-before it.
-  c.head.store(step + 1, std::memory_order_release);
-  c.last_push_ns.store(now_ns, std::memory_order_relaxed);
+  detail::publish_step(*control_[local], step, now_ns);
 }
 
 bool Writer::stage_episode(uint64_t env, uint64_t step, std::span<const FieldBytes> fields,
@@ -272,18 +198,7 @@ bool Writer::stage_episode(uint64_t env, uint64_t step, std::span<const FieldByt
   return detail::stage_step(*buffer_, env, step, flags);
 }
 
-void Writer::notify() noexcept {
-  layout::GlobalControl& g = buffer_->global_control();
-  // seq_cst fence: orders the head stores above before the load of `waiters`; pairs with the learner's seq_cst
-  // increment of `waiters` before it re-reads the heads in Sampler::wait(). Either we see its increment and wake
-  // it, or it sees our heads: no lost wake-up.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (g.waiters.load(std::memory_order_relaxed) != 0) {
-    // release: pairs with the waiter's load of wake_seq before it sleeps (FUTEX_WAIT compares it).
-    g.wake_seq.fetch_add(1, std::memory_order_release);
-    detail::futex_wake_all(g.wake_seq);
-  }
-}
+void Writer::notify() noexcept { detail::notify_waiters(buffer_->global_control()); }
 
 template <class Id>
 void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> fields) {

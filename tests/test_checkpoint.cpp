@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "detail/crc32.hpp"
+#include "detail/os/crc32.hpp"
 #include "shmreplay/checkpoint.hpp"
 #include "shmreplay/inspector.hpp"
 #include "shmreplay/sampler.hpp"

@@ -25,7 +25,7 @@
 
 #include <fmt/format.h>
 
-#include "detail/episodes.hpp"
+#include "detail/protocol/episodes.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/inspector.hpp"

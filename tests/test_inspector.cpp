@@ -6,7 +6,7 @@
 
 #include <fstream>
 
-#include "detail/process.hpp"
+#include "detail/os/process.hpp"
 #include "shmreplay/inspector.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/layout.hpp"

@@ -31,7 +31,7 @@
 #include "shmreplay/inspector.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
-#include "detail/futex.hpp"
+#include "detail/os/futex.hpp"
 #include "payload.hpp"
 #include "support.hpp"
 

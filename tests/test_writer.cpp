@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "detail/process.hpp"
+#include "detail/os/process.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
 #include "support.hpp"

@@ -70,6 +70,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -79,6 +80,8 @@
 #include <vector>
 
 #include "shmreplay/buffer.hpp"
+#include "shmreplay/nstep.hpp"         // IWYU pragma: export (NStep, nstep: were declared here)
+#include "shmreplay/sample_batch.hpp"  // IWYU pragma: export (SampleBatch, MutableFieldBytes: were declared here)
 #include "shmreplay/schema.hpp"
 
 namespace shmreplay {
@@ -130,105 +133,11 @@ struct SamplerStats {
 /// rows with any standard library.
 using Rng = std::mt19937_64;
 
-/// A writable array supplied by the caller: `bytes` bytes at `data`.
-struct MutableFieldBytes {
-  void* data = nullptr;
-  std::size_t bytes = 0;
-};
-
-/// The output of a sample call: per field an array [rows][sequence_length][field shape], a mask
-/// [rows][sequence_length] (1 where the step exists), and per row the env id and the global step index where
-/// the row starts. Either owns its storage (default-constructed; grown on demand and reused, so a warmed-up
-/// batch never allocates) or writes into caller arrays (borrow()).
-class SampleBatch {
- public:
-  SampleBatch() = default;
-
-  /// A batch that fills caller-provided arrays (for instance framework tensors): one per field in schema order,
-  /// each at least rows x sequence_length x field bytes; `mask` at least rows x sequence_length; `env_ids` and
-  /// `start_steps` at least rows. Each sample call checks the sizes and throws Error(size_mismatch) naming the
-  /// array that is too small.
-  static SampleBatch borrow(std::vector<MutableFieldBytes> fields, std::span<uint8_t> mask,
-                            std::span<uint64_t> env_ids, std::span<uint64_t> start_steps);
-
-  std::size_t rows() const noexcept { return rows_; }
-  std::size_t sequence_length() const noexcept { return length_; }
-  std::size_t num_fields() const noexcept { return field_ptr_.size(); }
-
-  /// Field `index` (schema order): rows() x sequence_length() x that field's bytes per step.
-  std::span<const std::byte> field(std::size_t index) const noexcept;
-  template <class T>
-  std::span<const T> field_as(std::size_t index) const noexcept {
-    const auto b = field(index);
-    return {reinterpret_cast<const T*>(b.data()), b.size() / sizeof(T)};
-  }
-  /// The bytes of field `index` at row `row`, position `t` in the row.
-  const std::byte* step(std::size_t index, std::size_t row, std::size_t t) const noexcept;
-  std::span<const uint8_t> mask() const noexcept { return {mask_, rows_ * length_}; }
-  bool valid(std::size_t row, std::size_t t) const noexcept { return mask_[row * length_ + t] != 0; }
-  std::span<const uint64_t> env_ids() const noexcept { return {env_ids_, rows_}; }
-  std::span<const uint64_t> start_steps() const noexcept { return {starts_, rows_}; }
-  /// The episode fields of the buffer the batch was last filled from (schema indices; all empty without).
-  const EpisodeFieldIndices& episode_fields() const noexcept { return episode_fields_; }
-  /// The dtype of field `index` of the buffer the batch was last filled from.
-  DType field_dtype(std::size_t index) const noexcept { return field_dtype_[index]; }
-
- private:
-  friend class Sampler;
-  void prepare(const Schema& schema, std::size_t rows, std::size_t length);
-  EpisodeFieldIndices episode_fields_;
-  std::vector<DType> field_dtype_;
-
-  bool borrowed_ = false;
-  std::vector<MutableFieldBytes> borrowed_fields_;
-  std::span<uint8_t> borrowed_mask_;
-  std::span<uint64_t> borrowed_env_ids_;
-  std::span<uint64_t> borrowed_starts_;
-  std::vector<std::vector<std::byte>> own_fields_;
-  std::vector<uint8_t> own_mask_;
-  std::vector<uint64_t> own_env_ids_;
-  std::vector<uint64_t> own_starts_;
-
-  std::vector<std::byte*> field_ptr_;
-  std::vector<std::size_t> field_step_bytes_;
-  uint8_t* mask_ = nullptr;
-  uint64_t* env_ids_ = nullptr;
-  uint64_t* starts_ = nullptr;
-  std::size_t rows_ = 0;
-  std::size_t length_ = 0;
-};
-
 struct SamplerOptions {
   /// How many times a sample call redraws rows that writers overwrote during the copy before it gives up with
   /// Errc::contended (only reachable when writers lap a tiny ring continuously).
   uint32_t max_retry_rounds = 10000;
 };
-
-/// The n-step return of one position of a sampled row (nstep()).
-struct NStep {
-  double reward_sum = 0.0;  ///< sum over k < steps of discount^k * reward(t + k)
-  std::size_t steps = 0;    ///< rewards summed: 1 to n (0 when position t is masked out)
-  /// Position in the row of the state to bootstrap from (t + steps), when the sum stopped without an episode end
-  /// and that position is valid; nullopt after an episode end, or when the row's mask ends first.
-  std::optional<std::size_t> bootstrap;
-  /// discount^steps, the factor of the bootstrap value; 0 when the episode terminated (or ended by `done`).
-  double bootstrap_discount = 0.0;
-  bool terminated = false;  ///< the last summed step ended its episode by termination, or by `done`
-  /// The last summed step ended its episode by truncation. Its true next state is not stored: in an auto-reset
-  /// stream the next step of the env is the first of the next episode. bootstrap is nullopt and
-  /// bootstrap_discount is discount^steps, for a caller who keeps final observations elsewhere.
-  bool truncated = false;
-};
-
-/// The discounted n-step return at position t of row `row` (cpprb's Nstep, TorchRL's MultiStep), with each step's
-/// reward and flags read as the outcome of its action: sums reward(t), ..., reward(t + k) for up to n steps,
-/// stopping after a step whose done, terminated or truncated flag is set and at the end of the row's mask. Uses the
-/// buffer's reward field, or `reward_field` (any scalar numeric field, schema order) in the second form; without
-/// episode flags it stops at the mask only. Throws invalid_argument when row, t or the field is out of range, n is
-/// 0, discount is not finite, or the buffer has no reward field and none is given. O(n); no allocation.
-NStep nstep(const SampleBatch& batch, std::size_t row, std::size_t t, std::size_t n, double discount);
-NStep nstep(const SampleBatch& batch, std::size_t row, std::size_t t, std::size_t n, double discount,
-            std::size_t reward_field);
 
 /// Sizes of one env's views.
 struct EnvSizes {
@@ -243,12 +152,13 @@ class Sampler {
   /// process (or another Sampler of this process) is the learner, read_only for a read-only Buffer. After
   /// taking over a dead learner's lease it releases any update lock the dead learner held.
   explicit Sampler(Buffer& buffer, const SamplerOptions& options = {});
-  Sampler(Sampler&& other) noexcept = default;
+  /// Takes over `other`'s lease and state; the moved-from Sampler holds nothing and must not sample.
+  Sampler(Sampler&& other) noexcept;
   Sampler& operator=(Sampler&&) = delete;
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
   /// Releases the learner lease.
-  ~Sampler() = default;  ///< releases the learner lease
+  ~Sampler();
 
   /// Draws `batch_size` rows of `sequence_length` steps from `view` into `out` (see the top of this file).
   /// Throws Error with invalid_argument (batch_size 0, sequence_length 0 or above capacity, a negative or
@@ -290,7 +200,7 @@ class Sampler {
   std::size_t pop_episodes(std::span<EpisodeRecord> out);
 
   /// Work counters of stop/within sampling (see SamplerStats).
-  const SamplerStats& stats() const noexcept { return stats_; }
+  const SamplerStats& stats() const noexcept;
 
   /// The newest step of each listed env, one row each (sequence_length 1); an env with no step yet gets mask 0,
   /// zeros and start step 0. Throws env_out_of_range. The online and replay views share this head.
@@ -328,33 +238,18 @@ class Sampler {
   const Buffer& buffer() const noexcept { return *buffer_; }
 
  private:
-  // One piece of an episode inside an env's view, for the exact stop/within method: starts on the grid from
-  // first_grid up to end (exclusive); `full` of them have L steps left in the episode; weight totals accumulate.
-  struct Segment {
-    uint64_t env;
-    uint64_t first_grid;
-    uint64_t end;
-    uint64_t full;
-    double cumulative;
-  };
-  bool take_snapshot(View view, std::size_t length, double power) noexcept;
-  bool take_general_snapshot(View view, std::size_t length, double power, const SampleOptions& o);
-  void ensure_period_table(std::size_t length, double power, uint64_t period, uint64_t scale);
-  void draw_cross_period(Rng& rng, std::size_t row, std::size_t length, uint64_t period, SampleBatch& out) noexcept;
-  bool draw_by_rejection(Rng& rng, std::size_t row, std::size_t length, double power, const SampleOptions& o,
-                         SampleBatch& out) noexcept;
-  bool build_exact(std::size_t length, double power, const SampleOptions& o);
-  void draw_exact(Rng& rng, std::size_t row, std::size_t length, const SampleOptions& o, SampleBatch& out) noexcept;
-  uint64_t published_steps(View view) const noexcept;
-  bool writes_in_flight() const noexcept;
-  bool view_has_published(View view) const noexcept;
-  void draw(Rng& rng, std::size_t row, std::size_t length, SampleBatch& out) const noexcept;
+  // The drawing state (defined in lib/sampler.cpp): the snapshot's views, the planners (lib/detail/sampling), the
+  // rows still to draw, the work counters. Behind a pointer, so that this header carries none of it.
+  struct Scratch;
+
   bool copy_steps(uint64_t env, uint64_t start, uint64_t count, std::size_t row, SampleBatch& out) const noexcept;
   void sample_rows(View view, std::size_t first_row, std::size_t count, std::size_t length, double power,
                    const SampleOptions& options, Rng& rng, SampleBatch& out);
+  template <class Plan>  // defined and instantiated in lib/sampler.cpp only
+  void sample_with(Plan& planner, View view, std::size_t first_row, std::size_t count, std::size_t length,
+                   double power, const SampleOptions& options, Rng& rng, SampleBatch& out);
   void check_args(const char* op, std::size_t rows, std::size_t length, double power,
                   const SampleOptions& options = {}) const;
-  void count_call(std::size_t rows) noexcept;
 
   // Holds the learner lease: released when destroyed, handed over when moved. So the Sampler's move constructor
   // is the default one, and a constructor that throws after taking the lease still releases it.
@@ -380,27 +275,7 @@ class Sampler {
   SamplerOptions options_;
   LearnerLease lease_;
   uint64_t retries_ = 0;
-  // Per-call scratch, reused: per env the view's [lo, hi) and the cumulative weight; the weight table.
-  std::vector<uint64_t> lo_;
-  std::vector<uint64_t> hi_;
-  std::vector<double> cumulative_;  // cumulative_[e] = total weight of envs 0..e
-  std::vector<double> tail_prefix_;  // tail_prefix_[r] = sum of (i / r_max)^power for i = 1..r, r <= length
-  std::size_t table_length_ = 0;
-  double table_power_ = -1.0;
-  uint64_t table_rmax_ = 0;         // the longest remaining length the table is scaled by
-  std::vector<uint32_t> failed_;     // rows to redraw
-  std::vector<uint32_t> redraw_;
-  // Options sampling (period > 1 or stop/within): grid counts per env, the period table, the exact fallback.
-  std::vector<uint64_t> grid_cumulative_;  // grid_cumulative_[e] = proposal grid points of envs 0..e
-  std::vector<uint64_t> row_steps_;        // per row: the steps to copy, as drawn
-  std::vector<double> period_table_;       // S[r] = (r/scale)^p + S[r - period], r <= length
-  std::size_t period_table_length_ = 0;
-  double period_table_power_ = -1.0;
-  uint64_t period_table_period_ = 0;
-  uint64_t period_table_scale_ = 0;
-  std::vector<Segment> segments_;          // the exact fallback's episode pieces, with cumulative weights
-  bool exact_ = false;                     // this call draws from segments_
-  SamplerStats stats_;
+  std::unique_ptr<Scratch> scratch_;     // never null, except in a moved-from Sampler
   std::size_t pop_cursor_ = 0;             // the env pop_episodes starts from
 };
 

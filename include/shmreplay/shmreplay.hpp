@@ -6,6 +6,8 @@
 #include "shmreplay/error.hpp"      // IWYU pragma: export
 #include "shmreplay/inspector.hpp"  // IWYU pragma: export
 #include "shmreplay/layout.hpp"     // IWYU pragma: export
+#include "shmreplay/nstep.hpp"      // IWYU pragma: export
+#include "shmreplay/sample_batch.hpp"  // IWYU pragma: export
 #include "shmreplay/sampler.hpp"    // IWYU pragma: export
 #include "shmreplay/schema.hpp"     // IWYU pragma: export
 #include "shmreplay/version.hpp"    // IWYU pragma: export

@@ -26,7 +26,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "detail/file.hpp"
+#include "detail/os/file.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/layout.hpp"
 #include "shmreplay/version.hpp"

@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
-#include "detail/file.hpp"     // human_bytes, shared with the library's messages
-#include "detail/process.hpp"  // realtime_ns
+#include "detail/os/file.hpp"     // human_bytes, shared with the library's messages
+#include "detail/os/process.hpp"  // realtime_ns
 
 namespace shmreplay::cli {
 

@@ -1,4 +1,4 @@
-#include "detail/file.hpp"
+#include "detail/os/file.hpp"
 
 #include "detail/char_text.hpp"
 

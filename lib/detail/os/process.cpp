@@ -1,4 +1,4 @@
-#include "detail/process.hpp"
+#include "detail/os/process.hpp"
 
 #include <fmt/format.h>
 

@@ -1,15 +1,21 @@
-// Episode bookkeeping in the segment (layout 1.2), shared by the Writer (which records it), the Sampler (which
-// reads boundaries and pops records) and the Inspector (which shows it). docs/design.md, "Episodes", has the
-// protocol and the argument that a writer killed at any instruction leaves it consistent with the published steps.
+// detail/protocol/episodes.hpp: episode bookkeeping in the segment (layout 1.2), every side of it: the step meta
+// words and the journal (the Writer records them: stage_step, recover_env; the Sampler reads boundaries:
+// load_meta; the Inspector shows the journal: read_journal; a checkpoint load rebuilds both: rebuild_env), and the
+// completed-episode record queue (emit_record, the writer's half; pop_records, the learner's). docs/design.md,
+// "Episode boundaries and records", has the protocol and the argument that a writer killed at any instruction
+// leaves it consistent with the published steps. Safe across processes as each function's precondition says
+// (the env's lease for the writer's halves, the learner lease for pop_records; readers need none).
 #pragma once
 
 #include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/layout.hpp"
+#include "shmreplay/sampler.hpp"
 #include "shmreplay/schema.hpp"
 
 namespace shmreplay::detail {
@@ -78,10 +84,19 @@ inline uint64_t load_meta(const std::atomic<uint64_t>* meta, uint64_t capacity, 
 /// Precondition: this process holds the env's lease and has claimed step `step`. O(1), never blocks.
 bool stage_step(Buffer& buffer, uint64_t env, uint64_t step, const StepFlags& flags) noexcept;
 
+// The completed-episode record queue of an env (EpisodeControl lines 2-3 and the env's record slots): a
+// single-producer/single-consumer ring with monotonic counters. The env's writer produces (emit_record, advancing
+// queue_tail); the learner consumes (pop_records, advancing queue_head); the Inspector reads its depth.
+
 /// The writer's half after its head store of step + 1 when stage_step returned true: pushes the record of the
 /// episode that ended (from journal[head % 2]) onto the env's queue, or counts it dropped when the queue is full.
-/// O(1), never blocks.
+/// Precondition: this process holds the env's lease. O(1), never blocks.
 void emit_record(Buffer& buffer, uint64_t env, uint64_t head) noexcept;
+
+/// The learner's half: moves up to out.size() records of `env`, oldest first, into `out` and returns how many.
+/// Precondition: the buffer has episode fields and this process holds the learner lease (the only consumer).
+/// O(records), never blocks.
+std::size_t pop_records(Buffer& buffer, uint64_t env, std::span<EpisodeRecord> out) noexcept;
 
 /// Makes a newly leased env's episode state agree with its head: after a writer died between its head store and
 /// its record push, pushes that record (exactly once). Called by the Writer for every env it leases, after taking

@@ -1,7 +1,9 @@
-#include "detail/episodes.hpp"
+#include "detail/protocol/episodes.hpp"
 
 #include <algorithm>
 #include <cstring>
+
+#include "detail/protocol/seqlock.hpp"
 
 namespace shmreplay::detail {
 
@@ -147,8 +149,8 @@ void emit_record(Buffer& b, uint64_t env, uint64_t head) noexcept {
   EpisodeControl& c = b.episode_control(env);
   const JournalState s = load_slot(c.journal[head % 2]);  // written by this writer before its head store
   const uint64_t tail = c.queue_tail.load(std::memory_order_relaxed);  // only the env's writer stores it
-  // acquire: pairs with the learner's release store of queue_head after it copied records out, so its reads of a
-  // slot happen-before our overwrite of that slot.
+  // acquire: pairs with the learner's release store of queue_head in pop_records after it copied records out, so
+  // its reads of a slot happen-before our overwrite of that slot.
   const uint64_t consumed = c.queue_head.load(std::memory_order_acquire);
   const uint64_t capacity = b.episode_queue_capacity();
   if (tail - consumed >= capacity) {
@@ -161,14 +163,38 @@ void emit_record(Buffer& b, uint64_t env, uint64_t head) noexcept {
   slot.length.store(s.last_length, std::memory_order_relaxed);
   slot.episode_return.store(bits_of(s.last_return), std::memory_order_relaxed);
   slot.end.store(static_cast<uint64_t>(s.last_end), std::memory_order_relaxed);
-  // release: pairs with the learner's acquire load of queue_tail in pop_episodes; the slot is complete.
+  // release: pairs with the learner's acquire load of queue_tail in pop_records; the slot is complete.
   c.queue_tail.store(tail + 1, std::memory_order_release);
 }
 
+std::size_t pop_records(Buffer& b, uint64_t env, std::span<EpisodeRecord> out) noexcept {
+  EpisodeControl& c = b.episode_control(env);
+  const uint64_t capacity = b.episode_queue_capacity();
+  // acquire: pairs with the writer's release store of queue_tail in emit_record; the slots below it are whole.
+  const uint64_t tail = c.queue_tail.load(std::memory_order_acquire);
+  uint64_t head = c.queue_head.load(std::memory_order_relaxed);  // only the learner stores it
+  if (head > tail || tail - head > capacity) head = tail > capacity ? tail - capacity : 0;  // never: defensive
+  const uint64_t take = std::min<uint64_t>(tail - head, out.size());
+  const layout::EpisodeRecordSlot* slots = b.episode_queue(env);
+  for (uint64_t i = 0; i < take; ++i) {
+    const layout::EpisodeRecordSlot& slot = slots[(head + i) % capacity];
+    EpisodeRecord& r = out[static_cast<std::size_t>(i)];
+    r.env = env;
+    r.first_step = slot.first_step.load(std::memory_order_relaxed);
+    r.length = slot.length.load(std::memory_order_relaxed);
+    r.episode_return = f64_of(slot.episode_return.load(std::memory_order_relaxed));
+    r.end = static_cast<EpisodeEnd>(slot.end.load(std::memory_order_relaxed) & 3);
+  }
+  // release: pairs with the writer's acquire load of queue_head in emit_record before it reuses a slot; our reads
+  // come first.
+  if (take > 0) c.queue_head.store(head + take, std::memory_order_release);
+  return static_cast<std::size_t>(take);
+}
+
 void recover_env(Buffer& b, uint64_t env) noexcept {
-  const uint64_t head = b.env_control(env).head.load(std::memory_order_acquire);
-  // acquire above: pairs with the previous writer's release store of head; its journal, meta and queue stores that
-  // precede that store are visible here.
+  // load_head's acquire pairs with the previous writer's release store of head (publish_step); its journal, meta and
+  // queue stores that precede that store are visible here.
+  const uint64_t head = load_head(b.env_control(env));
   EpisodeControl& c = b.episode_control(env);
   EpisodeJournal& j = c.journal[head % 2];
   if (j.for_head.load(std::memory_order_relaxed) != head) {
@@ -185,11 +211,10 @@ void recover_env(Buffer& b, uint64_t env) noexcept {
 void rebuild_env(Buffer& b, uint64_t env) noexcept {
   const EpisodeRoles roles(b);
   if (!roles.enabled) return;
-  const layout::EnvControl& ec = b.env_control(env);
-  const uint64_t head = ec.head.load(std::memory_order_acquire);
-  const uint64_t claimed = ec.claimed.load(std::memory_order_relaxed) & ~layout::kUpdateLockBit;
   const uint64_t cap = b.capacity();
-  const uint64_t first = std::min(claimed > cap ? claimed - cap : 0, head);
+  const StepRange stored = view_range(b.env_control(env), View::replay, cap);  // the steps to rebuild from
+  const uint64_t first = stored.lo;
+  const uint64_t head = stored.hi;
   const Schema& schema = b.schema();
   EpisodeControl& c = b.episode_control(env);
   JournalState s;
@@ -224,7 +249,7 @@ void rebuild_env(Buffer& b, uint64_t env) noexcept {
 bool read_journal(const Buffer& b, uint64_t env, JournalState& out) noexcept {
   const EpisodeControl& c = b.episode_control(env);
   for (int attempt = 0; attempt < 64; ++attempt) {
-    const uint64_t head = b.env_control(env).head.load(std::memory_order_acquire);
+    const uint64_t head = load_head(b.env_control(env));
     const EpisodeJournal& j = c.journal[head % 2];
     // acquire: pairs with store_slot's release store of for_head; the fields it covers are complete.
     const uint64_t f0 = j.for_head.load(std::memory_order_acquire);

@@ -1,10 +1,16 @@
-// Leases in the segment: one word per leased thing (an env, the learner role) holding pack_owner(pid, start
-// ticks), taken with a compare-and-swap; a dead holder's lease is taken over. See docs/design.md, "Leases".
+// detail/protocol/lease.hpp: leases in the segment, every side of them: one word per leased thing (an env, the
+// learner role) holding pack_owner(pid, start ticks), taken with a compare-and-swap (try_take_lease), released with
+// one (release_lease); a dead holder's lease is taken over. See docs/design.md, "Leases".
+// Who calls it: the Writer (env leases), the Sampler (the learner lease), a checkpoint load (both, through a Sampler
+// and a Writer), the Inspector and a writer waiting on the update lock (lease_holder_alive only). Safe across
+// processes and threads: every change of a lease word is a CAS, and liveness is judged from /proc.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <string>
+
+#include "shmreplay/layout.hpp"
 
 namespace shmreplay::detail {
 
@@ -15,6 +21,16 @@ struct LeaseWords {
   std::atomic<uint64_t>& since_ns;
   std::atomic<uint64_t>& takeovers;
 };
+
+/// An env's lease words (EnvControl line 2): taken by its Writer, judged by the Inspector.
+inline LeaseWords env_lease_words(layout::EnvControl& c) noexcept {
+  return {c.lease, c.owner_start_ticks, c.lease_since_ns, c.lease_takeovers};
+}
+
+/// The learner lease words (GlobalControl line 0): taken by the Sampler, and by a checkpoint load.
+inline LeaseWords learner_lease_words(layout::GlobalControl& g) noexcept {
+  return {g.learner_lease, g.learner_start_ticks, g.learner_since_ns, g.learner_takeovers};
+}
 
 enum class LeaseOutcome {
   taken,        ///< the lease was free and is now ours

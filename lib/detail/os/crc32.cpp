@@ -1,4 +1,4 @@
-#include "detail/crc32.hpp"
+#include "detail/os/crc32.hpp"
 
 #include <array>
 #include <bit>

@@ -1,10 +1,10 @@
-#include "detail/lease.hpp"
+#include "detail/protocol/lease.hpp"
 
 #include <unistd.h>
 
 #include <fmt/format.h>
 
-#include "detail/process.hpp"
+#include "detail/os/process.hpp"
 #include "shmreplay/layout.hpp"
 
 namespace shmreplay::detail {

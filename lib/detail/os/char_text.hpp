@@ -1,4 +1,4 @@
-// detail/char_text.hpp: one byte of user text, shown in an error message. Messages quote names and specs whole,
+// detail/os/char_text.hpp: one byte of user text, shown in an error message. Messages quote names and specs whole,
 // but a message that points at one offending byte must not cut a UTF-8 character in half: that would make the
 // message invalid UTF-8 (Python could not even show it).
 #pragma once

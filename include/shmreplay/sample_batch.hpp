@@ -1,0 +1,92 @@
+// shmreplay/sample_batch.hpp: the output of every sample call (Sampler::sample, sample_mixed, sample_transitions,
+// peek): per field an array [rows][sequence_length][field shape], a mask, and per row its env and start step.
+//
+// Who calls it: the learner, which hands a SampleBatch to its Sampler and reads the rows back (nstep() reads it
+// too); the Python module lends NumPy arrays to one (borrow). Only the Sampler fills it.
+//
+// Thread safety: a plain object in process memory, nothing shared: one thread at a time fills or reads it. A
+// batch owns its storage (default-constructed; grown on demand and reused, so a warmed-up batch never allocates)
+// or writes into caller arrays (borrow(), checked for size on every call).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/schema.hpp"
+
+namespace shmreplay {
+
+class Sampler;
+
+/// A writable array supplied by the caller: `bytes` bytes at `data`.
+struct MutableFieldBytes {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+/// The output of a sample call: per field an array [rows][sequence_length][field shape], a mask
+/// [rows][sequence_length] (1 where the step exists), and per row the env id and the global step index where
+/// the row starts. Either owns its storage (default-constructed; grown on demand and reused, so a warmed-up
+/// batch never allocates) or writes into caller arrays (borrow()).
+class SampleBatch {
+ public:
+  SampleBatch() = default;
+
+  /// A batch that fills caller-provided arrays (for instance framework tensors): one per field in schema order,
+  /// each at least rows x sequence_length x field bytes; `mask` at least rows x sequence_length; `env_ids` and
+  /// `start_steps` at least rows. Each sample call checks the sizes and throws Error(size_mismatch) naming the
+  /// array that is too small.
+  static SampleBatch borrow(std::vector<MutableFieldBytes> fields, std::span<uint8_t> mask,
+                            std::span<uint64_t> env_ids, std::span<uint64_t> start_steps);
+
+  std::size_t rows() const noexcept { return rows_; }
+  std::size_t sequence_length() const noexcept { return length_; }
+  std::size_t num_fields() const noexcept { return field_ptr_.size(); }
+
+  /// Field `index` (schema order): rows() x sequence_length() x that field's bytes per step.
+  std::span<const std::byte> field(std::size_t index) const noexcept;
+  template <class T>
+  std::span<const T> field_as(std::size_t index) const noexcept {
+    const auto b = field(index);
+    return {reinterpret_cast<const T*>(b.data()), b.size() / sizeof(T)};
+  }
+  /// The bytes of field `index` at row `row`, position `t` in the row.
+  const std::byte* step(std::size_t index, std::size_t row, std::size_t t) const noexcept;
+  std::span<const uint8_t> mask() const noexcept { return {mask_, rows_ * length_}; }
+  bool valid(std::size_t row, std::size_t t) const noexcept { return mask_[row * length_ + t] != 0; }
+  std::span<const uint64_t> env_ids() const noexcept { return {env_ids_, rows_}; }
+  std::span<const uint64_t> start_steps() const noexcept { return {starts_, rows_}; }
+  /// The episode fields of the buffer the batch was last filled from (schema indices; all empty without).
+  const EpisodeFieldIndices& episode_fields() const noexcept { return episode_fields_; }
+  /// The dtype of field `index` of the buffer the batch was last filled from.
+  DType field_dtype(std::size_t index) const noexcept { return field_dtype_[index]; }
+
+ private:
+  friend class Sampler;  // fills it
+  void prepare(const Schema& schema, std::size_t rows, std::size_t length);
+  EpisodeFieldIndices episode_fields_;
+  std::vector<DType> field_dtype_;
+
+  bool borrowed_ = false;
+  std::vector<MutableFieldBytes> borrowed_fields_;
+  std::span<uint8_t> borrowed_mask_;
+  std::span<uint64_t> borrowed_env_ids_;
+  std::span<uint64_t> borrowed_starts_;
+  std::vector<std::vector<std::byte>> own_fields_;
+  std::vector<uint8_t> own_mask_;
+  std::vector<uint64_t> own_env_ids_;
+  std::vector<uint64_t> own_starts_;
+
+  std::vector<std::byte*> field_ptr_;
+  std::vector<std::size_t> field_step_bytes_;
+  uint8_t* mask_ = nullptr;
+  uint64_t* env_ids_ = nullptr;
+  uint64_t* starts_ = nullptr;
+  std::size_t rows_ = 0;
+  std::size_t length_ = 0;
+};
+
+}  // namespace shmreplay

@@ -1,0 +1,83 @@
+#include "detail/protocol/seqlock.hpp"
+
+#include <sched.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "detail/protocol/lease.hpp"
+
+namespace shmreplay::detail {
+namespace {
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
+
+uint64_t wait_update_unlocked(layout::EnvControl& c, const layout::GlobalControl& g) noexcept {
+  auto last_check = std::chrono::steady_clock::now();
+  for (unsigned spins = 0;; ++spins) {
+    // acquire: pairs with the learner's release store in unlock_update (or release_dead_update_lock) that clears
+    // the bit, so its update's bytes happen-before the bytes we are about to write into a slot.
+    const uint64_t cur = c.claimed.load(std::memory_order_acquire);
+    if ((cur & kUpdateLockBit) == 0) return cur;
+    if (spins < 64) {
+      cpu_relax();
+      continue;
+    }
+    ::sched_yield();
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_check < std::chrono::milliseconds(1)) continue;
+    last_check = now;
+    const uint64_t learner = g.learner_lease.load(std::memory_order_relaxed);
+    if (learner != 0 && lease_holder_alive(learner)) continue;
+    release_dead_update_lock(c);  // the learner died inside try_update()
+  }
+}
+
+std::vector<uint64_t> record_field_offsets(const Schema& schema) {
+  std::vector<uint64_t> offsets;
+  offsets.reserve(schema.size());
+  uint64_t at = 0;
+  for (const Field& f : schema.fields()) {
+    offsets.push_back(at);
+    at += f.bytes();
+  }
+  return offsets;
+}
+
+CopyResult copy_records(const Buffer& buffer, uint64_t env, uint64_t first, uint64_t count,
+                        const std::vector<uint64_t>& record_offsets, std::byte* dst) noexcept {
+  const layout::EnvControl& c = buffer.env_control(env);
+  const uint64_t cap = buffer.capacity();
+  const Schema& schema = buffer.schema();
+  const uint64_t record_bytes = schema.step_bytes();
+  // Loaded before the head, so that a load that ends before this point shows its new head, and one that ends
+  // after it changes update_seq.
+  const uint64_t u0 = read_begin(c);
+  if ((u0 & 1) != 0) return {CopyOutcome::raced, 0};
+  // acquire: pairs with the writer's release store of head in publish_step: every step below it is written.
+  const uint64_t head = c.head.load(std::memory_order_acquire);
+  if (head < first + count) return {CopyOutcome::reset, 0};
+  for (std::size_t f = 0; f < schema.size(); ++f) {
+    const uint64_t b = schema[f].bytes();
+    const std::byte* ring = buffer.field_data(f) + env * cap * b;
+    std::byte* out = dst + record_offsets[f];
+    uint64_t slot = first % cap;
+    for (uint64_t i = 0; i < count; ++i) {
+      std::memcpy(out + i * record_bytes, ring + slot * b, b);
+      if (++slot == cap) slot = 0;
+    }
+  }
+  const ReadEnd end = read_end(c);
+  if (end.update_seq != u0) return {CopyOutcome::raced, 0};
+  return {CopyOutcome::ok, intact_from(end, cap)};
+}
+
+}  // namespace shmreplay::detail

@@ -1,0 +1,303 @@
+// detail/protocol/seqlock.hpp: the step seqlock of one env, every side of it in one place. The words are
+// layout::EnvControl's `head` and `claimed` (line 0) and `update_seq` (line 1); docs/design.md, "Concurrency
+// protocol", has the argument that a validated copy is whole and current.
+//
+//   word                  written by                                  read by
+//   head                  the env's writer (publish_step)             every reader (view_range, read_counters, ...)
+//   claimed, bits 0-62    the env's writer (claim_step)               readers after their copy (read_end)
+//   claimed, bit 63       the learner (lock_for_update/unlock_update) the writer (claim_step waits while it is set)
+//   update_seq            the learner and a checkpoint load           readers before and after their copy
+//                         (UpdateSection: odd while rewriting)        (read_begin, read_end)
+//   online_start          the learner (reset_online_start)            the online view (view_range, ...)
+//
+// Who calls what, and what is safe across processes:
+//   writer side    claim_step, publish_step: the Writer (push, push_one, reserve/commit), only for an env whose
+//                  lease it holds: one writer per env, so head and the claim count have one writer each.
+//   learner side   reset_online_start: Sampler::reset_online_queue (the learner lease holder).
+//   update side    lock_for_update, unlock_update, UpdateSection: Sampler::try_update (the learner lease holder);
+//                  UpdateSection and store_counters: a checkpoint load, which holds the learner lease and every
+//                  env's lease. release_dead_update_lock: a learner that took over a dead learner's lease, or a
+//                  writer that found the lock held by a dead learner; safe to race (CASes).
+//   reader side    load_head, view_range, published_range, write_in_flight, has_published, read_counters(_stable),
+//                  read_begin/read_end/copy_intact, copy_records: any process, on a read-only mapping too (the
+//                  Sampler, Inspector::read_steps behind `shmreplay dump`, save_checkpoint). Readers never write.
+// Every function here is O(1) (copy_records: O(steps x fields)) and never blocks, except claim_step, which waits
+// while the learner copies one step into the same env (try_update).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/layout.hpp"
+#include "shmreplay/sampler.hpp"
+
+namespace shmreplay::detail {
+
+using layout::kUpdateLockBit;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Writer side: claim, fill, publish.
+
+/// Waits while the learner holds `c`'s update lock and returns `claimed` without the bit. Spins briefly, then
+/// yields; every millisecond it checks whether the learner (g's learner lease) is alive, and if it died holding
+/// the lock, releases it (release_dead_update_lock), so a writer never hangs on a dead learner.
+uint64_t wait_update_unlocked(layout::EnvControl& c, const layout::GlobalControl& g) noexcept;
+
+/// "Write begins": raises the env's claim to head + 1 and returns the step being written (head). After an
+/// abandoned reservation or a takeover of a writer that died mid-write the claim is already raised, and it stays.
+/// Then the caller stores the step's bytes (and meta) into slot step % capacity and calls publish_step.
+/// Precondition: the caller holds the env's lease.
+inline uint64_t claim_step(layout::EnvControl& c, const layout::GlobalControl& g) noexcept {
+  const uint64_t step = c.head.load(std::memory_order_relaxed);  // only this writer stores head
+  uint64_t cur = c.claimed.load(std::memory_order_relaxed);
+  // The learner's update lock never covers the slot being claimed (try_update only rewrites steps
+  // >= claimed - capacity), so with the bit set we only have to wait when the claim must still move.
+  while ((cur & ~kUpdateLockBit) != step + 1) {
+    if (cur & kUpdateLockBit) {
+      cur = wait_update_unlocked(c, g);
+      continue;
+    }
+    // acquire: pairs with the learner's release in unlock_update, so its update's bytes precede ours.
+    if (c.claimed.compare_exchange_weak(cur, step + 1, std::memory_order_acquire, std::memory_order_relaxed)) break;
+  }
+  // release fence: orders the raised claim before the slot's data stores; pairs with the readers' acquire fence
+  // in read_end, between their copy and their re-read of `claimed`.
+  std::atomic_thread_fence(std::memory_order_release);
+  return step;
+}
+
+/// "Write ends": publishes `step` (head = step + 1) and stamps the push time. Precondition: the caller claimed
+/// `step` with claim_step and stored every byte of it.
+inline void publish_step(layout::EnvControl& c, uint64_t step, uint64_t now_ns) noexcept {
+  // release: pairs with the readers' acquire loads of head; every byte of the step happens-before it.
+  c.head.store(step + 1, std::memory_order_release);
+  c.last_push_ns.store(now_ns, std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Learner side: the online view's start.
+
+/// Empties the env's online view: online_start = head. Precondition: the caller holds the learner lease (the only
+/// writer of online_start).
+inline void reset_online_start(layout::EnvControl& c) noexcept {
+  // acquire: pairs with the writer's release store of head in publish_step. The store is relaxed: readers of
+  // online_start clamp it to a head they acquired themselves.
+  c.online_start.store(c.head.load(std::memory_order_acquire), std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Update side: the learner's update lock (try_update) and the odd/even update_seq section (try_update, load).
+
+/// Takes the env's update lock (sets kUpdateLockBit in `claimed`) and returns the claim count c without the bit.
+/// While the bit is set the writer cannot raise its claim, so the only slot it may be writing is (c - 1) % cap,
+/// which belongs to step c - 1 - cap: steps in [c - cap, head) are safe to rewrite. Precondition: the caller holds
+/// the learner lease (one lock holder at a time).
+inline uint64_t lock_for_update(layout::EnvControl& c) noexcept {
+  uint64_t cur = c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit;
+  // acquire: pairs with the writer's claim CAS, so our view of `claimed` is the one the caller's check relies on.
+  while (!c.claimed.compare_exchange_weak(cur, cur | kUpdateLockBit, std::memory_order_acquire,
+                                          std::memory_order_relaxed)) {
+    cur &= ~kUpdateLockBit;
+  }
+  return cur;
+}
+
+/// Releases the lock taken by lock_for_update, which returned `claim`.
+inline void unlock_update(layout::EnvControl& c, uint64_t claim) noexcept {
+  // release: pairs with the writer's acquire in claim_step / wait_update_unlocked, so our bytes precede its bytes.
+  c.claimed.store(claim, std::memory_order_release);
+}
+
+/// The rewriting of an env's stored steps (and, for a load, its counters): update_seq is odd from construction
+/// to destruction, so a reader whose copy overlaps any store in between rejects it (read_end). Ends (even again)
+/// on every path, errors included, so readers never spin on an odd value. Precondition: the caller holds the
+/// learner lease (the only writer of update_seq), and for steps a writer may reach, the update lock.
+class UpdateSection {
+ public:
+  explicit UpdateSection(layout::EnvControl& c) noexcept : word_(c.update_seq) {
+    uint64_t seq = word_.load(std::memory_order_relaxed);
+    seq += seq & 1;  // even already, unless a dead learner's section was never ended
+    end_ = seq + 2;
+    word_.store(seq + 1, std::memory_order_relaxed);
+    // release fence: orders the odd update_seq before the data stores; pairs with the readers' acquire fence in
+    // read_end.
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  UpdateSection(const UpdateSection&) = delete;
+  UpdateSection& operator=(const UpdateSection&) = delete;
+  ~UpdateSection() {
+    // release: pairs with the readers' acquire load in read_begin; the stores of the section precede it.
+    word_.store(end_, std::memory_order_release);
+  }
+
+ private:
+  std::atomic<uint64_t>& word_;
+  uint64_t end_ = 0;
+};
+
+/// A checkpoint load's rewrite of an env's counters. Precondition: inside an UpdateSection of the env, holding
+/// the env's lease and the learner lease (nobody else writes them).
+inline void store_counters(layout::EnvControl& c, uint64_t head, uint64_t claimed, uint64_t online_start,
+                           uint64_t last_push_ns) noexcept {
+  c.head.store(head, std::memory_order_relaxed);
+  c.claimed.store(claimed, std::memory_order_relaxed);
+  c.online_start.store(online_start, std::memory_order_relaxed);
+  c.last_push_ns.store(last_push_ns, std::memory_order_relaxed);
+}
+
+/// Undoes the update lock of a learner that died inside try_update(): ends its UpdateSection (update_seq made
+/// even) and clears kUpdateLockBit. Safe to race with another process doing the same (both are CASes).
+/// Precondition: the learner that held the lock is dead.
+inline void release_dead_update_lock(layout::EnvControl& c) noexcept {
+  uint64_t seq = c.update_seq.load(std::memory_order_relaxed);
+  // release: pairs with the readers' acquire load of update_seq in read_begin.
+  if (seq & 1) c.update_seq.compare_exchange_strong(seq, seq + 1, std::memory_order_release);
+  uint64_t cur = c.claimed.load(std::memory_order_relaxed);
+  // release: pairs with the writer's acquire load in wait_update_unlocked that waits for the bit to clear.
+  while ((cur & kUpdateLockBit) &&
+         !c.claimed.compare_exchange_weak(cur, cur & ~kUpdateLockBit, std::memory_order_release)) {
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reader side: snapshots of the counters, and the validated copy.
+
+/// Steps [lo, hi) of one env's view.
+struct StepRange {
+  uint64_t lo;
+  uint64_t hi;
+};
+
+/// The env's head: every step below it is completely written.
+inline uint64_t load_head(const layout::EnvControl& c) noexcept {
+  // acquire: pairs with the writer's release store of head in publish_step.
+  return c.head.load(std::memory_order_acquire);
+}
+
+/// The env's `view` from one acquire load of head and a later load of claimed. A slot that is being reclaimed
+/// (claimed = head + 1) is not part of the view. The Sampler's snapshot, the Inspector's sizes.
+inline StepRange view_range(const layout::EnvControl& c, View view, uint64_t capacity) noexcept {
+  // acquire: pairs with the writer's release store of head in publish_step: every step below it is written.
+  const uint64_t head = c.head.load(std::memory_order_acquire);
+  const uint64_t claimed = c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit;
+  uint64_t lo = claimed > capacity ? claimed - capacity : 0;  // the oldest step whose slot is not being reclaimed
+  if (view == View::online) lo = std::max(lo, c.online_start.load(std::memory_order_relaxed));
+  return {std::min(lo, head), head};
+}
+
+/// The published steps of `view` not yet overwritten by a completed write (a write in progress does not count
+/// against it): what SampleOptions::min_steps is checked against.
+inline StepRange published_range(const layout::EnvControl& c, View view, uint64_t capacity) noexcept {
+  // acquire: pairs with the writer's release store of head in publish_step.
+  const uint64_t head = c.head.load(std::memory_order_acquire);
+  uint64_t lo = head > capacity ? head - capacity : 0;
+  if (view == View::online) lo = std::max(lo, c.online_start.load(std::memory_order_relaxed));
+  return {std::min(lo, head), head};
+}
+
+/// Whether the env's writer is between claim_step and publish_step (its view is one step short meanwhile).
+inline bool write_in_flight(const layout::EnvControl& c) noexcept {
+  const uint64_t head = c.head.load(std::memory_order_relaxed);
+  return (c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit) > head;
+}
+
+/// Whether the env has published a step at or after the view's base (0, or online_start).
+inline bool has_published(const layout::EnvControl& c, View view) noexcept {
+  const uint64_t base = view == View::online ? c.online_start.load(std::memory_order_relaxed) : 0;
+  // acquire: pairs with the writer's release store of head in publish_step.
+  return c.head.load(std::memory_order_acquire) > base;
+}
+
+/// One reader's look at an env's counters (claimed without the lock bit).
+struct EnvCounters {
+  uint64_t head = 0;
+  uint64_t claimed = 0;
+  uint64_t online_start = 0;
+};
+
+/// head (acquire), then claimed and online_start.
+inline EnvCounters read_counters(const layout::EnvControl& c) noexcept {
+  EnvCounters n;
+  // acquire: pairs with the writer's release store of head in publish_step.
+  n.head = c.head.load(std::memory_order_acquire);
+  n.claimed = c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit;
+  n.online_start = c.online_start.load(std::memory_order_relaxed);
+  return n;
+}
+
+/// The same, bracketed by update_seq: nullopt when an UpdateSection (a checkpoint load rewriting the counters, or
+/// try_update) was open or ended meanwhile, so the counters are never a mix of before and after a load.
+inline std::optional<EnvCounters> read_counters_stable(const layout::EnvControl& c) noexcept {
+  // acquire: pairs with the release store that ends an UpdateSection, so head and claimed below are its own.
+  const uint64_t u = c.update_seq.load(std::memory_order_acquire);
+  if ((u & 1) != 0) return std::nullopt;
+  const EnvCounters n = read_counters(c);
+  // acquire: pairs with the release store that ends an UpdateSection (as above); a section that began or ended
+  // after the first load shows here as another value.
+  if (c.update_seq.load(std::memory_order_acquire) != u) return std::nullopt;
+  return n;
+}
+
+/// Before a copy: update_seq (acquire: pairs with the release store that ends an UpdateSection, so the bytes it
+/// wrote are seen by the copy). Odd means an update is running: the copy will be rejected.
+inline uint64_t read_begin(const layout::EnvControl& c) noexcept {
+  return c.update_seq.load(std::memory_order_acquire);
+}
+
+/// After a copy: the claim count and update_seq, ordered after every load of the copy.
+struct ReadEnd {
+  uint64_t claimed;
+  uint64_t update_seq;
+};
+inline ReadEnd read_end(const layout::EnvControl& c) noexcept {
+  // acquire fence: pairs with the writer's release fence in claim_step (and the one in UpdateSection's
+  // constructor): if the copy read any byte stored after those, the loads below see the raised claim (or the odd
+  // or newer update_seq).
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const uint64_t claimed = c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit;
+  const uint64_t seq = c.update_seq.load(std::memory_order_relaxed);
+  return {claimed, seq};
+}
+
+/// Whether a copy of steps first, first + 1, ... (all below a head the reader acquired) that began with
+/// read_begin() == begin_seq and ended with `end` is whole: no update ran, and no writer claimed step first + cap,
+/// which reuses first's slot (`claimed` is monotonic, so the oldest step covers the rest).
+inline bool copy_intact(uint64_t begin_seq, const ReadEnd& end, uint64_t first, uint64_t capacity) noexcept {
+  return (begin_seq & 1) == 0 && begin_seq == end.update_seq && end.claimed <= first + capacity;
+}
+
+/// The oldest step whose slot no writer had reclaimed when `end` was read.
+inline uint64_t intact_from(const ReadEnd& end, uint64_t capacity) noexcept {
+  return end.claimed > capacity ? end.claimed - capacity : 0;
+}
+
+/// Byte offset of each field inside a record (one step, its fields in schema order, back to back).
+std::vector<uint64_t> record_field_offsets(const Schema& schema);
+
+enum class CopyOutcome {
+  ok,      ///< the records were copied; those of steps below intact_from were overwritten meanwhile
+  raced,   ///< the learner (or a checkpoint load) rewrote the env during the copy: copy again
+  reset,   ///< the env's head is below the steps asked for: the env was reloaded; start over from a new snapshot
+};
+
+struct CopyResult {
+  CopyOutcome outcome = CopyOutcome::raced;
+  uint64_t intact_from = 0;  ///< for ok: the oldest step whose slot no writer had reclaimed by the end of the copy
+};
+
+/// The validated copy of readers that are not the learner and may map the segment read-only
+/// (Inspector::read_steps, save_checkpoint): the Sampler's validation with two additions that make it safe
+/// against a checkpoint being loaded into the segment meanwhile: update_seq is loaded before the head, and a head
+/// that went down is reported instead of trusted. Copies steps [first, first + count) of `env` into `dst` (count
+/// records of schema.step_bytes() each). The records of steps >= intact_from are exactly what their writers
+/// published; the others must be dropped. Preconditions: env < num_envs, count >= 1, and first + count <= a head
+/// of the env that the caller loaded with acquire. O(count * num_fields); never blocks, never writes.
+CopyResult copy_records(const Buffer& buffer, uint64_t env, uint64_t first, uint64_t count,
+                        const std::vector<uint64_t>& record_offsets, std::byte* dst) noexcept;
+
+}  // namespace shmreplay::detail

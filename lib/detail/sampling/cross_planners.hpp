@@ -1,0 +1,51 @@
+// detail/sampling/cross_planners.hpp: the planners of Episodes::cross, which ignore episode boundaries: a start
+// p of a view [lo, hi) has min(hi - p, L) steps left and weighs min(hi - p, L)^power. See planner.hpp for the
+// interface, who calls it and what is safe; docs/design.md, "Sampling algorithm", for the derivation.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "detail/sampling/planner.hpp"
+#include "detail/sampling/tail_table.hpp"
+
+namespace shmreplay::detail {
+
+/// Cross sampling with period 1 (the default), in closed form: an env whose view holds n steps has
+/// max(0, n - L + 1) starts with L steps left (weight 1 after scaling) and min(n, L - 1) with fewer, whose weights
+/// sum to S[min(n, L - 1)] (TailTable, period 1). prepare: O(num_envs); draw: one engine output, a binary search
+/// over envs and, in an env's tail, one over S. Options are ignored (the Sampler also uses it for stop and within
+/// when L = 1, where a single step never crosses an episode end).
+class ClosedFormPlanner final : public Planner {
+ public:
+  bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;
+  std::optional<Draw> draw(Rng& rng) override { return draw_one(rng); }
+  /// draw(), for a caller that knows the type (no virtual call, never nullopt).
+  Draw draw_one(Rng& rng) const noexcept;
+
+ private:
+  std::span<const EnvView> views_;
+  uint64_t length_ = 0;
+  std::vector<double> cumulative_;  // cumulative_[e] = total weight of envs 0..e
+  TailTable tail_;
+};
+
+/// Cross sampling with a period P > 1: starts lo, lo + P, ... of each view. The same closed form over the grid:
+/// an env's full starts (L steps left) weigh 1, its tail's grid points S[r] with the table along residue class
+/// r mod P (TailTable, period P). prepare: O(num_envs); draw: one engine output, binary searches.
+class PeriodPlanner final : public Planner {
+ public:
+  bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;
+  std::optional<Draw> draw(Rng& rng) override;
+
+ private:
+  std::span<const EnvView> views_;
+  uint64_t length_ = 0;
+  uint64_t period_ = 1;
+  std::vector<double> cumulative_;  // cumulative_[e] = total weight of envs 0..e
+  TailTable tail_;
+};
+
+}  // namespace shmreplay::detail

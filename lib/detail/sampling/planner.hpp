@@ -1,0 +1,106 @@
+// detail/sampling/planner.hpp: deciding where a sample reads. The start-drawing algorithms sit behind one
+// interface, Planner; the Sampler does the rest (snapshot, copy, validation; lib/sampler.cpp).
+//
+// Who calls it: the Sampler, in every round of a sample call: it reads each env's view [lo, hi) from the segment
+// (the protocol side, detail/protocol/seqlock.hpp), hands the views to the planner chosen for the call's options
+// (prepare), asks it for one row per draw (draw), then copies and validates each row itself. A planner never
+// touches the segment: no atomics, no Buffer, no batch. Episode boundaries reach it through EpisodeStarts, which
+// the Sampler implements over the segment's step meta and a test implements over a vector
+// (tests/test_planner.cpp), so every planner can be tested without shared memory.
+//
+// The planners (docs/design.md, "Sampling algorithm"):
+//   ClosedFormPlanner   cross, period 1: per-env weights in closed form, O(1) per env, O(log) per row
+//   PeriodPlanner       cross, period > 1: the same over the period's grid, with a table along residue classes
+//   RejectionPlanner    stop and within: uniform proposals over the grid, accepted with weight / L^power; after
+//                       kMaxTries refusals in one row it switches the rest of the call to ExactPlanner
+//   ExactPlanner        stop and within: enumerates the episode pieces of every view, exact weights
+// A new way of drawing starts is a new Planner.
+//
+// Thread safety: a planner belongs to one Sampler and is used by one thread at a time; it keeps scratch storage
+// that only grows, so once warmed up prepare and draw never allocate. Nothing in it is shared between processes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "shmreplay/sampler.hpp"
+
+namespace shmreplay::detail {
+
+/// Steps [lo, hi) of one env's view, as the Sampler read them from the segment (one snapshot).
+struct EnvView {
+  uint64_t lo = 0;
+  uint64_t hi = 0;
+};
+
+/// One row to copy: steps [start, start + steps) of env `env`; 1 <= steps <= the sequence length.
+struct Draw {
+  uint64_t env = 0;
+  uint64_t start = 0;
+  uint64_t steps = 0;
+  friend bool operator==(const Draw&, const Draw&) = default;
+};
+
+/// What a planner needs of SampleOptions. `period` is at least 1 and already clamped to the capacity (a period
+/// of the capacity or more keeps only each view's first step).
+struct PlanOptions {
+  Episodes episodes = Episodes::cross;
+  uint64_t period = 1;
+};
+
+/// Where episodes start, for the stop/within planners: the first step of the episode that step `step` of env
+/// `env` belongs to, as its writer recorded it. Only asked for steps inside the env's view. A value above `step`
+/// means the step is being overwritten (a torn read); the planner then treats that start as going away (the
+/// Sampler's validation of the copy rejects such rows in any case). Called from the sampling thread only.
+class EpisodeStarts {
+ public:
+  virtual ~EpisodeStarts() = default;
+  virtual uint64_t episode_start(std::size_t env, uint64_t step) const noexcept = 0;
+};
+
+/// One way of drawing (env, start) pairs with their weights.
+class Planner {
+ public:
+  virtual ~Planner() = default;
+
+  /// Called once at the start of each sample call (each view of a mixed call), before its first prepare: forgets
+  /// what the previous call learned (the rejection planner's switch to the exact method).
+  virtual void begin_call() noexcept {}
+
+  /// Takes the views of one snapshot (one per env; they must stay unchanged until the next prepare, the planner
+  /// keeps the span) and computes what draws need. Returns whether any start has a positive weight; draw may be
+  /// called only after a prepare that returned true. O(num_envs) (the exact planner: O(num_envs + episode
+  /// pieces)); allocates only to grow its scratch.
+  virtual bool prepare(std::span<const EnvView> views, std::size_t length, double power,
+                       const PlanOptions& options) = 0;
+
+  /// Draws one row from the prepared snapshot, consuming the engine as the algorithm specifies (a seed gives the
+  /// same rows on every machine). nullopt only from a planner that found, mid-call, that this snapshot has nothing
+  /// to draw from (the rejection planner's exact fallback, when a write in progress hid every start): the caller
+  /// takes a fresh snapshot. O(log(num_envs * length)) for the closed forms; expected O(L^power / mean weight)
+  /// proposals for rejection.
+  virtual std::optional<Draw> draw(Rng& rng) = 0;
+};
+
+/// A double in [0, 1) from the top 53 bits of one engine output: the same on every platform.
+inline double uniform01(Rng& rng) noexcept { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+/// An integer in [0, n) from one engine output (the high half of a 64 x 64-bit product; bias below n / 2^64).
+inline uint64_t uniform_below(Rng& rng, uint64_t n) noexcept {
+  __extension__ using U128 = unsigned __int128;
+  return static_cast<uint64_t>((static_cast<U128>(rng()) * n) >> 64);
+}
+
+/// The first point >= x of the grid anchor, anchor + period, ... (x >= anchor).
+inline uint64_t grid_ceil(uint64_t anchor, uint64_t period, uint64_t x) noexcept {
+  return anchor + (x - anchor + period - 1) / period * period;
+}
+
+/// Grid points p with p + length <= hi, from `first` on (the starts that have `length` steps left): their count.
+inline uint64_t full_starts(uint64_t first, uint64_t hi, uint64_t length, uint64_t period) noexcept {
+  return hi >= first + length ? (hi - length - first) / period + 1 : 0;
+}
+
+}  // namespace shmreplay::detail
