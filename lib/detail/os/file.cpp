@@ -1,6 +1,6 @@
 #include "detail/os/file.hpp"
 
-#include "detail/char_text.hpp"
+#include "detail/os/char_text.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>
