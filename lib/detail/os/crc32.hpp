@@ -1,5 +1,6 @@
-// CRC-32 (IEEE 802.3, the polynomial of zlib, gzip and PNG; reflected, initial value and final xor 0xffffffff),
-// for the checksums of checkpoint files. Slicing-by-8: about 1-2 GB/s, so a checksum costs less than the read.
+// detail/os/crc32.hpp: CRC-32 (IEEE 802.3, the polynomial of zlib, gzip and PNG; reflected, initial value and
+// final xor 0xffffffff), for the checksums of checkpoint files. Slicing-by-8: about 1-2 GB/s, so a checksum costs
+// less than the read. Who calls it: checkpoint save, verify and load. A pure function: safe from any thread.
 #pragma once
 
 #include <cstddef>

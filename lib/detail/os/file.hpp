@@ -1,4 +1,6 @@
-// RAII for file descriptors and memory mappings, and the naming rules of segment files.
+// detail/os/file.hpp: RAII for file descriptors and memory mappings, and the naming rules of segment files.
+// Who calls it: Buffer (create, open, remove), checkpoints, the CLI. Each object is owned by one thread; the
+// functions are pure or read the environment only.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,7 @@
-// A futex on a 32-bit word in shared memory. Process-shared: no FUTEX_PRIVATE_FLAG, so a writer in one process
-// wakes a learner sleeping in another (std::atomic::wait in libstdc++ uses private futexes and would not).
+// detail/os/futex.hpp: a futex on a 32-bit word in shared memory. Process-shared: no FUTEX_PRIVATE_FLAG, so a
+// writer in one process wakes a learner sleeping in another (std::atomic::wait in libstdc++ uses private futexes
+// and would not). Who calls it: detail/protocol/wake.hpp, which holds the handshake's ordering; these are only the
+// system calls, safe from any thread and process.
 #pragma once
 
 #include <linux/futex.h>

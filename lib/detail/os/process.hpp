@@ -1,4 +1,6 @@
-// Process identity and liveness, judged by pid plus start time (pids are reused; start times are not).
+// detail/os/process.hpp: process identity and liveness, judged by pid plus start time (pids are reused; start
+// times are not), clocks, and the fork generation. Who calls it: leases, Buffer, Writer, Sampler, the Inspector and
+// the CLI. Every function reads /proc or a clock and is safe from any thread.
 #pragma once
 
 #include <sys/types.h>
