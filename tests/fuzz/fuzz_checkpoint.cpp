@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "detail/crc32.hpp"
+#include "detail/os/crc32.hpp"
 #include "fuzz_support.hpp"
 
 namespace {
