@@ -3,6 +3,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +26,26 @@
 #include "shmreplay/error.hpp"
 
 namespace shmreplay::test {
+
+/// Sets the umask for a scope (children started meanwhile inherit it) and restores it after, a failed REQUIRE
+/// included.
+class UmaskGuard {
+ public:
+  explicit UmaskGuard(mode_t mask) : old_(::umask(mask)) {}
+  UmaskGuard(const UmaskGuard&) = delete;
+  UmaskGuard& operator=(const UmaskGuard&) = delete;
+  ~UmaskGuard() { ::umask(old_); }
+
+ private:
+  mode_t old_;
+};
+
+/// The permission bits of the file at `path` (a REQUIRE that it exists).
+inline mode_t file_mode(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return st.st_mode & 07777;
+}
 
 /// A segment name no other test (or concurrent ctest process) uses: "srt-<tag>-<pid>-<n>".
 inline std::string unique_name(const std::string& tag) {

@@ -29,6 +29,8 @@
 #include "support.hpp"
 
 using namespace shmreplay;
+using test::file_mode;
+using test::UmaskGuard;
 using test::kPayloadSchema;
 using test::check_env_payloads;
 using test::payload_bytes;
@@ -621,28 +623,6 @@ TEST_CASE("a buffer with episode fields keeps them through save and load, and it
   CHECK(message.find("episode fields") != std::string::npos);
   CHECK(slurp(plain.path()) == before);
 }
-
-namespace {
-
-// Sets the umask for a scope and restores it after (a failed REQUIRE included).
-class UmaskGuard {
- public:
-  explicit UmaskGuard(mode_t mask) : old_(::umask(mask)) {}
-  UmaskGuard(const UmaskGuard&) = delete;
-  UmaskGuard& operator=(const UmaskGuard&) = delete;
-  ~UmaskGuard() { ::umask(old_); }
-
- private:
-  mode_t old_;
-};
-
-mode_t file_mode(const std::string& path) {
-  struct stat st {};
-  REQUIRE(::stat(path.c_str(), &st) == 0);
-  return st.st_mode & 07777;
-}
-
-}  // namespace
 
 TEST_CASE("a checkpoint gets its segment's read/write bits whatever the umask, before a byte is written to it") {
   const UmaskGuard open_umask(0);  // the umask that would make a file created 0666 world-readable

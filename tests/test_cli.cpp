@@ -39,6 +39,8 @@
 #include "support.hpp"
 
 using namespace shmreplay;
+using test::file_mode;
+using test::UmaskGuard;
 using nlohmann::json;
 using test::check_env_payloads;
 using test::payload_bytes;
@@ -56,17 +58,24 @@ struct CliResult {
   std::string err;
 };
 
+// The CLI's path and `args` as execv's argv (made before fork: the child only execs).
+struct CliArgv {
+  explicit CliArgv(const std::vector<std::string>& args) : storage{SHMREPLAY_CLI_PATH} {
+    storage.insert(storage.end(), args.begin(), args.end());
+    for (std::string& s : storage) argv.push_back(s.data());
+    argv.push_back(nullptr);
+  }
+  std::vector<std::string> storage;
+  std::vector<char*> argv;
+};
+
 // Runs the CLI with `args` (no shell), collecting stdout and stderr through pipes until both close.
 CliResult run_cli(const std::vector<std::string>& args) {
   int out_pipe[2];
   int err_pipe[2];
   REQUIRE(::pipe2(out_pipe, O_CLOEXEC) == 0);
   REQUIRE(::pipe2(err_pipe, O_CLOEXEC) == 0);
-  std::vector<std::string> storage{SHMREPLAY_CLI_PATH};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& s : storage) argv.push_back(s.data());
-  argv.push_back(nullptr);
+  CliArgv cli(args);
 
   std::fflush(nullptr);
   const pid_t pid = ::fork();
@@ -74,7 +83,7 @@ CliResult run_cli(const std::vector<std::string>& args) {
   if (pid == 0) {
     ::dup2(out_pipe[1], STDOUT_FILENO);
     ::dup2(err_pipe[1], STDERR_FILENO);
-    ::execv(argv[0], argv.data());
+    ::execv(cli.argv[0], cli.argv.data());
     ::_exit(127);
   }
   ::close(out_pipe[1]);
@@ -1170,28 +1179,6 @@ TEST_CASE("create names episode fields and info shows completed episodes, per en
   CHECK(bad.err.find("done") != std::string::npos);
 }
 
-namespace {
-
-// Sets the umask for a scope (children started meanwhile inherit it) and restores it after.
-class UmaskGuard {
- public:
-  explicit UmaskGuard(mode_t mask) : old_(::umask(mask)) {}
-  UmaskGuard(const UmaskGuard&) = delete;
-  UmaskGuard& operator=(const UmaskGuard&) = delete;
-  ~UmaskGuard() { ::umask(old_); }
-
- private:
-  mode_t old_;
-};
-
-mode_t file_mode(const std::string& path) {
-  struct stat st {};
-  REQUIRE(::stat(path.c_str(), &st) == 0);
-  return st.st_mode & 07777;
-}
-
-}  // namespace
-
 TEST_CASE("save of a private segment writes a private file even with umask 0") {
   const std::string name = unique_name("cli-private");
   SegmentGuard guard(name);
@@ -1257,11 +1244,7 @@ class RunningCli {
   explicit RunningCli(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
     int err_pipe[2];
     REQUIRE(::pipe2(err_pipe, O_CLOEXEC) == 0);
-    std::vector<std::string> storage{SHMREPLAY_CLI_PATH};
-    storage.insert(storage.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& s : storage) argv.push_back(s.data());
-    argv.push_back(nullptr);
+    CliArgv cli(args);
     std::fflush(nullptr);
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
@@ -1270,7 +1253,7 @@ class RunningCli {
       ::dup2(null, STDOUT_FILENO);
       ::dup2(err_pipe[1], STDERR_FILENO);
       for (const std::string& entry : env) ::putenv(const_cast<char*>(entry.c_str()));  // lives until exec
-      ::execv(argv[0], argv.data());
+      ::execv(cli.argv[0], cli.argv.data());
       ::_exit(127);
     }
     ::close(err_pipe[1]);

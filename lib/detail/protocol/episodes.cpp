@@ -13,6 +13,13 @@ using layout::kJournalWriting;
 
 namespace {
 
+// A step's meta word: the first step of its episode, and whether it ends the episode (and how). Written by the
+// push that stores the step and by rebuild_env, which recomputes it from the flag fields after a load.
+uint64_t step_meta_word(uint64_t episode_start, EpisodeEnd end) {
+  return episode_start | (end != EpisodeEnd::none ? layout::kMetaEndsEpisode : 0) |
+         (end == EpisodeEnd::truncated ? layout::kMetaTruncated : 0);
+}
+
 template <class T>
 T load_as(const std::byte* p) noexcept {
   T v;
@@ -126,8 +133,7 @@ bool stage_step(Buffer& b, uint64_t env, uint64_t step, const StepFlags& flags) 
   // head when the lease was taken.
   JournalState s = cur.for_head.load(std::memory_order_relaxed) == step ? load_slot(cur) : derive_state(b, env, step);
   const bool ends = flags.end != EpisodeEnd::none;
-  const uint64_t meta = s.episode_start | (ends ? layout::kMetaEndsEpisode : 0) |
-                        (flags.end == EpisodeEnd::truncated ? layout::kMetaTruncated : 0);
+  const uint64_t meta = step_meta_word(s.episode_start, flags.end);
   // Covered by the step seqlock like the step's bytes: stored after the claim's release fence, before head.
   b.step_meta(env)[step % b.capacity()].store(meta, std::memory_order_relaxed);
   s.running_return += flags.reward;
@@ -226,9 +232,7 @@ void rebuild_env(Buffer& b, uint64_t env) noexcept {
     const StepFlags f = read_step_flags(
         roles, [&](std::size_t field) { return b.field_data(field) + slot * schema[field].bytes(); });
     const bool ends = f.end != EpisodeEnd::none;
-    b.step_meta(env)[step % cap].store(s.episode_start | (ends ? layout::kMetaEndsEpisode : 0) |
-                                           (f.end == EpisodeEnd::truncated ? layout::kMetaTruncated : 0),
-                                       std::memory_order_relaxed);
+    b.step_meta(env)[step % cap].store(step_meta_word(s.episode_start, f.end), std::memory_order_relaxed);
     s.running_return += f.reward;
     if (ends) {
       s.last_first_step = s.episode_start;
