@@ -11,16 +11,14 @@ is no transition, so nothing is pushed for it. It prints one JSON report line (@
 SIGINT or --seconds)."""
 import argparse
 import json
-import signal
 import sys
 import time
 
 import numpy as np
 
 import shmreplay
-from common import NUM_PARAMS, act, checksum, params_path, read_params
+from common import NUM_PARAMS, StopFlag, act, checksum, params_path, read_params
 
-stop = False
 
 
 def main():
@@ -34,12 +32,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
 
-    def on_signal(*_):
-        global stop
-        stop = True
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    stop = StopFlag()
 
     import warnings
     warnings.filterwarnings("ignore", category=UserWarning, module="gymnasium")  # envpool's spaces: float64 bounds

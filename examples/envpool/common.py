@@ -7,6 +7,7 @@ logprob (of the behaviour policy), value (its estimate), reward and done (the ou
 time limit), episode_return (on done steps) and stamp = [env id, step index, checksum of the other fields], so
 the learner can check every step it samples."""
 import os
+import signal
 import tempfile
 
 import numpy as np
@@ -81,3 +82,21 @@ def read_params(path, last_mtime):
         return np.load(path), mtime
     except (FileNotFoundError, ValueError, EOFError):
         return None, last_mtime
+
+
+class StopFlag:
+    """True once SIGTERM (the launcher's stop) or SIGINT (Ctrl-C) arrived: a worker's loops check it and end
+    cleanly, releasing their leases. SIGPIPE is ignored, so a worker whose launcher died is not killed by its next
+    line of output before it lets go of its leases."""
+
+    def __init__(self):
+        self.raised = False
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+
+    def _on_signal(self, *_):
+        self.raised = True
+
+    def __bool__(self):
+        return self.raised

@@ -9,7 +9,6 @@ min(remaining, 16)), reset the online queue, one Adam step. Once a second it pri
 SIGINT or --seconds) one JSON report line (@report)."""
 import argparse
 import json
-import signal
 import sys
 import time
 
@@ -18,10 +17,9 @@ import torch
 
 import shmreplay
 import shmreplay.torch
-from common import (GAMMA, NUM_PARAMS, POLICY_FEATURES, VALUE_SCALE, checksum, params_path, policy_features,
-                    publish, value_features)
+from common import (GAMMA, NUM_PARAMS, POLICY_FEATURES, VALUE_SCALE, StopFlag, checksum, params_path,
+                    policy_features, publish, value_features)
 
-stop = False
 
 
 def check_rows(batch, heads):
@@ -117,12 +115,7 @@ def main():
     p.add_argument("--quiet", action="store_true", help="no per-second lines")
     a = p.parse_args()
 
-    def on_signal(*_):
-        global stop
-        stop = True
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    stop = StopFlag()
     torch.set_num_threads(1)
 
     buf = shmreplay.Buffer.open(a.buffer, ready_timeout=30)

@@ -38,7 +38,7 @@ def main():
     a = p.parse_args()
     out = sys.stderr if a.json else sys.stdout
     envs = a.workers * a.envs_per_worker
-    buf = shmreplay.Buffer.create(a.name, envs, a.capacity, SCHEMA, replace=True)
+    shmreplay.Buffer.create(a.name, envs, a.capacity, SCHEMA, replace=True)
     print(f"buffer '{a.name}': {envs} envs x {a.capacity} steps; 1 learner and {a.workers} envpool actors for "
           f"{a.seconds:g} s (Ctrl-C stops)", file=out, flush=True)
     py = sys.executable

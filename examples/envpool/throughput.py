@@ -18,14 +18,10 @@ import warnings
 import numpy as np
 
 import shmreplay
+from common import StopFlag
 
 SCHEMA = "obs:u8[4,84,84] action:i32 reward:f32 done:bool"
-stop = False
-
-
-def on_signal(*_):
-    global stop
-    stop = True
+stop = False  # a StopFlag once main() runs
 
 
 def actor(a):
@@ -58,9 +54,7 @@ def actor(a):
 
 
 def learner(a):
-    import torch
-
-    import shmreplay.torch as st
+    import shmreplay.torch as st  # imports torch
     buf = shmreplay.Buffer.open(a.buffer, ready_timeout=30)
     with shmreplay.Sampler(buf, seed=0) as s:
         print("@ready", flush=True)
@@ -138,8 +132,8 @@ def main():
     p.add_argument("--online-rows", type=int, default=16)
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    global stop
+    stop = StopFlag()
     return {"launch": launch, "actor": actor, "learner": learner}[a.role](a) or 0
 
 

@@ -6,7 +6,7 @@ place of the C++ one, and stops everything at the end:
 
     build/examples/cartpole_run --seconds 30 --learner ".venv/bin/python examples/python/torch_learner.py"
 
-(with the package installed in .venv by pip; tools/demo.sh --python does all of it). Or attach it
+(with the package installed in .venv by pip; tools/demo.sh --cpp --python does all of it). Or attach it
 by hand to a running buffer: ``torch_learner.py --buffer NAME``.
 
 What it does, in the learner's loop:

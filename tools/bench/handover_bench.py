@@ -11,30 +11,14 @@ JAX sees one.
 """
 import argparse
 import json
-import statistics
 import time
 
 import numpy as np
 
 import shmreplay
+from timing import timed
 
 SCHEMA = "obs:u8[84,84,4] action:i32 reward:f32 done:bool"
-
-
-def timed(fn, seconds, trials):
-    """Median seconds per call of fn over `trials` trials of about `seconds` each (and at least 3 calls)."""
-    fn()
-    per_call = []
-    for _ in range(trials):
-        calls, start = 0, time.perf_counter()
-        while True:
-            fn()
-            calls += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= seconds and calls >= 3:
-                break
-        per_call.append(elapsed / calls)
-    return statistics.median(per_call)
 
 
 def main():

@@ -18,34 +18,17 @@ validation against writers). Figures are medians of --trials trials; ratios with
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
 import shmreplay
+from timing import timed
 
 STEPS = {
     "small": "obs:f32[17] action:f32[6] reward:f32 done:bool",
     "atari": "obs:u8[84,84,4] action:i32 reward:f32 done:bool",
 }
-
-
-def timed(fn, seconds, trials):
-    """Median seconds per call of fn over `trials` trials of about `seconds` each."""
-    fn()
-    per_call = []
-    for _ in range(trials):
-        calls, start = 0, time.perf_counter()
-        while True:
-            fn()
-            calls += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= seconds:
-                break
-        per_call.append(elapsed / calls)
-    return statistics.median(per_call)
 
 
 def batch_arrays(schema, rows, rng):
