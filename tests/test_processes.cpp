@@ -16,12 +16,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
+#include <new>
 #include <set>
 #include <string>
 #include <thread>
@@ -264,8 +267,19 @@ TEST_CASE(kTortureName) {
     std::vector<uint64_t> floor(num_envs, 0);  // heads seen after each kill: published steps never go away
     const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(run_seconds(2.0)));
     auto next_kill = Clock::now() + std::chrono::milliseconds(50);
+    // A long soak reports its running totals every minute on stderr, so that a soak cut short still has figures.
+    const bool soak = run_seconds(2.0) >= 60;
+    auto next_report = Clock::now() + std::chrono::seconds(60);
     while (Clock::now() < deadline || kills == 0) {  // at least one kill, however short the soak
       violations += sample_and_check(learner, rng, batch, calls++, &rows, &first);
+      if (soak && Clock::now() >= next_report) {
+        next_report += std::chrono::seconds(60);
+        std::fprintf(stderr, "soak %.0f s: %llu kills, %llu sample calls, %llu rows checked, %llu retries, %llu "
+                     "violations\n", std::chrono::duration<double>(Clock::now() - start).count(),
+                     static_cast<unsigned long long>(kills), static_cast<unsigned long long>(calls),
+                     static_cast<unsigned long long>(rows), static_cast<unsigned long long>(learner.retries()),
+                     static_cast<unsigned long long>(violations));
+      }
       for (uint64_t e = 0; e < num_envs; ++e) {
         if (buf.env_control(e).head.load() < floor[e]) {
           if (violations++ == 0 && first.empty()) first = fmt::format("env {}'s head went backwards", e);
@@ -358,6 +372,125 @@ TEST_CASE(kTortureName) {
   // Full rings; an env whose writer died mid-write (or abandoned a reservation) has its oldest slot reclaimed.
   CHECK(learner.size(View::replay) <= num_envs * capacity);
   CHECK(learner.size(View::replay) >= num_envs * (capacity - 1));
+}
+
+constexpr const char* kLearnerTortureName =
+    "learner processes killed at random moments, beside writers killed at random moments: every row any learner "
+    "checked was sound, and each new learner takes the dead one's lease over";
+
+// What the learner processes of the learner torture report to the parent, in a shared anonymous mapping (a
+// SIGKILLed child cannot report at exit): totals over the calls they completed, and the first violation's text.
+struct LearnerTally {
+  std::atomic<uint64_t> rows{0}, calls{0}, violations{0}, in_sample{0};
+  std::atomic<uint64_t> first_taken{0};  // 0 until a child claims `first` (exchange) to write its violation
+  char first[256] = {};
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+// The body of a learner process: take the learner lease (over a dead learner's), then sample every way and check
+// every row until killed, adding each completed call's figures to `tally`.
+[[noreturn]] void learner_main(const std::string& name, uint64_t seed, LearnerTally* tally) {
+  try {
+    Buffer buf = Buffer::open(name, {.expected_schema = kPayloadSchema});
+    Sampler learner(buf);
+    Rng rng(seed);
+    SampleBatch batch;
+    for (uint64_t call = 0;; ++call) {
+      uint64_t rows = 0;
+      std::string first;
+      tally->in_sample.store(1, std::memory_order_relaxed);  // whether a kill lands inside a call (a figure only)
+      const uint64_t violations = sample_and_check(learner, rng, batch, call, &rows, &first);
+      tally->in_sample.store(0, std::memory_order_relaxed);
+      tally->rows.fetch_add(rows, std::memory_order_relaxed);
+      tally->calls.fetch_add(1, std::memory_order_relaxed);
+      if (violations > 0) {
+        tally->violations.fetch_add(violations, std::memory_order_relaxed);
+        // exchange pairs with the parent's read of `first` after every child is reaped (waitpid orders it too)
+        if (tally->first_taken.exchange(1, std::memory_order_acq_rel) == 0) {
+          std::snprintf(tally->first, sizeof tally->first, "%s", first.c_str());
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "learner %d: %s\n", static_cast<int>(::getpid()), e.what());
+  }
+  ::_exit(3);  // only reached when the learner failed: the parent reports an exit instead of a kill
+}
+
+TEST_CASE(kLearnerTortureName) {
+  const auto start = Clock::now();
+  const uint64_t num_envs = 12;
+  const uint64_t capacity = 64;
+  const std::size_t num_writers = 3;
+  SegmentGuard guard(unique_name("ltorture"));
+  std::vector<std::vector<uint64_t>> slices(num_writers);
+  for (uint64_t e = 0; e < num_envs; ++e) slices[e % num_writers].push_back(e);
+  void* mem = ::mmap(nullptr, sizeof(LearnerTally), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(mem != MAP_FAILED);
+  auto* tally = new (mem) LearnerTally;
+  const std::unique_ptr<void, std::function<void(void*)>> unmap(mem, [](void* m) { ::munmap(m, sizeof(LearnerTally)); });
+
+  uint64_t writer_kills = 0, learner_kills = 0, kills_in_sample = 0, takeovers = 0, retries = 0;
+  double ran_s = 0;
+  {
+    Buffer buf = Buffer::create(guard.name(), num_envs, capacity, kPayloadSchema);
+    std::vector<pid_t> writers(num_writers);
+    uint64_t seed = 1;
+    for (std::size_t w = 0; w < num_writers; ++w) {
+      writers[w] = spawn([&, w, s = seed++] { writer_main(guard.name(), slices[w], s, false); });
+    }
+    pid_t learner = spawn([&, s = seed++] { learner_main(guard.name(), s, tally); });
+    Rng rng(11);
+    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(run_seconds(2.0)));
+    const bool soak = run_seconds(2.0) >= 60;
+    auto next_report = Clock::now() + std::chrono::seconds(60);
+    while (Clock::now() < deadline || learner_kills == 0 || writer_kills == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 120));
+      if (rng() % 2 == 0) {
+        kills_in_sample += tally->in_sample.load(std::memory_order_relaxed);
+        CHECK_MESSAGE(kill_and_reap(learner), "a learner process exited on its own (see its stderr)");
+        ++learner_kills;
+        learner = spawn([&, s = seed++] { learner_main(guard.name(), s, tally); });
+      } else {
+        const std::size_t w = rng() % num_writers;
+        CHECK_MESSAGE(kill_and_reap(writers[w]), "a writer process exited on its own (see its stderr)");
+        ++writer_kills;
+        writers[w] = spawn([&, w, s = seed++] { writer_main(guard.name(), slices[w], s, false); });
+      }
+      if (soak && Clock::now() >= next_report) {
+        next_report += std::chrono::seconds(60);
+        std::fprintf(stderr, "learner soak %.0f s: %llu learner kills, %llu writer kills, %llu rows checked, %llu "
+                     "violations\n", std::chrono::duration<double>(Clock::now() - start).count(),
+                     static_cast<unsigned long long>(learner_kills), static_cast<unsigned long long>(writer_kills),
+                     static_cast<unsigned long long>(tally->rows.load()),
+                     static_cast<unsigned long long>(tally->violations.load()));
+      }
+    }
+    ran_s = std::chrono::duration<double>(Clock::now() - start).count();
+    CHECK(kill_and_reap(learner));
+    ++learner_kills;
+    for (const pid_t pid : writers) CHECK(kill_and_reap(pid));
+    std::string bad;
+    CHECK_MESSAGE(verify_ring(buf, &bad) == 0, bad);
+    // A last learner here: it takes the last child's lease over and samples sound rows from what is left.
+    Sampler last(buf);
+    takeovers = buf.global_control().learner_takeovers.load();
+    retries = buf.global_control().retries.load();
+    Rng mine(99);
+    SampleBatch batch;
+    uint64_t rows = 0, violations = 0;
+    std::string first;
+    for (uint64_t call = 0; call < 50; ++call) violations += sample_and_check(last, mine, batch, call, &rows, &first);
+    CHECK_MESSAGE(violations == 0, first);
+  }
+  MESSAGE(fmt::format("{} learner kills ({} inside a sample call), {} writer kills: {} sample calls completed, {} rows "
+                      "checked, {} retries, {} violations, {} learner takeovers; the learner torture ran for {:.3f} s",
+                      learner_kills, kills_in_sample, writer_kills, tally->calls.load(), tally->rows.load(), retries,
+                      tally->violations.load(), takeovers, ran_s));
+  CHECK_MESSAGE(tally->violations.load() == 0, std::string(tally->first));
+  CHECK(tally->rows.load() > 0);
+  // Every learner after the first took its predecessor's lease over: one takeover per killed learner.
+  CHECK(takeovers == learner_kills);
 }
 
 TEST_CASE("a writer killed inside a half-filled reservation: its step is never sampled, and a replacement takes the "
