@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cassert>
 #include <atomic>
+#include <bit>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -152,7 +154,8 @@ Roles resolve_roles(const std::string& name, const Schema& schema, const CreateO
   return roles;
 }
 
-Plan plan_layout(uint64_t num_envs, uint64_t capacity, const Schema& schema, uint64_t queue_capacity) {
+Plan plan_layout(uint64_t num_envs, uint64_t capacity, const Schema& schema, uint64_t queue_capacity,
+                 bool priorities) {
   Plan p;
   uint64_t at = sizeof(SegmentHeader);
   p.sections[kSectionFields] = {at, schema.size() * sizeof(FieldDesc)};
@@ -185,13 +188,22 @@ Plan plan_layout(uint64_t num_envs, uint64_t capacity, const Schema& schema, uin
                   sizeof(EpisodeRecordSlot), num_envs, capacity, "the episode queues");
   p.sections[kSectionEpisodeQueues] = {at, queue_bytes};
   at = checked_add(at, queue_bytes, num_envs, capacity, "the segment's size");
+  // Layout 1.3: the priority trees, empty without priorities.
+  at = round_up(at, kCacheLineBytes);
+  const uint64_t tree_bytes =
+      priorities ? checked_mul(checked_mul(num_envs, 2 * std::bit_ceil(capacity), num_envs, capacity,
+                                           "the priority trees"),
+                               sizeof(uint64_t), num_envs, capacity, "the priority trees")
+                 : 0;
+  p.sections[kSectionPriorities] = {at, tree_bytes};
+  at = checked_add(at, tree_bytes, num_envs, capacity, "the segment's size");
   p.total_bytes = round_up(at, kPageBytes);
   if (p.total_bytes > static_cast<uint64_t>(SIZE_MAX / 2)) too_large(num_envs, capacity, "the segment's size");
   return p;
 }
 
 void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const Schema& schema, const Plan& p,
-                   const Roles& roles) {
+                   const Roles& roles, std::optional<double> priority_exponent) {
   // The file came from fallocate, so every byte is already zero; construct the atomics in place.
   auto* h = new (base) SegmentHeader{};
   h->magic = kMagic;
@@ -209,6 +221,10 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
   h->creation_time_ns = detail::realtime_ns();
   h->num_sections = kSectionsUsed;
   h->episode_queue_capacity = roles.queue_capacity;
+  // alpha = 0 is stored as -0.0, so that 0 bits always mean "no priorities".
+  h->priority_exponent_bits = priority_exponent ? std::bit_cast<uint64_t>(*priority_exponent == 0 ? -0.0
+                                                                                               : *priority_exponent)
+                                                : 0;
   for (uint32_t s = 0; s < kSectionsUsed; ++s) h->sections[s] = p.sections[s];
 
   auto* table = reinterpret_cast<FieldDesc*>(base + p.sections[kSectionFields].offset);
@@ -226,7 +242,14 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
   }
   auto* envs = reinterpret_cast<EnvControl*>(base + p.sections[kSectionEnvs].offset);
   for (uint64_t e = 0; e < num_envs; ++e) new (envs + e) EnvControl{};
-  new (base + p.sections[kSectionGlobal].offset) GlobalControl{};
+  auto* global = new (base + p.sections[kSectionGlobal].offset) GlobalControl{};
+  if (priority_exponent) {
+    global->max_priority.store(std::bit_cast<uint64_t>(1.0), std::memory_order_relaxed);
+    auto* words = reinterpret_cast<std::atomic<uint64_t>*>(base + p.sections[kSectionPriorities].offset);
+    for (uint64_t i = 0; i < p.sections[kSectionPriorities].bytes / sizeof(uint64_t); ++i) {
+      new (words + i) std::atomic<uint64_t>(0);
+    }
+  }
   if (roles.queue_capacity != 0) {
     // Journal slot 0 holds the state for head 0 (episode 0 starts at step 0, nothing completed); slot 1 holds
     // nothing yet. Meta words and record slots start as zeros.
@@ -392,7 +415,14 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
                             name, options.mode, detail::kSegmentModeBits, problem));
   }
   const Roles roles = resolve_roles(name, schema, options);
-  const Plan plan = plan_layout(num_envs, capacity, schema, roles.queue_capacity);
+  if (options.priority_exponent && !(std::isfinite(*options.priority_exponent) && *options.priority_exponent >= 0)) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot create shmreplay segment '{}': priority_exponent is {}, expected a finite number "
+                            ">= 0 (sampling weights are priority^alpha)",
+                            name, *options.priority_exponent));
+  }
+  const Plan plan = plan_layout(num_envs, capacity, schema, roles.queue_capacity,
+                                options.priority_exponent.has_value());
   // An early, clear answer for the common case; publish_name() still settles races atomically.
   struct stat existing {};
   if (!options.replace && ::lstat(path.c_str(), &existing) == 0) already_exists(name, path);
@@ -435,7 +465,7 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
   b.schema_ = schema;
   b.mode_ = options.mode;
   detail::Mapping map(fd.get(), plan.total_bytes, /*writable=*/true, path);
-  write_segment(map.data(), num_envs, capacity, schema, plan, roles);
+  write_segment(map.data(), num_envs, capacity, schema, plan, roles, options.priority_exponent);
 
   b.base_ = map.data();
   b.map_bytes_ = map.size();
@@ -451,6 +481,9 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
   b.episodes_offset_ = plan.sections[kSectionEpisodes].offset;
   b.step_meta_offset_ = plan.sections[kSectionStepMeta].offset;
   b.queues_offset_ = plan.sections[kSectionEpisodeQueues].offset;
+  b.priorities_offset_ = plan.sections[kSectionPriorities].offset;
+  b.priority_leaves_ = options.priority_exponent ? std::bit_ceil(capacity) : 0;
+  b.priority_exponent_ = options.priority_exponent.value_or(0.0);
   b.unnamed_fd_ = fd.release();
   b.replace_on_publish_ = options.replace;
   return b;
@@ -642,6 +675,27 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
     sections.emplace_back(meta_sec, "the step meta section");
     sections.emplace_back(queues_sec, "the episode queue section");
   }
+  // Layout 1.3: the priority trees, empty (0 bytes, offset ignored) without priorities.
+  const SectionDesc prio_sec = h.sections[kSectionPriorities];
+  const bool priorities = h.priority_exponent_bits != 0;
+  const double alpha = std::bit_cast<double>(h.priority_exponent_bits);
+  if (priorities && !(std::isfinite(alpha) && alpha >= 0)) {
+    v.fail(Errc::corrupt, fmt::format("the priority exponent is {}, expected a finite number >= 0", alpha));
+  }
+  uint64_t expect_trees = 0;
+  if (priorities && (capacity > kMaxCapacity ||
+                     __builtin_mul_overflow(num_envs, 2 * std::bit_ceil(capacity) * sizeof(uint64_t), &expect_trees))) {
+    v.fail(Errc::corrupt, "the priority section's size overflows");
+  }
+  if (prio_sec.bytes != expect_trees) {
+    v.fail(Errc::corrupt, fmt::format("the priority section is {} bytes, expected {} for {} envs x {} steps {}",
+                                      prio_sec.bytes, expect_trees, num_envs, capacity,
+                                      priorities ? "with priorities" : "without priorities"));
+  }
+  if (priorities) {
+    v.check_range("the priority section", prio_sec.offset, prio_sec.bytes, header_bytes, kCacheLineBytes);
+    sections.emplace_back(prio_sec, "the priority section");
+  }
   v.check_disjoint(sections);
 
   // The schema table: every entry must describe a valid field whose storage lies inside the data section.
@@ -735,6 +789,9 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
   b.episodes_offset_ = episodes_sec.offset;
   b.step_meta_offset_ = meta_sec.offset;
   b.queues_offset_ = queues_sec.offset;
+  b.priorities_offset_ = prio_sec.offset;
+  b.priority_leaves_ = priorities ? std::bit_ceil(capacity) : 0;
+  b.priority_exponent_ = priorities ? std::abs(alpha) : 0.0;
   return b;
 }
 
@@ -791,6 +848,9 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     episodes_offset_ = std::exchange(other.episodes_offset_, 0);
     step_meta_offset_ = std::exchange(other.step_meta_offset_, 0);
     queues_offset_ = std::exchange(other.queues_offset_, 0);
+    priorities_offset_ = std::exchange(other.priorities_offset_, 0);
+    priority_leaves_ = std::exchange(other.priority_leaves_, 0);
+    priority_exponent_ = std::exchange(other.priority_exponent_, 0.0);
   }
   return *this;
 }
@@ -836,6 +896,11 @@ const EpisodeControl& Buffer::episode_control(uint64_t env) const noexcept {
 EpisodeControl& Buffer::episode_control(uint64_t env) noexcept {
   assert(!read_only_ && has_episodes() && env < num_envs_);
   return std::launder(reinterpret_cast<EpisodeControl*>(base_ + episodes_offset_))[env];
+}
+
+std::atomic<uint64_t>* Buffer::priority_tree(uint64_t env) const noexcept {
+  assert(has_priorities() && env < num_envs_);
+  return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + priorities_offset_)) + env * 2 * priority_leaves_;
 }
 
 const std::atomic<uint64_t>* Buffer::step_meta(uint64_t env) const noexcept {

@@ -25,6 +25,7 @@
 #include "detail/os/file.hpp"
 #include "detail/os/process.hpp"
 #include "detail/protocol/episodes.hpp"
+#include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/layout.hpp"
@@ -661,6 +662,16 @@ void write_envs(Buffer& target, const InFile& in, const CheckpointInfo& info, co
     detail::store_counters(c, e.head, e.claimed, e.online_start, e.last_push_ns);
     // The episode bookkeeping (step meta, the writer's journal) follows from the steps' flags and rewards.
     if (target.has_episodes()) detail::rebuild_env(target, e.env);
+    // Priorities are not part of a checkpoint (format 1.0): in a target with priorities every loaded step enters
+    // at the running maximum, as a pushed step without a priority does, and the rest of the tree is cleared.
+    if (target.has_priorities()) {
+      const detail::PriorityTree tree{target.priority_tree(e.env), target.priority_leaves(), cap};
+      const double w = detail::priority_weight(detail::max_priority(target.global_control().max_priority),
+                                               target.priority_exponent());
+      for (uint64_t s = 0; s < tree.leaves; ++s) tree.words[tree.leaves + s].store(0);
+      for (uint64_t s = e.first_step; s < e.head; ++s) tree.words[tree.leaves + s % cap].store(detail::make_leaf(s, w));
+      detail::rebuild(tree);
+    }
   }
   progress.finish();
 }

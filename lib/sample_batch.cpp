@@ -23,6 +23,7 @@ SampleBatch SampleBatch::borrow(std::vector<MutableFieldBytes> fields, std::span
 }
 
 void SampleBatch::prepare(const Schema& schema, std::size_t rows, std::size_t length) {
+  weights_.assign(rows, 1.0f);  // grows only: assign keeps the capacity
   const std::size_t nf = schema.size();
   const std::size_t cells = rows * length;
   if (borrowed_) {

@@ -17,10 +17,12 @@
 #include "detail/protocol/env_ids.hpp"
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/lease.hpp"
+#include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/wake.hpp"
 #include "detail/sampling/cross_planners.hpp"
 #include "detail/sampling/episode_planners.hpp"
+#include "detail/sampling/priority_planner.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
@@ -48,6 +50,18 @@ class SegmentEpisodeStarts final : public detail::EpisodeStarts {
  private:
   uint64_t capacity_;
   std::vector<const std::atomic<uint64_t>*> meta_;  // per env, its step meta words in the mapping
+};
+
+// The envs' priority trees in the mapping, for the priority planner.
+class SegmentPriorityTrees final : public detail::PriorityTrees {
+ public:
+  explicit SegmentPriorityTrees(const Buffer& buffer) : buffer_(&buffer) {}
+  detail::PriorityTree tree(std::size_t env) const noexcept override {
+    return {buffer_->priority_tree(env), buffer_->priority_leaves(), buffer_->capacity()};
+  }
+
+ private:
+  const Buffer* buffer_;
 };
 
 // Whether any env has published a step at or after the view's base (0, or online_start). False means the view
@@ -106,13 +120,19 @@ std::string_view to_string(Episodes episodes) noexcept {
 // it; a moved Sampler takes it along (the planners point into it, never into the Sampler).
 struct Sampler::Scratch {
   explicit Scratch(const Buffer& buffer)
-      : starts(buffer), rejection(stats, starts), views(static_cast<std::size_t>(buffer.num_envs())) {}
+      : starts(buffer),
+        trees(buffer),
+        rejection(stats, starts),
+        priority(trees, starts),
+        views(static_cast<std::size_t>(buffer.num_envs())) {}
 
   SamplerStats stats;
   SegmentEpisodeStarts starts;
+  SegmentPriorityTrees trees;
   detail::ClosedFormPlanner closed_form;  // cross, period 1; and any mode with L = 1, period 1
   detail::PeriodPlanner period;           // cross, period > 1
   detail::RejectionPlanner rejection;     // stop and within (with its exact fallback)
+  detail::PriorityPlanner priority;       // prioritized
   std::vector<detail::EnvView> views;     // per env, the view [lo, hi) of the current round's snapshot
   std::vector<uint32_t> failed;           // rows to draw in the next round
   std::vector<uint32_t> redraw;           // rows of the current round
@@ -146,6 +166,12 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
     // (it would make every push issue a futex wake).
     for (uint64_t e = 0; e < buffer.num_envs(); ++e) detail::release_dead_update_lock(buffer.env_control(e));
     detail::forget_waiters(g);
+    // ... or inside update_priorities' walk of a tree: redo it (priorities.hpp).
+    if (buffer.has_priorities()) {
+      detail::finish_dead_walk(g.priority_walk, [&](uint64_t e) {
+        return detail::PriorityTree{buffer.priority_tree(e), buffer.priority_leaves(), buffer.capacity()};
+      });
+    }
   }
   lease_ = LearnerLease(&buffer, lease_word);
   scratch_ = std::make_unique<Scratch>(buffer);
@@ -260,6 +286,38 @@ void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, d
                 fmt::format("cannot {} '{}': distribution_power is {}, expected a finite number >= 0", op,
                             buffer_->name(), power));
   }
+  if (options.prioritized) {
+    if (!buffer_->has_priorities()) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot {} '{}' by priority: the buffer was created without priorities (create it "
+                              "with a priority exponent)",
+                              op, buffer_->name()));
+    }
+    if (options.episodes == Episodes::within || options.period != 1) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot {} '{}' by priority with {}: prioritized sampling draws any stored start by "
+                              "its priority (episodes = cross or stop, period 1)",
+                              op, buffer_->name(),
+                              options.period != 1 ? fmt::format("period = {}", options.period)
+                                                  : std::string("episodes = within")));
+    }
+    if (!std::isfinite(options.importance_exponent) || options.importance_exponent < 0.0) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot {} '{}': importance_exponent (beta) is {}, expected a finite number >= 0", op,
+                              buffer_->name(), options.importance_exponent));
+    }
+  }
+}
+
+// Turns each row's N * P, which the priority planner left in the weights, into (N * P)^-beta over the batch's
+// largest.
+void Sampler::finish_weights(SampleBatch& out, double beta) noexcept {
+  float largest = 0;
+  for (std::size_t r = 0; r < out.rows_; ++r) {
+    out.weights_[r] = static_cast<float>(std::pow(static_cast<double>(out.weights_[r]), -beta));
+    largest = std::max(largest, out.weights_[r]);
+  }
+  for (std::size_t r = 0; r < out.rows_; ++r) out.weights_[r] = largest > 0 ? out.weights_[r] / largest : 1.0f;
 }
 
 // Copies steps [start, start + count) of `env` into row `row` (zero-filling and masking the rest of the row),
@@ -301,6 +359,10 @@ void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, s
     }
   }
   Scratch& z = *scratch_;
+  if (o.prioritized) {
+    sample_with(z.priority, view, first_row, count, length, power, o, rng, out);
+    return;
+  }
   // A single step never crosses an episode end: with period 1 every mode is the uniform closed form.
   if (o.period == 1 && (o.episodes == Episodes::cross || length == 1)) {
     sample_with(z.closed_form, view, first_row, count, length, power, o, rng, out);
@@ -387,6 +449,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
       }
       out.env_ids_[row] = d->env;
       out.starts_[row] = d->start;
+      if (o.prioritized) out.weights_[row] = static_cast<float>(d->relative_probability);  // finish_weights
       if (!copy_steps(d->env, d->start, d->steps, row, out)) {
         z.failed.push_back(row);
         ++overwritten;
@@ -413,6 +476,7 @@ void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_len
   out.prepare(buffer_->schema(), batch_size, sequence_length);
   out.episode_fields_ = buffer_->episode_fields();
   sample_rows(view, 0, batch_size, sequence_length, distribution_power, options, rng, out);
+  if (options.prioritized) finish_weights(out, options.importance_exponent);
   count_call(*buffer_, batch_size);
 }
 
@@ -433,6 +497,7 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
   if (online_batch > 0) {
     sample_rows(View::online, replay_batch, online_batch, sequence_length, distribution_power, options, rng, out);
   }
+  if (options.prioritized) finish_weights(out, options.importance_exponent);
   count_call(*buffer_, rows);
 }
 
@@ -532,6 +597,62 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
   }
   detail::unlock_update(c, claimed);
   return stored;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Priorities
+
+PriorityUpdateResult Sampler::update_priorities(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
+                                                std::span<const float> priorities) {
+  lease_.check_process("update priorities of");
+  if (!buffer_->has_priorities()) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot update priorities of '{}': it was created without priorities (create it with a "
+                            "priority exponent)",
+                            buffer_->name()));
+  }
+  if (steps.size() != env_ids.size() || priorities.size() != env_ids.size()) {
+    throw Error(Errc::size_mismatch,
+                fmt::format("cannot update priorities of '{}': {} env ids, {} steps and {} priorities; expected one "
+                            "of each per updated step",
+                            buffer_->name(), env_ids.size(), steps.size(), priorities.size()));
+  }
+  // Everything is checked before anything is set.
+  float largest = 0;
+  for (std::size_t i = 0; i < env_ids.size(); ++i) {
+    detail::check_env_id(*buffer_, env_ids[i], "update priorities of");
+    if (!(std::isfinite(priorities[i]) && priorities[i] >= 0)) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot update priorities of '{}': priority {} (position {}, env {} step {}) is not a "
+                              "finite number >= 0",
+                              buffer_->name(), priorities[i], i, env_ids[i], steps[i]));
+    }
+    const uint64_t head = detail::load_head(buffer_->env_control(env_ids[i]));
+    if (steps[i] >= head) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot update the priority of step {} of env {} of '{}' (position {}): it was never "
+                              "published (the env has {} steps)",
+                              steps[i], env_ids[i], buffer_->name(), i, head));
+    }
+    largest = std::max(largest, priorities[i]);
+  }
+  GlobalControl& g = buffer_->global_control();
+  const double alpha = buffer_->priority_exponent();
+  PriorityUpdateResult result;
+  for (std::size_t i = 0; i < env_ids.size(); ++i) {
+    const uint64_t e = env_ids[i];
+    const detail::PriorityTree tree{buffer_->priority_tree(e), buffer_->priority_leaves(), buffer_->capacity()};
+    if (detail::update_priority(tree, buffer_->env_control(e), e, steps[i], detail::priority_weight(priorities[i], alpha),
+                                g.priority_walk)) {
+      ++result.applied;
+    } else {
+      ++result.dropped;
+    }
+  }
+  if (env_ids.size() > 0) detail::raise_max_priority(g.max_priority, largest);
+  g.priority_updates.fetch_add(result.applied, std::memory_order_relaxed);
+  g.priority_updates_dropped.fetch_add(result.dropped, std::memory_order_relaxed);
+  return result;
 }
 
 }  // namespace shmreplay

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cassert>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "detail/protocol/env_ids.hpp"
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/lease.hpp"
+#include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/wake.hpp"
 #include "shmreplay/error.hpp"
@@ -24,7 +26,11 @@ namespace shmreplay {
 // StepSlot
 
 StepSlot::StepSlot(StepSlot&& other) noexcept
-    : writer_(std::exchange(other.writer_, nullptr)), env_(other.env_), step_(other.step_), local_(other.local_) {}
+    : writer_(std::exchange(other.writer_, nullptr)),
+      env_(other.env_),
+      step_(other.step_),
+      local_(other.local_),
+      priority_(other.priority_) {}
 
 StepSlot::~StepSlot() {
   // Abandoned: the claim stays raised (claimed = head + 1), which is a state the next push handles.
@@ -45,11 +51,22 @@ void StepSlot::commit() {
   }
   writer_->check_process("commit a step of");
   const bool record_due = writer_->roles_ && writer_->stage_episode(env_, step_, {}, 0);
+  writer_->set_priority(env_, step_, priority_);
   writer_->publish(local_, step_, detail::coarse_realtime_ns());
   if (record_due) detail::emit_record(*writer_->buffer_, env_, step_ + 1);
   writer_->reserved_[local_] = 0;
   writer_->notify();
   writer_ = nullptr;
+}
+
+void StepSlot::set_priority(double priority) {
+  if (writer_ == nullptr) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("step {} of env {} was already committed or abandoned", step_, env_));
+  }
+  const float one[1] = {static_cast<float>(priority)};
+  if (!(std::isfinite(priority) && priority >= 0)) writer_->check_priorities(1, one);
+  priority_ = priority;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -111,6 +128,17 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids) : buffer_(&buf
   if (buffer.has_episodes()) {
     roles_ = std::make_unique<detail::EpisodeRoles>(buffer);
     for (const uint64_t e : envs_) detail::recover_env(buffer, e);
+  }
+  if (buffer.has_priorities()) {
+    // A predecessor killed between its claim and its head store may have died inside the walk of the slot it was
+    // writing: redo that walk (priorities.hpp). Outside a write (claimed == head) its last walk was complete.
+    for (const uint64_t e : envs_) {
+      const layout::EnvControl& c = buffer.env_control(e);
+      const uint64_t head = c.head.load(std::memory_order_acquire);  // pairs with publish_step's release store
+      if ((c.claimed.load(std::memory_order_relaxed) & ~layout::kUpdateLockBit) != head) {
+        detail::walk({buffer.priority_tree(e), buffer.priority_leaves(), buffer.capacity()}, head % buffer.capacity());
+      }
+    }
   }
 }
 
@@ -200,8 +228,43 @@ bool Writer::stage_episode(uint64_t env, uint64_t step, std::span<const FieldByt
 
 void Writer::notify() noexcept { detail::notify_waiters(buffer_->global_control()); }
 
+// Refuses priorities that do not fit the call or the buffer (before anything is written).
+void Writer::check_priorities(std::size_t count, std::span<const float> priorities) const {
+  if (!buffer_->has_priorities()) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot push priorities to '{}': it was created without priorities (create it with a "
+                            "priority exponent)",
+                            buffer_->name()));
+  }
+  if (priorities.size() != count) {
+    throw Error(Errc::size_mismatch, fmt::format("cannot push to '{}': {} priorities given for {} env{}",
+                                                 buffer_->name(), priorities.size(), count, count == 1 ? "" : "s"));
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    if (!(std::isfinite(priorities[i]) && priorities[i] >= 0)) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot push to '{}': priority {} (position {}) is not a finite number >= 0",
+                              buffer_->name(), priorities[i], i));
+    }
+  }
+}
+
+// The writer half of the priority protocol for a claimed step: its leaf and the walk, before the head store.
+// A negative priority means the running maximum.
+void Writer::set_priority(uint64_t env, uint64_t step, double priority) noexcept {
+  if (!buffer_->has_priorities()) return;
+  layout::GlobalControl& g = buffer_->global_control();
+  if (priority < 0) {
+    priority = detail::max_priority(g.max_priority);
+  } else {
+    detail::raise_max_priority(g.max_priority, priority);
+  }
+  detail::set_new_priority({buffer_->priority_tree(env), buffer_->priority_leaves(), buffer_->capacity()}, step,
+                           detail::priority_weight(priority, buffer_->priority_exponent()));
+}
+
 template <class Id>
-void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> fields) {
+void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> fields, const float* priorities) {
   const std::size_t n = env_ids.size();
   const std::size_t num_fields = field_bytes_.size();
   // Validate everything before writing anything.
@@ -245,14 +308,14 @@ void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> 
   const uint64_t now = detail::coarse_realtime_ns();
   for (std::size_t i = 0; i < n; ++i) {
     const auto env = static_cast<uint64_t>(env_ids[i]);
-    write_step(local_[static_cast<std::size_t>(env)] - 1, env, fields, i, now);
+    write_step(local_[static_cast<std::size_t>(env)] - 1, env, fields, i, priorities ? priorities[i] : -1.0, now);
   }
   notify();
 }
 
 // Claims, fills from row `row` of `fields`, and publishes the next step of leased env `env` (local index `l`).
 void Writer::write_step(uint32_t l, uint64_t env, std::span<const FieldBytes> fields, std::size_t row,
-                        uint64_t now) noexcept {
+                        double priority, uint64_t now) noexcept {
   const uint64_t cap = buffer_->capacity();
   const uint64_t step = claim(l);
   assert(next_slot_[l] == step % cap);
@@ -262,16 +325,29 @@ void Writer::write_step(uint32_t l, uint64_t env, std::span<const FieldBytes> fi
     std::memcpy(field_base_[f] + slot * b, static_cast<const std::byte*>(fields[f].data) + row * b, b);
   }
   const bool record_due = roles_ && stage_episode(env, step, fields, row);
+  set_priority(env, step, priority);
   publish(l, step, now);
   if (record_due) detail::emit_record(*buffer_, env, step + 1);
 }
 
 void Writer::push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields) {
-  push_impl(env_ids, fields);
+  push_impl(env_ids, fields, nullptr);
 }
 
 void Writer::push(std::span<const uint64_t> env_ids, std::span<const FieldBytes> fields) {
-  push_impl(env_ids, fields);
+  push_impl(env_ids, fields, nullptr);
+}
+
+void Writer::push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields,
+                  std::span<const float> priorities) {
+  check_priorities(env_ids.size(), priorities);
+  push_impl(env_ids, fields, priorities.data());
+}
+
+void Writer::push(std::span<const uint64_t> env_ids, std::span<const FieldBytes> fields,
+                  std::span<const float> priorities) {
+  check_priorities(env_ids.size(), priorities);
+  push_impl(env_ids, fields, priorities.data());
 }
 
 void Writer::push_one(uint64_t env_id, std::span<const FieldBytes> fields) {
@@ -289,7 +365,7 @@ void Writer::push_one(uint64_t env_id, std::span<const FieldBytes> fields) {
     push(std::span<const uint64_t>(ids, 1), fields);
     return;
   }
-  write_step(l1 - 1, env_id, fields, 0, detail::coarse_realtime_ns());
+  write_step(l1 - 1, env_id, fields, 0, -1.0, detail::coarse_realtime_ns());
   notify();
 }
 

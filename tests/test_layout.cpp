@@ -3,6 +3,8 @@
 // the expected values below and the diagram in include/shmreplay/layout.hpp and docs/design.md.
 #include <doctest/doctest.h>
 
+#include <bit>
+
 #include <cstddef>
 #include <optional>
 
@@ -17,7 +19,7 @@ using namespace shmreplay::layout;
 
 TEST_CASE("the layout version is 1.2 and its magic spells SHMRPLAY") {
   CHECK(kLayoutMajor == 1);
-  CHECK(kLayoutMinor == 2);
+  CHECK(kLayoutMinor == 3);
   const char expected[] = "SHMRPLAY";
   for (int i = 0; i < 8; ++i) CHECK(static_cast<char>((kMagic >> (8 * i)) & 0xff) == expected[i]);
 }
@@ -39,7 +41,8 @@ TEST_CASE("layout 1.2: SegmentHeader sizes and offsets are pinned") {
   CHECK(offsetof(SegmentHeader, creation_time_ns) == 88);
   CHECK(offsetof(SegmentHeader, num_sections) == 96);
   CHECK(offsetof(SegmentHeader, episode_queue_capacity) == 104);
-  CHECK(offsetof(SegmentHeader, reserved0) == 112);
+  CHECK(offsetof(SegmentHeader, priority_exponent_bits) == 112);
+  CHECK(offsetof(SegmentHeader, reserved0) == 120);
   CHECK(offsetof(SegmentHeader, sections) == 128);
   CHECK(sizeof(SectionDesc) == 16);
   CHECK(kMaxSections == 8);
@@ -50,7 +53,8 @@ TEST_CASE("layout 1.2: SegmentHeader sizes and offsets are pinned") {
   CHECK(kSectionEpisodes == 4);
   CHECK(kSectionStepMeta == 5);
   CHECK(kSectionEpisodeQueues == 6);
-  CHECK(kSectionsUsed == 7);
+  CHECK(kSectionsUsed == 8);
+  CHECK(kSectionPriorities == 7);
 }
 
 TEST_CASE("layout 1.2: FieldDesc sizes and offsets are pinned") {
@@ -108,6 +112,10 @@ TEST_CASE("layout 1.2: GlobalControl puts the learner lease, its counters and th
   CHECK(offsetof(GlobalControl, steps_updated) == 96);
   CHECK(offsetof(GlobalControl, wake_seq) == 128);
   CHECK(offsetof(GlobalControl, waiters) == 136);
+  CHECK(offsetof(GlobalControl, max_priority) == 192);
+  CHECK(offsetof(GlobalControl, priority_walk) == 200);
+  CHECK(offsetof(GlobalControl, priority_updates) == 208);
+  CHECK(offsetof(GlobalControl, priority_updates_dropped) == 216);
   CHECK(kUpdateLockBit == (1ull << 63));
 }
 
@@ -201,7 +209,7 @@ TEST_CASE("a segment with episode fields places the episode sections after the d
   const Schema schema = Schema::parse("obs:f32[3] done:bool action:i64[2] reward:f32");
   const Buffer b = Buffer::create(name, 5, 7, schema, {.episodes = {.done = "done", .reward = "reward"}});
   const SegmentHeader& h = b.header();
-  CHECK(h.num_sections == 7);
+  CHECK(h.num_sections == 8);
   CHECK(h.episode_queue_capacity == 128);
   // Data: 448 + 64 + 576 (5*7*16 = 560 rounded) + 5*7*4 = 140 -> [4096, 5324); the episode sections follow, each
   // on a cache line.
@@ -227,4 +235,28 @@ TEST_CASE("a segment with episode fields places the episode sections after the d
   // A fresh env: journal slot 0 is the state for head 0, slot 1 holds nothing.
   CHECK(b.episode_control(0).journal[0].for_head.load() == 0);
   CHECK(b.episode_control(0).journal[1].for_head.load() == kJournalWriting);
+}
+
+TEST_CASE("a segment with priorities places one sum tree per env after the episode queues and records alpha") {
+  const std::string name = test::unique_name("layout-prio");
+  test::SegmentGuard guard(name);
+  const Buffer b = Buffer::create(name, 3, 5, Schema::parse("x:u8"), {.priority_exponent = 0.5});
+  const SegmentHeader& h = b.header();
+  CHECK(std::bit_cast<double>(h.priority_exponent_bits) == 0.5);
+  CHECK(h.sections[kSectionPriorities].bytes == 3 * 2 * 8 * 8);  // leaves = bit_ceil(5) = 8, 2 x 8 words per env
+  CHECK(h.sections[kSectionPriorities].offset % kCacheLineBytes == 0);
+  CHECK(h.sections[kSectionPriorities].offset >= h.sections[kSectionData].offset + h.sections[kSectionData].bytes);
+  CHECK(b.priority_leaves() == 8);
+  CHECK(std::bit_cast<double>(b.global_control().max_priority.load()) == 1.0);
+  const std::string zero = test::unique_name("layout-prio0");
+  test::SegmentGuard zero_guard(zero);
+  const Buffer z = Buffer::create(zero, 1, 4, Schema::parse("x:u8"), {.priority_exponent = 0.0});
+  CHECK(z.header().priority_exponent_bits != 0);  // -0.0: alpha 0 is still "with priorities"
+  CHECK(z.has_priorities());
+  CHECK(Buffer::open(zero).priority_exponent() == 0.0);
+  const std::string none = test::unique_name("layout-noprio");
+  test::SegmentGuard none_guard(none);
+  const Buffer n = Buffer::create(none, 1, 4, Schema::parse("x:u8"));
+  CHECK(n.header().priority_exponent_bits == 0);
+  CHECK(n.header().sections[kSectionPriorities].bytes == 0);
 }

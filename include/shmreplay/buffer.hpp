@@ -60,6 +60,11 @@ struct CreateOptions {
   /// Records each env's completed-episode queue holds before records are dropped (counted) because the learner
   /// did not pop them; 0 means layout::kDefaultEpisodeQueueCapacity. Only with episode fields.
   uint64_t episode_queue_capacity = 0;
+  /// Priorities (layout 1.3): with a value alpha (finite, >= 0), every stored step has a priority, and a
+  /// prioritized sample draws a start with probability proportional to priority^alpha (Sampler::sample with
+  /// SampleOptions::prioritized; Writer::push with priorities; Sampler::update_priorities). Costs 16 bytes per
+  /// ring slot (rounded up to a power of two per env). Without, the buffer is as before.
+  std::optional<double> priority_exponent;
 };
 
 /// How an episode ended (stored in the segment as these codes: never renumber).
@@ -167,6 +172,11 @@ class Buffer {
   bool has_episodes() const noexcept { return episode_fields_.any_flag(); }
   /// Records per env's completed-episode queue; 0 when the buffer has no episode fields.
   uint64_t episode_queue_capacity() const noexcept { return episode_queue_capacity_; }
+  /// Whether the buffer has priorities, and their exponent alpha (0 without).
+  bool has_priorities() const noexcept { return priority_leaves_ != 0; }
+  double priority_exponent() const noexcept { return priority_exponent_; }
+  /// Leaves of each env's priority tree: bit_ceil(capacity), 0 without priorities.
+  uint64_t priority_leaves() const noexcept { return priority_leaves_; }
 
   // -- Low-level access, for shmreplay's own role classes (writer, sampler, inspector) and tools. --
   // Every geometry value returned here was validated by create()/open() and is kept in this process, so a
@@ -195,6 +205,10 @@ class Buffer {
   std::atomic<uint64_t>* step_meta(uint64_t env) noexcept;
   const layout::EpisodeRecordSlot* episode_queue(uint64_t env) const noexcept;
   layout::EpisodeRecordSlot* episode_queue(uint64_t env) noexcept;
+  /// The env's priority tree words, 2 * priority_leaves() of them (layout 1.3; detail/protocol/priorities.hpp).
+  /// Precondition: has_priorities() and env < num_envs(). The words are atomics, so a read-only mapping reads them
+  /// through the same pointer (the Inspector); only writers and the learner store to them.
+  std::atomic<uint64_t>* priority_tree(uint64_t env) const noexcept;
 
  private:
   Buffer() = default;
@@ -220,6 +234,9 @@ class Buffer {
   uint64_t episodes_offset_ = 0;
   uint64_t step_meta_offset_ = 0;
   uint64_t queues_offset_ = 0;
+  uint64_t priorities_offset_ = 0;
+  uint64_t priority_leaves_ = 0;
+  double priority_exponent_ = 0;
 };
 
 }  // namespace shmreplay

@@ -43,6 +43,14 @@
 //   sections[kEpisodeQ] +--------------------------------------------------+ 64-byte aligned
 //                       | EpisodeRecordSlot[num_envs][queue cap.], 32 B    |
 //                       |   completed-episode records, one SPSC ring/env   |
+//                       +--------------------------------------------------+ 64-byte aligned
+//   Since 1.3, only in a buffer created with priorities; 0 bytes otherwise:
+//   sections[kPriorities] +------------------------------------------------+
+//                       | one sum tree per env: [num_envs][2 x leaves] u64 |
+//                       |   leaves = bit_ceil(capacity); words [1, leaves) |
+//                       |   internal sums (f64 bits), [leaves, 2 leaves)   |
+//                       |   one leaf per ring slot: priority^alpha (f32)   |
+//                       |   and the low 32 bits of the step it belongs to  |
 //                       +--------------------------------------------------+ total_bytes (page multiple)
 //
 // Rules that every reader relies on:
@@ -57,6 +65,8 @@
 // - Episode bookkeeping (1.2) exists only in a buffer created with episode fields: the field table's `role`
 //   words name them, and the three episode sections are empty (0 bytes) otherwise, so a buffer without episode
 //   fields has exactly the size and placement it had in 1.1.
+// - Priorities (1.3) exist only in a buffer created with a priority exponent (header priority_exponent_bits != 0
+//   and a nonempty priority section); a buffer without has exactly the size and placement it had in 1.2.
 // The layout-pinning test (tests/test_layout.cpp) fixes every size and offset below to kLayoutMajor.kLayoutMinor:
 // change one and that test tells you to bump the version.
 #pragma once
@@ -71,8 +81,9 @@ namespace shmreplay::layout {
 
 inline constexpr uint64_t kMagic = 0x59414c50524d4853ull;  ///< the bytes "SHMRPLAY" read as little-endian u64
 inline constexpr uint32_t kLayoutMajor = 1;
-inline constexpr uint32_t kLayoutMinor = 2;  ///< 1.1 added the global section and update_seq; 1.2 the episode
-                                             ///< sections, FieldDesc::role, episode_queue_capacity
+inline constexpr uint32_t kLayoutMinor = 3;  ///< 1.1 added the global section and update_seq; 1.2 the episode
+                                             ///< sections, FieldDesc::role, episode_queue_capacity; 1.3 the
+                                             ///< priority trees, priority_exponent_bits, the priority line
 
 inline constexpr uint64_t kStateInitializing = 0;
 inline constexpr uint64_t kStateReady = 0x59444145522e2e2eull;  ///< "...READY"; unlikely to be left by chance
@@ -95,7 +106,9 @@ enum SectionIndex : uint32_t {
   kSectionEpisodes = 4,       ///< EpisodeControl[num_envs] (since 1.2; 0 bytes without episode fields)
   kSectionStepMeta = 5,       ///< std::atomic<uint64_t>[num_envs][capacity] step meta (since 1.2; idem)
   kSectionEpisodeQueues = 6,  ///< EpisodeRecordSlot[num_envs][episode_queue_capacity] (since 1.2; idem)
-  kSectionsUsed = 7,   ///< sections this minor version defines; the rest of the table is zero
+  kSectionPriorities = 7,     ///< std::atomic<uint64_t>[num_envs][2 * bit_ceil(capacity)] sum trees (since 1.3;
+                              ///< 0 bytes without priorities)
+  kSectionsUsed = 8,   ///< sections this minor version defines; the rest of the table is zero
 };
 inline constexpr std::size_t kMaxSections = 8;
 
@@ -122,7 +135,9 @@ struct SegmentHeader {
   uint64_t creation_time_ns;     ///< CLOCK_REALTIME at creation
   uint64_t num_sections;         ///< kSectionsUsed of the creator's version
   uint64_t episode_queue_capacity;  ///< records per env's completed-episode queue; 0 without episode fields (1.2)
-  uint64_t reserved0[2];
+  uint64_t priority_exponent_bits;  ///< f64 bits of alpha (sampling weight priority^alpha); 0 without priorities
+                                    ///< (1.3; alpha = 0 is stored as -0.0, so 0 always means "none")
+  uint64_t reserved0;
   // -- cache lines 2-3: the section table --
   SectionDesc sections[kMaxSections];
 };
@@ -204,8 +219,14 @@ struct alignas(kCacheLineBytes) GlobalControl {
   std::atomic<uint64_t> wake_seq;  ///< bumped by a writer after publishing when waiters != 0
   std::atomic<uint64_t> waiters;   ///< processes sleeping on wake_seq
   uint64_t pad2[6];
-  // -- cache line 3: reserved for later minor versions --
-  uint64_t reserved[8];
+  // -- cache line 3: priorities (since 1.3; zeros without) --
+  std::atomic<uint64_t> max_priority;      ///< f64 bits: the largest priority ever given; new steps enter at it.
+                                           ///< Raised by writers and the learner with a CAS, rarely written
+  std::atomic<uint64_t> priority_walk;     ///< the learner's tree walk in progress: ((env + 1) << 40) | slot, 0
+                                           ///< when none; a learner taking over a dead one's lease redoes it
+  std::atomic<uint64_t> priority_updates;  ///< priorities the learner set (update_priorities)
+  std::atomic<uint64_t> priority_updates_dropped;  ///< ... refused because the step had been overwritten
+  uint64_t reserved[4];
 };
 
 // -- Episodes (since 1.2) ---------------------------------------------------------------------------------------
@@ -302,6 +323,7 @@ static_assert(offsetof(EpisodeControl, queue_tail) == 2 * kCacheLineBytes &&
                   offsetof(EpisodeControl, queue_head) == 3 * kCacheLineBytes,
               "the queue's producer and consumer indices must not share a cache line with each other or the journal");
 static_assert(sizeof(EpisodeRecordSlot) == 32, "a record slot is four words");
+static_assert(offsetof(GlobalControl, max_priority) == 3 * kCacheLineBytes, "the priority line is line 3");
 static_assert(sizeof(std::atomic<uint64_t>) == 8 && alignof(std::atomic<uint64_t>) == 8,
               "step meta words are plain 8-byte atomics");
 

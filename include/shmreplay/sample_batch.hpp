@@ -59,6 +59,10 @@ class SampleBatch {
   bool valid(std::size_t row, std::size_t t) const noexcept { return mask_[row * length_ + t] != 0; }
   std::span<const uint64_t> env_ids() const noexcept { return {env_ids_, rows_}; }
   std::span<const uint64_t> start_steps() const noexcept { return {starts_, rows_}; }
+  /// Per row, the importance weight of a prioritized sample, (N * P(row))^-beta over the batch's maximum (so the
+  /// largest is 1; N is the number of steps in the row's view, P the probability its start was drawn with); 1 for
+  /// every row of a sample that was not prioritized. Always owned by the batch, also when it borrows its arrays.
+  std::span<const float> weights() const noexcept { return {weights_.data(), rows_}; }
   /// The episode fields of the buffer the batch was last filled from (schema indices; all empty without).
   const EpisodeFieldIndices& episode_fields() const noexcept { return episode_fields_; }
   /// The dtype of field `index` of the buffer the batch was last filled from.
@@ -79,6 +83,7 @@ class SampleBatch {
   std::vector<uint8_t> own_mask_;
   std::vector<uint64_t> own_env_ids_;
   std::vector<uint64_t> own_starts_;
+  std::vector<float> weights_;
 
   std::vector<std::byte*> field_ptr_;
   std::vector<std::size_t> field_step_bytes_;

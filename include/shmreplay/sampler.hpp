@@ -107,6 +107,20 @@ struct SampleOptions {
   uint64_t period = 1;
   /// The view must hold at least this many steps (all envs together), else Errc::empty_view.
   uint64_t min_steps = 0;
+  /// Prioritized sampling (a buffer created with a priority exponent alpha): a start is drawn with probability
+  /// proportional to its priority^alpha (the priority of the row's first step), and the batch's weights() hold the
+  /// importance weights (N * P)^-beta over their maximum. distribution_power does not apply. Works with
+  /// episodes = cross and stop (rows still end at their episode's end), with period 1; within and a period above 1
+  /// are refused (invalid_argument): both restrict the starts to a set the priority trees do not index.
+  bool prioritized = false;
+  /// beta, the importance-sampling exponent of a prioritized sample (finite, >= 0; 0 gives weights of 1).
+  double importance_exponent = 0.4;
+};
+
+/// What Sampler::update_priorities did.
+struct PriorityUpdateResult {
+  uint64_t applied = 0;  ///< priorities set
+  uint64_t dropped = 0;  ///< refused because a writer had overwritten (or was overwriting) the step since
 };
 
 /// One completed episode of one env, as its writer recorded it when it published the episode's last step.
@@ -233,6 +247,16 @@ class Sampler {
     return try_update(env_id, step, std::span<const FieldBytes>(fields.begin(), fields.size()));
   }
 
+  /// Sets the priority of stored step steps[i] of env env_ids[i] to priorities[i], for each i (the learner's new
+  /// TD errors for the rows it sampled: pass batch.env_ids() and batch.start_steps()). An update for a step that a
+  /// writer has overwritten since it was sampled is dropped and counted (never applied to the newer step): the
+  /// result says how many. The largest priority given raises the running maximum that new steps enter at. Throws
+  /// before setting anything: invalid_argument (a buffer without priorities; a priority that is not a finite
+  /// number >= 0; a step that was never published), size_mismatch (the three lengths differ), env_out_of_range.
+  /// O(log capacity) per step; never waits for a writer, and writers never wait for it.
+  PriorityUpdateResult update_priorities(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
+                                         std::span<const float> priorities);
+
   /// Rows redrawn so far by this Sampler because writers overwrote them during the copy.
   uint64_t retries() const noexcept { return retries_; }
   const Buffer& buffer() const noexcept { return *buffer_; }
@@ -250,6 +274,7 @@ class Sampler {
                    double power, const SampleOptions& options, Rng& rng, SampleBatch& out);
   void check_args(const char* op, std::size_t rows, std::size_t length, double power,
                   const SampleOptions& options = {}) const;
+  static void finish_weights(SampleBatch& out, double beta) noexcept;
 
   // Holds the learner lease: released when destroyed, handed over when moved. So the Sampler's move constructor
   // is the default one, and a constructor that throws after taking the lease still releases it.

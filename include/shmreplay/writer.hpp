@@ -77,6 +77,10 @@ class StepSlot {
   /// are read from the slot as filled. Throws Error(invalid_argument) when called twice.
   void commit();
   bool committed() const noexcept { return writer_ == nullptr; }
+  /// In a buffer with priorities: the step's priority (finite, >= 0; Error(invalid_argument) otherwise), set when
+  /// commit() publishes it. Without a call, the step enters at the buffer's running maximum priority. Ignored in a
+  /// buffer without priorities.
+  void set_priority(double priority);
 
  private:
   friend class Writer;
@@ -86,6 +90,7 @@ class StepSlot {
   uint64_t env_;
   uint64_t step_;
   uint32_t local_;
+  double priority_ = -1;  // negative: the running maximum
 };
 
 class Writer {
@@ -121,6 +126,12 @@ class Writer {
   /// Cost: O(len(env_ids) * num_fields) copies; no allocation; never blocks (see the header comment).
   void push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields);
   void push(std::span<const uint64_t> env_ids, std::span<const FieldBytes> fields);
+  /// The same with each step's priority (a buffer with priorities: one finite priority >= 0 per listed env, else
+  /// Error(size_mismatch) or Error(invalid_argument), before anything is written). Steps pushed without priorities
+  /// enter at the running maximum (the largest priority ever given, 1 at first), as in prioritized experience
+  /// replay. A buffer without priorities refuses priorities (invalid_argument).
+  void push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields, std::span<const float> priorities);
+  void push(std::span<const uint64_t> env_ids, std::span<const FieldBytes> fields, std::span<const float> priorities);
   void push(std::span<const int32_t> env_ids, std::initializer_list<FieldBytes> fields) {
     push(env_ids, std::span<const FieldBytes>(fields.begin(), fields.size()));
   }
@@ -150,12 +161,14 @@ class Writer {
  private:
   friend class StepSlot;
   template <class Id>
-  void push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> fields);
+  void push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> fields, const float* priorities);
+  void check_priorities(std::size_t count, std::span<const float> priorities) const;
+  void set_priority(uint64_t env, uint64_t step, double priority) noexcept;
   uint32_t local_of(uint64_t env_id, const char* op) const;
   void check_process(const char* op) const;
   uint64_t claim(uint32_t local) noexcept;
   void publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept;
-  void write_step(uint32_t local, uint64_t env, std::span<const FieldBytes> fields, std::size_t row,
+  void write_step(uint32_t local, uint64_t env, std::span<const FieldBytes> fields, std::size_t row, double priority,
                   uint64_t now_ns) noexcept;
   // Episode bookkeeping of step `step` of `env` before its head store: flags from fields[f] at row `row`, or from
   // the ring slot when `fields` is empty. Returns whether a record is due after the head store.

@@ -14,6 +14,8 @@
 //   RejectionPlanner    stop and within: uniform proposals over the grid, accepted with weight / L^power; after
 //                       kMaxTries refusals in one row it switches the rest of the call to ExactPlanner
 //   ExactPlanner        stop and within: enumerates the episode pieces of every view, exact weights
+//   PriorityPlanner     prioritized (cross or stop, period 1): priority^alpha of the start step, from the env's
+//                       sum tree (priority_planner.hpp)
 // A new way of drawing starts is a new Planner.
 //
 // Thread safety: a planner belongs to one Sampler and is used by one thread at a time; it keeps scratch storage
@@ -40,6 +42,9 @@ struct Draw {
   uint64_t env = 0;
   uint64_t start = 0;
   uint64_t steps = 0;
+  /// N * P: the probability the start was drawn with, times the number of starts in the view (1 = as likely as
+  /// under uniform sampling). Only the priority planner sets it; 0 from the others (no importance weight).
+  double relative_probability = 0;
   friend bool operator==(const Draw&, const Draw&) = default;
 };
 

@@ -1,0 +1,167 @@
+// detail/protocol/priorities.cpp: the per-env priority sum trees; see priorities.hpp and docs/design.md,
+// "Priorities". Every tree word is accessed seq_cst: the convergence argument of the recompute-and-verify walk
+// is about one total order of all those accesses.
+#include "detail/protocol/priorities.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+namespace shmreplay::detail {
+namespace {
+
+constexpr uint64_t kWeightMask = 0xffffffffull;
+
+double node_value(const PriorityTree& t, uint64_t n, uint64_t word) noexcept {
+  return n >= t.leaves ? leaf_weight(word) : std::bit_cast<double>(word);
+}
+
+double value(const PriorityTree& t, uint64_t n) noexcept {
+  return node_value(t, n, t.words[n].load(std::memory_order_seq_cst));
+}
+
+// The sum of the leaves of slots [0, x), x <= leaves: a root-to-leaf path, adding each left sibling passed.
+double prefix(const PriorityTree& t, uint64_t x) noexcept {
+  if (x >= t.leaves) return value(t, 1);
+  double sum = 0;
+  uint64_t n = 1;
+  uint64_t lo = 0;
+  for (uint64_t span = t.leaves; n < t.leaves; span /= 2) {
+    const uint64_t half = span / 2;
+    if (x >= lo + half) {
+      sum += value(t, 2 * n);
+      n = 2 * n + 1;
+      lo += half;
+    } else {
+      n = 2 * n;
+    }
+  }
+  return sum;
+}
+
+// The slot in [a, b) where the running sum from slot a first exceeds u (u measured from slot a).
+uint64_t find_slot(const PriorityTree& t, uint64_t a, uint64_t b, double u) noexcept {
+  double target = prefix(t, a) + u;
+  uint64_t n = 1;
+  while (n < t.leaves) {
+    const double left = value(t, 2 * n);
+    if (target < left) {
+      n = 2 * n;
+    } else {
+      target -= left;
+      n = 2 * n + 1;
+    }
+  }
+  return std::clamp(n - t.leaves, a, b - 1);
+}
+
+}  // namespace
+
+double priority_weight(double priority, double alpha) noexcept {
+  return alpha == 0 ? 1.0 : std::pow(priority, alpha);
+}
+
+double leaf_weight(uint64_t word) noexcept {
+  return static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(word & kWeightMask)));
+}
+
+uint64_t make_leaf(uint64_t step, double weight) noexcept {
+  const auto w = static_cast<float>(weight);
+  return (step << 32) | std::bit_cast<uint32_t>(w);
+}
+
+// -- the walk: both parties --------------------------------------------------------------------------------------
+
+void walk(const PriorityTree& t, uint64_t slot) noexcept {
+  for (uint64_t n = (t.leaves + slot) / 2; n >= 1; n /= 2) {
+    for (;;) {
+      const uint64_t l = t.words[2 * n].load(std::memory_order_seq_cst);
+      const uint64_t r = t.words[2 * n + 1].load(std::memory_order_seq_cst);
+      const double sum = node_value(t, 2 * n, l) + node_value(t, 2 * n + 1, r);
+      t.words[n].store(std::bit_cast<uint64_t>(sum), std::memory_order_seq_cst);
+      // Verify: a child that changed since we read it has a party that will (or did) walk through here after
+      // changing it; but if that party's store to this node came before ours, ours would hide its change.
+      if (t.words[2 * n].load(std::memory_order_seq_cst) == l &&
+          t.words[2 * n + 1].load(std::memory_order_seq_cst) == r) {
+        break;
+      }
+    }
+  }
+}
+
+// -- writer half ---------------------------------------------------------------------------------------------------
+
+void set_new_priority(const PriorityTree& t, uint64_t step, double weight) noexcept {
+  const uint64_t slot = step % t.capacity;
+  t.words[t.leaves + slot].store(make_leaf(step, weight), std::memory_order_seq_cst);  // read by update_priority's CAS
+  walk(t, slot);
+}
+
+// -- learner half --------------------------------------------------------------------------------------------------
+
+bool update_priority(const PriorityTree& t, const layout::EnvControl& env, uint64_t env_index, uint64_t step,
+                     double weight, std::atomic<uint64_t>& walk_word) noexcept {
+  const uint64_t slot = step % t.capacity;
+  std::atomic<uint64_t>& leaf = t.words[t.leaves + slot];
+  uint64_t cur = leaf.load(std::memory_order_seq_cst);
+  if ((cur >> 32) != (step & kWeightMask)) return false;  // the slot holds another step
+  // acquire: pairs with the writer's claim (claim_step); a claim past step + capacity means the slot is being
+  // rewritten, and its new leaf may not be stored yet.
+  const uint64_t claimed = env.claimed.load(std::memory_order_acquire) & ~layout::kUpdateLockBit;
+  if (claimed > step + t.capacity) return false;
+  // Recorded before the leaf changes, so that a learner killed anywhere from here on leaves its walk to redo.
+  walk_word.store(((env_index + 1) << 40) | slot, std::memory_order_seq_cst);  // read by finish_dead_walk
+  // The CAS pairs with the writer's store in set_new_priority: if the writer got there first, the tag differs.
+  const bool applied = leaf.compare_exchange_strong(cur, make_leaf(step, weight), std::memory_order_seq_cst);
+  if (applied) walk(t, slot);
+  walk_word.store(0, std::memory_order_seq_cst);
+  return applied;
+}
+
+void raise_max_priority(std::atomic<uint64_t>& max_word, double priority) noexcept {
+  uint64_t cur = max_word.load(std::memory_order_relaxed);
+  while (priority > max_priority(max_word) &&
+         !max_word.compare_exchange_weak(cur, std::bit_cast<uint64_t>(priority), std::memory_order_relaxed)) {
+  }
+}
+
+double max_priority(const std::atomic<uint64_t>& max_word) noexcept {
+  const uint64_t w = max_word.load(std::memory_order_relaxed);
+  return w == 0 ? 1.0 : std::bit_cast<double>(w);
+}
+
+// -- readers -------------------------------------------------------------------------------------------------------
+
+double slot_weight(const PriorityTree& t, uint64_t step) noexcept { return value(t, t.leaves + step % t.capacity); }
+
+double range_weight(const PriorityTree& t, uint64_t lo, uint64_t hi) noexcept {
+  if (hi <= lo) return 0;
+  const uint64_t a = lo % t.capacity;
+  const uint64_t count = hi - lo;
+  double w = 0;
+  if (a + count <= t.capacity) {
+    w = (a == 0 && a + count >= t.leaves) ? value(t, 1) : prefix(t, a + count) - prefix(t, a);
+  } else {
+    w = (prefix(t, t.capacity) - prefix(t, a)) + prefix(t, a + count - t.capacity);
+  }
+  return std::max(w, 0.0);
+}
+
+uint64_t find_step(const PriorityTree& t, uint64_t lo, uint64_t hi, double u) noexcept {
+  const uint64_t a = lo % t.capacity;
+  const uint64_t count = hi - lo;
+  if (a + count <= t.capacity) return lo + (find_slot(t, a, a + count, u) - a);
+  const double first = std::max(prefix(t, t.capacity) - prefix(t, a), 0.0);
+  if (u < first) return lo + (find_slot(t, a, t.capacity, u) - a);
+  return lo + (t.capacity - a) + find_slot(t, 0, a + count - t.capacity, u - first);
+}
+
+void rebuild(const PriorityTree& t) noexcept {
+  for (uint64_t n = t.leaves - 1; n >= 1; --n) {
+    const double sum = value(t, 2 * n) + value(t, 2 * n + 1);
+    t.words[n].store(std::bit_cast<uint64_t>(sum), std::memory_order_seq_cst);
+  }
+}
+
+}  // namespace shmreplay::detail

@@ -1,0 +1,101 @@
+// detail/protocol/priorities.hpp: the per-env priority sum trees (layout 1.3), both halves of their protocol.
+//
+// Who calls it: the Writer (set_new_priority for each step it publishes, repair_walks when it takes an env over),
+// the Sampler (update_priority for the learner's updates; the reads, through the priority planner), the Inspector
+// and the CLI (totals, read-only), checkpoint load (rebuild). docs/design.md, "Priorities", has the argument.
+//
+// One tree per env over its ring slots: `leaves` = bit_ceil(capacity) leaf words at [leaves, 2 leaves), internal
+// sums at [1, leaves) (word 0 unused), node n's children at 2n and 2n + 1. A leaf word holds the slot's sampling
+// weight priority^alpha as f32 bits (low half) and the low 32 bits of the step it belongs to (high half), so that
+// the learner's update of a step that a writer has since overwritten fails its compare-and-swap. Internal words
+// hold f64 bits of the sum of their children; leaves past the capacity stay 0.
+//
+// Two parties write one env's tree: its writer (a new step's leaf) and the learner (an update of a stored step's
+// leaf); neither waits for the other. After writing a leaf, each walks to the root and at each node recomputes the
+// sum from both children, stores it, and reads the children again: if either changed, it recomputes. The last
+// store to a node was made by a party that then saw the children unchanged, so once both parties are done every
+// node equals the sum of its children (the design doc's proof), however their walks interleaved. Every word is
+// accessed seq_cst, which that argument assumes. A party killed mid-walk leaves some nodes stale: a writer taking
+// the env over redoes the walk of the slot its predecessor was writing, and a learner taking over the learner
+// lease redoes the walk recorded in GlobalControl::priority_walk.
+//
+// Readers (the sampler's draws, the Inspector) read sums while they change: a draw is then only approximately
+// proportional to the weights (exactly, once writes stop), and is clamped to the view; the data it leads to is
+// validated by the step seqlock like any other row.
+//
+// Thread safety: the writer half from the env's lease holder only, the learner half from the learner only; reads
+// from anyone.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "shmreplay/layout.hpp"
+
+namespace shmreplay::detail {
+
+/// One env's tree in a mapping (or, in tests, in private memory): 2 * leaves words.
+struct PriorityTree {
+  std::atomic<uint64_t>* words = nullptr;
+  uint64_t leaves = 0;    ///< bit_ceil(capacity)
+  uint64_t capacity = 0;  ///< ring slots: the slot of step s is s % capacity
+};
+
+/// The sampling weight of a priority: priority^alpha (1 for alpha 0, even for priority 0).
+double priority_weight(double priority, double alpha) noexcept;
+
+/// The weight a leaf word holds (its low half), and the leaf word for step `step` with weight `weight`.
+double leaf_weight(uint64_t word) noexcept;
+uint64_t make_leaf(uint64_t step, double weight) noexcept;
+
+// -- writer half ----------------------------------------------------------------------------------------------
+
+/// Sets the leaf of the slot of `step` (which the caller has claimed and not yet published) to `weight`, tagged
+/// with the step, and walks to the root. O(log capacity).
+void set_new_priority(const PriorityTree& tree, uint64_t step, double weight) noexcept;
+
+/// Redoes the walk of `slot` (the recompute-and-verify of every node above it): what a party taking over a dead
+/// one's role calls for the slot the dead one may have been walking. O(log capacity).
+void walk(const PriorityTree& tree, uint64_t slot) noexcept;
+
+// -- learner half ---------------------------------------------------------------------------------------------
+
+/// Sets the weight of stored step `step` to `weight` and walks to the root, unless a writer has overwritten or
+/// begun to overwrite the step (claimed, read from `env`, past step + capacity, or the leaf no longer tagged with
+/// the step): then nothing is written and it returns false. `walk_word` (GlobalControl::priority_walk) records
+/// the walk while it runs, as ((env_index + 1) << 40) | slot.
+bool update_priority(const PriorityTree& tree, const layout::EnvControl& env, uint64_t env_index, uint64_t step,
+                     double weight, std::atomic<uint64_t>& walk_word) noexcept;
+
+/// What a new learner does with a walk its dead predecessor left in `walk_word`: redoes it and clears the word.
+/// `tree_of(env)` gives env's tree.
+template <class TreeOf>
+void finish_dead_walk(std::atomic<uint64_t>& walk_word, TreeOf&& tree_of) noexcept {
+  const uint64_t w = walk_word.load(std::memory_order_seq_cst);  // pairs with update_priority's store of the word
+  if (w == 0) return;
+  walk(tree_of((w >> 40) - 1), w & ((1ull << 40) - 1));
+  walk_word.store(0, std::memory_order_seq_cst);
+}
+
+/// Raises GlobalControl::max_priority to `priority` if it is larger (a CAS loop; no write otherwise).
+void raise_max_priority(std::atomic<uint64_t>& max_word, double priority) noexcept;
+/// GlobalControl::max_priority as a double; 1 before any priority was given.
+double max_priority(const std::atomic<uint64_t>& max_word) noexcept;
+
+// -- readers --------------------------------------------------------------------------------------------------
+
+/// The weight of the leaf of the slot of `step` (whatever step it now holds).
+double slot_weight(const PriorityTree& tree, uint64_t step) noexcept;
+
+/// The total weight of steps [lo, hi) (hi - lo <= capacity). O(log capacity); never negative.
+double range_weight(const PriorityTree& tree, uint64_t lo, uint64_t hi) noexcept;
+
+/// The step p in [lo, hi) where the running sum of weights from lo first exceeds `u` (0 <= u < range_weight):
+/// a draw proportional to the weights when u is uniform. Clamped to [lo, hi) when sums move underneath.
+/// O(log capacity).
+uint64_t find_step(const PriorityTree& tree, uint64_t lo, uint64_t hi, double u) noexcept;
+
+/// Recomputes every internal node from the leaves (no party may be walking): checkpoint load, tests. O(leaves).
+void rebuild(const PriorityTree& tree) noexcept;
+
+}  // namespace shmreplay::detail

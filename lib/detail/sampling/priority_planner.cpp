@@ -1,0 +1,63 @@
+// detail/sampling/priority_planner.cpp: prioritized draws over the envs' sum trees; see priority_planner.hpp.
+#include "detail/sampling/priority_planner.hpp"
+
+#include <algorithm>
+
+namespace shmreplay::detail {
+
+bool PriorityPlanner::prepare(std::span<const EnvView> views, std::size_t length, double /*power*/,
+                              const PlanOptions& options) {
+  views_ = views;
+  length_ = length;
+  options_ = options;
+  cumulative_.resize(views.size());
+  total_ = 0;
+  starts_in_view_ = 0;
+  for (std::size_t e = 0; e < views.size(); ++e) {
+    const EnvView v = views[e];
+    if (v.hi > v.lo) {
+      total_ += range_weight(trees_->tree(e), v.lo, v.hi);
+      starts_in_view_ += v.hi - v.lo;
+    }
+    cumulative_[e] = total_;
+  }
+  return total_ > 0;
+}
+
+// Steps of a row from `start` up to `end` (exclusive) that belong to start's episode: the first step whose
+// episode starts after `start` ends the row. Episode starts are non-decreasing in the step, so a binary search.
+uint64_t PriorityPlanner::steps_in_episode(std::size_t env, uint64_t start, uint64_t end) const noexcept {
+  if (starts_->episode_start(env, end - 1) <= start) return end - start;
+  uint64_t lo = start + 1;  // the first step with a later episode start is in [lo, end - 1]
+  uint64_t hi = end - 1;
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (starts_->episode_start(env, mid) > start) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo - start;
+}
+
+std::optional<Draw> PriorityPlanner::draw(Rng& rng) {
+  for (uint32_t tries = 0; tries < kMaxTries; ++tries) {
+    const double u = uniform01(rng) * total_;
+    const auto it = std::upper_bound(cumulative_.begin(), cumulative_.end(), u);
+    if (it == cumulative_.end()) continue;  // u rounded up to the total
+    const auto env = static_cast<std::size_t>(it - cumulative_.begin());
+    const double below = env == 0 ? 0.0 : cumulative_[env - 1];
+    const EnvView v = views_[env];
+    const PriorityTree tree = trees_->tree(env);
+    const uint64_t start = find_step(tree, v.lo, v.hi, u - below);
+    const double w = slot_weight(tree, start);
+    if (!(w > 0)) continue;
+    const uint64_t end = std::min(v.hi, start + length_);
+    const uint64_t steps = options_.episodes == Episodes::stop ? steps_in_episode(env, start, end) : end - start;
+    return Draw{env, start, steps, static_cast<double>(starts_in_view_) * w / total_};
+  }
+  return std::nullopt;
+}
+
+}  // namespace shmreplay::detail

@@ -1,0 +1,54 @@
+// detail/sampling/priority_planner.hpp: the planner of prioritized sampling. A start p of an env's view [lo, hi)
+// has the weight its writer or the learner last gave it, priority^alpha, held in the env's sum tree
+// (detail/protocol/priorities.hpp); the length of the row does not enter the weight (R2D2 keeps one priority per
+// sequence, stored at its start). See planner.hpp for the interface, who calls it and what is safe.
+//
+// prepare: one range sum per env (O(num_envs log capacity)). draw: an env by its share of the total (binary search
+// over the envs' running totals), then a descent of that env's tree (O(log capacity)). A draw whose leaf reads 0
+// (its sums moved under the descent, or rounding at a range's edge) is redrawn, up to kMaxTries times; then draw
+// returns nullopt and the Sampler retakes its snapshot. With episodes = stop the row ends at its episode's last step
+// (a binary search over at most L steps of EpisodeStarts), as in unprioritized stop sampling.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "detail/protocol/priorities.hpp"
+#include "detail/sampling/planner.hpp"
+
+namespace shmreplay::detail {
+
+/// Where each env's tree is: the Sampler implements it over the segment, a test over private memory.
+class PriorityTrees {
+ public:
+  virtual ~PriorityTrees() = default;
+  virtual PriorityTree tree(std::size_t env) const noexcept = 0;
+};
+
+class PriorityPlanner final : public Planner {
+ public:
+  static constexpr uint32_t kMaxTries = 64;
+
+  /// `trees` and `starts` must outlive the planner.
+  PriorityPlanner(const PriorityTrees& trees, const EpisodeStarts& starts) noexcept : trees_(&trees), starts_(&starts) {}
+  /// Precondition: options.period == 1 and options.episodes is cross or stop. `power` is not used.
+  bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;
+  std::optional<Draw> draw(Rng& rng) override;
+
+ private:
+  uint64_t steps_in_episode(std::size_t env, uint64_t start, uint64_t end) const noexcept;
+
+  const PriorityTrees* trees_;
+  const EpisodeStarts* starts_;
+  std::span<const EnvView> views_;
+  uint64_t length_ = 0;
+  PlanOptions options_;
+  std::vector<double> cumulative_;  // cumulative_[e] = total weight of envs 0..e
+  double total_ = 0;
+  uint64_t starts_in_view_ = 0;     // N: steps in the views, all envs
+};
+
+}  // namespace shmreplay::detail
