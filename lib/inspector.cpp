@@ -18,6 +18,7 @@
 #include "detail/protocol/env_ids.hpp"
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/lease.hpp"
+#include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "shmreplay/error.hpp"
 
@@ -98,6 +99,11 @@ SegmentInfo Inspector::snapshot() const {
       s.episode_records_dropped += i.episode_records_dropped;
       s.episode_queue_depth += i.episode_queue_depth;
     }
+    if (b.has_priorities()) {
+      i.priority_total = detail::range_weight({b.priority_tree(e), b.priority_leaves(), b.capacity()}, replay.lo,
+                                              replay.hi);
+      s.priority_total += i.priority_total;
+    }
     s.total_pushed += i.head;
     s.replay_steps += i.length;
     s.online_steps += i.online_length;
@@ -106,6 +112,12 @@ SegmentInfo Inspector::snapshot() const {
   s.live_writers = static_cast<uint64_t>(std::count_if(alive.begin(), alive.end(), [](const auto& kv) { return kv.second; }));
 
   const layout::GlobalControl& g = b.global_control();
+  if (b.has_priorities()) {
+    s.priority_exponent = b.priority_exponent();
+    s.max_priority = detail::max_priority(g.max_priority);
+    s.priority_updates = g.priority_updates.load(std::memory_order_relaxed);
+    s.priority_updates_dropped = g.priority_updates_dropped.load(std::memory_order_relaxed);
+  }
   LearnerInfo& l = s.learner;
   // Acquire pairs with the release of the compare-and-swap that took the learner lease.
   const uint64_t lease = g.learner_lease.load(std::memory_order_acquire);

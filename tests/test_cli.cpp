@@ -244,6 +244,7 @@ TEST_CASE("info --json reports the geometry, the schema and empty envs") {
   CHECK(j["num_envs"] == 3);
   CHECK(j["capacity"] == 100);
   CHECK(j["step_bytes"] == 25);
+  CHECK(j["priorities"].is_null());  // created without priorities
   CHECK(j["total_bytes"] == b.total_bytes());
   CHECK(j["data_bytes"] == 3 * 100 * 25);
   CHECK(j["creator_pid"].get<uint64_t>() > 0);
@@ -487,6 +488,33 @@ TEST_CASE("ls lists a truncated segment with its error instead of failing") {
   REQUIRE(entry != nullptr);
   CHECK(entry->size() == 2);
   CHECK(contains((*entry)["error"].get<std::string>(), "100 bytes"));
+}
+
+TEST_CASE("create --priority-exponent makes a buffer with priorities, and info shows their totals and maximum") {
+  const std::string name = unique_name("cliprio");
+  SegmentGuard guard(name);
+  REQUIRE(run_cli({"create", name, "--envs", "2", "--capacity", "8", "--schema", "x:u8", "--priority-exponent",
+                   "0.5"}).exit_code == 0);
+  {
+    Buffer b = Buffer::open(name);
+    CHECK(b.priority_exponent() == 0.5);
+    Writer w(b, std::vector<uint64_t>{0, 1});
+    const uint8_t x[2] = {1, 2};
+    const uint64_t ids[2] = {0, 1};
+    const float prio[2] = {4.0f, 9.0f};
+    const FieldBytes fields[1] = {field_bytes(std::span<const uint8_t>(x, 2))};
+    w.push(std::span<const uint64_t>(ids, 2), fields, std::span<const float>(prio, 2));
+  }
+  const CliResult text = run_cli({"info", name});
+  REQUIRE(text.exit_code == 0);
+  CHECK(contains(text.out, "alpha 0.5; total priority^alpha 5 over the replay view, max priority 9"));
+  const CliResult r = run_cli({"info", name, "--json"});
+  REQUIRE(r.exit_code == 0);
+  const json j = parse_json(r.out);
+  CHECK(j["priorities"]["exponent"] == 0.5);
+  CHECK(j["priorities"]["total"] == 5.0);  // 4^0.5 + 9^0.5
+  CHECK(j["priorities"]["max_priority"] == 9.0);
+  CHECK(j["envs"][1]["priority_total"] == 3.0);
 }
 
 TEST_CASE("info fails with exit code 1 on a missing name and on a foreign file") {

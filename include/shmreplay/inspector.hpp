@@ -47,6 +47,8 @@ struct EnvInfo {
   uint64_t last_episode_length = 0;      ///< the last completed episode (0: none yet)
   double last_episode_return = 0.0;
   EpisodeEnd last_episode_end = EpisodeEnd::none;
+  // Priorities (0 in a buffer without): the sum of priority^alpha over the replay view, read from the env's tree.
+  double priority_total = 0.0;
 };
 
 /// The learner (the Sampler holding the learner lease) and its counters.
@@ -90,6 +92,12 @@ struct SegmentInfo {
   uint64_t episodes_completed = 0;
   uint64_t episode_records_dropped = 0;
   uint64_t episode_queue_depth = 0;
+  // Priorities (layout 1.3): alpha (nullopt without priorities), the running maximum, the learner's updates.
+  std::optional<double> priority_exponent;
+  double max_priority = 0.0;
+  double priority_total = 0.0;          ///< sum of priority^alpha over every env's replay view
+  uint64_t priority_updates = 0;
+  uint64_t priority_updates_dropped = 0;
 };
 
 /// Consecutive published steps of one env, copied out of the segment (Inspector::read_steps). Each record is one

@@ -302,6 +302,7 @@ struct Batch {
   py::array mask;                 // bool [rows, length]
   py::array env_ids;              // int64 [rows]
   py::array starts;               // int64 [rows]
+  py::array weights;              // float32 [rows]: importance weights of a prioritized sample, else 1
   std::size_t rows = 0;
   std::size_t length = 0;
 
@@ -318,6 +319,7 @@ struct Batch {
     b.mask = aligned_array(py::dtype::of<bool>(), {r, l});
     b.env_ids = aligned_array(py::dtype::of<int64_t>(), {r});
     b.starts = aligned_array(py::dtype::of<int64_t>(), {r});
+    b.weights = aligned_array(py::dtype::of<float>(), {r});
     return b;
   }
 
@@ -453,17 +455,41 @@ struct PySampler {
     }
     Batch& b = result.cast<Batch&>();
     SampleBatch sb = b.borrow(op, *schema, rows, length);
+    auto* weights = static_cast<float*>(b.weights.mutable_data());
     {
       py::gil_scoped_release release;
       std::lock_guard lock(mu);
       body(s, sb);
+      std::copy(sb.weights().begin(), sb.weights().end(), weights);
     }
     return result;
   }
 };
 
-SampleOptions sample_options(const std::string& episodes, uint64_t period, uint64_t min_steps) {
-  return SampleOptions{.episodes = parse_episodes(episodes), .period = period, .min_steps = min_steps};
+SampleOptions sample_options(const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized,
+                             double beta) {
+  return SampleOptions{.episodes = parse_episodes(episodes),
+                       .period = period,
+                       .min_steps = min_steps,
+                       .prioritized = prioritized,
+                       .importance_exponent = beta};
+}
+
+// A 1-d array of `n` float32 priorities (converted once from any real dtype), or a clear error.
+py::array_t<float, py::array::c_style | py::array::forcecast> priority_array(const char* op, py::handle p,
+                                                                               std::size_t n) {
+  py::array a = py::array::ensure(p);
+  if (!a || a.ndim() != 1 || (a.size() > 0 && std::string("iuf").find(a.dtype().kind()) == std::string::npos)) {
+    if (!a) PyErr_Clear();
+    throw Error(Errc::invalid_argument,
+                fmt::format("{}: priorities must be a 1-d array (or sequence) of numbers{}", op,
+                            a ? fmt::format(", got {} of shape {}", dtype_text(a.dtype()), shape_text(shape_of(a)))
+                              : ""));
+  }
+  if (static_cast<std::size_t>(a.size()) != n) {
+    throw Error(Errc::size_mismatch, fmt::format("{}: {} priorities for {} steps", op, a.size(), n));
+  }
+  return py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
 }
 
 uint64_t seed_from(const py::object& seed) {
@@ -564,19 +590,22 @@ PYBIND11_MODULE(_shmreplay, m) {
           [](const std::string& name, uint64_t num_envs, uint64_t capacity, py::object schema, uint32_t mode,
              bool replace, std::optional<std::string> done, std::optional<std::string> terminated,
              std::optional<std::string> truncated, std::optional<std::string> reward,
-             uint64_t episode_queue_capacity) {
+             uint64_t episode_queue_capacity, std::optional<double> priority_exponent) {
             const Schema s = py::isinstance<py::str>(schema) ? Schema::parse(schema.cast<std::string>())
                                                              : schema.cast<Schema>();
             CreateOptions o{.mode = mode, .replace = replace};
             o.episodes = {done.value_or(""), terminated.value_or(""), truncated.value_or(""), reward.value_or("")};
             o.episode_queue_capacity = episode_queue_capacity;
+            o.priority_exponent = priority_exponent;
             py::gil_scoped_release release;  // fallocate and initialise: may take a while for big buffers
             return std::make_shared<Buffer>(Buffer::create(name, num_envs, capacity, s, o));
           },
           "name"_a, "num_envs"_a, "capacity"_a, "schema"_a, py::kw_only(), "mode"_a = 0600, "replace"_a = false,
           "done"_a = py::none(), "terminated"_a = py::none(), "truncated"_a = py::none(), "reward"_a = py::none(),
-          "episode_queue_capacity"_a = 0,
-          "Create a buffer of num_envs rings of capacity steps; schema is a Schema or its text form.")
+          "episode_queue_capacity"_a = 0, "priority_exponent"_a = py::none(),
+          "Create a buffer of num_envs rings of capacity steps; schema is a Schema or its text form. With "
+          "priority_exponent=alpha every stored step has a priority and prioritized samples draw starts with "
+          "probability proportional to priority**alpha.")
       .def_static(
           "open",
           [](const std::string& name, std::optional<py::object> schema, bool read_only, double ready_timeout) {
@@ -602,6 +631,12 @@ PYBIND11_MODULE(_shmreplay, m) {
       .def_property_readonly("total_bytes", &Buffer::total_bytes)
       .def_property_readonly("read_only", &Buffer::read_only)
       .def_property_readonly("has_episodes", &Buffer::has_episodes)
+      .def_property_readonly("priority_exponent",
+                             [](const Buffer& b) -> std::optional<double> {
+                               if (!b.has_priorities()) return std::nullopt;
+                               return b.priority_exponent();
+                             },
+                             "alpha of a buffer with priorities, None without")
       .def(
           "heads",
           [](const Buffer& b) {
@@ -659,6 +694,9 @@ PYBIND11_MODULE(_shmreplay, m) {
         return s.arrays[py::str(name)];
       })
       .def("commit", &PySlot::commit, "Publish the step: samplers can see it from now on.")
+      .def("set_priority", [](PySlot& s, double p) { s.get("set_priority").set_priority(p); }, "priority"_a,
+           "The step's priority, set when it is committed (a buffer with priorities; without a call it enters at "
+           "the running maximum).")
       .def("abandon", &PySlot::abandon, "Give the slot up unpublished; the env's next step reuses its index.")
       .def_property_readonly("state", [](const PySlot& s) { return std::string(s.state); },
                              "'open', 'committed' or 'abandoned' (by abandon(), an exception in its with block, or "
@@ -709,19 +747,28 @@ PYBIND11_MODULE(_shmreplay, m) {
            "Steps this env has published.")
       .def(
           "push",
-          [](PyWriter& w, py::object env_ids, const py::dict& data) {
+          [](PyWriter& w, py::object env_ids, const py::dict& data, py::object priorities) {
             Writer& writer = w.get("push");
             const std::vector<uint64_t> ids = env_id_vector("push", env_ids, w.buffer->num_envs());
             const auto arrays =
                 field_arrays("push", w.buffer->schema(), data, false, {static_cast<py::ssize_t>(ids.size())});
             const auto fields = arrays.bytes();
+            if (priorities.is_none()) {
+              py::gil_scoped_release release;
+              std::lock_guard lock(w.mu);
+              writer.push(std::span<const uint64_t>(ids), std::span<const FieldBytes>(fields));
+              return;
+            }
+            const auto prio = priority_array("push", priorities, ids.size());
+            const std::span<const float> p(prio.data(), ids.size());
             py::gil_scoped_release release;
             std::lock_guard lock(w.mu);
-            writer.push(std::span<const uint64_t>(ids), std::span<const FieldBytes>(fields));
+            writer.push(std::span<const uint64_t>(ids), std::span<const FieldBytes>(fields), p);
           },
-          "env_ids"_a, "data"_a,
+          "env_ids"_a, "data"_a, "priorities"_a = py::none(),
           "One step for each listed env (any subset, any order): data maps every field name to an array of shape "
-          "(len(env_ids), *field.shape), as envpool's recv returns.")
+          "(len(env_ids), *field.shape), as envpool's recv returns. priorities= (a buffer with priorities): one "
+          "per env; without, the steps enter at the running maximum.")
       .def(
           "push_one",
           [](PyWriter& w, int64_t env, const py::dict& data) {
@@ -781,6 +828,8 @@ PYBIND11_MODULE(_shmreplay, m) {
       .def_readonly("mask", &Batch::mask)
       .def_readonly("env_ids", &Batch::env_ids)
       .def_readonly("starts", &Batch::starts, "the global step index of each row's first step")
+      .def_readonly("weights", &Batch::weights,
+                    "float32 [rows]: the importance weights (N * P)**-beta / max of a prioritized sample; 1 otherwise")
       .def_readonly("rows", &Batch::rows)
       .def_readonly("sequence_length", &Batch::length)
       .def("__getitem__", &Batch::field)
@@ -831,40 +880,84 @@ PYBIND11_MODULE(_shmreplay, m) {
       .def(
           "sample",
           [](PySampler& s, const std::string& view, std::size_t batch_size, std::size_t sequence_length,
-             double power, const std::string& episodes, uint64_t period, uint64_t min_steps, py::object out) {
+             double power, const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized,
+             double beta, py::object out) {
             const View v = parse_view(view);
-            const SampleOptions o = sample_options(episodes, period, min_steps);
+            const SampleOptions o = sample_options(episodes, period, min_steps, prioritized, beta);
             return s.fill("sample", batch_size, sequence_length, out, [&](Sampler& smp, SampleBatch& b) {
               smp.sample(v, batch_size, sequence_length, power, s.rng, b, o);
             });
           },
           "view"_a, "batch_size"_a, "sequence_length"_a, "power"_a = 0.0, py::kw_only(), "episodes"_a = "cross",
-          "period"_a = 1, "min_steps"_a = 0, "out"_a = py::none(),
+          "period"_a = 1, "min_steps"_a = 0, "prioritized"_a = false, "beta"_a = 0.4, "out"_a = py::none(),
           "batch_size sequences of sequence_length steps from view 'replay' or 'online'; each start is weighted by "
-          "min(steps left to the head, sequence_length)**power. Returns a Batch (out= fills that one).")
+          "min(steps left to the head, sequence_length)**power, or with prioritized=True by its priority**alpha "
+          "(batch.weights then holds the importance weights for beta). Returns a Batch (out= fills that one).")
       .def(
           "sample_mixed",
           [](PySampler& s, std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
-             double power, const std::string& episodes, uint64_t period, uint64_t min_steps, py::object out) {
-            const SampleOptions o = sample_options(episodes, period, min_steps);
+             double power, const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized,
+             double beta, py::object out) {
+            const SampleOptions o = sample_options(episodes, period, min_steps, prioritized, beta);
             return s.fill("sample_mixed", replay_batch + online_batch, sequence_length, out,
                           [&](Sampler& smp, SampleBatch& b) {
                             smp.sample_mixed(replay_batch, online_batch, sequence_length, power, s.rng, b, o);
                           });
           },
           "replay_batch"_a, "online_batch"_a, "sequence_length"_a, "power"_a = 0.0, py::kw_only(),
-          "episodes"_a = "cross", "period"_a = 1, "min_steps"_a = 0, "out"_a = py::none(),
+          "episodes"_a = "cross", "period"_a = 1, "min_steps"_a = 0, "prioritized"_a = false, "beta"_a = 0.4,
+          "out"_a = py::none(),
           "replay_batch rows from the replay view, then online_batch rows from the online queue.")
       .def(
           "sample_transitions",
-          [](PySampler& s, const std::string& view, std::size_t batch_size, py::object out) {
+          [](PySampler& s, const std::string& view, std::size_t batch_size, bool prioritized, double beta,
+             py::object out) {
             const View v = parse_view(view);
+            const SampleOptions o = sample_options("cross", 1, 0, prioritized, beta);
             return s.fill("sample_transitions", batch_size, 1, out, [&](Sampler& smp, SampleBatch& b) {
-              smp.sample_transitions(v, batch_size, s.rng, b);
+              smp.sample_transitions(v, batch_size, s.rng, b, o);
             });
           },
-          "view"_a, "batch_size"_a, py::kw_only(), "out"_a = py::none(),
-          "Flat transitions: uniform single steps (a Batch with sequence_length 1).")
+          "view"_a, "batch_size"_a, py::kw_only(), "prioritized"_a = false, "beta"_a = 0.4, "out"_a = py::none(),
+          "Flat transitions: uniform single steps (a Batch with sequence_length 1); with prioritized=True drawn by "
+          "priority**alpha, with importance weights in batch.weights.")
+      .def(
+          "update_priorities",
+          [](PySampler& s, py::object env_ids, py::object steps, py::object priorities) {
+            Sampler& smp = s.get("update_priorities");
+            const std::vector<uint64_t> ids = env_id_vector("update_priorities", env_ids, s.buffer->num_envs());
+            py::array st = py::array::ensure(steps);
+            if (!st || st.ndim() != 1 ||
+                (st.size() > 0 && std::string("iu").find(st.dtype().kind()) == std::string::npos)) {
+              if (!st) PyErr_Clear();
+              throw Error(Errc::invalid_argument, "update_priorities: steps must be a 1-d array of integers");
+            }
+            const auto st64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(st);
+            std::vector<uint64_t> step_vec(static_cast<std::size_t>(st64.size()));
+            for (std::size_t i = 0; i < step_vec.size(); ++i) {
+              if (st64.data()[i] < 0) {
+                throw Error(Errc::invalid_argument,
+                            fmt::format("update_priorities: step {} at position {} is negative", st64.data()[i], i));
+              }
+              step_vec[i] = static_cast<uint64_t>(st64.data()[i]);
+            }
+            if (step_vec.size() != ids.size()) {
+              throw Error(Errc::size_mismatch, fmt::format("update_priorities: {} env ids and {} steps", ids.size(),
+                                                           step_vec.size()));
+            }
+            const auto prio = priority_array("update_priorities", priorities, ids.size());
+            const std::span<const float> p(prio.data(), ids.size());
+            PriorityUpdateResult r;
+            {
+              py::gil_scoped_release release;
+              std::lock_guard lock(s.mu);
+              r = smp.update_priorities(ids, step_vec, p);
+            }
+            return py::make_tuple(r.applied, r.dropped);
+          },
+          "env_ids"_a, "steps"_a, "priorities"_a,
+          "Set the priorities of stored steps (pass batch.env_ids and batch.starts of a sample, with the new "
+          "priorities). Returns (applied, dropped): an update for a step a writer has overwritten since is dropped.")
       .def(
           "peek",
           [](PySampler& s, py::object env_ids, py::object out) {

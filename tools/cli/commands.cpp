@@ -73,6 +73,7 @@ Json env_json(const EnvInfo& e) {
       {"episodes_completed", e.episodes_completed},
       {"episode_records_dropped", e.episode_records_dropped},
       {"episode_queue_depth", e.episode_queue_depth},
+      {"priority_total", e.priority_total},
       {"episode_start", e.episode_start},
       {"last_episode",
        {{"length", e.last_episode_length},
@@ -161,6 +162,12 @@ Json info_json(const SegmentInfo& i) {
         {"completed", i.episodes_completed},
         {"records_dropped", i.episode_records_dropped},
         {"queue_depth", i.episode_queue_depth}}},
+      {"priorities", i.priority_exponent ? Json{{"exponent", *i.priority_exponent},
+                                                {"max_priority", i.max_priority},
+                                                {"total", i.priority_total},
+                                                {"updates", i.priority_updates},
+                                                {"updates_dropped", i.priority_updates_dropped}}
+                                         : Json(nullptr)},
       {"schema_spec", i.schema.to_string()},
       {"schema", schema_json(i.schema)},
       {"envs", std::move(envs)},
@@ -196,6 +203,12 @@ void print_info_summary(const SegmentInfo& i) {
     print_pair("episodes", fmt::format("{} completed, {} waiting for the learner, {} dropped (queue {} per env); {}",
                                        i.episodes_completed, i.episode_queue_depth, i.episode_records_dropped,
                                        i.episode_queue_capacity, episode_fields_text(i)));
+  }
+  if (i.priority_exponent) {
+    print_pair("priorities", fmt::format("alpha {:g}; total priority^alpha {:g} over the replay view, max priority "
+                                         "{:g}; {} updated by the learner, {} dropped (overwritten)",
+                                         *i.priority_exponent, i.priority_total, i.max_priority, i.priority_updates,
+                                         i.priority_updates_dropped));
   }
   print_pair("sampled", fmt::format("{} in {}, {} retried, {} updated, {} online resets",
                                     counted(l.rows_sampled, "row", "rows"), counted(l.sample_calls, "call", "calls"),
@@ -288,7 +301,8 @@ int run_create(const CreateArgs& args) {
                                   {.mode = args.mode,
                                    .replace = args.replace,
                                    .episodes = args.episodes,
-                                   .episode_queue_capacity = args.episode_queue_capacity});
+                                   .episode_queue_capacity = args.episode_queue_capacity,
+                                   .priority_exponent = args.priority_exponent});
   fmt::print("created '{}': {} x {}, {} per step, {} ({})\n", b.name(), counted(b.num_envs(), "env", "envs"),
              counted(b.capacity(), "step", "steps"), counted(schema.step_bytes(), "byte", "bytes"),
              human_bytes(b.total_bytes()), b.path());

@@ -37,6 +37,7 @@ struct CreateArgs {
   bool replace = false;
   shmreplay::EpisodeFields episodes;   ///< field names with episode roles; all empty: none
   uint64_t episode_queue_capacity = 0;  ///< 0: the library's default
+  std::optional<double> priority_exponent;  ///< alpha: with it, the buffer has priorities
 };
 
 struct LsArgs {

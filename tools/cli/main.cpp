@@ -101,6 +101,9 @@ CLI::App* add_create(CLI::App& app, CreateArgs& args, CreateText& raw) {
       ->type_name("FIELD");
   ep->add_option("--episode-queue", args.episode_queue_capacity, "Completed-episode records kept per env")
       ->type_name("N");
+  cmd->add_option("--priority-exponent", args.priority_exponent,
+                  "Give every step a priority; prioritized samples draw starts by priority^ALPHA")
+      ->type_name("ALPHA");
   return cmd;
 }
 

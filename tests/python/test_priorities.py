@@ -1,0 +1,96 @@
+"""Priorities from Python: a buffer created with priority_exponent, pushes with and without priorities, prioritized
+sample / sample_mixed / sample_transitions with importance weights, update_priorities taking NumPy arrays, and the
+errors. (The distribution itself is checked against a reference model in tests/test_priorities.cpp.)"""
+import numpy as np
+import pytest
+
+import shmreplay
+
+SCHEMA = "env:u64 step:u64"
+
+
+def push(writer, buf, envs, priorities=None):
+    envs = np.asarray(envs, dtype=np.int64)
+    steps = np.array([buf.heads()[e] for e in envs], dtype=np.uint64)
+    writer.push(envs, {"env": envs.astype(np.uint64), "step": steps}, priorities=priorities)
+
+
+def test_prioritized_samples_follow_priorities_and_carry_importance_weights(name):
+    buf = shmreplay.Buffer.create(name, 2, 16, SCHEMA, priority_exponent=1.0)
+    assert buf.priority_exponent == 1.0
+    w = shmreplay.Writer(buf, [0, 1])
+    # env 0: steps with priorities 0, 1, 2, 3; env 1: one step at priority 6
+    for p in range(4):
+        push(w, buf, [0], np.array([p], np.float32))
+    push(w, buf, [1], [6.0])
+    s = shmreplay.Sampler(buf, seed=3)
+    b = s.sample("replay", 20000, 2, prioritized=True, beta=1.0)
+    assert b.weights.dtype == np.float32 and b.weights.shape == (20000,)
+    cells, counts = np.unique(np.stack([b.env_ids, b.starts], axis=1), axis=0, return_counts=True)
+    freq = {tuple(c): n / 20000 for c, n in zip(cells, counts)}
+    assert (0, 0) not in freq                       # priority 0: never drawn
+    assert freq[(1, 0)] == pytest.approx(6 / 12, abs=0.02)
+    assert freq[(0, 3)] == pytest.approx(3 / 12, abs=0.02)
+    assert freq[(0, 1)] == pytest.approx(1 / 12, abs=0.01)
+    # beta = 1: weight = (N P)^-1 / max; the rarest drawn (priority 1) has the largest weight, 1
+    n = 5
+    expected = {(0, 1): 1 / (n * 1 / 12), (0, 2): 1 / (n * 2 / 12), (0, 3): 1 / (n * 3 / 12), (1, 0): 1 / (n * 6 / 12)}
+    largest = max(expected.values())
+    for (e, st), wt in zip(zip(b.env_ids, b.starts), b.weights):
+        assert wt == pytest.approx(expected[(int(e), int(st))] / largest, rel=1e-5)
+    # rows are the sampled steps, masked at the head
+    assert np.all(b["step"][b.mask] == (b.starts[:, None] + np.arange(2))[b.mask])
+    # an unprioritized sample has weights 1
+    assert np.all(s.sample("replay", 8, 1).weights == 1)
+    t = s.sample_transitions("replay", 64, prioritized=True)
+    assert t.rows == 64 and np.all((t.weights > 0) & (t.weights <= 1))
+    m = s.sample_mixed(4, 4, 2, prioritized=True, beta=0.5)
+    assert m.rows == 8
+
+
+def test_update_priorities_takes_numpy_arrays_and_drops_overwritten_steps(name):
+    buf = shmreplay.Buffer.create(name, 1, 4, SCHEMA, priority_exponent=0.5)
+    w = shmreplay.Writer(buf, [0])
+    for _ in range(4):
+        push(w, buf, [0])                            # no priorities: the running maximum, 1
+    s = shmreplay.Sampler(buf, seed=1)
+    b = s.sample("replay", 8, 1, prioritized=True)
+    push(w, buf, [0])                                # step 4 overwrites step 0
+    applied, dropped = s.update_priorities(np.zeros(2, np.int64), np.array([0, 2]), np.array([5.0, 0.0]))
+    assert (applied, dropped) == (1, 1)
+    applied, dropped = s.update_priorities(b.env_ids, b.starts, np.full(b.rows, 2.0, np.float32))
+    assert applied + dropped == b.rows
+    # step 2 has priority 0 unless the batch updated it: draws only from steps with positive priority
+    for _ in range(5):
+        r = s.sample("replay", 64, 1, prioritized=True)
+        assert np.all(r["step"][:, 0] == r.starts)
+
+
+def test_priorities_refuse_bad_input_with_clear_errors(name):
+    plain = shmreplay.Buffer.create(name, 1, 4, SCHEMA)
+    assert plain.priority_exponent is None
+    w = shmreplay.Writer(plain, [0])
+    with pytest.raises(shmreplay.InvalidArgument, match="created without priorities"):
+        push(w, plain, [0], [1.0])
+    push(w, plain, [0])
+    s = shmreplay.Sampler(plain)
+    with pytest.raises(shmreplay.InvalidArgument, match="without priorities"):
+        s.sample("replay", 1, 1, prioritized=True)
+    s.close()
+    w.close()
+    shmreplay.Buffer.remove(name)
+    buf = shmreplay.Buffer.create(name, 2, 4, SCHEMA, priority_exponent=0.6)
+    w = shmreplay.Writer(buf, [0, 1])
+    with pytest.raises(shmreplay.SizeMismatch, match="2 priorities for 1 steps"):
+        push(w, buf, [0], [1.0, 2.0])
+    with pytest.raises(shmreplay.InvalidArgument, match="not a finite number"):
+        push(w, buf, [0], [float("nan")])
+    assert buf.heads()[0] == 0
+    push(w, buf, [0, 1], [1.0, 2.0])
+    s2 = shmreplay.Sampler(buf)
+    with pytest.raises(shmreplay.InvalidArgument, match="never published"):
+        s2.update_priorities([0], [5], [1.0])
+    with pytest.raises(shmreplay.InvalidArgument, match="period = 2"):
+        s2.sample("replay", 1, 1, prioritized=True, period=2)
+    with pytest.raises(shmreplay.InvalidArgument, match="priority_exponent is -1"):
+        shmreplay.Buffer.create(name + "-bad", 1, 4, SCHEMA, priority_exponent=-1.0)
