@@ -8,7 +8,7 @@ Each recv gives, per returned env, the outcome of its last action (reward, termi
 observation. The actor pushes the step (observation acted on, action, logprob, value, reward, done, ...) and
 sends the next action. A recv right after an episode ended returns the reset observation (elapsed_step 0): that
 is no transition, so nothing is pushed for it. It prints one JSON report line (@report) when it stops (SIGTERM,
-SIGINT or --seconds)."""
+SIGINT or --seconds), and every 10 s a @progress line with the episodes that ended since the last one."""
 import argparse
 import json
 import sys
@@ -19,6 +19,7 @@ import numpy as np
 import shmreplay
 from common import NUM_PARAMS, StopFlag, act, checksum, params_path, read_params
 
+PROGRESS_EVERY = 10.0  # seconds between @progress lines
 
 
 def main():
@@ -53,6 +54,7 @@ def main():
     pushed = recvs = 0
     started = time.monotonic()
     next_params = started
+    next_progress, progress_from = started + PROGRESS_EVERY, 0   # returns[progress_from:] not yet reported
     env.async_reset()
     print("@ready", flush=True)
     while not stop and (a.seconds <= 0 or time.monotonic() - started < a.seconds):
@@ -83,6 +85,11 @@ def main():
             if fresh is not None and fresh.shape == (NUM_PARAMS,):
                 params, versions = fresh, versions + 1
             next_params = now + 0.1
+        if now >= next_progress:  # the learning curve: the episodes that ended in the last PROGRESS_EVERY seconds
+            fresh = returns[progress_from:]
+            print("@progress " + json.dumps({"t": round(now - started, 1), "episodes": len(fresh),
+                                             "return_sum": float(np.sum(fresh))}), flush=True)
+            progress_from, next_progress = len(returns), next_progress + PROGRESS_EVERY
         action, logprob, value = act(params, obs, rng)
         prev_obs[ids], prev_action[ids], prev_logprob[ids], prev_value[ids] = obs, action, logprob, value
         env.send(action, ids)

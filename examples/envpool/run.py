@@ -52,11 +52,30 @@ def main():
              "--num-envs", str(a.envs_per_worker), "--batch-size", str(a.batch_size), "--seed", str(w)],
             stdout=subprocess.PIPE, text=True)))
     reports, ready = {}, set()
+    progress = {}           # 10 s bucket -> [actors reported, episodes, sum of returns]
+    curve = []              # (t, mean return of the episodes that ended in the bucket), once every actor reported
+    lock = threading.Lock()
+
+    def on_progress(line):
+        p = json.loads(line[len("@progress "):])
+        bucket = round(p["t"] / 10) * 10
+        with lock:
+            entry = progress.setdefault(bucket, [0, 0, 0.0])
+            entry[0] += 1
+            entry[1] += p["episodes"]
+            entry[2] += p["return_sum"]
+            if entry[0] == a.workers and entry[1] > 0:
+                curve.append((bucket, entry[2] / entry[1]))
+                if not a.quiet:
+                    print(f"[actors]  t {bucket:6.1f}s  mean return {entry[2] / entry[1]:7.1f}  over {entry[1]} "
+                          "episodes that ended in the last 10 s", file=out, flush=True)
 
     def forward(role, proc):
         for line in proc.stdout:
             if line.startswith("@ready"):
                 ready.add(role)
+            elif line.startswith("@progress "):
+                on_progress(line)
             elif line.startswith("@report "):
                 reports[role] = json.loads(line[len("@report "):])
             elif not a.quiet:
@@ -112,6 +131,7 @@ def main():
         "violations": learner.get("violations"),
         "return_first": sum(first) / len(first) if first else None,
         "return_last": sum(last) / len(last) if last else None,
+        "learning_curve": [{"t": t, "mean_return": r} for t, r in sorted(curve)],
         "processes": [{"role": role, "exit": status[role], "clean": status[role] == 0 and role in reports,
                        "report": reports.get(role)} for role, _ in procs],
         "buffer": {"name": a.name, "kept": a.keep},
