@@ -1,0 +1,160 @@
+// shmreplay_bench_priorities: what priorities cost, against uniform sampling in the same run, at stored sizes from
+// 10^3 to 10^7 steps (docs/benchmarks.md, "Priorities"). One process, one thread, no writer running: each figure
+// is the median of --trials trials of --seconds each, and each row's figures come from the same buffer.
+//
+//   shmreplay_bench_priorities                  sizes 10^3 .. 10^7, 5 trials of 0.2 s
+//   shmreplay_bench_priorities --quick          sizes 10^3 and 10^4, one 10 ms trial: a smoke run for CI
+//
+// Per size (16 envs of size/16 steps, a MuJoCo-like 97-byte step, every slot filled, random priorities):
+//   push            steps/s of batched pushes of 16 envs without priorities (each step enters at the maximum)
+//   push+prio       the same with a priority per step (the writer's leaf store and walk)
+//   uniform         rows/s of sample_transitions, 256 rows per call
+//   prioritized     rows/s of prioritized sample_transitions, 256 rows per call (weights included)
+//   seq 32x16 prio  rows/s of prioritized sample, 32 rows of 16 steps
+//   update          priorities/s of update_priorities for the 256 rows of a sample
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "shmreplay/sampler.hpp"
+#include "shmreplay/writer.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace shmreplay;
+
+struct Options {
+  bool quick = false;
+  double seconds = 0.2;
+  uint32_t trials = 5;
+};
+
+// Units per second of `op` (which returns the units it did): the median over trials.
+double rate(const Options& o, const std::function<uint64_t()>& op) {
+  for (const auto warm = Clock::now() + std::chrono::milliseconds(o.quick ? 1 : 20); Clock::now() < warm;) op();
+  std::vector<double> per_s;
+  for (uint32_t t = 0; t < o.trials; ++t) {
+    uint64_t units = 0;
+    const auto start = Clock::now();
+    const auto until = start + std::chrono::duration<double>(o.seconds);
+    do {
+      units += op();
+    } while (Clock::now() < until);
+    per_s.push_back(static_cast<double>(units) / std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(per_s.begin(), per_s.end());
+  return per_s[per_s.size() / 2];
+}
+
+std::string mega(double per_s) { return fmt::format("{:.2f} M", per_s / 1e6); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app("shmreplay_bench_priorities: prioritized sampling and priority updates against uniform sampling, "
+               "at stored sizes 10^3 to 10^7 steps");
+  app.add_flag("--quick", o.quick, "Sizes 10^3 and 10^4, one 10 ms trial: a smoke run for CI");
+  app.add_option("--seconds", o.seconds, "Duration of one trial (default 0.2)")->check(CLI::Range(0.001, 60.0));
+  app.add_option("--trials", o.trials, "Trials per figure; the median is reported (default 5)")
+      ->check(CLI::Range(1u, 64u));
+  CLI11_PARSE(app, argc, argv);
+  if (o.quick) {
+    if (app.count("--seconds") == 0) o.seconds = 0.01;
+    if (app.count("--trials") == 0) o.trials = 1;
+  }
+  const Schema schema = Schema::parse("obs:f32[17] action:f32[6] reward:f32 done:bool");
+  const uint64_t envs = 16;
+  std::vector<uint64_t> sizes = {1000, 10'000, 100'000, 1'000'000, 10'000'000};
+  if (o.quick) sizes.resize(2);
+
+  fmt::print("### Priorities\n\n`{}`; {} trial(s) of {} s per figure, median; 16 envs, a {}-byte step ({}), one "
+             "process, no writer running. Rates in millions per second; `prio/uniform` is prioritized over uniform "
+             "flat sampling in the same run.\n\n",
+             fmt::join(std::vector<std::string>(argv, argv + argc), " "), o.trials, o.seconds, schema.step_bytes(),
+             schema.to_string());
+  fmt::print("| stored steps | push steps/s | push+prio steps/s | uniform rows/s | prioritized rows/s | prio/uniform | "
+             "seq 32x16 prio rows/s | updates/s |\n");
+  fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::mt19937_64 gen(1);
+  for (const uint64_t size : sizes) {
+    const uint64_t cap = size / envs;
+    const std::string name = fmt::format("bench-prio-{}-{}", ::getpid(), size);
+    struct Remove {
+      std::string name;
+      ~Remove() {
+        try {
+          Buffer::remove(name);
+        } catch (...) {
+        }
+      }
+    } remove{name};
+    Buffer buf = Buffer::create(name, envs, cap, schema, {.priority_exponent = 0.6});
+    Writer w(buf, [&] {
+      std::vector<uint64_t> ids(envs);
+      for (uint64_t e = 0; e < envs; ++e) ids[e] = e;
+      return ids;
+    }());
+    std::vector<uint64_t> ids(envs);
+    for (uint64_t e = 0; e < envs; ++e) ids[e] = e;
+    std::vector<float> obs(envs * 17, 0.5f), action(envs * 6, 0.1f), reward(envs, 1.0f), prio(envs);
+    std::vector<uint8_t> done(envs, 0);
+    const FieldBytes fields[4] = {field_bytes(std::span<const float>(obs)), field_bytes(std::span<const float>(action)),
+                                  field_bytes(std::span<const float>(reward)),
+                                  field_bytes(std::span<const uint8_t>(done))};
+    const auto fill_prio = [&] {
+      for (float& p : prio) p = static_cast<float>(gen() % 1000) / 100.0f;
+    };
+    // Fill every slot with random priorities first, so that the trees and rings are full.
+    for (uint64_t s = 0; s < cap; ++s) {
+      fill_prio();
+      w.push(std::span<const uint64_t>(ids), fields, std::span<const float>(prio));
+    }
+    const double push = rate(o, [&] {
+      w.push(std::span<const uint64_t>(ids), fields);
+      return envs;
+    });
+    const double push_prio = rate(o, [&] {
+      w.push(std::span<const uint64_t>(ids), fields, std::span<const float>(prio));
+      return envs;
+    });
+    Sampler s(buf);
+    Rng rng(7);
+    SampleBatch batch;
+    const double uniform = rate(o, [&] {
+      s.sample_transitions(View::replay, 256, rng, batch);
+      return uint64_t{256};
+    });
+    const SampleOptions po{.prioritized = true, .importance_exponent = 0.4};
+    const double prioritized = rate(o, [&] {
+      s.sample_transitions(View::replay, 256, rng, batch, po);
+      return uint64_t{256};
+    });
+    SampleBatch seq;
+    const double sequences = rate(o, [&] {
+      s.sample(View::replay, 32, 16, 0.0, rng, seq, po);
+      return uint64_t{32};
+    });
+    s.sample_transitions(View::replay, 256, rng, batch, po);
+    std::vector<float> fresh(256);
+    for (float& p : fresh) p = static_cast<float>(gen() % 1000) / 100.0f;
+    const double updates = rate(o, [&] {
+      s.update_priorities(batch.env_ids(), batch.start_steps(), fresh);
+      return uint64_t{256};
+    });
+    fmt::print("| {} | {} | {} | {} | {} | {:.2f} | {} | {} |\n", size, mega(push), mega(push_prio), mega(uniform),
+               mega(prioritized), prioritized / uniform, mega(sequences), mega(updates));
+    std::fflush(stdout);
+  }
+  return 0;
+}
