@@ -6,7 +6,8 @@
 //   shmreplay_bench_priorities --quick          sizes 10^3 and 10^4, one 10 ms trial: a smoke run for CI
 //
 // Per size (16 envs of size/16 steps, a MuJoCo-like 97-byte step, every slot filled, random priorities):
-//   push            steps/s of batched pushes of 16 envs without priorities (each step enters at the maximum)
+//   plain push      steps/s of batched pushes of 16 envs into a buffer of the same geometry without priorities
+//   push            the same into the buffer with priorities, without giving any (each enters at the maximum)
 //   push+prio       the same with a priority per step (the writer's leaf store and walk)
 //   uniform         rows/s of sample_transitions, 256 rows per call
 //   prioritized     rows/s of prioritized sample_transitions, 256 rows per call (weights included)
@@ -58,6 +59,17 @@ double rate(const Options& o, const std::function<uint64_t()>& op) {
 
 std::string mega(double per_s) { return fmt::format("{:.2f} M", per_s / 1e6); }
 
+// Removes a benchmark buffer however the scope ends.
+struct Remove {
+  std::string name;
+  ~Remove() {
+    try {
+      Buffer::remove(name);
+    } catch (...) {
+    }
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,22 +95,14 @@ int main(int argc, char** argv) {
              "flat sampling in the same run.\n\n",
              fmt::join(std::vector<std::string>(argv, argv + argc), " "), o.trials, o.seconds, schema.step_bytes(),
              schema.to_string());
-  fmt::print("| stored steps | push steps/s | push+prio steps/s | uniform rows/s | prioritized rows/s | prio/uniform | "
-             "seq 32x16 prio rows/s | updates/s |\n");
-  fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  fmt::print("| stored steps | plain push steps/s | push steps/s | push+prio steps/s | uniform rows/s | "
+             "prioritized rows/s | prio/uniform | seq 32x16 prio rows/s | updates/s |\n");
+  fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::mt19937_64 gen(1);
   for (const uint64_t size : sizes) {
     const uint64_t cap = size / envs;
     const std::string name = fmt::format("bench-prio-{}-{}", ::getpid(), size);
-    struct Remove {
-      std::string name;
-      ~Remove() {
-        try {
-          Buffer::remove(name);
-        } catch (...) {
-        }
-      }
-    } remove{name};
+    const Remove remove{name};
     Buffer buf = Buffer::create(name, envs, cap, schema, {.priority_exponent = 0.6});
     Writer w(buf, [&] {
       std::vector<uint64_t> ids(envs);
@@ -119,6 +123,17 @@ int main(int argc, char** argv) {
     for (uint64_t s = 0; s < cap; ++s) {
       fill_prio();
       w.push(std::span<const uint64_t>(ids), fields, std::span<const float>(prio));
+    }
+    double plain_push = 0;
+    {
+      const std::string plain_name = name + "-plain";
+      const Remove remove_plain{plain_name};
+      Buffer plain = Buffer::create(plain_name, envs, cap, schema);
+      Writer pw(plain, ids);
+      plain_push = rate(o, [&] {
+        pw.push(std::span<const uint64_t>(ids), fields);
+        return envs;
+      });
     }
     const double push = rate(o, [&] {
       w.push(std::span<const uint64_t>(ids), fields);
@@ -152,8 +167,9 @@ int main(int argc, char** argv) {
       s.update_priorities(batch.env_ids(), batch.start_steps(), fresh);
       return uint64_t{256};
     });
-    fmt::print("| {} | {} | {} | {} | {} | {:.2f} | {} | {} |\n", size, mega(push), mega(push_prio), mega(uniform),
-               mega(prioritized), prioritized / uniform, mega(sequences), mega(updates));
+    fmt::print("| {} | {} | {} | {} | {} | {} | {:.2f} | {} | {} |\n", size, mega(plain_push), mega(push),
+               mega(push_prio), mega(uniform), mega(prioritized), prioritized / uniform, mega(sequences),
+               mega(updates));
     std::fflush(stdout);
   }
   return 0;

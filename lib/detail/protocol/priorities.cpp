@@ -40,9 +40,8 @@ double prefix(const PriorityTree& t, uint64_t x) noexcept {
   return sum;
 }
 
-// The slot in [a, b) where the running sum from slot a first exceeds u (u measured from slot a).
-uint64_t find_slot(const PriorityTree& t, uint64_t a, uint64_t b, double u) noexcept {
-  double target = prefix(t, a) + u;
+// The slot where the running sum from slot 0 first exceeds `target`: one root-to-leaf descent.
+uint64_t descend(const PriorityTree& t, double target) noexcept {
   uint64_t n = 1;
   while (n < t.leaves) {
     const double left = value(t, 2 * n);
@@ -53,7 +52,12 @@ uint64_t find_slot(const PriorityTree& t, uint64_t a, uint64_t b, double u) noex
       n = 2 * n + 1;
     }
   }
-  return std::clamp(n - t.leaves, a, b - 1);
+  return n - t.leaves;
+}
+
+// The slot in [a, b) where the running sum from slot a first exceeds u (u measured from slot a).
+uint64_t find_slot(const PriorityTree& t, uint64_t a, uint64_t b, double u) noexcept {
+  return std::clamp(descend(t, (a == 0 ? 0.0 : prefix(t, a)) + u), a, b - 1);
 }
 
 }  // namespace
@@ -137,6 +141,7 @@ double slot_weight(const PriorityTree& t, uint64_t step) noexcept { return value
 
 double range_weight(const PriorityTree& t, uint64_t lo, uint64_t hi) noexcept {
   if (hi <= lo) return 0;
+  if (hi - lo >= t.capacity) return value(t, 1);  // the whole ring: the root (leaves past the capacity are 0)
   const uint64_t a = lo % t.capacity;
   const uint64_t count = hi - lo;
   double w = 0;
@@ -151,6 +156,11 @@ double range_weight(const PriorityTree& t, uint64_t lo, uint64_t hi) noexcept {
 uint64_t find_step(const PriorityTree& t, uint64_t lo, uint64_t hi, double u) noexcept {
   const uint64_t a = lo % t.capacity;
   const uint64_t count = hi - lo;
+  if (count >= t.capacity) {
+    // The whole ring (a full env outside a write): one descent from the root, the slot mapped back to its step.
+    const uint64_t slot = std::min(descend(t, u), t.capacity - 1);
+    return lo + (slot + t.capacity - a) % t.capacity;
+  }
   if (a + count <= t.capacity) return lo + (find_slot(t, a, a + count, u) - a);
   const double first = std::max(prefix(t, t.capacity) - prefix(t, a), 0.0);
   if (u < first) return lo + (find_slot(t, a, t.capacity, u) - a);

@@ -91,7 +91,8 @@ double slot_weight(const PriorityTree& tree, uint64_t step) noexcept;
 double range_weight(const PriorityTree& tree, uint64_t lo, uint64_t hi) noexcept;
 
 /// The step p in [lo, hi) where the running sum of weights from lo first exceeds `u` (0 <= u < range_weight):
-/// a draw proportional to the weights when u is uniform. Clamped to [lo, hi) when sums move underneath.
+/// a draw proportional to the weights when u is uniform. A range of the whole ring is summed from the ring's slot 0
+/// instead (one descent from the root; the same distribution). Clamped to [lo, hi) when sums move underneath.
 /// O(log capacity).
 uint64_t find_step(const PriorityTree& tree, uint64_t lo, uint64_t hi, double u) noexcept;
 
