@@ -1,7 +1,8 @@
 """The main job on real envpool: one shmreplay buffer, K envpool actor processes (async mode, each leasing its
 own env ids) and one PyTorch learner process, for --seconds; then a summary with every process's figures.
 
-    .venv/bin/python examples/envpool/run.py --seconds 180              # CartPole-v1, learning
+    .venv/bin/python examples/envpool/run.py --seconds 180              # CartPole-v1, learning (PyTorch)
+    .venv/bin/python examples/envpool/run.py --learner jax              # the same learner in JAX
     .venv/bin/python examples/envpool/run.py --json --seconds 20         # the summary as JSON
 
 The launcher creates the buffer, starts the learner and the actors, forwards the learner's lines, stops
@@ -30,6 +31,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=8, help="envpool's batch_size: envs per recv")
     p.add_argument("--capacity", type=int, default=4096, help="steps kept per env")
     p.add_argument("--min-replay", type=int, default=2048, help="the learner's first update waits for this many")
+    p.add_argument("--learner", choices=("torch", "jax"), default="torch", help="the learner's framework")
     p.add_argument("--ready-timeout", type=float, default=120, help="longest wait for the processes to start")
     p.add_argument("--name", default=f"envpool-cartpole-{os.getpid()}")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
@@ -43,7 +45,7 @@ def main():
           f"{a.seconds:g} s (Ctrl-C stops)", file=out, flush=True)
     py = sys.executable
     procs = [("learner", subprocess.Popen([py, os.path.join(HERE, "learner.py"), "--buffer", a.name,
-                                           "--min-replay", str(a.min_replay)]
+                                           "--min-replay", str(a.min_replay), "--framework", a.learner]
                                           + (["--quiet"] if a.quiet else []),
                                           stdout=subprocess.PIPE, text=True))]
     for w in range(a.workers):
@@ -151,7 +153,8 @@ def main():
             r = pr["report"] or {}
             figures = (f"{r.get('env_steps_per_s', 0):.0f} env steps/s, {r.get('episodes', 0)} episodes"
                        if pr["role"].startswith("actor") else
-                       f"{r.get('updates_per_s', 0):.1f} updates/s, {r.get('rows_per_s', 0):.0f} rows/s")
+                       f"{r.get('framework', '?')}, {r.get('updates_per_s', 0):.1f} updates/s, "
+                       f"{r.get('rows_per_s', 0):.0f} rows/s")
             print(f"  {pr['role']:<9} exit {pr['exit']}  {figures}", file=out)
         print(f"  buffer            {'kept' if a.keep else 'removed'}", file=out)
     return 0 if summary["ok"] else 1

@@ -1,5 +1,5 @@
-"""The main job on real envpool: the launcher runs envpool actor processes (async mode) and the PyTorch learner on
-one buffer for a few seconds; every sampled step's stamp (env id, step index, checksum) is checked by the
+"""The main job on real envpool: the launcher runs envpool actor processes (async mode) and the PyTorch (or JAX)
+learner on one buffer for a few seconds; every sampled step's stamp (env id, step index, checksum) is checked by the
 learner, and the run must end with zero violations, every process clean and the buffer removed."""
 import json
 import os
@@ -18,16 +18,21 @@ pytest.importorskip("torch")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_envpool_actors_and_the_learner_run_with_every_sampled_step_checked(name):
+@pytest.mark.parametrize("learner", ["torch", "jax"])
+def test_envpool_actors_and_the_learner_run_with_every_sampled_step_checked(name, learner):
+    if learner == "jax":
+        pytest.importorskip("jax")
     run = os.path.join(ROOT, "examples", "envpool", "run.py")
-    out = subprocess.run([sys.executable, run, "--seconds", "20", "--json", "--quiet", "--name", name,
-                          "--workers", "2", "--envs-per-worker", "8", "--batch-size", "4", "--min-replay", "256"],
+    out = subprocess.run([sys.executable, run, "--seconds", "20" if learner == "torch" else "10", "--json", "--quiet",
+                          "--name", name, "--workers", "2", "--envs-per-worker", "8", "--batch-size", "4",
+                          "--min-replay", "256", "--learner", learner],
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     summary = json.loads(out.stdout)
     assert summary["ok"] and summary["violations"] == 0, summary
     assert summary["pushes"] > 500 and summary["updates"] > 0 and summary["rows_sampled"] > 0, summary
     assert all(p["clean"] for p in summary["processes"]) and len(summary["processes"]) == 3
+    assert summary["processes"][0]["report"]["framework"] == learner
     assert not shmreplay.Buffer.exists(name)
     print(f"{summary['pushes']} env steps, {summary['updates']} updates, return {summary['return_first']:.1f} -> "
           f"{summary['return_last']:.1f}")
