@@ -127,6 +127,19 @@ inline void drive_learner(const std::string& name, Choices& choices) {
       EpisodeRecord records[8];
       (void)learner.pop_episodes(records);
     }
+    if (buf.has_priorities()) {  // the trees' sums are the segment's words: whatever they hold, draws stay in range
+      attempt([&] {
+        learner.sample(View::replay, 1 + choices.next(8), length, 0.0, rng, batch,
+                       {.episodes = buf.has_episodes() && choices.next(2) != 0 ? Episodes::stop : Episodes::cross,
+                        .prioritized = true});
+      });
+      attempt([&] { learner.sample_mixed(choices.next(4), 1 + choices.next(4), length, 0.0, rng, batch,
+                                         {.prioritized = true, .importance_exponent = 0.5}); });
+      if (batch.rows() > 0) {
+        std::vector<float> prios(batch.rows(), static_cast<float>(choices.next(5)));
+        attempt([&] { (void)learner.update_priorities(batch.env_ids(), batch.start_steps(), prios); });
+      }
+    }
     std::vector<uint64_t> ids;
     for (uint64_t k = 0; k < std::min<uint64_t>(envs, 4); ++k) ids.push_back(choices.next(envs));
     attempt([&] { learner.peek(ids, batch); });

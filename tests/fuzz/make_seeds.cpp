@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct Shape {
   uint64_t capacity;
   EpisodeFields episodes;
   uint64_t queue_capacity = 0;
+  std::optional<double> priority_exponent = std::nullopt;
 };
 
 // Pushes `steps` steps into every env: field bytes from a counter, flags set every `episode` steps.
@@ -84,13 +86,17 @@ int main(int argc, char** argv) {
        {.terminated = "terminated", .truncated = "truncated", .reward = "reward"}, 2},
       {"dtypes", specs[4], 1, 5, {}},
       {"tiny", specs[5], 1, 1, {}},
+      {"prio", specs[0], 2, 8, {.done = "done", .reward = "reward"}, 4, 0.6},
+      {"prio-flat", specs[5], 3, 5, {}, 0, 1.0},
   };
   int made = 0;
   for (const Shape& shape : shapes) {
     for (const uint64_t steps : {uint64_t{0}, uint64_t{3}, shape.capacity * 2 + 1}) {
       const std::string name = fmt::format("{}-{}", shape.tag, steps);
       Buffer b = Buffer::create(name, shape.envs, shape.capacity, Schema::parse(shape.spec),
-                                {.episodes = shape.episodes, .episode_queue_capacity = shape.queue_capacity});
+                                {.episodes = shape.episodes,
+                                 .episode_queue_capacity = shape.queue_capacity,
+                                 .priority_exponent = shape.priority_exponent});
       fill(b, steps, 3);
       if (steps > 0) {
         Sampler learner(b);
@@ -107,6 +113,13 @@ int main(int argc, char** argv) {
             at += b.schema()[f].bytes();
           }
           (void)learner.try_update(0, b.env_control(0).head.load() - 1, fields);
+        }
+        if (b.has_priorities()) {  // some priorities the learner set, and a running maximum above 1
+          const uint64_t head = b.env_control(0).head.load();
+          const std::vector<uint64_t> envs = {0, 0};
+          const std::vector<uint64_t> steps = {head - 1, head > 1 ? head - 2 : head - 1};
+          const std::vector<float> prios = {3.5f, 0.0f};
+          (void)learner.update_priorities(envs, steps, prios);
         }
       }
       if (steps == 3) {  // an abandoned reservation: claimed = head + 1
