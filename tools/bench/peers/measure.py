@@ -142,6 +142,9 @@ def create_and_fill(adapter, step, capacity):
 def probe_run(adapter, seconds):
     """Torn rows among the rows sampled while 2 writer processes push stamped steps one per call."""
     adapter.create("small", workloads.PROBE_CAPACITY)
+    first = adapter.writer("small", 1, 0)  # one step from the learner first, as lazy storages need
+    first.add(first.prepare(probe.stamped(1, 0, 0)))
+    first.close()
     group = Writers(adapter, "small", 1, 2, "probe")
     sample = adapter.probe_sampler()
     torn = checked = 0

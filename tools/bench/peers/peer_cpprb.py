@@ -39,6 +39,7 @@ class Adapter:
     mp_context = "fork"
     cls = cpprb.MPReplayBuffer
     kinds = ("flat",)
+    no_kind = {"seq": "no sequence sampling", "prioritized": "see MPPrioritizedReplayBuffer"}
 
     def __init__(self):
         self.rb = None
@@ -72,6 +73,7 @@ class PrioritizedAdapter(Adapter):
             "the learner samples and updates priorities")
     cls = cpprb.MPPrioritizedReplayBuffer
     kinds = ("prioritized",)
+    no_kind = {"seq": "no sequence sampling", "flat": "see MPReplayBuffer"}
 
     def sampler_fn(self, kind):
         if kind != "prioritized":

@@ -43,6 +43,7 @@ class Adapter:
     form = "one shared-memory segment; each writer process opens it by name and leases its env ids"
     multi_process = True
     mp_context = "fork"
+    no_kind = {"prioritized": "n/a (no priorities yet)"}
 
     def __init__(self):
         self.buf = self.sampler = None

@@ -25,6 +25,15 @@ def na(reason):
     return {"na": reason}
 
 
+def guarded(fn, *args):
+    """A figure, or {"error": ...} when the peer failed at it (the other figures are still measured)."""
+    try:
+        return fn(*args)
+    except Exception as e:
+        traceback.print_exc()
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 def run(adapter, cfg):
     figures = {}
     for step in cfg.steps:
@@ -37,12 +46,11 @@ def run(adapter, cfg):
             for writers in (0, 2):
                 key = f"{step} sample {kind} {writers}w"
                 if fn is None:
-                    figures[key] = na(adapter.no_kind.get(kind, "not offered")) if hasattr(adapter, "no_kind") \
-                        else na("not offered")
+                    figures[key] = na(getattr(adapter, "no_kind", {}).get(kind, "not offered"))
                 elif writers and not adapter.multi_process:
                     figures[key] = na("one process")
                 else:
-                    figures[key] = measure.sample_rate(adapter, fn, KIND_UNITS[kind], step, writers, cfg)
+                    figures[key] = guarded(measure.sample_rate, adapter, fn, KIND_UNITS[kind], step, writers, cfg)
                     figures[key]["unit"] = "rows/s" if kind != "seq" else "seqs/s"
         for writers in workloads.WRITERS:
             for rows in workloads.ADD_ROWS:
@@ -50,11 +58,11 @@ def run(adapter, cfg):
                 if writers > 1 and not adapter.multi_process:
                     figures[key] = na("one process")
                 else:
-                    figures[key] = measure.add_rate(adapter, step, rows, writers, cfg)
+                    figures[key] = guarded(measure.add_rate, adapter, step, rows, writers, cfg)
                     figures[key]["unit"] = "steps/s"
         adapter.close()
     if adapter.multi_process:
-        figures["probe"] = measure.probe_run(adapter, cfg.probe_seconds)
+        figures["probe"] = guarded(measure.probe_run, adapter, cfg.probe_seconds)
     else:
         figures["probe"] = na("one process")
     return figures
