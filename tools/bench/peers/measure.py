@@ -8,6 +8,8 @@
 - creation: seconds from the constructor until the buffer holds its first 256-step batch (so lazy storage and
   JIT compilation are included); footprint: growth of the learner process's resident memory (its
   /proc/self/smaps_rollup Rss, shared and file-backed pages included) once the buffer was filled to capacity.
+- writer processes: forked per figure where the peer's documentation forks (the buffer is inherited); two
+  spawned once and reused for every figure where it spawns (the buffer goes to them pickled, per figure).
 - probe: 2 writer processes push stamped steps (probe.py) one per call into a buffer of 256 steps while the
   learner samples 256 flat rows per call and counts torn rows.
 Each figure is the median over trials, with min and max.
@@ -39,11 +41,11 @@ def rss_bytes():
 
 
 def _writer_loop(adapter, step, rows, widx, mode, barrier, stop, queue, seconds, trials):
-    """The body of one writer process: measure, load (push until `stop`), or probe (push stamped steps)."""
+    """One writer's part of a figure: measure, load (push until `stop`), or probe (push stamped steps)."""
     try:
         w = adapter.writer(step, rows, widx)
         data = w.prepare(workloads.batch(step, rows, seed=widx))
-        barrier.wait(timeout=120)
+        barrier.wait(timeout=300)
         if mode == "measure":
             queue.put(("ok", [rows / t for t in trial_times(lambda: w.add(data), seconds, trials)]))
         elif mode == "load":
@@ -59,25 +61,68 @@ def _writer_loop(adapter, step, rows, widx, mode, barrier, stop, queue, seconds,
         w.close()
     except Exception as e:  # reported by the parent, never swallowed
         queue.put(("error", f"{type(e).__name__}: {e}"))
-        raise
+
+
+def _writer_server(commands, barriers, stop, queue, done):
+    """A reused writer process (spawn context): runs one `_writer_loop` per command until it gets None."""
+    for command in iter(commands.get, None):
+        adapter, step, rows, widx, mode, count, seconds, trials = command
+        _writer_loop(adapter, step, rows, widx, mode, barriers[count], stop, queue, seconds, trials)
+        done.put(widx)
+
+
+class _Pool:
+    """Two writer processes started once per adapter and reused for every figure: for adapters whose writers are
+    spawned (a spawned child imports torch or TensorFlow anew, seconds each), and which therefore receive the
+    buffer by pickling with every command."""
+
+    pools = {}
+
+    def __init__(self, ctx):
+        self.stop, self.queue, self.done = ctx.Event(), ctx.Queue(), ctx.Queue()
+        self.barriers = {1: ctx.Barrier(2), 2: ctx.Barrier(3)}
+        self.commands = [ctx.Queue() for _ in range(2)]
+        self.procs = [ctx.Process(target=_writer_server, daemon=True,
+                                  args=(q, self.barriers, self.stop, self.queue, self.done)) for q in self.commands]
+        for p in self.procs:
+            p.start()
+
+    @classmethod
+    def of(cls, adapter):
+        key = type(adapter)
+        if key not in cls.pools:
+            cls.pools[key] = cls(multiprocessing.get_context(adapter.mp_context))
+        return cls.pools[key]
 
 
 class Writers:
-    """`count` writer processes of an adapter, in the multiprocessing context its documentation uses."""
+    """`count` writer processes of an adapter running one figure: forked for each figure where the adapter's
+    documentation forks (the buffer is inherited), taken from its reused pool where it spawns."""
 
     def __init__(self, adapter, step, rows, count, mode, seconds=0.0, trials=0):
+        self.count = count
+        if adapter.mp_context == "spawn":
+            self.pool = _Pool.of(adapter)
+            self.stop, self.queue = self.pool.stop, self.pool.queue
+            self.stop.clear()
+            for i in range(count):
+                self.pool.commands[i].put((adapter, step, rows, i, mode, count, seconds, trials))
+            self.pool.barriers[count].wait(timeout=600)
+            self.procs = None
+            return
+        self.pool = None
         ctx = multiprocessing.get_context(adapter.mp_context)
-        self.barrier, self.stop, self.queue = ctx.Barrier(count + 1), ctx.Event(), ctx.Queue()
+        barrier, self.stop, self.queue = ctx.Barrier(count + 1), ctx.Event(), ctx.Queue()
         self.procs = [ctx.Process(target=_writer_loop, daemon=True,
-                                  args=(adapter, step, rows, i, mode, self.barrier, self.stop, self.queue,
+                                  args=(adapter, step, rows, i, mode, barrier, self.stop, self.queue,
                                         seconds, trials)) for i in range(count)]
         for p in self.procs:
             p.start()
-        self.barrier.wait(timeout=300)
+        barrier.wait(timeout=300)
 
     def results(self, timeout=600):
         out = []
-        for _ in self.procs:
+        for _ in range(self.count):
             status, value = self.queue.get(timeout=timeout)
             if status != "ok":
                 raise RuntimeError(f"writer process failed: {value}")
@@ -86,11 +131,27 @@ class Writers:
 
     def close(self):
         self.stop.set()
+        if self.pool is not None:
+            for _ in range(self.count):
+                self.pool.done.get(timeout=300)
+            return
         for p in self.procs:
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
                 p.join()
+
+
+def close_pools():
+    """Ends the reused writer processes (at the end of a worker)."""
+    for pool in _Pool.pools.values():
+        for q in pool.commands:
+            q.put(None)
+        for p in pool.procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    _Pool.pools.clear()
 
 
 def add_rate(adapter, step, rows, writers, cfg):

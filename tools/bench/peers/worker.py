@@ -98,6 +98,7 @@ def main():
             adapter.close()
         except Exception:
             pass
+        measure.close_pools()
     print(json.dumps(result))
     return 0
 
