@@ -6,7 +6,8 @@ and the learner sampling through its Python client (`Client.sample`, whole items
 Each written step becomes two items, the way one adder feeding two tables does: a one-step transition in table
 `flat`, and, once 16 steps are in the writer's history, the 16-step sequence ending at it in table `seq` (period
 1, like shmreplay's free start positions). "256 steps per call" appends 256 steps through the same writer in one
-call. Writers are spawned (gRPC does not survive fork). Reverb needs TensorFlow 2.15 and NumPy 1.x, so it runs in
+call; the writer flushes every 256 steps (without it, a 10^6-step fill left the writers blocked on unconfirmed
+items and the run hung: Reverb warns that pending items must be flushed regularly). Writers are spawned (gRPC does not survive fork). Reverb needs TensorFlow 2.15 and NumPy 1.x, so it runs in
 its own environment (.venv-reverb).
 """
 import importlib.metadata
@@ -34,6 +35,8 @@ class _Writer:
             self.written += 1
             if self.written >= workloads.SEQ_LEN:
                 w.create_item("seq", 1.0, {k: w.history[k][-workloads.SEQ_LEN:] for k in step})
+            if self.written % 256 == 0:  # its documentation: flush regularly, or pending items pile up
+                w.flush()
 
     def close(self):
         self.writer.close()

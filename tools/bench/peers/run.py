@@ -78,7 +78,8 @@ def ratio(ours, theirs):
 
 
 def run_worker(key, python, o):
-    cmd = [python, os.path.join(HERE, "worker.py"), ADAPTERS[key], "--atari-scale", str(o.atari_scale)]
+    cmd = [python, os.path.join(HERE, "worker.py"), ADAPTERS[key], "--atari-scale", str(o.atari_scale),
+           "--capacity-scale", str(o.capacity_scale)]
     for flag, v in (("--quick", o.quick), ("--seconds", o.seconds), ("--trials", o.trials)):
         if v:
             cmd += [flag] if v is True else [flag, str(v)]
@@ -141,6 +142,8 @@ def main():
     p.add_argument("--json", metavar="FILE", help="write every figure, trial and ratio here")
     p.add_argument("--atari-scale", type=float, default=1.0,
                    help="Atari capacity = 10^5 x this (lower it if memory is short)")
+    p.add_argument("--capacity-scale", type=float, default=1.0,
+                   help="both capacities x this (e.g. 0.1 for a peer too slow to fill 10^6 steps)")
     p.add_argument("--seconds", type=float, help="one trial (default 0.3; --quick 0.02)")
     p.add_argument("--trials", type=int, help="trials per figure (default 5; --quick 3)")
     p.add_argument("--only", help="comma-separated keys of " + ", ".join(ADAPTERS))

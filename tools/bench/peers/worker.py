@@ -73,13 +73,14 @@ def main():
     p.add_argument("adapter")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--atari-scale", type=float, default=1.0)
+    p.add_argument("--capacity-scale", type=float, default=1.0)
     p.add_argument("--seconds", type=float)
     p.add_argument("--trials", type=int)
     p.add_argument("--steps", default="small,atari")
     o = p.parse_args()
     kw = {k: v for k, v in (("seconds", o.seconds), ("trials", o.trials)) if v is not None}
     kw["steps"] = tuple(o.steps.split(","))
-    cfg = workloads.Config.quick(**kw) if o.quick else workloads.Config.full(o.atari_scale, **kw)
+    cfg = workloads.Config.quick(**kw) if o.quick else workloads.Config.full(o.atari_scale, o.capacity_scale, **kw)
     module, cls = o.adapter.split(":")
     try:
         adapter = getattr(importlib.import_module(module), cls)()

@@ -37,8 +37,9 @@ class Config:
     steps: tuple = ("small", "atari")
 
     @staticmethod
-    def full(atari_scale=1.0, **kw):
-        return Config(capacity={"small": 10**6, "atari": max(1024, int(10**5 * atari_scale))}, **kw)
+    def full(atari_scale=1.0, capacity_scale=1.0, **kw):
+        return Config(capacity={"small": max(8192, int(10**6 * capacity_scale)),
+                                "atari": max(1024, int(10**5 * atari_scale * capacity_scale))}, **kw)
 
     @staticmethod
     def quick(**kw):
