@@ -11,16 +11,23 @@
 # - .venv-numpy1, a second environment with the oldest NumPy the package declares (1.24), for the test suite's
 #   NumPy 1 pass. `tools/setup.sh --no-numpy1` skips it (tools/demo.sh does).
 #
+# - With --bench (opt in; never in CI's path): .venv-peers, with torch, this clone's package and its `bench` extra
+#   (cpprb, TorchRL, flashbax, dejax: the peers tools/bench/peers/run.py measures), and .venv-reverb with
+#   dm-reverb[tensorflow] (TensorFlow 2.15 needs NumPy 1.x, which cannot share an environment with current JAX).
+#   A peer that fails to install is reported and skipped: run.py then prints its row with the import error.
+#
 # PyTorch is pinned to SHMREPLAY_TORCH (default 2.13.0: on the project's machines a CPU build of it lies on disk;
 # elsewhere pip takes PyPI's build). Nothing is cached outside the clone by this script.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 numpy1=1
+bench=0
 for arg in "$@"; do
   case "$arg" in
     --no-numpy1) numpy1=0 ;;
-    *) echo "usage: tools/setup.sh [--no-numpy1]" >&2; exit 2 ;;
+    --bench) bench=1 ;;
+    *) echo "usage: tools/setup.sh [--no-numpy1] [--bench]" >&2; exit 2 ;;
   esac
 done
 
@@ -91,4 +98,22 @@ pip_missing .venv envpool "envpool>=1.2"
 if ((numpy1)); then
   make_venv .venv-numpy1
   pip_missing .venv-numpy1 numpy,pytest "$numpy1_spec" "pytest>=7"
+fi
+
+if ((bench)); then
+  make_venv .venv-peers
+  pip_missing .venv-peers torch "$torch_spec"
+  if ! .venv-peers/bin/python -c 'import shmreplay' >/dev/null 2>&1; then
+    echo "shmreplay setup: .venv-peers: pip install . (builds the package)" >&2
+    .venv-peers/bin/python -m pip install -q --disable-pip-version-check .
+  fi
+  # one peer at a time, so that one that does not install does not keep the others out
+  pip_missing .venv-peers cpprb "cpprb>=11" || echo "shmreplay setup: cpprb did not install" >&2
+  pip_missing .venv-peers torchrl,tensordict "$torch_spec" "torchrl>=0.14.1" "tensordict>=0.14.3" ||
+    echo "shmreplay setup: torchrl did not install" >&2
+  pip_missing .venv-peers flashbax,jax "flashbax>=0.1.3" "jax>=0.4.26" || echo "shmreplay setup: flashbax did not install" >&2
+  pip_missing .venv-peers dejax "dejax>=0.1.3" || echo "shmreplay setup: dejax did not install" >&2
+  pip_missing .venv-peers pytest "pytest>=7"
+  make_venv .venv-reverb
+  pip_missing .venv-reverb reverb,tensorflow "dm-reverb[tensorflow]" || echo "shmreplay setup: dm-reverb did not install" >&2
 fi

@@ -1,10 +1,10 @@
-"""What the Python benchmarks share: the median time per call of a function over several trials."""
+"""What the Python benchmarks share: the time per call of a function over several trials."""
 import statistics
 import time
 
 
-def timed(fn, seconds, trials, min_calls=3):
-    """Median seconds per call of fn over `trials` trials of about `seconds` each (at least `min_calls` calls
+def trial_times(fn, seconds, trials, min_calls=3):
+    """Seconds per call of fn in each of `trials` trials of about `seconds` each (at least `min_calls` calls
     per trial), after one call to warm up."""
     fn()
     per_call = []
@@ -17,4 +17,10 @@ def timed(fn, seconds, trials, min_calls=3):
             if elapsed >= seconds and calls >= min_calls:
                 break
         per_call.append(elapsed / calls)
-    return statistics.median(per_call)
+    return per_call
+
+
+def timed(fn, seconds, trials, min_calls=3):
+    """Median seconds per call of fn over `trials` trials of about `seconds` each (at least `min_calls` calls
+    per trial), after one call to warm up."""
+    return statistics.median(trial_times(fn, seconds, trials, min_calls))
