@@ -39,7 +39,7 @@ class FlatAdapter:
     multi_process = False
     mp_context = "fork"
     no_kind = {"seq": "see flashbax trajectory buffer", "prioritized": "not measured (flashbax has a prioritised "
-               "buffer; shmreplay has no priorities yet)"}
+               "buffer; its adapter does not measure it yet)"}
     trajectory = False
 
     def __init__(self):

@@ -48,7 +48,7 @@ class Adapter:
             "the learner samples with Client.sample")
     multi_process = True
     mp_context = "spawn"
-    no_kind = {"prioritized": "not measured (Reverb has prioritized tables; shmreplay has no priorities yet)"}
+    no_kind = {"prioritized": "not measured (Reverb has prioritized tables; its adapter does not measure it yet)"}
 
     def __init__(self):
         self.server = self.client = self.address = None

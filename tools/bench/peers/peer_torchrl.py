@@ -52,7 +52,7 @@ class Adapter:
             "writer processes that extend/add it")
     multi_process = True
     mp_context = "spawn"
-    no_kind = {"prioritized": "not measured (PrioritizedSampler exists; shmreplay has no priorities yet)"}
+    no_kind = {"prioritized": "not measured (PrioritizedSampler exists; its adapter does not measure it yet)"}
 
     def __init__(self):
         self.storage = self.rb = self.seq = None

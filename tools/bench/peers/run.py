@@ -25,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 # key -> adapter (module:Class); shmreplay first: every ratio is against its figures from this run.
 ADAPTERS = {
     "shmreplay": "peer_shmreplay:Adapter",
+    "shmreplay-per": "peer_shmreplay:PrioritizedAdapter",  # ours for the prioritized figures
     "cpprb": "peer_cpprb:Adapter",
     "cpprb-per": "peer_cpprb:PrioritizedAdapter",
     "torchrl": "peer_torchrl:Adapter",
@@ -107,14 +108,18 @@ def machine():
 
 
 def table(results, steps):
-    ours = next((r for r in results if r["key"] == "shmreplay"), {}).get("figures", {})
+    ours = dict(next((r for r in results if r["key"] == "shmreplay"), {}).get("figures", {}))
+    # The prioritized figures are measured on a buffer with priorities (the other figures on one without, as the
+    # uniform peers run): ours for them come from shmreplay-per.
+    per = next((r for r in results if r["key"] == "shmreplay-per"), {}).get("figures", {})
+    ours.update({k: v for k, v in per.items() if "prioritized" in k})
     lines = ["| step | figure | shmreplay | peer | peer's figure | ours/peer |", "|---|---|---:|---|---:|---:|"]
     rows = []
     for step in steps:
         for suffix, label in FIGURES:
             key = f"{step} {suffix}"
             for r in results:
-                if r["key"] == "shmreplay" or "figures" not in r:
+                if r["key"] in ("shmreplay", "shmreplay-per") or "figures" not in r:
                     continue
                 theirs = r["figures"].get(key)
                 if theirs is None or "na" in theirs:
