@@ -4,7 +4,8 @@
 // Who calls it: the Sampler, in every round of a sample call: it reads each env's view [lo, hi) from the segment
 // (the protocol side, detail/protocol/seqlock.hpp), hands the views to the planner chosen for the call's options
 // (prepare), asks it for one row per draw (draw), then copies and validates each row itself. A planner never
-// touches the segment: no atomics, no Buffer, no batch. Episode boundaries reach it through EpisodeStarts, which
+// touches the segment: no Buffer, no batch (the priority planner loads tree words, through PriorityTrees and
+// detail/protocol/priorities). Episode boundaries reach it through EpisodeStarts, which
 // the Sampler implements over the segment's step meta and a test implements over a vector
 // (tests/test_planner.cpp), so every planner can be tested without shared memory.
 //
