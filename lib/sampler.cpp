@@ -168,7 +168,7 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
     detail::forget_waiters(g);
     // ... or inside update_priorities' walk of a tree: redo it (priorities.hpp).
     if (buffer.has_priorities()) {
-      detail::finish_dead_walk(g.priority_walk, [&](uint64_t e) {
+      detail::finish_dead_walk(g.priority_walk, buffer.num_envs(), buffer.capacity(), [&](uint64_t e) {
         return detail::PriorityTree{buffer.priority_tree(e), buffer.priority_leaves(), buffer.capacity()};
       });
     }

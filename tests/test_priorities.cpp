@@ -395,9 +395,23 @@ TEST_CASE("a walk left half done by a killed writer or learner is redone by whoe
   buf.global_control().priority_walk.store((1ull << 40) | 3);  // env 0, slot 3
   REQUIRE(kill_and_reap(doomed));
   CHECK(check_sums(tree) != "");
-  Sampler next(buf);
-  CHECK(check_sums(tree) == "");
+  {
+    Sampler next(buf);
+    CHECK(check_sums(tree) == "");
+    CHECK(buf.global_control().priority_walk.load() == 0);
+  }
+  // A damaged word (an env past the buffer) left by a dead learner is cleared without a walk.
+  const pid_t damaged = spawn([&] {
+    Buffer b = Buffer::open(guard.name());
+    Sampler s(b);
+    for (;;) ::pause();
+  });
+  while (buf.global_control().learner_lease.load() == 0) std::this_thread::yield();
+  buf.global_control().priority_walk.store((7ull << 40) | 3);  // env 6 of 2
+  REQUIRE(kill_and_reap(damaged));
+  Sampler after(buf);
   CHECK(buf.global_control().priority_walk.load() == 0);
+  CHECK(check_sums(tree) == "");
 }
 
 TEST_CASE("writer processes pushing with priorities are SIGKILLed while the learner samples by priority and updates "

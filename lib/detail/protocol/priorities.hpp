@@ -68,12 +68,16 @@ bool update_priority(const PriorityTree& tree, const layout::EnvControl& env, ui
                      double weight, std::atomic<uint64_t>& walk_word) noexcept;
 
 /// What a new learner does with a walk its dead predecessor left in `walk_word`: redoes it and clears the word.
-/// `tree_of(env)` gives env's tree.
+/// `tree_of(env)` gives env's tree. A word naming an env or slot outside the buffer (a damaged segment) is cleared
+/// without a walk.
 template <class TreeOf>
-void finish_dead_walk(std::atomic<uint64_t>& walk_word, TreeOf&& tree_of) noexcept {
+void finish_dead_walk(std::atomic<uint64_t>& walk_word, uint64_t num_envs, uint64_t capacity,
+                      TreeOf&& tree_of) noexcept {
   const uint64_t w = walk_word.load(std::memory_order_seq_cst);  // pairs with update_priority's store of the word
   if (w == 0) return;
-  walk(tree_of((w >> 40) - 1), w & ((1ull << 40) - 1));
+  const uint64_t env = (w >> 40) - 1;
+  const uint64_t slot = w & ((1ull << 40) - 1);
+  if ((w >> 40) != 0 && env < num_envs && slot < capacity) walk(tree_of(env), slot);
   walk_word.store(0, std::memory_order_seq_cst);
 }
 
