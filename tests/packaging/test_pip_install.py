@@ -39,10 +39,14 @@ WRITER = textwrap.dedent('''
 ''')
 
 LEARNER = textwrap.dedent('''
-    import json, sys
+    import json, sys, time
     import numpy as np
     import shmreplay
     assert shmreplay.__file__.startswith(sys.prefix), shmreplay.__file__
+    # The writer process creates the buffer; on a loaded machine it may still be importing NumPy.
+    deadline = time.monotonic() + 60
+    while not shmreplay.Buffer.exists(sys.argv[1]) and time.monotonic() < deadline:
+        time.sleep(0.05)
     buf = shmreplay.Buffer.open(sys.argv[1], ready_timeout=30)
     rows = 0
     with shmreplay.Sampler(buf, seed=1) as s:
