@@ -1,0 +1,108 @@
+// lib/python/bind_buffer.cpp: the Python Buffer.
+#include "bindings.hpp"
+#include "objects.hpp"
+
+namespace shmreplay::python {
+
+using namespace py::literals;
+
+void bind_buffer(py::module_& m) {
+  // ----- Buffer
+  py::class_<Buffer, std::shared_ptr<Buffer>>(m, "Buffer", "A named replay buffer in POSIX shared memory.")
+      .def_static(
+          "create",
+          [](const std::string& name, uint64_t num_envs, uint64_t capacity, py::object schema, uint32_t mode,
+             bool replace, std::optional<std::string> done, std::optional<std::string> terminated,
+             std::optional<std::string> truncated, std::optional<std::string> reward,
+             uint64_t episode_queue_capacity, std::optional<double> priority_exponent) {
+            const Schema s = py::isinstance<py::str>(schema) ? Schema::parse(schema.cast<std::string>())
+                                                             : schema.cast<Schema>();
+            CreateOptions o{.mode = mode, .replace = replace};
+            o.episodes = {done.value_or(""), terminated.value_or(""), truncated.value_or(""), reward.value_or("")};
+            o.episode_queue_capacity = episode_queue_capacity;
+            o.priority_exponent = priority_exponent;
+            py::gil_scoped_release release;  // fallocate and initialise: may take a while for big buffers
+            return std::make_shared<Buffer>(Buffer::create(name, num_envs, capacity, s, o));
+          },
+          "name"_a, "num_envs"_a, "capacity"_a, "schema"_a, py::kw_only(), "mode"_a = 0600, "replace"_a = false,
+          "done"_a = py::none(), "terminated"_a = py::none(), "truncated"_a = py::none(), "reward"_a = py::none(),
+          "episode_queue_capacity"_a = 0, "priority_exponent"_a = py::none(),
+          "Create a buffer of num_envs rings of capacity steps; schema is a Schema or its text form. With "
+          "priority_exponent=alpha every stored step has a priority and prioritized samples draw starts with "
+          "probability proportional to priority**alpha.")
+      .def_static(
+          "open",
+          [](const std::string& name, std::optional<py::object> schema, bool read_only, double ready_timeout) {
+            OpenOptions o{.read_only = read_only,
+                          .ready_timeout_ms = static_cast<uint64_t>(std::max(0.0, ready_timeout) * 1000.0)};
+            if (schema && !schema->is_none()) {
+              o.expected_schema = py::isinstance<py::str>(*schema) ? Schema::parse(schema->cast<std::string>())
+                                                                   : schema->cast<Schema>();
+            }
+            py::gil_scoped_release release;
+            return std::make_shared<Buffer>(Buffer::open(name, o));
+          },
+          "name"_a, py::kw_only(), "schema"_a = py::none(), "read_only"_a = false, "ready_timeout"_a = 0.0,
+          "Attach to an existing buffer; with schema=, fail with SchemaMismatch unless it is the buffer's.")
+      .def_static("remove", &Buffer::remove, "name"_a, "Remove a buffer's name; attached processes keep working.")
+      .def_static("exists", &Buffer::exists, "name"_a)
+      .def_property_readonly("name", &Buffer::name)
+      .def_property_readonly("path", &Buffer::path)
+      .def_property_readonly("schema", [](const Buffer& b) { return std::make_shared<Schema>(b.schema()); })
+      .def_property_readonly("num_envs", &Buffer::num_envs)
+      .def_property_readonly("capacity", &Buffer::capacity, "steps kept per env")
+      .def_property_readonly("step_bytes", [](const Buffer& b) { return b.schema().step_bytes(); })
+      .def_property_readonly("total_bytes", &Buffer::total_bytes)
+      .def_property_readonly("read_only", &Buffer::read_only)
+      .def_property_readonly("has_episodes", &Buffer::has_episodes)
+      .def_property_readonly("priority_exponent",
+                             [](const Buffer& b) -> std::optional<double> {
+                               if (!b.has_priorities()) return std::nullopt;
+                               return b.priority_exponent();
+                             },
+                             "alpha of a buffer with priorities, None without")
+      .def(
+          "heads",
+          [](const Buffer& b) {
+            py::array_t<int64_t> out(static_cast<py::ssize_t>(b.num_envs()));
+            for (uint64_t e = 0; e < b.num_envs(); ++e) {
+              // acquire: pairs with the writer's release store of head (a step counted here is published)
+              out.mutable_data()[e] = static_cast<int64_t>(b.env_control(e).head.load(std::memory_order_acquire));
+            }
+            return out;
+          },
+          "Steps published per env since creation (int64 array of num_envs).")
+      .def(
+          "read_steps",
+          [](const Buffer& b, uint64_t env, uint64_t first_step, uint64_t count) {
+            StepRecords records;
+            {
+              py::gil_scoped_release release;
+              records = Inspector(b.name()).read_steps(env, first_step, count);
+            }
+            const Schema& schema = b.schema();
+            const auto n = static_cast<py::ssize_t>(records.count);
+            py::dict out;
+            for (std::size_t f = 0; f < schema.size(); ++f) {
+              py::array a(numpy_dtype(schema[f].dtype), field_shape(schema[f], {n}));
+              const std::size_t bytes = schema[f].bytes();
+              auto* dst = static_cast<std::byte*>(a.mutable_data());
+              for (uint64_t i = 0; i < records.count; ++i) {
+                std::memcpy(dst + i * bytes, records.bytes.data() + i * records.record_bytes + records.field_offsets[f],
+                            bytes);
+              }
+              out[py::str(schema[f].name)] = a;
+            }
+            return py::make_tuple(records.first_step, out);
+          },
+          "env"_a, "first_step"_a, "count"_a,
+          "Copies stored steps first_step .. first_step + count - 1 of env out (those still stored: the range is cut "
+          "to what the ring holds), validated like a sample, without the learner lease. Returns (the first step "
+          "copied, {field: array [steps, *shape]}).")
+      .def("__repr__", [](const Buffer& b) {
+        return fmt::format("<shmreplay.Buffer '{}': {} envs x {} steps of {} bytes; {}>", b.name(), b.num_envs(),
+                           b.capacity(), b.schema().step_bytes(), b.schema().to_string());
+      });
+}
+
+}  // namespace shmreplay::python

@@ -1,0 +1,281 @@
+// lib/python/bind_sampler.cpp: the Python learner's side: Batch, EnvSizes, EpisodeRecord and Sampler.
+#include "bindings.hpp"
+#include "objects.hpp"
+
+namespace shmreplay::python {
+
+using namespace py::literals;
+
+void bind_sampler(py::module_& m) {
+  // ----- Batch
+  py::class_<Batch>(m, "Batch",
+                    "Sampled sequences: per field an array [rows, sequence_length, *shape], mask (bool [rows, "
+                    "sequence_length], True where the step exists), env_ids and starts (int64 [rows]).")
+      .def_property_readonly("fields", &Batch::field_dict)
+      .def_property_readonly("schema", [](const Batch& b) { return std::make_shared<Schema>(*b.schema); },
+                             "the schema of the buffer it was sampled from")
+      .def_readonly("mask", &Batch::mask)
+      .def_readonly("env_ids", &Batch::env_ids)
+      .def_readonly("starts", &Batch::starts, "the global step index of each row's first step")
+      .def_readonly("weights", &Batch::weights,
+                    "float32 [rows]: the importance weights (N * P)**-beta / max of a prioritized sample; 1 otherwise")
+      .def_readonly("rows", &Batch::rows)
+      .def_readonly("sequence_length", &Batch::length)
+      .def("__getitem__", &Batch::field)
+      .def("__contains__", [](const Batch& b, const std::string& n) {
+        return std::find(b.names.begin(), b.names.end(), n) != b.names.end();
+      })
+      .def("keys", [](const Batch& b) { return b.names; })
+      .def("__repr__", [](const Batch& b) {
+        return fmt::format("<shmreplay.Batch {} rows x {} steps: {}>", b.rows, b.length, fmt::join(b.names, ", "));
+      });
+
+  py::class_<EnvSizes>(m, "EnvSizes", "Steps of one env: head (published since creation), replay and online.")
+      .def_readonly("head", &EnvSizes::head)
+      .def_readonly("replay", &EnvSizes::replay)
+      .def_readonly("online", &EnvSizes::online)
+      .def("__repr__", [](const EnvSizes& s) {
+        return fmt::format("EnvSizes(head={}, replay={}, online={})", s.head, s.replay, s.online);
+      });
+
+  py::class_<EpisodeRecord>(m, "EpisodeRecord", "A completed episode, as queued by its writer.")
+      .def_readonly("env", &EpisodeRecord::env)
+      .def_readonly("first_step", &EpisodeRecord::first_step)
+      .def_readonly("length", &EpisodeRecord::length)
+      .def_readonly("episode_return", &EpisodeRecord::episode_return)
+      .def_property_readonly("end", [](const EpisodeRecord& r) { return std::string(to_string(r.end)); })
+      .def("__repr__", [](const EpisodeRecord& r) {
+        return fmt::format("EpisodeRecord(env={}, first_step={}, length={}, episode_return={}, end='{}')", r.env,
+                           r.first_step, r.length, r.episode_return, to_string(r.end));
+      });
+
+  // ----- Sampler
+  py::class_<PySampler, std::shared_ptr<PySampler>>(
+      m, "Sampler", "The learner's view (one per buffer at a time): samples sequences from the replay view, the "
+                    "online queue, or both.")
+      .def(py::init([](std::shared_ptr<Buffer> buffer, py::object seed, uint32_t max_retry_rounds) {
+             auto s = std::make_shared<PySampler>();
+             s->buffer = buffer;
+             s->schema = std::make_shared<const Schema>(buffer->schema());
+             s->rng.seed(seed_from(seed));
+             py::gil_scoped_release release;
+             s->sampler.emplace(*buffer, SamplerOptions{.max_retry_rounds = max_retry_rounds});
+             return s;
+           }),
+           "buffer"_a, py::kw_only(), "seed"_a = py::none(), "max_retry_rounds"_a = 10000,
+           "Take the learner role of the buffer (LeaseHeld if a live process has it). With seed=, samples are "
+           "deterministic for a given buffer state.")
+      .def("seed", [](PySampler& s, uint64_t seed) { s.rng.seed(seed); }, "seed"_a)
+      .def(
+          "sample",
+          [](PySampler& s, const std::string& view, std::size_t batch_size, std::size_t sequence_length,
+             double power, const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized,
+             double beta, py::object out) {
+            const View v = parse_view(view);
+            const SampleOptions o = sample_options(episodes, period, min_steps, prioritized, beta);
+            return s.fill("sample", batch_size, sequence_length, out, [&](Sampler& smp, SampleBatch& b) {
+              smp.sample(v, batch_size, sequence_length, power, s.rng, b, o);
+            });
+          },
+          "view"_a, "batch_size"_a, "sequence_length"_a, "power"_a = 0.0, py::kw_only(), "episodes"_a = "cross",
+          "period"_a = 1, "min_steps"_a = 0, "prioritized"_a = false, "beta"_a = 0.4, "out"_a = py::none(),
+          "batch_size sequences of sequence_length steps from view 'replay' or 'online'; each start is weighted by "
+          "min(steps left to the head, sequence_length)**power, or with prioritized=True by its priority**alpha "
+          "(batch.weights then holds the importance weights for beta). Returns a Batch (out= fills that one).")
+      .def(
+          "sample_mixed",
+          [](PySampler& s, std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
+             double power, const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized,
+             double beta, py::object out) {
+            const SampleOptions o = sample_options(episodes, period, min_steps, prioritized, beta);
+            return s.fill("sample_mixed", replay_batch + online_batch, sequence_length, out,
+                          [&](Sampler& smp, SampleBatch& b) {
+                            smp.sample_mixed(replay_batch, online_batch, sequence_length, power, s.rng, b, o);
+                          });
+          },
+          "replay_batch"_a, "online_batch"_a, "sequence_length"_a, "power"_a = 0.0, py::kw_only(),
+          "episodes"_a = "cross", "period"_a = 1, "min_steps"_a = 0, "prioritized"_a = false, "beta"_a = 0.4,
+          "out"_a = py::none(),
+          "replay_batch rows from the replay view, then online_batch rows from the online queue.")
+      .def(
+          "sample_transitions",
+          [](PySampler& s, const std::string& view, std::size_t batch_size, bool prioritized, double beta,
+             py::object out) {
+            const View v = parse_view(view);
+            const SampleOptions o = sample_options("cross", 1, 0, prioritized, beta);
+            return s.fill("sample_transitions", batch_size, 1, out, [&](Sampler& smp, SampleBatch& b) {
+              smp.sample_transitions(v, batch_size, s.rng, b, o);
+            });
+          },
+          "view"_a, "batch_size"_a, py::kw_only(), "prioritized"_a = false, "beta"_a = 0.4, "out"_a = py::none(),
+          "Flat transitions: uniform single steps (a Batch with sequence_length 1); with prioritized=True drawn by "
+          "priority**alpha, with importance weights in batch.weights.")
+      .def(
+          "update_priorities",
+          [](PySampler& s, py::object env_ids, py::object steps, py::object priorities) {
+            Sampler& smp = s.get("update_priorities");
+            const std::vector<uint64_t> ids = env_id_vector("update_priorities", env_ids, s.buffer->num_envs());
+            py::array st = py::array::ensure(steps);
+            if (!st || st.ndim() != 1 ||
+                (st.size() > 0 && std::string("iu").find(st.dtype().kind()) == std::string::npos)) {
+              if (!st) PyErr_Clear();
+              throw Error(Errc::invalid_argument, "update_priorities: steps must be a 1-d array of integers");
+            }
+            const auto st64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(st);
+            std::vector<uint64_t> step_vec(static_cast<std::size_t>(st64.size()));
+            for (std::size_t i = 0; i < step_vec.size(); ++i) {
+              if (st64.data()[i] < 0) {
+                throw Error(Errc::invalid_argument,
+                            fmt::format("update_priorities: step {} at position {} is negative", st64.data()[i], i));
+              }
+              step_vec[i] = static_cast<uint64_t>(st64.data()[i]);
+            }
+            if (step_vec.size() != ids.size()) {
+              throw Error(Errc::size_mismatch, fmt::format("update_priorities: {} env ids and {} steps", ids.size(),
+                                                           step_vec.size()));
+            }
+            const auto prio = priority_array("update_priorities", priorities, ids.size());
+            const std::span<const float> p(prio.data(), ids.size());
+            PriorityUpdateResult r;
+            {
+              py::gil_scoped_release release;
+              std::lock_guard lock(s.mu);
+              r = smp.update_priorities(ids, step_vec, p);
+            }
+            return py::make_tuple(r.applied, r.dropped);
+          },
+          "env_ids"_a, "steps"_a, "priorities"_a,
+          "Set the priorities of stored steps (pass batch.env_ids and batch.starts of a sample, with the new "
+          "priorities). Returns (applied, dropped): an update for a step a writer has overwritten since is dropped.")
+      .def(
+          "peek",
+          [](PySampler& s, py::object env_ids, py::object out) {
+            std::vector<uint64_t> ids;
+            if (env_ids.is_none()) {
+              ids.resize(s.buffer->num_envs());
+              for (uint64_t e = 0; e < ids.size(); ++e) ids[e] = e;
+            } else {
+              ids = env_id_vector("peek", env_ids, s.buffer->num_envs());
+            }
+            return s.fill("peek", ids.size(), 1, out, [&](Sampler& smp, SampleBatch& b) { smp.peek(ids, b); });
+          },
+          "env_ids"_a = py::none(), py::kw_only(), "out"_a = py::none(),
+          "The newest step of each env (all envs by default); mask is False for an env with no step.")
+      .def(
+          "new_batch",
+          [](PySampler& s, std::size_t rows, std::size_t sequence_length) {
+            if (rows == 0 || sequence_length == 0) {
+              throw Error(Errc::invalid_argument,
+                          fmt::format("new_batch: rows and sequence_length must be positive, got {} and {}", rows,
+                                      sequence_length));
+            }
+            return Batch::make(s.schema, rows, sequence_length);
+          },
+          "rows"_a, "sequence_length"_a, "Arrays for out=: made once, filled by every call.")
+      .def(
+          "wait",
+          [](PySampler& s, const std::string& view, uint64_t min_steps, double timeout) {
+            const View v = parse_view(view);
+            Sampler& smp = s.get("wait");
+            if (!(timeout >= 0.0)) {
+              throw Error(Errc::invalid_argument, fmt::format("wait: timeout must be >= 0 seconds, got {}", timeout));
+            }
+            // Slices of at most 100 ms, so that Ctrl-C (a Python signal handler) is seen while waiting.
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+            for (;;) {
+              const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  deadline - std::chrono::steady_clock::now());
+              const uint64_t slice = static_cast<uint64_t>(std::clamp<int64_t>(left.count(), 0, 100));
+              bool ok = false;
+              {
+                py::gil_scoped_release release;
+                std::lock_guard lock(s.mu);
+                ok = smp.wait(v, min_steps, slice);
+              }
+              if (ok) return true;
+              if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+              if (std::chrono::steady_clock::now() >= deadline) return false;
+            }
+          },
+          "view"_a, "min_steps"_a, "timeout"_a,
+          "Block until view holds at least min_steps steps (True) or timeout seconds pass (False); woken by "
+          "writers in any process.")
+      .def("reset_online_queue", [](PySampler& s) {
+        std::lock_guard lock(s.mu);
+        s.get("reset_online_queue").reset_online_queue();
+      }, "Empty the online view: it restarts at each env's head.")
+      .def("size", [](PySampler& s, const std::string& view) { return s.get("size").size(parse_view(view)); },
+           "view"_a, "Steps in the view over all envs.")
+      .def("sizes", [](PySampler& s, uint64_t env) { return s.get("sizes").sizes(env); }, "env"_a)
+      .def_property_readonly("retries", [](PySampler& s) { return s.get("retries").retries(); },
+                             "rows redrawn because a writer overwrote them while they were copied")
+      .def_property_readonly("buffer", [](PySampler& s) { return s.buffer; })
+      .def(
+          "try_update",
+          [](PySampler& s, uint64_t env, uint64_t step, const py::dict& data) {
+            Sampler& smp = s.get("try_update");
+            const auto arrays = field_arrays("try_update", *s.schema, data, true, {});
+            const auto fields = arrays.bytes();
+            py::gil_scoped_release release;
+            std::lock_guard lock(s.mu);
+            return smp.try_update(env, step, fields);
+          },
+          "env"_a, "step"_a, "data"_a,
+          "Rewrite fields of stored step `step` of env `env` in place (dejax's update_fn); data maps some field "
+          "names to values. False, changing nothing, when the step was overwritten already.")
+      .def(
+          "update",
+          [](PySampler& s, py::object env_ids, py::object steps, const py::dict& data) {
+            Sampler& smp = s.get("update");
+            const std::vector<uint64_t> ids = env_id_vector("update", env_ids, s.buffer->num_envs());
+            auto st = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(steps);
+            if (!st || st.ndim() != 1 || static_cast<std::size_t>(st.size()) != ids.size()) {
+              throw Error(Errc::size_mismatch, fmt::format("update: steps must be an integer array of {} entries, "
+                                                           "one per env id",
+                                                           ids.size()));
+            }
+            const auto n = static_cast<py::ssize_t>(ids.size());
+            const auto arrays = field_arrays("update", *s.schema, data, true, {n});
+            py::array_t<bool> done(n);
+            {
+              py::gil_scoped_release release;
+              std::lock_guard lock(s.mu);
+              std::vector<FieldBytes> row(arrays.arrays.size());
+              for (std::size_t i = 0; i < ids.size(); ++i) {
+                for (std::size_t f = 0; f < row.size(); ++f) {
+                  if (!arrays.given[f]) continue;
+                  const std::size_t b = (*s.schema)[f].bytes();
+                  row[f] = {static_cast<const std::byte*>(arrays.array(f).data()) + i * b, b};
+                }
+                const int64_t step = st.data()[i];
+                if (step < 0) {
+                  throw Error(Errc::invalid_argument, fmt::format("update: step {} at position {} is negative", step, i));
+                }
+                done.mutable_data()[i] = smp.try_update(ids[i], static_cast<uint64_t>(step), row);
+              }
+            }
+            return done;
+          },
+          "env_ids"_a, "steps"_a, "data"_a,
+          "try_update for many steps: data maps some field names to arrays of shape (len(env_ids), *shape). "
+          "Returns a bool array, False where the step was overwritten already.")
+      .def(
+          "pop_episodes",
+          [](PySampler& s, std::size_t max) {
+            std::vector<EpisodeRecord> records(max);
+            std::lock_guard lock(s.mu);
+            records.resize(s.get("pop_episodes").pop_episodes(records));
+            return records;
+          },
+          "max"_a = 1024, "Completed episodes queued by the writers, oldest first per env (buffers with episode "
+                          "fields).")
+      .def("close", &PySampler::close,
+           "Release the learner role now (also done when the Sampler is garbage-collected).")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PySampler& s, py::object, py::object, py::object) {
+        s.close();
+        return false;
+      });
+}
+
+}  // namespace shmreplay::python

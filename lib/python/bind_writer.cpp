@@ -1,0 +1,149 @@
+// lib/python/bind_writer.cpp: the Python StepSlot and Writer.
+#include "bindings.hpp"
+#include "objects.hpp"
+
+namespace shmreplay::python {
+
+using namespace py::literals;
+
+void bind_writer(py::module_& m) {
+  // ----- Writer
+  py::class_<PySlot>(m, "StepSlot",
+                     "A reserved step: fill its arrays in place (they are views of the shared memory), then "
+                     "commit. As a context manager it commits on a normal exit and abandons on an exception.")
+      .def_property_readonly("env", [](PySlot& s) { return s.get("env").env(); })
+      .def_property_readonly("step", [](PySlot& s) { return s.get("step").step(); })
+      .def_property_readonly("fields", [](PySlot& s) { return s.arrays; })
+      .def_property_readonly("schema", [](PySlot& s) { return std::make_shared<Schema>(s.owner->buffer->schema()); },
+                             "the schema of the buffer the slot belongs to")
+      .def("__getitem__", [](PySlot& s, const std::string& name) {
+        if (!s.arrays.contains(name)) throw py::key_error(fmt::format("'{}' is not a field of this step", name));
+        return s.arrays[py::str(name)];
+      })
+      .def("commit", &PySlot::commit, "Publish the step: samplers can see it from now on.")
+      .def("set_priority", [](PySlot& s, double p) { s.get("set_priority").set_priority(p); }, "priority"_a,
+           "The step's priority, set when it is committed (a buffer with priorities; without a call it enters at "
+           "the running maximum).")
+      .def("abandon", &PySlot::abandon, "Give the slot up unpublished; the env's next step reuses its index.")
+      .def_property_readonly("state", [](const PySlot& s) { return std::string(s.state); },
+                             "'open', 'committed' or 'abandoned' (by abandon(), an exception in its with block, or "
+                             "the Writer's close())")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PySlot& s, py::object type, py::object, py::object) {
+        if (!s.slot) return false;
+        if (type.is_none()) {
+          s.commit();
+        } else {
+          s.abandon();
+        }
+        return false;
+      });
+
+  py::class_<PyWriter, std::shared_ptr<PyWriter>>(
+      m, "Writer", "An env worker's view: it leases env ids for this process and pushes their steps.")
+      .def(py::init([](std::shared_ptr<Buffer> buffer, py::object env_ids) {
+             auto w = std::make_shared<PyWriter>();
+             w->buffer = buffer;
+             const std::vector<uint64_t> ids = env_id_vector("Writer", env_ids, buffer->num_envs());
+             py::gil_scoped_release release;
+             w->writer.emplace(*buffer, ids);
+             return w;
+           }),
+           "buffer"_a, "env_ids"_a, "Lease env_ids; LeaseHeld names the owner's pid when another process has one.")
+      .def_static(
+          "range",
+          [](std::shared_ptr<Buffer> buffer, uint64_t first, uint64_t count) {
+            auto w = std::make_shared<PyWriter>();
+            w->buffer = buffer;
+            py::gil_scoped_release release;
+            w->writer.emplace(Writer::range(*buffer, first, count));
+            return w;
+          },
+          "buffer"_a, "first"_a, "count"_a, "Lease env ids first .. first+count-1.")
+      .def_property_readonly("env_ids",
+                             [](PyWriter& w) {
+                               const auto& ids = w.get("env_ids").env_ids();
+                               py::array_t<int64_t> out(static_cast<py::ssize_t>(ids.size()));
+                               std::copy(ids.begin(), ids.end(), out.mutable_data());
+                               return out;
+                             })
+      .def_property_readonly("buffer", [](PyWriter& w) { return w.buffer; })
+      .def_property_readonly("takeovers", [](PyWriter& w) { return w.get("takeovers").takeovers(); },
+                             "leases taken over from dead processes")
+      .def("head", [](PyWriter& w, uint64_t env) { return w.get("head").head(env); }, "env"_a,
+           "Steps this env has published.")
+      .def(
+          "push",
+          [](PyWriter& w, py::object env_ids, const py::dict& data, py::object priorities) {
+            Writer& writer = w.get("push");
+            const std::vector<uint64_t> ids = env_id_vector("push", env_ids, w.buffer->num_envs());
+            const auto arrays =
+                field_arrays("push", w.buffer->schema(), data, false, {static_cast<py::ssize_t>(ids.size())});
+            const auto fields = arrays.bytes();
+            if (priorities.is_none()) {
+              py::gil_scoped_release release;
+              std::lock_guard lock(w.mu);
+              writer.push(std::span<const uint64_t>(ids), std::span<const FieldBytes>(fields));
+              return;
+            }
+            const auto prio = priority_array("push", priorities, ids.size());
+            const std::span<const float> p(prio.data(), ids.size());
+            py::gil_scoped_release release;
+            std::lock_guard lock(w.mu);
+            writer.push(std::span<const uint64_t>(ids), std::span<const FieldBytes>(fields), p);
+          },
+          "env_ids"_a, "data"_a, "priorities"_a = py::none(),
+          "One step for each listed env (any subset, any order): data maps every field name to an array of shape "
+          "(len(env_ids), *field.shape), as envpool's recv returns. priorities= (a buffer with priorities): one "
+          "per env; without, the steps enter at the running maximum.")
+      .def(
+          "push_one",
+          [](PyWriter& w, int64_t env, const py::dict& data) {
+            Writer& writer = w.get("push_one");
+            if (env < 0) {
+              throw Error(Errc::env_out_of_range, fmt::format("push_one: env id {} is negative", env));
+            }
+            const auto arrays = field_arrays("push_one", w.buffer->schema(), data, false, {});
+            const auto fields = arrays.bytes();
+            py::gil_scoped_release release;
+            std::lock_guard lock(w.mu);
+            writer.push_one(static_cast<uint64_t>(env), std::span<const FieldBytes>(fields));
+          },
+          "env"_a, "data"_a, "One step of one env: data maps every field name to a value of shape field.shape.")
+      .def(
+          "reserve",
+          [](std::shared_ptr<PyWriter> w, int64_t env) {
+            Writer& writer = w->get("reserve");
+            if (env < 0) throw Error(Errc::env_out_of_range, fmt::format("reserve: env id {} is negative", env));
+            auto owned = std::make_unique<PySlot>();
+            owned->owner = w;
+            {
+              std::lock_guard lock(w->mu);
+              owned->slot.emplace(writer.reserve(static_cast<uint64_t>(env)));
+              w->open_slots.push_back(owned.get());
+            }
+            PySlot& slot = *owned;
+            py::object self = py::cast(std::move(owned));
+            const Schema& schema = w->buffer->schema();
+            for (std::size_t f = 0; f < schema.size(); ++f) {
+              const auto bytes = slot.slot->field(f);
+              // a view of the slot's storage; `self` is its base, which keeps the Writer and the mapping alive
+              slot.arrays[py::str(schema[f].name)] =
+                  py::array(numpy_dtype(schema[f].dtype), field_shape(schema[f], {}), bytes.data(), self);
+            }
+            return self;
+          },
+          "env"_a,
+          "Reserve the env's next step for zero-copy filling: fill slot[name][...] in place, then commit(). "
+          "Do not keep the arrays past the commit: they are views of the ring slot.")
+      .def("close", &PyWriter::close,
+           "Release the leases now (also done when the Writer is garbage-collected); open reservations are "
+           "abandoned.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyWriter& w, py::object, py::object, py::object) {
+        w.close();
+        return false;
+      });
+}
+
+}  // namespace shmreplay::python

@@ -1,0 +1,321 @@
+// lib/python/convert.hpp: NumPy and Python values to and from the library's types, for the extension module's
+// bindings (bind_*.cpp): dtypes and shapes, field arrays checked against the schema, env id arrays, priorities,
+// sample options, 64-byte aligned batch storage. Header-only (inline), so each binding file includes what it uses.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/operators.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/error.hpp"
+#include "shmreplay/inspector.hpp"
+#include "shmreplay/sampler.hpp"
+#include "shmreplay/schema.hpp"
+#include "shmreplay/version.hpp"
+#include "shmreplay/writer.hpp"
+
+namespace shmreplay::python {
+
+namespace py = pybind11;
+
+// ---------------------------------------------------------------------------------------------------------------
+// dtypes and shapes
+
+inline py::dtype make_numpy_dtype(DType d) {
+  switch (d) {
+    case DType::u8: return py::dtype::of<uint8_t>();
+    case DType::i8: return py::dtype::of<int8_t>();
+    case DType::u16: return py::dtype::of<uint16_t>();
+    case DType::i16: return py::dtype::of<int16_t>();
+    case DType::u32: return py::dtype::of<uint32_t>();
+    case DType::i32: return py::dtype::of<int32_t>();
+    case DType::u64: return py::dtype::of<uint64_t>();
+    case DType::i64: return py::dtype::of<int64_t>();
+    case DType::f16: return py::dtype("float16");
+    case DType::bf16: return py::dtype::of<uint16_t>();  // the bits; numpy has no bfloat16
+    case DType::f32: return py::dtype::of<float>();
+    case DType::f64: return py::dtype::of<double>();
+    case DType::boolean: return py::dtype::of<bool>();
+  }
+  throw Error(Errc::invalid_argument, "unknown dtype");
+}
+
+// The dtype objects, made once (at import) and kept for the process: a push compares against them per field.
+inline std::array<py::handle, 14> g_dtypes;
+
+inline void init_dtypes() {
+  for (uint32_t raw = 1; raw < g_dtypes.size(); ++raw) {
+    g_dtypes[raw] = make_numpy_dtype(static_cast<DType>(raw)).release();
+  }
+}
+
+inline py::dtype numpy_dtype(DType d) {
+  return py::reinterpret_borrow<py::dtype>(g_dtypes.at(static_cast<uint32_t>(d)));
+}
+
+inline std::string dtype_text(const py::dtype& dt) { return py::str(py::handle(dt)).cast<std::string>(); }
+
+inline std::string shape_text(std::span<const py::ssize_t> shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+inline std::vector<py::ssize_t> field_shape(const Field& f, std::initializer_list<py::ssize_t> leading) {
+  std::vector<py::ssize_t> shape(leading);
+  for (uint64_t d : f.shape) shape.push_back(static_cast<py::ssize_t>(d));
+  return shape;
+}
+
+inline std::span<const py::ssize_t> shape_of(const py::array& a) {
+  return {a.shape(), static_cast<std::size_t>(a.ndim())};
+}
+
+inline bool has_shape(const py::array& a, std::initializer_list<py::ssize_t> leading, const Field& f) {
+  if (static_cast<std::size_t>(a.ndim()) != leading.size() + f.shape.size()) return false;
+  std::size_t i = 0;
+  for (py::ssize_t d : leading) {
+    if (a.shape(static_cast<py::ssize_t>(i++)) != d) return false;
+  }
+  for (uint64_t d : f.shape) {
+    if (a.shape(static_cast<py::ssize_t>(i++)) != static_cast<py::ssize_t>(d)) return false;
+  }
+  return true;
+}
+
+// One rule for every push and update path (arrays, lists and Python ints alike): integers go into an integer
+// field only if every value fits its dtype; a value that does not is an error, never a wrap (2**40 + 5 into an
+// i32 field would otherwise be stored as 5).
+inline void check_integer_range(const char* op, const Field& f, const py::array& a, const py::dtype& want) {
+  const auto is_int = [](const py::dtype& d) { return d.kind() == 'i' || d.kind() == 'u'; };
+  if (!is_int(a.dtype()) || !is_int(want) || a.size() == 0) return;
+  py::module_ np = py::module_::import("numpy");
+  if (np.attr("can_cast")(a.dtype(), want, "safe").cast<bool>()) return;
+  py::object info = np.attr("iinfo")(want);
+  // min and max as Python ints: exact for every pair of integer dtypes (NumPy 1 compares uint64 with int64 as
+  // float64)
+  const py::int_ lo(a.attr("min")()), hi(a.attr("max")());
+  if (lo < py::int_(info.attr("min")) || hi > py::int_(info.attr("max"))) {
+    const py::int_ bad = lo < py::int_(info.attr("min")) ? lo : hi;
+    throw Error(Errc::invalid_argument,
+                fmt::format("{}: field '{}' ({}): the value {} is out of the range of {} ({} to {})", op, f.name,
+                            f.to_string(), py::str(bad).cast<std::string>(), dtype_text(want),
+                            py::str(info.attr("min")).cast<std::string>(),
+                            py::str(info.attr("max")).cast<std::string>()));
+  }
+}
+
+// `value` as a C-contiguous array of field f's dtype and exactly the shape leading + f.shape: the same array when
+// it already is one, otherwise one conversion (same-kind casts only). Errors name the operation, the field,
+// expected and actual.
+inline py::array field_array(const char* op, const Field& f, py::handle value,
+                             std::initializer_list<py::ssize_t> leading) {
+  const py::dtype want = numpy_dtype(f.dtype);
+  py::array a = py::array::ensure(value);
+  if (!a) {
+    PyErr_Clear();
+    throw Error(Errc::invalid_argument,
+                fmt::format("{}: field '{}' ({}) needs an array-like value, got a {}", op, f.name, f.to_string(),
+                            py::str(py::type::handle_of(value).attr("__name__")).cast<std::string>()));
+  }
+  // Integers (arrays, lists, Python ints) may go into any integer field, if every value fits (checked below):
+  // np.array([1, 2]) is int64 to NumPy, but meant for a u8 action.
+  const bool integers = std::string("iu").find(a.dtype().kind()) != std::string::npos &&
+                        std::string("iu").find(want.kind()) != std::string::npos;
+  if (!a.dtype().is(want) && !a.dtype().equal(want)) {
+    const bool ok = integers ||
+                    py::module_::import("numpy").attr("can_cast")(a.dtype(), want, "same_kind").cast<bool>();
+    if (!ok) {
+      std::string hint;
+      if (f.dtype == DType::bf16) hint = "; a bf16 field takes uint16 arrays holding the bfloat16 bits "
+                                         "(from torch: tensor.view(torch.int16).numpy().view(numpy.uint16))";
+      throw Error(Errc::size_mismatch,
+                  fmt::format("{}: field '{}' ({}) takes {} data, got {} (only same-kind casts are made){}", op,
+                              f.name, f.to_string(), dtype_text(want), dtype_text(a.dtype()), hint));
+    }
+  }
+  if (!has_shape(a, leading, f)) {
+    throw Error(Errc::size_mismatch,
+                fmt::format("{}: field '{}' ({}) needs shape {}, got an array of shape {}", op, f.name, f.to_string(),
+                            shape_text(field_shape(f, leading)), shape_text(shape_of(a))));
+  }
+  if (a.dtype().equal(want) && (a.flags() & py::array::c_style)) return a;
+  check_integer_range(op, f, a, want);
+  using namespace py::literals;
+  return py::array(a.attr("astype")(want, "order"_a = "C", "casting"_a = "unsafe", "copy"_a = true));
+}
+
+// The fields named in `data`, in schema order; given[f] is false for a field not named. Unknown names are an
+// error; missing ones are an error unless `partial`.
+struct FieldArrays {
+  std::vector<py::object> arrays;  // a numpy array where given, null otherwise
+  std::vector<bool> given;
+
+  const py::array& array(std::size_t f) const { return static_cast<const py::array&>(arrays[f]); }
+  std::vector<FieldBytes> bytes() const {
+    std::vector<FieldBytes> out(arrays.size());
+    for (std::size_t f = 0; f < arrays.size(); ++f) {
+      if (given[f]) out[f] = {array(f).data(), static_cast<std::size_t>(array(f).nbytes())};
+    }
+    return out;
+  }
+};
+
+inline FieldArrays field_arrays(const char* op, const Schema& schema, const py::dict& data, bool partial,
+                         std::initializer_list<py::ssize_t> leading) {
+  FieldArrays out{std::vector<py::object>(schema.size()), std::vector<bool>(schema.size(), false)};
+  for (auto [key, value] : data) {
+    Py_ssize_t size = 0;
+    const char* text = PyUnicode_Check(key.ptr()) ? PyUnicode_AsUTF8AndSize(key.ptr(), &size) : nullptr;
+    if (text == nullptr) {
+      PyErr_Clear();
+      throw Error(Errc::invalid_argument, fmt::format("{}: field names must be str, got {}", op,
+                                                      py::repr(key).cast<std::string>()));
+    }
+    const std::string_view name(text, static_cast<std::size_t>(size));
+    const auto f = schema.find(name);
+    if (!f) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("{}: '{}' is not a field of the schema ({})", op, name, schema.to_string()));
+    }
+    out.arrays[*f] = field_array(op, schema[*f], value, leading);
+    out.given[*f] = true;
+  }
+  if (!partial) {
+    std::string missing;
+    for (std::size_t f = 0; f < schema.size(); ++f) {
+      if (!out.given[f]) missing += (missing.empty() ? "'" : ", '") + schema[f].name + "'";
+    }
+    if (!missing.empty()) {
+      throw Error(Errc::size_mismatch,
+                  fmt::format("{}: no data for field {} (the schema is {})", op, missing, schema.to_string()));
+    }
+  }
+  return out;
+}
+
+// An env id array (any integer dtype, any layout) as uint64 ids; negative ids are env_out_of_range.
+inline std::vector<uint64_t> env_id_vector(const char* op, py::handle ids, uint64_t num_envs) {
+  py::array a = py::array::ensure(ids);
+  if (!a || a.ndim() != 1 || (a.size() > 0 && std::string("iu").find(a.dtype().kind()) == std::string::npos)) {
+    if (!a) PyErr_Clear();
+    throw Error(Errc::invalid_argument,
+                fmt::format("{}: env ids must be a 1-d array (or sequence) of integers{}", op,
+                            a ? fmt::format(", got {} of shape {}", dtype_text(a.dtype()), shape_text(shape_of(a)))
+                              : ""));
+  }
+  // int32 (envpool's) and int64 are read in place; other integer types are converted once.
+  const bool i32 = a.dtype().equal(py::dtype::of<int32_t>()) && (a.flags() & py::array::c_style);
+  py::array typed = i32 ? a : py::array(py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a));
+  std::vector<uint64_t> out(static_cast<std::size_t>(typed.size()));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const int64_t v = i32 ? static_cast<const int32_t*>(typed.data())[i] : static_cast<const int64_t*>(typed.data())[i];
+    if (v < 0 || static_cast<uint64_t>(v) >= num_envs) {
+      throw Error(Errc::env_out_of_range, fmt::format("{}: env id {} at position {} is out of range: the buffer has "
+                                                      "envs 0 to {}",
+                                                      op, v, i, num_envs - 1));
+    }
+    out[i] = static_cast<uint64_t>(v);
+  }
+  return out;
+}
+
+inline View parse_view(const std::string& v) {
+  if (v == "replay") return View::replay;
+  if (v == "online") return View::online;
+  throw Error(Errc::invalid_argument, fmt::format("unknown view '{}': expected 'replay' or 'online'", v));
+}
+
+inline Episodes parse_episodes(const std::string& v) {
+  if (v == "cross") return Episodes::cross;
+  if (v == "stop") return Episodes::stop;
+  if (v == "within") return Episodes::within;
+  throw Error(Errc::invalid_argument,
+              fmt::format("unknown episodes mode '{}': expected 'cross', 'stop' or 'within'", v));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Schema
+
+inline Field make_field(const std::string& name, const std::string& dtype, std::vector<uint64_t> shape) {
+  const auto d = parse_dtype(dtype);
+  if (!d) {
+    throw Error(Errc::invalid_schema, fmt::format("field '{}': unknown dtype '{}' (expected one of u8 i8 u16 i16 "
+                                                  "u32 i32 u64 i64 f16 bf16 f32 f64 bool)",
+                                                  name, dtype));
+  }
+  return Field{name, *d, std::move(shape)};
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Batch storage
+
+// Where every array of a Batch starts: a multiple of 64 bytes. JAX's CPU client takes an array through DLPack
+// without a copy only when its data is 64-byte aligned (it copies otherwise; NumPy's own allocations are only
+// 16-byte aligned), and 64 is also a cache line, so no two arrays of a batch share one.
+inline constexpr std::size_t kBatchAlignment = 64;
+
+// An uninitialised C-contiguous array of `shape` whose data starts on a kBatchAlignment boundary; the memory
+// belongs to a capsule that is the array's base, freed when the last array or view of it goes.
+inline py::array aligned_array(const py::dtype& dtype, const std::vector<py::ssize_t>& shape) {
+  std::size_t bytes = static_cast<std::size_t>(dtype.itemsize());
+  for (py::ssize_t d : shape) bytes *= static_cast<std::size_t>(d);
+  bytes = std::max<std::size_t>(kBatchAlignment, (bytes + kBatchAlignment - 1) / kBatchAlignment * kBatchAlignment);
+  void* data = std::aligned_alloc(kBatchAlignment, bytes);
+  if (data == nullptr) throw std::bad_alloc();
+  py::capsule owner(data, [](void* p) { std::free(p); });
+  return py::array(dtype, shape, std::vector<py::ssize_t>{}, data, owner);
+}
+
+inline SampleOptions sample_options(const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized,
+                             double beta) {
+  return SampleOptions{.episodes = parse_episodes(episodes),
+                       .period = period,
+                       .min_steps = min_steps,
+                       .prioritized = prioritized,
+                       .importance_exponent = beta};
+}
+
+// A 1-d array of `n` float32 priorities (converted once from any real dtype), or a clear error.
+inline py::array_t<float, py::array::c_style | py::array::forcecast> priority_array(const char* op, py::handle p,
+                                                                               std::size_t n) {
+  py::array a = py::array::ensure(p);
+  if (!a || a.ndim() != 1 || (a.size() > 0 && std::string("iuf").find(a.dtype().kind()) == std::string::npos)) {
+    if (!a) PyErr_Clear();
+    throw Error(Errc::invalid_argument,
+                fmt::format("{}: priorities must be a 1-d array (or sequence) of numbers{}", op,
+                            a ? fmt::format(", got {} of shape {}", dtype_text(a.dtype()), shape_text(shape_of(a)))
+                              : ""));
+  }
+  if (static_cast<std::size_t>(a.size()) != n) {
+    throw Error(Errc::size_mismatch, fmt::format("{}: {} priorities for {} steps", op, a.size(), n));
+  }
+  return py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
+}
+
+inline uint64_t seed_from(const py::object& seed) {
+  if (seed.is_none()) {
+    std::random_device rd;
+    return (uint64_t{rd()} << 32) ^ rd();
+  }
+  return seed.cast<uint64_t>();
+}
+
+}  // namespace shmreplay::python

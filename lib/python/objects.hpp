@@ -1,0 +1,183 @@
+// lib/python/objects.hpp: the C++ objects behind the Python classes Batch, Writer, StepSlot and Sampler: what each
+// holds (the library object, its buffer, a mutex taken with the GIL released) and the calls the bindings share.
+#pragma once
+
+#include "convert.hpp"
+
+namespace shmreplay::python {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Batch: the arrays a sample fills. Freshly made by a sample call, or made once and passed back as out=.
+
+struct Batch {
+  std::shared_ptr<const Schema> schema;
+  std::vector<std::string> names;
+  std::vector<py::array> fields;  // [rows, length, *shape] each
+  py::array mask;                 // bool [rows, length]
+  py::array env_ids;              // int64 [rows]
+  py::array starts;               // int64 [rows]
+  py::array weights;              // float32 [rows]: importance weights of a prioritized sample, else 1
+  std::size_t rows = 0;
+  std::size_t length = 0;
+
+  static Batch make(const std::shared_ptr<const Schema>& schema, std::size_t rows, std::size_t length) {
+    Batch b;
+    b.schema = schema;
+    b.rows = rows;
+    b.length = length;
+    const auto r = static_cast<py::ssize_t>(rows), l = static_cast<py::ssize_t>(length);
+    for (const Field& f : schema->fields()) {
+      b.names.push_back(f.name);
+      b.fields.push_back(aligned_array(numpy_dtype(f.dtype), field_shape(f, {r, l})));
+    }
+    b.mask = aligned_array(py::dtype::of<bool>(), {r, l});
+    b.env_ids = aligned_array(py::dtype::of<int64_t>(), {r});
+    b.starts = aligned_array(py::dtype::of<int64_t>(), {r});
+    b.weights = aligned_array(py::dtype::of<float>(), {r});
+    return b;
+  }
+
+  // The C++ view of these arrays, after checking they still have the shapes a call of rows x length needs.
+  SampleBatch borrow(const char* op, const Schema& s, std::size_t want_rows, std::size_t want_length) {
+    if (!(*schema == s)) {
+      throw Error(Errc::schema_mismatch, fmt::format("{}: out= is a batch of schema {}, the buffer's is {}", op,
+                                                     schema->to_string(), s.to_string()));
+    }
+    if (rows != want_rows || length != want_length) {
+      throw Error(Errc::size_mismatch, fmt::format("{}: out= holds {} rows x {} steps, this call needs {} x {}", op,
+                                                   rows, length, want_rows, want_length));
+    }
+    std::vector<MutableFieldBytes> out(fields.size());
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+      out[f] = {fields[f].mutable_data(), static_cast<std::size_t>(fields[f].nbytes())};
+    }
+    // bool and int64 arrays, lent as the library's uint8 mask and uint64 ids (same sizes, values in range)
+    const auto n = [](const py::array& a) { return static_cast<std::size_t>(a.size()); };
+    return SampleBatch::borrow(std::move(out), {static_cast<uint8_t*>(mask.mutable_data()), n(mask)},
+                               {static_cast<uint64_t*>(env_ids.mutable_data()), n(env_ids)},
+                               {static_cast<uint64_t*>(starts.mutable_data()), n(starts)});
+  }
+
+  py::array field(const std::string& name) const {
+    for (std::size_t f = 0; f < names.size(); ++f) {
+      if (names[f] == name) return fields[f];
+    }
+    throw py::key_error(fmt::format("'{}' is not a field of this batch (fields: {})", name, fmt::join(names, ", ")));
+  }
+
+  py::dict field_dict() const {
+    py::dict d;
+    for (std::size_t f = 0; f < names.size(); ++f) d[py::str(names[f])] = fields[f];
+    return d;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Writer and StepSlot
+
+struct PySlot;
+
+struct PyWriter {
+  std::shared_ptr<Buffer> buffer;
+  std::optional<Writer> writer;
+  std::mutex mu;  // taken with the GIL released where the call copies; never waits for the GIL while held
+  std::vector<PySlot*> open_slots;  // reservations not yet committed or abandoned (changed with the GIL held)
+
+  Writer& get(const char* op) {
+    if (!writer) throw Error(Errc::invalid_argument, fmt::format("{}: this Writer is closed", op));
+    return *writer;
+  }
+  void close();
+};
+
+
+struct PySlot {
+  std::shared_ptr<PyWriter> owner;
+  std::optional<StepSlot> slot;
+  py::dict arrays;
+  const char* state = "open";  // then "committed" or "abandoned"
+
+  PySlot() = default;
+  PySlot(PySlot&&) = delete;  // registered by address in owner->open_slots
+  ~PySlot() {
+    if (slot) abandon();
+  }
+
+  StepSlot& get(const char* op) {
+    if (!slot) throw Error(Errc::invalid_argument, fmt::format("{}: this step slot was committed or abandoned", op));
+    return *slot;
+  }
+  void commit() {
+    std::lock_guard lock(owner->mu);
+    get("commit").commit();
+    state = "committed";
+    forget();
+  }
+  void abandon() {
+    std::lock_guard lock(owner->mu);
+    if (slot) state = "abandoned";
+    forget();  // an uncommitted StepSlot's destructor abandons the step: it is never published
+  }
+  // Drops the StepSlot (before its Writer can go) and the registration; the caller holds owner->mu.
+  void forget() {
+    slot.reset();
+    std::erase(owner->open_slots, this);
+  }
+};
+
+// Abandons the open reservations first: a StepSlot must not outlive its Writer.
+inline void PyWriter::close() {
+  std::lock_guard lock(mu);
+  while (!open_slots.empty()) {
+    open_slots.back()->state = "abandoned";
+    open_slots.back()->forget();
+  }
+  writer.reset();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Sampler
+
+struct PySampler {
+  std::shared_ptr<Buffer> buffer;
+  std::shared_ptr<const Schema> schema;
+  std::optional<Sampler> sampler;
+  Rng rng;
+  std::mutex mu;
+
+  Sampler& get(const char* op) {
+    if (!sampler) throw Error(Errc::invalid_argument, fmt::format("{}: this Sampler is closed", op));
+    return *sampler;
+  }
+  void close() {
+    py::gil_scoped_release release;  // another thread may be inside a sample, holding mu
+    std::lock_guard lock(mu);
+    sampler.reset();
+  }
+
+  // Runs `body(sampler, batch)` on `out` (or a new Batch of rows x length) with the GIL released.
+  template <class Body>
+  py::object fill(const char* op, std::size_t rows, std::size_t length, py::object out, Body&& body) {
+    Sampler& s = get(op);
+    py::object result = out;
+    if (out.is_none()) {
+      result = py::cast(Batch::make(schema, rows, length));
+    } else if (!py::isinstance<Batch>(out)) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("{}: out= takes a shmreplay.Batch (from new_batch() or an earlier sample), got a {}", op,
+                              py::str(py::type::handle_of(out).attr("__name__")).cast<std::string>()));
+    }
+    Batch& b = result.cast<Batch&>();
+    SampleBatch sb = b.borrow(op, *schema, rows, length);
+    auto* weights = static_cast<float*>(b.weights.mutable_data());
+    {
+      py::gil_scoped_release release;
+      std::lock_guard lock(mu);
+      body(s, sb);
+      std::copy(sb.weights().begin(), sb.weights().end(), weights);
+    }
+    return result;
+  }
+};
+
+}  // namespace shmreplay::python
