@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -143,6 +144,22 @@ inline std::vector<std::string> entries_containing(const std::string& dir, std::
   }
   return out;
 }
+
+/// Pearson's chi-square of `counts` (from n draws) against the cells' probabilities `prob`. Cells of probability 0
+/// are left out: a draw there is a violation that the caller checks on its own.
+inline double chi_square(const std::vector<uint64_t>& counts, const std::vector<double>& prob, double n) {
+  double stat = 0.0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    if (prob[i] <= 0) continue;
+    const double expected = n * prob[i];
+    const double diff = static_cast<double>(counts[i]) - expected;
+    stat += diff * diff / expected;
+  }
+  return stat;
+}
+
+/// The bound the distribution tests hold a chi-square with `df` degrees of freedom to: df + 6 standard deviations.
+inline double chi_square_bound(double df) { return df + 6.0 * std::sqrt(2.0 * df); }
 
 /// SIGKILLs and reaps `pid`; false when the child had already exited on its own (a failure in the child).
 inline bool kill_and_reap(pid_t pid) {

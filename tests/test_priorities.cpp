@@ -53,19 +53,6 @@ std::string check_sums(const detail::PriorityTree& t) {
   return "";
 }
 
-double chi_square(const std::vector<uint64_t>& counts, const std::vector<double>& prob, double n) {
-  double x = 0;
-  for (std::size_t i = 0; i < counts.size(); ++i) {
-    if (prob[i] <= 0) continue;
-    const double expect = prob[i] * n;
-    x += (static_cast<double>(counts[i]) - expect) * (static_cast<double>(counts[i]) - expect) / expect;
-  }
-  return x;
-}
-
-// df + 6 standard deviations: what the other distribution tests use.
-double bound(std::size_t df) { return static_cast<double>(df) + 6 * std::sqrt(2.0 * static_cast<double>(df)); }
-
 const Schema kSchema = Schema::parse("env:u64 step:u64");
 
 // Pushes one step of env `e` with priority p (its fields are its own env and step).
@@ -86,7 +73,7 @@ TEST_CASE("the sum tree's range weights and draws are exact for any range, wrapp
     LocalTree lt(cap);
     std::vector<double> w(cap);
     for (uint64_t s = 0; s < cap; ++s) {
-      w[s] = static_cast<double>(static_cast<float>((rng() % 5) * 0.25));
+      w[s] = static_cast<double>(rng() % 5) * 0.25;  // exact in f32 too
       detail::set_new_priority(lt.tree, s, w[s]);
     }
     CHECK(check_sums(lt.tree) == "");
@@ -250,8 +237,9 @@ TEST_CASE("prioritized samples draw starts by priority^alpha (chi-square, and a 
     const double n = static_cast<double>(rows) * calls;
     std::size_t df = 0;
     for (const double p : prob) df += p > 0;
-    CHECK(chi_square(counts, prob, n) < bound(df - 1));
-    CHECK(chi_square(counts, wrong, n) > bound(df - 1));  // alpha = 1 instead of 0.7: the test can tell
+    const double bound = chi_square_bound(static_cast<double>(df - 1));
+    CHECK(chi_square(counts, prob, n) < bound);
+    CHECK(chi_square(counts, wrong, n) > bound);  // alpha = 1 instead of 0.7: the test can tell
   }
   // An unprioritized sample of the same buffer has weights of 1.
   Rng rng(1);

@@ -21,6 +21,8 @@
 #include "support.hpp"
 
 using namespace shmreplay;
+using test::chi_square;
+using test::chi_square_bound;
 using test::error_of;
 using test::SegmentGuard;
 using test::unique_name;
@@ -232,16 +234,6 @@ Cells cells_of(const Model& m, View view, std::size_t length, double power) {
   return c;
 }
 
-double chi_square(const std::vector<uint64_t>& counts, const std::vector<double>& prob, double n) {
-  double stat = 0.0;
-  for (std::size_t i = 0; i < counts.size(); ++i) {
-    const double expected = n * prob[i];
-    const double diff = static_cast<double>(counts[i]) - expected;
-    stat += diff * diff / expected;
-  }
-  return stat;
-}
-
 }  // namespace
 
 TEST_CASE("every sampled row is one the reference model allows, across wrap-around and online resets") {
@@ -428,7 +420,7 @@ TEST_CASE("start positions follow the weights min(remaining, L)^power (chi-squar
       probs.push_back(cells.prob);
     }
     const double df = static_cast<double>(probs[0].size() - 1);
-    const double bound = df + 6.0 * std::sqrt(2.0 * df);
+    const double bound = chi_square_bound(df);
     CAPTURE(df);
     CAPTURE(bound);
     for (std::size_t i = 0; i < 3; ++i) {

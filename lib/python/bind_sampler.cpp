@@ -115,25 +115,7 @@ void bind_sampler(py::module_& m) {
           [](PySampler& s, py::object env_ids, py::object steps, py::object priorities) {
             Sampler& smp = s.get("update_priorities");
             const std::vector<uint64_t> ids = env_id_vector("update_priorities", env_ids, s.buffer->num_envs());
-            py::array st = py::array::ensure(steps);
-            if (!st || st.ndim() != 1 ||
-                (st.size() > 0 && std::string("iu").find(st.dtype().kind()) == std::string::npos)) {
-              if (!st) PyErr_Clear();
-              throw Error(Errc::invalid_argument, "update_priorities: steps must be a 1-d array of integers");
-            }
-            const auto st64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(st);
-            std::vector<uint64_t> step_vec(static_cast<std::size_t>(st64.size()));
-            for (std::size_t i = 0; i < step_vec.size(); ++i) {
-              if (st64.data()[i] < 0) {
-                throw Error(Errc::invalid_argument,
-                            fmt::format("update_priorities: step {} at position {} is negative", st64.data()[i], i));
-              }
-              step_vec[i] = static_cast<uint64_t>(st64.data()[i]);
-            }
-            if (step_vec.size() != ids.size()) {
-              throw Error(Errc::size_mismatch, fmt::format("update_priorities: {} env ids and {} steps", ids.size(),
-                                                           step_vec.size()));
-            }
+            const std::vector<uint64_t> step_vec = step_vector("update_priorities", steps, ids.size());
             const auto prio = priority_array("update_priorities", priorities, ids.size());
             const std::span<const float> p(prio.data(), ids.size());
             PriorityUpdateResult r;
@@ -228,12 +210,7 @@ void bind_sampler(py::module_& m) {
           [](PySampler& s, py::object env_ids, py::object steps, const py::dict& data) {
             Sampler& smp = s.get("update");
             const std::vector<uint64_t> ids = env_id_vector("update", env_ids, s.buffer->num_envs());
-            auto st = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(steps);
-            if (!st || st.ndim() != 1 || static_cast<std::size_t>(st.size()) != ids.size()) {
-              throw Error(Errc::size_mismatch, fmt::format("update: steps must be an integer array of {} entries, "
-                                                           "one per env id",
-                                                           ids.size()));
-            }
+            const std::vector<uint64_t> step_vec = step_vector("update", steps, ids.size());
             const auto n = static_cast<py::ssize_t>(ids.size());
             const auto arrays = field_arrays("update", *s.schema, data, true, {n});
             py::array_t<bool> done(n);
@@ -247,11 +224,7 @@ void bind_sampler(py::module_& m) {
                   const std::size_t b = (*s.schema)[f].bytes();
                   row[f] = {static_cast<const std::byte*>(arrays.array(f).data()) + i * b, b};
                 }
-                const int64_t step = st.data()[i];
-                if (step < 0) {
-                  throw Error(Errc::invalid_argument, fmt::format("update: step {} at position {} is negative", step, i));
-                }
-                done.mutable_data()[i] = smp.try_update(ids[i], static_cast<uint64_t>(step), row);
+                done.mutable_data()[i] = smp.try_update(ids[i], step_vec[i], row);
               }
             }
             return done;

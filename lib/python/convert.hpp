@@ -237,6 +237,30 @@ inline std::vector<uint64_t> env_id_vector(const char* op, py::handle ids, uint6
   return out;
 }
 
+// The `n` step indices of `steps` (a 1-d array or sequence of integers, one per env id; none negative), for the
+// calls that name stored steps (update, update_priorities), or a clear error.
+inline std::vector<uint64_t> step_vector(const char* op, py::handle steps, std::size_t n) {
+  py::array a = py::array::ensure(steps);
+  if (!a || a.ndim() != 1 || (a.size() > 0 && std::string("iu").find(a.dtype().kind()) == std::string::npos)) {
+    if (!a) PyErr_Clear();
+    throw Error(Errc::invalid_argument, fmt::format("{}: steps must be a 1-d array (or sequence) of integers", op));
+  }
+  if (static_cast<std::size_t>(a.size()) != n) {
+    throw Error(Errc::size_mismatch, fmt::format("{}: {} steps for {} env ids; expected one per env id", op,
+                                                 a.size(), n));
+  }
+  const auto typed = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+  std::vector<uint64_t> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (typed.data()[i] < 0) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("{}: step {} at position {} is negative", op, typed.data()[i], i));
+    }
+    out[i] = static_cast<uint64_t>(typed.data()[i]);
+  }
+  return out;
+}
+
 inline View parse_view(const std::string& v) {
   if (v == "replay") return View::replay;
   if (v == "online") return View::online;

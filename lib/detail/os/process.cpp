@@ -75,17 +75,17 @@ bool process_alive(uint64_t pid, uint64_t start_ticks, bool low32_only) noexcept
   return low32_only ? (now & 0xffffffffull) == (start_ticks & 0xffffffffull) : now == start_ticks;
 }
 
-uint64_t realtime_ns() noexcept {
+namespace {
+uint64_t clock_ns(clockid_t clock) noexcept {
   timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
+  ::clock_gettime(clock, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
+}  // namespace
 
-uint64_t coarse_realtime_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME_COARSE, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
+uint64_t realtime_ns() noexcept { return clock_ns(CLOCK_REALTIME); }
+
+uint64_t coarse_realtime_ns() noexcept { return clock_ns(CLOCK_REALTIME_COARSE); }
 
 namespace {
 std::atomic<uint64_t> g_fork_generation{0};

@@ -13,11 +13,27 @@ using layout::kJournalWriting;
 
 namespace {
 
-// A step's meta word: the first step of its episode, and whether it ends the episode (and how). Written by the
-// push that stores the step and by rebuild_env, which recomputes it from the flag fields after a load.
-uint64_t step_meta_word(uint64_t episode_start, EpisodeEnd end) {
-  return episode_start | (end != EpisodeEnd::none ? layout::kMetaEndsEpisode : 0) |
-         (end == EpisodeEnd::truncated ? layout::kMetaTruncated : 0);
+// The one place that turns a step's flags into episode state, for the push (stage_step) and for rebuild_env after a
+// load: stores the step's meta word (the first step of its episode, and whether and how it ends it) and moves `s`
+// past the step. `count` adds an ended episode to episodes_completed: a push does; a rebuild keeps the count of
+// records already accounted for, since a load queues none. Returns whether the step ends its episode.
+bool advance(Buffer& b, uint64_t env, uint64_t step, const StepFlags& f, JournalState& s, bool count) noexcept {
+  const bool ends = f.end != EpisodeEnd::none;
+  const uint64_t meta = s.episode_start | (ends ? layout::kMetaEndsEpisode : 0) |
+                        (f.end == EpisodeEnd::truncated ? layout::kMetaTruncated : 0);
+  // Covered by the step seqlock like the step's bytes: stored after the claim's release fence, before head.
+  b.step_meta(env)[step % b.capacity()].store(meta, std::memory_order_relaxed);
+  s.running_return += f.reward;
+  if (ends) {
+    s.last_first_step = s.episode_start;
+    s.last_length = step + 1 - s.episode_start;
+    s.last_return = s.running_return;
+    s.last_end = f.end;
+    if (count) ++s.episodes_completed;
+    s.episode_start = step + 1;
+    s.running_return = 0.0;
+  }
+  return ends;
 }
 
 template <class T>
@@ -132,20 +148,7 @@ bool stage_step(Buffer& b, uint64_t env, uint64_t step, const StepFlags& flags) 
   // The state for head = step. Relaxed: this writer wrote it, or recover_env checked it after an acquire load of
   // head when the lease was taken.
   JournalState s = cur.for_head.load(std::memory_order_relaxed) == step ? load_slot(cur) : derive_state(b, env, step);
-  const bool ends = flags.end != EpisodeEnd::none;
-  const uint64_t meta = step_meta_word(s.episode_start, flags.end);
-  // Covered by the step seqlock like the step's bytes: stored after the claim's release fence, before head.
-  b.step_meta(env)[step % b.capacity()].store(meta, std::memory_order_relaxed);
-  s.running_return += flags.reward;
-  if (ends) {
-    s.last_first_step = s.episode_start;
-    s.last_length = step + 1 - s.episode_start;
-    s.last_return = s.running_return;
-    s.last_end = flags.end;
-    ++s.episodes_completed;
-    s.episode_start = step + 1;
-    s.running_return = 0.0;
-  }
+  const bool ends = advance(b, env, step, flags, s, /*count=*/true);
   s.for_head = step + 1;
   store_slot(c.journal[(step + 1) % 2], s);
   return ends;
@@ -231,17 +234,7 @@ void rebuild_env(Buffer& b, uint64_t env) noexcept {
     const uint64_t slot = env * cap + step % cap;
     const StepFlags f = read_step_flags(
         roles, [&](std::size_t field) { return b.field_data(field) + slot * schema[field].bytes(); });
-    const bool ends = f.end != EpisodeEnd::none;
-    b.step_meta(env)[step % cap].store(step_meta_word(s.episode_start, f.end), std::memory_order_relaxed);
-    s.running_return += f.reward;
-    if (ends) {
-      s.last_first_step = s.episode_start;
-      s.last_length = step + 1 - s.episode_start;
-      s.last_return = s.running_return;
-      s.last_end = f.end;
-      s.episode_start = step + 1;
-      s.running_return = 0.0;
-    }
+    advance(b, env, step, f, s, /*count=*/false);
   }
   s.for_head = head;
   store_slot(c.journal[head % 2], s);

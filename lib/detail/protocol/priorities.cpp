@@ -55,11 +55,6 @@ uint64_t descend(const PriorityTree& t, double target) noexcept {
   return n - t.leaves;
 }
 
-// The slot in [a, b) where the running sum from slot a first exceeds u (u measured from slot a).
-uint64_t find_slot(const PriorityTree& t, uint64_t a, uint64_t b, double u) noexcept {
-  return std::clamp(descend(t, (a == 0 ? 0.0 : prefix(t, a)) + u), a, b - 1);
-}
-
 }  // namespace
 
 double priority_weight(double priority, double alpha) noexcept {
@@ -139,32 +134,32 @@ double max_priority(const std::atomic<uint64_t>& max_word) noexcept {
 
 double slot_weight(const PriorityTree& t, uint64_t step) noexcept { return value(t, t.leaves + step % t.capacity); }
 
+// A range of steps is one run of slots, or two when it wraps the ring. The sum of all slots is the root: leaves past
+// the capacity are 0.
 double range_weight(const PriorityTree& t, uint64_t lo, uint64_t hi) noexcept {
   if (hi <= lo) return 0;
-  if (hi - lo >= t.capacity) return value(t, 1);  // the whole ring: the root (leaves past the capacity are 0)
+  if (hi - lo >= t.capacity) return value(t, 1);  // the whole ring
   const uint64_t a = lo % t.capacity;
-  const uint64_t count = hi - lo;
-  double w = 0;
-  if (a + count <= t.capacity) {
-    w = (a == 0 && a + count >= t.leaves) ? value(t, 1) : prefix(t, a + count) - prefix(t, a);
-  } else {
-    w = (prefix(t, t.capacity) - prefix(t, a)) + prefix(t, a + count - t.capacity);
-  }
+  const uint64_t b = a + (hi - lo);
+  const double w = b <= t.capacity ? prefix(t, b) - prefix(t, a)
+                                    : value(t, 1) - prefix(t, a) + prefix(t, b - t.capacity);
   return std::max(w, 0.0);
 }
 
 uint64_t find_step(const PriorityTree& t, uint64_t lo, uint64_t hi, double u) noexcept {
-  const uint64_t a = lo % t.capacity;
-  const uint64_t count = hi - lo;
-  if (count >= t.capacity) {
+  const uint64_t cap = t.capacity;
+  const uint64_t a = lo % cap;
+  const uint64_t b = a + (hi - lo);
+  if (hi - lo >= cap) {
     // The whole ring (a full env outside a write): one descent from the root, the slot mapped back to its step.
-    const uint64_t slot = std::min(descend(t, u), t.capacity - 1);
-    return lo + (slot + t.capacity - a) % t.capacity;
+    const uint64_t slot = std::min(descend(t, u), cap - 1);
+    return lo + (slot + cap - a) % cap;
   }
-  if (a + count <= t.capacity) return lo + (find_slot(t, a, a + count, u) - a);
-  const double first = std::max(prefix(t, t.capacity) - prefix(t, a), 0.0);
-  if (u < first) return lo + (find_slot(t, a, t.capacity, u) - a);
-  return lo + (t.capacity - a) + find_slot(t, 0, a + count - t.capacity, u - first);
+  const double before = prefix(t, a);  // the running sum starts at slot a
+  if (b <= cap) return lo + std::clamp(descend(t, before + u), a, b - 1) - a;
+  const double first = std::max(value(t, 1) - before, 0.0);  // slots [a, cap)
+  if (u < first) return lo + std::clamp(descend(t, before + u), a, cap - 1) - a;
+  return lo + (cap - a) + std::min(descend(t, u - first), b - cap - 1);  // slots [0, b - cap)
 }
 
 void rebuild(const PriorityTree& t) noexcept {
