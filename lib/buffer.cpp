@@ -24,6 +24,7 @@
 
 #include "detail/os/file.hpp"
 #include "detail/os/process.hpp"
+#include "detail/protocol/rate_limit.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
@@ -203,7 +204,8 @@ Plan plan_layout(uint64_t num_envs, uint64_t capacity, const Schema& schema, uin
 }
 
 void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const Schema& schema, const Plan& p,
-                   const Roles& roles, std::optional<double> priority_exponent) {
+                   const Roles& roles, std::optional<double> priority_exponent,
+                   const std::optional<RateLimit>& rate_limit) {
   // The file came from fallocate, so every byte is already zero; construct the atomics in place.
   auto* h = new (base) SegmentHeader{};
   h->magic = kMagic;
@@ -243,6 +245,7 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
   auto* envs = reinterpret_cast<EnvControl*>(base + p.sections[kSectionEnvs].offset);
   for (uint64_t e = 0; e < num_envs; ++e) new (envs + e) EnvControl{};
   auto* global = new (base + p.sections[kSectionGlobal].offset) GlobalControl{};
+  if (rate_limit) detail::store_rate_limit(*global, rate_limit, /*inserts=*/std::nullopt);
   if (priority_exponent) {
     global->max_priority.store(std::bit_cast<uint64_t>(1.0), std::memory_order_relaxed);
     auto* words = reinterpret_cast<std::atomic<uint64_t>*>(base + p.sections[kSectionPriorities].offset);
@@ -421,6 +424,11 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
                             ">= 0 (sampling weights are priority^alpha)",
                             name, *options.priority_exponent));
   }
+  if (options.rate_limit) {
+    detail::check_rate_limit(*options.rate_limit, num_envs * capacity,
+                             fmt::format("cannot create shmreplay segment '{}' with rate limit {}", name,
+                                         options.rate_limit->to_string()));
+  }
   const Plan plan = plan_layout(num_envs, capacity, schema, roles.queue_capacity,
                                 options.priority_exponent.has_value());
   // An early, clear answer for the common case; publish_name() still settles races atomically.
@@ -465,7 +473,7 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
   b.schema_ = schema;
   b.mode_ = options.mode;
   detail::Mapping map(fd.get(), plan.total_bytes, /*writable=*/true, path);
-  write_segment(map.data(), num_envs, capacity, schema, plan, roles, options.priority_exponent);
+  write_segment(map.data(), num_envs, capacity, schema, plan, roles, options.priority_exponent, options.rate_limit);
 
   b.base_ = map.data();
   b.map_bytes_ = map.size();
@@ -550,12 +558,18 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
                                             : "an older shmreplay made it; recreate the segment"));
   }
   if (minor < kLayoutMinor) {
-    // 1.0 lacks the global section (learner lease, wake word); 1.1 the episode sections and field roles.
+    // What each older minor version lacks that this library needs.
+    static constexpr const char* kLacks[] = {
+        "the learner lease, episode bookkeeping, priorities and the rate limiter",  // 1.0
+        "episode bookkeeping, priorities and the rate limiter",                     // 1.1
+        "priorities and the rate limiter",                                          // 1.2
+        "the rate limiter",                                                         // 1.3
+    };
+    static_assert(std::size(kLacks) == kLayoutMinor, "one entry per older minor version");
     v.fail(Errc::version_mismatch,
            fmt::format("segment layout {}.{}, library {}.{}: an older shmreplay made it, without the sections this "
                        "library needs ({}); recreate the segment",
-                       major, minor, kLayoutMajor, kLayoutMinor,
-                       minor == 0 ? "the learner lease and episode bookkeeping" : "episode bookkeeping"));
+                       major, minor, kLayoutMajor, kLayoutMinor, kLacks[minor]));
   }
   if (file_bytes < sizeof(SegmentHeader)) {
     v.fail(Errc::truncated, fmt::format("it is truncated: the file is {} bytes, shorter than the {}-byte header",

@@ -32,6 +32,7 @@ class Category final : public std::error_category {
       case Errc::timeout: return "timed out";
       case Errc::contended: return "sample kept being overwritten";
       case Errc::read_only: return "read-only mapping";
+      case Errc::rate_limited: return "held back by the rate limiter";
     }
     return "unknown shmreplay error";
   }

@@ -118,6 +118,7 @@ SegmentInfo Inspector::snapshot() const {
     s.priority_updates = g.priority_updates.load(std::memory_order_relaxed);
     s.priority_updates_dropped = g.priority_updates_dropped.load(std::memory_order_relaxed);
   }
+  s.rate_limit = b.rate_limit_state();
   LearnerInfo& l = s.learner;
   // Acquire pairs with the release of the compare-and-swap that took the learner lease.
   const uint64_t lease = g.learner_lease.load(std::memory_order_acquire);

@@ -166,6 +166,7 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
     // (it would make every push issue a futex wake).
     for (uint64_t e = 0; e < buffer.num_envs(); ++e) detail::release_dead_update_lock(buffer.env_control(e));
     detail::forget_waiters(g);
+    g.learner_waiting_rows.store(0, std::memory_order_relaxed);  // it may have died waiting for the rate limiter
     // ... or inside update_priorities' walk of a tree: redo it (priorities.hpp).
     if (buffer.has_priorities()) {
       detail::finish_dead_walk(g.priority_walk, buffer.num_envs(), buffer.capacity(), [&](uint64_t e) {
@@ -473,11 +474,12 @@ void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_len
 void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power,
                      Rng& rng, SampleBatch& out, const SampleOptions& options) {
   check_args("sample", batch_size, sequence_length, distribution_power, options);
+  wait_for_rate_limit("sample", batch_size, options.rate_limit_timeout_ms);
   out.prepare(buffer_->schema(), batch_size, sequence_length);
   out.episode_fields_ = buffer_->episode_fields();
   sample_rows(view, 0, batch_size, sequence_length, distribution_power, options, rng, out);
   if (options.prioritized) finish_weights(out, options.importance_exponent);
-  count_call(*buffer_, batch_size);
+  count_sample_call(batch_size);
 }
 
 void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
@@ -489,6 +491,7 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
                            double distribution_power, Rng& rng, SampleBatch& out, const SampleOptions& options) {
   check_args("sample (mixed)", replay_batch + online_batch, sequence_length, distribution_power, options);
   const std::size_t rows = replay_batch + online_batch;
+  wait_for_rate_limit("sample (mixed)", rows, options.rate_limit_timeout_ms);
   out.prepare(buffer_->schema(), rows, sequence_length);
   out.episode_fields_ = buffer_->episode_fields();
   if (replay_batch > 0) {
@@ -498,7 +501,7 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
     sample_rows(View::online, replay_batch, online_batch, sequence_length, distribution_power, options, rng, out);
   }
   if (options.prioritized) finish_weights(out, options.importance_exponent);
-  count_call(*buffer_, rows);
+  count_sample_call(rows);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

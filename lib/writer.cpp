@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cassert>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -16,6 +17,7 @@
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/priorities.hpp"
+#include "detail/protocol/rate_limit.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/wake.hpp"
 #include "shmreplay/error.hpp"
@@ -33,8 +35,13 @@ StepSlot::StepSlot(StepSlot&& other) noexcept
       priority_(other.priority_) {}
 
 StepSlot::~StepSlot() {
-  // Abandoned: the claim stays raised (claimed = head + 1), which is a state the next push handles.
-  if (writer_ != nullptr) writer_->reserved_[local_] = 0;
+  // Abandoned: the claim stays raised (claimed = head + 1), which is a state the next push handles; a rate-limit
+  // admission of the step is given back.
+  if (writer_ != nullptr) {
+    writer_->reserved_[local_] = 0;
+    layout::EnvControl* c = writer_->control_[local_];
+    detail::withdraw(std::span<layout::EnvControl* const>(&c, 1));
+  }
 }
 
 std::span<std::byte> StepSlot::field(std::size_t index) const noexcept {
@@ -72,7 +79,8 @@ void StepSlot::set_priority(double priority) {
 // ---------------------------------------------------------------------------------------------------------------
 // Writer
 
-Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids) : buffer_(&buffer) {
+Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOptions& options)
+    : buffer_(&buffer), options_(options) {
   const std::string& name = buffer.name();
   if (buffer.read_only()) {
     throw Error(Errc::read_only, fmt::format("cannot lease envs of '{}': the buffer is mapped read-only", name));
@@ -121,6 +129,9 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids) : buffer_(&buf
     // Only the lease holder moves head, so from here on the cursor follows it (advanced in publish).
     next_slot_.push_back(control_.back()->head.load(std::memory_order_relaxed) % buffer.capacity());
   }
+  // A dead predecessor's rate-limit admissions of steps it never published go (rate_limit.hpp).
+  detail::withdraw(control_);
+  admit_envs_.reserve(envs_.size());
   for (std::size_t f = 0; f < buffer.schema().size(); ++f) {
     field_base_.push_back(buffer.field_data(f));
     field_bytes_.push_back(buffer.schema()[f].bytes());
@@ -142,10 +153,10 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids) : buffer_(&buf
   }
 }
 
-Writer Writer::range(Buffer& buffer, uint64_t first, uint64_t count) {
+Writer Writer::range(Buffer& buffer, uint64_t first, uint64_t count, const WriterOptions& options) {
   std::vector<uint64_t> ids(static_cast<std::size_t>(count));
   for (uint64_t i = 0; i < count; ++i) ids[static_cast<std::size_t>(i)] = first + i;
-  return Writer(buffer, ids);
+  return Writer(buffer, ids, options);
 }
 
 Writer::Writer(Writer&& other) noexcept
@@ -162,7 +173,9 @@ Writer::Writer(Writer&& other) noexcept
       lease_word_(other.lease_word_),
       fork_generation_(other.fork_generation_),
       takeovers_(other.takeovers_),
-      roles_(std::move(other.roles_)) {
+      roles_(std::move(other.roles_)),
+      options_(other.options_),
+      admit_envs_(std::move(other.admit_envs_)) {
   other.envs_.clear();
 }
 
@@ -305,6 +318,11 @@ void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> 
                               static_cast<int64_t>(env_ids[i]), buffer_->name()));
     }
   }
+  if (options_.wait_for_rate_limit) {
+    admit_envs_.clear();
+    for (std::size_t i = 0; i < n; ++i) admit_envs_.push_back(control_[local_[static_cast<std::size_t>(env_ids[i])] - 1]);
+    wait_for_rate_limit("push to");
+  }
   const uint64_t now = detail::coarse_realtime_ns();
   for (std::size_t i = 0; i < n; ++i) {
     const auto env = static_cast<uint64_t>(env_ids[i]);
@@ -356,7 +374,7 @@ void Writer::push_one(uint64_t env_id, std::span<const FieldBytes> fields) {
   // before writing anything and throws the precise error.
   const uint32_t l1 = env_id < local_.size() ? local_[static_cast<std::size_t>(env_id)] : 0;
   bool direct = l1 != 0 && !reserved_[l1 - 1] && fields.size() == field_bytes_.size() &&
-                fork_generation_ == detail::fork_generation();
+                fork_generation_ == detail::fork_generation() && !options_.wait_for_rate_limit;
   for (std::size_t f = 0; direct && f < fields.size(); ++f) {
     direct = fields[f].data != nullptr && fields[f].bytes == field_bytes_[f];
   }
@@ -377,9 +395,82 @@ StepSlot Writer::reserve(uint64_t env_id) {
                 fmt::format("cannot reserve a step of env {} of '{}': step {} is reserved and not committed yet",
                             env_id, buffer_->name(), head(env_id)));
   }
+  if (options_.wait_for_rate_limit) {
+    admit_envs_.assign(1, control_[l]);
+    wait_for_rate_limit("reserve a step of");
+  }
   const uint64_t step = claim(l);
   reserved_[l] = 1;
   return StepSlot(this, env_id, step, l);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Waiting for the rate limiter (the writer half of detail/protocol/rate_limit.hpp; the learner half is in
+// Sampler::wait_for_rate_limit)
+
+namespace {
+
+// What the learner is doing, for the message of a writer that gave up.
+std::string learner_state_text(const layout::GlobalControl& g) {
+  const uint64_t lease = g.learner_lease.load(std::memory_order_relaxed);
+  if (lease == 0) return "no learner is attached";
+  const std::string who = fmt::format("the learner (pid {})", layout::owner_pid(lease));
+  if (!detail::lease_holder_alive(lease)) return who + " is dead";
+  const uint64_t last = g.last_sample_ns.load(std::memory_order_relaxed);
+  const uint64_t now = detail::realtime_ns();
+  std::string text = last == 0 ? who + " is alive and has not sampled yet"
+                               : fmt::format("{} is alive and last sampled {:.1f} s ago", who,
+                                             static_cast<double>(now > last ? now - last : 0) / 1e9);
+  if (const uint64_t rows = g.learner_waiting_rows.load(std::memory_order_relaxed); rows != 0) {
+    text += fmt::format(", and is itself waiting for the limiter to admit {} rows", rows);
+  }
+  return text;
+}
+
+}  // namespace
+
+void Writer::wait_for_rate_limit(const char* op) {
+  layout::GlobalControl& g = buffer_->global_control();
+  auto settings = detail::load_rate_limit(g);
+  if (!settings) return;
+  detail::RateLimitVerdict verdict = detail::try_admit(*buffer_, *settings, admit_envs_);
+  if (verdict.allowed()) return;
+  g.writers_limited.fetch_add(1, std::memory_order_relaxed);
+  if (g.writer_waiters.load(std::memory_order_relaxed) == 0) {
+    g.writer_waiting_since_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.rate_limit_timeout_ms);
+  const bool admitted = detail::sleep_until(
+      {g.writer_wake_seq, g.writer_waiters}, deadline,
+      [&] {
+        settings = detail::load_rate_limit(g);
+        if (!settings) return true;  // the limiter was removed meanwhile
+        verdict = detail::try_admit(*buffer_, *settings, admit_envs_);
+        return verdict.allowed();
+      },
+      [] {});
+  if (admitted) return;
+  g.writer_timeouts.fetch_add(1, std::memory_order_relaxed);
+  const RateLimit& limit = settings->limit;
+  const uint64_t k = admit_envs_.size();
+  std::string why = fmt::format(
+      "the error (inserts x samples_per_insert - samples) is {:g}, and {} more step{} would take it above max_diff "
+      "{:g} ({})",
+      verdict.error, k, k == 1 ? "" : "s", limit.max_diff, limit.to_string());
+  const uint64_t waiting_rows = g.learner_waiting_rows.load(std::memory_order_relaxed);
+  if (waiting_rows != 0 && static_cast<double>(waiting_rows) + static_cast<double>(k) * limit.samples_per_insert >
+                               limit.max_diff - limit.min_diff) {
+    why += fmt::format("; a batch of {} rows and a push of {} steps can never both pass: the error buffer must be at "
+                       "least {:g}",
+                       waiting_rows, k,
+                       (static_cast<double>(waiting_rows) + static_cast<double>(k) * limit.samples_per_insert) / 2);
+  }
+  throw Error(Errc::rate_limited,
+              fmt::format("cannot {} '{}': the rate limiter held this push of {} step{} back for {} ms (the writer's "
+                          "timeout): {}; {}. Nothing was written. To go on without waiting, set the writer's "
+                          "wait_for_rate_limit to false",
+                          op, buffer_->name(), k, k == 1 ? "" : "s", options_.rate_limit_timeout_ms, why,
+                          learner_state_text(g)));
 }
 
 }  // namespace shmreplay

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "shmreplay/layout.hpp"
+#include "shmreplay/rate_limit.hpp"
 #include "shmreplay/schema.hpp"
 
 namespace shmreplay {
@@ -65,6 +66,10 @@ struct CreateOptions {
   /// SampleOptions::prioritized; Writer::push with priorities; Sampler::update_priorities). Costs 16 bytes per
   /// ring slot (rounded up to a power of two per env). Without, the buffer is as before.
   std::optional<double> priority_exponent;
+  /// A rate limiter (layout 1.4; shmreplay/rate_limit.hpp): samples per inserted step within an error buffer,
+  /// and/or no sampling before a minimum size, counted across every process. Changeable later
+  /// (Buffer::set_rate_limit, `shmreplay limit`). Without, nothing is limited or counted.
+  std::optional<RateLimit> rate_limit;
 };
 
 /// How an episode ended (stored in the segment as these codes: never renumber).
@@ -112,7 +117,8 @@ class Buffer {
   /// Throws Error with: invalid_argument (bad name; a mode with bits outside 0666; num_envs outside
   /// [1, kMaxEnvs]; capacity outside [1, kMaxCapacity]; sizes that overflow; episode fields that name no field,
   /// have the wrong dtype or shape, combine done with terminated/truncated, repeat a field, or a reward without a
-  /// flag; an episode_queue_capacity outside [1, kMaxEpisodeQueueCapacity] or without episode fields),
+  /// flag; an episode_queue_capacity outside [1, kMaxEpisodeQueueCapacity] or without episode fields; a rate
+  /// limit that cannot work),
   /// invalid_schema (an empty schema), no_space (the file system lacks the bytes; the message gives the bytes
   /// needed and free), already_exists (unless options.replace), permission_denied or system.
   static Buffer create(std::string_view name, uint64_t num_envs, uint64_t capacity, const Schema& schema,
@@ -177,6 +183,16 @@ class Buffer {
   double priority_exponent() const noexcept { return priority_exponent_; }
   /// Leaves of each env's priority tree: bit_ceil(capacity), 0 without priorities.
   uint64_t priority_leaves() const noexcept { return priority_leaves_; }
+
+  /// The rate limiter's settings now (nullopt: none). Read from the segment at each call (they can change).
+  std::optional<RateLimit> rate_limit() const noexcept;
+  /// The limiter's settings, counts and waits, read now (O(num_envs); see RateLimitState).
+  RateLimitState rate_limit_state() const;
+  /// Sets (or, with nullopt, removes) the rate limiter of a running buffer, at once for every process, and wakes
+  /// every process waiting on it so it re-checks. The counts go on; the error restarts at the middle of the new
+  /// bounds (history counted under other settings holds neither side back). Throws invalid_argument (settings
+  /// that cannot work: see RateLimit) and read_only.
+  void set_rate_limit(const std::optional<RateLimit>& limit);
 
   // -- Low-level access, for shmreplay's own role classes (writer, sampler, inspector) and tools. --
   // Every geometry value returned here was validated by create()/open() and is kept in this process, so a

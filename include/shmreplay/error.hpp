@@ -35,6 +35,8 @@ enum class Errc : int {
   timeout,               ///< a blocking wait ran out of time
   contended,             ///< a sample kept being overwritten by writers and gave up after its retry limit
   read_only,             ///< a writing role on a read-only mapping
+  rate_limited,          ///< the rate limiter held a sample or a waiting writer's push back past its timeout (or,
+                         ///< with a timeout of 0, at once: "not now")
 };
 
 /// The error category of shmreplay::Errc (name "shmreplay").

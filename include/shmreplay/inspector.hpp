@@ -98,6 +98,8 @@ struct SegmentInfo {
   double priority_total = 0.0;          ///< sum of priority^alpha over every env's replay view
   uint64_t priority_updates = 0;
   uint64_t priority_updates_dropped = 0;
+  // The rate limiter (layout 1.4): its settings (limit is nullopt without one), counts and waits.
+  RateLimitState rate_limit;
 };
 
 /// Consecutive published steps of one env, copied out of the segment (Inspector::read_steps). Each record is one

@@ -14,14 +14,20 @@
 //                       |   name, dtype, shape, step bytes, data offset    |
 //   sections[kEnvs] --> +--------------------------------------------------+ 64-byte aligned
 //                       | EnvControl[num_envs]      3 cache lines (192 B)  |
-//                       |   line 0, writer:  claimed, head, last push time |
+//                       |   line 0, writer:  claimed, head, last push time,|
+//                       |     rate-limit reservation (1.4)                 |
 //                       |   line 1, learner: online-queue start, update seq|
 //                       |   line 2, leases:  owner (pid, start), since     |
 //   sections[kGlobal] > +--------------------------------------------------+ 64-byte aligned
-//                       | GlobalControl             4 cache lines (256 B)  |
+//                       | GlobalControl             7 cache lines (448 B)  |
 //                       |   line 0, learner lease: owner, since, takeovers |
 //                       |   line 1, learner stats: rows, calls, retries    |
 //                       |   line 2, wake-up word and waiter count          |
+//                       |   line 3, priorities: max, walk, updates (1.3)   |
+//                       |   line 4, rate limiter settings (1.4)            |
+//                       |   line 5, rate limiter, learner: samples, wake   |
+//                       |   line 6, rate limiter, writers: admissions,     |
+//                       |     waiters                                      |
 //   sections[kData] --> +--------------------------------------------------+ 4096-byte aligned
 //                       | field 0: [num_envs][capacity][field 0 bytes]     |
 //                       | field 1: [num_envs][capacity][field 1 bytes]     | each field 64-byte aligned
@@ -67,6 +73,8 @@
 //   fields has exactly the size and placement it had in 1.1.
 // - Priorities (1.3) exist only in a buffer created with a priority exponent (header priority_exponent_bits != 0
 //   and a nonempty priority section); a buffer without has exactly the size and placement it had in 1.2.
+// - The rate limiter (1.4) lives in GlobalControl lines 4-6 and one word of each EnvControl's writer line; a
+//   buffer without a limiter has zeros there (limiter_enabled == 0). The data section stays where 1.3 put it.
 // The layout-pinning test (tests/test_layout.cpp) fixes every size and offset below to kLayoutMajor.kLayoutMinor:
 // change one and that test tells you to bump the version.
 #pragma once
@@ -81,9 +89,11 @@ namespace shmreplay::layout {
 
 inline constexpr uint64_t kMagic = 0x59414c50524d4853ull;  ///< the bytes "SHMRPLAY" read as little-endian u64
 inline constexpr uint32_t kLayoutMajor = 1;
-inline constexpr uint32_t kLayoutMinor = 3;  ///< 1.1 added the global section and update_seq; 1.2 the episode
+inline constexpr uint32_t kLayoutMinor = 4;  ///< 1.1 added the global section and update_seq; 1.2 the episode
                                              ///< sections, FieldDesc::role, episode_queue_capacity; 1.3 the
-                                             ///< priority trees, priority_exponent_bits, the priority line
+                                             ///< priority trees, priority_exponent_bits, the priority line; 1.4
+                                             ///< the rate limiter (GlobalControl lines 4-6, EnvControl's
+                                             ///< limiter_reserved)
 
 inline constexpr uint64_t kStateInitializing = 0;
 inline constexpr uint64_t kStateReady = 0x59444145522e2e2eull;  ///< "...READY"; unlikely to be left by chance
@@ -187,7 +197,11 @@ struct alignas(kCacheLineBytes) EnvControl {
                                        ///< kUpdateLockBit while the learner updates a stored step
   std::atomic<uint64_t> head;          ///< steps published since creation; slot of step s is s % capacity
   std::atomic<uint64_t> last_push_ns;  ///< CLOCK_REALTIME of the last publish (0: never); informational
-  uint64_t pad0[5];
+  std::atomic<uint64_t> limiter_reserved;  ///< (1.4) steps of this env counted by the rate limiter's admissions:
+                                           ///< max(head, limiter_reserved) is what a waiting writer counts; set by
+                                           ///< a writer that waits for the limiter before it claims, back to head
+                                           ///< when it withdraws or a new owner takes the lease over
+  uint64_t pad0[4];
   // -- cache line 1: written by the learner --
   std::atomic<uint64_t> online_start;  ///< head at the last reset of the online queue
   std::atomic<uint64_t> update_seq;    ///< odd while the learner rewrites a stored step of this env (seqlock)
@@ -227,6 +241,33 @@ struct alignas(kCacheLineBytes) GlobalControl {
   std::atomic<uint64_t> priority_updates;  ///< priorities the learner set (update_priorities)
   std::atomic<uint64_t> priority_updates_dropped;  ///< ... refused because the step had been overwritten
   uint64_t reserved[4];
+  // -- cache line 4: rate limiter settings (since 1.4; zeros without a limiter). Written at creation and by
+  //    `shmreplay limit`; read by writers and the learner under the seqlock limiter_config_seq
+  //    (detail/protocol/rate_limit.hpp). Reverb's RateLimiter: inserts (published steps) and samples (rows) --
+  std::atomic<uint64_t> limiter_config_seq;   ///< odd while the settings are being rewritten
+  std::atomic<uint64_t> limiter_enabled;      ///< 1 when the buffer has a limiter, 0 when none
+  std::atomic<uint64_t> min_size_to_sample;   ///< no sample before this many steps are stored
+  std::atomic<uint64_t> samples_per_insert;   ///< f64 bits
+  std::atomic<uint64_t> limiter_min_diff;     ///< f64 bits: a sample may not take inserts*spi - samples below it
+  std::atomic<uint64_t> limiter_max_diff;     ///< f64 bits: a waiting writer's insert may not take it above
+  std::atomic<uint64_t> limiter_changes;      ///< how often the settings were changed after creation
+  std::atomic<uint64_t> limiter_error_offset; ///< f64 bits, added to inserts*spi - samples: 0 from creation; a
+                                              ///< change restarts the error at the middle of the new bounds
+  // -- cache line 5: rate limiter, written by the learner --
+  std::atomic<uint64_t> samples;              ///< rows the limiter admitted (sample calls; not peeks)
+  std::atomic<uint64_t> last_sample_ns;       ///< CLOCK_REALTIME of the last admitted sample call (0: never)
+  std::atomic<uint64_t> writer_wake_seq;      ///< low 32 bits: the futex word waiting writers sleep on
+  std::atomic<uint64_t> learner_waiting_rows; ///< rows of the sample call waiting for the limiter; 0 when none
+  std::atomic<uint64_t> learner_waiting_since_ns;  ///< CLOCK_REALTIME when that wait began
+  std::atomic<uint64_t> learner_limited;      ///< sample calls the limiter held back (waited or refused)
+  uint64_t reserved5[2];
+  // -- cache line 6: rate limiter, written by writers that wait for it --
+  std::atomic<uint64_t> admit_seq;            ///< one increment per admission by a waiting writer (CAS)
+  std::atomic<uint64_t> writer_waiters;       ///< writers sleeping on writer_wake_seq right now
+  std::atomic<uint64_t> writer_waiting_since_ns;  ///< CLOCK_REALTIME when the first of them began to wait
+  std::atomic<uint64_t> writers_limited;      ///< push calls the limiter held back
+  std::atomic<uint64_t> writer_timeouts;      ///< ... that gave up at their timeout
+  uint64_t reserved6[3];
 };
 
 // -- Episodes (since 1.2) ---------------------------------------------------------------------------------------
@@ -312,7 +353,7 @@ static_assert(offsetof(EnvControl, online_start) == kCacheLineBytes,
               "the learner's online_start must not share a cache line with the writer's counters");
 static_assert(offsetof(EnvControl, lease) == 2 * kCacheLineBytes,
               "the lease must not share a cache line with the hot counters");
-static_assert(sizeof(GlobalControl) == 4 * kCacheLineBytes, "GlobalControl is 4 cache lines");
+static_assert(sizeof(GlobalControl) == 7 * kCacheLineBytes, "GlobalControl is 7 cache lines");
 static_assert(offsetof(GlobalControl, rows_sampled) == kCacheLineBytes &&
                   offsetof(GlobalControl, wake_seq) == 2 * kCacheLineBytes,
               "the learner's counters and the wake word each own a cache line");
@@ -324,6 +365,11 @@ static_assert(offsetof(EpisodeControl, queue_tail) == 2 * kCacheLineBytes &&
               "the queue's producer and consumer indices must not share a cache line with each other or the journal");
 static_assert(sizeof(EpisodeRecordSlot) == 32, "a record slot is four words");
 static_assert(offsetof(GlobalControl, max_priority) == 3 * kCacheLineBytes, "the priority line is line 3");
+static_assert(offsetof(GlobalControl, limiter_config_seq) == 4 * kCacheLineBytes &&
+                  offsetof(GlobalControl, samples) == 5 * kCacheLineBytes &&
+                  offsetof(GlobalControl, admit_seq) == 6 * kCacheLineBytes,
+              "the limiter's settings, its learner side and its writer side each own a cache line");
+static_assert(sizeof(GlobalControl) <= kPageBytes, "GlobalControl fits the page before the data section");
 static_assert(sizeof(std::atomic<uint64_t>) == 8 && alignof(std::atomic<uint64_t>) == 8,
               "step meta words are plain 8-byte atomics");
 

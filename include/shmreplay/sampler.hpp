@@ -80,6 +80,7 @@
 #include <vector>
 
 #include "shmreplay/buffer.hpp"
+#include "shmreplay/rate_limit.hpp"
 #include "shmreplay/nstep.hpp"         // IWYU pragma: export (NStep, nstep: were declared here)
 #include "shmreplay/sample_batch.hpp"  // IWYU pragma: export (SampleBatch, MutableFieldBytes: were declared here)
 #include "shmreplay/schema.hpp"
@@ -115,6 +116,11 @@ struct SampleOptions {
   bool prioritized = false;
   /// beta, the importance-sampling exponent of a prioritized sample (finite, >= 0; 0 gives weights of 1).
   double importance_exponent = 0.4;
+  /// In a buffer with a rate limiter (shmreplay/rate_limit.hpp): how long the call waits while the limiter holds
+  /// it back (too few steps stored, or the learner ahead of the writers), woken by writers across processes, before
+  /// it throws Error(rate_limited) naming the reason. 0: never wait, throw at once ("not now"). The whole batch
+  /// is admitted at once or not at all. Ignored without a limiter.
+  uint64_t rate_limit_timeout_ms = 10'000;
 };
 
 /// What Sampler::update_priorities did.
@@ -230,6 +236,10 @@ class Sampler {
   /// Empties the online view of every env: it restarts at each env's current head. O(num_envs).
   void reset_online_queue();
 
+  /// Whether the rate limiter would admit a sample call of `rows` rows now (true without a limiter), and why not.
+  /// Never waits. O(num_envs).
+  RateLimitReason rate_limit_verdict(std::size_t rows) const noexcept;
+
   /// Steps in `view` over all envs, and for one env (throws env_out_of_range). O(num_envs) and O(1).
   uint64_t size(View view) const noexcept;
   EnvSizes sizes(uint64_t env_id) const;
@@ -275,6 +285,10 @@ class Sampler {
   void check_args(const char* op, std::size_t rows, std::size_t length, double power,
                   const SampleOptions& options = {}) const;
   static void finish_weights(SampleBatch& out, double beta) noexcept;
+  // The learner half of the rate limiter (lib/sampler_rate_limit.cpp). In a buffer with a limiter: waits until it
+  // admits `rows` rows (or throws rate_limited). Then, after the rows were drawn, count_sample_call counts them.
+  void wait_for_rate_limit(const char* op, std::size_t rows, uint64_t timeout_ms);
+  void count_sample_call(std::size_t rows) noexcept;
 
   // Holds the learner lease: released when destroyed, handed over when moved. So the Sampler's move constructor
   // is the default one, and a constructor that throws after taking the lease still releases it.

@@ -7,6 +7,7 @@
 #include "shmreplay/inspector.hpp"  // IWYU pragma: export
 #include "shmreplay/layout.hpp"     // IWYU pragma: export
 #include "shmreplay/nstep.hpp"      // IWYU pragma: export
+#include "shmreplay/rate_limit.hpp"  // IWYU pragma: export
 #include "shmreplay/sample_batch.hpp"  // IWYU pragma: export
 #include "shmreplay/sampler.hpp"    // IWYU pragma: export
 #include "shmreplay/schema.hpp"     // IWYU pragma: export

@@ -11,7 +11,8 @@
 // so a sampler that acquires `head` sees every byte of every step below it, and a sampler that copied a slot
 // the writer was reclaiming finds out by re-reading `claimed` (docs/design.md, "Concurrency protocol").
 // Writers never wait for the learner, except while the learner's try_update() holds the same env's update lock
-// for the duration of one step's copy.
+// for the duration of one step's copy, and, only when made with WriterOptions::wait_for_rate_limit in a buffer
+// with a rate limiter (shmreplay/rate_limit.hpp), while the limiter holds their inserts back.
 //
 // Episodes: in a buffer created with episode fields (CreateOptions::episodes), every publish also records the
 // step's episode, read from the step's own flag and reward bytes (the caller's arrays for push and push_one, the
@@ -50,6 +51,18 @@ struct EpisodeRoles;
 }
 
 class Writer;
+
+struct WriterOptions {
+  /// In a buffer with a rate limiter: before each push (push, push_one, reserve), wait while the limiter holds
+  /// the inserts back (the writers are ahead of the learner by more than the error buffer), for at most
+  /// rate_limit_timeout_ms, then throw Error(rate_limited) with the reason (the error and its bound, and the
+  /// learner's state: none, dead, idle since when, or waiting itself), having written nothing. A push is admitted
+  /// whole or not at all. Waiting costs O(num_envs) loads per push call (the admitted steps of every env are
+  /// counted). False (the default): never wait; the limiter only counts this writer's steps, at no cost.
+  /// Ignored in a buffer without a limiter.
+  bool wait_for_rate_limit = false;
+  uint64_t rate_limit_timeout_ms = 10'000;
+};
 
 /// A step reserved in place by Writer::reserve(): fill each field's bytes in the segment, then commit(). Until
 /// commit() nothing is visible to samplers; destroying the slot without commit() abandons the step (the env's
@@ -102,11 +115,12 @@ class Writer {
   /// id, an empty list) and read_only (a read-only Buffer). O(num_envs) memory for the env lookup table. In a
   /// buffer with episode fields it then brings each env's episode state in line with its head (pushing the record
   /// a dead predecessor owed, if any).
-  Writer(Buffer& buffer, std::span<const uint64_t> env_ids);
-  Writer(Buffer& buffer, std::initializer_list<uint64_t> env_ids)
-      : Writer(buffer, std::span<const uint64_t>(env_ids.begin(), env_ids.size())) {}
+  /// `options` choose whether pushes wait for the buffer's rate limiter (WriterOptions).
+  Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOptions& options = {});
+  Writer(Buffer& buffer, std::initializer_list<uint64_t> env_ids, const WriterOptions& options = {})
+      : Writer(buffer, std::span<const uint64_t>(env_ids.begin(), env_ids.size()), options) {}
   /// Leases envs [first, first + count).
-  static Writer range(Buffer& buffer, uint64_t first, uint64_t count);
+  static Writer range(Buffer& buffer, uint64_t first, uint64_t count, const WriterOptions& options = {});
 
   Writer(Writer&& other) noexcept;
   Writer& operator=(Writer&&) = delete;
@@ -156,6 +170,10 @@ class Writer {
   uint64_t head(uint64_t env_id) const noexcept;
   /// How many of this Writer's leases were taken over from dead processes.
   uint64_t takeovers() const noexcept { return takeovers_; }
+  /// Whether pushes wait for the rate limiter, and how long; changeable between pushes (a writer that timed out
+  /// can go on without waiting).
+  const WriterOptions& options() const noexcept { return options_; }
+  void set_options(const WriterOptions& options) noexcept { options_ = options; }
   const Buffer& buffer() const noexcept { return *buffer_; }
 
  private:
@@ -175,6 +193,9 @@ class Writer {
   bool stage_episode(uint64_t env, uint64_t step, std::span<const FieldBytes> fields, std::size_t row) noexcept;
   void notify() noexcept;
   void release_all() noexcept;
+  // With options_.wait_for_rate_limit: waits until the limiter admits one step of each env in admit_envs_ (or
+  // throws rate_limited, having reserved nothing).
+  void wait_for_rate_limit(const char* op);
 
   Buffer* buffer_ = nullptr;
   std::vector<uint64_t> envs_;         // leased env ids
@@ -190,6 +211,8 @@ class Writer {
   uint64_t fork_generation_ = 0;       // detail::fork_generation() when the leases were taken
   uint64_t takeovers_ = 0;
   std::unique_ptr<detail::EpisodeRoles> roles_;  // the buffer's episode fields; null without any
+  WriterOptions options_;
+  std::vector<layout::EnvControl*> admit_envs_;  // the envs of the push being admitted by the rate limiter
 };
 
 }  // namespace shmreplay

@@ -34,13 +34,13 @@ PYBIND11_MODULE(_shmreplay, m) {
   init_dtypes();
   static py::handle by_code;
   by_code = py::object(py::module_::import("shmreplay._errors").attr("BY_CODE")).release();
-  if (py::len(by_code) != 22) throw std::runtime_error("shmreplay._errors.BY_CODE does not match the library");
+  if (py::len(by_code) != 23) throw std::runtime_error("shmreplay._errors.BY_CODE does not match the library");
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
       const int code = static_cast<int>(e.errc());
-      py::handle cls = code >= 1 && code <= 21 ? py::handle(PyList_GetItem(by_code.ptr(), code))
+      py::handle cls = code >= 1 && code <= 22 ? py::handle(PyList_GetItem(by_code.ptr(), code))
                                                : py::handle(PyExc_RuntimeError);
       // Messages quote user text; decode leniently so that a message is never lost to a stray byte.
       const std::string_view what = e.what();

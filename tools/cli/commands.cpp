@@ -2,7 +2,9 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <utility>
 
@@ -134,6 +136,32 @@ Json learner_json(const LearnerInfo& l) {
   };
 }
 
+Json rate_limit_json(const RateLimitState& s) {
+  if (!s.limit) return nullptr;
+  const RateLimit& r = *s.limit;
+  const auto bound = [](double v) { return std::abs(v) == std::numeric_limits<double>::max() ? Json(nullptr) : Json(v); };
+  return {
+      {"min_size_to_sample", r.min_size_to_sample},
+      {"samples_per_insert", r.samples_per_insert},
+      {"error_buffer", r.has_ratio() ? Json(r.error_buffer()) : Json(nullptr)},
+      {"min_diff", bound(r.min_diff)},
+      {"max_diff", bound(r.max_diff)},
+      {"inserts", s.inserts},
+      {"samples", s.samples},
+      {"stored", s.stored},
+      {"error", s.error},
+      {"learner_waiting_rows", s.learner_waiting_rows},
+      {"learner_waiting_since_ns", s.learner_waiting_since_ns},
+      {"writer_waiters", s.writer_waiters},
+      {"writer_waiting_since_ns", s.writer_waiting_since_ns},
+      {"last_sample_ns", s.last_sample_ns},
+      {"learner_limited", s.learner_limited},
+      {"writers_limited", s.writers_limited},
+      {"writer_timeouts", s.writer_timeouts},
+      {"changes", s.changes},
+  };
+}
+
 Json info_json(const SegmentInfo& i) {
   Json envs = Json::array();
   for (const EnvInfo& e : i.envs) envs.push_back(env_json(e));
@@ -168,6 +196,7 @@ Json info_json(const SegmentInfo& i) {
                                                 {"updates", i.priority_updates},
                                                 {"updates_dropped", i.priority_updates_dropped}}
                                          : Json(nullptr)},
+      {"rate_limit", rate_limit_json(i.rate_limit)},
       {"schema_spec", i.schema.to_string()},
       {"schema", schema_json(i.schema)},
       {"envs", std::move(envs)},
@@ -210,6 +239,7 @@ void print_info_summary(const SegmentInfo& i) {
                                          *i.priority_exponent, i.priority_total, i.max_priority, i.priority_updates,
                                          i.priority_updates_dropped));
   }
+  if (i.rate_limit.limit) print_pair("rate limit", rate_limit_text(i.rate_limit));
   print_pair("sampled", fmt::format("{} in {}, {} retried, {} updated, {} online resets",
                                     counted(l.rows_sampled, "row", "rows"), counted(l.sample_calls, "call", "calls"),
                                     l.retries, counted(l.steps_updated, "step", "steps"), l.online_resets));
@@ -302,7 +332,8 @@ int run_create(const CreateArgs& args) {
                                    .replace = args.replace,
                                    .episodes = args.episodes,
                                    .episode_queue_capacity = args.episode_queue_capacity,
-                                   .priority_exponent = args.priority_exponent});
+                                   .priority_exponent = args.priority_exponent,
+                                   .rate_limit = args.rate_limit.limit()});
   fmt::print("created '{}': {} x {}, {} per step, {} ({})\n", b.name(), counted(b.num_envs(), "env", "envs"),
              counted(b.capacity(), "step", "steps"), counted(schema.step_bytes(), "byte", "bytes"),
              human_bytes(b.total_bytes()), b.path());

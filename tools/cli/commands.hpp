@@ -27,6 +27,17 @@ void print_error(std::string_view message);
 /// world-writable `mode` (allowed, but every local user can then corrupt it).
 void warn_if_world_writable(const std::string& name, uint32_t mode);
 
+/// The rate limiter's options, shared by `create` and `limit`: --samples-per-insert with --error-buffer (Reverb's
+/// SampleToInsertRatio, after --min-size-to-sample steps), or --min-size-to-sample alone (Reverb's MinSize).
+struct RateLimitArgs {
+  std::optional<double> samples_per_insert;
+  std::optional<double> error_buffer;
+  std::optional<uint64_t> min_size_to_sample;
+  /// The limiter these ask for (nullopt when none is asked for); throws Error(invalid_argument) for an
+  /// incomplete set (a ratio without an error buffer, an error buffer without a ratio).
+  std::optional<RateLimit> limit() const;
+};
+
 struct CreateArgs {
   std::string name;
   uint64_t num_envs = 0;
@@ -38,6 +49,14 @@ struct CreateArgs {
   shmreplay::EpisodeFields episodes;   ///< field names with episode roles; all empty: none
   uint64_t episode_queue_capacity = 0;  ///< 0: the library's default
   std::optional<double> priority_exponent;  ///< alpha: with it, the buffer has priorities
+  RateLimitArgs rate_limit;
+};
+
+struct LimitArgs {
+  std::string name;
+  RateLimitArgs rate_limit;
+  bool off = false;   ///< remove the limiter
+  bool json = false;
 };
 
 struct LsArgs {
@@ -98,6 +117,10 @@ int run_watch(const WatchArgs& args);  // watch.cpp
 int run_dump(const DumpArgs& args);    // dump.cpp
 int run_save(const SaveArgs& args);    // save_load.cpp
 int run_load(const LoadArgs& args);    // save_load.cpp
+int run_limit(const LimitArgs& args);  // limit.cpp
+
+/// The rate limiter's line of `info` and `watch`: settings, counts, ratio and who waits since when.
+std::string rate_limit_text(const RateLimitState& s);
 
 /// Parses dump's step range: "A:B" is [A, B), "A:" is [A, end), ":B" is [0, B), "A" is [A, A + 1); nullopt when
 /// the text is none of these (or A > B).

@@ -65,6 +65,22 @@ const CLI::Validator kOctalMode(
     },
     "", "octal mode");
 
+// The rate limiter's options (create and limit).
+void add_rate_limit_options(CLI::App* cmd, RateLimitArgs& args) {
+  CLI::Option_group* g = cmd->add_option_group(
+      "rate limit", "A rate limiter (Reverb's): samples per inserted step within an error buffer, and/or a minimum size");
+  g->add_option("--samples-per-insert", args.samples_per_insert,
+                "Sampled rows per pushed step the limiter keeps (needs --error-buffer)")
+      ->type_name("X");
+  g->add_option("--error-buffer", args.error_buffer,
+                "How far (in sampled rows) samples may run ahead of or behind the ratio")
+      ->type_name("E");
+  g->add_option("--min-size-to-sample", args.min_size_to_sample,
+                "No sampling before this many steps are stored (alone: Reverb's MinSize)")
+      ->check(kCount)
+      ->type_name("N");
+}
+
 // The options of `create` that are kept as text for CLI11 and converted after it (the validators above
 // guarantee that they convert).
 struct CreateText {
@@ -104,6 +120,7 @@ CLI::App* add_create(CLI::App& app, CreateArgs& args, CreateText& raw) {
   cmd->add_option("--priority-exponent", args.priority_exponent,
                   "Give every step a priority; prioritized samples draw starts by priority^ALPHA")
       ->type_name("ALPHA");
+  add_rate_limit_options(cmd, args.rate_limit);
   return cmd;
 }
 
@@ -219,7 +236,17 @@ CLI::App* add_load(CLI::App& app, LoadArgs& args, std::string& mode) {
   return cmd;
 }
 
-constexpr const char* kSubcommands = "create, ls, info, watch, dump, save, load or rm";
+CLI::App* add_limit(CLI::App& app, LimitArgs& args) {
+  CLI::App* cmd = app.add_subcommand(
+      "limit", "Show, set or remove a running segment's rate limiter (waiting processes re-check at once)");
+  cmd->add_option("NAME", args.name, "Segment name")->required()->type_name("");
+  add_rate_limit_options(cmd, args.rate_limit);
+  cmd->add_flag("--off", args.off, "Remove the rate limiter");
+  cmd->add_flag("--json", args.json, "Print the limiter's state as JSON");
+  return cmd;
+}
+
+constexpr const char* kSubcommands = "create, ls, info, watch, dump, save, load, limit or rm";
 
 // One line for a command-line error: CLI11's message, or a clearer one for an unknown subcommand, and where to
 // find the usage.
@@ -242,8 +269,8 @@ std::string usage_message(const CLI::App& app, const CLI::ParseError& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("shmreplay: create, list, inspect, watch, dump, save, load and remove replay buffers in POSIX shared "
-               "memory",
+  CLI::App app("shmreplay: create, list, inspect, watch, dump, save, load, rate-limit and remove replay buffers in "
+               "POSIX shared memory",
                "shmreplay");
   app.set_version_flag("--version", fmt::format("shmreplay {} (segment layout {}.{})", shmreplay::kVersion,
                                                 shmreplay::layout::kLayoutMajor, shmreplay::layout::kLayoutMinor));
@@ -272,6 +299,8 @@ int main(int argc, char** argv) {
   CLI::App* save = add_save(app, save_args);
   CLI::App* load = add_load(app, load_args, load_mode);
   CLI::App* rm = add_rm(app, rm_args);
+  LimitArgs limit_args;
+  CLI::App* limit = add_limit(app, limit_args);
 
   try {
     app.parse(argc, argv);
@@ -307,6 +336,7 @@ int main(int argc, char** argv) {
       return run_dump(dump_args);
     }
     if (save->parsed()) return run_save(save_args);
+    if (limit->parsed()) return run_limit(limit_args);
     if (load->parsed()) {
       load_args.mode = static_cast<uint32_t>(*parse_unsigned(load_mode, 8));
       return run_load(load_args);

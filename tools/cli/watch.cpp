@@ -255,6 +255,7 @@ std::vector<std::string> frame_lines(const WatchArgs& args, const SegmentInfo& s
   pair("writers", fmt::format("{} alive, {} dead, {} env{} without a writer", w.alive, w.dead, w.free,
                               w.free == 1 ? "" : "s"));
   pair("learner", learner_text(l));
+  if (s.rate_limit.limit) pair("rate limit", rate_limit_text(s.rate_limit));
   lines.emplace_back();
 
   Table t({{"ENV", Align::right},
@@ -328,6 +329,13 @@ Json frame_json(const SegmentInfo& s, const Rates& r, bool removed) {
       {"live_writers", w.alive},
       {"dead_writers", w.dead},
       {"learner", {{"state", to_string(s.learner.state)}, {"pid", s.learner.pid}}},
+      {"rate_limit", s.rate_limit.limit ? Json{{"text", s.rate_limit.limit->to_string()},
+                                               {"inserts", s.rate_limit.inserts},
+                                               {"samples", s.rate_limit.samples},
+                                               {"error", s.rate_limit.error},
+                                               {"learner_waiting_rows", s.rate_limit.learner_waiting_rows},
+                                               {"writer_waiters", s.rate_limit.writer_waiters}}
+                                        : Json(nullptr)},
       {"envs", std::move(envs)},
   };
 }

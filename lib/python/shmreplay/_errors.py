@@ -43,6 +43,8 @@ _TABLE = [
     ("Timeout", "timeout", (TimeoutError,), "A blocking wait ran out of time."),
     ("Contended", "contended", (), "A sample kept being overwritten by writers and gave up."),
     ("ReadOnly", "read_only", (), "A writing role on a read-only mapping."),
+    ("RateLimited", "rate_limited", (TimeoutError,),
+     "The rate limiter held a sample or a waiting writer's push back past its timeout (with timeout 0: not now)."),
 ]
 
 BY_CODE = [None]

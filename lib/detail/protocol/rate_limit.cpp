@@ -1,0 +1,212 @@
+#include "detail/protocol/rate_limit.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "detail/protocol/seqlock.hpp"
+#include "detail/protocol/wake.hpp"
+#include "shmreplay/error.hpp"
+
+namespace shmreplay::detail {
+
+using layout::EnvControl;
+using layout::GlobalControl;
+
+namespace {
+
+uint64_t bits(double v) noexcept { return std::bit_cast<uint64_t>(v); }
+double value(uint64_t b) noexcept { return std::bit_cast<double>(b); }
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------
+// Settings: a seqlock with a CAS for the (rare, cold) rewriters.
+
+std::optional<LimiterSettings> load_rate_limit(const GlobalControl& g) noexcept {
+  for (;;) {
+    // acquire: pairs with store_rate_limit's release store that makes the sequence even again.
+    const uint64_t s0 = g.limiter_config_seq.load(std::memory_order_acquire);
+    if (s0 & 1) {
+      cpu_relax();
+      continue;
+    }
+    std::optional<LimiterSettings> out;
+    if (g.limiter_enabled.load(std::memory_order_relaxed) != 0) {
+      out = LimiterSettings{RateLimit{g.min_size_to_sample.load(std::memory_order_relaxed),
+                                      value(g.samples_per_insert.load(std::memory_order_relaxed)),
+                                      value(g.limiter_min_diff.load(std::memory_order_relaxed)),
+                                      value(g.limiter_max_diff.load(std::memory_order_relaxed))},
+                            value(g.limiter_error_offset.load(std::memory_order_relaxed))};
+    }
+    // acquire fence: orders the loads above before the re-read; pairs with the rewriter's release fence after it
+    // made the sequence odd (a copy that overlapped a rewrite sees the sequence moved).
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (g.limiter_config_seq.load(std::memory_order_relaxed) == s0) return out;
+  }
+}
+
+void store_rate_limit(GlobalControl& g, const std::optional<RateLimit>& limit,
+                      std::optional<uint64_t> inserts) noexcept {
+  uint64_t s = g.limiter_config_seq.load(std::memory_order_relaxed);
+  for (;;) {
+    // acquire: serializes rewriters (the CLI twice at once); makes the sequence odd before any word changes.
+    if ((s & 1) == 0 && g.limiter_config_seq.compare_exchange_weak(s, s + 1, std::memory_order_acquire)) break;
+    if (s & 1) {
+      cpu_relax();
+      s = g.limiter_config_seq.load(std::memory_order_relaxed);
+    }
+  }
+  // release fence: pairs with load_rate_limit's acquire fence; the odd sequence is visible before the new words.
+  std::atomic_thread_fence(std::memory_order_release);
+  g.limiter_enabled.store(limit ? 1 : 0, std::memory_order_relaxed);
+  const RateLimit r = limit.value_or(RateLimit{0, 0, 0, 0});
+  g.min_size_to_sample.store(r.min_size_to_sample, std::memory_order_relaxed);
+  g.samples_per_insert.store(bits(r.samples_per_insert), std::memory_order_relaxed);
+  g.limiter_min_diff.store(bits(r.min_diff), std::memory_order_relaxed);
+  g.limiter_max_diff.store(bits(r.max_diff), std::memory_order_relaxed);
+  double offset = 0;
+  if (inserts) {
+    g.limiter_changes.fetch_add(1, std::memory_order_relaxed);
+    if (limit && limit->has_ratio()) {
+      const double middle = limit->min_diff / 2 + limit->max_diff / 2;
+      offset = middle - limiter_error({r, 0}, *inserts, g.samples.load(std::memory_order_relaxed));
+    }
+  }
+  g.limiter_error_offset.store(bits(offset), std::memory_order_relaxed);
+  // release: pairs with load_rate_limit's acquire load of the sequence.
+  g.limiter_config_seq.store(s + 2, std::memory_order_release);
+  notify(learner_wake(g));
+  notify({g.writer_wake_seq, g.writer_waiters});
+}
+
+void check_rate_limit(const RateLimit& limit, uint64_t most_steps, const std::string& where) {
+  auto fail = [&](const std::string& what) {
+    throw Error(Errc::invalid_argument, fmt::format("{}: {}", where, what));
+  };
+  if (!(std::isfinite(limit.samples_per_insert) && limit.samples_per_insert > 0)) {
+    fail(fmt::format("samples_per_insert is {}, expected a finite number > 0", limit.samples_per_insert));
+  }
+  if (std::isnan(limit.min_diff) || std::isnan(limit.max_diff) || limit.min_diff > limit.max_diff) {
+    fail(fmt::format("the bounds are min_diff {} and max_diff {}, expected min_diff <= max_diff", limit.min_diff,
+                     limit.max_diff));
+  }
+  if (limit.min_size_to_sample > most_steps) {
+    fail(fmt::format("min_size_to_sample is {}, but the buffer stores at most {} steps (num_envs x capacity): "
+                     "the learner could never sample",
+                     limit.min_size_to_sample, most_steps));
+  }
+  const double need = 2 * std::max(1.0, limit.samples_per_insert);
+  if (limit.has_ratio() && limit.max_diff - limit.min_diff < need) {
+    fail(fmt::format("the error buffer is {} (min_diff {}, max_diff {}), expected at least {} = max(1, "
+                     "samples_per_insert): one step and one sampled row must fit between the bounds",
+                     limit.error_buffer(), limit.min_diff, limit.max_diff, need / 2));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Verdicts, Reverb's conditions (rate_limiter.cc: CanSample, CanInsert) with inserts as published steps.
+
+double limiter_error(const LimiterSettings& s, uint64_t inserts, uint64_t samples) noexcept {
+  return static_cast<double>(inserts) * s.limit.samples_per_insert - static_cast<double>(samples) + s.error_offset;
+}
+
+RateLimitVerdict sample_verdict(const LimiterSettings& s, uint64_t inserts, uint64_t stored, uint64_t samples,
+                                uint64_t rows) noexcept {
+  const RateLimit& limit = s.limit;
+  const double error = limiter_error(s, inserts, samples);
+  if (stored < limit.min_size_to_sample) {
+    return {RateLimitReason::min_size, error, static_cast<double>(limit.min_size_to_sample)};
+  }
+  if (error - static_cast<double>(rows) < limit.min_diff) return {RateLimitReason::learner_ahead, error, limit.min_diff};
+  return {RateLimitReason::none, error, limit.min_diff};
+}
+
+RateLimitVerdict insert_verdict(const LimiterSettings& s, uint64_t admitted, uint64_t samples,
+                                uint64_t steps) noexcept {
+  const RateLimit& limit = s.limit;
+  const double error = limiter_error(s, admitted, samples);
+  if (admitted + steps <= limit.min_size_to_sample) return {RateLimitReason::none, error, limit.max_diff};
+  const double after = limiter_error(s, admitted + steps, samples);
+  if (after > limit.max_diff) return {RateLimitReason::writers_ahead, error, limit.max_diff};
+  return {RateLimitReason::none, error, limit.max_diff};
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Counts
+
+InsertCounts count_inserts(const Buffer& b) noexcept {
+  InsertCounts out;
+  for (uint64_t e = 0; e < b.num_envs(); ++e) {
+    const StepRange r = published_range(b.env_control(e), View::replay, b.capacity());
+    out.inserts += r.hi;
+    out.stored += r.hi - r.lo;
+  }
+  return out;
+}
+
+uint64_t count_admitted(const Buffer& b) noexcept {
+  uint64_t total = 0;
+  for (uint64_t e = 0; e < b.num_envs(); ++e) {
+    const EnvControl& c = b.env_control(e);
+    total += std::max(c.head.load(std::memory_order_relaxed), c.limiter_reserved.load(std::memory_order_relaxed));
+  }
+  return total;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The learner's half: count after sampling, wake the writers it lets in.
+
+void count_samples(GlobalControl& g, uint64_t rows, uint64_t now_ns) noexcept {
+  g.samples.fetch_add(rows, std::memory_order_relaxed);  // one writer (the learner); ordered by notify's fence
+  g.last_sample_ns.store(now_ns, std::memory_order_relaxed);
+  // notify's seq_cst fence orders the count before the load of writer_waiters; pairs with the waiting writer's
+  // seq_cst increment of writer_waiters before it re-counts (sleep_until).
+  notify({g.writer_wake_seq, g.writer_waiters});
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The waiting writer's half: admission by reservation, serialized by one CAS on admit_seq.
+//
+// Claim: the steps admitted and not yet withdrawn never take error above max_diff. An admission that succeeds
+// with admit_seq going v -> v + 1 counted after its acquire load of v. Every admission that succeeded before it
+// stored its reservations before its CAS (release), and that CAS wrote a value <= v, so our acquire load of v
+// (or a later value) makes those reservations visible to our count; no admission succeeded between our load and
+// our CAS (it would have moved admit_seq). So our count includes every earlier admitted step, and heads only
+// replace reservations (head <= reservation until published, then equal). A reservation of a writer that has not
+// yet CASed (or lost, or died before its CAS) may be counted too: that only makes us stricter.
+
+RateLimitVerdict try_admit(Buffer& b, const LimiterSettings& limit, std::span<EnvControl* const> envs) noexcept {
+  GlobalControl& g = b.global_control();
+  for (;;) {
+    // acquire: pairs with the release (seq_cst) CAS of the admission that wrote this value, so its reservations
+    // are visible to count_admitted.
+    uint64_t v = g.admit_seq.load(std::memory_order_acquire);
+    // acquire: the learner's count only grows; reading it stale is stricter, never looser.
+    const uint64_t samples = g.samples.load(std::memory_order_acquire);
+    const RateLimitVerdict verdict = insert_verdict(limit, count_admitted(b), samples, envs.size());
+    if (!verdict.allowed()) return verdict;
+    for (EnvControl* c : envs) {
+      c->limiter_reserved.store(c->head.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    }
+    // seq_cst (release half): publishes the reservations above to the next admitter's acquire load of admit_seq.
+    if (g.admit_seq.compare_exchange_strong(v, v + 1, std::memory_order_seq_cst)) return verdict;
+    withdraw(envs);  // another writer was admitted since our count: count again
+  }
+}
+
+void withdraw(std::span<EnvControl* const> envs) noexcept {
+  for (EnvControl* c : envs) {
+    c->limiter_reserved.store(c->head.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+}
+
+}  // namespace shmreplay::detail

@@ -1,0 +1,121 @@
+// detail/protocol/rate_limit.hpp: the rate limiter's protocol, every side of it (docs/design.md, "Rate limiting").
+//
+//   word                          written by                                 read by
+//   GlobalControl line 4          create(), Buffer::set_rate_limit (the CLI) everyone (load_rate_limit)
+//     (settings, seqlock limiter_config_seq: odd while rewritten)
+//   EnvControl::head              the env's writer (publish_step)             the learner and waiting writers
+//   EnvControl::limiter_reserved  the env's waiting writer (try_admit,        waiting writers (count_admitted)
+//                                 withdraw), a new owner (withdraw)
+//   GlobalControl::samples        the learner (count_samples)                 waiting writers, the Inspector
+//   GlobalControl::admit_seq      waiting writers (try_admit: one CAS per     waiting writers (try_admit)
+//                                 admission)
+//   writer_wake_seq/_waiters      the learner wakes (count_samples), writers  (detail/protocol/wake.hpp)
+//                                 sleep
+//
+// Inserts are the published steps, the sum of the envs' heads: nothing new is written per push, a step counts from
+// its head store, and a writer killed at any instruction leaves the count exact (a claimed but unpublished step
+// never counted). Samples are the rows the learner admitted; one learner per segment writes the count.
+//
+// Who calls what:
+//   sample_verdict, count_samples        the learner (Sampler::sample, sample_mixed): check, sample, count.
+//   try_admit, withdraw                  a Writer made with WriterOptions::wait_for_rate_limit, before it claims;
+//                                        withdraw also by every Writer that takes a lease (a dead owner's
+//                                        reservation goes) and for an abandoned reservation.
+//   load_rate_limit, store_rate_limit    everyone; the creator and `shmreplay limit`.
+// Non-waiting writers touch none of it: the limiter costs them nothing.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/layout.hpp"
+#include "shmreplay/rate_limit.hpp"
+
+namespace shmreplay::detail {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Settings
+
+/// The settings in force: the limit, and the offset added to the error (0 from creation; a change restarts the
+/// error at the middle of the new bounds, so that history counted under other settings does not hold either side
+/// back).
+struct LimiterSettings {
+  RateLimit limit;
+  double error_offset = 0;
+};
+
+/// The settings, or nullopt without a limiter. A consistent copy: retried while `shmreplay limit` rewrites them.
+std::optional<LimiterSettings> load_rate_limit(const layout::GlobalControl& g) noexcept;
+
+/// Rewrites the settings (nullopt: no limiter). Concurrent rewriters are serialized by a CAS that makes the
+/// sequence odd. At creation (`inserts` nullopt) the offset is 0; a change of a running buffer (`inserts` = its
+/// sum of heads now) sets the offset that puts the error at the middle of the new bounds, and counts the change
+/// in limiter_changes. Then wakes every waiter on both sides, whose condition may have changed.
+void store_rate_limit(layout::GlobalControl& g, const std::optional<RateLimit>& limit,
+                      std::optional<uint64_t> inserts) noexcept;
+
+/// Throws Error(invalid_argument) for settings that cannot work in a buffer of `most_steps` steps: a
+/// samples_per_insert that is not finite and > 0, NaN or crossed bounds, a min_size_to_sample above most_steps,
+/// or a ratio whose bounds are closer than 2 * max(1, samples_per_insert) (one row and one step must fit).
+void check_rate_limit(const RateLimit& limit, uint64_t most_steps, const std::string& where);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Verdicts: pure functions of the counts (the same arithmetic for the library, the tests and the model).
+
+struct RateLimitVerdict {
+  RateLimitReason reason = RateLimitReason::none;
+  double error = 0;  ///< inserts * samples_per_insert - samples, before the call
+  double bound = 0;  ///< the bound the call would cross (min_diff or max_diff), or min_size_to_sample
+  bool allowed() const noexcept { return reason == RateLimitReason::none; }
+};
+
+/// error = inserts * samples_per_insert - samples + error_offset.
+double limiter_error(const LimiterSettings& s, uint64_t inserts, uint64_t samples) noexcept;
+/// May the learner take `rows` rows? `inserts` is the sum of heads, `stored` the replay view's size.
+RateLimitVerdict sample_verdict(const LimiterSettings& s, uint64_t inserts, uint64_t stored, uint64_t samples,
+                                uint64_t rows) noexcept;
+/// May a waiting writer insert `steps` steps? `admitted` is count_admitted: published steps plus admitted ones
+/// not yet published.
+RateLimitVerdict insert_verdict(const LimiterSettings& s, uint64_t admitted, uint64_t samples,
+                                uint64_t steps) noexcept;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Counts
+
+struct InsertCounts {
+  uint64_t inserts = 0;  ///< sum of heads
+  uint64_t stored = 0;   ///< steps in the replay view (published, not overwritten)
+};
+/// O(num_envs) loads.
+InsertCounts count_inserts(const Buffer& b) noexcept;
+
+/// The sum over envs of max(head, limiter_reserved). O(num_envs) loads.
+uint64_t count_admitted(const Buffer& b) noexcept;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Learner side
+
+/// After a sample call's rows were drawn (every sample call, limiter or not, so that a limiter set later finds
+/// the counts): samples += rows, the time of the call, and a wake-up for writers that wait for it.
+/// Precondition: the caller holds the learner lease (the only writer of `samples`).
+void count_samples(layout::GlobalControl& g, uint64_t rows, uint64_t now_ns) noexcept;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Writer side (a writer that waits for the limiter)
+
+/// One admission attempt for one step of each env in `envs` (the caller's leased envs of one push call, each
+/// once): reads admit_seq, counts, and when insert_verdict allows it, raises each env's limiter_reserved to
+/// head + 1 and takes admit_seq with a CAS. Returns the verdict it decided with; allowed() means admitted (the
+/// reservations stay until the steps' head stores cover them). On a lost CAS it withdraws and tries again, so
+/// it returns only "admitted" or "held back".
+RateLimitVerdict try_admit(Buffer& b, const LimiterSettings& s, std::span<layout::EnvControl* const> envs) noexcept;
+
+/// Lowers each env's reservation to its head: after a push that was not admitted, an abandoned reservation, or
+/// when a lease is taken (a dead owner's admitted but unpublished steps never come). Precondition: the caller
+/// holds the envs' leases.
+void withdraw(std::span<layout::EnvControl* const> envs) noexcept;
+
+}  // namespace shmreplay::detail

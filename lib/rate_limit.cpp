@@ -1,0 +1,74 @@
+// The rate limiter's settings (RateLimit) and the Buffer's view of them; the protocol is in
+// detail/protocol/rate_limit.{hpp,cpp}, the waits in writer.cpp and sampler.cpp.
+#include "shmreplay/rate_limit.hpp"
+
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "detail/protocol/rate_limit.hpp"
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/error.hpp"
+
+namespace shmreplay {
+
+RateLimit RateLimit::ratio(double samples_per_insert, uint64_t min_size_to_sample, double error_buffer) noexcept {
+  const double offset = samples_per_insert * static_cast<double>(min_size_to_sample);
+  return {min_size_to_sample, samples_per_insert, offset - error_buffer, offset + error_buffer};
+}
+
+RateLimit RateLimit::min_size(uint64_t min_size_to_sample) noexcept {
+  return {min_size_to_sample, 1.0, -std::numeric_limits<double>::max(), std::numeric_limits<double>::max()};
+}
+
+bool RateLimit::has_ratio() const noexcept {
+  return min_diff > -std::numeric_limits<double>::max() || max_diff < std::numeric_limits<double>::max();
+}
+
+std::string RateLimit::to_string() const {
+  if (!has_ratio()) return fmt::format("min size {}", min_size_to_sample);
+  return fmt::format("samples_per_insert {:g}, min_size_to_sample {}, error buffer {:g} (error {:g} .. {:g})",
+                     samples_per_insert, min_size_to_sample, error_buffer(), min_diff, max_diff);
+}
+
+std::optional<RateLimit> Buffer::rate_limit() const noexcept {
+  const auto settings = detail::load_rate_limit(global_control());
+  return settings ? std::optional<RateLimit>(settings->limit) : std::nullopt;
+}
+
+RateLimitState Buffer::rate_limit_state() const {
+  const layout::GlobalControl& g = global_control();
+  RateLimitState s;
+  const auto settings = detail::load_rate_limit(g);
+  const detail::InsertCounts counts = detail::count_inserts(*this);
+  s.inserts = counts.inserts;
+  s.stored = counts.stored;
+  s.samples = g.samples.load(std::memory_order_relaxed);
+  if (settings) {
+    s.limit = settings->limit;
+    s.error = detail::limiter_error(*settings, s.inserts, s.samples);
+  }
+  s.learner_waiting_rows = g.learner_waiting_rows.load(std::memory_order_relaxed);
+  s.learner_waiting_since_ns = s.learner_waiting_rows ? g.learner_waiting_since_ns.load(std::memory_order_relaxed) : 0;
+  s.writer_waiters = g.writer_waiters.load(std::memory_order_relaxed);
+  s.writer_waiting_since_ns = s.writer_waiters ? g.writer_waiting_since_ns.load(std::memory_order_relaxed) : 0;
+  s.last_sample_ns = g.last_sample_ns.load(std::memory_order_relaxed);
+  s.learner_limited = g.learner_limited.load(std::memory_order_relaxed);
+  s.writers_limited = g.writers_limited.load(std::memory_order_relaxed);
+  s.writer_timeouts = g.writer_timeouts.load(std::memory_order_relaxed);
+  s.changes = g.limiter_changes.load(std::memory_order_relaxed);
+  return s;
+}
+
+void Buffer::set_rate_limit(const std::optional<RateLimit>& limit) {
+  if (read_only()) {
+    throw Error(Errc::read_only, fmt::format("cannot set the rate limit of '{}': the buffer is mapped read-only", name()));
+  }
+  if (limit) {
+    detail::check_rate_limit(*limit, num_envs() * capacity(),
+                             fmt::format("cannot set the rate limit of '{}' to {}", name(), limit->to_string()));
+  }
+  detail::store_rate_limit(global_control(), limit, detail::count_inserts(*this).inserts);
+}
+
+}  // namespace shmreplay

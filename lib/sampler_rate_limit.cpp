@@ -1,0 +1,97 @@
+// The learner's half of the rate limiter (detail/protocol/rate_limit.hpp): a sample call waits until the limiter
+// admits its whole batch, then counts its rows, which lets waiting writers in. The writer's half is
+// Writer::wait_for_rate_limit (lib/writer.cpp).
+#include <atomic>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "detail/os/process.hpp"
+#include "detail/protocol/rate_limit.hpp"
+#include "detail/protocol/wake.hpp"
+#include "shmreplay/error.hpp"
+#include "shmreplay/sampler.hpp"
+
+namespace shmreplay {
+
+namespace {
+
+// Why the limiter holds a batch back, in words.
+std::string held_back_text(const detail::RateLimitVerdict& v, const RateLimit& limit, std::size_t rows,
+                           const detail::InsertCounts& counts) {
+  if (v.reason == RateLimitReason::min_size) {
+    return fmt::format("{} steps are stored, fewer than min_size_to_sample {}", counts.stored,
+                       limit.min_size_to_sample);
+  }
+  std::string text = fmt::format("the error (inserts x samples_per_insert - samples) is {:g}, and {} rows would take "
+                                 "it below min_diff {:g}: the writers have not inserted enough steps for that many "
+                                 "samples ({})",
+                                 v.error, rows, limit.min_diff, limit.to_string());
+  if (static_cast<double>(rows) > limit.max_diff - limit.min_diff) {
+    text += fmt::format("; a batch of {} rows can only pass while writers run ahead by more than the error buffer "
+                        "(writers that wait for the limiter never do): use batches of at most {:g} rows or a larger "
+                        "error buffer",
+                        rows, limit.max_diff - limit.min_diff);
+  }
+  return text;
+}
+
+}  // namespace
+
+RateLimitReason Sampler::rate_limit_verdict(std::size_t rows) const noexcept {
+  const layout::GlobalControl& g = buffer_->global_control();
+  const auto settings = detail::load_rate_limit(g);
+  if (!settings) return RateLimitReason::none;
+  const detail::InsertCounts counts = detail::count_inserts(*buffer_);
+  return detail::sample_verdict(*settings, counts.inserts, counts.stored, g.samples.load(std::memory_order_relaxed),
+                                rows)
+      .reason;
+}
+
+void Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t timeout_ms) {
+  layout::GlobalControl& g = buffer_->global_control();
+  auto settings = detail::load_rate_limit(g);
+  if (!settings) return;
+  detail::InsertCounts counts;
+  detail::RateLimitVerdict verdict;
+  // The learner is the only writer of `samples`, so what it reads is exact; inserts only grow meanwhile.
+  const auto admitted = [&] {
+    settings = detail::load_rate_limit(g);
+    if (!settings) return true;  // the limiter was removed meanwhile
+    counts = detail::count_inserts(*buffer_);
+    verdict = detail::sample_verdict(*settings, counts.inserts, counts.stored,
+                                     g.samples.load(std::memory_order_relaxed), rows);
+    return verdict.allowed();
+  };
+  if (admitted()) return;
+  g.learner_limited.fetch_add(1, std::memory_order_relaxed);
+  bool ok = false;
+  if (timeout_ms > 0) {
+    g.learner_waiting_since_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
+    g.learner_waiting_rows.store(rows, std::memory_order_relaxed);
+    // Writers wake the learner after each push (notify_waiters), the CLI after a change of the settings.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    ok = detail::sleep_until(detail::learner_wake(g), deadline, admitted, [] {});
+    g.learner_waiting_rows.store(0, std::memory_order_relaxed);
+  }
+  if (ok) return;
+  throw Error(Errc::rate_limited,
+              timeout_ms == 0
+                  ? fmt::format("cannot {} {} rows from '{}' now: the rate limiter holds the call back: {}", op, rows,
+                                buffer_->name(), held_back_text(verdict, settings->limit, rows, counts))
+                  : fmt::format("cannot {} {} rows from '{}': the rate limiter held the call back for {} ms (its "
+                                "timeout): {}; {} writer{} waiting for it",
+                                op, rows, buffer_->name(), timeout_ms,
+                                held_back_text(verdict, settings->limit, rows, counts),
+                                g.writer_waiters.load(std::memory_order_relaxed),
+                                g.writer_waiters.load(std::memory_order_relaxed) == 1 ? " is" : "s are"));
+}
+
+void Sampler::count_sample_call(std::size_t rows) noexcept {
+  layout::GlobalControl& g = buffer_->global_control();
+  g.rows_sampled.fetch_add(rows, std::memory_order_relaxed);
+  g.sample_calls.fetch_add(1, std::memory_order_relaxed);
+  detail::count_samples(g, rows, detail::coarse_realtime_ns());
+}
+
+}  // namespace shmreplay
