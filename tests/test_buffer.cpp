@@ -471,6 +471,11 @@ TEST_CASE("a segment of another major or an older minor version is refused with 
   CHECK(contains(m, fmt::format("segment layout 1.1, library 1.{}", kLayoutMinor)));
   CHECK(contains(m, "episode"));
   CHECK(contains(m, "recreate the segment"));
+  // Layout 1.3 lacks the rate limiter.
+  poke<uint32_t>(minor, offsetof(SegmentHeader, layout_minor), 3);
+  CHECK(open_bytes(minor, &m) == code(Errc::version_mismatch));
+  CHECK(contains(m, fmt::format("segment layout 1.3, library 1.{}", kLayoutMinor)));
+  CHECK(contains(m, "the rate limiter"));
 }
 
 TEST_CASE("a segment that is not ready is reported, or waited for within the timeout") {

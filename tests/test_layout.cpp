@@ -17,9 +17,9 @@ using namespace shmreplay::layout;
 
 #pragma GCC diagnostic ignored "-Winvalid-offsetof"
 
-TEST_CASE("the layout version is 1.2 and its magic spells SHMRPLAY") {
+TEST_CASE("the layout version is 1.4 and its magic spells SHMRPLAY") {
   CHECK(kLayoutMajor == 1);
-  CHECK(kLayoutMinor == 3);
+  CHECK(kLayoutMinor == 4);
   const char expected[] = "SHMRPLAY";
   for (int i = 0; i < 8; ++i) CHECK(static_cast<char>((kMagic >> (8 * i)) & 0xff) == expected[i]);
 }
@@ -90,6 +90,7 @@ TEST_CASE("layout 1.2: EnvControl puts each writing role on its own cache line")
   CHECK(offsetof(EnvControl, claimed) == 0);
   CHECK(offsetof(EnvControl, head) == 8);
   CHECK(offsetof(EnvControl, last_push_ns) == 16);
+  CHECK(offsetof(EnvControl, limiter_reserved) == 24);  // 1.4
   CHECK(offsetof(EnvControl, online_start) == 64);
   CHECK(offsetof(EnvControl, update_seq) == 72);
   CHECK(offsetof(EnvControl, lease) == 128);
@@ -99,7 +100,7 @@ TEST_CASE("layout 1.2: EnvControl puts each writing role on its own cache line")
 }
 
 TEST_CASE("layout 1.2: GlobalControl puts the learner lease, its counters and the wake word on their own lines") {
-  CHECK(sizeof(GlobalControl) == 256);
+  CHECK(sizeof(GlobalControl) == 448);
   CHECK(alignof(GlobalControl) == 64);
   CHECK(offsetof(GlobalControl, learner_lease) == 0);
   CHECK(offsetof(GlobalControl, learner_start_ticks) == 8);
@@ -116,6 +117,26 @@ TEST_CASE("layout 1.2: GlobalControl puts the learner lease, its counters and th
   CHECK(offsetof(GlobalControl, priority_walk) == 200);
   CHECK(offsetof(GlobalControl, priority_updates) == 208);
   CHECK(offsetof(GlobalControl, priority_updates_dropped) == 216);
+  // 1.4: the rate limiter's settings, its learner side and its writer side.
+  CHECK(offsetof(GlobalControl, limiter_config_seq) == 256);
+  CHECK(offsetof(GlobalControl, limiter_enabled) == 264);
+  CHECK(offsetof(GlobalControl, min_size_to_sample) == 272);
+  CHECK(offsetof(GlobalControl, samples_per_insert) == 280);
+  CHECK(offsetof(GlobalControl, limiter_min_diff) == 288);
+  CHECK(offsetof(GlobalControl, limiter_max_diff) == 296);
+  CHECK(offsetof(GlobalControl, limiter_changes) == 304);
+  CHECK(offsetof(GlobalControl, limiter_error_offset) == 312);
+  CHECK(offsetof(GlobalControl, samples) == 320);
+  CHECK(offsetof(GlobalControl, last_sample_ns) == 328);
+  CHECK(offsetof(GlobalControl, writer_wake_seq) == 336);
+  CHECK(offsetof(GlobalControl, learner_waiting_rows) == 344);
+  CHECK(offsetof(GlobalControl, learner_waiting_since_ns) == 352);
+  CHECK(offsetof(GlobalControl, learner_limited) == 360);
+  CHECK(offsetof(GlobalControl, admit_seq) == 384);
+  CHECK(offsetof(GlobalControl, writer_waiters) == 392);
+  CHECK(offsetof(GlobalControl, writer_waiting_since_ns) == 400);
+  CHECK(offsetof(GlobalControl, writers_limited) == 408);
+  CHECK(offsetof(GlobalControl, writer_timeouts) == 416);
   CHECK(kUpdateLockBit == (1ull << 63));
 }
 
@@ -179,7 +200,7 @@ TEST_CASE("a created segment places its sections as the layout says") {
   CHECK(h.sections[kSectionEnvs].offset == 256 + 3 * 192);
   CHECK(h.sections[kSectionEnvs].bytes == 5 * 192);
   CHECK(h.sections[kSectionGlobal].offset == 256 + 3 * 192 + 5 * 192);
-  CHECK(h.sections[kSectionGlobal].bytes == 256);
+  CHECK(h.sections[kSectionGlobal].bytes == 448);
   CHECK(h.sections[kSectionData].offset == 4096);
   // Each field's storage is [5 envs][7 steps][bytes], 64-byte aligned, in schema order.
   const auto& offs = b.field_offsets();
