@@ -14,22 +14,25 @@ void bind_buffer(py::module_& m) {
           [](const std::string& name, uint64_t num_envs, uint64_t capacity, py::object schema, uint32_t mode,
              bool replace, std::optional<std::string> done, std::optional<std::string> terminated,
              std::optional<std::string> truncated, std::optional<std::string> reward,
-             uint64_t episode_queue_capacity, std::optional<double> priority_exponent) {
+             uint64_t episode_queue_capacity, std::optional<double> priority_exponent,
+             std::optional<RateLimit> rate_limit) {
             const Schema s = py::isinstance<py::str>(schema) ? Schema::parse(schema.cast<std::string>())
                                                              : schema.cast<Schema>();
             CreateOptions o{.mode = mode, .replace = replace};
             o.episodes = {done.value_or(""), terminated.value_or(""), truncated.value_or(""), reward.value_or("")};
             o.episode_queue_capacity = episode_queue_capacity;
             o.priority_exponent = priority_exponent;
+            o.rate_limit = rate_limit;
             py::gil_scoped_release release;  // fallocate and initialise: may take a while for big buffers
             return std::make_shared<Buffer>(Buffer::create(name, num_envs, capacity, s, o));
           },
           "name"_a, "num_envs"_a, "capacity"_a, "schema"_a, py::kw_only(), "mode"_a = 0600, "replace"_a = false,
           "done"_a = py::none(), "terminated"_a = py::none(), "truncated"_a = py::none(), "reward"_a = py::none(),
-          "episode_queue_capacity"_a = 0, "priority_exponent"_a = py::none(),
+          "episode_queue_capacity"_a = 0, "priority_exponent"_a = py::none(), "rate_limit"_a = py::none(),
           "Create a buffer of num_envs rings of capacity steps; schema is a Schema or its text form. With "
           "priority_exponent=alpha every stored step has a priority and prioritized samples draw starts with "
-          "probability proportional to priority**alpha.")
+          "probability proportional to priority**alpha. With rate_limit=RateLimit.ratio(...) or "
+          "RateLimit.min_size(...), samples per inserted step are kept within an error buffer across processes.")
       .def_static(
           "open",
           [](const std::string& name, std::optional<py::object> schema, bool read_only, double ready_timeout) {
@@ -61,6 +64,17 @@ void bind_buffer(py::module_& m) {
                                return b.priority_exponent();
                              },
                              "alpha of a buffer with priorities, None without")
+      .def_property(
+          "rate_limit", [](const Buffer& b) { return b.rate_limit(); },
+          [](Buffer& b, std::optional<RateLimit> limit) {
+            py::gil_scoped_release release;
+            b.set_rate_limit(limit);
+          },
+          "The rate limiter's settings (a RateLimit, or None). Setting it changes it for every process at once (the "
+          "error restarts at the middle of the new bounds); None removes it.")
+      .def(
+          "rate_limit_state", [](const Buffer& b) { return b.rate_limit_state(); },
+          "The rate limiter's settings, counts (inserts, samples, error) and waits, read now.")
       .def(
           "heads",
           [](const Buffer& b) {

@@ -70,24 +70,27 @@ void bind_sampler(py::module_& m) {
           "sample",
           [](PySampler& s, const std::string& view, std::size_t batch_size, std::size_t sequence_length,
              double power, const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized,
-             double beta, py::object out) {
+             double beta, double rate_limit_timeout, py::object out) {
             const View v = parse_view(view);
-            const SampleOptions o = sample_options(episodes, period, min_steps, prioritized, beta);
+            const SampleOptions o = sample_options(episodes, period, min_steps, prioritized, beta, rate_limit_timeout);
             return s.fill("sample", batch_size, sequence_length, out, [&](Sampler& smp, SampleBatch& b) {
               smp.sample(v, batch_size, sequence_length, power, s.rng, b, o);
             });
           },
           "view"_a, "batch_size"_a, "sequence_length"_a, "power"_a = 0.0, py::kw_only(), "episodes"_a = "cross",
-          "period"_a = 1, "min_steps"_a = 0, "prioritized"_a = false, "beta"_a = 0.4, "out"_a = py::none(),
+          "period"_a = 1, "min_steps"_a = 0, "prioritized"_a = false, "beta"_a = 0.4, "rate_limit_timeout"_a = 10.0,
+          "out"_a = py::none(),
           "batch_size sequences of sequence_length steps from view 'replay' or 'online'; each start is weighted by "
           "min(steps left to the head, sequence_length)**power, or with prioritized=True by its priority**alpha "
-          "(batch.weights then holds the importance weights for beta). Returns a Batch (out= fills that one).")
+          "(batch.weights then holds the importance weights for beta). In a buffer with a rate limiter the call waits "
+          "up to rate_limit_timeout seconds for it (0: RateLimited at once when it holds the call back). Returns a "
+          "Batch (out= fills that one).")
       .def(
           "sample_mixed",
           [](PySampler& s, std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
              double power, const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized,
-             double beta, py::object out) {
-            const SampleOptions o = sample_options(episodes, period, min_steps, prioritized, beta);
+             double beta, double rate_limit_timeout, py::object out) {
+            const SampleOptions o = sample_options(episodes, period, min_steps, prioritized, beta, rate_limit_timeout);
             return s.fill("sample_mixed", replay_batch + online_batch, sequence_length, out,
                           [&](Sampler& smp, SampleBatch& b) {
                             smp.sample_mixed(replay_batch, online_batch, sequence_length, power, s.rng, b, o);
@@ -95,19 +98,20 @@ void bind_sampler(py::module_& m) {
           },
           "replay_batch"_a, "online_batch"_a, "sequence_length"_a, "power"_a = 0.0, py::kw_only(),
           "episodes"_a = "cross", "period"_a = 1, "min_steps"_a = 0, "prioritized"_a = false, "beta"_a = 0.4,
-          "out"_a = py::none(),
+          "rate_limit_timeout"_a = 10.0, "out"_a = py::none(),
           "replay_batch rows from the replay view, then online_batch rows from the online queue.")
       .def(
           "sample_transitions",
           [](PySampler& s, const std::string& view, std::size_t batch_size, bool prioritized, double beta,
-             py::object out) {
+             double rate_limit_timeout, py::object out) {
             const View v = parse_view(view);
-            const SampleOptions o = sample_options("cross", 1, 0, prioritized, beta);
+            const SampleOptions o = sample_options("cross", 1, 0, prioritized, beta, rate_limit_timeout);
             return s.fill("sample_transitions", batch_size, 1, out, [&](Sampler& smp, SampleBatch& b) {
               smp.sample_transitions(v, batch_size, s.rng, b, o);
             });
           },
-          "view"_a, "batch_size"_a, py::kw_only(), "prioritized"_a = false, "beta"_a = 0.4, "out"_a = py::none(),
+          "view"_a, "batch_size"_a, py::kw_only(), "prioritized"_a = false, "beta"_a = 0.4,
+          "rate_limit_timeout"_a = 10.0, "out"_a = py::none(),
           "Flat transitions: uniform single steps (a Batch with sequence_length 1); with prioritized=True drawn by "
           "priority**alpha, with importance weights in batch.weights.")
       .def(
@@ -186,6 +190,12 @@ void bind_sampler(py::module_& m) {
         std::lock_guard lock(s.mu);
         s.get("reset_online_queue").reset_online_queue();
       }, "Empty the online view: it restarts at each env's head.")
+      .def(
+          "rate_limit_verdict",
+          [](PySampler& s, std::size_t rows) { return rate_limit_reason(s.get("rate_limit_verdict").rate_limit_verdict(rows)); },
+          "rows"_a,
+          "Whether the rate limiter would admit a sample call of rows rows now: 'none' (it would; also without a "
+          "limiter), 'min_size' or 'learner_ahead'. Never waits.")
       .def("size", [](PySampler& s, const std::string& view) { return s.get("size").size(parse_view(view)); },
            "view"_a, "Steps in the view over all envs.")
       .def("sizes", [](PySampler& s, uint64_t env) { return s.get("sizes").sizes(env); }, "env"_a)

@@ -41,25 +41,53 @@ void bind_writer(py::module_& m) {
 
   py::class_<PyWriter, std::shared_ptr<PyWriter>>(
       m, "Writer", "An env worker's view: it leases env ids for this process and pushes their steps.")
-      .def(py::init([](std::shared_ptr<Buffer> buffer, py::object env_ids) {
+      .def(py::init([](std::shared_ptr<Buffer> buffer, py::object env_ids, bool wait_for_rate_limit,
+                       double rate_limit_timeout) {
              auto w = std::make_shared<PyWriter>();
              w->buffer = buffer;
              const std::vector<uint64_t> ids = env_id_vector("Writer", env_ids, buffer->num_envs());
+             const WriterOptions o = writer_options(wait_for_rate_limit, rate_limit_timeout);
              py::gil_scoped_release release;
-             w->writer.emplace(*buffer, ids);
+             w->writer.emplace(*buffer, ids, o);
              return w;
            }),
-           "buffer"_a, "env_ids"_a, "Lease env_ids; LeaseHeld names the owner's pid when another process has one.")
+           "buffer"_a, "env_ids"_a, py::kw_only(), "wait_for_rate_limit"_a = false, "rate_limit_timeout"_a = 10.0,
+           "Lease env_ids; LeaseHeld names the owner's pid when another process has one. With "
+           "wait_for_rate_limit=True, pushes wait (up to rate_limit_timeout seconds, then RateLimited) while the "
+           "buffer's rate limiter holds inserts back; by default a writer never waits.")
       .def_static(
           "range",
-          [](std::shared_ptr<Buffer> buffer, uint64_t first, uint64_t count) {
+          [](std::shared_ptr<Buffer> buffer, uint64_t first, uint64_t count, bool wait_for_rate_limit,
+             double rate_limit_timeout) {
             auto w = std::make_shared<PyWriter>();
             w->buffer = buffer;
+            const WriterOptions o = writer_options(wait_for_rate_limit, rate_limit_timeout);
             py::gil_scoped_release release;
-            w->writer.emplace(Writer::range(*buffer, first, count));
+            w->writer.emplace(Writer::range(*buffer, first, count, o));
             return w;
           },
-          "buffer"_a, "first"_a, "count"_a, "Lease env ids first .. first+count-1.")
+          "buffer"_a, "first"_a, "count"_a, py::kw_only(), "wait_for_rate_limit"_a = false,
+          "rate_limit_timeout"_a = 10.0, "Lease env ids first .. first+count-1.")
+      .def_property(
+          "wait_for_rate_limit", [](PyWriter& w) { return w.get("wait_for_rate_limit").options().wait_for_rate_limit; },
+          [](PyWriter& w, bool on) {
+            std::lock_guard lock(w.mu);
+            WriterOptions o = w.get("wait_for_rate_limit").options();
+            o.wait_for_rate_limit = on;
+            w.get("wait_for_rate_limit").set_options(o);
+          },
+          "whether pushes wait for the buffer's rate limiter (a writer that timed out can set it False and go on)")
+      .def_property(
+          "rate_limit_timeout",
+          [](PyWriter& w) { return static_cast<double>(w.get("rate_limit_timeout").options().rate_limit_timeout_ms) / 1e3; },
+          [](PyWriter& w, double seconds) {
+            std::lock_guard lock(w.mu);
+            Writer& writer = w.get("rate_limit_timeout");
+            WriterOptions o = writer.options();
+            o.rate_limit_timeout_ms = writer_options(true, seconds).rate_limit_timeout_ms;
+            writer.set_options(o);
+          },
+          "seconds a push waits for the rate limiter before RateLimited")
       .def_property_readonly("env_ids",
                              [](PyWriter& w) {
                                const auto& ids = w.get("env_ids").env_ids();

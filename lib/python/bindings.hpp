@@ -3,11 +3,19 @@
 
 #include <pybind11/pybind11.h>
 
+#include <string>
+
+#include "shmreplay/rate_limit.hpp"
+
 namespace shmreplay::python {
 
 void bind_schema(pybind11::module_& m);   // bind_schema.cpp: Field, Schema
+void bind_rate_limit(pybind11::module_& m);  // bind_rate_limit.cpp: RateLimit, RateLimitState
 void bind_buffer(pybind11::module_& m);   // bind_buffer.cpp: Buffer
 void bind_writer(pybind11::module_& m);   // bind_writer.cpp: StepSlot, Writer
 void bind_sampler(pybind11::module_& m);  // bind_sampler.cpp: Batch, EnvSizes, EpisodeRecord, Sampler
+
+/// "none", "min_size", "learner_ahead" or "writers_ahead" (bind_rate_limit.cpp).
+std::string rate_limit_reason(RateLimitReason r);
 
 }  // namespace shmreplay::python

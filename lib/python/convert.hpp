@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -308,13 +309,27 @@ inline py::array aligned_array(const py::dtype& dtype, const std::vector<py::ssi
   return py::array(dtype, shape, std::vector<py::ssize_t>{}, data, owner);
 }
 
+// A timeout in seconds as whole milliseconds; a negative or non-finite one is refused.
+inline uint64_t timeout_ms(const char* what, double seconds) {
+  if (!(std::isfinite(seconds) && seconds >= 0)) {
+    throw Error(Errc::invalid_argument, fmt::format("{} is {}, expected a finite number of seconds >= 0", what, seconds));
+  }
+  return static_cast<uint64_t>(seconds * 1000.0 + 0.5);
+}
+
 inline SampleOptions sample_options(const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized,
-                             double beta) {
+                                    double beta, double rate_limit_timeout = 10.0) {
   return SampleOptions{.episodes = parse_episodes(episodes),
                        .period = period,
                        .min_steps = min_steps,
                        .prioritized = prioritized,
-                       .importance_exponent = beta};
+                       .importance_exponent = beta,
+                       .rate_limit_timeout_ms = timeout_ms("rate_limit_timeout", rate_limit_timeout)};
+}
+
+inline WriterOptions writer_options(bool wait_for_rate_limit, double rate_limit_timeout) {
+  return WriterOptions{.wait_for_rate_limit = wait_for_rate_limit,
+                       .rate_limit_timeout_ms = timeout_ms("rate_limit_timeout", rate_limit_timeout)};
 }
 
 // A 1-d array of `n` float32 priorities (converted once from any real dtype), or a clear error.

@@ -57,6 +57,7 @@ PYBIND11_MODULE(_shmreplay, m) {
         "raise the exception of error code `code` (for the tests)");
 
   bind_schema(m);
+  bind_rate_limit(m);
   bind_buffer(m);
   bind_writer(m);
   bind_sampler(m);
