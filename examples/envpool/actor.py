@@ -31,6 +31,8 @@ def main():
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seconds", type=float, default=0, help="stop after this long (0: until SIGTERM)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--wait-for-rate-limit", action="store_true",
+                   help="pushes wait while the buffer's rate limiter says the actors are ahead of the learner")
     a = p.parse_args()
 
     stop = StopFlag()
@@ -40,7 +42,9 @@ def main():
     import envpool  # after the handlers: importing takes a moment
     env = envpool.make(a.task, env_type="gymnasium", num_envs=a.num_envs, batch_size=a.batch_size, seed=a.seed)
     buf = shmreplay.Buffer.open(a.buffer, ready_timeout=30)
-    writer = shmreplay.Writer.range(buf, a.first_env, a.num_envs)
+    # A short timeout, retried below, so that SIGTERM is seen while the limiter holds a push back.
+    writer = shmreplay.Writer.range(buf, a.first_env, a.num_envs, wait_for_rate_limit=a.wait_for_rate_limit,
+                                    rate_limit_timeout=0.5)
     rng = np.random.default_rng(a.seed)
     params, version_mtime, versions = np.zeros(NUM_PARAMS), 0, 0
     path = params_path(a.buffer)
@@ -73,7 +77,16 @@ def main():
             stamp = np.stack([e.astype(np.uint64) + np.uint64(a.first_env), steps[e],
                               checksum(e.astype(np.uint64) + np.uint64(a.first_env), steps[e], fields)], axis=1)
             fields["stamp"] = stamp
-            writer.push(e.astype(np.int32) + a.first_env, fields)
+            held_back = True
+            while held_back:
+                try:
+                    writer.push(e.astype(np.int32) + a.first_env, fields)
+                    held_back = False
+                except shmreplay.RateLimited:  # the learner is behind: wait for it, unless asked to stop
+                    if stop:
+                        break
+            if held_back:
+                break
             steps[e] += 1
             pushed += len(e)
             for k in e[done]:

@@ -54,7 +54,10 @@ def main():
         while not stop and (a.seconds <= 0 or time.monotonic() - started < a.seconds):
             if not s.wait("online", a.min_online, timeout=0.5):
                 continue
-            s.sample_mixed(a.replay_rows, a.online_rows, a.length, 1.0, out=batch)
+            try:  # with a rate limiter, wait while the learner is ahead of the actors (checking for SIGTERM)
+                s.sample_mixed(a.replay_rows, a.online_rows, a.length, 1.0, rate_limit_timeout=0.5, out=batch)
+            except shmreplay.RateLimited:
+                continue
             s.reset_online_queue()
             violations += check_rows(batch, buf.heads())  # heads only grow: a row past them now was past then
             value_error = agent.update(batch)

@@ -32,6 +32,10 @@ def main():
     p.add_argument("--capacity", type=int, default=4096, help="steps kept per env")
     p.add_argument("--min-replay", type=int, default=2048, help="the learner's first update waits for this many")
     p.add_argument("--learner", choices=("torch", "jax"), default="torch", help="the learner's framework")
+    p.add_argument("--samples-per-insert", type=float, default=0.25,
+                   help="rate limit: sampled rows per pushed step, kept by the buffer whatever the machine's speed "
+                        "(the learner waits when ahead, the actors when behind); 0: no limiter")
+    p.add_argument("--error-buffer", type=float, default=256, help="rate limit: how far (in rows) either may run ahead")
     p.add_argument("--ready-timeout", type=float, default=120, help="longest wait for the processes to start")
     p.add_argument("--name", default=f"envpool-cartpole-{os.getpid()}")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
@@ -40,9 +44,11 @@ def main():
     a = p.parse_args()
     out = sys.stderr if a.json else sys.stdout
     envs = a.workers * a.envs_per_worker
-    shmreplay.Buffer.create(a.name, envs, a.capacity, SCHEMA, replace=True)
+    limit = (shmreplay.RateLimit.ratio(a.samples_per_insert, a.min_replay, a.error_buffer)
+             if a.samples_per_insert > 0 else None)
+    buf = shmreplay.Buffer.create(a.name, envs, a.capacity, SCHEMA, replace=True, rate_limit=limit)
     print(f"buffer '{a.name}': {envs} envs x {a.capacity} steps; 1 learner and {a.workers} envpool actors for "
-          f"{a.seconds:g} s (Ctrl-C stops)", file=out, flush=True)
+          f"{a.seconds:g} s (Ctrl-C stops); rate limit: {limit if limit else 'none'}", file=out, flush=True)
     py = sys.executable
     procs = [("learner", subprocess.Popen([py, os.path.join(HERE, "learner.py"), "--buffer", a.name,
                                            "--min-replay", str(a.min_replay), "--framework", a.learner]
@@ -51,7 +57,8 @@ def main():
     for w in range(a.workers):
         procs.append((f"actor {w}", subprocess.Popen(
             [py, os.path.join(HERE, "actor.py"), "--buffer", a.name, "--first-env", str(w * a.envs_per_worker),
-             "--num-envs", str(a.envs_per_worker), "--batch-size", str(a.batch_size), "--seed", str(w)],
+             "--num-envs", str(a.envs_per_worker), "--batch-size", str(a.batch_size), "--seed", str(w)]
+            + (["--wait-for-rate-limit"] if limit else []),
             stdout=subprocess.PIPE, text=True)))
     reports, ready = {}, set()
     progress = {}           # 10 s bucket -> [actors reported, episodes, sum of returns]
@@ -113,6 +120,7 @@ def main():
         status[role] = code
     for t in threads:
         t.join(timeout=5)
+    state = buf.rate_limit_state()
     if not a.keep:
         shmreplay.Buffer.remove(a.name)
     try:
@@ -134,6 +142,11 @@ def main():
         "return_first": sum(first) / len(first) if first else None,
         "return_last": sum(last) / len(last) if last else None,
         "learning_curve": [{"t": t, "mean_return": r} for t, r in sorted(curve)],
+        "rate_limit": None if state.limit is None else {
+            "samples_per_insert": state.limit.samples_per_insert, "error_buffer": state.limit.error_buffer,
+            "inserts": state.inserts, "samples": state.samples,
+            "samples_per_insert_measured": state.samples / state.inserts if state.inserts else None,
+            "learner_limited": state.learner_limited, "writers_limited": state.writers_limited},
         "processes": [{"role": role, "exit": status[role], "clean": status[role] == 0 and role in reports,
                        "report": reports.get(role)} for role, _ in procs],
         "buffer": {"name": a.name, "kept": a.keep},
@@ -149,6 +162,11 @@ def main():
         print(f"  episode return    {summary['return_first'] or 0:10.1f}  -> {summary['return_last'] or 0:.1f} "
               "(actors' first and last 100 episodes)", file=out)
         print(f"  violations        {summary['violations']!s:>10}  (every sampled step's stamp checked)", file=out)
+        if summary["rate_limit"]:
+            r = summary["rate_limit"]
+            print(f"  rate limit        {r['samples_per_insert_measured'] or 0:10.3f}  rows per step (target "
+                  f"{r['samples_per_insert']:g} +/- {r['error_buffer']:g} rows); held back: {r['learner_limited']} "
+                  f"sample calls, {r['writers_limited']} pushes", file=out)
         for pr in summary["processes"]:
             r = pr["report"] or {}
             figures = (f"{r.get('env_steps_per_s', 0):.0f} env steps/s, {r.get('episodes', 0)} episodes"
