@@ -265,6 +265,7 @@ TEST_CASE("a waiting writer is woken by the learner's samples in another thread,
   Writer w(b, {0, 1}, {.wait_for_rate_limit = true, .rate_limit_timeout_ms = 20'000});
   Sampler learner(b);
   std::atomic<bool> stop{false};
+  std::atomic<bool> done{false};
   std::atomic<uint64_t> rows{0};
   std::thread t([&] {
     Rng rng(4);
@@ -275,11 +276,16 @@ TEST_CASE("a waiting writer is woken by the learner's samples in another thread,
       learner.sample_transitions(View::replay, 4, rng, batch, o);
       rows += 4;
     }
+    done = true;
   });
   for (int i = 0; i < 500; ++i) push_steps(w, {0, 1});
   stop = true;
-  push_steps(w, {0, 1});  // lets a learner that waits for rows finish its last call
-  for (int i = 0; i < 8 && !stop.load(); ++i) push_steps(w, {0, 1});
+  // Lets a learner that waits for rows finish its last call (without waiting for it in turn).
+  w.set_options({.wait_for_rate_limit = false});
+  while (!done.load()) {
+    push_steps(w, {0, 1});
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   t.join();
   const RateLimitState s = b.rate_limit_state();
   CHECK(s.samples == rows.load());
