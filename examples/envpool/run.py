@@ -32,9 +32,10 @@ def main():
     p.add_argument("--capacity", type=int, default=4096, help="steps kept per env")
     p.add_argument("--min-replay", type=int, default=2048, help="the learner's first update waits for this many")
     p.add_argument("--learner", choices=("torch", "jax"), default="torch", help="the learner's framework")
-    p.add_argument("--samples-per-insert", type=float, default=0.25,
+    p.add_argument("--samples-per-insert", type=float, default=1 / 16,
                    help="rate limit: sampled rows per pushed step, kept by the buffer whatever the machine's speed "
-                        "(the learner waits when ahead, the actors when behind); 0: no limiter")
+                        "(the learner waits when ahead, the actors when behind); the default, one row of 16 steps "
+                        "per 16 steps, replays each step about once; 0: no limiter")
     p.add_argument("--error-buffer", type=float, default=256, help="rate limit: how far (in rows) either may run ahead")
     p.add_argument("--ready-timeout", type=float, default=120, help="longest wait for the processes to start")
     p.add_argument("--name", default=f"envpool-cartpole-{os.getpid()}")
