@@ -182,9 +182,10 @@ class Sampler {
 
   /// Draws `batch_size` rows of `sequence_length` steps from `view` into `out` (see the top of this file).
   /// Throws Error with invalid_argument (batch_size 0, sequence_length 0 or above capacity, a negative or
-  /// non-finite power), empty_view (the view holds no steps), contended (see SamplerOptions).
+  /// non-finite power), empty_view (the view holds no steps), contended (see SamplerOptions), rate_limited (a
+  /// buffer with a rate limiter held the call back past SampleOptions::rate_limit_timeout_ms).
   /// O(num_envs + batch_size * (log(num_envs * sequence_length) + sequence_length * step bytes)); no
-  /// allocation once `out` is warmed up; never blocks.
+  /// allocation once `out` is warmed up; never blocks, except while a rate limiter holds the call back.
   void sample(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power, Rng& rng,
               SampleBatch& out);
   /// The same with episode, period and minimum-size options (see the top of this file). Also throws

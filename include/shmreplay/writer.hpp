@@ -137,7 +137,9 @@ class Writer {
   /// env_out_of_range, not_leased (an env this Writer does not lease), invalid_argument (an env listed twice,
   /// an env with a reserved but uncommitted step), size_mismatch (a field count or byte size that differs from
   /// the schema; the message names the field and gives expected versus actual bytes).
-  /// Cost: O(len(env_ids) * num_fields) copies; no allocation; never blocks (see the header comment).
+  /// Cost: O(len(env_ids) * num_fields) copies; no allocation; never blocks (see the header comment), except in a
+  /// Writer made with WriterOptions::wait_for_rate_limit, which waits for the buffer's rate limiter (then
+  /// Error(rate_limited) at its timeout, with nothing written).
   void push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields);
   void push(std::span<const uint64_t> env_ids, std::span<const FieldBytes> fields);
   /// The same with each step's priority (a buffer with priorities: one finite priority >= 0 per listed env, else
