@@ -150,7 +150,7 @@ TEST_CASE("two parties walking one tree at once leave every node equal to the su
 }
 
 TEST_CASE("prioritized samples draw starts by priority^alpha (chi-square, and a wrong alpha is rejected), with "
-          "exact importance weights") {
+          "exact importance weights, and total_weight is the sum of priority^alpha") {
   SegmentGuard guard(unique_name("prio"));
   const double alpha = 0.7;
   const uint64_t cap = 8;
@@ -195,6 +195,9 @@ TEST_CASE("prioritized samples draw starts by priority^alpha (chi-square, and a 
     }
     double total = 0;
     for (const double x : weight) total += x;
+    // total_weight is this sum: the normaliser of the draws checked below (power is not used; stop changes a
+    // row's length, not its weight).
+    CHECK(learner.total_weight(view, 3, 2.0, {.prioritized = true}) == doctest::Approx(total).epsilon(1e-12));
     std::vector<double> prob, wrong;
     double wrong_total = 0;
     for (std::size_t i = 0; i < cells.size(); ++i) wrong_total += std::pow(priority.at(cells[i]), 1.0);

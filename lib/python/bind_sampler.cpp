@@ -111,6 +111,23 @@ void bind_sampler(py::module_& m) {
           "Flat transitions: uniform single steps (a Batch with sequence_length 1); with prioritized=True drawn by "
           "priority**alpha, with importance weights in batch.weights.")
       .def(
+          "total_weight",
+          [](PySampler& s, const std::string& view, std::size_t sequence_length, double power,
+             const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized) {
+            const View v = parse_view(view);
+            const SampleOptions o = sample_options(episodes, period, min_steps, prioritized, 0.0);
+            Sampler& smp = s.get("total_weight");
+            py::gil_scoped_release release;
+            std::lock_guard lock(s.mu);
+            return smp.total_weight(v, sequence_length, power, o);
+          },
+          "view"_a, "sequence_length"_a, "power"_a = 0.0, py::kw_only(), "episodes"_a = "cross", "period"_a = 1,
+          "min_steps"_a = 0, "prioritized"_a = false,
+          "The total weight of the view's starts for sample() with these arguments (the sum of min(steps left, "
+          "sequence_length)**power, of 1 for episodes='within', of priority**alpha with prioritized=True): sample "
+          "draws a start with probability weight / total. 0.0 for an empty view or one below min_steps. What "
+          "shmreplay.ray splits a batch among buffers by.")
+      .def(
           "update_priorities",
           [](PySampler& s, py::object env_ids, py::object steps, py::object priorities) {
             Sampler& smp = s.get("update_priorities");
