@@ -527,6 +527,30 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
   count_call(*buffer_, rows);
 }
 
+void Sampler::priority_weights(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
+                               std::span<double> out) const {
+  lease_.check_process("read priorities of");
+  if (!buffer_->has_priorities()) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot read priorities of '{}': it was created without priorities (create it with a "
+                            "priority exponent)",
+                            buffer_->name()));
+  }
+  if (steps.size() != env_ids.size() || out.size() != env_ids.size()) {
+    throw Error(Errc::size_mismatch,
+                fmt::format("cannot read priorities of '{}': {} env ids, {} steps and room for {} weights; expected "
+                            "one of each per step",
+                            buffer_->name(), env_ids.size(), steps.size(), out.size()));
+  }
+  for (const uint64_t e : env_ids) detail::check_env_id(*buffer_, e, "read priorities of");
+  for (std::size_t i = 0; i < env_ids.size(); ++i) {
+    const uint64_t e = env_ids[i];
+    const EnvControl& c = buffer_->env_control(e);
+    const detail::PriorityTree tree{buffer_->priority_tree(e), buffer_->priority_leaves(), buffer_->capacity()};
+    out[i] = steps[i] < detail::load_head(c) ? detail::step_weight(tree, c, steps[i]) : -1.0;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Completed-episode records
 

@@ -220,6 +220,14 @@ class Sampler {
   double total_weight(View view, std::size_t sequence_length, double distribution_power,
                       const SampleOptions& options = {});
 
+  /// The sampling weight priority^alpha of stored step steps[i] of env env_ids[i] into out[i], for each i; -1 for a
+  /// step that is not stored (never published, or overwritten since). With total_weight and size, what a learner
+  /// that samples several buffers computes exact importance weights (N P)^-beta from: P = out[i] / (the sum of
+  /// the buffers' totals), N = the sum of their sizes (shmreplay.ray does). Throws invalid_argument (a buffer
+  /// without priorities), size_mismatch (the three lengths differ), env_out_of_range. O(1) per step; never waits.
+  void priority_weights(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
+                        std::span<double> out) const;
+
   /// Moves up to out.size() completed-episode records out of the envs' queues into `out` and returns how many:
   /// each env's records in the order its episodes ended; envs are visited round-robin from a start that advances
   /// on every call, so one busy env cannot starve the others. Returns 0 on a buffer without episode fields.

@@ -128,6 +128,25 @@ void bind_sampler(py::module_& m) {
           "draws a start with probability weight / total. 0.0 for an empty view or one below min_steps. What "
           "shmreplay.ray splits a batch among buffers by.")
       .def(
+          "priority_weights",
+          [](PySampler& s, py::object env_ids, py::object steps) {
+            Sampler& smp = s.get("priority_weights");
+            const std::vector<uint64_t> ids = env_id_vector("priority_weights", env_ids, s.buffer->num_envs());
+            const std::vector<uint64_t> step_vec = step_vector("priority_weights", steps, ids.size());
+            py::array_t<double> out(static_cast<py::ssize_t>(ids.size()));
+            const std::span<double> o(out.mutable_data(), ids.size());
+            {
+              py::gil_scoped_release release;
+              std::lock_guard lock(s.mu);
+              smp.priority_weights(ids, step_vec, o);
+            }
+            return out;
+          },
+          "env_ids"_a, "steps"_a,
+          "float64 array: the sampling weight priority**alpha of each stored step (pass batch.env_ids and "
+          "batch.starts), -1 where the step is no longer stored. With total_weight and size, exact importance "
+          "weights across several buffers (shmreplay.ray).")
+      .def(
           "update_priorities",
           [](PySampler& s, py::object env_ids, py::object steps, py::object priorities) {
             Sampler& smp = s.get("update_priorities");

@@ -189,6 +189,12 @@ def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_su
     prio_totals = learner.total_weights("replay", L, prioritized=True)
     for k in range(NODES):
         assert prio_totals[f"node{k}"] == pytest.approx(sum(v for cell, v in model.items() if cell[0] == k))
+    # Importance weights are the global ones, (N P)**-beta over the batch's largest, as one buffer holding every
+    # node's steps gives them (not each node's own).
+    batch = learner.sample("replay", 500, L, prioritized=True, beta=0.5)
+    w = np.array([model[(int(k), int(e), int(p))] for k, e, p in zip(batch.node_ids, batch.env_ids, batch.starts)])
+    expected = (len(model) * w / sum(model.values())) ** -0.5
+    np.testing.assert_allclose(batch.weights, expected / expected.max(), rtol=1e-5)
 
     # Online resets go to every node: the online view is empty everywhere, then fills again as writers push.
     learner.reset_online_queue()

@@ -29,9 +29,9 @@ when it answers.
 Batches travel as NumPy arrays through Ray's object store: ray.get hands the learner read-only arrays over the
 store's memory, and the one copy on the learner's side is the concatenation of the nodes' parts.
 
-Prioritized batches: the draw is exact; ``weights`` are each node's own importance weights (N_k P_k)**-beta over
-the largest of that node's part, which are not the global (N P)**-beta (the nodes do not return the rows'
-priorities; see the README's limits).
+Prioritized batches: ``weights`` are the global importance weights (N P)**-beta over the batch's largest, N the
+steps in every node's view and P = priority**alpha / (sum of the totals), from each row's weight as its node reads
+it right after the draw (``Sampler.priority_weights``): what one buffer holding every node's steps would give.
 """
 from __future__ import annotations
 
@@ -86,6 +86,10 @@ class NodeServerImpl:
         """``Sampler.total_weight`` of this node's buffer."""
         return self._sampler.total_weight(view, sequence_length, power, **options)
 
+    def weigh(self, view: str, sequence_length: int, power: float = 0.0, **options: Any) -> Tuple[float, int]:
+        """(total_weight, size of the view): what the client splits a batch by, and N of importance weights."""
+        return self._sampler.total_weight(view, sequence_length, power, **options), self._sampler.size(view)
+
     def sample(self, view: str, batch_size: int, sequence_length: int, power: float = 0.0,
                **options: Any) -> Optional[Dict[str, np.ndarray]]:
         """``batch_size`` rows as a dict of arrays (the fields, then "mask", "env_ids", "starts", "weights"); None
@@ -104,6 +108,8 @@ class NodeServerImpl:
         part["env_ids"] = b.env_ids
         part["starts"] = b.starts
         part["weights"] = b.weights
+        if options.get("prioritized"):  # each row's priority**alpha, for the client's global importance weights
+            part["priority_weights"] = self._sampler.priority_weights(b.env_ids, b.starts)
         return part
 
     def update_priorities(self, env_ids: np.ndarray, steps: np.ndarray, priorities: np.ndarray) -> Tuple[int, int]:
@@ -265,11 +271,12 @@ class ClusterSampler:
 
     def total_weights(self, view: str, sequence_length: int, power: float = 0.0, **options: Any) -> Dict[str, float]:
         """Each live node's total weight for the request (``Sampler.total_weight``)."""
+        return {name: t for name, (t, _) in self._weigh(view, sequence_length, power, options).items()}
+
+    def _weigh(self, view, sequence_length, power, options) -> Dict[str, Tuple[float, int]]:
         self._probe_lost()
-        options.pop("beta", None)
-        calls = [(n, n.handle.total_weight.remote(view, sequence_length, power, **options))
-                 for n in self._nodes if n.alive]
-        return {n.name: float(t) for n, t in self._gather(calls)}
+        calls = [(n, n.handle.weigh.remote(view, sequence_length, power, **options)) for n in self._nodes if n.alive]
+        return {n.name: (float(t), int(size)) for n, (t, size) in self._gather(calls)}
 
     def sample(self, view: str, batch_size: int, sequence_length: int, power: float = 0.0, *,
                episodes: str = "cross", period: int = 1, min_steps: int = 0, prioritized: bool = False,
@@ -285,7 +292,8 @@ class ClusterSampler:
 
     def _sample(self, view, batch_size, sequence_length, power, options, beta) -> ClusterBatch:
         by_name = {n.name: n for n in self._nodes}
-        totals = self.total_weights(view, sequence_length, power, **options)
+        weighed = self._weigh(view, sequence_length, power, options)
+        totals = {name: t for name, (t, _) in weighed.items()}
         parts: List[Tuple[int, Dict[str, np.ndarray]]] = []
         owed = batch_size
         while owed > 0:
@@ -314,15 +322,35 @@ class ClusterSampler:
             for name in missing:  # lost during the call
                 totals[name] = 0.0
                 owed += counts[name]
-        return self._concatenate(parts)
+                weighed.pop(name, None)
+        batch = self._concatenate(parts)
+        if options["prioritized"]:
+            self._importance_weights(batch, parts, weighed, totals, beta)
+        return batch
 
     def _concatenate(self, parts: List[Tuple[int, Dict[str, np.ndarray]]]) -> ClusterBatch:
         # The one copy on the learner's side: ray.get gave read-only arrays over the object store.
         arrays = {key: np.concatenate([p[key] for _, p in parts]) for key in parts[0][1]}
         node_ids = np.concatenate([np.full(len(p["starts"]), i, np.int32) for i, p in parts])
+        arrays.pop("priority_weights", None)
         fields = {k: v for k, v in arrays.items() if k not in _ROW_KEYS}
         return ClusterBatch(fields, arrays["mask"], arrays["env_ids"], arrays["starts"], arrays["weights"], node_ids,
                             self.nodes)
+
+    @staticmethod
+    def _importance_weights(batch, parts, weighed, totals, beta) -> None:
+        """batch.weights = (N P)**-beta over the batch's largest, with P = w / T over the nodes in the draw (T the
+        sum of their totals, N of their views' sizes) and w each row's priority**alpha as its node read it right
+        after the draw: what one buffer holding all their steps would give. A row whose step was overwritten in
+        between (w = -1) gets its node's mean weight T_k / N_k."""
+        total = sum(totals.values())
+        starts = sum(size for name, (_, size) in weighed.items() if name in totals)
+        node_mean = {i: totals[name] / max(weighed[name][1], 1) for name, i in
+                     ((name, batch.nodes.index(name)) for name in weighed)}
+        w = np.concatenate([np.where(p["priority_weights"] > 0, p["priority_weights"], node_mean[i])
+                            for i, p in parts])
+        iw = (starts * w / total) ** -beta
+        batch.weights = (iw / iw.max()).astype(np.float32)
 
     def sample_async(self, *args: Any, **kwargs: Any) -> "concurrent.futures.Future[ClusterBatch]":
         """:meth:`sample` on a background thread: the learner trains on one batch while the next is fetched."""
