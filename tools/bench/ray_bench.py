@@ -12,10 +12,15 @@ batch leaves the node's store and is pulled into the learner's (over loopback TC
 between machines). Rows:
 - local: ``Sampler.sample(..., out=)`` in this process, on the buffer of node 1 (the baseline: what a learner on
   the buffer's machine gets);
-- ray, 1 node: ``ClusterSampler.sample`` over node 1's server (a total-weight round trip, then the sample);
-- ray, 2 nodes: over node 1's and node 2's servers (the batch split between them by their totals);
-- ray, 1 node, prefetch: ``ClusterSampler.batches`` (the next batch requested before the current one is handed out;
-  the learner here does no work between batches, so this shows only how much of the round trips overlap).
+- a Ray actor call that returns nothing (ping), for scale: a round trip's fixed cost;
+- ray, 1 node: ``ClusterSampler.sample`` over node 1's server (one round trip: with one node there is nothing to
+  split, so no total is asked for);
+- ray, 2 nodes: over node 1's and node 2's servers (two round trips: their totals, then the two parts);
+- ray, 2 nodes, learner trains 10 ms per batch: a learner that trains (here: sleeps, which frees the GIL as a GPU
+  step does) between samples, without and with ``ClusterSampler.batches`` (the next batch in flight meanwhile):
+  batches per second against 100 for training alone.
+SHMREPLAY_RAY_INLINE_BYTES=N starts the cluster with Ray's max_direct_call_object_size = N (default 100 KB):
+replies up to N bytes then travel inside the call's reply instead of through the object stores.
 Start weights power 1 (the replay view, cross). MB/s counts the bytes of the batch's arrays as the learner gets them.
 Figures are medians of --trials trials; compare ratios within one run (the machine's 2 cores are shared).
 """
@@ -25,6 +30,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 
 import numpy as np
 import ray
@@ -36,6 +42,7 @@ import shmreplay.ray as sr
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import trial_times  # noqa: E402
 
+TRAIN_S = 0.010
 STEPS = {
     # kind: (schema, envs, capacity, batch rows, sequence length)
     "small": ("obs:f32[17] action:f32[6] reward:f32 done:bool", 4, 4096, 256, 16),
@@ -82,16 +89,33 @@ def measure(kind, dirs, seconds, trials):
         servers = {f"node{k}": sr.NodeServer.options(resources={f"node{k}": 1}).remote(name, shm_dir=dirs[k], seed=k)
                    for k in (1, 2)}
         ray.get([h.ping.remote() for h in servers.values()])
+        ping = servers["node1"].ping
+        times = trial_times(lambda: ray.get(ping.remote()), seconds, trials)
+        results.append(("(a Ray actor call that returns nothing)", statistics.median(times), 0))
         for label, nodes in (("ray, 1 node", ["node1"]), ("ray, 2 nodes", ["node1", "node2"])):
             learner = sr.ClusterSampler({n: servers[n] for n in nodes}, seed=0)
             b = learner.sample("replay", rows, length, 1.0)
             nbytes = b.nbytes() - b.node_ids.nbytes  # the same arrays as the local row
             times = trial_times(lambda: learner.sample("replay", rows, length, 1.0), seconds, trials)
             results.append((label, statistics.median(times), nbytes))
-        learner = sr.ClusterSampler({"node1": servers["node1"]}, seed=0)
+        # A learner that trains TRAIN_S per batch (a sleep: the GIL is free, as during a GPU step): sampling in
+        # turn with training, and with the next batch in flight meanwhile.
+        learner = sr.ClusterSampler(servers, seed=0)
+
+        def train_then_sample():
+            time.sleep(TRAIN_S)
+            learner.sample("replay", rows, length, 1.0)
+        times = trial_times(train_then_sample, seconds, trials)
+        results.append((f"ray, 2 nodes, learner trains {TRAIN_S * 1e3:.0f} ms per batch", statistics.median(times),
+                        nbytes))
         it = learner.batches("replay", rows, length, 1.0)
-        times = trial_times(lambda: next(it), seconds, trials)
-        results.append(("ray, 1 node, prefetch", statistics.median(times), nbytes))
+
+        def train_prefetched():
+            time.sleep(TRAIN_S)
+            next(it)
+        times = trial_times(train_prefetched, seconds, trials)
+        results.append((f"ray, 2 nodes, learner trains {TRAIN_S * 1e3:.0f} ms per batch, prefetch",
+                        statistics.median(times), nbytes))
         learner.close()
         ray.get([h.close.remote() for h in servers.values()])
         for h in servers.values():
@@ -118,7 +142,10 @@ def main():
     if args.quick:
         args.seconds, args.trials = 0.2, 1
     dirs = [tempfile.mkdtemp(prefix=f"shmreplay-raybench-node{k}-", dir="/dev/shm") for k in range(3)]
-    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    head = {"num_cpus": 1, "include_dashboard": False}
+    if os.environ.get("SHMREPLAY_RAY_INLINE_BYTES"):  # replies up to this size travel inside the call, not the store
+        head["_system_config"] = {"max_direct_call_object_size": int(os.environ["SHMREPLAY_RAY_INLINE_BYTES"])}
+    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args=head)
     for k in (1, 2):
         cluster.add_node(num_cpus=1, resources={f"node{k}": 10})
     ray.init(address=cluster.address, log_to_driver=False)
@@ -135,6 +162,9 @@ def main():
     print("| step | batch | path | batches/s | MB/s | vs local |")
     print("|---|---|---|---:|---:|---:|")
     for r in rows:
+        if r["batch_mb"] == 0:  # the bare actor call: calls per second only
+            print(f"| {r['step']} | | {r['path']} | {r['batches_per_s']:.0f} calls/s | | |")
+            continue
         print(f"| {r['step']} | {r['rows']} x {r['length']} ({r['batch_mb']:.2f} MB) | {r['path']} | "
               f"{r['batches_per_s']:.0f} | {r['mb_per_s']:.0f} | {r['vs_local']:.3f}x |")
 

@@ -254,6 +254,12 @@ class ClusterSampler:
     def _gather(self, calls: Sequence[Tuple[_Node, Any]]) -> List[Tuple[_Node, Any]]:
         """ray.get of each (node, object ref); a node whose call failed is lost and left out of the result. An
         exception raised by the server's own code (a bad argument) is raised here."""
+        if not calls:
+            return []
+        try:  # the usual case: every node answers (one wait for all of them)
+            return list(zip([n for n, _ in calls], ray.get([r for _, r in calls], timeout=self._timeout)))
+        except (ray.exceptions.RayError, TimeoutError):
+            pass  # find out which, below
         out = []
         for node, ref in calls:
             try:
@@ -292,6 +298,14 @@ class ClusterSampler:
 
     def _sample(self, view, batch_size, sequence_length, power, options, beta) -> ClusterBatch:
         by_name = {n.name: n for n in self._nodes}
+        self._probe_lost()
+        live = [n for n in self._nodes if n.alive]
+        if len(live) == 1:  # nothing to split: one round trip (the node's own importance weights are the global ones)
+            got = self._gather([(live[0], live[0].handle.sample.remote(
+                view, batch_size, sequence_length, power, beta=beta, **options))])
+            if got and got[0][1] is not None:
+                got[0][1].pop("priority_weights", None)
+                return self._concatenate([(self._index[live[0].name], got[0][1])])
         weighed = self._weigh(view, sequence_length, power, options)
         totals = {name: t for name, (t, _) in weighed.items()}
         parts: List[Tuple[int, Dict[str, np.ndarray]]] = []
