@@ -74,11 +74,14 @@ def push_steps(shm_dir, buffer_name, node, counts, seconds=0.0):
 @pytest.fixture(scope="module")
 def cluster():
     """Three Ray nodes, node k with the custom resource "node{k}" and its own buffer directory."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no report attempt from CI machines
     dirs = [tempfile.mkdtemp(prefix=f"shmreplay-ray-node{k}-", dir="/dev/shm") for k in range(NODES)]
+    # Small object stores (Ray's default is 30% of the memory per node, in /dev/shm): the batches here are small.
+    store = 150 * 2**20
     c = cluster_utils.Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "resources": {"node0": 100}, "include_dashboard": False})
+        "num_cpus": 1, "resources": {"node0": 100}, "include_dashboard": False, "object_store_memory": store})
     for k in range(1, NODES):
-        c.add_node(num_cpus=1, resources={f"node{k}": 100})
+        c.add_node(num_cpus=1, resources={f"node{k}": 100}, object_store_memory=store)
     ray.init(address=c.address, namespace="shmreplay-test", log_to_driver=False)
     try:
         yield c, dirs
@@ -91,12 +94,13 @@ def cluster():
             os.rmdir(d)
 
 
-def start_server(dirs, name, k, create=True):
+def start_server(dirs, name, k, create=True, wait=True):
     handle = sr.NodeServer.options(name=f"{name}-node{k}", resources={f"node{k}": 1}).remote(
         name, shm_dir=dirs[k], seed=k,
         create={"num_envs": 2, "capacity": CAPACITY, "schema": PAYLOAD_SCHEMA, "priority_exponent": 1.0}
         if create else None)
-    ray.get(handle.ping.remote())
+    if wait:
+        ray.get(handle.ping.remote())
     return handle
 
 
@@ -129,7 +133,8 @@ def check_rows(batch, heads=None):
 def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_survives_a_lost_node(cluster):
     c, dirs = cluster
     name = f"shmreplay-ray-{os.getpid()}"
-    servers = {f"node{k}": start_server(dirs, name, k) for k in range(NODES)}
+    servers = {f"node{k}": start_server(dirs, name, k, wait=False) for k in range(NODES)}  # they start in parallel
+    ray.get([h.ping.remote() for h in servers.values()])
     # Writers on their own nodes fill the buffers; then the buffers are quiescent for the exactness checks.
     pushed = ray.get([ray.remote(push_steps).options(resources={f"node{k}": 1}, num_cpus=0).remote(
         dirs[k], name, k, FIRST_PUSH[k]) for k in range(NODES)])

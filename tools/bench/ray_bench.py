@@ -142,12 +142,14 @@ def main():
     if args.quick:
         args.seconds, args.trials = 0.2, 1
     dirs = [tempfile.mkdtemp(prefix=f"shmreplay-raybench-node{k}-", dir="/dev/shm") for k in range(3)]
-    head = {"num_cpus": 1, "include_dashboard": False}
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    store = 1 << 30  # per node (Ray's default is 30% of the memory, in /dev/shm)
+    head = {"num_cpus": 1, "include_dashboard": False, "object_store_memory": store}
     if os.environ.get("SHMREPLAY_RAY_INLINE_BYTES"):  # replies up to this size travel inside the call, not the store
         head["_system_config"] = {"max_direct_call_object_size": int(os.environ["SHMREPLAY_RAY_INLINE_BYTES"])}
     cluster = cluster_utils.Cluster(initialize_head=True, head_node_args=head)
     for k in (1, 2):
-        cluster.add_node(num_cpus=1, resources={f"node{k}": 10})
+        cluster.add_node(num_cpus=1, resources={f"node{k}": 10}, object_store_memory=store)
     ray.init(address=cluster.address, log_to_driver=False)
     try:
         rows = [r for kind in (args.step or ["small", "atari"]) for r in measure(kind, dirs, args.seconds, args.trials)]
