@@ -93,6 +93,16 @@ bool writes_in_flight(const Buffer& b) noexcept {
   return false;
 }
 
+// Which planner a call's options use; one place, so that sample and total_weight cannot choose differently.
+enum class PlanKind : uint8_t { priority, closed_form, period, episodes };
+
+PlanKind plan_kind(const SampleOptions& o, std::size_t length) noexcept {
+  if (o.prioritized) return PlanKind::priority;
+  // A single step never crosses an episode end: with period 1 every mode is the uniform closed form.
+  if (o.period == 1 && (o.episodes == Episodes::cross || length == 1)) return PlanKind::closed_form;
+  return o.episodes == Episodes::cross ? PlanKind::period : PlanKind::episodes;
+}
+
 void count_call(Buffer& b, std::size_t rows) noexcept {
   GlobalControl& g = b.global_control();
   g.rows_sampled.fetch_add(rows, std::memory_order_relaxed);
@@ -360,18 +370,34 @@ void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, s
     }
   }
   Scratch& z = *scratch_;
-  if (o.prioritized) {
-    sample_with(z.priority, view, first_row, count, length, power, o, rng, out);
-    return;
+  switch (plan_kind(o, length)) {
+    case PlanKind::priority: sample_with(z.priority, view, first_row, count, length, power, o, rng, out); break;
+    case PlanKind::closed_form: sample_with(z.closed_form, view, first_row, count, length, power, o, rng, out); break;
+    case PlanKind::period: sample_with(z.period, view, first_row, count, length, power, o, rng, out); break;
+    case PlanKind::episodes: sample_with(z.rejection, view, first_row, count, length, power, o, rng, out); break;
   }
-  // A single step never crosses an episode end: with period 1 every mode is the uniform closed form.
-  if (o.period == 1 && (o.episodes == Episodes::cross || length == 1)) {
-    sample_with(z.closed_form, view, first_row, count, length, power, o, rng, out);
-  } else if (o.episodes == Episodes::cross) {
-    sample_with(z.period, view, first_row, count, length, power, o, rng, out);
-  } else {
-    sample_with(z.rejection, view, first_row, count, length, power, o, rng, out);
+}
+
+double Sampler::total_weight(View view, std::size_t sequence_length, double distribution_power,
+                             const SampleOptions& options) {
+  check_args("compute the total weight of", 1, sequence_length, distribution_power, options);
+  if (options.min_steps > 0 && published_steps(*buffer_, view) < options.min_steps) return 0.0;
+  Scratch& z = *scratch_;
+  const uint64_t cap = buffer_->capacity();
+  for (std::size_t e = 0; e < z.views.size(); ++e) {  // one snapshot, as a round of sample_with takes it
+    const detail::StepRange r = detail::view_range(buffer_->env_control(e), view, cap);
+    z.views[e] = {r.lo, r.hi};
   }
+  detail::Planner* planner = nullptr;
+  switch (plan_kind(options, sequence_length)) {
+    case PlanKind::priority: planner = &z.priority; break;
+    case PlanKind::closed_form: planner = &z.closed_form; break;
+    case PlanKind::period: planner = &z.period; break;
+    case PlanKind::episodes: planner = &z.rejection; break;
+  }
+  planner->begin_call();
+  const detail::PlanOptions plan{options.episodes, std::min(options.period, cap)};
+  return planner->prepare(z.views, sequence_length, distribution_power, plan) ? planner->total_weight() : 0.0;
 }
 
 // The rounds of one view's rows: each round snapshots the view, has the planner draw the rows still pending, and
@@ -502,6 +528,30 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
   }
   if (options.prioritized) finish_weights(out, options.importance_exponent);
   count_sample_call(rows);
+}
+
+void Sampler::priority_weights(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
+                               std::span<double> out) const {
+  lease_.check_process("read priorities of");
+  if (!buffer_->has_priorities()) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot read priorities of '{}': it was created without priorities (create it with a "
+                            "priority exponent)",
+                            buffer_->name()));
+  }
+  if (steps.size() != env_ids.size() || out.size() != env_ids.size()) {
+    throw Error(Errc::size_mismatch,
+                fmt::format("cannot read priorities of '{}': {} env ids, {} steps and room for {} weights; expected "
+                            "one of each per step",
+                            buffer_->name(), env_ids.size(), steps.size(), out.size()));
+  }
+  for (const uint64_t e : env_ids) detail::check_env_id(*buffer_, e, "read priorities of");
+  for (std::size_t i = 0; i < env_ids.size(); ++i) {
+    const uint64_t e = env_ids[i];
+    const EnvControl& c = buffer_->env_control(e);
+    const detail::PriorityTree tree{buffer_->priority_tree(e), buffer_->priority_leaves(), buffer_->capacity()};
+    out[i] = steps[i] < detail::load_head(c) ? detail::step_weight(tree, c, steps[i]) : -1.0;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------

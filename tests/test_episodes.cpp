@@ -585,6 +585,58 @@ TEST_CASE("stop and within start positions follow their weights (chi-square, pow
   CHECK(rig.s.retries() == 0);
 }
 
+TEST_CASE("total_weight is the sum of the weights sample draws by, for every episode option, period, power and "
+          "view") {
+  // Episodes of several lengths with wrap-around, and an online view; the model's weights are the ones the
+  // chi-square test above holds sample to, so a total that matches them is the normaliser of sample's draws.
+  Rig rig("ep-total", Flavor::term_trunc, 3, 24);
+  Model& m = rig.m;
+  auto push_episodes = [&](uint64_t env, const std::vector<int>& lengths) {
+    for (std::size_t k = 0; k < lengths.size(); ++k) {
+      for (int i = 0; i < lengths[k]; ++i) {
+        const bool last = i + 1 == lengths[k] && k + 1 < lengths.size();
+        push_one_step(rig.w, m, env, false, last && k % 2 == 0, last && k % 2 == 1, 0);
+      }
+    }
+  };
+  SampleOptions none;
+  CHECK(rig.s.total_weight(View::replay, 4, 1.0, none) == 0.0);  // an empty view
+  push_episodes(0, {3, 9, 1, 6});
+  push_episodes(1, {5, 12, 7, 2, 11, 4, 15, 8, 2});
+  push_episodes(2, {4, 1, 1, 1, 2, 1, 10, 1, 1, 3});
+  rig.s.reset_online_queue();
+  m.reset_online();
+  CHECK(rig.s.total_weight(View::online, 4, 1.0, none) == 0.0);
+  push_episodes(1, {3, 6});
+  push_episodes(2, {2, 5});
+  for (const Episodes mode : {Episodes::cross, Episodes::stop, Episodes::within}) {
+    for (const uint64_t period : {1u, 3u}) {
+      for (const View view : {View::replay, View::online}) {
+        for (const std::size_t L : {1u, 6u, 24u}) {
+          for (const double power : {0.0, 0.5, 1.0, 2.0}) {
+            CAPTURE(to_string(mode));
+            CAPTURE(period);
+            CAPTURE(to_string(view));
+            CAPTURE(L);
+            CAPTURE(power);
+            const SampleOptions o{.episodes = mode, .period = period};
+            const double expected = m.total_weight(view, L, power, o);
+            CHECK(rig.s.total_weight(view, L, power, o) == doctest::Approx(expected).epsilon(1e-12));
+          }
+        }
+      }
+    }
+  }
+  // min_steps: a view below it weighs 0 (sample would refuse it), at it the usual total.
+  const uint64_t stored = rig.s.size(View::replay);
+  CHECK(rig.s.total_weight(View::replay, 6, 1.0, {.min_steps = stored + 1}) == 0.0);
+  CHECK(rig.s.total_weight(View::replay, 6, 1.0, {.min_steps = stored}) ==
+        doctest::Approx(m.total_weight(View::replay, 6, 1.0, none)).epsilon(1e-12));
+  // Invalid arguments are refused as sample refuses them.
+  CHECK(error_of([&] { rig.s.total_weight(View::replay, 0, 1.0); }) == code(Errc::invalid_argument));
+  CHECK(error_of([&] { rig.s.total_weight(View::replay, 6, -1.0); }) == code(Errc::invalid_argument));
+}
+
 TEST_CASE("the exact fallback (short episodes, a long sequence, a high power) draws from the same distribution") {
   // Episodes of 1-3 steps and L = 32 with power 2: a proposal is accepted with probability about (2/32)^2, so
   // rows exhaust their proposals and the call switches to enumerating episodes; the distribution must not change.

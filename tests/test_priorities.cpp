@@ -150,7 +150,7 @@ TEST_CASE("two parties walking one tree at once leave every node equal to the su
 }
 
 TEST_CASE("prioritized samples draw starts by priority^alpha (chi-square, and a wrong alpha is rejected), with "
-          "exact importance weights") {
+          "exact importance weights; total_weight is the sum of priority^alpha, priority_weights each step's") {
   SegmentGuard guard(unique_name("prio"));
   const double alpha = 0.7;
   const uint64_t cap = 8;
@@ -179,6 +179,29 @@ TEST_CASE("prioritized samples draw starts by priority^alpha (chi-square, and a 
   CHECK(r.applied == 3);
   CHECK(r.dropped == 0);
   for (std::size_t i = 0; i < envs.size(); ++i) priority[{envs[i], steps[i]}] = prios[i];
+  {  // priority_weights: each stored step's priority^alpha (f32 leaves); -1 for overwritten and unpublished steps
+    std::vector<uint64_t> es, ss;
+    std::vector<double> expected;
+    for (const auto& [cell, p] : priority) {
+      const EnvSizes sz = learner.sizes(cell.first);
+      es.push_back(cell.first);
+      ss.push_back(cell.second);
+      expected.push_back(cell.second + sz.replay >= sz.head ? std::pow(p, alpha) : -1.0);
+    }
+    es.push_back(1);
+    ss.push_back(learner.sizes(1).head);  // not published yet
+    expected.push_back(-1.0);
+    std::vector<double> got(es.size());
+    learner.priority_weights(es, ss, got);
+    CHECK(std::count(expected.begin(), expected.end(), -1.0) == 7);  // env 0's 6 overwritten steps, one unpublished
+    for (std::size_t i = 0; i < es.size(); ++i) {
+      CAPTURE(es[i]);
+      CAPTURE(ss[i]);
+      CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-6));
+    }
+    std::vector<double> short_out(1);
+    CHECK(error_of([&] { learner.priority_weights(es, ss, short_out); }) == static_cast<int>(Errc::size_mismatch));
+  }
 
   for (const View view : {View::replay, View::online}) {
     CAPTURE(to_string(view));
@@ -195,6 +218,9 @@ TEST_CASE("prioritized samples draw starts by priority^alpha (chi-square, and a 
     }
     double total = 0;
     for (const double x : weight) total += x;
+    // total_weight is this sum: the normaliser of the draws checked below (power is not used; stop changes a
+    // row's length, not its weight), to the f32 precision of the tree's leaves.
+    CHECK(learner.total_weight(view, 3, 2.0, {.prioritized = true}) == doctest::Approx(total).epsilon(1e-6));
     std::vector<double> prob, wrong;
     double wrong_total = 0;
     for (std::size_t i = 0; i < cells.size(); ++i) wrong_total += std::pow(priority.at(cells[i]), 1.0);
@@ -306,6 +332,10 @@ TEST_CASE("priorities refuse what they cannot do, with clear errors") {
     SampleBatch b;
     CHECK(error_of([&] { s.sample(View::replay, 1, 1, 0, rng, b, {.prioritized = true}); }, &m) ==
           static_cast<int>(Errc::invalid_argument));
+    CHECK(m.find("without priorities") != std::string::npos);
+    const uint64_t zero[1] = {0};
+    double out[1];
+    CHECK(error_of([&] { s.priority_weights(zero, zero, out); }, &m) == static_cast<int>(Errc::invalid_argument));
     CHECK(m.find("without priorities") != std::string::npos);
   }
   std::string m;

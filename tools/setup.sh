@@ -6,8 +6,8 @@
 #   missing).
 # - The project's virtual environment .venv (in the clone), made with the machine's python3 (SHMREPLAY_PYTHON to
 #   choose another), holding what the Python side builds and tests with, from PyPI: scikit-build-core and pybind11
-#   (the package's build), NumPy 2, pytest, PyTorch 2, JAX and envpool (its extras torch, jax, envpool and
-#   test).
+#   (the package's build), NumPy 2, pytest, PyTorch 2, JAX, envpool and Ray (its extras torch, jax, envpool, ray
+#   and test).
 # - .venv-numpy1, a second environment with the oldest NumPy the package declares (1.24), for the test suite's
 #   NumPy 1 pass. `tools/setup.sh --no-numpy1` skips it (tools/demo.sh does).
 #
@@ -94,6 +94,7 @@ pip_missing .venv scikit_build_core,pybind11 "scikit-build-core>=0.10" "pybind11
 pip_missing .venv torch "$torch_spec"
 pip_missing .venv numpy,pytest,scipy,jax "numpy>=2" "pytest>=7" scipy "jax>=0.4.26"
 pip_missing .venv envpool "envpool>=1.2"
+pip_missing .venv ray "ray>=2.9"   # shmreplay.ray and its multi-node test (about 40 s and 240 MB)
 
 if ((numpy1)); then
   make_venv .venv-numpy1

@@ -214,6 +214,27 @@ class Sampler {
     sample(view, batch_size, 1, 0.0, rng, out, options);
   }
 
+  /// The total weight of `view`'s starts for a sample call with these arguments: the sum, over every start that
+  /// call could draw, of the weight it draws it with: min(r, L)^power (cross and stop, r the steps left as the
+  /// top of this file counts them), 1 (within), priority^alpha (prioritized; power is not used). The call draws a
+  /// start with probability weight / total, so learners that sample several buffers can split a batch among them
+  /// by their totals and keep the global distribution exact (shmreplay.ray does). Computed from one snapshot of
+  /// the heads by the planner the call would use (stop and within: the exact method, counted in stats() as a
+  /// fallback). 0 when the view holds no start with a positive weight or fewer than options.min_steps steps.
+  /// Throws what sample throws for invalid arguments. O(num_envs) (prioritized: O(num_envs log capacity); stop and
+  /// within: O(num_envs + episode pieces)); no allocation once warmed up; never blocks. Infinity only where
+  /// L^power overflows a double.
+  double total_weight(View view, std::size_t sequence_length, double distribution_power,
+                      const SampleOptions& options = {});
+
+  /// The sampling weight priority^alpha of stored step steps[i] of env env_ids[i] into out[i], for each i; -1 for a
+  /// step that is not stored (never published, or overwritten since). With total_weight and size, what a learner
+  /// that samples several buffers computes exact importance weights (N P)^-beta from: P = out[i] / (the sum of
+  /// the buffers' totals), N = the sum of their sizes (shmreplay.ray does). Throws invalid_argument (a buffer
+  /// without priorities), size_mismatch (the three lengths differ), env_out_of_range. O(1) per step; never waits.
+  void priority_weights(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
+                        std::span<double> out) const;
+
   /// Moves up to out.size() completed-episode records out of the envs' queues into `out` and returns how many:
   /// each env's records in the order its episodes ended; envs are visited round-robin from a start that advances
   /// on every call, so one busy env cannot starve the others. Returns 0 on a buffer without episode fields.

@@ -115,6 +115,42 @@ void bind_sampler(py::module_& m) {
           "Flat transitions: uniform single steps (a Batch with sequence_length 1); with prioritized=True drawn by "
           "priority**alpha, with importance weights in batch.weights.")
       .def(
+          "total_weight",
+          [](PySampler& s, const std::string& view, std::size_t sequence_length, double power,
+             const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized) {
+            const View v = parse_view(view);
+            const SampleOptions o = sample_options(episodes, period, min_steps, prioritized, 0.0);
+            Sampler& smp = s.get("total_weight");
+            py::gil_scoped_release release;
+            std::lock_guard lock(s.mu);
+            return smp.total_weight(v, sequence_length, power, o);
+          },
+          "view"_a, "sequence_length"_a, "power"_a = 0.0, py::kw_only(), "episodes"_a = "cross", "period"_a = 1,
+          "min_steps"_a = 0, "prioritized"_a = false,
+          "The total weight of the view's starts for sample() with these arguments (the sum of min(steps left, "
+          "sequence_length)**power, of 1 for episodes='within', of priority**alpha with prioritized=True): sample "
+          "draws a start with probability weight / total. 0.0 for an empty view or one below min_steps. What "
+          "shmreplay.ray splits a batch among buffers by.")
+      .def(
+          "priority_weights",
+          [](PySampler& s, py::object env_ids, py::object steps) {
+            Sampler& smp = s.get("priority_weights");
+            const std::vector<uint64_t> ids = env_id_vector("priority_weights", env_ids, s.buffer->num_envs());
+            const std::vector<uint64_t> step_vec = step_vector("priority_weights", steps, ids.size());
+            py::array_t<double> out(static_cast<py::ssize_t>(ids.size()));
+            const std::span<double> o(out.mutable_data(), ids.size());
+            {
+              py::gil_scoped_release release;
+              std::lock_guard lock(s.mu);
+              smp.priority_weights(ids, step_vec, o);
+            }
+            return out;
+          },
+          "env_ids"_a, "steps"_a,
+          "float64 array: the sampling weight priority**alpha of each stored step (pass batch.env_ids and "
+          "batch.starts), -1 where the step is no longer stored. With total_weight and size, exact importance "
+          "weights across several buffers (shmreplay.ray).")
+      .def(
           "update_priorities",
           [](PySampler& s, py::object env_ids, py::object steps, py::object priorities) {
             Sampler& smp = s.get("update_priorities");

@@ -94,3 +94,32 @@ def test_priorities_refuse_bad_input_with_clear_errors(name):
         s2.sample("replay", 1, 1, prioritized=True, period=2)
     with pytest.raises(shmreplay.InvalidArgument, match="priority_exponent is -1"):
         shmreplay.Buffer.create(name + "-bad", 1, 4, SCHEMA, priority_exponent=-1.0)
+
+
+def test_total_weight_and_priority_weights_are_what_a_learner_of_several_buffers_splits_and_weighs_by(name):
+    buf = shmreplay.Buffer.create(name, 2, 4, SCHEMA, priority_exponent=0.5)
+    w = shmreplay.Writer(buf, [0, 1])
+    for p in (4.0, 9.0, 1.0, 16.0, 25.0, 36.0):  # env 0 wraps: its steps 0 and 1 are overwritten
+        push(w, buf, [0], [p])
+    push(w, buf, [1], [49.0])
+    s = shmreplay.Sampler(buf)
+    # Prioritized: the sum of priority**0.5 over the stored starts (env 0: steps 2..5, env 1: step 0).
+    assert s.total_weight("replay", 3, prioritized=True) == pytest.approx(1 + 4 + 5 + 6 + 7, rel=1e-6)
+    weights = s.priority_weights([0, 0, 0, 1, 1], [1, 2, 5, 0, 1])
+    assert weights.dtype == np.float64
+    np.testing.assert_allclose(weights, [-1, 1, 6, 7, -1], rtol=1e-6)  # overwritten, stored..., unpublished
+    # length**power: env 0 holds 4 steps, env 1 one; L = 3: remaining lengths 3, 3, 2, 1 and 1.
+    assert s.total_weight("replay", 3) == 5.0
+    assert s.total_weight("replay", 3, 2.0) == pytest.approx(9 + 9 + 4 + 1 + 1)
+    assert s.total_weight("replay", 3, 1.0, min_steps=6) == 0.0
+    s.reset_online_queue()
+    assert s.total_weight("online", 3, 1.0) == 0.0
+    with pytest.raises(shmreplay.InvalidArgument):
+        s.total_weight("replay", 0)
+    plain = shmreplay.Sampler(shmreplay.Buffer.create(name + "-plain", 1, 4, SCHEMA))
+    try:
+        with pytest.raises(shmreplay.InvalidArgument, match="without priorities"):
+            plain.priority_weights([0], [0])
+    finally:
+        plain.close()
+        shmreplay.Buffer.remove(name + "-plain")

@@ -134,6 +134,15 @@ double max_priority(const std::atomic<uint64_t>& max_word) noexcept {
 
 double slot_weight(const PriorityTree& t, uint64_t step) noexcept { return value(t, t.leaves + step % t.capacity); }
 
+double step_weight(const PriorityTree& t, const layout::EnvControl& env, uint64_t step) noexcept {
+  const uint64_t word = t.words[t.leaves + step % t.capacity].load(std::memory_order_seq_cst);
+  if ((word >> 32) != (step & kWeightMask)) return -1;  // the slot holds another step
+  // acquire: pairs with the writer's claim (claim_step), as in update_priority: a claim past step + capacity means
+  // the slot is being rewritten, and its new leaf may not be stored yet.
+  const uint64_t claimed = env.claimed.load(std::memory_order_acquire) & ~layout::kUpdateLockBit;
+  return claimed > step + t.capacity ? -1 : leaf_weight(word);
+}
+
 // A range of steps is one run of slots, or two when it wraps the ring. The sum of all slots is the root: leaves past
 // the capacity are 0.
 double range_weight(const PriorityTree& t, uint64_t lo, uint64_t hi) noexcept {

@@ -91,6 +91,10 @@ double max_priority(const std::atomic<uint64_t>& max_word) noexcept;
 /// The weight of the leaf of the slot of `step` (whatever step it now holds).
 double slot_weight(const PriorityTree& tree, uint64_t step) noexcept;
 
+/// The weight of step `step` while its slot's leaf holds it (tagged with the step, and `env` has not claimed the
+/// slot for a later step); -1 when the slot holds or is being given another step. O(1).
+double step_weight(const PriorityTree& tree, const layout::EnvControl& env, uint64_t step) noexcept;
+
 /// The total weight of steps [lo, hi) (hi - lo <= capacity). O(log capacity); never negative.
 double range_weight(const PriorityTree& tree, uint64_t lo, uint64_t hi) noexcept;
 

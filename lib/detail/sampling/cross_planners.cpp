@@ -1,6 +1,7 @@
 #include "detail/sampling/cross_planners.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace shmreplay::detail {
 namespace {
@@ -37,6 +38,8 @@ bool ClosedFormPlanner::prepare(std::span<const EnvView> views, std::size_t leng
   const uint64_t L = length;
   const uint64_t r_max = std::min(longest_view(views), L);
   if (r_max == 0) return false;
+  power_ = power;
+  scale_ = r_max;
   // O(L) when (L, power, r_max) changes; r_max is L as soon as one env holds L steps.
   tail_.ensure(length, power, 1, r_max);
   cumulative_.resize(views.size());
@@ -50,6 +53,11 @@ bool ClosedFormPlanner::prepare(std::span<const EnvView> views, std::size_t leng
     cumulative_[e] = total;
   }
   return total > 0.0;
+}
+
+// The table's weights are (r / r_max)^power; times r_max^power they are r^power again.
+double ClosedFormPlanner::total_weight() {
+  return cumulative_.back() * std::pow(static_cast<double>(scale_), power_);
 }
 
 Draw ClosedFormPlanner::draw_one(Rng& rng) const noexcept {
@@ -89,6 +97,8 @@ bool PeriodPlanner::prepare(std::span<const EnvView> views, std::size_t length, 
   const uint64_t P = options.period;
   const uint64_t r_max = std::min(longest_view(views), L);  // the first grid point of the longest env has r_max left
   if (r_max == 0) return false;
+  power_ = power;
+  scale_ = r_max;
   tail_.ensure(length, power, P, r_max);
   cumulative_.resize(views.size());
   double total = 0.0;
@@ -101,6 +111,10 @@ bool PeriodPlanner::prepare(std::span<const EnvView> views, std::size_t length, 
     cumulative_[e] = total;
   }
   return total > 0.0;
+}
+
+double PeriodPlanner::total_weight() {
+  return cumulative_.back() * std::pow(static_cast<double>(scale_), power_);
 }
 
 std::optional<Draw> PeriodPlanner::draw(Rng& rng) {

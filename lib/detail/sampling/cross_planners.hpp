@@ -24,10 +24,13 @@ class ClosedFormPlanner final : public Planner {
   std::optional<Draw> draw(Rng& rng) override { return draw_one(rng); }
   /// draw(), for a caller that knows the type (no virtual call, never nullopt).
   Draw draw_one(Rng& rng) const noexcept;
+  double total_weight() override;
 
  private:
   std::span<const EnvView> views_;
   uint64_t length_ = 0;
+  double power_ = 0.0;
+  uint64_t scale_ = 1;              // r_max: the weights in cumulative_ are (r / r_max)^power
   std::vector<double> cumulative_;  // cumulative_[e] = total weight of envs 0..e
   TailTable tail_;
 };
@@ -39,11 +42,14 @@ class PeriodPlanner final : public Planner {
  public:
   bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;
   std::optional<Draw> draw(Rng& rng) override;
+  double total_weight() override;
 
  private:
   std::span<const EnvView> views_;
   uint64_t length_ = 0;
   uint64_t period_ = 1;
+  double power_ = 0.0;
+  uint64_t scale_ = 1;              // r_max: the weights in cumulative_ are (r / r_max)^power
   std::vector<double> cumulative_;  // cumulative_[e] = total weight of envs 0..e
   TailTable tail_;
 };

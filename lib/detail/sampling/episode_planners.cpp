@@ -39,6 +39,8 @@ bool ExactPlanner::prepare(std::span<const EnvView> views, std::size_t length, d
     }
   }
   if (pieces_.empty()) return false;
+  power_ = power;
+  scale_ = r_max;
   if (!within) tail_.ensure(length, power, P, r_max);
   double total = 0.0;
   for (Piece& piece : pieces_) {
@@ -49,6 +51,11 @@ bool ExactPlanner::prepare(std::span<const EnvView> views, std::size_t length, d
     piece.cumulative = total;
   }
   return total > 0.0;
+}
+
+double ExactPlanner::total_weight() {
+  const double total = pieces_.back().cumulative;
+  return options_.episodes == Episodes::within ? total : total * std::pow(static_cast<double>(scale_), power_);
 }
 
 std::optional<Draw> ExactPlanner::draw(Rng& rng) {
@@ -96,6 +103,11 @@ bool RejectionPlanner::prepare(std::span<const EnvView> views, std::size_t lengt
   if (total == 0) return false;
   // Once a call has switched to the exact method, every fresh snapshot of the call is enumerated too.
   return !use_exact_ || exact_.prepare(views, length, power, options);
+}
+
+double RejectionPlanner::total_weight() {
+  if (use_exact_) return exact_.total_weight();
+  return exact_.prepare(views_, length_, power_, options_) ? exact_.total_weight() : 0.0;
 }
 
 std::optional<Draw> RejectionPlanner::draw(Rng& rng) {

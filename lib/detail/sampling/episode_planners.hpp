@@ -27,6 +27,7 @@ class ExactPlanner final : public Planner {
   /// Precondition: options.episodes is stop or within.
   bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;
   std::optional<Draw> draw(Rng& rng) override;
+  double total_weight() override;
 
  private:
   // One piece of an episode inside an env's view: starts on the grid from first_grid up to end (exclusive);
@@ -42,6 +43,8 @@ class ExactPlanner final : public Planner {
   const EpisodeStarts* starts_;
   uint64_t length_ = 0;
   PlanOptions options_;
+  double power_ = 0.0;
+  uint64_t scale_ = 1;  // r_max: stop's weights in pieces_ are (r / r_max)^power (within's are 1)
   std::vector<Piece> pieces_;
   TailTable tail_;
 };
@@ -66,6 +69,9 @@ class RejectionPlanner final : public Planner {
   bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;
   /// nullopt when the call has switched to the exact method and this snapshot has no start with a positive weight.
   std::optional<Draw> draw(Rng& rng) override;
+  /// Enumerates the prepared snapshot with the exact method (counted in stats like a fallback); the call's draws
+  /// go on as before.
+  double total_weight() override;
   /// Whether this call has switched to the exact method.
   bool exact() const noexcept { return use_exact_; }
 

@@ -88,6 +88,14 @@ class Planner {
   /// takes a fresh snapshot. O(log(num_envs * length)) for the closed forms; expected O(L^power / mean weight)
   /// proposals for rejection.
   virtual std::optional<Draw> draw(Rng& rng) = 0;
+
+  /// The total weight of the starts of the last prepare's snapshot (one that returned true), in the weights' own
+  /// units: the sum of min(r, L)^power (cross, stop), of 1 (within), of priority^alpha (prioritized) over every
+  /// start a draw could return, so that a draw returns a start with probability weight / total_weight(). What
+  /// Sampler::total_weight returns; samplers of several buffers split a batch by it (shmreplay.ray). O(1), except
+  /// the rejection planner's, which enumerates the snapshot with its exact method (O(num_envs + episode pieces)).
+  /// Overflows to infinity only where L^power does.
+  virtual double total_weight() = 0;
 };
 
 /// A double in [0, 1) from the top 53 bits of one engine output: the same on every platform.

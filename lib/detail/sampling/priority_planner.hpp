@@ -37,6 +37,7 @@ class PriorityPlanner final : public Planner {
   /// Precondition: options.period == 1 and options.episodes is cross or stop. `power` is not used.
   bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;
   std::optional<Draw> draw(Rng& rng) override;
+  double total_weight() override { return total_; }
 
  private:
   uint64_t steps_in_episode(std::size_t env, uint64_t start, uint64_t end) const noexcept;
