@@ -47,9 +47,12 @@ inline void prefetch_bytes(const std::byte* p, std::size_t n, std::size_t max_li
   for (uintptr_t a = first; a <= stop; a += kCacheLine) __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 3);
 }
 
-/// Rows of at most this many bytes per field are "small": the Sampler prefetches all their lines as it draws
-/// them (prefetch_small_row), and the gather copies them without prefetching more.
+/// Rows of at most this many bytes per field are "small": the Sampler prefetches both their lines as it draws
+/// them (Sampler::add_row), and the gather prefetches them again kSmallAhead rows ahead of their copy (measured on
+/// a 2-core EPYC VM, 10^6 stored 97-byte steps: 1.5x to 2x the rows/s of the draw-time prefetch alone; 8 to 16
+/// rows ahead did about the same, 32 worse).
 inline constexpr std::size_t kSmallRowBytes = 2 * kCacheLine;
+inline constexpr std::size_t kSmallAhead = 12;
 
 /// How many rows ahead a gather of larger rows prefetches, and how many lines of each row: about 24 lines in
 /// flight, at least 2 rows ahead.
@@ -77,11 +80,17 @@ inline void copy_row_general(std::byte* dst, const std::byte* env_ring, std::siz
 inline void gather_field(const std::byte* ring, std::byte* out, std::size_t bytes, std::size_t length,
                          uint64_t capacity, const GatherRow* rows, std::size_t count) noexcept {
   const std::size_t row_bytes = bytes * length;
-  if (row_bytes <= kSmallRowBytes) {  // prefetched when drawn (Sampler::add_row): copy only
+  if (row_bytes <= kSmallRowBytes) {
     // One loop per size class, so that the copy of a row is two loads and two stores of a fixed width.
     auto small = [&](auto width) {
       constexpr std::size_t k = decltype(width)::value;
       for (std::size_t i = 0; i < count; ++i) {
+        if (i + kSmallAhead < count) {  // again, close to its copy: the one at the draw may be gone from L1
+          const GatherRow& nx = rows[i + kSmallAhead];
+          const std::byte* p = ring + (nx.env_base + nx.slot) * bytes;
+          __builtin_prefetch(p, 0, 3);
+          __builtin_prefetch(p + row_bytes - 1, 0, 3);
+        }
         const GatherRow& r = rows[i];
         std::byte* dst = out + r.row * row_bytes;
         if (r.steps == length && r.slot + length <= capacity) [[likely]] {
