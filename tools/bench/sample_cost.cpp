@@ -10,8 +10,9 @@
 //       prints how many rows they sampled: instructions per row = the part's total / rows
 //
 // The buffer: 16 envs of size/16 steps of the 97-byte MuJoCo-like step (obs:f32[17] action:f32[6] reward:f32
-// done:bool), every slot filled. Cases: flat transitions (sample_transitions, 256 rows per call) and sequences
-// of 64 steps (sample, 256 rows, power 1).
+// done:bool), every slot filled. Cases: flat transitions (sample_transitions, 256 rows per call), sequences of
+// 64 steps (sample, 256 rows, power 1), and (timing only) a batched push of all 16 envs per call, in ns per step:
+// the C++ side of tools/bench/python_call_cost.py.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -68,22 +69,23 @@ int run(const Options& o) {
   constexpr uint64_t kEnvs = 16;
   constexpr std::size_t kBatch = 256;
   if (!o.callgrind) {
-    fmt::print("| stored steps | transitions rows/s | sequences 64 rows/s |\n|---:|---:|---:|\n");
+    fmt::print("| stored steps | transitions rows/s | sequences 64 rows/s | push 16 envs ns/step |\n"
+               "|---:|---:|---:|---:|\n");
   }
   for (const uint64_t size : o.sizes) {
     const uint64_t cap = std::max<uint64_t>(size / kEnvs, 64);
     const std::string name = fmt::format("shmreplay-sample-cost-{}", ::getpid());
     Buffer buf = Buffer::create(name, kEnvs, cap, schema, {.replace = true});
     Buffer::remove(name);  // the mapping stays; nothing is left behind
+    Writer w = Writer::range(buf, 0, kEnvs);
+    std::vector<std::vector<std::byte>> data;
+    std::vector<FieldBytes> fields;
+    std::vector<uint64_t> ids(kEnvs);
     {
-      Writer w = Writer::range(buf, 0, kEnvs);
-      std::vector<std::vector<std::byte>> data;
-      std::vector<FieldBytes> fields;
       for (const Field& f : schema.fields()) {
         data.emplace_back(kEnvs * f.bytes(), std::byte{1});
         fields.push_back({data.back().data(), data.back().size()});
       }
-      std::vector<uint64_t> ids(kEnvs);
       for (uint64_t e = 0; e < kEnvs; ++e) ids[e] = e;
       for (uint64_t s = 0; s < cap; ++s) w.push(std::span<const uint64_t>(ids), fields);
     }
@@ -114,7 +116,11 @@ int run(const Options& o) {
     }
     const double r1 = rate(o, flat);
     const double r64 = rate(o, seq);
-    fmt::print("| {} | {:.2f} M | {:.3f} M |\n", kEnvs * cap, r1 / 1e6, r64 / 1e6);
+    const double pushed = rate(o, [&] {
+      w.push(std::span<const uint64_t>(ids), fields);
+      return kEnvs;
+    });
+    fmt::print("| {} | {:.2f} M | {:.3f} M | {:.1f} |\n", kEnvs * cap, r1 / 1e6, r64 / 1e6, 1e9 / pushed);
     std::fflush(stdout);
   }
   return 0;
