@@ -3,9 +3,9 @@
 // A random gather of small rows is bound by memory latency: each row touches a cache line (or two) per field in
 // a random place, and a loop that copies row by row keeps only as many misses in flight as the core finds on its
 // own. The Sampler therefore draws a chunk of rows first (lib/sampler.cpp, sample_with) and then copies them
-// here, field by field, prefetching the rows `ahead` of the one being copied, so that many misses overlap. The
-// copy of a row of n bytes is inline and branches on n only (predictable: n is the same for every row of a
-// field), so small fields cost a few instructions instead of a call to memcpy with a run-time size.
+// here, field by field, prefetching the rows a few places ahead of the one being copied, so that many misses
+// overlap. A small row's copy is two loads and two stores of a fixed width chosen once per field (one loop per
+// width), not a call to memcpy with a run-time size.
 //
 // Who calls it: the Sampler only (sample, sample_mixed, peek). Nothing here touches the segment's control words:
 // the seqlock validation around the copy is the Sampler's (detail/protocol/seqlock.hpp). Plain loads of ring
@@ -47,10 +47,10 @@ inline void prefetch_bytes(const std::byte* p, std::size_t n, std::size_t max_li
   for (uintptr_t a = first; a <= stop; a += kCacheLine) __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 3);
 }
 
-/// Rows of at most this many bytes per field are "small": the Sampler prefetches both their lines as it draws
-/// them (Sampler::add_row), and the gather prefetches them again kSmallAhead rows ahead of their copy (measured on
-/// a 2-core EPYC VM, 10^6 stored 97-byte steps: 1.5x to 2x the rows/s of the draw-time prefetch alone; 8 to 16
-/// rows ahead did about the same, 32 worse).
+/// Rows of at most this many bytes per field are "small": the gather copies them with fixed-width moves and
+/// prefetches both their lines (the first and the last byte's) kSmallAhead rows ahead of their copy (measured on
+/// a 2-core EPYC VM, 10^6 stored 97-byte steps: 1.5x to 2x the rows/s of prefetching each row only as it is drawn;
+/// 8 to 16 rows ahead did about the same, 32 worse).
 inline constexpr std::size_t kSmallRowBytes = 2 * kCacheLine;
 inline constexpr std::size_t kSmallAhead = 12;
 
@@ -85,7 +85,7 @@ inline void gather_field(const std::byte* ring, std::byte* out, std::size_t byte
     auto small = [&](auto width) {
       constexpr std::size_t k = decltype(width)::value;
       for (std::size_t i = 0; i < count; ++i) {
-        if (i + kSmallAhead < count) {  // again, close to its copy: the one at the draw may be gone from L1
+        if (i + kSmallAhead < count) {
           const GatherRow& nx = rows[i + kSmallAhead];
           const std::byte* p = ring + (nx.env_base + nx.slot) * bytes;
           __builtin_prefetch(p, 0, 3);
