@@ -297,7 +297,6 @@ Body gather_sample(const Geometry& g, const std::string& name, std::size_t batch
       for (std::size_t row = 0; row < batch; ++row) {
         const uint64_t env = below(g.num_envs);
         at[row] = env * g.capacity + below(starts);
-        for (std::size_t f = 0; f < nf; ++f) __builtin_prefetch(base[f] + at[row] * bytes[f], 0, 3);
       }
       for (std::size_t f = 0; f < nf; ++f) {
         const std::size_t b = bytes[f] * length;
