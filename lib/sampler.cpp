@@ -370,7 +370,7 @@ SHMREPLAY_ALWAYS_INLINE void Sampler::add_row(uint64_t env, uint64_t start, uint
                                                uint32_t row) noexcept {
   Scratch& z = *scratch_;
   const uint64_t env_base = env * z.capacity;
-  z.chunk[z.chunk_size++] = {start, env, env_base, slot, static_cast<uint32_t>(steps), row};
+  z.chunk[z.chunk_size++] = {start, env, env_base, slot, steps, row};
   if (z.begin_mark[env] != z.chunk_mark) [[unlikely]] {  // the env's first row in this chunk: before its copies
     z.begin_mark[env] = z.chunk_mark;
     z.begin_seq[env] = detail::read_begin(buffer_->env_control(env));

@@ -54,7 +54,9 @@ struct Batch {
     return *lent;
   }
 
-  std::shared_ptr<SampleBatch> lent;  // borrow()'s view, shared by copies of this Batch (the same arrays)
+  // borrow()'s view, shared by copies of this Batch (the same arrays). Filled by one call at a time: two threads
+  // sampling into the same out= batch at once would write the same arrays anyway.
+  std::shared_ptr<SampleBatch> lent;
 
   SampleBatch lend() {
     std::vector<MutableFieldBytes> out(fields.size());

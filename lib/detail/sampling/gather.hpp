@@ -29,8 +29,8 @@ struct GatherRow {
   uint64_t env = 0;
   uint64_t env_base = 0;
   uint64_t slot = 0;
-  uint32_t steps = 0;
-  uint32_t row = 0;
+  uint64_t steps = 0;
+  uint64_t row = 0;
 };
 
 inline constexpr std::size_t kCacheLine = 64;
