@@ -403,7 +403,7 @@ std::size_t Sampler::gather(std::size_t length, SampleBatch& out) noexcept {
     // Step `start` (and so every later one) is intact while no writer has claimed step start + cap. A row with
     // no steps (a peek at an empty env) copied nothing.
     if (r.steps > 0 && !detail::copy_intact(z.begin_seq[r.env], z.end[r.env], r.start, cap)) {
-      z.failed.push_back(r.row);
+      z.failed.push_back(static_cast<uint32_t>(r.row));
       ++failed;
     }
   }
