@@ -22,6 +22,7 @@
 #include "detail/protocol/wake.hpp"
 #include "detail/sampling/cross_planners.hpp"
 #include "detail/sampling/episode_planners.hpp"
+#include "detail/sampling/gather.hpp"
 #include "detail/sampling/priority_planner.hpp"
 #include "shmreplay/error.hpp"
 
@@ -34,6 +35,12 @@ namespace {
 
 // Bytes a round copies from one snapshot before the remaining rows are drawn from a fresh one (see sample_with).
 constexpr uint64_t kResnapshotBytes = uint64_t{1} << 20;
+
+// A gather chunk: the rows drawn before they are copied and validated together (sample_with). Up to kGatherRows
+// rows, and no more rows once kGatherBytes are drawn: a chunk is the window of its rows' validation, so it stays
+// short (a row whose slot a writer reclaims during the chunk is redrawn, even if it was copied before that).
+constexpr std::size_t kGatherRows = 256;
+constexpr uint64_t kGatherBytes = uint64_t{64} << 10;
 
 // Episode boundaries for the stop/within planners, read from the segment's step meta words (one relaxed load
 // each; a row whose meta a writer was overwriting fails the validation of its copy, which covers the meta).
@@ -134,7 +141,19 @@ struct Sampler::Scratch {
         trees(buffer),
         rejection(stats, starts),
         priority(trees, starts),
-        views(static_cast<std::size_t>(buffer.num_envs())) {}
+        views(static_cast<std::size_t>(buffer.num_envs())),
+        hi_slot(views.size()),
+        begin_mark(views.size(), 0),
+        begin_seq(views.size()),
+        end_mark(views.size(), 0),
+        end(views.size()) {
+    chunk.resize(kGatherRows);
+    capacity = buffer.capacity();
+    for (std::size_t f = 0; f < buffer.schema().size(); ++f) {
+      field_base.push_back(buffer.field_data(f));  // the mapping outlives the Sampler, also when a Buffer moves
+      field_bytes.push_back(static_cast<std::size_t>(buffer.schema()[f].bytes()));
+    }
+  }
 
   SamplerStats stats;
   SegmentEpisodeStarts starts;
@@ -146,6 +165,19 @@ struct Sampler::Scratch {
   std::vector<detail::EnvView> views;     // per env, the view [lo, hi) of the current round's snapshot
   std::vector<uint32_t> failed;           // rows to draw in the next round
   std::vector<uint32_t> redraw;           // rows of the current round
+  // The gather (detail/sampling/gather.hpp): the rows of the current chunk, and per env what its validation read.
+  std::vector<detail::GatherRow> chunk;   // its first chunk_size entries (never shrinks: no reallocation)
+  std::size_t chunk_size = 0;
+  std::vector<uint64_t> hi_slot;          // per env, views[e].hi % capacity
+  uint64_t chunk_mark = 0;                // the current chunk's number
+  std::vector<uint64_t> begin_mark;       // per env, the chunk whose begin_seq is loaded
+  std::vector<uint64_t> begin_seq;        // per env, update_seq before the chunk's copies (read_begin)
+  std::vector<uint64_t> end_mark;         // per env, the chunk whose end is loaded
+  std::vector<detail::ReadEnd> end;       // per env, claimed and update_seq after the chunk's copies
+  std::vector<const std::byte*> field_base;  // per field, its array in the mapping
+  std::vector<std::size_t> field_bytes;      // per field, bytes per step
+  uint64_t capacity = 0;
+  std::size_t length = 1;                    // the sequence length of the rows being added
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -331,30 +363,64 @@ void Sampler::finish_weights(SampleBatch& out, double beta) noexcept {
   for (std::size_t r = 0; r < out.rows_; ++r) out.weights_[r] = largest > 0 ? out.weights_[r] / largest : 1.0f;
 }
 
-// Copies steps [start, start + count) of `env` into row `row` (zero-filling and masking the rest of the row),
-// then validates the copy seqlock-style. Returns false when a writer reclaimed a copied slot or the learner
-// updated the env during the copy; the row must then be redrawn.
-bool Sampler::copy_steps(uint64_t env, uint64_t start, uint64_t count, std::size_t row,
-                         SampleBatch& out) const noexcept {
-  const EnvControl& c = buffer_->env_control(env);
-  const uint64_t cap = buffer_->capacity();
-  const std::size_t L = out.length_;
-  const uint64_t useq = detail::read_begin(c);  // before the copy
-  const uint64_t slot0 = start % cap;
-  const uint64_t first = std::min(count, cap - slot0);  // steps before the ring wraps
-  for (std::size_t f = 0; f < out.field_ptr_.size(); ++f) {
-    const std::size_t b = out.field_step_bytes_[f];
-    std::byte* dst = out.field_ptr_[f] + row * L * b;
-    const std::byte* ring = buffer_->field_data(f) + env * cap * b;
-    std::memcpy(dst, ring + slot0 * b, first * b);
-    if (count > first) std::memcpy(dst + first * b, ring, (count - first) * b);
-    if (count < L) std::memset(dst + count * b, 0, (L - count) * b);
+// The gather: a chunk's rows are added (drawn) first, then copied field by field with the rows ahead prefetched
+// (gather.hpp), then validated seqlock-style with one read_begin per env before the chunk's copies and one
+// read_end per env after them (docs/design.md, "Concurrency protocol", "The batched gather").
+
+void Sampler::begin_chunk(std::size_t length) noexcept {
+  Scratch& z = *scratch_;
+  z.chunk_size = 0;
+  ++z.chunk_mark;
+  z.length = length;
+}
+
+// Adds steps [start, start + steps) of `env`, whose first step is in ring slot `slot`, as batch row `row`. (No
+// prefetch here: prefetching each row as it is drawn measured no faster than the gather's own prefetching a few
+// rows ahead of each copy, and slower at 10^7 stored steps, where the early prefetches compete for the TLB.)
+SHMREPLAY_ALWAYS_INLINE void Sampler::add_row(uint64_t env, uint64_t start, uint64_t slot, uint64_t steps,
+                                               uint32_t row) noexcept {
+  Scratch& z = *scratch_;
+  const uint64_t env_base = env * z.capacity;
+  z.chunk[z.chunk_size++] = {start, env, env_base, slot, steps, row};
+  if (z.begin_mark[env] != z.chunk_mark) [[unlikely]] {  // the env's first row in this chunk: before its copies
+    z.begin_mark[env] = z.chunk_mark;
+    z.begin_seq[env] = detail::read_begin(buffer_->env_control(env));
+    ++z.stats.control_loads;
   }
-  uint8_t* mask = out.mask_ + row * L;
-  std::memset(mask, 1, count);
-  std::memset(mask + count, 0, L - count);
-  // Step `start` (and so every later one) is intact while no writer has claimed step start + cap.
-  return detail::copy_intact(useq, detail::read_end(c), start, cap);
+}
+
+// Copies the chunk's rows into `out` (each row's steps, zeros and mask 0 up to `length`), then validates them;
+// the rows that fail (a writer reclaimed a copied slot, or the learner updated the env during the chunk) are
+// appended to scratch's `failed` and counted in the return value.
+std::size_t Sampler::gather(std::size_t length, SampleBatch& out) noexcept {
+  Scratch& z = *scratch_;
+  const std::size_t n = z.chunk_size;
+  if (n == 0) return 0;
+  const uint64_t cap = buffer_->capacity();
+  const detail::GatherRow* rows = z.chunk.data();
+  for (std::size_t f = 0; f < z.field_base.size(); ++f) {
+    detail::gather_field(z.field_base[f], out.field_ptr_[f], z.field_bytes[f], length, cap, rows, n);
+  }
+  detail::gather_mask(out.mask_, length, rows, n);
+  detail::end_copies();
+  std::size_t failed = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    const detail::GatherRow& r = rows[k];
+    if (z.end_mark[r.env] != z.chunk_mark) {
+      z.end_mark[r.env] = z.chunk_mark;
+      z.end[r.env] = detail::read_end_loads(buffer_->env_control(r.env));
+      z.stats.control_loads += 2;
+    }
+    // Step `start` (and so every later one) is intact while no writer has claimed step start + cap. A row with
+    // no steps (a peek at an empty env) copied nothing.
+    if (r.steps > 0 && !detail::copy_intact(z.begin_seq[r.env], z.end[r.env], r.start, cap)) {
+      z.failed.push_back(static_cast<uint32_t>(r.row));
+      ++failed;
+    }
+  }
+  z.stats.rows_gathered += n;
+  ++z.stats.gather_chunks;
+  return failed;
 }
 
 // Draws rows [first_row, first_row + count) of `view` with the planner the options call for.
@@ -431,6 +497,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
     for (std::size_t e = 0; e < z.views.size(); ++e) {
       const detail::StepRange r = detail::view_range(buffer_->env_control(e), view, cap);
       z.views[e] = {r.lo, r.hi};
+      z.hi_slot[e] = r.hi % cap;  // so that a row's slot needs no division (add_row below)
     }
     // Whether the round may go ahead; throws when the view cannot give a row, yields when that may be a write
     // in progress (the view is a step short while a slot is reclaimed).
@@ -464,24 +531,34 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
     uint64_t copied = 0;
     bool stalled = false;
     std::size_t i = 0;
-    for (; i < z.redraw.size() && copied < kResnapshotBytes; ++i) {
-      const uint32_t row = z.redraw[i];
-      const std::optional<detail::Draw> d = planner.draw(rng);
-      if (!d) {
-        // Nothing to draw from in this snapshot (a write in progress): this row and the rest wait for the next
-        // round's fresh snapshot.
-        (void)usable(false);
-        stalled = true;
-        break;
+    // Chunks: draw up to kGatherRows rows (kGatherBytes), then copy and validate them together (gather).
+    while (i < z.redraw.size() && copied < kResnapshotBytes && !stalled) {
+      begin_chunk(length);
+      const std::size_t chunk_end = std::min(z.redraw.size(), i + kGatherRows);
+      const uint64_t chunk_budget = std::min(kGatherBytes, kResnapshotBytes - copied);
+      uint64_t chunk_bytes = 0;
+      while (i < chunk_end && chunk_bytes < chunk_budget) {
+        const std::optional<detail::Draw> d = planner.draw(rng);
+        if (!d) {
+          // Nothing to draw from in this snapshot (a write in progress): this row and the rest wait for the next
+          // round's fresh snapshot (the chunk drawn so far is still copied).
+          (void)usable(false);
+          stalled = true;
+          break;
+        }
+        const uint32_t row = z.redraw[i++];
+        out.env_ids_[row] = d->env;
+        out.starts_[row] = d->start;
+        if (o.prioritized) out.weights_[row] = static_cast<float>(d->relative_probability);  // finish_weights
+        // The start's slot from the snapshot's hi (hi - start is 1..cap for a start in the view), no division.
+        const uint64_t hs = z.hi_slot[d->env];
+        const uint64_t back = z.views[d->env].hi - d->start;
+        const uint64_t slot = back <= hs ? hs - back : back <= cap ? hs + cap - back : d->start % cap;
+        add_row(d->env, d->start, slot, d->steps, row);
+        chunk_bytes += d->steps * step_bytes;
       }
-      out.env_ids_[row] = d->env;
-      out.starts_[row] = d->start;
-      if (o.prioritized) out.weights_[row] = static_cast<float>(d->relative_probability);  // finish_weights
-      if (!copy_steps(d->env, d->start, d->steps, row, out)) {
-        z.failed.push_back(row);
-        ++overwritten;
-      }
-      copied += d->steps * step_bytes;
+      copied += chunk_bytes;
+      overwritten += gather(length, out);
     }
     z.failed.insert(z.failed.end(), z.redraw.begin() + static_cast<std::ptrdiff_t>(i), z.redraw.end());  // deferred
     if (overwritten > 0) {
@@ -578,21 +655,34 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
   for (const uint64_t e : env_ids) detail::check_env_id(*buffer_, e, "peek at");
   out.prepare(buffer_->schema(), env_ids.size(), 1);
   out.episode_fields_ = buffer_->episode_fields();
+  // One gather of every row; the rows whose newest step was overwritten during it are read again.
+  Scratch& z = *scratch_;
+  const uint64_t cap = buffer_->capacity();
+  z.redraw.clear();
   for (std::size_t row = 0; row < env_ids.size(); ++row) {
-    const uint64_t e = env_ids[row];
-    out.env_ids_[row] = e;
-    for (uint32_t round = 0;; ++round) {
+    out.env_ids_[row] = env_ids[row];
+    z.redraw.push_back(static_cast<uint32_t>(row));
+  }
+  if (z.chunk.size() < z.redraw.size()) z.chunk.resize(z.redraw.size());  // grows only
+  for (uint32_t round = 0;; ++round) {
+    begin_chunk(1);
+    for (const uint32_t row : z.redraw) {
+      const uint64_t e = env_ids[row];
       const uint64_t head = detail::load_head(buffer_->env_control(e));
-      out.starts_[row] = head == 0 ? 0 : head - 1;
-      if (copy_steps(e, out.starts_[row], head == 0 ? 0 : 1, row, out)) break;
-      if (round >= options_.max_retry_rounds) {
-        throw Error(Errc::contended, fmt::format("cannot peek at env {} of '{}': its newest step was overwritten "
-                                                 "during the copy {} times in a row",
-                                                 e, buffer_->name(), round + 1));
-      }
-      ++retries_;
-      buffer_->global_control().retries.fetch_add(1, std::memory_order_relaxed);
+      const uint64_t start = head == 0 ? 0 : head - 1;
+      out.starts_[row] = start;
+      add_row(e, start, start % cap, head == 0 ? 0 : 1, row);
     }
+    z.failed.clear();
+    if (gather(1, out) == 0) break;
+    if (round >= options_.max_retry_rounds) {
+      throw Error(Errc::contended, fmt::format("cannot peek at env {} of '{}': its newest step was overwritten "
+                                               "during the copy {} times in a row",
+                                               env_ids[z.failed.front()], buffer_->name(), round + 1));
+    }
+    retries_ += z.failed.size();
+    buffer_->global_control().retries.fetch_add(z.failed.size(), std::memory_order_relaxed);
+    std::swap(z.redraw, z.failed);
   }
   count_call(*buffer_, env_ids.size());
 }

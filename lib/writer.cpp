@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "detail/copy_bytes.hpp"
 #include "detail/os/process.hpp"
 #include "detail/protocol/env_ids.hpp"
 #include "detail/protocol/episodes.hpp"
@@ -340,7 +341,7 @@ void Writer::write_step(uint32_t l, uint64_t env, std::span<const FieldBytes> fi
   const uint64_t slot = env * cap + next_slot_[l];  // step % cap, without a division
   for (std::size_t f = 0; f < field_bytes_.size(); ++f) {
     const uint64_t b = field_bytes_[f];
-    std::memcpy(field_base_[f] + slot * b, static_cast<const std::byte*>(fields[f].data) + row * b, b);
+    detail::copy_bytes(field_base_[f] + slot * b, static_cast<const std::byte*>(fields[f].data) + row * b, b);
   }
   const bool record_due = roles_ && stage_episode(env, step, fields, row);
   set_priority(env, step, priority);

@@ -139,14 +139,20 @@ struct EpisodeRecord {
   friend bool operator==(const EpisodeRecord&, const EpisodeRecord&) = default;
 };
 
-/// Work done by a Sampler's stop/within sampling since it was made (no time is measured): what the claim
-/// "sampling cost does not grow with the number of stored steps" is checked with.
+/// Work done by a Sampler since it was made (no time is measured): what the claims "sampling cost does not grow
+/// with the number of stored steps" and "rows are copied by the batched gather, validated with a few loads of the
+/// control words per env" are checked with.
 struct SamplerStats {
   uint64_t rows = 0;                 ///< rows drawn by stop/within sampling (redrawn rows count again)
   uint64_t tries = 0;                ///< candidate starts proposed for them
   uint64_t meta_loads = 0;           ///< step meta words read to place candidates in their episodes
   uint64_t exact_fallbacks = 0;      ///< times a call switched to enumerating episodes
   uint64_t segments_enumerated = 0;  ///< episode pieces visited by those (one meta load each)
+  uint64_t rows_gathered = 0;        ///< rows copied by the batched gather (every sampled or peeked row; again
+                                     ///< when redrawn)
+  uint64_t gather_chunks = 0;        ///< chunks of rows the gather copied and validated together
+  uint64_t control_loads = 0;        ///< loads of env control words by the gather's validation (update_seq
+                                     ///< before; claimed and update_seq after): at most 3 per env per chunk
 };
 
 /// The random engine samplers take. Its output sequence is fixed by the C++ standard, so a seed gives the same
@@ -298,7 +304,9 @@ class Sampler {
   // rows still to draw, the work counters. Behind a pointer, so that this header carries none of it.
   struct Scratch;
 
-  bool copy_steps(uint64_t env, uint64_t start, uint64_t count, std::size_t row, SampleBatch& out) const noexcept;
+  void begin_chunk(std::size_t length) noexcept;
+  void add_row(uint64_t env, uint64_t start, uint64_t slot, uint64_t steps, uint32_t row) noexcept;
+  std::size_t gather(std::size_t length, SampleBatch& out) noexcept;
   void sample_rows(View view, std::size_t first_row, std::size_t count, std::size_t length, double power,
                    const SampleOptions& options, Rng& rng, SampleBatch& out);
   template <class Plan>  // defined and instantiated in lib/sampler.cpp only

@@ -37,16 +37,28 @@ struct Batch {
     return b;
   }
 
-  // The C++ view of these arrays, after checking they still have the shapes a call of rows x length needs.
-  SampleBatch borrow(const char* op, const Schema& s, std::size_t want_rows, std::size_t want_length) {
-    if (!(*schema == s)) {
+  // The C++ view of these arrays (made on the first call and kept: the arrays of a Batch never change, so a
+  // sample into out= allocates nothing), after checking the schema and that a call of rows x length fits. The
+  // schema check is a pointer comparison for a batch made by this Sampler (new_batch, or an earlier sample).
+  SampleBatch& borrow(const char* op, const std::shared_ptr<const Schema>& s, std::size_t want_rows,
+                      std::size_t want_length) {
+    if (schema != s && !(*schema == *s)) {
       throw Error(Errc::schema_mismatch, fmt::format("{}: out= is a batch of schema {}, the buffer's is {}", op,
-                                                     schema->to_string(), s.to_string()));
+                                                     schema->to_string(), s->to_string()));
     }
     if (rows != want_rows || length != want_length) {
       throw Error(Errc::size_mismatch, fmt::format("{}: out= holds {} rows x {} steps, this call needs {} x {}", op,
                                                    rows, length, want_rows, want_length));
     }
+    if (!lent) lent = std::make_shared<SampleBatch>(lend());
+    return *lent;
+  }
+
+  // borrow()'s view, shared by copies of this Batch (the same arrays). Filled by one call at a time: two threads
+  // sampling into the same out= batch at once would write the same arrays anyway.
+  std::shared_ptr<SampleBatch> lent;
+
+  SampleBatch lend() {
     std::vector<MutableFieldBytes> out(fields.size());
     for (std::size_t f = 0; f < fields.size(); ++f) {
       out[f] = {fields[f].mutable_data(), static_cast<std::size_t>(fields[f].nbytes())};
@@ -168,7 +180,7 @@ struct PySampler {
                               py::str(py::type::handle_of(out).attr("__name__")).cast<std::string>()));
     }
     Batch& b = result.cast<Batch&>();
-    SampleBatch sb = b.borrow(op, *schema, rows, length);
+    SampleBatch& sb = b.borrow(op, schema, rows, length);
     auto* weights = static_cast<float*>(b.weights.mutable_data());
     {
       py::gil_scoped_release release;

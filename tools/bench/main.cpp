@@ -235,6 +235,38 @@ std::vector<Target> evaluate(const std::vector<Result>& results, const std::vect
       }
     }
   }
+  // Issue 18: small rows at the memory system's limit.
+  for (const char* mode : {"batched", "single"}) {
+    const Result* o = find(results, "push", "small", mode, 1, 0, Impl::ours);
+    const Result* m = find(results, "push", "small", mode, 1, 0, Impl::memcpy);
+    if (o && m) {
+      const double x = o->ns_per_step.median / m->ns_per_step.median;
+      out.push_back({"small push within 1.5x of memcpy's time", fmt::format("{} push, 1 writer", mode),
+                     fmt::format("{:.2f}x", x), x <= 1.5});
+    }
+  }
+  for (const char* step : {"small", "small-1e7"}) {
+    for (uint32_t w : {0u, 2u}) {
+      const Result* o = find(results, "sample", step, "batched", w, 1, Impl::ours);
+      const Result* m = find(results, "sample", step, "batched", w, 1, Impl::memcpy);
+      const Result* p = find(results, "sample", step, "batched", w, 1, Impl::gather);
+      if (!o || !m || !p) continue;
+      const double xm = o->rows_per_s.median / m->rows_per_s.median;
+      const double xp = o->rows_per_s.median / p->rows_per_s.median;
+      out.push_back({"flat small sampling >= memcpy gather and >= 80% of the prefetching gather",
+                     fmt::format("{}, {} writers", step, w), fmt::format("{:.0f}% / {:.0f}%", xm * 100, xp * 100),
+                     xm >= 1.0 && xp >= 0.8});
+    }
+  }
+  for (uint32_t w : {0u, 2u}) {
+    const Result* o = find(results, "sample", "small", "batched", w, 64, Impl::ours);
+    const Result* m = find(results, "sample", "small", "batched", w, 64, Impl::memcpy);
+    if (o && m) {
+      const double x = o->rows_per_s.median / m->rows_per_s.median;
+      out.push_back({"small sequences (64 steps) >= 90% of memcpy", fmt::format("small, {} writers", w),
+                     fmt::format("{:.0f}%", x * 100), x >= 0.9});
+    }
+  }
   for (const std::string& step : steps) {
     const Result* o = find(results, "sample", step, "batched", 2, 64, Impl::ours);
     const Result* m = find(results, "sample", step, "batched", 2, 64, Impl::memcpy);
@@ -328,20 +360,26 @@ void print_markdown(const std::string& command, const MachineInfo& m, const Conf
   for (const Result& r : results) any_sample = any_sample || r.section == "sample";
   if (any_sample) {
     fmt::print("### Sample (batch {}; with 0 or 2 writer processes pushing batched at full speed)\n\n", cfg.batch);
-    fmt::print("| step | seq len | writers | ours rows/s | ours GB/s | memcpy GB/s | ours/memcpy | mutex rows/s | "
-               "mutex GB/s | ours/mutex | ours retries/row | sampler on-CPU ours/memcpy/mutex |\n");
-    fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    fmt::print("gather: the prefetching gather of the same rows from the memcpy store (the limit of a copy).\n\n");
+    fmt::print("| step | seq len | writers | ours rows/s | ours GB/s | memcpy GB/s | ours/memcpy | gather rows/s | "
+               "gather GB/s | ours/gather | mutex rows/s | mutex GB/s | ours/mutex | ours retries/row | sampler "
+               "on-CPU ours/memcpy/gather/mutex |\n");
+    fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const Result& o : results) {
       if (o.section != "sample" || o.impl != Impl::ours) continue;
       const Result* c = find(results, "sample", o.step, o.mode, o.writers, o.length, Impl::memcpy);
+      const Result* p = find(results, "sample", o.step, o.mode, o.writers, o.length, Impl::gather);
       const Result* x = find(results, "sample", o.step, o.mode, o.writers, o.length, Impl::mutex);
-      if (!c || !x) continue;
-      fmt::print("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2g} | {}/{}/{} |\n", o.step, o.length,
-                 o.writers, with_spread(o.rows_per_s, o.sampler_late), num(o.sample_gbs.median),
+      if (!c || !p || !x) continue;
+      fmt::print("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2g} | {}/{}/{}/{} |\n",
+                 o.step, o.length, o.writers, with_spread(o.rows_per_s, o.sampler_late), num(o.sample_gbs.median),
                  with_spread(c->sample_gbs, c->sampler_late), ratio(o.sample_gbs.median, c->sample_gbs.median, false),
+                 with_spread(p->rows_per_s, p->sampler_late), num(p->sample_gbs.median),
+                 ratio(o.sample_gbs.median, p->sample_gbs.median, false),
                  with_spread(x->rows_per_s, x->sampler_late), num(x->sample_gbs.median),
                  ratio(o.sample_gbs.median, x->sample_gbs.median, true), o.retries_per_row,
-                 pct(o.sampler_on_cpu.median), pct(c->sampler_on_cpu.median), pct(x->sampler_on_cpu.median));
+                 pct(o.sampler_on_cpu.median), pct(c->sampler_on_cpu.median), pct(p->sampler_on_cpu.median),
+                 pct(x->sampler_on_cpu.median));
     }
     fmt::print("\n");
 
@@ -452,13 +490,18 @@ void print_json(const std::string& command, const MachineInfo& m, const Config& 
 
 std::vector<Geometry> make_geometries(const Options& o) {
   std::vector<Geometry> out;
-  for (const std::string& step : {std::string("small"), std::string("atari")}) {
+  for (const std::string& step : {std::string("small"), std::string("small-1e7"), std::string("atari")}) {
     if (!o.steps.empty() && std::find(o.steps.begin(), o.steps.end(), step) == o.steps.end()) continue;
+    if (o.steps.empty() && o.quick && step == "small-1e7") continue;  // the smoke run keeps to the two kinds
     Geometry g;
     g.label = step;
     if (step == "small") {
       g.schema = Schema::parse("obs:f32[17] action:f32[6] reward:f32 done:bool");  // MuJoCo-like
       g.capacity = o.quick ? 1024 : 65536;
+    } else if (step == "small-1e7") {  // the same step, 10x the stored steps (sampling only)
+      g.schema = Schema::parse("obs:f32[17] action:f32[6] reward:f32 done:bool");
+      g.capacity = o.quick ? 2048 : 655360;
+      g.sample_only = true;
     } else {
       g.schema = Schema::parse("obs:u8[84,84,4] action:i32 reward:f32 done:bool");  // Atari-like
       g.capacity = o.quick ? 128 : 1024;
@@ -517,7 +560,7 @@ int run(const Options& o, const std::string& command) {
     fmt::print(stderr, "shmreplay_bench: creating and filling the {} stores ({:.1f} MB each)\n", g.label,
                static_cast<double>(g.data_bytes()) * 1e-6);
     const Stores stores(g, fmt::format("{}-{}", prefix, g.label));  // removes its segments when it goes
-    if (wanted(o, "push")) {
+    if (wanted(o, "push") && !g.sample_only) {
       for (const PushMode mode : {PushMode::batched, PushMode::single}) {
         for (const uint32_t writers : {1u, 2u}) {
           for (const Impl impl : kImpls) {
@@ -539,14 +582,15 @@ int run(const Options& o, const std::string& command) {
       for (const uint32_t length : {1u, 64u}) {
         for (const uint32_t writers : {0u, 2u}) {
           if (writers == 0 && !sample) continue;
-          for (const Impl impl : kImpls) {
+          for (const Impl impl : kSampleImpls) {
             Result r{.section = "sample", .step = g.label, .mode = "batched", .writers = writers, .length = length,
                      .impl = impl, .step_bytes = g.schema.step_bytes()};
             std::vector<Body> bodies;
             std::vector<std::string> names;
             for (uint32_t w = 0; w < writers; ++w) {
-              bodies.push_back(push_body(impl, g, stores, PushMode::batched, w * g.envs_per_writer));
-              names.push_back(fmt::format("{} writer {}", to_string(impl), w));
+              const Impl writer = impl == Impl::gather ? Impl::memcpy : impl;  // gather reads memcpy's store
+              bodies.push_back(push_body(writer, g, stores, PushMode::batched, w * g.envs_per_writer));
+              names.push_back(fmt::format("{} writer {}", to_string(writer), w));
             }
             bodies.push_back(sample_body(impl, g, stores, cfg.batch, length, seed++));
             names.push_back(fmt::format("{} sampler", to_string(impl)));
@@ -580,8 +624,9 @@ int main(int argc, char** argv) {
   app.add_option("--only", o.only, "Run only some sections: push, sample, contention (repeatable)")
       ->check(CLI::IsMember({"push", "sample", "contention"}))
       ->type_name("SECTION");
-  app.add_option("--step", o.steps, "Run only some step kinds: small (MuJoCo-like), atari (repeatable)")
-      ->check(CLI::IsMember({"small", "atari"}))
+  app.add_option("--step", o.steps, "Run only some step kinds: small (MuJoCo-like, 10^6 stored steps), small-1e7 (the same, 10^7 stored "
+                 "steps, sampling only), atari (repeatable)")
+      ->check(CLI::IsMember({"small", "small-1e7", "atari"}))
       ->type_name("KIND");
   try {
     app.parse(argc, argv);

@@ -7,6 +7,10 @@
 //           step's bytes into the next slot of the env's ring for a push; gathered rows of sequence_length
 //           steps at random (env, start) positions for a sample), no synchronisation, no bookkeeping beyond a
 //           private slot cursor per env.
+//   gather  (sample only) the best a copy of the same rows can do: the memcpy reference's store and positions,
+//           but every position of a batch drawn first, then per field a gather that prefetches the rows ahead
+//           (software prefetch), so that many cache misses are in flight at once, and copies rows of at most
+//           128 bytes with two fixed-width moves (no validation, no weights, no mask: less work than ours).
 //   mutex   the lock-based design most hand-written shared buffers use: the same storage plus per-env heads in
 //           a Boost.Interprocess shared memory object, every push call and every sample call holding one
 //           process-shared boost::interprocess::interprocess_mutex for its whole duration.
@@ -22,8 +26,11 @@
 
 namespace shmreplay::bench {
 
-enum class Impl { ours, memcpy, mutex };
+enum class Impl { ours, memcpy, mutex, gather };
+/// The implementations that have a store of their own (gather reads the memcpy store).
 inline constexpr Impl kImpls[] = {Impl::ours, Impl::memcpy, Impl::mutex};
+/// The sample section's implementations: the three, and the prefetching gather.
+inline constexpr Impl kSampleImpls[] = {Impl::ours, Impl::memcpy, Impl::gather, Impl::mutex};
 const char* to_string(Impl impl) noexcept;
 
 enum class PushMode { batched, single };
@@ -38,6 +45,7 @@ struct Geometry {
   uint64_t num_envs = 0;      ///< at most kMaxBenchEnvs
   uint64_t capacity = 0;      ///< steps per env
   uint64_t envs_per_writer = 0;  ///< writer w leases envs [w * envs_per_writer, (w + 1) * envs_per_writer)
+  bool sample_only = false;      ///< measured in the sample (and contention) section only
   uint64_t data_bytes() const noexcept { return num_envs * capacity * schema.step_bytes(); }
 };
 

@@ -254,14 +254,25 @@ struct ReadEnd {
   uint64_t claimed;
   uint64_t update_seq;
 };
-inline ReadEnd read_end(const layout::EnvControl& c) noexcept {
+/// read_end in two parts, for a reader that validates many copies at once (the Sampler's gather): end_copies()
+/// once after the last copy, then read_end_loads() once per env whose copies it validates. Loading claimed later
+/// than right after a copy only sees a larger value (claimed's bits 0-62 never go down outside a checkpoint load,
+/// which holds the learner lease), so it can only reject more, never accept a torn copy.
+inline void end_copies() noexcept {
   // acquire fence: pairs with the writer's release fence in claim_step (and the one in UpdateSection's
-  // constructor): if the copy read any byte stored after those, the loads below see the raised claim (or the odd
-  // or newer update_seq).
+  // constructor): if the copy read any byte stored after those, the loads after this fence see the raised claim
+  // (or the odd or newer update_seq).
   std::atomic_thread_fence(std::memory_order_acquire);
+}
+/// Precondition: end_copies() ran after the copy and before this.
+inline ReadEnd read_end_loads(const layout::EnvControl& c) noexcept {
   const uint64_t claimed = c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit;
   const uint64_t seq = c.update_seq.load(std::memory_order_relaxed);
   return {claimed, seq};
+}
+inline ReadEnd read_end(const layout::EnvControl& c) noexcept {
+  end_copies();
+  return read_end_loads(c);
 }
 
 /// Whether a copy of steps first, first + 1, ... (all below a head the reader acquired) that began with

@@ -12,10 +12,25 @@ struct EnvPick {
   double offset;
 };
 
+// std::upper_bound without branches on the data (a conditional move per halving): the env is drawn at random,
+// so a branchy search mispredicts about half of its steps. The same result as std::upper_bound.
+const double* upper_bound_branchless(const double* first, std::size_t n, double u) noexcept {
+  if (n == 0) return first;
+  std::size_t len = n;  // the answer lies in [first, first + len]
+  while (len > 1) {
+    const std::size_t half = len / 2;
+    first += first[half - 1] <= u ? half : 0;
+    len -= half;
+  }
+  return first + (*first <= u ? 1 : 0);
+}
+
 EnvPick pick_env(const std::vector<double>& cumulative, double u) noexcept {
-  auto it = std::upper_bound(cumulative.begin(), cumulative.end(), u);
-  if (it == cumulative.end()) --it;  // u rounded up to the total
-  while (it != cumulative.begin() && *it == *(it - 1)) --it;
+  auto it = cumulative.begin() + (upper_bound_branchless(cumulative.data(), cumulative.size(), u) - cumulative.data());
+  if (it == cumulative.end()) [[unlikely]] {  // u rounded up to the total: the last env of positive weight
+    --it;
+    while (it != cumulative.begin() && *it == *(it - 1)) --it;
+  }
   const auto e = static_cast<std::size_t>(it - cumulative.begin());
   return {e, std::max(0.0, u - (e == 0 ? 0.0 : cumulative[e - 1]))};
 }

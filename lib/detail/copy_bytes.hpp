@@ -1,0 +1,46 @@
+// detail/copy_bytes.hpp: memcpy of a small run-time size, inline.
+//
+// The writer copies each field of a step (lib/writer.cpp, write_step) and the sampler's gather each field of a
+// row (detail/sampling/gather.hpp) with sizes known only at run time; glibc's memcpy through the PLT costs a call
+// and a size dispatch per field, which dominates for fields of a few bytes (a reward, a done flag). copy_bytes
+// does n <= 128 with two possibly overlapping loads and stores of a power-of-two width: a few predictable
+// branches on n (the same n comes back for the same field) and no call.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+
+namespace shmreplay::detail {
+
+/// memcpy(d, s, n) for non-overlapping d and s: inline for n <= 128.
+inline __attribute__((always_inline)) void copy_bytes(std::byte* d, const std::byte* s, std::size_t n) noexcept {
+  const auto two = [&]<std::size_t k>() {
+    unsigned char a[k];
+    unsigned char b[k];
+    __builtin_memcpy(a, s, k);
+    __builtin_memcpy(b, s + n - k, k);
+    __builtin_memcpy(d, a, k);
+    __builtin_memcpy(d + n - k, b, k);
+  };
+  if (n <= 16) {
+    if (n >= 8) {
+      two.template operator()<8>();
+    } else if (n >= 4) {
+      two.template operator()<4>();
+    } else if (n >= 2) {
+      two.template operator()<2>();
+    } else if (n == 1) {
+      *d = *s;
+    }
+  } else if (n <= 32) {
+    two.template operator()<16>();
+  } else if (n <= 64) {
+    two.template operator()<32>();
+  } else if (n <= 128) {
+    two.template operator()<64>();
+  } else {
+    std::memcpy(d, s, n);
+  }
+}
+
+}  // namespace shmreplay::detail

@@ -1,0 +1,160 @@
+// shmreplay_bench_sample_cost: what one sampled row costs, from 10^3 to 10^7 stored steps, in one process with no
+// writer running: rows/s (median of --trials trials of --seconds) and, under callgrind, instructions per row
+// (docs/benchmarks.md, "Sampling cost against the stored size").
+//
+//   shmreplay_bench_sample_cost                       sizes 10^3 .. 10^7: rows/s of each case
+//   shmreplay_bench_sample_cost --quick               sizes 10^3 and 10^4, one 10 ms trial: a smoke run for CI
+//   valgrind --tool=callgrind --instr-atstart=no shmreplay_bench_sample_cost --callgrind --size 1000000
+//       fills without instrumentation, then counts the instructions of --calls calls of each case only
+//       (CALLGRIND_START_INSTRUMENTATION around them), writes one profile part per case (<out>.1, <out>.2) and
+//       prints how many rows they sampled: instructions per row = the part's total / rows
+//
+// The buffer: 16 envs of size/16 steps of the 97-byte MuJoCo-like step (obs:f32[17] action:f32[6] reward:f32
+// done:bool), every slot filled. Cases: flat transitions (sample_transitions, 256 rows per call), sequences of
+// 64 steps (sample, 256 rows, power 1), and (timing only) a batched push of all 16 envs per call, in ns per step:
+// the C++ side of tools/bench/python_call_cost.py.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#else
+#define CALLGRIND_START_INSTRUMENTATION
+#define CALLGRIND_STOP_INSTRUMENTATION
+#define CALLGRIND_DUMP_STATS_AT(label)
+#endif
+
+#include "shmreplay/sampler.hpp"
+#include "shmreplay/writer.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace shmreplay;
+
+struct Options {
+  bool quick = false;
+  bool callgrind = false;
+  double seconds = 0.2;
+  uint32_t trials = 5;
+  uint32_t calls = 200;
+  std::vector<uint64_t> sizes;
+};
+
+double rate(const Options& o, const std::function<uint64_t()>& op) {
+  for (const auto warm = Clock::now() + std::chrono::milliseconds(o.quick ? 1 : 50); Clock::now() < warm;) op();
+  std::vector<double> per_s;
+  for (uint32_t t = 0; t < o.trials; ++t) {
+    uint64_t units = 0;
+    const auto start = Clock::now();
+    const auto until = start + std::chrono::duration<double>(o.seconds);
+    do {
+      units += op();
+    } while (Clock::now() < until);
+    per_s.push_back(static_cast<double>(units) / std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(per_s.begin(), per_s.end());
+  return per_s[per_s.size() / 2];
+}
+
+int run(const Options& o) {
+  const Schema schema = Schema::parse("obs:f32[17] action:f32[6] reward:f32 done:bool");
+  constexpr uint64_t kEnvs = 16;
+  constexpr std::size_t kBatch = 256;
+  if (!o.callgrind) {
+    fmt::print("| stored steps | transitions rows/s | sequences 64 rows/s | push 16 envs ns/step |\n"
+               "|---:|---:|---:|---:|\n");
+  }
+  for (const uint64_t size : o.sizes) {
+    const uint64_t cap = std::max<uint64_t>(size / kEnvs, 64);
+    const std::string name = fmt::format("shmreplay-sample-cost-{}", ::getpid());
+    Buffer buf = Buffer::create(name, kEnvs, cap, schema, {.replace = true});
+    Buffer::remove(name);  // the mapping stays; nothing is left behind
+    Writer w = Writer::range(buf, 0, kEnvs);
+    std::vector<std::vector<std::byte>> data;
+    std::vector<FieldBytes> fields;
+    std::vector<uint64_t> ids(kEnvs);
+    {
+      for (const Field& f : schema.fields()) {
+        data.emplace_back(kEnvs * f.bytes(), std::byte{1});
+        fields.push_back({data.back().data(), data.back().size()});
+      }
+      for (uint64_t e = 0; e < kEnvs; ++e) ids[e] = e;
+      for (uint64_t s = 0; s < cap; ++s) w.push(std::span<const uint64_t>(ids), fields);
+    }
+    Sampler sampler(buf);
+    Rng rng(1);
+    SampleBatch out;
+    auto flat = [&] {
+      sampler.sample_transitions(View::replay, kBatch, rng, out);
+      return uint64_t{kBatch};
+    };
+    auto seq = [&] {
+      sampler.sample(View::replay, kBatch, 64, 1.0, rng, out);
+      return uint64_t{kBatch};
+    };
+    if (o.callgrind) {
+      flat();
+      seq();  // sizes the output for both
+      for (const auto& [label, op] : {std::pair<const char*, std::function<uint64_t()>>{"transitions", flat},
+                                      std::pair<const char*, std::function<uint64_t()>>{"sequences-64", seq}}) {
+        uint64_t rows = 0;
+        CALLGRIND_START_INSTRUMENTATION;
+        for (uint32_t c = 0; c < o.calls; ++c) rows += op();
+        CALLGRIND_DUMP_STATS_AT(label);  // one profile part per case
+        CALLGRIND_STOP_INSTRUMENTATION;
+        fmt::print("{} stored steps, {}: {} rows sampled while instrumented\n", kEnvs * cap, label, rows);
+      }
+      continue;
+    }
+    const double r1 = rate(o, flat);
+    const double r64 = rate(o, seq);
+    const double pushed = rate(o, [&] {
+      w.push(std::span<const uint64_t>(ids), fields);
+      return kEnvs;
+    });
+    fmt::print("| {} | {:.2f} M | {:.3f} M | {:.1f} |\n", kEnvs * cap, r1 / 1e6, r64 / 1e6, 1e9 / pushed);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app("shmreplay_bench_sample_cost: sampling cost per row against the stored size (one process)");
+  app.add_flag("--quick", o.quick, "Sizes 10^3 and 10^4, one 10 ms trial: a smoke run for CI");
+  app.add_flag("--callgrind", o.callgrind,
+               "Run each case --calls times between CALLGRIND_START/STOP_INSTRUMENTATION (run under valgrind "
+               "--tool=callgrind --instr-atstart=no)");
+  app.add_option("--seconds", o.seconds, "Duration of one trial (default 0.2)")->check(CLI::Range(0.001, 60.0));
+  app.add_option("--trials", o.trials, "Trials per figure; the median is reported (default 5)")
+      ->check(CLI::Range(1u, 101u));
+  app.add_option("--calls", o.calls, "Calls per case with --callgrind (default 200)")->check(CLI::Range(1u, 100000u));
+  app.add_option("--size", o.sizes, "Stored steps (repeatable; default 10^3 .. 10^7)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (o.quick) {
+    if (app.count("--seconds") == 0) o.seconds = 0.01;
+    if (app.count("--trials") == 0) o.trials = 1;
+    if (o.sizes.empty()) o.sizes = {1000, 10000};
+  }
+  if (o.sizes.empty()) o.sizes = {1000, 10000, 100000, 1000000, 10000000};
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "shmreplay_bench_sample_cost: error: {}\n", e.what());
+    return 1;
+  }
+}
