@@ -23,6 +23,7 @@
 #include <fmt/ranges.h>
 
 #include "detail/os/file.hpp"
+#include "detail/os/populate.hpp"
 #include "detail/os/process.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "shmreplay/error.hpp"
@@ -450,6 +451,12 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
                             human_bytes(free_now), dir));
   };
   if (plan.total_bytes > free_bytes) no_space(free_bytes);
+  // Read before fallocate takes the segment's pages out of MemAvailable.
+  bool populate = options.populate == Populate::always;
+  if (options.populate == Populate::automatic) {
+    const std::optional<uint64_t> available = detail::mem_available_bytes();
+    populate = available && plan.total_bytes <= *available / 2;
+  }
 
   UniqueFd fd = make_unnamed_file(dir, name, options.mode);
   if (::fchmod(fd.get(), options.mode) != 0) {  // O_TMPFILE's mode is subject to the umask
@@ -473,6 +480,14 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
   b.schema_ = schema;
   b.mode_ = options.mode;
   detail::Mapping map(fd.get(), plan.total_bytes, /*writable=*/true, path);
+  if (populate) {  // before write_segment: the fallback touch writes zeros, which only a fresh file may get
+    const int perr = detail::populate_writable(map.data(), plan.total_bytes, options.populate_progress);
+    if (perr != 0 && options.populate == Populate::always) {
+      throw_errno(perr, fmt::format("cannot populate the {} bytes of shmreplay segment '{}' "
+                                    "(madvise MADV_POPULATE_WRITE; CreateOptions::populate is always)",
+                                    plan.total_bytes, name));
+    }
+  }
   write_segment(map.data(), num_envs, capacity, schema, plan, roles, options.priority_exponent, options.rate_limit);
 
   b.base_ = map.data();

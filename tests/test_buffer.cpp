@@ -13,10 +13,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "shmreplay/buffer.hpp"
@@ -69,6 +71,25 @@ int open_bytes(const std::vector<char>& bytes, std::string* message, const OpenO
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
+}
+
+
+// The resident bytes (Rss) of this process's mapping that starts at `base`, from /proc/self/smaps; -1 if none.
+int64_t mapping_rss_bytes(const void* base) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto want = reinterpret_cast<uintptr_t>(base);
+  bool in_it = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long start = 0;
+    unsigned long end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &start, &end) == 2 && line.find(':') > line.find(' ')) {
+      in_it = start == want;
+      continue;
+    }
+    long long kib = 0;
+    if (in_it && std::sscanf(line.c_str(), "Rss: %lld kB", &kib) == 1) return kib * 1024;
+  }
+  return -1;
 }
 
 }  // namespace
@@ -710,4 +731,74 @@ TEST_CASE("a failure while reserving the memory leaves no file behind") {
   });
   CHECK(status == 0);
   CHECK_FALSE(Buffer::exists(name));
+}
+
+TEST_CASE("populate always, never and automatic give the same segment; always faults its pages in, never does not") {
+  const Schema schema = Schema::parse("obs:u8[1024] action:i32 done:bool");
+  const uint64_t envs = 2;
+  const uint64_t capacity = 8192;  // about 17 MB: a few 2 MiB pages, should the directory use huge pages
+  const std::string never_name = unique_name("pop-never");
+  SegmentGuard never_guard(never_name);
+  const Buffer never = Buffer::create(never_name, envs, capacity, schema, {.populate = Populate::never});
+  // Only the header and control pages that create() writes are resident; the rings are not.
+  const int64_t never_rss = mapping_rss_bytes(&never.header());
+  REQUIRE(never_rss >= 0);
+  CHECK(static_cast<uint64_t>(never_rss) < never.total_bytes() / 2);
+
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  const std::string always_name = unique_name("pop-always");
+  SegmentGuard always_guard(always_name);
+  const Buffer always = Buffer::create(
+      always_name, envs, capacity, schema,
+      {.populate = Populate::always, .populate_progress = [&](uint64_t done, uint64_t total) {
+         calls.emplace_back(done, total);
+       }});
+  const int64_t always_rss = mapping_rss_bytes(&always.header());
+  CHECK(static_cast<uint64_t>(always_rss) >= always.total_bytes());
+  REQUIRE(!calls.empty());
+  CHECK(calls.back().first == always.total_bytes());
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    CHECK(calls[i].second == always.total_bytes());
+    if (i > 0) CHECK(calls[i].first > calls[i - 1].first);
+  }
+
+  const std::string auto_name = unique_name("pop-auto");
+  SegmentGuard auto_guard(auto_name);
+  const Buffer automatic = Buffer::create(auto_name, envs, capacity, schema, {.populate = Populate::automatic});
+  CHECK(CreateOptions{}.populate == Populate::never);  // the old behaviour stays the default
+
+  // Same layout and, past the header (which holds the creation time and pid), the same bytes.
+  for (const Buffer* b : {&always, &automatic}) {
+    CHECK(b->total_bytes() == never.total_bytes());
+    CHECK(b->field_offsets() == never.field_offsets());
+    const auto* x = reinterpret_cast<const std::byte*>(&b->header());
+    const auto* y = reinterpret_cast<const std::byte*>(&never.header());
+    CHECK(std::memcmp(x + sizeof(SegmentHeader), y + sizeof(SegmentHeader),
+                      never.total_bytes() - sizeof(SegmentHeader)) == 0);
+    const Buffer reopened = Buffer::open(b->name(), {.expected_schema = schema});
+    CHECK(reopened.total_bytes() == never.total_bytes());
+  }
+  // A populated segment works: a write through it is seen by another mapping.
+  std::memset(const_cast<Buffer&>(always).field_data(0), 0x7f, 16);
+  const Buffer reader = Buffer::open(always_name, {.read_only = true});
+  CHECK(std::to_integer<int>(reader.field_data(0)[15]) == 0x7f);
+}
+
+TEST_CASE("the populate progress callback is not called when nothing is populated, and its exception aborts create "
+          "leaving nothing behind") {
+  const std::string name = unique_name("pop-throw");
+  SegmentGuard guard(name);
+  bool called = false;
+  (void)Buffer::create(name, 1, 64, kSchema,
+                       {.populate = Populate::never, .populate_progress = [&](uint64_t, uint64_t) { called = true; }});
+  CHECK(!called);
+  Buffer::remove(name);
+
+  struct Cancelled {};
+  CHECK_THROWS_AS((void)Buffer::create(name, 1, 64, kSchema,
+                                       {.populate = Populate::always,
+                                        .populate_progress = [](uint64_t, uint64_t) { throw Cancelled{}; }}),
+                  Cancelled);
+  CHECK(!Buffer::exists(name));
+  CHECK(error_of([&] { (void)Buffer::open(name); }) == code(Errc::not_found));
 }

@@ -334,6 +334,27 @@ TEST_CASE("create with --mode sets the file's permission bits") {
   CHECK(one_error_line(bad.err));
 }
 
+TEST_CASE("create --populate always with --progress reports populating to 100%; never reports nothing; a bad "
+          "value is a usage error") {
+  const std::string name = unique_name("cli");
+  SegmentGuard guard(name);
+  const CliResult always = run_cli({"create", name, "--envs", "2", "--capacity", "64", "--schema", "obs:u8[4096]",
+                                    "--populate", "always", "--progress"});
+  REQUIRE(always.exit_code == 0);
+  CHECK(contains(always.out, fmt::format("created '{}'", name)));
+  CHECK(contains(line_starting(always.err, fmt::format("populating '{}': 100%", name)), "of"));
+
+  const CliResult never = run_cli({"create", name, "--envs", "2", "--capacity", "64", "--schema", "obs:u8[4096]",
+                                   "--replace", "--populate", "never", "--progress"});
+  REQUIRE(never.exit_code == 0);
+  CHECK(never.err.empty());
+
+  const CliResult bad = run_cli({"create", name, "--envs", "1", "--capacity", "1", "--schema", "x:u8", "--replace",
+                                 "--populate", "sometimes"});
+  CHECK(bad.exit_code == 2);
+  CHECK(one_error_line(bad.err));
+}
+
 TEST_CASE("a bad schema spec fails with exit code 1 and a message that names the field") {
   const std::string name = unique_name("cli");
   SegmentGuard guard(name);

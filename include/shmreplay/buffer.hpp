@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -48,6 +49,18 @@ struct EpisodeFields {
   bool empty() const noexcept { return done.empty() && terminated.empty() && truncated.empty() && reward.empty(); }
 };
 
+/// Whether create() faults the segment's pages into its own mapping before it returns (CreateOptions::populate).
+/// Otherwise the first write of each 4 KiB page (usually a writer's prefill) takes a page fault that zeroes it.
+/// It pays when the process that creates the buffer also fills it (create + prefill of a 0.9 GB Atari-like buffer
+/// 1.1x faster on a moderately loaded machine, 0.76x under heavy load); when other processes fill it, they still
+/// fault the pages into their own mappings and populating only adds to create() (0.7x): docs/benchmarks.md,
+/// "Creating and prefilling a buffer". Hence never by default.
+enum class Populate : uint8_t {
+  never,      ///< leave the pages to be faulted in by their first writer (the default, and the old behaviour)
+  always,     ///< populate; a failure other than "not supported" is an error
+  automatic,  ///< populate when the segment is at most half of the machine's MemAvailable (/proc/meminfo), else not
+};
+
 struct CreateOptions {
   /// Permission bits of the segment file (the umask does not apply): read and write bits only, a subset of 0666
   /// (create() refuses execute, set-uid, set-gid and sticky bits with Errc::invalid_argument). 0666 (world-writable)
@@ -70,6 +83,15 @@ struct CreateOptions {
   /// and/or no sampling before a minimum size, counted across every process. Changeable later
   /// (Buffer::set_rate_limit, `shmreplay limit`). Without, nothing is limited or counted.
   std::optional<RateLimit> rate_limit;
+  /// Fault the segment's pages in at creation (see Populate): madvise(MADV_POPULATE_WRITE) in 64 MiB chunks, or,
+  /// on kernels without it (before Linux 5.14), a write of zero to each page. Done before the segment is linked
+  /// under its name, so it changes no guarantee of create(); it moves the page-zeroing cost from the first writer to
+  /// create(), and the pages are the ones posix_fallocate already reserved, so no extra memory is used.
+  Populate populate = Populate::never;
+  /// Called (when set) from create() after each populated chunk with the bytes done so far and the total; the
+  /// last call has done == total. Not called when nothing is populated. An exception it throws aborts create()
+  /// (nothing is left behind).
+  std::function<void(uint64_t done_bytes, uint64_t total_bytes)> populate_progress;
 };
 
 /// How an episode ended (stored in the segment as these codes: never renumber).

@@ -16,6 +16,7 @@
 #include "shmreplay/error.hpp"
 #include "shmreplay/inspector.hpp"
 #include "shmreplay/schema.hpp"
+#include "progress.hpp"
 #include "text.hpp"
 
 namespace shmreplay::cli {
@@ -327,13 +328,21 @@ void warn_if_world_writable(const std::string& name, uint32_t mode) {
 
 int run_create(const CreateArgs& args) {
   const Schema schema = args.schema_file.empty() ? Schema::parse(args.schema_spec) : read_schema_file(args.schema_file);
-  const Buffer b = Buffer::create(args.name, args.num_envs, args.capacity, schema,
-                                  {.mode = args.mode,
-                                   .replace = args.replace,
-                                   .episodes = args.episodes,
-                                   .episode_queue_capacity = args.episode_queue_capacity,
-                                   .priority_exponent = args.priority_exponent,
-                                   .rate_limit = args.rate_limit.limit()});
+  // A bar for big segments on a terminal (populating 256 MiB takes a fraction of a second), or when asked.
+  constexpr uint64_t kBarFromBytes = uint64_t{256} << 20;
+  ProgressBar bar(show_progress(args.progress), fmt::format("'{}'", args.name));
+  const Buffer b = Buffer::create(
+      args.name, args.num_envs, args.capacity, schema,
+      {.mode = args.mode,
+       .replace = args.replace,
+       .episodes = args.episodes,
+       .episode_queue_capacity = args.episode_queue_capacity,
+       .priority_exponent = args.priority_exponent,
+       .rate_limit = args.rate_limit.limit(),
+       .populate = args.populate,
+       .populate_progress = [&bar, &args](uint64_t done, uint64_t total) {
+         if (args.progress || total > kBarFromBytes) bar("populating", done, total);
+       }});
   fmt::print("created '{}': {} x {}, {} per step, {} ({})\n", b.name(), counted(b.num_envs(), "env", "envs"),
              counted(b.capacity(), "step", "steps"), counted(schema.step_bytes(), "byte", "bytes"),
              human_bytes(b.total_bytes()), b.path());

@@ -50,6 +50,8 @@ struct CreateArgs {
   uint64_t episode_queue_capacity = 0;  ///< 0: the library's default
   std::optional<double> priority_exponent;  ///< alpha: with it, the buffer has priorities
   RateLimitArgs rate_limit;
+  shmreplay::Populate populate = shmreplay::Populate::never;  ///< --populate auto|always|never
+  bool progress = false;  ///< a populate progress bar on stderr whatever the size, even when not a terminal
 };
 
 struct LimitArgs {

@@ -2,6 +2,7 @@
 // shmreplay segments.
 //
 //   shmreplay create NAME --envs N --capacity T (--schema SPEC | --schema-file FILE) [--mode OCTAL] [--replace]
+//                    [--populate auto|always|never] [--progress]
 //   shmreplay ls [--json]
 //   shmreplay info NAME [--json]
 //   shmreplay watch NAME [--interval S] [--once | --count N] [--json] [--plain]
@@ -17,6 +18,7 @@
 #include <charconv>
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -121,6 +123,19 @@ CLI::App* add_create(CLI::App& app, CreateArgs& args, CreateText& raw) {
                   "Give every step a priority; prioritized samples draw starts by priority^ALPHA")
       ->type_name("ALPHA");
   add_rate_limit_options(cmd, args.rate_limit);
+  cmd->add_option("--populate", args.populate,
+                  "Fault the segment's pages in now: never, always or auto (when it is at most half of "
+                  "MemAvailable). Writers in other processes still fault them into their own mappings")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, shmreplay::Populate>{
+                                              {"auto", shmreplay::Populate::automatic},
+                                              {"always", shmreplay::Populate::always},
+                                              {"never", shmreplay::Populate::never}},
+                                          CLI::ignore_case))
+      ->type_name("auto|always|never")
+      ->default_str("never");
+  cmd->add_flag("--progress", args.progress,
+                "Show populating progress on stderr for any size, even when it is not a terminal (by default: on a "
+                "terminal, for segments over 256 MiB)");
   return cmd;
 }
 

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "progress.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/checkpoint.hpp"
 #include "text.hpp"
@@ -23,64 +24,6 @@ namespace shmreplay::cli {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-// Draws checkpoint progress on stderr: on a terminal one line redrawn at most every 100 ms; otherwise a line at
-// every tenth of the way, for logs. Each phase ends with one 100% report.
-class ProgressBar {
- public:
-  ProgressBar(bool enabled, std::string subject)
-      : enabled_(enabled), tty_(::isatty(STDERR_FILENO) != 0), subject_(std::move(subject)) {}
-  ProgressBar(const ProgressBar&) = delete;
-  ProgressBar& operator=(const ProgressBar&) = delete;
-  ~ProgressBar() {
-    if (open_line_) std::fputs("\n", stderr);  // an error follows on its own line
-  }
-
-  void operator()(const CheckpointProgress& p) {
-    if (!enabled_) return;
-    if (p.phase != phase_) {
-      if (open_line_) std::fputs("\n", stderr);
-      open_line_ = false;
-      phase_ = std::string(p.phase);
-      finished_ = false;
-      last_tenth_ = -1;
-      last_draw_ = {};
-    }
-    if (finished_) return;
-    const bool done = p.done_bytes >= p.total_bytes;
-    const double fraction =
-        p.total_bytes == 0 ? 1.0 : static_cast<double>(p.done_bytes) / static_cast<double>(p.total_bytes);
-    const std::string amounts = fmt::format("{} of {}", human_bytes(p.done_bytes), human_bytes(p.total_bytes));
-    if (tty_) {
-      const auto now = std::chrono::steady_clock::now();
-      if (!done && now - last_draw_ < std::chrono::milliseconds(100)) return;
-      last_draw_ = now;
-      fmt::print(stderr, "\r\x1b[K{} {} {} {:5.1f}%  {}", phase_, subject_, fill_bar(fraction, 30), 100.0 * fraction,
-                 amounts);
-      open_line_ = !done;
-      if (done) std::fputs("\n", stderr);
-    } else {
-      const int tenth = static_cast<int>(fraction * 10.0);
-      if (tenth == last_tenth_ && !done) return;
-      last_tenth_ = tenth;
-      fmt::print(stderr, "{} {}: {:.0f}% ({})\n", phase_, subject_, 100.0 * fraction, amounts);
-    }
-    std::fflush(stderr);
-    finished_ = done;
-  }
-
- private:
-  bool enabled_;
-  bool tty_;
-  std::string subject_;
-  std::string phase_;
-  bool open_line_ = false;
-  bool finished_ = false;
-  int last_tenth_ = -1;
-  std::chrono::steady_clock::time_point last_draw_{};
-};
-
-bool show_progress(bool asked) { return asked || ::isatty(STDERR_FILENO) != 0; }
 
 // The temporary file of the save in progress, for the signal handler, which may only make async-signal-safe
 // calls: the path in a fixed buffer, set before the flag (release) and read after it (acquire).
@@ -144,9 +87,10 @@ int run_save(const SaveArgs& args) {
   const Buffer source = Buffer::open(args.name, {.read_only = true});
   ProgressBar bar(show_progress(args.progress), fmt::format("'{}'", source.name()));
   remove_temp_on_signals();
-  const CheckpointInfo info = save_checkpoint(source, args.file,
-                                              {.progress = [&bar](const CheckpointProgress& p) { bar(p); },
-                                               .temp_file_created = remember_temp});
+  const CheckpointInfo info = save_checkpoint(
+      source, args.file,
+      {.progress = [&bar](const CheckpointProgress& p) { bar(p.phase, p.done_bytes, p.total_bytes); },
+       .temp_file_created = remember_temp});
   g_temp_set.store(false, std::memory_order_release);  // renamed to args.file: nothing to remove any more
   if (args.json) {
     fmt::print("{}\n", checkpoint_json(info).dump(2));
@@ -161,7 +105,9 @@ int run_save(const SaveArgs& args) {
 int run_load(const LoadArgs& args) {
   ProgressBar bar(show_progress(args.progress), fmt::format("'{}'", args.file));
   const LoadResult r = load_checkpoint(
-      args.file, args.name, {.progress = [&bar](const CheckpointProgress& p) { bar(p); }, .mode = args.mode});
+      args.file, args.name,
+      {.progress = [&bar](const CheckpointProgress& p) { bar(p.phase, p.done_bytes, p.total_bytes); },
+       .mode = args.mode});
   if (r.created) warn_if_world_writable(r.name, args.mode);
   if (args.json) {
     Json out = {{"name", r.name}, {"created", r.created}};
