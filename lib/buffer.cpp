@@ -25,6 +25,7 @@
 #include "detail/os/file.hpp"
 #include "detail/os/populate.hpp"
 #include "detail/os/process.hpp"
+#include "detail/protocol/lease.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "shmreplay/error.hpp"
 
@@ -246,7 +247,8 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
   auto* envs = reinterpret_cast<EnvControl*>(base + p.sections[kSectionEnvs].offset);
   for (uint64_t e = 0; e < num_envs; ++e) new (envs + e) EnvControl{};
   auto* global = new (base + p.sections[kSectionGlobal].offset) GlobalControl{};
-  if (rate_limit) detail::store_rate_limit(*global, rate_limit, /*inserts=*/std::nullopt);
+  // Nobody else can see the segment yet: the rewriter lease is free.
+  if (rate_limit) detail::store_rate_limit(*global, rate_limit, /*inserts=*/std::nullopt, detail::self_lease_word(), 0);
   if (priority_exponent) {
     global->max_priority.store(std::bit_cast<uint64_t>(1.0), std::memory_order_relaxed);
     auto* words = reinterpret_cast<std::atomic<uint64_t>*>(base + p.sections[kSectionPriorities].offset);

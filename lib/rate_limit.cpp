@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "detail/protocol/lease.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/error.hpp"
@@ -68,7 +69,12 @@ void Buffer::set_rate_limit(const std::optional<RateLimit>& limit) {
     detail::check_rate_limit(*limit, num_envs() * capacity(),
                              fmt::format("cannot set the rate limit of '{}' to {}", name(), limit->to_string()));
   }
-  detail::store_rate_limit(global_control(), limit, detail::count_inserts(*this).inserts);
+  layout::GlobalControl& g = global_control();
+  if (!detail::store_rate_limit(g, limit, detail::count_inserts(*this).inserts, detail::self_lease_word(), 5000)) {
+    throw Error(Errc::timeout,
+                fmt::format("cannot set the rate limit of '{}': another process ({}) has been changing it for 5 s",
+                            name(), detail::holder_text(g.limiter_writer.load(std::memory_order_relaxed), 0)));
+  }
 }
 
 }  // namespace shmreplay

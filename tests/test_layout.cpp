@@ -100,7 +100,7 @@ TEST_CASE("layout 1.2: EnvControl puts each writing role on its own cache line")
 }
 
 TEST_CASE("layout 1.2: GlobalControl puts the learner lease, its counters and the wake word on their own lines") {
-  CHECK(sizeof(GlobalControl) == 448);
+  CHECK(sizeof(GlobalControl) == 576);
   CHECK(alignof(GlobalControl) == 64);
   CHECK(offsetof(GlobalControl, learner_lease) == 0);
   CHECK(offsetof(GlobalControl, learner_start_ticks) == 8);
@@ -118,14 +118,9 @@ TEST_CASE("layout 1.2: GlobalControl puts the learner lease, its counters and th
   CHECK(offsetof(GlobalControl, priority_updates) == 208);
   CHECK(offsetof(GlobalControl, priority_updates_dropped) == 216);
   // 1.4: the rate limiter's settings, its learner side and its writer side.
-  CHECK(offsetof(GlobalControl, limiter_config_seq) == 256);
-  CHECK(offsetof(GlobalControl, limiter_enabled) == 264);
-  CHECK(offsetof(GlobalControl, min_size_to_sample) == 272);
-  CHECK(offsetof(GlobalControl, samples_per_insert) == 280);
-  CHECK(offsetof(GlobalControl, limiter_min_diff) == 288);
-  CHECK(offsetof(GlobalControl, limiter_max_diff) == 296);
-  CHECK(offsetof(GlobalControl, limiter_changes) == 304);
-  CHECK(offsetof(GlobalControl, limiter_error_offset) == 312);
+  CHECK(offsetof(GlobalControl, limiter_index) == 256);
+  CHECK(offsetof(GlobalControl, limiter_writer) == 264);
+  CHECK(offsetof(GlobalControl, limiter_changes) == 272);
   CHECK(offsetof(GlobalControl, samples) == 320);
   CHECK(offsetof(GlobalControl, last_sample_ns) == 328);
   CHECK(offsetof(GlobalControl, writer_wake_seq) == 336);
@@ -137,6 +132,14 @@ TEST_CASE("layout 1.2: GlobalControl puts the learner lease, its counters and th
   CHECK(offsetof(GlobalControl, writer_waiting_since_ns) == 400);
   CHECK(offsetof(GlobalControl, writers_limited) == 408);
   CHECK(offsetof(GlobalControl, writer_timeouts) == 416);
+  CHECK(offsetof(GlobalControl, limiter_slots) == 448);
+  CHECK(sizeof(LimiterSlot) == 64);
+  CHECK(offsetof(LimiterSlot, enabled) == 0);
+  CHECK(offsetof(LimiterSlot, min_size_to_sample) == 8);
+  CHECK(offsetof(LimiterSlot, samples_per_insert) == 16);
+  CHECK(offsetof(LimiterSlot, min_diff) == 24);
+  CHECK(offsetof(LimiterSlot, max_diff) == 32);
+  CHECK(offsetof(LimiterSlot, error_offset) == 40);
   CHECK(kUpdateLockBit == (1ull << 63));
 }
 
@@ -200,7 +203,7 @@ TEST_CASE("a created segment places its sections as the layout says") {
   CHECK(h.sections[kSectionEnvs].offset == 256 + 3 * 192);
   CHECK(h.sections[kSectionEnvs].bytes == 5 * 192);
   CHECK(h.sections[kSectionGlobal].offset == 256 + 3 * 192 + 5 * 192);
-  CHECK(h.sections[kSectionGlobal].bytes == 448);
+  CHECK(h.sections[kSectionGlobal].bytes == 576);
   CHECK(h.sections[kSectionData].offset == 4096);
   // Each field's storage is [5 envs][7 steps][bytes], 64-byte aligned, in schema order.
   const auto& offs = b.field_offsets();

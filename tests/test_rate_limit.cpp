@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <limits>
@@ -149,6 +150,27 @@ TEST_CASE("the settings live in the segment: another mapping reads them, set_rat
   std::string m;
   CHECK(error_of([&] { Buffer::open(name, {.read_only = true}).set_rate_limit(RateLimit::min_size(1)); }, &m) ==
         static_cast<int>(Errc::read_only));
+}
+
+TEST_CASE("a rewriter of the settings killed halfway leaves the settings in force whole, and its lease is taken "
+          "over") {
+  const std::string name = unique_name("rl-rewriter");
+  SegmentGuard guard(name);
+  Buffer b = Buffer::create(name, 2, 64, kSchema, {.rate_limit = RateLimit::ratio(2.0, 4, 8.0)});
+  layout::GlobalControl& g = b.global_control();
+  // What a `shmreplay limit` killed while filling the spare slot leaves: its lease, and a half-written slot.
+  const pid_t dead = spawn([] {});
+  int status = 0;
+  ::waitpid(dead, &status, 0);
+  g.limiter_writer.store(layout::pack_owner(static_cast<uint64_t>(dead), 12345));
+  layout::LimiterSlot& spare = g.limiter_slots[(g.limiter_index.load() & 1) ^ 1];
+  spare.enabled.store(1);
+  spare.samples_per_insert.store(std::bit_cast<uint64_t>(std::numeric_limits<double>::quiet_NaN()));
+  CHECK(*b.rate_limit() == RateLimit::ratio(2.0, 4, 8.0));  // readers never see the half-written slot
+  b.set_rate_limit(RateLimit::min_size(3));                 // the dead rewriter's lease is taken over
+  CHECK(*Buffer::open(name).rate_limit() == RateLimit::min_size(3));
+  CHECK(g.limiter_writer.load() == 0);
+  CHECK(b.rate_limit_state().changes == 1);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -19,15 +19,17 @@
 //                       |   line 1, learner: online-queue start, update seq|
 //                       |   line 2, leases:  owner (pid, start), since     |
 //   sections[kGlobal] > +--------------------------------------------------+ 64-byte aligned
-//                       | GlobalControl             7 cache lines (448 B)  |
+//                       | GlobalControl             9 cache lines (576 B)  |
 //                       |   line 0, learner lease: owner, since, takeovers |
 //                       |   line 1, learner stats: rows, calls, retries    |
 //                       |   line 2, wake-up word and waiter count          |
 //                       |   line 3, priorities: max, walk, updates (1.3)   |
-//                       |   line 4, rate limiter settings (1.4)            |
+//                       |   line 4, rate limiter: which settings slot,     |
+//                       |     rewriter, changes (1.4)                      |
 //                       |   line 5, rate limiter, learner: samples, wake   |
 //                       |   line 6, rate limiter, writers: admissions,     |
 //                       |     waiters                                      |
+//                       |   lines 7-8, rate limiter settings, two slots    |
 //   sections[kData] --> +--------------------------------------------------+ 4096-byte aligned
 //                       | field 0: [num_envs][capacity][field 0 bytes]     |
 //                       | field 1: [num_envs][capacity][field 1 bytes]     | each field 64-byte aligned
@@ -73,8 +75,9 @@
 //   fields has exactly the size and placement it had in 1.1.
 // - Priorities (1.3) exist only in a buffer created with a priority exponent (header priority_exponent_bits != 0
 //   and a nonempty priority section); a buffer without has exactly the size and placement it had in 1.2.
-// - The rate limiter (1.4) lives in GlobalControl lines 4-6 and one word of each EnvControl's writer line; a
-//   buffer without a limiter has zeros there (limiter_enabled == 0). The data section stays where 1.3 put it.
+// - The rate limiter (1.4) lives in GlobalControl lines 4-8 and one word of each EnvControl's writer line; a
+//   buffer without a limiter has zeros there (slot 0 in force, not enabled). The data section stays where 1.3
+//   put it.
 // The layout-pinning test (tests/test_layout.cpp) fixes every size and offset below to kLayoutMajor.kLayoutMinor:
 // change one and that test tells you to bump the version.
 #pragma once
@@ -92,7 +95,7 @@ inline constexpr uint32_t kLayoutMajor = 1;
 inline constexpr uint32_t kLayoutMinor = 4;  ///< 1.1 added the global section and update_seq; 1.2 the episode
                                              ///< sections, FieldDesc::role, episode_queue_capacity; 1.3 the
                                              ///< priority trees, priority_exponent_bits, the priority line; 1.4
-                                             ///< the rate limiter (GlobalControl lines 4-6, EnvControl's
+                                             ///< the rate limiter (GlobalControl lines 4-8, EnvControl's
                                              ///< limiter_reserved)
 
 inline constexpr uint64_t kStateInitializing = 0;
@@ -214,6 +217,18 @@ struct alignas(kCacheLineBytes) EnvControl {
   uint64_t pad2[4];
 };
 
+/// One copy of the rate limiter's settings (Reverb's RateLimiter: inserts are published steps, samples rows).
+struct alignas(kCacheLineBytes) LimiterSlot {
+  std::atomic<uint64_t> enabled;             ///< 1 when the buffer has a limiter, 0 when none
+  std::atomic<uint64_t> min_size_to_sample;  ///< no sample before this many steps are stored
+  std::atomic<uint64_t> samples_per_insert;  ///< f64 bits
+  std::atomic<uint64_t> min_diff;            ///< f64 bits: a sample may not take inserts*spi - samples below it
+  std::atomic<uint64_t> max_diff;            ///< f64 bits: a waiting writer's insert may not take it above it
+  std::atomic<uint64_t> error_offset;        ///< f64 bits, added to inserts*spi - samples: 0 from creation; a
+                                             ///< change restarts the error at the middle of the new bounds
+  uint64_t reserved[2];
+};
+
 /// Segment-wide control block: the learner's lease and counters, and the word writers wake waiters on.
 struct alignas(kCacheLineBytes) GlobalControl {
   // -- cache line 0: the learner lease (one learner per segment), written when a learner attaches or leaves --
@@ -241,18 +256,13 @@ struct alignas(kCacheLineBytes) GlobalControl {
   std::atomic<uint64_t> priority_updates;  ///< priorities the learner set (update_priorities)
   std::atomic<uint64_t> priority_updates_dropped;  ///< ... refused because the step had been overwritten
   uint64_t reserved[4];
-  // -- cache line 4: rate limiter settings (since 1.4; zeros without a limiter). Written at creation and by
-  //    `shmreplay limit`; read by writers and the learner under the seqlock limiter_config_seq
-  //    (detail/protocol/rate_limit.hpp). Reverb's RateLimiter: inserts (published steps) and samples (rows) --
-  std::atomic<uint64_t> limiter_config_seq;   ///< odd while the settings are being rewritten
-  std::atomic<uint64_t> limiter_enabled;      ///< 1 when the buffer has a limiter, 0 when none
-  std::atomic<uint64_t> min_size_to_sample;   ///< no sample before this many steps are stored
-  std::atomic<uint64_t> samples_per_insert;   ///< f64 bits
-  std::atomic<uint64_t> limiter_min_diff;     ///< f64 bits: a sample may not take inserts*spi - samples below it
-  std::atomic<uint64_t> limiter_max_diff;     ///< f64 bits: a waiting writer's insert may not take it above
-  std::atomic<uint64_t> limiter_changes;      ///< how often the settings were changed after creation
-  std::atomic<uint64_t> limiter_error_offset; ///< f64 bits, added to inserts*spi - samples: 0 from creation; a
-                                              ///< change restarts the error at the middle of the new bounds
+  // -- cache line 4: which of the rate limiter's two settings slots (lines 7-8) is in force (since 1.4). A
+  //    rewriter fills the other slot and then flips the index, so a rewriter killed at any instruction leaves the
+  //    settings in force whole (detail/protocol/rate_limit.hpp) --
+  std::atomic<uint64_t> limiter_index;    ///< (generation << 1) | the slot in force; stored with release
+  std::atomic<uint64_t> limiter_writer;   ///< pack_owner() of the process rewriting the settings, 0 when none
+  std::atomic<uint64_t> limiter_changes;  ///< how often the settings were changed after creation
+  uint64_t reserved4[5];
   // -- cache line 5: rate limiter, written by the learner --
   std::atomic<uint64_t> samples;              ///< rows the limiter admitted (sample calls; not peeks)
   std::atomic<uint64_t> last_sample_ns;       ///< CLOCK_REALTIME of the last admitted sample call (0: never)
@@ -268,6 +278,8 @@ struct alignas(kCacheLineBytes) GlobalControl {
   std::atomic<uint64_t> writers_limited;      ///< push calls the limiter held back
   std::atomic<uint64_t> writer_timeouts;      ///< ... that gave up at their timeout
   uint64_t reserved6[3];
+  // -- cache lines 7-8: the rate limiter's settings, two slots (limiter_index says which is in force) --
+  LimiterSlot limiter_slots[2];
 };
 
 // -- Episodes (since 1.2) ---------------------------------------------------------------------------------------
@@ -353,7 +365,8 @@ static_assert(offsetof(EnvControl, online_start) == kCacheLineBytes,
               "the learner's online_start must not share a cache line with the writer's counters");
 static_assert(offsetof(EnvControl, lease) == 2 * kCacheLineBytes,
               "the lease must not share a cache line with the hot counters");
-static_assert(sizeof(GlobalControl) == 7 * kCacheLineBytes, "GlobalControl is 7 cache lines");
+static_assert(sizeof(LimiterSlot) == kCacheLineBytes, "a settings slot is one cache line");
+static_assert(sizeof(GlobalControl) == 9 * kCacheLineBytes, "GlobalControl is 9 cache lines");
 static_assert(offsetof(GlobalControl, rows_sampled) == kCacheLineBytes &&
                   offsetof(GlobalControl, wake_seq) == 2 * kCacheLineBytes,
               "the learner's counters and the wake word each own a cache line");
@@ -365,10 +378,11 @@ static_assert(offsetof(EpisodeControl, queue_tail) == 2 * kCacheLineBytes &&
               "the queue's producer and consumer indices must not share a cache line with each other or the journal");
 static_assert(sizeof(EpisodeRecordSlot) == 32, "a record slot is four words");
 static_assert(offsetof(GlobalControl, max_priority) == 3 * kCacheLineBytes, "the priority line is line 3");
-static_assert(offsetof(GlobalControl, limiter_config_seq) == 4 * kCacheLineBytes &&
+static_assert(offsetof(GlobalControl, limiter_index) == 4 * kCacheLineBytes &&
                   offsetof(GlobalControl, samples) == 5 * kCacheLineBytes &&
-                  offsetof(GlobalControl, admit_seq) == 6 * kCacheLineBytes,
-              "the limiter's settings, its learner side and its writer side each own a cache line");
+                  offsetof(GlobalControl, admit_seq) == 6 * kCacheLineBytes &&
+                  offsetof(GlobalControl, limiter_slots) == 7 * kCacheLineBytes,
+              "the limiter's index, its learner side, its writer side and each settings slot own a cache line");
 static_assert(sizeof(GlobalControl) <= kPageBytes, "GlobalControl fits the page before the data section");
 static_assert(sizeof(std::atomic<uint64_t>) == 8 && alignof(std::atomic<uint64_t>) == 8,
               "step meta words are plain 8-byte atomics");

@@ -106,20 +106,23 @@ inline void drive_learner(const std::string& name, Choices& choices) {
     };
     const std::size_t length = 1 + choices.next(std::min<uint64_t>(buf.capacity(), 8));
     const double power = static_cast<double>(choices.next(3));
-    attempt([&] { learner.sample(View::replay, 1 + choices.next(8), length, power, rng, batch); });
+    // Whatever rate limiter the bytes describe, a held-back call refuses at once instead of waiting.
+    const SampleOptions now{.rate_limit_timeout_ms = 0};
+    attempt([&] { learner.sample(View::replay, 1 + choices.next(8), length, power, rng, batch, now); });
     attempt([&] {
       learner.sample(View::online, 1 + choices.next(4), length, power, rng, batch,
-                     {.period = 1 + choices.next(3), .min_steps = choices.next(4)});
+                     {.period = 1 + choices.next(3), .min_steps = choices.next(4), .rate_limit_timeout_ms = 0});
     });
-    attempt([&] { learner.sample_mixed(choices.next(4), 1 + choices.next(4), length, power, rng, batch); });
-    attempt([&] { learner.sample_transitions(View::replay, 1 + choices.next(8), rng, batch); });
+    attempt([&] { learner.sample_mixed(choices.next(4), 1 + choices.next(4), length, power, rng, batch, now); });
+    attempt([&] { learner.sample_transitions(View::replay, 1 + choices.next(8), rng, batch, now); });
+    attempt([&] { (void)learner.rate_limit_verdict(1 + choices.next(8)); });
     if (buf.has_episodes()) {
       attempt([&] {
-        learner.sample(View::replay, 1 + choices.next(8), length, power, rng, batch, {.episodes = Episodes::stop});
+        learner.sample(View::replay, 1 + choices.next(8), length, power, rng, batch, {.episodes = Episodes::stop, .rate_limit_timeout_ms = 0});
       });
       attempt([&] {
         learner.sample(View::replay, 1 + choices.next(8), length, power, rng, batch,
-                       {.episodes = Episodes::within, .period = 1 + choices.next(2)});
+                       {.episodes = Episodes::within, .period = 1 + choices.next(2), .rate_limit_timeout_ms = 0});
       });
       if (batch.rows() > 0 && buf.episode_fields().reward) {
         attempt([&] { (void)nstep(batch, 0, 0, 1 + choices.next(4), 0.99); });
@@ -131,10 +134,12 @@ inline void drive_learner(const std::string& name, Choices& choices) {
       attempt([&] {
         learner.sample(View::replay, 1 + choices.next(8), length, 0.0, rng, batch,
                        {.episodes = buf.has_episodes() && choices.next(2) != 0 ? Episodes::stop : Episodes::cross,
-                        .prioritized = true});
+                        .prioritized = true,
+                        .rate_limit_timeout_ms = 0});
       });
       attempt([&] { learner.sample_mixed(choices.next(4), 1 + choices.next(4), length, 0.0, rng, batch,
-                                         {.prioritized = true, .importance_exponent = 0.5}); });
+                                         {.prioritized = true, .importance_exponent = 0.5,
+                                          .rate_limit_timeout_ms = 0}); });
       if (batch.rows() > 0) {
         std::vector<float> prios(batch.rows(), static_cast<float>(choices.next(5)));
         attempt([&] { (void)learner.update_priorities(batch.env_ids(), batch.start_steps(), prios); });

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include <fmt/format.h>
 
+#include "detail/protocol/lease.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/wake.hpp"
 #include "shmreplay/error.hpp"
@@ -20,59 +23,55 @@ namespace {
 uint64_t bits(double v) noexcept { return std::bit_cast<uint64_t>(v); }
 double value(uint64_t b) noexcept { return std::bit_cast<double>(b); }
 
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------------
-// Settings: a seqlock with a CAS for the (rare, cold) rewriters.
+// Settings: two slots and an index. A rewriter fills the slot not in force, then flips the index (release); readers
+// read the slot in force and check that the index did not move meanwhile. Readers never wait for a rewriter, and
+// a rewriter killed at any instruction leaves the slot in force whole (its half-filled slot is not in force).
+// Rewriters (the creator, `shmreplay limit`) are serialized by limiter_writer, a lease word: one whose holder died
+// is taken over.
 
 std::optional<LimiterSettings> load_rate_limit(const GlobalControl& g) noexcept {
   for (;;) {
-    // acquire: pairs with store_rate_limit's release store that makes the sequence even again.
-    const uint64_t s0 = g.limiter_config_seq.load(std::memory_order_acquire);
-    if (s0 & 1) {
-      cpu_relax();
-      continue;
-    }
+    // acquire: pairs with store_rate_limit's release store of the index: the slot it names was filled before it.
+    const uint64_t index = g.limiter_index.load(std::memory_order_acquire);
+    const layout::LimiterSlot& slot = g.limiter_slots[index & 1];
     std::optional<LimiterSettings> out;
-    if (g.limiter_enabled.load(std::memory_order_relaxed) != 0) {
-      out = LimiterSettings{RateLimit{g.min_size_to_sample.load(std::memory_order_relaxed),
-                                      value(g.samples_per_insert.load(std::memory_order_relaxed)),
-                                      value(g.limiter_min_diff.load(std::memory_order_relaxed)),
-                                      value(g.limiter_max_diff.load(std::memory_order_relaxed))},
-                            value(g.limiter_error_offset.load(std::memory_order_relaxed))};
+    if (slot.enabled.load(std::memory_order_relaxed) != 0) {
+      out = LimiterSettings{RateLimit{slot.min_size_to_sample.load(std::memory_order_relaxed),
+                                      value(slot.samples_per_insert.load(std::memory_order_relaxed)),
+                                      value(slot.min_diff.load(std::memory_order_relaxed)),
+                                      value(slot.max_diff.load(std::memory_order_relaxed))},
+                            value(slot.error_offset.load(std::memory_order_relaxed))};
     }
-    // acquire fence: orders the loads above before the re-read; pairs with the rewriter's release fence after it
-    // made the sequence odd (a copy that overlapped a rewrite sees the sequence moved).
+    // acquire fence: if a load above read a word of a later rewrite of this slot, that rewriter's release fence
+    // (made after it saw this index flipped away) synchronizes with it, so the re-read sees the index moved.
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (g.limiter_config_seq.load(std::memory_order_relaxed) == s0) return out;
+    if (g.limiter_index.load(std::memory_order_relaxed) == index) return out;
   }
 }
 
-void store_rate_limit(GlobalControl& g, const std::optional<RateLimit>& limit,
-                      std::optional<uint64_t> inserts) noexcept {
-  uint64_t s = g.limiter_config_seq.load(std::memory_order_relaxed);
+bool store_rate_limit(GlobalControl& g, const std::optional<RateLimit>& limit, std::optional<uint64_t> inserts,
+                      uint64_t writer, uint64_t timeout_ms) noexcept {
+  // Take the rewriter lease: free, or held by a dead process.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
-    // acquire: serializes rewriters (the CLI twice at once); makes the sequence odd before any word changes.
-    if ((s & 1) == 0 && g.limiter_config_seq.compare_exchange_weak(s, s + 1, std::memory_order_acquire)) break;
-    if (s & 1) {
-      cpu_relax();
-      s = g.limiter_config_seq.load(std::memory_order_relaxed);
+    uint64_t cur = g.limiter_writer.load(std::memory_order_relaxed);
+    // acquire: pairs with the previous rewriter's release of the lease, so its index store is visible here.
+    if ((cur == 0 || !lease_holder_alive(cur)) &&
+        g.limiter_writer.compare_exchange_strong(cur, writer, std::memory_order_acquire)) {
+      break;
     }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  // release fence: pairs with load_rate_limit's acquire fence; the odd sequence is visible before the new words.
+  const uint64_t index = g.limiter_index.load(std::memory_order_relaxed);  // only lease holders store it
+  layout::LimiterSlot& slot = g.limiter_slots[(index & 1) ^ 1];
+  // release fence: pairs with load_rate_limit's acquire fence: a reader that reads one of the words below sees
+  // the index as it is now (flipped away from this slot), and retries.
   std::atomic_thread_fence(std::memory_order_release);
-  g.limiter_enabled.store(limit ? 1 : 0, std::memory_order_relaxed);
   const RateLimit r = limit.value_or(RateLimit{0, 0, 0, 0});
-  g.min_size_to_sample.store(r.min_size_to_sample, std::memory_order_relaxed);
-  g.samples_per_insert.store(bits(r.samples_per_insert), std::memory_order_relaxed);
-  g.limiter_min_diff.store(bits(r.min_diff), std::memory_order_relaxed);
-  g.limiter_max_diff.store(bits(r.max_diff), std::memory_order_relaxed);
   double offset = 0;
   if (inserts) {
     g.limiter_changes.fetch_add(1, std::memory_order_relaxed);
@@ -81,11 +80,20 @@ void store_rate_limit(GlobalControl& g, const std::optional<RateLimit>& limit,
       offset = middle - limiter_error({r, 0}, *inserts, g.samples.load(std::memory_order_relaxed));
     }
   }
-  g.limiter_error_offset.store(bits(offset), std::memory_order_relaxed);
-  // release: pairs with load_rate_limit's acquire load of the sequence.
-  g.limiter_config_seq.store(s + 2, std::memory_order_release);
+  slot.enabled.store(limit ? 1 : 0, std::memory_order_relaxed);
+  slot.min_size_to_sample.store(r.min_size_to_sample, std::memory_order_relaxed);
+  slot.samples_per_insert.store(bits(r.samples_per_insert), std::memory_order_relaxed);
+  slot.min_diff.store(bits(r.min_diff), std::memory_order_relaxed);
+  slot.max_diff.store(bits(r.max_diff), std::memory_order_relaxed);
+  slot.error_offset.store(bits(offset), std::memory_order_relaxed);
+  // release: pairs with load_rate_limit's acquire load of the index: the slot is filled before it is in force.
+  g.limiter_index.store((((index >> 1) + 1) << 1) | ((index & 1) ^ 1), std::memory_order_release);
+  uint64_t me = writer;
+  // release: pairs with the next rewriter's acquire CAS.
+  g.limiter_writer.compare_exchange_strong(me, 0, std::memory_order_release);
   notify(learner_wake(g));
   notify({g.writer_wake_seq, g.writer_waiters});
+  return true;
 }
 
 void check_rate_limit(const RateLimit& limit, uint64_t most_steps, const std::string& where) {

@@ -1,8 +1,8 @@
 // detail/protocol/rate_limit.hpp: the rate limiter's protocol, every side of it (docs/design.md, "Rate limiting").
 //
 //   word                          written by                                 read by
-//   GlobalControl line 4          create(), Buffer::set_rate_limit (the CLI) everyone (load_rate_limit)
-//     (settings, seqlock limiter_config_seq: odd while rewritten)
+//   GlobalControl lines 4, 7-8    create(), Buffer::set_rate_limit (the CLI) everyone (load_rate_limit)
+//     (two settings slots; limiter_index names the one in force; limiter_writer serializes rewriters)
 //   EnvControl::head              the env's writer (publish_step)             the learner and waiting writers
 //   EnvControl::limiter_reserved  the env's waiting writer (try_admit,        waiting writers (count_admitted)
 //                                 withdraw), a new owner (withdraw)
@@ -47,15 +47,18 @@ struct LimiterSettings {
   double error_offset = 0;
 };
 
-/// The settings, or nullopt without a limiter. A consistent copy: retried while `shmreplay limit` rewrites them.
+/// The settings, or nullopt without a limiter. A consistent copy (retried if a rewrite flipped the slots twice
+/// while it read); never waits for a rewriter.
 std::optional<LimiterSettings> load_rate_limit(const layout::GlobalControl& g) noexcept;
 
-/// Rewrites the settings (nullopt: no limiter). Concurrent rewriters are serialized by a CAS that makes the
-/// sequence odd. At creation (`inserts` nullopt) the offset is 0; a change of a running buffer (`inserts` = its
-/// sum of heads now) sets the offset that puts the error at the middle of the new bounds, and counts the change
-/// in limiter_changes. Then wakes every waiter on both sides, whose condition may have changed.
-void store_rate_limit(layout::GlobalControl& g, const std::optional<RateLimit>& limit,
-                      std::optional<uint64_t> inserts) noexcept;
+/// Rewrites the settings (nullopt: no limiter): fills the slot not in force and flips limiter_index, holding the
+/// rewriter lease limiter_writer as `writer` (a pack_owner word; a dead holder's lease is taken over), for at most
+/// `timeout_ms` while a live process holds it (then returns false, changing nothing). At creation (`inserts`
+/// nullopt) the offset is 0; a change of a running buffer (`inserts` = its sum of heads now) sets the offset that
+/// puts the error at the middle of the new bounds, and counts the change in limiter_changes. Then wakes every
+/// waiter on both sides, whose condition may have changed. Readers never wait for it.
+bool store_rate_limit(layout::GlobalControl& g, const std::optional<RateLimit>& limit, std::optional<uint64_t> inserts,
+                      uint64_t writer, uint64_t timeout_ms) noexcept;
 
 /// Throws Error(invalid_argument) for settings that cannot work in a buffer of `most_steps` steps: a
 /// samples_per_insert that is not finite and > 0, NaN or crossed bounds, a min_size_to_sample above most_steps,
