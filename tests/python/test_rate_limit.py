@@ -117,7 +117,7 @@ def test_a_writer_process_that_waits_stays_within_the_error_buffer_of_a_learner_
         assert p.wait(timeout=60) == 0
         state = buf.rate_limit_state()
         assert state.inserts == pushes * 3 and state.writer_timeouts == 0
-        assert state.writers_limited > 0  # this learner was slower than the writer at least once
+        # (Which side was held back, and how often, depends on the machine's speed: not asserted.)
     finally:
         if p.poll() is None:
             p.kill()
