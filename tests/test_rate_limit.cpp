@@ -608,8 +608,9 @@ TEST_CASE("three writer processes and a learner at different speeds keep the rat
     CHECK(above == 0);
     CHECK(s.samples > 0);
     CHECK(s.writer_timeouts == 0);
-    if (c.learner_sleep_us == 0) CHECK(s.learner_limited > 0);  // the fast learner was held back
-    if (c.writers_wait && c.writer_sleep_us == 0) CHECK(s.writers_limited > 0);
+    // Only where one side sleeps is it certain which side gets held back.
+    if (c.writer_sleep_us > 0) CHECK(s.learner_limited > 0);
+    if (c.writers_wait && c.learner_sleep_us > 0) CHECK(s.writers_limited > 0);
     ::munmap(sh, sizeof(Shared));
   }
 }
