@@ -18,6 +18,7 @@
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/priorities.hpp"
+#include "detail/protocol/rate_limit.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/wake.hpp"
 #include "detail/sampling/cross_planners.hpp"
@@ -110,10 +111,13 @@ PlanKind plan_kind(const SampleOptions& o, std::size_t length) noexcept {
   return o.episodes == Episodes::cross ? PlanKind::period : PlanKind::episodes;
 }
 
-void count_call(Buffer& b, std::size_t rows) noexcept {
+// The learner's counters after a call; a sample call's rows (not a peek's) also count for the rate limiter
+// (detail/protocol/rate_limit.hpp), which wakes writers waiting for them.
+void count_call(Buffer& b, std::size_t rows, bool sample) noexcept {
   GlobalControl& g = b.global_control();
   g.rows_sampled.fetch_add(rows, std::memory_order_relaxed);
   g.sample_calls.fetch_add(1, std::memory_order_relaxed);
+  if (sample) detail::count_samples(g, rows, detail::coarse_realtime_ns());
 }
 
 }  // namespace
@@ -582,7 +586,7 @@ void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_len
   out.episode_fields_ = buffer_->episode_fields();
   sample_rows(view, 0, batch_size, sequence_length, distribution_power, options, rng, out);
   if (options.prioritized) finish_weights(out, options.importance_exponent);
-  count_sample_call(batch_size);
+  count_call(*buffer_, batch_size, /*sample=*/true);
 }
 
 void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
@@ -604,7 +608,7 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
     sample_rows(View::online, replay_batch, online_batch, sequence_length, distribution_power, options, rng, out);
   }
   if (options.prioritized) finish_weights(out, options.importance_exponent);
-  count_sample_call(rows);
+  count_call(*buffer_, rows, /*sample=*/true);
 }
 
 void Sampler::priority_weights(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
@@ -684,7 +688,7 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
     buffer_->global_control().retries.fetch_add(z.failed.size(), std::memory_order_relaxed);
     std::swap(z.redraw, z.failed);
   }
-  count_call(*buffer_, env_ids.size());
+  count_call(*buffer_, env_ids.size(), /*sample=*/false);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

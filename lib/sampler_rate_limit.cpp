@@ -1,5 +1,6 @@
 // The learner's half of the rate limiter (detail/protocol/rate_limit.hpp): a sample call waits until the limiter
-// admits its whole batch, then counts its rows, which lets waiting writers in. The writer's half is
+// admits its whole batch; after it drew them, it counts its rows (count_call in lib/sampler.cpp), which lets
+// waiting writers in. The writer's half is
 // Writer::wait_for_rate_limit (lib/writer.cpp).
 #include <atomic>
 #include <chrono>
@@ -85,13 +86,6 @@ void Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t tim
                                 held_back_text(verdict, settings->limit, rows, counts),
                                 g.writer_waiters.load(std::memory_order_relaxed),
                                 g.writer_waiters.load(std::memory_order_relaxed) == 1 ? " is" : "s are"));
-}
-
-void Sampler::count_sample_call(std::size_t rows) noexcept {
-  layout::GlobalControl& g = buffer_->global_control();
-  g.rows_sampled.fetch_add(rows, std::memory_order_relaxed);
-  g.sample_calls.fetch_add(1, std::memory_order_relaxed);
-  detail::count_samples(g, rows, detail::coarse_realtime_ns());
 }
 
 }  // namespace shmreplay

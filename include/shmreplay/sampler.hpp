@@ -316,9 +316,8 @@ class Sampler {
                   const SampleOptions& options = {}) const;
   static void finish_weights(SampleBatch& out, double beta) noexcept;
   // The learner half of the rate limiter (lib/sampler_rate_limit.cpp). In a buffer with a limiter: waits until it
-  // admits `rows` rows (or throws rate_limited). Then, after the rows were drawn, count_sample_call counts them.
+  // admits `rows` rows (or throws rate_limited). After the rows were drawn, the call counts them (count_samples).
   void wait_for_rate_limit(const char* op, std::size_t rows, uint64_t timeout_ms);
-  void count_sample_call(std::size_t rows) noexcept;
 
   // Holds the learner lease: released when destroyed, handed over when moved. So the Sampler's move constructor
   // is the default one, and a constructor that throws after taking the lease still releases it.

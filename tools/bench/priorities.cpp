@@ -26,6 +26,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "median_rate.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
 
@@ -40,21 +41,8 @@ struct Options {
   uint32_t trials = 5;
 };
 
-// Units per second of `op` (which returns the units it did): the median over trials.
 double rate(const Options& o, const std::function<uint64_t()>& op) {
-  for (const auto warm = Clock::now() + std::chrono::milliseconds(o.quick ? 1 : 20); Clock::now() < warm;) op();
-  std::vector<double> per_s;
-  for (uint32_t t = 0; t < o.trials; ++t) {
-    uint64_t units = 0;
-    const auto start = Clock::now();
-    const auto until = start + std::chrono::duration<double>(o.seconds);
-    do {
-      units += op();
-    } while (Clock::now() < until);
-    per_s.push_back(static_cast<double>(units) / std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  std::sort(per_s.begin(), per_s.end());
-  return per_s[per_s.size() / 2];
+  return bench::median_rate(o.seconds, o.trials, std::chrono::milliseconds(o.quick ? 1 : 20), op);
 }
 
 std::string mega(double per_s) { return fmt::format("{:.2f} M", per_s / 1e6); }

@@ -31,6 +31,7 @@
 #define CALLGRIND_DUMP_STATS_AT(label)
 #endif
 
+#include "median_rate.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
 
@@ -49,19 +50,7 @@ struct Options {
 };
 
 double rate(const Options& o, const std::function<uint64_t()>& op) {
-  for (const auto warm = Clock::now() + std::chrono::milliseconds(o.quick ? 1 : 50); Clock::now() < warm;) op();
-  std::vector<double> per_s;
-  for (uint32_t t = 0; t < o.trials; ++t) {
-    uint64_t units = 0;
-    const auto start = Clock::now();
-    const auto until = start + std::chrono::duration<double>(o.seconds);
-    do {
-      units += op();
-    } while (Clock::now() < until);
-    per_s.push_back(static_cast<double>(units) / std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  std::sort(per_s.begin(), per_s.end());
-  return per_s[per_s.size() / 2];
+  return bench::median_rate(o.seconds, o.trials, std::chrono::milliseconds(o.quick ? 1 : 50), op);
 }
 
 int run(const Options& o) {

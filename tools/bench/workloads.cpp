@@ -20,6 +20,7 @@
 #include <boost/interprocess/sync/scoped_lock.hpp>
 #include <fmt/format.h>
 
+#include "detail/copy_bytes.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
@@ -315,12 +316,7 @@ Body gather_sample(const Geometry& g, const std::string& name, std::size_t batch
             } else if constexpr (k == 1) {
               *d = *src;
             } else {
-              unsigned char x[k];
-              unsigned char y[k];
-              __builtin_memcpy(x, src, k);
-              __builtin_memcpy(y, src + b - k, k);
-              __builtin_memcpy(d, x, k);
-              __builtin_memcpy(d + b - k, y, k);
+              shmreplay::detail::copy_ends<k>(d, src, b);
             }
           }
         };

@@ -19,6 +19,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "detail/copy_bytes.hpp"
+
 namespace shmreplay::detail {
 
 /// One row of a gather: steps [start, start + steps) of env `env`, whose first step sits in ring slot `slot`
@@ -98,12 +100,7 @@ inline void gather_field(const std::byte* ring, std::byte* out, std::size_t byte
           if constexpr (k == 1) {
             *dst = *src;
           } else {
-            unsigned char a[k];
-            unsigned char b[k];
-            __builtin_memcpy(a, src, k);
-            __builtin_memcpy(b, src + row_bytes - k, k);
-            __builtin_memcpy(dst, a, k);
-            __builtin_memcpy(dst + row_bytes - k, b, k);
+            copy_ends<k>(dst, src, row_bytes);
           }
         } else {
           copy_row_general(dst, ring + r.env_base * bytes, bytes, length, capacity, r);
