@@ -185,6 +185,7 @@ class Writer {
   void check_priorities(std::size_t count, std::span<const float> priorities) const;
   void set_priority(uint64_t env, uint64_t step, double priority) noexcept;
   uint32_t local_of(uint64_t env_id, const char* op) const;
+  [[noreturn]] void throw_not_leased(uint64_t env_id, const char* op) const;
   void check_process(const char* op) const;
   uint64_t claim(uint32_t local) noexcept;
   void publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept;
@@ -208,6 +209,10 @@ class Writer {
   std::vector<uint64_t> next_slot_;    // per leased env: head % capacity, the ring slot of its next step
   std::vector<std::byte*> field_base_; // start of each field's storage
   std::vector<uint64_t> field_bytes_;  // bytes per step of each field
+  layout::GlobalControl* global_ = nullptr;  // the buffer's, in the mapping
+  uint64_t capacity_ = 0;              // the buffer's
+  bool priorities_ = false;            // whether the buffer has priorities
+  std::vector<uint32_t> locals_;       // per position of the current push call: its env's index in envs_
   uint64_t calls_ = 0;
   uint64_t lease_word_ = 0;            // pack_owner(pid, start) of this process
   uint64_t fork_generation_ = 0;       // detail::fork_generation() when the leases were taken

@@ -1,0 +1,245 @@
+// shmreplay_bench_push_cost: what one pushed small step costs against memcpy of the same bytes into the same
+// layout, in one process, with the trials of every case interleaved (so that the machine's noise falls on all of
+// them alike), and, under callgrind, in instructions per step (docs/benchmarks.md, "Push cost").
+//
+//   shmreplay_bench_push_cost                 ns per step of each case, the median over --trials interleaved trials
+//   shmreplay_bench_push_cost --quick         tiny sizes, one 10 ms trial: a smoke run for CI
+//   valgrind --tool=callgrind --instr-atstart=no shmreplay_bench_push_cost --callgrind
+//       counts the instructions of --calls calls of each case only, one profile part per case
+//
+// The store: 16 envs of 65536 slots of the 97-byte MuJoCo-like step (obs:f32[17] action:f32[6] reward:f32
+// done:bool), 10^6 steps, as `shmreplay_bench --step small`. One Writer leases 8 envs, as one of that benchmark's
+// two writers. Cases:
+//   batched   push() of the 8 envs in one call (envpool's recv hands back a batch of envs)
+//   single    push_one() of one env per call, round robin over the 8
+// The reference, memcpy, copies the same rows into a plain mapping of the same layout ([field][env][slot][bytes],
+// each env's next slot from a private counter: no protocol at all), per row and field.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#else
+#define CALLGRIND_START_INSTRUMENTATION
+#define CALLGRIND_STOP_INSTRUMENTATION
+#define CALLGRIND_DUMP_STATS_AT(label)
+#endif
+
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/writer.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace shmreplay;
+
+struct Options {
+  bool quick = false;
+  bool callgrind = false;
+  double seconds = 0.2;
+  uint32_t trials = 9;
+  uint32_t calls = 20000;
+};
+
+// Keeps the compiler from dropping stores into memory it cannot see read.
+inline void clobber(void* p) noexcept { asm volatile("" : : "g"(p) : "memory"); }
+
+// The memcpy reference: a shared anonymous mapping (shmem pages, as /dev/shm's) laid out as a segment's fields, [env][slot][bytes] per field.
+class PlainStore {
+ public:
+  PlainStore(const Schema& schema, uint64_t envs, uint64_t capacity) : capacity_(capacity) {
+    for (const Field& f : schema.fields()) {
+      bytes_.push_back(static_cast<std::size_t>(f.bytes()));
+      total_ += (envs * capacity * f.bytes() + 63) / 64 * 64;
+    }
+    void* p = ::mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap failed");
+    base_ = static_cast<std::byte*>(p);
+    std::memset(base_, 0x5a, total_);  // every page faulted in, as the segment's after its prefill
+    std::size_t off = 0;
+    for (std::size_t f = 0; f < bytes_.size(); ++f) {
+      fields_.push_back(base_ + off);
+      off += (envs * capacity * bytes_[f] + 63) / 64 * 64;
+    }
+    cursor_.assign(static_cast<std::size_t>(envs), 0);
+  }
+  ~PlainStore() { ::munmap(base_, total_); }
+  PlainStore(const PlainStore&) = delete;
+  PlainStore& operator=(const PlainStore&) = delete;
+
+  // Row `row` of `in` (per field [rows][bytes]) into env `env`'s next slot.
+  void push_row(uint64_t env, const std::vector<FieldBytes>& in, std::size_t row) noexcept {
+    const uint64_t slot = env * capacity_ + cursor_[env];
+    if (++cursor_[env] == capacity_) cursor_[env] = 0;
+    for (std::size_t f = 0; f < bytes_.size(); ++f) {
+      const std::size_t b = bytes_[f];
+      std::memcpy(fields_[f] + slot * b, static_cast<const std::byte*>(in[f].data) + row * b, b);
+    }
+    clobber(fields_[0]);
+  }
+
+ private:
+  uint64_t capacity_;
+  std::size_t total_ = 0;
+  std::byte* base_ = nullptr;
+  std::vector<std::byte*> fields_;
+  std::vector<std::size_t> bytes_;
+  std::vector<uint64_t> cursor_;
+};
+
+struct Case {
+  const char* name;
+  std::function<uint64_t()> op;  // returns the steps it pushed
+  std::vector<double> ns;        // per trial: ns per step
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int run(const Options& o) {
+  const Schema schema = Schema::parse("obs:f32[17] action:f32[6] reward:f32 done:bool");
+  const uint64_t envs = 16;
+  const uint64_t cap = o.quick ? 1024 : 65536;
+  const std::size_t k = 8;  // envs per writer
+  const std::string name = fmt::format("shmreplay-push-cost-{}", ::getpid());
+  Buffer buf = Buffer::create(name, envs, cap, schema, {.replace = true, .populate = Populate::always});
+  Buffer::remove(name);  // the mapping stays; nothing is left behind
+  Writer w = Writer::range(buf, 0, k);
+  PlainStore plain(schema, envs, cap);
+
+  std::vector<std::vector<std::byte>> data;
+  std::vector<FieldBytes> fields;      // per field: [k][bytes]
+  std::vector<std::vector<FieldBytes>> one(k);  // per env, per field: its row
+  for (std::size_t f = 0; f < schema.size(); ++f) {
+    const auto b = static_cast<std::size_t>(schema[f].bytes());
+    data.emplace_back(k * b);
+    for (std::size_t i = 0; i < data.back().size(); ++i) data.back()[i] = static_cast<std::byte>(i * 7 + f);
+    fields.push_back({data.back().data(), data.back().size()});
+    for (std::size_t r = 0; r < k; ++r) one[r].push_back({data.back().data() + r * b, b});
+  }
+  std::vector<int32_t> ids(k);
+  for (std::size_t i = 0; i < k; ++i) ids[i] = static_cast<int32_t>(i);
+  // Every slot written once, so that both stores start full and warm alike.
+  for (uint64_t s = 0; s < cap; ++s) {
+    w.push(std::span<const int32_t>(ids), fields);
+    for (std::size_t i = 0; i < k; ++i) plain.push_row(i, fields, i);
+  }
+
+  const std::size_t per_call = 64;  // calls per timed op, so that the clock is read rarely
+  std::size_t next_one = 0;
+  std::size_t next_plain = 0;
+  std::vector<Case> cases = {
+      {"ours batched",
+       [&] {
+         for (std::size_t c = 0; c < per_call; ++c) w.push(std::span<const int32_t>(ids), fields);
+         return uint64_t{per_call * k};
+       },
+       {}},
+      {"memcpy batched",
+       [&] {
+         for (std::size_t c = 0; c < per_call; ++c) {
+           for (std::size_t i = 0; i < k; ++i) plain.push_row(i, fields, i);
+         }
+         return uint64_t{per_call * k};
+       },
+       {}},
+      {"ours single",
+       [&] {
+         for (std::size_t c = 0; c < per_call; ++c) {
+           w.push_one(next_one, one[next_one]);
+           if (++next_one == k) next_one = 0;
+         }
+         return uint64_t{per_call};
+       },
+       {}},
+      {"memcpy single",
+       [&] {
+         for (std::size_t c = 0; c < per_call; ++c) {
+           plain.push_row(next_plain, fields, next_plain);
+           if (++next_plain == k) next_plain = 0;
+         }
+         return uint64_t{per_call};
+       },
+       {}},
+  };
+
+  if (o.callgrind) {
+    for (Case& c : cases) {
+      uint64_t steps = 0;
+      CALLGRIND_START_INSTRUMENTATION;
+      for (uint32_t i = 0; i < o.calls / per_call + 1; ++i) steps += c.op();
+      CALLGRIND_DUMP_STATS_AT(c.name);
+      CALLGRIND_STOP_INSTRUMENTATION;
+      fmt::print("{}: {} steps pushed while instrumented\n", c.name, steps);
+    }
+    return 0;
+  }
+  for (Case& c : cases) {  // warm-up
+    for (const auto until = Clock::now() + std::chrono::milliseconds(o.quick ? 1 : 50); Clock::now() < until;) c.op();
+  }
+  for (uint32_t t = 0; t < o.trials; ++t) {
+    for (Case& c : cases) {
+      uint64_t steps = 0;
+      const auto start = Clock::now();
+      const auto until = start + std::chrono::duration<double>(o.seconds);
+      do {
+        steps += c.op();
+      } while (Clock::now() < until);
+      c.ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - start).count() /
+                     static_cast<double>(steps));
+    }
+  }
+  fmt::print("| push | ours ns/step | memcpy ns/step | ours/memcpy time (median of per-trial ratios) |\n"
+             "|---|---:|---:|---:|\n");
+  for (std::size_t i = 0; i < cases.size(); i += 2) {
+    std::vector<double> ratio;
+    for (uint32_t t = 0; t < o.trials; ++t) ratio.push_back(cases[i].ns[t] / cases[i + 1].ns[t]);
+    fmt::print("| {} | {:.1f} | {:.1f} | {:.2f}x |\n", i == 0 ? "batched, 8 envs per call" : "single (push_one)",
+               median(cases[i].ns), median(cases[i + 1].ns), median(ratio));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app("shmreplay_bench_push_cost: the cost of a pushed small step against memcpy (one process)");
+  app.add_flag("--quick", o.quick, "Tiny sizes, one 10 ms trial: a smoke run for CI");
+  app.add_flag("--callgrind", o.callgrind,
+               "Run each case for about --calls steps between CALLGRIND_START/STOP_INSTRUMENTATION (run under "
+               "valgrind --tool=callgrind --instr-atstart=no)");
+  app.add_option("--seconds", o.seconds, "Duration of one trial of one case (default 0.2)")
+      ->check(CLI::Range(0.001, 60.0));
+  app.add_option("--trials", o.trials, "Interleaved trials per case; the median is reported (default 9)")
+      ->check(CLI::Range(1u, 101u));
+  app.add_option("--calls", o.calls, "Steps per case with --callgrind (default 20000)")
+      ->check(CLI::Range(1u, 10000000u));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (o.quick) {
+    if (app.count("--seconds") == 0) o.seconds = 0.01;
+    if (app.count("--trials") == 0) o.trials = 1;
+  }
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "shmreplay_bench_push_cost: error: {}\n", e.what());
+    return 1;
+  }
+}
