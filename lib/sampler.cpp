@@ -172,6 +172,7 @@ struct Sampler::Scratch {
   // The gather (detail/sampling/gather.hpp): the rows of the current chunk, and per env what its validation read.
   std::vector<detail::GatherRow> chunk;   // its first chunk_size entries (never shrinks: no reallocation)
   std::size_t chunk_size = 0;
+  bool chunk_whole = true;                // every row of the chunk is a whole_run (gather.hpp)
   std::vector<uint64_t> hi_slot;          // per env, views[e].hi % capacity
   uint64_t chunk_mark = 0;                // the current chunk's number
   std::vector<uint64_t> begin_mark;       // per env, the chunk whose begin_seq is loaded
@@ -374,6 +375,7 @@ void Sampler::finish_weights(SampleBatch& out, double beta) noexcept {
 void Sampler::begin_chunk(std::size_t length) noexcept {
   Scratch& z = *scratch_;
   z.chunk_size = 0;
+  z.chunk_whole = true;
   ++z.chunk_mark;
   z.length = length;
 }
@@ -386,6 +388,7 @@ SHMREPLAY_ALWAYS_INLINE void Sampler::add_row(uint64_t env, uint64_t start, uint
   Scratch& z = *scratch_;
   const uint64_t env_base = env * z.capacity;
   z.chunk[z.chunk_size++] = {start, env, env_base, slot, steps, row};
+  z.chunk_whole = z.chunk_whole && detail::whole_run(z.chunk[z.chunk_size - 1], z.length, z.capacity);
   if (z.begin_mark[env] != z.chunk_mark) [[unlikely]] {  // the env's first row in this chunk: before its copies
     z.begin_mark[env] = z.chunk_mark;
     z.begin_seq[env] = detail::read_begin(buffer_->env_control(env));
@@ -403,7 +406,7 @@ std::size_t Sampler::gather(std::size_t length, SampleBatch& out) noexcept {
   const uint64_t cap = buffer_->capacity();
   const detail::GatherRow* rows = z.chunk.data();
   for (std::size_t f = 0; f < z.field_base.size(); ++f) {
-    detail::gather_field(z.field_base[f], out.field_ptr_[f], z.field_bytes[f], length, cap, rows, n);
+    detail::gather_field(z.field_base[f], out.field_ptr_[f], z.field_bytes[f], length, cap, rows, n, z.chunk_whole);
   }
   detail::gather_mask(out.mask_, length, rows, n);
   detail::end_copies();

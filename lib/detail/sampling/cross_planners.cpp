@@ -6,35 +6,6 @@
 namespace shmreplay::detail {
 namespace {
 
-// The env whose cumulative weight interval holds u (envs of weight 0 are never chosen), and the offset of u in it.
-struct EnvPick {
-  std::size_t env;
-  double offset;
-};
-
-// std::upper_bound without branches on the data (a conditional move per halving): the env is drawn at random,
-// so a branchy search mispredicts about half of its steps. The same result as std::upper_bound.
-const double* upper_bound_branchless(const double* first, std::size_t n, double u) noexcept {
-  if (n == 0) return first;
-  std::size_t len = n;  // the answer lies in [first, first + len]
-  while (len > 1) {
-    const std::size_t half = len / 2;
-    first += first[half - 1] <= u ? half : 0;
-    len -= half;
-  }
-  return first + (*first <= u ? 1 : 0);
-}
-
-EnvPick pick_env(const std::vector<double>& cumulative, double u) noexcept {
-  auto it = cumulative.begin() + (upper_bound_branchless(cumulative.data(), cumulative.size(), u) - cumulative.data());
-  if (it == cumulative.end()) [[unlikely]] {  // u rounded up to the total: the last env of positive weight
-    --it;
-    while (it != cumulative.begin() && *it == *(it - 1)) --it;
-  }
-  const auto e = static_cast<std::size_t>(it - cumulative.begin());
-  return {e, std::max(0.0, u - (e == 0 ? 0.0 : cumulative[e - 1]))};
-}
-
 uint64_t longest_view(std::span<const EnvView> views) noexcept {
   uint64_t longest = 0;
   for (const EnvView& v : views) longest = std::max(longest, v.hi - v.lo);
@@ -73,31 +44,6 @@ bool ClosedFormPlanner::prepare(std::span<const EnvView> views, std::size_t leng
 // The table's weights are (r / r_max)^power; times r_max^power they are r^power again.
 double ClosedFormPlanner::total_weight() {
   return cumulative_.back() * std::pow(static_cast<double>(scale_), power_);
-}
-
-Draw ClosedFormPlanner::draw_one(Rng& rng) const noexcept {
-  const double u = uniform01(rng) * cumulative_.back();
-  const auto [e, offset] = pick_env(cumulative_, u);
-  const uint64_t L = length_;
-  const uint64_t lo = views_[e].lo;
-  const uint64_t hi = views_[e].hi;
-  const uint64_t n = hi - lo;
-  const uint64_t full = n >= L ? n - L + 1 : 0;
-  const uint64_t tail = std::min<uint64_t>(n, L - 1);
-  double v = offset;
-  uint64_t start = 0;
-  if (v < static_cast<double>(full)) {  // each full-length start weighs 1
-    start = lo + std::min(static_cast<uint64_t>(v), full - 1);
-  } else if (tail > 0) {
-    v -= static_cast<double>(full);
-    // The remaining length r in 1..tail whose weight interval holds v; that start is hi - r.
-    const double* first = tail_.data() + 1;
-    const double* found = std::upper_bound(first, first + tail, v);
-    start = hi - std::min<uint64_t>(static_cast<uint64_t>(found - first) + 1, tail);
-  } else {
-    start = lo + full - 1;  // v rounded up past the last full start
-  }
-  return {e, start, std::min<uint64_t>(L, hi - start)};
 }
 
 // ---------------------------------------------------------------------------------------------------------------

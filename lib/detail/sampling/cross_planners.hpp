@@ -3,11 +3,13 @@
 // interface, who calls it and what is safe; docs/design.md, "Sampling algorithm", for the derivation.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "detail/sampling/env_pick.hpp"
 #include "detail/sampling/planner.hpp"
 #include "detail/sampling/tail_table.hpp"
 
@@ -22,7 +24,8 @@ class ClosedFormPlanner final : public Planner {
  public:
   bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;
   std::optional<Draw> draw(Rng& rng) override { return draw_one(rng); }
-  /// draw(), for a caller that knows the type (no virtual call, never nullopt).
+  /// draw(), for a caller that knows the type (no virtual call, never nullopt). Inline (below): it runs once per
+  /// sampled row.
   Draw draw_one(Rng& rng) const noexcept;
   double total_weight() override;
 
@@ -34,6 +37,31 @@ class ClosedFormPlanner final : public Planner {
   std::vector<double> cumulative_;  // cumulative_[e] = total weight of envs 0..e
   TailTable tail_;
 };
+
+inline Draw ClosedFormPlanner::draw_one(Rng& rng) const noexcept {
+  const double u = uniform01(rng) * cumulative_.back();
+  const auto [e, offset] = pick_env(cumulative_, u);
+  const uint64_t L = length_;
+  const uint64_t lo = views_[e].lo;
+  const uint64_t hi = views_[e].hi;
+  const uint64_t n = hi - lo;
+  const uint64_t full = n >= L ? n - L + 1 : 0;
+  const uint64_t tail = std::min<uint64_t>(n, L - 1);
+  double v = offset;
+  uint64_t start = 0;
+  if (v < static_cast<double>(full)) {  // each full-length start weighs 1
+    start = lo + std::min(static_cast<uint64_t>(v), full - 1);
+  } else if (tail > 0) {
+    v -= static_cast<double>(full);
+    // The remaining length r in 1..tail whose weight interval holds v; that start is hi - r.
+    const double* first = tail_.data() + 1;
+    const double* found = std::upper_bound(first, first + tail, v);
+    start = hi - std::min<uint64_t>(static_cast<uint64_t>(found - first) + 1, tail);
+  } else {
+    start = lo + full - 1;  // v rounded up past the last full start
+  }
+  return {e, start, std::min<uint64_t>(L, hi - start)};
+}
 
 /// Cross sampling with a period P > 1: starts lo, lo + P, ... of each view. The same closed form over the grid:
 /// an env's full starts (L steps left) weigh 1, its tail's grid points S[r] with the table along residue class

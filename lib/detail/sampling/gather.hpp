@@ -76,15 +76,22 @@ inline void copy_row_general(std::byte* dst, const std::byte* env_ring, std::siz
   if (r.steps < length) std::memset(dst + r.steps * bytes, 0, (length - r.steps) * bytes);
 }
 
+/// Whether row `r` is whole (`length` steps) and does not wrap at the end of the ring: a single run of bytes.
+inline bool whole_run(const GatherRow& r, std::size_t length, uint64_t capacity) noexcept {
+  return r.steps == length && r.slot + length <= capacity;
+}
+
 /// Copies one field of `rows` from `ring` (the field's array, [num_envs][capacity][bytes]) into `out` (the
 /// batch's array for the field, [rows][length][bytes]): each row's steps, wrapping at the end of the ring (of
-/// `capacity` slots), then zeros up to `length` steps.
+/// `capacity` slots), then zeros up to `length` steps. `all_whole`: every row is a whole_run (the usual case,
+/// which the caller knows from the draws), so that the small rows' loop needs no test per row.
 inline void gather_field(const std::byte* ring, std::byte* out, std::size_t bytes, std::size_t length,
-                         uint64_t capacity, const GatherRow* rows, std::size_t count) noexcept {
+                         uint64_t capacity, const GatherRow* rows, std::size_t count, bool all_whole) noexcept {
   const std::size_t row_bytes = bytes * length;
   if (row_bytes <= kSmallRowBytes) {
-    // One loop per size class, so that the copy of a row is two loads and two stores of a fixed width.
-    auto small = [&](auto width) {
+    // One loop per size class, so that the copy of a row is two loads and two stores of a fixed width, and one
+    // without a test per row when every row is whole.
+    auto small = [&](auto width, auto whole) {
       constexpr std::size_t k = decltype(width)::value;
       for (std::size_t i = 0; i < count; ++i) {
         if (i + kSmallAhead < count) {
@@ -95,7 +102,7 @@ inline void gather_field(const std::byte* ring, std::byte* out, std::size_t byte
         }
         const GatherRow& r = rows[i];
         std::byte* dst = out + r.row * row_bytes;
-        if (r.steps == length && r.slot + length <= capacity) [[likely]] {
+        if (decltype(whole)::value || whole_run(r, length, capacity)) [[likely]] {
           const std::byte* src = ring + (r.env_base + r.slot) * bytes;
           if constexpr (k == 1) {
             *dst = *src;
@@ -107,14 +114,18 @@ inline void gather_field(const std::byte* ring, std::byte* out, std::size_t byte
         }
       }
     };
+    auto sized = [&](auto width) {
+      if (all_whole) return small(width, std::true_type{});
+      return small(width, std::false_type{});
+    };
     if (row_bytes == 0) return;  // a field of no bytes
-    if (row_bytes == 1) return small(std::integral_constant<std::size_t, 1>{});
-    if (row_bytes < 4) return small(std::integral_constant<std::size_t, 2>{});
-    if (row_bytes < 8) return small(std::integral_constant<std::size_t, 4>{});
-    if (row_bytes <= 16) return small(std::integral_constant<std::size_t, 8>{});
-    if (row_bytes <= 32) return small(std::integral_constant<std::size_t, 16>{});
-    if (row_bytes <= 64) return small(std::integral_constant<std::size_t, 32>{});
-    return small(std::integral_constant<std::size_t, 64>{});
+    if (row_bytes == 1) return sized(std::integral_constant<std::size_t, 1>{});
+    if (row_bytes < 4) return sized(std::integral_constant<std::size_t, 2>{});
+    if (row_bytes < 8) return sized(std::integral_constant<std::size_t, 4>{});
+    if (row_bytes <= 16) return sized(std::integral_constant<std::size_t, 8>{});
+    if (row_bytes <= 32) return sized(std::integral_constant<std::size_t, 16>{});
+    if (row_bytes <= 64) return sized(std::integral_constant<std::size_t, 32>{});
+    return sized(std::integral_constant<std::size_t, 64>{});
   }
   const PrefetchPlan plan = prefetch_plan(row_bytes);
   for (std::size_t k = 0; k < count; ++k) {
@@ -124,7 +135,7 @@ inline void gather_field(const std::byte* ring, std::byte* out, std::size_t byte
     }
     const GatherRow& r = rows[k];
     std::byte* dst = out + r.row * row_bytes;
-    if (r.steps == length && r.slot + length <= capacity) [[likely]] {
+    if (whole_run(r, length, capacity)) [[likely]] {
       std::memcpy(dst, ring + (r.env_base + r.slot) * bytes, row_bytes);
     } else {
       copy_row_general(dst, ring + r.env_base * bytes, bytes, length, capacity, r);
