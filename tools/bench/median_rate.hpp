@@ -1,5 +1,6 @@
 // tools/bench/median_rate.hpp: the single-process benchmarks' measurement (shmreplay_bench_priorities,
-// _rate_limit, _sample_cost): units per second of an operation, the median over trials.
+// _rate_limit, _sample_cost): units per second of an operation, the median over trials; and for comparisons, the
+// trials of several operations interleaved, so that the machine's noise falls on all of them alike.
 #pragma once
 
 #include <algorithm>
@@ -28,6 +29,44 @@ inline double median_rate(double seconds, uint32_t trials, std::chrono::millisec
   }
   std::sort(per_s.begin(), per_s.end());
   return per_s[per_s.size() / 2];
+}
+
+/// Runs every op of `ops` for `warm` first, then `trials` rounds in each of which every op runs for `seconds`, in
+/// turn. Returns per op its units per second in each round (rates[op][round]).
+inline std::vector<std::vector<double>> interleaved_rates(double seconds, uint32_t trials,
+                                                          std::chrono::milliseconds warm,
+                                                          const std::vector<std::function<uint64_t()>>& ops) {
+  using Clock = std::chrono::steady_clock;
+  for (const auto& op : ops) {
+    for (const auto until = Clock::now() + warm; Clock::now() < until;) op();
+  }
+  std::vector<std::vector<double>> rates(ops.size());
+  for (uint32_t t = 0; t < trials; ++t) {
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      uint64_t units = 0;
+      const auto start = Clock::now();
+      const auto until = start + std::chrono::duration<double>(seconds);
+      do {
+        units += ops[i]();
+      } while (Clock::now() < until);
+      rates[i].push_back(static_cast<double>(units) /
+                         std::chrono::duration<double>(Clock::now() - start).count());
+    }
+  }
+  return rates;
+}
+
+/// The median of `v` (by value: it sorts a copy).
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+/// The median over rounds of a[round] / b[round]: a ratio taken within each round, then the median.
+inline double median_ratio(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> r;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) r.push_back(a[i] / b[i]);
+  return median(r);
 }
 
 }  // namespace shmreplay::bench

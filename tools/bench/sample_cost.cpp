@@ -1,6 +1,7 @@
 // shmreplay_bench_sample_cost: what one sampled row costs, from 10^3 to 10^7 stored steps, in one process with no
-// writer running: rows/s (median of --trials trials of --seconds) and, under callgrind, instructions per row
-// (docs/benchmarks.md, "Sampling cost against the stored size").
+// writer running: rows/s (the median of --trials interleaved trials of --seconds) against references that copy the
+// same rows of the same buffer in the same rounds, and, under callgrind, instructions per row (docs/benchmarks.md,
+// "Sampling cost against the stored size").
 //
 //   shmreplay_bench_sample_cost                       sizes 10^3 .. 10^7: rows/s of each case
 //   shmreplay_bench_sample_cost --quick               sizes 10^3 and 10^4, one 10 ms trial: a smoke run for CI
@@ -12,9 +13,15 @@
 // The buffer: 16 envs of size/16 steps of the 97-byte MuJoCo-like step (obs:f32[17] action:f32[6] reward:f32
 // done:bool), every slot filled. Cases: flat transitions (sample_transitions, 256 rows per call), sequences of
 // 64 steps (sample, 256 rows, power 1), and (timing only) a batched push of all 16 envs per call, in ns per step:
-// the C++ side of tools/bench/python_call_cost.py.
+// the C++ side of tools/bench/python_call_cost.py. The references read the buffer's own field arrays (no
+// protocol: nothing writes meanwhile), at uniform random (env, start) positions from splitmix64:
+//   gather   every position of the batch first, then per field the sampler's own copy loop (gather.hpp: prefetch
+//            ahead, fixed-width moves for small rows) over all 256 rows at once: ours without its draw, chunks,
+//            validation and mask, so ours/gather is what those cost
+//   memcpy   row by row, a memcpy per field (sequences only; for flat rows see shmreplay_bench)
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -31,6 +38,7 @@
 #define CALLGRIND_DUMP_STATS_AT(label)
 #endif
 
+#include "detail/sampling/gather.hpp"
 #include "median_rate.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
@@ -49,17 +57,28 @@ struct Options {
   std::vector<uint64_t> sizes;
 };
 
-double rate(const Options& o, const std::function<uint64_t()>& op) {
-  return bench::median_rate(o.seconds, o.trials, std::chrono::milliseconds(o.quick ? 1 : 50), op);
-}
+// The references' positions: splitmix64, uniform, a few ns per draw.
+struct SplitMix {
+  uint64_t state;
+  uint64_t below(uint64_t n) noexcept {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return static_cast<uint64_t>(static_cast<double>(z >> 11) * 0x1.0p-53 * static_cast<double>(n));
+  }
+};
+
+// Keeps the compiler from dropping copies into memory it cannot see read.
+inline void clobber(void* p) noexcept { asm volatile("" : : "g"(p) : "memory"); }
 
 int run(const Options& o) {
   const Schema schema = Schema::parse("obs:f32[17] action:f32[6] reward:f32 done:bool");
   constexpr uint64_t kEnvs = 16;
   constexpr std::size_t kBatch = 256;
   if (!o.callgrind) {
-    fmt::print("| stored steps | transitions rows/s | sequences 64 rows/s | push 16 envs ns/step |\n"
-               "|---:|---:|---:|---:|\n");
+    fmt::print("| stored steps | transitions rows/s | ours/gather | sequences 64 rows/s | ours/gather | ours/memcpy | "
+               "push 16 envs ns/step |\n|---:|---:|---:|---:|---:|---:|---:|\n");
   }
   for (const uint64_t size : o.sizes) {
     const uint64_t cap = std::max<uint64_t>(size / kEnvs, 64);
@@ -103,13 +122,53 @@ int run(const Options& o) {
       }
       continue;
     }
-    const double r1 = rate(o, flat);
-    const double r64 = rate(o, seq);
-    const double pushed = rate(o, [&] {
+    // The references (see the top of the file), over the buffer's own field arrays.
+    const std::size_t nf = schema.size();
+    std::vector<const std::byte*> base(nf);
+    std::vector<std::size_t> bytes(nf);
+    for (std::size_t f = 0; f < nf; ++f) {
+      base[f] = buf.field_data(f);
+      bytes[f] = static_cast<std::size_t>(schema[f].bytes());
+    }
+    std::vector<std::vector<std::byte>> ref_out(nf);
+    for (std::size_t f = 0; f < nf; ++f) ref_out[f].resize(kBatch * 64 * bytes[f]);
+    std::vector<detail::GatherRow> rows(kBatch);
+    SplitMix mix{1};
+    auto gather = [&](std::size_t length) {
+      for (std::size_t r = 0; r < kBatch; ++r) {
+        const uint64_t env = mix.below(kEnvs);
+        const uint64_t start = mix.below(cap - length + 1);
+        rows[r] = {start, env, env * cap, start, length, r};
+      }
+      for (std::size_t f = 0; f < nf; ++f) {
+        detail::gather_field(base[f], ref_out[f].data(), bytes[f], length, cap, rows.data(), kBatch, true);
+      }
+      clobber(ref_out[0].data());
+      return uint64_t{kBatch};
+    };
+    auto memcpy_rows = [&](std::size_t length) {
+      for (std::size_t r = 0; r < kBatch; ++r) {
+        const uint64_t env = mix.below(kEnvs);
+        const uint64_t start = mix.below(cap - length + 1);
+        for (std::size_t f = 0; f < nf; ++f) {
+          std::memcpy(ref_out[f].data() + r * length * bytes[f], base[f] + (env * cap + start) * bytes[f],
+                      length * bytes[f]);
+        }
+      }
+      clobber(ref_out[0].data());
+      return uint64_t{kBatch};
+    };
+    auto push = [&] {
       w.push(std::span<const uint64_t>(ids), fields);
       return kEnvs;
-    });
-    fmt::print("| {} | {:.2f} M | {:.3f} M | {:.1f} |\n", kEnvs * cap, r1 / 1e6, r64 / 1e6, 1e9 / pushed);
+    };
+    const auto rates = bench::interleaved_rates(
+        o.seconds, o.trials, std::chrono::milliseconds(o.quick ? 1 : 50),
+        {flat, [&] { return gather(1); }, seq, [&] { return gather(64); }, [&] { return memcpy_rows(64); }, push});
+    fmt::print("| {} | {:.2f} M | {:.0f}% | {:.3f} M | {:.0f}% | {:.0f}% | {:.1f} |\n", kEnvs * cap,
+               bench::median(rates[0]) / 1e6, 100 * bench::median_ratio(rates[0], rates[1]),
+               bench::median(rates[2]) / 1e6, 100 * bench::median_ratio(rates[2], rates[3]),
+               100 * bench::median_ratio(rates[2], rates[4]), 1e9 / bench::median(rates[5]));
     std::fflush(stdout);
   }
   return 0;
@@ -125,7 +184,7 @@ int main(int argc, char** argv) {
                "Run each case --calls times between CALLGRIND_START/STOP_INSTRUMENTATION (run under valgrind "
                "--tool=callgrind --instr-atstart=no)");
   app.add_option("--seconds", o.seconds, "Duration of one trial (default 0.2)")->check(CLI::Range(0.001, 60.0));
-  app.add_option("--trials", o.trials, "Trials per figure; the median is reported (default 5)")
+  app.add_option("--trials", o.trials, "Interleaved trials per figure; the median is reported (default 5)")
       ->check(CLI::Range(1u, 101u));
   app.add_option("--calls", o.calls, "Calls per case with --callgrind (default 200)")->check(CLI::Range(1u, 100000u));
   app.add_option("--size", o.sizes, "Stored steps (repeatable; default 10^3 .. 10^7)");
