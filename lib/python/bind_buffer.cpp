@@ -15,7 +15,7 @@ void bind_buffer(py::module_& m) {
              bool replace, std::optional<std::string> done, std::optional<std::string> terminated,
              std::optional<std::string> truncated, std::optional<std::string> reward,
              uint64_t episode_queue_capacity, std::optional<double> priority_exponent,
-             std::optional<RateLimit> rate_limit) {
+             std::optional<RateLimit> rate_limit, const std::string& populate, py::object populate_progress) {
             const Schema s = py::isinstance<py::str>(schema) ? Schema::parse(schema.cast<std::string>())
                                                              : schema.cast<Schema>();
             CreateOptions o{.mode = mode, .replace = replace};
@@ -23,16 +23,35 @@ void bind_buffer(py::module_& m) {
             o.episode_queue_capacity = episode_queue_capacity;
             o.priority_exponent = priority_exponent;
             o.rate_limit = rate_limit;
-            py::gil_scoped_release release;  // fallocate and initialise: may take a while for big buffers
+            o.populate = parse_populate(populate);
+            if (!populate_progress.is_none()) {
+              if (!PyCallable_Check(populate_progress.ptr())) {
+                throw Error(Errc::invalid_argument,
+                            fmt::format("cannot create '{}': populate_progress must be a callable (done_bytes, "
+                                        "total_bytes), got {}",
+                                        name, py::str(py::type::of(populate_progress)).cast<std::string>()));
+              }
+              // Called from create() with the GIL released: it takes the GIL back for the call. An exception it
+              // raises aborts create(), which leaves nothing behind, and reaches the caller.
+              o.populate_progress = [&populate_progress](uint64_t done_bytes, uint64_t total_bytes) {
+                py::gil_scoped_acquire gil;
+                populate_progress(done_bytes, total_bytes);
+              };
+            }
+            py::gil_scoped_release release;  // fallocate, populate and initialise: may take a while for big buffers
             return std::make_shared<Buffer>(Buffer::create(name, num_envs, capacity, s, o));
           },
           "name"_a, "num_envs"_a, "capacity"_a, "schema"_a, py::kw_only(), "mode"_a = 0600, "replace"_a = false,
           "done"_a = py::none(), "terminated"_a = py::none(), "truncated"_a = py::none(), "reward"_a = py::none(),
           "episode_queue_capacity"_a = 0, "priority_exponent"_a = py::none(), "rate_limit"_a = py::none(),
+          "populate"_a = "never", "populate_progress"_a = py::none(),
           "Create a buffer of num_envs rings of capacity steps; schema is a Schema or its text form. With "
           "priority_exponent=alpha every stored step has a priority and prioritized samples draw starts with "
           "probability proportional to priority**alpha. With rate_limit=RateLimit.ratio(...) or "
-          "RateLimit.min_size(...), samples per inserted step are kept within an error buffer across processes.")
+          "RateLimit.min_size(...), samples per inserted step are kept within an error buffer across processes. "
+          "populate='always' faults every page in before the name appears ('auto': when the segment is at most "
+          "half of MemAvailable; 'never', the default: the first writer of each page does), calling "
+          "populate_progress(done_bytes, total_bytes) after each 64 MiB if given.")
       .def_static(
           "open",
           [](const std::string& name, std::optional<py::object> schema, bool read_only, double ready_timeout) {

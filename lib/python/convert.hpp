@@ -299,6 +299,14 @@ inline View parse_view(const std::string& v) {
   throw Error(Errc::invalid_argument, fmt::format("unknown view '{}': expected 'replay' or 'online'", v));
 }
 
+inline Populate parse_populate(const std::string& v) {
+  if (v == "never") return Populate::never;
+  if (v == "always") return Populate::always;
+  if (v == "auto") return Populate::automatic;
+  throw Error(Errc::invalid_argument,
+              fmt::format("unknown populate mode '{}': expected 'never', 'always' or 'auto'", v));
+}
+
 inline Episodes parse_episodes(const std::string& v) {
   if (v == "cross") return Episodes::cross;
   if (v == "stop") return Episodes::stop;

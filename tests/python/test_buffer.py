@@ -102,3 +102,59 @@ def test_a_mode_with_more_than_read_and_write_bits_is_refused_naming_it(name):
             shmreplay.Buffer.create(name, 1, 1, "x:u8", mode=mode)
         assert not shmreplay.Buffer.exists(name)
     assert shmreplay.Buffer.create(name, 1, 1, "x:u8", mode=0o640).name == name
+
+
+def _resident_bytes_of(path):
+    """Bytes of the file at `path` that are resident in this process's mappings of it (Rss in /proc/self/smaps,
+    the mappings found by inode)."""
+    inode = os.stat(path).st_ino
+    rss = 0
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and ":" in head[3]:  # "start-end perms offset dev inode [path]"
+                inside = int(head[4]) == inode
+            elif inside and head[0] == "Rss:":
+                rss += int(head[1]) * 1024
+    return rss
+
+
+def test_populate_always_faults_every_page_in_and_reports_progress_never_leaves_them(name):
+    schema = "obs:u8[1024] action:i32 done:bool"
+    never = shmreplay.Buffer.create(name + "-never", 2, 4096, schema)  # the default is never
+    try:
+        assert _resident_bytes_of(never.path) < never.total_bytes // 2
+        calls = []
+        always = shmreplay.Buffer.create(name, 2, 4096, schema, populate="always",
+                                         populate_progress=lambda done, total: calls.append((done, total)))
+        assert _resident_bytes_of(always.path) >= always.total_bytes
+        assert calls and calls[-1] == (always.total_bytes, always.total_bytes)
+        assert all(total == always.total_bytes for _, total in calls)
+        assert [d for d, _ in calls] == sorted({d for d, _ in calls})
+        auto = shmreplay.Buffer.create(name + "-auto", 2, 4096, schema, populate="auto")
+        assert auto.total_bytes == never.total_bytes == always.total_bytes
+    finally:
+        for n in (name + "-never", name + "-auto"):
+            if shmreplay.Buffer.exists(n):
+                shmreplay.Buffer.remove(n)
+
+
+def test_a_populate_progress_callback_that_raises_aborts_create_and_leaves_nothing(name):
+    class Cancelled(Exception):
+        pass
+
+    def cancel(done, total):
+        raise Cancelled(f"stopped at {done} of {total}")
+
+    with pytest.raises(Cancelled, match="stopped at"):
+        shmreplay.Buffer.create(name, 2, 4096, "obs:u8[1024]", populate="always", populate_progress=cancel)
+    assert not shmreplay.Buffer.exists(name)
+
+
+def test_an_unknown_populate_mode_or_a_progress_that_is_not_callable_is_refused(name):
+    with pytest.raises(shmreplay.InvalidArgument, match="unknown populate mode 'sometimes'"):
+        shmreplay.Buffer.create(name, 1, 8, "a:u8", populate="sometimes")
+    with pytest.raises(shmreplay.InvalidArgument, match="populate_progress must be a callable"):
+        shmreplay.Buffer.create(name, 1, 8, "a:u8", populate="always", populate_progress=5)
+    assert not shmreplay.Buffer.exists(name)

@@ -1,6 +1,6 @@
 # Type stubs of the extension module (lib/python/module.cpp), for editors and type checkers.
 # tests/python/test_stubs.py checks that they name exactly what the module defines.
-from typing import Any, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -97,7 +97,8 @@ class Buffer:
                replace: bool = ..., done: Optional[str] = ..., terminated: Optional[str] = ...,
                truncated: Optional[str] = ..., reward: Optional[str] = ...,
                episode_queue_capacity: int = ..., priority_exponent: Optional[float] = ...,
-               rate_limit: Optional[RateLimit] = ...) -> Buffer: ...
+               rate_limit: Optional[RateLimit] = ..., populate: str = ...,
+               populate_progress: Optional[Callable[[int, int], None]] = ...) -> Buffer: ...
     @staticmethod
     def open(name: str, *, schema: Optional[Union[Schema, str]] = ..., read_only: bool = ...,
              ready_timeout: float = ...) -> Buffer: ...
