@@ -93,14 +93,7 @@ inline void gather_field(const std::byte* ring, std::byte* out, std::size_t byte
     // without a test per row when every row is whole.
     auto small = [&](auto width, auto whole) {
       constexpr std::size_t k = decltype(width)::value;
-      for (std::size_t i = 0; i < count; ++i) {
-        if (i + kSmallAhead < count) {
-          const GatherRow& nx = rows[i + kSmallAhead];
-          const std::byte* p = ring + (nx.env_base + nx.slot) * bytes;
-          __builtin_prefetch(p, 0, 3);
-          __builtin_prefetch(p + row_bytes - 1, 0, 3);
-        }
-        const GatherRow& r = rows[i];
+      auto copy = [&](const GatherRow& r) __attribute__((always_inline)) {
         std::byte* dst = out + r.row * row_bytes;
         if (decltype(whole)::value || whole_run(r, length, capacity)) [[likely]] {
           const std::byte* src = ring + (r.env_base + r.slot) * bytes;
@@ -112,7 +105,17 @@ inline void gather_field(const std::byte* ring, std::byte* out, std::size_t byte
         } else {
           copy_row_general(dst, ring + r.env_base * bytes, bytes, length, capacity, r);
         }
+      };
+      // The rows with a row kSmallAhead places later: copy one, prefetch that one; then the last few.
+      std::size_t i = 0;
+      for (; i + kSmallAhead < count; ++i) {
+        const GatherRow& nx = rows[i + kSmallAhead];
+        const std::byte* p = ring + (nx.env_base + nx.slot) * bytes;
+        __builtin_prefetch(p, 0, 3);
+        __builtin_prefetch(p + row_bytes - 1, 0, 3);
+        copy(rows[i]);
       }
+      for (; i < count; ++i) copy(rows[i]);
     };
     auto sized = [&](auto width) {
       if (all_whole) return small(width, std::true_type{});
