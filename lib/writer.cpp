@@ -5,6 +5,7 @@
 #include <cassert>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -361,8 +362,10 @@ SHMREPLAY_HOT void Writer::write_step(uint32_t l, uint64_t env, std::span<const 
     // claim's locked instruction waits for the misses of this step's stores, and the next step's stores miss in
     // turn: shmreplay_bench_push_cost measured 1.7-2.1x memcpy's time per small step without it, 1.1-1.5x with
     // (docs/benchmarks.md, "Push cost"). A prefetch is not ordered with locked instructions: nothing waits for it.
-    __builtin_prefetch(dst + b, 1, 3);
-    __builtin_prefetch(dst + 2 * b - 1, 1, 3);
+    // (Addresses as integers: past the last slot they point past the mapping, which a prefetch never faults on.)
+    const uintptr_t next = reinterpret_cast<uintptr_t>(dst) + b;
+    __builtin_prefetch(reinterpret_cast<const void*>(next), 1, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(next + b - 1), 1, 3);
   }
   const bool record_due = roles_ && stage_episode(env, step, fields, row);
   if (priorities_) set_priority(env, step, priority);
