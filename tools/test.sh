@@ -22,6 +22,7 @@ for arg in "$@"; do
 done
 
 tools/setup.sh
+echo "== setup done after ${SECONDS} s" >&2
 jobs=$(nproc)
 venv=$PWD/.venv
 
@@ -32,7 +33,7 @@ run_suite() { # build-dir, extra cmake args...
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 300
 }
 
-echo "== Python package: pip builds the wheel from this clone and installs it into .venv and .venv-numpy1" >&2
+echo "== Python package: pip builds the wheel from this clone and installs it into .venv and .venv-numpy1 (at ${SECONDS} s)" >&2
 rm -rf build/wheelhouse
 "$venv/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps -w build/wheelhouse .
 wheels=(build/wheelhouse/shmreplay-*.whl)
@@ -40,14 +41,14 @@ for env in .venv .venv-numpy1; do
   "$env/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "${wheels[0]}"
 done
 
-echo "== release build and tests" >&2
+echo "== release build and tests (at ${SECONDS} s)" >&2
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHMREPLAY_BUILD_PYTHON=OFF \
   -DSHMREPLAY_TEST_PYTHON="$venv/bin/python" -DSHMREPLAY_TEST_PYTHON_NUMPY1="$PWD/.venv-numpy1/bin/python"
 
 if ((sanitize)); then
-  echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests" >&2
+  echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests (at ${SECONDS} s)" >&2
   run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSHMREPLAY_SANITIZE=ON -DPython_EXECUTABLE="$venv/bin/python"
-  echo "== fuzzers: a short run of each libFuzzer target (clang, ASan+UBSan; longer: tools/fuzz/run.sh --seconds S)" >&2
+  echo "== fuzzers: a short run of each libFuzzer target (clang, ASan+UBSan; longer: tools/fuzz/run.sh --seconds S) (at ${SECONDS} s)" >&2
   tools/fuzz/run.sh --runs 5000
 fi
-echo "== all tests passed" >&2
+echo "== all tests passed (at ${SECONDS} s)" >&2
