@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_support.hpp"  // clobber, for the workloads
+
 namespace shmreplay::bench {
 
 inline constexpr std::size_t kMaxWorkers = 4;
@@ -162,9 +164,6 @@ void populate(const void* base, std::size_t bytes) noexcept;
 uint64_t monotonic_ns() noexcept;
 /// This thread's CPU time in nanoseconds (a system call: only at trial marks).
 uint64_t thread_cpu_ns() noexcept;
-
-/// Keeps the compiler from dropping stores to memory that is never read again (the copy references).
-inline void clobber(const void* p) noexcept { asm volatile("" : : "g"(p) : "memory"); }
 
 /// What the machine is, for the report.
 struct MachineInfo {

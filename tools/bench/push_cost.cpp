@@ -17,7 +17,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -27,20 +26,14 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#if __has_include(<valgrind/callgrind.h>)
-#include <valgrind/callgrind.h>
-#else
-#define CALLGRIND_START_INSTRUMENTATION
-#define CALLGRIND_STOP_INSTRUMENTATION
-#define CALLGRIND_DUMP_STATS_AT(label)
-#endif
 
+#include "bench_support.hpp"
+#include "median_rate.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/writer.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using namespace shmreplay;
 
 struct Options {
@@ -50,9 +43,6 @@ struct Options {
   uint32_t trials = 9;
   uint32_t calls = 20000;
 };
-
-// Keeps the compiler from dropping stores into memory it cannot see read.
-inline void clobber(void* p) noexcept { asm volatile("" : : "g"(p) : "memory"); }
 
 // The memcpy reference: a shared anonymous mapping (shmem pages, as /dev/shm's) laid out as a segment's fields, [env][slot][bytes] per field.
 class PlainStore {
@@ -85,7 +75,7 @@ class PlainStore {
       const std::size_t b = bytes_[f];
       std::memcpy(fields_[f] + slot * b, static_cast<const std::byte*>(in[f].data) + row * b, b);
     }
-    clobber(fields_[0]);
+    bench::clobber(fields_[0]);
   }
 
  private:
@@ -100,13 +90,7 @@ class PlainStore {
 struct Case {
   const char* name;
   std::function<uint64_t()> op;  // returns the steps it pushed
-  std::vector<double> ns;        // per trial: ns per step
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 int run(const Options& o) {
   const Schema schema = Schema::parse("obs:f32[17] action:f32[6] reward:f32 done:bool");
@@ -145,16 +129,14 @@ int run(const Options& o) {
        [&] {
          for (std::size_t c = 0; c < per_call; ++c) w.push(std::span<const int32_t>(ids), fields);
          return uint64_t{per_call * k};
-       },
-       {}},
+       }},
       {"memcpy batched",
        [&] {
          for (std::size_t c = 0; c < per_call; ++c) {
            for (std::size_t i = 0; i < k; ++i) plain.push_row(i, fields, i);
          }
          return uint64_t{per_call * k};
-       },
-       {}},
+       }},
       {"ours single",
        [&] {
          for (std::size_t c = 0; c < per_call; ++c) {
@@ -162,8 +144,7 @@ int run(const Options& o) {
            if (++next_one == k) next_one = 0;
          }
          return uint64_t{per_call};
-       },
-       {}},
+       }},
       {"memcpy single",
        [&] {
          for (std::size_t c = 0; c < per_call; ++c) {
@@ -171,8 +152,7 @@ int run(const Options& o) {
            if (++next_plain == k) next_plain = 0;
          }
          return uint64_t{per_call};
-       },
-       {}},
+       }},
   };
 
   if (o.callgrind) {
@@ -186,28 +166,17 @@ int run(const Options& o) {
     }
     return 0;
   }
-  for (Case& c : cases) {  // warm-up
-    for (const auto until = Clock::now() + std::chrono::milliseconds(o.quick ? 1 : 50); Clock::now() < until;) c.op();
-  }
-  for (uint32_t t = 0; t < o.trials; ++t) {
-    for (Case& c : cases) {
-      uint64_t steps = 0;
-      const auto start = Clock::now();
-      const auto until = start + std::chrono::duration<double>(o.seconds);
-      do {
-        steps += c.op();
-      } while (Clock::now() < until);
-      c.ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - start).count() /
-                     static_cast<double>(steps));
-    }
-  }
+  std::vector<std::function<uint64_t()>> ops;
+  for (const Case& c : cases) ops.push_back(c.op);
+  const auto rates =
+      bench::interleaved_rates(o.seconds, o.trials, std::chrono::milliseconds(o.quick ? 1 : 50), ops);  // steps/s
   fmt::print("| push | ours ns/step | memcpy ns/step | ours/memcpy time (median of per-trial ratios) |\n"
              "|---|---:|---:|---:|\n");
   for (std::size_t i = 0; i < cases.size(); i += 2) {
-    std::vector<double> ratio;
-    for (uint32_t t = 0; t < o.trials; ++t) ratio.push_back(cases[i].ns[t] / cases[i + 1].ns[t]);
+    // Time per step is 1 / rate: ours/memcpy time = memcpy's rate / ours.
     fmt::print("| {} | {:.1f} | {:.1f} | {:.2f}x |\n", i == 0 ? "batched, 8 envs per call" : "single (push_one)",
-               median(cases[i].ns), median(cases[i + 1].ns), median(ratio));
+               1e9 / bench::median(rates[i]), 1e9 / bench::median(rates[i + 1]),
+               bench::median_ratio(rates[i + 1], rates[i]));
   }
   return 0;
 }

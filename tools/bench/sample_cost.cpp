@@ -30,14 +30,8 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#if __has_include(<valgrind/callgrind.h>)
-#include <valgrind/callgrind.h>
-#else
-#define CALLGRIND_START_INSTRUMENTATION
-#define CALLGRIND_STOP_INSTRUMENTATION
-#define CALLGRIND_DUMP_STATS_AT(label)
-#endif
 
+#include "bench_support.hpp"
 #include "detail/sampling/gather.hpp"
 #include "median_rate.hpp"
 #include "shmreplay/sampler.hpp"
@@ -45,7 +39,6 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using namespace shmreplay;
 
 struct Options {
@@ -56,21 +49,6 @@ struct Options {
   uint32_t calls = 200;
   std::vector<uint64_t> sizes;
 };
-
-// The references' positions: splitmix64, uniform, a few ns per draw.
-struct SplitMix {
-  uint64_t state;
-  uint64_t below(uint64_t n) noexcept {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return static_cast<uint64_t>(static_cast<double>(z >> 11) * 0x1.0p-53 * static_cast<double>(n));
-  }
-};
-
-// Keeps the compiler from dropping copies into memory it cannot see read.
-inline void clobber(void* p) noexcept { asm volatile("" : : "g"(p) : "memory"); }
 
 int run(const Options& o) {
   const Schema schema = Schema::parse("obs:f32[17] action:f32[6] reward:f32 done:bool");
@@ -133,7 +111,7 @@ int run(const Options& o) {
     std::vector<std::vector<std::byte>> ref_out(nf);
     for (std::size_t f = 0; f < nf; ++f) ref_out[f].resize(kBatch * 64 * bytes[f]);
     std::vector<detail::GatherRow> rows(kBatch);
-    SplitMix mix{1};
+    bench::SplitMix mix{1};
     auto gather = [&](std::size_t length) {
       for (std::size_t r = 0; r < kBatch; ++r) {
         const uint64_t env = mix.below(kEnvs);
@@ -143,7 +121,7 @@ int run(const Options& o) {
       for (std::size_t f = 0; f < nf; ++f) {
         detail::gather_field(base[f], ref_out[f].data(), bytes[f], length, cap, rows.data(), kBatch, true);
       }
-      clobber(ref_out[0].data());
+      bench::clobber(ref_out[0].data());
       return uint64_t{kBatch};
     };
     auto memcpy_rows = [&](std::size_t length) {
@@ -155,7 +133,7 @@ int run(const Options& o) {
                       length * bytes[f]);
         }
       }
-      clobber(ref_out[0].data());
+      bench::clobber(ref_out[0].data());
       return uint64_t{kBatch};
     };
     auto push = [&] {

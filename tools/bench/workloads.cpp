@@ -234,20 +234,13 @@ Body memcpy_sample(const Geometry& g, const std::string& name, std::size_t batch
     }
     // Random (env, start) positions from splitmix64 (a few ns per row, no division): fresh positions over the
     // whole store, as a sampler draws them, so that the rows are not cached from an earlier pass. Rows never wrap.
-    uint64_t state = seed;
-    auto below = [&state](uint64_t n) {
-      uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-      z ^= z >> 31;
-      return static_cast<uint64_t>(static_cast<double>(z >> 11) * 0x1.0p-53 * static_cast<double>(n));
-    };
+    SplitMix mix{seed};
     Rows out(g.schema, batch, length);
     const uint64_t starts = g.capacity - length + 1;
     auto sample = [&] {
       for (std::size_t row = 0; row < batch; ++row) {
-        const uint64_t env = below(g.num_envs);
-        const uint64_t start = below(starts);
+        const uint64_t env = mix.below(g.num_envs);
+        const uint64_t start = mix.below(starts);
         for (std::size_t f = 0; f < nf; ++f) {
           const std::size_t b = bytes[f];
           std::memcpy(out.data[f].data() + row * length * b, base[f] + (env * g.capacity + start) * b, length * b);
@@ -284,21 +277,14 @@ Body gather_sample(const Geometry& g, const std::string& name, std::size_t batch
       base[f] = ring.field(f);
       bytes[f] = static_cast<std::size_t>(g.schema[f].bytes());
     }
-    uint64_t state = seed;  // the memcpy reference's positions (splitmix64)
-    auto below = [&state](uint64_t n) {
-      uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-      z ^= z >> 31;
-      return static_cast<uint64_t>(static_cast<double>(z >> 11) * 0x1.0p-53 * static_cast<double>(n));
-    };
+    SplitMix mix{seed};  // the memcpy reference's positions
     Rows out(g.schema, batch, length);
     std::vector<uint64_t> at(batch);  // each row's first step: env * capacity + start
     const uint64_t starts = g.capacity - length + 1;
     auto sample = [&] {
       for (std::size_t row = 0; row < batch; ++row) {
-        const uint64_t env = below(g.num_envs);
-        at[row] = env * g.capacity + below(starts);
+        const uint64_t env = mix.below(g.num_envs);
+        at[row] = env * g.capacity + mix.below(starts);
       }
       for (std::size_t f = 0; f < nf; ++f) {
         const std::size_t b = bytes[f] * length;
