@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "detail/always_inline.hpp"
 #include "detail/copy_bytes.hpp"
 #include "detail/os/process.hpp"
 #include "detail/protocol/env_ids.hpp"
@@ -23,10 +24,6 @@
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/wake.hpp"
 #include "shmreplay/error.hpp"
-
-// The push path's small steps, inlined into their callers in this file (shmreplay_bench_push_cost counted about
-// 75 instructions per pushed step in their calls and prologues).
-#define SHMREPLAY_HOT inline __attribute__((always_inline))
 
 namespace shmreplay {
 
@@ -107,8 +104,6 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
     local_[e] = static_cast<uint32_t>(i + 1);
   }
   global_ = &buffer.global_control();
-  capacity_ = buffer.capacity();
-  priorities_ = buffer.has_priorities();
   lease_word_ = detail::self_lease_word();
   fork_generation_ = detail::fork_generation();
   envs_.reserve(env_ids.size());
@@ -180,8 +175,6 @@ Writer::Writer(Writer&& other) noexcept
       field_base_(std::move(other.field_base_)),
       field_bytes_(std::move(other.field_bytes_)),
       global_(other.global_),
-      capacity_(other.capacity_),
-      priorities_(other.priorities_),
       locals_(std::move(other.locals_)),
       calls_(other.calls_),
       lease_word_(other.lease_word_),
@@ -217,7 +210,7 @@ void Writer::check_process(const char* op) const {
   }
 }
 
-SHMREPLAY_HOT uint32_t Writer::local_of(uint64_t env_id, const char* op) const {
+SHMREPLAY_ALWAYS_INLINE uint32_t Writer::local_of(uint64_t env_id, const char* op) const {
   if (env_id < local_.size() && local_[static_cast<std::size_t>(env_id)] != 0) [[likely]] {
     return local_[static_cast<std::size_t>(env_id)] - 1;
   }
@@ -237,11 +230,13 @@ void Writer::throw_not_leased(uint64_t env_id, const char* op) const {
 }
 
 // Claims the next step of leased env `local` (detail::claim_step: the seqlock's "write begins").
-SHMREPLAY_HOT uint64_t Writer::claim(uint32_t local) noexcept { return detail::claim_step(*control_[local], *global_); }
+SHMREPLAY_ALWAYS_INLINE uint64_t Writer::claim(uint32_t local) noexcept {
+  return detail::claim_step(*control_[local], *global_);
+}
 
 // Publishes `step` (detail::publish_step: "write ends") and advances the env's slot cursor.
-SHMREPLAY_HOT void Writer::publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept {
-  if (++next_slot_[local] == capacity_) next_slot_[local] = 0;  // the slot of step + 1
+SHMREPLAY_ALWAYS_INLINE void Writer::publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept {
+  if (++next_slot_[local] == buffer_->capacity()) next_slot_[local] = 0;  // the slot of step + 1
   detail::publish_step(*control_[local], step, now_ns);
 }
 
@@ -348,11 +343,11 @@ void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> 
 }
 
 // Claims, fills from row `row` of `fields`, and publishes the next step of leased env `env` (local index `l`).
-SHMREPLAY_HOT void Writer::write_step(uint32_t l, uint64_t env, std::span<const FieldBytes> fields, std::size_t row,
-                        double priority, uint64_t now) noexcept {
+SHMREPLAY_ALWAYS_INLINE void Writer::write_step(uint32_t l, uint64_t env, std::span<const FieldBytes> fields,
+                                                 std::size_t row, double priority, uint64_t now) noexcept {
   const uint64_t step = claim(l);
-  assert(next_slot_[l] == step % capacity_);
-  const uint64_t slot = env * capacity_ + next_slot_[l];  // step % cap, without a division
+  assert(next_slot_[l] == step % buffer_->capacity());
+  const uint64_t slot = env * buffer_->capacity() + next_slot_[l];  // step % cap, without a division
   for (std::size_t f = 0; f < field_bytes_.size(); ++f) {
     const uint64_t b = field_bytes_[f];
     std::byte* dst = field_base_[f] + slot * b;
@@ -368,7 +363,7 @@ SHMREPLAY_HOT void Writer::write_step(uint32_t l, uint64_t env, std::span<const 
     __builtin_prefetch(reinterpret_cast<const void*>(next + b - 1), 1, 3);
   }
   const bool record_due = roles_ && stage_episode(env, step, fields, row);
-  if (priorities_) set_priority(env, step, priority);
+  if (buffer_->has_priorities()) set_priority(env, step, priority);  // (no call per step without)
   publish(l, step, now);
   if (record_due) detail::emit_record(*buffer_, env, step + 1);
 }

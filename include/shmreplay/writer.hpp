@@ -210,8 +210,6 @@ class Writer {
   std::vector<std::byte*> field_base_; // start of each field's storage
   std::vector<uint64_t> field_bytes_;  // bytes per step of each field
   layout::GlobalControl* global_ = nullptr;  // the buffer's, in the mapping
-  uint64_t capacity_ = 0;              // the buffer's
-  bool priorities_ = false;            // whether the buffer has priorities
   std::vector<uint32_t> locals_;       // per position of the current push call: its env's index in envs_
   uint64_t calls_ = 0;
   uint64_t lease_word_ = 0;            // pack_owner(pid, start) of this process

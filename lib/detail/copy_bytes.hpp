@@ -10,13 +10,15 @@
 #include <cstddef>
 #include <cstring>
 
+#include "detail/always_inline.hpp"
+
 namespace shmreplay::detail {
 
 /// memcpy(d, s, n) for k <= n <= 2k: the first and the last k bytes, two loads and two stores of a fixed width
 /// (they overlap when n < 2k). The building block of copy_bytes, and of the sampler's gather, which picks k once
 /// per field (detail/sampling/gather.hpp).
 template <std::size_t k>
-inline __attribute__((always_inline)) void copy_ends(std::byte* d, const std::byte* s, std::size_t n) noexcept {
+SHMREPLAY_ALWAYS_INLINE void copy_ends(std::byte* d, const std::byte* s, std::size_t n) noexcept {
   static_assert(k > 0);
   unsigned char a[k];
   unsigned char b[k];
@@ -27,7 +29,7 @@ inline __attribute__((always_inline)) void copy_ends(std::byte* d, const std::by
 }
 
 /// memcpy(d, s, n) for non-overlapping d and s: inline for n <= 128.
-inline __attribute__((always_inline)) void copy_bytes(std::byte* d, const std::byte* s, std::size_t n) noexcept {
+SHMREPLAY_ALWAYS_INLINE void copy_bytes(std::byte* d, const std::byte* s, std::size_t n) noexcept {
   const auto two = [&]<std::size_t k>() { copy_ends<k>(d, s, n); };
   if (n <= 16) {
     if (n >= 8) {

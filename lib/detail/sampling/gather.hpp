@@ -19,6 +19,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "detail/always_inline.hpp"
 #include "detail/copy_bytes.hpp"
 
 namespace shmreplay::detail {
@@ -36,8 +37,6 @@ struct GatherRow {
 };
 
 inline constexpr std::size_t kCacheLine = 64;
-
-#define SHMREPLAY_ALWAYS_INLINE inline __attribute__((always_inline))
 
 /// Prefetches the cache lines of [p, p + n), at most `max_lines` of them (the hardware prefetcher takes over on
 /// longer runs).
