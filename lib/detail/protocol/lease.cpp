@@ -17,33 +17,39 @@ uint64_t self_lease_word() noexcept {
   return layout::pack_owner(static_cast<uint64_t>(::getpid()), self_start_ticks());
 }
 
-LeaseResult try_take_lease(const LeaseWords& w, uint64_t me) noexcept {
-  uint64_t cur = w.lease.load(std::memory_order_acquire);  // pairs with the release CAS/store of the holder
+LeaseResult try_take_lease_word(std::atomic<uint64_t>& word, uint64_t me) noexcept {
+  uint64_t cur = word.load(std::memory_order_acquire);  // pairs with the release CAS/store of the holder
   for (;;) {
-    if (cur == me) return {LeaseOutcome::held_by_us, cur, w.start_ticks.load(std::memory_order_relaxed)};
+    if (cur == me) return {LeaseOutcome::held_by_us, cur, 0};
     const bool dead = cur != 0 && !lease_holder_alive(cur);
-    if (cur != 0 && !dead) {
-      return {LeaseOutcome::held_alive, cur, w.start_ticks.load(std::memory_order_relaxed)};
-    }
-    // acq_rel: acquire pairs with the previous holder's release (its last pushes happen-before our first);
+    if (cur != 0 && !dead) return {LeaseOutcome::held_alive, cur, 0};
+    // acq_rel: acquire pairs with the previous holder's release (its last writes happen-before our first);
     // release publishes our claim to the next taker.
-    if (w.lease.compare_exchange_strong(cur, me, std::memory_order_acq_rel, std::memory_order_acquire)) {
-      w.start_ticks.store(self_start_ticks(), std::memory_order_relaxed);
-      w.since_ns.store(realtime_ns(), std::memory_order_relaxed);
-      if (dead) {
-        w.takeovers.fetch_add(1, std::memory_order_relaxed);
-        return {LeaseOutcome::taken_over, cur, 0};
-      }
-      return {LeaseOutcome::taken, 0, 0};
+    if (word.compare_exchange_strong(cur, me, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      return dead ? LeaseResult{LeaseOutcome::taken_over, cur, 0} : LeaseResult{LeaseOutcome::taken, 0, 0};
     }
     // Someone else changed the word between our load and CAS: judge the new value.
   }
 }
 
-void release_lease(const LeaseWords& w, uint64_t me) noexcept {
+LeaseResult try_take_lease(const LeaseWords& w, uint64_t me) noexcept {
+  LeaseResult r = try_take_lease_word(w.lease, me);
+  switch (r.outcome) {
+    case LeaseOutcome::held_by_us:
+    case LeaseOutcome::held_alive: r.holder_start_ticks = w.start_ticks.load(std::memory_order_relaxed); break;
+    case LeaseOutcome::taken_over: w.takeovers.fetch_add(1, std::memory_order_relaxed); [[fallthrough]];
+    case LeaseOutcome::taken:
+      w.start_ticks.store(self_start_ticks(), std::memory_order_relaxed);
+      w.since_ns.store(realtime_ns(), std::memory_order_relaxed);
+      break;
+  }
+  return r;
+}
+
+void release_lease_word(std::atomic<uint64_t>& word, uint64_t me) noexcept {
   uint64_t expected = me;
-  // release: pairs with the acquire of the next taker's CAS, so our pushes happen-before its pushes.
-  w.lease.compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed);
+  // release: pairs with the acquire of the next taker's CAS, so our writes happen-before its writes.
+  word.compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed);
 }
 
 std::string holder_text(uint64_t lease, uint64_t start_ticks) {

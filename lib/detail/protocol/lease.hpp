@@ -51,11 +51,16 @@ bool lease_holder_alive(uint64_t lease) noexcept;
 /// This process's lease word: pack_owner(getpid(), start ticks).
 uint64_t self_lease_word() noexcept;
 
+/// The core of try_take_lease on the owner word alone (a lease with no bookkeeping words, such as the rate
+/// limiter's rewriter lease): takes `word` for `me` if it is free or its holder is dead. holder_start_ticks is 0.
+LeaseResult try_take_lease_word(std::atomic<uint64_t>& word, uint64_t me) noexcept;
+
 /// Tries to take `words` for `me`. Never blocks; judges a holder's liveness by pid plus start time.
 LeaseResult try_take_lease(const LeaseWords& words, uint64_t me) noexcept;
 
-/// Releases the lease if `me` still holds it (a CAS, so a lease taken over meanwhile is left alone).
-void release_lease(const LeaseWords& words, uint64_t me) noexcept;
+/// Releases the lease word if `me` still holds it (a CAS, so a lease taken over meanwhile is left alone).
+void release_lease_word(std::atomic<uint64_t>& word, uint64_t me) noexcept;
+inline void release_lease(const LeaseWords& words, uint64_t me) noexcept { release_lease_word(words.lease, me); }
 
 /// "pid 1234 (started at tick 5678)" for messages.
 std::string holder_text(uint64_t lease, uint64_t start_ticks);

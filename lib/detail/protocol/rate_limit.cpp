@@ -54,15 +54,13 @@ std::optional<LimiterSettings> load_rate_limit(const GlobalControl& g) noexcept 
 
 bool store_rate_limit(GlobalControl& g, const std::optional<RateLimit>& limit, std::optional<uint64_t> inserts,
                       uint64_t writer, uint64_t timeout_ms) noexcept {
-  // Take the rewriter lease: free, or held by a dead process.
+  // Take the rewriter lease (detail/protocol/lease.hpp): free, or held by a dead process. Its acquire pairs with
+  // the previous rewriter's release, so that rewriter's index store is visible here. Another thread of this
+  // process rewriting (held_by_us) is waited for like any live holder.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
-    uint64_t cur = g.limiter_writer.load(std::memory_order_relaxed);
-    // acquire: pairs with the previous rewriter's release of the lease, so its index store is visible here.
-    if ((cur == 0 || !lease_holder_alive(cur)) &&
-        g.limiter_writer.compare_exchange_strong(cur, writer, std::memory_order_acquire)) {
-      break;
-    }
+    const LeaseOutcome taken = try_take_lease_word(g.limiter_writer, writer).outcome;
+    if (taken == LeaseOutcome::taken || taken == LeaseOutcome::taken_over) break;
     if (std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -88,9 +86,7 @@ bool store_rate_limit(GlobalControl& g, const std::optional<RateLimit>& limit, s
   slot.error_offset.store(bits(offset), std::memory_order_relaxed);
   // release: pairs with load_rate_limit's acquire load of the index: the slot is filled before it is in force.
   g.limiter_index.store((((index >> 1) + 1) << 1) | ((index & 1) ^ 1), std::memory_order_release);
-  uint64_t me = writer;
-  // release: pairs with the next rewriter's acquire CAS.
-  g.limiter_writer.compare_exchange_strong(me, 0, std::memory_order_release);
+  release_lease_word(g.limiter_writer, writer);  // release: pairs with the next rewriter's acquire
   notify(learner_wake(g));
   notify({g.writer_wake_seq, g.writer_waiters});
   return true;
