@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <utility>
 
@@ -146,12 +147,13 @@ struct Sampler::Scratch {
         rejection(stats, starts),
         priority(trees, starts),
         views(static_cast<std::size_t>(buffer.num_envs())),
-        hi_slot(views.size()),
+        hi_base(views.size()),
         begin_mark(views.size(), 0),
         begin_seq(views.size()),
-        end_mark(views.size(), 0),
+        min_start(views.size()),
         end(views.size()) {
     chunk.resize(kGatherRows);
+    chunk_envs.reserve(views.size());
     capacity = buffer.capacity();
     for (std::size_t f = 0; f < buffer.schema().size(); ++f) {
       field_base.push_back(buffer.field_data(f));  // the mapping outlives the Sampler, also when a Buffer moves
@@ -173,11 +175,12 @@ struct Sampler::Scratch {
   std::vector<detail::GatherRow> chunk;   // its first chunk_size entries (never shrinks: no reallocation)
   std::size_t chunk_size = 0;
   bool chunk_whole = true;                // every row of the chunk is a whole_run (gather.hpp)
-  std::vector<uint64_t> hi_slot;          // per env, views[e].hi % capacity
+  std::vector<uint64_t> hi_base;          // per env, views[e].hi - views[e].hi % capacity: the step in slot 0
   uint64_t chunk_mark = 0;                // the current chunk's number
-  std::vector<uint64_t> begin_mark;       // per env, the chunk whose begin_seq is loaded
+  std::vector<uint32_t> chunk_envs;       // the envs with a row in the current chunk, in order of their first row
+  std::vector<uint64_t> begin_mark;       // per env, the chunk whose begin_seq and min_start are the env's
   std::vector<uint64_t> begin_seq;        // per env, update_seq before the chunk's copies (read_begin)
-  std::vector<uint64_t> end_mark;         // per env, the chunk whose end is loaded
+  std::vector<uint64_t> min_start;        // per env, the oldest first step of its rows with steps in the chunk
   std::vector<detail::ReadEnd> end;       // per env, claimed and update_seq after the chunk's copies
   std::vector<const std::byte*> field_base;  // per field, its array in the mapping
   std::vector<std::size_t> field_bytes;      // per field, bytes per step
@@ -376,6 +379,7 @@ void Sampler::begin_chunk(std::size_t length) noexcept {
   Scratch& z = *scratch_;
   z.chunk_size = 0;
   z.chunk_whole = true;
+  z.chunk_envs.clear();
   ++z.chunk_mark;
   z.length = length;
 }
@@ -386,19 +390,31 @@ void Sampler::begin_chunk(std::size_t length) noexcept {
 SHMREPLAY_ALWAYS_INLINE void Sampler::add_row(uint64_t env, uint64_t start, uint64_t slot, uint64_t steps,
                                                uint32_t row) noexcept {
   Scratch& z = *scratch_;
-  const uint64_t env_base = env * z.capacity;
-  z.chunk[z.chunk_size++] = {start, env, env_base, slot, steps, row};
-  z.chunk_whole = z.chunk_whole && detail::whole_run(z.chunk[z.chunk_size - 1], z.length, z.capacity);
+  const std::size_t k = z.chunk_size;
+  const uint64_t cap = z.capacity;
+  const bool whole = steps == z.length && slot + z.length <= cap;  // detail::whole_run
+  z.chunk[k] = {start, env, env * cap + slot, slot, steps, row};
+  z.chunk_size = k + 1;
+  z.chunk_whole = z.chunk_whole & whole;
   if (z.begin_mark[env] != z.chunk_mark) [[unlikely]] {  // the env's first row in this chunk: before its copies
     z.begin_mark[env] = z.chunk_mark;
     z.begin_seq[env] = detail::read_begin(buffer_->env_control(env));
+    z.min_start[env] = UINT64_MAX;
+    z.chunk_envs.push_back(static_cast<uint32_t>(env));  // no allocation: reserved for every env
     ++z.stats.control_loads;
   }
+  // A row without steps (a peek at an empty env) copies nothing and cannot fail.
+  z.min_start[env] = std::min(z.min_start[env], steps > 0 ? start : UINT64_MAX);
 }
 
 // Copies the chunk's rows into `out` (each row's steps, zeros and mask 0 up to `length`), then validates them;
 // the rows that fail (a writer reclaimed a copied slot, or the learner updated the env during the chunk) are
-// appended to scratch's `failed` and counted in the return value.
+// appended to scratch's `failed`, in row order, and counted in the return value.
+//
+// The validation is per env, not per row: copy_intact(begin, end, first) depends on the row only through its
+// first step, and only as `claimed <= first + capacity`, so every row of an env is intact exactly when the row
+// with the env's oldest first step (min_start, kept by add_row) is. Only a chunk with an env that fails looks at
+// its rows one by one, to tell the failed ones from the others with that same test.
 std::size_t Sampler::gather(std::size_t length, SampleBatch& out) noexcept {
   Scratch& z = *scratch_;
   const std::size_t n = z.chunk_size;
@@ -410,19 +426,21 @@ std::size_t Sampler::gather(std::size_t length, SampleBatch& out) noexcept {
   }
   detail::gather_mask(out.mask_, length, rows, n);
   detail::end_copies();
+  bool intact = true;
+  for (const uint32_t e : z.chunk_envs) {
+    z.end[e] = detail::read_end_loads(buffer_->env_control(e));
+    // Step min_start (and so every later one) is intact while no writer has claimed step min_start + cap.
+    intact &= z.min_start[e] == UINT64_MAX || detail::copy_intact(z.begin_seq[e], z.end[e], z.min_start[e], cap);
+  }
+  z.stats.control_loads += 2 * z.chunk_envs.size();
   std::size_t failed = 0;
-  for (std::size_t k = 0; k < n; ++k) {
-    const detail::GatherRow& r = rows[k];
-    if (z.end_mark[r.env] != z.chunk_mark) {
-      z.end_mark[r.env] = z.chunk_mark;
-      z.end[r.env] = detail::read_end_loads(buffer_->env_control(r.env));
-      z.stats.control_loads += 2;
-    }
-    // Step `start` (and so every later one) is intact while no writer has claimed step start + cap. A row with
-    // no steps (a peek at an empty env) copied nothing.
-    if (r.steps > 0 && !detail::copy_intact(z.begin_seq[r.env], z.end[r.env], r.start, cap)) {
-      z.failed.push_back(static_cast<uint32_t>(r.row));
-      ++failed;
+  if (!intact) [[unlikely]] {
+    for (std::size_t k = 0; k < n; ++k) {
+      const detail::GatherRow& r = rows[k];
+      if (r.steps > 0 && !detail::copy_intact(z.begin_seq[r.env], z.end[r.env], r.start, cap)) {
+        z.failed.push_back(static_cast<uint32_t>(r.row));
+        ++failed;
+      }
     }
   }
   z.stats.rows_gathered += n;
@@ -484,8 +502,8 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
   const detail::PlanOptions plan{o.episodes, std::min(o.period, cap)};  // a period of cap or more: first steps
   z.failed.reserve(count);  // no-op once warmed up
   z.redraw.reserve(count);
-  z.failed.clear();
-  for (std::size_t i = 0; i < count; ++i) z.failed.push_back(static_cast<uint32_t>(first_row + i));
+  z.failed.resize(count);
+  std::iota(z.failed.begin(), z.failed.end(), static_cast<uint32_t>(first_row));
   planner.begin_call();
   // A round draws rows from one snapshot of the heads. A snapshot goes stale while its rows are copied (writers
   // reclaim the oldest slots), so after kResnapshotBytes of copying the rest of the rows wait for a fresh one:
@@ -504,7 +522,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
     for (std::size_t e = 0; e < z.views.size(); ++e) {
       const detail::StepRange r = detail::view_range(buffer_->env_control(e), view, cap);
       z.views[e] = {r.lo, r.hi};
-      z.hi_slot[e] = r.hi % cap;  // so that a row's slot needs no division (add_row below)
+      z.hi_base[e] = r.hi - r.hi % cap;  // so that a row's slot needs no division (below)
     }
     // Whether the round may go ahead; throws when the view cannot give a row, yields when that may be a write
     // in progress (the view is a step short while a slot is reclaimed).
@@ -538,13 +556,16 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
     uint64_t copied = 0;
     bool stalled = false;
     std::size_t i = 0;
-    // Chunks: draw up to kGatherRows rows (kGatherBytes), then copy and validate them together (gather).
+    // Chunks: draw up to kGatherRows rows (kGatherBytes), then copy and validate them together (gather). A row
+    // has at most `length` steps, so the chunk's row count keeps it within its bytes (one row at least).
+    const uint64_t row_bytes = std::max<uint64_t>(length * step_bytes, 1);
     while (i < z.redraw.size() && copied < kResnapshotBytes && !stalled) {
       begin_chunk(length);
-      const std::size_t chunk_end = std::min(z.redraw.size(), i + kGatherRows);
       const uint64_t chunk_budget = std::min(kGatherBytes, kResnapshotBytes - copied);
-      uint64_t chunk_bytes = 0;
-      while (i < chunk_end && chunk_bytes < chunk_budget) {
+      const std::size_t chunk_end =
+          std::min({z.redraw.size(), i + kGatherRows, i + std::max<std::size_t>(chunk_budget / row_bytes, 1)});
+      uint64_t chunk_steps = 0;
+      while (i < chunk_end) {
         const std::optional<detail::Draw> d = planner.draw(rng);
         if (!d) {
           // Nothing to draw from in this snapshot (a write in progress): this row and the rest wait for the next
@@ -557,14 +578,14 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
         out.env_ids_[row] = d->env;
         out.starts_[row] = d->start;
         if (o.prioritized) out.weights_[row] = static_cast<float>(d->relative_probability);  // finish_weights
-        // The start's slot from the snapshot's hi (hi - start is 1..cap for a start in the view), no division.
-        const uint64_t hs = z.hi_slot[d->env];
-        const uint64_t back = z.views[d->env].hi - d->start;
-        const uint64_t slot = back <= hs ? hs - back : back <= cap ? hs + cap - back : d->start % cap;
+        // The start's slot without a division: a start in the view is in [hi - cap, hi), so it is at most one lap
+        // before the step in slot 0 of hi's lap.
+        const uint64_t base = z.hi_base[d->env];
+        const uint64_t slot = d->start >= base ? d->start - base : d->start + cap - base;
         add_row(d->env, d->start, slot, d->steps, row);
-        chunk_bytes += d->steps * step_bytes;
+        chunk_steps += d->steps;
       }
-      copied += chunk_bytes;
+      copied += chunk_steps * step_bytes;
       overwritten += gather(length, out);
     }
     z.failed.insert(z.failed.end(), z.redraw.begin() + static_cast<std::ptrdiff_t>(i), z.redraw.end());  // deferred

@@ -368,3 +368,60 @@ TEST_CASE("a huge power puts all the weight on the longest starts without overfl
     CHECK(*d == Draw{1, 0, 3});
   }
 }
+
+// The reference the picker must match: std::upper_bound over the cumulative weights, and where u rounded up to
+// the total, the last env of positive weight.
+std::size_t reference_env(const std::vector<double>& cumulative, double u) {
+  auto it = std::upper_bound(cumulative.begin(), cumulative.end(), u);
+  if (it == cumulative.end()) {
+    --it;
+    while (it != cumulative.begin() && *it == *(it - 1)) --it;
+  }
+  return static_cast<std::size_t>(it - cumulative.begin());
+}
+
+TEST_CASE("the env picker gives upper_bound's env for every draw, guided or not, at bucket edges and with zeros") {
+  std::mt19937_64 gen(2024);
+  detail::EnvPicker picker;
+  std::size_t checked = 0;
+  for (const std::size_t n : std::vector<std::size_t>{1, 2, 3, 7, 16, 17, 64, 255, 256, 257, 1000}) {
+    for (int shape = 0; shape < 5; ++shape) {
+      // Weights: equal, random, with zeros (also first and last), one dominant env, and tiny ones next to it.
+      std::vector<double> w(n);
+      for (std::size_t e = 0; e < n; ++e) {
+        const double x = static_cast<double>(gen() >> 11) * 0x1.0p-53;
+        w[e] = shape == 0 ? 1.0 : shape == 1 ? x * 100 : shape == 2 ? (x < 0.4 ? 0.0 : x) : shape == 3 ? 1e-12 : x;
+      }
+      if (shape == 2) w.front() = 0.0;
+      if (shape == 2 && n > 1) w.back() = 0.0;
+      if (shape == 3) w[n / 2] = 1e6;
+      if (shape == 4 && n > 2) w[n - 2] = 1e300;
+      if (std::all_of(w.begin(), w.end(), [](double v) { return v == 0.0; })) w[n / 2] = 1.0;
+      double* cumulative = picker.reset(n);
+      std::vector<double> reference(n);
+      double total = 0.0;
+      for (std::size_t e = 0; e < n; ++e) reference[e] = cumulative[e] = total += w[e];
+      picker.build();
+      REQUIRE(picker.total() == total);
+      // Random bits, and the bits around every bucket edge of any bucket count up to 2^12, and the extremes.
+      std::vector<uint64_t> bits = {0, 1, (uint64_t{1} << 53) - 1, (uint64_t{1} << 53) - 2};
+      for (int i = 0; i < 2000; ++i) bits.push_back(gen() >> 11);
+      for (unsigned k = 1; k <= 12; ++k) {
+        for (uint64_t b = 1; b < (uint64_t{1} << k); b += 1 + (b >> 3)) {
+          const uint64_t edge = b << (53 - k);
+          bits.insert(bits.end(), {edge - 1, edge, edge + 1});
+        }
+      }
+      for (const uint64_t x : bits) {
+        const double u = static_cast<double>(x) * 0x1.0p-53 * total;  // as uniform01(rng) * total
+        const detail::EnvPick got = picker.pick(x);
+        const std::size_t want = reference_env(reference, u);
+        REQUIRE_MESSAGE(got.env == want, "n = " << n << ", shape " << shape << ", bits " << x);
+        CHECK(w[got.env] > 0.0);
+        CHECK(got.offset == std::max(0.0, u - (want == 0 ? 0.0 : reference[want - 1])));
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked > 100000);
+}

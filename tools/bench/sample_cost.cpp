@@ -116,7 +116,7 @@ int run(const Options& o) {
       for (std::size_t r = 0; r < kBatch; ++r) {
         const uint64_t env = mix.below(kEnvs);
         const uint64_t start = mix.below(cap - length + 1);
-        rows[r] = {start, env, env * cap, start, length, r};
+        rows[r] = {start, env, env * cap + start, start, length, r};
       }
       for (std::size_t f = 0; f < nf; ++f) {
         detail::gather_field(base[f], ref_out[f].data(), bytes[f], length, cap, rows.data(), kBatch, true);

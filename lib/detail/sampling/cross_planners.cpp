@@ -28,7 +28,7 @@ bool ClosedFormPlanner::prepare(std::span<const EnvView> views, std::size_t leng
   scale_ = r_max;
   // O(L) when (L, power, r_max) changes; r_max is L as soon as one env holds L steps.
   tail_.ensure(length, power, 1, r_max);
-  cumulative_.resize(views.size());
+  double* cumulative = envs_.reset(views.size());
   double total = 0.0;
   for (std::size_t e = 0; e < views.size(); ++e) {
     const uint64_t n = views[e].hi - views[e].lo;
@@ -36,14 +36,15 @@ bool ClosedFormPlanner::prepare(std::span<const EnvView> views, std::size_t leng
     const uint64_t tail = std::min<uint64_t>(n, L - 1);
     // A full-length start weighs (L / r_max)^p = 1: when r_max < L no env has one.
     total += static_cast<double>(full) + tail_[tail];
-    cumulative_[e] = total;
+    cumulative[e] = total;
   }
+  envs_.build();
   return total > 0.0;
 }
 
 // The table's weights are (r / r_max)^power; times r_max^power they are r^power again.
 double ClosedFormPlanner::total_weight() {
-  return cumulative_.back() * std::pow(static_cast<double>(scale_), power_);
+  return envs_.total() * std::pow(static_cast<double>(scale_), power_);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -61,7 +62,7 @@ bool PeriodPlanner::prepare(std::span<const EnvView> views, std::size_t length, 
   power_ = power;
   scale_ = r_max;
   tail_.ensure(length, power, P, r_max);
-  cumulative_.resize(views.size());
+  double* cumulative = envs_.reset(views.size());
   double total = 0.0;
   for (std::size_t e = 0; e < views.size(); ++e) {
     const uint64_t lo = views[e].lo;
@@ -69,18 +70,18 @@ bool PeriodPlanner::prepare(std::span<const EnvView> views, std::size_t length, 
     const uint64_t full = full_starts(lo, hi, L, P);
     const uint64_t tail_first = lo + full * P;
     total += static_cast<double>(full) + (tail_first < hi ? tail_[hi - tail_first] : 0.0);
-    cumulative_[e] = total;
+    cumulative[e] = total;
   }
+  envs_.build();
   return total > 0.0;
 }
 
 double PeriodPlanner::total_weight() {
-  return cumulative_.back() * std::pow(static_cast<double>(scale_), power_);
+  return envs_.total() * std::pow(static_cast<double>(scale_), power_);
 }
 
 std::optional<Draw> PeriodPlanner::draw(Rng& rng) {
-  const double u = uniform01(rng) * cumulative_.back();
-  const auto [e, v] = pick_env(cumulative_, u);
+  const auto [e, v] = envs_.pick(rng() >> 11);  // u = uniform01(rng) * total weight
   const uint64_t L = length_;
   const uint64_t P = period_;
   const uint64_t lo = views_[e].lo;

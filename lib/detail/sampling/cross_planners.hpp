@@ -17,9 +17,9 @@ namespace shmreplay::detail {
 
 /// Cross sampling with period 1 (the default), in closed form: an env whose view holds n steps has
 /// max(0, n - L + 1) starts with L steps left (weight 1 after scaling) and min(n, L - 1) with fewer, whose weights
-/// sum to S[min(n, L - 1)] (TailTable, period 1). prepare: O(num_envs); draw: one engine output, a binary search
-/// over envs and, in an env's tail, one over S. Options are ignored (the Sampler also uses it for stop and within
-/// when L = 1, where a single step never crosses an episode end).
+/// sum to S[min(n, L - 1)] (TailTable, period 1). prepare: O(num_envs); draw: one engine output, the env from a
+/// guide table (EnvPicker) and, in an env's tail, a binary search over S. Options are ignored (the Sampler also
+/// uses it for stop and within when L = 1, where a single step never crosses an episode end).
 class ClosedFormPlanner final : public Planner {
  public:
   bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;
@@ -33,14 +33,13 @@ class ClosedFormPlanner final : public Planner {
   std::span<const EnvView> views_;
   uint64_t length_ = 0;
   double power_ = 0.0;
-  uint64_t scale_ = 1;              // r_max: the weights in cumulative_ are (r / r_max)^power
-  std::vector<double> cumulative_;  // cumulative_[e] = total weight of envs 0..e
+  uint64_t scale_ = 1;              // r_max: the weights in envs_ are (r / r_max)^power
+  EnvPicker envs_;  // the envs' cumulative weights
   TailTable tail_;
 };
 
 inline Draw ClosedFormPlanner::draw_one(Rng& rng) const noexcept {
-  const double u = uniform01(rng) * cumulative_.back();
-  const auto [e, offset] = pick_env(cumulative_, u);
+  const auto [e, offset] = envs_.pick(rng() >> 11);  // u = uniform01(rng) * total weight
   const uint64_t L = length_;
   const uint64_t lo = views_[e].lo;
   const uint64_t hi = views_[e].hi;
@@ -77,8 +76,8 @@ class PeriodPlanner final : public Planner {
   uint64_t length_ = 0;
   uint64_t period_ = 1;
   double power_ = 0.0;
-  uint64_t scale_ = 1;              // r_max: the weights in cumulative_ are (r / r_max)^power
-  std::vector<double> cumulative_;  // cumulative_[e] = total weight of envs 0..e
+  uint64_t scale_ = 1;              // r_max: the weights in envs_ are (r / r_max)^power
+  EnvPicker envs_;  // the envs' cumulative weights
   TailTable tail_;
 };
 

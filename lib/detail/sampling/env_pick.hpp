@@ -3,7 +3,10 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace shmreplay::detail {
@@ -27,14 +30,75 @@ inline const double* upper_bound_branchless(const double* first, std::size_t n, 
   return first + (*first <= u ? 1 : 0);
 }
 
-inline EnvPick pick_env(const std::vector<double>& cumulative, double u) noexcept {
-  auto it = cumulative.begin() + (upper_bound_branchless(cumulative.data(), cumulative.size(), u) - cumulative.data());
-  if (it == cumulative.end()) [[unlikely]] {  // u rounded up to the total: the last env of positive weight
-    --it;
-    while (it != cumulative.begin() && *it == *(it - 1)) --it;
+/// Picks envs by their cumulative weights, for draws of u = bits * 2^-53 * total (bits: an engine output's top 53
+/// bits, as uniform01 takes them; total: the last cumulative weight). The answer is std::upper_bound's over the
+/// cumulative weights (the first env whose cumulative weight exceeds u), or the last env of positive weight where
+/// u rounded up to the total, exactly as a binary search would give it; what differs is how it is found.
+///
+/// With few envs (kGuidedEnvs or fewer) a guide table does it in about one step: bucket b of the 2^k buckets (the
+/// top k of the 53 bits) holds the answer for the smallest u of the bucket, u_b = (b << (53 - k)) * 2^-53 * total,
+/// and a draw in bucket b scans forward from there while the cumulative weight is <= u. Why that is the same
+/// answer: every u of bucket b is >= u_b in floating point too (the integer and its scaling by 2^-53 are exact,
+/// and rounding the product by total is monotone), so the answer for u is at or after the guide's entry, and
+/// the scan stops at the first cumulative weight above u (a sentinel of +infinity after the last env stops it at
+/// the end). The expected scan is at most num_envs / 2^k steps whatever the weights (each env boundary lies in
+/// one bucket, and each bucket is drawn with probability 2^-k); 2^k is at least 4 num_envs. Building the table is
+/// O(2^k + num_envs) per prepare, which is why more envs than kGuidedEnvs use the branch-free binary search.
+class EnvPicker {
+ public:
+  static constexpr std::size_t kGuidedEnvs = 256;
+
+  /// The cumulative weights of `n` envs, to be filled by the caller (non-decreasing), then build().
+  double* reset(std::size_t n) {
+    n_ = n;
+    bounds_.resize(n + 1);
+    return bounds_.data();
   }
-  const auto e = static_cast<std::size_t>(it - cumulative.begin());
-  return {e, std::max(0.0, u - (e == 0 ? 0.0 : cumulative[e - 1]))};
-}
+
+  /// Prepares picks over the weights filled in since reset(). O(num_envs) (guided: O(2^k + num_envs)).
+  void build() {
+    bounds_[n_] = std::numeric_limits<double>::infinity();  // the scan's sentinel
+    guided_ = n_ > 0 && n_ <= kGuidedEnvs;
+    if (!guided_) return;
+    const unsigned k = static_cast<unsigned>(std::bit_width(4 * n_ - 1));  // 2^k >= 4 n
+    shift_ = 53 - k;
+    guide_.resize(std::size_t{1} << k);
+    const double t = total();
+    uint32_t e = 0;
+    for (uint64_t b = 0; b < guide_.size(); ++b) {
+      const double lowest = static_cast<double>(b << shift_) * 0x1.0p-53 * t;  // u_b, computed as a draw's u
+      while (bounds_[e] <= lowest) ++e;
+      guide_[b] = e;
+    }
+  }
+
+  double total() const noexcept { return n_ == 0 ? 0.0 : bounds_[n_ - 1]; }
+  double cumulative(std::size_t e) const noexcept { return bounds_[e]; }
+
+  /// The env of the draw with these 53 random bits (bits < 2^53), and u's offset in its weight interval.
+  /// Precondition: build() ran and total() > 0.
+  EnvPick pick(uint64_t bits) const noexcept {
+    const double u = static_cast<double>(bits) * 0x1.0p-53 * total();
+    std::size_t e = 0;
+    if (guided_) [[likely]] {
+      e = guide_[bits >> shift_];
+      while (bounds_[e] <= u) ++e;
+    } else {
+      e = static_cast<std::size_t>(upper_bound_branchless(bounds_.data(), n_, u) - bounds_.data());
+    }
+    if (e == n_) [[unlikely]] {  // u rounded up to the total: the last env of positive weight
+      --e;
+      while (e > 0 && bounds_[e] == bounds_[e - 1]) --e;
+    }
+    return {e, std::max(0.0, u - (e == 0 ? 0.0 : bounds_[e - 1]))};
+  }
+
+ private:
+  std::vector<double> bounds_;   // bounds_[e] = total weight of envs 0..e; bounds_[n] = +infinity
+  std::vector<uint32_t> guide_;  // per bucket, the answer for its smallest u
+  std::size_t n_ = 0;
+  unsigned shift_ = 0;  // a bucket is bits >> shift_
+  bool guided_ = false;
+};
 
 }  // namespace shmreplay::detail

@@ -25,12 +25,13 @@
 namespace shmreplay::detail {
 
 /// One row of a gather: steps [start, start + steps) of env `env`, whose first step sits in ring slot `slot`
-/// (start % capacity); `env_base` = env * capacity, the env's first slot in every field's array. `row` is the
-/// batch row it goes to. steps is 0 for a peek at an env with no step yet (the row is zero-filled).
+/// (start % capacity); `index` = env * capacity + slot, that slot's index in every field's array
+/// ([num_envs][capacity]). `row` is the batch row it goes to. steps is 0 for a peek at an env with no step yet
+/// (the row is zero-filled).
 struct GatherRow {
   uint64_t start = 0;
   uint64_t env = 0;
-  uint64_t env_base = 0;
+  uint64_t index = 0;
   uint64_t slot = 0;
   uint64_t steps = 0;
   uint64_t row = 0;
@@ -67,8 +68,9 @@ inline PrefetchPlan prefetch_plan(std::size_t row_bytes) noexcept {
 }
 
 /// A row that is not whole or wraps at the end of the ring: its steps in up to two pieces, then zeros.
-inline void copy_row_general(std::byte* dst, const std::byte* env_ring, std::size_t bytes, std::size_t length,
+inline void copy_row_general(std::byte* dst, const std::byte* ring, std::size_t bytes, std::size_t length,
                              uint64_t capacity, const GatherRow& r) noexcept {
+  const std::byte* env_ring = ring + (r.index - r.slot) * bytes;  // the env's slot 0
   const uint64_t first = std::min<uint64_t>(r.steps, capacity - r.slot);  // steps before the ring wraps
   std::memcpy(dst, env_ring + r.slot * bytes, first * bytes);
   if (r.steps > first) std::memcpy(dst + first * bytes, env_ring, (r.steps - first) * bytes);
@@ -95,21 +97,21 @@ inline void gather_field(const std::byte* ring, std::byte* out, std::size_t byte
       auto copy = [&](const GatherRow& r) __attribute__((always_inline)) {
         std::byte* dst = out + r.row * row_bytes;
         if (decltype(whole)::value || whole_run(r, length, capacity)) [[likely]] {
-          const std::byte* src = ring + (r.env_base + r.slot) * bytes;
+          const std::byte* src = ring + r.index * bytes;
           if constexpr (k == 1) {
             *dst = *src;
           } else {
             copy_ends<k>(dst, src, row_bytes);
           }
         } else {
-          copy_row_general(dst, ring + r.env_base * bytes, bytes, length, capacity, r);
+          copy_row_general(dst, ring, bytes, length, capacity, r);
         }
       };
       // The rows with a row kSmallAhead places later: copy one, prefetch that one; then the last few.
       std::size_t i = 0;
       for (; i + kSmallAhead < count; ++i) {
         const GatherRow& nx = rows[i + kSmallAhead];
-        const std::byte* p = ring + (nx.env_base + nx.slot) * bytes;
+        const std::byte* p = ring + nx.index * bytes;
         __builtin_prefetch(p, 0, 3);
         __builtin_prefetch(p + row_bytes - 1, 0, 3);
         copy(rows[i]);
@@ -133,14 +135,14 @@ inline void gather_field(const std::byte* ring, std::byte* out, std::size_t byte
   for (std::size_t k = 0; k < count; ++k) {
     if (k + plan.ahead < count) {
       const GatherRow& next = rows[k + plan.ahead];
-      prefetch_bytes(ring + (next.env_base + next.slot) * bytes, next.steps * bytes, plan.lines);
+      prefetch_bytes(ring + next.index * bytes, next.steps * bytes, plan.lines);
     }
     const GatherRow& r = rows[k];
     std::byte* dst = out + r.row * row_bytes;
     if (whole_run(r, length, capacity)) [[likely]] {
-      std::memcpy(dst, ring + (r.env_base + r.slot) * bytes, row_bytes);
+      std::memcpy(dst, ring + r.index * bytes, row_bytes);
     } else {
-      copy_row_general(dst, ring + r.env_base * bytes, bytes, length, capacity, r);
+      copy_row_general(dst, ring, bytes, length, capacity, r);
     }
   }
 }
