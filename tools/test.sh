@@ -4,7 +4,7 @@
 #    into .venv (NumPy 2, PyTorch 2, JAX) and .venv-numpy1 (NumPy 1.24);
 # 2. an optimised build and its tests: the C++ tests, find_package(shmreplay) from an install tree, the Python
 #    suite against the package pip installed (in both environments), and a fresh virtual environment that pip
-#    installs the clone into and runs processes and the CLI from;
+#    installs the clone's wheel into (the one from step 1) and runs processes and the CLI from;
 # 3. everything again under AddressSanitizer + UndefinedBehaviorSanitizer (the Python suite against the
 #    sanitized module in the build tree, with .venv's interpreter), then a short run of each fuzz target.
 #
@@ -42,6 +42,9 @@ for env in .venv .venv-numpy1; do
 done
 
 echo "== release build and tests (at ${SECONDS} s)" >&2
+# test_pip_install installs this wheel into its fresh virtual environment rather than building the clone again.
+SHMREPLAY_PIP_WHEEL="$PWD/${wheels[0]}"
+export SHMREPLAY_PIP_WHEEL
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHMREPLAY_BUILD_PYTHON=OFF \
   -DSHMREPLAY_TEST_PYTHON="$venv/bin/python" -DSHMREPLAY_TEST_PYTHON_NUMPY1="$PWD/.venv-numpy1/bin/python"
 

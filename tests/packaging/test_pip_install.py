@@ -2,7 +2,10 @@
 writer process and a learner process run from that environment (not the build tree) against one buffer, and the
 environment's `shmreplay` CLI and `python -m shmreplay` see that buffer.
 
-Run by ctest as test_pip_install (SHMREPLAY_SOURCE_DIR: the clone; SHMREPLAY_PIP_WORK_DIR: a scratch folder)."""
+Run by ctest as test_pip_install (SHMREPLAY_SOURCE_DIR: the clone; SHMREPLAY_PIP_WORK_DIR: a scratch folder).
+SHMREPLAY_PIP_WHEEL, when set, names the wheel that pip already built from this clone (tools/test.sh builds it
+with `pip wheel` first): the fresh environment installs that file instead of building the source a second time,
+which is the same `pip install` split in two steps."""
 import json
 import os
 import shutil
@@ -82,8 +85,9 @@ def test_pip_installs_the_clone_into_a_fresh_venv_whose_processes_and_cli_share_
 
     run([sys.executable, "-m", "venv", venv], env=env)
     started = time.monotonic()
-    run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", SOURCE], env=env, timeout=840)
-    print(f"pip install {SOURCE}: {time.monotonic() - started:.1f} s")
+    what = os.environ.get("SHMREPLAY_PIP_WHEEL") or SOURCE
+    run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", what], env=env, timeout=840)
+    print(f"pip install {what}: {time.monotonic() - started:.1f} s")
 
     version = run([python, "-c", "import importlib.metadata as m, shmreplay; "
                    "assert m.version('shmreplay') == shmreplay.__version__, (m.version('shmreplay'), "
