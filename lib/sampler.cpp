@@ -421,9 +421,8 @@ std::size_t Sampler::gather(std::size_t length, SampleBatch& out) noexcept {
   if (n == 0) return 0;
   const uint64_t cap = buffer_->capacity();
   const detail::GatherRow* rows = z.chunk.data();
-  for (std::size_t f = 0; f < z.field_base.size(); ++f) {
-    detail::gather_field(z.field_base[f], out.field_ptr_[f], z.field_bytes[f], length, cap, rows, n, z.chunk_whole);
-  }
+  detail::gather_fields(z.field_base.data(), out.field_ptr_.data(), z.field_bytes.data(), z.field_base.size(), length,
+                        cap, rows, n, z.chunk_whole);
   detail::gather_mask(out.mask_, length, rows, n);
   detail::end_copies();
   bool intact = true;

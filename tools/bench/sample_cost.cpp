@@ -109,7 +109,11 @@ int run(const Options& o) {
       bytes[f] = static_cast<std::size_t>(schema[f].bytes());
     }
     std::vector<std::vector<std::byte>> ref_out(nf);
-    for (std::size_t f = 0; f < nf; ++f) ref_out[f].resize(kBatch * 64 * bytes[f]);
+    std::vector<std::byte*> outs(nf);
+    for (std::size_t f = 0; f < nf; ++f) {
+      ref_out[f].resize(kBatch * 64 * bytes[f]);
+      outs[f] = ref_out[f].data();
+    }
     std::vector<detail::GatherRow> rows(kBatch);
     bench::SplitMix mix{1};
     auto gather = [&](std::size_t length) {
@@ -118,9 +122,7 @@ int run(const Options& o) {
         const uint64_t start = mix.below(cap - length + 1);
         rows[r] = {start, env, env * cap + start, start, length, r};
       }
-      for (std::size_t f = 0; f < nf; ++f) {
-        detail::gather_field(base[f], ref_out[f].data(), bytes[f], length, cap, rows.data(), kBatch, true);
-      }
+      detail::gather_fields(base.data(), outs.data(), bytes.data(), nf, length, cap, rows.data(), kBatch, true);
       bench::clobber(ref_out[0].data());
       return uint64_t{kBatch};
     };

@@ -77,6 +77,36 @@ inline void copy_row_general(std::byte* dst, const std::byte* ring, std::size_t 
   if (r.steps < length) std::memset(dst + r.steps * bytes, 0, (length - r.steps) * bytes);
 }
 
+/// How many rows ahead of its copy the gather of a field prefetches a row (rows of `row_bytes` per field).
+inline std::size_t prefetch_ahead(std::size_t row_bytes) noexcept {
+  return row_bytes <= kSmallRowBytes ? kSmallAhead : prefetch_plan(row_bytes).ahead;
+}
+
+/// The rows of one field that its gather would copy before its own prefetching reaches them (the first
+/// prefetch_ahead of them), prefetched: by the gather of the previous field during its last rows, and for the
+/// first field before its loop, so that no row of a chunk is copied without a prefetch in flight ahead of it.
+inline void prefetch_first_rows(const std::byte* ring, std::size_t bytes, std::size_t length, const GatherRow* rows,
+                                std::size_t count) noexcept {
+  const std::size_t row_bytes = bytes * length;
+  if (row_bytes == 0) return;
+  const std::size_t n = std::min(count, prefetch_ahead(row_bytes));
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::byte* p = ring + rows[k].index * bytes;
+    if (row_bytes <= kSmallRowBytes) {
+      __builtin_prefetch(p, 0, 3);
+      __builtin_prefetch(p + row_bytes - 1, 0, 3);
+    } else {
+      prefetch_bytes(p, rows[k].steps * bytes, prefetch_plan(row_bytes).lines);
+    }
+  }
+}
+
+/// The field whose first rows a gather_field prefetches during its own last rows (ring == nullptr: none).
+struct NextField {
+  const std::byte* ring = nullptr;
+  std::size_t bytes = 0;
+};
+
 /// Whether row `r` is whole (`length` steps) and does not wrap at the end of the ring: a single run of bytes.
 inline bool whole_run(const GatherRow& r, std::size_t length, uint64_t capacity) noexcept {
   return r.steps == length && r.slot + length <= capacity;
@@ -85,9 +115,15 @@ inline bool whole_run(const GatherRow& r, std::size_t length, uint64_t capacity)
 /// Copies one field of `rows` from `ring` (the field's array, [num_envs][capacity][bytes]) into `out` (the
 /// batch's array for the field, [rows][length][bytes]): each row's steps, wrapping at the end of the ring (of
 /// `capacity` slots), then zeros up to `length` steps. `all_whole`: every row is a whole_run (the usual case,
-/// which the caller knows from the draws), so that the small rows' loop needs no test per row.
+/// which the caller knows from the draws), so that the small rows' loop needs no test per row. When its rows
+/// ahead run out, it prefetches the first rows of `next` (prefetch_first_rows). See gather_fields for all of a
+/// batch's fields.
 inline void gather_field(const std::byte* ring, std::byte* out, std::size_t bytes, std::size_t length,
-                         uint64_t capacity, const GatherRow* rows, std::size_t count, bool all_whole) noexcept {
+                         uint64_t capacity, const GatherRow* rows, std::size_t count, bool all_whole,
+                         NextField next = {}) noexcept {
+  const auto prefetch_next = [&] {
+    if (next.ring != nullptr) prefetch_first_rows(next.ring, next.bytes, length, rows, count);
+  };
   const std::size_t row_bytes = bytes * length;
   if (row_bytes <= kSmallRowBytes) {
     // One loop per size class, so that the copy of a row is two loads and two stores of a fixed width, and one
@@ -116,13 +152,14 @@ inline void gather_field(const std::byte* ring, std::byte* out, std::size_t byte
         __builtin_prefetch(p + row_bytes - 1, 0, 3);
         copy(rows[i]);
       }
+      prefetch_next();
       for (; i < count; ++i) copy(rows[i]);
     };
     auto sized = [&](auto width) {
       if (all_whole) return small(width, std::true_type{});
       return small(width, std::false_type{});
     };
-    if (row_bytes == 0) return;  // a field of no bytes
+    if (row_bytes == 0) return prefetch_next();  // a field of no bytes
     if (row_bytes == 1) return sized(std::integral_constant<std::size_t, 1>{});
     if (row_bytes < 4) return sized(std::integral_constant<std::size_t, 2>{});
     if (row_bytes < 8) return sized(std::integral_constant<std::size_t, 4>{});
@@ -132,10 +169,13 @@ inline void gather_field(const std::byte* ring, std::byte* out, std::size_t byte
     return sized(std::integral_constant<std::size_t, 64>{});
   }
   const PrefetchPlan plan = prefetch_plan(row_bytes);
+  const std::size_t tail = count > plan.ahead ? count - plan.ahead : 0;  // the rows with no row plan.ahead later
   for (std::size_t k = 0; k < count; ++k) {
-    if (k + plan.ahead < count) {
-      const GatherRow& next = rows[k + plan.ahead];
-      prefetch_bytes(ring + next.index * bytes, next.steps * bytes, plan.lines);
+    if (k < tail) {
+      const GatherRow& ahead = rows[k + plan.ahead];
+      prefetch_bytes(ring + ahead.index * bytes, ahead.steps * bytes, plan.lines);
+    } else if (k == tail) {
+      prefetch_next();
     }
     const GatherRow& r = rows[k];
     std::byte* dst = out + r.row * row_bytes;
@@ -144,6 +184,19 @@ inline void gather_field(const std::byte* ring, std::byte* out, std::size_t byte
     } else {
       copy_row_general(dst, ring, bytes, length, capacity, r);
     }
+  }
+}
+
+/// gather_field for every field of a batch (`rings`, `outs` and `bytes`: per field), the first field's first rows
+/// prefetched before its loop and each next field's during the loop before it.
+inline void gather_fields(const std::byte* const* rings, std::byte* const* outs, const std::size_t* bytes,
+                          std::size_t fields, std::size_t length, uint64_t capacity, const GatherRow* rows,
+                          std::size_t count, bool all_whole) noexcept {
+  if (fields == 0 || count == 0) return;
+  prefetch_first_rows(rings[0], bytes[0], length, rows, count);
+  for (std::size_t f = 0; f < fields; ++f) {
+    const NextField next = f + 1 < fields ? NextField{rings[f + 1], bytes[f + 1]} : NextField{};
+    gather_field(rings[f], outs[f], bytes[f], length, capacity, rows, count, all_whole, next);
   }
 }
 
