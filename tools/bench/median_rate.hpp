@@ -3,6 +3,8 @@
 // trials of several operations interleaved, so that the machine's noise falls on all of them alike.
 #pragma once
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -31,26 +33,39 @@ inline double median_rate(double seconds, uint32_t trials, std::chrono::millisec
   return per_s[per_s.size() / 2];
 }
 
+/// The calling thread's CPU time, in seconds.
+inline double thread_cpu_seconds() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 /// Runs every op of `ops` for `warm` first, then `trials` rounds in each of which every op runs for `seconds`, in
-/// turn. Returns per op its units per second in each round (rates[op][round]).
+/// turn. Returns per op its units per second in each round (rates[op][round]); `cpu_rates`, when given, gets the
+/// same per second of the thread's CPU time (what an op costs, whatever share of a core the thread got: for
+/// runs beside other busy processes).
 inline std::vector<std::vector<double>> interleaved_rates(double seconds, uint32_t trials,
                                                           std::chrono::milliseconds warm,
-                                                          const std::vector<std::function<uint64_t()>>& ops) {
+                                                          const std::vector<std::function<uint64_t()>>& ops,
+                                                          std::vector<std::vector<double>>* cpu_rates = nullptr) {
   using Clock = std::chrono::steady_clock;
   for (const auto& op : ops) {
     for (const auto until = Clock::now() + warm; Clock::now() < until;) op();
   }
   std::vector<std::vector<double>> rates(ops.size());
+  if (cpu_rates != nullptr) cpu_rates->assign(ops.size(), {});
   for (uint32_t t = 0; t < trials; ++t) {
     for (std::size_t i = 0; i < ops.size(); ++i) {
       uint64_t units = 0;
+      const double cpu_start = thread_cpu_seconds();
       const auto start = Clock::now();
       const auto until = start + std::chrono::duration<double>(seconds);
       do {
         units += ops[i]();
       } while (Clock::now() < until);
-      rates[i].push_back(static_cast<double>(units) /
-                         std::chrono::duration<double>(Clock::now() - start).count());
+      const auto u = static_cast<double>(units);
+      rates[i].push_back(u / std::chrono::duration<double>(Clock::now() - start).count());
+      if (cpu_rates != nullptr) (*cpu_rates)[i].push_back(u / std::max(thread_cpu_seconds() - cpu_start, 1e-9));
     }
   }
   return rates;

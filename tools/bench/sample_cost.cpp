@@ -19,14 +19,24 @@
 //            ahead, fixed-width moves for small rows) over all 256 rows at once: ours without its draw, chunks,
 //            validation and mask, so ours/gather is what those cost
 //   memcpy   row by row, a memcpy per field (sequences only; for flat rows see shmreplay_bench)
+// With --writers N, N forked writer processes push into the same buffer at full speed (each its share of the
+// envs) for the whole measurement, so that ours and the references alternate under the same writers; the push
+// column is then left out (the writers hold every env).
+//
+//   shmreplay_bench_sample_cost --writers 2 --size 1000000     ours against the references while 2 writers push
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <optional>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
+
+#include <csignal>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -47,7 +57,49 @@ struct Options {
   double seconds = 0.2;
   uint32_t trials = 5;
   uint32_t calls = 200;
+  uint32_t writers = 0;
   std::vector<uint64_t> sizes;
+};
+
+// Writer processes for --writers: each leases its share of the envs and pushes them until it is killed (also when
+// this process dies: PR_SET_PDEATHSIG). The destructor kills and reaps them.
+class WriterProcesses {
+ public:
+  WriterProcesses(Buffer& buf, uint32_t count, const std::vector<FieldBytes>& fields) {
+    const uint64_t envs = buf.num_envs();
+    for (uint32_t i = 0; i < count; ++i) {
+      const uint64_t first = envs * i / count;
+      const uint64_t n = envs * (i + 1) / count - first;
+      const pid_t pid = ::fork();
+      if (pid < 0) throw std::runtime_error("fork failed");
+      if (pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        try {
+          Writer w = Writer::range(buf, first, n);
+          std::vector<uint64_t> ids(n);
+          for (uint64_t k = 0; k < n; ++k) ids[k] = first + k;
+          std::vector<FieldBytes> mine;  // the first n rows of each field's data
+          for (std::size_t f = 0; f < fields.size(); ++f) {
+            mine.push_back({fields[f].data, fields[f].bytes / envs * n});
+          }
+          for (;;) w.push(std::span<const uint64_t>(ids), mine);
+        } catch (const std::exception& e) {
+          fmt::print(stderr, "writer {}: {}\n", i, e.what());
+        }
+        ::_exit(1);
+      }
+      pids_.push_back(pid);
+    }
+  }
+  WriterProcesses(const WriterProcesses&) = delete;
+  WriterProcesses& operator=(const WriterProcesses&) = delete;
+  ~WriterProcesses() {
+    for (const pid_t pid : pids_) ::kill(pid, SIGKILL);
+    for (const pid_t pid : pids_) ::waitpid(pid, nullptr, 0);
+  }
+
+ private:
+  std::vector<pid_t> pids_;
 };
 
 int run(const Options& o) {
@@ -56,14 +108,14 @@ int run(const Options& o) {
   constexpr std::size_t kBatch = 256;
   if (!o.callgrind) {
     fmt::print("| stored steps | transitions rows/s | ours/gather | sequences 64 rows/s | ours/gather | ours/memcpy | "
-               "push 16 envs ns/step |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+               "ours/memcpy per CPU-s | push 16 envs ns/step |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
   for (const uint64_t size : o.sizes) {
     const uint64_t cap = std::max<uint64_t>(size / kEnvs, 64);
     const std::string name = fmt::format("shmreplay-sample-cost-{}", ::getpid());
     Buffer buf = Buffer::create(name, kEnvs, cap, schema, {.replace = true});
     Buffer::remove(name);  // the mapping stays; nothing is left behind
-    Writer w = Writer::range(buf, 0, kEnvs);
+    std::optional<Writer> w = Writer::range(buf, 0, kEnvs);
     std::vector<std::vector<std::byte>> data;
     std::vector<FieldBytes> fields;
     std::vector<uint64_t> ids(kEnvs);
@@ -73,7 +125,12 @@ int run(const Options& o) {
         fields.push_back({data.back().data(), data.back().size()});
       }
       for (uint64_t e = 0; e < kEnvs; ++e) ids[e] = e;
-      for (uint64_t s = 0; s < cap; ++s) w.push(std::span<const uint64_t>(ids), fields);
+      for (uint64_t s = 0; s < cap; ++s) w->push(std::span<const uint64_t>(ids), fields);
+    }
+    std::optional<WriterProcesses> writers;
+    if (o.writers > 0) {
+      w.reset();  // the writer processes lease the envs
+      writers.emplace(buf, o.writers, fields);
     }
     Sampler sampler(buf);
     Rng rng(1);
@@ -139,16 +196,20 @@ int run(const Options& o) {
       return uint64_t{kBatch};
     };
     auto push = [&] {
-      w.push(std::span<const uint64_t>(ids), fields);
+      w->push(std::span<const uint64_t>(ids), fields);
       return kEnvs;
     };
-    const auto rates = bench::interleaved_rates(
-        o.seconds, o.trials, std::chrono::milliseconds(o.quick ? 1 : 50),
-        {flat, [&] { return gather(1); }, seq, [&] { return gather(64); }, [&] { return memcpy_rows(64); }, push});
-    fmt::print("| {} | {:.2f} M | {:.0f}% | {:.3f} M | {:.0f}% | {:.0f}% | {:.1f} |\n", kEnvs * cap,
+    std::vector<std::function<uint64_t()>> cases = {flat, [&] { return gather(1); }, seq, [&] { return gather(64); },
+                                                    [&] { return memcpy_rows(64); }};
+    if (w) cases.push_back(push);
+    std::vector<std::vector<double>> cpu;
+    const auto rates =
+        bench::interleaved_rates(o.seconds, o.trials, std::chrono::milliseconds(o.quick ? 1 : 50), cases, &cpu);
+    fmt::print("| {} | {:.2f} M | {:.0f}% | {:.3f} M | {:.0f}% | {:.0f}% | {:.0f}% | {} |\n", kEnvs * cap,
                bench::median(rates[0]) / 1e6, 100 * bench::median_ratio(rates[0], rates[1]),
                bench::median(rates[2]) / 1e6, 100 * bench::median_ratio(rates[2], rates[3]),
-               100 * bench::median_ratio(rates[2], rates[4]), 1e9 / bench::median(rates[5]));
+               100 * bench::median_ratio(rates[2], rates[4]), 100 * bench::median_ratio(cpu[2], cpu[4]),
+               w ? fmt::format("{:.1f}", 1e9 / bench::median(rates[5])) : std::string("-"));
     std::fflush(stdout);
   }
   return 0;
@@ -168,6 +229,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 101u));
   app.add_option("--calls", o.calls, "Calls per case with --callgrind (default 200)")->check(CLI::Range(1u, 100000u));
   app.add_option("--size", o.sizes, "Stored steps (repeatable; default 10^3 .. 10^7)");
+  app.add_option("--writers", o.writers, "Writer processes pushing at full speed during the measurement (default 0)")
+      ->check(CLI::Range(0u, 16u));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
