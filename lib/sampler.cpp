@@ -578,9 +578,11 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
         out.starts_[row] = d->start;
         if (o.prioritized) out.weights_[row] = static_cast<float>(d->relative_probability);  // finish_weights
         // The start's slot without a division: a start in the view is in [hi - cap, hi), so it is at most one lap
-        // before the step in slot 0 of hi's lap.
+        // before the step in slot 0 of hi's lap. Only a segment whose counters were corrupted (claimed below
+        // head - cap; the fuzzers write such segments) has a longer view: its slot is then computed the long way.
         const uint64_t base = z.hi_base[d->env];
-        const uint64_t slot = d->start >= base ? d->start - base : d->start + cap - base;
+        uint64_t slot = d->start >= base ? d->start - base : d->start + cap - base;
+        if (slot >= cap) [[unlikely]] slot = d->start % cap;
         add_row(d->env, d->start, slot, d->steps, row);
         chunk_steps += d->steps;
       }

@@ -745,6 +745,32 @@ TEST_CASE("every sampled and peeked row goes through the batched gather, validat
   CHECK(s.retries() == 0);
 }
 
+TEST_CASE("counters corrupted to a view longer than the ring are sampled inside the ring, never outside it") {
+  // A consistent segment has claimed >= head, so a view [claimed - cap, head) never holds more than cap steps and
+  // a start's slot is found without a division. A damaged (or fuzzed) segment can have claimed far below head;
+  // its rows must still be read from inside the env's ring (ASan, and a fault without it, would catch a read
+  // outside). The fuzzer found this case after the slot lost its `% capacity` fallback.
+  const uint64_t num_envs = 2;
+  const uint64_t cap = 8;
+  SegmentGuard guard(unique_name("corrupt-view"));
+  Buffer buf = Buffer::create(guard.name(), num_envs, cap, kSchema);
+  {
+    Writer w = Writer::range(buf, 0, num_envs);
+    Model m(num_envs, cap);
+    for (uint64_t k = 0; k < 3 * cap; ++k) push_envs(w, m, {0, 1}, 0);
+  }
+  layout::EnvControl& c = buf.env_control(0);
+  c.head.store(1000);
+  c.claimed.store(20);  // the view is [12, 1000): 988 steps in a ring of 8
+  Sampler s(buf);
+  Rng rng(3);
+  SampleBatch out;
+  for (const std::size_t length : {std::size_t{1}, std::size_t{3}, cap}) {
+    for (int call = 0; call < 20; ++call) s.sample(View::replay, 64, length, 1.0, rng, out);
+    CHECK(out.rows() == 64);
+  }
+}
+
 TEST_CASE("the gather copies fields of every size, whole, wrapped and short rows, byte for byte") {
   // Field sizes on both sides of each of the inline copy's cases (1, 2-3, 4-7, 8-16, 17-32, 33-64, 65-128, more).
   const Schema schema = Schema::parse("a:u8 b:u8[2] c:u8[3] d:u8[5] e:u8[8] f:u8[13] g:u8[17] h:u8[32] i:u8[33] "
