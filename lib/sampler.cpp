@@ -520,7 +520,10 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
     }
     for (std::size_t e = 0; e < z.views.size(); ++e) {
       const detail::StepRange r = detail::view_range(buffer_->env_control(e), view, cap);
-      z.views[e] = {r.lo, r.hi};
+      // At most the ring: a no-op in a consistent segment (claimed >= head); a segment whose counters were
+      // damaged (claimed far below head) gives a longer view, which the Inspector reports as corrupt, and which
+      // the slot computation below must not see.
+      z.views[e] = {std::max(r.lo, r.hi > cap ? r.hi - cap : 0), r.hi};
       z.hi_base[e] = r.hi - r.hi % cap;  // so that a row's slot needs no division (below)
     }
     // Whether the round may go ahead; throws when the view cannot give a row, yields when that may be a write
@@ -577,12 +580,10 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
         out.env_ids_[row] = d->env;
         out.starts_[row] = d->start;
         if (o.prioritized) out.weights_[row] = static_cast<float>(d->relative_probability);  // finish_weights
-        // The start's slot without a division: a start in the view is in [hi - cap, hi), so it is at most one lap
-        // before the step in slot 0 of hi's lap. Only a segment whose counters were corrupted (claimed below
-        // head - cap; the fuzzers write such segments) has a longer view: its slot is then computed the long way.
+        // The start's slot without a division: a start in the view is in [hi - cap, hi) (the snapshot's views are
+        // at most the ring), so it is at most one lap before the step in slot 0 of hi's lap.
         const uint64_t base = z.hi_base[d->env];
-        uint64_t slot = d->start >= base ? d->start - base : d->start + cap - base;
-        if (slot >= cap) [[unlikely]] slot = d->start % cap;
+        const uint64_t slot = d->start >= base ? d->start - base : d->start + cap - base;
         add_row(d->env, d->start, slot, d->steps, row);
         chunk_steps += d->steps;
       }

@@ -746,27 +746,20 @@ TEST_CASE("every sampled and peeked row goes through the batched gather, validat
 }
 
 TEST_CASE("counters corrupted to a view longer than the ring are sampled inside the ring, never outside it") {
-  // A consistent segment has claimed >= head, so a view [claimed - cap, head) never holds more than cap steps and
-  // a start's slot is found without a division. A damaged (or fuzzed) segment can have claimed far below head;
-  // its rows must still be read from inside the env's ring (ASan, and a fault without it, would catch a read
-  // outside). The fuzzer found this case after the slot lost its `% capacity` fallback.
-  const uint64_t num_envs = 2;
+  // A consistent segment has claimed >= head, so [claimed - cap, head) never holds more than cap steps, and a
+  // start's slot is found without a division. A damaged (or fuzzed) segment can have claimed far below head: the
+  // sampler's snapshot still bounds its view to the ring, so its rows are read from inside the env's ring (ASan,
+  // and a fault without it, would catch a read outside). The fuzzer found this case.
   const uint64_t cap = 8;
-  SegmentGuard guard(unique_name("corrupt-view"));
-  Buffer buf = Buffer::create(guard.name(), num_envs, cap, kSchema);
-  {
-    Writer w = Writer::range(buf, 0, num_envs);
-    Model m(num_envs, cap);
-    for (uint64_t k = 0; k < 3 * cap; ++k) push_envs(w, m, {0, 1}, 0);
-  }
-  layout::EnvControl& c = buf.env_control(0);
+  Rig r("corrupt-view", 2, cap);
+  for (uint64_t k = 0; k < 3 * cap; ++k) push_envs(r.w, r.m, {0, 1}, 0);
+  layout::EnvControl& c = r.buf.env_control(0);
   c.head.store(1000);
-  c.claimed.store(20);  // the view is [12, 1000): 988 steps in a ring of 8
-  Sampler s(buf);
+  c.claimed.store(20);  // claimed - cap = 12: without the bound, the view would be [12, 1000) in a ring of 8
   Rng rng(3);
   SampleBatch out;
   for (const std::size_t length : {std::size_t{1}, std::size_t{3}, cap}) {
-    for (int call = 0; call < 20; ++call) s.sample(View::replay, 64, length, 1.0, rng, out);
+    for (int call = 0; call < 20; ++call) r.s.sample(View::replay, 64, length, 1.0, rng, out);
     CHECK(out.rows() == 64);
   }
 }
