@@ -413,7 +413,7 @@ TEST_CASE("the env picker gives upper_bound's env for every draw, guided or not,
         }
       }
       for (const uint64_t x : bits) {
-        const double u = static_cast<double>(x) * 0x1.0p-53 * total;  // as uniform01(rng) * total
+        const double u = detail::unit_of_bits53(x) * total;  // as uniform01(rng) * total
         const detail::EnvPick got = picker.pick(x);
         const std::size_t want = reference_env(reference, u);
         REQUIRE_MESSAGE(got.env == want, "n = " << n << ", shape " << shape << ", bits " << x);

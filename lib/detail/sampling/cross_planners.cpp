@@ -81,7 +81,7 @@ double PeriodPlanner::total_weight() {
 }
 
 std::optional<Draw> PeriodPlanner::draw(Rng& rng) {
-  const auto [e, v] = envs_.pick(rng() >> 11);  // u = uniform01(rng) * total weight
+  const auto [e, v] = envs_.pick(draw_bits53(rng));  // u = uniform01(rng) * total weight
   const uint64_t L = length_;
   const uint64_t P = period_;
   const uint64_t lo = views_[e].lo;

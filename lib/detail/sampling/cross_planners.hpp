@@ -39,7 +39,7 @@ class ClosedFormPlanner final : public Planner {
 };
 
 inline Draw ClosedFormPlanner::draw_one(Rng& rng) const noexcept {
-  const auto [e, offset] = envs_.pick(rng() >> 11);  // u = uniform01(rng) * total weight
+  const auto [e, offset] = envs_.pick(draw_bits53(rng));  // u = uniform01(rng) * total weight
   const uint64_t L = length_;
   const uint64_t lo = views_[e].lo;
   const uint64_t hi = views_[e].hi;

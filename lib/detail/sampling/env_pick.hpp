@@ -9,6 +9,8 @@
 #include <limits>
 #include <vector>
 
+#include "detail/sampling/planner.hpp"  // unit_of_bits53
+
 namespace shmreplay::detail {
 
 // The env whose cumulative weight interval holds u (envs of weight 0 are never chosen), and the offset of u in it.
@@ -30,8 +32,8 @@ inline const double* upper_bound_branchless(const double* first, std::size_t n, 
   return first + (*first <= u ? 1 : 0);
 }
 
-/// Picks envs by their cumulative weights, for draws of u = bits * 2^-53 * total (bits: an engine output's top 53
-/// bits, as uniform01 takes them; total: the last cumulative weight). The answer is std::upper_bound's over the
+/// Picks envs by their cumulative weights, for draws of u = unit_of_bits53(bits) * total (bits: draw_bits53, so
+/// that u is uniform01(rng) * total; total: the last cumulative weight). The answer is std::upper_bound's over the
 /// cumulative weights (the first env whose cumulative weight exceeds u), or the last env of positive weight where
 /// u rounded up to the total, exactly as a binary search would give it; what differs is how it is found.
 ///
@@ -57,28 +59,28 @@ class EnvPicker {
 
   /// Prepares picks over the weights filled in since reset(). O(num_envs) (guided: O(2^k + num_envs)).
   void build() {
+    total_ = n_ == 0 ? 0.0 : bounds_[n_ - 1];
     bounds_[n_] = std::numeric_limits<double>::infinity();  // the scan's sentinel
     guided_ = n_ > 0 && n_ <= kGuidedEnvs;
     if (!guided_) return;
     const unsigned k = static_cast<unsigned>(std::bit_width(4 * n_ - 1));  // 2^k >= 4 n
     shift_ = 53 - k;
     guide_.resize(std::size_t{1} << k);
-    const double t = total();
     uint32_t e = 0;
     for (uint64_t b = 0; b < guide_.size(); ++b) {
-      const double lowest = static_cast<double>(b << shift_) * 0x1.0p-53 * t;  // u_b, computed as a draw's u
+      const double lowest = unit_of_bits53(b << shift_) * total_;  // u_b, computed as a draw's u
       while (bounds_[e] <= lowest) ++e;
       guide_[b] = e;
     }
   }
 
-  double total() const noexcept { return n_ == 0 ? 0.0 : bounds_[n_ - 1]; }
-  double cumulative(std::size_t e) const noexcept { return bounds_[e]; }
+  /// The total weight (the last cumulative weight) of the last build().
+  double total() const noexcept { return total_; }
 
   /// The env of the draw with these 53 random bits (bits < 2^53), and u's offset in its weight interval.
   /// Precondition: build() ran and total() > 0.
   EnvPick pick(uint64_t bits) const noexcept {
-    const double u = static_cast<double>(bits) * 0x1.0p-53 * total();
+    const double u = unit_of_bits53(bits) * total_;
     std::size_t e = 0;
     if (guided_) [[likely]] {
       e = guide_[bits >> shift_];
@@ -97,6 +99,7 @@ class EnvPicker {
   std::vector<double> bounds_;   // bounds_[e] = total weight of envs 0..e; bounds_[n] = +infinity
   std::vector<uint32_t> guide_;  // per bucket, the answer for its smallest u
   std::size_t n_ = 0;
+  double total_ = 0.0;
   unsigned shift_ = 0;  // a bucket is bits >> shift_
   bool guided_ = false;
 };

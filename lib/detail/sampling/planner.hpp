@@ -98,8 +98,11 @@ class Planner {
   virtual double total_weight() = 0;
 };
 
-/// A double in [0, 1) from the top 53 bits of one engine output: the same on every platform.
-inline double uniform01(Rng& rng) noexcept { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+/// The top 53 bits of one engine output, and those bits as a double in [0, 1) (exact: the same on every platform).
+/// uniform01 is the two together; EnvPicker takes the bits, to index its guide table with them.
+inline uint64_t draw_bits53(Rng& rng) noexcept { return rng() >> 11; }
+inline double unit_of_bits53(uint64_t bits) noexcept { return static_cast<double>(bits) * 0x1.0p-53; }
+inline double uniform01(Rng& rng) noexcept { return unit_of_bits53(draw_bits53(rng)); }
 
 /// An integer in [0, n) from one engine output (the high half of a 64 x 64-bit product; bias below n / 2^64).
 inline uint64_t uniform_below(Rng& rng, uint64_t n) noexcept {
