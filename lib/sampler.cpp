@@ -390,12 +390,11 @@ void Sampler::begin_chunk(std::size_t length) noexcept {
 SHMREPLAY_ALWAYS_INLINE void Sampler::add_row(uint64_t env, uint64_t start, uint64_t slot, uint64_t steps,
                                                uint32_t row) noexcept {
   Scratch& z = *scratch_;
-  const std::size_t k = z.chunk_size;
-  const uint64_t cap = z.capacity;
-  const bool whole = steps == z.length && slot + z.length <= cap;  // detail::whole_run
-  z.chunk[k] = {start, env, env * cap + slot, slot, steps, row};
-  z.chunk_size = k + 1;
-  z.chunk_whole = z.chunk_whole & whole;
+  // The row is built in a local and stored once, so that the stores into chunk (uint64_t words) do not make the
+  // compiler reload the Scratch fields read after them.
+  const detail::GatherRow r{start, env, env * z.capacity + slot, slot, steps, row};
+  z.chunk_whole = z.chunk_whole & detail::whole_run(r, z.length, z.capacity);
+  z.chunk[z.chunk_size++] = r;
   if (z.begin_mark[env] != z.chunk_mark) [[unlikely]] {  // the env's first row in this chunk: before its copies
     z.begin_mark[env] = z.chunk_mark;
     z.begin_seq[env] = detail::read_begin(buffer_->env_control(env));

@@ -77,27 +77,30 @@ inline void copy_row_general(std::byte* dst, const std::byte* ring, std::size_t 
   if (r.steps < length) std::memset(dst + r.steps * bytes, 0, (length - r.steps) * bytes);
 }
 
-/// How many rows ahead of its copy the gather of a field prefetches a row (rows of `row_bytes` per field).
-inline std::size_t prefetch_ahead(std::size_t row_bytes) noexcept {
-  return row_bytes <= kSmallRowBytes ? kSmallAhead : prefetch_plan(row_bytes).ahead;
+/// Prefetches a small row (row_bytes <= kSmallRowBytes, at most two lines) of one field: its first and last byte's
+/// lines.
+SHMREPLAY_ALWAYS_INLINE void prefetch_small_row(const std::byte* p, std::size_t row_bytes) noexcept {
+  __builtin_prefetch(p, 0, 3);
+  __builtin_prefetch(p + row_bytes - 1, 0, 3);
 }
 
-/// The rows of one field that its gather would copy before its own prefetching reaches them (the first
-/// prefetch_ahead of them), prefetched: by the gather of the previous field during its last rows, and for the
-/// first field before its loop, so that no row of a chunk is copied without a prefetch in flight ahead of it.
+/// The rows of one field that its gather would copy before its own prefetching reaches them (the first kSmallAhead
+/// small rows, or the first plan.ahead larger ones), prefetched: by the gather of the previous field during its
+/// last rows, and for the first field before its loop, so that no row of a chunk is copied without a prefetch in
+/// flight ahead of it.
 inline void prefetch_first_rows(const std::byte* ring, std::size_t bytes, std::size_t length, const GatherRow* rows,
                                 std::size_t count) noexcept {
   const std::size_t row_bytes = bytes * length;
   if (row_bytes == 0) return;
-  const std::size_t n = std::min(count, prefetch_ahead(row_bytes));
-  for (std::size_t k = 0; k < n; ++k) {
-    const std::byte* p = ring + rows[k].index * bytes;
-    if (row_bytes <= kSmallRowBytes) {
-      __builtin_prefetch(p, 0, 3);
-      __builtin_prefetch(p + row_bytes - 1, 0, 3);
-    } else {
-      prefetch_bytes(p, rows[k].steps * bytes, prefetch_plan(row_bytes).lines);
+  if (row_bytes <= kSmallRowBytes) {
+    for (std::size_t k = 0; k < std::min(count, kSmallAhead); ++k) {
+      prefetch_small_row(ring + rows[k].index * bytes, row_bytes);
     }
+    return;
+  }
+  const PrefetchPlan plan = prefetch_plan(row_bytes);
+  for (std::size_t k = 0; k < std::min(count, plan.ahead); ++k) {
+    prefetch_bytes(ring + rows[k].index * bytes, rows[k].steps * bytes, plan.lines);
   }
 }
 
@@ -146,10 +149,7 @@ inline void gather_field(const std::byte* ring, std::byte* out, std::size_t byte
       // The rows with a row kSmallAhead places later: copy one, prefetch that one; then the last few.
       std::size_t i = 0;
       for (; i + kSmallAhead < count; ++i) {
-        const GatherRow& nx = rows[i + kSmallAhead];
-        const std::byte* p = ring + nx.index * bytes;
-        __builtin_prefetch(p, 0, 3);
-        __builtin_prefetch(p + row_bytes - 1, 0, 3);
+        prefetch_small_row(ring + rows[i + kSmallAhead].index * bytes, row_bytes);
         copy(rows[i]);
       }
       prefetch_next();
