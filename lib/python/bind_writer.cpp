@@ -39,7 +39,7 @@ void bind_writer(py::module_& m) {
         return false;
       });
 
-  py::class_<PyWriter, std::shared_ptr<PyWriter>>(
+  auto writer = py::class_<PyWriter, std::shared_ptr<PyWriter>>(
       m, "Writer", "An env worker's view: it leases env ids for this process and pushes their steps.")
       .def(py::init([](std::shared_ptr<Buffer> buffer, py::object env_ids, bool wait_for_rate_limit,
                        double rate_limit_timeout) {
@@ -101,44 +101,6 @@ void bind_writer(py::module_& m) {
       .def("head", [](PyWriter& w, uint64_t env) { return w.get("head").head(env); }, "env"_a,
            "Steps this env has published.")
       .def(
-          "push",
-          [](PyWriter& w, py::object env_ids, const py::dict& data, py::object priorities) {
-            Writer& writer = w.get("push");
-            const std::vector<uint64_t> ids = env_id_vector("push", env_ids, w.buffer->num_envs());
-            const auto arrays =
-                field_arrays("push", w.buffer->schema(), data, false, {static_cast<py::ssize_t>(ids.size())});
-            const auto fields = arrays.bytes();
-            if (priorities.is_none()) {
-              py::gil_scoped_release release;
-              std::lock_guard lock(w.mu);
-              writer.push(std::span<const uint64_t>(ids), std::span<const FieldBytes>(fields));
-              return;
-            }
-            const auto prio = priority_array("push", priorities, ids.size());
-            const std::span<const float> p(prio.data(), ids.size());
-            py::gil_scoped_release release;
-            std::lock_guard lock(w.mu);
-            writer.push(std::span<const uint64_t>(ids), std::span<const FieldBytes>(fields), p);
-          },
-          "env_ids"_a, "data"_a, "priorities"_a = py::none(),
-          "One step for each listed env (any subset, any order): data maps every field name to an array of shape "
-          "(len(env_ids), *field.shape), as envpool's recv returns. priorities= (a buffer with priorities): one "
-          "per env; without, the steps enter at the running maximum.")
-      .def(
-          "push_one",
-          [](PyWriter& w, int64_t env, const py::dict& data) {
-            Writer& writer = w.get("push_one");
-            if (env < 0) {
-              throw Error(Errc::env_out_of_range, fmt::format("push_one: env id {} is negative", env));
-            }
-            const auto arrays = field_arrays("push_one", w.buffer->schema(), data, false, {});
-            const auto fields = arrays.bytes();
-            py::gil_scoped_release release;
-            std::lock_guard lock(w.mu);
-            writer.push_one(static_cast<uint64_t>(env), std::span<const FieldBytes>(fields));
-          },
-          "env"_a, "data"_a, "One step of one env: data maps every field name to a value of shape field.shape.")
-      .def(
           "reserve",
           [](std::shared_ptr<PyWriter> w, int64_t env) {
             Writer& writer = w->get("reserve");
@@ -172,6 +134,7 @@ void bind_writer(py::module_& m) {
         w.close();
         return false;
       });
+  add_push_methods(m, writer);  // push and push_one (push_call.cpp)
 }
 
 }  // namespace shmreplay::python

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "shmreplay/error.hpp"
 #include "shmreplay/rate_limit.hpp"
 
 namespace shmreplay::python {
@@ -13,7 +14,13 @@ void bind_schema(pybind11::module_& m);   // bind_schema.cpp: Field, Schema
 void bind_rate_limit(pybind11::module_& m);  // bind_rate_limit.cpp: RateLimit, RateLimitState
 void bind_buffer(pybind11::module_& m);   // bind_buffer.cpp: Buffer
 void bind_writer(pybind11::module_& m);   // bind_writer.cpp: StepSlot, Writer
+// push_call.cpp: Writer.push and push_one, and the module's _push_repeated (their C++ baseline)
+void add_push_methods(pybind11::module_& m, pybind11::handle writer_class);
 void bind_sampler(pybind11::module_& m);  // bind_sampler.cpp: Batch, EnvSizes, EpisodeRecord, Sampler
+
+/// Sets the Python exception of e's code (shmreplay/_errors.py) with e's message (module.cpp; the module's
+/// exception translator and the vectorcall entries, vectorcall.hpp, both use it).
+void set_python_error(const Error& e);
 
 /// "none", "min_size", "learner_ahead" or "writers_ahead" (bind_rate_limit.cpp).
 std::string rate_limit_reason(RateLimitReason r);

@@ -61,6 +61,9 @@ inline py::dtype make_numpy_dtype(DType d) {
 // The dtype objects, made once (at import) and kept for the process: a push compares against them per field.
 inline std::array<py::handle, 14> g_dtypes;
 
+// The NumPy scalar type of each dtype (numpy.float32, ...; bf16's is numpy.uint16), for push_one's scalar values.
+inline std::array<py::handle, 14> g_scalar_types;
+
 // The int32 and int64 dtypes, for the env id fast path.
 inline py::handle g_int32;
 inline py::handle g_int64;
@@ -68,6 +71,7 @@ inline py::handle g_int64;
 inline void init_dtypes() {
   for (uint32_t raw = 1; raw < g_dtypes.size(); ++raw) {
     g_dtypes[raw] = make_numpy_dtype(static_cast<DType>(raw)).release();
+    g_scalar_types[raw] = py::object(g_dtypes[raw].attr("type")).release();
   }
   g_int32 = py::dtype::of<int32_t>().release();
   g_int64 = py::dtype::of<int64_t>().release();
@@ -195,49 +199,62 @@ struct FieldArrays {
   }
 };
 
+// The schema index of the field named by `key` (a str), or a clear error for a non-str key or an unknown name.
+inline std::size_t field_index(const char* op, const Schema& schema, py::handle key) {
+  Py_ssize_t size = 0;
+  const char* text = PyUnicode_Check(key.ptr()) ? PyUnicode_AsUTF8AndSize(key.ptr(), &size) : nullptr;
+  if (text == nullptr) {
+    PyErr_Clear();
+    throw Error(Errc::invalid_argument,
+                fmt::format("{}: field names must be str, got {}", op, py::repr(key).cast<std::string>()));
+  }
+  const std::string_view name(text, static_cast<std::size_t>(size));
+  const auto f = schema.find(name);
+  if (!f) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("{}: '{}' is not a field of the schema ({})", op, name, schema.to_string()));
+  }
+  return *f;
+}
+
+// The error for a call whose data names only the fields f with given(f) true.
+template <class Given>
+[[noreturn]] void throw_missing_fields(const char* op, const Schema& schema, Given&& given) {
+  std::string missing;
+  for (std::size_t f = 0; f < schema.size(); ++f) {
+    if (!given(f)) missing += (missing.empty() ? "'" : ", '") + schema[f].name + "'";
+  }
+  throw Error(Errc::size_mismatch,
+              fmt::format("{}: no data for field {} (the schema is {})", op, missing, schema.to_string()));
+}
+
 inline FieldArrays field_arrays(const char* op, const Schema& schema, const py::dict& data, bool partial,
                          std::initializer_list<py::ssize_t> leading) {
   FieldArrays out{std::vector<py::object>(schema.size()), std::vector<bool>(schema.size(), false)};
   for (auto [key, value] : data) {
-    Py_ssize_t size = 0;
-    const char* text = PyUnicode_Check(key.ptr()) ? PyUnicode_AsUTF8AndSize(key.ptr(), &size) : nullptr;
-    if (text == nullptr) {
-      PyErr_Clear();
-      throw Error(Errc::invalid_argument, fmt::format("{}: field names must be str, got {}", op,
-                                                      py::repr(key).cast<std::string>()));
-    }
-    const std::string_view name(text, static_cast<std::size_t>(size));
-    const auto f = schema.find(name);
-    if (!f) {
-      throw Error(Errc::invalid_argument,
-                  fmt::format("{}: '{}' is not a field of the schema ({})", op, name, schema.to_string()));
-    }
-    out.arrays[*f] = field_array(op, schema[*f], value, leading);
-    out.given[*f] = true;
+    const std::size_t f = field_index(op, schema, key);
+    out.arrays[f] = field_array(op, schema[f], value, leading);
+    out.given[f] = true;
   }
-  if (!partial) {
-    std::string missing;
-    for (std::size_t f = 0; f < schema.size(); ++f) {
-      if (!out.given[f]) missing += (missing.empty() ? "'" : ", '") + schema[f].name + "'";
-    }
-    if (!missing.empty()) {
-      throw Error(Errc::size_mismatch,
-                  fmt::format("{}: no data for field {} (the schema is {})", op, missing, schema.to_string()));
-    }
+  if (!partial && std::find(out.given.begin(), out.given.end(), false) != out.given.end()) {
+    throw_missing_fields(op, schema, [&](std::size_t f) { return out.given[f]; });
   }
   return out;
 }
 
+// Env id `v` at position `i` of a call's ids, checked against the buffer's envs.
+inline uint64_t checked_env_id(const char* op, int64_t v, std::size_t i, uint64_t num_envs) {
+  if (v < 0 || static_cast<uint64_t>(v) >= num_envs) {
+    throw Error(Errc::env_out_of_range, fmt::format("{}: env id {} at position {} is out of range: the buffer has "
+                                                    "envs 0 to {}",
+                                                    op, v, i, num_envs - 1));
+  }
+  return static_cast<uint64_t>(v);
+}
+
 // An env id array (any integer dtype, any layout) as uint64 ids; negative ids are env_out_of_range.
 inline std::vector<uint64_t> env_id_vector(const char* op, py::handle ids, uint64_t num_envs) {
-  const auto check = [&](int64_t v, std::size_t i) {
-    if (v < 0 || static_cast<uint64_t>(v) >= num_envs) {
-      throw Error(Errc::env_out_of_range, fmt::format("{}: env id {} at position {} is out of range: the buffer has "
-                                                      "envs 0 to {}",
-                                                      op, v, i, num_envs - 1));
-    }
-    return static_cast<uint64_t>(v);
-  };
+  const auto check = [&](int64_t v, std::size_t i) { return checked_env_id(op, v, i, num_envs); };
   // The common case first: a 1-d C-contiguous int32 (envpool's) or int64 ndarray, read in place.
   if (py::isinstance<py::array>(ids)) {
     const auto* proxy = py::detail::array_proxy(ids.ptr());

@@ -25,6 +25,24 @@ namespace shmreplay::python {
 
 static_assert(static_cast<int>(Errc::read_only) == 21, "keep shmreplay/_errors.py's table in step with Errc");
 
+// shmreplay._errors.BY_CODE: the exception class of each error code.
+static py::handle g_errors_by_code;
+
+void set_python_error(const Error& e) {
+  const int code = static_cast<int>(e.errc());
+  py::handle cls = code >= 1 && code <= 22 ? py::handle(PyList_GetItem(g_errors_by_code.ptr(), code))
+                                           : py::handle(PyExc_RuntimeError);
+  // Messages quote user text; decode leniently so that a message is never lost to a stray byte.
+  const std::string_view what = e.what();
+  PyObject* text = PyUnicode_DecodeUTF8(what.data(), static_cast<Py_ssize_t>(what.size()), "backslashreplace");
+  if (text == nullptr) {
+    PyErr_Clear();
+    text = PyUnicode_FromString("(the message could not be decoded)");
+  }
+  PyErr_SetObject(cls.ptr(), text);
+  Py_XDECREF(text);
+}
+
 PYBIND11_MODULE(_shmreplay, m) {
   m.doc() = "shmreplay's C++ core; import shmreplay, not this module";
   m.attr("__version__") = fmt::format("{}.{}.{}", SHMREPLAY_VERSION_MAJOR, SHMREPLAY_VERSION_MINOR,
@@ -32,25 +50,15 @@ PYBIND11_MODULE(_shmreplay, m) {
 
   // Errors: shmreplay::Error -> the class of its code, from shmreplay/_errors.py (kept alive for the process).
   init_dtypes();
-  static py::handle by_code;
-  by_code = py::object(py::module_::import("shmreplay._errors").attr("BY_CODE")).release();
-  if (py::len(by_code) != 23) throw std::runtime_error("shmreplay._errors.BY_CODE does not match the library");
+  g_errors_by_code = py::object(py::module_::import("shmreplay._errors").attr("BY_CODE")).release();
+  if (py::len(g_errors_by_code) != 23) {
+    throw std::runtime_error("shmreplay._errors.BY_CODE does not match the library");
+  }
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
-      const int code = static_cast<int>(e.errc());
-      py::handle cls = code >= 1 && code <= 22 ? py::handle(PyList_GetItem(by_code.ptr(), code))
-                                               : py::handle(PyExc_RuntimeError);
-      // Messages quote user text; decode leniently so that a message is never lost to a stray byte.
-      const std::string_view what = e.what();
-      PyObject* text = PyUnicode_DecodeUTF8(what.data(), static_cast<Py_ssize_t>(what.size()), "backslashreplace");
-      if (text == nullptr) {
-        PyErr_Clear();
-        text = PyUnicode_FromString("(the message could not be decoded)");
-      }
-      PyErr_SetObject(cls.ptr(), text);
-      Py_XDECREF(text);
+      set_python_error(e);
     }
   });
   m.def("_raise_errc", [](int code, const std::string& message) { throw Error(static_cast<Errc>(code), message); },

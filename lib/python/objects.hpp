@@ -94,6 +94,24 @@ struct PyWriter {
   std::optional<Writer> writer;
   std::mutex mu;  // taken with the GIL released where the call copies; never waits for the GIL while held
   std::vector<PySlot*> open_slots;  // reservations not yet committed or abandoned (changed with the GIL held)
+  // What push_call.cpp compares a data key with, by pointer, to find its field (made on the first push, used and
+  // changed with the GIL held): the schema's field names as interned str objects, in schema order (a dict written
+  // with literal keys holds these very objects), and for each field the last exact str key found equal to its
+  // name by value (a key made at run time, as from f"{prefix}obs", is the same object from push to push when the
+  // caller reuses its dict or keys). Both hold their str objects, so a pointer is never reused for another value.
+  std::vector<py::object> names;
+  std::vector<py::object> seen_keys;
+
+  const std::vector<py::object>& interned_names() {
+    if (names.empty()) {
+      for (const Field& f : buffer->schema().fields()) {
+        names.push_back(py::reinterpret_steal<py::object>(PyUnicode_InternFromString(f.name.c_str())));
+        if (!names.back()) throw py::error_already_set();
+      }
+      seen_keys.resize(names.size());
+    }
+    return names;
+  }
 
   Writer& get(const char* op) {
     if (!writer) throw Error(Errc::invalid_argument, fmt::format("{}: this Writer is closed", op));

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """What one call costs from Python, on the small (MuJoCo-like, 97-byte) step: Writer.push of 16 envs, push_one,
-Sampler.sample_transitions and sample with out=, against the cheapest bound call (Sampler.size), in one run.
+Sampler.sample_transitions and sample with out=, against the cheapest bound call (Sampler.size), and the same push
+made from C++ in this process (the module's _push_repeated: one conversion, then the C++ push in a loop), in one
+run. Each figure is a timeit loop of the call as a user writes it (about 10 ns of loop per call).
 
     .venv/bin/python tools/bench/python_call_cost.py                 # a markdown table, ~15 s
     .venv/bin/python tools/bench/python_call_cost.py --capacity 65536 # 16 envs x 65536 steps (10^6, out of cache)
     ... --quick                                                      # a smoke run
 
-The C++ side of the same calls on the same geometry is tools/bench/sample_cost.cpp (shmreplay_bench_sample_cost
---size N: push 16 envs ns/step, transitions rows/s). Medians of --trials trials; compare within one run.
+The last line is the push's ratio, Python over C++ per step, the median of interleaved trials. The C++ side of
+the sampling calls on the same geometry is tools/bench/sample_cost.cpp (shmreplay_bench_sample_cost --size N:
+transitions rows/s). Medians of --trials trials; compare within one run.
 """
 
 import argparse
@@ -17,7 +20,7 @@ import sys
 import numpy as np
 
 import shmreplay
-from timing import timed
+from timing import interleaved_ratio, timed_statement
 
 SMALL = "obs:f32[17] action:f32[6] reward:f32 done:bool"
 
@@ -48,18 +51,23 @@ def main():
         flat = sampler.new_batch(256, 1)
         seq = sampler.new_batch(32, 16)
 
-        def add(label, fn, units, unit):
-            t = timed(fn, o.seconds, o.trials)
+        names = dict(push_repeated=shmreplay._shmreplay._push_repeated, writer=writer, sampler=sampler, ids=ids, data=data, one=one, flat=flat, seq=seq)
+
+        def add(label, statement, units, unit):
+            t = timed_statement(statement, names, o.seconds, o.trials)
             rows.append((label, t * 1e6, t * 1e9 / units, unit))
 
-        add("Sampler.size('replay') (the cheapest bound call)", lambda: sampler.size("replay"), 1, "call")
-        add("Writer.push, 16 envs", lambda: writer.push(ids, data), num_envs, "step")
-        add("Writer.push_one", lambda: writer.push_one(3, one), 1, "step")
-        add("Sampler.sample_transitions('replay', 256, out=)",
-            lambda: sampler.sample_transitions("replay", 256, out=flat), 256, "row")
-        add("Sampler.sample('replay', 256, 1, out=)", lambda: sampler.sample("replay", 256, 1, out=flat), 256, "row")
-        add("Sampler.sample('replay', 32, 16, 1.0, out=)", lambda: sampler.sample("replay", 32, 16, 1.0, out=seq), 32,
-            "row")
+        add("Sampler.size('replay') (the cheapest bound call)", "sampler.size('replay')", 1, "call")
+        add("Writer.push, 16 envs", "writer.push(ids, data)", num_envs, "step")
+        add("the same push from C++ (_push_repeated, 1000 per call)", "push_repeated(writer, ids, data, 1000)",
+            num_envs * 1000, "step")
+        add("Writer.push_one", "writer.push_one(3, one)", 1, "step")
+        add("Sampler.sample_transitions('replay', 256, out=)", "sampler.sample_transitions('replay', 256, out=flat)",
+            256, "row")
+        add("Sampler.sample('replay', 256, 1, out=)", "sampler.sample('replay', 256, 1, out=flat)", 256, "row")
+        add("Sampler.sample('replay', 32, 16, 1.0, out=)", "sampler.sample('replay', 32, 16, 1.0, out=seq)", 32, "row")
+        push_ratio = interleaved_ratio("writer.push(ids, data)", num_envs, "push_repeated(writer, ids, data, 1000)",
+                                       num_envs * 1000, names, o.seconds, o.trials)
         sampler.close()
         writer.close()
     finally:
@@ -68,6 +76,8 @@ def main():
     print("| call | us/call | ns per unit |\n|---|---:|---:|")
     for label, us, ns, unit in rows:
         print(f"| {label} | {us:.2f} | {ns:.0f} per {unit} |")
+    print(f"\nWriter.push of 16 envs from Python / the same push from C++, per step (median of {o.trials} interleaved "
+          f"trials): {push_ratio:.2f}x")
     return 0
 
 
