@@ -10,8 +10,9 @@
 // - dtypes: u8..i64 as numpy's integers, f16 as numpy.float16, bf16 as numpy.uint16 holding the bfloat16 bits,
 //   f32/f64 as float32/float64, bool as numpy.bool_.
 // - every shmreplay::Error becomes the shmreplay exception of its code (shmreplay/_errors.py).
-// - the GIL is released while steps are copied and while waiting; each Writer and Sampler has a mutex, so two
-//   Python threads sharing one object take turns instead of racing.
+// - the GIL is released while steps are copied and while waiting, except for a small push by a writer that
+//   never waits (push_call.cpp); each Writer and Sampler has a mutex, so two Python threads sharing one object
+//   take turns instead of racing.
 //
 // The bindings live one object per file (bind_*.cpp); the conversions they share in convert.hpp, the objects
 // behind the Python classes in objects.hpp. This file makes the module: the version, the error translation, and the calls.
