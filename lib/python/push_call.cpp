@@ -144,6 +144,9 @@ void collect_fields(const char* op, PyWriter& w, PyObject* data, std::initialize
   PyObject* value = nullptr;
   std::size_t seen = 0;
   while (PyDict_Next(data, &pos, &key, &value)) {
+    // held while in use: a conversion may run Python code (an __array__ method) that changes the dict
+    const py::object hold_key = py::reinterpret_borrow<py::object>(key);
+    const py::object hold_value = py::reinterpret_borrow<py::object>(value);
     const bool expected = seen < n && (key == names[seen].ptr() || key == w.seen_keys[seen].ptr());
     const std::size_t f = expected ? seen : find_field(op, w, key);
     ++seen;
@@ -161,9 +164,11 @@ void collect_fields(const char* op, PyWriter& w, PyObject* data, std::initialize
     out.bytes[f] = {py::detail::array_proxy(a.ptr())->data, static_cast<std::size_t>(a.nbytes())};
     out.total += out.bytes[f].bytes;
   }
-  if (seen != n) {  // a dict's keys are distinct, so fewer than n means one is missing
-    throw_missing_fields(op, schema, [&](std::size_t f) { return static_cast<bool>(out.arrays[f]); });
-  }
+  // Fewer keys than fields means one is missing; as many can too, where two keys (str subclasses unequal to each
+  // other) name the same field.
+  bool all = seen >= n;
+  for (std::size_t f = 0; all && f < n; ++f) all = static_cast<bool>(out.arrays[f]);
+  if (!all) throw_missing_fields(op, schema, [&](std::size_t f) { return static_cast<bool>(out.arrays[f]); });
 }
 
 // A push's env ids: an int32 (envpool's) or int64 1-d C-contiguous array is read in place, anything else is

@@ -181,3 +181,21 @@ def test_push_repeated_the_cpp_baseline_pushes_count_steps(buffer):
     ids = np.array([1, 3], dtype=np.int64)
     shmreplay._shmreplay._push_repeated(w, ids, payload([1, 3], [0, 0]), 5)
     assert list(buffer.heads()) == [0, 5, 0, 5]
+
+
+def test_two_keys_naming_one_field_leave_the_other_missing(buffer):
+    class Distinct(str):  # equal to nothing else: two of them are two dict keys, both naming 'head'
+        def __eq__(self, other):
+            return self is other
+
+        def __hash__(self):
+            return id(self)
+
+    w = shmreplay.Writer(buffer, [0])
+    data = payload([0], [0])
+    half = data.pop("half")
+    data[Distinct("head")] = data["head"]
+    assert len(data) == 5 and half is not None
+    with pytest.raises(shmreplay.SizeMismatch, match="no data for field 'half'"):
+        w.push([0], data)
+    assert list(buffer.heads())[0] == 0
