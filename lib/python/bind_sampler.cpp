@@ -50,7 +50,7 @@ void bind_sampler(py::module_& m) {
       });
 
   // ----- Sampler
-  py::class_<PySampler, std::shared_ptr<PySampler>>(
+  auto sampler = py::class_<PySampler, std::shared_ptr<PySampler>>(
       m, "Sampler", "The learner's view (one per buffer at a time): samples sequences from the replay view, the "
                     "online queue, or both.")
       .def(py::init([](std::shared_ptr<Buffer> buffer, py::object seed, uint32_t max_retry_rounds) {
@@ -66,54 +66,6 @@ void bind_sampler(py::module_& m) {
            "Take the learner role of the buffer (LeaseHeld if a live process has it). With seed=, samples are "
            "deterministic for a given buffer state.")
       .def("seed", [](PySampler& s, uint64_t seed) { s.rng.seed(seed); }, "seed"_a)
-      .def(
-          "sample",
-          [](PySampler& s, const std::string& view, std::size_t batch_size, std::size_t sequence_length,
-             double power, const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized,
-             double beta, double rate_limit_timeout, py::object out) {
-            const View v = parse_view(view);
-            const SampleOptions o = sample_options(episodes, period, min_steps, prioritized, beta, rate_limit_timeout);
-            return s.fill("sample", batch_size, sequence_length, out, [&](Sampler& smp, SampleBatch& b) {
-              smp.sample(v, batch_size, sequence_length, power, s.rng, b, o);
-            });
-          },
-          "view"_a, "batch_size"_a, "sequence_length"_a, "power"_a = 0.0, py::kw_only(), "episodes"_a = "cross",
-          "period"_a = 1, "min_steps"_a = 0, "prioritized"_a = false, "beta"_a = 0.4, "rate_limit_timeout"_a = 10.0,
-          "out"_a = py::none(),
-          "batch_size sequences of sequence_length steps from view 'replay' or 'online'; each start is weighted by "
-          "min(steps left to the head, sequence_length)**power, or with prioritized=True by its priority**alpha "
-          "(batch.weights then holds the importance weights for beta). In a buffer with a rate limiter the call waits "
-          "up to rate_limit_timeout seconds for it (0: RateLimited at once when it holds the call back). Returns a "
-          "Batch (out= fills that one).")
-      .def(
-          "sample_mixed",
-          [](PySampler& s, std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
-             double power, const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized,
-             double beta, double rate_limit_timeout, py::object out) {
-            const SampleOptions o = sample_options(episodes, period, min_steps, prioritized, beta, rate_limit_timeout);
-            return s.fill("sample_mixed", replay_batch + online_batch, sequence_length, out,
-                          [&](Sampler& smp, SampleBatch& b) {
-                            smp.sample_mixed(replay_batch, online_batch, sequence_length, power, s.rng, b, o);
-                          });
-          },
-          "replay_batch"_a, "online_batch"_a, "sequence_length"_a, "power"_a = 0.0, py::kw_only(),
-          "episodes"_a = "cross", "period"_a = 1, "min_steps"_a = 0, "prioritized"_a = false, "beta"_a = 0.4,
-          "rate_limit_timeout"_a = 10.0, "out"_a = py::none(),
-          "replay_batch rows from the replay view, then online_batch rows from the online queue.")
-      .def(
-          "sample_transitions",
-          [](PySampler& s, const std::string& view, std::size_t batch_size, bool prioritized, double beta,
-             double rate_limit_timeout, py::object out) {
-            const View v = parse_view(view);
-            const SampleOptions o = sample_options("cross", 1, 0, prioritized, beta, rate_limit_timeout);
-            return s.fill("sample_transitions", batch_size, 1, out, [&](Sampler& smp, SampleBatch& b) {
-              smp.sample_transitions(v, batch_size, s.rng, b, o);
-            });
-          },
-          "view"_a, "batch_size"_a, py::kw_only(), "prioritized"_a = false, "beta"_a = 0.4,
-          "rate_limit_timeout"_a = 10.0, "out"_a = py::none(),
-          "Flat transitions: uniform single steps (a Batch with sequence_length 1); with prioritized=True drawn by "
-          "priority**alpha, with importance weights in batch.weights.")
       .def(
           "total_weight",
           [](PySampler& s, const std::string& view, std::size_t sequence_length, double power,
@@ -295,6 +247,7 @@ void bind_sampler(py::module_& m) {
         s.close();
         return false;
       });
+  add_sample_methods(sampler);  // sample, sample_mixed and sample_transitions (sample_call.cpp)
 }
 
 }  // namespace shmreplay::python

@@ -205,17 +205,6 @@ void collect_ids(const char* op, PyObject* ids, uint64_t num_envs, PushIds& out)
   out.wide = out.converted;
 }
 
-// The PyWriter of `self`, an instance of Writer (the method descriptor checked its type), loaded the way pybind11
-// loads an argument, without looking its type up per call.
-PyWriter& writer_of(PyObject* self) {
-  static const py::detail::type_info* const type = py::detail::get_type_info(typeid(PyWriter));
-  py::detail::type_caster_generic caster(type);
-  if (!caster.load(self, false) || caster.value == nullptr) {
-    throw py::type_error("this Writer was not initialised (a subclass's __init__ must call Writer.__init__)");
-  }
-  return *static_cast<PyWriter*>(caster.value);
-}
-
 // Runs call(writer) under the Writer's mutex: with the GIL kept for a small push by a writer that never waits
 // (unless another thread is inside a push of this Writer, holding the mutex with the GIL released), with the GIL
 // released otherwise. The Writer is looked up under the mutex, so a close() from another thread is seen.
@@ -238,7 +227,7 @@ PyObject* writer_push(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, 
     static constexpr std::array<const char*, 3> kNames = {"env_ids", "data", "priorities"};
     std::array<PyObject*, 3> a{};
     bind_arguments("push", kNames, 2, args, nargsf, kwnames, a);
-    PyWriter& w = writer_of(self);
+    PyWriter& w = self_of<PyWriter>(self);
     w.get("push");
     PushIds ids;
     collect_ids("push", a[0], w.buffer->num_envs(), ids);
@@ -265,9 +254,9 @@ PyObject* writer_push_one(PyObject* self, PyObject* const* args, Py_ssize_t narg
     static constexpr std::array<const char*, 2> kNames = {"env", "data"};
     std::array<PyObject*, 2> a{};
     bind_arguments("push_one", kNames, 2, args, nargsf, kwnames, a);
-    PyWriter& w = writer_of(self);
+    PyWriter& w = self_of<PyWriter>(self);
     w.get("push_one");
-    const auto env = py::cast<int64_t>(py::handle(a[0]));
+    const auto env = argument<int64_t>("push_one", "env", a[0]);
     if (env < 0) throw Error(Errc::env_out_of_range, fmt::format("push_one: env id {} is negative", env));
     PushFields fields;
     collect_fields("push_one", w, a[1], {}, fields);
@@ -279,15 +268,14 @@ PyObject* writer_push_one(PyObject* self, PyObject* const* args, Py_ssize_t narg
 }
 
 PyMethodDef g_push_def = {
-    "push", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(writer_push)), METH_FASTCALL | METH_KEYWORDS,
+    "push", as_cfunction<writer_push>(), METH_FASTCALL | METH_KEYWORDS,
     "push($self, env_ids, data, priorities=None)\n--\n\n"
     "One step for each listed env (any subset, any order): data maps every field name to an array of shape "
     "(len(env_ids), *field.shape), as envpool's recv returns. priorities= (a buffer with priorities): one per env; "
     "without, the steps enter at the running maximum."};
 
 PyMethodDef g_push_one_def = {
-    "push_one", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(writer_push_one)),
-    METH_FASTCALL | METH_KEYWORDS,
+    "push_one", as_cfunction<writer_push_one>(), METH_FASTCALL | METH_KEYWORDS,
     "push_one($self, env, data)\n--\n\nOne step of one env: data maps every field name to a value of shape "
     "field.shape."};
 

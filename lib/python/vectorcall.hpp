@@ -19,6 +19,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include "bindings.hpp"
 
@@ -29,15 +30,24 @@ namespace py = pybind11;
 /// The signature of a METH_FASTCALL | METH_KEYWORDS method.
 using FastMethod = PyObject* (*)(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames);
 
+/// F as the PyCFunction a PyMethodDef holds (METH_FASTCALL | METH_KEYWORDS tells CPython its real signature).
+template <FastMethod F>
+PyCFunction as_cfunction() {
+  return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(F));
+}
+
 /// Binds a vectorcall's arguments (positional ones first, then those named by `kwnames`) to `names`, in order,
-/// into `out` (borrowed references, null where not given); the first `required` names must be given. Throws
-/// py::type_error with Python's wording for too many arguments, an unknown or repeated keyword, or a missing one.
+/// into `out` (borrowed references, null where not given); the first `required` names must be given, and only the
+/// first `max_positional` may be given by position (the rest are keyword-only). Throws py::type_error with
+/// Python's wording for too many arguments, an unknown or repeated keyword, or a missing one.
 template <std::size_t N>
 void bind_arguments(const char* function, const std::array<const char*, N>& names, std::size_t required,
-                    PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames, std::array<PyObject*, N>& out) {
+                    PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames, std::array<PyObject*, N>& out,
+                    std::size_t max_positional = N) {
   const auto positional = static_cast<std::size_t>(PyVectorcall_NARGS(nargsf));
-  if (positional > N) {
-    throw py::type_error(fmt::format("{}() takes at most {} arguments ({} given)", function, N, positional));
+  if (positional > max_positional) {
+    throw py::type_error(fmt::format("{}() takes at most {} {}arguments ({} given)", function, max_positional,
+                                     max_positional < N ? "positional " : "", positional));
   }
   out.fill(nullptr);
   for (std::size_t i = 0; i < positional; ++i) out[i] = args[i];
@@ -60,6 +70,48 @@ void bind_arguments(const char* function, const std::array<const char*, N>& name
       throw py::type_error(fmt::format("{}() missing required argument '{}' (pos {})", function, names[i], i + 1));
     }
   }
+}
+
+/// An argument as T, converted as pybind11 converts a bound function's argument (an int for an int parameter, an
+/// int or float for a float one, a str for a string, ...), or py::type_error naming the function, the argument
+/// and the type it got.
+template <class T>
+T argument(const char* function, const char* name, PyObject* value) {
+  static_assert(std::is_arithmetic_v<T> || std::is_same_v<T, std::string>, "add T's wording below");
+  py::detail::make_caster<T> caster;
+  if (!caster.load(py::handle(value), true)) {
+    PyErr_Clear();
+    const char* want = std::is_same_v<T, bool>            ? "a bool"
+                       : std::is_same_v<T, std::string>   ? "a str"
+                       : std::is_floating_point_v<T>      ? "a number"
+                       : std::is_unsigned_v<T>            ? "an int >= 0"
+                                                          : "an int";
+    std::string got = py::repr(value).cast<std::string>();
+    if (got.size() > 60) got = got.substr(0, 57) + "...";
+    throw py::type_error(fmt::format("{}(): argument '{}' must be {}, got {} ({})", function, name, want, got,
+                                     Py_TYPE(value)->tp_name));
+  }
+  return py::detail::cast_op<T>(std::move(caster));
+}
+
+/// The argument at `i` of a bound call as T (argument()), or `fallback` where it was not given.
+template <class T, std::size_t N>
+T argument_or(const char* function, const std::array<const char*, N>& names, const std::array<PyObject*, N>& args,
+              std::size_t i, T fallback) {
+  return args[i] == nullptr ? fallback : argument<T>(function, names[i], args[i]);
+}
+
+/// The C++ object of `self`, an instance of the pybind11 class bound to T (the method descriptor has checked its
+/// type), loaded as pybind11 loads an argument, with the type's record looked up once.
+template <class T>
+T& self_of(PyObject* self) {
+  static const py::detail::type_info* const type = py::detail::get_type_info(typeid(T));
+  py::detail::type_caster_generic caster(type);
+  if (!caster.load(self, false) || caster.value == nullptr) {
+    throw py::type_error(fmt::format("this {} was not initialised (a subclass's __init__ must call the base's)",
+                                     Py_TYPE(self)->tp_name));
+  }
+  return *static_cast<T*>(caster.value);
 }
 
 /// Runs `body` (which returns a new reference) and returns its result; a C++ exception becomes the Python

@@ -1,0 +1,96 @@
+"""Sampler.sample, sample_mixed and sample_transitions as vectorcall methods (lib/python/sample_call.cpp): their
+signatures, Python's argument rules (keyword-only options), pybind11's conversions, the defaults, and out=."""
+import inspect
+import types
+
+import numpy as np
+import pytest
+
+import shmreplay
+from conftest import check_batch, payload
+
+METHODS = {
+    "sample": ["self", "view", "batch_size", "sequence_length", "power", "episodes", "period", "min_steps",
+               "prioritized", "beta", "rate_limit_timeout", "out"],
+    "sample_mixed": ["self", "replay_batch", "online_batch", "sequence_length", "power", "episodes", "period",
+                     "min_steps", "prioritized", "beta", "rate_limit_timeout", "out"],
+    "sample_transitions": ["self", "view", "batch_size", "prioritized", "beta", "rate_limit_timeout", "out"],
+}
+
+
+@pytest.fixture
+def filled(buffer):
+    w = shmreplay.Writer(buffer, [0, 1, 2, 3])
+    for step in range(12):
+        w.push([0, 1, 2, 3], payload([0, 1, 2, 3], [step] * 4))
+    return buffer
+
+
+def test_the_sampling_calls_are_method_descriptors_with_their_signatures():
+    for name, params in METHODS.items():
+        assert isinstance(shmreplay.Sampler.__dict__[name], types.MethodDescriptorType), name
+        sig = inspect.signature(getattr(shmreplay.Sampler, name))
+        assert list(sig.parameters) == params, name
+        keyword_only = [p for p, v in sig.parameters.items() if v.kind is inspect.Parameter.KEYWORD_ONLY]
+        assert keyword_only == [p for p in params if p in ("episodes", "period", "min_steps", "prioritized", "beta",
+                                                           "rate_limit_timeout", "out")], name
+
+
+def test_defaults_are_the_signatures_and_keywords_bind_like_positions(filled):
+    runs = []
+    for call in (lambda s: s.sample("replay", 8, 4),
+                 lambda s: s.sample(view="replay", batch_size=8, sequence_length=4, power=0.0),
+                 lambda s: s.sample("replay", 8, 4, 0.0, episodes="cross", period=1, min_steps=0, prioritized=False,
+                                    beta=0.4, rate_limit_timeout=10.0, out=None),
+                 lambda s: s.sample("".join(["re", "play"]), np.int64(8), 4)):  # a view made at run time
+        with shmreplay.Sampler(filled, seed=7) as s:
+            b = call(s)
+        assert check_batch(b) == []
+        runs.append((b.env_ids.tolist(), b.starts.tolist()))
+    assert all(r == runs[0] for r in runs)
+    with shmreplay.Sampler(filled, seed=7) as s:
+        a = s.sample_mixed(4, 2, 3)
+        b = s.sample_mixed(replay_batch=4, online_batch=2, sequence_length=3, power=0.0, rate_limit_timeout=10.0)
+        t = s.sample_transitions("online", 5, beta=0.4)
+    assert a.rows == b.rows == 6 and a.sequence_length == 3 and t.rows == 5 and t.sequence_length == 1
+    assert check_batch(a) == [] and check_batch(t) == []
+
+
+def test_out_is_filled_in_place_and_returned(filled):
+    with shmreplay.Sampler(filled, seed=1) as s:
+        out = s.new_batch(16, 1)
+        assert s.sample_transitions("replay", 16, out=out) is out
+        assert s.sample("replay", 16, 1, out=out) is out
+        assert s.sample_mixed(8, 8, 1, out=out) is out
+        assert check_batch(out) == []
+        with pytest.raises(shmreplay.SizeMismatch, match="out= holds 16 rows x 1 steps, this call needs 8 x 1"):
+            s.sample_transitions("replay", 8, out=out)
+        with pytest.raises(shmreplay.InvalidArgument, match="out= takes a shmreplay.Batch"):
+            s.sample("replay", 16, 1, out=np.zeros(3))
+
+
+def test_wrong_arguments_get_pythons_type_errors_or_the_librarys(filled):
+    with shmreplay.Sampler(filled, seed=1) as s:
+        with pytest.raises(TypeError, match=r"sample\(\) missing required argument 'sequence_length' \(pos 3\)"):
+            s.sample("replay", 8)
+        with pytest.raises(TypeError, match=r"sample\(\) takes at most 4 positional arguments \(5 given\)"):
+            s.sample("replay", 8, 4, 0.0, "cross")
+        with pytest.raises(TypeError, match=r"sample_transitions\(\) takes at most 2 positional arguments"):
+            s.sample_transitions("replay", 8, True)
+        with pytest.raises(TypeError, match=r"sample\(\) got an unexpected keyword argument 'length'"):
+            s.sample("replay", 8, length=4)
+        with pytest.raises(TypeError, match=r"sample_mixed\(\) got multiple values for argument 'replay_batch'"):
+            s.sample_mixed(4, 2, 3, replay_batch=4)
+        with pytest.raises(TypeError, match=r"sample\(\): argument 'batch_size' must be an int >= 0, got -1"):
+            s.sample("replay", -1, 4)
+        with pytest.raises(TypeError, match=r"argument 'power' must be a number, got 'high' \(str\)"):
+            s.sample("replay", 8, 4, "high")
+        with pytest.raises(TypeError, match=r"argument 'episodes' must be a str, got 3 \(int\)"):
+            s.sample("replay", 8, 4, episodes=3)
+        with pytest.raises(shmreplay.InvalidArgument, match="unknown view 'replays'"):
+            s.sample_transitions("replays", 8)
+        with pytest.raises(shmreplay.InvalidArgument, match="unknown episodes mode 'across'"):
+            s.sample("replay", 8, 4, episodes="across")
+        with pytest.raises(TypeError, match="Sampler"):
+            shmreplay.Sampler.sample(object(), "replay", 8, 4)
+        assert check_batch(s.sample("replay", 8, 4)) == []  # still usable
