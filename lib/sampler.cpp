@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -310,6 +311,27 @@ void Sampler::reset_online_queue() {
 // ---------------------------------------------------------------------------------------------------------------
 // Sampling
 
+void Sampler::check_batch_shape(const Buffer& buffer, const char* op, std::size_t rows, std::size_t length) {
+  if (rows == 0) {
+    throw Error(Errc::invalid_argument, fmt::format("cannot {} '{}': the batch size is 0", op, buffer.name()));
+  }
+  if (length == 0 || length > buffer.capacity()) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot {} '{}': sequence_length is {}, expected 1 to the capacity, {}", op,
+                            buffer.name(), length, buffer.capacity()));
+  }
+  // The batch holds rows x length steps, each of step_bytes plus a mask byte: a size past what a process can
+  // address would wrap in the products that size the batch, so it is refused here, before anything is allocated.
+  const uint64_t cell_bytes = buffer.schema().step_bytes() + 1;
+  const uint64_t max_rows = static_cast<uint64_t>(PTRDIFF_MAX) / length / cell_bytes;
+  if (rows > max_rows) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot {} '{}': the batch size is {}, expected at most {} (a batch of {} x {} steps of "
+                            "{} bytes would not fit in the address space)",
+                            op, buffer.name(), rows, max_rows, rows, length, cell_bytes - 1));
+  }
+}
+
 void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, double power,
                          const SampleOptions& options) const {
   lease_.check_process(op);
@@ -324,14 +346,7 @@ void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, d
                 fmt::format("cannot {} '{}': period is 0, expected 1 or more steps between start positions", op,
                             buffer_->name()));
   }
-  if (rows == 0) {
-    throw Error(Errc::invalid_argument, fmt::format("cannot {} '{}': the batch size is 0", op, buffer_->name()));
-  }
-  if (length == 0 || length > buffer_->capacity()) {
-    throw Error(Errc::invalid_argument,
-                fmt::format("cannot {} '{}': sequence_length is {}, expected 1 to the capacity, {}", op,
-                            buffer_->name(), length, buffer_->capacity()));
-  }
+  check_batch_shape(*buffer_, op, rows, length);
   if (!std::isfinite(power) || power < 0.0) {
     throw Error(Errc::invalid_argument,
                 fmt::format("cannot {} '{}': distribution_power is {}, expected a finite number >= 0", op,
@@ -621,8 +636,14 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
 
 void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
                            double distribution_power, Rng& rng, SampleBatch& out, const SampleOptions& options) {
-  check_args("sample (mixed)", replay_batch + online_batch, sequence_length, distribution_power, options);
+  if (online_batch > SIZE_MAX - replay_batch) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot sample (mixed) '{}': replay_batch {} + online_batch {} is past {}, the largest "
+                            "batch size",
+                            buffer_->name(), replay_batch, online_batch, SIZE_MAX));
+  }
   const std::size_t rows = replay_batch + online_batch;
+  check_args("sample (mixed)", rows, sequence_length, distribution_power, options);
   wait_for_rate_limit("sample (mixed)", rows, options.rate_limit_timeout_ms);
   out.prepare(buffer_->schema(), rows, sequence_length);
   out.episode_fields_ = buffer_->episode_fields();

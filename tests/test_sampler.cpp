@@ -513,6 +513,18 @@ TEST_CASE("bad arguments, empty views and too-small borrowed arrays throw errors
   const double inf = std::numeric_limits<double>::infinity();
   CHECK(error_of([&] { s.sample_mixed(2, 0, 2, inf, rng, out); }) == code(Errc::invalid_argument));
   CHECK(error_of([&] { s.sample_transitions(View::replay, 0, rng, out); }) == code(Errc::invalid_argument));
+  // Sizes past the address space are refused before anything is allocated, and two halves of a mixed batch that
+  // wrap around when added are refused, not sampled as the small sum.
+  const std::size_t huge = std::numeric_limits<std::size_t>::max();
+  CHECK(error_of([&] { s.sample(View::replay, huge / 4, 4, 1.0, rng, out); }, &msg) ==
+        code(Errc::invalid_argument));
+  CHECK((contains(msg, "address space") && contains(msg, fmt::format("{}", huge / 4))));
+  CHECK(error_of([&] { s.sample_mixed(huge, 2, 1, 1.0, rng, out); }, &msg) == code(Errc::invalid_argument));
+  CHECK((contains(msg, "replay_batch") && contains(msg, "online_batch 2")));
+  CHECK(error_of([&] { s.sample_mixed(huge / 2 + 1, huge / 2 + 1, 1, 1.0, rng, out); }) ==
+        code(Errc::invalid_argument));
+  CHECK(error_of([&] { Sampler::check_batch_shape(s.buffer(), "sample", 4, 8); }) == 0);
+  CHECK(error_of([&] { Sampler::check_batch_shape(s.buffer(), "sample", 4, 9); }) == code(Errc::invalid_argument));
 
   // Peek and sizes.
   const std::vector<uint64_t> bad = {0, 7};

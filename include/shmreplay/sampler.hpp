@@ -299,6 +299,11 @@ class Sampler {
   uint64_t retries() const noexcept { return retries_; }
   const Buffer& buffer() const noexcept { return *buffer_; }
 
+  /// Throws Error(invalid_argument) unless `buffer`'s samplers can fill a batch of `rows` x `length` steps: at least
+  /// one row, a length from 1 to the capacity, and a size a process can address. Every sample call checks it
+  /// first; a caller that allocates the batch itself before sampling (the Python module) calls it before that.
+  static void check_batch_shape(const Buffer& buffer, const char* op, std::size_t rows, std::size_t length);
+
  private:
   // The drawing state (defined in lib/sampler.cpp): the snapshot's views, the planners (lib/detail/sampling), the
   // rows still to draw, the work counters. Behind a pointer, so that this header carries none of it.

@@ -59,23 +59,27 @@ void bind_sampler(py::module_& m) {
              s->schema = std::make_shared<const Schema>(buffer->schema());
              s->rng.seed(seed_from(seed));
              py::gil_scoped_release release;
-             s->sampler.emplace(*buffer, SamplerOptions{.max_retry_rounds = max_retry_rounds});
+             s->sampler = std::make_shared<Sampler>(*buffer, SamplerOptions{.max_retry_rounds = max_retry_rounds});
              return s;
            }),
            "buffer"_a, py::kw_only(), "seed"_a = py::none(), "max_retry_rounds"_a = 10000,
            "Take the learner role of the buffer (LeaseHeld if a live process has it). With seed=, samples are "
            "deterministic for a given buffer state.")
-      .def("seed", [](PySampler& s, uint64_t seed) { s.rng.seed(seed); }, "seed"_a)
+      .def("seed", [](PySampler& s, uint64_t seed) {
+        py::gil_scoped_release release;
+        std::lock_guard lock(s.mu);  // the sample calls use rng under mu
+        s.rng.seed(seed);
+      }, "seed"_a)
       .def(
           "total_weight",
           [](PySampler& s, const std::string& view, std::size_t sequence_length, double power,
              const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized) {
             const View v = parse_view(view);
             const SampleOptions o = sample_options(episodes, period, min_steps, prioritized, 0.0);
-            Sampler& smp = s.get("total_weight");
+            const std::shared_ptr<Sampler> smp = s.get("total_weight");
             py::gil_scoped_release release;
             std::lock_guard lock(s.mu);
-            return smp.total_weight(v, sequence_length, power, o);
+            return smp->total_weight(v, sequence_length, power, o);
           },
           "view"_a, "sequence_length"_a, "power"_a = 0.0, py::kw_only(), "episodes"_a = "cross", "period"_a = 1,
           "min_steps"_a = 0, "prioritized"_a = false,
@@ -86,7 +90,7 @@ void bind_sampler(py::module_& m) {
       .def(
           "priority_weights",
           [](PySampler& s, py::object env_ids, py::object steps) {
-            Sampler& smp = s.get("priority_weights");
+            const std::shared_ptr<Sampler> smp = s.get("priority_weights");
             const std::vector<uint64_t> ids = env_id_vector("priority_weights", env_ids, s.buffer->num_envs());
             const std::vector<uint64_t> step_vec = step_vector("priority_weights", steps, ids.size());
             py::array_t<double> out(static_cast<py::ssize_t>(ids.size()));
@@ -94,7 +98,7 @@ void bind_sampler(py::module_& m) {
             {
               py::gil_scoped_release release;
               std::lock_guard lock(s.mu);
-              smp.priority_weights(ids, step_vec, o);
+              smp->priority_weights(ids, step_vec, o);
             }
             return out;
           },
@@ -105,7 +109,7 @@ void bind_sampler(py::module_& m) {
       .def(
           "update_priorities",
           [](PySampler& s, py::object env_ids, py::object steps, py::object priorities) {
-            Sampler& smp = s.get("update_priorities");
+            const std::shared_ptr<Sampler> smp = s.get("update_priorities");
             const std::vector<uint64_t> ids = env_id_vector("update_priorities", env_ids, s.buffer->num_envs());
             const std::vector<uint64_t> step_vec = step_vector("update_priorities", steps, ids.size());
             const auto prio = priority_array("update_priorities", priorities, ids.size());
@@ -114,7 +118,7 @@ void bind_sampler(py::module_& m) {
             {
               py::gil_scoped_release release;
               std::lock_guard lock(s.mu);
-              r = smp.update_priorities(ids, step_vec, p);
+              r = smp->update_priorities(ids, step_vec, p);
             }
             return py::make_tuple(r.applied, r.dropped);
           },
@@ -150,7 +154,7 @@ void bind_sampler(py::module_& m) {
           "wait",
           [](PySampler& s, const std::string& view, uint64_t min_steps, double timeout) {
             const View v = parse_view(view);
-            Sampler& smp = s.get("wait");
+            const std::shared_ptr<Sampler> smp = s.get("wait");
             if (!(timeout >= 0.0)) {
               throw Error(Errc::invalid_argument, fmt::format("wait: timeout must be >= 0 seconds, got {}", timeout));
             }
@@ -164,7 +168,7 @@ void bind_sampler(py::module_& m) {
               {
                 py::gil_scoped_release release;
                 std::lock_guard lock(s.mu);
-                ok = smp.wait(v, min_steps, slice);
+                ok = smp->wait(v, min_steps, slice);
               }
               if (ok) return true;
               if (PyErr_CheckSignals() != 0) throw py::error_already_set();
@@ -175,30 +179,32 @@ void bind_sampler(py::module_& m) {
           "Block until view holds at least min_steps steps (True) or timeout seconds pass (False); woken by "
           "writers in any process.")
       .def("reset_online_queue", [](PySampler& s) {
+        const std::shared_ptr<Sampler> smp = s.get("reset_online_queue");
+        py::gil_scoped_release release;
         std::lock_guard lock(s.mu);
-        s.get("reset_online_queue").reset_online_queue();
+        smp->reset_online_queue();
       }, "Empty the online view: it restarts at each env's head.")
       .def(
           "rate_limit_verdict",
-          [](PySampler& s, std::size_t rows) { return rate_limit_reason(s.get("rate_limit_verdict").rate_limit_verdict(rows)); },
+          [](PySampler& s, std::size_t rows) { return rate_limit_reason(s.get("rate_limit_verdict")->rate_limit_verdict(rows)); },
           "rows"_a,
           "Whether the rate limiter would admit a sample call of rows rows now: 'none' (it would; also without a "
           "limiter), 'min_size' or 'learner_ahead'. Never waits.")
-      .def("size", [](PySampler& s, const std::string& view) { return s.get("size").size(parse_view(view)); },
+      .def("size", [](PySampler& s, const std::string& view) { return s.get("size")->size(parse_view(view)); },
            "view"_a, "Steps in the view over all envs.")
-      .def("sizes", [](PySampler& s, uint64_t env) { return s.get("sizes").sizes(env); }, "env"_a)
-      .def_property_readonly("retries", [](PySampler& s) { return s.get("retries").retries(); },
+      .def("sizes", [](PySampler& s, uint64_t env) { return s.get("sizes")->sizes(env); }, "env"_a)
+      .def_property_readonly("retries", [](PySampler& s) { return s.get("retries")->retries(); },
                              "rows redrawn because a writer overwrote them while they were copied")
       .def_property_readonly("buffer", [](PySampler& s) { return s.buffer; })
       .def(
           "try_update",
           [](PySampler& s, uint64_t env, uint64_t step, const py::dict& data) {
-            Sampler& smp = s.get("try_update");
+            const std::shared_ptr<Sampler> smp = s.get("try_update");
             const auto arrays = field_arrays("try_update", *s.schema, data, true, {});
             const auto fields = arrays.bytes();
             py::gil_scoped_release release;
             std::lock_guard lock(s.mu);
-            return smp.try_update(env, step, fields);
+            return smp->try_update(env, step, fields);
           },
           "env"_a, "step"_a, "data"_a,
           "Rewrite fields of stored step `step` of env `env` in place (dejax's update_fn); data maps some field "
@@ -206,7 +212,7 @@ void bind_sampler(py::module_& m) {
       .def(
           "update",
           [](PySampler& s, py::object env_ids, py::object steps, const py::dict& data) {
-            Sampler& smp = s.get("update");
+            const std::shared_ptr<Sampler> smp = s.get("update");
             const std::vector<uint64_t> ids = env_id_vector("update", env_ids, s.buffer->num_envs());
             const std::vector<uint64_t> step_vec = step_vector("update", steps, ids.size());
             const auto n = static_cast<py::ssize_t>(ids.size());
@@ -222,7 +228,7 @@ void bind_sampler(py::module_& m) {
                   const std::size_t b = (*s.schema)[f].bytes();
                   row[f] = {static_cast<const std::byte*>(arrays.array(f).data()) + i * b, b};
                 }
-                done.mutable_data()[i] = smp.try_update(ids[i], step_vec[i], row);
+                done.mutable_data()[i] = smp->try_update(ids[i], step_vec[i], row);
               }
             }
             return done;
@@ -233,9 +239,13 @@ void bind_sampler(py::module_& m) {
       .def(
           "pop_episodes",
           [](PySampler& s, std::size_t max) {
+            const std::shared_ptr<Sampler> smp = s.get("pop_episodes");
             std::vector<EpisodeRecord> records(max);
-            std::lock_guard lock(s.mu);
-            records.resize(s.get("pop_episodes").pop_episodes(records));
+            {
+              py::gil_scoped_release release;
+              std::lock_guard lock(s.mu);
+              records.resize(smp->pop_episodes(records));
+            }
             return records;
           },
           "max"_a = 1024, "Completed episodes queued by the writers, oldest first per env (buffers with episode "

@@ -171,27 +171,42 @@ inline void PyWriter::close() {
 struct PySampler {
   std::shared_ptr<Buffer> buffer;
   std::shared_ptr<const Schema> schema;
-  std::optional<Sampler> sampler;
+  // Changed only with the GIL held (made, or moved out by close()); every call copies it with the GIL held and
+  // keeps its copy to the end, so a close() from another thread never destroys the Sampler under a running call.
+  std::shared_ptr<Sampler> sampler;
   Rng rng;
-  std::mutex mu;
+  std::mutex mu;  // taken with the GIL released around the calls that copy or wait; never waits for the GIL while held
 
-  Sampler& get(const char* op) {
+  std::shared_ptr<Sampler> get(const char* op) const {
     if (!sampler) throw Error(Errc::invalid_argument, fmt::format("{}: this Sampler is closed", op));
-    return *sampler;
+    return sampler;
   }
+  // Calls after this one find the Sampler closed; the learner role is released when the calls already running
+  // (waited for here, through mu) have finished, normally before close() returns.
   void close() {
-    py::gil_scoped_release release;  // another thread may be inside a sample, holding mu
+    std::shared_ptr<Sampler> closing = std::move(sampler);
+    py::gil_scoped_release release;
     std::lock_guard lock(mu);
-    sampler.reset();
+    closing.reset();
   }
 
   // Runs `body(sampler, batch)` on `out` (or a new Batch of rows x length) with the GIL released.
   template <class Body>
   py::object fill(const char* op, std::size_t rows, std::size_t length, py::object out, Body&& body) {
-    Sampler& s = get(op);
+    const std::shared_ptr<Sampler> s = get(op);
     py::object result = out;
     if (out.is_none()) {
-      result = py::cast(Batch::make(schema, rows, length));
+      try {
+        result = py::cast(Batch::make(schema, rows, length));
+      } catch (const std::bad_alloc&) {
+        const double bytes = static_cast<double>(rows) * static_cast<double>(length) *
+                             static_cast<double>(schema->step_bytes() + 1);
+        PyErr_SetString(PyExc_MemoryError,
+                        fmt::format("{}: no memory for a batch of {} rows x {} steps ({:.3g} bytes)", op, rows,
+                                    length, bytes)
+                            .c_str());
+        throw py::error_already_set();
+      }
     } else if (!py::isinstance<Batch>(out)) {
       throw Error(Errc::invalid_argument,
                   fmt::format("{}: out= takes a shmreplay.Batch (from new_batch() or an earlier sample), got a {}", op,
@@ -203,7 +218,7 @@ struct PySampler {
     {
       py::gil_scoped_release release;
       std::lock_guard lock(mu);
-      body(s, sb);
+      body(*s, sb);
       std::copy(sb.weights().begin(), sb.weights().end(), weights);
     }
     return result;

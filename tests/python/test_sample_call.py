@@ -94,3 +94,28 @@ def test_wrong_arguments_get_pythons_type_errors_or_the_librarys(filled):
         with pytest.raises(TypeError, match="Sampler"):
             shmreplay.Sampler.sample(object(), "replay", 8, 4)
         assert check_batch(s.sample("replay", 8, 4)) == []  # still usable
+
+
+def test_a_batch_past_the_address_space_is_refused_before_its_arrays_are_made(filled):
+    with shmreplay.Sampler(filled, seed=1) as s:
+        with pytest.raises(shmreplay.InvalidArgument, match=r"sequence_length is 1152921504606846976, expected 1"):
+            s.sample("replay", 4, 2**60)
+        with pytest.raises(shmreplay.InvalidArgument, match=r"batch size is 4611686018427387904.*address space"):
+            s.sample("replay", 2**62, 4)
+        with pytest.raises(shmreplay.InvalidArgument, match=r"batch size is 0"):
+            s.sample_transitions("replay", 0)
+        # two halves whose sum wraps around: refused, not sampled as the small sum
+        with pytest.raises(shmreplay.InvalidArgument, match=r"batch size is 18446744073709551615"):
+            s.sample_mixed(2**64 - 1, 2, 1)
+        with pytest.raises(shmreplay.InvalidArgument, match=r"batch size is 18446744073709551615"):
+            s.sample_mixed(2**63, 2**63, 1)
+        assert check_batch(s.sample("replay", 8, 4)) == []  # still usable
+
+
+def test_a_batch_that_does_not_fit_in_memory_is_a_memory_error_naming_it(filled):
+    with open("/proc/sys/vm/overcommit_memory") as f:
+        if f.read().strip() == "1":
+            pytest.skip("with vm.overcommit_memory = 1 the 75 TB batch would be made")
+    with shmreplay.Sampler(filled, seed=1) as s:
+        with pytest.raises(MemoryError, match=r"sample: no memory for a batch of 1099511627776 rows x 4 steps"):
+            s.sample("replay", 2**40, 4)

@@ -185,6 +185,40 @@ def test_a_python_thread_keeps_running_while_another_samples(buffer):
     assert counts[0] > 0
 
 
+def test_closing_a_sampler_while_another_thread_uses_it_ends_that_threads_calls_cleanly(buffer):
+    # Each call keeps the C++ Sampler alive until it returns, so a close() from another thread never destroys it
+    # under a running call (a use after free before; the sanitized test run sees one at once). The other thread's
+    # calls either complete or raise "this Sampler is closed", and the learner role is free once it has stopped.
+    fill(buffer, [16, 16, 16, 16])
+    for trial in range(60):
+        s = shmreplay.Sampler(buffer, seed=trial)
+        out = s.new_batch(64, 1)
+        errors, started = [], threading.Event()
+
+        def user():
+            calls = [lambda: s.sample_transitions("replay", 64, out=out), lambda: s.sample("replay", 4, 3),
+                     lambda: s.size("replay"), lambda: s.sizes(1), lambda: s.retries, lambda: s.peek(),
+                     lambda: s.total_weight("replay", 2), lambda: s.reset_online_queue(), lambda: s.seed(trial),
+                     lambda: s.pop_episodes(), lambda: s.wait("replay", 1, 0.0)]
+            started.set()
+            for i in range(100_000):
+                try:
+                    calls[i % len(calls)]()
+                except Exception as e:  # noqa: BLE001 - the test asserts what it was
+                    errors.append(e)
+                    return
+
+        t = threading.Thread(target=user)
+        t.start()
+        started.wait()
+        time.sleep(0.0003 * (trial % 5))
+        s.close()
+        t.join()
+        assert len(errors) == 1 and isinstance(errors[0], shmreplay.InvalidArgument), errors
+        assert "this Sampler is closed" in str(errors[0])
+        shmreplay.Sampler(buffer).close()  # the learner role was released
+
+
 def test_updates_rewrite_stored_steps_in_place(buffer):
     fill(buffer, [3, 3, 0, 0])
     s = shmreplay.Sampler(buffer)
