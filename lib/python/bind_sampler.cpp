@@ -147,6 +147,7 @@ void bind_sampler(py::module_& m) {
                           fmt::format("new_batch: rows and sequence_length must be positive, got {} and {}", rows,
                                       sequence_length));
             }
+            Sampler::check_batch_shape(*s.buffer, "make a batch for", rows, sequence_length);
             return Batch::make(s.schema, rows, sequence_length);
           },
           "rows"_a, "sequence_length"_a, "Arrays for out=: made once, filled by every call.")
@@ -240,7 +241,9 @@ void bind_sampler(py::module_& m) {
           "pop_episodes",
           [](PySampler& s, std::size_t max) {
             const std::shared_ptr<Sampler> smp = s.get("pop_episodes");
-            std::vector<EpisodeRecord> records(max);
+            // no more than the envs' queues can hold at once, whatever max says
+            const uint64_t queued_at_most = s.buffer->num_envs() * s.buffer->episode_queue_capacity();
+            std::vector<EpisodeRecord> records(static_cast<std::size_t>(std::min<uint64_t>(max, queued_at_most)));
             {
               py::gil_scoped_release release;
               std::lock_guard lock(s.mu);

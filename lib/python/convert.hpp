@@ -276,6 +276,21 @@ inline std::vector<uint64_t> env_id_vector(const char* op, py::handle ids, uint6
                             a ? fmt::format(", got {} of shape {}", dtype_text(a.dtype()), shape_text(shape_of(a)))
                               : ""));
   }
+  // Unsigned ids are read as uint64, so that one past int64's range is reported as the value it is.
+  if (a.dtype().kind() == 'u') {
+    const auto typed = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+    std::vector<uint64_t> out(static_cast<std::size_t>(typed.size()));
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      const uint64_t v = typed.data()[i];
+      if (v >= num_envs) {
+        throw Error(Errc::env_out_of_range, fmt::format("{}: env id {} at position {} is out of range: the buffer "
+                                                        "has envs 0 to {}",
+                                                        op, v, i, num_envs - 1));
+      }
+      out[i] = v;
+    }
+    return out;
+  }
   // int32 (envpool's) and int64 are read in place; other integer types are converted once.
   const bool i32 = a.dtype().equal(py::dtype::of<int32_t>()) && (a.flags() & py::array::c_style);
   py::array typed = i32 ? a : py::array(py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a));
@@ -298,8 +313,13 @@ inline std::vector<uint64_t> step_vector(const char* op, py::handle steps, std::
     throw Error(Errc::size_mismatch, fmt::format("{}: {} steps for {} env ids; expected one per env id", op,
                                                  a.size(), n));
   }
-  const auto typed = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
   std::vector<uint64_t> out(n);
+  if (a.dtype().kind() == 'u') {  // read as uint64: every value is a step index (one not stored is the call's to report)
+    const auto typed = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+    std::copy_n(typed.data(), n, out.begin());
+    return out;
+  }
+  const auto typed = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
   for (std::size_t i = 0; i < n; ++i) {
     if (typed.data()[i] < 0) {
       throw Error(Errc::invalid_argument,

@@ -126,6 +126,10 @@ def test_bad_sample_arguments_are_clear_errors(buffer):
         s.sample("replay", 1, 1, episodes="never")
     with pytest.raises(shmreplay.EnvOutOfRange):
         s.peek([4])
+    with pytest.raises(shmreplay.InvalidArgument, match="cannot make a batch for .*sequence_length is 17"):
+        s.new_batch(4, 17)
+    with pytest.raises(shmreplay.InvalidArgument, match="batch size is 4611686018427387904.*address space"):
+        s.new_batch(2**62, 4)
 
 
 def test_one_learner_at_a_time(buffer):
@@ -248,6 +252,8 @@ def test_completed_episodes_are_popped_with_their_return(name):
     assert [(r.env, r.first_step, r.length, r.episode_return, r.end) for r in records] == [
         (0, 0, 3, 3.0, "done"), (1, 0, 5, 10.0, "done")]
     assert s.pop_episodes() == []
+    w.push([0], {"obs": np.zeros(1, np.float32), "reward": np.ones(1, np.float32), "done": np.array([True])})
+    assert [r.length for r in s.pop_episodes(2**62)] == [3]  # max only bounds the answer: nothing is made for it
     b = s.sample("replay", 64, 4, episodes="stop")
     for r in range(b.rows):  # a row of env 0 never runs past step 2 into the next episode
         if b.env_ids[r] == 0 and b.starts[r] <= 2:

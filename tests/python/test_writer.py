@@ -74,6 +74,8 @@ def test_env_ids_out_of_range_or_not_leased_are_refused(buffer):
         w.push([0, 9], payload([0, 0], [0, 0]))
     with pytest.raises(IndexError):
         w.push([-1], payload([0], [0]))
+    with pytest.raises(shmreplay.EnvOutOfRange, match="env id 18446744073709551615 at position 0"):
+        w.push(np.array([2**64 - 1], np.uint64), payload([0], [0]))  # reported as given, not as -1
     with pytest.raises(shmreplay.NotLeased, match="2"):
         w.push([2], payload([2], [0]))
     with pytest.raises(shmreplay.EnvOutOfRange):
