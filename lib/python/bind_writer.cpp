@@ -71,7 +71,7 @@ void bind_writer(py::module_& m) {
       .def_property(
           "wait_for_rate_limit", [](PyWriter& w) { return w.get("wait_for_rate_limit").options().wait_for_rate_limit; },
           [](PyWriter& w, bool on) {
-            std::lock_guard lock(w.mu);
+            const auto lock = lock_holding_gil(w.mu);
             WriterOptions o = w.get("wait_for_rate_limit").options();
             o.wait_for_rate_limit = on;
             w.get("wait_for_rate_limit").set_options(o);
@@ -81,7 +81,7 @@ void bind_writer(py::module_& m) {
           "rate_limit_timeout",
           [](PyWriter& w) { return static_cast<double>(w.get("rate_limit_timeout").options().rate_limit_timeout_ms) / 1e3; },
           [](PyWriter& w, double seconds) {
-            std::lock_guard lock(w.mu);
+            const auto lock = lock_holding_gil(w.mu);
             Writer& writer = w.get("rate_limit_timeout");
             WriterOptions o = writer.options();
             o.rate_limit_timeout_ms = writer_options(true, seconds).rate_limit_timeout_ms;
@@ -103,13 +103,21 @@ void bind_writer(py::module_& m) {
       .def(
           "reserve",
           [](std::shared_ptr<PyWriter> w, int64_t env) {
-            Writer& writer = w->get("reserve");
+            w->get("reserve");
             if (env < 0) throw Error(Errc::env_out_of_range, fmt::format("reserve: env id {} is negative", env));
             auto owned = std::make_unique<PySlot>();
             owned->owner = w;
             {
-              std::lock_guard lock(w->mu);
-              owned->slot.emplace(writer.reserve(static_cast<uint64_t>(env)));
+              // a writer that waits for the rate limiter waits without the GIL, as a push does
+              std::unique_lock<std::mutex> lock;
+              std::optional<py::gil_scoped_release> release;
+              if (w->get("reserve").options().wait_for_rate_limit) {
+                release.emplace();
+                lock = std::unique_lock(w->mu);
+              } else {
+                lock = lock_holding_gil(w->mu);
+              }
+              owned->slot.emplace(w->get("reserve").reserve(static_cast<uint64_t>(env)));
               w->open_slots.push_back(owned.get());
             }
             PySlot& slot = *owned;

@@ -85,6 +85,24 @@ struct Batch {
 };
 
 // ---------------------------------------------------------------------------------------------------------------
+// The wrappers' mutexes and the GIL
+
+// The rule that keeps a wrapper's mutex and the GIL from deadlocking: no thread waits for the mutex while holding
+// the GIL. Calls that copy or wait release the GIL, then lock; a small push holding the GIL only try_locks. A short
+// call made with the GIL held (commit, abandon, close, a setter) locks through this: at once when the mutex is
+// free, otherwise it releases the GIL while it waits (another thread may hold the mutex for a long copy or a rate
+// limiter wait: the interpreter's other threads keep running meanwhile) and takes the GIL back holding the mutex,
+// which cannot deadlock under the rule. Whatever the caller looked up before may have changed while it waited.
+inline std::unique_lock<std::mutex> lock_holding_gil(std::mutex& mu) {
+  std::unique_lock lock(mu, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    py::gil_scoped_release release;
+    lock.lock();
+  }
+  return lock;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Writer and StepSlot
 
 struct PySlot;
@@ -92,7 +110,7 @@ struct PySlot;
 struct PyWriter {
   std::shared_ptr<Buffer> buffer;
   std::optional<Writer> writer;
-  std::mutex mu;  // taken with the GIL released where the call copies; never waits for the GIL while held
+  std::mutex mu;  // waited for only with the GIL released (lock_holding_gil above)
   std::vector<PySlot*> open_slots;  // reservations not yet committed or abandoned (changed with the GIL held)
   // What push_call.cpp compares a data key with, by pointer, to find its field (made on the first push, used and
   // changed with the GIL held): the schema's field names as interned str objects, in schema order (a dict written
@@ -138,13 +156,13 @@ struct PySlot {
     return *slot;
   }
   void commit() {
-    std::lock_guard lock(owner->mu);
+    const auto lock = lock_holding_gil(owner->mu);
     get("commit").commit();
     state = "committed";
     forget();
   }
   void abandon() {
-    std::lock_guard lock(owner->mu);
+    const auto lock = lock_holding_gil(owner->mu);
     if (slot) state = "abandoned";
     forget();  // an uncommitted StepSlot's destructor abandons the step: it is never published
   }
@@ -157,7 +175,7 @@ struct PySlot {
 
 // Abandons the open reservations first: a StepSlot must not outlive its Writer.
 inline void PyWriter::close() {
-  std::lock_guard lock(mu);
+  const auto lock = lock_holding_gil(mu);
   while (!open_slots.empty()) {
     open_slots.back()->state = "abandoned";
     open_slots.back()->forget();
@@ -175,7 +193,7 @@ struct PySampler {
   // keeps its copy to the end, so a close() from another thread never destroys the Sampler under a running call.
   std::shared_ptr<Sampler> sampler;
   Rng rng;
-  std::mutex mu;  // taken with the GIL released around the calls that copy or wait; never waits for the GIL while held
+  std::mutex mu;  // waited for only with the GIL released (lock_holding_gil above)
 
   std::shared_ptr<Sampler> get(const char* op) const {
     if (!sampler) throw Error(Errc::invalid_argument, fmt::format("{}: this Sampler is closed", op));

@@ -4,6 +4,8 @@ process, with the ratio checked after every sample call."""
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -84,6 +86,66 @@ def test_a_waiting_writer_times_out_with_nothing_written_and_can_go_on_without_w
     for _ in range(5):
         push(w, [0, 1])
     assert w.head(0) == 8
+    w.close()
+
+
+def test_closing_a_writer_whose_push_waits_in_another_thread_lets_the_other_threads_run(name):
+    # close() needs the Writer's mutex, which the waiting push holds (with the GIL released) until its timeout; it
+    # waits for it without the GIL, so the interpreter's other threads keep running meanwhile (before, close()
+    # held the GIL while it waited, and every other thread stopped until the push's wait was over).
+    buf = shmreplay.Buffer.create(name, 2, 64, SCHEMA, rate_limit=shmreplay.RateLimit.ratio(1.0, 2, 4.0))
+    w = shmreplay.Writer(buf, [0, 1], wait_for_rate_limit=True, rate_limit_timeout=2.0)
+    for _ in range(3):
+        push(w, [0, 1])
+    outcome, probe = [], []
+
+    def waiting_push():
+        try:
+            push(w, [0])
+        except shmreplay.RateLimited as e:
+            outcome.append(e)
+
+    pusher = threading.Thread(target=waiting_push)
+    pusher.start()
+    deadline = time.monotonic() + 30
+    while buf.rate_limit_state().writer_waiters == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert buf.rate_limit_state().writer_waiters == 1
+    # a thread that needs the GIL a moment after close() starts: it runs then only if close() let the GIL go
+    prober = threading.Thread(target=lambda: (time.sleep(0.2), probe.append(time.monotonic())))
+    started_at = time.monotonic()
+    prober.start()
+    w.close()  # returns once the push has timed out
+    closed_at = time.monotonic()
+    prober.join()
+    pusher.join()
+    assert len(outcome) == 1  # the push ended with RateLimited, then close() went on
+    # (the prober may also run in the instant the push lets the mutex go, just before close() returns: so it must
+    # have run in the first half of close()'s wait, which lasts the rest of the push's 2 s)
+    assert probe[0] - started_at < (closed_at - started_at) / 2, "no other thread ran while close() waited"
+    with pytest.raises(shmreplay.InvalidArgument, match="closed"):
+        push(w, [1])
+    assert buf.heads()[0] == 3
+
+
+def test_a_reservation_that_waits_for_the_limiter_lets_the_other_threads_run(name):
+    buf = shmreplay.Buffer.create(name, 2, 64, SCHEMA, rate_limit=shmreplay.RateLimit.ratio(1.0, 2, 4.0))
+    w = shmreplay.Writer(buf, [0, 1], wait_for_rate_limit=True, rate_limit_timeout=1.0)
+    for _ in range(3):
+        push(w, [0, 1])
+    probe = []
+    prober = threading.Thread(target=lambda: (time.sleep(0.1), probe.append(time.monotonic())))
+    started_at = time.monotonic()
+    prober.start()
+    with pytest.raises(shmreplay.RateLimited):
+        w.reserve(0)  # waits for the limiter, without the GIL, then times out
+    ended_at = time.monotonic()
+    prober.join()
+    assert probe[0] - started_at < (ended_at - started_at) / 2, "no other thread ran while reserve() waited"
+    w.wait_for_rate_limit = False
+    with w.reserve(0) as slot:
+        slot["x"][...] = 7
+    assert buf.heads()[0] == 4
     w.close()
 
 
