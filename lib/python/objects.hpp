@@ -54,9 +54,11 @@ struct Batch {
     return *lent;
   }
 
-  // borrow()'s view, shared by copies of this Batch (the same arrays). Filled by one call at a time: two threads
-  // sampling into the same out= batch at once would write the same arrays anyway.
+  // borrow()'s view, shared by copies of this Batch (the same arrays), and the mutex that lets one call at a time
+  // fill it (taken by PySampler::fill after the Sampler's own: two Samplers' calls into one out= batch from two
+  // threads would otherwise prepare the same SampleBatch at once).
   std::shared_ptr<SampleBatch> lent;
+  std::shared_ptr<std::mutex> filling = std::make_shared<std::mutex>();
 
   SampleBatch lend() {
     std::vector<MutableFieldBytes> out(fields.size());
@@ -236,6 +238,7 @@ struct PySampler {
     {
       py::gil_scoped_release release;
       std::lock_guard lock(mu);
+      std::lock_guard batch_lock(*b.filling);
       body(*s, sb);
       std::copy(sb.weights().begin(), sb.weights().end(), weights);
     }

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import shmreplay
-from conftest import check_batch, payload
+from conftest import PAYLOAD_SCHEMA, check_batch, payload
 
 
 def fill(buffer, steps_per_env, start=None):
@@ -221,6 +221,36 @@ def test_closing_a_sampler_while_another_thread_uses_it_ends_that_threads_calls_
         assert len(errors) == 1 and isinstance(errors[0], shmreplay.InvalidArgument), errors
         assert "this Sampler is closed" in str(errors[0])
         shmreplay.Sampler(buffer).close()  # the learner role was released
+
+
+def test_two_samplers_filling_one_out_batch_from_two_threads_take_turns(buffer, name):
+    # The out= batch has a mutex of its own: each call fills it whole, and the two never prepare it at once.
+    other = shmreplay.Buffer.create(name + "-other", 4, 16, PAYLOAD_SCHEMA)
+    try:
+        fill(buffer, [16, 16, 16, 16])
+        fill(other, [9, 9, 9, 9])
+        samplers = [shmreplay.Sampler(buffer, seed=1), shmreplay.Sampler(other, seed=2)]
+        shared = samplers[0].new_batch(64, 4)
+        errors = []
+
+        def run(s):
+            try:
+                for _ in range(300):
+                    s.sample("replay", 64, 4, out=shared)
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=run, args=(s,)) for s in samplers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert check_batch(shared) == []
+        for s in samplers:
+            s.close()
+    finally:
+        shmreplay.Buffer.remove(name + "-other")
 
 
 def test_updates_rewrite_stored_steps_in_place(buffer):
