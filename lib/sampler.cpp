@@ -323,8 +323,10 @@ void Sampler::check_batch_shape(const Buffer& buffer, const char* op, std::size_
   // The batch holds rows x length steps, each of step_bytes plus a mask byte: a size past what a process can
   // address would wrap in the products that size the batch, so it is refused here, before anything is allocated.
   const uint64_t cell_bytes = buffer.schema().step_bytes() + 1;
-  const uint64_t max_rows = static_cast<uint64_t>(PTRDIFF_MAX) / length / cell_bytes;
-  if (rows > max_rows) {
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(uint64_t{rows}, uint64_t{length}, &bytes) ||
+      __builtin_mul_overflow(bytes, cell_bytes, &bytes) || bytes > static_cast<uint64_t>(PTRDIFF_MAX)) {
+    const uint64_t max_rows = static_cast<uint64_t>(PTRDIFF_MAX) / length / cell_bytes;
     throw Error(Errc::invalid_argument,
                 fmt::format("cannot {} '{}': the batch size is {}, expected at most {} (a batch of {} x {} steps of "
                             "{} bytes would not fit in the address space)",

@@ -107,19 +107,10 @@ void bind_writer(py::module_& m) {
             if (env < 0) throw Error(Errc::env_out_of_range, fmt::format("reserve: env id {} is negative", env));
             auto owned = std::make_unique<PySlot>();
             owned->owner = w;
-            {
-              // a writer that waits for the rate limiter waits without the GIL, as a push does
-              std::unique_lock<std::mutex> lock;
-              std::optional<py::gil_scoped_release> release;
-              if (w->get("reserve").options().wait_for_rate_limit) {
-                release.emplace();
-                lock = std::unique_lock(w->mu);
-              } else {
-                lock = lock_holding_gil(w->mu);
-              }
-              owned->slot.emplace(w->get("reserve").reserve(static_cast<uint64_t>(env)));
+            w->run("reserve", 0, [&](Writer& writer) {  // as a push of no bytes: waits without the GIL
+              owned->slot.emplace(writer.reserve(static_cast<uint64_t>(env)));
               w->open_slots.push_back(owned.get());
-            }
+            });
             PySlot& slot = *owned;
             py::object self = py::cast(std::move(owned));
             const Schema& schema = w->buffer->schema();

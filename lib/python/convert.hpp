@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -242,9 +243,11 @@ inline FieldArrays field_arrays(const char* op, const Schema& schema, const py::
   return out;
 }
 
-// Env id `v` at position `i` of a call's ids, checked against the buffer's envs.
-inline uint64_t checked_env_id(const char* op, int64_t v, std::size_t i, uint64_t num_envs) {
-  if (v < 0 || static_cast<uint64_t>(v) >= num_envs) {
+// Env id `v` (a signed or unsigned integer) at position `i` of a call's ids, checked against the buffer's envs.
+template <class Int>
+uint64_t checked_env_id(const char* op, Int v, std::size_t i, uint64_t num_envs) {
+  static_assert(std::is_integral_v<Int>);
+  if ((std::is_signed_v<Int> && v < 0) || static_cast<uint64_t>(v) >= num_envs) {
     throw Error(Errc::env_out_of_range, fmt::format("{}: env id {} at position {} is out of range: the buffer has "
                                                     "envs 0 to {}",
                                                     op, v, i, num_envs - 1));
@@ -280,15 +283,7 @@ inline std::vector<uint64_t> env_id_vector(const char* op, py::handle ids, uint6
   if (a.dtype().kind() == 'u') {
     const auto typed = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(a);
     std::vector<uint64_t> out(static_cast<std::size_t>(typed.size()));
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      const uint64_t v = typed.data()[i];
-      if (v >= num_envs) {
-        throw Error(Errc::env_out_of_range, fmt::format("{}: env id {} at position {} is out of range: the buffer "
-                                                        "has envs 0 to {}",
-                                                        op, v, i, num_envs - 1));
-      }
-      out[i] = v;
-    }
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = checked_env_id(op, typed.data()[i], i, num_envs);
     return out;
   }
   // int32 (envpool's) and int64 are read in place; other integer types are converted once.

@@ -113,7 +113,7 @@ struct PyWriter {
   std::shared_ptr<Buffer> buffer;
   std::optional<Writer> writer;
   std::mutex mu;  // waited for only with the GIL released (lock_holding_gil above)
-  std::vector<PySlot*> open_slots;  // reservations not yet committed or abandoned (changed with the GIL held)
+  std::vector<PySlot*> open_slots;  // reservations not yet committed or abandoned (changed under mu)
   // What push_call.cpp compares a data key with, by pointer, to find its field (made on the first push, used and
   // changed with the GIL held): the schema's field names as interned str objects, in schema order (a dict written
   // with literal keys holds these very objects), and for each field the last exact str key found equal to its
@@ -138,6 +138,27 @@ struct PyWriter {
     return *writer;
   }
   void close();
+
+  // The most step data a push copies while holding the GIL (about 3 µs of copying at memory speed).
+  static constexpr std::size_t kHoldGilBytes = std::size_t{64} << 10;
+
+  // Runs call(writer) under mu, for a call that writes `bytes` of step data (push, push_one, reserve): with the
+  // GIL kept when that is at most kHoldGilBytes and the writer never waits for the rate limiter (such a call takes
+  // less time than handing the GIL over and back), unless another thread holds mu; with the GIL released
+  // otherwise. The Writer is looked up under mu, so a close() from another thread is seen.
+  template <class Call>
+  void run(const char* op, std::size_t bytes, Call&& call) {
+    if (bytes <= kHoldGilBytes && !get(op).options().wait_for_rate_limit) {
+      std::unique_lock lock(mu, std::try_to_lock);
+      if (lock.owns_lock()) {
+        call(get(op));
+        return;
+      }
+    }
+    py::gil_scoped_release release;
+    std::lock_guard lock(mu);
+    call(get(op));
+  }
 };
 
 
@@ -210,12 +231,14 @@ struct PySampler {
     closing.reset();
   }
 
-  // Runs `body(sampler, batch)` on `out` (or a new Batch of rows x length) with the GIL released.
+  // Runs `body(sampler, batch)` on `out` (or a new Batch of rows x length, its shape checked first) with the GIL
+  // released. A given out= batch has the shape it was made with (new_batch, or an earlier call), checked then.
   template <class Body>
   py::object fill(const char* op, std::size_t rows, std::size_t length, py::object out, Body&& body) {
     const std::shared_ptr<Sampler> s = get(op);
     py::object result = out;
     if (out.is_none()) {
+      Sampler::check_batch_shape(*buffer, op, rows, length);  // a clear error before any array is made
       try {
         result = py::cast(Batch::make(schema, rows, length));
       } catch (const std::bad_alloc&) {

@@ -4,9 +4,9 @@
 //   the stack, and int32 (envpool's) or int64 env id arrays are passed to the Writer in place;
 // - a field is found by pointer: the dict's keys are, in the common case, the very str objects of the schema's
 //   names (CPython interns identifier-like string literals and so do we), checked in schema order first;
-// - the GIL is kept for a small push (at most kHoldGilBytes of step data) by a writer that never waits for the
-//   rate limiter: such a push takes a few hundred nanoseconds, less than handing the GIL to another thread and
-//   taking it back. A larger push, or one that may wait, releases the GIL as before.
+// - the GIL is kept for a small push (at most PyWriter::kHoldGilBytes of step data, PyWriter::run) by a writer
+//   that never waits for the rate limiter: such a push takes a few hundred nanoseconds, less than handing the GIL
+//   to another thread and taking it back. A larger push, or one that may wait, releases the GIL as before.
 // The conversions and errors are convert.hpp's, the same as every other call's.
 #include <boost/container/small_vector.hpp>
 
@@ -24,9 +24,6 @@ namespace shmreplay::python {
 using namespace py::literals;
 
 namespace {
-
-// The most step data a push copies while holding the GIL (about 3 µs of copying at memory speed).
-constexpr std::size_t kHoldGilBytes = std::size_t{64} << 10;
 
 // The field arrays of one call in schema order (converted ones owned here), and the bytes the Writer reads.
 struct PushFields {
@@ -205,23 +202,6 @@ void collect_ids(const char* op, PyObject* ids, uint64_t num_envs, PushIds& out)
   out.wide = out.converted;
 }
 
-// Runs call(writer) under the Writer's mutex: with the GIL kept for a small push by a writer that never waits
-// (unless another thread is inside a push of this Writer, holding the mutex with the GIL released), with the GIL
-// released otherwise. The Writer is looked up under the mutex, so a close() from another thread is seen.
-template <class Call>
-void run_push(const char* op, PyWriter& w, std::size_t bytes, Call&& call) {
-  if (bytes <= kHoldGilBytes && !w.get(op).options().wait_for_rate_limit) {
-    std::unique_lock lock(w.mu, std::try_to_lock);
-    if (lock.owns_lock()) {
-      call(w.get(op));
-      return;
-    }
-  }
-  py::gil_scoped_release release;
-  std::lock_guard lock(w.mu);
-  call(w.get(op));
-}
-
 PyObject* writer_push(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
   return guarded([&] {
     static constexpr std::array<const char*, 3> kNames = {"env_ids", "data", "priorities"};
@@ -235,13 +215,13 @@ PyObject* writer_push(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, 
     collect_fields("push", w, a[1], {static_cast<py::ssize_t>(ids.size())}, fields);
     const std::span<const FieldBytes> bytes(fields.bytes.data(), fields.bytes.size());
     if (a[2] == nullptr || a[2] == Py_None) {
-      run_push("push", w, fields.total, [&](Writer& writer) {
+      w.run("push", fields.total, [&](Writer& writer) {
         ids.is_narrow ? writer.push(ids.narrow, bytes) : writer.push(ids.wide, bytes);
       });
     } else {
       const auto prio = priority_array("push", a[2], ids.size());
       const std::span<const float> p(prio.data(), ids.size());
-      run_push("push", w, fields.total, [&](Writer& writer) {
+      w.run("push", fields.total, [&](Writer& writer) {
         ids.is_narrow ? writer.push(ids.narrow, bytes, p) : writer.push(ids.wide, bytes, p);
       });
     }
@@ -261,7 +241,7 @@ PyObject* writer_push_one(PyObject* self, PyObject* const* args, Py_ssize_t narg
     PushFields fields;
     collect_fields("push_one", w, a[1], {}, fields);
     const std::span<const FieldBytes> bytes(fields.bytes.data(), fields.bytes.size());
-    run_push("push_one", w, fields.total,
+    w.run("push_one", fields.total,
              [&](Writer& writer) { writer.push_one(static_cast<uint64_t>(env), bytes); });
     Py_RETURN_NONE;
   });
@@ -295,7 +275,7 @@ void add_push_methods(py::module_& m, py::handle writer_class) {
         PushFields fields;
         collect_fields("_push_repeated", w, data.ptr(), {static_cast<py::ssize_t>(ids.size())}, fields);
         const std::span<const FieldBytes> bytes(fields.bytes.data(), fields.bytes.size());
-        run_push("_push_repeated", w, fields.total, [&](Writer& writer) {
+        w.run("_push_repeated", fields.total, [&](Writer& writer) {
           for (uint64_t i = 0; i < count; ++i) {
             ids.is_narrow ? writer.push(ids.narrow, bytes) : writer.push(ids.wide, bytes);
           }

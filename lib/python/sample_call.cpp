@@ -54,7 +54,6 @@ PyObject* sampler_sample(PyObject* self, PyObject* const* args, Py_ssize_t nargs
     const auto length = argument<std::size_t>("sample", "sequence_length", a[2]);
     const double power = argument_or<double>("sample", kSampleNames, a, 3, 0.0);
     const SampleOptions o = sequence_options("sample", kSampleNames, a, 4);
-    Sampler::check_batch_shape(*s.buffer, "sample", rows, length);  // before fill() makes the arrays
     return s.fill("sample", rows, length, out_argument(a[10]), [&](Sampler& smp, SampleBatch& b) {
               smp.sample(v, rows, length, power, s.rng, b, o);
             })
@@ -77,8 +76,7 @@ PyObject* sampler_sample_mixed(PyObject* self, PyObject* const* args, Py_ssize_t
     const auto length = argument<std::size_t>("sample_mixed", "sequence_length", a[2]);
     const double power = argument_or<double>("sample_mixed", kMixedNames, a, 3, 0.0);
     const SampleOptions o = sequence_options("sample_mixed", kMixedNames, a, 4);
-    const std::size_t rows = online > SIZE_MAX - replay ? SIZE_MAX : replay + online;  // SIZE_MAX: refused next
-    Sampler::check_batch_shape(*s.buffer, "sample (mixed)", rows, length);
+    const std::size_t rows = online > SIZE_MAX - replay ? SIZE_MAX : replay + online;  // SIZE_MAX: fill() refuses it
     return s.fill("sample_mixed", rows, length, out_argument(a[10]), [&](Sampler& smp, SampleBatch& b) {
               smp.sample_mixed(replay, online, length, power, s.rng, b, o);
             })
@@ -101,7 +99,6 @@ PyObject* sampler_sample_transitions(PyObject* self, PyObject* const* args, Py_s
     const SampleOptions o = sample_options("cross", 1, 0, argument_or<bool>(fn, kTransitionNames, a, 2, false),
                                            argument_or<double>(fn, kTransitionNames, a, 3, 0.4),
                                            argument_or<double>(fn, kTransitionNames, a, 4, 10.0));
-    Sampler::check_batch_shape(*s.buffer, "sample", rows, 1);
     return s.fill(fn, rows, 1, out_argument(a[5]), [&](Sampler& smp, SampleBatch& b) {
               smp.sample_transitions(v, rows, s.rng, b, o);
             })
