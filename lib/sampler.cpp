@@ -109,11 +109,12 @@ detail::EnvView snapshot_view(const Buffer& b, uint64_t e, View view) noexcept {
 
 // Throws the error of a prioritized snapshot with nothing to draw from, when it is not a write in progress:
 // every step of the views has priority 0 (empty_view), or a weight that is not finite (corrupt: every priority
-// is checked as it enters, so the segment is damaged). Returns when a fresh snapshot may do.
-void check_priority_leaves(const detail::PriorityPlanner& planner, const Buffer& b, const char* op, View view) {
+// is checked as it enters, so the segment is damaged). Returns when a fresh snapshot may do: whether the views
+// hold a positive weight (then a scan in a later round of the call would only repeat this one).
+bool check_priority_leaves(const detail::PriorityPlanner& planner, const Buffer& b, const char* op, View view) {
   switch (planner.scan_leaves()) {
-    case detail::PriorityPlanner::Leaves::empty:
-    case detail::PriorityPlanner::Leaves::positive: return;
+    case detail::PriorityPlanner::Leaves::empty: return false;
+    case detail::PriorityPlanner::Leaves::positive: return true;
     case detail::PriorityPlanner::Leaves::all_zero:
       throw Error(Errc::empty_view,
                   fmt::format("cannot {} the {} view of '{}' by priority: every stored step in it has priority 0 "
@@ -546,7 +547,7 @@ double Sampler::total_weight(View view, std::size_t sequence_length, double dist
   if (planner->prepare(z.views, sequence_length, distribution_power, plan)) return planner->total_weight();
   // Nothing to draw: 0, unless a prioritized total is not finite (a damaged segment).
   if (options.prioritized && !std::isfinite(z.priority.total())) {
-    check_priority_leaves(z.priority, *buffer_, "compute the total weight of", view);
+    (void)check_priority_leaves(z.priority, *buffer_, "compute the total weight of", view);
   }
   return 0.0;
 }
@@ -571,7 +572,18 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
   // during their copy, or a view that was momentarily unusable); it is what max_retry_rounds limits.
   const uint64_t step_bytes = buffer_->schema().step_bytes();
   uint32_t round = 0;
+  bool drew_nothing = false;    // the last round without progress had nothing to draw (no row was overwritten)
+  bool leaves_scanned = false;  // check_priority_leaves found a positive weight: no need to scan again
   while (!z.failed.empty()) {
+    if (round > options_.max_retry_rounds && drew_nothing) {
+      throw Error(Errc::contended,
+                  fmt::format("cannot sample the {} view of '{}': {} snapshots in a row had no start to draw from "
+                              "({})",
+                              to_string(view), buffer_->name(), options_.max_retry_rounds,
+                              o.prioritized ? "a write in progress hid every start, or the view's priority sums "
+                                              "read 0 beside weights over 2^53 times larger"
+                                            : "a write in progress hid every start"));
+    }
     if (round > options_.max_retry_rounds) {
       throw Error(Errc::contended,
                   fmt::format("cannot sample the {} view of '{}': {} row(s) were overwritten by writers during "
@@ -595,7 +607,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
                                                                        : ""));
       }
       if constexpr (std::is_same_v<Plan, detail::PriorityPlanner>) {  // all priorities 0, or a damaged tree
-        check_priority_leaves(planner, *buffer_, "sample", view);
+        if (!leaves_scanned) leaves_scanned = check_priority_leaves(planner, *buffer_, "sample", view);
       }
       // A write in progress hides the oldest step of its env; that can hide the only within start for good
       // unless the sequence needs the whole ring (L = capacity), where the next step brings one back.
@@ -610,6 +622,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
     };
     if (!usable(planner.prepare(z.views, length, power, plan))) {
       ++round;
+      drew_nothing = true;
       continue;
     }
     std::swap(z.failed, z.redraw);
@@ -655,7 +668,10 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
       retries_ += overwritten;
       buffer_->global_control().retries.fetch_add(overwritten, std::memory_order_relaxed);
     }
-    if (overwritten > 0 || stalled) ++round;
+    if (overwritten > 0 || stalled) {
+      ++round;
+      drew_nothing = overwritten == 0;
+    }
   }
 }
 

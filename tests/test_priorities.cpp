@@ -454,6 +454,26 @@ TEST_CASE("prioritized sampling of a view whose every step has priority 0 says s
   CHECK(weight[0] == static_cast<double>(std::numeric_limits<float>::denorm_min()));
 }
 
+TEST_CASE("a prioritized view whose sums lose its weights beside far larger ones gives up saying so, not with "
+          "\"ring too small for the write rate\"") {
+  // A known limit: a view's total is a difference of two prefix sums (f64), so a view of small weights after a
+  // weight over 2^53 times larger reads 0. No row is overwritten (no writer runs); the message must not say so.
+  SegmentGuard guard(unique_name("prioprecision"));
+  Buffer buf = Buffer::create(guard.name(), 1, 4, kSchema, {.priority_exponent = 1.0});
+  Writer w(buf, std::vector<uint64_t>{0});
+  push(w, buf, 0, 1e20f);
+  Sampler s(buf, {.max_retry_rounds = 20});
+  s.reset_online_queue();
+  push(w, buf, 0, 1e-3f);
+  Rng rng(1);
+  SampleBatch b;
+  std::string m;
+  CHECK(error_of([&] { s.sample(View::online, 1, 1, 0.0, rng, b, {.prioritized = true}); }, &m) ==
+        static_cast<int>(Errc::contended));
+  CHECK(m.find("no start to draw from") != std::string::npos);
+  CHECK(m.find("too small for the write rate") == std::string::npos);
+}
+
 TEST_CASE("a sum tree holding a weight that is not finite is reported as corruption, not contention") {
   // Every priority that enters is checked, so only a damaged segment has one: sampling says so, as does
   // total_weight (which would otherwise hand a learner of several buffers an infinite share).
