@@ -8,9 +8,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
-#include <limits>
 #include <optional>
 #include <type_traits>
 #include <utility>

@@ -85,9 +85,8 @@ void bind_sampler(py::module_& m) {
           "min_steps"_a = 0, "prioritized"_a = false,
           "The total weight of the view's starts for sample() with these arguments (the sum of min(steps left, "
           "sequence_length)**power, of 1 for episodes='within', of priority**alpha with prioritized=True and "
-          "power 0): sample "
-          "draws a start with probability weight / total. 0.0 for an empty view or one below min_steps. What "
-          "shmreplay.ray splits a batch among buffers by.")
+          "power 0): sample draws a start with probability weight / total. 0.0 for an empty view or one below "
+          "min_steps. What shmreplay.ray splits a batch among buffers by.")
       .def(
           "priority_weights",
           [](PySampler& s, py::object env_ids, py::object steps) {
