@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -93,6 +95,39 @@ uint64_t published_steps(const Buffer& b, View view) noexcept {
     total += r.hi - r.lo;
   }
   return total;
+}
+
+// Env `e`'s view in a snapshot: view_range, bounded to the ring. A no-op in a consistent segment (claimed >=
+// head); a segment whose counters were damaged (claimed far below head) gives a longer view, which the Inspector
+// reports as corrupt, and which neither the draws (their slot computation) nor total_weight may see: both take
+// their views from here, so total_weight weighs the view that sample draws from.
+detail::EnvView snapshot_view(const Buffer& b, uint64_t e, View view) noexcept {
+  const uint64_t cap = b.capacity();
+  const detail::StepRange r = detail::view_range(b.env_control(e), view, cap);
+  return {std::max(r.lo, r.hi > cap ? r.hi - cap : 0), r.hi};
+}
+
+// Throws the error of a prioritized snapshot with nothing to draw from, when it is not a write in progress:
+// every step of the views has priority 0 (empty_view), or a weight that is not finite (corrupt: every priority
+// is checked as it enters, so the segment is damaged). Returns when a fresh snapshot may do: whether the views
+// hold a positive weight (then a scan in a later round of the call would only repeat this one).
+bool check_priority_leaves(const detail::PriorityPlanner& planner, const Buffer& b, const char* op, View view) {
+  switch (planner.scan_leaves()) {
+    case detail::PriorityPlanner::Leaves::empty: return false;
+    case detail::PriorityPlanner::Leaves::positive: return true;
+    case detail::PriorityPlanner::Leaves::all_zero:
+      throw Error(Errc::empty_view,
+                  fmt::format("cannot {} the {} view of '{}' by priority: every stored step in it has priority 0 "
+                              "(sampling weight 0), so none can be drawn; give steps a positive priority "
+                              "(update_priorities, or push with priorities)",
+                              op, to_string(view), b.name()));
+    case detail::PriorityPlanner::Leaves::not_finite: break;
+  }
+  throw Error(Errc::corrupt,
+              fmt::format("cannot {} the {} view of '{}' by priority: a sampling weight in its priority trees is "
+                          "not a finite number >= 0 (the view's total is {}); every priority is checked as it "
+                          "enters, so the segment is damaged",
+                          op, to_string(view), b.name(), planner.total()));
 }
 
 // Whether any env's writer is between its claim and its head store (the view is one step short meanwhile).
@@ -369,6 +404,13 @@ void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, d
                               options.period != 1 ? fmt::format("period = {}", options.period)
                                                   : std::string("episodes = within")));
     }
+    if (power != 0.0) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot {} '{}' by priority with distribution_power = {}: a prioritized draw weighs a "
+                              "start by its priority^alpha alone, not by the steps left after it (pass 0, the "
+                              "default)",
+                              op, buffer_->name(), power));
+    }
     if (!std::isfinite(options.importance_exponent) || options.importance_exponent < 0.0) {
       throw Error(Errc::invalid_argument,
                   fmt::format("cannot {} '{}': importance_exponent (beta) is {}, expected a finite number >= 0", op,
@@ -378,14 +420,16 @@ void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, d
 }
 
 // Turns each row's N * P, which the priority planner left in the weights, into (N * P)^-beta over the batch's
-// largest.
+// largest, computed as (smallest N * P / N * P)^beta: a ratio in (0, 1] to the power beta, which neither overflows
+// nor, for the least likely row (exactly 1), underflows, whatever beta (as a quotient of two powers, beta = 1e9
+// made it inf / inf). A row whose N * P rounded to 0 in the f32 weights is the least likely.
 void Sampler::finish_weights(SampleBatch& out, double beta) noexcept {
-  float largest = 0;
+  float smallest = std::numeric_limits<float>::infinity();
+  for (std::size_t r = 0; r < out.rows_; ++r) smallest = std::min(smallest, out.weights_[r]);
   for (std::size_t r = 0; r < out.rows_; ++r) {
-    out.weights_[r] = static_cast<float>(std::pow(static_cast<double>(out.weights_[r]), -beta));
-    largest = std::max(largest, out.weights_[r]);
+    const float np = out.weights_[r];
+    out.weights_[r] = np <= smallest ? 1.0f : static_cast<float>(std::pow(static_cast<double>(smallest) / np, beta));
   }
-  for (std::size_t r = 0; r < out.rows_; ++r) out.weights_[r] = largest > 0 ? out.weights_[r] / largest : 1.0f;
 }
 
 // The gather: a chunk's rows are added (drawn) first, then copied field by field with the rows ahead prefetched
@@ -490,10 +534,7 @@ double Sampler::total_weight(View view, std::size_t sequence_length, double dist
   if (options.min_steps > 0 && published_steps(*buffer_, view) < options.min_steps) return 0.0;
   Scratch& z = *scratch_;
   const uint64_t cap = buffer_->capacity();
-  for (std::size_t e = 0; e < z.views.size(); ++e) {  // one snapshot, as a round of sample_with takes it
-    const detail::StepRange r = detail::view_range(buffer_->env_control(e), view, cap);
-    z.views[e] = {r.lo, r.hi};
-  }
+  for (std::size_t e = 0; e < z.views.size(); ++e) z.views[e] = snapshot_view(*buffer_, e, view);  // as sample_with
   detail::Planner* planner = nullptr;
   switch (plan_kind(options, sequence_length)) {
     case PlanKind::priority: planner = &z.priority; break;
@@ -503,7 +544,12 @@ double Sampler::total_weight(View view, std::size_t sequence_length, double dist
   }
   planner->begin_call();
   const detail::PlanOptions plan{options.episodes, std::min(options.period, cap)};
-  return planner->prepare(z.views, sequence_length, distribution_power, plan) ? planner->total_weight() : 0.0;
+  if (planner->prepare(z.views, sequence_length, distribution_power, plan)) return planner->total_weight();
+  // Nothing to draw: 0, unless a prioritized total is not finite (a damaged segment).
+  if (options.prioritized && !std::isfinite(z.priority.total())) {
+    (void)check_priority_leaves(z.priority, *buffer_, "compute the total weight of", view);
+  }
+  return 0.0;
 }
 
 // The rounds of one view's rows: each round snapshots the view, has the planner draw the rows still pending, and
@@ -526,7 +572,18 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
   // during their copy, or a view that was momentarily unusable); it is what max_retry_rounds limits.
   const uint64_t step_bytes = buffer_->schema().step_bytes();
   uint32_t round = 0;
+  bool drew_nothing = false;    // the last round without progress had nothing to draw (no row was overwritten)
+  bool leaves_scanned = false;  // check_priority_leaves found a positive weight: no need to scan again
   while (!z.failed.empty()) {
+    if (round > options_.max_retry_rounds && drew_nothing) {
+      throw Error(Errc::contended,
+                  fmt::format("cannot sample the {} view of '{}': {} snapshots in a row had no start to draw from "
+                              "({})",
+                              to_string(view), buffer_->name(), options_.max_retry_rounds,
+                              o.prioritized ? "a write in progress hid every start, or the view's priority sums "
+                                              "read 0 beside weights over 2^53 times larger"
+                                            : "a write in progress hid every start"));
+    }
     if (round > options_.max_retry_rounds) {
       throw Error(Errc::contended,
                   fmt::format("cannot sample the {} view of '{}': {} row(s) were overwritten by writers during "
@@ -535,12 +592,8 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
                               to_string(view), buffer_->name(), z.failed.size(), options_.max_retry_rounds, cap));
     }
     for (std::size_t e = 0; e < z.views.size(); ++e) {
-      const detail::StepRange r = detail::view_range(buffer_->env_control(e), view, cap);
-      // At most the ring: a no-op in a consistent segment (claimed >= head); a segment whose counters were
-      // damaged (claimed far below head) gives a longer view, which the Inspector reports as corrupt, and which
-      // the slot computation below must not see.
-      z.views[e] = {std::max(r.lo, r.hi > cap ? r.hi - cap : 0), r.hi};
-      z.hi_base[e] = r.hi - r.hi % cap;  // so that a row's slot needs no division (below)
+      z.views[e] = snapshot_view(*buffer_, e, view);  // at most the ring, which the slot computation below needs
+      z.hi_base[e] = z.views[e].hi - z.views[e].hi % cap;  // so that a row's slot needs no division (below)
     }
     // Whether the round may go ahead; throws when the view cannot give a row, yields when that may be a write
     // in progress (the view is a step short while a slot is reclaimed).
@@ -552,6 +605,9 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
                                                   view == View::online ? " (nothing was pushed since the last "
                                                                          "reset_online_queue())"
                                                                        : ""));
+      }
+      if constexpr (std::is_same_v<Plan, detail::PriorityPlanner>) {  // all priorities 0, or a damaged tree
+        if (!leaves_scanned) leaves_scanned = check_priority_leaves(planner, *buffer_, "sample", view);
       }
       // A write in progress hides the oldest step of its env; that can hide the only within start for good
       // unless the sequence needs the whole ring (L = capacity), where the next step brings one back.
@@ -566,6 +622,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
     };
     if (!usable(planner.prepare(z.views, length, power, plan))) {
       ++round;
+      drew_nothing = true;
       continue;
     }
     std::swap(z.failed, z.redraw);
@@ -611,7 +668,10 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
       retries_ += overwritten;
       buffer_->global_control().retries.fetch_add(overwritten, std::memory_order_relaxed);
     }
-    if (overwritten > 0 || stalled) ++round;
+    if (overwritten > 0 || stalled) {
+      ++round;
+      drew_nothing = overwritten == 0;
+    }
   }
 }
 
@@ -813,14 +873,15 @@ PriorityUpdateResult Sampler::update_priorities(std::span<const uint64_t> env_id
                             buffer_->name(), env_ids.size(), steps.size(), priorities.size()));
   }
   // Everything is checked before anything is set.
+  const double alpha = buffer_->priority_exponent();
   float largest = 0;
   for (std::size_t i = 0; i < env_ids.size(); ++i) {
     detail::check_env_id(*buffer_, env_ids[i], "update priorities of");
-    if (!(std::isfinite(priorities[i]) && priorities[i] >= 0)) {
+    if (!detail::priority_fits(priorities[i], alpha)) {
       throw Error(Errc::invalid_argument,
-                  fmt::format("cannot update priorities of '{}': priority {} (position {}, env {} step {}) is not a "
-                              "finite number >= 0",
-                              buffer_->name(), priorities[i], i, env_ids[i], steps[i]));
+                  fmt::format("cannot update priorities of '{}': priority {} (position {}, env {} step {}) {}",
+                              buffer_->name(), priorities[i], i, env_ids[i], steps[i],
+                              detail::priority_misfit(priorities[i], alpha)));
     }
     const uint64_t head = detail::load_head(buffer_->env_control(env_ids[i]));
     if (steps[i] >= head) {
@@ -832,7 +893,6 @@ PriorityUpdateResult Sampler::update_priorities(std::span<const uint64_t> env_id
     largest = std::max(largest, priorities[i]);
   }
   GlobalControl& g = buffer_->global_control();
-  const double alpha = buffer_->priority_exponent();
   PriorityUpdateResult result;
   for (std::size_t i = 0; i < env_ids.size(); ++i) {
     const uint64_t e = env_ids[i];

@@ -74,8 +74,13 @@ void StepSlot::set_priority(double priority) {
     throw Error(Errc::invalid_argument,
                 fmt::format("step {} of env {} was already committed or abandoned", step_, env_));
   }
-  const float one[1] = {static_cast<float>(priority)};
-  if (!(std::isfinite(priority) && priority >= 0)) writer_->check_priorities(1, one);
+  const Buffer& buffer = *writer_->buffer_;
+  if (!detail::priority_fits(priority, buffer.priority_exponent())) {  // checked as given, before any conversion
+    writer_->check_priorities(0, {});  // a buffer without priorities says so first, as a push with them does
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot set the priority of step {} of env {} of '{}': priority {} {}", step_, env_,
+                            buffer.name(), priority, detail::priority_misfit(priority, buffer.priority_exponent())));
+  }
   priority_ = priority;
 }
 
@@ -264,17 +269,18 @@ void Writer::check_priorities(std::size_t count, std::span<const float> prioriti
     throw Error(Errc::size_mismatch, fmt::format("cannot push to '{}': {} priorities given for {} env{}",
                                                  buffer_->name(), priorities.size(), count, count == 1 ? "" : "s"));
   }
+  const double alpha = buffer_->priority_exponent();
   for (std::size_t i = 0; i < count; ++i) {
-    if (!(std::isfinite(priorities[i]) && priorities[i] >= 0)) {
-      throw Error(Errc::invalid_argument,
-                  fmt::format("cannot push to '{}': priority {} (position {}) is not a finite number >= 0",
-                              buffer_->name(), priorities[i], i));
+    if (!detail::priority_fits(priorities[i], alpha)) {
+      throw Error(Errc::invalid_argument, fmt::format("cannot push to '{}': priority {} (position {}) {}",
+                                                      buffer_->name(), priorities[i], i,
+                                                      detail::priority_misfit(priorities[i], alpha)));
     }
   }
 }
 
 // The writer half of the priority protocol for a claimed step: its leaf and the walk, before the head store.
-// A negative priority means the running maximum.
+// A negative priority means the running maximum. The priority was checked (priority_fits) by the caller.
 void Writer::set_priority(uint64_t env, uint64_t step, double priority) noexcept {
   if (!buffer_->has_priorities()) return;
   layout::GlobalControl& g = buffer_->global_control();

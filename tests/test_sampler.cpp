@@ -735,7 +735,7 @@ TEST_CASE("every sampled and peeked row goes through the batched gather, validat
     CAPTURE(c.length);
     CAPTURE(c.prioritized);
     const SamplerStats before = s.stats();
-    s.sample(View::replay, c.rows, c.length, 1.0, rng, out, {.prioritized = c.prioritized});
+    s.sample(View::replay, c.rows, c.length, c.prioritized ? 0.0 : 1.0, rng, out, {.prioritized = c.prioritized});
     const SamplerStats& after = s.stats();
     const std::string problem = check_rows(out, m, View::replay, 0, c.rows, c.length);
     REQUIRE_MESSAGE(problem.empty(), problem);
@@ -774,6 +774,21 @@ TEST_CASE("counters corrupted to a view longer than the ring are sampled inside 
     for (int call = 0; call < 20; ++call) r.s.sample(View::replay, 64, length, 1.0, rng, out);
     CHECK(out.rows() == 64);
   }
+}
+
+TEST_CASE("total_weight of counters corrupted to a view longer than the ring weighs the view that sample draws from") {
+  // sample bounds a view to the ring (the test above); total_weight must weigh that same view, or a learner of
+  // several buffers (shmreplay.ray) gives a damaged one a share it then draws from a smaller view.
+  const uint64_t cap = 8;
+  Rig r("corrupt-total", 2, cap);
+  for (uint64_t k = 0; k < 3 * cap; ++k) push_envs(r.w, r.m, {0, 1}, 0);
+  const double healthy = r.s.total_weight(View::replay, 3, 1.0, {});
+  CHECK(healthy == 2 * (6 * 3 + 2 + 1));  // per env: 6 starts with 3 steps left, then 2 and 1
+  layout::EnvControl& c = r.buf.env_control(0);
+  c.head.store(1000);
+  c.claimed.store(20);  // unbounded, env 0's view would be [12, 1000): 988 starts
+  CHECK(r.s.total_weight(View::replay, 1, 0.0, {}) == 2 * cap);
+  CHECK(r.s.total_weight(View::replay, 3, 1.0, {}) == healthy);
 }
 
 TEST_CASE("the gather copies fields of every size, whole, wrapped and short rows, byte for byte") {

@@ -21,7 +21,8 @@ enum class Errc : int {
   truncated,             ///< the file is shorter than its header says it must be
   version_mismatch,      ///< the segment's layout major version is not this library's
   not_ready,             ///< the creator has not finished initialising the segment
-  corrupt,               ///< the header's sizes, offsets or schema table are inconsistent
+  corrupt,               ///< the header's sizes, offsets or schema table are inconsistent (or, found when
+                         ///< sampling by priority, a priority tree holds a weight that is not finite)
   schema_mismatch,       ///< open() with an expected schema that differs from the segment's
   no_space,              ///< the shared-memory file system lacks the room for the segment
   permission_denied,     ///< the OS refused access to the segment file
@@ -30,10 +31,12 @@ enum class Errc : int {
   lease_held,            ///< the env (or the learner role) is leased by another live process
   not_leased,            ///< a push to an env that this Writer does not lease
   size_mismatch,         ///< field data whose byte size does not match the schema
-  empty_view,            ///< sampling a view that holds no steps, fewer than SampleOptions::min_steps, or (with
-                         ///< Episodes::within) no start whose whole sequence lies in one episode
+  empty_view,            ///< sampling a view that holds no steps, fewer than SampleOptions::min_steps, (with
+                         ///< Episodes::within) no start whose whole sequence lies in one episode, or (prioritized)
+                         ///< only steps of priority 0
   timeout,               ///< a blocking wait ran out of time
-  contended,             ///< a sample kept being overwritten by writers and gave up after its retry limit
+  contended,             ///< a sample kept being overwritten by writers and gave up after its retry limit (or
+                         ///< its snapshots kept having no start to draw from; the message says which)
   read_only,             ///< a writing role on a read-only mapping
   rate_limited,          ///< the rate limiter held a sample or a waiting writer's push back past its timeout (or,
                          ///< with a timeout of 0, at once: "not now")

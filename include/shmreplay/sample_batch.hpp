@@ -61,7 +61,8 @@ class SampleBatch {
   std::span<const uint64_t> start_steps() const noexcept { return {starts_, rows_}; }
   /// Per row, the importance weight of a prioritized sample, (N * P(row))^-beta over the batch's maximum (so the
   /// largest is 1; N is the number of steps in the row's view, P the probability its start was drawn with); 1 for
-  /// every row of a sample that was not prioritized. Always owned by the batch, also when it borrows its arrays.
+  /// every row of a sample that was not prioritized. In [0, 1] for any beta: computed as (smallest N * P / N * P)^beta.
+  /// Always owned by the batch, also when it borrows its arrays.
   std::span<const float> weights() const noexcept { return {weights_.data(), rows_}; }
   /// The episode fields of the buffer the batch was last filled from (schema indices; all empty without).
   const EpisodeFieldIndices& episode_fields() const noexcept { return episode_fields_; }

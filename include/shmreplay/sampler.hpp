@@ -110,11 +110,14 @@ struct SampleOptions {
   uint64_t min_steps = 0;
   /// Prioritized sampling (a buffer created with a priority exponent alpha): a start is drawn with probability
   /// proportional to its priority^alpha (the priority of the row's first step), and the batch's weights() hold the
-  /// importance weights (N * P)^-beta over their maximum. distribution_power does not apply. Works with
-  /// episodes = cross and stop (rows still end at their episode's end), with period 1; within and a period above 1
-  /// are refused (invalid_argument): both restrict the starts to a set the priority trees do not index.
+  /// importance weights (N * P)^-beta over their maximum. distribution_power must be 0 (invalid_argument
+  /// otherwise: the weight is the priority's alone). Works with episodes = cross and stop (rows still end at their
+  /// episode's end), with period 1; within and a period above 1 are refused (invalid_argument): both restrict the
+  /// starts to a set the priority trees do not index. A view whose every stored step has priority 0 throws
+  /// empty_view; a priority tree holding a weight that is not finite (a damaged segment) throws corrupt.
   bool prioritized = false;
-  /// beta, the importance-sampling exponent of a prioritized sample (finite, >= 0; 0 gives weights of 1).
+  /// beta, the importance-sampling exponent of a prioritized sample (finite, >= 0; 0 gives weights of 1). Any
+  /// such beta gives weights in [0, 1]: they are computed as (smallest N * P / N * P)^beta.
   double importance_exponent = 0.4;
   /// In a buffer with a rate limiter (shmreplay/rate_limit.hpp): how long the call waits while the limiter holds
   /// it back (too few steps stored, or the learner ahead of the writers), woken by writers across processes, before
@@ -161,7 +164,9 @@ using Rng = std::mt19937_64;
 
 struct SamplerOptions {
   /// How many times a sample call redraws rows that writers overwrote during the copy before it gives up with
-  /// Errc::contended (only reachable when writers lap a tiny ring continuously).
+  /// Errc::contended (only reachable when writers lap a tiny ring continuously); also how many snapshots in a row
+  /// may have no start to draw from (a write in progress; docs/design.md, "Prioritized sampling", for the other
+  /// cause), with a message that says so.
   uint32_t max_retry_rounds = 10000;
 };
 
@@ -222,12 +227,13 @@ class Sampler {
 
   /// The total weight of `view`'s starts for a sample call with these arguments: the sum, over every start that
   /// call could draw, of the weight it draws it with: min(r, L)^power (cross and stop, r the steps left as the
-  /// top of this file counts them), 1 (within), priority^alpha (prioritized; power is not used). The call draws a
+  /// top of this file counts them), 1 (within), priority^alpha (prioritized; power must be 0). The call draws a
   /// start with probability weight / total, so learners that sample several buffers can split a batch among them
   /// by their totals and keep the global distribution exact (shmreplay.ray does). Computed from one snapshot of
   /// the heads by the planner the call would use (stop and within: the exact method, counted in stats() as a
   /// fallback). 0 when the view holds no start with a positive weight or fewer than options.min_steps steps.
-  /// Throws what sample throws for invalid arguments. O(num_envs) (prioritized: O(num_envs log capacity); stop and
+  /// Throws what sample throws for invalid arguments, and corrupt for a prioritized total that is not finite (a
+  /// damaged segment: see SampleOptions::prioritized). O(num_envs) (prioritized: O(num_envs log capacity); stop and
   /// within: O(num_envs + episode pieces)); no allocation once warmed up; never blocks. Infinity only where
   /// L^power overflows a double.
   double total_weight(View view, std::size_t sequence_length, double distribution_power,
@@ -290,7 +296,8 @@ class Sampler {
   /// writer has overwritten since it was sampled is dropped and counted (never applied to the newer step): the
   /// result says how many. The largest priority given raises the running maximum that new steps enter at. Throws
   /// before setting anything: invalid_argument (a buffer without priorities; a priority that is not a finite
-  /// number >= 0; a step that was never published), size_mismatch (the three lengths differ), env_out_of_range.
+  /// number >= 0, or whose priority^alpha is past the largest float, 3.4e38, which the priority trees hold; a step
+  /// that was never published), size_mismatch (the three lengths differ), env_out_of_range.
   /// O(log capacity) per step; never waits for a writer, and writers never wait for it.
   PriorityUpdateResult update_priorities(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
                                          std::span<const float> priorities);

@@ -90,9 +90,9 @@ class StepSlot {
   /// are read from the slot as filled. Throws Error(invalid_argument) when called twice.
   void commit();
   bool committed() const noexcept { return writer_ == nullptr; }
-  /// In a buffer with priorities: the step's priority (finite, >= 0; Error(invalid_argument) otherwise), set when
-  /// commit() publishes it. Without a call, the step enters at the buffer's running maximum priority. Ignored in a
-  /// buffer without priorities.
+  /// In a buffer with priorities: the step's priority (a finite float >= 0 whose priority^alpha is a finite float
+  /// too, checked as given; Error(invalid_argument) otherwise), set when commit() publishes it. Without a call, the
+  /// step enters at the buffer's running maximum priority. Ignored in a buffer without priorities.
   void set_priority(double priority);
 
  private:
@@ -142,7 +142,8 @@ class Writer {
   /// Error(rate_limited) at its timeout, with nothing written).
   void push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields);
   void push(std::span<const uint64_t> env_ids, std::span<const FieldBytes> fields);
-  /// The same with each step's priority (a buffer with priorities: one finite priority >= 0 per listed env, else
+  /// The same with each step's priority (a buffer with priorities: one finite priority >= 0 per listed env whose
+  /// sampling weight priority^alpha is at most the largest float, 3.4e38, which the priority trees hold; else
   /// Error(size_mismatch) or Error(invalid_argument), before anything is written). Steps pushed without priorities
   /// enter at the running maximum (the largest priority ever given, 1 at first), as in prioritized experience
   /// replay. A buffer without priorities refuses priorities (invalid_argument).

@@ -84,9 +84,9 @@ void bind_sampler(py::module_& m) {
           "view"_a, "sequence_length"_a, "power"_a = 0.0, py::kw_only(), "episodes"_a = "cross", "period"_a = 1,
           "min_steps"_a = 0, "prioritized"_a = false,
           "The total weight of the view's starts for sample() with these arguments (the sum of min(steps left, "
-          "sequence_length)**power, of 1 for episodes='within', of priority**alpha with prioritized=True): sample "
-          "draws a start with probability weight / total. 0.0 for an empty view or one below min_steps. What "
-          "shmreplay.ray splits a batch among buffers by.")
+          "sequence_length)**power, of 1 for episodes='within', of priority**alpha with prioritized=True and "
+          "power 0): sample draws a start with probability weight / total. 0.0 for an empty view or one below "
+          "min_steps. What shmreplay.ray splits a batch among buffers by.")
       .def(
           "priority_weights",
           [](PySampler& s, py::object env_ids, py::object steps) {
@@ -124,7 +124,9 @@ void bind_sampler(py::module_& m) {
           },
           "env_ids"_a, "steps"_a, "priorities"_a,
           "Set the priorities of stored steps (pass batch.env_ids and batch.starts of a sample, with the new "
-          "priorities). Returns (applied, dropped): an update for a step a writer has overwritten since is dropped.")
+          "priorities: each a finite float32 >= 0 whose priority**alpha is a finite float32, else InvalidArgument "
+          "naming the value as given, before anything is set). Returns (applied, dropped): an update for a step a "
+          "writer has overwritten since is dropped.")
       .def(
           "peek",
           [](PySampler& s, py::object env_ids, py::object out) {

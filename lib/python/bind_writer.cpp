@@ -23,7 +23,8 @@ void bind_writer(py::module_& m) {
       .def("commit", &PySlot::commit, "Publish the step: samplers can see it from now on.")
       .def("set_priority", [](PySlot& s, double p) { s.get("set_priority").set_priority(p); }, "priority"_a,
            "The step's priority, set when it is committed (a buffer with priorities; without a call it enters at "
-           "the running maximum).")
+           "the running maximum). A finite float32 >= 0 whose priority**alpha is a finite float32, else "
+           "InvalidArgument naming the value as given.")
       .def("abandon", &PySlot::abandon, "Give the slot up unpublished; the env's next step reuses its index.")
       .def_property_readonly("state", [](const PySlot& s) { return std::string(s.state); },
                              "'open', 'committed' or 'abandoned' (by abandon(), an exception in its with block, or "

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -403,7 +404,9 @@ inline WriterOptions writer_options(bool wait_for_rate_limit, double rate_limit_
                        .rate_limit_timeout_ms = timeout_ms("rate_limit_timeout", rate_limit_timeout)};
 }
 
-// A 1-d array of `n` float32 priorities (converted once from any real dtype), or a clear error.
+// A 1-d array of `n` float32 priorities (converted once from any real dtype), or a clear error. A value past
+// float32's range is refused here, as given: converted, it would be reported as "inf" (the library checks the rest,
+// detail/protocol/priorities.hpp, priority_fits, with the same words).
 inline py::array_t<float, py::array::c_style | py::array::forcecast> priority_array(const char* op, py::handle p,
                                                                                std::size_t n) {
   py::array a = py::array::ensure(p);
@@ -416,6 +419,19 @@ inline py::array_t<float, py::array::c_style | py::array::forcecast> priority_ar
   }
   if (static_cast<std::size_t>(a.size()) != n) {
     throw Error(Errc::size_mismatch, fmt::format("{}: {} priorities for {} steps", op, a.size(), n));
+  }
+  if (a.dtype().kind() == 'f' && a.itemsize() > 4) {
+    const auto given = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(a);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double v = given.data()[i];
+      if (std::isfinite(v) && std::fabs(v) > std::numeric_limits<float>::max()) {
+        throw Error(Errc::invalid_argument,
+                    fmt::format("{}: priority {} (position {}) {}", op, v, i,
+                                v < 0 ? std::string("is not a finite number >= 0")
+                                      : fmt::format("is past {}, the largest priority (priorities are float32)",
+                                                    std::numeric_limits<float>::max())));
+      }
+    }
   }
   return py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
 }

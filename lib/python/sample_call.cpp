@@ -113,7 +113,8 @@ PyMethodDef g_sample_def = {
     "prioritized=False, beta=0.4, rate_limit_timeout=10.0, out=None)\n--\n\n"
     "batch_size sequences of sequence_length steps from view 'replay' or 'online'; each start is weighted by "
     "min(steps left to the head, sequence_length)**power, or with prioritized=True by its priority**alpha "
-    "(batch.weights then holds the importance weights for beta). In a buffer with a rate limiter the call waits "
+    "(power must then be 0; batch.weights holds the importance weights for beta, in [0, 1] for any beta; "
+    "EmptyView when every stored step has priority 0). In a buffer with a rate limiter the call waits "
     "up to rate_limit_timeout seconds for it (0: RateLimited at once when it holds the call back). Returns a "
     "Batch (out= fills that one)."};
 

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <fmt/format.h>
+
 namespace shmreplay::detail {
 namespace {
 
@@ -57,8 +59,27 @@ uint64_t descend(const PriorityTree& t, double target) noexcept {
 
 }  // namespace
 
+bool priority_fits(double priority, double alpha) noexcept {
+  if (!(priority >= 0 && priority <= kMaxWeight)) return false;  // NaN, negative, infinite, or past f32
+  return alpha <= 1 || priority <= 1 || std::pow(priority, alpha) <= kMaxWeight;  // else p^alpha <= max(p, 1)
+}
+
+std::string priority_misfit(double priority, double alpha) {
+  if (!(priority >= 0) || std::isinf(priority)) return "is not a finite number >= 0";
+  if (priority > kMaxWeight) {
+    return fmt::format("is past {}, the largest priority (priorities are float32)", static_cast<float>(kMaxWeight));
+  }
+  return fmt::format("has the sampling weight priority^alpha = {:.3g} (alpha {}), past {}, the largest that the "
+                     "priority trees hold (float32): with this alpha, priorities up to about {:.3g} fit",
+                     std::pow(priority, alpha), alpha, static_cast<float>(kMaxWeight),
+                     std::pow(kMaxWeight, 1.0 / alpha));
+}
+
 double priority_weight(double priority, double alpha) noexcept {
-  return alpha == 0 ? 1.0 : std::pow(priority, alpha);
+  if (alpha == 0) return 1.0;
+  const double w = std::pow(priority, alpha);
+  if (!(w <= kMaxWeight)) return kMaxWeight;  // (a damaged running maximum; priority_fits refused the rest)
+  return priority > 0 && w < kMinWeight ? kMinWeight : w;
 }
 
 double leaf_weight(uint64_t word) noexcept {

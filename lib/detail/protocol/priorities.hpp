@@ -29,6 +29,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
+#include <string>
 
 #include "shmreplay/layout.hpp"
 
@@ -41,7 +43,27 @@ struct PriorityTree {
   uint64_t capacity = 0;  ///< ring slots: the slot of step s is s % capacity
 };
 
-/// The sampling weight of a priority: priority^alpha (1 for alpha 0, even for priority 0).
+/// The largest weight a leaf holds (an f32), which is also the largest priority: priorities reach the library
+/// as f32 (Writer::push, Sampler::update_priorities), and a larger one would be infinite there.
+inline constexpr double kMaxWeight = std::numeric_limits<float>::max();
+/// The smallest positive weight a leaf holds: a positive priority whose priority^alpha is smaller gets this one.
+inline constexpr double kMinWeight = std::numeric_limits<float>::denorm_min();
+
+/// Whether a step may be given `priority` in a buffer with exponent `alpha`: a number in [0, kMaxWeight] (a finite
+/// f32 >= 0) whose weight priority^alpha is at most kMaxWeight. What push, StepSlot::set_priority and
+/// update_priorities check, on the value as given, before anything is written. An infinite weight made a tree's
+/// total infinite, and every prioritized draw from it failed; a running maximum can only hold priorities that
+/// passed. O(1); a pow only for alpha > 1 and priority > 1.
+bool priority_fits(double priority, double alpha) noexcept;
+
+/// Why `priority` does not fit (priority_fits false), as the rest of a sentence that starts "priority <value>":
+/// "is not a finite number >= 0", or past which bound, with the bound. Cold path (allocates).
+std::string priority_misfit(double priority, double alpha);
+
+/// The sampling weight of a priority that fits: priority^alpha (1 for alpha 0, even for priority 0), raised to
+/// kMinWeight when the priority is positive and the power underflows the f32 leaf (a positive priority stays
+/// drawable). A weight past kMaxWeight, which only a damaged running maximum can give, is lowered to kMaxWeight, so
+/// that a leaf never holds a weight that is not finite.
 double priority_weight(double priority, double alpha) noexcept;
 
 /// The weight a leaf word holds (its low half), and the leaf word for step `step` with weight `weight`.

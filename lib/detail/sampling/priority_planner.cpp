@@ -2,6 +2,7 @@
 #include "detail/sampling/priority_planner.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace shmreplay::detail {
 
@@ -21,7 +22,23 @@ bool PriorityPlanner::prepare(std::span<const EnvView> views, std::size_t length
     }
     cumulative_[e] = total_;
   }
-  return total_ > 0;
+  return total_ > 0 && std::isfinite(total_);
+}
+
+PriorityPlanner::Leaves PriorityPlanner::scan_leaves() const noexcept {
+  if (!std::isfinite(total_)) return Leaves::not_finite;  // an internal sum, if no leaf below
+  bool any = false;
+  bool positive = false;
+  for (std::size_t e = 0; e < views_.size(); ++e) {
+    const PriorityTree tree = trees_->tree(e);
+    for (uint64_t p = views_[e].lo; p < views_[e].hi; ++p) {
+      const double w = slot_weight(tree, p);
+      if (!(w >= 0) || std::isinf(w)) return Leaves::not_finite;
+      any = true;
+      positive |= w > 0;
+    }
+  }
+  return !any ? Leaves::empty : positive ? Leaves::positive : Leaves::all_zero;
 }
 
 // Steps of a row from `start` up to `end` (exclusive) that belong to start's episode: the first step whose

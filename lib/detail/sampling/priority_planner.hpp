@@ -6,7 +6,10 @@
 // prepare: one range sum per env (O(num_envs log capacity)). draw: an env by its share of the total (binary search
 // over the envs' running totals), then a descent of that env's tree (O(log capacity)). A draw whose leaf reads 0
 // (its sums moved under the descent, or rounding at a range's edge) is redrawn, up to kMaxTries times; then draw
-// returns nullopt and the Sampler retakes its snapshot. With episodes = stop the row ends at its episode's last step
+// returns nullopt and the Sampler retakes its snapshot. prepare finds nothing to draw when the views hold no
+// step, or weigh 0 in all (every stored step has priority 0), or, in a damaged segment only, weigh something that
+// is not finite (every weight that enters a tree is checked: priority_fits): scan_leaves tells these apart for
+// the Sampler's error. With episodes = stop the row ends at its episode's last step
 // (a binary search over at most L steps of EpisodeStarts), as in unprioritized stop sampling.
 #pragma once
 
@@ -34,10 +37,21 @@ class PriorityPlanner final : public Planner {
 
   /// `trees` and `starts` must outlive the planner.
   PriorityPlanner(const PriorityTrees& trees, const EpisodeStarts& starts) noexcept : trees_(&trees), starts_(&starts) {}
-  /// Precondition: options.period == 1 and options.episodes is cross or stop. `power` is not used.
+  /// Precondition: options.period == 1 and options.episodes is cross or stop. `power` is not used (the Sampler
+  /// refuses any but 0). False also when the total is not finite (a damaged tree).
   bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;
   std::optional<Draw> draw(Rng& rng) override;
+  /// The last prepare's total, also when it returned false (0, or not finite in a damaged segment).
   double total_weight() override { return total_; }
+  double total() const noexcept { return total_; }
+
+  /// What the leaves of the last prepare's views hold, for the Sampler's error when prepare or draw found
+  /// nothing: no step at all (`empty`: a write in progress, or an empty view), a leaf or the total that is not a
+  /// finite number >= 0 (`not_finite`: a damaged segment), only weights of 0 (`all_zero`), or some positive
+  /// weight (`positive`: the sums moved under the draws; a fresh snapshot may do). O(steps in the views): only
+  /// on that error path.
+  enum class Leaves : uint8_t { empty, not_finite, all_zero, positive };
+  Leaves scan_leaves() const noexcept;
 
  private:
   uint64_t steps_in_episode(std::size_t env, uint64_t start, uint64_t end) const noexcept;

@@ -39,7 +39,8 @@ _TABLE = [
     ("LeaseHeld", "lease_held", (), "The env (or the learner role) is leased by another live process."),
     ("NotLeased", "not_leased", (), "A push to an env that this Writer does not lease."),
     ("SizeMismatch", "size_mismatch", (ValueError,), "Field data whose dtype, shape or size does not match."),
-    ("EmptyView", "empty_view", (), "Sampling a view that holds no steps (or too few)."),
+    ("EmptyView", "empty_view", (), "Sampling a view that holds no steps (or too few, or by priority only steps "
+                                    "of priority 0)."),
     ("Timeout", "timeout", (TimeoutError,), "A blocking wait ran out of time."),
     ("Contended", "contended", (), "A sample kept being overwritten by writers and gave up."),
     ("ReadOnly", "read_only", (), "A writing role on a read-only mapping."),

@@ -356,15 +356,18 @@ class ClusterSampler:
         """batch.weights = (N P)**-beta over the batch's largest, with P = w / T over the nodes in the draw (T the
         sum of their totals, N of their views' sizes) and w each row's priority**alpha as its node read it right
         after the draw: what one buffer holding all their steps would give. A row whose step was overwritten in
-        between (w = -1) gets its node's mean weight T_k / N_k."""
+        between (w = -1) gets its node's mean weight T_k / N_k. Computed as (smallest N P / N P)**beta, a ratio in
+        (0, 1] to the power beta: finite for any beta (as a quotient of powers, beta = 1e9 gave inf / inf)."""
         total = sum(totals.values())
         starts = sum(size for name, (_, size) in weighed.items() if name in totals)
         node_mean = {i: totals[name] / max(weighed[name][1], 1) for name, i in
                      ((name, batch.nodes.index(name)) for name in weighed)}
         w = np.concatenate([np.where(p["priority_weights"] > 0, p["priority_weights"], node_mean[i])
                             for i, p in parts])
-        iw = (starts * w / total) ** -beta
-        batch.weights = (iw / iw.max()).astype(np.float32)
+        n_p = starts * w / total
+        smallest = n_p.min()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            batch.weights = np.where(n_p <= smallest, 1.0, (smallest / n_p) ** beta).astype(np.float32)
 
     def sample_async(self, *args: Any, **kwargs: Any) -> "concurrent.futures.Future[ClusterBatch]":
         """:meth:`sample` on a background thread: the learner trains on one batch while the next is fetched."""
