@@ -114,8 +114,8 @@ PyMethodDef g_sample_def = {
     "batch_size sequences of sequence_length steps from view 'replay' or 'online'; each start is weighted by "
     "min(steps left to the head, sequence_length)**power, or with prioritized=True by its priority**alpha "
     "(batch.weights then holds the importance weights for beta). In a buffer with a rate limiter the call waits "
-    "up to rate_limit_timeout seconds for it (0: RateLimited at once when it holds the call back). Returns a "
-    "Batch (out= fills that one)."};
+    "up to rate_limit_timeout seconds for it (0: RateLimited at once when it holds the call back; inf: no "
+    "timeout; Ctrl-C raises KeyboardInterrupt within 50 ms). Returns a Batch (out= fills that one)."};
 
 PyMethodDef g_sample_mixed_def = {
     "sample_mixed", as_cfunction<sampler_sample_mixed>(), METH_FASTCALL | METH_KEYWORDS,
