@@ -28,6 +28,7 @@
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "shmreplay/error.hpp"
+#include "shmreplay/wait.hpp"
 
 namespace shmreplay {
 namespace {
@@ -581,6 +582,7 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
         "episode bookkeeping, priorities and the rate limiter",                     // 1.1
         "priorities and the rate limiter",                                          // 1.2
         "the rate limiter",                                                         // 1.3
+        "the rate limiter's marks of waiting writers",                              // 1.4
     };
     static_assert(std::size(kLacks) == kLayoutMinor, "one entry per older minor version");
     v.fail(Errc::version_mismatch,
@@ -607,9 +609,11 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
   // From here on `b` owns the mapping: an exception unmaps it.
   const auto& h = *std::launder(reinterpret_cast<const SegmentHeader*>(b.base_));
 
-  // Wait for (or report) a creator that has not finished. Acquire pairs with create()'s release store.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.ready_timeout_ms);
-  while (h.state.load(std::memory_order_acquire) != kStateReady) {
+  // Wait for (or report) a creator that has not finished, polling every 1 ms and running the thread's
+  // InterruptCheck every 50 polls. Acquire pairs with create()'s release store.
+  const auto deadline = deadline_after_ms(options.ready_timeout_ms);
+  for (uint64_t polls = 1; h.state.load(std::memory_order_acquire) != kStateReady; ++polls) {
+    if (polls % 50 == 0) InterruptCheck::run();
     if (std::chrono::steady_clock::now() >= deadline) {
       v.fail(Errc::not_ready,
              fmt::format("it is not ready: its creator ({}) has not finished initialising it{}", creator_text(h),

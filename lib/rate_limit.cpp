@@ -51,8 +51,9 @@ RateLimitState Buffer::rate_limit_state() const {
   }
   s.learner_waiting_rows = g.learner_waiting_rows.load(std::memory_order_relaxed);
   s.learner_waiting_since_ns = s.learner_waiting_rows ? g.learner_waiting_since_ns.load(std::memory_order_relaxed) : 0;
-  s.writer_waiters = g.writer_waiters.load(std::memory_order_relaxed);
-  s.writer_waiting_since_ns = s.writer_waiters ? g.writer_waiting_since_ns.load(std::memory_order_relaxed) : 0;
+  const detail::WaitingWriters waiting = detail::count_waiting_writers(*this);
+  s.writer_waiters = waiting.count;
+  s.writer_waiting_since_ns = waiting.since_ns;
   s.last_sample_ns = g.last_sample_ns.load(std::memory_order_relaxed);
   s.learner_limited = g.learner_limited.load(std::memory_order_relaxed);
   s.writers_limited = g.writers_limited.load(std::memory_order_relaxed);

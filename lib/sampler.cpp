@@ -30,6 +30,7 @@
 #include "detail/sampling/gather.hpp"
 #include "detail/sampling/priority_planner.hpp"
 #include "shmreplay/error.hpp"
+#include "shmreplay/wait.hpp"
 
 namespace shmreplay {
 
@@ -154,7 +155,7 @@ void count_call(Buffer& b, std::size_t rows, bool sample) noexcept {
   GlobalControl& g = b.global_control();
   g.rows_sampled.fetch_add(rows, std::memory_order_relaxed);
   g.sample_calls.fetch_add(1, std::memory_order_relaxed);
-  if (sample) detail::count_samples(g, rows, detail::coarse_realtime_ns());
+  if (sample) detail::count_samples(g, rows, detail::coarse_realtime_ns(), detail::coarse_monotonic_ns());
 }
 
 }  // namespace
@@ -333,8 +334,9 @@ bool Sampler::wait(View view, uint64_t min_steps, uint64_t timeout_ms) {
                             buffer_->capacity()));
   }
   if (size(view) >= min_steps) return true;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  return detail::wait_until(buffer_->global_control(), deadline, [&] { return size(view) >= min_steps; });
+  return detail::wait_until(
+      buffer_->global_control(), deadline_after_ms(timeout_ms), [&] { return size(view) >= min_steps; },
+      [] { InterruptCheck::run(); });
 }
 
 void Sampler::reset_online_queue() {

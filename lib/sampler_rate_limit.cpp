@@ -12,6 +12,7 @@
 #include "detail/protocol/wake.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/sampler.hpp"
+#include "shmreplay/wait.hpp"
 
 namespace shmreplay {
 
@@ -70,12 +71,17 @@ void Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t tim
   if (timeout_ms > 0) {
     g.learner_waiting_since_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
     g.learner_waiting_rows.store(rows, std::memory_order_relaxed);
+    // Cleared however the wait ends, an interrupt (an exception from InterruptCheck) included.
+    struct Clear {
+      layout::GlobalControl& g;
+      ~Clear() { g.learner_waiting_rows.store(0, std::memory_order_relaxed); }
+    } clear{g};
     // Writers wake the learner after each push (notify_waiters), the CLI after a change of the settings.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    ok = detail::sleep_until(detail::learner_wake(g), deadline, admitted, [] {});
-    g.learner_waiting_rows.store(0, std::memory_order_relaxed);
+    ok = detail::sleep_until(detail::learner_wake(g), deadline_after_ms(timeout_ms), admitted,
+                             [] { InterruptCheck::run(); });
   }
   if (ok) return;
+  const uint64_t writers = timeout_ms == 0 ? 0 : detail::count_waiting_writers(*buffer_).count;
   throw Error(Errc::rate_limited,
               timeout_ms == 0
                   ? fmt::format("cannot {} {} rows from '{}' now: the rate limiter holds the call back: {}", op, rows,
@@ -84,8 +90,7 @@ void Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t tim
                                 "timeout): {}; {} writer{} waiting for it",
                                 op, rows, buffer_->name(), timeout_ms,
                                 held_back_text(verdict, settings->limit, rows, counts),
-                                g.writer_waiters.load(std::memory_order_relaxed),
-                                g.writer_waiters.load(std::memory_order_relaxed) == 1 ? " is" : "s are"));
+                                writers, writers == 1 ? " is" : "s are"));
 }
 
 }  // namespace shmreplay

@@ -24,6 +24,7 @@
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/wake.hpp"
 #include "shmreplay/error.hpp"
+#include "shmreplay/wait.hpp"
 
 namespace shmreplay {
 
@@ -139,8 +140,10 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
     // Only the lease holder moves head, so from here on the cursor follows it (advanced in publish).
     next_slot_.push_back(control_.back()->head.load(std::memory_order_relaxed) % buffer.capacity());
   }
-  // A dead predecessor's rate-limit admissions of steps it never published go (rate_limit.hpp).
+  // A dead predecessor's rate-limit admissions of steps it never published go, and so does its mark of a wait
+  // (rate_limit.hpp).
   detail::withdraw(control_);
+  detail::forget_dead_waiting(control_);
   admit_envs_.reserve(envs_.size());
   for (std::size_t f = 0; f < buffer.schema().size(); ++f) {
     field_base_.push_back(buffer.field_data(f));
@@ -456,25 +459,30 @@ std::string learner_state_text(const layout::GlobalControl& g) {
 }  // namespace
 
 void Writer::wait_for_rate_limit(const char* op) {
+  if (admit_envs_.empty()) return;  // a push of no steps inserts nothing
   layout::GlobalControl& g = buffer_->global_control();
   auto settings = detail::load_rate_limit(g);
   if (!settings) return;
   detail::RateLimitVerdict verdict = detail::try_admit(*buffer_, *settings, admit_envs_);
   if (verdict.allowed()) return;
   g.writers_limited.fetch_add(1, std::memory_order_relaxed);
-  if (g.writer_waiters.load(std::memory_order_relaxed) == 0) {
-    g.writer_waiting_since_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
+  const auto deadline = deadline_after_ms(options_.rate_limit_timeout_ms);
+  bool admitted = false;
+  {
+    // Counted as waiting (info, the learner's messages) while this call sleeps, through the first env of the push.
+    // An interrupt (InterruptCheck, between slices) leaves by exception with nothing admitted: try_admit returns
+    // only "admitted" (then ready() is true and no check follows) or "held back" (nothing reserved).
+    const detail::WaitingMark mark(*admit_envs_.front(), detail::realtime_ns());
+    admitted = detail::sleep_until(
+        detail::writer_wake(g), deadline,
+        [&] {
+          settings = detail::load_rate_limit(g);
+          if (!settings) return true;  // the limiter was removed meanwhile
+          verdict = detail::try_admit(*buffer_, *settings, admit_envs_);
+          return verdict.allowed();
+        },
+        [] { InterruptCheck::run(); });
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.rate_limit_timeout_ms);
-  const bool admitted = detail::sleep_until(
-      {g.writer_wake_seq, g.writer_waiters}, deadline,
-      [&] {
-        settings = detail::load_rate_limit(g);
-        if (!settings) return true;  // the limiter was removed meanwhile
-        verdict = detail::try_admit(*buffer_, *settings, admit_envs_);
-        return verdict.allowed();
-      },
-      [] {});
   if (admitted) return;
   g.writer_timeouts.fetch_add(1, std::memory_order_relaxed);
   const RateLimit& limit = settings->limit;

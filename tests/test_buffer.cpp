@@ -497,6 +497,11 @@ TEST_CASE("a segment of another major or an older minor version is refused with 
   CHECK(open_bytes(minor, &m) == code(Errc::version_mismatch));
   CHECK(contains(m, fmt::format("segment layout 1.3, library 1.{}", kLayoutMinor)));
   CHECK(contains(m, "the rate limiter"));
+  // Layout 1.4 lacks the marks of waiting writers.
+  poke<uint32_t>(minor, offsetof(SegmentHeader, layout_minor), 4);
+  CHECK(open_bytes(minor, &m) == code(Errc::version_mismatch));
+  CHECK(contains(m, fmt::format("segment layout 1.4, library 1.{}", kLayoutMinor)));
+  CHECK(contains(m, "marks of waiting writers"));
 }
 
 TEST_CASE("a segment that is not ready is reported, or waited for within the timeout") {

@@ -17,9 +17,9 @@ using namespace shmreplay::layout;
 
 #pragma GCC diagnostic ignored "-Winvalid-offsetof"
 
-TEST_CASE("the layout version is 1.4 and its magic spells SHMRPLAY") {
+TEST_CASE("the layout version is 1.5 and its magic spells SHMRPLAY") {
   CHECK(kLayoutMajor == 1);
-  CHECK(kLayoutMinor == 4);
+  CHECK(kLayoutMinor == 5);
   const char expected[] = "SHMRPLAY";
   for (int i = 0; i < 8; ++i) CHECK(static_cast<char>((kMagic >> (8 * i)) & 0xff) == expected[i]);
 }
@@ -91,6 +91,7 @@ TEST_CASE("layout 1.2: EnvControl puts each writing role on its own cache line")
   CHECK(offsetof(EnvControl, head) == 8);
   CHECK(offsetof(EnvControl, last_push_ns) == 16);
   CHECK(offsetof(EnvControl, limiter_reserved) == 24);  // 1.4
+  CHECK(offsetof(EnvControl, limiter_waiting_since_ns) == 32);  // 1.5
   CHECK(offsetof(EnvControl, online_start) == 64);
   CHECK(offsetof(EnvControl, update_seq) == 72);
   CHECK(offsetof(EnvControl, lease) == 128);
@@ -128,8 +129,8 @@ TEST_CASE("layout 1.2: GlobalControl puts the learner lease, its counters and th
   CHECK(offsetof(GlobalControl, learner_waiting_since_ns) == 352);
   CHECK(offsetof(GlobalControl, learner_limited) == 360);
   CHECK(offsetof(GlobalControl, admit_seq) == 384);
-  CHECK(offsetof(GlobalControl, writer_waiters) == 392);
-  CHECK(offsetof(GlobalControl, writer_waiting_since_ns) == 400);
+  CHECK(offsetof(GlobalControl, writer_recheck_by_ns) == 392);  // 1.5: was writer_waiters
+  CHECK(offsetof(GlobalControl, reserved6a) == 400);            // 1.5: was writer_waiting_since_ns
   CHECK(offsetof(GlobalControl, writers_limited) == 408);
   CHECK(offsetof(GlobalControl, writer_timeouts) == 416);
   CHECK(offsetof(GlobalControl, limiter_slots) == 448);

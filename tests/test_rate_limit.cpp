@@ -330,7 +330,8 @@ namespace model {
 struct Shared {
   std::vector<uint64_t> head, reserved;
   uint64_t admit_seq = 0, samples = 0;
-  uint64_t wseq = 0, wwaiters = 0;  // the writers' wake word
+  uint64_t wseq = 0, wpromise = 0;  // the writers' wake word and re-check promise (time does not pass here, so
+                                    // a promise, once made, stays pending: wake.hpp's expiry only saves wakes)
   uint64_t lseq = 0, lwaiters = 0;  // the learner's wake word
 };
 
@@ -338,7 +339,7 @@ struct Actor {
   int pc = 0;
   bool asleep = false;
   uint64_t sleep_seq = 0;
-  bool waiting = false;  // registered as a waiter
+  bool waiting = false;  // registered as a waiter (the learner); waiting for the limiter (a writer)
   // scratch
   uint64_t v = 0, count = 0, s = 0;
   std::size_t e = 0;
@@ -369,8 +370,8 @@ struct Model {
 
   // Writer i pushes one step per call to its own env i.
   //  0: v = admit_seq, s = samples   1..: count env by env   2: verdict   3: reserve   4: CAS   5: publish
-  //  6: notify learner (fence, waiters check, bump)    wait path: 10 waiters++, 11 seq = wseq, then 0..4 with
-  //  waiting set, 12 sleep if wseq == seq.
+  //  6: notify learner (fence, waiters check, bump)    wait path, every round: 10 promise to re-check (the CAS),
+  //  11 seq = wseq, then 0..4 with waiting set, 12 sleep if wseq == seq.
   void step_writer(std::size_t i) {
     Actor& a = writers[i];
     switch (a.pc) {
@@ -390,10 +391,7 @@ struct Model {
       case 4:
         if (sh.admit_seq == a.v) {
           ++sh.admit_seq;
-          if (a.waiting) {
-            --sh.wwaiters;
-            a.waiting = false;
-          }
+          a.waiting = false;  // nothing to take back: the promise runs out by itself
           a.pc = 5;
         } else {
           sh.reserved[i] = sh.head[i];  // withdraw, count again
@@ -405,16 +403,17 @@ struct Model {
         if (sh.lwaiters != 0) ++sh.lseq;  // notify_waiters: wakes the learner
         a.pc = 0;
         break;
-      case 10: ++sh.wwaiters; a.waiting = true; a.pc = 11; break;
+      case 10: sh.wpromise = 1; a.waiting = true; a.pc = 11; break;
       case 11: a.sleep_seq = sh.wseq; a.pc = 0; break;  // then the admission attempt
       case 12:
         if (sh.wseq == a.sleep_seq) a.asleep = true;  // FUTEX_WAIT
-        a.pc = 11;
+        a.pc = 10;
         break;
     }
   }
 
-  //  0: s = samples, count   1: verdict   2: samples += B   3: notify writers   wait path: 10 waiters++,
+  //  0: s = samples, count   1: verdict   2: samples += B   3: notify writers (while a promise is pending)
+  //  wait path: 10 waiters++,
   //  11 seq = lseq, then 0..1 with waiting set, 12 sleep if lseq == seq.
   void step_learner() {
     Actor& a = learner;
@@ -437,7 +436,7 @@ struct Model {
         break;
       case 3: sh.samples += batch; a.pc = 4; break;
       case 4:
-        if (sh.wwaiters != 0) ++sh.wseq;  // count_samples' notify
+        if (sh.wpromise != 0) ++sh.wseq;  // count_samples' notify
         a.pc = 0;
         break;
       case 10: ++sh.lwaiters; a.waiting = true; a.pc = 11; break;

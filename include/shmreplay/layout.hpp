@@ -15,7 +15,7 @@
 //   sections[kEnvs] --> +--------------------------------------------------+ 64-byte aligned
 //                       | EnvControl[num_envs]      3 cache lines (192 B)  |
 //                       |   line 0, writer:  claimed, head, last push time,|
-//                       |     rate-limit reservation (1.4)                 |
+//                       |     rate-limit reservation (1.4), waiting (1.5)  |
 //                       |   line 1, learner: online-queue start, update seq|
 //                       |   line 2, leases:  owner (pid, start), since     |
 //   sections[kGlobal] > +--------------------------------------------------+ 64-byte aligned
@@ -28,7 +28,7 @@
 //                       |     rewriter, changes (1.4)                      |
 //                       |   line 5, rate limiter, learner: samples, wake   |
 //                       |   line 6, rate limiter, writers: admissions,     |
-//                       |     waiters                                      |
+//                       |     re-check promise (1.5)                       |
 //                       |   lines 7-8, rate limiter settings, two slots    |
 //   sections[kData] --> +--------------------------------------------------+ 4096-byte aligned
 //                       | field 0: [num_envs][capacity][field 0 bytes]     |
@@ -78,6 +78,9 @@
 // - The rate limiter (1.4) lives in GlobalControl lines 4-8 and one word of each EnvControl's writer line; a
 //   buffer without a limiter has zeros there (slot 0 in force, not enabled). The data section stays where 1.3
 //   put it.
+// - 1.5 counts the writers waiting for the rate limiter per env (EnvControl::limiter_waiting_since_ns, a padding
+//   word before) and wakes them by promise (GlobalControl::writer_recheck_by_ns, which was the waiter count
+//   writer_waiters): a waiting writer that dies is then neither counted nor woken. Nothing moves.
 // The layout-pinning test (tests/test_layout.cpp) fixes every size and offset below to kLayoutMajor.kLayoutMinor:
 // change one and that test tells you to bump the version.
 #pragma once
@@ -92,11 +95,13 @@ namespace shmreplay::layout {
 
 inline constexpr uint64_t kMagic = 0x59414c50524d4853ull;  ///< the bytes "SHMRPLAY" read as little-endian u64
 inline constexpr uint32_t kLayoutMajor = 1;
-inline constexpr uint32_t kLayoutMinor = 4;  ///< 1.1 added the global section and update_seq; 1.2 the episode
+inline constexpr uint32_t kLayoutMinor = 5;  ///< 1.1 added the global section and update_seq; 1.2 the episode
                                              ///< sections, FieldDesc::role, episode_queue_capacity; 1.3 the
                                              ///< priority trees, priority_exponent_bits, the priority line; 1.4
                                              ///< the rate limiter (GlobalControl lines 4-8, EnvControl's
-                                             ///< limiter_reserved)
+                                             ///< limiter_reserved); 1.5 the waiting writers' marks and
+                                             ///< re-check promise (limiter_waiting_since_ns,
+                                             ///< writer_recheck_by_ns)
 
 inline constexpr uint64_t kStateInitializing = 0;
 inline constexpr uint64_t kStateReady = 0x59444145522e2e2eull;  ///< "...READY"; unlikely to be left by chance
@@ -204,7 +209,11 @@ struct alignas(kCacheLineBytes) EnvControl {
                                            ///< max(head, limiter_reserved) is what a waiting writer counts; set by
                                            ///< a writer that waits for the limiter before it claims, back to head
                                            ///< when it withdraws or a new owner takes the lease over
-  uint64_t pad0[4];
+  std::atomic<uint64_t> limiter_waiting_since_ns;  ///< (1.5) CLOCK_REALTIME when the env's writer began to wait
+                                                   ///< for the rate limiter (on the first env of its push), 0
+                                                   ///< when it does not wait; counted only while the lease
+                                                   ///< holder lives, cleared by a new owner
+  uint64_t pad0[3];
   // -- cache line 1: written by the learner --
   std::atomic<uint64_t> online_start;  ///< head at the last reset of the online queue
   std::atomic<uint64_t> update_seq;    ///< odd while the learner rewrites a stored step of this env (seqlock)
@@ -273,8 +282,11 @@ struct alignas(kCacheLineBytes) GlobalControl {
   uint64_t reserved5[2];
   // -- cache line 6: rate limiter, written by writers that wait for it --
   std::atomic<uint64_t> admit_seq;            ///< one increment per admission by a waiting writer (CAS)
-  std::atomic<uint64_t> writer_waiters;       ///< writers sleeping on writer_wake_seq right now
-  std::atomic<uint64_t> writer_waiting_since_ns;  ///< CLOCK_REALTIME when the first of them began to wait
+  std::atomic<uint64_t> writer_recheck_by_ns;  ///< (1.5) CLOCK_MONOTONIC by which every writer sleeping on
+                                              ///< writer_wake_seq re-checks by itself (the latest promise; it
+                                              ///< only grows); the learner wakes them while it lies ahead.
+                                              ///< Was writer_waiters, a count, in 1.4
+  uint64_t reserved6a;                        ///< was writer_waiting_since_ns in 1.4; not used since 1.5
   std::atomic<uint64_t> writers_limited;      ///< push calls the limiter held back
   std::atomic<uint64_t> writer_timeouts;      ///< ... that gave up at their timeout
   uint64_t reserved6[3];

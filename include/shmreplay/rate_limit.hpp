@@ -73,7 +73,7 @@ struct RateLimitState {
                                     ///< settings, which restarts it at the middle of the new bounds); 0 without
   uint64_t learner_waiting_rows = 0;      ///< rows of a sample call waiting now; 0 when none
   uint64_t learner_waiting_since_ns = 0;  ///< CLOCK_REALTIME when it began
-  uint64_t writer_waiters = 0;            ///< writers waiting now
+  uint64_t writer_waiters = 0;            ///< writers waiting now (a writer that died while it waited is not counted)
   uint64_t writer_waiting_since_ns = 0;   ///< CLOCK_REALTIME when the first of them began (when writer_waiters > 0)
   uint64_t last_sample_ns = 0;      ///< CLOCK_REALTIME of the last admitted sample call; 0: never
   uint64_t learner_limited = 0;     ///< sample calls held back (waited or refused) since creation

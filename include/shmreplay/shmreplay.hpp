@@ -12,4 +12,5 @@
 #include "shmreplay/sampler.hpp"    // IWYU pragma: export
 #include "shmreplay/schema.hpp"     // IWYU pragma: export
 #include "shmreplay/version.hpp"    // IWYU pragma: export
+#include "shmreplay/wait.hpp"       // IWYU pragma: export
 #include "shmreplay/writer.hpp"     // IWYU pragma: export

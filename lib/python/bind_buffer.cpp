@@ -55,17 +55,19 @@ void bind_buffer(py::module_& m) {
       .def_static(
           "open",
           [](const std::string& name, std::optional<py::object> schema, bool read_only, double ready_timeout) {
-            OpenOptions o{.read_only = read_only,
-                          .ready_timeout_ms = static_cast<uint64_t>(std::max(0.0, ready_timeout) * 1000.0)};
+            OpenOptions o{.read_only = read_only, .ready_timeout_ms = timeout_ms("ready_timeout", ready_timeout)};
             if (schema && !schema->is_none()) {
               o.expected_schema = py::isinstance<py::str>(*schema) ? Schema::parse(schema->cast<std::string>())
                                                                    : schema->cast<Schema>();
             }
             py::gil_scoped_release release;
+            const SignalCheck signals;  // Ctrl-C while it waits for the creator
             return std::make_shared<Buffer>(Buffer::open(name, o));
           },
           "name"_a, py::kw_only(), "schema"_a = py::none(), "read_only"_a = false, "ready_timeout"_a = 0.0,
-          "Attach to an existing buffer; with schema=, fail with SchemaMismatch unless it is the buffer's.")
+          "Attach to an existing buffer; with schema=, fail with SchemaMismatch unless it is the buffer's. A buffer "
+          "whose creator has not finished is waited for up to ready_timeout seconds (inf: no timeout; Ctrl-C "
+          "interrupts), then NotReady.")
       .def_static("remove", &Buffer::remove, "name"_a, "Remove a buffer's name; attached processes keep working.")
       .def_static("exists", &Buffer::exists, "name"_a)
       .def_property_readonly("name", &Buffer::name)

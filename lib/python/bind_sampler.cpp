@@ -158,11 +158,9 @@ void bind_sampler(py::module_& m) {
           [](PySampler& s, const std::string& view, uint64_t min_steps, double timeout) {
             const View v = parse_view(view);
             const std::shared_ptr<Sampler> smp = s.get("wait");
-            if (!(timeout >= 0.0)) {
-              throw Error(Errc::invalid_argument, fmt::format("wait: timeout must be >= 0 seconds, got {}", timeout));
-            }
-            // Slices of at most 100 ms, so that Ctrl-C (a Python signal handler) is seen while waiting.
-            const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+            const auto deadline = deadline_after_ms(timeout_ms("wait: timeout", timeout));
+            // Slices of at most 100 ms, so that Ctrl-C (a Python signal handler) is seen while waiting, and a
+            // close() from another thread takes mu between them.
             for (;;) {
               const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                   deadline - std::chrono::steady_clock::now());
@@ -179,8 +177,8 @@ void bind_sampler(py::module_& m) {
             }
           },
           "view"_a, "min_steps"_a, "timeout"_a,
-          "Block until view holds at least min_steps steps (True) or timeout seconds pass (False); woken by "
-          "writers in any process.")
+          "Block until view holds at least min_steps steps (True) or timeout seconds pass (False; inf: no "
+          "timeout); woken by writers in any process. Ctrl-C raises KeyboardInterrupt within 100 ms.")
       .def("reset_online_queue", [](PySampler& s) {
         const std::shared_ptr<Sampler> smp = s.get("reset_online_queue");
         py::gil_scoped_release release;

@@ -54,8 +54,9 @@ void bind_writer(py::module_& m) {
            }),
            "buffer"_a, "env_ids"_a, py::kw_only(), "wait_for_rate_limit"_a = false, "rate_limit_timeout"_a = 10.0,
            "Lease env_ids; LeaseHeld names the owner's pid when another process has one. With "
-           "wait_for_rate_limit=True, pushes wait (up to rate_limit_timeout seconds, then RateLimited) while the "
-           "buffer's rate limiter holds inserts back; by default a writer never waits.")
+           "wait_for_rate_limit=True, pushes wait (up to rate_limit_timeout seconds, then RateLimited; inf: no "
+           "timeout; Ctrl-C raises KeyboardInterrupt within 50 ms, with nothing pushed) while the buffer's rate "
+           "limiter holds inserts back; by default a writer never waits.")
       .def_static(
           "range",
           [](std::shared_ptr<Buffer> buffer, uint64_t first, uint64_t count, bool wait_for_rate_limit,
@@ -80,7 +81,7 @@ void bind_writer(py::module_& m) {
           "whether pushes wait for the buffer's rate limiter (a writer that timed out can set it False and go on)")
       .def_property(
           "rate_limit_timeout",
-          [](PyWriter& w) { return static_cast<double>(w.get("rate_limit_timeout").options().rate_limit_timeout_ms) / 1e3; },
+          [](PyWriter& w) { return timeout_seconds(w.get("rate_limit_timeout").options().rate_limit_timeout_ms); },
           [](PyWriter& w, double seconds) {
             const auto lock = lock_holding_gil(w.mu);
             Writer& writer = w.get("rate_limit_timeout");
@@ -88,7 +89,7 @@ void bind_writer(py::module_& m) {
             o.rate_limit_timeout_ms = writer_options(true, seconds).rate_limit_timeout_ms;
             writer.set_options(o);
           },
-          "seconds a push waits for the rate limiter before RateLimited")
+          "seconds a push waits for the rate limiter before RateLimited (inf: no timeout; Ctrl-C interrupts a wait)")
       .def_property_readonly("env_ids",
                              [](PyWriter& w) {
                                const auto& ids = w.get("env_ids").env_ids();

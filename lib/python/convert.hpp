@@ -32,6 +32,7 @@
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/schema.hpp"
 #include "shmreplay/version.hpp"
+#include "shmreplay/wait.hpp"
 #include "shmreplay/writer.hpp"
 
 namespace shmreplay::python {
@@ -381,12 +382,22 @@ inline py::array aligned_array(const py::dtype& dtype, const std::vector<py::ssi
   return py::array(dtype, shape, std::vector<py::ssize_t>{}, data, owner);
 }
 
-// A timeout in seconds as whole milliseconds; a negative or non-finite one is refused.
+// A timeout in seconds as whole milliseconds, the library's unit: rounded, and saturated at kWaitForever, which
+// float('inf') (and any timeout of 2^64 ms or more, 585 million years) gives: a wait without end, in slices that
+// Ctrl-C interrupts. NaN and negative timeouts are refused.
 inline uint64_t timeout_ms(const char* what, double seconds) {
-  if (!(std::isfinite(seconds) && seconds >= 0)) {
-    throw Error(Errc::invalid_argument, fmt::format("{} is {}, expected a finite number of seconds >= 0", what, seconds));
+  if (!(seconds >= 0)) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("{} is {}, expected a number of seconds >= 0 (inf: no timeout)", what, seconds));
   }
-  return static_cast<uint64_t>(seconds * 1000.0 + 0.5);
+  const double ms = seconds * 1000.0 + 0.5;
+  // 2^64 exactly; every double below it converts to uint64_t without overflow.
+  return ms >= 18446744073709551616.0 ? kWaitForever : static_cast<uint64_t>(ms);
+}
+
+// The other way, for properties: kWaitForever reads as float('inf').
+inline double timeout_seconds(uint64_t ms) {
+  return ms == kWaitForever ? std::numeric_limits<double>::infinity() : static_cast<double>(ms) / 1e3;
 }
 
 inline SampleOptions sample_options(const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized,

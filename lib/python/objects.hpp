@@ -3,6 +3,7 @@
 #pragma once
 
 #include "convert.hpp"
+#include "interrupt.hpp"
 
 namespace shmreplay::python {
 
@@ -145,7 +146,8 @@ struct PyWriter {
   // Runs call(writer) under mu, for a call that writes `bytes` of step data (push, push_one, reserve): with the
   // GIL kept when that is at most kHoldGilBytes and the writer never waits for the rate limiter (such a call takes
   // less time than handing the GIL over and back), unless another thread holds mu; with the GIL released
-  // otherwise. The Writer is looked up under mu, so a close() from another thread is seen.
+  // otherwise, and then Ctrl-C ends a wait for the rate limiter (SignalCheck) with nothing written. The Writer is
+  // looked up under mu, so a close() from another thread is seen.
   template <class Call>
   void run(const char* op, std::size_t bytes, Call&& call) {
     if (bytes <= kHoldGilBytes && !get(op).options().wait_for_rate_limit) {
@@ -156,6 +158,7 @@ struct PyWriter {
       }
     }
     py::gil_scoped_release release;
+    const SignalCheck signals;
     std::lock_guard lock(mu);
     call(get(op));
   }
@@ -232,7 +235,8 @@ struct PySampler {
   }
 
   // Runs `body(sampler, batch)` on `out` (or a new Batch of rows x length, its shape checked first) with the GIL
-  // released. A given out= batch has the shape it was made with (new_batch, or an earlier call), checked then.
+  // released; Ctrl-C ends a wait for the rate limiter (SignalCheck). A given out= batch has the shape it was made
+  // with (new_batch, or an earlier call), checked then.
   template <class Body>
   py::object fill(const char* op, std::size_t rows, std::size_t length, py::object out, Body&& body) {
     const std::shared_ptr<Sampler> s = get(op);
@@ -260,6 +264,7 @@ struct PySampler {
     auto* weights = static_cast<float*>(b.weights.mutable_data());
     {
       py::gil_scoped_release release;
+      const SignalCheck signals;
       std::lock_guard lock(mu);
       std::lock_guard batch_lock(*b.filling);
       body(*s, sb);

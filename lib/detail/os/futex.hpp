@@ -24,12 +24,17 @@ inline uint32_t* futex_word(std::atomic<uint64_t>& counter) noexcept {
   return reinterpret_cast<uint32_t*>(&counter);
 }
 
-/// Sleeps while the word equals `expected`, for at most `timeout_ns`. Returns on a wake, a timeout, a signal or
-/// when the word already differs; callers re-check their condition in a loop.
+/// The longest sleep futex_wait asks the kernel for: INT64_MAX ns (292 years), the kernel's own limit (KTIME_MAX).
+inline constexpr uint64_t kMaxFutexTimeoutNs = static_cast<uint64_t>(INT64_MAX);
+
+/// Sleeps while the word equals `expected`, for at most `timeout_ns` (any value: above kMaxFutexTimeoutNs it is
+/// kMaxFutexTimeoutNs, a relative timeout the kernel accepts). Returns on a wake, a timeout, a signal or when the
+/// word already differs; callers re-check their condition in a loop.
 inline void futex_wait(std::atomic<uint64_t>& counter, uint32_t expected, uint64_t timeout_ns) noexcept {
+  const uint64_t ns = timeout_ns < kMaxFutexTimeoutNs ? timeout_ns : kMaxFutexTimeoutNs;
   timespec ts{};
-  ts.tv_sec = static_cast<time_t>(timeout_ns / 1'000'000'000ull);
-  ts.tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000ull);
+  ts.tv_sec = static_cast<time_t>(ns / 1'000'000'000ull);
+  ts.tv_nsec = static_cast<long>(ns % 1'000'000'000ull);
   ::syscall(SYS_futex, futex_word(counter), FUTEX_WAIT, expected, &ts, nullptr, 0);
 }
 

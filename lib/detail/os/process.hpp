@@ -27,6 +27,12 @@ uint64_t realtime_ns() noexcept;
 /// CLOCK_REALTIME_COARSE in nanoseconds (a few ns to read, a few ms resolution): for per-push timestamps.
 uint64_t coarse_realtime_ns() noexcept;
 
+/// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the machine (steady_clock's, on Linux).
+uint64_t monotonic_ns() noexcept;
+
+/// CLOCK_MONOTONIC_COARSE in nanoseconds: cheap, and behind monotonic_ns() by at most a few ms.
+uint64_t coarse_monotonic_ns() noexcept;
+
 /// How many fork()s lie between the first call in this process's ancestry and now: it grows by one in every
 /// child (a pthread_atfork handler, registered by the first call). A Writer or Sampler remembers it, so that a
 /// copy inherited by a forked child, whose leases belong to the parent, refuses to act or to release them.

@@ -12,6 +12,7 @@
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/wake.hpp"
 #include "shmreplay/error.hpp"
+#include "shmreplay/wait.hpp"
 
 namespace shmreplay::detail {
 
@@ -57,7 +58,7 @@ bool store_rate_limit(GlobalControl& g, const std::optional<RateLimit>& limit, s
   // Take the rewriter lease (detail/protocol/lease.hpp): free, or held by a dead process. Its acquire pairs with
   // the previous rewriter's release, so that rewriter's index store is visible here. Another thread of this
   // process rewriting (held_by_us) is waited for like any live holder.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  const auto deadline = deadline_after_ms(timeout_ms);
   for (;;) {
     const LeaseOutcome taken = try_take_lease_word(g.limiter_writer, writer).outcome;
     if (taken == LeaseOutcome::taken || taken == LeaseOutcome::taken_over) break;
@@ -88,7 +89,7 @@ bool store_rate_limit(GlobalControl& g, const std::optional<RateLimit>& limit, s
   g.limiter_index.store((((index >> 1) + 1) << 1) | ((index & 1) ^ 1), std::memory_order_release);
   release_lease_word(g.limiter_writer, writer);  // release: pairs with the next rewriter's acquire
   notify(learner_wake(g));
-  notify({g.writer_wake_seq, g.writer_waiters});
+  wake_all(writer_wake(g));
   return true;
 }
 
@@ -157,6 +158,20 @@ InsertCounts count_inserts(const Buffer& b) noexcept {
   return out;
 }
 
+WaitingWriters count_waiting_writers(const Buffer& b) noexcept {
+  WaitingWriters out;
+  for (uint64_t e = 0; e < b.num_envs(); ++e) {
+    const EnvControl& c = b.env_control(e);
+    const uint64_t since = c.limiter_waiting_since_ns.load(std::memory_order_relaxed);
+    if (since == 0) continue;
+    const uint64_t lease = c.lease.load(std::memory_order_relaxed);
+    if (lease == 0 || !lease_holder_alive(lease)) continue;  // died while it waited
+    ++out.count;
+    out.since_ns = out.since_ns == 0 ? since : std::min(out.since_ns, since);
+  }
+  return out;
+}
+
 uint64_t count_admitted(const Buffer& b) noexcept {
   uint64_t total = 0;
   for (uint64_t e = 0; e < b.num_envs(); ++e) {
@@ -169,12 +184,12 @@ uint64_t count_admitted(const Buffer& b) noexcept {
 // ---------------------------------------------------------------------------------------------------------------
 // The learner's half: count after sampling, wake the writers it lets in.
 
-void count_samples(GlobalControl& g, uint64_t rows, uint64_t now_ns) noexcept {
+void count_samples(GlobalControl& g, uint64_t rows, uint64_t realtime_ns, uint64_t monotonic_ns) noexcept {
   g.samples.fetch_add(rows, std::memory_order_relaxed);  // one writer (the learner); ordered by notify's fence
-  g.last_sample_ns.store(now_ns, std::memory_order_relaxed);
-  // notify's seq_cst fence orders the count before the load of writer_waiters; pairs with the waiting writer's
-  // seq_cst increment of writer_waiters before it re-counts (sleep_until).
-  notify({g.writer_wake_seq, g.writer_waiters});
+  g.last_sample_ns.store(realtime_ns, std::memory_order_relaxed);
+  // notify's seq_cst fence orders the count before the load of writer_recheck_by_ns; pairs with the waiting
+  // writer's seq_cst CAS of its promise before it re-counts (wake.hpp, promise_recheck).
+  notify(writer_wake(g), monotonic_ns);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -211,6 +226,10 @@ void withdraw(std::span<EnvControl* const> envs) noexcept {
   for (EnvControl* c : envs) {
     c->limiter_reserved.store(c->head.load(std::memory_order_relaxed), std::memory_order_relaxed);
   }
+}
+
+void forget_dead_waiting(std::span<EnvControl* const> envs) noexcept {
+  for (EnvControl* c : envs) c->limiter_waiting_since_ns.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace shmreplay::detail

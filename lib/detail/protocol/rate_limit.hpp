@@ -9,8 +9,11 @@
 //   GlobalControl::samples        the learner (count_samples)                 waiting writers, the Inspector
 //   GlobalControl::admit_seq      waiting writers (try_admit: one CAS per     waiting writers (try_admit)
 //                                 admission)
-//   writer_wake_seq/_waiters      the learner wakes (count_samples), writers  (detail/protocol/wake.hpp)
-//                                 sleep
+//   writer_wake_seq,              the learner wakes (count_samples), writers  (detail/protocol/wake.hpp)
+//     writer_recheck_by_ns        sleep and promise to re-check
+//   EnvControl::                  the waiting writer, on the first env of     count_waiting_writers (info,
+//     limiter_waiting_since_ns    its push (WaitingMark); a new owner         messages): only while the lease
+//                                 (forget_dead_waiting)                       holder lives
 //
 // Inserts are the published steps, the sum of the envs' heads: nothing new is written per push, a step counts from
 // its head store, and a writer killed at any instruction leaves the count exact (a claimed but unpublished step
@@ -21,6 +24,9 @@
 //   try_admit, withdraw                  a Writer made with WriterOptions::wait_for_rate_limit, before it claims;
 //                                        withdraw also by every Writer that takes a lease (a dead owner's
 //                                        reservation goes) and for an abandoned reservation.
+//   WaitingMark                          that Writer, while it sleeps; forget_dead_waiting every Writer that
+//                                        takes a lease (a dead owner's mark goes).
+//   count_waiting_writers                Buffer::rate_limit_state (info, watch), the learner's timeout message.
 //   load_rate_limit, store_rate_limit    everyone; the creator and `shmreplay limit`.
 // Non-waiting writers touch none of it: the limiter costs them nothing.
 #pragma once
@@ -98,13 +104,23 @@ InsertCounts count_inserts(const Buffer& b) noexcept;
 /// The sum over envs of max(head, limiter_reserved). O(num_envs) loads.
 uint64_t count_admitted(const Buffer& b) noexcept;
 
+struct WaitingWriters {
+  uint64_t count = 0;     ///< writers waiting for the limiter now, whose process lives
+  uint64_t since_ns = 0;  ///< CLOCK_REALTIME when the first of them began (0 when none)
+};
+/// The writers waiting now: envs marked by a WaitingMark whose lease holder is alive (a writer killed while it
+/// waited is not counted from the moment it died; a new owner of its env clears its mark). O(num_envs) loads and
+/// one /proc read per marked env: for info and messages, never on a hot path.
+WaitingWriters count_waiting_writers(const Buffer& b) noexcept;
+
 // ---------------------------------------------------------------------------------------------------------------
 // Learner side
 
 /// After a sample call's rows were drawn (every sample call, limiter or not, so that a limiter set later finds
-/// the counts): samples += rows, the time of the call, and a wake-up for writers that wait for it.
+/// the counts): samples += rows, the time of the call (CLOCK_REALTIME `realtime_ns`), and a wake-up for writers
+/// that wait for it, if one's promise to re-check lies after `monotonic_ns` (CLOCK_MONOTONIC, coarse will do).
 /// Precondition: the caller holds the learner lease (the only writer of `samples`).
-void count_samples(layout::GlobalControl& g, uint64_t rows, uint64_t now_ns) noexcept;
+void count_samples(layout::GlobalControl& g, uint64_t rows, uint64_t realtime_ns, uint64_t monotonic_ns) noexcept;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Writer side (a writer that waits for the limiter)
@@ -120,5 +136,24 @@ RateLimitVerdict try_admit(Buffer& b, const LimiterSettings& s, std::span<layout
 /// when a lease is taken (a dead owner's admitted but unpublished steps never come). Precondition: the caller
 /// holds the envs' leases.
 void withdraw(std::span<layout::EnvControl* const> envs) noexcept;
+
+/// Marks a writer as waiting for the limiter while it lives (on the first env of its push, whose lease the
+/// writer holds): for count_waiting_writers only; the wake-up does not read it (wake.hpp's promise does that).
+/// Relaxed stores: an informational word, read with the lease word that says whether it counts.
+class WaitingMark {
+ public:
+  WaitingMark(layout::EnvControl& env, uint64_t now_realtime_ns) noexcept : env_(env) {
+    env_.limiter_waiting_since_ns.store(now_realtime_ns == 0 ? 1 : now_realtime_ns, std::memory_order_relaxed);
+  }
+  ~WaitingMark() { env_.limiter_waiting_since_ns.store(0, std::memory_order_relaxed); }
+  WaitingMark(const WaitingMark&) = delete;
+  WaitingMark& operator=(const WaitingMark&) = delete;
+
+ private:
+  layout::EnvControl& env_;
+};
+
+/// Clears the marks a dead owner left on envs whose leases the caller has just taken.
+void forget_dead_waiting(std::span<layout::EnvControl* const> envs) noexcept;
 
 }  // namespace shmreplay::detail

@@ -1,31 +1,82 @@
-// detail/protocol/wake.hpp: blocking waits across processes, both halves of one handshake (notify and
-// sleep_until) on a WakeWord: a sequence word whose low 32 bits are a process-shared futex word, and a waiter
-// count. docs/design.md, "Blocking waits", has the argument that no wake-up is lost. Two wake words exist: the
-// learner's (GlobalControl line 2) and the rate-limited writers' (lines 5-6; detail/protocol/rate_limit.hpp).
+// detail/protocol/wake.hpp: blocking waits across processes, both halves of each handshake (the waker's notify, the
+// sleeper's sleep_until) on a sequence word whose low 32 bits are a process-shared futex word. docs/design.md,
+// "Blocking waits", has the argument that no wake-up is lost. Two sleeping places exist:
+// - the learner's (GlobalControl line 2: wake_seq and `waiters`, a count): one learner sleeps, writers wake it
+//   after publishing. A learner killed while it sleeps leaves the count raised; the next learner resets it when
+//   it takes the lease over (forget_waiters).
+// - the rate-limited writers' (GlobalControl lines 5-6: writer_wake_seq and writer_recheck_by_ns, a promise):
+//   any number of writer processes sleep, the learner wakes them after its samples (detail/protocol/rate_limit).
+//   A count could not be repaired here (a writer killed while it sleeps is not replaced as the learner is), so
+//   each sleeper promises instead to re-check by a time, and the learner wakes only while a promise is pending:
+//   a dead sleeper's promise runs out by itself, two re-check periods after its last.
 //
 // Who calls what, and what is safe across processes:
-//   notify_waiters   every Writer, after the head stores of a push call (push, push_one, commit); any number of
-//                    writer processes at once. One seq_cst fence, and a system call only while someone waits.
-//   wait_until       the learner (Sampler::wait); one learner per segment (the learner lease).
-//   forget_waiters   a learner that took over a dead learner's lease, whose waiter count would otherwise stay
-//                    raised (and make every push issue a futex wake).
+//   notify_waiters      every Writer, after the head stores of a push call; any number of writer processes at
+//                       once. One seq_cst fence, and a system call only while the learner waits.
+//   wait_until          the learner (Sampler::wait, a sample call held back by the limiter); one per segment.
+//   forget_waiters      a learner that took over a dead learner's lease.
+//   notify_writers      the learner, after counting its samples (count_samples): one fence and one load, and a
+//                       system call only while a waiting writer's promise is pending.
+//   wake_all_writers    a change of the rate limiter's settings (store_rate_limit).
+//   sleep_until         a writer waiting for the limiter (on writer_wake(g)), and both learner waits (above).
+// Waits sleep in slices of at most recheck_period(), re-check their condition between slices, and call `idle`
+// there (the Python module's Ctrl-C check, through shmreplay::InterruptCheck); an exception from `idle` or
+// `ready` ends the wait and takes its registration back.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <utility>
 
 #include "detail/os/futex.hpp"
+#include "detail/os/process.hpp"
 #include "shmreplay/layout.hpp"
 
 namespace shmreplay::detail {
 
-/// One sleeping place in the segment: a sequence word whose low 32 bits are a process-shared futex word, and the
-/// count of processes sleeping on it. Two exist: GlobalControl's wake_seq/waiters (the learner sleeps, writers
-/// wake it after publishing) and writer_wake_seq/writer_waiters (writers held back by the rate limiter sleep, the
-/// learner wakes them after its samples let them in; detail/protocol/rate_limit.hpp).
+using SteadyClock = std::chrono::steady_clock;
+
+/// The longest a wait sleeps before it re-checks its condition by itself: 50 ms, or SHMREPLAY_RECHECK_MS
+/// (1 to 3,600,000) where the environment sets it. Read at the start of each wait. The variable is for tests and
+/// diagnosis: with a long period, a wake-up that does not come shows (a 50 ms re-check hides it).
+inline uint64_t recheck_period_ns() noexcept {
+  constexpr uint64_t kDefaultNs = 50'000'000;
+  const char* text = std::getenv("SHMREPLAY_RECHECK_MS");
+  if (text == nullptr || *text == '\0') return kDefaultNs;
+  char* end = nullptr;
+  const unsigned long long ms = std::strtoull(text, &end, 10);
+  if (*end != '\0' || ms < 1 || ms > 3'600'000) return kDefaultNs;
+  return static_cast<uint64_t>(ms) * 1'000'000;
+}
+
+/// The loop both kinds of sleeper run: before each check, `promise(slice_ns)` (the sleeper's seq_cst half of the
+/// handshake, when it has one per round), then read the sequence, then ready(); if not ready and the deadline is
+/// not past, idle(), then FUTEX_WAIT on the sequence read, for at most one slice. Returns whether ready() held.
+template <class Promise, class Ready, class Idle>
+bool sleep_loop(std::atomic<uint64_t>& seq, SteadyClock::time_point deadline, Promise&& promise, Ready&& ready,
+                Idle&& idle) {
+  const uint64_t slice_ns = recheck_period_ns();
+  for (;;) {
+    promise(slice_ns);
+    // seq_cst: pairs with the waker's release increment of seq; read before re-checking the condition, so a wake
+    // after the check changes the word and FUTEX_WAIT returns at once.
+    const auto s = static_cast<uint32_t>(seq.load(std::memory_order_seq_cst));
+    if (ready()) return true;
+    const auto now = SteadyClock::now();
+    if (now >= deadline) return false;
+    idle();
+    const auto left = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count());
+    futex_wait(seq, s, std::min(left, slice_ns));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The learner's sleeping place: a count of sleepers (there is one learner)
+
+/// A sequence word and the count of processes sleeping on it (GlobalControl's wake_seq and waiters).
 struct WakeWord {
   std::atomic<uint64_t>& seq;
   std::atomic<uint64_t>& waiters;
@@ -33,9 +84,9 @@ struct WakeWord {
 
 /// Waker side: wakes whoever sleeps on `w`. Call after the stores that the sleepers' condition reads.
 inline void notify(WakeWord w) noexcept {
-  // seq_cst fence: orders the waker's stores (heads; the sample count) before the load of `waiters`; pairs with
-  // the sleeper's seq_cst increment of `waiters` in sleep_until before it re-reads its condition. Either we see
-  // its increment and wake it, or it sees our stores: no lost wake-up.
+  // seq_cst fence: orders the waker's stores (heads) before the load of `waiters`; pairs with the sleeper's seq_cst
+  // increment of `waiters` in sleep_until before it re-reads its condition. Either we see its increment and wake
+  // it, or it sees our stores: no lost wake-up.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (w.waiters.load(std::memory_order_relaxed) != 0) {
     // release: pairs with the sleeper's seq_cst load of seq before it sleeps (FUTEX_WAIT compares it).
@@ -44,31 +95,17 @@ inline void notify(WakeWord w) noexcept {
   }
 }
 
-/// Sleeper side: blocks until ready() holds or `deadline` passes, and returns whether ready() held. ready() is
-/// called at least every 50 ms, so a waker that stops or dies cannot hold the sleeper past its deadline; between
-/// checks, `idle()` runs (nothing by default: liveness checks, progress reports).
+/// Sleeper side: counted in `waiters` while it waits (also when ready() or idle() throws), blocks until ready()
+/// holds or `deadline` passes, and returns whether ready() held.
 template <class Ready, class Idle>
-bool sleep_until(WakeWord w, std::chrono::steady_clock::time_point deadline, Ready&& ready, Idle&& idle) {
-  using Clock = std::chrono::steady_clock;
+bool sleep_until(WakeWord w, SteadyClock::time_point deadline, Ready&& ready, Idle&& idle) {
   // seq_cst: pairs with the waker's seq_cst fence in notify between its stores and its load of `waiters`.
   w.waiters.fetch_add(1, std::memory_order_seq_cst);
-  bool ok = false;
-  for (;;) {
-    // seq_cst: pairs with the waker's release increment of seq in notify; read before re-checking the condition,
-    // so a wake after the check changes the word and FUTEX_WAIT returns at once.
-    const auto seq = static_cast<uint32_t>(w.seq.load(std::memory_order_seq_cst));
-    if (ready()) {
-      ok = true;
-      break;
-    }
-    const auto now = Clock::now();
-    if (now >= deadline) break;
-    idle();
-    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
-    futex_wait(w.seq, seq, std::min<uint64_t>(static_cast<uint64_t>(left), 50'000'000ull));
-  }
-  w.waiters.fetch_sub(1, std::memory_order_relaxed);
-  return ok;
+  struct Leave {
+    std::atomic<uint64_t>& waiters;
+    ~Leave() { waiters.fetch_sub(1, std::memory_order_relaxed); }
+  } leave{w.waiters};
+  return sleep_loop(w.seq, deadline, [](uint64_t) {}, std::forward<Ready>(ready), std::forward<Idle>(idle));
 }
 
 inline WakeWord learner_wake(layout::GlobalControl& g) noexcept { return {g.wake_seq, g.waiters}; }
@@ -78,14 +115,73 @@ inline WakeWord learner_wake(layout::GlobalControl& g) noexcept { return {g.wake
 inline void notify_waiters(layout::GlobalControl& g) noexcept { notify(learner_wake(g)); }
 
 /// Learner side: blocks until ready() holds or `deadline` passes, and returns whether ready() held. ready() reads
-/// the heads (acquire).
-template <class Ready>
-bool wait_until(layout::GlobalControl& g, std::chrono::steady_clock::time_point deadline, Ready&& ready) {
-  return sleep_until(learner_wake(g), deadline, std::forward<Ready>(ready), [] {});
+/// the heads (acquire); idle() runs between slices.
+template <class Ready, class Idle>
+bool wait_until(layout::GlobalControl& g, SteadyClock::time_point deadline, Ready&& ready, Idle&& idle) {
+  return sleep_until(learner_wake(g), deadline, std::forward<Ready>(ready), std::forward<Idle>(idle));
 }
 
 /// Resets the waiter count left raised by a learner that died while waiting. Precondition: the caller has just
 /// taken over the learner lease from a dead holder (only the learner waits).
 inline void forget_waiters(layout::GlobalControl& g) noexcept { g.waiters.store(0, std::memory_order_relaxed); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// The waiting writers' sleeping place: a promise to re-check (any number of writers, any of which may die)
+
+/// A sequence word and the latest time (CLOCK_MONOTONIC ns) by which some sleeper on it promised to re-check its
+/// condition by itself (GlobalControl's writer_wake_seq and writer_recheck_by_ns). The promise only grows.
+struct PromiseWord {
+  std::atomic<uint64_t>& seq;
+  std::atomic<uint64_t>& recheck_by_ns;
+};
+
+inline PromiseWord writer_wake(layout::GlobalControl& g) noexcept {
+  return {g.writer_wake_seq, g.writer_recheck_by_ns};
+}
+
+/// Sleeper side, once per round, before it reads the sequence and re-checks: raises the promise to at least
+/// now + two slices (it will have re-checked by then, unless it stopped or died). Always a read-modify-write,
+/// also when the promise is already later.
+inline void promise_recheck(PromiseWord w, uint64_t slice_ns) noexcept {
+  const uint64_t until = monotonic_ns() + 2 * slice_ns;
+  uint64_t seen = w.recheck_by_ns.load(std::memory_order_relaxed);
+  // seq_cst: pairs with the waker's seq_cst fence in notify_writers between its stores (the sample count) and its
+  // load of the promise. A successful CAS is a read-modify-write even when it stores the value it read, so either
+  // the waker reads this promise (or a later one: it only grows) or this sleeper's re-check reads the waker's
+  // stores.
+  while (!w.recheck_by_ns.compare_exchange_weak(seen, std::max(seen, until), std::memory_order_seq_cst,
+                                                std::memory_order_relaxed)) {
+  }
+}
+
+/// Sleeper side: promises to re-check each round, blocks until ready() holds or `deadline` passes, and returns
+/// whether ready() held. Leaves nothing to take back: its promise runs out by itself.
+template <class Ready, class Idle>
+bool sleep_until(PromiseWord w, SteadyClock::time_point deadline, Ready&& ready, Idle&& idle) {
+  return sleep_loop(w.seq, deadline, [w](uint64_t slice_ns) { promise_recheck(w, slice_ns); },
+                    std::forward<Ready>(ready), std::forward<Idle>(idle));
+}
+
+/// Waker side: wakes the sleepers on `w` if a promise is pending at `now_ns` (CLOCK_MONOTONIC; a coarse clock
+/// does, since it lags). Call after the stores that the sleepers' condition reads. A sleeper whose promise has
+/// passed is not asleep, or not running: it re-checks by itself when it runs, so no wake-up is lost, and a dead
+/// sleeper costs the waker nothing once its promise has passed.
+inline void notify(PromiseWord w, uint64_t now_ns) noexcept {
+  // seq_cst fence: pairs with the sleeper's seq_cst CAS in promise_recheck (see there).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (w.recheck_by_ns.load(std::memory_order_relaxed) > now_ns) {
+    // release: pairs with the sleeper's seq_cst load of seq before it sleeps (FUTEX_WAIT compares it).
+    w.seq.fetch_add(1, std::memory_order_release);
+    futex_wake_all(w.seq);
+  }
+}
+
+/// Wakes every sleeper on `w`, pending promise or not (a change of the settings: rare, and their condition changed).
+inline void wake_all(PromiseWord w) noexcept {
+  // seq_cst fence: as in notify: orders the settings' stores before the increment that a sleeper reads.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  w.seq.fetch_add(1, std::memory_order_release);  // release: pairs with the sleeper's seq_cst load of seq
+  futex_wake_all(w.seq);
+}
 
 }  // namespace shmreplay::detail
