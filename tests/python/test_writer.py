@@ -214,3 +214,68 @@ def test_integers_out_of_a_fields_range_are_refused_by_every_push_path_and_nothi
         with pytest.raises(shmreplay.InvalidArgument, match=r"out of the range of int32"):
             s.update([0], [0], {"a": np.array([2**40 + 5])})
         assert s.peek()["a"][0, 0] == -2**31
+
+
+
+# The child's main thread holds the GIL (a long switch interval, busy loops) from the moment the parent removes
+# the rate limiter that holds the reserve back: the reserve, woken, takes the step and waits for the GIL, and the
+# main thread's close() runs in that window.
+RESERVE_RACING_CLOSE = r"""
+import sys, threading, time, shmreplay
+buf = shmreplay.Buffer.open({name!r})
+w = shmreplay.Writer(buf, [0], wait_for_rate_limit=True, rate_limit_timeout=60)
+outcome = []
+
+def reserve():
+    try:
+        slot = w.reserve(0)
+    except shmreplay.InvalidArgument as e:
+        outcome.append(str(e))
+        return
+    outcome.append(slot.state)
+    for field in ("a", "b", "c", "d"):
+        slot[field][...] = 7  # views of the ring slot, in the mapping (the Buffer outlives the slot)
+
+sys.setswitchinterval(100)
+t = threading.Thread(target=reserve)
+t.start()
+while buf.rate_limit_state().writer_waiters == 0:
+    time.sleep(0.001)
+print("waiting", flush=True)
+while buf.rate_limit is not None:  # the GIL held from here to t.join()
+    pass
+start = time.monotonic()
+while time.monotonic() - start < 0.05:
+    pass
+w.close()
+t.join()
+print("outcome", outcome, flush=True)
+"""
+
+
+def test_a_reserve_that_close_overtakes_says_the_writer_is_closed(name):
+    # close() could run between the reservation (made without the GIL) and the making of the slot's arrays, which
+    # then read the destroyed StepSlot and its freed Writer: writing them crashed the interpreter (hence a child
+    # process), or the slot came back already abandoned.
+    for _ in range(3):
+        buf = shmreplay.Buffer.create(name, 2, 8, "a:u64 b:f32[3] c:u8[5] d:i16",
+                                      rate_limit=shmreplay.RateLimit.ratio(1.0, 2, 4.0))
+        with shmreplay.Writer(buf, [0, 1]) as w:
+            for _ in range(3):
+                w.push([0, 1], {"a": np.zeros(2, np.uint64), "b": np.zeros((2, 3), np.float32),
+                                "c": np.zeros((2, 5), np.uint8), "d": np.zeros(2, np.int16)})
+        child = subprocess.Popen([sys.executable, "-c", RESERVE_RACING_CLOSE.format(name=name)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ)
+        try:
+            assert child.stdout.readline() == "waiting\n"
+            buf.rate_limit = None  # wakes the reserve
+            out, err = child.communicate(timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        assert child.returncode == 0, (child.returncode, out, err[-3000:])
+        # closed first (the window was hit), or the slot was made before close(): never a slot closed under it
+        assert ("outcome ['reserve: this Writer is closed']" in out or "outcome ['open']" in out), (out, err)
+        del buf
+        shmreplay.Buffer.remove(name)
