@@ -1,4 +1,6 @@
 // lib/python/bind_writer.cpp: the Python StepSlot and Writer.
+#include <boost/container/small_vector.hpp>
+
 #include "bindings.hpp"
 #include "objects.hpp"
 
@@ -107,24 +109,32 @@ void bind_writer(py::module_& m) {
             if (env < 0) throw Error(Errc::env_out_of_range, fmt::format("reserve: env id {} is negative", env));
             auto owned = std::make_unique<PySlot>();
             owned->owner = w;
+            const Schema& schema = w->buffer->schema();
+            // The fields' addresses are taken under mu, while the Writer is known to be open: once run() lets mu
+            // go, and before it has the GIL back, a close() from another thread can abandon the slot and destroy
+            // the Writer (the mapping stays: the slot's owner holds the Buffer).
+            boost::container::small_vector<std::byte*, 16> field_data(schema.size());
             w->run("reserve", 0, [&](Writer& writer) {  // as a push of no bytes: waits without the GIL
               owned->slot.emplace(writer.reserve(static_cast<uint64_t>(env)));
               w->open_slots.push_back(owned.get());
+              for (std::size_t f = 0; f < schema.size(); ++f) field_data[f] = owned->slot->field(f).data();
             });
             PySlot& slot = *owned;
             py::object self = py::cast(std::move(owned));
-            const Schema& schema = w->buffer->schema();
             for (std::size_t f = 0; f < schema.size(); ++f) {
-              const auto bytes = slot.slot->field(f);
               // a view of the slot's storage; `self` is its base, which keeps the Writer and the mapping alive
               slot.arrays[py::str(schema[f].name)] =
-                  py::array(numpy_dtype(schema[f].dtype), field_shape(schema[f], {}), bytes.data(), self);
+                  py::array(numpy_dtype(schema[f].dtype), field_shape(schema[f], {}), field_data[f], self);
             }
+            // A close() since the reservation abandoned the slot (it and the slot change with the GIL held, so
+            // the slot returned here is open): the caller learns it now rather than at commit.
+            if (!slot.slot) throw Error(Errc::invalid_argument, "reserve: this Writer is closed");
             return self;
           },
           "env"_a,
           "Reserve the env's next step for zero-copy filling: fill slot[name][...] in place, then commit(). "
-          "Do not keep the arrays past the commit: they are views of the ring slot.")
+          "Do not keep the arrays past the commit: they are views of the ring slot. A close() from another thread "
+          "that overtakes the reservation makes it raise InvalidArgument (this Writer is closed).")
       .def("close", &PyWriter::close,
            "Release the leases now (also done when the Writer is garbage-collected); open reservations are "
            "abandoned.")
