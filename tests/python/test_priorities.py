@@ -1,6 +1,8 @@
 """Priorities from Python: a buffer created with priority_exponent, pushes with and without priorities, prioritized
 sample / sample_mixed / sample_transitions with importance weights, update_priorities taking NumPy arrays, and the
 errors. (The distribution itself is checked against a reference model in tests/test_priorities.cpp.)"""
+import threading
+
 import numpy as np
 import pytest
 
@@ -123,3 +125,40 @@ def test_total_weight_and_priority_weights_are_what_a_learner_of_several_buffers
     finally:
         plain.close()
         shmreplay.Buffer.remove(name + "-plain")
+
+
+def test_update_priorities_uses_the_priorities_it_checked_while_another_thread_changes_them(name):
+    # A float32 array is read in place, with the GIL released: another thread flips its last priority between 1
+    # and NaN. The call used to check the array, then read it again to set the priorities; each call must now
+    # either refuse the NaN (nothing set) or set a priority it checked, never NaN.
+    buf = shmreplay.Buffer.create(name, 1, 64, SCHEMA, priority_exponent=1.0)
+    w = shmreplay.Writer(buf, [0])
+    for _ in range(64):
+        push(w, buf, [0])
+    s = shmreplay.Sampler(buf, seed=1)
+    n = 200_000
+    env_ids, steps = np.zeros(n, np.int64), np.arange(n) % 64  # the last entry names step 63
+    priorities = np.ones(n, np.float32)
+    stop = threading.Event()
+
+    def flip():
+        while not stop.is_set():
+            priorities[-1] = np.nan
+            priorities[-1] = 1.0
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    weights, refused = [], 0
+    try:
+        for _ in range(40):
+            try:
+                s.update_priorities(env_ids, steps, priorities)
+            except shmreplay.InvalidArgument:
+                refused += 1
+            weights.append(s.priority_weights([0], [63])[0])
+    finally:
+        stop.set()
+        flipper.join()
+    unchecked = int(np.sum(~np.isfinite(weights)))
+    assert unchecked == 0, f"a NaN priority was set by {unchecked} of 40 updates ({refused} refused it)"
+    assert np.isfinite(s.total_weight("replay", 1))

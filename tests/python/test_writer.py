@@ -2,6 +2,8 @@
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -279,3 +281,44 @@ def test_a_reserve_that_close_overtakes_says_the_writer_is_closed(name):
         assert ("outcome ['reserve: this Writer is closed']" in out or "outcome ['open']" in out), (out, err)
         del buf
         shmreplay.Buffer.remove(name)
+
+
+@pytest.mark.parametrize("dtype,change", [(np.int32, "ids"), (np.int64, "ids"), (np.int64, "priorities")])
+def test_a_push_uses_the_env_ids_and_priorities_it_checked_when_another_thread_changes_them(name, dtype, change):
+    # The push waits for the rate limiter (the GIL released) while this thread changes its arrays (int32 and int64
+    # ids are read in place): it used to read them again after the wait, and wrote its step into env 1's slot
+    # while publishing env 0's (an id of 10**9: outside the mapping), or put the NaN priority into the tree.
+    buf = shmreplay.Buffer.create(name, 2, 8, "x:u64", priority_exponent=0.5,
+                                  rate_limit=shmreplay.RateLimit.ratio(1.0, 2, 4.0))
+    w = shmreplay.Writer(buf, [0, 1], wait_for_rate_limit=True, rate_limit_timeout=60)
+    for _ in range(3):
+        w.push([0, 1], {"x": np.zeros(2, np.uint64)})
+    ids = np.array([0], dtype)
+    priorities = np.array([4.0], np.float32)
+    errors = []
+
+    def waiting_push():
+        try:
+            w.push(ids, {"x": np.array([77], np.uint64)}, priorities=priorities)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    pusher = threading.Thread(target=waiting_push)
+    pusher.start()
+    deadline = time.monotonic() + 30
+    while buf.rate_limit_state().writer_waiters == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    if change == "ids":
+        ids[0] = 1
+    else:
+        priorities[0] = np.nan
+    with shmreplay.Sampler(buf, seed=1) as s:
+        s.sample_transitions("replay", 4, rate_limit_timeout=0)  # lets the push in
+        pusher.join()
+        assert errors == []
+        assert list(buf.heads()) == [4, 3]
+        newest = s.peek()
+        assert newest.starts.tolist() == [3, 2]
+        # env 0's step 3 holds what was pushed, with priority 4 (weight 4 ** 0.5); no NaN in either env's tree
+        assert (newest["x"][:, 0].tolist(), s.priority_weights([0], [3]).tolist()) == ([77, 0], [2.0])
+        assert np.isfinite(s.total_weight("replay", 1))
