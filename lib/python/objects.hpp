@@ -50,8 +50,26 @@ struct Batch {
       throw Error(Errc::size_mismatch, fmt::format("{}: out= holds {} rows x {} steps, this call needs {} x {}", op,
                                                    rows, length, want_rows, want_length));
     }
+    check_writeable(op);  // every call: the view below is kept, and a flag can be turned off at any time
     if (!lent) lent = std::make_shared<SampleBatch>(lend());
     return *lent;
+  }
+
+  // Refuses a batch with a read-only array (its writeable flag turned off), naming it: a sample writes them all.
+  void check_writeable(const char* op) const {
+    const auto refuse = [&](const std::string& what) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("{}: out= {} is read-only (its writeable flag is off); a sample writes every array of "
+                              "the batch",
+                              op, what));
+    };
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+      if (!fields[f].writeable()) refuse(fmt::format("field '{}'", names[f]));
+    }
+    if (!mask.writeable()) refuse("'mask'");
+    if (!env_ids.writeable()) refuse("'env_ids'");
+    if (!starts.writeable()) refuse("'starts'");
+    if (!weights.writeable()) refuse("'weights'");
   }
 
   // borrow()'s view, shared by copies of this Batch (the same arrays), and the mutex that lets one call at a time
@@ -85,6 +103,22 @@ struct Batch {
     return d;
   }
 };
+
+// A new Batch of rows x length as a Python object (the shape checked by the caller): a batch that does not fit in
+// memory is a MemoryError that names it (new_batch and every sampling call without out=).
+inline py::object make_batch_object(const char* op, const std::shared_ptr<const Schema>& schema, std::size_t rows,
+                                    std::size_t length) {
+  try {
+    return py::cast(Batch::make(schema, rows, length));
+  } catch (const std::bad_alloc&) {
+    const double bytes = static_cast<double>(rows) * static_cast<double>(length) *
+                         static_cast<double>(schema->step_bytes() + 1);
+    PyErr_SetString(PyExc_MemoryError, fmt::format("{}: no memory for a batch of {} rows x {} steps ({:.3g} bytes)",
+                                                   op, rows, length, bytes)
+                                           .c_str());
+    throw py::error_already_set();
+  }
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // The wrappers' mutexes and the GIL
@@ -239,17 +273,7 @@ struct PySampler {
     py::object result = out;
     if (out.is_none()) {
       Sampler::check_batch_shape(*buffer, op, rows, length);  // a clear error before any array is made
-      try {
-        result = py::cast(Batch::make(schema, rows, length));
-      } catch (const std::bad_alloc&) {
-        const double bytes = static_cast<double>(rows) * static_cast<double>(length) *
-                             static_cast<double>(schema->step_bytes() + 1);
-        PyErr_SetString(PyExc_MemoryError,
-                        fmt::format("{}: no memory for a batch of {} rows x {} steps ({:.3g} bytes)", op, rows,
-                                    length, bytes)
-                            .c_str());
-        throw py::error_already_set();
-      }
+      result = make_batch_object(op, schema, rows, length);
     } else if (!py::isinstance<Batch>(out)) {
       throw Error(Errc::invalid_argument,
                   fmt::format("{}: out= takes a shmreplay.Batch (from new_batch() or an earlier sample), got a {}", op,
