@@ -1,4 +1,5 @@
 """Writer: leases, batched pushes shaped like envpool's recv, single pushes, zero-copy reservations, errors."""
+import gc
 import os
 import subprocess
 import sys
@@ -322,3 +323,22 @@ def test_a_push_uses_the_env_ids_and_priorities_it_checked_when_another_thread_c
         # env 0's step 3 holds what was pushed, with priority 4 (weight 4 ** 0.5); no NaN in either env's tree
         assert (newest["x"][:, 0].tolist(), s.priority_weights([0], [3]).tolist()) == ([77, 0], [2.0])
         assert np.isfinite(s.total_weight("replay", 1))
+
+
+def test_a_writer_that_reserved_steps_is_freed_with_its_leases_once_unreferenced(buffer):
+    # A StepSlot kept its arrays, whose base was the StepSlot: a cycle the garbage collector never sees (pybind11
+    # objects are not tracked), so every reservation kept its Writer, and the Writer its leases, to the end of
+    # the process.
+    w = shmreplay.Writer(buffer, [0, 1])
+    with w.reserve(0) as slot:
+        slot["body"][...] = 1
+        body = slot["body"]
+    abandoned = w.reserve(1)
+    assert abandoned.fields["body"].shape == (5,)
+    del w, slot, abandoned
+    assert body.base is not None  # a view: it keeps the mapping (and the Writer) alive while it lives
+    del body
+    gc.collect()
+    w2 = shmreplay.Writer(buffer, [0, 1])  # the leases were released: LeaseHeld before
+    assert list(buffer.heads()) == [1, 0, 0, 0]
+    w2.close()
