@@ -2,6 +2,8 @@
 // holds (the library object, its buffer, a mutex taken with the GIL released) and the calls the bindings share.
 #pragma once
 
+#include <boost/container/small_vector.hpp>
+
 #include "convert.hpp"
 
 namespace shmreplay::python {
@@ -199,7 +201,11 @@ struct PyWriter {
 struct PySlot {
   std::shared_ptr<PyWriter> owner;
   std::optional<StepSlot> slot;
-  py::dict arrays;
+  // Each field's bytes in the ring slot, taken when the step was reserved. The arrays are made on each access,
+  // with the slot's Python object as their base: kept here, they would make a cycle with it that the garbage
+  // collector never sees (pybind11's objects are not tracked), and every reservation would keep its Writer (and
+  // the leases) to the end of the process.
+  boost::container::small_vector<std::byte*, 16> field_data;
   const char* state = "open";  // then "committed" or "abandoned"
 
   PySlot() = default;
@@ -211,6 +217,12 @@ struct PySlot {
   StepSlot& get(const char* op) {
     if (!slot) throw Error(Errc::invalid_argument, fmt::format("{}: this step slot was committed or abandoned", op));
     return *slot;
+  }
+  // A view of field f's bytes in the ring slot; `self` (this slot's Python object) is its base, which keeps the
+  // Writer and the mapping alive while the view lives.
+  py::array array(py::handle self, std::size_t f) const {
+    const Field& field = owner->buffer->schema()[f];
+    return py::array(numpy_dtype(field.dtype), field_shape(field, {}), field_data[f], self);
   }
   void commit() {
     const auto lock = lock_holding_gil(owner->mu);
