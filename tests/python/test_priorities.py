@@ -1,6 +1,7 @@
 """Priorities from Python: a buffer created with priority_exponent, pushes with and without priorities, prioritized
 sample / sample_mixed / sample_transitions with importance weights, update_priorities taking NumPy arrays, and the
 errors. (The distribution itself is checked against a reference model in tests/test_priorities.cpp.)"""
+import os
 import threading
 
 import numpy as np
@@ -136,8 +137,10 @@ def test_update_priorities_uses_the_priorities_it_checked_while_another_thread_c
     for _ in range(128):
         push(w, buf, [0])
     s = shmreplay.Sampler(buf, seed=1)
-    # a long call, quickly done: every step but the last was overwritten (its update is dropped without a walk)
-    n = 1_000_000
+    # a long call, quickly done: every step but the last was overwritten (its update is dropped without a walk);
+    # long enough that the other thread runs by the time the last priority is checked (a sanitizer build's call
+    # is ten times slower per entry)
+    n = 100_000 if "asan" in os.environ.get("LD_PRELOAD", "") else 1_000_000
     env_ids, steps = np.zeros(n, np.int64), np.zeros(n, np.int64)
     steps[-1] = 127
     priorities = np.ones(n, np.float32)
