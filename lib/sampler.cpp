@@ -223,6 +223,10 @@ struct Sampler::Scratch {
   std::vector<std::size_t> field_bytes;      // per field, bytes per step
   uint64_t capacity = 0;
   std::size_t length = 1;                    // the sequence length of the rows being added
+  // update_priorities' copy of the caller's arrays, checked and then used (grows to the largest update only)
+  std::vector<uint64_t> update_envs;
+  std::vector<uint64_t> update_steps;
+  std::vector<float> update_priorities;
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -874,7 +878,15 @@ PriorityUpdateResult Sampler::update_priorities(std::span<const uint64_t> env_id
                             "of each per updated step",
                             buffer_->name(), env_ids.size(), steps.size(), priorities.size()));
   }
-  // Everything is checked before anything is set.
+  // Everything is copied once, then checked before anything is set, and the checked copy is what is set: another
+  // thread may change the caller's arrays meanwhile.
+  Scratch& z = *scratch_;
+  z.update_envs.assign(env_ids.begin(), env_ids.end());
+  z.update_steps.assign(steps.begin(), steps.end());
+  z.update_priorities.assign(priorities.begin(), priorities.end());
+  env_ids = z.update_envs;
+  steps = z.update_steps;
+  priorities = z.update_priorities;
   const double alpha = buffer_->priority_exponent();
   float largest = 0;
   for (std::size_t i = 0; i < env_ids.size(); ++i) {

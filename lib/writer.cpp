@@ -134,6 +134,7 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
   }
   seen_.assign(envs_.size(), std::numeric_limits<uint64_t>::max());
   locals_.assign(envs_.size(), 0);
+  priorities_.reserve(envs_.size());
   reserved_.assign(envs_.size(), 0);
   for (const uint64_t e : envs_) {
     control_.push_back(&buffer.env_control(e));
@@ -184,6 +185,7 @@ Writer::Writer(Writer&& other) noexcept
       field_bytes_(std::move(other.field_bytes_)),
       global_(other.global_),
       locals_(std::move(other.locals_)),
+      priorities_(std::move(other.priorities_)),
       calls_(other.calls_),
       lease_word_(other.lease_word_),
       fork_generation_(other.fork_generation_),
@@ -282,6 +284,15 @@ void Writer::check_priorities(std::size_t count, std::span<const float> prioriti
   }
 }
 
+// The caller's priorities copied into priorities_ (its capacity is the leased envs: no allocation for a push that
+// can succeed), then checked: the push uses the copy, so a value another thread changes after the check is never
+// stored. Returns the copy.
+const float* Writer::copy_priorities(std::size_t count, std::span<const float> priorities) {
+  priorities_.assign(priorities.begin(), priorities.end());
+  check_priorities(count, priorities_);
+  return priorities_.data();
+}
+
 // The writer half of the priority protocol for a claimed step: its leaf and the walk, before the head store.
 // A negative priority means the running maximum. The priority was checked (priority_fits) by the caller.
 void Writer::set_priority(uint64_t env, uint64_t step, double priority) noexcept {
@@ -323,20 +334,21 @@ void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> 
   for (std::size_t i = 0; i < n; ++i) {
     // A negative int32 id becomes a huge uint64 and is reported as out of range (printed as negative).
     const uint32_t l = local_of(static_cast<uint64_t>(static_cast<int64_t>(env_ids[i])), "push to");
+    // From here on the push uses l (and envs_[l]), never env_ids[i] again: the caller's array may change.
     if (seen_[l] == call) {
       std::size_t first = 0;
-      while (env_ids[first] != env_ids[i]) ++first;
+      while (locals_[first] != l) ++first;
       throw Error(Errc::invalid_argument,
                   fmt::format("cannot push to '{}': env {} is listed twice in one push (positions {} and {}); a "
                               "push writes one step per env",
-                              buffer_->name(), static_cast<int64_t>(env_ids[i]), first, i));
+                              buffer_->name(), envs_[l], first, i));
     }
     seen_[l] = call;
     locals_[i] = l;  // i < envs_.size(): the envs so far are distinct and leased
     if (reserved_[l]) {
       throw Error(Errc::invalid_argument,
                   fmt::format("cannot push to env {} of '{}': it has a reserved step that is not committed yet",
-                              static_cast<int64_t>(env_ids[i]), buffer_->name()));
+                              envs_[l], buffer_->name()));
     }
   }
   if (options_.wait_for_rate_limit) {
@@ -346,7 +358,7 @@ void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> 
   }
   const uint64_t now = detail::coarse_realtime_ns();
   for (std::size_t i = 0; i < n; ++i) {
-    write_step(locals_[i], static_cast<uint64_t>(env_ids[i]), fields, i, priorities ? priorities[i] : -1.0, now);
+    write_step(locals_[i], envs_[locals_[i]], fields, i, priorities ? priorities[i] : -1.0, now);
   }
   notify();
 }
@@ -387,14 +399,12 @@ void Writer::push(std::span<const uint64_t> env_ids, std::span<const FieldBytes>
 
 void Writer::push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields,
                   std::span<const float> priorities) {
-  check_priorities(env_ids.size(), priorities);
-  push_impl(env_ids, fields, priorities.data());
+  push_impl(env_ids, fields, copy_priorities(env_ids.size(), priorities));
 }
 
 void Writer::push(std::span<const uint64_t> env_ids, std::span<const FieldBytes> fields,
                   std::span<const float> priorities) {
-  check_priorities(env_ids.size(), priorities);
-  push_impl(env_ids, fields, priorities.data());
+  push_impl(env_ids, fields, copy_priorities(env_ids.size(), priorities));
 }
 
 void Writer::push_one(uint64_t env_id, std::span<const FieldBytes> fields) {

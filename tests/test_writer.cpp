@@ -6,9 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "detail/os/process.hpp"
@@ -406,4 +409,36 @@ TEST_CASE("a learner that died holding an env's update lock does not block the w
   const std::vector<uint64_t> env0 = {0};
   s.peek(env0, out);
   CHECK(out.start_steps()[0] == 1);
+}
+
+TEST_CASE("a push uses the env ids and priorities it validated, whatever the caller's arrays hold later") {
+  // Another thread changes the caller's arrays while the push waits for the rate limiter: the push re-read them
+  // after that wait, and wrote env 1's slot while publishing env 0's step (an id of 10^9: outside the mapping),
+  // and put the NaN priority into the tree.
+  test::SegmentGuard guard(test::unique_name("writer-reread"));
+  Buffer b = Buffer::create(guard.name(), 2, 8, kSchema,
+                            {.priority_exponent = 0.5, .rate_limit = RateLimit::ratio(1.0, 2, 4.0)});
+  Writer w(b, {0, 1}, {.wait_for_rate_limit = true, .rate_limit_timeout_ms = 60'000});
+  for (uint64_t s = 0; s < 3; ++s) {  // 6 inserts: the error is at max_diff, the next push waits
+    for (uint64_t e = 0; e < 2; ++e) w.push_one(e, step_fields(make_step(e, s)));
+  }
+  std::vector<uint64_t> ids = {0};
+  std::vector<float> priorities = {4.0f};
+  const Step marker = make_step(7, 7);
+  std::thread pusher([&] { w.push(ids, step_fields(marker), priorities); });
+  while (b.rate_limit_state().writer_waiters == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ids[0] = 1;
+  priorities[0] = std::numeric_limits<float>::quiet_NaN();
+  Sampler learner(b);
+  Rng rng(1);
+  SampleBatch batch;
+  learner.sample_transitions(View::replay, 4, rng, batch, {.rate_limit_timeout_ms = 0});  // lets the push in
+  pusher.join();
+  CHECK(b.env_control(0).head.load() == 4);
+  CHECK(b.env_control(1).head.load() == 3);
+  CHECK(same(stored(b, 0, 3), marker));
+  CHECK(same(stored(b, 1, 3), Step{}));  // env 1's next slot, never written
+  double weight[1] = {0};
+  learner.priority_weights(std::vector<uint64_t>{0}, std::vector<uint64_t>{3}, weight);
+  CHECK(weight[0] == doctest::Approx(2.0));  // 4^0.5
 }

@@ -298,6 +298,8 @@ class Sampler {
   /// before setting anything: invalid_argument (a buffer without priorities; a priority that is not a finite
   /// number >= 0, or whose priority^alpha is past the largest float, 3.4e38, which the priority trees hold; a step
   /// that was never published), size_mismatch (the three lengths differ), env_out_of_range.
+  /// The three arrays are copied once (into storage the Sampler keeps and reuses), and the copy is what is checked
+  /// and set: another thread changing the caller's arrays during the call cannot get an unchecked value in.
   /// O(log capacity) per step; never waits for a writer, and writers never wait for it.
   PriorityUpdateResult update_priorities(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
                                          std::span<const float> priorities);

@@ -137,6 +137,9 @@ class Writer {
   /// env_out_of_range, not_leased (an env this Writer does not lease), invalid_argument (an env listed twice,
   /// an env with a reserved but uncommitted step), size_mismatch (a field count or byte size that differs from
   /// the schema; the message names the field and gives expected versus actual bytes).
+  /// Each env id and priority is read once, then checked, and the checked value is the one used: another thread
+  /// that changes the caller's arrays during the call (while it waits for the rate limiter, say) cannot make it
+  /// write to another env or store a priority it did not check (the field bytes are copied as they are then).
   /// Cost: O(len(env_ids) * num_fields) copies; no allocation; never blocks (see the header comment), except in a
   /// Writer made with WriterOptions::wait_for_rate_limit, which waits for the buffer's rate limiter (then
   /// Error(rate_limited) at its timeout, with nothing written).
@@ -184,6 +187,7 @@ class Writer {
   template <class Id>
   void push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> fields, const float* priorities);
   void check_priorities(std::size_t count, std::span<const float> priorities) const;
+  const float* copy_priorities(std::size_t count, std::span<const float> priorities);
   void set_priority(uint64_t env, uint64_t step, double priority) noexcept;
   uint32_t local_of(uint64_t env_id, const char* op) const;
   [[noreturn]] void throw_not_leased(uint64_t env_id, const char* op) const;
@@ -212,6 +216,7 @@ class Writer {
   std::vector<uint64_t> field_bytes_;  // bytes per step of each field
   layout::GlobalControl* global_ = nullptr;  // the buffer's, in the mapping
   std::vector<uint32_t> locals_;       // per position of the current push call: its env's index in envs_
+  std::vector<float> priorities_;      // the current push call's priorities, copied once and checked
   uint64_t calls_ = 0;
   uint64_t lease_word_ = 0;            // pack_owner(pid, start) of this process
   uint64_t fork_generation_ = 0;       // detail::fork_generation() when the leases were taken

@@ -47,7 +47,8 @@ void bind_rate_limit(py::module_& m) {
       .def_readonly("max_diff", &RateLimit::max_diff)
       .def_property_readonly("has_ratio", &RateLimit::has_ratio)
       .def_property_readonly("error_buffer", &RateLimit::error_buffer)
-      .def("__eq__", [](const RateLimit& a, const RateLimit& b) { return a == b; })
+      // as an operator: another type (None: "a RateLimit or None") compares unequal instead of raising TypeError
+      .def(py::self == py::self)
       .def("__repr__", [](const RateLimit& r) { return fmt::format("<shmreplay.RateLimit: {}>", r.to_string()); });
 
   py::class_<RateLimitState>(m, "RateLimitState", "The rate limiter's settings, counts and waits, read at one moment.")

@@ -150,9 +150,11 @@ void bind_sampler(py::module_& m) {
                                       sequence_length));
             }
             Sampler::check_batch_shape(*s.buffer, "make a batch for", rows, sequence_length);
-            return Batch::make(s.schema, rows, sequence_length);
+            return make_batch_object("new_batch", s.schema, rows, sequence_length);
           },
-          "rows"_a, "sequence_length"_a, "Arrays for out=: made once, filled by every call.")
+          "rows"_a, "sequence_length"_a,
+          "Arrays for out=: made once, filled by every call (which refuses the batch while any of its arrays is "
+          "read-only). MemoryError when they do not fit in memory.")
       .def(
           "wait",
           [](PySampler& s, const std::string& view, uint64_t min_steps, double timeout) {

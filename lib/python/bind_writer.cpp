@@ -13,12 +13,25 @@ void bind_writer(py::module_& m) {
                      "commit. As a context manager it commits on a normal exit and abandons on an exception.")
       .def_property_readonly("env", [](PySlot& s) { return s.get("env").env(); })
       .def_property_readonly("step", [](PySlot& s) { return s.get("step").step(); })
-      .def_property_readonly("fields", [](PySlot& s) { return s.arrays; })
+      .def_property_readonly("fields",
+                             [](py::object self) {
+                               const PySlot& s = self.cast<const PySlot&>();
+                               const Schema& schema = s.owner->buffer->schema();
+                               py::dict d;
+                               for (std::size_t f = 0; f < schema.size(); ++f) {
+                                 d[py::str(schema[f].name)] = s.array(self, f);
+                               }
+                               return d;
+                             })
       .def_property_readonly("schema", [](PySlot& s) { return std::make_shared<Schema>(s.owner->buffer->schema()); },
                              "the schema of the buffer the slot belongs to")
-      .def("__getitem__", [](PySlot& s, const std::string& name) {
-        if (!s.arrays.contains(name)) throw py::key_error(fmt::format("'{}' is not a field of this step", name));
-        return s.arrays[py::str(name)];
+      .def("__getitem__", [](py::object self, const std::string& name) {
+        const PySlot& s = self.cast<const PySlot&>();
+        const Schema& schema = s.owner->buffer->schema();
+        for (std::size_t f = 0; f < schema.size(); ++f) {
+          if (schema[f].name == name) return s.array(self, f);
+        }
+        throw py::key_error(fmt::format("'{}' is not a field of this step", name));
       })
       .def("commit", &PySlot::commit, "Publish the step: samplers can see it from now on.")
       .def("set_priority", [](PySlot& s, double p) { s.get("set_priority").set_priority(p); }, "priority"_a,
@@ -109,24 +122,27 @@ void bind_writer(py::module_& m) {
             if (env < 0) throw Error(Errc::env_out_of_range, fmt::format("reserve: env id {} is negative", env));
             auto owned = std::make_unique<PySlot>();
             owned->owner = w;
+            const Schema& schema = w->buffer->schema();
+            // The fields' addresses are taken under mu, while the Writer is known to be open: once run() lets mu
+            // go, and before it has the GIL back, a close() from another thread can abandon the slot and destroy
+            // the Writer (the mapping stays: the slot's owner holds the Buffer).
+            owned->field_data.resize(schema.size());
             w->run("reserve", 0, [&](Writer& writer) {  // as a push of no bytes: waits without the GIL
               owned->slot.emplace(writer.reserve(static_cast<uint64_t>(env)));
               w->open_slots.push_back(owned.get());
+              for (std::size_t f = 0; f < schema.size(); ++f) owned->field_data[f] = owned->slot->field(f).data();
             });
             PySlot& slot = *owned;
             py::object self = py::cast(std::move(owned));
-            const Schema& schema = w->buffer->schema();
-            for (std::size_t f = 0; f < schema.size(); ++f) {
-              const auto bytes = slot.slot->field(f);
-              // a view of the slot's storage; `self` is its base, which keeps the Writer and the mapping alive
-              slot.arrays[py::str(schema[f].name)] =
-                  py::array(numpy_dtype(schema[f].dtype), field_shape(schema[f], {}), bytes.data(), self);
-            }
+            // A close() since the reservation abandoned the slot (close and the slot change with the GIL held, so
+            // the slot returned here is open): the caller learns it now rather than at commit.
+            if (!slot.slot) throw Error(Errc::invalid_argument, "reserve: this Writer is closed");
             return self;
           },
           "env"_a,
           "Reserve the env's next step for zero-copy filling: fill slot[name][...] in place, then commit(). "
-          "Do not keep the arrays past the commit: they are views of the ring slot.")
+          "Do not keep the arrays past the commit: they are views of the ring slot. A close() from another thread "
+          "that overtakes the reservation makes it raise InvalidArgument (this Writer is closed).")
       .def("close", &PyWriter::close,
            "Release the leases now (also done when the Writer is garbage-collected); open reservations are "
            "abandoned.")

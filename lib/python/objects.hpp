@@ -2,6 +2,8 @@
 // holds (the library object, its buffer, a mutex taken with the GIL released) and the calls the bindings share.
 #pragma once
 
+#include <boost/container/small_vector.hpp>
+
 #include "convert.hpp"
 #include "interrupt.hpp"
 
@@ -51,8 +53,26 @@ struct Batch {
       throw Error(Errc::size_mismatch, fmt::format("{}: out= holds {} rows x {} steps, this call needs {} x {}", op,
                                                    rows, length, want_rows, want_length));
     }
+    check_writeable(op);  // every call: the view below is kept, and a flag can be turned off at any time
     if (!lent) lent = std::make_shared<SampleBatch>(lend());
     return *lent;
+  }
+
+  // Refuses a batch with a read-only array (its writeable flag turned off), naming it: a sample writes them all.
+  void check_writeable(const char* op) const {
+    const auto refuse = [&](const std::string& what) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("{}: out= {} is read-only (its writeable flag is off); a sample writes every array of "
+                              "the batch",
+                              op, what));
+    };
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+      if (!fields[f].writeable()) refuse(fmt::format("field '{}'", names[f]));
+    }
+    if (!mask.writeable()) refuse("'mask'");
+    if (!env_ids.writeable()) refuse("'env_ids'");
+    if (!starts.writeable()) refuse("'starts'");
+    if (!weights.writeable()) refuse("'weights'");
   }
 
   // borrow()'s view, shared by copies of this Batch (the same arrays), and the mutex that lets one call at a time
@@ -86,6 +106,22 @@ struct Batch {
     return d;
   }
 };
+
+// A new Batch of rows x length as a Python object (the shape checked by the caller): a batch that does not fit in
+// memory is a MemoryError that names it (new_batch and every sampling call without out=).
+inline py::object make_batch_object(const char* op, const std::shared_ptr<const Schema>& schema, std::size_t rows,
+                                    std::size_t length) {
+  try {
+    return py::cast(Batch::make(schema, rows, length));
+  } catch (const std::bad_alloc&) {
+    const double bytes = static_cast<double>(rows) * static_cast<double>(length) *
+                         static_cast<double>(schema->step_bytes() + 1);
+    PyErr_SetString(PyExc_MemoryError, fmt::format("{}: no memory for a batch of {} rows x {} steps ({:.3g} bytes)",
+                                                   op, rows, length, bytes)
+                                           .c_str());
+    throw py::error_already_set();
+  }
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // The wrappers' mutexes and the GIL
@@ -168,7 +204,11 @@ struct PyWriter {
 struct PySlot {
   std::shared_ptr<PyWriter> owner;
   std::optional<StepSlot> slot;
-  py::dict arrays;
+  // Each field's bytes in the ring slot, taken when the step was reserved. The arrays are made on each access,
+  // with the slot's Python object as their base: kept here, they would make a cycle with it that the garbage
+  // collector never sees (pybind11's objects are not tracked), and every reservation would keep its Writer (and
+  // the leases) to the end of the process.
+  boost::container::small_vector<std::byte*, 16> field_data;
   const char* state = "open";  // then "committed" or "abandoned"
 
   PySlot() = default;
@@ -180,6 +220,12 @@ struct PySlot {
   StepSlot& get(const char* op) {
     if (!slot) throw Error(Errc::invalid_argument, fmt::format("{}: this step slot was committed or abandoned", op));
     return *slot;
+  }
+  // A view of field f's bytes in the ring slot; `self` (this slot's Python object) is its base, which keeps the
+  // Writer and the mapping alive while the view lives.
+  py::array array(py::handle self, std::size_t f) const {
+    const Field& field = owner->buffer->schema()[f];
+    return py::array(numpy_dtype(field.dtype), field_shape(field, {}), field_data[f], self);
   }
   void commit() {
     const auto lock = lock_holding_gil(owner->mu);
@@ -243,17 +289,7 @@ struct PySampler {
     py::object result = out;
     if (out.is_none()) {
       Sampler::check_batch_shape(*buffer, op, rows, length);  // a clear error before any array is made
-      try {
-        result = py::cast(Batch::make(schema, rows, length));
-      } catch (const std::bad_alloc&) {
-        const double bytes = static_cast<double>(rows) * static_cast<double>(length) *
-                             static_cast<double>(schema->step_bytes() + 1);
-        PyErr_SetString(PyExc_MemoryError,
-                        fmt::format("{}: no memory for a batch of {} rows x {} steps ({:.3g} bytes)", op, rows,
-                                    length, bytes)
-                            .c_str());
-        throw py::error_already_set();
-      }
+      result = make_batch_object(op, schema, rows, length);
     } else if (!py::isinstance<Batch>(out)) {
       throw Error(Errc::invalid_argument,
                   fmt::format("{}: out= takes a shmreplay.Batch (from new_batch() or an earlier sample), got a {}", op,

@@ -3,6 +3,7 @@ sample / sample_mixed / sample_transitions with importance weights, update_prior
 errors. (The distribution itself is checked against a reference model in tests/test_priorities.cpp.)"""
 import os
 import types
+import threading
 
 import numpy as np
 import pytest
@@ -191,3 +192,44 @@ def test_cluster_importance_weights_are_finite_for_any_beta():
         sr.ClusterSampler._importance_weights(batch, parts, {"a": (7.0, 3)}, {"a": 7.0}, beta)
         assert batch.weights.dtype == np.float32
         np.testing.assert_allclose(batch.weights, expected, rtol=1e-6)
+
+
+def test_update_priorities_uses_the_priorities_it_checked_while_another_thread_changes_them(name):
+    # A float32 array is read in place, with the GIL released: another thread flips its last priority between 1
+    # and NaN. The call used to check the array, then read it again to set the priorities; each call must now
+    # either refuse the NaN (nothing set) or set a priority it checked, never NaN.
+    buf = shmreplay.Buffer.create(name, 1, 64, SCHEMA, priority_exponent=1.0)
+    w = shmreplay.Writer(buf, [0])
+    for _ in range(128):
+        push(w, buf, [0])
+    s = shmreplay.Sampler(buf, seed=1)
+    # a long call, quickly done: every step but the last was overwritten (its update is dropped without a walk);
+    # long enough that the other thread runs by the time the last priority is checked (a sanitizer build's call
+    # is ten times slower per entry)
+    n = 100_000 if "asan" in os.environ.get("LD_PRELOAD", "") else 1_000_000
+    env_ids, steps = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    steps[-1] = 127
+    priorities = np.ones(n, np.float32)
+    stop = threading.Event()
+
+    def flip():
+        while not stop.is_set():
+            priorities[-1] = np.nan
+            priorities[-1] = 1.0
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    weights, refused = [], 0
+    try:
+        for _ in range(30):
+            try:
+                s.update_priorities(env_ids, steps, priorities)
+            except shmreplay.InvalidArgument:
+                refused += 1
+            weights.append(s.priority_weights([0], [127])[0])
+    finally:
+        stop.set()
+        flipper.join()
+    unchecked = int(np.sum(~np.isfinite(weights)))
+    assert unchecked == 0, f"a NaN priority was set by {unchecked} of 30 updates ({refused} refused it)"
+    assert np.isfinite(s.total_weight("replay", 1))

@@ -184,3 +184,14 @@ def test_a_writer_process_that_waits_stays_within_the_error_buffer_of_a_learner_
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_a_rate_limit_compares_unequal_to_none_and_to_other_types(name):
+    r = shmreplay.RateLimit.ratio(2.0, 4, 8.0)
+    assert (r == None) is False and (r != None) is True  # noqa: E711 (the comparison under test)
+    assert r != "ratio" and r != 4 and r == shmreplay.RateLimit.ratio(2.0, 4, 8.0)
+    assert r != shmreplay.RateLimit.min_size(4)
+    buf = shmreplay.Buffer.create(name, 1, 8, SCHEMA, rate_limit=r)
+    assert buf.rate_limit != None and buf.rate_limit == r  # noqa: E711 ("a RateLimit or None")
+    buf.rate_limit = None
+    assert buf.rate_limit is None

@@ -122,3 +122,30 @@ def test_a_batch_that_does_not_fit_in_memory_is_a_memory_error_naming_it(filled)
     with shmreplay.Sampler(filled, seed=1) as s:
         with pytest.raises(MemoryError, match=r"sample: no memory for a batch of 1099511627776 rows x 4 steps"):
             s.sample("replay", 2**40, 4)
+
+
+def test_a_new_batch_that_does_not_fit_in_memory_is_a_memory_error_naming_it(name):
+    if "asan" in os.environ.get("LD_PRELOAD", ""):
+        pytest.skip("AddressSanitizer aborts on an allocation this size instead of failing it")
+    with open("/proc/sys/vm/overcommit_memory") as f:
+        if f.read().strip() == "1":
+            pytest.skip("with vm.overcommit_memory = 1 the 4 TB batch would be made")
+    buf = shmreplay.Buffer.create(name, 1, 64, "x:f32[16]")
+    with shmreplay.Sampler(buf, seed=1) as s:
+        with pytest.raises(MemoryError, match=r"new_batch: no memory for a batch of 1000000000 rows x 64 steps"):
+            s.new_batch(10**9, 64)
+        assert s.new_batch(2, 4).rows == 2  # still usable
+
+
+@pytest.mark.parametrize("array", ["body", "mask", "env_ids", "starts", "weights"])
+def test_a_read_only_out_array_is_refused_naming_it(filled, array):
+    with shmreplay.Sampler(filled, seed=1) as s:
+        out = s.new_batch(8, 2)
+        s.sample("replay", 8, 2, out=out)  # lent to the library once already: the check is made every call
+        target = out.fields[array] if array == "body" else getattr(out, array)
+        target.flags.writeable = False
+        what = f"field '{array}'" if array == "body" else f"'{array}'"
+        for call in (lambda: s.sample("replay", 8, 2, out=out), lambda: s.sample_mixed(4, 4, 2, out=out)):
+            with pytest.raises(shmreplay.InvalidArgument, match=f"out= {what} is read-only"):
+                call()
+        assert check_batch(s.sample("replay", 8, 2, out=s.new_batch(8, 2))) == []  # (the flag cannot go back on)

@@ -1,7 +1,10 @@
 """Writer: leases, batched pushes shaped like envpool's recv, single pushes, zero-copy reservations, errors."""
+import gc
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -214,3 +217,128 @@ def test_integers_out_of_a_fields_range_are_refused_by_every_push_path_and_nothi
         with pytest.raises(shmreplay.InvalidArgument, match=r"out of the range of int32"):
             s.update([0], [0], {"a": np.array([2**40 + 5])})
         assert s.peek()["a"][0, 0] == -2**31
+
+
+
+# The child's main thread holds the GIL (a long switch interval, busy loops) from the moment the parent removes
+# the rate limiter that holds the reserve back: the reserve, woken, takes the step and waits for the GIL, and the
+# main thread's close() runs in that window.
+RESERVE_RACING_CLOSE = r"""
+import sys, threading, time, shmreplay
+buf = shmreplay.Buffer.open({name!r})
+w = shmreplay.Writer(buf, [0], wait_for_rate_limit=True, rate_limit_timeout=60)
+outcome = []
+
+def reserve():
+    try:
+        slot = w.reserve(0)
+    except shmreplay.InvalidArgument as e:
+        outcome.append(str(e))
+        return
+    outcome.append(slot.state)
+    for field in ("a", "b", "c", "d"):
+        slot[field][...] = 7  # views of the ring slot, in the mapping (the Buffer outlives the slot)
+
+sys.setswitchinterval(100)
+t = threading.Thread(target=reserve)
+t.start()
+while buf.rate_limit_state().writer_waiters == 0:
+    time.sleep(0.001)
+print("waiting", flush=True)
+while buf.rate_limit is not None:  # the GIL held from here to t.join()
+    pass
+start = time.monotonic()
+while time.monotonic() - start < 0.05:
+    pass
+w.close()
+t.join()
+print("outcome", outcome, flush=True)
+"""
+
+
+def test_a_reserve_that_close_overtakes_says_the_writer_is_closed(name):
+    # close() could run between the reservation (made without the GIL) and the making of the slot's arrays, which
+    # then read the destroyed StepSlot and its freed Writer: writing them crashed the interpreter (hence a child
+    # process), or the slot came back already abandoned.
+    for _ in range(3):
+        buf = shmreplay.Buffer.create(name, 2, 8, "a:u64 b:f32[3] c:u8[5] d:i16",
+                                      rate_limit=shmreplay.RateLimit.ratio(1.0, 2, 4.0))
+        with shmreplay.Writer(buf, [0, 1]) as w:
+            for _ in range(3):
+                w.push([0, 1], {"a": np.zeros(2, np.uint64), "b": np.zeros((2, 3), np.float32),
+                                "c": np.zeros((2, 5), np.uint8), "d": np.zeros(2, np.int16)})
+        child = subprocess.Popen([sys.executable, "-c", RESERVE_RACING_CLOSE.format(name=name)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ)
+        try:
+            assert child.stdout.readline() == "waiting\n"
+            buf.rate_limit = None  # wakes the reserve
+            out, err = child.communicate(timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        assert child.returncode == 0, (child.returncode, out, err[-3000:])
+        # closed first (the window was hit), or the slot was made before close(): never a slot closed under it
+        assert ("outcome ['reserve: this Writer is closed']" in out or "outcome ['open']" in out), (out, err)
+        del buf
+        shmreplay.Buffer.remove(name)
+
+
+@pytest.mark.parametrize("dtype,change", [(np.int32, "ids"), (np.int64, "ids"), (np.int64, "priorities")])
+def test_a_push_uses_the_env_ids_and_priorities_it_checked_when_another_thread_changes_them(name, dtype, change):
+    # The push waits for the rate limiter (the GIL released) while this thread changes its arrays (int32 and int64
+    # ids are read in place): it used to read them again after the wait, and wrote its step into env 1's slot
+    # while publishing env 0's (an id of 10**9: outside the mapping), or put the NaN priority into the tree.
+    buf = shmreplay.Buffer.create(name, 2, 8, "x:u64", priority_exponent=0.5,
+                                  rate_limit=shmreplay.RateLimit.ratio(1.0, 2, 4.0))
+    w = shmreplay.Writer(buf, [0, 1], wait_for_rate_limit=True, rate_limit_timeout=60)
+    for _ in range(3):
+        w.push([0, 1], {"x": np.zeros(2, np.uint64)})
+    ids = np.array([0], dtype)
+    priorities = np.array([4.0], np.float32)
+    errors = []
+
+    def waiting_push():
+        try:
+            w.push(ids, {"x": np.array([77], np.uint64)}, priorities=priorities)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    pusher = threading.Thread(target=waiting_push)
+    pusher.start()
+    deadline = time.monotonic() + 30
+    while buf.rate_limit_state().writer_waiters == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    if change == "ids":
+        ids[0] = 1
+    else:
+        priorities[0] = np.nan
+    with shmreplay.Sampler(buf, seed=1) as s:
+        s.sample_transitions("replay", 4, rate_limit_timeout=0)  # lets the push in
+        pusher.join()
+        assert errors == []
+        assert list(buf.heads()) == [4, 3]
+        newest = s.peek()
+        assert newest.starts.tolist() == [3, 2]
+        # env 0's step 3 holds what was pushed, with priority 4 (weight 4 ** 0.5); no NaN in either env's tree
+        assert (newest["x"][:, 0].tolist(), s.priority_weights([0], [3]).tolist()) == ([77, 0], [2.0])
+        assert np.isfinite(s.total_weight("replay", 1))
+
+
+def test_a_writer_that_reserved_steps_is_freed_with_its_leases_once_unreferenced(buffer):
+    # A StepSlot kept its arrays, whose base was the StepSlot: a cycle the garbage collector never sees (pybind11
+    # objects are not tracked), so every reservation kept its Writer, and the Writer its leases, to the end of
+    # the process.
+    w = shmreplay.Writer(buffer, [0, 1])
+    with w.reserve(0) as slot:
+        slot["body"][...] = 1
+        body = slot["body"]
+    abandoned = w.reserve(1)
+    assert abandoned.fields["body"].shape == (5,)
+    del w, slot, abandoned
+    assert body.base is not None  # a view: it keeps the mapping (and the Writer) alive while it lives
+    del body
+    gc.collect()
+    w2 = shmreplay.Writer(buffer, [0, 1])  # the leases were released: LeaseHeld before
+    assert list(buffer.heads()) == [1, 0, 0, 0]
+    w2.close()
