@@ -313,10 +313,10 @@ UniqueFd make_unnamed_file(const std::string& dir, const std::string& name, uint
     what = not_ours(fmt::format("'{}' already exists and is not a shmreplay segment (not a regular file)", path));
   } else if (::pread(fd.get(), &magic, sizeof magic, 0) != static_cast<ssize_t>(sizeof magic) || magic != kMagic) {
     what = not_ours(fmt::format("'{}' already exists and is not a shmreplay segment (no 'SHMRPLAY' magic)", path));
-  } else if (const std::string problem = detail::other_owner_problem(st.st_uid); !problem.empty()) {
-    what = fmt::format("'{}' already exists, a segment of another user: {}. Have its owner remove it (`shmreplay rm "
-                       "{}`), or choose another name",
-                       path, problem, name);
+  } else if (st.st_uid != ::geteuid()) {
+    what = fmt::format("'{}' already exists, a segment of {}, not of this process's user, {}; have its owner remove "
+                       "it (`shmreplay rm {}`), or choose another name",
+                       path, detail::user_text(st.st_uid), detail::user_text(::geteuid()), name);
   }
   throw Error(Errc::already_exists, fmt::format("cannot create shmreplay segment '{}': {}", name, what));
 }

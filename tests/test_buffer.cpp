@@ -474,8 +474,11 @@ TEST_CASE("open refuses a segment that belongs to another user, naming both uids
   }
   SegmentGuard mine(unique_name("mine"));
   CHECK(Buffer::create(mine.name(), 1, 1, kSchema).owner_uid() == ::geteuid());
-  // A create of the squatted name never takes it over.
-  CHECK(error_of([&] { (void)Buffer::create(name, 1, 4, kSchema); }) == code(Errc::already_exists));
+  // A create of the squatted name never takes it over, and says whose it is.
+  std::string m;
+  CHECK(error_of([&] { (void)Buffer::create(name, 1, 4, kSchema); }, &m) == code(Errc::already_exists));
+  CHECK(contains(m, "a segment of uid 65534"));
+  CHECK(contains(m, fmt::format("this process's user, uid {}", ::geteuid())));
 }
 
 TEST_CASE("a truncated copy of a real segment is reported as truncated at every length") {
