@@ -1806,7 +1806,9 @@ TEST_CASE("dump --full of large steps as a table holds bounded text, not blocks 
   const uint64_t beyond = peak > segment_bytes ? peak - segment_bytes : 0;
   MESSAGE(fmt::format("dump --full: peak resident {} MiB, {} MiB beyond the {} MiB segment", peak >> 20, beyond >> 20,
                       segment_bytes >> 20));
-  CHECK(beyond < (48ull << 20));
+  // Bounded blocks: 10 MiB beyond the segment here, 70 MiB under ASan (whose runtime alone is about 50 MiB);
+  // 1024-row blocks held 168 MiB beyond it.
+  CHECK(beyond < (100ull << 20));
   // The rows are whole: every element of the last step.
   const CliResult last = run_cli({"dump", name, "--full", "--last", "1"});
   REQUIRE(last.exit_code == 0);
