@@ -1760,20 +1760,27 @@ TEST_CASE("limit changes only the settings it is given, and non-finite numbers a
   CHECK(run_cli({"limit", name, "--samples-per-insert", "2", "--error-buffer", "16"}).exit_code == 0);
   CHECK(limit_now() == RateLimit::ratio(2.0, 5, 16.0));
 
-  for (const std::string& option : {std::string("--error-buffer"), std::string("--samples-per-insert")}) {
-    for (const std::string& value : {std::string("inf"), std::string("-inf"), std::string("nan"), std::string("1e400")}) {
-      CAPTURE(option);
+  for (const std::string& value : {std::string("inf"), std::string("-inf"), std::string("nan"), std::string("1e400")}) {
+    for (const bool bad_ratio : {false, true}) {
       CAPTURE(value);
-      const CliResult r = run_cli({"limit", name, option, value});
+      CAPTURE(bad_ratio);
+      const std::vector<std::string> pair = {"--samples-per-insert", bad_ratio ? value : "2", "--error-buffer",
+                                             bad_ratio ? "16" : value};
+      std::vector<std::string> args = {"limit", name};
+      args.insert(args.end(), pair.begin(), pair.end());
+      const CliResult r = run_cli(args);
       CHECK(r.exit_code == 2);
       CHECK(one_error_line(r.err));
-      CHECK(contains(r.err, fmt::format("'{}' is not a finite number", value)));
+      CHECK(contains(r.err, fmt::format("{}: '{}' is not a finite number", bad_ratio ? "--samples-per-insert"
+                                                                                      : "--error-buffer",
+                                        value)));
       const std::string other = unique_name("cli-limitinf");
       SegmentGuard other_guard(other);
-      const CliResult c = run_cli({"create", other, "--envs", "1", "--capacity", "8", "--schema", "x:u8",
-                                   "--samples-per-insert", "2", "--error-buffer", "16", option, value});
+      args = {"create", other, "--envs", "1", "--capacity", "8", "--schema", "x:u8"};
+      args.insert(args.end(), pair.begin(), pair.end());
+      const CliResult c = run_cli(args);
       CHECK(c.exit_code == 2);
-      CHECK(contains(c.err, "is not a finite number"));
+      CHECK(contains(c.err, fmt::format("'{}' is not a finite number", value)));
       CHECK_FALSE(Buffer::exists(other));
     }
   }
