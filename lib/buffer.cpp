@@ -23,6 +23,7 @@
 #include <fmt/ranges.h>
 
 #include "detail/os/file.hpp"
+#include "detail/os/owner.hpp"
 #include "detail/os/populate.hpp"
 #include "detail/os/process.hpp"
 #include "detail/protocol/lease.hpp"
@@ -290,11 +291,35 @@ UniqueFd make_unnamed_file(const std::string& dir, const std::string& name, uint
   throw_errno(e, fmt::format("cannot create shmreplay segment '{}' in '{}'", name, dir));
 }
 
+// create() of a name that exists. The advice depends on what is there, and matches what `shmreplay rm`
+// (Buffer::remove) accepts: only a segment is sent there; a link or another program's file is left to the user.
 [[noreturn]] void already_exists(const std::string& name, const std::string& path) {
-  throw Error(Errc::already_exists,
-              fmt::format("cannot create shmreplay segment '{}': '{}' already exists; remove it first (`shmreplay "
-                          "rm {}`) or ask for replacement (CreateOptions::replace, `shmreplay create --replace`)",
-                          name, path, name));
+  const auto not_ours = [&](const std::string& what) {
+    return fmt::format("{}; `shmreplay rm` refuses it as well: remove it yourself (`rm '{}'`) once you know what it "
+                       "is, or choose another name",
+                       what, path);
+  };
+  std::string what = fmt::format("'{}' already exists; remove it first (`shmreplay rm {}`) or ask for replacement "
+                                 "(CreateOptions::replace, `shmreplay create --replace`)",
+                                 path, name);
+  struct stat st {};
+  UniqueFd fd;
+  uint64_t magic = 0;
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    what = not_ours(detail::symlink_at_name(path));
+  } else if (fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+             !fd || ::fstat(fd.get(), &st) != 0) {
+    // gone meanwhile, or unreadable: the plain advice
+  } else if (!S_ISREG(st.st_mode)) {
+    what = not_ours(fmt::format("'{}' already exists and is not a shmreplay segment (not a regular file)", path));
+  } else if (::pread(fd.get(), &magic, sizeof magic, 0) != static_cast<ssize_t>(sizeof magic) || magic != kMagic) {
+    what = not_ours(fmt::format("'{}' already exists and is not a shmreplay segment (no 'SHMRPLAY' magic)", path));
+  } else if (st.st_uid != ::geteuid()) {
+    what = fmt::format("'{}' already exists, a segment of {}, not of this process's user, {}; have its owner remove "
+                       "it (`shmreplay rm {}`), or choose another name",
+                       path, detail::user_text(st.st_uid), detail::user_text(::geteuid()), name);
+  }
+  throw Error(Errc::already_exists, fmt::format("cannot create shmreplay segment '{}': {}", name, what));
 }
 
 // Gives the finished unnamed file its name. Without `replace`, linkat() fails with EEXIST when the name exists,
@@ -477,11 +502,17 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
                                  name, dir));
   }
 
+  struct stat made {};
+  if (::fstat(fd.get(), &made) != 0) {
+    throw_errno(errno, fmt::format("cannot stat the new shmreplay segment '{}'", name));
+  }
+
   Buffer b;
   b.name_ = name;
   b.path_ = path;
   b.schema_ = schema;
   b.mode_ = options.mode;
+  b.owner_uid_ = static_cast<uint32_t>(made.st_uid);
   detail::Mapping map(fd.get(), plan.total_bytes, /*writable=*/true, path);
   if (populate) {  // before write_segment: the fallback touch writes zeros, which only a fresh file may get
     const int perr = detail::populate_writable(map.data(), plan.total_bytes, options.populate_progress);
@@ -538,9 +569,8 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
       throw Error(Errc::not_found, fmt::format("cannot open shmreplay segment '{}': '{}' does not exist", name, path));
     }
     if (e == ELOOP) {
-      throw Error(Errc::not_a_segment, fmt::format("cannot open shmreplay segment '{}': '{}' is a symbolic link; "
-                                                   "segments are regular files",
-                                                   name, path));
+      throw Error(Errc::not_a_segment,
+                  fmt::format("cannot open shmreplay segment '{}': {}", name, detail::symlink_at_name(path)));
     }
     throw_errno(e, fmt::format("cannot open shmreplay segment '{}' ({})", name, path));
   }
@@ -549,6 +579,12 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
   const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
   Validator v(name, path, file_bytes);
   if (!S_ISREG(st.st_mode)) v.fail(Errc::not_a_segment, "it is not a regular file");
+  // Whose file it is comes before anything is read from it: nothing of another user's file is trusted unasked.
+  if (!options.allow_other_owner) {
+    if (const std::string problem = detail::other_owner_problem(st.st_uid); !problem.empty()) {
+      v.fail(Errc::permission_denied, problem);
+    }
+  }
 
   // The magic and the version come first, read with pread so that even a tiny file cannot fault.
   uint64_t prefix[2] = {0, 0};
@@ -600,6 +636,7 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
   b.path_ = path;
   b.read_only_ = options.read_only;
   b.mode_ = static_cast<uint32_t>(st.st_mode & 07777);
+  b.owner_uid_ = static_cast<uint32_t>(st.st_uid);
   {
     detail::Mapping map(fd.get(), static_cast<std::size_t>(file_bytes), !options.read_only, path);
     b.base_ = map.data();
@@ -840,6 +877,10 @@ void Buffer::remove(std::string_view name_in) {
       throw Error(Errc::not_found,
                   fmt::format("cannot remove shmreplay segment '{}': '{}' does not exist", name, path));
     }
+    if (e == ELOOP) {  // the link is left alone: it may be another user's, and its target is not a segment's name
+      throw Error(Errc::not_a_segment,
+                  fmt::format("cannot remove shmreplay segment '{}': {}", name, detail::symlink_at_name(path)));
+    }
     throw_errno(e, fmt::format("cannot remove shmreplay segment '{}' ({})", name, path));
   }
   uint64_t magic = 0;
@@ -876,6 +917,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     field_offsets_ = std::move(other.field_offsets_);
     read_only_ = other.read_only_;
     mode_ = other.mode_;
+    owner_uid_ = other.owner_uid_;
     unnamed_fd_ = std::exchange(other.unnamed_fd_, -1);
     replace_on_publish_ = other.replace_on_publish_;
     episode_fields_ = std::exchange(other.episode_fields_, {});

@@ -222,6 +222,39 @@ void remove_stale_temporaries(const std::string& path) {
   ::closedir(d);
 }
 
+// Refuses (Errc::already_exists) to replace what is at `path` unless it is nothing or a checkpoint file (a regular
+// file that starts with "SHMRCKPT"), or `force`: a save must never silently destroy another file given by mistake.
+// Checked before the save starts and again just before the rename, so that a file that appeared meanwhile is kept
+// too (what remains is the moment between the second check and the rename).
+void check_replaceable(const std::string& path, bool force) {
+  if (force) return;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return;  // nothing there (another error: the save's own calls report it)
+  const auto refuse = [&](const std::string& what) {
+    throw Error(Errc::already_exists,
+                fmt::format("refusing to replace '{}': {}; save to another file, or replace it on purpose with "
+                            "--force (SaveOptions::force)",
+                            path, what));
+  };
+  if (S_ISLNK(st.st_mode)) {
+    refuse("it is a symbolic link, not a shmreplay checkpoint (a save would replace the link with a new file, not "
+           "write through it)");
+  }
+  if (!S_ISREG(st.st_mode)) refuse("it is not a regular file, so not a shmreplay checkpoint");
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd) return;  // gone meanwhile, or unreadable: the rename decides
+  uint64_t magic = 0;
+  const ssize_t got = ::pread(fd.get(), &magic, sizeof magic, 0);
+  if (got != static_cast<ssize_t>(sizeof magic)) {
+    refuse(fmt::format("it is not a shmreplay checkpoint (the file is {} bytes, too short for the 8-byte magic)",
+                       st.st_size));
+  }
+  if (magic != checkpoint_format::kMagic) {
+    refuse(fmt::format("it is not a shmreplay checkpoint (it starts with {}, expected the magic \"SHMRCKPT\")",
+                       printable_bytes(&magic, sizeof magic)));
+  }
+}
+
 // The permission bits of a checkpoint of `b`: the segment's read/write bits for group and others, so that saving
 // a private buffer gives a private file, and read/write for the owner, who must be able to load it back. Never
 // execute, set-id or sticky bits, whatever the segment has.
@@ -682,6 +715,7 @@ CheckpointInfo save_checkpoint(const Buffer& source, const std::string& path, co
   const Schema& schema = source.schema();
   const uint64_t sb = schema.step_bytes();
   const uint64_t cap = source.capacity();
+  check_replaceable(path, options.force);
   remove_stale_temporaries(path);
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = fmt::format("{}.tmp-{}-{}", path, ::getpid(), counter.fetch_add(1));
@@ -787,6 +821,7 @@ CheckpointInfo save_checkpoint(const Buffer& source, const std::string& path, co
   h.header_crc = struct_crc(h, &CheckpointHeader::header_crc);
   out.write_at(0, &h, sizeof h);
   out.finish(offset);
+  check_replaceable(path, options.force);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     throw_errno(errno, fmt::format("cannot rename checkpoint file '{}' to '{}'", tmp, path));
   }
@@ -816,7 +851,7 @@ LoadResult load_checkpoint(const std::string& path, std::string_view name, const
   const CheckpointInfo& info = result.info;
   result.name = detail::normalize_name(name.empty() ? std::string_view(info.source_name) : name);
   if (Buffer::exists(result.name)) {
-    Buffer target = Buffer::open(result.name);
+    Buffer target = Buffer::open(result.name, {.allow_other_owner = options.allow_other_owner});
     check_target(target, info);
     Leases leases = take_leases(target, path);
     write_envs(target, in, info, options.progress);

@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "detail/os/file.hpp"
+#include "detail/os/owner.hpp"
 #include "detail/os/process.hpp"
 #include "detail/protocol/env_ids.hpp"
 #include "detail/protocol/episodes.hpp"
@@ -33,7 +35,16 @@ std::string_view to_string(OwnerState state) noexcept {
   return "?";
 }
 
-Inspector::Inspector(std::string_view name) : buffer_(Buffer::open(name, {.read_only = true})) {}
+namespace {
+
+OpenOptions read_only(OpenOptions options) {
+  options.read_only = true;
+  return options;
+}
+
+}  // namespace
+
+Inspector::Inspector(std::string_view name, OpenOptions options) : buffer_(Buffer::open(name, read_only(std::move(options)))) {}
 
 SegmentInfo Inspector::snapshot() const {
   const Buffer& b = buffer_;
@@ -49,6 +60,8 @@ SegmentInfo Inspector::snapshot() const {
   s.total_bytes = b.total_bytes();
   s.data_bytes = b.num_envs() * b.capacity() * s.step_bytes;
   s.schema = b.schema();
+  s.owner_uid = b.owner_uid();
+  s.owner_name = detail::user_name(b.owner_uid()).value_or("");
   s.creator_pid = h.creator_pid;
   s.creator_alive = detail::process_alive(h.creator_pid, h.creator_start_ticks);
   s.creation_time_ns = h.creation_time_ns;
@@ -145,7 +158,10 @@ std::span<const std::byte> StepRecords::field(std::size_t index, std::size_t fie
 }
 
 StepRecords Inspector::read_steps(uint64_t env, uint64_t first_step, uint64_t count) const {
-  const Buffer& b = buffer_;
+  return shmreplay::read_steps(buffer_, env, first_step, count);
+}
+
+StepRecords read_steps(const Buffer& b, uint64_t env, uint64_t first_step, uint64_t count) {
   detail::check_env_id(b, env, "read steps of");
   StepRecords out;
   out.env = env;
@@ -208,7 +224,7 @@ std::vector<ListedSegment> list_segments() {
     ListedSegment item;
     item.name = name;
     try {
-      item.info = Inspector(name).snapshot();
+      item.info = Inspector(name, {.allow_other_owner = true}).snapshot();  // listed with its owner
     } catch (const Error& e) {
       if (e.errc() == Errc::not_found) continue;  // removed since readdir saw it
       item.error = e.what();

@@ -446,6 +446,41 @@ TEST_CASE("a FIFO, a directory or a symlink under a segment's name is refused, n
   CHECK(contains(m, "symbolic link"));
 }
 
+// Makes the segment file `path` belong to uid 65534 (nobody), as if that user had created it; false when this
+// process may not (only root may give a file away).
+bool give_to_nobody(const std::string& path) { return ::chown(path.c_str(), 65534, static_cast<gid_t>(-1)) == 0; }
+
+TEST_CASE("open refuses a segment that belongs to another user, naming both uids") {
+  const std::string name = unique_name("squat");
+  SegmentGuard guard(name);
+  (void)Buffer::create(name, 1, 4, kSchema, {.mode = 0666});
+  if (!give_to_nobody(guard.path())) {
+    MESSAGE("skipped: chown needs root");
+    return;
+  }
+  for (const bool read_only : {false, true}) {
+    CAPTURE(read_only);
+    std::string m;
+    CHECK(error_of([&] { (void)Buffer::open(name, {.read_only = read_only}); }, &m) ==
+          code(Errc::permission_denied));
+    CHECK(contains(m, fmt::format("cannot open shmreplay segment '{}'", name)));
+    CHECK(contains(m, "uid 65534"));
+    CHECK(contains(m, fmt::format("uid {}", ::geteuid())));
+    CHECK(contains(m, "allow_other_owner"));
+    // The caller who trusts that user opts in.
+    const Buffer b = Buffer::open(name, {.read_only = read_only, .allow_other_owner = true});
+    CHECK(b.owner_uid() == 65534);
+    CHECK(b.num_envs() == 1);
+  }
+  SegmentGuard mine(unique_name("mine"));
+  CHECK(Buffer::create(mine.name(), 1, 1, kSchema).owner_uid() == ::geteuid());
+  // A create of the squatted name never takes it over, and says whose it is.
+  std::string m;
+  CHECK(error_of([&] { (void)Buffer::create(name, 1, 4, kSchema); }, &m) == code(Errc::already_exists));
+  CHECK(contains(m, "a segment of uid 65534"));
+  CHECK(contains(m, fmt::format("this process's user, uid {}", ::geteuid())));
+}
+
 TEST_CASE("a truncated copy of a real segment is reported as truncated at every length") {
   const std::vector<char> whole = real_segment_bytes();
   REQUIRE(whole.size() > 4096);

@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pwd.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -120,6 +121,12 @@ CliResult run_cli(const std::vector<std::string>& args) {
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The user name of `uid` from the password database, or "" when it has none.
+std::string user_name(uid_t uid) {
+  const passwd* pw = ::getpwuid(uid);
+  return pw != nullptr ? std::string(pw->pw_name) : std::string();
+}
 
 // Whether `err` is exactly one line that starts with the CLI's error prefix.
 bool one_error_line(const std::string& err) {
@@ -453,14 +460,16 @@ TEST_CASE("ls shows a created segment and not a foreign file in the shared-memor
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.empty());
   CHECK(words(line_starting(r.out, "NAME")) ==
-        std::vector<std::string>{"NAME", "ENVS", "CAPACITY", "FILL", "STEPS", "BYTES", "WRITERS", "AGE"});
+        std::vector<std::string>{"NAME", "ENVS", "CAPACITY", "FILL", "STEPS", "BYTES", "WRITERS", "OWNER", "AGE"});
   const std::vector<std::string> row = words(line_starting(r.out, name + " "));
-  REQUIRE(row.size() == 9);  // BYTES is two words, e.g. "1.0 MiB"
+  REQUIRE(row.size() == 10);  // BYTES is two words, e.g. "1.0 MiB"
   CHECK(row[1] == "3");
   CHECK(row[2] == "100");
   CHECK(row[3] == "0.0%");
   CHECK(row[4] == "0");
   CHECK(row[7] == "0");
+  const std::string me = user_name(::geteuid());
+  CHECK(row[8] == (me.empty() ? std::to_string(::geteuid()) : me));
   CHECK_FALSE(contains(r.out, foreign.name()));
 }
 
@@ -484,6 +493,7 @@ TEST_CASE("ls --json lists a created segment with its geometry") {
   CHECK((*mine)["live_writers"] == 0);
   CHECK((*mine)["layout"] == fmt::format("{}.{}", layout::kLayoutMajor, layout::kLayoutMinor));
   CHECK((*mine)["age_s"].get<double>() >= 0.0);
+  CHECK((*mine)["owner_uid"] == ::geteuid());
   CHECK_FALSE(mine->contains("error"));
   CHECK(find_named(j, foreign.name()) == nullptr);
 }
@@ -500,7 +510,7 @@ TEST_CASE("ls lists a truncated segment with its error instead of failing") {
   const std::string row = line_starting(text.out, truncated.name() + " ");
   CHECK(contains(row, "error:"));
   CHECK(contains(row, "100 bytes"));
-  CHECK(words(line_starting(text.out, source + " ")).size() == 9);
+  CHECK(words(line_starting(text.out, source + " ")).size() == 10);
 
   const CliResult js = run_cli({"ls", "--json"});
   REQUIRE(js.exit_code == 0);
@@ -567,10 +577,10 @@ TEST_CASE("create --samples-per-insert makes a rate-limited buffer; limit shows,
   REQUIRE(shown.exit_code == 0);
   CHECK(contains(shown.out, "rate limit samples_per_insert 2"));
   CHECK(Buffer::open(name).rate_limit_state().changes == 0);
-  const CliResult changed = run_cli({"limit", name, "--min-size-to-sample", "8"});
+  const CliResult changed = run_cli({"limit", name, "--min-size-to-sample", "8"});  // the ratio is kept
   REQUIRE(changed.exit_code == 0);
-  CHECK(contains(changed.out, "new rate limit min size 8"));
-  CHECK(*Buffer::open(name).rate_limit() == RateLimit::min_size(8));
+  CHECK(contains(changed.out, "new rate limit samples_per_insert 2, min_size_to_sample 8"));
+  CHECK(*Buffer::open(name).rate_limit() == RateLimit::ratio(2.0, 8, 16.0));
   CHECK(run_cli({"limit", name, "--off"}).exit_code == 0);
   CHECK_FALSE(Buffer::open(name).rate_limit().has_value());
   CHECK(parse_json(run_cli({"limit", name, "--json"}).out)["rate_limit"].is_null());
@@ -1209,7 +1219,7 @@ TEST_CASE("ls and info report fill, live writers, totals and the learner of a bu
   CHECK((*mine)["learner"] == "alive");
   CHECK((*mine)["age_s"].get<double>() >= 0.0);
   const std::vector<std::string> row = words(line_starting(run_cli({"ls"}).out, name + " "));
-  REQUIRE(row.size() == 9);
+  REQUIRE(row.size() == 10);
   CHECK((row[3] == "50.0%" || row[3] == "46.9%"));
   CHECK(row[7] == "1");
 
@@ -1615,4 +1625,238 @@ TEST_CASE("dump of an env whose counters are damaged fails with one error line n
   const CliResult ok = run_cli({"dump", name, "--env", "0,2", "--json"});
   CHECK(ok.exit_code == 0);
   CHECK(json_lines(ok.out).size() == 10);
+}
+
+namespace {
+
+// The part of `text` from `from` to the end of its line; "" when `from` does not occur.
+std::string rest_of_line(const std::string& text, const std::string& from) {
+  const std::size_t at = text.find(from);
+  if (at == std::string::npos) return {};
+  return text.substr(at, text.find('\n', at) - at);
+}
+
+}  // namespace
+
+TEST_CASE("a segment of another user: info and ls show its owner; save, limit and load refuse it unless "
+          "--allow-other-owner") {
+  const std::string name = unique_name("cli-squat");
+  SegmentGuard guard(name);
+  REQUIRE(run_cli({"create", name, "--envs", "2", "--capacity", "8", "--schema", "x:u8", "--mode", "0666"}).exit_code ==
+          0);
+  {
+    Buffer b = Buffer::open(name);
+    Writer w(b, std::vector<uint64_t>{0, 1});
+    for (uint8_t x = 0; x < 5; ++x) {
+      for (uint64_t e = 0; e < 2; ++e) w.push_one(e, {FieldBytes{&x, 1}});
+    }
+  }
+  if (::chown(guard.path().c_str(), 65534, static_cast<gid_t>(-1)) != 0) {
+    MESSAGE("skipped: chown needs root");
+    return;
+  }
+  const std::string nobody = user_name(65534);
+  // The display commands show it, with its owner.
+  const CliResult info = run_cli({"info", name});
+  REQUIRE(info.exit_code == 0);
+  const std::string owner = line_starting(info.out, "owner ");
+  CHECK(contains(owner, "uid 65534"));
+  CHECK(contains(owner, "another user"));
+  CHECK(contains(owner, fmt::format("uid {}", ::geteuid())));
+  const json j = parse_json(run_cli({"info", name, "--json"}).out);
+  CHECK(j["owner_uid"] == 65534);
+  const CliResult ls = run_cli({"ls"});
+  REQUIRE(ls.exit_code == 0);
+  CHECK(contains(line_starting(ls.out, "NAME"), "OWNER"));
+  const std::vector<std::string> row = words(line_starting(ls.out, name + " "));
+  CHECK(std::find(row.begin(), row.end(), nobody.empty() ? std::string("65534") : nobody) != row.end());
+  const json all = parse_json(run_cli({"ls", "--json"}).out);
+  const json* listed = find_named(all, name);
+  REQUIRE(listed != nullptr);
+  CHECK((*listed)["owner_uid"] == 65534);
+  CHECK(run_cli({"dump", name}).exit_code == 0);
+  CHECK(run_cli({"limit", name}).exit_code == 0);
+
+  // The commands that take its data or write to it refuse it, naming both users, unless told otherwise.
+  FileGuard file{temp_file("cli-squat")};
+  const CliResult save = run_cli({"save", name, file.path});
+  CHECK(save.exit_code == 1);
+  CHECK(one_error_line(save.err));
+  CHECK(contains(save.err, "uid 65534"));
+  CHECK(contains(save.err, fmt::format("uid {}", ::geteuid())));
+  CHECK(contains(save.err, "--allow-other-owner"));
+  CHECK(::access(file.path.c_str(), F_OK) != 0);
+  REQUIRE(run_cli({"save", name, file.path, "--allow-other-owner"}).exit_code == 0);
+
+  const CliResult limit = run_cli({"limit", name, "--min-size-to-sample", "3"});
+  CHECK(limit.exit_code == 1);
+  CHECK(contains(limit.err, "--allow-other-owner"));
+  CHECK(run_cli({"limit", name, "--min-size-to-sample", "3", "--allow-other-owner"}).exit_code == 0);
+
+  const CliResult load = run_cli({"load", file.path, name});
+  CHECK(load.exit_code == 1);
+  CHECK(contains(load.err, "--allow-other-owner"));
+  CHECK(run_cli({"load", file.path, name, "--allow-other-owner"}).exit_code == 0);
+}
+
+TEST_CASE("save refuses to replace a file that is not a checkpoint unless --force, and replaces a checkpoint") {
+  const std::string name = unique_name("cli-saveover");
+  SegmentGuard guard(name);
+  REQUIRE(create(name, 2, 8).exit_code == 0);
+  FileGuard file{temp_file("cli-saveover")};
+  const std::string base = file.path.substr(file.path.rfind('/') + 1);
+  const std::string precious = random_bytes();
+  for (const std::string& bytes : {precious, std::string()}) {
+    CAPTURE(bytes.size());
+    replace_file(file.path, bytes);
+    const CliResult r = run_cli({"save", name, file.path});
+    CHECK(r.exit_code == 1);
+    CHECK(one_error_line(r.err));
+    CHECK(contains(r.err, fmt::format("'{}'", file.path)));
+    CHECK(contains(r.err, "not a shmreplay checkpoint"));
+    CHECK(contains(r.err, "--force"));
+    CHECK(whole_file(file.path) == bytes);
+    CHECK(test::entries_containing("/tmp", base + ".tmp-").empty());
+  }
+  // A symbolic link there is not a checkpoint either (a save would replace the link, not write through it).
+  FileGuard target{temp_file("cli-saveover-target")};
+  replace_file(target.path, precious);
+  std::remove(file.path.c_str());
+  REQUIRE(::symlink(target.path.c_str(), file.path.c_str()) == 0);
+  const CliResult link = run_cli({"save", name, file.path});
+  CHECK(link.exit_code == 1);
+  CHECK(contains(link.err, "symbolic link"));
+  CHECK(whole_file(target.path) == precious);
+
+  // --force replaces it; a checkpoint is then replaced without it.
+  REQUIRE(run_cli({"save", name, file.path, "--force"}).exit_code == 0);
+  CHECK(verify_checkpoint(file.path).num_envs == 2);
+  CHECK(whole_file(target.path) == precious);
+  REQUIRE(run_cli({"save", name, file.path}).exit_code == 0);
+  CHECK(verify_checkpoint(file.path).num_envs == 2);
+}
+
+TEST_CASE("limit changes only the settings it is given, and non-finite numbers are usage errors") {
+  const std::string name = unique_name("cli-limitkeep");
+  SegmentGuard guard(name);
+  REQUIRE(run_cli({"create", name, "--envs", "2", "--capacity", "64", "--schema", "x:u8", "--samples-per-insert", "2",
+                   "--error-buffer", "16", "--min-size-to-sample", "4"}).exit_code == 0);
+  const auto limit_now = [&] { return Buffer::open(name, {.read_only = true}).rate_limit(); };
+  const CliResult min_size = run_cli({"limit", name, "--min-size-to-sample", "8"});
+  REQUIRE(min_size.exit_code == 0);
+  CHECK(contains(min_size.out, "new rate limit samples_per_insert 2, min_size_to_sample 8, error buffer 16"));
+  CHECK(limit_now() == RateLimit::ratio(2.0, 8, 16.0));
+  CHECK(run_cli({"limit", name, "--samples-per-insert", "3"}).exit_code == 0);
+  CHECK(limit_now() == RateLimit::ratio(3.0, 8, 16.0));
+  CHECK(run_cli({"limit", name, "--error-buffer", "24"}).exit_code == 0);
+  CHECK(limit_now() == RateLimit::ratio(3.0, 8, 24.0));
+  // From a minimum size alone, a ratio keeps the minimum size.
+  REQUIRE(run_cli({"limit", name, "--off"}).exit_code == 0);
+  REQUIRE(run_cli({"limit", name, "--min-size-to-sample", "5"}).exit_code == 0);
+  CHECK(limit_now() == RateLimit::min_size(5));
+  const CliResult half = run_cli({"limit", name, "--samples-per-insert", "2"});
+  CHECK(half.exit_code == 1);
+  CHECK(contains(half.err, "--samples-per-insert needs --error-buffer"));
+  CHECK(run_cli({"limit", name, "--samples-per-insert", "2", "--error-buffer", "16"}).exit_code == 0);
+  CHECK(limit_now() == RateLimit::ratio(2.0, 5, 16.0));
+
+  for (const std::string& value : {std::string("inf"), std::string("-inf"), std::string("nan"), std::string("1e400")}) {
+    for (const bool bad_ratio : {false, true}) {
+      CAPTURE(value);
+      CAPTURE(bad_ratio);
+      const std::vector<std::string> pair = {"--samples-per-insert", bad_ratio ? value : "2", "--error-buffer",
+                                             bad_ratio ? "16" : value};
+      std::vector<std::string> args = {"limit", name};
+      args.insert(args.end(), pair.begin(), pair.end());
+      const CliResult r = run_cli(args);
+      CHECK(r.exit_code == 2);
+      CHECK(one_error_line(r.err));
+      CHECK(contains(r.err, fmt::format("{}: '{}' is not a finite number", bad_ratio ? "--samples-per-insert"
+                                                                                      : "--error-buffer",
+                                        value)));
+      const std::string other = unique_name("cli-limitinf");
+      SegmentGuard other_guard(other);
+      args = {"create", other, "--envs", "1", "--capacity", "8", "--schema", "x:u8"};
+      args.insert(args.end(), pair.begin(), pair.end());
+      const CliResult c = run_cli(args);
+      CHECK(c.exit_code == 2);
+      CHECK(contains(c.err, fmt::format("'{}' is not a finite number", value)));
+      CHECK_FALSE(Buffer::exists(other));
+    }
+  }
+  CHECK(limit_now() == RateLimit::ratio(2.0, 5, 16.0));
+}
+
+TEST_CASE("dump --full of large steps as a table holds bounded text, not blocks of 1024 rows") {
+  // 400 steps of f32[16384]: each row's text is about 200 KB, so 1024-row blocks would hold all 80 MB at once.
+  const std::string name = unique_name("cli-fulldump");
+  SegmentGuard guard(name);
+  const uint64_t steps = 400;
+  uint64_t segment_bytes = 0;
+  {
+    Buffer b = Buffer::create(name, 1, steps, Schema::parse("id:u64 v:f32[16384]"));
+    segment_bytes = b.total_bytes();
+    Writer w(b, {0});
+    std::vector<float> v(16384);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.123456789f + static_cast<float>(i);
+    for (uint64_t s = 0; s < steps; ++s) {
+      w.push_one(0, {FieldBytes{&s, sizeof s}, FieldBytes{v.data(), v.size() * sizeof(float)}});
+    }
+  }
+  RunningCli cli({"dump", name, "--full"}, {"ASAN_OPTIONS=detect_leaks=0:quarantine_size_mb=16"});
+  std::string err;
+  while (const auto line = cli.next_line()) err += *line + "\n";
+  rusage usage{};
+  REQUIRE(cli.finish(0, &usage) == 0);
+  CHECK(err.empty());
+  const uint64_t peak = static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+  const uint64_t beyond = peak > segment_bytes ? peak - segment_bytes : 0;
+  MESSAGE(fmt::format("dump --full: peak resident {} MiB, {} MiB beyond the {} MiB segment", peak >> 20, beyond >> 20,
+                      segment_bytes >> 20));
+  // Bounded blocks: 10 MiB beyond the segment here, 70 MiB under ASan (whose runtime alone is about 50 MiB);
+  // 1024-row blocks held 168 MiB beyond it.
+  CHECK(beyond < (100ull << 20));
+  // The rows are whole: every element of the last step.
+  const CliResult last = run_cli({"dump", name, "--full", "--last", "1"});
+  REQUIRE(last.exit_code == 0);
+  CHECK(contains(last.out, "16383.123"));
+  CHECK(std::count(last.out.begin(), last.out.end(), ',') == 16383);
+}
+
+TEST_CASE("a symlink at a buffer's name: info and rm word it alike, and create's advice is what rm accepts") {
+  const std::string name = unique_name("cli-link");
+  SegmentGuard guard(name);
+  const std::string target = "/nonexistent/target";
+  REQUIRE(::symlink(target.c_str(), guard.path().c_str()) == 0);
+  const std::string sentence_start = fmt::format("'{}' is a symbolic link", guard.path());
+  const CliResult info = run_cli({"info", name});
+  const CliResult rm = run_cli({"rm", name});
+  CHECK(info.exit_code == 1);
+  CHECK(rm.exit_code == 1);
+  const std::string info_says = rest_of_line(info.err, sentence_start);
+  CHECK_FALSE(info_says.empty());
+  CHECK(info_says == rest_of_line(rm.err, sentence_start));
+  CHECK(contains(info_says, target));
+
+  const CliResult c = create(name);
+  CHECK(c.exit_code == 1);
+  CHECK(one_error_line(c.err));
+  CHECK(contains(c.err, sentence_start));
+  CHECK_FALSE(contains(c.err, fmt::format("shmreplay rm {}", name)));
+  CHECK(contains(c.err, fmt::format("rm '{}'", guard.path())));
+  // The same for a file that is not a segment: rm refuses it, so create does not send the user there.
+  std::remove(guard.path().c_str());
+  write_file(guard.path(), random_bytes());
+  const CliResult foreign = create(name);
+  CHECK(foreign.exit_code == 1);
+  CHECK(contains(foreign.err, "not a shmreplay segment"));
+  CHECK_FALSE(contains(foreign.err, fmt::format("shmreplay rm {}", name)));
+  CHECK(run_cli({"rm", name}).exit_code == 1);
+  // A segment: create sends the user to `shmreplay rm`, which removes it.
+  std::remove(guard.path().c_str());
+  REQUIRE(create(name).exit_code == 0);
+  const CliResult again = create(name);
+  CHECK(again.exit_code == 1);
+  CHECK(contains(again.err, fmt::format("`shmreplay rm {}`", name)));
+  CHECK(run_cli({"rm", name}).exit_code == 0);
 }

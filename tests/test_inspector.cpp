@@ -160,3 +160,26 @@ TEST_CASE("read_steps refuses an env whose counters claim more steps than it hol
   CHECK(message.find("claim") != std::string::npos);
   CHECK(message.find("at most 8") != std::string::npos);
 }
+
+TEST_CASE("an Inspector refuses another user's segment unless allowed; list_segments lists it with its owner") {
+  const std::string name = unique_name("insquat");
+  SegmentGuard guard(name);
+  (void)Buffer::create(name, 2, 3, kSchema);
+  CHECK(Inspector(name).snapshot().owner_uid == ::geteuid());
+  if (::chown(guard.path().c_str(), 65534, static_cast<gid_t>(-1)) != 0) {
+    MESSAGE("skipped: chown needs root");
+    return;
+  }
+  CHECK(test::error_of([&] { (void)Inspector(name); }) == static_cast<int>(Errc::permission_denied));
+  const SegmentInfo info = Inspector(name, {.allow_other_owner = true}).snapshot();
+  CHECK(info.owner_uid == 65534);
+  CHECK(info.num_envs == 2);
+  bool listed = false;
+  for (const ListedSegment& s : list_segments()) {
+    if (s.name != name) continue;
+    listed = true;
+    REQUIRE(s.info.has_value());
+    CHECK(s.info->owner_uid == 65534);
+  }
+  CHECK(listed);
+}

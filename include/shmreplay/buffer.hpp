@@ -124,6 +124,12 @@ struct OpenOptions {
   /// How long to wait for a segment whose creator has not yet published it as ready, before failing with
   /// Errc::not_ready. (Segments made by create() are only linked into the directory once ready.)
   uint64_t ready_timeout_ms = 0;
+  /// Open a segment whose file belongs to another user (its owner, fstat's st_uid, is not this process's
+  /// effective uid). By default open() refuses one with Errc::permission_denied naming both users, read-only or
+  /// not: any local user can create a file under a known name in the world-writable /dev/shm before your
+  /// programs do, to read what your writers push or to feed your learner. Set it only for an owner you trust
+  /// (a buffer another account shares with you on purpose).
+  bool allow_other_owner = false;
 };
 
 class Buffer {
@@ -163,12 +169,14 @@ class Buffer {
   /// False only for a segment from create_unnamed() that publish() has not named yet.
   bool published() const noexcept { return unnamed_fd_ < 0; }
 
-  /// Opens an existing segment after validating, before touching anything else: the magic, the layout version
+  /// Opens an existing segment after validating, before touching anything else: its owner (this process's
+  /// effective user, unless options.allow_other_owner), the magic, the layout version
   /// (same major; this minor or a newer one: older minors lack sections this library needs and are refused with
   /// version_mismatch, "recreate the segment"), the header size, the file size against the header, the ready state, every
   /// section's offset and length against the file size, and the schema table. Throws Error with not_found,
-  /// not_a_segment, truncated, version_mismatch, not_ready, corrupt, schema_mismatch or permission_denied; each
-  /// message names the segment and gives expected versus actual.
+  /// not_a_segment (a symbolic link, a FIFO, ...: never followed or waited on), truncated, version_mismatch,
+  /// not_ready, corrupt, schema_mismatch or permission_denied (the OS refused, or another user owns the file);
+  /// each message names the segment and gives expected versus actual.
   static Buffer open(std::string_view name, const OpenOptions& options = {});
 
   /// Removes the segment's name. Processes that have it mapped keep working on their mapping; the memory is
@@ -195,6 +203,8 @@ class Buffer {
   /// The segment file's permission bits (st_mode & 07777) when this process created or opened it. A checkpoint
   /// saved from the segment gets its read/write bits, so saving a private buffer gives a private file.
   uint32_t mode() const noexcept { return mode_; }
+  /// The uid that owns the segment file (fstat's st_uid when this process created or opened it).
+  uint32_t owner_uid() const noexcept { return owner_uid_; }
   /// The episode fields the buffer was created with (schema indices), and whether it records episodes.
   const EpisodeFieldIndices& episode_fields() const noexcept { return episode_fields_; }
   bool has_episodes() const noexcept { return episode_fields_.any_flag(); }
@@ -265,6 +275,7 @@ class Buffer {
   std::vector<uint64_t> field_offsets_;
   bool read_only_ = false;
   uint32_t mode_ = 0;
+  uint32_t owner_uid_ = 0;
   int unnamed_fd_ = -1;  // the O_TMPFILE descriptor of an unpublished segment (create_unnamed); -1 once named
   bool replace_on_publish_ = false;
   EpisodeFieldIndices episode_fields_;

@@ -208,17 +208,22 @@ struct SaveOptions {
   /// is written to it; may be empty. save_checkpoint removes the file itself on every error; this lets a program
   /// remove it on a signal too (the CLI's `save` does, from its SIGINT/SIGTERM handler).
   std::function<void(const std::string& temp_path)> temp_file_created;
+  /// Replace `path` whatever it is. By default save_checkpoint replaces only a checkpoint file (one that starts
+  /// with "SHMRCKPT") and refuses anything else there (another file, a symbolic link, a directory) with
+  /// Errc::already_exists, before it starts and again just before its rename.
+  bool force = false;
 };
 
 /// Saves `source` (which may be mapped read-only) to the file `path`: written under a temporary name in the same
 /// directory (`path.tmp-<pid>-<n>`), synced, then renamed over `path`, so `path` is either the complete new
-/// checkpoint or what it was. The file's permission bits are the segment's read/write bits for group and others
+/// checkpoint or what it was. What is at `path` is replaced only when it is a checkpoint (or options.force). The file's permission bits are the segment's read/write bits for group and others
 /// plus 0600 for the owner (a 0600 buffer gives a 0600 file, a 0640 one a 0640 file), set when the temporary file
 /// is created, before any data is in it, whatever the umask. Before it starts, it removes the temporary files
 /// that earlier saves to `path` left when they were killed (`path.tmp-<pid>-<n>` of pids that no longer exist and
 /// that no process holds locked); on an error it removes its own.
-/// Never writes the segment and never waits for writers or the learner. Throws Error: contended (see
-/// SaveOptions), system / permission_denied / no_space / not_found for the file. O(stored steps x fields) time,
+/// Never writes the segment and never waits for writers or the learner. Throws Error: already_exists (`path` is
+/// not a checkpoint; see SaveOptions::force), contended (see SaveOptions), system / permission_denied / no_space /
+/// not_found for the file. O(stored steps x fields) time,
 /// O(1 MiB + one record) memory.
 CheckpointInfo save_checkpoint(const Buffer& source, const std::string& path, const SaveOptions& options = {});
 
@@ -232,6 +237,9 @@ struct LoadOptions {
   CheckpointProgressFn progress;
   /// For a new segment: its file's permission bits.
   uint32_t mode = 0600;
+  /// Load into an existing segment that belongs to another user (OpenOptions::allow_other_owner): refused by
+  /// default with Errc::permission_denied, since it would hand that user the checkpoint's steps.
+  bool allow_other_owner = false;
 };
 
 struct LoadResult {
@@ -244,7 +252,8 @@ struct LoadResult {
 /// such segment exists it is created with the file's geometry and schema, filled while it has no name
 /// (Buffer::create_unnamed) and named only when complete, so a load that fails or is killed at any moment leaves no
 /// segment behind (Errc::already_exists if another process creates the name meanwhile);
-/// otherwise the existing segment must have the same schema and episode fields (Errc::schema_mismatch, listing
+/// otherwise the existing segment must belong to this process's user unless options.allow_other_owner
+/// (Errc::permission_denied), and have the same schema and episode fields (Errc::schema_mismatch, listing
 /// the differences), envs and capacity (Errc::invalid_argument), and no live writer or learner
 /// (Errc::lease_held). The file is
 /// validated completely (as verify_checkpoint) before the target is touched. Each env ends with the file's

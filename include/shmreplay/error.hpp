@@ -25,7 +25,7 @@ enum class Errc : int {
                          ///< sampling by priority, a priority tree holds a weight that is not finite)
   schema_mismatch,       ///< open() with an expected schema that differs from the segment's
   no_space,              ///< the shared-memory file system lacks the room for the segment
-  permission_denied,     ///< the OS refused access to the segment file
+  permission_denied,     ///< the OS refused access to the segment file, or open() found it owned by another user
   system,                ///< any other OS error; the message carries errno's text
   env_out_of_range,      ///< an env id >= num_envs (or negative)
   lease_held,            ///< the env (or the learner role) is leased by another live process

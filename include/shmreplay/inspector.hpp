@@ -77,6 +77,8 @@ struct SegmentInfo {
   uint64_t total_bytes = 0;
   uint64_t data_bytes = 0;
   Schema schema;
+  uint32_t owner_uid = 0;       ///< the uid that owns the segment file
+  std::string owner_name;       ///< its user name; "" when the password database has none
   uint64_t creator_pid = 0;
   bool creator_alive = false;
   uint64_t creation_time_ns = 0;  ///< CLOCK_REALTIME
@@ -118,8 +120,10 @@ struct StepRecords {
 
 class Inspector {
  public:
-  /// Opens `name` read-only, with open()'s full validation. Throws Error as Buffer::open does.
-  explicit Inspector(std::string_view name);
+  /// Opens `name` read-only (whatever options.read_only says), with open()'s full validation and `options`
+  /// otherwise: a segment of another user is refused unless options.allow_other_owner (tools that only display
+  /// it, as `shmreplay info`, set it and show the owner). Throws Error as Buffer::open does.
+  explicit Inspector(std::string_view name, OpenOptions options = {});
   explicit Inspector(Buffer buffer) : buffer_(std::move(buffer)) {}
 
   /// Reads every counter of the segment. O(num_envs); checks the liveness of each distinct owner once. Each env's
@@ -141,6 +145,10 @@ class Inspector {
   Buffer buffer_;
 };
 
+/// Inspector::read_steps on a Buffer this process holds already (mapped read-only or not), without opening the
+/// segment again by name (which could be another file by now).
+StepRecords read_steps(const Buffer& buffer, uint64_t env, uint64_t first_step, uint64_t count);
+
 /// One entry of list_segments(): a file whose first bytes are shmreplay's magic.
 struct ListedSegment {
   std::string name;
@@ -148,9 +156,9 @@ struct ListedSegment {
   std::string error;                ///< why it did not (truncated, version mismatch, ...)
 };
 
-/// Every shmreplay segment in shm_directory(), sorted by name. Files without shmreplay's magic (other
-/// programs' segments, anything unreadable) are skipped silently; segments with the magic that fail validation
-/// are listed with their error.
+/// Every shmreplay segment in shm_directory(), sorted by name, other users' included (SegmentInfo::owner_uid
+/// says whose). Files without shmreplay's magic (other programs' segments, anything unreadable) are skipped
+/// silently; segments with the magic that fail validation are listed with their error.
 std::vector<ListedSegment> list_segments();
 
 }  // namespace shmreplay

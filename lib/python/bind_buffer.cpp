@@ -54,8 +54,11 @@ void bind_buffer(py::module_& m) {
           "populate_progress(done_bytes, total_bytes) after each 64 MiB if given.")
       .def_static(
           "open",
-          [](const std::string& name, std::optional<py::object> schema, bool read_only, double ready_timeout) {
-            OpenOptions o{.read_only = read_only, .ready_timeout_ms = timeout_ms("ready_timeout", ready_timeout)};
+          [](const std::string& name, std::optional<py::object> schema, bool read_only, double ready_timeout,
+             bool allow_other_owner) {
+            OpenOptions o{.read_only = read_only,
+                          .ready_timeout_ms = timeout_ms("ready_timeout", ready_timeout),
+                          .allow_other_owner = allow_other_owner};
             if (schema && !schema->is_none()) {
               o.expected_schema = py::isinstance<py::str>(*schema) ? Schema::parse(schema->cast<std::string>())
                                                                    : schema->cast<Schema>();
@@ -65,9 +68,12 @@ void bind_buffer(py::module_& m) {
             return std::make_shared<Buffer>(Buffer::open(name, o));
           },
           "name"_a, py::kw_only(), "schema"_a = py::none(), "read_only"_a = false, "ready_timeout"_a = 0.0,
+          "allow_other_owner"_a = false,
           "Attach to an existing buffer; with schema=, fail with SchemaMismatch unless it is the buffer's. A buffer "
           "whose creator has not finished is waited for up to ready_timeout seconds (inf: no timeout; Ctrl-C "
-          "interrupts), then NotReady.")
+          "interrupts), then NotReady. A buffer whose file belongs to another user is refused (PermissionDenied, "
+          "naming both users) unless allow_other_owner=True: anyone can create a file under a known name in /dev/shm "
+          "to read what you push or to feed your learner.")
       .def_static("remove", &Buffer::remove, "name"_a, "Remove a buffer's name; attached processes keep working.")
       .def_static("exists", &Buffer::exists, "name"_a)
       .def_property_readonly("name", &Buffer::name)
@@ -78,6 +84,7 @@ void bind_buffer(py::module_& m) {
       .def_property_readonly("step_bytes", [](const Buffer& b) { return b.schema().step_bytes(); })
       .def_property_readonly("total_bytes", &Buffer::total_bytes)
       .def_property_readonly("read_only", &Buffer::read_only)
+      .def_property_readonly("owner_uid", &Buffer::owner_uid, "The uid that owns the buffer's file.")
       .def_property_readonly("has_episodes", &Buffer::has_episodes)
       .def_property_readonly("priority_exponent",
                              [](const Buffer& b) -> std::optional<double> {
@@ -113,7 +120,7 @@ void bind_buffer(py::module_& m) {
             StepRecords records;
             {
               py::gil_scoped_release release;
-              records = Inspector(b.name()).read_steps(env, first_step, count);
+              records = shmreplay::read_steps(b, env, first_step, count);  // this mapping, not the name again
             }
             const Schema& schema = b.schema();
             const auto n = static_cast<py::ssize_t>(records.count);

@@ -53,6 +53,29 @@ def test_a_missing_or_foreign_segment_is_a_clear_error(name):
     os.unlink(f"/dev/shm/{name}")
 
 
+def test_a_buffer_of_another_user_is_refused_unless_allow_other_owner(name):
+    created = shmreplay.Buffer.create(name, 2, 8, "a:u8", mode=0o666)
+    assert created.owner_uid == os.geteuid()
+    w = shmreplay.Writer(created, [0, 1])
+    w.push([0, 1], {"a": np.array([5, 6], dtype=np.uint8)})
+    w.close()
+    try:
+        os.chown(created.path, 65534, -1)
+    except PermissionError:
+        pytest.skip("chown needs root")
+    for read_only in (False, True):
+        with pytest.raises(shmreplay.PermissionDenied, match="uid 65534") as info:
+            shmreplay.Buffer.open(name, read_only=read_only)
+        assert f"uid {os.geteuid()}" in str(info.value) and "allow_other_owner=True" in str(info.value)
+        with pytest.raises(PermissionError):
+            shmreplay.Buffer.open(name, read_only=read_only)
+        b = shmreplay.Buffer.open(name, read_only=read_only, allow_other_owner=True)
+        assert b.owner_uid == 65534
+        # read_steps reads this mapping; it does not open the name again (which would refuse it).
+        first, steps = b.read_steps(1, 0, 1)
+        assert first == 0 and steps["a"].tolist() == [6]
+
+
 def test_a_read_only_buffer_refuses_a_writer(name):
     shmreplay.Buffer.create(name, 2, 8, "a:u8")
     ro = shmreplay.Buffer.open(name, read_only=True)

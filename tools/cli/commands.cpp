@@ -1,5 +1,7 @@
 #include "commands.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <algorithm>
 #include <cmath>
@@ -12,6 +14,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "detail/os/owner.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/inspector.hpp"
@@ -98,6 +101,14 @@ std::string episode_fields_text(const SegmentInfo& i) {
   return out;
 }
 
+// The owner's user name, or null when the password database has none.
+Json owner_user_json(const SegmentInfo& i) { return i.owner_name.empty() ? Json(nullptr) : Json(i.owner_name); }
+
+// ls's OWNER column: the user name, or the uid when it has none.
+std::string owner_cell(const SegmentInfo& i) {
+  return i.owner_name.empty() ? fmt::format("{}", i.owner_uid) : i.owner_name;
+}
+
 Json listed_json(const ListedSegment& s) {
   if (!s.info) return {{"name", s.name}, {"error", s.error}};
   const SegmentInfo& i = *s.info;
@@ -115,6 +126,8 @@ Json listed_json(const ListedSegment& s) {
                                                    static_cast<double>(i.num_envs * i.capacity)},
       {"live_writers", i.live_writers},
       {"learner", to_string(i.learner.state)},
+      {"owner_uid", i.owner_uid},
+      {"owner_user", owner_user_json(i)},
       {"creation_time_ns", i.creation_time_ns},
       {"age_s", seconds(age_ns(i.creation_time_ns))},
       {"layout", layout_text(i.layout_major, i.layout_minor)},
@@ -175,6 +188,9 @@ Json info_json(const SegmentInfo& i) {
       {"step_bytes", i.step_bytes},
       {"total_bytes", i.total_bytes},
       {"data_bytes", i.data_bytes},
+      {"owner_uid", i.owner_uid},
+      {"owner_user", owner_user_json(i)},
+      {"owned_by_you", i.owner_uid == static_cast<uint32_t>(::geteuid())},
       {"creator_pid", i.creator_pid},
       {"creator_alive", i.creator_alive},
       {"creation_time_ns", i.creation_time_ns},
@@ -218,6 +234,7 @@ void print_info_summary(const SegmentInfo& i) {
   print_pair("step", counted(i.step_bytes, "byte", "bytes"));
   print_pair("size", fmt::format("{} ({} bytes; step data {} bytes)", human_bytes(i.total_bytes), i.total_bytes,
                                  i.data_bytes));
+  print_pair("owner", owner_text(i));
   print_pair("creator", fmt::format("pid {} ({})", i.creator_pid, i.creator_alive ? "running" : "exited"));
   print_pair("created", fmt::format("{} ago ({})", human_age(age_ns(i.creation_time_ns)), iso_utc(i.creation_time_ns)));
   print_pair("total pushed", counted(i.total_pushed, "step", "steps"));
@@ -294,6 +311,15 @@ void print_env_table(const std::vector<EnvInfo>& envs, bool episodes) {
 
 }  // namespace
 
+std::string owner_text(const SegmentInfo& i) {
+  const std::string owner = detail::user_text(i.owner_uid);
+  const auto self = static_cast<uint32_t>(::geteuid());
+  if (i.owner_uid == self) return owner;
+  return fmt::format("{}: another user, not you ({}); programs of yours refuse to open it unless allowed "
+                     "(allow_other_owner, --allow-other-owner)",
+                     owner, detail::user_text(self));
+}
+
 std::string state_text(const EnvInfo& e) {
   if (e.owner == OwnerState::alive) {
     const uint64_t since = e.last_push_ns != 0 ? e.last_push_ns : e.lease_since_ns;
@@ -369,6 +395,7 @@ int run_ls(const LsArgs& args) {
            {"STEPS", Align::right},
            {"BYTES", Align::right},
            {"WRITERS", Align::right},
+           {"OWNER"},
            {"AGE", Align::right}});
   for (const ListedSegment& s : segments) {
     if (!s.info) {
@@ -378,7 +405,7 @@ int run_ls(const LsArgs& args) {
     const SegmentInfo& i = *s.info;
     t.add_row({s.name, fmt::format("{}", i.num_envs), fmt::format("{}", i.capacity),
                percent(i.replay_steps, i.num_envs * i.capacity), fmt::format("{}", i.total_pushed),
-               human_bytes(i.total_bytes), fmt::format("{}", i.live_writers),
+               human_bytes(i.total_bytes), fmt::format("{}", i.live_writers), owner_cell(i),
                human_age(age_ns(i.creation_time_ns))});
   }
   fmt::print("{}", t.render());
@@ -386,7 +413,8 @@ int run_ls(const LsArgs& args) {
 }
 
 int run_info(const InfoArgs& args) {
-  const SegmentInfo info = Inspector(args.name).snapshot();
+  // Display only: a segment of another user is shown, with its owner (the "owner" line says what that means).
+  const SegmentInfo info = Inspector(args.name, {.allow_other_owner = true}).snapshot();
   if (args.json) {
     fmt::print("{}\n", info_json(info).dump(2));
     return kExitOk;
@@ -404,7 +432,7 @@ namespace {
 std::pair<std::string, std::size_t> live_users(const std::string& name) {
   SegmentInfo info;
   try {
-    info = Inspector(name).snapshot();
+    info = Inspector(name, {.allow_other_owner = true}).snapshot();
   } catch (const Error&) {
     return {"", 0};
   }

@@ -36,6 +36,11 @@ struct RateLimitArgs {
   /// The limiter these ask for (nullopt when none is asked for); throws Error(invalid_argument) for an
   /// incomplete set (a ratio without an error buffer, an error buffer without a ratio).
   std::optional<RateLimit> limit() const;
+  /// Whether any of the options was given.
+  bool any() const noexcept { return samples_per_insert || error_buffer || min_size_to_sample; }
+  /// The limiter these ask for on top of `current` (`limit` on a running buffer): each setting not given keeps
+  /// its current value (a ratio and its error buffer only from a ratio limiter), then as limit().
+  std::optional<RateLimit> merged(const std::optional<RateLimit>& current) const;
 };
 
 struct CreateArgs {
@@ -59,6 +64,7 @@ struct LimitArgs {
   RateLimitArgs rate_limit;
   bool off = false;   ///< remove the limiter
   bool json = false;
+  bool allow_other_owner = false;  ///< change the limiter of another user's segment
 };
 
 struct LsArgs {
@@ -100,6 +106,8 @@ struct SaveArgs {
   std::string file;
   bool progress = false;  ///< a progress bar on stderr even when stderr is not a terminal
   bool json = false;
+  bool allow_other_owner = false;  ///< save another user's segment
+  bool force = false;              ///< replace FILE even when it is not a checkpoint
 };
 
 struct LoadArgs {
@@ -108,6 +116,7 @@ struct LoadArgs {
   uint32_t mode = 0600;
   bool progress = false;
   bool json = false;
+  bool allow_other_owner = false;  ///< load into another user's existing segment
 };
 
 /// Each returns the process's exit code. run_rm reports a failing name itself and goes on with the others.
@@ -131,6 +140,10 @@ std::optional<std::pair<uint64_t, uint64_t>> parse_step_range(const std::string&
 /// An env's writer state for display: "none", "alive", "dead", or "idle" (alive, no push for kIdleAfterNs).
 inline constexpr uint64_t kIdleAfterNs = 10'000'000'000ull;
 std::string state_text(const EnvInfo& env);
+
+/// The segment's owner for `info`: "uid 1000 (alice)", and when that is not this process's user, who this process
+/// is and what that means for the programs that open it.
+std::string owner_text(const SegmentInfo& info);
 
 /// Envs that `info` prints in its text form; the rest are counted as omitted (--json has them all).
 inline constexpr std::size_t kMaxEnvRowsShown = 64;

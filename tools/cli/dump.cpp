@@ -3,8 +3,9 @@
 // kInlineElements elements are summarised (shape, min, max, mean, first values) unless --full.
 //
 // Memory is bounded whatever the selection: steps are read kChunkBytes at a time (one step at a time when a step
-// is larger), printed, and dropped; a table is printed kTableRows rows at a time, its column widths those of the
-// rows printed so far (so a very long dump may widen a column part way through). An env whose counters claim a
+// is larger), printed, and dropped; a table is printed in blocks of kTableRows rows or kTableBytes of their text,
+// whichever comes first (--full rows of large arrays are hundreds of KB each), one line at a time, its column
+// widths those of the rows printed so far (so a very long dump may widen a column part way through). An env whose counters claim a
 // view longer than its capacity is refused with an error naming them, instead of trusted.
 #include <unistd.h>
 
@@ -208,39 +209,41 @@ struct StepRange {
 };
 
 constexpr uint64_t kChunkBytes = 4ull << 20;  // records read at once: about this many bytes
-constexpr std::size_t kTableRows = 1024;      // table rows held before they are printed
+constexpr std::size_t kTableRows = 1024;      // table rows held before they are printed ...
+constexpr std::size_t kTableBytes = 1 << 20;  // ... or bytes of their text, whichever comes first
 
-// A Table printed in blocks of rows as they come: the header and the first block with the widths of those rows
-// (exactly Table::render's output when everything fits in one block), later blocks with the widths grown to
-// fit them. No trailing spaces.
+// A Table printed in blocks of rows as they come (at most kTableRows rows or kTableBytes of cell text): the header
+// and the first block with the widths of those rows (exactly Table::render's output when everything fits in one
+// block), later blocks with the widths grown to fit them. Each line is printed as it is made, so what is held is
+// the block's cells and one line. No trailing spaces.
 class StreamedTable {
  public:
   explicit StreamedTable(std::vector<Table::Column> columns) : columns_(std::move(columns)) {
     for (const Table::Column& c : columns_) widths_.push_back(c.title.size());
   }
   void add_row(std::vector<std::string> cells) {
+    for (const std::string& c : cells) held_bytes_ += c.size();
     rows_.push_back(std::move(cells));
-    if (rows_.size() == kTableRows) flush();
+    if (rows_.size() == kTableRows || held_bytes_ >= kTableBytes) flush();
   }
   void flush() {
     if (rows_.empty()) return;
     for (const auto& r : rows_) {
       for (std::size_t i = 0; i < r.size(); ++i) widths_[i] = std::max(widths_[i], r[i].size());
     }
-    std::string out;
     if (!header_printed_) {
       std::vector<std::string> titles;
       for (const Table::Column& c : columns_) titles.push_back(c.title);
-      emit(out, titles);
+      emit(titles);
       header_printed_ = true;
     }
-    for (const auto& r : rows_) emit(out, r);
+    for (const auto& r : rows_) emit(r);
     rows_.clear();
-    fmt::print("{}", out);
+    held_bytes_ = 0;
   }
 
  private:
-  void emit(std::string& out, const std::vector<std::string>& cells) const {
+  void emit(const std::vector<std::string>& cells) const {
     std::string line;
     for (std::size_t i = 0; i < cells.size(); ++i) {
       if (i > 0) line += "  ";
@@ -250,12 +253,13 @@ class StreamedTable {
       if (columns_[i].align == Align::left && i + 1 < cells.size()) line.append(pad, ' ');
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
-    out += line;
-    out += '\n';
+    line += '\n';
+    fmt::print("{}", line);
   }
   std::vector<Table::Column> columns_;
   std::vector<std::size_t> widths_;
   std::vector<std::vector<std::string>> rows_;
+  std::size_t held_bytes_ = 0;  // text of the cells in rows_
   bool header_printed_ = false;
 };
 
@@ -310,7 +314,7 @@ std::optional<std::pair<uint64_t, uint64_t>> parse_step_range(const std::string&
 }
 
 int run_dump(const DumpArgs& args) {
-  const Inspector insp(args.name);
+  const Inspector insp(args.name, {.allow_other_owner = true});  // display only; info shows the owner
   const Buffer& b = insp.buffer();
   const Schema& schema = b.schema();
 

@@ -26,6 +26,19 @@ std::optional<RateLimit> RateLimitArgs::limit() const {
   return std::nullopt;
 }
 
+std::optional<RateLimit> RateLimitArgs::merged(const std::optional<RateLimit>& current) const {
+  if (!any()) return std::nullopt;
+  RateLimitArgs full = *this;
+  if (current) {
+    if (!full.min_size_to_sample) full.min_size_to_sample = current->min_size_to_sample;
+    if (current->has_ratio()) {
+      if (!full.samples_per_insert) full.samples_per_insert = current->samples_per_insert;
+      if (!full.error_buffer) full.error_buffer = current->error_buffer();
+    }
+  }
+  return full.limit();
+}
+
 std::string rate_limit_text(const RateLimitState& s) {
   if (!s.limit) return "none";
   const RateLimit& r = *s.limit;
@@ -47,13 +60,14 @@ std::string rate_limit_text(const RateLimitState& s) {
 }
 
 int run_limit(const LimitArgs& args) {
-  const std::optional<RateLimit> wanted = args.rate_limit.limit();
-  if (args.off && wanted) {
+  if (args.off && args.rate_limit.any()) {
     throw Error(Errc::invalid_argument, "--off removes the rate limiter; it takes no other rate-limit option");
   }
-  const bool change = args.off || wanted.has_value();
-  Buffer b = Buffer::open(args.name, {.read_only = !change});
-  if (change) b.set_rate_limit(wanted);
+  const bool change = args.off || args.rate_limit.any();
+  // Showing the limiter of another user's segment is display (as `info`); changing it needs the opt-in.
+  Buffer b = Buffer::open(args.name, {.read_only = !change, .allow_other_owner = args.allow_other_owner || !change});
+  // Options not given keep their current values (read now; a concurrent `limit` may still win the write).
+  if (change) b.set_rate_limit(args.off ? std::nullopt : args.rate_limit.merged(b.rate_limit()));
   const RateLimitState s = b.rate_limit_state();
   if (args.json) {
     nlohmann::ordered_json j;

@@ -7,15 +7,20 @@
 //   shmreplay info NAME [--json]
 //   shmreplay watch NAME [--interval S] [--once | --count N] [--json] [--plain]
 //   shmreplay dump NAME [--env E]... [--last N | --steps A:B] [--field F]... [--online] [--full] [--json]
-//   shmreplay save NAME FILE [--progress] [--json]
-//   shmreplay load FILE [NAME] [--mode OCTAL] [--progress] [--json]
+//   shmreplay save NAME FILE [--force] [--progress] [--json] [--allow-other-owner]
+//   shmreplay load FILE [NAME] [--mode OCTAL] [--progress] [--json] [--allow-other-owner]
+//   shmreplay limit NAME [--samples-per-insert X] [--error-buffer E] [--min-size-to-sample N] [--off] [--json]
+//                   [--allow-other-owner]
 //   shmreplay rm NAME... [--force]
 //   shmreplay --version
 //
 // Exit codes: 0 success; 1 a runtime error (one `shmreplay: error: ...` line on stderr); 2 a usage error (the
 // same kind of line). This file only parses the command line; commands.cpp, watch.cpp, dump.cpp and
-// save_load.cpp do the work. Every command but create, load and rm maps the segment read-only.
+// save_load.cpp do the work. Every command but create, load and rm maps the segment read-only. The display commands
+// (ls, info, watch, dump, limit without settings) show a segment of another user, with its owner; save, load and
+// limit with settings refuse one unless --allow-other-owner.
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <map>
@@ -67,15 +72,34 @@ const CLI::Validator kOctalMode(
     },
     "", "octal mode");
 
-// The rate limiter's options (create and limit).
+// --allow-other-owner, for the commands that take a segment's data or write to it (OpenOptions::allow_other_owner).
+void add_allow_other_owner(CLI::App* cmd, bool& flag, const std::string& what) {
+  cmd->add_flag("--allow-other-owner", flag,
+                what + " (refused by default: another user may have made it to read your steps or feed your learner)");
+}
+
+// A finite number (CLI11 would take "inf" and "nan", which no rate-limit setting means).
+const CLI::Validator kFiniteNumber(
+    [](std::string& text) {
+      double v = 0.0;
+      const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      return ec == std::errc() && ptr == text.data() + text.size() && std::isfinite(v)
+                 ? std::string()
+                 : fmt::format("'{}' is not a finite number", text);
+    },
+    "", "finite number");
+
+// The rate limiter's options (create and limit). In `limit`, an option not given keeps its current value.
 void add_rate_limit_options(CLI::App* cmd, RateLimitArgs& args) {
   CLI::Option_group* g = cmd->add_option_group(
       "rate limit", "A rate limiter (Reverb's): samples per inserted step within an error buffer, and/or a minimum size");
   g->add_option("--samples-per-insert", args.samples_per_insert,
                 "Sampled rows per pushed step the limiter keeps (needs --error-buffer)")
+      ->check(kFiniteNumber)
       ->type_name("X");
   g->add_option("--error-buffer", args.error_buffer,
                 "How far (in sampled rows) samples may run ahead of or behind the ratio")
+      ->check(kFiniteNumber)
       ->type_name("E");
   g->add_option("--min-size-to-sample", args.min_size_to_sample,
                 "No sampling before this many steps are stored (alone: Reverb's MinSize)")
@@ -231,9 +255,14 @@ CLI::App* add_save(CLI::App& app, SaveArgs& args) {
   CLI::App* cmd = app.add_subcommand(
       "save", "Save a consistent checkpoint of a segment to a file while writers keep pushing (read-only)");
   cmd->add_option("NAME", args.name, "Segment name")->required()->type_name("");
-  cmd->add_option("FILE", args.file, "Checkpoint file to write (replaced atomically)")->required()->type_name("");
+  cmd->add_option("FILE", args.file,
+                  "Checkpoint file to write (replaced atomically; a file that is not a checkpoint only with --force)")
+      ->required()
+      ->type_name("");
+  cmd->add_flag("--force", args.force, "Replace FILE even when it is not a shmreplay checkpoint");
   cmd->add_flag("--progress", args.progress, "Show a progress bar on stderr even when it is not a terminal");
   cmd->add_flag("--json", args.json, "Print what was saved as JSON");
+  add_allow_other_owner(cmd, args.allow_other_owner, "Save a segment that belongs to another user");
   return cmd;
 }
 
@@ -248,16 +277,19 @@ CLI::App* add_load(CLI::App& app, LoadArgs& args, std::string& mode) {
       ->capture_default_str();
   cmd->add_flag("--progress", args.progress, "Show a progress bar on stderr even when it is not a terminal");
   cmd->add_flag("--json", args.json, "Print what was loaded as JSON");
+  add_allow_other_owner(cmd, args.allow_other_owner, "Load into an existing segment that belongs to another user");
   return cmd;
 }
 
 CLI::App* add_limit(CLI::App& app, LimitArgs& args) {
   CLI::App* cmd = app.add_subcommand(
-      "limit", "Show, set or remove a running segment's rate limiter (waiting processes re-check at once)");
+      "limit", "Show, set or remove a running segment's rate limiter (waiting processes re-check at once); settings "
+               "not given keep their current values");
   cmd->add_option("NAME", args.name, "Segment name")->required()->type_name("");
   add_rate_limit_options(cmd, args.rate_limit);
   cmd->add_flag("--off", args.off, "Remove the rate limiter");
   cmd->add_flag("--json", args.json, "Print the limiter's state as JSON");
+  add_allow_other_owner(cmd, args.allow_other_owner, "Change the limiter of a segment that belongs to another user");
   return cmd;
 }
 

@@ -84,13 +84,14 @@ Json checkpoint_json(const CheckpointInfo& info) {
 }  // namespace
 
 int run_save(const SaveArgs& args) {
-  const Buffer source = Buffer::open(args.name, {.read_only = true});
+  const Buffer source = Buffer::open(args.name, {.read_only = true, .allow_other_owner = args.allow_other_owner});
   ProgressBar bar(show_progress(args.progress), fmt::format("'{}'", source.name()));
   remove_temp_on_signals();
   const CheckpointInfo info = save_checkpoint(
       source, args.file,
       {.progress = [&bar](const CheckpointProgress& p) { bar(p.phase, p.done_bytes, p.total_bytes); },
-       .temp_file_created = remember_temp});
+       .temp_file_created = remember_temp,
+       .force = args.force});
   g_temp_set.store(false, std::memory_order_release);  // renamed to args.file: nothing to remove any more
   if (args.json) {
     fmt::print("{}\n", checkpoint_json(info).dump(2));
@@ -107,7 +108,8 @@ int run_load(const LoadArgs& args) {
   const LoadResult r = load_checkpoint(
       args.file, args.name,
       {.progress = [&bar](const CheckpointProgress& p) { bar(p.phase, p.done_bytes, p.total_bytes); },
-       .mode = args.mode});
+       .mode = args.mode,
+       .allow_other_owner = args.allow_other_owner});
   if (r.created) warn_if_world_writable(r.name, args.mode);
   if (args.json) {
     Json out = {{"name", r.name}, {"created", r.created}};

@@ -403,7 +403,7 @@ int watch_interactive(const WatchArgs& args, const Inspector& insp, Clock::durat
 }  // namespace
 
 int run_watch(const WatchArgs& args) {
-  const Inspector insp(args.name);
+  const Inspector insp(args.name, {.allow_other_owner = true});  // display only; info shows the owner
   const auto interval =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(args.interval_s));
   const bool interactive =

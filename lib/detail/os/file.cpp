@@ -52,6 +52,15 @@ std::string normalize_name(std::string_view name) {
 
 std::string segment_path(const std::string& name) { return shm_directory() + "/" + name; }
 
+std::string symlink_at_name(const std::string& path) {
+  char target[4096];
+  const ssize_t n = ::readlink(path.c_str(), target, sizeof target);
+  const std::string to = n > 0 ? fmt::format(" (to '{}')", std::string_view(target, static_cast<std::size_t>(n))) : "";
+  return fmt::format("'{}' is a symbolic link{}; a segment is a regular file, and shmreplay never follows a link at "
+                     "a segment's name",
+                     path, to);
+}
+
 std::string human_bytes(uint64_t bytes) {
   if (bytes < 1024) return fmt::format("{} bytes", bytes);
   const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};

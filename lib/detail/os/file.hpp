@@ -78,6 +78,11 @@ std::string normalize_name(std::string_view name);
 /// Path of the segment file for a normalized name: shm_directory() + "/" + name.
 std::string segment_path(const std::string& name);
 
+/// The one wording of a symbolic link found at a segment's name, which open, remove and create's refusal all use:
+/// "'/dev/shm/x' is a symbolic link (to '/tmp/y'); a segment is a regular file, and shmreplay never follows a link
+/// at a segment's name". (The target is read with readlink and left out when it cannot be.)
+std::string symlink_at_name(const std::string& path);
+
 /// "123 bytes", "1.5 KiB", "64.0 MiB", ...
 std::string human_bytes(uint64_t bytes);
 

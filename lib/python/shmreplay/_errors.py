@@ -33,7 +33,7 @@ _TABLE = [
     ("Corrupt", "corrupt", (), "The header's sizes, offsets or schema table are inconsistent."),
     ("SchemaMismatch", "schema_mismatch", (ValueError,), "open() with an expected schema that differs."),
     ("NoSpace", "no_space", (), "The shared-memory file system lacks the room for the segment."),
-    ("PermissionDenied", "permission_denied", (PermissionError,), "The OS refused access to the segment file."),
+    ("PermissionDenied", "permission_denied", (PermissionError,), "The OS refused access to the segment file, or it belongs to another user."),
     ("SystemFailure", "system", (), "Any other OS error; the message carries errno's text."),
     ("EnvOutOfRange", "env_out_of_range", (IndexError,), "An env id >= num_envs, or negative."),
     ("LeaseHeld", "lease_held", (), "The env (or the learner role) is leased by another live process."),
