@@ -152,7 +152,8 @@ struct Sampler::Scratch {
         begin_mark(views.size(), 0),
         begin_seq(views.size()),
         min_start(views.size()),
-        end(views.size()) {
+        end(views.size()),
+        online_seen(views.size(), 0) {
     chunk.resize(kGatherRows);
     chunk_envs.reserve(views.size());
     capacity = buffer.capacity();
@@ -187,6 +188,9 @@ struct Sampler::Scratch {
   std::vector<std::size_t> field_bytes;      // per field, bytes per step
   uint64_t capacity = 0;
   std::size_t length = 1;                    // the sequence length of the rows being added
+  // Per env, the head of the last round's snapshot of the last draw from the online view: every step below it was
+  // one that draw could take (reset_online_queue(OnlineReset::sampled) restarts the view there).
+  std::vector<uint64_t> online_seen;
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -302,9 +306,16 @@ bool Sampler::wait(View view, uint64_t min_steps, uint64_t timeout_ms) {
   return detail::wait_until(buffer_->global_control(), deadline, [&] { return size(view) >= min_steps; });
 }
 
-void Sampler::reset_online_queue() {
+void Sampler::reset_online_queue(OnlineReset to) {
   lease_.check_process("reset the online queue of");
-  for (uint64_t e = 0; e < buffer_->num_envs(); ++e) detail::reset_online_start(buffer_->env_control(e));
+  for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
+    EnvControl& c = buffer_->env_control(e);
+    if (to == OnlineReset::now) {
+      detail::reset_online_start(c);
+    } else {
+      detail::advance_online_start(c, scratch_->online_seen[static_cast<std::size_t>(e)]);
+    }
+  }
   buffer_->global_control().online_resets.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -481,6 +492,9 @@ void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, s
     case PlanKind::closed_form: sample_with(z.closed_form, view, first_row, count, length, power, o, rng, out); break;
     case PlanKind::period: sample_with(z.period, view, first_row, count, length, power, o, rng, out); break;
     case PlanKind::episodes: sample_with(z.rejection, view, first_row, count, length, power, o, rng, out); break;
+  }
+  if (view == View::online) {  // sample_with's last round: its snapshot's heads are the latest it drew under
+    for (std::size_t e = 0; e < z.views.size(); ++e) z.online_seen[e] = z.views[e].hi;
   }
 }
 

@@ -6,7 +6,7 @@ parameters for the actors.
     python examples/envpool/learner.py --buffer NAME [--framework torch|jax]
 
 Each update: wait for 256 online steps, sample 32 replay + 32 online rows of 16 steps (start weight
-min(remaining, 16)), reset the online queue, one Adam step. Once a second it prints a line; at the end (SIGTERM,
+min(remaining, 16)), reset the online queue to what that sample saw, one Adam step. Once a second it prints a line; at the end (SIGTERM,
 SIGINT or --seconds) one JSON report line (@report)."""
 import argparse
 import importlib
@@ -58,7 +58,12 @@ def main():
                 s.sample_mixed(a.replay_rows, a.online_rows, a.length, 1.0, rate_limit_timeout=0.5, out=batch)
             except shmreplay.RateLimited:
                 continue
-            s.reset_online_queue()
+            # Only the steps this sample could draw leave the online view: the actors' steps published since (the
+            # limiter let them in when the sample counted) stay. Resetting to the heads of now dropped them, and a
+            # learner descheduled here long enough for the actors to fill the limiter's budget then waited for online
+            # steps the limiter held back, while the actors waited for samples (docs/design.md, "The online queue
+            # and the limiter").
+            s.reset_online_queue(to="sampled")
             violations += check_rows(batch, buf.heads())  # heads only grow: a row past them now was past then
             value_error = agent.update(batch)
             if time.monotonic() >= next_publish:  # the actors poll every 100 ms; a file per update is waste
