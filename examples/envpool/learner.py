@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 import shmreplay
-from common import StopFlag, params_path, publish
+from common import Status, StopFlag, params_path, publish
 from vtrace import check_rows
 
 
@@ -37,6 +37,7 @@ def main():
     a = p.parse_args()
 
     stop = StopFlag()
+    status = Status("learner")
     agent = importlib.import_module(f"agent_{a.framework}").Agent(a.lr, a.entropy)
 
     buf = shmreplay.Buffer.open(a.buffer, ready_timeout=30)
@@ -49,15 +50,20 @@ def main():
     with shmreplay.Sampler(buf, seed=1) as s:
         print("@ready", flush=True)
         while not stop and not s.wait("replay", a.min_replay, timeout=0.5):
-            pass
+            status.set("waiting for replay steps", have=s.size("replay"), need=a.min_replay)
+            status.answer()
         batch = s.new_batch(a.replay_rows + a.online_rows, a.length)
         while not stop and (a.seconds <= 0 or time.monotonic() - started < a.seconds):
+            status.answer()
             if not s.wait("online", a.min_online, timeout=0.5):
+                status.set("waiting for online steps", have=s.size("online"), need=a.min_online, updates=updates)
                 continue
             try:  # with a rate limiter, wait while the learner is ahead of the actors (checking for SIGTERM)
                 s.sample_mixed(a.replay_rows, a.online_rows, a.length, 1.0, rate_limit_timeout=0.5, out=batch)
-            except shmreplay.RateLimited:
+            except shmreplay.RateLimited as e:
+                status.set("held back by the rate limiter", online=s.size("online"), updates=updates, why=str(e))
                 continue
+            status.set("training", online=s.size("online"), updates=updates)
             # Only the steps this sample could draw leave the online view: the actors' steps published since (the
             # limiter let them in when the sample counted) stay. Resetting to the heads of now dropped them, and a
             # learner descheduled here long enough for the actors to fill the limiter's budget then waited for online
