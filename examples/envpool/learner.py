@@ -31,7 +31,9 @@ def main():
     p.add_argument("--online-rows", type=int, default=32)
     p.add_argument("--length", type=int, default=16)
     p.add_argument("--min-replay", type=int, default=2048, help="replay steps to wait for before the first update")
-    p.add_argument("--min-online", type=int, default=256, help="online steps to wait for before each update")
+    p.add_argument("--min-online", type=int, default=256,
+                   help="online steps to wait for before each update (at most what the rate limiter lets the actors "
+                        "push after one update's sample)")
     p.add_argument("--quiet", action="store_true", help="no per-second lines")
     p.add_argument("--framework", choices=("torch", "jax"), default="torch", help="the learner's framework")
     a = p.parse_args()
@@ -41,6 +43,7 @@ def main():
     agent = importlib.import_module(f"agent_{a.framework}").Agent(a.lr, a.entropy)
 
     buf = shmreplay.Buffer.open(a.buffer, ready_timeout=30)
+    min_online = online_steps_to_wait_for(buf, a.replay_rows + a.online_rows, a.min_online)
     path = params_path(a.buffer)
     publish(path, agent.numpy_params())
     updates = rows = violations = 0
@@ -55,8 +58,8 @@ def main():
         batch = s.new_batch(a.replay_rows + a.online_rows, a.length)
         while not stop and (a.seconds <= 0 or time.monotonic() - started < a.seconds):
             status.answer()
-            if not s.wait("online", a.min_online, timeout=0.5):
-                status.set("waiting for online steps", have=s.size("online"), need=a.min_online, updates=updates)
+            if not s.wait("online", min_online, timeout=0.5):
+                status.set("waiting for online steps", have=s.size("online"), need=min_online, updates=updates)
                 continue
             try:  # with a rate limiter, wait while the learner is ahead of the actors (checking for SIGTERM)
                 s.sample_mixed(a.replay_rows, a.online_rows, a.length, 1.0, rate_limit_timeout=0.5, out=batch)
@@ -91,6 +94,23 @@ def main():
               "retries": retries, "loss_first": float(np.mean(losses[:50])) if losses else None,
               "loss_last": float(np.mean(losses[-50:])) if losses else None}
     print("@report " + json.dumps(report), flush=True)
+
+
+def online_steps_to_wait_for(buf, rows, wanted):
+    """At most what the rate limiter lets the actors push after one update's sample: from the upper bound less the
+    update's rows, they push at least rows / samples_per_insert steps less one push (at most one step per env)
+    before it holds them, and the learner must not wait for more (docs/design.md, "The online queue and the
+    limiter"); `wanted` otherwise. With --samples-per-insert 0.5 that is 64 / 0.5 - 32 = 96 of the 256 asked for."""
+    limit = buf.rate_limit
+    if limit is None or not limit.has_ratio:
+        return wanted
+    budget = int(rows / limit.samples_per_insert) - buf.num_envs
+    if wanted <= budget:
+        return wanted
+    print(f"[learner] waiting for {max(1, budget)} online steps per update, not {wanted}: after a sample of {rows} "
+          f"rows the rate limiter ({limit.samples_per_insert:g} rows per step) lets the actors push only "
+          f"{rows / limit.samples_per_insert:g} steps, less one push", flush=True)
+    return max(1, budget)
 
 
 if __name__ == "__main__":

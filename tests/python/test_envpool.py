@@ -103,3 +103,17 @@ def test_the_watchdog_prints_every_process_state_while_the_learner_is_stopped(na
         if p.poll() is None:
             p.send_signal(signal.SIGINT)
             p.wait(timeout=60)
+
+
+def test_a_limiter_that_allows_fewer_fresh_steps_per_update_than_the_learner_waits_for_does_not_stall_the_job(name):
+    """--samples-per-insert 0.5: after a sample of 64 rows the actors may push only 128 steps before the limiter holds
+    them, fewer than the 256 online steps the learner waits for by default; it waits for what can come (112 here)."""
+    run = os.path.join(ROOT, "examples", "envpool", "run.py")
+    out = subprocess.run([sys.executable, run, "--seconds", "8", "--json", "--name", name, "--workers", "2",
+                          "--envs-per-worker", "8", "--batch-size", "4", "--min-replay", "256",
+                          "--samples-per-insert", "0.5"],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads(out.stdout)
+    assert "[learner] waiting for 112 online steps per update, not 256" in out.stderr, out.stderr
+    assert summary["ok"] and summary["updates"] >= 20, summary  # a stalled run stops after its first few updates
