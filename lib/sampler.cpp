@@ -188,7 +188,8 @@ struct Sampler::Scratch {
         begin_mark(views.size(), 0),
         begin_seq(views.size()),
         min_start(views.size()),
-        end(views.size()) {
+        end(views.size()),
+        online_seen(views.size(), 0) {
     chunk.resize(kGatherRows);
     chunk_envs.reserve(views.size());
     capacity = buffer.capacity();
@@ -227,6 +228,9 @@ struct Sampler::Scratch {
   std::vector<uint64_t> update_envs;
   std::vector<uint64_t> update_steps;
   std::vector<float> update_priorities;
+  // Per env, the head of the last round's snapshot of the last draw from the online view: every step below it was
+  // one that draw could take (reset_online_queue(OnlineReset::sampled) restarts the view there).
+  std::vector<uint64_t> online_seen;
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -343,9 +347,16 @@ bool Sampler::wait(View view, uint64_t min_steps, uint64_t timeout_ms) {
       [] { InterruptCheck::run(); });
 }
 
-void Sampler::reset_online_queue() {
+void Sampler::reset_online_queue(OnlineReset to) {
   lease_.check_process("reset the online queue of");
-  for (uint64_t e = 0; e < buffer_->num_envs(); ++e) detail::reset_online_start(buffer_->env_control(e));
+  for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
+    EnvControl& c = buffer_->env_control(e);
+    if (to == OnlineReset::now) {
+      detail::reset_online_start(c);
+    } else {
+      detail::advance_online_start(c, scratch_->online_seen[static_cast<std::size_t>(e)]);
+    }
+  }
   buffer_->global_control().online_resets.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -531,6 +542,9 @@ void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, s
     case PlanKind::closed_form: sample_with(z.closed_form, view, first_row, count, length, power, o, rng, out); break;
     case PlanKind::period: sample_with(z.period, view, first_row, count, length, power, o, rng, out); break;
     case PlanKind::episodes: sample_with(z.rejection, view, first_row, count, length, power, o, rng, out); break;
+  }
+  if (view == View::online) {  // sample_with's last round: its snapshot's heads are the latest it drew under
+    for (std::size_t e = 0; e < z.views.size(); ++e) z.online_seen[e] = z.views[e].hi;
   }
 }
 

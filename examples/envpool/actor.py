@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 import shmreplay
-from common import NUM_PARAMS, StopFlag, act, checksum, params_path, read_params
+from common import NUM_PARAMS, Status, StopFlag, act, checksum, params_path, read_params
 
 PROGRESS_EVERY = 10.0  # seconds between @progress lines
 
@@ -36,6 +36,7 @@ def main():
     a = p.parse_args()
 
     stop = StopFlag()
+    status = Status(f"actor {a.first_env // max(a.num_envs, 1)}")
 
     import warnings
     warnings.filterwarnings("ignore", category=UserWarning, module="gymnasium")  # envpool's spaces: float64 bounds
@@ -62,6 +63,8 @@ def main():
     env.async_reset()
     print("@ready", flush=True)
     while not stop and (a.seconds <= 0 or time.monotonic() - started < a.seconds):
+        status.answer()
+        status.set("stepping the envs", pushed=pushed)
         obs, reward, terminated, truncated, info = env.recv()
         ids = np.asarray(info["env_id"])
         recvs += 1
@@ -82,7 +85,9 @@ def main():
                 try:
                     writer.push(e.astype(np.int32) + a.first_env, fields)
                     held_back = False
-                except shmreplay.RateLimited:  # the learner is behind: wait for it, unless asked to stop
+                except shmreplay.RateLimited as err:  # the learner is behind: wait for it, unless asked to stop
+                    status.set("held back by the rate limiter", pushed=pushed, why=str(err))
+                    status.answer()
                     if stop:
                         break
             if held_back:

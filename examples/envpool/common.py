@@ -5,10 +5,15 @@ publishes for the actors.
 A pushed step is what the actor acted on and what came of it, as in the Muesli seed's Storage: obs, action,
 logprob (of the behaviour policy), value (its estimate), reward and done (the outcome), truncated (cut by the
 time limit), episode_return (on done steps) and stamp = [env id, step index, checksum of the other fields], so
-the learner can check every step it samples."""
+the learner can check every step it samples.
+
+Status is what a worker is doing (waiting for online steps, held back by the rate limiter, ...), printed as one
+@state line when the launcher's watchdog asks for it (SIGUSR1)."""
+import json
 import os
 import signal
 import tempfile
+import time
 
 import numpy as np
 
@@ -100,3 +105,31 @@ class StopFlag:
 
     def __bool__(self):
         return self.raised
+
+
+class Status:
+    """What this worker is doing, for the launcher's watchdog: set() records it (cheap: called every iteration),
+    and answer(), called where the loops go round (at least every half second), prints one @state line when the
+    launcher asked with SIGUSR1 since the last answer. The handler only sets a flag: a print from a signal handler
+    could interrupt a print of the main loop. Made before the worker prints @ready, so the launcher's SIGUSR1
+    (sent only to ready workers) never meets the default action, which would end the process."""
+
+    def __init__(self, role):
+        self.role, self.asked = role, False
+        self.doing, self.detail, self.since = "starting", {}, time.monotonic()
+        signal.signal(signal.SIGUSR1, self._on_signal)
+
+    def _on_signal(self, *_):
+        self.asked = True
+
+    def set(self, doing, **detail):
+        if doing != self.doing:
+            self.doing, self.since = doing, time.monotonic()
+        self.detail = detail
+
+    def answer(self):
+        if self.asked:
+            self.asked = False
+            print("@state " + json.dumps({"role": self.role, "pid": os.getpid(), "doing": self.doing,
+                                          "for_s": round(time.monotonic() - self.since, 1), **self.detail}),
+                  flush=True)

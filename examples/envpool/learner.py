@@ -6,7 +6,7 @@ parameters for the actors.
     python examples/envpool/learner.py --buffer NAME [--framework torch|jax]
 
 Each update: wait for 256 online steps, sample 32 replay + 32 online rows of 16 steps (start weight
-min(remaining, 16)), reset the online queue, one Adam step. Once a second it prints a line; at the end (SIGTERM,
+min(remaining, 16)), reset the online queue to what that sample saw, one Adam step. Once a second it prints a line; at the end (SIGTERM,
 SIGINT or --seconds) one JSON report line (@report)."""
 import argparse
 import importlib
@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 import shmreplay
-from common import StopFlag, params_path, publish
+from common import Status, StopFlag, params_path, publish
 from vtrace import check_rows
 
 
@@ -31,15 +31,19 @@ def main():
     p.add_argument("--online-rows", type=int, default=32)
     p.add_argument("--length", type=int, default=16)
     p.add_argument("--min-replay", type=int, default=2048, help="replay steps to wait for before the first update")
-    p.add_argument("--min-online", type=int, default=256, help="online steps to wait for before each update")
+    p.add_argument("--min-online", type=int, default=256,
+                   help="online steps to wait for before each update (at most what the rate limiter lets the actors "
+                        "push after one update's sample)")
     p.add_argument("--quiet", action="store_true", help="no per-second lines")
     p.add_argument("--framework", choices=("torch", "jax"), default="torch", help="the learner's framework")
     a = p.parse_args()
 
     stop = StopFlag()
+    status = Status("learner")
     agent = importlib.import_module(f"agent_{a.framework}").Agent(a.lr, a.entropy)
 
     buf = shmreplay.Buffer.open(a.buffer, ready_timeout=30)
+    min_online = online_steps_to_wait_for(buf, a.replay_rows + a.online_rows, a.min_online)
     path = params_path(a.buffer)
     publish(path, agent.numpy_params())
     updates = rows = violations = 0
@@ -49,16 +53,26 @@ def main():
     with shmreplay.Sampler(buf, seed=1) as s:
         print("@ready", flush=True)
         while not stop and not s.wait("replay", a.min_replay, timeout=0.5):
-            pass
+            status.set("waiting for replay steps", have=s.size("replay"), need=a.min_replay)
+            status.answer()
         batch = s.new_batch(a.replay_rows + a.online_rows, a.length)
         while not stop and (a.seconds <= 0 or time.monotonic() - started < a.seconds):
-            if not s.wait("online", a.min_online, timeout=0.5):
+            status.answer()
+            if not s.wait("online", min_online, timeout=0.5):
+                status.set("waiting for online steps", have=s.size("online"), need=min_online, updates=updates)
                 continue
             try:  # with a rate limiter, wait while the learner is ahead of the actors (checking for SIGTERM)
                 s.sample_mixed(a.replay_rows, a.online_rows, a.length, 1.0, rate_limit_timeout=0.5, out=batch)
-            except shmreplay.RateLimited:
+            except shmreplay.RateLimited as e:
+                status.set("held back by the rate limiter", online=s.size("online"), updates=updates, why=str(e))
                 continue
-            s.reset_online_queue()
+            status.set("training", online=s.size("online"), updates=updates)
+            # Only the steps this sample could draw leave the online view: the actors' steps published since (the
+            # limiter let them in when the sample counted) stay. Resetting to the heads of now dropped them, and a
+            # learner descheduled here long enough for the actors to fill the limiter's budget then waited for online
+            # steps the limiter held back, while the actors waited for samples (docs/design.md, "The online queue
+            # and the limiter").
+            s.reset_online_queue(to="sampled")
             violations += check_rows(batch, buf.heads())  # heads only grow: a row past them now was past then
             value_error = agent.update(batch)
             if time.monotonic() >= next_publish:  # the actors poll every 100 ms; a file per update is waste
@@ -80,6 +94,23 @@ def main():
               "retries": retries, "loss_first": float(np.mean(losses[:50])) if losses else None,
               "loss_last": float(np.mean(losses[-50:])) if losses else None}
     print("@report " + json.dumps(report), flush=True)
+
+
+def online_steps_to_wait_for(buf, rows, wanted):
+    """At most what the rate limiter lets the actors push after one update's sample: from the upper bound less the
+    update's rows, they push at least rows / samples_per_insert steps less one push (at most one step per env)
+    before it holds them, and the learner must not wait for more (docs/design.md, "The online queue and the
+    limiter"); `wanted` otherwise. With --samples-per-insert 0.5 that is 64 / 0.5 - 32 = 96 of the 256 asked for."""
+    limit = buf.rate_limit
+    if limit is None or not limit.has_ratio:
+        return wanted
+    budget = int(rows / limit.samples_per_insert) - buf.num_envs
+    if wanted <= budget:
+        return wanted
+    print(f"[learner] waiting for {max(1, budget)} online steps per update, not {wanted}: after a sample of {rows} "
+          f"rows the rate limiter ({limit.samples_per_insert:g} rows per step) lets the actors push only "
+          f"{rows / limit.samples_per_insert:g} steps, less one push", flush=True)
+    return max(1, budget)
 
 
 if __name__ == "__main__":

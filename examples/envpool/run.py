@@ -7,10 +7,16 @@ own env ids) and one PyTorch learner process, for --seconds; then a summary with
 
 The launcher creates the buffer, starts the learner and the actors, forwards the learner's lines, stops
 everything with SIGTERM at the end (or on Ctrl-C), collects each process's @report line, removes the buffer
-and prints the summary. Exit status 0 only if every process exited cleanly and the learner saw no violation."""
+and prints the summary. Exit status 0 only if every process exited cleanly and the learner saw no violation.
+
+A watchdog: when neither side makes progress (the buffer's inserts and samples stay the same) for --watchdog
+seconds, the launcher prints the rate limiter's state and asks every process (SIGUSR1) for what it is doing, and
+prints those @state lines (a process that does not answer gets its state from /proc), again every --watchdog
+seconds while the stall lasts."""
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,6 +44,8 @@ def main():
                         "per 16 steps, replays each step about once; 0: no limiter")
     p.add_argument("--error-buffer", type=float, default=256, help="rate limit: how far (in rows) either may run ahead")
     p.add_argument("--ready-timeout", type=float, default=120, help="longest wait for the processes to start")
+    p.add_argument("--watchdog", type=float, default=5,
+                   help="print every process's state when neither side progresses for this many seconds (0: off)")
     p.add_argument("--name", default=f"envpool-cartpole-{os.getpid()}")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="do not forward the learner's lines")
@@ -61,7 +69,9 @@ def main():
              "--num-envs", str(a.envs_per_worker), "--batch-size", str(a.batch_size), "--seed", str(w)]
             + (["--wait-for-rate-limit"] if limit else []),
             stdout=subprocess.PIPE, text=True)))
+    print("processes: " + ", ".join(f"{role} pid {pr.pid}" for role, pr in procs), file=out, flush=True)
     reports, ready = {}, set()
+    answered = {}           # role -> time of its last @state line
     progress = {}           # 10 s bucket -> [actors reported, episodes, sum of returns]
     curve = []              # (t, mean return of the episodes that ended in the bucket), once every actor reported
     lock = threading.Lock()
@@ -88,6 +98,9 @@ def main():
                 on_progress(line)
             elif line.startswith("@report "):
                 reports[role] = json.loads(line[len("@report "):])
+            elif line.startswith("@state "):
+                answered[role] = time.monotonic()
+                print(f"[watchdog] {state_text(role, json.loads(line[len('@state '):]))}", file=out, flush=True)
             elif not a.quiet:
                 print(line, end="", file=out, flush=True)
 
@@ -103,8 +116,17 @@ def main():
                 all(pr.poll() is None for _, pr in procs):
             time.sleep(0.1)
         started = time.monotonic()
+        watchdog = Watchdog(buf, a.watchdog, out)
         while time.monotonic() - started < a.seconds and all(pr.poll() is None for _, pr in procs):
             time.sleep(0.2)
+            if watchdog.stalled():
+                asked = time.monotonic()
+                for role, pr in procs:
+                    if role in ready and pr.poll() is None:
+                        pr.send_signal(signal.SIGUSR1)  # Status in common.py: one @state line within ~0.5 s
+                timer = threading.Timer(2.0, report_silent, (procs, ready, answered, asked, out))
+                timer.daemon = True
+                timer.start()
     except KeyboardInterrupt:
         interrupted = True
     wall = time.monotonic() - started
@@ -116,6 +138,8 @@ def main():
         try:
             code = pr.wait(timeout=15)
         except subprocess.TimeoutExpired:
+            print(f"[launcher] {role} (pid {pr.pid}) is still running 15 s after SIGTERM ({proc_state(pr.pid)}): "
+                  "killing it", file=out, flush=True)
             pr.kill()
             code = pr.wait()
         status[role] = code
@@ -177,6 +201,98 @@ def main():
             print(f"  {pr['role']:<9} exit {pr['exit']}  {figures}", file=out)
         print(f"  buffer            {'kept' if a.keep else 'removed'}", file=out)
     return 0 if summary["ok"] else 1
+
+
+class Watchdog:
+    """Progress is the buffer's inserts (the sum of the heads) or samples (rows the learner took) moving. stalled()
+    is polled by the launcher's loop: after `seconds` without progress it prints the buffer's side of the state (the
+    rate limiter's error and bounds, who waits for it) and returns True, then again every `seconds` while the stall
+    lasts; when progress resumes it says after how long."""
+
+    def __init__(self, buf, seconds, out):
+        self.buf, self.seconds, self.out = buf, seconds, out
+        self.counts, self.since, self.next_report = self._counts(), time.monotonic(), None
+
+    def _counts(self):
+        state = self.buf.rate_limit_state()
+        return state.inserts, state.samples
+
+    def stalled(self):
+        if self.seconds <= 0:
+            return False
+        now, counts = time.monotonic(), self._counts()
+        if counts != self.counts:
+            if self.next_report is not None:
+                print(f"[watchdog] progress again after {now - self.since:.1f} s", file=self.out, flush=True)
+            self.counts, self.since, self.next_report = counts, now, None
+            return False
+        if now - self.since < self.seconds or (self.next_report is not None and now < self.next_report):
+            return False
+        self.next_report = now + self.seconds
+        print(f"[watchdog] no progress for {now - self.since:.1f} s: {limiter_text(self.buf.rate_limit_state())}; "
+              "asking each process what it is doing", file=self.out, flush=True)
+        return True
+
+
+def limiter_text(state):
+    """The buffer's side of a stall: counts, the limiter's error against its bounds, who waits for it."""
+    text = f"{state.inserts} steps inserted, {state.samples} rows sampled, {state.stored} steps stored"
+    limit = state.limit
+    if limit is None:
+        return text + "; no rate limiter"
+    if limit.has_ratio:
+        text += (f"; limiter error {state.error:.2f} (inserts x {limit.samples_per_insert:g} - samples), bounds "
+                 f"{limit.min_diff:g} .. {limit.max_diff:g}")
+    else:
+        text += f"; limiter min size {limit.min_size_to_sample}"
+    now = time.time()
+    if state.learner_waiting_rows:
+        since = state.learner_waiting_since
+        text += f"; the learner waits for it to admit {state.learner_waiting_rows} rows" + (
+            f" (for {now - since:.1f} s)" if since else "")
+    else:
+        text += "; the learner is not waiting for it"
+    if state.writer_waiters:
+        since = state.writer_waiting_since
+        text += f"; {state.writer_waiters} writer(s) wait for it" + (f" (for {now - since:.1f} s)" if since else "")
+    else:
+        text += "; no writer waits for it"
+    return text
+
+
+def state_text(role, state):
+    """One @state line (common.Status) in words."""
+    detail = {k: v for k, v in state.items() if k not in ("role", "pid", "doing", "for_s", "why")}
+    text = f"{role} (pid {state.get('pid')}): {state.get('doing')} for {state.get('for_s')} s"
+    if detail:
+        text += " (" + ", ".join(f"{k} {v}" for k, v in detail.items()) + ")"
+    if state.get("why"):
+        text += f": {state['why']}"
+    return text
+
+
+def proc_state(pid):
+    """The kernel's view of a process that does not answer: its state letter in words and where it sleeps."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            letter = re.match(r".*\) (\S)", f.read()).group(1)
+        with open(f"/proc/{pid}/wchan") as f:
+            wchan = f.read().strip() or "-"
+    except (OSError, AttributeError):
+        return "gone"
+    words = {"R": "running", "S": "sleeping", "D": "in uninterruptible sleep (I/O)", "T": "stopped",
+             "t": "stopped by a tracer", "Z": "a zombie"}
+    return f"state {letter} ({words.get(letter, '?')}), wchan {wchan}"
+
+
+def report_silent(procs, ready, answered, asked, out):
+    """Two seconds after the watchdog asked: a line for each process that has not answered (stopped, in a long
+    system call, or not ready yet)."""
+    for role, pr in procs:
+        if answered.get(role, 0) < asked and pr.poll() is None:
+            why = "" if role in ready else "; not ready yet, so not asked"
+            print(f"[watchdog] {role} (pid {pr.pid}): no answer in 2 s; {proc_state(pr.pid)}{why}", file=out,
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def learner(a):
             if not s.wait("online", a.online_rows, timeout=0.5):
                 continue
             s.sample_mixed(a.replay_rows, a.online_rows, 16, 1.0, out=batch)
-            s.reset_online_queue()
+            s.reset_online_queue(to="sampled")  # the steps pushed since the sample stay online
             t = st.as_tensors(batch)
             float(t["obs"][:, 0].float().mean())  # touch what a model's first layer would read
             batches += 1

@@ -8,6 +8,7 @@
 // Views, per env e with `head` steps published and `capacity` slots (steps are numbered from 0 since creation):
 //   replay: steps [max(0, claimed - capacity), head)   -- every stored step (claimed = head outside a write)
 //   online: steps [max(online_start, replay start), head) -- published since the last reset_online_queue()
+//           (after a reset with OnlineReset::sampled: since the snapshot of the last draw from the view)
 // The two views share the head, as in the Muesli seed's UniformBuffer.
 //
 // Sampling (the seed's _sample_sequence, without its O(stored steps) scan): a row starts at a step p of some
@@ -57,7 +58,7 @@
 //   shmreplay::SampleBatch batch;
 //   learner.sample_mixed(/*replay=*/48, /*online=*/16, /*sequence_length=*/10, /*power=*/1.0, rng, batch);
 //   auto obs = batch.field_as<float>(0);   // [64][10][obs shape]
-//   learner.reset_online_queue();
+//   learner.reset_online_queue(shmreplay::OnlineReset::sampled);  // steps pushed since the sample stay
 //
 //   // A buffer with episode fields: rows that stop at episode ends, starts every 4 steps, at least 1000 steps.
 //   shmreplay::SampleOptions opts{.episodes = shmreplay::Episodes::stop, .period = 4, .min_steps = 1000};
@@ -92,6 +93,12 @@ enum class View : uint8_t {
   online,  ///< the steps published since the last reset_online_queue()
 };
 std::string_view to_string(View view) noexcept;
+
+/// Where reset_online_queue restarts each env's online view.
+enum class OnlineReset : uint8_t {
+  now,      ///< at the env's head now: every step published so far leaves the view
+  sampled,  ///< at the head this Sampler's last draw from the online view saw: steps published since stay
+};
 
 /// How sampled sequences treat episode boundaries (see the top of this file).
 enum class Episodes : uint8_t {
@@ -267,8 +274,15 @@ class Sampler {
   /// ever hold (num_envs x capacity).
   bool wait(View view, uint64_t min_steps, uint64_t timeout_ms);
 
-  /// Empties the online view of every env: it restarts at each env's current head. O(num_envs).
-  void reset_online_queue();
+  /// Empties the online view of every env. OnlineReset::now: it restarts at each env's current head.
+  /// OnlineReset::sampled: it restarts at the head that this Sampler's last draw from the online view (sample of
+  /// View::online, the online rows of sample_mixed) saw in its snapshot, so that only the steps that draw could
+  /// take leave the view, and the steps published since stay (never before the view's start: without a draw
+  /// since the last reset, nothing changes). A learner that waits for fresh online steps before each sample and
+  /// shares the buffer with writers that wait for a rate limiter uses `sampled`: the steps published between its
+  /// sample and its reset are counted by the limiter, and dropping them can leave it waiting for steps the limiter
+  /// holds back (docs/design.md, "The online queue and the limiter"). O(num_envs); never waits.
+  void reset_online_queue(OnlineReset to = OnlineReset::now);
 
   /// Whether the rate limiter would admit a sample call of `rows` rows now (true without a limiter), and why not.
   /// Never waits. O(num_envs).

@@ -181,12 +181,16 @@ void bind_sampler(py::module_& m) {
           "view"_a, "min_steps"_a, "timeout"_a,
           "Block until view holds at least min_steps steps (True) or timeout seconds pass (False; inf: no "
           "timeout); woken by writers in any process. Ctrl-C raises KeyboardInterrupt within 100 ms.")
-      .def("reset_online_queue", [](PySampler& s) {
+      .def("reset_online_queue", [](PySampler& s, const std::string& to) {
         const std::shared_ptr<Sampler> smp = s.get("reset_online_queue");
+        const OnlineReset where = parse_online_reset(to);
         py::gil_scoped_release release;
         std::lock_guard lock(s.mu);
-        smp->reset_online_queue();
-      }, "Empty the online view: it restarts at each env's head.")
+        smp->reset_online_queue(where);
+      }, "to"_a = "now",
+      "Empty the online view. to='now': it restarts at each env's head. to='sampled': at the heads the last "
+      "draw from the online view saw, so the steps published since stay (what a learner that waits for fresh "
+      "online steps under a rate limiter needs: docs/design.md, 'The online queue and the limiter').")
       .def(
           "rate_limit_verdict",
           [](PySampler& s, std::size_t rows) { return rate_limit_reason(s.get("rate_limit_verdict")->rate_limit_verdict(rows)); },

@@ -333,6 +333,13 @@ inline View parse_view(const std::string& v) {
   throw Error(Errc::invalid_argument, fmt::format("unknown view '{}': expected 'replay' or 'online'", v));
 }
 
+inline OnlineReset parse_online_reset(const std::string& v) {
+  if (v == "now") return OnlineReset::now;
+  if (v == "sampled") return OnlineReset::sampled;
+  throw Error(Errc::invalid_argument,
+              fmt::format("reset_online_queue: unknown to='{}': expected 'now' or 'sampled'", v));
+}
+
 inline Populate parse_populate(const std::string& v) {
   if (v == "never") return Populate::never;
   if (v == "always") return Populate::always;

@@ -48,3 +48,72 @@ def test_the_atari_throughput_run_reports_every_process():
     assert set(reports) == {"learner", "actor 0", "actor 1"}, reports
     assert all(reports[f"actor {w}"]["env_steps"] > 0 for w in range(2)), reports
     assert reports["learner"]["batches"] >= 0
+
+
+def test_the_watchdog_prints_every_process_state_while_the_learner_is_stopped(name):
+    """SIGSTOP the learner once it trains: the actors fill the limiter's budget and wait, nothing progresses, and the
+    launcher (watchdog 1 s) prints the limiter's state, the actors' answers (held back by the limiter) and the
+    learner's state from /proc (stopped); after SIGCONT it says progress resumed, and Ctrl-C ends a clean run."""
+    import queue
+    import re
+    import signal
+    import threading
+    import time
+    run = os.path.join(ROOT, "examples", "envpool", "run.py")
+    p = subprocess.Popen([sys.executable, run, "--seconds", "120", "--watchdog", "1", "--name", name, "--workers", "2",
+                          "--envs-per-worker", "4", "--batch-size", "2", "--min-replay", "256"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in p.stdout] + [lines.put(None)], daemon=True).start()
+    seen, learner, stopped = [], None, False
+
+    def until(pattern, seconds=60):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            assert line is not None, "".join(seen)
+            seen.append(line)
+            if re.search(pattern, line):
+                return line
+        raise AssertionError(f"no line matching {pattern!r} in:\n" + "".join(seen))
+
+    try:
+        learner = int(re.search(r"learner pid (\d+)", until(r"^processes: ")).group(1))
+        until(r"^\[learner\] t ")
+        os.kill(learner, signal.SIGSTOP)
+        stopped = True
+        until(r"^\[watchdog\] no progress for [\d.]+ s: .*limiter error [-\d.]+ .*bounds -240 .. 272.* writer\(s\) "
+              r"wait for it")
+        until(rf"^\[watchdog\] learner \(pid {learner}\): no answer in 2 s; state T \(stopped\)")
+        assert any(re.search(r"^\[watchdog\] actor \d \(pid \d+\): held back by the rate limiter .*above max_diff 272",
+                             line) for line in seen), "".join(seen)
+        os.kill(learner, signal.SIGCONT)
+        stopped = False
+        until(r"^\[watchdog\] progress again after [\d.]+ s")
+        until(r"^\[learner\] t ")
+        p.send_signal(signal.SIGINT)  # the launcher's Ctrl-C: SIGTERM to every process, then the summary
+        until(r"^  buffer +removed")
+        assert p.wait(timeout=60) == 0, "".join(seen)
+    finally:
+        if stopped:
+            os.kill(learner, signal.SIGCONT)
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            p.wait(timeout=60)
+
+
+def test_a_limiter_that_allows_fewer_fresh_steps_per_update_than_the_learner_waits_for_does_not_stall_the_job(name):
+    """--samples-per-insert 0.5: after a sample of 64 rows the actors may push only 128 steps before the limiter holds
+    them, fewer than the 256 online steps the learner waits for by default; it waits for what can come (112 here)."""
+    run = os.path.join(ROOT, "examples", "envpool", "run.py")
+    out = subprocess.run([sys.executable, run, "--seconds", "8", "--json", "--name", name, "--workers", "2",
+                          "--envs-per-worker", "8", "--batch-size", "4", "--min-replay", "256",
+                          "--samples-per-insert", "0.5"],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads(out.stdout)
+    assert "[learner] waiting for 112 online steps per update, not 256" in out.stderr, out.stderr
+    assert summary["ok"] and summary["updates"] >= 20, summary  # a stalled run stops after its first few updates

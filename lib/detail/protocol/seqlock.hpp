@@ -8,12 +8,14 @@
 //   claimed, bit 63       the learner (lock_for_update/unlock_update) the writer (claim_step waits while it is set)
 //   update_seq            the learner and a checkpoint load           readers before and after their copy
 //                         (UpdateSection: odd while rewriting)        (read_begin, read_end)
-//   online_start          the learner (reset_online_start)            the online view (view_range, ...)
+//   online_start          the learner (reset_online_start,            the online view (view_range, ...)
+//                         advance_online_start)
 //
 // Who calls what, and what is safe across processes:
 //   writer side    claim_step, publish_step: the Writer (push, push_one, reserve/commit), only for an env whose
 //                  lease it holds: one writer per env, so head and the claim count have one writer each.
-//   learner side   reset_online_start: Sampler::reset_online_queue (the learner lease holder).
+//   learner side   reset_online_start, advance_online_start: Sampler::reset_online_queue (the learner lease
+//                  holder).
 //   update side    lock_for_update, unlock_update, UpdateSection: Sampler::try_update (the learner lease holder);
 //                  UpdateSection and store_counters: a checkpoint load, which holds the learner lease and every
 //                  env's lease. release_dead_update_lock: a learner that took over a dead learner's lease, or a
@@ -88,6 +90,14 @@ inline void reset_online_start(layout::EnvControl& c) noexcept {
   // acquire: pairs with the writer's release store of head in publish_step. The store is relaxed: readers of
   // online_start clamp it to a head they acquired themselves.
   c.online_start.store(c.head.load(std::memory_order_acquire), std::memory_order_relaxed);
+}
+
+/// Empties the env's online view up to `step` (a head the caller read earlier): online_start = max(online_start,
+/// min(step, head)); steps published at or after `step` stay in the view. Precondition: as reset_online_start.
+inline void advance_online_start(layout::EnvControl& c, uint64_t step) noexcept {
+  // acquire: pairs with the writer's release store of head in publish_step (the clamp, as reset_online_start).
+  const uint64_t start = std::min(step, c.head.load(std::memory_order_acquire));
+  if (start > c.online_start.load(std::memory_order_relaxed)) c.online_start.store(start, std::memory_order_relaxed);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
