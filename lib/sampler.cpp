@@ -756,10 +756,13 @@ void Sampler::priority_weights(std::span<const uint64_t> env_ids, std::span<cons
   }
   for (const uint64_t e : env_ids) detail::check_env_id(*buffer_, e, "read priorities of");
   for (std::size_t i = 0; i < env_ids.size(); ++i) {
+    // each id and step read once, the id checked again as read: another thread may change the caller's arrays
     const uint64_t e = env_ids[i];
+    const uint64_t step = steps[i];
+    detail::check_env_id(*buffer_, e, "read priorities of");
     const EnvControl& c = buffer_->env_control(e);
     const detail::PriorityTree tree{buffer_->priority_tree(e), buffer_->priority_leaves(), buffer_->capacity()};
-    out[i] = steps[i] < detail::load_head(c) ? detail::step_weight(tree, c, steps[i]) : -1.0;
+    out[i] = step < detail::load_head(c) ? detail::step_weight(tree, c, step) : -1.0;
   }
 }
 
@@ -792,14 +795,18 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
   const uint64_t cap = buffer_->capacity();
   z.redraw.clear();
   for (std::size_t row = 0; row < env_ids.size(); ++row) {
-    out.env_ids_[row] = env_ids[row];
+    // each id read once into the batch, checked as read, and used from there: another thread may change the
+    // caller's array meanwhile
+    const uint64_t e = env_ids[row];
+    detail::check_env_id(*buffer_, e, "peek at");
+    out.env_ids_[row] = e;
     z.redraw.push_back(static_cast<uint32_t>(row));
   }
   if (z.chunk.size() < z.redraw.size()) z.chunk.resize(z.redraw.size());  // grows only
   for (uint32_t round = 0;; ++round) {
     begin_chunk(1);
     for (const uint32_t row : z.redraw) {
-      const uint64_t e = env_ids[row];
+      const uint64_t e = out.env_ids_[row];
       const uint64_t head = detail::load_head(buffer_->env_control(e));
       const uint64_t start = head == 0 ? 0 : head - 1;
       out.starts_[row] = start;

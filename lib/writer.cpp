@@ -61,7 +61,7 @@ void StepSlot::commit() {
                 fmt::format("step {} of env {} was already committed or abandoned", step_, env_));
   }
   writer_->check_process("commit a step of");
-  const bool record_due = writer_->roles_ && writer_->stage_episode(env_, step_, {}, 0);
+  const bool record_due = writer_->roles_ && writer_->stage_episode(env_, step_);
   writer_->set_priority(env_, step_, priority_);
   writer_->publish(local_, step_, detail::coarse_realtime_ns());
   if (record_due) detail::emit_record(*writer_->buffer_, env_, step_ + 1);
@@ -250,13 +250,12 @@ SHMREPLAY_ALWAYS_INLINE void Writer::publish(uint32_t local, uint64_t step, uint
   detail::publish_step(*control_[local], step, now_ns);
 }
 
-bool Writer::stage_episode(uint64_t env, uint64_t step, std::span<const FieldBytes> fields,
-                           std::size_t row) noexcept {
+bool Writer::stage_episode(uint64_t env, uint64_t step) noexcept {
+  // The flags are read from the step as stored (just written, so in cache), never from the caller's arrays again:
+  // another thread may change those after the copy, and the record must agree with the bytes samplers read.
   const uint64_t slot = env * buffer_->capacity() + step % buffer_->capacity();
-  const detail::StepFlags flags = detail::read_step_flags(*roles_, [&](std::size_t f) -> const std::byte* {
-    if (fields.empty()) return field_base_[f] + slot * field_bytes_[f];  // reserve/commit: the filled slot
-    return static_cast<const std::byte*>(fields[f].data) + row * field_bytes_[f];
-  });
+  const detail::StepFlags flags = detail::read_step_flags(
+      *roles_, [&](std::size_t f) -> const std::byte* { return field_base_[f] + slot * field_bytes_[f]; });
   return detail::stage_step(*buffer_, env, step, flags);
 }
 
@@ -383,7 +382,7 @@ SHMREPLAY_ALWAYS_INLINE void Writer::write_step(uint32_t l, uint64_t env, std::s
     __builtin_prefetch(reinterpret_cast<const void*>(next), 1, 3);
     __builtin_prefetch(reinterpret_cast<const void*>(next + b - 1), 1, 3);
   }
-  const bool record_due = roles_ && stage_episode(env, step, fields, row);
+  const bool record_due = roles_ && stage_episode(env, step);
   if (buffer_->has_priorities()) set_priority(env, step, priority);  // (no call per step without)
   publish(l, step, now);
   if (record_due) detail::emit_record(*buffer_, env, step + 1);

@@ -15,8 +15,8 @@
 // with a rate limiter (shmreplay/rate_limit.hpp), while the limiter holds their inserts back.
 //
 // Episodes: in a buffer created with episode fields (CreateOptions::episodes), every publish also records the
-// step's episode, read from the step's own flag and reward bytes (the caller's arrays for push and push_one, the
-// slot for reserve/commit): one meta word per step (its episode's first step) stored before the head store, so a
+// step's episode, read from the step's own flag and reward bytes as stored in its slot (never from the caller's
+// arrays a second time): one meta word per step (its episode's first step) stored before the head store, so a
 // sampler that sees the step sees its boundary; and when the step ends an episode, a completed-episode record
 // (env, first step, length, return) pushed right after the head store onto the env's queue for the learner
 // (Sampler::pop_episodes), or counted as dropped when the queue is full (a writer never waits for the learner).
@@ -196,9 +196,9 @@ class Writer {
   void publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept;
   void write_step(uint32_t local, uint64_t env, std::span<const FieldBytes> fields, std::size_t row, double priority,
                   uint64_t now_ns) noexcept;
-  // Episode bookkeeping of step `step` of `env` before its head store: flags from fields[f] at row `row`, or from
-  // the ring slot when `fields` is empty. Returns whether a record is due after the head store.
-  bool stage_episode(uint64_t env, uint64_t step, std::span<const FieldBytes> fields, std::size_t row) noexcept;
+  // Episode bookkeeping of step `step` of `env` before its head store, its flags read from the ring slot as written
+  // (never from the caller's arrays a second time). Returns whether a record is due after the head store.
+  bool stage_episode(uint64_t env, uint64_t step) noexcept;
   void notify() noexcept;
   void release_all() noexcept;
   // With options_.wait_for_rate_limit: waits until the limiter admits one step of each env in admit_envs_ (or
