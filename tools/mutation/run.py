@@ -5,7 +5,8 @@ Applies each mutant of tools/mutation/mutants.toml (an exact piece of text in a 
 replacement) to the source tree, one at a time; rebuilds, in a build directory of its own (ccache when it is
 installed), only the test executables it runs; runs the mutant's own tests first, then the rest of the C++ suite,
 each with a timeout, until one fails; and restores the file. Prints a table: mutant, file:line, killed or survived,
-the test that killed it and the seconds the tests ran until it failed. See docs/design.md, "Mutation testing".
+the test that killed it and the seconds the tests ran until it failed (the killing test's output is kept in
+<build dir>/mutation-logs/<mutant>.log). See docs/design.md, "Mutation testing".
 
     tools/mutation/run.py                  every mutant (first a baseline run of the unmutated tree)
     tools/mutation/run.py --only ID,ID     some of them
@@ -188,12 +189,12 @@ def doctest_cases(exe: Path, pattern: str | None) -> list[str]:
     return names
 
 
-def run_test(build: Path, spec: str, timeout_s: float, python: str | None) -> tuple[bool, float, str]:
-    """Runs one test spec; returns (passed, seconds, what failed)."""
+def run_test(build: Path, spec: str, timeout_s: float, python: str | None) -> tuple[bool, float, str, str]:
+    """Runs one test spec; returns (passed, seconds, what failed, its output)."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     if spec.startswith("pytest:"):
         if not python:
-            return True, 0.0, "skipped: needs --python"
+            return True, 0.0, "skipped: needs --python", ""
         cmd = [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", str(ROOT / spec[len("pytest:"):])]
         env["PYTHONPATH"] = str(build / "python")
         exe = None
@@ -218,14 +219,16 @@ def run_test(build: Path, spec: str, timeout_s: float, python: str | None) -> tu
         timed_out = True
     seconds = time.monotonic() - start
     if not timed_out and proc.returncode == 0:
-        return True, seconds, ""
+        return True, seconds, "", out
     if spec.startswith("pytest:"):
         m = re.search(r"^FAILED (\S+)", out, re.M)
         what = m.group(1) if m else spec
-        return False, seconds, ("timeout: " if timed_out else "") + what
-    m = re.search(r"^TEST CASE:\s+(.*)$", out, re.M)
-    if m:
-        case = m.group(1).strip()
+        return False, seconds, ("timeout: " if timed_out else "") + what, out
+    # --duration prints every case's header: the failed one is the last header before the first failure line.
+    failure = re.search(r"^.*(: ERROR: |FATAL ERROR|TEST CASE FAILED).*$", out, re.M)
+    headers = re.findall(r"^TEST CASE:\s+(.*)$", out[: failure.start()] if failure else "", re.M)
+    if headers:
+        case = headers[-1].strip()
     elif timed_out:  # the first case that did not finish (--duration prints "<seconds> s: <name>" after each)
         done = set(re.findall(r"^[0-9.]+ s: (.*)$", out, re.M))
         pending = [c for c in doctest_cases(exe, pattern) if c not in done]
@@ -233,7 +236,7 @@ def run_test(build: Path, spec: str, timeout_s: float, python: str | None) -> tu
     else:
         case = f"exit status {proc.returncode}"
     prefix = f"hung (timeout {timeout_s:.0f} s) in " if timed_out else ""
-    return False, seconds, f"{prefix}{spec.split('[', 1)[0]}: {case}"
+    return False, seconds, f"{prefix}{spec.split('[', 1)[0]}: {case}", out
 
 
 def order(m: Mutant | None, all_tests: bool) -> list[str]:
@@ -292,7 +295,7 @@ def main() -> int:
                 fail(f"the unmutated tree does not build:\n{log[-4000:]}", 1)
             print(f"baseline: built in {secs:.0f} s", file=sys.stderr)
             for spec in specs:
-                passed, secs, what = run_test(build, spec, args.timeout, args.python)
+                passed, secs, what, _ = run_test(build, spec, args.timeout, args.python)
                 print(f"baseline: {spec} {'passed' if passed else 'FAILED'} in {secs:.1f} s", file=sys.stderr)
                 if not passed:
                     fail(f"the unmutated tree fails {what}: a kill would mean nothing; fix that first", 1)
@@ -309,12 +312,15 @@ def main() -> int:
                         o.result = "build error"
                         o.details.append(log[-3000:])
                         break
-                    passed, secs, what = run_test(build, spec, args.timeout, args.python)
+                    passed, secs, what, out = run_test(build, spec, args.timeout, args.python)
                     o.detect_s += secs
                     print(f"   {spec}: {'passed' if passed else 'FAILED: ' + what} ({secs:.1f} s)", file=sys.stderr)
                     if not passed:
                         o.result = "killed"
                         o.killer = what
+                        log_path = build / "mutation-logs" / f"{m.id}.log"
+                        log_path.parent.mkdir(exist_ok=True)
+                        log_path.write_text(out)
                         break
                 else:
                     o.result = "survived"
