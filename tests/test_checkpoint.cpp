@@ -715,13 +715,17 @@ uint64_t version_word(uint64_t step, uint64_t version) { return step << 32 | ver
 
 // "" when `record` (kWords words) is one whole version of step `step`, else what is wrong with it.
 std::string check_words(const std::byte* record, uint64_t step) {
-  std::vector<uint64_t> w(kWords);
-  std::memcpy(w.data(), record, kWords * 8);
-  if (w[0] >> 32 != step) return fmt::format("step {} holds a word of step {}", step, w[0] >> 32);
+  const auto word = [&](uint64_t i) {
+    uint64_t w = 0;
+    std::memcpy(&w, record + i * 8, 8);
+    return w;
+  };
+  const uint64_t first = word(0);
+  if (first >> 32 != step) return fmt::format("step {} holds a word of step {}", step, first >> 32);
   for (uint64_t i = 1; i < kWords; ++i) {
-    if (w[i] != w[0]) {
-      return fmt::format("step {} is a mix: word 0 is of version {}, word {} of version {}", step, w[0] & 0xffffffff,
-                         i, w[i] & 0xffffffff);
+    if (word(i) != first) {
+      return fmt::format("step {} is a mix: word 0 is of version {}, word {} of version {}", step, first & 0xffffffff,
+                         i, word(i) & 0xffffffff);
     }
   }
   return "";
@@ -751,15 +755,18 @@ std::size_t first_usable_cpu() {
 TEST_CASE("read_steps and saves taken while the learner rewrites steps in place see each step old or new, never a mix") {
   // The learner's try_update rewrites a step inside an UpdateSection (update_seq odd); the readers outside the
   // learner (read_steps behind `shmreplay dump`, save_checkpoint) must reject a copy that overlapped it. Both
-  // threads run on one CPU, so the updater is preempted wherever the scheduler's tick finds it, mostly inside its
-  // 64 KiB copy, and the reader then copies a half-rewritten step: on several CPUs the two copies, both forward
-  // and at the same speed, would seldom interleave so that a torn copy ends before the section does.
+  // threads run on one CPU, so each is preempted wherever the scheduler's tick finds it: the updater inside its
+  // copy of a step (the reader then copies a half-rewritten step, which it must see as odd), and the reader inside
+  // its copy of the ring (the updater then rewrites steps under it, which it must see as a changed update_seq).
+  // On several CPUs the two copies, both forward and at the same speed, would seldom interleave so that a torn
+  // copy ends before the section does. Every update writes a new version, so any two parts of a torn copy differ.
+  constexpr uint64_t kSteps = 4;
   SegmentGuard guard(unique_name("ckpt-update"));
-  Buffer b = Buffer::create(guard.name(), 1, 2, kWordsSchema);
+  Buffer b = Buffer::create(guard.name(), 1, kSteps, kWordsSchema);
   {
     Writer w(b, {0});
     std::vector<uint64_t> words(kWords);
-    for (uint64_t s = 0; s < 2; ++s) {
+    for (uint64_t s = 0; s < kSteps; ++s) {
       std::fill(words.begin(), words.end(), version_word(s, 0));
       w.push(std::vector<int32_t>{0}, {field_bytes(words)});
     }
@@ -770,16 +777,14 @@ TEST_CASE("read_steps and saves taken while the learner rewrites steps in place 
   std::thread updater([&] {
     pin_to(cpu);
     Sampler learner(b);
-    // Versions 1 and 2 in turn, prepared once: nearly all of the loop's time is the copy inside the section.
-    std::vector<std::vector<uint64_t>> source;
-    for (uint64_t s = 0; s < 2; ++s) {
-      for (uint64_t v = 1; v <= 2; ++v) source.emplace_back(kWords, version_word(s, v));
-    }
+    std::vector<uint64_t> source(kWords);
     uint64_t n = 0;
     while (!stop.load(std::memory_order_relaxed)) {
-      const uint64_t step = n % 2;
-      const uint64_t version = n / 2 % 2 + 1;
-      if (learner.try_update(0, step, {field_bytes(source[step * 2 + version - 1])})) ++n;
+      // Filling the new version takes about as long as the copy inside the section: the updater is preempted
+      // inside and outside sections alike.
+      const uint64_t step = n % kSteps;
+      std::fill(source.begin(), source.end(), version_word(step, n / kSteps + 1));
+      if (learner.try_update(0, step, {field_bytes(source)})) ++n;
     }
     updates = n;
   });
@@ -804,14 +809,14 @@ TEST_CASE("read_steps and saves taken while the learner rewrites steps in place 
           save_checkpoint(ro, file.path());
           load_checkpoint(file.path(), copy.name());
           const Buffer loaded = Buffer::open(copy.name(), {.read_only = true});
-          for (uint64_t s = 0; s < 2 && violation.empty(); ++s) {
+          for (uint64_t s = 0; s < kSteps && violation.empty(); ++s) {
             const std::string got = stored_step(loaded, 0, s);
             violation = check_words(reinterpret_cast<const std::byte*>(got.data()), s);
             if (!violation.empty()) violation = "saved: " + violation;
           }
           ++saves;
         } else {
-          const StepRecords r = insp.read_steps(0, 0, 2);
+          const StepRecords r = insp.read_steps(0, 0, kSteps);
           for (uint64_t k = 0; k < r.count && violation.empty(); ++k) {
             violation = check_words(r.bytes.data() + k * r.record_bytes, r.first_step + k);
             if (!violation.empty()) violation = "dumped: " + violation;
