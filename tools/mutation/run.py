@@ -146,8 +146,38 @@ class Tree:
 # ---------------------------------------------------------------------------------------------------------------
 # Building and running
 
+# The child running now (a build or a test), in a session of its own: a timeout or an interruption of this script
+# kills its whole process group (a test's forked children included).
+CHILD: subprocess.Popen | None = None
+
+
+def run_child(cmd: list[str], timeout_s: float | None = None, **kw) -> tuple[int | None, str]:
+    """Runs cmd with stdout and stderr together; returns (exit status, output), status None on a timeout."""
+    global CHILD
+    CHILD = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True, **kw)
+    try:
+        out, _ = CHILD.communicate(timeout=timeout_s)
+        return CHILD.returncode, out
+    except subprocess.TimeoutExpired:
+        kill_child()
+        out, _ = CHILD.communicate()
+        return None, out
+    finally:
+        CHILD = None
+
+
+def kill_child() -> None:
+    if CHILD is not None and CHILD.poll() is None:
+        try:
+            os.killpg(CHILD.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def run_quiet(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    code, out = run_child(cmd, **kw)
+    return subprocess.CompletedProcess(cmd, code if code is not None else -9, out)
 
 
 def configure(build: Path, python: str | None) -> None:
@@ -207,18 +237,10 @@ def run_test(build: Path, spec: str, timeout_s: float, python: str | None) -> tu
         if pattern:
             cmd.append(f"--test-case={pattern}")
     start = time.monotonic()
-    # A session of its own, so that a timeout kills the test and every child it forked (its process group).
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        timed_out = True
+    returncode, out = run_child(cmd, timeout_s, env=env, cwd=ROOT)
+    timed_out = returncode is None
     seconds = time.monotonic() - start
-    if not timed_out and proc.returncode == 0:
+    if returncode == 0:
         return True, seconds, "", out
     if spec.startswith("pytest:"):
         m = re.search(r"^FAILED (\S+)", out, re.M)
@@ -234,7 +256,7 @@ def run_test(build: Path, spec: str, timeout_s: float, python: str | None) -> tu
         pending = [c for c in doctest_cases(exe, pattern) if c not in done]
         case = pending[0] if pending else "?"
     else:
-        case = f"exit status {proc.returncode}"
+        case = f"exit status {returncode}"
     prefix = f"hung (timeout {timeout_s:.0f} s) in " if timed_out else ""
     return False, seconds, f"{prefix}{spec.split('[', 1)[0]}: {case}", out
 
@@ -329,6 +351,7 @@ def main() -> int:
             if o.result == "build error":
                 print(f"   build error:\n{o.details[-1]}", file=sys.stderr)
     except Interrupted as e:
+        kill_child()
         tree.restore()
         print(f"mutation: interrupted ({e}); the tree is restored", file=sys.stderr)
         return 1
