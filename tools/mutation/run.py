@@ -58,6 +58,7 @@ class Mutant:
     expect: str = "killed"  # or "survived": the list argues it is equivalent (why)
     why: str = ""
     note: str = ""
+    timeout_s: float = 0  # per test executable; 0: --timeout
     line: int = 0
 
 
@@ -334,7 +335,7 @@ def main() -> int:
                         o.result = "build error"
                         o.details.append(log[-3000:])
                         break
-                    passed, secs, what, out = run_test(build, spec, args.timeout, args.python)
+                    passed, secs, what, out = run_test(build, spec, m.timeout_s or args.timeout, args.python)
                     o.detect_s += secs
                     print(f"   {spec}: {'passed' if passed else 'FAILED: ' + what} ({secs:.1f} s)", file=sys.stderr)
                     if not passed:
