@@ -51,8 +51,8 @@ SUITE = [
 class Mutant:
     id: str
     file: str
-    find: str
-    replace: str
+    find: str | list[str]  # a list: alternatives (the code before and after a change), with one replace each
+    replace: str | list[str]
     tests: list[str]
     what: str
     expect: str = "killed"  # or "survived": the list argues it is equivalent (why)
@@ -99,10 +99,15 @@ def load_mutants() -> list[Mutant]:
         if not path.is_file():
             fail(f"{LIST}: mutant '{mut.id}': no file {mut.file}")
         text = path.read_text()
-        n = text.count(mut.find)
-        if n != 1:
-            fail(f"{LIST}: mutant '{mut.id}': its text occurs {n} times in {mut.file}, expected exactly once (the "
-                 f"code changed: update the list). The text:\n{mut.find}")
+        finds = mut.find if isinstance(mut.find, list) else [mut.find]
+        replaces = mut.replace if isinstance(mut.replace, list) else [mut.replace]
+        if len(finds) != len(replaces):
+            fail(f"{LIST}: mutant '{mut.id}': {len(finds)} texts to find but {len(replaces)} replacements")
+        counts = [text.count(f) for f in finds]
+        if counts.count(1) != 1 or any(c > 1 for c in counts):
+            fail(f"{LIST}: mutant '{mut.id}': its text occurs {' / '.join(map(str, counts))} times in {mut.file}, "
+                 f"expected exactly once (the code changed: update the list). The text:\n" + "\n--\n".join(finds))
+        mut.find, mut.replace = finds[counts.index(1)], replaces[counts.index(1)]
         common = os.path.commonprefix([mut.find, mut.replace])
         common = common[: common.rfind("\n") + 1]  # the first line that changes
         mut.line = text[: text.index(mut.find)].count("\n") + common.count("\n") + 1
