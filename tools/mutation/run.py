@@ -38,13 +38,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LIST = Path(__file__).resolve().with_name("mutants.toml")
 
-# The C++ suite in the order the rest of it is tried after a mutant's own tests: quick ones first. test_cli,
-# test_cartpole_run and the Python suite are left out (they need the CLI, the examples or the Python module and
-# take minutes); a mutant may still name a pytest file (needs --python).
-SUITE = [
+# The C++ suite is every doctest executable that tests/CMakeLists.txt registers, tried after a mutant's own tests
+# in this order (quick ones first), then any others in the file's order. test_cli and test_cartpole_run are left
+# out (they need the CLI and the examples, which this build leaves off), and so is the Python suite (minutes); a
+# mutant may still name a pytest file (needs --python).
+PREFERRED = [
     "test_layout", "test_schema", "test_inspector", "test_writer", "test_planner", "test_sampler", "test_buffer",
     "test_checkpoint", "test_threads", "test_episodes", "test_priorities", "test_processes", "test_rate_limit",
 ]
+LEFT_OUT = {"test_cli", "test_cartpole_run"}
+
+
+def suite() -> list[str]:
+    text = (ROOT / "tests" / "CMakeLists.txt").read_text()
+    names = [n for n in re.findall(r"^\s*shmreplay_add_test\((test_\w+)", text, re.M) if n not in LEFT_OUT]
+    return [n for n in PREFERRED if n in names] + [n for n in names if n not in PREFERRED]
+
+
+SUITE = suite()
 
 
 @dataclass
@@ -268,7 +279,8 @@ def run_test(build: Path, spec: str, timeout_s: float, python: str | None) -> tu
 
 
 def order(m: Mutant | None, all_tests: bool) -> list[str]:
-    first = list(m.tests) if m else []
+    """The mutant's own tests (those this tree has), then the rest of the suite."""
+    first = [t for t in (m.tests if m else []) if t.startswith("pytest:") or target_of(t) in SUITE]
     rest = [t for t in SUITE if t not in first] if all_tests else []
     return first + rest
 
