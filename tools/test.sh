@@ -10,14 +10,20 @@
 #
 #   tools/test.sh                  everything (this is what CI runs)
 #   tools/test.sh --no-sanitize    skip the sanitizer build and the fuzzers, for a quicker local loop
+#   tools/test.sh --tsan           only a ThreadSanitizer build (build-tsan) and the tests that run threads (ctest label
+#                                  "threads"), the seqlock's by-design payload races suppressed by name (tests/tsan.supp);
+#                                  not part of the default run: about 10 minutes on 2 cores, most of it the build
+#                                  (docs/design.md, "Build, test and CI")
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 sanitize=1
+tsan=0
 for arg in "$@"; do
   case "$arg" in
     --no-sanitize) sanitize=0 ;;
-    *) echo "usage: tools/test.sh [--no-sanitize]" >&2; exit 2 ;;
+    --tsan) tsan=1 ;;
+    *) echo "usage: tools/test.sh [--no-sanitize | --tsan]" >&2; exit 2 ;;
   esac
 done
 
@@ -32,6 +38,16 @@ run_suite() { # build-dir, extra cmake args...
   cmake --build "$dir" -j "$jobs"
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 300
 }
+
+if ((tsan)); then
+  echo "== ThreadSanitizer build and the threaded tests (at ${SECONDS} s)" >&2
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHMREPLAY_SANITIZE_THREAD=ON -DSHMREPLAY_BUILD_PYTHON=OFF \
+    -DSHMREPLAY_BUILD_TOOLS=OFF -DSHMREPLAY_BUILD_BENCH=OFF -DSHMREPLAY_BUILD_EXAMPLES=OFF -DSHMREPLAY_INSTALL=OFF >/dev/null
+  cmake --build build-tsan -j "$jobs"
+  ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 900 -L threads
+  echo "== the threaded tests passed under ThreadSanitizer (at ${SECONDS} s)" >&2
+  exit 0
+fi
 
 echo "== Python package: pip builds the wheel from this clone and installs it into .venv and .venv-numpy1 (at ${SECONDS} s)" >&2
 rm -rf build/wheelhouse
