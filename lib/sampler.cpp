@@ -342,9 +342,8 @@ bool Sampler::wait(View view, uint64_t min_steps, uint64_t timeout_ms) {
                             buffer_->capacity()));
   }
   if (size(view) >= min_steps) return true;
-  return detail::wait_until(
-      buffer_->global_control(), deadline_after_ms(timeout_ms), [&] { return size(view) >= min_steps; },
-      [] { InterruptCheck::run(); });
+  return detail::wait_until(buffer_->global_control(), deadline_after_ms(timeout_ms),
+                            [&] { return size(view) >= min_steps; });
 }
 
 void Sampler::reset_online_queue(OnlineReset to) {
@@ -595,16 +594,16 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
   bool drew_nothing = false;    // the last round without progress had nothing to draw (no row was overwritten)
   bool leaves_scanned = false;  // check_priority_leaves found a positive weight: no need to scan again
   while (!z.failed.empty()) {
-    if (round > options_.max_retry_rounds && drew_nothing) {
-      throw Error(Errc::contended,
-                  fmt::format("cannot sample the {} view of '{}': {} snapshots in a row had no start to draw from "
-                              "({})",
-                              to_string(view), buffer_->name(), options_.max_retry_rounds,
-                              o.prioritized ? "a write in progress hid every start, or the view's priority sums "
-                                              "read 0 beside weights over 2^53 times larger"
-                                            : "a write in progress hid every start"));
-    }
-    if (round > options_.max_retry_rounds) {
+    if (round > options_.max_retry_rounds) {  // give up, saying why the last rounds made no progress
+      if (drew_nothing) {
+        throw Error(Errc::contended,
+                    fmt::format("cannot sample the {} view of '{}': {} snapshots in a row had no start to draw from "
+                                "({})",
+                                to_string(view), buffer_->name(), options_.max_retry_rounds,
+                                o.prioritized ? "a write in progress hid every start, or the view's priority sums "
+                                                "read 0 beside weights over 2^53 times larger"
+                                              : "a write in progress hid every start"));
+      }
       throw Error(Errc::contended,
                   fmt::format("cannot sample the {} view of '{}': {} row(s) were overwritten by writers during "
                               "the copy {} times in a row; the ring ({} steps per env) is too small for the "
@@ -754,9 +753,8 @@ void Sampler::priority_weights(std::span<const uint64_t> env_ids, std::span<cons
                             "one of each per step",
                             buffer_->name(), env_ids.size(), steps.size(), out.size()));
   }
-  for (const uint64_t e : env_ids) detail::check_env_id(*buffer_, e, "read priorities of");
   for (std::size_t i = 0; i < env_ids.size(); ++i) {
-    // each id and step read once, the id checked again as read: another thread may change the caller's arrays
+    // each id and step read once and the id checked as read: another thread may change the caller's arrays
     const uint64_t e = env_ids[i];
     const uint64_t step = steps[i];
     detail::check_env_id(*buffer_, e, "read priorities of");
@@ -787,7 +785,6 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
     throw Error(Errc::invalid_argument, fmt::format("cannot peek into '{}': the list of env ids is empty",
                                                     buffer_->name()));
   }
-  for (const uint64_t e : env_ids) detail::check_env_id(*buffer_, e, "peek at");
   out.prepare(buffer_->schema(), env_ids.size(), 1);
   out.episode_fields_ = buffer_->episode_fields();
   // One gather of every row; the rows whose newest step was overwritten during it are read again.

@@ -77,8 +77,7 @@ void Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t tim
       ~Clear() { g.learner_waiting_rows.store(0, std::memory_order_relaxed); }
     } clear{g};
     // Writers wake the learner after each push (notify_waiters), the CLI after a change of the settings.
-    ok = detail::sleep_until(detail::learner_wake(g), deadline_after_ms(timeout_ms), admitted,
-                             [] { InterruptCheck::run(); });
+    ok = detail::sleep_until(detail::learner_wake(g), deadline_after_ms(timeout_ms), admitted);
   }
   if (ok) return;
   const uint64_t writers = timeout_ms == 0 ? 0 : detail::count_waiting_writers(*buffer_).count;

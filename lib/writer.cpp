@@ -489,8 +489,7 @@ void Writer::wait_for_rate_limit(const char* op) {
           if (!settings) return true;  // the limiter was removed meanwhile
           verdict = detail::try_admit(*buffer_, *settings, admit_envs_);
           return verdict.allowed();
-        },
-        [] { InterruptCheck::run(); });
+        });
   }
   if (admitted) return;
   g.writer_timeouts.fetch_add(1, std::memory_order_relaxed);

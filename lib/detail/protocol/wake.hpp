@@ -19,8 +19,8 @@
 //                       system call only while a waiting writer's promise is pending.
 //   wake_all_writers    a change of the rate limiter's settings (store_rate_limit).
 //   sleep_until         a writer waiting for the limiter (on writer_wake(g)), and both learner waits (above).
-// Waits sleep in slices of at most recheck_period(), re-check their condition between slices, and call `idle`
-// there (the Python module's Ctrl-C check, through shmreplay::InterruptCheck); an exception from `idle` or
+// Waits sleep in slices of at most recheck_period(), re-check their condition between slices, and run the calling
+// thread's shmreplay::InterruptCheck there (the Python module's Ctrl-C check); an exception from it or from
 // `ready` ends the wait and takes its registration back.
 #pragma once
 
@@ -34,6 +34,7 @@
 #include "detail/os/futex.hpp"
 #include "detail/os/process.hpp"
 #include "shmreplay/layout.hpp"
+#include "shmreplay/wait.hpp"
 
 namespace shmreplay::detail {
 
@@ -54,10 +55,10 @@ inline uint64_t recheck_period_ns() noexcept {
 
 /// The loop both kinds of sleeper run: before each check, `promise(slice_ns)` (the sleeper's seq_cst half of the
 /// handshake, when it has one per round), then read the sequence, then ready(); if not ready and the deadline is
-/// not past, idle(), then FUTEX_WAIT on the sequence read, for at most one slice. Returns whether ready() held.
-template <class Promise, class Ready, class Idle>
-bool sleep_loop(std::atomic<uint64_t>& seq, SteadyClock::time_point deadline, Promise&& promise, Ready&& ready,
-                Idle&& idle) {
+/// not past, the thread's InterruptCheck, then FUTEX_WAIT on the sequence read, for at most one slice. Returns
+/// whether ready() held.
+template <class Promise, class Ready>
+bool sleep_loop(std::atomic<uint64_t>& seq, SteadyClock::time_point deadline, Promise&& promise, Ready&& ready) {
   const uint64_t slice_ns = recheck_period_ns();
   for (;;) {
     promise(slice_ns);
@@ -67,8 +68,9 @@ bool sleep_loop(std::atomic<uint64_t>& seq, SteadyClock::time_point deadline, Pr
     if (ready()) return true;
     const auto now = SteadyClock::now();
     if (now >= deadline) return false;
-    idle();
-    const auto left = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count());
+    InterruptCheck::run();  // may throw: the wait ends with the caller's interrupt
+    const auto left =
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count());
     futex_wait(seq, s, std::min(left, slice_ns));
   }
 }
@@ -95,17 +97,17 @@ inline void notify(WakeWord w) noexcept {
   }
 }
 
-/// Sleeper side: counted in `waiters` while it waits (also when ready() or idle() throws), blocks until ready()
-/// holds or `deadline` passes, and returns whether ready() held.
-template <class Ready, class Idle>
-bool sleep_until(WakeWord w, SteadyClock::time_point deadline, Ready&& ready, Idle&& idle) {
+/// Sleeper side: counted in `waiters` while it waits (also when ready() or an interrupt throws), blocks until
+/// ready() holds or `deadline` passes, and returns whether ready() held.
+template <class Ready>
+bool sleep_until(WakeWord w, SteadyClock::time_point deadline, Ready&& ready) {
   // seq_cst: pairs with the waker's seq_cst fence in notify between its stores and its load of `waiters`.
   w.waiters.fetch_add(1, std::memory_order_seq_cst);
   struct Leave {
     std::atomic<uint64_t>& waiters;
     ~Leave() { waiters.fetch_sub(1, std::memory_order_relaxed); }
   } leave{w.waiters};
-  return sleep_loop(w.seq, deadline, [](uint64_t) {}, std::forward<Ready>(ready), std::forward<Idle>(idle));
+  return sleep_loop(w.seq, deadline, [](uint64_t) {}, std::forward<Ready>(ready));
 }
 
 inline WakeWord learner_wake(layout::GlobalControl& g) noexcept { return {g.wake_seq, g.waiters}; }
@@ -115,10 +117,10 @@ inline WakeWord learner_wake(layout::GlobalControl& g) noexcept { return {g.wake
 inline void notify_waiters(layout::GlobalControl& g) noexcept { notify(learner_wake(g)); }
 
 /// Learner side: blocks until ready() holds or `deadline` passes, and returns whether ready() held. ready() reads
-/// the heads (acquire); idle() runs between slices.
-template <class Ready, class Idle>
-bool wait_until(layout::GlobalControl& g, SteadyClock::time_point deadline, Ready&& ready, Idle&& idle) {
-  return sleep_until(learner_wake(g), deadline, std::forward<Ready>(ready), std::forward<Idle>(idle));
+/// the heads (acquire).
+template <class Ready>
+bool wait_until(layout::GlobalControl& g, SteadyClock::time_point deadline, Ready&& ready) {
+  return sleep_until(learner_wake(g), deadline, std::forward<Ready>(ready));
 }
 
 /// Resets the waiter count left raised by a learner that died while waiting. Precondition: the caller has just
@@ -156,10 +158,10 @@ inline void promise_recheck(PromiseWord w, uint64_t slice_ns) noexcept {
 
 /// Sleeper side: promises to re-check each round, blocks until ready() holds or `deadline` passes, and returns
 /// whether ready() held. Leaves nothing to take back: its promise runs out by itself.
-template <class Ready, class Idle>
-bool sleep_until(PromiseWord w, SteadyClock::time_point deadline, Ready&& ready, Idle&& idle) {
+template <class Ready>
+bool sleep_until(PromiseWord w, SteadyClock::time_point deadline, Ready&& ready) {
   return sleep_loop(w.seq, deadline, [w](uint64_t slice_ns) { promise_recheck(w, slice_ns); },
-                    std::forward<Ready>(ready), std::forward<Idle>(idle));
+                    std::forward<Ready>(ready));
 }
 
 /// Waker side: wakes the sleepers on `w` if a promise is pending at `now_ns` (CLOCK_MONOTONIC; a coarse clock
