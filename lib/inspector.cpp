@@ -44,7 +44,8 @@ OpenOptions read_only(OpenOptions options) {
 
 }  // namespace
 
-Inspector::Inspector(std::string_view name, OpenOptions options) : buffer_(Buffer::open(name, read_only(std::move(options)))) {}
+Inspector::Inspector(std::string_view name, OpenOptions options)
+    : buffer_(Buffer::open(name, read_only(std::move(options)))) {}
 
 SegmentInfo Inspector::snapshot() const {
   const Buffer& b = buffer_;

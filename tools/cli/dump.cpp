@@ -5,8 +5,8 @@
 // Memory is bounded whatever the selection: steps are read kChunkBytes at a time (one step at a time when a step
 // is larger), printed, and dropped; a table is printed in blocks of kTableRows rows or kTableBytes of their text,
 // whichever comes first (--full rows of large arrays are hundreds of KB each), one line at a time, its column
-// widths those of the rows printed so far (so a very long dump may widen a column part way through). An env whose counters claim a
-// view longer than its capacity is refused with an error naming them, instead of trusted.
+// widths those of the rows printed so far (so a very long dump may widen a column part way through). An env whose
+// counters claim a view longer than its capacity is refused with an error naming them, instead of trusted.
 #include <unistd.h>
 
 #include <algorithm>
