@@ -44,7 +44,7 @@ def all_docs():
 
 
 def blocks(path):
-    """(language, first line number of the fence, code, marker line before the fence or '') of each fenced block."""
+    """(language, line number of the opening fence, code, the line right before the fence) of each fenced block."""
     lines = path.read_text(encoding="utf-8").split("\n")
     out, i = [], 0
     while i < len(lines):
@@ -56,10 +56,7 @@ def blocks(path):
         while j < len(lines) and not lines[j].startswith("```"):
             j += 1
         assert j < len(lines), f"{path.relative_to(ROOT)}:{start + 1}: a ``` block is not closed"
-        k = start - 1
-        while k >= 0 and not lines[k].strip():  # the marker may be separated from the fence by blank lines
-            k -= 1
-        marker = lines[k].strip() if k >= 0 else ""
+        marker = lines[start - 1].strip() if start > 0 else ""  # the line right before the fence
         out.append((m.group(1), start + 1, "\n".join(lines[start + 1:j]) + "\n", marker))
         i = j + 1
     return out
