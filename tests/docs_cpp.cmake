@@ -72,6 +72,8 @@ function(shmreplay_docs_cpp doc all)
       set(source ${CMAKE_CURRENT_BINARY_DIR}/docs/${stem}_${line}.cpp)
       file(WRITE ${source}.new "// Extracted from ${doc}, line ${line}, by tests/docs_cpp.cmake: edit the doc.\n${body}")
       configure_file(${source}.new ${source} COPYONLY)  # rewritten only when the block changed
+      file(REMOVE ${source}.new)
+      set_property(GLOBAL APPEND PROPERTY shmreplay_docs_cpp_sources ${source})
       add_executable(${name} ${source})
       target_link_libraries(${name} PRIVATE shmreplay::shmreplay)
       add_test(NAME ${name}
@@ -87,3 +89,11 @@ endfunction()
 
 shmreplay_docs_cpp(README.md TRUE)
 shmreplay_docs_cpp(docs/cpp.md FALSE)
+# Sources of blocks that moved or went away since the last configure step.
+get_property(current GLOBAL PROPERTY shmreplay_docs_cpp_sources)
+file(GLOB previous ${CMAKE_CURRENT_BINARY_DIR}/docs/*)
+foreach(file ${previous})
+  if(NOT file IN_LIST current)
+    file(REMOVE ${file})
+  endif()
+endforeach()
