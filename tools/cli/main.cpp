@@ -32,6 +32,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "aliases.hpp"
 #include "commands.hpp"
 #include "detail/os/file.hpp"
 #include "shmreplay/buffer.hpp"
@@ -295,13 +296,22 @@ CLI::App* add_limit(CLI::App& app, LimitArgs& args) {
 
 constexpr const char* kSubcommands = "create, ls, info, watch, dump, save, load, limit or rm";
 
-// One line for a command-line error: CLI11's message, or a clearer one for an unknown subcommand, and where to
-// find the usage.
+// One line for a command-line error: CLI11's message, or a clearer one for an unknown subcommand or for an option
+// another interface spells differently (aliases.hpp: whichever error CLI11 reports first, such an option is the
+// user's mistake), and where to find the usage.
 std::string usage_message(const CLI::App& app, const CLI::ParseError& e) {
   const std::vector<CLI::App*> chosen = app.get_subcommands();
   const std::vector<std::string> rest = app.remaining();
   std::string message = e.what();
-  if (chosen.empty() && rest.empty()) {
+  std::optional<std::string> alias;
+  if (!chosen.empty()) {
+    for (const std::string& arg : chosen.front()->remaining()) {
+      if (!alias) alias = flag_alias_message(chosen.front()->get_name(), arg);
+    }
+  }
+  if (alias) {
+    message = *alias;
+  } else if (chosen.empty() && rest.empty()) {
     message = fmt::format("a subcommand is required ({})", kSubcommands);
   } else if (chosen.empty()) {
     message = rest.front().starts_with("-") ? fmt::format("unknown option '{}'", rest.front())
