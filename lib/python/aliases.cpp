@@ -176,7 +176,9 @@ void add_attribute_hints(py::handle cls, const std::string& class_name) {
   py::setattr(cls, "__getattr__",
               py::cpp_function(
                   [class_name](py::handle self, const std::string& attr) -> py::object {
-                    std::string message = fmt::format("'{}' object has no attribute '{}'", class_name, attr);
+                    // Python's own words (the type's full name), then the hint
+                    std::string message =
+                        fmt::format("'{}' object has no attribute '{}'", Py_TYPE(self.ptr())->tp_name, attr);
                     if (auto h = hint(true, class_name, attr)) message += "; " + *h;
                     // name and obj as Python's own error has them (its traceback's "Did you mean" reads them)
                     py::object error = py::module_::import("builtins").attr("AttributeError")(message);

@@ -253,7 +253,7 @@ def test_other_unknown_keywords_and_attributes_keep_pythons_errors(objects):
     with pytest.raises(TypeError, match="incompatible function arguments"):
         shmreplay.Buffer.open(objects["name"], bogus=1)
     batch = s.sample("replay", 1, 1)
-    with pytest.raises(AttributeError, match=r"^'Batch' object has no attribute 'bogus'$"):
+    with pytest.raises(AttributeError, match=r"^'shmreplay\._shmreplay\.Batch' object has no attribute 'bogus'$"):
         batch.bogus
     assert not hasattr(batch, "start_steps") and hasattr(batch, "starts")
     # a keyword the call takes still works through the wrappers, and their docstrings are pybind11's
