@@ -15,7 +15,8 @@
 //   shmreplay --version
 //
 // Exit codes: 0 success; 1 a runtime error (one `shmreplay: error: ...` line on stderr); 2 a usage error (the
-// same kind of line). This file only parses the command line; commands.cpp, watch.cpp, dump.cpp and
+// same kind of line). This file only parses the command line (an option another interface spells differently is
+// answered by aliases.cpp, which names the right one: docs/naming.md); commands.cpp, watch.cpp, dump.cpp and
 // save_load.cpp do the work. Every command but create, load and rm maps the segment read-only. The display commands
 // (ls, info, watch, dump, limit without settings) show a segment of another user, with its owner; save, load and
 // limit with settings refuse one unless --allow-other-owner.
