@@ -628,6 +628,53 @@ TEST_CASE("a buffer with episode fields keeps them through save and load, and it
   CHECK(slurp(plain.path()) == before);
 }
 
+TEST_CASE("a load runs no writer's recovery: a dead writer's record of a step it overwrites is not queued") {
+  // A load takes the leases itself (lib/checkpoint/load.cpp); it does not build a Writer, whose construction
+  // pushes the record of an episode whose last step a dead writer published without pushing the record
+  // (detail::recover_env). That record would describe steps the load overwrites.
+  SegmentGuard source(unique_name("ckpt-rec-src"));
+  SegmentGuard target(unique_name("ckpt-rec-dst"));
+  FileGuard file(temp_path("ckpt-rec"));
+  const Schema schema = Schema::parse("obs:f32[2] reward:f32 done:bool");
+  CreateOptions options;
+  options.episodes.done = "done";
+  options.episodes.reward = "reward";
+  options.episode_queue_capacity = 16;
+  const auto push = [](Writer& w, uint64_t steps, bool end) {
+    for (uint64_t step = 0; step < steps; ++step) {
+      const float obs[2] = {static_cast<float>(step), 0.5f};
+      const float reward = 1.0f;
+      const uint8_t done = end && step + 1 == steps ? 1 : 0;
+      w.push_one(0, {value_bytes(obs), value_bytes(reward), value_bytes(done)});
+    }
+  };
+  {
+    Buffer b = Buffer::create(source.name(), 1, 8, schema, options);
+    Writer w(b, {0});
+    push(w, 2, false);  // one episode in progress, none ended
+    save_checkpoint(b, file.path());
+  }
+  Buffer dst = Buffer::create(target.name(), 1, 8, schema, options);
+  {
+    Writer w(dst, {0});
+    push(w, 3, true);  // an episode of 3 steps ends: its record is queued
+  }
+  // Its writer "died" after publishing the episode's last step and before pushing the record: unpush it.
+  layout::EpisodeControl& ec = dst.episode_control(0);
+  REQUIRE(ec.queue_tail.load() == 1);
+  ec.queue_tail.store(0);
+
+  load_checkpoint_into(dst, file.path());
+  CHECK(ec.queue_tail.load() == 0);  // no record of the overwritten episode
+  CHECK(ec.records_dropped.load() == 0);
+  CHECK(dst.env_control(0).head.load() == 2);
+  CHECK(dst.env_control(0).lease.load() == 0);
+  CHECK(dst.global_control().learner_lease.load() == 0);
+  Sampler learner(dst);
+  std::vector<EpisodeRecord> records(4);
+  CHECK(learner.pop_episodes(records) == 0);
+}
+
 TEST_CASE("a checkpoint gets its segment's read/write bits whatever the umask, before a byte is written to it") {
   const UmaskGuard open_umask(0);  // the umask that would make a file created 0666 world-readable
   for (const uint32_t segment_mode : {0600u, 0640u, 0660u, 0644u, 0400u}) {
