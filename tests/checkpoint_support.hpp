@@ -19,7 +19,7 @@
 #include "payload.hpp"
 #include "support.hpp"
 
-namespace test {
+namespace shmreplay::test {
 
 /// Removes a file when it goes out of scope.
 class FileGuard {
@@ -80,4 +80,4 @@ inline void fill_mixed(shmreplay::Buffer& b) {
 
 inline const shmreplay::Schema kOtherSchema = shmreplay::Schema::parse("hdr:u64[4] body:f32[13] tail:u8[30]");
 
-}  // namespace test
+}  // namespace shmreplay::test

@@ -362,3 +362,34 @@ TEST_CASE("a load runs no writer's recovery: a dead writer's record of a step it
   std::vector<EpisodeRecord> records(4);
   CHECK(learner.pop_episodes(records) == 0);
 }
+
+TEST_CASE("a load that takes over a dead learner's lease repairs what that learner left, as a new learner would") {
+  // The load takes the leases itself, but a dead learner's waiter count and waiting rows are words it does not
+  // rewrite, and the lease is free after the load: it repairs them as Sampler's takeover does.
+  SegmentGuard guard(unique_name("ckpt-dead-learner"));
+  FileGuard file(temp_path("ckpt-dead-learner"));
+  Buffer b = Buffer::create(guard.name(), 4, 16, kPayloadSchema);
+  fill_mixed(b);
+  save_checkpoint(b, file.path());
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    Buffer mine = Buffer::open(guard.name());
+    Sampler s(mine);
+    ::_exit(0);  // dies holding the learner lease
+  }
+  REQUIRE(::waitpid(child, nullptr, 0) == child);
+  layout::GlobalControl& g = b.global_control();
+  REQUIRE(g.learner_lease.load() != 0);
+  g.waiters.store(1);               // it died asleep on the wake word ...
+  g.learner_waiting_rows.store(8);  // ... waiting for the rate limiter
+  const uint64_t takeovers = g.learner_takeovers.load();
+
+  load_checkpoint_into(b, file.path());
+  CHECK(g.learner_lease.load() == 0);
+  CHECK(g.learner_takeovers.load() == takeovers + 1);
+  CHECK(g.waiters.load() == 0);
+  CHECK(g.learner_waiting_rows.load() == 0);
+  for (uint64_t e = 0; e < 4; ++e) CHECK(check_env_payloads(b, e) == "");
+}
