@@ -42,9 +42,10 @@ using sampler_parts::snapshot_view;
 
 namespace {
 
-// Env e's control words, for the batched reader (BatchedReader::add and validate).
-SHMREPLAY_ALWAYS_INLINE auto control_of(const Buffer* b) noexcept {
-  return [b](uint64_t e) -> const EnvControl& { return b->env_control(e); };
+// Env e's control words, for the batched reader (BatchedReader::add and validate). It holds the Sampler, not its
+// Buffer, so that the buffer is loaded only when an env's words are (add: at the env's first row in a chunk).
+SHMREPLAY_ALWAYS_INLINE auto control_of(const Sampler* s) noexcept {
+  return [s](uint64_t e) -> const EnvControl& { return s->buffer().env_control(e); };
 }
 
 // Bytes a round copies from one snapshot before the remaining rows are drawn from a fresh one (see sample_with).
@@ -103,7 +104,7 @@ SHMREPLAY_ALWAYS_INLINE void Sampler::add_row(uint64_t env, uint64_t start, uint
   const detail::GatherRow r{start, env, env * z.capacity + slot, slot, steps, row};
   z.chunk_whole = z.chunk_whole & detail::whole_run(r, z.length, z.capacity);
   z.chunk[z.chunk_size++] = r;
-  z.read.add(control_of(buffer_), env, start, steps);  // the env's read_begin, at its first row in the chunk
+  z.read.add(control_of(this), env, start, steps);  // the env's read_begin, at its first row in the chunk
 }
 
 // Copies the chunk's rows into `out` (each row's steps, zeros and mask 0 up to `length`), then validates them;
@@ -119,7 +120,7 @@ std::size_t Sampler::gather(std::size_t length, SampleBatch& out) noexcept {
   detail::gather_fields(z.field_base.data(), out.field_ptr_.data(), z.field_bytes.data(), z.field_base.size(), length,
                         cap, rows, n, z.chunk_whole);
   detail::gather_mask(out.mask_, length, rows, n);
-  const bool intact = z.read.validate(control_of(buffer_), cap);
+  const bool intact = z.read.validate(control_of(this), cap);
   z.stats.control_loads += 3 * z.read.chunk_envs();  // read_begin (add_row); claimed and update_seq (validate)
   std::size_t failed = 0;
   if (!intact) [[unlikely]] {
