@@ -1,5 +1,5 @@
 // The rate limiter's settings (RateLimit) and the Buffer's view of them; the protocol is in
-// detail/protocol/rate_limit.{hpp,cpp}, the waits in writer.cpp and sampler.cpp.
+// detail/protocol/rate_limit.{hpp,cpp}, the waits in writer_rate_limit.cpp and sampler_rate_limit.cpp.
 #include "shmreplay/rate_limit.hpp"
 
 #include <limits>

@@ -1,7 +1,7 @@
 // The learner's half of the rate limiter (detail/protocol/rate_limit.hpp): a sample call waits until the limiter
 // admits its whole batch; after it drew them, it counts its rows (count_call in lib/sampler.cpp), which lets
 // waiting writers in. The writer's half is
-// Writer::wait_for_rate_limit (lib/writer.cpp).
+// Writer::wait_for_rate_limit (lib/writer_rate_limit.cpp).
 #include <atomic>
 #include <chrono>
 

@@ -1,7 +1,8 @@
 // The planners (lib/detail/sampling) without shared memory: given per-env views, episode starts, a sequence
 // length, a power and a period, every drawn row is one the reference model allows, with the steps the model
 // gives it, and the draws follow the model's weights (chi-square); the period grid, rejection with its switch to
-// the exact method, torn episode starts, empty views, a huge power, and the work counters.
+// the exact method, torn episode starts, empty views, a huge power, and the work counters; and the planner table,
+// which chooses the planner for a call's options.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -10,11 +11,14 @@
 #include <map>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "detail/sampling/cross_planners.hpp"
 #include "detail/sampling/episode_planners.hpp"
+#include "detail/sampling/planner_table.hpp"
+#include "detail/sampling/priority_planner.hpp"
 #include "shmreplay/sampler.hpp"
 
 using namespace shmreplay;
@@ -424,4 +428,61 @@ TEST_CASE("the env picker gives upper_bound's env for every draw, guided or not,
     }
   }
   CHECK(checked > 100000);
+}
+
+TEST_CASE("the planner table picks, for every combination of options, the planner the Sampler picked before it") {
+  // The choice as lib/sampler.cpp made it before the table (its PlanKind and switches), the reference here.
+  enum class Before { priority, closed_form, period, episodes };
+  const auto before = [](const SampleOptions& o, std::size_t length) {
+    if (o.prioritized) return Before::priority;
+    if (o.period == 1 && (o.episodes == Episodes::cross || length == 1)) return Before::closed_form;
+    return o.episodes == Episodes::cross ? Before::period : Before::episodes;
+  };
+  const std::map<Before, std::size_t> row_of = {
+      {Before::priority, detail::kPlannerRowOf<detail::PriorityPlanner>},
+      {Before::closed_form, detail::kPlannerRowOf<detail::ClosedFormPlanner>},
+      {Before::period, detail::kPlannerRowOf<detail::PeriodPlanner>},
+      {Before::episodes, detail::kPlannerRowOf<detail::RejectionPlanner>},
+  };
+  for (const auto& [kind, row] : row_of) REQUIRE(row < detail::kPlannerRows);  // every planner has its row
+
+  // Planners made as the Sampler makes them; no planner is prepared here, so the trees are never read.
+  struct NoTrees final : detail::PriorityTrees {
+    detail::PriorityTree tree(std::size_t) const noexcept override { return {}; }
+  };
+  SamplerStats stats;
+  const TableStarts starts;
+  const NoTrees trees;
+  detail::Planners planners(detail::PlannerInputs{stats, starts, trees});
+
+  int combinations = 0;
+  for (const bool prioritized : {false, true}) {
+    for (const Episodes episodes : {Episodes::cross, Episodes::stop, Episodes::within}) {
+      for (const uint64_t period : {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{64}, UINT64_MAX}) {
+        for (const std::size_t length : {std::size_t{1}, std::size_t{2}, std::size_t{5}, std::size_t{64}}) {
+          for (const uint64_t min_steps : {uint64_t{0}, uint64_t{10}}) {
+            SampleOptions o;
+            o.prioritized = prioritized;
+            o.episodes = episodes;
+            o.period = period;
+            o.min_steps = min_steps;
+            CAPTURE(prioritized);
+            CAPTURE(to_string(episodes));
+            CAPTURE(period);
+            CAPTURE(length);
+            CAPTURE(min_steps);
+            const std::size_t expected = row_of.at(before(o, length));
+            CHECK(detail::planner_row(o, length) == expected);
+            // The planner `with` hands over is the chosen row's, as its own type.
+            const std::size_t handed = planners.with(o, length, [](auto& planner) {
+              return detail::kPlannerRowOf<std::remove_cvref_t<decltype(planner)>>;
+            });
+            CHECK(handed == expected);
+            ++combinations;
+          }
+        }
+      }
+    }
+  }
+  CHECK(combinations == 2 * 3 * 5 * 4 * 2);
 }

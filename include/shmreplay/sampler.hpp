@@ -264,8 +264,8 @@ class Sampler {
   static void check_batch_shape(const Buffer& buffer, const char* op, std::size_t rows, std::size_t length);
 
  private:
-  // The drawing state (defined in lib/sampler.cpp): the snapshot's views, the planners (lib/detail/sampling), the
-  // rows still to draw, the work counters. Behind a pointer, so that this header carries none of it.
+  // The drawing state (defined in lib/sampler_parts.hpp): the snapshot's views, the planners (lib/detail/sampling),
+  // the rows still to draw, the work counters. Behind a pointer, so that this header carries none of it.
   struct Scratch;
 
   void begin_chunk(std::size_t length) noexcept;
@@ -273,7 +273,7 @@ class Sampler {
   std::size_t gather(std::size_t length, SampleBatch& out) noexcept;
   void sample_rows(View view, std::size_t first_row, std::size_t count, std::size_t length, double power,
                    const SampleOptions& options, Rng& rng, SampleBatch& out);
-  template <class Plan>  // defined and instantiated in lib/sampler.cpp only
+  template <class Plan>  // defined and instantiated in lib/sampler_rounds.cpp only
   void sample_with(Plan& planner, View view, std::size_t first_row, std::size_t count, std::size_t length,
                    double power, const SampleOptions& options, Rng& rng, SampleBatch& out);
   void check_args(const char* op, std::size_t rows, std::size_t length, double power,

@@ -1,6 +1,6 @@
 // detail/copy_bytes.hpp: memcpy of a small run-time size, inline.
 //
-// The writer copies each field of a step (lib/writer.cpp, write_step) and the sampler's gather each field of a
+// The writer copies each field of a step (lib/writer_push.cpp, write_step) and the sampler's gather each field of a
 // row (detail/sampling/gather.hpp) with sizes known only at run time; glibc's memcpy through the PLT costs a call
 // and a size dispatch per field, which dominates for fields of a few bytes (a reward, a done flag). copy_bytes
 // does n <= 128 with two possibly overlapping loads and stores of a power-of-two width: a few predictable

@@ -21,10 +21,11 @@
 //                  env's lease. release_dead_update_lock: a learner that took over a dead learner's lease, or a
 //                  writer that found the lock held by a dead learner; safe to race (CASes).
 //   reader side    load_head, view_range, published_range, write_in_flight, has_published, read_counters(_stable),
-//                  read_begin/read_end/copy_intact, copy_records: any process, on a read-only mapping too (the
-//                  Sampler, Inspector::read_steps behind `shmreplay dump`, save_checkpoint). Readers never write.
-// Every function here is O(1) (copy_records: O(steps x fields)) and never blocks, except claim_step, which waits
-// while the learner copies one step into the same env (try_update).
+//                  read_begin/read_end/copy_intact, and the two validated copies: BatchedReader (the Sampler's
+//                  gather, many rows at a time) and copy_records (Inspector::read_steps behind `shmreplay dump`,
+//                  save_checkpoint): any process, on a read-only mapping too. Readers never write the segment.
+// Every function here is O(1) (copy_records: O(steps x fields); BatchedReader::validate: O(envs in the chunk)) and
+// never blocks, except claim_step, which waits while the learner copies one step into the same env (try_update).
 #pragma once
 
 #include <algorithm>
@@ -34,6 +35,7 @@
 #include <optional>
 #include <vector>
 
+#include "detail/always_inline.hpp"
 #include "shmreplay/segment.hpp"
 #include "shmreplay/layout.hpp"
 #include "shmreplay/vocabulary.hpp"
@@ -264,7 +266,7 @@ struct ReadEnd {
   uint64_t claimed;
   uint64_t update_seq;
 };
-/// read_end in two parts, for a reader that validates many copies at once (the Sampler's gather): end_copies()
+/// read_end in two parts, for a reader that validates many copies at once (BatchedReader): end_copies()
 /// once after the last copy, then read_end_loads() once per env whose copies it validates. Loading claimed later
 /// than right after a copy only sees a larger value (claimed's bits 0-62 never go down outside a checkpoint load,
 /// which holds the learner lease), so it can only reject more, never accept a torn copy.
@@ -296,6 +298,72 @@ inline bool copy_intact(uint64_t begin_seq, const ReadEnd& end, uint64_t first, 
 inline uint64_t intact_from(const ReadEnd& end, uint64_t capacity) noexcept {
   return end.claimed > capacity ? end.claimed - capacity : 0;
 }
+
+/// The batched reader: the validation of many copies at once, a chunk of rows at a time (the Sampler's gather,
+/// lib/sampler_rounds.cpp, which copies the rows with detail/sampling/gather.hpp; docs/design.md, "The batched
+/// gather"). Per chunk: begin_chunk(); add() for each row before any copy of the chunk (the first row of an env in
+/// the chunk takes its read_begin); the copies; then validate(), which takes end_copies() once and read_end_loads()
+/// once per env of the chunk. The validation is per env, not per row: copy_intact(begin, end, first) depends on a
+/// row only through its first step, and only as `claimed <= first + capacity`, so every row of an env is intact
+/// exactly when the row with the env's oldest first step is (add keeps it). Only a chunk with an env that fails
+/// needs its rows judged one by one (row_intact), with that same test. Reader side: any process; used by one
+/// thread at a time. Its storage is sized for every env when it is made, so no call allocates.
+class BatchedReader {
+ public:
+  explicit BatchedReader(std::size_t num_envs)
+      : begin_mark_(num_envs, 0), begin_seq_(num_envs), min_start_(num_envs), end_(num_envs) {
+    envs_.reserve(num_envs);
+  }
+
+  /// Starts a chunk: forgets the envs of the last one.
+  void begin_chunk() noexcept {
+    envs_.clear();
+    ++mark_;
+  }
+
+  /// A row of the chunk: steps from `first` on (`steps` of them; 0 for a row with no step, which copies nothing
+  /// and cannot fail) of env `env`. Before the chunk's copies. `control(e)` gives env e's control words, and is
+  /// called only at an env's first row in the chunk.
+  template <class ControlOf>
+  SHMREPLAY_ALWAYS_INLINE void add(ControlOf&& control, uint64_t env, uint64_t first, uint64_t steps) noexcept {
+    if (begin_mark_[env] != mark_) [[unlikely]] {  // the env's first row in this chunk: before its copies
+      begin_mark_[env] = mark_;
+      begin_seq_[env] = read_begin(control(env));
+      min_start_[env] = UINT64_MAX;
+      envs_.push_back(static_cast<uint32_t>(env));  // no allocation: reserved for every env
+    }
+    min_start_[env] = std::min(min_start_[env], steps > 0 ? first : UINT64_MAX);
+  }
+
+  /// After the chunk's last copy: whether every row of the chunk is intact. `control(e)`: as for add().
+  template <class ControlOf>
+  SHMREPLAY_ALWAYS_INLINE bool validate(ControlOf&& control, uint64_t capacity) noexcept {
+    end_copies();
+    bool intact = true;
+    for (const uint32_t e : envs_) {
+      end_[e] = read_end_loads(control(e));
+      // Step min_start (and so every later one) is intact while no writer has claimed step min_start + cap.
+      intact &= min_start_[e] == UINT64_MAX || copy_intact(begin_seq_[e], end_[e], min_start_[e], capacity);
+    }
+    return intact;
+  }
+
+  /// After validate(): whether a row of env `env` whose steps begin at `first` is intact.
+  bool row_intact(uint64_t env, uint64_t first, uint64_t capacity) const noexcept {
+    return copy_intact(begin_seq_[env], end_[env], first, capacity);
+  }
+
+  /// The envs with a row in the chunk (each costs 3 loads of control words: read_begin, read_end_loads).
+  std::size_t chunk_envs() const noexcept { return envs_.size(); }
+
+ private:
+  uint64_t mark_ = 0;                 // the current chunk's number
+  std::vector<uint32_t> envs_;        // the envs with a row in the chunk, in order of their first row
+  std::vector<uint64_t> begin_mark_;  // per env, the chunk whose begin_seq and min_start are the env's
+  std::vector<uint64_t> begin_seq_;   // per env, update_seq before the chunk's copies (read_begin)
+  std::vector<uint64_t> min_start_;   // per env, the oldest first step of its rows with steps in the chunk
+  std::vector<ReadEnd> end_;          // per env, claimed and update_seq after the chunk's copies
+};
 
 /// Byte offset of each field inside a record (one step, its fields in schema order, back to back).
 std::vector<uint64_t> record_field_offsets(const Schema& schema);

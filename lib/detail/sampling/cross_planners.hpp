@@ -22,6 +22,8 @@ namespace shmreplay::detail {
 /// uses it for stop and within when L = 1, where a single step never crosses an episode end).
 class ClosedFormPlanner final : public Planner {
  public:
+  ClosedFormPlanner() = default;
+  explicit ClosedFormPlanner(const PlannerInputs& /*in: needs none*/) noexcept {}
   bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;
   std::optional<Draw> draw(Rng& rng) override { return draw_one(rng); }
   /// draw(), for a caller that knows the type (no virtual call, never nullopt). Inline (below): it runs once per
@@ -67,6 +69,8 @@ inline Draw ClosedFormPlanner::draw_one(Rng& rng) const noexcept {
 /// r mod P (TailTable, period P). prepare: O(num_envs); draw: one engine output, binary searches.
 class PeriodPlanner final : public Planner {
  public:
+  PeriodPlanner() = default;
+  explicit PeriodPlanner(const PlannerInputs& /*in: needs none*/) noexcept {}
   bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;
   std::optional<Draw> draw(Rng& rng) override;
   double total_weight() override;

@@ -64,6 +64,7 @@ class RejectionPlanner final : public Planner {
   /// `stats` and `starts` must outlive the planner.
   RejectionPlanner(SamplerStats& stats, const EpisodeStarts& starts) noexcept
       : stats_(&stats), starts_(&starts), exact_(stats, starts) {}
+  explicit RejectionPlanner(const PlannerInputs& in) noexcept : RejectionPlanner(in.stats, in.starts) {}
   void begin_call() noexcept override { use_exact_ = false; }
   /// Precondition: options.episodes is stop or within.
   bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;

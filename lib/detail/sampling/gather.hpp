@@ -2,15 +2,15 @@
 //
 // A random gather of small rows is bound by memory latency: each row touches a cache line (or two) per field in
 // a random place, and a loop that copies row by row keeps only as many misses in flight as the core finds on its
-// own. The Sampler therefore draws a chunk of rows first (lib/sampler.cpp, sample_with) and then copies them
+// own. The Sampler therefore draws a chunk of rows first (lib/sampler_rounds.cpp, sample_with) and then copies them
 // here, field by field, prefetching the rows a few places ahead of the one being copied, so that many misses
 // overlap. A small row's copy is two loads and two stores of a fixed width chosen once per field (one loop per
 // width), not a call to memcpy with a run-time size.
 //
 // Who calls it: the Sampler only (sample, sample_mixed, peek). Nothing here touches the segment's control words:
-// the seqlock validation around the copy is the Sampler's (detail/protocol/seqlock.hpp). Plain loads of ring
-// bytes that a writer may be storing concurrently are what the seqlock protocol allows (a torn copy is rejected
-// by the validation after it), exactly as with the memcpy this replaces.
+// the seqlock validation around the copy is the step seqlock's batched reader (detail/protocol/seqlock.hpp,
+// BatchedReader). Plain loads of ring bytes that a writer may be storing concurrently are what the seqlock
+// protocol allows (a torn copy is rejected by the validation after it), exactly as with the memcpy this replaces.
 #pragma once
 
 #include <algorithm>

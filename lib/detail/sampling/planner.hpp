@@ -1,9 +1,10 @@
 // detail/sampling/planner.hpp: deciding where a sample reads. The start-drawing algorithms sit behind one
-// interface, Planner; the Sampler does the rest (snapshot, copy, validation; lib/sampler.cpp).
+// interface, Planner; the Sampler does the rest (snapshot, copy, validation; lib/sampler_rounds.cpp).
 //
 // Who calls it: the Sampler, in every round of a sample call: it reads each env's view [lo, hi) from the segment
-// (the protocol side, detail/protocol/seqlock.hpp), hands the views to the planner chosen for the call's options
-// (prepare), asks it for one row per draw (draw), then copies and validates each row itself. A planner never
+// (the protocol side, detail/protocol/seqlock.hpp), hands the views to the planner that the planner table
+// (planner_table.hpp) chooses for the call's options (prepare), asks it for one row per draw (draw), then copies
+// and validates each row itself. A planner never
 // touches the segment: no Buffer, no batch (the priority planner loads tree words, through PriorityTrees and
 // detail/protocol/priorities). Episode boundaries reach it through EpisodeStarts, which
 // the Sampler implements over the segment's step meta and a test implements over a vector
@@ -17,7 +18,8 @@
 //   ExactPlanner        stop and within: enumerates the episode pieces of every view, exact weights
 //   PriorityPlanner     prioritized (cross or stop, period 1): priority^alpha of the start step, from the env's
 //                       sum tree (priority_planner.hpp)
-// A new way of drawing starts is a new Planner.
+// A new way of drawing starts is a new Planner (its own file, a constructor from PlannerInputs) and one row in
+// planner_table.hpp.
 //
 // Thread safety: a planner belongs to one Sampler and is used by one thread at a time; it keeps scratch storage
 // that only grows, so once warmed up prepare and draw never allocate. Nothing in it is shared between processes.
@@ -66,6 +68,26 @@ class EpisodeStarts {
   virtual uint64_t episode_start(std::size_t env, uint64_t step) const noexcept = 0;
 };
 
+class PriorityTrees;  // the envs' priority trees (priority_planner.hpp)
+
+/// What a Sampler gives each planner it makes (one of each: planner_table.hpp): the work counters (SamplerStats)
+/// and the two ways a planner may look at the segment. Every planner has a constructor from it.
+struct PlannerInputs {
+  SamplerStats& stats;
+  const EpisodeStarts& starts;
+  const PriorityTrees& trees;
+};
+
+/// What a planner can tell of a snapshot that it found nothing to draw from (Planner::shortfall), for the caller's
+/// error (the Sampler's, lib/sampler_checks.cpp).
+enum class Shortfall : uint8_t {
+  unknown,     ///< nothing more (the default): a fresh snapshot may do, and asking again tells nothing new
+  no_start,    ///< the views held no start (a write in progress may hide them): ask again after a fresh snapshot
+  positive,    ///< some start weighs more than 0 (its sums read 0 beside far larger weights): a fresh snapshot may do
+  all_zero,    ///< every start of the views weighs 0: none can be drawn
+  not_finite,  ///< a weight is not a finite number >= 0: the segment is damaged
+};
+
 /// One way of drawing (env, start) pairs with their weights.
 class Planner {
  public:
@@ -96,6 +118,15 @@ class Planner {
   /// the rejection planner's, which enumerates the snapshot with its exact method (O(num_envs + episode pieces)).
   /// Overflows to infinity only where L^power does.
   virtual double total_weight() = 0;
+
+  /// After a prepare that returned false: what the planner can tell of why. `scan`: it may look at the weight of
+  /// every start of the views (O(starts)); otherwise only at what prepare computed (O(1)). The priority planner,
+  /// whose weights are stored in the segment, tells all_zero and not_finite (then total_weight() is the snapshot's
+  /// total); a planner whose weights are computed from the views returns the default, unknown.
+  virtual Shortfall shortfall(bool scan) const noexcept {
+    (void)scan;
+    return Shortfall::unknown;
+  }
 };
 
 /// The top 53 bits of one engine output, and those bits as a double in [0, 1) (exact: the same on every platform).

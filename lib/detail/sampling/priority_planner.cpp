@@ -25,20 +25,21 @@ bool PriorityPlanner::prepare(std::span<const EnvView> views, std::size_t length
   return total_ > 0 && std::isfinite(total_);
 }
 
-PriorityPlanner::Leaves PriorityPlanner::scan_leaves() const noexcept {
-  if (!std::isfinite(total_)) return Leaves::not_finite;  // an internal sum, if no leaf below
+Shortfall PriorityPlanner::shortfall(bool scan) const noexcept {
+  if (!std::isfinite(total_)) return Shortfall::not_finite;  // an internal sum, if no leaf below
+  if (!scan) return Shortfall::unknown;
   bool any = false;
   bool positive = false;
   for (std::size_t e = 0; e < views_.size(); ++e) {
     const PriorityTree tree = trees_->tree(e);
     for (uint64_t p = views_[e].lo; p < views_[e].hi; ++p) {
       const double w = slot_weight(tree, p);
-      if (!(w >= 0) || std::isinf(w)) return Leaves::not_finite;
+      if (!(w >= 0) || std::isinf(w)) return Shortfall::not_finite;
       any = true;
       positive |= w > 0;
     }
   }
-  return !any ? Leaves::empty : positive ? Leaves::positive : Leaves::all_zero;
+  return !any ? Shortfall::no_start : positive ? Shortfall::positive : Shortfall::all_zero;
 }
 
 // Steps of a row from `start` up to `end` (exclusive) that belong to start's episode: the first step whose

@@ -8,7 +8,7 @@
 // (its sums moved under the descent, or rounding at a range's edge) is redrawn, up to kMaxTries times; then draw
 // returns nullopt and the Sampler retakes its snapshot. prepare finds nothing to draw when the views hold no
 // step, or weigh 0 in all (every stored step has priority 0), or, in a damaged segment only, weigh something that
-// is not finite (every weight that enters a tree is checked: priority_fits): scan_leaves tells these apart for
+// is not finite (every weight that enters a tree is checked: priority_fits): shortfall tells these apart for
 // the Sampler's error. With episodes = stop the row ends at its episode's last step
 // (a binary search over at most L steps of EpisodeStarts), as in unprioritized stop sampling.
 #pragma once
@@ -37,21 +37,20 @@ class PriorityPlanner final : public Planner {
 
   /// `trees` and `starts` must outlive the planner.
   PriorityPlanner(const PriorityTrees& trees, const EpisodeStarts& starts) noexcept : trees_(&trees), starts_(&starts) {}
+  explicit PriorityPlanner(const PlannerInputs& in) noexcept : PriorityPlanner(in.trees, in.starts) {}
   /// Precondition: options.period == 1 and options.episodes is cross or stop. `power` is not used (the Sampler
   /// refuses any but 0). False also when the total is not finite (a damaged tree).
   bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;
   std::optional<Draw> draw(Rng& rng) override;
   /// The last prepare's total, also when it returned false (0, or not finite in a damaged segment).
   double total_weight() override { return total_; }
-  double total() const noexcept { return total_; }
 
-  /// What the leaves of the last prepare's views hold, for the Sampler's error when prepare or draw found
-  /// nothing: no step at all (`empty`: a write in progress, or an empty view), a leaf or the total that is not a
-  /// finite number >= 0 (`not_finite`: a damaged segment), only weights of 0 (`all_zero`), or some positive
-  /// weight (`positive`: the sums moved under the draws; a fresh snapshot may do). O(steps in the views): only
-  /// on that error path.
-  enum class Leaves : uint8_t { empty, not_finite, all_zero, positive };
-  Leaves scan_leaves() const noexcept;
+  /// Why the last prepare or draw found nothing. Without `scan`: not_finite when the total is not finite, else
+  /// unknown. With it, what the leaves of the views hold: no step at all (no_start: a write in progress, or an
+  /// empty view), a leaf or the total that is not a finite number >= 0 (not_finite: a damaged segment), only
+  /// weights of 0 (all_zero), or some positive weight (positive: the sums moved under the draws; a fresh snapshot
+  /// may do). O(steps in the views) with `scan`: only on that error path.
+  Shortfall shortfall(bool scan) const noexcept override;
 
  private:
   uint64_t steps_in_episode(std::size_t env, uint64_t start, uint64_t end) const noexcept;

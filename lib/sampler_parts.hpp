@@ -1,0 +1,144 @@
+// lib/sampler_parts.hpp: what the Sampler's source files share and sampler.hpp does not carry: the drawing state
+// (Sampler::Scratch), the segment behind the planners' interfaces (episode starts, priority trees), the snapshot
+// of the views, and the helpers more than one of those files calls. Private to lib/sampler*.cpp; a role-layer
+// header (it needs Sampler and Buffer), so it lives in lib/, not lib/detail.
+//
+// The Sampler's files, one idea each:
+//   sampler.cpp             the public calls: sample, sample_mixed, sizes, wait, the online reset, episode records
+//   sampler_lease.cpp       construction: the learner lease, and the repair of a dead learner's state
+//   sampler_checks.cpp      the argument checks, and the error of a snapshot with nothing to draw
+//   sampler_rounds.cpp      the sample rounds (snapshot, planner, copy, validate) and peek, through the gather
+//   sampler_weights.cpp     weights: importance weights, total_weight, priority_weights
+//   sampler_update.cpp      the learner's writes: try_update, update_priorities
+//   sampler_rate_limit.cpp  the learner's half of the rate limiter
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "detail/protocol/episodes.hpp"
+#include "detail/protocol/priorities.hpp"
+#include "detail/protocol/seqlock.hpp"
+#include "detail/sampling/gather.hpp"
+#include "detail/sampling/planner.hpp"
+#include "detail/sampling/planner_table.hpp"
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/sampler.hpp"
+
+namespace shmreplay::sampler_parts {
+
+// A gather chunk: the rows drawn before they are copied and validated together (sample_with). Up to kGatherRows
+// rows, and no more rows once kGatherBytes are drawn: a chunk is the window of its rows' validation, so it stays
+// short (a row whose slot a writer reclaims during the chunk is redrawn, even if it was copied before that).
+inline constexpr std::size_t kGatherRows = 256;
+inline constexpr uint64_t kGatherBytes = uint64_t{64} << 10;
+
+// Episode boundaries for the stop/within planners, read from the segment's step meta words (one relaxed load
+// each; a row whose meta a writer was overwriting fails the validation of its copy, which covers the meta).
+class SegmentEpisodeStarts final : public detail::EpisodeStarts {
+ public:
+  explicit SegmentEpisodeStarts(const Segment& buffer) : capacity_(buffer.capacity()) {
+    if (!buffer.has_episodes()) return;  // then no planner asks (stop and within need episode fields)
+    for (uint64_t e = 0; e < buffer.num_envs(); ++e) meta_.push_back(buffer.step_meta(e));
+  }
+  uint64_t episode_start(std::size_t env, uint64_t step) const noexcept override {
+    return detail::meta_start(detail::load_meta(meta_[env], capacity_, step));
+  }
+
+ private:
+  uint64_t capacity_;
+  std::vector<const std::atomic<uint64_t>*> meta_;  // per env, its step meta words in the mapping
+};
+
+// The envs' priority trees in the mapping, for the priority planner.
+class SegmentPriorityTrees final : public detail::PriorityTrees {
+ public:
+  explicit SegmentPriorityTrees(const Segment& buffer) : buffer_(&buffer) {}
+  detail::PriorityTree tree(std::size_t env) const noexcept override {
+    return {buffer_->priority_tree(env), buffer_->priority_leaves(), buffer_->capacity()};
+  }
+
+ private:
+  const Segment* buffer_;
+};
+
+// Env `e`'s view in a snapshot: view_range, bounded to the ring. A no-op in a consistent segment (claimed >=
+// head); a segment whose counters were damaged (claimed far below head) gives a longer view, which the Inspector
+// reports as corrupt, and which neither the draws (their slot computation) nor total_weight may see: both take
+// their views from here, so total_weight weighs the view that sample draws from.
+inline detail::EnvView snapshot_view(const Segment& b, uint64_t e, View view) noexcept {
+  const uint64_t cap = b.capacity();
+  const detail::StepRange r = detail::view_range(b.env_control(e), view, cap);
+  return {std::max(r.lo, r.hi > cap ? r.hi - cap : 0), r.hi};
+}
+
+// Steps published and not yet overwritten by a completed write, over all envs (a write in progress does not
+// count against the view here): what SampleOptions::min_steps is checked against, once per call
+// (sampler_rounds.cpp).
+uint64_t published_steps(const Segment& b, View view) noexcept;
+
+// Throws the error of a snapshot with nothing to draw from when the planner can tell it is not a write in
+// progress (Planner::shortfall: every start of the views weighs 0, or a weight is not finite). Returns whether
+// asking again in a later round of the call would only repeat this answer (sampler_checks.cpp).
+bool check_shortfall(detail::Planner& planner, detail::Shortfall found, const Segment& b, const char* op, View view);
+
+// The learner's counters after a call; a sample call's rows (not a peek's) also count for the rate limiter
+// (detail/protocol/rate_limit.hpp), which wakes writers waiting for them (sampler.cpp).
+void count_call(Segment& b, std::size_t rows, bool sample) noexcept;
+
+}  // namespace shmreplay::sampler_parts
+
+namespace shmreplay {
+
+// What the Sampler decides with: the snapshot's views, one planner per way of drawing (detail/sampling, chosen by
+// its planner table), the rows still to draw in this call, and the planners' work counters. On the heap, so that
+// sampler.hpp does not carry it; a moved Sampler takes it along (the planners point into it, never into the
+// Sampler).
+struct Sampler::Scratch {
+  explicit Scratch(const Buffer& buffer)
+      : starts(buffer.segment()),
+        trees(buffer.segment()),
+        planners(inputs),
+        views(static_cast<std::size_t>(buffer.num_envs())),
+        hi_base(views.size()),
+        read(views.size()),
+        online_seen(views.size(), 0) {
+    chunk.resize(sampler_parts::kGatherRows);
+    capacity = buffer.capacity();
+    for (std::size_t f = 0; f < buffer.schema().size(); ++f) {
+      field_base.push_back(buffer.segment().field_data(f));  // the mapping outlives the Sampler, also when a Buffer moves
+      field_bytes.push_back(static_cast<std::size_t>(buffer.schema()[f].bytes()));
+    }
+  }
+
+  SamplerStats stats;
+  sampler_parts::SegmentEpisodeStarts starts;
+  sampler_parts::SegmentPriorityTrees trees;
+  detail::PlannerInputs inputs{stats, starts, trees};
+  detail::Planners planners;             // one of each (detail/sampling/planner_table.hpp)
+  std::vector<detail::EnvView> views;    // per env, the view [lo, hi) of the current round's snapshot
+  std::vector<uint32_t> failed;          // rows to draw in the next round
+  std::vector<uint32_t> redraw;          // rows of the current round
+  // The gather (detail/sampling/gather.hpp): the rows of the current chunk, and their validation.
+  std::vector<detail::GatherRow> chunk;  // its first chunk_size entries (never shrinks: no reallocation)
+  std::size_t chunk_size = 0;
+  bool chunk_whole = true;               // every row of the chunk is a whole_run (gather.hpp)
+  std::vector<uint64_t> hi_base;         // per env, views[e].hi - views[e].hi % capacity: the step in slot 0
+  detail::BatchedReader read;            // the chunk's seqlock validation (detail/protocol/seqlock.hpp)
+  std::vector<const std::byte*> field_base;  // per field, its array in the mapping
+  std::vector<std::size_t> field_bytes;      // per field, bytes per step
+  uint64_t capacity = 0;
+  std::size_t length = 1;                    // the sequence length of the rows being added
+  // update_priorities' copy of the caller's arrays, checked and then used (grows to the largest update only)
+  std::vector<uint64_t> update_envs;
+  std::vector<uint64_t> update_steps;
+  std::vector<float> update_priorities;
+  // Per env, the head of the last round's snapshot of the last draw from the online view: every step below it was
+  // one that draw could take (reset_online_queue(OnlineReset::sampled) restarts the view there).
+  std::vector<uint64_t> online_seen;
+};
+
+}  // namespace shmreplay

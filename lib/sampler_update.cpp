@@ -1,0 +1,146 @@
+// lib/sampler_update.cpp: the learner's writes to stored steps: try_update rewrites a step's fields in place (the
+// update side of the step seqlock: the update lock and an UpdateSection, so that readers reject a copy that
+// overlaps it), and update_priorities sets steps' priorities (the learner's half of the sum trees' protocol).
+//
+// Who calls it: the learner (the learner lease holder, the only process that rewrites stored steps).
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include <fmt/format.h>
+
+#include "detail/protocol/env_ids.hpp"
+#include "detail/protocol/priorities.hpp"
+#include "detail/protocol/seqlock.hpp"
+#include "sampler_parts.hpp"
+#include "shmreplay/error.hpp"
+#include "shmreplay/sampler.hpp"
+
+namespace shmreplay {
+
+using layout::EnvControl;
+using layout::GlobalControl;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Update
+
+bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBytes> fields) {
+  lease_.check_process("update");
+  const Schema& schema = buffer_->schema();
+  detail::check_env_id(buffer_->segment(), env_id, "update");
+  if (fields.size() != schema.size()) {
+    throw Error(Errc::size_mismatch, fmt::format("cannot update '{}': {} field values given, the schema has {} ({})",
+                                                 buffer_->name(), fields.size(), schema.size(), schema.to_string()));
+  }
+  const EpisodeFieldIndices& ef = buffer_->episode_fields();
+  for (const auto& flag : {ef.done, ef.terminated, ef.truncated}) {
+    if (flag && fields.size() == schema.size() && fields[*flag].data != nullptr) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot update step {} of env {} of '{}': field '{}' is an episode flag field, and "
+                              "episode boundaries are fixed when a step is pushed; pass no data for it",
+                              step, env_id, buffer_->name(), schema[*flag].name));
+    }
+  }
+  for (std::size_t f = 0; f < fields.size(); ++f) {
+    if (fields[f].data != nullptr && fields[f].bytes != schema[f].bytes()) {
+      throw Error(Errc::size_mismatch, fmt::format("cannot update '{}': field '{}' ({}) has {} bytes, expected {}",
+                                                   buffer_->name(), schema[f].name, schema[f].to_string(),
+                                                   fields[f].bytes, schema[f].bytes()));
+    }
+  }
+  EnvControl& c = buffer_->segment().env_control(env_id);
+  const uint64_t head = detail::load_head(c);
+  if (step >= head) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot update step {} of env {} of '{}': it was never published (the env has {} "
+                            "steps)",
+                            step, env_id, buffer_->name(), head));
+  }
+  const uint64_t cap = buffer_->capacity();
+  // While the update lock is held the writer cannot claim a new slot, and the slot it may be writing right now
+  // (claimed - 1) is outside the steps accepted here.
+  const uint64_t claimed = detail::lock_for_update(c);
+  const bool stored = step + cap >= claimed;  // step's slot has not been claimed for step + cap
+  if (stored) {
+    {
+      const detail::UpdateSection section(c);
+      for (std::size_t f = 0; f < fields.size(); ++f) {
+        if (fields[f].data == nullptr) continue;
+        const uint64_t b = schema[f].bytes();
+        std::memcpy(buffer_->segment().field_data(f) + (env_id * cap + step % cap) * b, fields[f].data, b);
+      }
+    }
+    buffer_->segment().global_control().steps_updated.fetch_add(1, std::memory_order_relaxed);
+  }
+  detail::unlock_update(c, claimed);
+  return stored;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Priorities
+
+PriorityUpdateResult Sampler::update_priorities(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
+                                                std::span<const float> priorities) {
+  lease_.check_process("update priorities of");
+  if (!buffer_->has_priorities()) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot update priorities of '{}': it was created without priorities (create it with a "
+                            "priority exponent)",
+                            buffer_->name()));
+  }
+  if (steps.size() != env_ids.size() || priorities.size() != env_ids.size()) {
+    throw Error(Errc::size_mismatch,
+                fmt::format("cannot update priorities of '{}': {} env ids, {} steps and {} priorities; expected one "
+                            "of each per updated step",
+                            buffer_->name(), env_ids.size(), steps.size(), priorities.size()));
+  }
+  // Everything is copied once, then checked before anything is set, and the checked copy is what is set: another
+  // thread may change the caller's arrays meanwhile.
+  Scratch& z = *scratch_;
+  z.update_envs.assign(env_ids.begin(), env_ids.end());
+  z.update_steps.assign(steps.begin(), steps.end());
+  z.update_priorities.assign(priorities.begin(), priorities.end());
+  env_ids = z.update_envs;
+  steps = z.update_steps;
+  priorities = z.update_priorities;
+  const double alpha = buffer_->priority_exponent();
+  float largest = 0;
+  for (std::size_t i = 0; i < env_ids.size(); ++i) {
+    detail::check_env_id(buffer_->segment(), env_ids[i], "update priorities of");
+    if (!detail::priority_fits(priorities[i], alpha)) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot update priorities of '{}': priority {} (position {}, env {} step {}) {}",
+                              buffer_->name(), priorities[i], i, env_ids[i], steps[i],
+                              detail::priority_misfit(priorities[i], alpha)));
+    }
+    const uint64_t head = detail::load_head(buffer_->segment().env_control(env_ids[i]));
+    if (steps[i] >= head) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot update the priority of step {} of env {} of '{}' (position {}): it was never "
+                              "published (the env has {} steps)",
+                              steps[i], env_ids[i], buffer_->name(), i, head));
+    }
+    largest = std::max(largest, priorities[i]);
+  }
+  GlobalControl& g = buffer_->segment().global_control();
+  PriorityUpdateResult result;
+  for (std::size_t i = 0; i < env_ids.size(); ++i) {
+    const uint64_t e = env_ids[i];
+    const detail::PriorityTree tree{buffer_->segment().priority_tree(e), buffer_->priority_leaves(), buffer_->capacity()};
+    if (detail::update_priority(tree, buffer_->segment().env_control(e), e, steps[i], detail::priority_weight(priorities[i], alpha),
+                                g.priority_walk)) {
+      ++result.applied;
+    } else {
+      ++result.dropped;
+    }
+  }
+  if (env_ids.size() > 0) detail::raise_max_priority(g.max_priority, largest);
+  g.priority_updates.fetch_add(result.applied, std::memory_order_relaxed);
+  g.priority_updates_dropped.fetch_add(result.dropped, std::memory_order_relaxed);
+  return result;
+}
+
+}  // namespace shmreplay

@@ -1,0 +1,303 @@
+// lib/writer_push.cpp: the Writer's push paths, the writer side of the step seqlock: push (a batch of envs, one
+// step each), push_one (its direct path for one step), and reserve / StepSlot::commit (zero-copy: the caller
+// fills the slot). Each validates everything before it writes anything, then claims, fills and publishes each step
+// (detail::claim_step, publish_step), with the step's episode record and priority when the buffer has them, and
+// wakes a waiting learner.
+//
+// Who calls it: the env worker, through its Writer (one thread at a time). The hot path of a push: no allocation,
+// the claim, copy and publish inlined into the loop over the envs.
+#include "shmreplay/writer.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cassert>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "detail/always_inline.hpp"
+#include "detail/copy_bytes.hpp"
+#include "detail/os/process.hpp"
+#include "detail/protocol/episodes.hpp"
+#include "detail/protocol/priorities.hpp"
+#include "detail/protocol/rate_limit.hpp"
+#include "detail/protocol/seqlock.hpp"
+#include "detail/protocol/wake.hpp"
+#include "shmreplay/error.hpp"
+
+namespace shmreplay {
+
+// ---------------------------------------------------------------------------------------------------------------
+// StepSlot
+
+StepSlot::StepSlot(StepSlot&& other) noexcept
+    : writer_(std::exchange(other.writer_, nullptr)),
+      env_(other.env_),
+      step_(other.step_),
+      local_(other.local_),
+      priority_(other.priority_) {}
+
+StepSlot::~StepSlot() {
+  // Abandoned: the claim stays raised (claimed = head + 1), which is a state the next push handles; a rate-limit
+  // admission of the step is given back.
+  if (writer_ != nullptr) {
+    writer_->reserved_[local_] = 0;
+    layout::EnvControl* c = writer_->control_[local_];
+    detail::withdraw(std::span<layout::EnvControl* const>(&c, 1));
+  }
+}
+
+std::span<std::byte> StepSlot::field(std::size_t index) const noexcept {
+  assert(writer_ != nullptr && index < writer_->field_base_.size());
+  const uint64_t bytes = writer_->field_bytes_[index];
+  const uint64_t cap = writer_->buffer_->capacity();
+  return {writer_->field_base_[index] + (env_ * cap + step_ % cap) * bytes, static_cast<std::size_t>(bytes)};
+}
+
+void StepSlot::commit() {
+  if (writer_ == nullptr) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("step {} of env {} was already committed or abandoned", step_, env_));
+  }
+  writer_->check_process("commit a step of");
+  const bool record_due = writer_->roles_ && writer_->stage_episode(env_, step_);
+  writer_->set_priority(env_, step_, priority_);
+  writer_->publish(local_, step_, detail::coarse_realtime_ns());
+  if (record_due) detail::emit_record(writer_->buffer_->segment(), env_, step_ + 1);
+  writer_->reserved_[local_] = 0;
+  writer_->notify();
+  writer_ = nullptr;
+}
+
+void StepSlot::set_priority(double priority) {
+  if (writer_ == nullptr) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("step {} of env {} was already committed or abandoned", step_, env_));
+  }
+  const Buffer& buffer = *writer_->buffer_;
+  if (!detail::priority_fits(priority, buffer.priority_exponent())) {  // checked as given, before any conversion
+    writer_->check_priorities(0, {});  // a buffer without priorities says so first, as a push with them does
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot set the priority of step {} of env {} of '{}': priority {} {}", step_, env_,
+                            buffer.name(), priority, detail::priority_misfit(priority, buffer.priority_exponent())));
+  }
+  priority_ = priority;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Writer: the push paths
+
+SHMREPLAY_ALWAYS_INLINE uint32_t Writer::local_of(uint64_t env_id, const char* op) const {
+  if (env_id < local_.size() && local_[static_cast<std::size_t>(env_id)] != 0) [[likely]] {
+    return local_[static_cast<std::size_t>(env_id)] - 1;
+  }
+  throw_not_leased(env_id, op);
+}
+
+// Claims the next step of leased env `local` (detail::claim_step: the seqlock's "write begins").
+SHMREPLAY_ALWAYS_INLINE uint64_t Writer::claim(uint32_t local) noexcept {
+  return detail::claim_step(*control_[local], *global_);
+}
+
+// Publishes `step` (detail::publish_step: "write ends") and advances the env's slot cursor.
+SHMREPLAY_ALWAYS_INLINE void Writer::publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept {
+  if (++next_slot_[local] == buffer_->capacity()) next_slot_[local] = 0;  // the slot of step + 1
+  detail::publish_step(*control_[local], step, now_ns);
+}
+
+bool Writer::stage_episode(uint64_t env, uint64_t step) noexcept {
+  // The flags are read from the step as stored (just written, so in cache), never from the caller's arrays again:
+  // another thread may change those after the copy, and the record must agree with the bytes samplers read.
+  const uint64_t slot = env * buffer_->capacity() + step % buffer_->capacity();
+  const detail::StepFlags flags = detail::read_step_flags(
+      *roles_, [&](std::size_t f) -> const std::byte* { return field_base_[f] + slot * field_bytes_[f]; });
+  return detail::stage_step(buffer_->segment(), env, step, flags);
+}
+
+void Writer::notify() noexcept { detail::notify_waiters(*global_); }
+
+// Refuses priorities that do not fit the call or the buffer (before anything is written).
+void Writer::check_priorities(std::size_t count, std::span<const float> priorities) const {
+  if (!buffer_->has_priorities()) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot push priorities to '{}': it was created without priorities (create it with a "
+                            "priority exponent)",
+                            buffer_->name()));
+  }
+  if (priorities.size() != count) {
+    throw Error(Errc::size_mismatch, fmt::format("cannot push to '{}': {} priorities given for {} env{}",
+                                                 buffer_->name(), priorities.size(), count, count == 1 ? "" : "s"));
+  }
+  const double alpha = buffer_->priority_exponent();
+  for (std::size_t i = 0; i < count; ++i) {
+    if (!detail::priority_fits(priorities[i], alpha)) {
+      throw Error(Errc::invalid_argument, fmt::format("cannot push to '{}': priority {} (position {}) {}",
+                                                      buffer_->name(), priorities[i], i,
+                                                      detail::priority_misfit(priorities[i], alpha)));
+    }
+  }
+}
+
+// The caller's priorities copied into priorities_ (its capacity is the leased envs: no allocation for a push that
+// can succeed), then checked: the push uses the copy, so a value another thread changes after the check is never
+// stored. Returns the copy.
+const float* Writer::copy_priorities(std::size_t count, std::span<const float> priorities) {
+  priorities_.assign(priorities.begin(), priorities.end());
+  check_priorities(count, priorities_);
+  return priorities_.data();
+}
+
+// The writer half of the priority protocol for a claimed step: its leaf and the walk, before the head store.
+// A negative priority means the running maximum. The priority was checked (priority_fits) by the caller.
+void Writer::set_priority(uint64_t env, uint64_t step, double priority) noexcept {
+  if (!buffer_->has_priorities()) return;
+  layout::GlobalControl& g = buffer_->segment().global_control();
+  if (priority < 0) {
+    priority = detail::max_priority(g.max_priority);
+  } else {
+    detail::raise_max_priority(g.max_priority, priority);
+  }
+  detail::set_new_priority({buffer_->segment().priority_tree(env), buffer_->priority_leaves(), buffer_->capacity()}, step,
+                           detail::priority_weight(priority, buffer_->priority_exponent()));
+}
+
+template <class Id>
+void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> fields, const float* priorities) {
+  const std::size_t n = env_ids.size();
+  const std::size_t num_fields = field_bytes_.size();
+  // Validate everything before writing anything.
+  check_process("push to");
+  if (fields.size() != num_fields) {
+    throw Error(Errc::size_mismatch, fmt::format("cannot push to '{}': {} field arrays given, the schema has {} ({})",
+                                                 buffer_->name(), fields.size(), num_fields,
+                                                 buffer_->schema().to_string()));
+  }
+  for (std::size_t f = 0; f < num_fields; ++f) {
+    const uint64_t expected = field_bytes_[f] * n;
+    if (fields[f].bytes != expected || (fields[f].data == nullptr && expected != 0)) {
+      const Field& fd = buffer_->schema()[f];
+      throw Error(Errc::size_mismatch,
+                  fmt::format("cannot push to '{}': field '{}' ({}) has {} bytes{}, expected {} = {} env{} x {} "
+                              "bytes",
+                              buffer_->name(), fd.name, fd.to_string(), fields[f].bytes,
+                              fields[f].data == nullptr ? " at a null pointer" : "", expected, n,
+                              n == 1 ? "" : "s", field_bytes_[f]));
+    }
+  }
+  const uint64_t call = ++calls_;
+  for (std::size_t i = 0; i < n; ++i) {
+    // A negative int32 id becomes a huge uint64 and is reported as out of range (printed as negative).
+    const uint32_t l = local_of(static_cast<uint64_t>(static_cast<int64_t>(env_ids[i])), "push to");
+    // From here on the push uses l (and envs_[l]), never env_ids[i] again: the caller's array may change.
+    if (seen_[l] == call) {
+      std::size_t first = 0;
+      while (locals_[first] != l) ++first;
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot push to '{}': env {} is listed twice in one push (positions {} and {}); a "
+                              "push writes one step per env",
+                              buffer_->name(), envs_[l], first, i));
+    }
+    seen_[l] = call;
+    locals_[i] = l;  // i < envs_.size(): the envs so far are distinct and leased
+    if (reserved_[l]) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot push to env {} of '{}': it has a reserved step that is not committed yet",
+                              envs_[l], buffer_->name()));
+    }
+  }
+  if (options_.wait_for_rate_limit) {
+    admit_envs_.clear();
+    for (std::size_t i = 0; i < n; ++i) admit_envs_.push_back(control_[locals_[i]]);
+    wait_for_rate_limit("push to");
+  }
+  const uint64_t now = detail::coarse_realtime_ns();
+  for (std::size_t i = 0; i < n; ++i) {
+    write_step(locals_[i], envs_[locals_[i]], fields, i, priorities ? priorities[i] : -1.0, now);
+  }
+  notify();
+}
+
+// Claims, fills from row `row` of `fields`, and publishes the next step of leased env `env` (local index `l`).
+SHMREPLAY_ALWAYS_INLINE void Writer::write_step(uint32_t l, uint64_t env, std::span<const FieldBytes> fields,
+                                                 std::size_t row, double priority, uint64_t now) noexcept {
+  const uint64_t step = claim(l);
+  assert(next_slot_[l] == step % buffer_->capacity());
+  const uint64_t slot = env * buffer_->capacity() + next_slot_[l];  // step % cap, without a division
+  for (std::size_t f = 0; f < field_bytes_.size(); ++f) {
+    const uint64_t b = field_bytes_[f];
+    std::byte* dst = field_base_[f] + slot * b;
+    detail::copy_bytes(dst, static_cast<const std::byte*>(fields[f].data) + row * b, b);
+    // The cache lines of the env's next slot (at the ring's end, lines of the next env or field: harmless), asked
+    // for writing now, so that they are on their way by the next push to the env. Without this, the next
+    // claim's locked instruction waits for the misses of this step's stores, and the next step's stores miss in
+    // turn: shmreplay_bench_push_cost measured 1.7-2.1x memcpy's time per small step without it, 1.1-1.5x with
+    // (docs/benchmarks.md, "Push cost"). A prefetch is not ordered with locked instructions: nothing waits for it.
+    // (Addresses as integers: past the last slot they point past the mapping, which a prefetch never faults on.)
+    const uintptr_t next = reinterpret_cast<uintptr_t>(dst) + b;
+    __builtin_prefetch(reinterpret_cast<const void*>(next), 1, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(next + b - 1), 1, 3);
+  }
+  const bool record_due = roles_ && stage_episode(env, step);
+  if (buffer_->has_priorities()) set_priority(env, step, priority);  // (no call per step without)
+  publish(l, step, now);
+  if (record_due) detail::emit_record(buffer_->segment(), env, step + 1);
+}
+
+void Writer::push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields) {
+  push_impl(env_ids, fields, nullptr);
+}
+
+void Writer::push(std::span<const uint64_t> env_ids, std::span<const FieldBytes> fields) {
+  push_impl(env_ids, fields, nullptr);
+}
+
+void Writer::push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields,
+                  std::span<const float> priorities) {
+  push_impl(env_ids, fields, copy_priorities(env_ids.size(), priorities));
+}
+
+void Writer::push(std::span<const uint64_t> env_ids, std::span<const FieldBytes> fields,
+                  std::span<const float> priorities) {
+  push_impl(env_ids, fields, copy_priorities(env_ids.size(), priorities));
+}
+
+void Writer::push_one(uint64_t env_id, std::span<const FieldBytes> fields) {
+  // The direct path checks what one step needs (a leased env without an open reservation, every field's exact
+  // size at a non-null pointer) and writes it. Anything else takes the general path, which validates the same
+  // before writing anything and throws the precise error.
+  const uint32_t l1 = env_id < local_.size() ? local_[static_cast<std::size_t>(env_id)] : 0;
+  bool direct = l1 != 0 && !reserved_[l1 - 1] && fields.size() == field_bytes_.size() &&
+                fork_generation_ == detail::fork_generation() && !options_.wait_for_rate_limit;
+  for (std::size_t f = 0; direct && f < fields.size(); ++f) {
+    direct = fields[f].data != nullptr && fields[f].bytes == field_bytes_[f];
+  }
+  if (!direct) {
+    const uint64_t ids[1] = {env_id};
+    push(std::span<const uint64_t>(ids, 1), fields);
+    return;
+  }
+  write_step(l1 - 1, env_id, fields, 0, -1.0, detail::coarse_realtime_ns());
+  notify();
+}
+
+StepSlot Writer::reserve(uint64_t env_id) {
+  check_process("reserve a step of");
+  const uint32_t l = local_of(env_id, "reserve a step of");
+  if (reserved_[l]) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot reserve a step of env {} of '{}': step {} is reserved and not committed yet",
+                            env_id, buffer_->name(), head(env_id)));
+  }
+  if (options_.wait_for_rate_limit) {
+    admit_envs_.assign(1, control_[l]);
+    wait_for_rate_limit("reserve a step of");
+  }
+  const uint64_t step = claim(l);
+  reserved_[l] = 1;
+  return StepSlot(this, env_id, step, l);
+}
+
+}  // namespace shmreplay

@@ -1,0 +1,92 @@
+// lib/writer_rate_limit.cpp: the writer's half of the rate limiter (detail/protocol/rate_limit.hpp): a push or
+// reserve of a Writer made with wait_for_rate_limit waits until the limiter admits its steps, woken by the learner
+// across processes, and gives up after the writer's timeout with Error(rate_limited) saying why (the limiter's
+// error, and what the learner is doing). The learner's half is Sampler::wait_for_rate_limit
+// (lib/sampler_rate_limit.cpp).
+//
+// Who calls it: the push paths (writer_push.cpp), before they claim anything.
+#include <atomic>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "detail/os/process.hpp"
+#include "detail/protocol/lease.hpp"
+#include "detail/protocol/rate_limit.hpp"
+#include "detail/protocol/wake.hpp"
+#include "shmreplay/error.hpp"
+#include "shmreplay/wait.hpp"
+#include "shmreplay/writer.hpp"
+
+namespace shmreplay {
+
+namespace {
+
+// What the learner is doing, for the message of a writer that gave up.
+std::string learner_state_text(const layout::GlobalControl& g) {
+  const uint64_t lease = g.learner_lease.load(std::memory_order_relaxed);
+  if (lease == 0) return "no learner is attached";
+  const std::string who = fmt::format("the learner (pid {})", layout::owner_pid(lease));
+  if (!detail::lease_holder_alive(lease)) return who + " is dead";
+  const uint64_t last = g.last_sample_ns.load(std::memory_order_relaxed);
+  const uint64_t now = detail::realtime_ns();
+  std::string text = last == 0 ? who + " is alive and has not sampled yet"
+                               : fmt::format("{} is alive and last sampled {:.1f} s ago", who,
+                                             static_cast<double>(now > last ? now - last : 0) / 1e9);
+  if (const uint64_t rows = g.learner_waiting_rows.load(std::memory_order_relaxed); rows != 0) {
+    text += fmt::format(", and is itself waiting for the limiter to admit {} rows", rows);
+  }
+  return text;
+}
+
+}  // namespace
+
+void Writer::wait_for_rate_limit(const char* op) {
+  if (admit_envs_.empty()) return;  // a push of no steps inserts nothing
+  layout::GlobalControl& g = buffer_->segment().global_control();
+  auto settings = detail::load_rate_limit(g);
+  if (!settings) return;
+  detail::RateLimitVerdict verdict = detail::try_admit(buffer_->segment(), *settings, admit_envs_);
+  if (verdict.allowed()) return;
+  g.writers_limited.fetch_add(1, std::memory_order_relaxed);
+  const auto deadline = deadline_after_ms(options_.rate_limit_timeout_ms);
+  bool admitted = false;
+  {
+    // Counted as waiting (info, the learner's messages) while this call sleeps, through the first env of the push.
+    // An interrupt (InterruptCheck, between slices) leaves by exception with nothing admitted: try_admit returns
+    // only "admitted" (then ready() is true and no check follows) or "held back" (nothing reserved).
+    const detail::WaitingMark mark(*admit_envs_.front(), detail::realtime_ns());
+    admitted = detail::sleep_until(
+        detail::writer_wake(g), deadline,
+        [&] {
+          settings = detail::load_rate_limit(g);
+          if (!settings) return true;  // the limiter was removed meanwhile
+          verdict = detail::try_admit(buffer_->segment(), *settings, admit_envs_);
+          return verdict.allowed();
+        });
+  }
+  if (admitted) return;
+  g.writer_timeouts.fetch_add(1, std::memory_order_relaxed);
+  const RateLimit& limit = settings->limit;
+  const uint64_t k = admit_envs_.size();
+  std::string why = fmt::format(
+      "the error (inserts x samples_per_insert - samples) is {:g}, and {} more step{} would take it above max_diff "
+      "{:g} ({})",
+      verdict.error, k, k == 1 ? "" : "s", limit.max_diff, limit.to_string());
+  const uint64_t waiting_rows = g.learner_waiting_rows.load(std::memory_order_relaxed);
+  if (waiting_rows != 0 && static_cast<double>(waiting_rows) + static_cast<double>(k) * limit.samples_per_insert >
+                               limit.max_diff - limit.min_diff) {
+    why += fmt::format("; a batch of {} rows and a push of {} steps can never both pass: the error buffer must be at "
+                       "least {:g}",
+                       waiting_rows, k,
+                       (static_cast<double>(waiting_rows) + static_cast<double>(k) * limit.samples_per_insert) / 2);
+  }
+  throw Error(Errc::rate_limited,
+              fmt::format("cannot {} '{}': the rate limiter held this push of {} step{} back for {} ms (the writer's "
+                          "timeout): {}; {}. Nothing was written. To go on without waiting, set the writer's "
+                          "wait_for_rate_limit to false",
+                          op, buffer_->name(), k, k == 1 ? "" : "s", options_.rate_limit_timeout_ms, why,
+                          learner_state_text(g)));
+}
+
+}  // namespace shmreplay
