@@ -38,17 +38,6 @@ void count_call(Segment& b, std::size_t rows, bool sample) noexcept {
 
 using sampler_parts::count_call;
 
-std::string_view to_string(View view) noexcept { return view == View::replay ? "replay" : "online"; }
-
-std::string_view to_string(Episodes episodes) noexcept {
-  switch (episodes) {
-    case Episodes::cross: return "cross";
-    case Episodes::stop: return "stop";
-    case Episodes::within: return "within";
-  }
-  return "?";
-}
-
 const SamplerStats& Sampler::stats() const noexcept {
   static const SamplerStats kNone{};  // a moved-from Sampler has done no work
   return scratch_ != nullptr ? scratch_->stats : kNone;

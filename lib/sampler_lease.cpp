@@ -15,10 +15,8 @@
 #include <fmt/format.h>
 
 #include "detail/os/process.hpp"
+#include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/lease.hpp"
-#include "detail/protocol/priorities.hpp"
-#include "detail/protocol/seqlock.hpp"
-#include "detail/protocol/wake.hpp"
 #include "sampler_parts.hpp"
 #include "shmreplay/error.hpp"
 
@@ -34,31 +32,10 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
   const uint64_t lease_word = detail::self_lease_word();
   GlobalControl& g = buffer.segment().global_control();
   const detail::LeaseResult r = detail::try_take_lease(detail::learner_lease_words(g), lease_word);
-  if (r.outcome == detail::LeaseOutcome::held_by_us) {
-    throw Error(Errc::lease_held,
-                fmt::format("cannot attach a learner to '{}': this process already has a Sampler on it; a buffer "
-                            "has one learner at a time",
-                            buffer.name()));
+  if (const std::string problem = detail::learner_lease_problem(buffer.name(), r); !problem.empty()) {
+    throw Error(Errc::lease_held, problem);
   }
-  if (r.outcome == detail::LeaseOutcome::held_alive) {
-    throw Error(Errc::lease_held,
-                fmt::format("cannot attach a learner to '{}': its learner is {}, which is alive; a buffer has one "
-                            "learner at a time",
-                            buffer.name(), detail::holder_text(r.holder_lease, r.holder_start_ticks)));
-  }
-  if (r.outcome == detail::LeaseOutcome::taken_over) {
-    // The dead learner may have died inside try_update(); only the learner waits, so its waiter count goes too
-    // (it would make every push issue a futex wake).
-    for (uint64_t e = 0; e < buffer.num_envs(); ++e) detail::release_dead_update_lock(buffer.segment().env_control(e));
-    detail::forget_waiters(g);
-    g.learner_waiting_rows.store(0, std::memory_order_relaxed);  // it may have died waiting for the rate limiter
-    // ... or inside update_priorities' walk of a tree: redo it (priorities.hpp).
-    if (buffer.has_priorities()) {
-      detail::finish_dead_walk(g.priority_walk, buffer.num_envs(), buffer.capacity(), [&](uint64_t e) {
-        return detail::PriorityTree{buffer.segment().priority_tree(e), buffer.priority_leaves(), buffer.capacity()};
-      });
-    }
-  }
+  if (r.outcome == detail::LeaseOutcome::taken_over) detail::repair_dead_learner(buffer.segment());
   lease_ = LearnerLease(&buffer, lease_word);
   scratch_ = std::make_unique<Scratch>(buffer);
 }

@@ -82,7 +82,7 @@ uint64_t sampler_parts::published_steps(const Segment& b, View view) noexcept {
 
 // The gather: a chunk's rows are added (drawn) first, then copied field by field with the rows ahead prefetched
 // (gather.hpp), then validated seqlock-style by the batched reader (detail/protocol/seqlock.hpp, BatchedReader):
-// one read_begin per env before the chunk's copies and one read_end per env after them (docs/design.md,
+// one read_begin per env before the chunk's copies and one read_end per env after them (docs/design/seqlock.md,
 // "Concurrency protocol", "The batched gather").
 
 void Sampler::begin_chunk(std::size_t length) noexcept {

@@ -3,6 +3,17 @@
 
 namespace shmreplay {
 
+std::string_view to_string(View view) noexcept { return view == View::replay ? "replay" : "online"; }
+
+std::string_view to_string(Episodes episodes) noexcept {
+  switch (episodes) {
+    case Episodes::cross: return "cross";
+    case Episodes::stop: return "stop";
+    case Episodes::within: return "within";
+  }
+  return "?";
+}
+
 std::string_view to_string(EpisodeEnd end) noexcept {
   switch (end) {
     case EpisodeEnd::none: return "none";

@@ -1,6 +1,6 @@
 // Pins the segment layout to its version constant. If a check here fails, the bytes of the segment changed:
 // bump layout::kLayoutMajor (incompatible change) or kLayoutMinor (appended sections/fields only), then update
-// the expected values below and the diagram in include/shmreplay/layout.hpp and docs/design.md.
+// the expected values below and the diagram in include/shmreplay/layout.hpp and docs/design/segment.md.
 #include <doctest/doctest.h>
 
 #include <bit>

@@ -1,4 +1,4 @@
-// Blocking waits (docs/design.md, "Blocking waits" and "Rate limiting", wake-ups): deadlines that saturate (a
+// Blocking waits (docs/design/waits.md, "Blocking waits" and "Rate limiting", wake-ups): deadlines that saturate (a
 // timeout of UINT64_MAX ms or 10^10 s is a long wait, never an instant timeout), waiting writers that die while
 // they wait (not counted, and no longer woken), and the learner's wake-up of waiting writers, observed with a
 // re-check period long enough that the re-check cannot hide a missing wake-up.

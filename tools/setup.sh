@@ -37,7 +37,7 @@ numpy1_spec="numpy==1.24.4"
 
 packages=(
   g++ cmake make git pkg-config   # toolchain
-  libboost-dev                    # Boost.Interprocess and Boost.Lockfree (header-only)
+  libboost-dev                    # Boost.Interprocess (header-only; the benchmark's mutex baseline)
   libfmt-dev                      # formatting
   libcli11-dev                    # argument parsing for the CLI and tools
   nlohmann-json3-dev              # --json output

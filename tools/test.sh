@@ -13,7 +13,7 @@
 #   tools/test.sh --tsan           only a ThreadSanitizer build (build-tsan) and the tests that run threads (ctest label
 #                                  "threads"), the seqlock's by-design payload races suppressed by name (tests/tsan.supp);
 #                                  not part of the default run: about 10 minutes on 2 cores, most of it the build
-#                                  (docs/design.md, "Build, test and CI")
+#                                  (docs/design/testing.md, "Build, test and CI")
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

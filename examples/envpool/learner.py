@@ -70,7 +70,7 @@ def main():
             # Only the steps this sample could draw leave the online view: the actors' steps published since (the
             # limiter let them in when the sample counted) stay. Resetting to the heads of now dropped them, and a
             # learner descheduled here long enough for the actors to fill the limiter's budget then waited for online
-            # steps the limiter held back, while the actors waited for samples (docs/design.md, "The online queue
+            # steps the limiter held back, while the actors waited for samples (docs/design/rate_limiter.md, "The online queue
             # and the limiter").
             s.reset_online_queue(to="sampled")
             violations += check_rows(batch, buf.heads())  # heads only grow: a row past them now was past then
@@ -99,7 +99,7 @@ def main():
 def online_steps_to_wait_for(buf, rows, wanted):
     """At most what the rate limiter lets the actors push after one update's sample: from the upper bound less the
     update's rows, they push at least rows / samples_per_insert steps less one push (at most one step per env)
-    before it holds them, and the learner must not wait for more (docs/design.md, "The online queue and the
+    before it holds them, and the learner must not wait for more (docs/design/rate_limiter.md, "The online queue and the
     limiter"); `wanted` otherwise. With --samples-per-insert 0.5 that is 64 / 0.5 - 32 = 96 of the 256 asked for."""
     limit = buf.rate_limit
     if limit is None or not limit.has_ratio:

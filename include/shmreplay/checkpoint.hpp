@@ -4,7 +4,7 @@
 //
 // Saving reads the segment the way a sampler does, without being the learner and without writing a byte of it
 // (a read-only mapping is enough), while writers keep pushing: per env it copies the stored steps oldest first in
-// chunks, validates each chunk with the seqlock (docs/design.md, "Concurrency protocol"), and follows the writer
+// chunks, validates each chunk with the seqlock (docs/design/seqlock.md, "Concurrency protocol"), and follows the writer
 // until it holds a complete ring window. What it records per env is a state the env really was in: the steps
 // [first_step, head), each exactly as its writer published it, where first_step = max(0, claimed - capacity),
 // with claimed = head, or head + 1 when the writer was writing step `head` at that instant (then the slot being

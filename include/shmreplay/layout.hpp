@@ -299,7 +299,7 @@ struct alignas(kCacheLineBytes) GlobalControl {
 // A buffer created with episode fields (a done flag, or terminated and/or truncated flags, and optionally a
 // reward) has three more sections. Everything in them is written by the env's writer before (or, for records,
 // right after) its release store of `head`, so a sampler that acquires head sees the episode structure of every
-// step below it. docs/design.md, "Episodes", has the protocol and its crash argument.
+// step below it. docs/design/episodes.md, "Episodes", has the protocol and its crash argument.
 //
 // Step meta. One word per ring slot, [num_envs][capacity], written with the step it describes (after the
 // writer's claim, before its head store), so it is covered by the step seqlock exactly as the step's bytes are:

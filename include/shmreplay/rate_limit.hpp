@@ -22,7 +22,7 @@
 // Who waits: the learner's sample calls wait up to SampleOptions::rate_limit_timeout_ms (0: they refuse at once
 // with Errc::rate_limited, "not now"). Writers never wait unless made with WriterOptions::wait_for_rate_limit; by
 // default the limiter only counts their steps, and only the learner is held back. The counts and waits are in
-// docs/design.md, "Rate limiting", with the argument that no wake-up is lost and the bounds hold.
+// docs/design/rate_limiter.md, "Rate limiting", with the argument that no wake-up is lost and the bounds hold.
 #pragma once
 
 #include <cstdint>

@@ -108,7 +108,7 @@ struct PriorityUpdateResult {
 struct SamplerOptions {
   /// How many times a sample call redraws rows that writers overwrote during the copy before it gives up with
   /// Errc::contended (only reachable when writers lap a tiny ring continuously); also how many snapshots in a row
-  /// may have no start to draw from (a write in progress; docs/design.md, "Prioritized sampling", for the other
+  /// may have no start to draw from (a write in progress; docs/design/priorities.md, "Prioritized sampling", for the other
   /// cause), with a message that says so.
   uint32_t max_retry_rounds = 10000;
 };
@@ -217,7 +217,7 @@ class Sampler {
   /// since the last reset, nothing changes). A learner that waits for fresh online steps before each sample and
   /// shares the buffer with writers that wait for a rate limiter uses `sampled`: the steps published between its
   /// sample and its reset are counted by the limiter, and dropping them can leave it waiting for steps the limiter
-  /// holds back (docs/design.md, "The online queue and the limiter"). O(num_envs); never waits.
+  /// holds back (docs/design/rate_limiter.md, "The online queue and the limiter"). O(num_envs); never waits.
   void reset_online_queue(OnlineReset to = OnlineReset::now);
 
   /// Whether the rate limiter would admit a sample call of `rows` rows now (true without a limiter), and why not.

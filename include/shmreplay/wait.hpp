@@ -3,7 +3,7 @@
 // The blocking calls: a push, push_one or reserve of a Writer made with WriterOptions::wait_for_rate_limit (up to
 // rate_limit_timeout_ms), a sample call that the rate limiter holds back (SampleOptions::rate_limit_timeout_ms),
 // Sampler::wait (timeout_ms) and Buffer::open's wait for a creator that has not finished (ready_timeout_ms).
-// docs/design.md, "Blocking waits", has the protocol.
+// docs/design/waits.md, "Blocking waits", has the protocol.
 //
 // Timeouts: every timeout is a whole number of milliseconds, and any value is a wait of that length: the deadline
 // is now + timeout clamped at the steady clock's last instant (deadline_after_ms), about 292 years after boot, so a

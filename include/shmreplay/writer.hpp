@@ -9,7 +9,7 @@
 // Publishing: a step becomes visible to samplers only when all of its fields are written. Per env, the writer
 // raises `claimed` (the seqlock counter) before it touches the ring slot and stores `head` with release after,
 // so a sampler that acquires `head` sees every byte of every step below it, and a sampler that copied a slot
-// the writer was reclaiming finds out by re-reading `claimed` (docs/design.md, "Concurrency protocol").
+// the writer was reclaiming finds out by re-reading `claimed` (docs/design/seqlock.md, "Concurrency protocol").
 // Writers never wait for the learner, except while the learner's try_update() holds the same env's update lock
 // for the duration of one step's copy, and, only when made with WriterOptions::wait_for_rate_limit in a buffer
 // with a rate limiter (shmreplay/rate_limit.hpp), while the limiter holds their inserts back.
@@ -22,7 +22,7 @@
 // (Sampler::pop_episodes), or counted as dropped when the queue is full (a writer never waits for the learner).
 // The running episode start and return live in the segment, so a writer that takes over a dead writer's env
 // continues the episode, and pushes the record of an episode whose last step the dead writer published without
-// pushing its record (docs/design.md, "Episodes"). Cost: O(1) per step, a few stores to the writer's own lines. After publishing, a push wakes a learner blocked in Sampler::wait()
+// pushing its record (docs/design/episodes.md, "Episodes"). Cost: O(1) per step, a few stores to the writer's own lines. After publishing, a push wakes a learner blocked in Sampler::wait()
 // (a shared futex in the segment; a system call only when someone is waiting).
 //
 // Thread safety: a Writer is used by one thread at a time. Several Writers (in one process or many) on

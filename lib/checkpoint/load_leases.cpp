@@ -6,7 +6,7 @@
 //
 // A load builds no Sampler and no Writer: their constructors repair what a dead predecessor left, and most of it
 // is in words the load rewrites anyway. What a load does beyond the lease words, and why nothing else is needed:
-// - A learner lease taken over from a dead learner: the repair Sampler::Sampler does on a takeover (sampler.cpp),
+// - A learner lease taken over from a dead learner: the repair Sampler::Sampler does on a takeover (sampler_lease.cpp),
 //   all of it: the update locks the dead learner held (release_dead_update_lock), its waiter count (every push
 //   would issue a futex wake), learner_waiting_rows, and a priority walk it left half done. The waiter count and
 //   waiting rows are words a load never writes, and the lease is free after the load, so no later learner takes
@@ -29,11 +29,9 @@
 #include <fmt/format.h>
 
 #include "checkpoint/internal.hpp"
+#include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/lease.hpp"
-#include "detail/protocol/priorities.hpp"
 #include "detail/protocol/rate_limit.hpp"
-#include "detail/protocol/seqlock.hpp"
-#include "detail/protocol/wake.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay::detail {
@@ -61,27 +59,10 @@ void LoadLeases::take_learner() {
   const std::string& name = target_.name();
   layout::GlobalControl& g = target_.segment().global_control();
   const LeaseResult r = try_take_lease(learner_lease_words(g), me_);
-  if (r.outcome == LeaseOutcome::held_by_us) {
-    refuse(fmt::format("cannot attach a learner to '{}': this process already has a Sampler on it; a buffer has "
-                       "one learner at a time",
-                       name));
-  }
-  if (r.outcome == LeaseOutcome::held_alive) {
-    refuse(fmt::format("cannot attach a learner to '{}': its learner is {}, which is alive; a buffer has one "
-                       "learner at a time",
-                       name, holder_text(r.holder_lease, r.holder_start_ticks)));
-  }
+  if (const std::string problem = learner_lease_problem(name, r); !problem.empty()) refuse(problem);
   learner_ = true;
-  if (r.outcome != LeaseOutcome::taken_over) return;
-  // The dead learner's repair, as Sampler::Sampler does it (the top of this file says why all of it).
-  for (uint64_t e = 0; e < target_.num_envs(); ++e) release_dead_update_lock(target_.segment().env_control(e));
-  forget_waiters(g);
-  g.learner_waiting_rows.store(0, std::memory_order_relaxed);  // it may have died waiting for the rate limiter
-  if (target_.has_priorities()) {
-    finish_dead_walk(g.priority_walk, target_.num_envs(), target_.capacity(), [&](uint64_t e) {
-      return PriorityTree{target_.segment().priority_tree(e), target_.priority_leaves(), target_.capacity()};
-    });
-  }
+  // The dead learner's repair, the one Sampler::Sampler does (the top of this file says why all of it).
+  if (r.outcome == LeaseOutcome::taken_over) repair_dead_learner(target_.segment());
 }
 
 void LoadLeases::take_envs() {

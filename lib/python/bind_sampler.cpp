@@ -190,7 +190,7 @@ void bind_sampler(py::module_& m) {
       }, "to"_a = "now",
       "Empty the online view. to='now': it restarts at each env's head. to='sampled': at the heads the last "
       "draw from the online view saw, so the steps published since stay (what a learner that waits for fresh "
-      "online steps under a rate limiter needs: docs/design.md, 'The online queue and the limiter').")
+      "online steps under a rate limiter needs: docs/design/rate_limiter.md, 'The online queue and the limiter').")
       .def(
           "rate_limit_verdict",
           [](PySampler& s, std::size_t rows) { return rate_limit_reason(s.get("rate_limit_verdict")->rate_limit_verdict(rows)); },

@@ -6,7 +6,7 @@ replacement) to the source tree, one at a time; rebuilds, in a build directory o
 installed), only the test executables it runs; runs the mutant's own tests first, then the rest of the C++ suite,
 each with a timeout, until one fails; and restores the file. Prints a table: mutant, file:line, killed or survived,
 the test that killed it and the seconds the tests ran until it failed (the killing test's output is kept in
-<build dir>/mutation-logs/<mutant>.log). See docs/design.md, "Mutation testing".
+<build dir>/mutation-logs/<mutant>.log). See docs/design/testing.md, "Mutation testing".
 
     tools/mutation/run.py                  every mutant (first a baseline run of the unmutated tree)
     tools/mutation/run.py --only ID,ID     some of them

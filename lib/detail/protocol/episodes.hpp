@@ -1,7 +1,7 @@
 // detail/protocol/episodes.hpp: episode bookkeeping in the segment (layout 1.2), every side of it: the step meta
 // words and the journal (the Writer records them: stage_step, recover_env; the Sampler reads boundaries:
 // load_meta; the Inspector shows the journal: read_journal; a checkpoint load rebuilds both: rebuild_env), and the
-// completed-episode record queue (emit_record, the writer's half; pop_records, the learner's). docs/design.md,
+// completed-episode record queue (emit_record, the writer's half; pop_records, the learner's). docs/design/episodes.md,
 // "Episode boundaries and records", has the protocol and the argument that a writer killed at any instruction
 // leaves it consistent with the published steps. Safe across processes as each function's precondition says
 // (the env's lease for the writer's halves, the learner lease for pop_records; readers need none).

@@ -1,9 +1,10 @@
 // detail/protocol/lease.hpp: leases in the segment, every side of them: one word per leased thing (an env, the
 // learner role) holding pack_owner(pid, start ticks), taken with a compare-and-swap (try_take_lease), released with
-// one (release_lease); a dead holder's lease is taken over. See docs/design.md, "Leases".
-// Who calls it: the Writer (env leases), the Sampler (the learner lease), a checkpoint load (both, through a Sampler
-// and a Writer), the Inspector and a writer waiting on the update lock (lease_holder_alive only). Safe across
-// processes and threads: every change of a lease word is a CAS, and liveness is judged from /proc.
+// one (release_lease); a dead holder's lease is taken over. See docs/design/leases.md, "Leases".
+// Who calls it: the Writer (env leases), the Sampler (the learner lease), a checkpoint load (both, directly:
+// lib/checkpoint/load_leases.cpp; the learner lease through learner_takeover.hpp), the Inspector and a writer
+// waiting on the update lock (lease_holder_alive only). Safe across processes and threads: every change of a lease
+// word is a CAS, and liveness is judged from /proc.
 #pragma once
 
 #include <atomic>

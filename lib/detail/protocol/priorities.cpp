@@ -1,4 +1,4 @@
-// detail/protocol/priorities.cpp: the per-env priority sum trees; see priorities.hpp and docs/design.md,
+// detail/protocol/priorities.cpp: the per-env priority sum trees; see priorities.hpp and docs/design/priorities.md,
 // "Priorities". Every tree word is accessed seq_cst: the convergence argument of the recompute-and-verify walk
 // is about one total order of all those accesses.
 #include "detail/protocol/priorities.hpp"

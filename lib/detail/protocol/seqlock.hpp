@@ -1,5 +1,5 @@
 // detail/protocol/seqlock.hpp: the step seqlock of one env, every side of it in one place. The words are
-// layout::EnvControl's `head` and `claimed` (line 0) and `update_seq` (line 1); docs/design.md, "Concurrency
+// layout::EnvControl's `head` and `claimed` (line 0) and `update_seq` (line 1); docs/design/seqlock.md, "Concurrency
 // protocol", has the argument that a validated copy is whole and current.
 //
 //   word                  written by                                  read by
@@ -300,7 +300,7 @@ inline uint64_t intact_from(const ReadEnd& end, uint64_t capacity) noexcept {
 }
 
 /// The batched reader: the validation of many copies at once, a chunk of rows at a time (the Sampler's gather,
-/// lib/sampler_rounds.cpp, which copies the rows with detail/sampling/gather.hpp; docs/design.md, "The batched
+/// lib/sampler_rounds.cpp, which copies the rows with detail/sampling/gather.hpp; docs/design/seqlock.md, "The batched
 /// gather"). Per chunk: begin_chunk(); add() for each row before any copy of the chunk (the first row of an env in
 /// the chunk takes its read_begin); the copies; then validate(), which takes end_copies() once and read_end_loads()
 /// once per env of the chunk. The validation is per env, not per row: copy_intact(begin, end, first) depends on a

@@ -1,5 +1,5 @@
 // detail/protocol/wake.hpp: blocking waits across processes, both halves of each handshake (the waker's notify, the
-// sleeper's sleep_until) on a sequence word whose low 32 bits are a process-shared futex word. docs/design.md,
+// sleeper's sleep_until) on a sequence word whose low 32 bits are a process-shared futex word. docs/design/waits.md,
 // "Blocking waits", has the argument that no wake-up is lost. Two sleeping places exist:
 // - the learner's (GlobalControl line 2: wake_seq and `waiters`, a count): one learner sleeps, writers wake it
 //   after publishing. A learner killed while it sleeps leaves the count raised; the next learner resets it when

@@ -1,6 +1,6 @@
 // detail/sampling/cross_planners.hpp: the planners of Episodes::cross, which ignore episode boundaries: a start
 // p of a view [lo, hi) has min(hi - p, L) steps left and weighs min(hi - p, L)^power. See planner.hpp for the
-// interface, who calls it and what is safe; docs/design.md, "Sampling algorithm", for the derivation.
+// interface, who calls it and what is safe; docs/design/sampling.md, "Sampling algorithm", for the derivation.
 #pragma once
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // detail/sampling/episode_planners.hpp: the planners of Episodes::stop and Episodes::within, which read episode
 // boundaries through EpisodeStarts. A grid point p of a view [lo, hi) (grid lo, lo + P, ...) has r steps left:
 // up to the end of p's episode or the head. stop weighs it min(r, L)^power; within weighs it 1 when r >= L and 0
-// otherwise. See planner.hpp for the interface, who calls it and what is safe; docs/design.md, "Episodes,
+// otherwise. See planner.hpp for the interface, who calls it and what is safe; docs/design/sampling.md, "Episodes,
 // period and minimum size", for the algorithms and their cost.
 #pragma once
 

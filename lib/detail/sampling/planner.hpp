@@ -10,7 +10,7 @@
 // the Sampler implements over the segment's step meta and a test implements over a vector
 // (tests/test_planner.cpp), so every planner can be tested without shared memory.
 //
-// The planners (docs/design.md, "Sampling algorithm"):
+// The planners (docs/design/sampling.md, "Sampling algorithm"):
 //   ClosedFormPlanner   cross, period 1: per-env weights in closed form, O(1) per env, O(log) per row
 //   PeriodPlanner       cross, period > 1: the same over the period's grid, with a table along residue classes
 //   RejectionPlanner    stop and within: uniform proposals over the grid, accepted with weight / L^power; after

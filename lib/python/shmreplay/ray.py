@@ -18,7 +18,7 @@ Sampling stays exact: for each batch the client asks every node for its view's t
 priority**alpha), splits the rows among the nodes by one multinomial draw over those totals, asks every node for
 its share in parallel, and concatenates. A row is then (node k, start p) with probability w(k, p) / sum_j T_j: the
 distribution of one buffer holding every node's steps. Each node draws from its own snapshot, taken a moment after
-its total; docs/design.md ("Past one machine") says what that drift is while writers push.
+its total; docs/design/ray.md ("Past one machine") says what that drift is while writers push.
 
 A node whose actor dies drops out of the draw with a :class:`NodeLostWarning`; the rows it owed are redrawn among
 the others by their totals (which leaves every row distributed as w / sum over the live nodes: sampling
