@@ -1,7 +1,7 @@
 // The CLI's rejected option aliases against docs/naming.md: every CLI row of the doc's alias table is answered
 // with exit code 2 and one error line naming the right option (for `--alias VALUE` and `--alias=VALUE`, also when a
 // required option is missing too), the CLI's table (tools/cli/aliases.cpp) is the doc's, and an option that is no
-// alias keeps CLI11's message. The CLI runs as a child process, as in test_cli.cpp.
+// alias keeps CLI11's message. The CLI runs as a child process, through test_cli's run_cli (tests/cli/cli_helpers.hpp).
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -21,79 +21,13 @@
 #include <vector>
 
 #include "cli/aliases.hpp"
+#include "cli/cli_helpers.hpp"  // run_cli, contains, one_error_line (test_cli's own)
 #include "support.hpp"
 
 using shmreplay::test::SegmentGuard;
 using shmreplay::test::unique_name;
 
 namespace {
-
-struct CliResult {
-  int exit_code = -1;  ///< the exit status, or 128 + signal
-  std::string out;
-  std::string err;
-};
-
-// Runs the CLI with `args` (no shell), collecting stdout and stderr through pipes until both close (test_cli.cpp's
-// run_cli; argv is made before fork: the child only execs).
-CliResult run_cli(const std::vector<std::string>& args) {
-  std::vector<std::string> storage{SHMREPLAY_CLI_PATH};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& s : storage) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  int out_pipe[2];
-  int err_pipe[2];
-  REQUIRE(::pipe2(out_pipe, O_CLOEXEC) == 0);
-  REQUIRE(::pipe2(err_pipe, O_CLOEXEC) == 0);
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::dup2(out_pipe[1], STDOUT_FILENO);
-    ::dup2(err_pipe[1], STDERR_FILENO);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-  CliResult r;
-  std::array<pollfd, 2> fds{{{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}}};
-  std::array<std::string*, 2> sinks{&r.out, &r.err};
-  int open_fds = 2;
-  while (open_fds > 0) {
-    if (::poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (std::size_t k = 0; k < fds.size(); ++k) {
-      if (fds[k].fd < 0 || fds[k].revents == 0) continue;
-      char chunk[4096];
-      const ssize_t got = ::read(fds[k].fd, chunk, sizeof chunk);
-      if (got > 0) {
-        sinks[k]->append(chunk, static_cast<std::size_t>(got));
-      } else if (got == 0 || errno != EINTR) {
-        ::close(fds[k].fd);
-        fds[k].fd = -1;
-        --open_fds;
-      }
-    }
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) r.exit_code = 128 + WTERMSIG(status);
-  return r;
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-// Whether `err` is exactly one line that starts with the CLI's error prefix.
-bool one_error_line(const std::string& err) {
-  return err.starts_with("shmreplay: error: ") && err.ends_with('\n') &&
-         std::count(err.begin(), err.end(), '\n') == 1;
-}
 
 struct Row {
   std::string subcommand;

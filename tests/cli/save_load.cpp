@@ -117,7 +117,7 @@ TEST_CASE("load refuses truncated and corrupt checkpoints with one error line an
     CHECK_FALSE(Buffer::exists(fresh));
   };
   // A few cuts and flips against the existing target, the first of each also against a new name
-  // (test_checkpoint_format tries every byte of the headers against the library).
+  // (test_checkpoint tries every byte of the headers against the library).
   for (const uint64_t length : {records + 100, uint64_t{100}, uint64_t{whole.size() - 1}}) {
     replace_file(bad.path, std::string_view(whole).substr(0, length));
     refused(fmt::format("truncated to {} bytes", length), Errc::truncated, length == records + 100);

@@ -31,25 +31,7 @@
 #include "shmreplay/writer.hpp"
 #include "payload.hpp"
 #include "support.hpp"
-#include "checkpoint_support.hpp"
-
-using namespace shmreplay;
-using test::file_mode;
-using test::UmaskGuard;
-using test::kPayloadSchema;
-using test::check_env_payloads;
-using test::payload_bytes;
-using test::SegmentGuard;
-using test::stored_step;
-using test::unique_name;
-using test::counters;
-using test::FileGuard;
-using test::fill_mixed;
-using test::kOtherSchema;
-using test::push_steps;
-using test::slurp;
-using test::spit;
-using test::temp_path;
+#include "checkpoint/checkpoint_helpers.hpp"
 
 TEST_CASE("saves taken while writer threads push hold, per env, a full window of whole published steps") {
   SegmentGuard source(unique_name("ckpt-live"));

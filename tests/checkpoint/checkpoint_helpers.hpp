@@ -1,4 +1,5 @@
-// The checkpoint tests' shared helpers (test_checkpoint_format, _reads, _save, _load): files removed in a scope
+// tests/checkpoint/checkpoint_helpers.hpp: what the parts of test_checkpoint share (format.cpp, reads.cpp, save.cpp,
+// load.cpp; tests/CMakeLists.txt builds them into one executable): files removed in a scope
 // guard, file contents read and written whole, a source segment with every kind of env, its counters.
 #pragma once
 
@@ -81,3 +82,21 @@ inline void fill_mixed(shmreplay::Buffer& b) {
 inline const shmreplay::Schema kOtherSchema = shmreplay::Schema::parse("hdr:u64[4] body:f32[13] tail:u8[30]");
 
 }  // namespace shmreplay::test
+
+using namespace shmreplay;
+using test::FileGuard;
+using test::SegmentGuard;
+using test::UmaskGuard;
+using test::check_env_payloads;
+using test::counters;
+using test::file_mode;
+using test::fill_mixed;
+using test::kOtherSchema;
+using test::kPayloadSchema;
+using test::payload_bytes;
+using test::push_steps;
+using test::slurp;
+using test::spit;
+using test::stored_step;
+using test::temp_path;
+using test::unique_name;
