@@ -1,4 +1,4 @@
-"""shmreplay batches as JAX arrays, without a copy on the CPU.
+"""shmreplay batches as JAX arrays, without a copy on the CPU::
 
     import shmreplay, shmreplay.jax
     batch = sampler.sample("replay", 256, 16)
