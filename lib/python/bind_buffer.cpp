@@ -143,7 +143,7 @@ void bind_buffer(py::module_& m) {
           "env"_a, "first_step"_a, "count"_a,
           "Copies stored steps first_step .. first_step + count - 1 of env out (those still stored: the range is cut "
           "to what the ring holds), validated like a sample, without the learner lease. Returns (the first step "
-          "copied, {field: array [steps, *shape]}).")
+          "copied, {field: array ``[steps, *shape]``}).")
       .def("__repr__", [](const Buffer& b) {
         return fmt::format("<shmreplay.Buffer '{}': {} envs x {} steps of {} bytes; {}>", b.name(), b.num_envs(),
                            b.capacity(), b.schema().step_bytes(), b.schema().to_string());

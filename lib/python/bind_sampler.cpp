@@ -247,7 +247,7 @@ void bind_sampler(py::module_& m) {
             return done;
           },
           "env_ids"_a, "steps"_a, "data"_a,
-          "try_update for many steps: data maps some field names to arrays of shape (len(env_ids), *shape). "
+          "try_update for many steps: data maps some field names to arrays of shape ``(len(env_ids), *shape)``. "
           "Returns a bool array, False where the step was overwritten already.")
       .def(
           "pop_episodes",
