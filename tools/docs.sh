@@ -39,11 +39,12 @@ if [[ -z $py ]]; then
   if [[ -x .venv/bin/python ]]; then py=.venv/bin/python; else py=python3; fi
 fi
 if ((cpp)) && ! command -v doxygen >/dev/null; then
-  echo "tools/docs.sh: doxygen is not installed (Debian: apt-get install doxygen; tools/setup.sh installs it)" >&2
+  echo "tools/docs.sh: skipped: doxygen is not installed (Debian: apt-get install doxygen; tools/setup.sh installs it)" >&2
   exit 77
 fi
 if ((python)) && ! "$py" -c 'import sphinx' >/dev/null 2>&1; then
-  echo "tools/docs.sh: $py cannot import sphinx (pip install -e '.[docs]', or tools/setup.sh, which installs the docs extra into .venv)" >&2
+  echo "tools/docs.sh: skipped: $py cannot import sphinx (install the docs extra's Sphinx there, pyproject.toml;" \
+       "tools/setup.sh does so for .venv; SHMREPLAY_DOCS_PYTHON names another interpreter)" >&2
   exit 77
 fi
 
