@@ -74,7 +74,8 @@ if ((python)); then
          "on PYTHONPATH (PYTHONPATH=build/python)" >&2
     exit 1
   fi
-  sphinx_args=(-b html -q -n --keep-going -d "$out/.doctrees")
+  # -E -a: read and write everything each time (autodoc's input, the package, is not tracked by Sphinx's cache)
+  sphinx_args=(-b html -q -n --keep-going -E -a -d "$out/.doctrees")
   ((check)) && sphinx_args+=(-W)
   log="$out/sphinx-warnings.log"
   if ! PYTHONDONTWRITEBYTECODE=1 "$py" -m sphinx "${sphinx_args[@]}" docs/api "$out/python" 2>"$log"; then
