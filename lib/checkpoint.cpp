@@ -275,7 +275,7 @@ struct SavedEnv {
 // the run is a full window ending at some head the env had.
 SavedEnv save_env(const Buffer& b, uint64_t env, OutFile& out, uint64_t data_start, std::vector<std::byte>& staging,
                   const std::vector<uint64_t>& offsets, Progress& progress, uint32_t max_rounds) {
-  const layout::EnvControl& c = b.env_control(env);
+  const layout::EnvControl& c = b.segment().env_control(env);
   const uint64_t cap = b.capacity();
   const uint64_t sb = b.schema().step_bytes();
   const uint64_t chunk = staging.size() / std::max<uint64_t>(sb, 1);
@@ -315,7 +315,7 @@ SavedEnv save_env(const Buffer& b, uint64_t env, OutFile& out, uint64_t data_sta
     for (;;) {
       if (t < h && t - s < cap) {
         const uint64_t n = std::min({h - t, chunk, cap - (t - s)});
-        const detail::CopyResult r = detail::copy_records(b, env, t, n, offsets, staging.data());
+        const detail::CopyResult r = detail::copy_records(b.segment(), env, t, n, offsets, staging.data());
         if (r.outcome == detail::CopyOutcome::raced) {
           spoil();
           continue;
@@ -661,12 +661,12 @@ void write_envs(Buffer& target, const InFile& in, const CheckpointInfo& info, co
   const uint64_t cap = target.capacity();
   const std::vector<uint64_t> offsets = detail::record_field_offsets(schema);
   std::vector<std::byte*> rings;
-  for (std::size_t f = 0; f < schema.size(); ++f) rings.push_back(target.field_data(f));
+  for (std::size_t f = 0; f < schema.size(); ++f) rings.push_back(target.segment().field_data(f));
   Progress progress(progress_fn, "loading", info.total_steps * sb);
   const uint64_t per_block = block_steps(sb, cap);
   std::vector<std::byte> block(static_cast<std::size_t>(per_block * sb));
   for (const CheckpointEnv& e : info.envs) {
-    layout::EnvControl& c = target.env_control(e.env);
+    layout::EnvControl& c = target.segment().env_control(e.env);
     // This process is the learner now, the only writer of update_seq: the env is rewritten inside an update
     // section, as try_update does, so that readers that copy meanwhile (dump, save) reject their copies. It ends
     // on success and on error alike.
@@ -694,12 +694,12 @@ void write_envs(Buffer& target, const InFile& in, const CheckpointInfo& info, co
     }
     detail::store_counters(c, e.head, e.claimed, e.online_start, e.last_push_ns);
     // The episode bookkeeping (step meta, the writer's journal) follows from the steps' flags and rewards.
-    if (target.has_episodes()) detail::rebuild_env(target, e.env);
+    if (target.has_episodes()) detail::rebuild_env(target.segment(), e.env);
     // Priorities are not part of a checkpoint (format 1.0): in a target with priorities every loaded step enters
     // at the running maximum, as a pushed step without a priority does, and the rest of the tree is cleared.
     if (target.has_priorities()) {
-      const detail::PriorityTree tree{target.priority_tree(e.env), target.priority_leaves(), cap};
-      const double w = detail::priority_weight(detail::max_priority(target.global_control().max_priority),
+      const detail::PriorityTree tree{target.segment().priority_tree(e.env), target.priority_leaves(), cap};
+      const double w = detail::priority_weight(detail::max_priority(target.segment().global_control().max_priority),
                                                target.priority_exponent());
       for (uint64_t s = 0; s < tree.leaves; ++s) tree.words[tree.leaves + s].store(0);
       for (uint64_t s = e.first_step; s < e.head; ++s) tree.words[tree.leaves + s % cap].store(detail::make_leaf(s, w));
@@ -738,9 +738,9 @@ CheckpointInfo save_checkpoint(const Buffer& source, const std::string& path, co
   info.format_major = checkpoint_format::kFormatMajor;
   info.format_minor = checkpoint_format::kFormatMinor;
   info.source_name = source.name();
-  info.source_layout_major = source.header().layout_major;
-  info.source_layout_minor = source.header().layout_minor;
-  info.source_creation_time_ns = source.header().creation_time_ns;
+  info.source_layout_major = source.segment().header().layout_major;
+  info.source_layout_minor = source.segment().header().layout_minor;
+  info.source_creation_time_ns = source.segment().header().creation_time_ns;
   info.num_envs = source.num_envs();
   info.capacity = cap;
   info.schema = schema;
@@ -753,7 +753,7 @@ CheckpointInfo save_checkpoint(const Buffer& source, const std::string& path, co
 
   uint64_t estimate = 0;  // the records of every env's view now; the copies follow the writers from there
   for (uint64_t e = 0; e < source.num_envs(); ++e) {
-    const detail::StepRange r = detail::view_range(source.env_control(e), View::replay, cap);
+    const detail::StepRange r = detail::view_range(source.segment().env_control(e), View::replay, cap);
     estimate += (r.hi - r.lo) * sb;
   }
   Progress progress(options.progress, "saving", estimate);

@@ -49,7 +49,7 @@ Inspector::Inspector(std::string_view name, OpenOptions options)
 
 SegmentInfo Inspector::snapshot() const {
   const Buffer& b = buffer_;
-  const auto& h = b.header();
+  const auto& h = b.segment().header();
   SegmentInfo s;
   s.name = b.name();
   s.path = b.path();
@@ -72,7 +72,7 @@ SegmentInfo Inspector::snapshot() const {
   std::map<uint64_t, bool> alive;  // lease word -> liveness, so each owner's /proc entry is read once
   s.envs.reserve(b.num_envs());
   for (uint64_t e = 0; e < b.num_envs(); ++e) {
-    const layout::EnvControl& c = b.env_control(e);
+    const layout::EnvControl& c = b.segment().env_control(e);
     EnvInfo i;
     i.env = e;
     // The same views as the Sampler's (each read is its own snapshot, which is fine for display).
@@ -96,9 +96,9 @@ SegmentInfo Inspector::snapshot() const {
     }
     i.lease_takeovers = c.lease_takeovers.load(std::memory_order_relaxed);
     if (b.has_episodes()) {
-      const layout::EpisodeControl& ep = b.episode_control(e);
+      const layout::EpisodeControl& ep = b.segment().episode_control(e);
       detail::JournalState j;
-      if (detail::read_journal(b, e, j)) {
+      if (detail::read_journal(b.segment(), e, j)) {
         i.episodes_completed = j.episodes_completed;
         i.episode_start = j.episode_start;
         i.last_episode_length = j.last_length;
@@ -114,7 +114,7 @@ SegmentInfo Inspector::snapshot() const {
       s.episode_queue_depth += i.episode_queue_depth;
     }
     if (b.has_priorities()) {
-      i.priority_total = detail::range_weight({b.priority_tree(e), b.priority_leaves(), b.capacity()}, replay.lo,
+      i.priority_total = detail::range_weight({b.segment().priority_tree(e), b.priority_leaves(), b.capacity()}, replay.lo,
                                               replay.hi);
       s.priority_total += i.priority_total;
     }
@@ -125,7 +125,7 @@ SegmentInfo Inspector::snapshot() const {
   }
   s.live_writers = static_cast<uint64_t>(std::count_if(alive.begin(), alive.end(), [](const auto& kv) { return kv.second; }));
 
-  const layout::GlobalControl& g = b.global_control();
+  const layout::GlobalControl& g = b.segment().global_control();
   if (b.has_priorities()) {
     s.priority_exponent = b.priority_exponent();
     s.max_priority = detail::max_priority(g.max_priority);
@@ -163,7 +163,7 @@ StepRecords Inspector::read_steps(uint64_t env, uint64_t first_step, uint64_t co
 }
 
 StepRecords read_steps(const Buffer& b, uint64_t env, uint64_t first_step, uint64_t count) {
-  detail::check_env_id(b, env, "read steps of");
+  detail::check_env_id(b.segment(), env, "read steps of");
   StepRecords out;
   out.env = env;
   out.record_bytes = b.schema().step_bytes();
@@ -173,7 +173,7 @@ StepRecords read_steps(const Buffer& b, uint64_t env, uint64_t first_step, uint6
   constexpr uint32_t kMaxRounds = 10000;
   for (uint32_t round = 0; round < kMaxRounds; ++round) {
     if (round > 0) ::sched_yield();
-    const detail::StepRange view = detail::view_range(b.env_control(env), View::replay, b.capacity());
+    const detail::StepRange view = detail::view_range(b.segment().env_control(env), View::replay, b.capacity());
     if (view.hi - view.lo > b.capacity()) {  // a writer keeps head <= claimed <= head + 1: damaged counters
       if (round < 100) continue;               // (or a load rewriting the env: look again for a while)
       throw Error(Errc::corrupt, fmt::format("cannot read steps of env {} of '{}': its counters claim {} stored "
@@ -189,7 +189,7 @@ StepRecords read_steps(const Buffer& b, uint64_t env, uint64_t first_step, uint6
       return out;
     }
     out.bytes.resize(static_cast<std::size_t>((hi - lo) * out.record_bytes));
-    const detail::CopyResult r = detail::copy_records(b, env, lo, hi - lo, out.field_offsets, out.bytes.data());
+    const detail::CopyResult r = detail::copy_records(b.segment(), env, lo, hi - lo, out.field_offsets, out.bytes.data());
     if (r.outcome != detail::CopyOutcome::ok) continue;
     // Steps below intact_from were overwritten during the copy: keep the newer part.
     const uint64_t keep_from = std::clamp(r.intact_from, lo, hi);

@@ -54,7 +54,7 @@ class SegmentEpisodeStarts final : public detail::EpisodeStarts {
  public:
   explicit SegmentEpisodeStarts(const Buffer& buffer) : capacity_(buffer.capacity()) {
     if (!buffer.has_episodes()) return;  // then no planner asks (stop and within need episode fields)
-    for (uint64_t e = 0; e < buffer.num_envs(); ++e) meta_.push_back(buffer.step_meta(e));
+    for (uint64_t e = 0; e < buffer.num_envs(); ++e) meta_.push_back(buffer.segment().step_meta(e));
   }
   uint64_t episode_start(std::size_t env, uint64_t step) const noexcept override {
     return detail::meta_start(detail::load_meta(meta_[env], capacity_, step));
@@ -70,7 +70,7 @@ class SegmentPriorityTrees final : public detail::PriorityTrees {
  public:
   explicit SegmentPriorityTrees(const Buffer& buffer) : buffer_(&buffer) {}
   detail::PriorityTree tree(std::size_t env) const noexcept override {
-    return {buffer_->priority_tree(env), buffer_->priority_leaves(), buffer_->capacity()};
+    return {buffer_->segment().priority_tree(env), buffer_->priority_leaves(), buffer_->capacity()};
   }
 
  private:
@@ -80,7 +80,7 @@ class SegmentPriorityTrees final : public detail::PriorityTrees {
 // Whether any env has published a step at or after the view's base (0, or online_start). False means the view
 // is really empty; true with an empty snapshot means a slot was being rewritten at that instant (a ring of
 // capacity 1), which a redraw gets past.
-bool view_has_published(const Buffer& b, View view) noexcept {
+bool view_has_published(const Segment& b, View view) noexcept {
   for (uint64_t e = 0; e < b.num_envs(); ++e) {
     if (detail::has_published(b.env_control(e), view)) return true;
   }
@@ -89,7 +89,7 @@ bool view_has_published(const Buffer& b, View view) noexcept {
 
 // Steps published and not yet overwritten by a completed write, over all envs (a write in progress does not
 // count against the view here): what SampleOptions::min_steps is checked against, once per call.
-uint64_t published_steps(const Buffer& b, View view) noexcept {
+uint64_t published_steps(const Segment& b, View view) noexcept {
   uint64_t total = 0;
   for (uint64_t e = 0; e < b.num_envs(); ++e) {
     const detail::StepRange r = detail::published_range(b.env_control(e), view, b.capacity());
@@ -102,7 +102,7 @@ uint64_t published_steps(const Buffer& b, View view) noexcept {
 // head); a segment whose counters were damaged (claimed far below head) gives a longer view, which the Inspector
 // reports as corrupt, and which neither the draws (their slot computation) nor total_weight may see: both take
 // their views from here, so total_weight weighs the view that sample draws from.
-detail::EnvView snapshot_view(const Buffer& b, uint64_t e, View view) noexcept {
+detail::EnvView snapshot_view(const Segment& b, uint64_t e, View view) noexcept {
   const uint64_t cap = b.capacity();
   const detail::StepRange r = detail::view_range(b.env_control(e), view, cap);
   return {std::max(r.lo, r.hi > cap ? r.hi - cap : 0), r.hi};
@@ -112,7 +112,7 @@ detail::EnvView snapshot_view(const Buffer& b, uint64_t e, View view) noexcept {
 // every step of the views has priority 0 (empty_view), or a weight that is not finite (corrupt: every priority
 // is checked as it enters, so the segment is damaged). Returns when a fresh snapshot may do: whether the views
 // hold a positive weight (then a scan in a later round of the call would only repeat this one).
-bool check_priority_leaves(const detail::PriorityPlanner& planner, const Buffer& b, const char* op, View view) {
+bool check_priority_leaves(const detail::PriorityPlanner& planner, const Segment& b, const char* op, View view) {
   switch (planner.scan_leaves()) {
     case detail::PriorityPlanner::Leaves::empty: return false;
     case detail::PriorityPlanner::Leaves::positive: return true;
@@ -132,7 +132,7 @@ bool check_priority_leaves(const detail::PriorityPlanner& planner, const Buffer&
 }
 
 // Whether any env's writer is between its claim and its head store (the view is one step short meanwhile).
-bool writes_in_flight(const Buffer& b) noexcept {
+bool writes_in_flight(const Segment& b) noexcept {
   for (uint64_t e = 0; e < b.num_envs(); ++e) {
     if (detail::write_in_flight(b.env_control(e))) return true;
   }
@@ -151,7 +151,7 @@ PlanKind plan_kind(const SampleOptions& o, std::size_t length) noexcept {
 
 // The learner's counters after a call; a sample call's rows (not a peek's) also count for the rate limiter
 // (detail/protocol/rate_limit.hpp), which wakes writers waiting for them.
-void count_call(Buffer& b, std::size_t rows, bool sample) noexcept {
+void count_call(Segment& b, std::size_t rows, bool sample) noexcept {
   GlobalControl& g = b.global_control();
   g.rows_sampled.fetch_add(rows, std::memory_order_relaxed);
   g.sample_calls.fetch_add(1, std::memory_order_relaxed);
@@ -194,7 +194,7 @@ struct Sampler::Scratch {
     chunk_envs.reserve(views.size());
     capacity = buffer.capacity();
     for (std::size_t f = 0; f < buffer.schema().size(); ++f) {
-      field_base.push_back(buffer.field_data(f));  // the mapping outlives the Sampler, also when a Buffer moves
+      field_base.push_back(buffer.segment().field_data(f));  // the mapping outlives the Sampler, also when a Buffer moves
       field_bytes.push_back(static_cast<std::size_t>(buffer.schema()[f].bytes()));
     }
   }
@@ -242,7 +242,7 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
                 fmt::format("cannot attach a learner to '{}': the buffer is mapped read-only", buffer.name()));
   }
   const uint64_t lease_word = detail::self_lease_word();
-  GlobalControl& g = buffer.global_control();
+  GlobalControl& g = buffer.segment().global_control();
   const detail::LeaseResult r = detail::try_take_lease(detail::learner_lease_words(g), lease_word);
   if (r.outcome == detail::LeaseOutcome::held_by_us) {
     throw Error(Errc::lease_held,
@@ -259,13 +259,13 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
   if (r.outcome == detail::LeaseOutcome::taken_over) {
     // The dead learner may have died inside try_update(); only the learner waits, so its waiter count goes too
     // (it would make every push issue a futex wake).
-    for (uint64_t e = 0; e < buffer.num_envs(); ++e) detail::release_dead_update_lock(buffer.env_control(e));
+    for (uint64_t e = 0; e < buffer.num_envs(); ++e) detail::release_dead_update_lock(buffer.segment().env_control(e));
     detail::forget_waiters(g);
     g.learner_waiting_rows.store(0, std::memory_order_relaxed);  // it may have died waiting for the rate limiter
     // ... or inside update_priorities' walk of a tree: redo it (priorities.hpp).
     if (buffer.has_priorities()) {
       detail::finish_dead_walk(g.priority_walk, buffer.num_envs(), buffer.capacity(), [&](uint64_t e) {
-        return detail::PriorityTree{buffer.priority_tree(e), buffer.priority_leaves(), buffer.capacity()};
+        return detail::PriorityTree{buffer.segment().priority_tree(e), buffer.priority_leaves(), buffer.capacity()};
       });
     }
   }
@@ -297,7 +297,7 @@ Sampler::LearnerLease& Sampler::LearnerLease::operator=(LearnerLease&& other) no
 void Sampler::LearnerLease::release() noexcept {
   // A copy in a forked child leaves the lease alone: it is the parent's.
   if (buffer_ != nullptr && fork_generation_ == detail::fork_generation()) {
-    detail::release_lease(detail::learner_lease_words(buffer_->global_control()), word_);
+    detail::release_lease(detail::learner_lease_words(buffer_->segment().global_control()), word_);
   }
   buffer_ = nullptr;
 }
@@ -317,15 +317,15 @@ uint64_t Sampler::size(View view) const noexcept {
   uint64_t total = 0;
   const uint64_t cap = buffer_->capacity();
   for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
-    const detail::StepRange r = view_range(buffer_->env_control(e), view, cap);
+    const detail::StepRange r = view_range(buffer_->segment().env_control(e), view, cap);
     total += r.hi - r.lo;
   }
   return total;
 }
 
 EnvSizes Sampler::sizes(uint64_t env_id) const {
-  detail::check_env_id(*buffer_, env_id, "size");
-  const EnvControl& c = buffer_->env_control(env_id);
+  detail::check_env_id(buffer_->segment(), env_id, "size");
+  const EnvControl& c = buffer_->segment().env_control(env_id);
   const detail::StepRange replay = view_range(c, View::replay, buffer_->capacity());
   const detail::StepRange online = view_range(c, View::online, buffer_->capacity());
   return {replay.hi, replay.hi - replay.lo, online.hi - online.lo};
@@ -342,21 +342,21 @@ bool Sampler::wait(View view, uint64_t min_steps, uint64_t timeout_ms) {
                             buffer_->capacity()));
   }
   if (size(view) >= min_steps) return true;
-  return detail::wait_until(buffer_->global_control(), deadline_after_ms(timeout_ms),
+  return detail::wait_until(buffer_->segment().global_control(), deadline_after_ms(timeout_ms),
                             [&] { return size(view) >= min_steps; });
 }
 
 void Sampler::reset_online_queue(OnlineReset to) {
   lease_.check_process("reset the online queue of");
   for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
-    EnvControl& c = buffer_->env_control(e);
+    EnvControl& c = buffer_->segment().env_control(e);
     if (to == OnlineReset::now) {
       detail::reset_online_start(c);
     } else {
       detail::advance_online_start(c, scratch_->online_seen[static_cast<std::size_t>(e)]);
     }
   }
-  buffer_->global_control().online_resets.fetch_add(1, std::memory_order_relaxed);
+  buffer_->segment().global_control().online_resets.fetch_add(1, std::memory_order_relaxed);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -474,7 +474,7 @@ SHMREPLAY_ALWAYS_INLINE void Sampler::add_row(uint64_t env, uint64_t start, uint
   z.chunk[z.chunk_size++] = r;
   if (z.begin_mark[env] != z.chunk_mark) [[unlikely]] {  // the env's first row in this chunk: before its copies
     z.begin_mark[env] = z.chunk_mark;
-    z.begin_seq[env] = detail::read_begin(buffer_->env_control(env));
+    z.begin_seq[env] = detail::read_begin(buffer_->segment().env_control(env));
     z.min_start[env] = UINT64_MAX;
     z.chunk_envs.push_back(static_cast<uint32_t>(env));  // no allocation: reserved for every env
     ++z.stats.control_loads;
@@ -503,7 +503,7 @@ std::size_t Sampler::gather(std::size_t length, SampleBatch& out) noexcept {
   detail::end_copies();
   bool intact = true;
   for (const uint32_t e : z.chunk_envs) {
-    z.end[e] = detail::read_end_loads(buffer_->env_control(e));
+    z.end[e] = detail::read_end_loads(buffer_->segment().env_control(e));
     // Step min_start (and so every later one) is intact while no writer has claimed step min_start + cap.
     intact &= z.min_start[e] == UINT64_MAX || detail::copy_intact(z.begin_seq[e], z.end[e], z.min_start[e], cap);
   }
@@ -527,7 +527,7 @@ std::size_t Sampler::gather(std::size_t length, SampleBatch& out) noexcept {
 void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, std::size_t length, double power,
                           const SampleOptions& o, Rng& rng, SampleBatch& out) {
   if (o.min_steps > 0) {
-    const uint64_t have = published_steps(*buffer_, view);
+    const uint64_t have = published_steps(buffer_->segment(), view);
     if (have < o.min_steps) {
       throw Error(Errc::empty_view,
                   fmt::format("cannot sample the {} view of '{}': it holds {} steps, fewer than min_steps = {}{}",
@@ -550,10 +550,10 @@ void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, s
 double Sampler::total_weight(View view, std::size_t sequence_length, double distribution_power,
                              const SampleOptions& options) {
   check_args("compute the total weight of", 1, sequence_length, distribution_power, options);
-  if (options.min_steps > 0 && published_steps(*buffer_, view) < options.min_steps) return 0.0;
+  if (options.min_steps > 0 && published_steps(buffer_->segment(), view) < options.min_steps) return 0.0;
   Scratch& z = *scratch_;
   const uint64_t cap = buffer_->capacity();
-  for (std::size_t e = 0; e < z.views.size(); ++e) z.views[e] = snapshot_view(*buffer_, e, view);  // as sample_with
+  for (std::size_t e = 0; e < z.views.size(); ++e) z.views[e] = snapshot_view(buffer_->segment(), e, view);  // as sample_with
   detail::Planner* planner = nullptr;
   switch (plan_kind(options, sequence_length)) {
     case PlanKind::priority: planner = &z.priority; break;
@@ -566,7 +566,7 @@ double Sampler::total_weight(View view, std::size_t sequence_length, double dist
   if (planner->prepare(z.views, sequence_length, distribution_power, plan)) return planner->total_weight();
   // Nothing to draw: 0, unless a prioritized total is not finite (a damaged segment).
   if (options.prioritized && !std::isfinite(z.priority.total())) {
-    (void)check_priority_leaves(z.priority, *buffer_, "compute the total weight of", view);
+    (void)check_priority_leaves(z.priority, buffer_->segment(), "compute the total weight of", view);
   }
   return 0.0;
 }
@@ -611,14 +611,14 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
                               to_string(view), buffer_->name(), z.failed.size(), options_.max_retry_rounds, cap));
     }
     for (std::size_t e = 0; e < z.views.size(); ++e) {
-      z.views[e] = snapshot_view(*buffer_, e, view);  // at most the ring, which the slot computation below needs
+      z.views[e] = snapshot_view(buffer_->segment(), e, view);  // at most the ring, which the slot computation below needs
       z.hi_base[e] = z.views[e].hi - z.views[e].hi % cap;  // so that a row's slot needs no division (below)
     }
     // Whether the round may go ahead; throws when the view cannot give a row, yields when that may be a write
     // in progress (the view is a step short while a slot is reclaimed).
     const auto usable = [&](bool found) {
       if (found) return true;
-      if (!view_has_published(*buffer_, view)) {
+      if (!view_has_published(buffer_->segment(), view)) {
         throw Error(Errc::empty_view, fmt::format("cannot sample the {} view of '{}': it holds no steps{}",
                                                   to_string(view), buffer_->name(),
                                                   view == View::online ? " (nothing was pushed since the last "
@@ -626,11 +626,11 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
                                                                        : ""));
       }
       if constexpr (std::is_same_v<Plan, detail::PriorityPlanner>) {  // all priorities 0, or a damaged tree
-        if (!leaves_scanned) leaves_scanned = check_priority_leaves(planner, *buffer_, "sample", view);
+        if (!leaves_scanned) leaves_scanned = check_priority_leaves(planner, buffer_->segment(), "sample", view);
       }
       // A write in progress hides the oldest step of its env; that can hide the only within start for good
       // unless the sequence needs the whole ring (L = capacity), where the next step brings one back.
-      if (o.episodes == Episodes::within && (length < cap || !writes_in_flight(*buffer_))) {
+      if (o.episodes == Episodes::within && (length < cap || !writes_in_flight(buffer_->segment()))) {
         throw Error(Errc::empty_view,
                     fmt::format("cannot sample the {} view of '{}' with episodes = within: no start position (every "
                                 "{} steps) has {} steps of one episode before the head",
@@ -685,7 +685,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
     z.failed.insert(z.failed.end(), z.redraw.begin() + static_cast<std::ptrdiff_t>(i), z.redraw.end());  // deferred
     if (overwritten > 0) {
       retries_ += overwritten;
-      buffer_->global_control().retries.fetch_add(overwritten, std::memory_order_relaxed);
+      buffer_->segment().global_control().retries.fetch_add(overwritten, std::memory_order_relaxed);
     }
     if (overwritten > 0 || stalled) {
       ++round;
@@ -707,7 +707,7 @@ void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_len
   out.episode_fields_ = buffer_->episode_fields();
   sample_rows(view, 0, batch_size, sequence_length, distribution_power, options, rng, out);
   if (options.prioritized) finish_weights(out, options.importance_exponent);
-  count_call(*buffer_, batch_size, /*sample=*/true);
+  count_call(buffer_->segment(), batch_size, /*sample=*/true);
 }
 
 void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
@@ -735,7 +735,7 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
     sample_rows(View::online, replay_batch, online_batch, sequence_length, distribution_power, options, rng, out);
   }
   if (options.prioritized) finish_weights(out, options.importance_exponent);
-  count_call(*buffer_, rows, /*sample=*/true);
+  count_call(buffer_->segment(), rows, /*sample=*/true);
 }
 
 void Sampler::priority_weights(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
@@ -757,9 +757,9 @@ void Sampler::priority_weights(std::span<const uint64_t> env_ids, std::span<cons
     // each id and step read once and the id checked as read: another thread may change the caller's arrays
     const uint64_t e = env_ids[i];
     const uint64_t step = steps[i];
-    detail::check_env_id(*buffer_, e, "read priorities of");
-    const EnvControl& c = buffer_->env_control(e);
-    const detail::PriorityTree tree{buffer_->priority_tree(e), buffer_->priority_leaves(), buffer_->capacity()};
+    detail::check_env_id(buffer_->segment(), e, "read priorities of");
+    const EnvControl& c = buffer_->segment().env_control(e);
+    const detail::PriorityTree tree{buffer_->segment().priority_tree(e), buffer_->priority_leaves(), buffer_->capacity()};
     out[i] = step < detail::load_head(c) ? detail::step_weight(tree, c, step) : -1.0;
   }
 }
@@ -773,7 +773,7 @@ std::size_t Sampler::pop_episodes(std::span<EpisodeRecord> out) {
   const uint64_t num_envs = buffer_->num_envs();
   std::size_t n = 0;
   for (uint64_t k = 0; k < num_envs && n < out.size(); ++k) {
-    n += detail::pop_records(*buffer_, (pop_cursor_ + k) % num_envs, out.subspan(n));
+    n += detail::pop_records(buffer_->segment(), (pop_cursor_ + k) % num_envs, out.subspan(n));
   }
   pop_cursor_ = static_cast<std::size_t>((pop_cursor_ + 1) % num_envs);
   return n;
@@ -795,7 +795,7 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
     // each id read once into the batch, checked as read, and used from there: another thread may change the
     // caller's array meanwhile
     const uint64_t e = env_ids[row];
-    detail::check_env_id(*buffer_, e, "peek at");
+    detail::check_env_id(buffer_->segment(), e, "peek at");
     out.env_ids_[row] = e;
     z.redraw.push_back(static_cast<uint32_t>(row));
   }
@@ -804,7 +804,7 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
     begin_chunk(1);
     for (const uint32_t row : z.redraw) {
       const uint64_t e = out.env_ids_[row];
-      const uint64_t head = detail::load_head(buffer_->env_control(e));
+      const uint64_t head = detail::load_head(buffer_->segment().env_control(e));
       const uint64_t start = head == 0 ? 0 : head - 1;
       out.starts_[row] = start;
       add_row(e, start, start % cap, head == 0 ? 0 : 1, row);
@@ -817,10 +817,10 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
                                                env_ids[z.failed.front()], buffer_->name(), round + 1));
     }
     retries_ += z.failed.size();
-    buffer_->global_control().retries.fetch_add(z.failed.size(), std::memory_order_relaxed);
+    buffer_->segment().global_control().retries.fetch_add(z.failed.size(), std::memory_order_relaxed);
     std::swap(z.redraw, z.failed);
   }
-  count_call(*buffer_, env_ids.size(), /*sample=*/false);
+  count_call(buffer_->segment(), env_ids.size(), /*sample=*/false);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -829,7 +829,7 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
 bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBytes> fields) {
   lease_.check_process("update");
   const Schema& schema = buffer_->schema();
-  detail::check_env_id(*buffer_, env_id, "update");
+  detail::check_env_id(buffer_->segment(), env_id, "update");
   if (fields.size() != schema.size()) {
     throw Error(Errc::size_mismatch, fmt::format("cannot update '{}': {} field values given, the schema has {} ({})",
                                                  buffer_->name(), fields.size(), schema.size(), schema.to_string()));
@@ -850,7 +850,7 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
                                                    fields[f].bytes, schema[f].bytes()));
     }
   }
-  EnvControl& c = buffer_->env_control(env_id);
+  EnvControl& c = buffer_->segment().env_control(env_id);
   const uint64_t head = detail::load_head(c);
   if (step >= head) {
     throw Error(Errc::invalid_argument,
@@ -869,10 +869,10 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
       for (std::size_t f = 0; f < fields.size(); ++f) {
         if (fields[f].data == nullptr) continue;
         const uint64_t b = schema[f].bytes();
-        std::memcpy(buffer_->field_data(f) + (env_id * cap + step % cap) * b, fields[f].data, b);
+        std::memcpy(buffer_->segment().field_data(f) + (env_id * cap + step % cap) * b, fields[f].data, b);
       }
     }
-    buffer_->global_control().steps_updated.fetch_add(1, std::memory_order_relaxed);
+    buffer_->segment().global_control().steps_updated.fetch_add(1, std::memory_order_relaxed);
   }
   detail::unlock_update(c, claimed);
   return stored;
@@ -908,14 +908,14 @@ PriorityUpdateResult Sampler::update_priorities(std::span<const uint64_t> env_id
   const double alpha = buffer_->priority_exponent();
   float largest = 0;
   for (std::size_t i = 0; i < env_ids.size(); ++i) {
-    detail::check_env_id(*buffer_, env_ids[i], "update priorities of");
+    detail::check_env_id(buffer_->segment(), env_ids[i], "update priorities of");
     if (!detail::priority_fits(priorities[i], alpha)) {
       throw Error(Errc::invalid_argument,
                   fmt::format("cannot update priorities of '{}': priority {} (position {}, env {} step {}) {}",
                               buffer_->name(), priorities[i], i, env_ids[i], steps[i],
                               detail::priority_misfit(priorities[i], alpha)));
     }
-    const uint64_t head = detail::load_head(buffer_->env_control(env_ids[i]));
+    const uint64_t head = detail::load_head(buffer_->segment().env_control(env_ids[i]));
     if (steps[i] >= head) {
       throw Error(Errc::invalid_argument,
                   fmt::format("cannot update the priority of step {} of env {} of '{}' (position {}): it was never "
@@ -924,12 +924,12 @@ PriorityUpdateResult Sampler::update_priorities(std::span<const uint64_t> env_id
     }
     largest = std::max(largest, priorities[i]);
   }
-  GlobalControl& g = buffer_->global_control();
+  GlobalControl& g = buffer_->segment().global_control();
   PriorityUpdateResult result;
   for (std::size_t i = 0; i < env_ids.size(); ++i) {
     const uint64_t e = env_ids[i];
-    const detail::PriorityTree tree{buffer_->priority_tree(e), buffer_->priority_leaves(), buffer_->capacity()};
-    if (detail::update_priority(tree, buffer_->env_control(e), e, steps[i], detail::priority_weight(priorities[i], alpha),
+    const detail::PriorityTree tree{buffer_->segment().priority_tree(e), buffer_->priority_leaves(), buffer_->capacity()};
+    if (detail::update_priority(tree, buffer_->segment().env_control(e), e, steps[i], detail::priority_weight(priorities[i], alpha),
                                 g.priority_walk)) {
       ++result.applied;
     } else {

@@ -41,17 +41,17 @@ std::string held_back_text(const detail::RateLimitVerdict& v, const RateLimit& l
 }  // namespace
 
 RateLimitReason Sampler::rate_limit_verdict(std::size_t rows) const noexcept {
-  const layout::GlobalControl& g = buffer_->global_control();
+  const layout::GlobalControl& g = buffer_->segment().global_control();
   const auto settings = detail::load_rate_limit(g);
   if (!settings) return RateLimitReason::none;
-  const detail::InsertCounts counts = detail::count_inserts(*buffer_);
+  const detail::InsertCounts counts = detail::count_inserts(buffer_->segment());
   return detail::sample_verdict(*settings, counts.inserts, counts.stored, g.samples.load(std::memory_order_relaxed),
                                 rows)
       .reason;
 }
 
 void Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t timeout_ms) {
-  layout::GlobalControl& g = buffer_->global_control();
+  layout::GlobalControl& g = buffer_->segment().global_control();
   auto settings = detail::load_rate_limit(g);
   if (!settings) return;
   detail::InsertCounts counts;
@@ -60,7 +60,7 @@ void Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t tim
   const auto admitted = [&] {
     settings = detail::load_rate_limit(g);
     if (!settings) return true;  // the limiter was removed meanwhile
-    counts = detail::count_inserts(*buffer_);
+    counts = detail::count_inserts(buffer_->segment());
     verdict = detail::sample_verdict(*settings, counts.inserts, counts.stored,
                                      g.samples.load(std::memory_order_relaxed), rows);
     return verdict.allowed();
@@ -80,7 +80,7 @@ void Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t tim
     ok = detail::sleep_until(detail::learner_wake(g), deadline_after_ms(timeout_ms), admitted);
   }
   if (ok) return;
-  const uint64_t writers = timeout_ms == 0 ? 0 : detail::count_waiting_writers(*buffer_).count;
+  const uint64_t writers = timeout_ms == 0 ? 0 : detail::count_waiting_writers(buffer_->segment()).count;
   throw Error(Errc::rate_limited,
               timeout_ms == 0
                   ? fmt::format("cannot {} {} rows from '{}' now: the rate limiter holds the call back: {}", op, rows,

@@ -64,7 +64,7 @@ void StepSlot::commit() {
   const bool record_due = writer_->roles_ && writer_->stage_episode(env_, step_);
   writer_->set_priority(env_, step_, priority_);
   writer_->publish(local_, step_, detail::coarse_realtime_ns());
-  if (record_due) detail::emit_record(*writer_->buffer_, env_, step_ + 1);
+  if (record_due) detail::emit_record(writer_->buffer_->segment(), env_, step_ + 1);
   writer_->reserved_[local_] = 0;
   writer_->notify();
   writer_ = nullptr;
@@ -101,7 +101,7 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
   local_.assign(static_cast<std::size_t>(num_envs), 0);
   for (std::size_t i = 0; i < env_ids.size(); ++i) {
     const uint64_t e = env_ids[i];
-    detail::check_env_id(buffer, e, "lease");
+    detail::check_env_id(buffer.segment(), e, "lease");
     if (local_[e] != 0) {
       throw Error(Errc::invalid_argument,
                   fmt::format("cannot lease envs of '{}': env {} is listed twice (positions {} and {})", name, e,
@@ -109,12 +109,12 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
     }
     local_[e] = static_cast<uint32_t>(i + 1);
   }
-  global_ = &buffer.global_control();
+  global_ = &buffer.segment().global_control();
   lease_word_ = detail::self_lease_word();
   fork_generation_ = detail::fork_generation();
   envs_.reserve(env_ids.size());
   for (const uint64_t e : env_ids) {
-    const detail::LeaseResult r = detail::try_take_lease(detail::env_lease_words(buffer.env_control(e)), lease_word_);
+    const detail::LeaseResult r = detail::try_take_lease(detail::env_lease_words(buffer.segment().env_control(e)), lease_word_);
     if (r.outcome == detail::LeaseOutcome::taken || r.outcome == detail::LeaseOutcome::taken_over) {
       envs_.push_back(e);
       if (r.outcome == detail::LeaseOutcome::taken_over) ++takeovers_;
@@ -137,7 +137,7 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
   priorities_.reserve(envs_.size());
   reserved_.assign(envs_.size(), 0);
   for (const uint64_t e : envs_) {
-    control_.push_back(&buffer.env_control(e));
+    control_.push_back(&buffer.segment().env_control(e));
     // Only the lease holder moves head, so from here on the cursor follows it (advanced in publish).
     next_slot_.push_back(control_.back()->head.load(std::memory_order_relaxed) % buffer.capacity());
   }
@@ -147,21 +147,21 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
   detail::forget_dead_waiting(control_);
   admit_envs_.reserve(envs_.size());
   for (std::size_t f = 0; f < buffer.schema().size(); ++f) {
-    field_base_.push_back(buffer.field_data(f));
+    field_base_.push_back(buffer.segment().field_data(f));
     field_bytes_.push_back(buffer.schema()[f].bytes());
   }
   if (buffer.has_episodes()) {
-    roles_ = std::make_unique<detail::EpisodeRoles>(buffer);
-    for (const uint64_t e : envs_) detail::recover_env(buffer, e);
+    roles_ = std::make_unique<detail::EpisodeRoles>(buffer.segment());
+    for (const uint64_t e : envs_) detail::recover_env(buffer.segment(), e);
   }
   if (buffer.has_priorities()) {
     // A predecessor killed between its claim and its head store may have died inside the walk of the slot it was
     // writing: redo that walk (priorities.hpp). Outside a write (claimed == head) its last walk was complete.
     for (const uint64_t e : envs_) {
-      const layout::EnvControl& c = buffer.env_control(e);
+      const layout::EnvControl& c = buffer.segment().env_control(e);
       const uint64_t head = c.head.load(std::memory_order_acquire);  // pairs with publish_step's release store
       if ((c.claimed.load(std::memory_order_relaxed) & ~layout::kUpdateLockBit) != head) {
-        detail::walk({buffer.priority_tree(e), buffer.priority_leaves(), buffer.capacity()}, head % buffer.capacity());
+        detail::walk({buffer.segment().priority_tree(e), buffer.priority_leaves(), buffer.capacity()}, head % buffer.capacity());
       }
     }
   }
@@ -204,13 +204,13 @@ void Writer::release_all() noexcept {
     envs_.clear();
     return;
   }
-  for (const uint64_t e : envs_) detail::release_lease(detail::env_lease_words(buffer_->env_control(e)), lease_word_);
+  for (const uint64_t e : envs_) detail::release_lease(detail::env_lease_words(buffer_->segment().env_control(e)), lease_word_);
   envs_.clear();
 }
 
 uint64_t Writer::head(uint64_t env_id) const noexcept {
   assert(env_id < local_.size() && local_[env_id] != 0);
-  return buffer_->env_control(env_id).head.load(std::memory_order_relaxed);
+  return buffer_->segment().env_control(env_id).head.load(std::memory_order_relaxed);
 }
 
 // Refuses a Writer copied into a forked child: its leases belong to the parent, which may still be pushing.
@@ -229,7 +229,7 @@ SHMREPLAY_ALWAYS_INLINE uint32_t Writer::local_of(uint64_t env_id, const char* o
 
 // Cold: env_id is out of range, or in range and not leased by this Writer.
 void Writer::throw_not_leased(uint64_t env_id, const char* op) const {
-  detail::check_env_id(*buffer_, env_id, op);
+  detail::check_env_id(buffer_->segment(), env_id, op);
   throw Error(Errc::not_leased,
               fmt::format("cannot {} env {} of '{}': this Writer does not lease it (it leases {} env{}: {}{})", op,
                           env_id, buffer_->name(), envs_.size(), envs_.size() == 1 ? "" : "s",
@@ -256,7 +256,7 @@ bool Writer::stage_episode(uint64_t env, uint64_t step) noexcept {
   const uint64_t slot = env * buffer_->capacity() + step % buffer_->capacity();
   const detail::StepFlags flags = detail::read_step_flags(
       *roles_, [&](std::size_t f) -> const std::byte* { return field_base_[f] + slot * field_bytes_[f]; });
-  return detail::stage_step(*buffer_, env, step, flags);
+  return detail::stage_step(buffer_->segment(), env, step, flags);
 }
 
 void Writer::notify() noexcept { detail::notify_waiters(*global_); }
@@ -296,13 +296,13 @@ const float* Writer::copy_priorities(std::size_t count, std::span<const float> p
 // A negative priority means the running maximum. The priority was checked (priority_fits) by the caller.
 void Writer::set_priority(uint64_t env, uint64_t step, double priority) noexcept {
   if (!buffer_->has_priorities()) return;
-  layout::GlobalControl& g = buffer_->global_control();
+  layout::GlobalControl& g = buffer_->segment().global_control();
   if (priority < 0) {
     priority = detail::max_priority(g.max_priority);
   } else {
     detail::raise_max_priority(g.max_priority, priority);
   }
-  detail::set_new_priority({buffer_->priority_tree(env), buffer_->priority_leaves(), buffer_->capacity()}, step,
+  detail::set_new_priority({buffer_->segment().priority_tree(env), buffer_->priority_leaves(), buffer_->capacity()}, step,
                            detail::priority_weight(priority, buffer_->priority_exponent()));
 }
 
@@ -385,7 +385,7 @@ SHMREPLAY_ALWAYS_INLINE void Writer::write_step(uint32_t l, uint64_t env, std::s
   const bool record_due = roles_ && stage_episode(env, step);
   if (buffer_->has_priorities()) set_priority(env, step, priority);  // (no call per step without)
   publish(l, step, now);
-  if (record_due) detail::emit_record(*buffer_, env, step + 1);
+  if (record_due) detail::emit_record(buffer_->segment(), env, step + 1);
 }
 
 void Writer::push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields) {
@@ -469,10 +469,10 @@ std::string learner_state_text(const layout::GlobalControl& g) {
 
 void Writer::wait_for_rate_limit(const char* op) {
   if (admit_envs_.empty()) return;  // a push of no steps inserts nothing
-  layout::GlobalControl& g = buffer_->global_control();
+  layout::GlobalControl& g = buffer_->segment().global_control();
   auto settings = detail::load_rate_limit(g);
   if (!settings) return;
-  detail::RateLimitVerdict verdict = detail::try_admit(*buffer_, *settings, admit_envs_);
+  detail::RateLimitVerdict verdict = detail::try_admit(buffer_->segment(), *settings, admit_envs_);
   if (verdict.allowed()) return;
   g.writers_limited.fetch_add(1, std::memory_order_relaxed);
   const auto deadline = deadline_after_ms(options_.rate_limit_timeout_ms);
@@ -487,7 +487,7 @@ void Writer::wait_for_rate_limit(const char* op) {
         [&] {
           settings = detail::load_rate_limit(g);
           if (!settings) return true;  // the limiter was removed meanwhile
-          verdict = detail::try_admit(*buffer_, *settings, admit_envs_);
+          verdict = detail::try_admit(buffer_->segment(), *settings, admit_envs_);
           return verdict.allowed();
         });
   }

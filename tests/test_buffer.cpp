@@ -108,8 +108,8 @@ TEST_CASE("a created segment opens with the same schema, sizes and a zeroed cont
   CHECK(b.num_envs() == 4);
   CHECK(b.capacity() == 100);
   CHECK(b.total_bytes() == created.total_bytes());
-  CHECK(b.field_offsets() == created.field_offsets());
-  const SegmentHeader& h = b.header();
+  CHECK(b.segment().field_offsets() == created.segment().field_offsets());
+  const SegmentHeader& h = b.segment().header();
   CHECK(h.state.load() == kStateReady);
   CHECK(h.creator_pid == static_cast<uint64_t>(::getpid()));
   CHECK(h.creator_start_ticks > 0);
@@ -118,7 +118,7 @@ TEST_CASE("a created segment opens with the same schema, sizes and a zeroed cont
   CHECK(created_ns >= before_ns);
   CHECK(created_ns < before_ns + 60'000'000'000LL);
   for (uint64_t e = 0; e < 4; ++e) {
-    const EnvControl& c = b.env_control(e);
+    const EnvControl& c = b.segment().env_control(e);
     CHECK(c.head.load() == 0);
     CHECK(c.claimed.load() == 0);
     CHECK(c.online_start.load() == 0);
@@ -126,8 +126,8 @@ TEST_CASE("a created segment opens with the same schema, sizes and a zeroed cont
   }
   // Both mappings see the same bytes.
   Buffer& writable = const_cast<Buffer&>(created);
-  std::memset(writable.field_data(2), 0x5a, 4);
-  CHECK(std::to_integer<int>(b.field_data(2)[3]) == 0x5a);
+  std::memset(writable.segment().field_data(2), 0x5a, 4);
+  CHECK(std::to_integer<int>(b.segment().field_data(2)[3]) == 0x5a);
   // A leading '/' (shm_open style) names the same segment.
   CHECK_NOTHROW((void)Buffer::open("/" + name));
 }
@@ -137,38 +137,38 @@ TEST_CASE("a segment created in one process is opened and read in another, and o
   SegmentGuard guard(name);
   {
     Buffer b = Buffer::create(name, 2, 8, kSchema);
-    b.env_control(1).head.store(42);
-    auto* obs = reinterpret_cast<float*>(b.field_data(0));
+    b.segment().env_control(1).head.store(42);
+    auto* obs = reinterpret_cast<float*>(b.segment().field_data(0));
     obs[(1 * 8 + 3) * 4 + 2] = 3.5f;  // env 1, slot 3, element 2
   }
   const int status = run_in_child([&] {
     Buffer b = Buffer::open(name, {.expected_schema = kSchema});
-    const auto* obs = reinterpret_cast<const float*>(b.field_data(0));
-    if (b.env_control(1).head.load() != 42 || obs[(1 * 8 + 3) * 4 + 2] != 3.5f) return false;
-    b.env_control(0).head.store(7);  // a write the parent must see
+    const auto* obs = reinterpret_cast<const float*>(b.segment().field_data(0));
+    if (b.segment().env_control(1).head.load() != 42 || obs[(1 * 8 + 3) * 4 + 2] != 3.5f) return false;
+    b.segment().env_control(0).head.store(7);  // a write the parent must see
     return true;
   });
   CHECK(status == 0);
-  CHECK(Buffer::open(name).env_control(0).head.load() == 7);
+  CHECK(Buffer::open(name).segment().env_control(0).head.load() == 7);
 
   // The other way round: a child creates, fills and exits; the parent opens what it left.
   const std::string name2 = unique_name("fork2");
   SegmentGuard guard2(name2);
   CHECK(run_in_child([&] {
           Buffer b = Buffer::create(name2, 3, 5, kSchema);
-          b.env_control(2).head.store(5);
+          b.segment().env_control(2).head.store(5);
           return true;
         }) == 0);
   const Buffer b2 = Buffer::open(name2, {.expected_schema = kSchema});
-  CHECK(b2.env_control(2).head.load() == 5);
-  CHECK(b2.header().creator_pid != static_cast<uint64_t>(::getpid()));
+  CHECK(b2.segment().env_control(2).head.load() == 5);
+  CHECK(b2.segment().header().creator_pid != static_cast<uint64_t>(::getpid()));
 }
 
 TEST_CASE("creating a name that exists fails and leaves the existing segment untouched unless replacing") {
   const std::string name = unique_name("exists");
   SegmentGuard guard(name);
   Buffer first = Buffer::create(name, 2, 8, kSchema);
-  first.env_control(0).head.store(11);
+  first.segment().env_control(0).head.store(11);
   std::string message;
   CHECK(error_of([&] { (void)Buffer::create(name, 5, 5, Schema::parse("x:u8")); }, &message) ==
         code(Errc::already_exists));
@@ -177,7 +177,7 @@ TEST_CASE("creating a name that exists fails and leaves the existing segment unt
   {
     const Buffer still = Buffer::open(name);
     CHECK(still.schema() == kSchema);
-    CHECK(still.env_control(0).head.load() == 11);
+    CHECK(still.segment().env_control(0).head.load() == 11);
   }
   // A file that is not a segment also blocks the name.
   const std::string foreign = unique_name("foreign");
@@ -190,7 +190,7 @@ TEST_CASE("creating a name that exists fails and leaves the existing segment unt
   const Schema other = Schema::parse("x:u8[3]");
   const Buffer replaced = Buffer::create(name, 5, 5, other, {.replace = true});
   CHECK(Buffer::open(name).schema() == other);
-  CHECK(first.env_control(0).head.load() == 11);
+  CHECK(first.segment().env_control(0).head.load() == 11);
   CHECK(first.schema() == kSchema);
 }
 
@@ -203,7 +203,7 @@ TEST_CASE("an unnamed segment is usable but invisible until published, vanishes 
     CHECK_FALSE(hidden.published());
     CHECK(hidden.name() == name);
     CHECK(hidden.path() == guard.path());
-    hidden.env_control(1).head.store(5);
+    hidden.segment().env_control(1).head.store(5);
     CHECK_FALSE(Buffer::exists(name));
     CHECK(test::entries_containing(shm_directory(), name).empty());  // not even a hidden temporary name
     CHECK(error_of([&] { (void)Buffer::open(name); }) == code(Errc::not_found));
@@ -212,10 +212,10 @@ TEST_CASE("an unnamed segment is usable but invisible until published, vanishes 
 
   // Published: the name appears with everything written before, and a second publish is refused.
   Buffer made = Buffer::create_unnamed(name, 2, 8, kSchema);
-  made.env_control(1).head.store(7);
+  made.segment().env_control(1).head.store(7);
   made.publish();
   CHECK(made.published());
-  CHECK(Buffer::open(name).env_control(1).head.load() == 7);
+  CHECK(Buffer::open(name).segment().env_control(1).head.load() == 7);
   std::string m;
   CHECK(error_of([&] { made.publish(); }, &m) == code(Errc::invalid_argument));
   CHECK(contains(m, "already has its name"));
@@ -226,12 +226,12 @@ TEST_CASE("an unnamed segment is usable but invisible until published, vanishes 
   Buffer late = Buffer::create_unnamed(raced, 1, 4, kSchema);
   {
     Buffer first = Buffer::create(raced, 3, 3, Schema::parse("x:u8"));
-    first.env_control(2).head.store(9);
+    first.segment().env_control(2).head.store(9);
   }
   CHECK(error_of([&] { late.publish(); }, &m) == code(Errc::already_exists));
   CHECK(contains(m, raced));
   CHECK_FALSE(late.published());
-  CHECK(Buffer::open(raced).env_control(2).head.load() == 9);
+  CHECK(Buffer::open(raced).segment().env_control(2).head.load() == 9);
   Buffer replacing = Buffer::create_unnamed(raced, 1, 4, kSchema, {.replace = true});
   replacing.publish();
   CHECK(Buffer::open(raced).schema() == kSchema);
@@ -634,10 +634,10 @@ TEST_CASE("random corruption of a real segment's header and field table gives an
       // Whatever opened must be usable to its last byte: touch every field's storage and every env.
       for (std::size_t i = 0; i < b.schema().size(); ++i) {
         const uint64_t n = b.num_envs() * b.capacity() * b.schema()[i].bytes();
-        volatile std::byte sink = b.field_data(i)[n - 1];
+        volatile std::byte sink = b.segment().field_data(i)[n - 1];
         (void)sink;
       }
-      (void)b.env_control(b.num_envs() - 1).head.load();
+      (void)b.segment().env_control(b.num_envs() - 1).head.load();
       ++opened;
     } catch (const Error&) {
       ++refused;
@@ -672,8 +672,8 @@ TEST_CASE("remove deletes the name; attached processes keep working and new open
     // Attached before the removal; keeps writing after it.
     Buffer mine = Buffer::open(name);
     ::raise(SIGSTOP);
-    mine.env_control(1).head.store(99);
-    std::memset(mine.field_data(0), 0x11, 16);
+    mine.segment().env_control(1).head.store(99);
+    std::memset(mine.segment().field_data(0), 0x11, 16);
     ::_exit(0);
   }
   int status = 0;
@@ -685,8 +685,8 @@ TEST_CASE("remove deletes the name; attached processes keep working and new open
   REQUIRE(::waitpid(child, &status, 0) == child);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
-  CHECK(b.env_control(1).head.load() == 99);
-  CHECK(std::to_integer<int>(b.field_data(0)[15]) == 0x11);
+  CHECK(b.segment().env_control(1).head.load() == 99);
+  CHECK(std::to_integer<int>(b.segment().field_data(0)[15]) == 0x11);
   std::string m;
   CHECK(error_of([&] { (void)Buffer::open(name); }, &m) == code(Errc::not_found));
   CHECK(error_of([&] { Buffer::remove(name); }, &m) == code(Errc::not_found));
@@ -741,7 +741,7 @@ TEST_CASE("a full /dev/shm fails at create with the bytes needed and free, leave
     }
     if (Buffer::exists("second")) return fail("the failed second segment left a file");
     for (std::size_t f = 0; f < atari.size(); ++f) {
-      std::memset(first.field_data(f), 0xab, 4 * 380 * atari[f].bytes());  // would SIGBUS without fallocate
+      std::memset(first.segment().field_data(f), 0xab, 4 * 380 * atari[f].bytes());  // would SIGBUS without fallocate
     }
     DIR* d = ::opendir(shm_directory().c_str());
     int files = 0;
@@ -781,7 +781,7 @@ TEST_CASE("populate always, never and automatic give the same segment; always fa
   SegmentGuard never_guard(never_name);
   const Buffer never = Buffer::create(never_name, envs, capacity, schema, {.populate = Populate::never});
   // Only the header and control pages that create() writes are resident; the rings are not.
-  const int64_t never_rss = mapping_rss_bytes(&never.header());
+  const int64_t never_rss = mapping_rss_bytes(&never.segment().header());
   REQUIRE(never_rss >= 0);
   CHECK(static_cast<uint64_t>(never_rss) < never.total_bytes() / 2);
 
@@ -793,7 +793,7 @@ TEST_CASE("populate always, never and automatic give the same segment; always fa
       {.populate = Populate::always, .populate_progress = [&](uint64_t done, uint64_t total) {
          calls.emplace_back(done, total);
        }});
-  const int64_t always_rss = mapping_rss_bytes(&always.header());
+  const int64_t always_rss = mapping_rss_bytes(&always.segment().header());
   CHECK(static_cast<uint64_t>(always_rss) >= always.total_bytes());
   REQUIRE(!calls.empty());
   CHECK(calls.back().first == always.total_bytes());
@@ -810,18 +810,18 @@ TEST_CASE("populate always, never and automatic give the same segment; always fa
   // Same layout and, past the header (which holds the creation time and pid), the same bytes.
   for (const Buffer* b : {&always, &automatic}) {
     CHECK(b->total_bytes() == never.total_bytes());
-    CHECK(b->field_offsets() == never.field_offsets());
-    const auto* x = reinterpret_cast<const std::byte*>(&b->header());
-    const auto* y = reinterpret_cast<const std::byte*>(&never.header());
+    CHECK(b->segment().field_offsets() == never.segment().field_offsets());
+    const auto* x = reinterpret_cast<const std::byte*>(&b->segment().header());
+    const auto* y = reinterpret_cast<const std::byte*>(&never.segment().header());
     CHECK(std::memcmp(x + sizeof(SegmentHeader), y + sizeof(SegmentHeader),
                       never.total_bytes() - sizeof(SegmentHeader)) == 0);
     const Buffer reopened = Buffer::open(b->name(), {.expected_schema = schema});
     CHECK(reopened.total_bytes() == never.total_bytes());
   }
   // A populated segment works: a write through it is seen by another mapping.
-  std::memset(const_cast<Buffer&>(always).field_data(0), 0x7f, 16);
+  std::memset(const_cast<Buffer&>(always).segment().field_data(0), 0x7f, 16);
   const Buffer reader = Buffer::open(always_name, {.read_only = true});
-  CHECK(std::to_integer<int>(reader.field_data(0)[15]) == 0x7f);
+  CHECK(std::to_integer<int>(reader.segment().field_data(0)[15]) == 0x7f);
 }
 
 TEST_CASE("the populate progress callback is not called when nothing is populated, and its exception aborts create "

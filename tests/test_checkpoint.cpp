@@ -84,7 +84,7 @@ struct EnvCounters {
 };
 
 EnvCounters counters(const Buffer& b, uint64_t env) {
-  const layout::EnvControl& c = b.env_control(env);
+  const layout::EnvControl& c = b.segment().env_control(env);
   return {c.head.load(), c.claimed.load(), c.online_start.load()};
 }
 
@@ -180,7 +180,7 @@ TEST_CASE("read_steps while writers push returns only whole, consecutive steps o
     test::PayloadPusher pusher;
     while (!stop.load(std::memory_order_relaxed)) pusher.push(w, {0, 1});
   });
-  while (b.env_control(1).head.load() < 16) std::this_thread::yield();
+  while (b.segment().env_control(1).head.load() < 16) std::this_thread::yield();
   const Inspector insp(guard.name());
   uint64_t steps_seen = 0;
   std::string violation;
@@ -312,9 +312,9 @@ TEST_CASE("load into an existing segment with the same schema replaces its envs 
     CHECK(counters(dst, e) == counters(src, e));
     CHECK(check_env_payloads(dst, e) == "");
   }
-  CHECK(dst.global_control().rows_sampled.load() == 8);
-  CHECK(dst.env_control(0).lease.load() == 0);  // the leases taken for the load are released
-  CHECK(dst.global_control().learner_lease.load() == 0);
+  CHECK(dst.segment().global_control().rows_sampled.load() == 8);
+  CHECK(dst.segment().env_control(0).lease.load() == 0);  // the leases taken for the load are released
+  CHECK(dst.segment().global_control().learner_lease.load() == 0);
 
   // load_checkpoint_into does the same on an open Buffer.
   const CheckpointInfo info = load_checkpoint_into(dst, file.path());
@@ -392,8 +392,8 @@ TEST_CASE("load refuses a segment whose writer or learner is alive in another pr
     CHECK(test::error_of([&] { load_checkpoint(file.path(), source.name()); }, &message) ==
           static_cast<int>(Errc::lease_held));
     CHECK(message.find(fmt::format("pid {}", child)) != std::string::npos);
-    CHECK(b.env_control(0).lease.load() == 0);  // nothing half-taken is left behind
-    CHECK((b.global_control().learner_lease.load() == 0) == !learner);
+    CHECK(b.segment().env_control(0).lease.load() == 0);  // nothing half-taken is left behind
+    CHECK((b.segment().global_control().learner_lease.load() == 0) == !learner);
     ::close(release[1]);
     ::close(ready[0]);
     ::waitpid(child, nullptr, 0);
@@ -536,7 +536,7 @@ TEST_CASE("saves taken while writer threads push hold, per env, a full window of
   }
   const auto lapped = [&] {
     for (uint64_t e = 0; e < 4; ++e) {
-      if (b.env_control(e).head.load() < 200) return false;
+      if (b.segment().env_control(e).head.load() < 200) return false;
     }
     return true;
   };
@@ -549,13 +549,13 @@ TEST_CASE("saves taken while writer threads push hold, per env, a full window of
     const CheckpointInfo saved = save_checkpoint(reader, file.path());
     for (const CheckpointEnv& e : saved.envs) {
       CHECK(e.steps == (e.claimed == e.head ? 64u : 63u));  // every env is past its first lap
-      CHECK(e.head <= b.env_control(e.env).head.load());
+      CHECK(e.head <= b.segment().env_control(e.env).head.load());
     }
     load_checkpoint(file.path(), copy.name());
     const Buffer loaded = Buffer::open(copy.name(), {.read_only = true});
     for (uint64_t e = 0; e < 4; ++e) {
       CHECK(check_env_payloads(loaded, e) == "");
-      CHECK(loaded.env_control(e).head.load() == saved.envs[e].head);
+      CHECK(loaded.segment().env_control(e).head.load() == saved.envs[e].head);
     }
   }
   stop = true;
@@ -607,10 +607,10 @@ TEST_CASE("a buffer with episode fields keeps them through save and load, and it
     CHECK(counters(dst, e) == counters(src, e));
     // Every stored step's meta word (its episode's first step, whether it ends one) is the source's: env 0's
     // window [12, 20) starts an episode and env 1's holds all of its one, so nothing starts before a window.
-    const uint64_t head = dst.env_control(e).head.load();
+    const uint64_t head = dst.segment().env_control(e).head.load();
     for (uint64_t step = head > 8 ? head - 8 : 0; step < head; ++step) {
       CAPTURE(step);
-      CHECK(dst.step_meta(e)[step % 8].load() == src.step_meta(e)[step % 8].load());
+      CHECK(dst.segment().step_meta(e)[step % 8].load() == src.segment().step_meta(e)[step % 8].load());
     }
   }
   const SegmentInfo a = Inspector(Buffer::open(source.name(), {.read_only = true})).snapshot();

@@ -660,7 +660,7 @@ TEST_CASE("info reports an env's lease holder as alive, idle when it stopped pus
   Buffer b = Buffer::open(name);
   const uint64_t me = static_cast<uint64_t>(::getpid());
   const uint64_t ticks = own_start_ticks();
-  layout::EnvControl& env0 = b.env_control(0);
+  layout::EnvControl& env0 = b.segment().env_control(0);
   const auto now_ns = [] {
     return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                      std::chrono::system_clock::now().time_since_epoch())
@@ -788,7 +788,7 @@ class WriterProcess {
   }
   /// Waits until env `env` of `b` has published at least `steps` steps.
   void wait_for_env(const Buffer& b, uint64_t env, uint64_t steps) const {
-    while (b.env_control(env).head.load() < steps) {
+    while (b.segment().env_control(env).head.load() < steps) {
       REQUIRE(::waitpid(pid_, nullptr, WNOHANG) == 0);
       ::usleep(1000);
     }
@@ -884,7 +884,7 @@ TEST_CASE("save while a writer process keeps pushing, then load: every restored 
     // A full window: claimed = head holds the last 128 steps; claimed = head + 1 (a write in progress), 127.
     CHECK(e["steps"].get<uint64_t>() == (e["claimed"] == e["head"] ? 128u : 127u));
     CHECK(e["first_step"].get<uint64_t>() + e["steps"].get<uint64_t>() == e["head"].get<uint64_t>());
-    CHECK(e["head"].get<uint64_t>() <= source.env_control(e["env"].get<uint64_t>()).head.load());
+    CHECK(e["head"].get<uint64_t>() <= source.segment().env_control(e["env"].get<uint64_t>()).head.load());
     total += e["steps"].get<uint64_t>();
   }
   CHECK(s["total_steps"] == total);
@@ -903,8 +903,8 @@ TEST_CASE("save while a writer process keeps pushing, then load: every restored 
   for (uint64_t e = 0; e < 4; ++e) {
     CAPTURE(e);
     const json& saved_env = s["envs"][e];
-    CHECK(restored.env_control(e).head.load() == saved_env["head"].get<uint64_t>());
-    CHECK(restored.env_control(e).claimed.load() == saved_env["claimed"].get<uint64_t>());
+    CHECK(restored.segment().env_control(e).head.load() == saved_env["head"].get<uint64_t>());
+    CHECK(restored.segment().env_control(e).claimed.load() == saved_env["claimed"].get<uint64_t>());
     CHECK(check_env_payloads(restored, e) == "");
   }
 
@@ -1037,7 +1037,7 @@ TEST_CASE("load refuses a segment with a live writer, and rm refuses it unless -
   }
   // A dead writer does not hold the segment: load and rm proceed (the load takes the dead lease over).
   CHECK(run_cli({"load", file.path, name}).exit_code == 0);
-  CHECK(b.env_control(1).head.load() == 5);  // the checkpoint's head, taken over from the dead writer
+  CHECK(b.segment().env_control(1).head.load() == 5);  // the checkpoint's head, taken over from the dead writer
   const CliResult rm = run_cli({"rm", name});
   CHECK(rm.exit_code == 0);
   CHECK_FALSE(Buffer::exists(name));
@@ -1451,10 +1451,10 @@ TEST_CASE("load into a new name killed or interrupted at any moment leaves no se
   const auto check_complete = [&] {  // the kill came after the load finished: the segment must be whole
     const Buffer b = Buffer::open(target, {.read_only = true});
     for (uint64_t e = 0; e < 8; ++e) {
-      CHECK(b.env_control(e).head.load() == 1024);
-      CHECK(b.env_control(e).lease.load() == 0);
+      CHECK(b.segment().env_control(e).head.load() == 1024);
+      CHECK(b.segment().env_control(e).lease.load() == 0);
     }
-    CHECK(b.global_control().learner_lease.load() == 0);
+    CHECK(b.segment().global_control().learner_lease.load() == 0);
     Buffer::remove(target);
   };
   for (int after_lines = 1; after_lines <= 24; ++after_lines) {
@@ -1606,8 +1606,8 @@ TEST_CASE("dump of an env whose counters are damaged fails with one error line n
   }
   {
     Buffer b = Buffer::open(name);  // a stray write: head far beyond claimed, which no writer leaves
-    b.env_control(1).head.store(uint64_t{1} << 62);
-    b.env_control(1).claimed.store(5);
+    b.segment().env_control(1).head.store(uint64_t{1} << 62);
+    b.segment().env_control(1).claimed.store(5);
   }
   for (const std::vector<std::string>& args : {std::vector<std::string>{"dump", name},
                                                std::vector<std::string>{"dump", name, "--json", "--env", "1"},

@@ -403,7 +403,7 @@ TEST_CASE("open refuses a field table whose episode roles are corrupt") {
   const std::string name = unique_name("ep-corrupt");
   SegmentGuard guard(name);
   auto table_of = [](Buffer& b) {
-    auto& h = const_cast<layout::SegmentHeader&>(b.header());
+    auto& h = const_cast<layout::SegmentHeader&>(b.segment().header());
     return reinterpret_cast<layout::FieldDesc*>(reinterpret_cast<std::byte*>(&h) +
                                                 h.sections[layout::kSectionFields].offset);
   };
@@ -927,16 +927,16 @@ TEST_CASE("a writer that dies between the steps of a publish leaves boundaries a
   Buffer& buf = rig.buf;
   auto stage_without_head = [&](bool done) {
     // Claim step head, write its bytes with `done`, stage its meta and journal, and "die" before the head store.
-    layout::EnvControl& c = buf.env_control(0);
+    layout::EnvControl& c = buf.segment().env_control(0);
     const uint64_t step = c.head.load();
     c.claimed.store(step + 1);
     const Step s = make_step(0, step, done, false, false);
     const auto f = fields_of(s);
     for (std::size_t k = 0; k < f.size(); ++k) {
-      std::memcpy(buf.field_data(k) + (step % 4) * kSchema[k].bytes(), f[k].data, f[k].bytes);
+      std::memcpy(buf.segment().field_data(k) + (step % 4) * kSchema[k].bytes(), f[k].data, f[k].bytes);
     }
-    detail::EpisodeRoles roles(buf);
-    return detail::stage_step(buf, 0, step, detail::read_step_flags(roles, [&](std::size_t k) {
+    detail::EpisodeRoles roles(buf.segment());
+    return detail::stage_step(buf.segment(), 0, step, detail::read_step_flags(roles, [&](std::size_t k) {
       return static_cast<const std::byte*>(f[k].data);
     }));
   };
@@ -965,7 +965,7 @@ TEST_CASE("a writer that dies between the steps of a publish leaves boundaries a
     Writer gone = std::move(w2);
   }
   CHECK(stage_without_head(true));
-  buf.env_control(0).head.store(buf.env_control(0).head.load() + 1);  // published; the record push never ran
+  buf.segment().env_control(0).head.store(buf.segment().env_control(0).head.load() + 1);  // published; the record push never ran
   m.steps[0].push_back(make_step(0, 6, true, false, false));
   CHECK(rig.s.pop_episodes(rec) == 0);
   {
@@ -996,10 +996,10 @@ TEST_CASE("after a tool rewrites an env wholesale, rebuild_env restores boundari
   EpisodeRecord rec[32];
   const std::size_t before = rig.s.pop_episodes(rec);
   CHECK(before == rig.m.records(0).size());
-  layout::EpisodeControl& c = rig.buf.episode_control(0);
+  layout::EpisodeControl& c = rig.buf.segment().episode_control(0);
   for (auto& j : c.journal) j.for_head.store(12345);  // stale: no slot is for the head
-  for (uint64_t s = 0; s < 8; ++s) rig.buf.step_meta(0)[s].store(0);
-  detail::rebuild_env(rig.buf, 0);
+  for (uint64_t s = 0; s < 8; ++s) rig.buf.segment().step_meta(0)[s].store(0);
+  detail::rebuild_env(rig.buf.segment(), 0);
   Rng rng(3);
   SampleBatch out;
   for (const Episodes mode : {Episodes::stop, Episodes::within}) {
@@ -1034,7 +1034,7 @@ CreateOptions kill_options() {
     Rng rng(seed);
     for (;;) {
       const uint64_t env = envs[rng() % envs.size()];
-      const uint64_t step = buf.env_control(env).head.load(std::memory_order_relaxed);
+      const uint64_t step = buf.segment().env_control(env).head.load(std::memory_order_relaxed);
       const uint64_t hdr[2] = {env, step};
       const uint8_t term = rng() % 9 == 0 ? 1 : 0;
       const uint8_t trunc = rng() % 13 == 0 ? 1 : 0;
@@ -1101,15 +1101,15 @@ std::string check_episode_row(const SampleBatch& b, std::size_t row, Episodes mo
 std::string check_meta_against_data(const Buffer& buf) {
   const uint64_t cap = buf.capacity();
   for (uint64_t e = 0; e < buf.num_envs(); ++e) {
-    const uint64_t head = buf.env_control(e).head.load();
-    const uint64_t claimed = buf.env_control(e).claimed.load() & ~layout::kUpdateLockBit;
+    const uint64_t head = buf.segment().env_control(e).head.load();
+    const uint64_t claimed = buf.segment().env_control(e).claimed.load() & ~layout::kUpdateLockBit;
     const uint64_t lo = std::min(claimed > cap ? claimed - cap : 0, head);
     std::optional<uint64_t> start;  // known once an end was seen in the window
     for (uint64_t s = lo; s < head; ++s) {
-      const std::byte* rec_term = buf.field_data(1) + (e * cap + s % cap);
-      const std::byte* rec_trunc = buf.field_data(2) + (e * cap + s % cap);
+      const std::byte* rec_term = buf.segment().field_data(1) + (e * cap + s % cap);
+      const std::byte* rec_trunc = buf.segment().field_data(2) + (e * cap + s % cap);
       const bool end = *rec_term != std::byte{0} || *rec_trunc != std::byte{0};
-      const uint64_t meta = buf.step_meta(e)[s % cap].load();
+      const uint64_t meta = buf.segment().step_meta(e)[s % cap].load();
       const uint64_t meta_start = meta & layout::kMetaStartMask;
       if (((meta & layout::kMetaEndsEpisode) != 0) != end) return fmt::format("env {} step {}: end bit wrong", e, s);
       if (start ? meta_start != *start : meta_start > lo) {

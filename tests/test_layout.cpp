@@ -190,7 +190,7 @@ TEST_CASE("a created segment places its sections as the layout says") {
   test::SegmentGuard guard(name);
   const Schema schema = Schema::parse("obs:f32[3] done:bool action:i64[2]");
   const Buffer b = Buffer::create(name, 5, 7, schema);
-  const SegmentHeader& h = b.header();
+  const SegmentHeader& h = b.segment().header();
   CHECK(h.magic == kMagic);
   CHECK(h.layout_major == kLayoutMajor);
   CHECK(h.layout_minor == kLayoutMinor);
@@ -207,7 +207,7 @@ TEST_CASE("a created segment places its sections as the layout says") {
   CHECK(h.sections[kSectionGlobal].bytes == 576);
   CHECK(h.sections[kSectionData].offset == 4096);
   // Each field's storage is [5 envs][7 steps][bytes], 64-byte aligned, in schema order.
-  const auto& offs = b.field_offsets();
+  const auto& offs = b.segment().field_offsets();
   REQUIRE(offs.size() == 3);
   CHECK(offs[0] == 4096);
   CHECK(offs[1] == 4096 + 448);           // 5*7*12 = 420, rounded up to 448
@@ -233,7 +233,7 @@ TEST_CASE("a segment with episode fields places the episode sections after the d
   test::SegmentGuard guard(name);
   const Schema schema = Schema::parse("obs:f32[3] done:bool action:i64[2] reward:f32");
   const Buffer b = Buffer::create(name, 5, 7, schema, {.episodes = {.done = "done", .reward = "reward"}});
-  const SegmentHeader& h = b.header();
+  const SegmentHeader& h = b.segment().header();
   CHECK(h.num_sections == 8);
   CHECK(h.episode_queue_capacity == 128);
   // Data: 448 + 64 + 576 (5*7*16 = 560 rounded) + 5*7*4 = 140 -> [4096, 5324); the episode sections follow, each
@@ -258,30 +258,30 @@ TEST_CASE("a segment with episode fields places the episode sections after the d
   CHECK(b.episode_fields().reward == std::optional<std::size_t>(3));
   CHECK_FALSE(b.episode_fields().terminated);
   // A fresh env: journal slot 0 is the state for head 0, slot 1 holds nothing.
-  CHECK(b.episode_control(0).journal[0].for_head.load() == 0);
-  CHECK(b.episode_control(0).journal[1].for_head.load() == kJournalWriting);
+  CHECK(b.segment().episode_control(0).journal[0].for_head.load() == 0);
+  CHECK(b.segment().episode_control(0).journal[1].for_head.load() == kJournalWriting);
 }
 
 TEST_CASE("a segment with priorities places one sum tree per env after the episode queues and records alpha") {
   const std::string name = test::unique_name("layout-prio");
   test::SegmentGuard guard(name);
   const Buffer b = Buffer::create(name, 3, 5, Schema::parse("x:u8"), {.priority_exponent = 0.5});
-  const SegmentHeader& h = b.header();
+  const SegmentHeader& h = b.segment().header();
   CHECK(std::bit_cast<double>(h.priority_exponent_bits) == 0.5);
   CHECK(h.sections[kSectionPriorities].bytes == 3 * 2 * 8 * 8);  // leaves = bit_ceil(5) = 8, 2 x 8 words per env
   CHECK(h.sections[kSectionPriorities].offset % kCacheLineBytes == 0);
   CHECK(h.sections[kSectionPriorities].offset >= h.sections[kSectionData].offset + h.sections[kSectionData].bytes);
   CHECK(b.priority_leaves() == 8);
-  CHECK(std::bit_cast<double>(b.global_control().max_priority.load()) == 1.0);
+  CHECK(std::bit_cast<double>(b.segment().global_control().max_priority.load()) == 1.0);
   const std::string zero = test::unique_name("layout-prio0");
   test::SegmentGuard zero_guard(zero);
   const Buffer z = Buffer::create(zero, 1, 4, Schema::parse("x:u8"), {.priority_exponent = 0.0});
-  CHECK(z.header().priority_exponent_bits != 0);  // -0.0: alpha 0 is still "with priorities"
+  CHECK(z.segment().header().priority_exponent_bits != 0);  // -0.0: alpha 0 is still "with priorities"
   CHECK(z.has_priorities());
   CHECK(Buffer::open(zero).priority_exponent() == 0.0);
   const std::string none = test::unique_name("layout-noprio");
   test::SegmentGuard none_guard(none);
   const Buffer n = Buffer::create(none, 1, 4, Schema::parse("x:u8"));
-  CHECK(n.header().priority_exponent_bits == 0);
-  CHECK(n.header().sections[kSectionPriorities].bytes == 0);
+  CHECK(n.segment().header().priority_exponent_bits == 0);
+  CHECK(n.segment().header().sections[kSectionPriorities].bytes == 0);
 }

@@ -61,7 +61,7 @@ const Schema kSchema = Schema::parse("env:u64 step:u64");
 
 // Pushes one step of env `e` with priority p (its fields are its own env and step).
 void push(Writer& w, Buffer& b, uint64_t e, float p) {
-  const uint64_t step = b.env_control(e).head.load();
+  const uint64_t step = b.segment().env_control(e).head.load();
   const uint64_t ids[1] = {e};
   const float prio[1] = {p};
   const FieldBytes fields[2] = {field_bytes(std::span<const uint64_t>(&e, 1)),
@@ -231,7 +231,7 @@ TEST_CASE("prioritized samples draw starts by priority^alpha (chi-square, and a 
   std::map<std::pair<uint64_t, uint64_t>, double> priority;  // the model: (env, step) -> priority
   const auto push_random = [&](uint64_t e) {
     const float p = static_cast<float>(gen() % 9) * 0.5f;
-    priority[{e, buf.env_control(e).head.load()}] = p;
+    priority[{e, buf.segment().env_control(e).head.load()}] = p;
     push(w, buf, e, p);
   };
   for (int i = 0; i < 13; ++i) push_random(0);  // env 0 wraps
@@ -356,9 +356,9 @@ TEST_CASE("a priority update for a step that was overwritten since it was sample
   const PriorityUpdateResult r = learner.update_priorities(envs, steps, prios);
   CHECK(r.applied == 1);
   CHECK(r.dropped == 1);
-  CHECK(buf.global_control().priority_updates.load() == 1);
-  CHECK(buf.global_control().priority_updates_dropped.load() == 1);
-  const detail::PriorityTree tree{buf.priority_tree(0), buf.priority_leaves(), buf.capacity()};
+  CHECK(buf.segment().global_control().priority_updates.load() == 1);
+  CHECK(buf.segment().global_control().priority_updates_dropped.load() == 1);
+  const detail::PriorityTree tree{buf.segment().priority_tree(0), buf.priority_leaves(), buf.capacity()};
   CHECK(detail::slot_weight(tree, 4) == 2.0);  // step 4 kept its own priority
   CHECK(detail::slot_weight(tree, 1) == 3.0);
   CHECK(detail::range_weight(tree, 1, 5) == 2.0 + 3.0 + 1.0 + 1.0);
@@ -372,7 +372,7 @@ TEST_CASE("steps pushed without a priority enter at the running maximum") {
   SegmentGuard guard(unique_name("priomax"));
   Buffer buf = Buffer::create(guard.name(), 1, 8, kSchema, {.priority_exponent = 0.5});
   Writer w(buf, std::vector<uint64_t>{0});
-  const detail::PriorityTree tree{buf.priority_tree(0), buf.priority_leaves(), buf.capacity()};
+  const detail::PriorityTree tree{buf.segment().priority_tree(0), buf.priority_leaves(), buf.capacity()};
   const uint64_t zero = 0;
   w.push_one(0, {field_bytes(std::span<const uint64_t>(&zero, 1)), field_bytes(std::span<const uint64_t>(&zero, 1))});
   CHECK(detail::slot_weight(tree, 0) == 1.0);  // max starts at 1
@@ -418,7 +418,7 @@ TEST_CASE("priorities refuse what they cannot do, with clear errors") {
   Writer w(buf, std::vector<uint64_t>{0, 1});
   CHECK(error_of([&] { push(w, buf, 0, -1.0f); }, &m) == static_cast<int>(Errc::invalid_argument));
   CHECK(m.find("priority -1 (position 0) is not a finite number >= 0") != std::string::npos);
-  CHECK(buf.env_control(0).head.load() == 0);  // nothing was pushed
+  CHECK(buf.segment().env_control(0).head.load() == 0);  // nothing was pushed
   push(w, buf, 0, 1.0f);
   Sampler s(buf);
   Rng rng(1);
@@ -448,7 +448,7 @@ TEST_CASE("priorities refuse what they cannot do, with clear errors") {
   CHECK(m.find("never published") != std::string::npos);
   CHECK(error_of([&] { s.update_priorities(envs, steps, std::span<const float>(prios.data(), 1)); }, &m) ==
         static_cast<int>(Errc::size_mismatch));
-  CHECK(buf.global_control().priority_updates.load() == 0);  // nothing was set
+  CHECK(buf.segment().global_control().priority_updates.load() == 0);  // nothing was set
 }
 
 TEST_CASE("a priority whose weight priority^alpha is past the largest f32 is refused, as given, at push, "
@@ -463,7 +463,7 @@ TEST_CASE("a priority whose weight priority^alpha is past the largest f32 is ref
   CHECK(error_of([&] { push(w, buf, 0, 1e27f); }, &m) == static_cast<int>(Errc::invalid_argument));
   CHECK(m.find("priority 1e+27 (position 0)") != std::string::npos);
   CHECK(m.find("priority^alpha") != std::string::npos);
-  CHECK(buf.env_control(0).head.load() == 1);  // nothing was pushed
+  CHECK(buf.segment().env_control(0).head.load() == 1);  // nothing was pushed
   push(w, buf, 0, 4e25f);                      // 4e25^1.5 = 2.5e38: fits
   {
     StepSlot slot = w.reserve(0);
@@ -482,8 +482,8 @@ TEST_CASE("a priority whose weight priority^alpha is past the largest f32 is ref
   const std::vector<float> prios = {1.0f, 1e27f};
   CHECK(error_of([&] { s.update_priorities(envs, steps, prios); }, &m) == static_cast<int>(Errc::invalid_argument));
   CHECK(m.find("priority 1e+27 (position 1, env 0 step 2)") != std::string::npos);
-  CHECK(buf.global_control().priority_updates.load() == 0);  // nothing was set
-  CHECK(detail::max_priority(buf.global_control().max_priority) == doctest::Approx(4e25));
+  CHECK(buf.segment().global_control().priority_updates.load() == 0);  // nothing was set
+  CHECK(detail::max_priority(buf.segment().global_control().max_priority) == doctest::Approx(4e25));
   Rng rng(1);
   SampleBatch b;
   s.sample(View::replay, 64, 1, 0.0, rng, b, {.prioritized = true});
@@ -552,7 +552,7 @@ TEST_CASE("a sum tree holding a weight that is not finite is reported as corrupt
     Writer w(buf, std::vector<uint64_t>{0, 1});
     for (int i = 0; i < 3; ++i) push(w, buf, 0, 1.0f);
     push(w, buf, 1, 1.0f);
-    const detail::PriorityTree tree{buf.priority_tree(0), buf.priority_leaves(), buf.capacity()};
+    const detail::PriorityTree tree{buf.segment().priority_tree(0), buf.priority_leaves(), buf.capacity()};
     tree.words[tree.leaves + 1].store(detail::make_leaf(1, bad));
     detail::rebuild(tree);
     Sampler s(buf, {.max_retry_rounds = 100});
@@ -599,7 +599,7 @@ TEST_CASE("a walk left half done by a killed writer or learner is redone by whoe
     Writer w(buf, std::vector<uint64_t>{0, 1});
     for (int i = 0; i < 20; ++i) push(w, buf, static_cast<uint64_t>(i % 2), static_cast<float>(i % 5));
   }
-  const detail::PriorityTree tree{buf.priority_tree(0), buf.priority_leaves(), buf.capacity()};
+  const detail::PriorityTree tree{buf.segment().priority_tree(0), buf.priority_leaves(), buf.capacity()};
   const auto scribble_path = [&](uint64_t slot) {  // what a walk killed before its first store leaves: stale sums
     for (uint64_t n = (tree.leaves + slot) / 2; n >= 1; n /= 2) tree.words[n].store(std::bit_cast<uint64_t>(1e9));
   };
@@ -611,8 +611,8 @@ TEST_CASE("a walk left half done by a killed writer or learner is redone by whoe
     StepSlot slot = w.reserve(0);
     for (;;) ::pause();
   });
-  const uint64_t head = buf.env_control(0).head.load();
-  while ((buf.env_control(0).claimed.load() & ~layout::kUpdateLockBit) != head + 1) std::this_thread::yield();
+  const uint64_t head = buf.segment().env_control(0).head.load();
+  while ((buf.segment().env_control(0).claimed.load() & ~layout::kUpdateLockBit) != head + 1) std::this_thread::yield();
   scribble_path(head % cap);
   REQUIRE(kill_and_reap(child));
   CHECK(check_sums(tree) != "");
@@ -627,15 +627,15 @@ TEST_CASE("a walk left half done by a killed writer or learner is redone by whoe
     Sampler s(b);
     for (;;) ::pause();
   });
-  while (buf.global_control().learner_lease.load() == 0) std::this_thread::yield();
+  while (buf.segment().global_control().learner_lease.load() == 0) std::this_thread::yield();
   scribble_path(3);
-  buf.global_control().priority_walk.store((1ull << 40) | 3);  // env 0, slot 3
+  buf.segment().global_control().priority_walk.store((1ull << 40) | 3);  // env 0, slot 3
   REQUIRE(kill_and_reap(doomed));
   CHECK(check_sums(tree) != "");
   {
     Sampler next(buf);
     CHECK(check_sums(tree) == "");
-    CHECK(buf.global_control().priority_walk.load() == 0);
+    CHECK(buf.segment().global_control().priority_walk.load() == 0);
   }
   // A damaged word (an env past the buffer) left by a dead learner is cleared without a walk.
   const pid_t damaged = spawn([&] {
@@ -643,11 +643,11 @@ TEST_CASE("a walk left half done by a killed writer or learner is redone by whoe
     Sampler s(b);
     for (;;) ::pause();
   });
-  while (buf.global_control().learner_lease.load() == 0) std::this_thread::yield();
-  buf.global_control().priority_walk.store((7ull << 40) | 3);  // env 6 of 2
+  while (buf.segment().global_control().learner_lease.load() == 0) std::this_thread::yield();
+  buf.segment().global_control().priority_walk.store((7ull << 40) | 3);  // env 6 of 2
   REQUIRE(kill_and_reap(damaged));
   Sampler after(buf);
-  CHECK(buf.global_control().priority_walk.load() == 0);
+  CHECK(buf.segment().global_control().priority_walk.load() == 0);
   CHECK(check_sums(tree) == "");
 }
 
@@ -719,7 +719,7 @@ TEST_CASE("writer processes pushing with priorities are SIGKILLed while the lear
   // The last writers died unreplaced, possibly inside a walk: their replacement is what repairs it.
   Writer all(buf, std::vector<uint64_t>{0, 1, 2, 3, 4, 5});
   for (uint64_t e = 0; e < num_envs; ++e) {
-    const detail::PriorityTree tree{buf.priority_tree(e), buf.priority_leaves(), buf.capacity()};
+    const detail::PriorityTree tree{buf.segment().priority_tree(e), buf.priority_leaves(), buf.capacity()};
     CHECK(check_sums(tree) == "");
     double leaves = 0;
     for (uint64_t s = 0; s < cap; ++s) leaves += detail::slot_weight(tree, s);
@@ -738,12 +738,12 @@ TEST_CASE("a checkpoint loaded into a buffer with priorities gives every loaded 
   const std::unique_ptr<const char, void (*)(const char*)> rm(path.c_str(), [](const char* p) { ::unlink(p); });
   save_checkpoint(buf, path);
   load_checkpoint_into(buf, path);
-  const double max = detail::max_priority(buf.global_control().max_priority);
+  const double max = detail::max_priority(buf.segment().global_control().max_priority);
   CHECK(max == 10.0);
   for (uint64_t e = 0; e < 2; ++e) {
-    const detail::PriorityTree tree{buf.priority_tree(e), buf.priority_leaves(), buf.capacity()};
+    const detail::PriorityTree tree{buf.segment().priority_tree(e), buf.priority_leaves(), buf.capacity()};
     CHECK(check_sums(tree) == "");
-    const uint64_t head = buf.env_control(e).head.load();
+    const uint64_t head = buf.segment().env_control(e).head.load();
     CHECK(detail::range_weight(tree, head - std::min<uint64_t>(head, 8), head) ==
           doctest::Approx(max * static_cast<double>(std::min<uint64_t>(head, 8))));
   }

@@ -92,7 +92,7 @@ uint64_t verify_ring(const Buffer& buf, std::string* first_bad) {
   uint64_t bad = 0;
   const uint64_t cap = buf.capacity();
   for (uint64_t e = 0; e < buf.num_envs(); ++e) {
-    const layout::EnvControl& c = buf.env_control(e);
+    const layout::EnvControl& c = buf.segment().env_control(e);
     const uint64_t head = c.head.load();
     const uint64_t claimed = c.claimed.load() & ~layout::kUpdateLockBit;
     for (uint64_t s = claimed > cap ? claimed - cap : 0; s < head; ++s) {
@@ -100,9 +100,9 @@ uint64_t verify_ring(const Buffer& buf, std::string* first_bad) {
       uint64_t hdr[4];
       float body[kBody];
       uint8_t tail[kTail];
-      std::memcpy(hdr, buf.field_data(0) + slot * sizeof hdr, sizeof hdr);
-      std::memcpy(body, buf.field_data(1) + slot * sizeof body, sizeof body);
-      std::memcpy(tail, buf.field_data(2) + slot * sizeof tail, sizeof tail);
+      std::memcpy(hdr, buf.segment().field_data(0) + slot * sizeof hdr, sizeof hdr);
+      std::memcpy(body, buf.segment().field_data(1) + slot * sizeof body, sizeof body);
+      std::memcpy(tail, buf.segment().field_data(2) + slot * sizeof tail, sizeof tail);
       if (hdr[0] != e || hdr[1] != s || hdr[3] != checksum(hdr, body, tail)) {
         if (bad++ == 0 && first_bad) *first_bad = fmt::format("env {} step {}: header {} {}", e, s, hdr[0], hdr[1]);
       }
@@ -113,7 +113,7 @@ uint64_t verify_ring(const Buffer& buf, std::string* first_bad) {
 
 uint64_t total_heads(const Buffer& buf) {
   uint64_t n = 0;
-  for (uint64_t e = 0; e < buf.num_envs(); ++e) n += buf.env_control(e).head.load();
+  for (uint64_t e = 0; e < buf.num_envs(); ++e) n += buf.segment().env_control(e).head.load();
   return n;
 }
 
@@ -284,7 +284,7 @@ TEST_CASE(kTortureName) {
                      static_cast<unsigned long long>(violations));
       }
       for (uint64_t e = 0; e < num_envs; ++e) {
-        if (buf.env_control(e).head.load() < floor[e]) {
+        if (buf.segment().env_control(e).head.load() < floor[e]) {
           if (violations++ == 0 && first.empty()) first = fmt::format("env {}'s head went backwards", e);
         }
       }
@@ -296,7 +296,7 @@ TEST_CASE(kTortureName) {
         // stored intact (up to capacity), the views hold exactly those steps, and the newest one can be peeked.
         bool left_claimed = false;
         for (const uint64_t e : slices[w]) {
-          const layout::EnvControl& c = buf.env_control(e);
+          const layout::EnvControl& c = buf.segment().env_control(e);
           const uint64_t head = c.head.load();
           const uint64_t claimed = c.claimed.load() & ~layout::kUpdateLockBit;
           floor[e] = head;
@@ -355,10 +355,10 @@ TEST_CASE(kTortureName) {
     for (const pid_t pid : writers) CHECK(kill_and_reap(pid));
     retries = learner.retries();
     pushes = total_heads(buf);
-    for (uint64_t e = 0; e < num_envs; ++e) CHECK(buf.env_control(e).head.load() >= floor[e]);
+    for (uint64_t e = 0; e < num_envs; ++e) CHECK(buf.segment().env_control(e).head.load() >= floor[e]);
     std::string bad;
     CHECK_MESSAGE(verify_ring(buf, &bad) == 0, bad);
-    CHECK(buf.global_control().learner_takeovers.load() == 0);
+    CHECK(buf.segment().global_control().learner_takeovers.load() == 0);
   }
   MESSAGE(fmt::format("{} writer processes, {} kills: {} pushes, {} sample calls, {} rows checked, {} retries, {} "
                       "violations; the torture ran for {:.3f} s",
@@ -457,7 +457,7 @@ TEST_CASE(kLearnerTortureName) {
         kills_in_sample += tally->in_sample.load(std::memory_order_relaxed);
         CHECK_MESSAGE(kill_and_reap(learner), "a learner process exited on its own (see its stderr)");
         ++learner_kills;
-        holder_kills += layout::owner_pid(buf.global_control().learner_lease.load()) == static_cast<uint64_t>(learner);
+        holder_kills += layout::owner_pid(buf.segment().global_control().learner_lease.load()) == static_cast<uint64_t>(learner);
         learner = spawn([&, s = seed++] { learner_main(guard.name(), s, tally); });
       } else {
         const std::size_t w = rng() % num_writers;
@@ -477,14 +477,14 @@ TEST_CASE(kLearnerTortureName) {
     ran_s = std::chrono::duration<double>(Clock::now() - start).count();
     CHECK(kill_and_reap(learner));
     ++learner_kills;
-    holder_kills += layout::owner_pid(buf.global_control().learner_lease.load()) == static_cast<uint64_t>(learner);
+    holder_kills += layout::owner_pid(buf.segment().global_control().learner_lease.load()) == static_cast<uint64_t>(learner);
     for (const pid_t pid : writers) CHECK(kill_and_reap(pid));
     std::string bad;
     CHECK_MESSAGE(verify_ring(buf, &bad) == 0, bad);
     // A last learner here: it takes the last child's lease over and samples sound rows from what is left.
     Sampler last(buf);
-    takeovers = buf.global_control().learner_takeovers.load();
-    retries = buf.global_control().retries.load();
+    takeovers = buf.segment().global_control().learner_takeovers.load();
+    retries = buf.segment().global_control().retries.load();
     Rng mine(99);
     SampleBatch batch;
     uint64_t rows = 0, violations = 0;
@@ -542,7 +542,7 @@ TEST_CASE("a writer killed inside a half-filled reservation: its step is never s
   REQUIRE(kill_and_reap(child));
 
   // Killed between the claim and the head store: the slot is half-written and out of every view.
-  const layout::EnvControl& ctl = buf.env_control(env);
+  const layout::EnvControl& ctl = buf.segment().env_control(env);
   CHECK(ctl.head.load() == pushed);
   CHECK((ctl.claimed.load() & ~layout::kUpdateLockBit) == pushed + 1);
   const std::string slot_bytes = stored_step(buf, env, pushed);
@@ -641,8 +641,8 @@ TEST_CASE("a writer killed in the middle of a batched push: earlier envs of the 
   }
   REQUIRE(kill_and_reap(child));
 
-  const auto head_of = [&](uint64_t e) { return buf.env_control(e).head.load(); };
-  const auto claimed_of = [&](uint64_t e) { return buf.env_control(e).claimed.load() & ~layout::kUpdateLockBit; };
+  const auto head_of = [&](uint64_t e) { return buf.segment().env_control(e).head.load(); };
+  const auto claimed_of = [&](uint64_t e) { return buf.segment().env_control(e).claimed.load() & ~layout::kUpdateLockBit; };
   // Env 2 (first in the batch) was published whole; env 0 was claimed and half-copied; env 1 was not in it.
   CHECK(head_of(2) == before[2] + 1);
   CHECK(claimed_of(2) == before[2] + 1);
@@ -701,8 +701,8 @@ TEST_CASE("a learner killed mid-sample leaves the writers untouched, and a new l
   });
   // Let it sample for a while, then kill it wherever it is.
   const auto until = Clock::now() + std::chrono::milliseconds(300);
-  while (Clock::now() < until && buf.global_control().sample_calls.load() < 50) std::this_thread::yield();
-  CHECK(buf.global_control().sample_calls.load() > 0);
+  while (Clock::now() < until && buf.segment().global_control().sample_calls.load() < 50) std::this_thread::yield();
+  CHECK(buf.segment().global_control().sample_calls.load() > 0);
   CHECK(kill_and_reap(doomed));
   // The writer keeps pushing.
   const uint64_t before = total_heads(buf);
@@ -711,8 +711,8 @@ TEST_CASE("a learner killed mid-sample leaves the writers untouched, and a new l
   CHECK(total_heads(buf) >= before + 1000);
   // A new learner takes the dead one's lease and samples sound rows.
   Sampler learner(buf);
-  CHECK(buf.global_control().learner_takeovers.load() == 1);
-  CHECK(layout::owner_pid(buf.global_control().learner_lease.load()) == static_cast<uint64_t>(::getpid()));
+  CHECK(buf.segment().global_control().learner_takeovers.load() == 1);
+  CHECK(layout::owner_pid(buf.segment().global_control().learner_lease.load()) == static_cast<uint64_t>(::getpid()));
   Rng rng(5);
   SampleBatch batch;
   uint64_t rows = 0;
@@ -733,7 +733,7 @@ TEST_CASE("a learner blocked in wait() is woken by a writer in another process")
         static_cast<int>(Errc::invalid_argument));
   CHECK(msg.find("at most 32") != std::string::npos);
 
-  const uint64_t wakes_before = buf.global_control().wake_seq.load();
+  const uint64_t wakes_before = buf.segment().global_control().wake_seq.load();
   // The writer starts after the learner is asleep, and pushes slowly.
   const pid_t writer = spawn([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -741,15 +741,15 @@ TEST_CASE("a learner blocked in wait() is woken by a writer in another process")
   });
   CHECK(learner.wait(View::online, 20, 30'000));
   CHECK(learner.size(View::online) >= 20);
-  CHECK(buf.global_control().wake_seq.load() > wakes_before);  // woken through the futex, not by polling
-  CHECK(buf.global_control().waiters.load() == 0);
+  CHECK(buf.segment().global_control().wake_seq.load() > wakes_before);  // woken through the futex, not by polling
+  CHECK(buf.segment().global_control().waiters.load() == 0);
   CHECK(kill_and_reap(writer));
 }
 
 TEST_CASE("the segment's futex word wakes a waiter in another process, and a wait that nobody wakes times out") {
   SegmentGuard guard(unique_name("futex"));
   Buffer buf = Buffer::create(guard.name(), 1, 4, kPayloadSchema);
-  std::atomic<uint64_t>& word = buf.global_control().wake_seq;
+  std::atomic<uint64_t>& word = buf.segment().global_control().wake_seq;
   const auto seq = static_cast<uint32_t>(word.load());
 
   // Nobody wakes it: it sleeps the whole timeout (the kernel never shortens one), and no longer than a few
@@ -776,7 +776,7 @@ TEST_CASE("the segment's futex word wakes a waiter in another process, and a wai
       Buffer b = Buffer::open(guard.name());
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       for (int i = 0; i < 500; ++i) {
-        detail::futex_wake_all(b.global_control().wake_seq);
+        detail::futex_wake_all(b.segment().global_control().wake_seq);
         pollfd p{done[0], POLLIN, 0};
         if (::poll(&p, 1, 20) != 0) break;
       }
@@ -796,7 +796,7 @@ TEST_CASE("the segment's futex word wakes a waiter in another process, and a wai
 TEST_CASE("a push in another process wakes a futex waiter on the wake word directly, without the 50 ms re-check") {
   SegmentGuard guard(unique_name("futexpush"));
   Buffer buf = Buffer::create(guard.name(), 1, 4, kPayloadSchema);
-  layout::GlobalControl& g = buf.global_control();
+  layout::GlobalControl& g = buf.segment().global_control();
   // Stand in for a learner in wait(): announce a waiter, then sleep on the word for up to 10 s.
   g.waiters.fetch_add(1);
   const auto seq = static_cast<uint32_t>(g.wake_seq.load());
@@ -818,7 +818,7 @@ TEST_CASE("a push in another process wakes a futex waiter on the wake word direc
   CHECK(waited >= 100);
   CHECK(waited < 2'000);
   CHECK(static_cast<uint32_t>(g.wake_seq.load()) != seq);  // the push bumped the word
-  CHECK(buf.env_control(0).head.load() == 1);
+  CHECK(buf.segment().env_control(0).head.load() == 1);
 }
 
 TEST_CASE("a writer that stops cannot hold the learner past its timeout") {
@@ -833,7 +833,7 @@ TEST_CASE("a writer that stops cannot hold the learner past its timeout") {
   CHECK_FALSE(learner.wait(View::online, 1, 200));
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
   CHECK(waited >= 200);
-  CHECK(buf.global_control().waiters.load() == 0);
+  CHECK(buf.segment().global_control().waiters.load() == 0);
 }
 
 TEST_CASE("bad actors get clear errors and leave the buffer intact") {
@@ -851,7 +851,7 @@ TEST_CASE("bad actors get clear errors and leave the buffer intact") {
             const int code = error_of([&] { Writer w(b, {2, 1}); }, &msg);
             return code == static_cast<int>(Errc::lease_held) &&
                    msg.find(fmt::format("pid {}", owner)) != std::string::npos &&
-                   b.env_control(2).lease.load() == 0;
+                   b.segment().env_control(2).lease.load() == 0;
           }) == 0);
   }
   SUBCASE("a process pushing to an env it does not own is refused and writes nothing") {
@@ -859,10 +859,10 @@ TEST_CASE("bad actors get clear errors and leave the buffer intact") {
             Buffer b = Buffer::open(name);
             Writer w(b, {3});
             PayloadPusher p;
-            const uint64_t head0 = b.env_control(0).head.load();
+            const uint64_t head0 = b.segment().env_control(0).head.load();
             const int code = error_of([&] { p.push(w, {3, 0}); });
-            return code == static_cast<int>(Errc::not_leased) && b.env_control(3).head.load() == 0 &&
-                   b.env_control(0).head.load() >= head0;
+            return code == static_cast<int>(Errc::not_leased) && b.segment().env_control(3).head.load() == 0 &&
+                   b.segment().env_control(0).head.load() >= head0;
           }) == 0);
   }
   SUBCASE("a process attaching with a different schema is refused with every difference") {

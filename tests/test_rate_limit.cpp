@@ -53,10 +53,10 @@ struct ErrorReading {
   uint64_t samples;
 };
 ErrorReading read_error(const Buffer& b) {
-  const layout::GlobalControl& g = b.global_control();
+  const layout::GlobalControl& g = b.segment().global_control();
   for (;;) {
     const uint64_t s0 = g.samples.load(std::memory_order_seq_cst);
-    const uint64_t inserts = detail::count_inserts(b).inserts;
+    const uint64_t inserts = detail::count_inserts(b.segment()).inserts;
     if (g.samples.load(std::memory_order_seq_cst) == s0) return {inserts, s0};
   }
 }
@@ -157,7 +157,7 @@ TEST_CASE("a rewriter of the settings killed halfway leaves the settings in forc
   const std::string name = unique_name("rl-rewriter");
   SegmentGuard guard(name);
   Buffer b = Buffer::create(name, 2, 64, kSchema, {.rate_limit = RateLimit::ratio(2.0, 4, 8.0)});
-  layout::GlobalControl& g = b.global_control();
+  layout::GlobalControl& g = b.segment().global_control();
   // What a `shmreplay limit` killed while filling the spare slot leaves: its lease, and a half-written slot.
   const pid_t dead = spawn([] {});
   int status = 0;
@@ -246,7 +246,7 @@ TEST_CASE("a waiting writer is held back above max_diff and gives up at its time
   CHECK(m.find("no learner is attached") != std::string::npos);
   CHECK(m.find("Nothing was written") != std::string::npos);
   CHECK(w.head(0) == 3);
-  CHECK(b.env_control(0).limiter_reserved.load() == 3);  // the admission attempt was withdrawn
+  CHECK(b.segment().env_control(0).limiter_reserved.load() == 3);  // the admission attempt was withdrawn
   const RateLimitState s = b.rate_limit_state();
   CHECK(s.writers_limited == 1);
   CHECK(s.writer_timeouts == 1);
@@ -275,7 +275,7 @@ TEST_CASE("an abandoned reservation gives its admission back") {
   push_steps(w, {0});
   push_steps(w, {0});
   { StepSlot abandoned = w.reserve(0); }  // admitted (3rd step), then abandoned
-  CHECK(b.env_control(0).limiter_reserved.load() == 2);
+  CHECK(b.segment().env_control(0).limiter_reserved.load() == 2);
   push_steps(w, {0});  // the 3rd step is admitted again
   CHECK(error_of([&] { push_steps(w, {0}); }) == static_cast<int>(Errc::rate_limited));
 }
@@ -707,16 +707,16 @@ TEST_CASE("a waiting writer killed after its admission leaves a reservation that
   SegmentGuard guard(name);
   Buffer b = Buffer::create(name, 2, 1024, kSchema, {.rate_limit = RateLimit::ratio(1.0, 1, 4.0)});  // max_diff 5
   // What a writer killed between its admission and its head store leaves: reservations above the heads.
-  b.env_control(0).limiter_reserved.store(3);
-  b.env_control(1).limiter_reserved.store(2);
-  CHECK(detail::count_admitted(b) == 5);
+  b.segment().env_control(0).limiter_reserved.store(3);
+  b.segment().env_control(1).limiter_reserved.store(2);
+  CHECK(detail::count_admitted(b.segment()) == 5);
   Writer other(b, {1}, {.wait_for_rate_limit = true, .rate_limit_timeout_ms = 50});
-  CHECK(b.env_control(1).limiter_reserved.load() == 0);  // taking the lease withdrew env 1's
-  CHECK(detail::count_admitted(b) == 3);
+  CHECK(b.segment().env_control(1).limiter_reserved.load() == 0);  // taking the lease withdrew env 1's
+  CHECK(detail::count_admitted(b.segment()) == 3);
   push_steps(other, {1});
   push_steps(other, {1});
   CHECK(error_of([&] { push_steps(other, {1}); }) == static_cast<int>(Errc::rate_limited));  // 3 + 2 + 1 > 5
   Writer taker(b, {0});
-  CHECK(detail::count_admitted(b) == 2);
+  CHECK(detail::count_admitted(b.segment()) == 2);
   push_steps(other, {1});
 }

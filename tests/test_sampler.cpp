@@ -689,7 +689,7 @@ TEST_CASE("try_update rewrites a stored step, refuses an overwritten one and rej
 TEST_CASE("a moved Sampler keeps the learner lease, and a moved-from one releases nothing") {
   SegmentGuard guard(unique_name("sampler-move"));
   Buffer buf = Buffer::create(guard.name(), 2, 8, kSchema);
-  const auto lease = [&] { return buf.global_control().learner_lease.load(); };
+  const auto lease = [&] { return buf.segment().global_control().learner_lease.load(); };
   std::optional<Sampler> later;
   {
     Sampler first(buf);
@@ -765,7 +765,7 @@ TEST_CASE("counters corrupted to a view longer than the ring are sampled inside 
   const uint64_t cap = 8;
   Rig r("corrupt-view", 2, cap);
   for (uint64_t k = 0; k < 3 * cap; ++k) push_envs(r.w, r.m, {0, 1}, 0);
-  layout::EnvControl& c = r.buf.env_control(0);
+  layout::EnvControl& c = r.buf.segment().env_control(0);
   c.head.store(1000);
   c.claimed.store(20);  // claimed - cap = 12: without the bound, the view would be [12, 1000) in a ring of 8
   Rng rng(3);
@@ -784,7 +784,7 @@ TEST_CASE("total_weight of counters corrupted to a view longer than the ring wei
   for (uint64_t k = 0; k < 3 * cap; ++k) push_envs(r.w, r.m, {0, 1}, 0);
   const double healthy = r.s.total_weight(View::replay, 3, 1.0, {});
   CHECK(healthy == 2 * (6 * 3 + 2 + 1));  // per env: 6 starts with 3 steps left, then 2 and 1
-  layout::EnvControl& c = r.buf.env_control(0);
+  layout::EnvControl& c = r.buf.segment().env_control(0);
   c.head.store(1000);
   c.claimed.store(20);  // unbounded, env 0's view would be [12, 1000): 988 starts
   CHECK(r.s.total_weight(View::replay, 1, 0.0, {}) == 2 * cap);

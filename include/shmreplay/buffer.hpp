@@ -18,7 +18,6 @@
 //       {.episodes = {.terminated = "terminated", .truncated = "truncated", .reward = "reward"}});
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -30,24 +29,10 @@
 #include "shmreplay/layout.hpp"
 #include "shmreplay/rate_limit.hpp"
 #include "shmreplay/schema.hpp"
+#include "shmreplay/segment.hpp"     // IWYU pragma: export (the Segment a Buffer maps)
+#include "shmreplay/vocabulary.hpp"  // IWYU pragma: export (EpisodeFields, EpisodeEnd, EpisodeFieldIndices: were declared here)
 
 namespace shmreplay {
-
-/// The directory that holds segment files: $SHMREPLAY_SHM_DIR when set and non-empty, else "/dev/shm".
-std::string shm_directory();
-
-/// Which fields (by name) carry episode bookkeeping; an empty name means none. Either `done` alone, or
-/// `terminated` and/or `truncated` (done excludes both). Flags must be scalar bool or integer fields (nonzero means
-/// set); `reward` a scalar numeric field, and it needs a flag. A step whose flag is set is the last step of its
-/// episode; the next step of the env starts a new one (auto-reset streams, as envpool and Gymnasium produce).
-struct EpisodeFields {
-  std::string done;
-  std::string terminated;
-  std::string truncated;
-  std::string reward;
-
-  bool empty() const noexcept { return done.empty() && terminated.empty() && truncated.empty() && reward.empty(); }
-};
 
 /// Whether create() faults the segment's pages into its own mapping before it returns (CreateOptions::populate).
 /// Otherwise the first write of each 4 KiB page (usually a writer's prefill) takes a page fault that zeroes it.
@@ -94,26 +79,7 @@ struct CreateOptions {
   std::function<void(uint64_t done_bytes, uint64_t total_bytes)> populate_progress;
 };
 
-/// How an episode ended (stored in the segment as these codes: never renumber).
-enum class EpisodeEnd : uint8_t {
-  none = 0,        ///< it has not (yet)
-  done = 1,        ///< its `done` flag was set (termination and truncation are not told apart)
-  terminated = 2,  ///< its `terminated` flag was set (it wins when both flags are set)
-  truncated = 3,   ///< its `truncated` flag was set
-};
-std::string_view to_string(EpisodeEnd end) noexcept;
 
-/// The schema index of each episode field of a buffer; nullopt where the buffer has none.
-struct EpisodeFieldIndices {
-  std::optional<std::size_t> done;
-  std::optional<std::size_t> terminated;
-  std::optional<std::size_t> truncated;
-  std::optional<std::size_t> reward;
-
-  /// Whether the buffer records episodes (it has a done, terminated or truncated field).
-  bool any_flag() const noexcept { return done || terminated || truncated; }
-  friend bool operator==(const EpisodeFieldIndices&, const EpisodeFieldIndices&) = default;
-};
 
 struct OpenOptions {
   /// When set, open() fails with Errc::schema_mismatch unless the segment's schema equals it; the message lists
@@ -193,28 +159,30 @@ class Buffer {
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer();
 
-  const std::string& name() const noexcept { return name_; }
+  // -- Properties (of the segment, validated by create()/open() and kept in this process) --
+
+  const std::string& name() const noexcept { return segment_.name(); }
   const std::string& path() const noexcept { return path_; }
-  const Schema& schema() const noexcept { return schema_; }
-  uint64_t num_envs() const noexcept { return num_envs_; }
-  uint64_t capacity() const noexcept { return capacity_; }
-  uint64_t total_bytes() const noexcept { return total_bytes_; }
-  bool read_only() const noexcept { return read_only_; }
+  const Schema& schema() const noexcept { return segment_.schema(); }
+  uint64_t num_envs() const noexcept { return segment_.num_envs(); }
+  uint64_t capacity() const noexcept { return segment_.capacity(); }
+  uint64_t total_bytes() const noexcept { return segment_.total_bytes(); }
+  bool read_only() const noexcept { return segment_.read_only(); }
   /// The segment file's permission bits (st_mode & 07777) when this process created or opened it. A checkpoint
   /// saved from the segment gets its read/write bits, so saving a private buffer gives a private file.
   uint32_t mode() const noexcept { return mode_; }
   /// The uid that owns the segment file (fstat's st_uid when this process created or opened it).
   uint32_t owner_uid() const noexcept { return owner_uid_; }
   /// The episode fields the buffer was created with (schema indices), and whether it records episodes.
-  const EpisodeFieldIndices& episode_fields() const noexcept { return episode_fields_; }
-  bool has_episodes() const noexcept { return episode_fields_.any_flag(); }
+  const EpisodeFieldIndices& episode_fields() const noexcept { return segment_.episode_fields(); }
+  bool has_episodes() const noexcept { return segment_.has_episodes(); }
   /// Records per env's completed-episode queue; 0 when the buffer has no episode fields.
-  uint64_t episode_queue_capacity() const noexcept { return episode_queue_capacity_; }
+  uint64_t episode_queue_capacity() const noexcept { return segment_.episode_queue_capacity(); }
   /// Whether the buffer has priorities, and their exponent alpha (0 without).
-  bool has_priorities() const noexcept { return priority_leaves_ != 0; }
-  double priority_exponent() const noexcept { return priority_exponent_; }
+  bool has_priorities() const noexcept { return segment_.has_priorities(); }
+  double priority_exponent() const noexcept { return segment_.priority_exponent(); }
   /// Leaves of each env's priority tree: bit_ceil(capacity), 0 without priorities.
-  uint64_t priority_leaves() const noexcept { return priority_leaves_; }
+  uint64_t priority_leaves() const noexcept { return segment_.priority_leaves(); }
 
   /// The rate limiter's settings now (nullopt: none). Read from the segment at each call (they can change).
   std::optional<RateLimit> rate_limit() const noexcept;
@@ -226,66 +194,21 @@ class Buffer {
   /// that cannot work: see RateLimit) and read_only.
   void set_rate_limit(const std::optional<RateLimit>& limit);
 
-  // -- Low-level access, for shmreplay's own role classes (writer, sampler, inspector) and tools. --
-  // Every geometry value returned here was validated by create()/open() and is kept in this process, so a
-  // stranger scribbling on the header later cannot send these accessors out of bounds.
-
-  const layout::SegmentHeader& header() const noexcept;
-  /// Precondition: env < num_envs(). Mutable access requires a writable mapping.
-  const layout::EnvControl& env_control(uint64_t env) const noexcept;
-  layout::EnvControl& env_control(uint64_t env) noexcept;
-  /// The segment-wide control block (learner lease, learner counters, wake word). Mutable access requires a
-  /// writable mapping.
-  const layout::GlobalControl& global_control() const noexcept;
-  layout::GlobalControl& global_control() noexcept;
-  /// Start of field `field`'s storage, [num_envs][capacity][schema()[field].bytes()]. Precondition:
-  /// field < schema().size(). Mutable access requires a writable mapping.
-  const std::byte* field_data(std::size_t field) const noexcept;
-  std::byte* field_data(std::size_t field) noexcept;
-  /// Byte offset of each field's storage in the segment, in schema order.
-  const std::vector<uint64_t>& field_offsets() const noexcept { return field_offsets_; }
-  /// The episode sections (layout 1.2). Precondition: has_episodes() and env < num_envs(). Mutable access
-  /// requires a writable mapping. step_meta(env) is the env's `capacity` meta words, slot s % capacity for step s;
-  /// episode_queue(env) its `episode_queue_capacity` record slots.
-  const layout::EpisodeControl& episode_control(uint64_t env) const noexcept;
-  layout::EpisodeControl& episode_control(uint64_t env) noexcept;
-  const std::atomic<uint64_t>* step_meta(uint64_t env) const noexcept;
-  std::atomic<uint64_t>* step_meta(uint64_t env) noexcept;
-  const layout::EpisodeRecordSlot* episode_queue(uint64_t env) const noexcept;
-  layout::EpisodeRecordSlot* episode_queue(uint64_t env) noexcept;
-  /// The env's priority tree words, 2 * priority_leaves() of them (layout 1.3; detail/protocol/priorities.hpp).
-  /// Precondition: has_priorities() and env < num_envs(). The words are atomics, so a read-only mapping reads them
-  /// through the same pointer (the Inspector); only writers and the learner store to them.
-  std::atomic<uint64_t>* priority_tree(uint64_t env) const noexcept;
+  /// The mapped segment: its words, for shmreplay's own roles (writer, sampler, inspector, checkpoints), tools and
+  /// tests (shmreplay/segment.hpp). The mutable one requires a writable mapping to be written through.
+  const Segment& segment() const noexcept { return segment_; }
+  Segment& segment() noexcept { return segment_; }
 
  private:
   Buffer() = default;
-  void unmap() noexcept;
+  void close_unnamed() noexcept;
 
-  std::string name_;
+  Segment segment_;  // the mapping and its geometry; unmapped by the destructor
   std::string path_;
-  Schema schema_;
-  std::byte* base_ = nullptr;  // the mapping, map_bytes_ long; unmapped by the destructor
-  std::size_t map_bytes_ = 0;
-  uint64_t num_envs_ = 0;
-  uint64_t capacity_ = 0;
-  uint64_t total_bytes_ = 0;
-  uint64_t envs_offset_ = 0;
-  uint64_t global_offset_ = 0;
-  std::vector<uint64_t> field_offsets_;
-  bool read_only_ = false;
   uint32_t mode_ = 0;
   uint32_t owner_uid_ = 0;
   int unnamed_fd_ = -1;  // the O_TMPFILE descriptor of an unpublished segment (create_unnamed); -1 once named
   bool replace_on_publish_ = false;
-  EpisodeFieldIndices episode_fields_;
-  uint64_t episode_queue_capacity_ = 0;
-  uint64_t episodes_offset_ = 0;
-  uint64_t step_meta_offset_ = 0;
-  uint64_t queues_offset_ = 0;
-  uint64_t priorities_offset_ = 0;
-  uint64_t priority_leaves_ = 0;
-  double priority_exponent_ = 0;
 };
 
 }  // namespace shmreplay

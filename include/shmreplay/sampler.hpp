@@ -81,6 +81,7 @@
 #include <vector>
 
 #include "shmreplay/buffer.hpp"
+#include "shmreplay/vocabulary.hpp"  // IWYU pragma: export (View, Episodes, SampleOptions, EpisodeRecord, Rng: were declared here)
 #include "shmreplay/rate_limit.hpp"
 #include "shmreplay/nstep.hpp"         // IWYU pragma: export (NStep, nstep: were declared here)
 #include "shmreplay/sample_batch.hpp"  // IWYU pragma: export (SampleBatch, MutableFieldBytes: were declared here)
@@ -88,11 +89,6 @@
 
 namespace shmreplay {
 
-enum class View : uint8_t {
-  replay,  ///< every stored step
-  online,  ///< the steps published since the last reset_online_queue()
-};
-std::string_view to_string(View view) noexcept;
 
 /// Where reset_online_queue restarts each env's online view.
 enum class OnlineReset : uint8_t {
@@ -100,38 +96,7 @@ enum class OnlineReset : uint8_t {
   sampled,  ///< at the head this Sampler's last draw from the online view saw: steps published since stay
 };
 
-/// How sampled sequences treat episode boundaries (see the top of this file).
-enum class Episodes : uint8_t {
-  cross,   ///< ignore them (the default; any buffer)
-  stop,    ///< end each row at its episode's last step; needs a buffer with episode fields
-  within,  ///< only starts whose whole sequence lies in one episode; needs a buffer with episode fields
-};
-std::string_view to_string(Episodes episodes) noexcept;
 
-/// Options of one sample call. The defaults are the behaviour of the calls without options, row for row.
-struct SampleOptions {
-  Episodes episodes = Episodes::cross;
-  /// Start positions every `period` steps, counted from each env's oldest step in the view; at least 1.
-  uint64_t period = 1;
-  /// The view must hold at least this many steps (all envs together), else Errc::empty_view.
-  uint64_t min_steps = 0;
-  /// Prioritized sampling (a buffer created with a priority exponent alpha): a start is drawn with probability
-  /// proportional to its priority^alpha (the priority of the row's first step), and the batch's weights() hold the
-  /// importance weights (N * P)^-beta over their maximum. distribution_power must be 0 (invalid_argument
-  /// otherwise: the weight is the priority's alone). Works with episodes = cross and stop (rows still end at their
-  /// episode's end), with period 1; within and a period above 1 are refused (invalid_argument): both restrict the
-  /// starts to a set the priority trees do not index. A view whose every stored step has priority 0 throws
-  /// empty_view; a priority tree holding a weight that is not finite (a damaged segment) throws corrupt.
-  bool prioritized = false;
-  /// beta, the importance-sampling exponent of a prioritized sample (finite, >= 0; 0 gives weights of 1). Any
-  /// such beta gives weights in [0, 1]: they are computed as (smallest N * P / N * P)^beta.
-  double importance_exponent = 0.4;
-  /// In a buffer with a rate limiter (shmreplay/rate_limit.hpp): how long the call waits while the limiter holds
-  /// it back (too few steps stored, or the learner ahead of the writers), woken by writers across processes, before
-  /// it throws Error(rate_limited) naming the reason. 0: never wait, throw at once ("not now"). The whole batch
-  /// is admitted at once or not at all. Ignored without a limiter.
-  uint64_t rate_limit_timeout_ms = 10'000;
-};
 
 /// What Sampler::update_priorities did.
 struct PriorityUpdateResult {
@@ -139,35 +104,6 @@ struct PriorityUpdateResult {
   uint64_t dropped = 0;  ///< refused because a writer had overwritten (or was overwriting) the step since
 };
 
-/// One completed episode of one env, as its writer recorded it when it published the episode's last step.
-struct EpisodeRecord {
-  uint64_t env = 0;
-  uint64_t first_step = 0;      ///< global step index of the episode's first step
-  uint64_t length = 0;          ///< steps; the last is first_step + length - 1
-  double episode_return = 0.0;  ///< the sum of its rewards (0 when the buffer has no reward field)
-  EpisodeEnd end = EpisodeEnd::none;
-  friend bool operator==(const EpisodeRecord&, const EpisodeRecord&) = default;
-};
-
-/// Work done by a Sampler since it was made (no time is measured): what the claims "sampling cost does not grow
-/// with the number of stored steps" and "rows are copied by the batched gather, validated with a few loads of the
-/// control words per env" are checked with.
-struct SamplerStats {
-  uint64_t rows = 0;                 ///< rows drawn by stop/within sampling (redrawn rows count again)
-  uint64_t tries = 0;                ///< candidate starts proposed for them
-  uint64_t meta_loads = 0;           ///< step meta words read to place candidates in their episodes
-  uint64_t exact_fallbacks = 0;      ///< times a call switched to enumerating episodes
-  uint64_t segments_enumerated = 0;  ///< episode pieces visited by those (one meta load each)
-  uint64_t rows_gathered = 0;        ///< rows copied by the batched gather (every sampled or peeked row; again
-                                     ///< when redrawn)
-  uint64_t gather_chunks = 0;        ///< chunks of rows the gather copied and validated together
-  uint64_t control_loads = 0;        ///< loads of env control words by the gather's validation (update_seq
-                                     ///< before; claimed and update_seq after): at most 3 per env per chunk
-};
-
-/// The random engine samplers take. Its output sequence is fixed by the C++ standard, so a seed gives the same
-/// rows with any standard library.
-using Rng = std::mt19937_64;
 
 struct SamplerOptions {
   /// How many times a sample call redraws rows that writers overwrote during the copy before it gives up with

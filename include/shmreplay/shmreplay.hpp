@@ -11,6 +11,8 @@
 #include "shmreplay/sample_batch.hpp"  // IWYU pragma: export
 #include "shmreplay/sampler.hpp"    // IWYU pragma: export
 #include "shmreplay/schema.hpp"     // IWYU pragma: export
+#include "shmreplay/segment.hpp"    // IWYU pragma: export
 #include "shmreplay/version.hpp"    // IWYU pragma: export
+#include "shmreplay/vocabulary.hpp"  // IWYU pragma: export
 #include "shmreplay/wait.hpp"       // IWYU pragma: export
 #include "shmreplay/writer.hpp"     // IWYU pragma: export

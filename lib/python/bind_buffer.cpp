@@ -112,7 +112,7 @@ void bind_buffer(py::module_& m) {
             py::array_t<int64_t> out(static_cast<py::ssize_t>(b.num_envs()));
             for (uint64_t e = 0; e < b.num_envs(); ++e) {
               // acquire: pairs with the writer's release store of head (a step counted here is published)
-              out.mutable_data()[e] = static_cast<int64_t>(b.env_control(e).head.load(std::memory_order_acquire));
+              out.mutable_data()[e] = static_cast<int64_t>(b.segment().env_control(e).head.load(std::memory_order_acquire));
             }
             return out;
           },

@@ -6,10 +6,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
-#include "shmreplay/buffer.hpp"
+#include "shmreplay/segment.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay::detail {
@@ -51,6 +52,19 @@ std::string normalize_name(std::string_view name) {
 }
 
 std::string segment_path(const std::string& name) { return shm_directory() + "/" + name; }
+
+}  // namespace shmreplay::detail
+
+namespace shmreplay {
+
+std::string shm_directory() {
+  const char* dir = std::getenv("SHMREPLAY_SHM_DIR");
+  return (dir != nullptr && *dir != '\0') ? std::string(dir) : std::string("/dev/shm");
+}
+
+}  // namespace shmreplay
+
+namespace shmreplay::detail {
 
 std::string symlink_at_name(const std::string& path) {
   char target[4096];

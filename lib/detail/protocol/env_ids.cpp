@@ -8,7 +8,7 @@
 
 namespace shmreplay::detail {
 
-void throw_env_out_of_range(const Buffer& buffer, uint64_t env, std::string_view op) {
+void throw_env_out_of_range(const Segment& buffer, uint64_t env, std::string_view op) {
   const auto as_signed = static_cast<int64_t>(env);
   throw Error(Errc::env_out_of_range,
               fmt::format("cannot {} env {} of '{}': env ids run from 0 to {}", op,

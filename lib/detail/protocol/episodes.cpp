@@ -17,7 +17,7 @@ namespace {
 // load: stores the step's meta word (the first step of its episode, and whether and how it ends it) and moves `s`
 // past the step. `count` adds an ended episode to episodes_completed: a push does; a rebuild keeps the count of
 // records already accounted for, since a load queues none. Returns whether the step ends its episode.
-bool advance(Buffer& b, uint64_t env, uint64_t step, const StepFlags& f, JournalState& s, bool count) noexcept {
+bool advance(Segment& b, uint64_t env, uint64_t step, const StepFlags& f, JournalState& s, bool count) noexcept {
   const bool ends = f.end != EpisodeEnd::none;
   const uint64_t meta = s.episode_start | (ends ? layout::kMetaEndsEpisode : 0) |
                         (f.end == EpisodeEnd::truncated ? layout::kMetaTruncated : 0);
@@ -92,7 +92,7 @@ void store_slot(EpisodeJournal& j, const JournalState& s) noexcept {
 // The state for head `head` when the journal has none for it (only after a tool rewrote the env's counters, or a
 // corrupted segment): the episode start follows from the meta word of step head - 1; the running return and the
 // counters restart from what the queue shows.
-JournalState derive_state(const Buffer& b, uint64_t env, uint64_t head) noexcept {
+JournalState derive_state(const Segment& b, uint64_t env, uint64_t head) noexcept {
   JournalState s;
   s.for_head = head;
   if (head > 0) {
@@ -126,7 +126,7 @@ double element_as_double(DType dtype, const std::byte* p) noexcept {
   return 0.0;
 }
 
-EpisodeRoles::EpisodeRoles(const Buffer& buffer) {
+EpisodeRoles::EpisodeRoles(const Segment& buffer) {
   const EpisodeFieldIndices& f = buffer.episode_fields();
   enabled = f.any_flag();
   if (!enabled) return;
@@ -142,7 +142,7 @@ EpisodeRoles::EpisodeRoles(const Buffer& buffer) {
   if (f.reward) reward_dtype = schema[*f.reward].dtype;
 }
 
-bool stage_step(Buffer& b, uint64_t env, uint64_t step, const StepFlags& flags) noexcept {
+bool stage_step(Segment& b, uint64_t env, uint64_t step, const StepFlags& flags) noexcept {
   EpisodeControl& c = b.episode_control(env);
   const EpisodeJournal& cur = c.journal[step % 2];
   // The state for head = step. Relaxed: this writer wrote it, or recover_env checked it after an acquire load of
@@ -154,7 +154,7 @@ bool stage_step(Buffer& b, uint64_t env, uint64_t step, const StepFlags& flags) 
   return ends;
 }
 
-void emit_record(Buffer& b, uint64_t env, uint64_t head) noexcept {
+void emit_record(Segment& b, uint64_t env, uint64_t head) noexcept {
   EpisodeControl& c = b.episode_control(env);
   const JournalState s = load_slot(c.journal[head % 2]);  // written by this writer before its head store
   const uint64_t tail = c.queue_tail.load(std::memory_order_relaxed);  // only the env's writer stores it
@@ -176,7 +176,7 @@ void emit_record(Buffer& b, uint64_t env, uint64_t head) noexcept {
   c.queue_tail.store(tail + 1, std::memory_order_release);
 }
 
-std::size_t pop_records(Buffer& b, uint64_t env, std::span<EpisodeRecord> out) noexcept {
+std::size_t pop_records(Segment& b, uint64_t env, std::span<EpisodeRecord> out) noexcept {
   EpisodeControl& c = b.episode_control(env);
   const uint64_t capacity = b.episode_queue_capacity();
   // acquire: pairs with the writer's release store of queue_tail in emit_record; the slots below it are whole.
@@ -200,7 +200,7 @@ std::size_t pop_records(Buffer& b, uint64_t env, std::span<EpisodeRecord> out) n
   return static_cast<std::size_t>(take);
 }
 
-void recover_env(Buffer& b, uint64_t env) noexcept {
+void recover_env(Segment& b, uint64_t env) noexcept {
   // load_head's acquire pairs with the previous writer's release store of head (publish_step); its journal, meta and
   // queue stores that precede that store are visible here.
   const uint64_t head = load_head(b.env_control(env));
@@ -217,7 +217,7 @@ void recover_env(Buffer& b, uint64_t env) noexcept {
   if (completed == accounted + 1) emit_record(b, env, head);
 }
 
-void rebuild_env(Buffer& b, uint64_t env) noexcept {
+void rebuild_env(Segment& b, uint64_t env) noexcept {
   const EpisodeRoles roles(b);
   if (!roles.enabled) return;
   const uint64_t cap = b.capacity();
@@ -243,7 +243,7 @@ void rebuild_env(Buffer& b, uint64_t env) noexcept {
   store_slot(c.journal[(head + 1) % 2], other);
 }
 
-bool read_journal(const Buffer& b, uint64_t env, JournalState& out) noexcept {
+bool read_journal(const Segment& b, uint64_t env, JournalState& out) noexcept {
   const EpisodeControl& c = b.episode_control(env);
   for (int attempt = 0; attempt < 64; ++attempt) {
     const uint64_t head = load_head(b.env_control(env));

@@ -148,7 +148,7 @@ RateLimitVerdict insert_verdict(const LimiterSettings& s, uint64_t admitted, uin
 // ---------------------------------------------------------------------------------------------------------------
 // Counts
 
-InsertCounts count_inserts(const Buffer& b) noexcept {
+InsertCounts count_inserts(const Segment& b) noexcept {
   InsertCounts out;
   for (uint64_t e = 0; e < b.num_envs(); ++e) {
     const StepRange r = published_range(b.env_control(e), View::replay, b.capacity());
@@ -158,7 +158,7 @@ InsertCounts count_inserts(const Buffer& b) noexcept {
   return out;
 }
 
-WaitingWriters count_waiting_writers(const Buffer& b) noexcept {
+WaitingWriters count_waiting_writers(const Segment& b) noexcept {
   WaitingWriters out;
   for (uint64_t e = 0; e < b.num_envs(); ++e) {
     const EnvControl& c = b.env_control(e);
@@ -172,7 +172,7 @@ WaitingWriters count_waiting_writers(const Buffer& b) noexcept {
   return out;
 }
 
-uint64_t count_admitted(const Buffer& b) noexcept {
+uint64_t count_admitted(const Segment& b) noexcept {
   uint64_t total = 0;
   for (uint64_t e = 0; e < b.num_envs(); ++e) {
     const EnvControl& c = b.env_control(e);
@@ -203,7 +203,7 @@ void count_samples(GlobalControl& g, uint64_t rows, uint64_t realtime_ns, uint64
 // replace reservations (head <= reservation until published, then equal). A reservation of a writer that has not
 // yet CASed (or lost, or died before its CAS) may be counted too: that only makes us stricter.
 
-RateLimitVerdict try_admit(Buffer& b, const LimiterSettings& limit, std::span<EnvControl* const> envs) noexcept {
+RateLimitVerdict try_admit(Segment& b, const LimiterSettings& limit, std::span<EnvControl* const> envs) noexcept {
   GlobalControl& g = b.global_control();
   for (;;) {
     // acquire: pairs with the release (seq_cst) CAS of the admission that wrote this value, so its reservations

@@ -36,7 +36,7 @@
 #include <optional>
 #include <span>
 
-#include "shmreplay/buffer.hpp"
+#include "shmreplay/segment.hpp"
 #include "shmreplay/layout.hpp"
 #include "shmreplay/rate_limit.hpp"
 
@@ -99,10 +99,10 @@ struct InsertCounts {
   uint64_t stored = 0;   ///< steps in the replay view (published, not overwritten)
 };
 /// O(num_envs) loads.
-InsertCounts count_inserts(const Buffer& b) noexcept;
+InsertCounts count_inserts(const Segment& b) noexcept;
 
 /// The sum over envs of max(head, limiter_reserved). O(num_envs) loads.
-uint64_t count_admitted(const Buffer& b) noexcept;
+uint64_t count_admitted(const Segment& b) noexcept;
 
 struct WaitingWriters {
   uint64_t count = 0;     ///< writers waiting for the limiter now, whose process lives
@@ -111,7 +111,7 @@ struct WaitingWriters {
 /// The writers waiting now: envs marked by a WaitingMark whose lease holder is alive (a writer killed while it
 /// waited is not counted from the moment it died; a new owner of its env clears its mark). O(num_envs) loads and
 /// one /proc read per marked env: for info and messages, never on a hot path.
-WaitingWriters count_waiting_writers(const Buffer& b) noexcept;
+WaitingWriters count_waiting_writers(const Segment& b) noexcept;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Learner side
@@ -130,7 +130,7 @@ void count_samples(layout::GlobalControl& g, uint64_t rows, uint64_t realtime_ns
 /// head + 1 and takes admit_seq with a CAS. Returns the verdict it decided with; allowed() means admitted (the
 /// reservations stay until the steps' head stores cover them). On a lost CAS it withdraws and tries again, so
 /// it returns only "admitted" or "held back".
-RateLimitVerdict try_admit(Buffer& b, const LimiterSettings& s, std::span<layout::EnvControl* const> envs) noexcept;
+RateLimitVerdict try_admit(Segment& b, const LimiterSettings& s, std::span<layout::EnvControl* const> envs) noexcept;
 
 /// Lowers each env's reservation to its head: after a push that was not admitted, an abandoned reservation, or
 /// when a lease is taken (a dead owner's admitted but unpublished steps never come). Precondition: the caller

@@ -52,7 +52,7 @@ std::vector<uint64_t> record_field_offsets(const Schema& schema) {
   return offsets;
 }
 
-CopyResult copy_records(const Buffer& buffer, uint64_t env, uint64_t first, uint64_t count,
+CopyResult copy_records(const Segment& buffer, uint64_t env, uint64_t first, uint64_t count,
                         const std::vector<uint64_t>& record_offsets, std::byte* dst) noexcept {
   const layout::EnvControl& c = buffer.env_control(env);
   const uint64_t cap = buffer.capacity();

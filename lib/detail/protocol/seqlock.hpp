@@ -34,9 +34,9 @@
 #include <optional>
 #include <vector>
 
-#include "shmreplay/buffer.hpp"
+#include "shmreplay/segment.hpp"
 #include "shmreplay/layout.hpp"
-#include "shmreplay/sampler.hpp"
+#include "shmreplay/vocabulary.hpp"
 
 namespace shmreplay::detail {
 
@@ -318,7 +318,7 @@ struct CopyResult {
 /// records of schema.step_bytes() each). The records of steps >= intact_from are exactly what their writers
 /// published; the others must be dropped. Preconditions: env < num_envs, count >= 1, and first + count <= a head
 /// of the env that the caller loaded with acquire. O(count * num_fields); never blocks, never writes.
-CopyResult copy_records(const Buffer& buffer, uint64_t env, uint64_t first, uint64_t count,
+CopyResult copy_records(const Segment& buffer, uint64_t env, uint64_t first, uint64_t count,
                         const std::vector<uint64_t>& record_offsets, std::byte* dst) noexcept;
 
 }  // namespace shmreplay::detail

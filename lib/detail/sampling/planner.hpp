@@ -28,7 +28,7 @@
 #include <optional>
 #include <span>
 
-#include "shmreplay/sampler.hpp"
+#include "shmreplay/vocabulary.hpp"
 
 namespace shmreplay::detail {
 

@@ -1,0 +1,119 @@
+// shmreplay/segment.hpp: one process's mapping of a validated segment: its geometry, its section offsets, and
+// accessors to the words of each section (the structs of shmreplay/layout.hpp).
+//
+// Who makes one: Buffer::create (from create's placement rule) and Buffer::open (from open's acceptance rule),
+// both in lib/detail/segment/; nothing else. Who uses one: the roles (Writer, Sampler, Inspector, checkpoints)
+// through Buffer::segment(), and the protocol code under lib/detail/protocol, which takes a Segment (the words it
+// works on), never a role object. Tools and tests reach the words the same way.
+//
+// Every value here was validated by create or open and is kept in this process, so a stranger scribbling on the
+// header later cannot send the accessors out of bounds. A Segment owns its mapping: moving one hands the mapping
+// over; destroying one unmaps it (the segment itself lives on until removed).
+//
+// Thread safety: immutable after it is made; the words it points to are atomics or guarded by the protocols in
+// lib/detail/protocol. Mutable accessors require a writable mapping (read_only() false).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shmreplay/layout.hpp"
+#include "shmreplay/schema.hpp"
+#include "shmreplay/vocabulary.hpp"
+
+namespace shmreplay {
+
+/// The directory that holds segment files: $SHMREPLAY_SHM_DIR when set and non-empty, else "/dev/shm".
+std::string shm_directory();
+
+/// Where everything is in a segment, as create placed it or open accepted it (byte offsets from the start of the
+/// mapping). A section a segment does not have (episodes, priorities) has offset 0.
+struct SegmentGeometry {
+  std::string name;  ///< the segment's name (for messages)
+  Schema schema;
+  uint64_t num_envs = 0;
+  uint64_t capacity = 0;     ///< steps per env ring
+  uint64_t total_bytes = 0;  ///< the file's size
+  uint64_t envs_offset = 0;
+  uint64_t global_offset = 0;
+  std::vector<uint64_t> field_offsets;  ///< each field's storage, in schema order
+  EpisodeFieldIndices episode_fields;
+  uint64_t episode_queue_capacity = 0;  ///< 0 without episode fields
+  uint64_t episodes_offset = 0;
+  uint64_t step_meta_offset = 0;
+  uint64_t queues_offset = 0;
+  uint64_t priorities_offset = 0;
+  uint64_t priority_leaves = 0;     ///< bit_ceil(capacity) with priorities, else 0
+  double priority_exponent = 0.0;  ///< alpha; 0 without priorities
+};
+
+class Segment {
+ public:
+  /// An empty Segment (no mapping): what a moved-from one is.
+  Segment() = default;
+  /// Adopts `map_bytes` of mapping at `base` (unmapped by the destructor), described by `geometry`. Called by
+  /// Buffer::create and Buffer::open only, after the placement or acceptance rule produced `geometry`.
+  Segment(std::byte* base, std::size_t map_bytes, bool read_only, SegmentGeometry geometry) noexcept;
+  Segment(Segment&& other) noexcept;
+  Segment& operator=(Segment&& other) noexcept;
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+  ~Segment();
+
+  /// The segment's name, as given to create or open after normalisation.
+  const std::string& name() const noexcept { return g_.name; }
+  const Schema& schema() const noexcept { return g_.schema; }
+  uint64_t num_envs() const noexcept { return g_.num_envs; }
+  uint64_t capacity() const noexcept { return g_.capacity; }
+  uint64_t total_bytes() const noexcept { return g_.total_bytes; }
+  bool read_only() const noexcept { return read_only_; }
+  /// The episode fields (schema indices), and whether the segment records episodes.
+  const EpisodeFieldIndices& episode_fields() const noexcept { return g_.episode_fields; }
+  bool has_episodes() const noexcept { return g_.episode_fields.any_flag(); }
+  /// Records per env's completed-episode queue; 0 without episode fields.
+  uint64_t episode_queue_capacity() const noexcept { return g_.episode_queue_capacity; }
+  /// Whether the segment has priorities, their exponent alpha (0 without), and each env's tree leaves.
+  bool has_priorities() const noexcept { return g_.priority_leaves != 0; }
+  double priority_exponent() const noexcept { return g_.priority_exponent; }
+  uint64_t priority_leaves() const noexcept { return g_.priority_leaves; }
+  /// Byte offset of each field's storage in the segment, in schema order.
+  const std::vector<uint64_t>& field_offsets() const noexcept { return g_.field_offsets; }
+
+  /// The header (read it only for what open did not copy out: state, creator, limiter words live elsewhere).
+  const layout::SegmentHeader& header() const noexcept;
+  /// Precondition: env < num_envs().
+  const layout::EnvControl& env_control(uint64_t env) const noexcept;
+  layout::EnvControl& env_control(uint64_t env) noexcept;
+  /// The segment-wide control block (learner lease, learner counters, wake word, limiter).
+  const layout::GlobalControl& global_control() const noexcept;
+  layout::GlobalControl& global_control() noexcept;
+  /// Start of field `field`'s storage, [num_envs][capacity][schema()[field].bytes()]. Precondition:
+  /// field < schema().size().
+  const std::byte* field_data(std::size_t field) const noexcept { return base_ + g_.field_offsets[field]; }
+  std::byte* field_data(std::size_t field) noexcept;
+  /// The episode sections (layout 1.2). Precondition: has_episodes() and env < num_envs(). step_meta(env) is the
+  /// env's `capacity` meta words, slot s % capacity for step s; episode_queue(env) its record slots.
+  const layout::EpisodeControl& episode_control(uint64_t env) const noexcept;
+  layout::EpisodeControl& episode_control(uint64_t env) noexcept;
+  const std::atomic<uint64_t>* step_meta(uint64_t env) const noexcept;
+  std::atomic<uint64_t>* step_meta(uint64_t env) noexcept;
+  const layout::EpisodeRecordSlot* episode_queue(uint64_t env) const noexcept;
+  layout::EpisodeRecordSlot* episode_queue(uint64_t env) noexcept;
+  /// The env's priority tree words, 2 * priority_leaves() of them (layout 1.3; detail/protocol/priorities.hpp).
+  /// Precondition: has_priorities() and env < num_envs(). The words are atomics, so a read-only mapping reads them
+  /// through the same pointer (the Inspector); only writers and the learner store to them.
+  std::atomic<uint64_t>* priority_tree(uint64_t env) const noexcept;
+
+ private:
+  void unmap() noexcept;
+
+  std::byte* base_ = nullptr;  // the mapping, map_bytes_ long
+  std::size_t map_bytes_ = 0;
+  bool read_only_ = false;
+  SegmentGeometry g_;
+};
+
+}  // namespace shmreplay

@@ -1,0 +1,128 @@
+// shmreplay/vocabulary.hpp: the words every layer shares: views, episode boundaries and records, the options of
+// a sample call, the random engine.
+//
+// Who includes it: the roles' headers (buffer.hpp, sampler.hpp, writer.hpp, inspector.hpp re-export it) and the
+// private layers under lib/detail (the protocols and the planners), which must not include a role's header for a
+// type (docs/design/source_layout.md, "The include rule"). Plain values only: nothing here touches a segment.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+
+namespace shmreplay {
+
+// -- Views and sample options (the learner's calls: shmreplay/sampler.hpp) --
+
+/// Which steps a sample draws from (shmreplay/sampler.hpp, "Views").
+enum class View : uint8_t {
+  replay,  ///< every stored step
+  online,  ///< the steps published since the last reset_online_queue()
+};
+std::string_view to_string(View view) noexcept;
+
+/// How sampled sequences treat episode boundaries (see the top of this file).
+enum class Episodes : uint8_t {
+  cross,   ///< ignore them (the default; any buffer)
+  stop,    ///< end each row at its episode's last step; needs a buffer with episode fields
+  within,  ///< only starts whose whole sequence lies in one episode; needs a buffer with episode fields
+};
+std::string_view to_string(Episodes episodes) noexcept;
+
+/// Options of one sample call. The defaults are the behaviour of the calls without options, row for row.
+struct SampleOptions {
+  Episodes episodes = Episodes::cross;
+  /// Start positions every `period` steps, counted from each env's oldest step in the view; at least 1.
+  uint64_t period = 1;
+  /// The view must hold at least this many steps (all envs together), else Errc::empty_view.
+  uint64_t min_steps = 0;
+  /// Prioritized sampling (a buffer created with a priority exponent alpha): a start is drawn with probability
+  /// proportional to its priority^alpha (the priority of the row's first step), and the batch's weights() hold the
+  /// importance weights (N * P)^-beta over their maximum. distribution_power must be 0 (invalid_argument
+  /// otherwise: the weight is the priority's alone). Works with episodes = cross and stop (rows still end at their
+  /// episode's end), with period 1; within and a period above 1 are refused (invalid_argument): both restrict the
+  /// starts to a set the priority trees do not index. A view whose every stored step has priority 0 throws
+  /// empty_view; a priority tree holding a weight that is not finite (a damaged segment) throws corrupt.
+  bool prioritized = false;
+  /// beta, the importance-sampling exponent of a prioritized sample (finite, >= 0; 0 gives weights of 1). Any
+  /// such beta gives weights in [0, 1]: they are computed as (smallest N * P / N * P)^beta.
+  double importance_exponent = 0.4;
+  /// In a buffer with a rate limiter (shmreplay/rate_limit.hpp): how long the call waits while the limiter holds
+  /// it back (too few steps stored, or the learner ahead of the writers), woken by writers across processes, before
+  /// it throws Error(rate_limited) naming the reason. 0: never wait, throw at once ("not now"). The whole batch
+  /// is admitted at once or not at all. Ignored without a limiter.
+  uint64_t rate_limit_timeout_ms = 10'000;
+};
+
+/// The work counters every sampling layer adds to (Sampler::stats()).
+/// Work done by a Sampler since it was made (no time is measured): what the claims "sampling cost does not grow
+/// with the number of stored steps" and "rows are copied by the batched gather, validated with a few loads of the
+/// control words per env" are checked with.
+struct SamplerStats {
+  uint64_t rows = 0;                 ///< rows drawn by stop/within sampling (redrawn rows count again)
+  uint64_t tries = 0;                ///< candidate starts proposed for them
+  uint64_t meta_loads = 0;           ///< step meta words read to place candidates in their episodes
+  uint64_t exact_fallbacks = 0;      ///< times a call switched to enumerating episodes
+  uint64_t segments_enumerated = 0;  ///< episode pieces visited by those (one meta load each)
+  uint64_t rows_gathered = 0;        ///< rows copied by the batched gather (every sampled or peeked row; again
+                                     ///< when redrawn)
+  uint64_t gather_chunks = 0;        ///< chunks of rows the gather copied and validated together
+  uint64_t control_loads = 0;        ///< loads of env control words by the gather's validation (update_seq
+                                     ///< before; claimed and update_seq after): at most 3 per env per chunk
+};
+
+// -- Episodes (buffers created with episode fields: CreateOptions::episodes) --
+
+/// Which fields (by name) carry episode bookkeeping; an empty name means none. Either `done` alone, or
+/// `terminated` and/or `truncated` (done excludes both). Flags must be scalar bool or integer fields (nonzero means
+/// set); `reward` a scalar numeric field, and it needs a flag. A step whose flag is set is the last step of its
+/// episode; the next step of the env starts a new one (auto-reset streams, as envpool and Gymnasium produce).
+struct EpisodeFields {
+  std::string done;
+  std::string terminated;
+  std::string truncated;
+  std::string reward;
+
+  bool empty() const noexcept { return done.empty() && terminated.empty() && truncated.empty() && reward.empty(); }
+};
+
+/// How an episode ended (stored in the segment as these codes: never renumber).
+enum class EpisodeEnd : uint8_t {
+  none = 0,        ///< it has not (yet)
+  done = 1,        ///< its `done` flag was set (termination and truncation are not told apart)
+  terminated = 2,  ///< its `terminated` flag was set (it wins when both flags are set)
+  truncated = 3,   ///< its `truncated` flag was set
+};
+std::string_view to_string(EpisodeEnd end) noexcept;
+
+/// The schema index of each episode field of a buffer; nullopt where the buffer has none.
+struct EpisodeFieldIndices {
+  std::optional<std::size_t> done;
+  std::optional<std::size_t> terminated;
+  std::optional<std::size_t> truncated;
+  std::optional<std::size_t> reward;
+
+  /// Whether the buffer records episodes (it has a done, terminated or truncated field).
+  bool any_flag() const noexcept { return done || terminated || truncated; }
+  friend bool operator==(const EpisodeFieldIndices&, const EpisodeFieldIndices&) = default;
+};
+
+/// One completed episode of one env, as its writer recorded it when it published the episode's last step.
+struct EpisodeRecord {
+  uint64_t env = 0;
+  uint64_t first_step = 0;      ///< global step index of the episode's first step
+  uint64_t length = 0;          ///< steps; the last is first_step + length - 1
+  double episode_return = 0.0;  ///< the sum of its rewards (0 when the buffer has no reward field)
+  EpisodeEnd end = EpisodeEnd::none;
+  friend bool operator==(const EpisodeRecord&, const EpisodeRecord&) = default;
+};
+
+// -- Randomness --
+
+/// The random engine samplers take. Its output sequence is fixed by the C++ standard, so a seed gives the same
+/// rows with any standard library.
+using Rng = std::mt19937_64;
+
+}  // namespace shmreplay

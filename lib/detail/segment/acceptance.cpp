@@ -1,0 +1,406 @@
+// detail/segment/acceptance.cpp: open's acceptance rule: what a file must be before anything of it is trusted
+// (accept_prefix, read with pread before mapping), a creator's "ready" awaited (await_ready), then every count,
+// section and field of the header checked and copied out once (accept_segment). Create's placement rule, beside it
+// in placement.cpp, places sections so that they pass.
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "detail/os/process.hpp"
+#include "detail/segment/rules.hpp"
+#include "shmreplay/wait.hpp"
+
+namespace shmreplay::detail {
+namespace {
+
+using namespace layout;
+
+std::string magic_text(uint64_t magic) {
+  std::string s;
+  for (int i = 0; i < 8; ++i) {
+    const char c = static_cast<char>((magic >> (8 * i)) & 0xff);
+    s += (c >= 0x20 && c < 0x7f) ? c : '.';
+  }
+  return s;
+}
+
+std::string creator_text(const SegmentHeader& h) {
+  const bool alive = process_alive(h.creator_pid, h.creator_start_ticks);
+  return fmt::format("pid {}, {}", h.creator_pid, alive ? "still running" : "no longer running");
+}
+
+// The header's sections, checked against the file and each other.
+struct Sections {
+  uint64_t header_bytes = 0;
+  uint64_t num_envs = 0;
+  uint64_t capacity = 0;
+  uint64_t num_fields = 0;
+  uint64_t queue_capacity = 0;
+  SectionDesc fields, envs, data, global, episodes, meta, queues, priorities;
+  bool has_episodes = false;
+  bool has_priorities = false;
+  double alpha = 0.0;
+};
+
+Sections accept_sections(const SegmentHeader& h, LayoutVersion version, const OpenCheck& check) {
+  const uint32_t major = version.major;
+  const uint32_t minor = version.minor;
+  const uint64_t file_bytes = check.file_bytes();
+  const OpenCheck& v = check;
+  // Everything below is read once, checked, and kept in this process.
+  const uint64_t header_bytes = h.header_bytes;
+  if (header_bytes < sizeof(SegmentHeader) || (minor == kLayoutMinor && header_bytes != sizeof(SegmentHeader))) {
+    v.fail(Errc::corrupt, fmt::format("header_bytes is {}, expected {} for layout {}.{}", header_bytes,
+                                      sizeof(SegmentHeader), major, minor));
+  }
+  if (h.total_bytes != file_bytes) {
+    v.fail(h.total_bytes > file_bytes ? Errc::truncated : Errc::corrupt,
+           fmt::format("{}the header says the segment is {} bytes, but the file is {} bytes",
+                       h.total_bytes > file_bytes ? "it is truncated: " : "", h.total_bytes, file_bytes));
+  }
+  if (file_bytes < header_bytes) {
+    v.fail(Errc::truncated, fmt::format("it is truncated: the file is {} bytes, shorter than its {}-byte header",
+                                        file_bytes, header_bytes));
+  }
+  const uint64_t num_envs = h.num_envs;
+  const uint64_t capacity = h.capacity;
+  const uint64_t num_fields = h.num_fields;
+  if (num_envs < 1 || num_envs > kMaxEnvs) {
+    v.fail(Errc::corrupt, fmt::format("num_envs is {}, expected 1 to {}", num_envs, kMaxEnvs));
+  }
+  if (capacity < 1 || capacity > kMaxCapacity) {
+    v.fail(Errc::corrupt, fmt::format("capacity is {}, expected 1 to {}", capacity, kMaxCapacity));
+  }
+  if (num_fields < 1 || num_fields > kMaxFields) {
+    v.fail(Errc::corrupt, fmt::format("num_fields is {}, expected 1 to {}", num_fields, kMaxFields));
+  }
+  if (h.num_sections < kSectionsUsed || h.num_sections > kMaxSections) {
+    v.fail(Errc::corrupt, fmt::format("num_sections is {}, expected {} to {} for layout {}.{}", h.num_sections,
+                                      kSectionsUsed, kMaxSections, major, minor));
+  }
+  const SectionDesc fields_sec = h.sections[kSectionFields];
+  const SectionDesc envs_sec = h.sections[kSectionEnvs];
+  const SectionDesc data_sec = h.sections[kSectionData];
+  const SectionDesc global_sec = h.sections[kSectionGlobal];
+  if (fields_sec.bytes != num_fields * sizeof(FieldDesc)) {
+    v.fail(Errc::corrupt, fmt::format("the field table is {} bytes, expected {} fields x {} bytes",
+                                      fields_sec.bytes, num_fields, sizeof(FieldDesc)));
+  }
+  if (envs_sec.bytes != num_envs * sizeof(EnvControl)) {
+    v.fail(Errc::corrupt, fmt::format("the env table is {} bytes, expected {} envs x {} bytes", envs_sec.bytes,
+                                      num_envs, sizeof(EnvControl)));
+  }
+  v.check_range("the field table", fields_sec.offset, fields_sec.bytes, header_bytes, alignof(FieldDesc));
+  v.check_range("the env table", envs_sec.offset, envs_sec.bytes, header_bytes, kCacheLineBytes);
+  if (global_sec.bytes < sizeof(GlobalControl)) {
+    v.fail(Errc::corrupt, fmt::format("the global section is {} bytes, expected at least {}", global_sec.bytes,
+                                      sizeof(GlobalControl)));
+  }
+  v.check_range("the data section", data_sec.offset, data_sec.bytes, header_bytes, kDataAlignBytes);
+  v.check_range("the global section", global_sec.offset, global_sec.bytes, header_bytes, kCacheLineBytes);
+  // Layout 1.2: the episode sections, empty (0 bytes, offset ignored) in a buffer without episode fields.
+  const uint64_t queue_capacity = h.episode_queue_capacity;
+  const SectionDesc episodes_sec = h.sections[kSectionEpisodes];
+  const SectionDesc meta_sec = h.sections[kSectionStepMeta];
+  const SectionDesc queues_sec = h.sections[kSectionEpisodeQueues];
+  if (queue_capacity > kMaxEpisodeQueueCapacity) {
+    v.fail(Errc::corrupt, fmt::format("episode_queue_capacity is {}, expected 0 to {}", queue_capacity,
+                                      kMaxEpisodeQueueCapacity));
+  }
+  const bool episodes = queue_capacity != 0;
+  uint64_t expect_meta = 0;
+  uint64_t expect_queues = 0;
+  if (episodes && (__builtin_mul_overflow(num_envs * capacity, sizeof(uint64_t), &expect_meta) ||
+                   __builtin_mul_overflow(num_envs * queue_capacity, sizeof(EpisodeRecordSlot), &expect_queues))) {
+    v.fail(Errc::corrupt, "the episode sections' sizes overflow");
+  }
+  const uint64_t expect_episodes = episodes ? num_envs * sizeof(EpisodeControl) : 0;
+  if (episodes_sec.bytes != expect_episodes || meta_sec.bytes != expect_meta || queues_sec.bytes != expect_queues) {
+    v.fail(Errc::corrupt,
+           fmt::format("the episode sections are {}, {} and {} bytes, expected {}, {} and {} for {} envs x {} steps "
+                       "and {} records per queue",
+                       episodes_sec.bytes, meta_sec.bytes, queues_sec.bytes, expect_episodes, expect_meta,
+                       expect_queues, num_envs, capacity, queue_capacity));
+  }
+  std::vector<std::pair<SectionDesc, std::string>> sections = {{fields_sec, "the field table"},
+                                                               {envs_sec, "the env table"},
+                                                               {data_sec, "the data section"},
+                                                               {global_sec, "the global section"}};
+  if (episodes) {
+    v.check_range("the episode control section", episodes_sec.offset, episodes_sec.bytes, header_bytes,
+                  kCacheLineBytes);
+    v.check_range("the step meta section", meta_sec.offset, meta_sec.bytes, header_bytes, kCacheLineBytes);
+    v.check_range("the episode queue section", queues_sec.offset, queues_sec.bytes, header_bytes, kCacheLineBytes);
+    sections.emplace_back(episodes_sec, "the episode control section");
+    sections.emplace_back(meta_sec, "the step meta section");
+    sections.emplace_back(queues_sec, "the episode queue section");
+  }
+  // Layout 1.3: the priority trees, empty (0 bytes, offset ignored) without priorities.
+  const SectionDesc prio_sec = h.sections[kSectionPriorities];
+  const bool priorities = h.priority_exponent_bits != 0;
+  const double alpha = std::bit_cast<double>(h.priority_exponent_bits);
+  if (priorities && !(std::isfinite(alpha) && alpha >= 0)) {
+    v.fail(Errc::corrupt, fmt::format("the priority exponent is {}, expected a finite number >= 0", alpha));
+  }
+  uint64_t expect_trees = 0;
+  if (priorities && (capacity > kMaxCapacity ||
+                     __builtin_mul_overflow(num_envs, 2 * std::bit_ceil(capacity) * sizeof(uint64_t), &expect_trees))) {
+    v.fail(Errc::corrupt, "the priority section's size overflows");
+  }
+  if (prio_sec.bytes != expect_trees) {
+    v.fail(Errc::corrupt, fmt::format("the priority section is {} bytes, expected {} for {} envs x {} steps {}",
+                                      prio_sec.bytes, expect_trees, num_envs, capacity,
+                                      priorities ? "with priorities" : "without priorities"));
+  }
+  if (priorities) {
+    v.check_range("the priority section", prio_sec.offset, prio_sec.bytes, header_bytes, kCacheLineBytes);
+    sections.emplace_back(prio_sec, "the priority section");
+  }
+  v.check_disjoint(sections);
+
+  Sections s;
+  s.header_bytes = header_bytes;
+  s.num_envs = num_envs;
+  s.capacity = capacity;
+  s.num_fields = num_fields;
+  s.queue_capacity = queue_capacity;
+  s.fields = fields_sec;
+  s.envs = envs_sec;
+  s.data = data_sec;
+  s.global = global_sec;
+  s.episodes = episodes_sec;
+  s.meta = meta_sec;
+  s.queues = queues_sec;
+  s.priorities = prio_sec;
+  s.has_episodes = episodes;
+  s.has_priorities = priorities;
+  s.alpha = alpha;
+  return s;
+}
+
+}  // namespace
+
+void OpenCheck::fail(Errc code, const std::string& what) const {
+  throw Error(code, fmt::format("cannot open shmreplay segment '{}' ({}): {}", name_, path_, what));
+}
+
+void OpenCheck::check_range(const std::string& what, uint64_t offset, uint64_t bytes, uint64_t header_bytes,
+                          uint64_t align) const {
+  uint64_t end = 0;
+  if (__builtin_add_overflow(offset, bytes, &end) || end > file_bytes_) {
+    fail(Errc::corrupt, fmt::format("{} at offset {} with {} bytes ends beyond the file's {} bytes", what, offset,
+                                    bytes, file_bytes_));
+  }
+  if (offset < header_bytes) {
+    fail(Errc::corrupt,
+         fmt::format("{} at offset {} overlaps the header, which is {} bytes", what, offset, header_bytes));
+  }
+  if (offset % align != 0) {
+    fail(Errc::corrupt, fmt::format("{} at offset {} is not aligned to {} bytes", what, offset, align));
+  }
+}
+
+void OpenCheck::check_disjoint(std::vector<std::pair<SectionDesc, std::string>> ranges) const {
+  std::sort(ranges.begin(), ranges.end(),
+            [](const auto& a, const auto& b) { return a.first.offset < b.first.offset; });
+  for (std::size_t i = 1; i < ranges.size(); ++i) {
+    const auto& [prev, prev_name] = ranges[i - 1];
+    const auto& [cur, cur_name] = ranges[i];
+    if (prev.offset + prev.bytes > cur.offset) {
+      fail(Errc::corrupt, fmt::format("{} [{}, {}) overlaps {} [{}, {})", prev_name, prev.offset,
+                                        prev.offset + prev.bytes, cur_name, cur.offset, cur.offset + cur.bytes));
+    }
+  }
+}
+
+LayoutVersion accept_prefix(int fd, const OpenCheck& check) {
+  // The magic and the version come first, read with pread so that even a tiny file cannot fault.
+  uint64_t prefix[2] = {0, 0};
+  const ssize_t got = ::pread(fd, prefix, sizeof prefix, 0);
+  if (got < static_cast<ssize_t>(sizeof(uint64_t)) || prefix[0] != kMagic) {
+    if (got < static_cast<ssize_t>(sizeof(uint64_t))) {
+      check.fail(Errc::not_a_segment,
+             fmt::format("it is not a shmreplay segment: the file is {} bytes, too short for the 8-byte magic",
+                         check.file_bytes()));
+    }
+    check.fail(Errc::not_a_segment, fmt::format("it is not a shmreplay segment: magic 0x{:016x} ('{}'), expected "
+                                            "0x{:016x} ('SHMRPLAY')",
+                                            prefix[0], magic_text(prefix[0]), kMagic));
+  }
+  if (got < static_cast<ssize_t>(sizeof prefix)) {
+    check.fail(Errc::truncated, fmt::format("it is truncated: the file is {} bytes, too short for the layout version",
+                                        check.file_bytes()));
+  }
+  const auto major = static_cast<uint32_t>(prefix[1] & 0xffffffffu);
+  const auto minor = static_cast<uint32_t>(prefix[1] >> 32);
+  if (major != kLayoutMajor) {
+    check.fail(Errc::version_mismatch,
+           fmt::format("segment layout {}.{}, library {}.{}: {}", major, minor, kLayoutMajor, kLayoutMinor,
+                       major > kLayoutMajor ? "a newer shmreplay made it; upgrade this program"
+                                            : "an older shmreplay made it; recreate the segment"));
+  }
+  if (minor < kLayoutMinor) {
+    // What each older minor version lacks that this library needs.
+    static constexpr const char* kLacks[] = {
+        "the learner lease, episode bookkeeping, priorities and the rate limiter",  // 1.0
+        "episode bookkeeping, priorities and the rate limiter",                     // 1.1
+        "priorities and the rate limiter",                                          // 1.2
+        "the rate limiter",                                                         // 1.3
+        "the rate limiter's marks of waiting writers",                              // 1.4
+    };
+    static_assert(std::size(kLacks) == kLayoutMinor, "one entry per older minor version");
+    check.fail(Errc::version_mismatch,
+           fmt::format("segment layout {}.{}, library {}.{}: an older shmreplay made it, without the sections this "
+                       "library needs ({}); recreate the segment",
+                       major, minor, kLayoutMajor, kLayoutMinor, kLacks[minor]));
+  }
+  if (check.file_bytes() < sizeof(SegmentHeader)) {
+    check.fail(Errc::truncated, fmt::format("it is truncated: the file is {} bytes, shorter than the {}-byte header",
+                                        check.file_bytes(), sizeof(SegmentHeader)));
+  }
+
+  return {major, minor};
+}
+
+void await_ready(const SegmentHeader& header, uint64_t timeout_ms, const OpenCheck& check) {
+  // Wait for (or report) a creator that has not finished, polling every 1 ms and running the thread's
+  // InterruptCheck every 50 polls. Acquire pairs with create()'s release store.
+  const auto deadline = deadline_after_ms(timeout_ms);
+  for (uint64_t polls = 1; header.state.load(std::memory_order_acquire) != kStateReady; ++polls) {
+    if (polls % 50 == 0) InterruptCheck::run();
+    if (std::chrono::steady_clock::now() >= deadline) {
+      check.fail(Errc::not_ready,
+             fmt::format("it is not ready: its creator ({}) has not finished initialising it{}", creator_text(header),
+                         timeout_ms ? fmt::format(" within {} ms", timeout_ms) : ""));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+
+}
+
+SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, const std::string& name,
+                               const OpenCheck& check, const std::optional<Schema>& expected_schema) {
+  const OpenCheck& v = check;
+  const auto& h = *std::launder(reinterpret_cast<const SegmentHeader*>(base));
+  const Sections s = accept_sections(h, version, check);
+  const uint64_t header_bytes = s.header_bytes;
+  // The counts as accept_sections checked them (read once: the header may change under us).
+  const uint64_t num_envs = s.num_envs;
+  const uint64_t capacity = s.capacity;
+  const uint64_t num_fields = s.num_fields;
+  const SectionDesc data_sec = s.data;
+  const bool episodes = s.has_episodes;
+  const uint64_t queue_capacity = s.queue_capacity;
+  SegmentGeometry g;
+  // The schema table: every entry must describe a valid field whose storage lies inside the data section.
+  const auto* table = std::launder(reinterpret_cast<const FieldDesc*>(base + s.fields.offset));
+  std::vector<Field> fields;
+  std::vector<std::pair<SectionDesc, std::string>> storage;
+  EpisodeFieldIndices roles;
+  uint64_t steps = 0;
+  if (__builtin_mul_overflow(num_envs, capacity, &steps)) v.fail(Errc::corrupt, "num_envs x capacity overflows");
+  for (uint64_t i = 0; i < num_fields; ++i) {
+    const FieldDesc& d = table[i];
+    const auto* nul = static_cast<const uint8_t*>(std::memchr(d.name, 0, sizeof d.name));
+    if (nul == nullptr) v.fail(Errc::corrupt, fmt::format("field {}'s name is not NUL-terminated", i + 1));
+    Field f;
+    f.name.assign(reinterpret_cast<const char*>(d.name), static_cast<std::size_t>(nul - d.name));
+    const std::string what = fmt::format("field {} '{}'", i + 1, f.name);
+    if (!is_dtype(d.dtype)) v.fail(Errc::corrupt, fmt::format("{} has dtype code {}, which is unknown", what, d.dtype));
+    if (d.ndim > kMaxDims) {
+      v.fail(Errc::corrupt, fmt::format("{} has {} dimensions, at most {} are allowed", what, d.ndim, kMaxDims));
+    }
+    f.dtype = static_cast<DType>(d.dtype);
+    f.shape.assign(d.dims, d.dims + d.ndim);
+    // Schema validation below rejects zero and overflowing dims; check them here first so bytes() is exact.
+    try {
+      (void)Schema({f});
+    } catch (const Error& e) {
+      v.fail(Errc::corrupt, fmt::format("the field table is invalid: {}", e.what()));
+    }
+    if (d.step_bytes != f.bytes()) {
+      v.fail(Errc::corrupt, fmt::format("{} ({}) says {} bytes per step, expected {}", what, f.to_string(),
+                                        d.step_bytes, f.bytes()));
+    }
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(steps, f.bytes(), &bytes) || d.data_bytes != bytes) {
+      v.fail(Errc::corrupt, fmt::format("{} has {} bytes of storage, expected {} envs x {} steps x {} bytes", what,
+                                        d.data_bytes, num_envs, capacity, f.bytes()));
+    }
+    v.check_range(fmt::format("the storage of {}", what), d.data_offset, d.data_bytes, header_bytes,
+                  kDataAlignBytes);
+    if (d.data_offset < data_sec.offset || d.data_offset + d.data_bytes > data_sec.offset + data_sec.bytes) {
+      v.fail(Errc::corrupt, fmt::format("the storage of {} [{}, {}) lies outside the data section [{}, {})", what,
+                                        d.data_offset, d.data_offset + d.data_bytes, data_sec.offset,
+                                        data_sec.offset + data_sec.bytes));
+    }
+    storage.emplace_back(SectionDesc{d.data_offset, d.data_bytes}, fmt::format("the storage of {}", what));
+    g.field_offsets.push_back(d.data_offset);
+    fields.push_back(std::move(f));
+    if (d.role >= kRoleCount) v.fail(Errc::corrupt, fmt::format("{} has episode role code {}, which is unknown", what, d.role));
+    std::optional<std::size_t>* role_slot[] = {nullptr, &roles.done, &roles.terminated, &roles.truncated, &roles.reward};
+    if (d.role != kRoleNone) {
+      if (*role_slot[d.role]) {
+        v.fail(Errc::corrupt, fmt::format("{} and field {} both have episode role code {}", what,
+                                          **role_slot[d.role] + 1, d.role));
+      }
+      *role_slot[d.role] = static_cast<std::size_t>(i);
+    }
+  }
+  v.check_disjoint(storage);
+  try {
+    g.schema = Schema(std::move(fields));
+  } catch (const Error& e) {
+    v.fail(Errc::corrupt, fmt::format("the field table is invalid: {}", e.what()));
+  }
+  if (h.step_bytes != g.schema.step_bytes()) {
+    v.fail(Errc::corrupt, fmt::format("step_bytes is {}, but the fields add up to {}", h.step_bytes,
+                                      g.schema.step_bytes()));
+  }
+  if (const std::string problem = episode_role_problem(g.schema, roles); !problem.empty()) {
+    v.fail(Errc::corrupt, fmt::format("the field table's episode roles are invalid: {}", problem));
+  }
+  if (roles.any_flag() != episodes) {
+    v.fail(Errc::corrupt, fmt::format("episode_queue_capacity is {} but the field table has {} episode flag field",
+                                      queue_capacity, roles.any_flag() ? "an" : "no"));
+  }
+  if (expected_schema) {
+    const auto diffs = Schema::differences(*expected_schema, g.schema);
+    if (!diffs.empty()) {
+      v.fail(Errc::schema_mismatch,
+             fmt::format("its schema differs from the expected one in {} place{}: {} (expected '{}', actual '{}')",
+                         diffs.size(), diffs.size() == 1 ? "" : "s", fmt::join(diffs, "; "),
+                         expected_schema->to_string(), g.schema.to_string()));
+    }
+  }
+  g.name = name;
+  g.num_envs = num_envs;
+  g.capacity = capacity;
+  g.total_bytes = check.file_bytes();
+  g.envs_offset = s.envs.offset;
+  g.global_offset = s.global.offset;
+  g.episode_fields = roles;
+  g.episode_queue_capacity = queue_capacity;
+  g.episodes_offset = s.episodes.offset;
+  g.step_meta_offset = s.meta.offset;
+  g.queues_offset = s.queues.offset;
+  g.priorities_offset = s.priorities.offset;
+  g.priority_leaves = s.has_priorities ? std::bit_ceil(capacity) : 0;
+  g.priority_exponent = s.has_priorities ? std::abs(s.alpha) : 0.0;
+  return g;
+}
+
+}  // namespace shmreplay::detail

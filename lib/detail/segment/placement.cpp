@@ -1,0 +1,186 @@
+// detail/segment/placement.cpp: create's placement rule: where every section of a segment of a given shape goes
+// (plan_segment), and the first write of its header and control blocks (write_segment), which publishes "ready"
+// last. Open's acceptance rule, beside it in acceptance.cpp, checks a header against the same rules.
+#include <atomic>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "detail/os/file.hpp"
+#include "detail/os/process.hpp"
+#include "detail/protocol/lease.hpp"
+#include "detail/protocol/rate_limit.hpp"
+#include "detail/segment/rules.hpp"
+
+namespace shmreplay::detail {
+namespace {
+
+using namespace layout;
+
+[[noreturn]] void too_large(uint64_t num_envs, uint64_t capacity, const std::string& what) {
+  throw Error(Errc::invalid_argument,
+              fmt::format("a buffer of {} envs x {} steps is too large: {} overflows 64 bits", num_envs, capacity,
+                          what));
+}
+
+uint64_t checked_mul(uint64_t a, uint64_t b, uint64_t num_envs, uint64_t capacity, const std::string& what) {
+  uint64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) too_large(num_envs, capacity, what);
+  return r;
+}
+
+uint64_t checked_add(uint64_t a, uint64_t b, uint64_t num_envs, uint64_t capacity, const std::string& what) {
+  uint64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r) || r > UINT64_MAX - kPageBytes) too_large(num_envs, capacity, what);
+  return r;
+}
+
+}  // namespace
+
+SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& schema, uint64_t queue_capacity,
+                         bool priorities) {
+  SegmentPlan p;
+  uint64_t at = sizeof(SegmentHeader);
+  p.sections[kSectionFields] = {at, schema.size() * sizeof(FieldDesc)};
+  at = round_up(at + p.sections[kSectionFields].bytes, kCacheLineBytes);
+  p.sections[kSectionEnvs] = {at, num_envs * sizeof(EnvControl)};
+  at = round_up(at + p.sections[kSectionEnvs].bytes, kCacheLineBytes);
+  p.sections[kSectionGlobal] = {at, sizeof(GlobalControl)};
+  at = round_up(at + p.sections[kSectionGlobal].bytes, kPageBytes);
+  const uint64_t data_start = at;
+  const uint64_t steps = checked_mul(num_envs, capacity, num_envs, capacity, "the number of steps");
+  for (const Field& f : schema.fields()) {
+    const std::string what = fmt::format("the storage of field '{}' ({} bytes per step)", f.name, f.bytes());
+    const uint64_t bytes = checked_mul(steps, f.bytes(), num_envs, capacity, what);
+    at = round_up(at, kDataAlignBytes);
+    p.field_offsets.push_back(at);
+    at = checked_add(at, bytes, num_envs, capacity, "the segment's size");
+  }
+  p.sections[kSectionData] = {data_start, at - data_start};
+  // Layout 1.2: the episode sections follow the data (so everything before is placed as in 1.1); all three are
+  // empty in a buffer without episode fields.
+  const bool episodes = queue_capacity != 0;
+  at = round_up(at, kCacheLineBytes);
+  p.sections[kSectionEpisodes] = {at, episodes ? num_envs * sizeof(EpisodeControl) : 0};
+  at = checked_add(at, p.sections[kSectionEpisodes].bytes, num_envs, capacity, "the segment's size");
+  const uint64_t meta_bytes = episodes ? checked_mul(steps, sizeof(uint64_t), num_envs, capacity, "the step meta") : 0;
+  p.sections[kSectionStepMeta] = {at, meta_bytes};
+  at = round_up(checked_add(at, meta_bytes, num_envs, capacity, "the segment's size"), kCacheLineBytes);
+  const uint64_t queue_bytes =
+      checked_mul(checked_mul(num_envs, queue_capacity, num_envs, capacity, "the episode queues"),
+                  sizeof(EpisodeRecordSlot), num_envs, capacity, "the episode queues");
+  p.sections[kSectionEpisodeQueues] = {at, queue_bytes};
+  at = checked_add(at, queue_bytes, num_envs, capacity, "the segment's size");
+  // Layout 1.3: the priority trees, empty without priorities.
+  at = round_up(at, kCacheLineBytes);
+  const uint64_t tree_bytes =
+      priorities ? checked_mul(checked_mul(num_envs, 2 * std::bit_ceil(capacity), num_envs, capacity,
+                                           "the priority trees"),
+                               sizeof(uint64_t), num_envs, capacity, "the priority trees")
+                 : 0;
+  p.sections[kSectionPriorities] = {at, tree_bytes};
+  at = checked_add(at, tree_bytes, num_envs, capacity, "the segment's size");
+  p.total_bytes = round_up(at, kPageBytes);
+  if (p.total_bytes > static_cast<uint64_t>(SIZE_MAX / 2)) too_large(num_envs, capacity, "the segment's size");
+  return p;
+}
+
+void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const Schema& schema, const SegmentPlan& p,
+                   const FieldRoles& roles, std::optional<double> priority_exponent,
+                   const std::optional<RateLimit>& rate_limit) {
+  // The file came from fallocate, so every byte is already zero; construct the atomics in place.
+  auto* h = new (base) SegmentHeader{};
+  h->magic = kMagic;
+  h->layout_major = kLayoutMajor;
+  h->layout_minor = kLayoutMinor;
+  h->header_bytes = sizeof(SegmentHeader);
+  h->total_bytes = p.total_bytes;
+  h->state.store(kStateInitializing, std::memory_order_relaxed);
+  h->num_envs = num_envs;
+  h->capacity = capacity;
+  h->num_fields = schema.size();
+  h->step_bytes = schema.step_bytes();
+  h->creator_pid = static_cast<uint64_t>(::getpid());
+  h->creator_start_ticks = self_start_ticks();
+  h->creation_time_ns = realtime_ns();
+  h->num_sections = kSectionsUsed;
+  h->episode_queue_capacity = roles.queue_capacity;
+  // alpha = 0 is stored as -0.0, so that 0 bits always mean "no priorities".
+  h->priority_exponent_bits = priority_exponent ? std::bit_cast<uint64_t>(*priority_exponent == 0 ? -0.0
+                                                                                               : *priority_exponent)
+                                                : 0;
+  for (uint32_t s = 0; s < kSectionsUsed; ++s) h->sections[s] = p.sections[s];
+
+  auto* table = reinterpret_cast<FieldDesc*>(base + p.sections[kSectionFields].offset);
+  for (std::size_t i = 0; i < schema.size(); ++i) {
+    const Field& f = schema[i];
+    auto* d = new (table + i) FieldDesc{};
+    std::memcpy(d->name, f.name.data(), f.name.size());
+    d->dtype = static_cast<uint32_t>(f.dtype);
+    d->ndim = static_cast<uint32_t>(f.shape.size());
+    std::copy(f.shape.begin(), f.shape.end(), d->dims);
+    d->step_bytes = f.bytes();
+    d->data_offset = p.field_offsets[i];
+    d->data_bytes = num_envs * capacity * f.bytes();
+    d->role = roles.of_field[i];
+  }
+  auto* envs = reinterpret_cast<EnvControl*>(base + p.sections[kSectionEnvs].offset);
+  for (uint64_t e = 0; e < num_envs; ++e) new (envs + e) EnvControl{};
+  auto* global = new (base + p.sections[kSectionGlobal].offset) GlobalControl{};
+  // Nobody else can see the segment yet: the rewriter lease is free.
+  if (rate_limit) store_rate_limit(*global, rate_limit, /*inserts=*/std::nullopt, self_lease_word(), 0);
+  if (priority_exponent) {
+    global->max_priority.store(std::bit_cast<uint64_t>(1.0), std::memory_order_relaxed);
+    auto* words = reinterpret_cast<std::atomic<uint64_t>*>(base + p.sections[kSectionPriorities].offset);
+    for (uint64_t i = 0; i < p.sections[kSectionPriorities].bytes / sizeof(uint64_t); ++i) {
+      new (words + i) std::atomic<uint64_t>(0);
+    }
+  }
+  if (roles.queue_capacity != 0) {
+    // Journal slot 0 holds the state for head 0 (episode 0 starts at step 0, nothing completed); slot 1 holds
+    // nothing yet. Meta words and record slots start as zeros.
+    auto* eps = reinterpret_cast<EpisodeControl*>(base + p.sections[kSectionEpisodes].offset);
+    for (uint64_t e = 0; e < num_envs; ++e) {
+      auto* c = new (eps + e) EpisodeControl{};
+      c->journal[1].for_head.store(kJournalWriting, std::memory_order_relaxed);
+    }
+    auto* meta = reinterpret_cast<std::atomic<uint64_t>*>(base + p.sections[kSectionStepMeta].offset);
+    for (uint64_t i = 0; i < num_envs * capacity; ++i) new (meta + i) std::atomic<uint64_t>(0);
+    auto* slots = reinterpret_cast<EpisodeRecordSlot*>(base + p.sections[kSectionEpisodeQueues].offset);
+    for (uint64_t i = 0; i < num_envs * roles.queue_capacity; ++i) new (slots + i) EpisodeRecordSlot{};
+  }
+
+  // release: pairs with the attacher's acquire load of `state` in open(); everything above happens-before it.
+  h->state.store(kStateReady, std::memory_order_release);
+}
+
+SegmentGeometry planned_geometry(const std::string& name, uint64_t num_envs, uint64_t capacity, const Schema& schema,
+                                 const SegmentPlan& plan, const FieldRoles& roles,
+                                 std::optional<double> priority_exponent) {
+  SegmentGeometry g;
+  g.name = name;
+  g.schema = schema;
+  g.num_envs = num_envs;
+  g.capacity = capacity;
+  g.total_bytes = plan.total_bytes;
+  g.envs_offset = plan.sections[kSectionEnvs].offset;
+  g.global_offset = plan.sections[kSectionGlobal].offset;
+  g.field_offsets = plan.field_offsets;
+  g.episode_fields = roles.indices;
+  g.episode_queue_capacity = roles.queue_capacity;
+  g.episodes_offset = plan.sections[kSectionEpisodes].offset;
+  g.step_meta_offset = plan.sections[kSectionStepMeta].offset;
+  g.queues_offset = plan.sections[kSectionEpisodeQueues].offset;
+  g.priorities_offset = plan.sections[kSectionPriorities].offset;
+  g.priority_leaves = priority_exponent ? std::bit_ceil(capacity) : 0;
+  g.priority_exponent = priority_exponent.value_or(0.0);
+  return g;
+}
+
+}  // namespace shmreplay::detail

@@ -1,0 +1,103 @@
+// lib/segment.cpp: a Segment's mapping and its accessors to each section's words (shmreplay/segment.hpp).
+#include "shmreplay/segment.hpp"
+
+#include <sys/mman.h>
+
+#include <cassert>
+#include <new>
+#include <utility>
+
+namespace shmreplay {
+
+using namespace layout;
+
+Segment::Segment(std::byte* base, std::size_t map_bytes, bool read_only, SegmentGeometry geometry) noexcept
+    : base_(base), map_bytes_(map_bytes), read_only_(read_only), g_(std::move(geometry)) {}
+
+Segment::Segment(Segment&& other) noexcept { *this = std::move(other); }
+
+Segment& Segment::operator=(Segment&& other) noexcept {
+  if (this != &other) {
+    unmap();
+    base_ = std::exchange(other.base_, nullptr);
+    map_bytes_ = std::exchange(other.map_bytes_, 0);
+    read_only_ = other.read_only_;
+    g_ = std::exchange(other.g_, {});
+  }
+  return *this;
+}
+
+Segment::~Segment() { unmap(); }
+
+void Segment::unmap() noexcept {
+  if (base_ != nullptr) ::munmap(base_, map_bytes_);
+  base_ = nullptr;
+  map_bytes_ = 0;
+}
+
+const SegmentHeader& Segment::header() const noexcept {
+  return *std::launder(reinterpret_cast<const SegmentHeader*>(base_));
+}
+
+const EnvControl& Segment::env_control(uint64_t env) const noexcept {
+  assert(env < g_.num_envs);
+  return std::launder(reinterpret_cast<const EnvControl*>(base_ + g_.envs_offset))[env];
+}
+
+EnvControl& Segment::env_control(uint64_t env) noexcept {
+  assert(!read_only_ && env < g_.num_envs);
+  return std::launder(reinterpret_cast<EnvControl*>(base_ + g_.envs_offset))[env];
+}
+
+const GlobalControl& Segment::global_control() const noexcept {
+  return *std::launder(reinterpret_cast<const GlobalControl*>(base_ + g_.global_offset));
+}
+
+GlobalControl& Segment::global_control() noexcept {
+  assert(!read_only_);
+  return *std::launder(reinterpret_cast<GlobalControl*>(base_ + g_.global_offset));
+}
+
+const EpisodeControl& Segment::episode_control(uint64_t env) const noexcept {
+  assert(has_episodes() && env < g_.num_envs);
+  return std::launder(reinterpret_cast<const EpisodeControl*>(base_ + g_.episodes_offset))[env];
+}
+
+EpisodeControl& Segment::episode_control(uint64_t env) noexcept {
+  assert(!read_only_ && has_episodes() && env < g_.num_envs);
+  return std::launder(reinterpret_cast<EpisodeControl*>(base_ + g_.episodes_offset))[env];
+}
+
+std::atomic<uint64_t>* Segment::priority_tree(uint64_t env) const noexcept {
+  assert(has_priorities() && env < g_.num_envs);
+  return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + g_.priorities_offset)) +
+         env * 2 * g_.priority_leaves;
+}
+
+const std::atomic<uint64_t>* Segment::step_meta(uint64_t env) const noexcept {
+  assert(has_episodes() && env < g_.num_envs);
+  return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + g_.step_meta_offset)) + env * g_.capacity;
+}
+
+std::atomic<uint64_t>* Segment::step_meta(uint64_t env) noexcept {
+  assert(!read_only_ && has_episodes() && env < g_.num_envs);
+  return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + g_.step_meta_offset)) + env * g_.capacity;
+}
+
+const EpisodeRecordSlot* Segment::episode_queue(uint64_t env) const noexcept {
+  assert(has_episodes() && env < g_.num_envs);
+  return std::launder(reinterpret_cast<const EpisodeRecordSlot*>(base_ + g_.queues_offset)) +
+         env * g_.episode_queue_capacity;
+}
+
+EpisodeRecordSlot* Segment::episode_queue(uint64_t env) noexcept {
+  assert(!read_only_ && has_episodes() && env < g_.num_envs);
+  return std::launder(reinterpret_cast<EpisodeRecordSlot*>(base_ + g_.queues_offset)) + env * g_.episode_queue_capacity;
+}
+
+std::byte* Segment::field_data(std::size_t field) noexcept {
+  assert(!read_only_ && field < g_.field_offsets.size());
+  return base_ + g_.field_offsets[field];
+}
+
+}  // namespace shmreplay
