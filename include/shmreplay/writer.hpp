@@ -111,8 +111,8 @@ class StepSlot {
   double priority_ = -1;  // negative: the running maximum
 };
 
-/// An env worker's role: leases a set of envs and pushes their steps (one Writer per process and env set; not
-/// shared between threads without a lock). The top of this file has the guarantees.
+/// An env worker's role: leases a set of envs and pushes their steps. Used by one thread at a time; the top of
+/// this file has the guarantees.
 class Writer {
  public:
   /// Leases `env_ids` (all of them or none) for this process and this Writer. For each env: a free lease is
