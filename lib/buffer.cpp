@@ -31,18 +31,11 @@ using layout::kMagic;
 using layout::kMaxCapacity;
 using layout::kMaxEnvs;
 
-Buffer Buffer::create(std::string_view name, uint64_t num_envs, uint64_t capacity, const Schema& schema,
-                      const CreateOptions& options) {
-  Buffer b = create_unnamed(name, num_envs, capacity, schema, options);
-  b.publish();
-  return b;
-}
+namespace {
 
-Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint64_t capacity, const Schema& schema,
-                              const CreateOptions& options) {
-  const std::string name = detail::normalize_name(name_in);
-  const std::string dir = shm_directory();
-  const std::string path = detail::segment_path(name);
+// Every argument of create, checked before anything is made; returns the episode roles they name.
+detail::FieldRoles check_create_arguments(const std::string& name, uint64_t num_envs, uint64_t capacity,
+                                          const Schema& schema, const CreateOptions& options) {
   if (num_envs < 1 || num_envs > kMaxEnvs) {
     throw Error(Errc::invalid_argument,
                 fmt::format("cannot create shmreplay segment '{}': num_envs is {}, expected 1 to {}", name,
@@ -63,7 +56,8 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
                             "have only read and write bits (expected a subset of {:04o}, e.g. 0600), and {}",
                             name, options.mode, detail::kSegmentModeBits, problem));
   }
-  const detail::FieldRoles roles = detail::resolve_field_roles(name, schema, options.episodes, options.episode_queue_capacity);
+  detail::FieldRoles roles =
+      detail::resolve_field_roles(name, schema, options.episodes, options.episode_queue_capacity);
   if (options.priority_exponent && !(std::isfinite(*options.priority_exponent) && *options.priority_exponent >= 0)) {
     throw Error(Errc::invalid_argument,
                 fmt::format("cannot create shmreplay segment '{}': priority_exponent is {}, expected a finite number "
@@ -75,6 +69,51 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
                              fmt::format("cannot create shmreplay segment '{}' with rate limit {}", name,
                                          options.rate_limit->to_string()));
   }
+  return roles;
+}
+
+[[noreturn]] void throw_no_space(const std::string& name, uint64_t needed, const std::string& dir, uint64_t free_now) {
+  throw Error(Errc::no_space,
+              fmt::format("cannot create shmreplay segment '{}': it needs {} bytes ({}) but '{}' has {} bytes "
+                          "({}) free; use fewer envs, a smaller capacity or schema, or a larger {}",
+                          name, needed, human_bytes(needed), dir, free_now, human_bytes(free_now), dir));
+}
+
+// The segment's unnamed file, with its mode and every page reserved: a full tmpfs fails here, with an error,
+// instead of SIGBUS at some later write.
+UniqueFd reserve_file(const std::string& dir, const std::string& name, uint32_t mode, uint64_t total_bytes) {
+  UniqueFd fd = detail::make_unnamed_file(dir, name, mode);
+  if (::fchmod(fd.get(), mode) != 0) {  // O_TMPFILE's mode is subject to the umask
+    throw_errno(errno, fmt::format("cannot set mode {:o} on shmreplay segment '{}'", mode, name));
+  }
+  const int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(total_bytes));
+  if (err == ENOSPC) {
+    struct statvfs now {};
+    ::statvfs(dir.c_str(), &now);
+    throw_no_space(name, total_bytes, dir, static_cast<uint64_t>(now.f_bavail) * now.f_frsize);
+  }
+  if (err != 0) {
+    throw_errno(err, fmt::format("cannot reserve {} bytes for shmreplay segment '{}' in '{}'", total_bytes,
+                                 name, dir));
+  }
+  return fd;
+}
+
+}  // namespace
+
+Buffer Buffer::create(std::string_view name, uint64_t num_envs, uint64_t capacity, const Schema& schema,
+                      const CreateOptions& options) {
+  Buffer b = create_unnamed(name, num_envs, capacity, schema, options);
+  b.publish();
+  return b;
+}
+
+Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint64_t capacity, const Schema& schema,
+                              const CreateOptions& options) {
+  const std::string name = detail::normalize_name(name_in);
+  const std::string dir = shm_directory();
+  const std::string path = detail::segment_path(name);
+  const detail::FieldRoles roles = check_create_arguments(name, num_envs, capacity, schema, options);
   const detail::SegmentPlan plan = detail::plan_segment(num_envs, capacity, schema, roles.queue_capacity,
                                                        options.priority_exponent.has_value());
   // An early, clear answer for the common case; publish_name() still settles races atomically.
@@ -88,14 +127,7 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
                                    dir));
   }
   const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  const auto no_space = [&](uint64_t free_now) {
-    throw Error(Errc::no_space,
-                fmt::format("cannot create shmreplay segment '{}': it needs {} bytes ({}) but '{}' has {} bytes "
-                            "({}) free; use fewer envs, a smaller capacity or schema, or a larger {}",
-                            name, plan.total_bytes, human_bytes(plan.total_bytes), dir, free_now,
-                            human_bytes(free_now), dir));
-  };
-  if (plan.total_bytes > free_bytes) no_space(free_bytes);
+  if (plan.total_bytes > free_bytes) throw_no_space(name, plan.total_bytes, dir, free_bytes);
   // Read before fallocate takes the segment's pages out of MemAvailable.
   bool populate = options.populate == Populate::always;
   if (options.populate == Populate::automatic) {
@@ -103,21 +135,7 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
     populate = available && plan.total_bytes <= *available / 2;
   }
 
-  UniqueFd fd = detail::make_unnamed_file(dir, name, options.mode);
-  if (::fchmod(fd.get(), options.mode) != 0) {  // O_TMPFILE's mode is subject to the umask
-    throw_errno(errno, fmt::format("cannot set mode {:o} on shmreplay segment '{}'", options.mode, name));
-  }
-  // Reserve every page now: a full tmpfs fails here, with an error, instead of SIGBUS at some later write.
-  const int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(plan.total_bytes));
-  if (err == ENOSPC) {
-    struct statvfs now {};
-    ::statvfs(dir.c_str(), &now);
-    no_space(static_cast<uint64_t>(now.f_bavail) * now.f_frsize);
-  }
-  if (err != 0) {
-    throw_errno(err, fmt::format("cannot reserve {} bytes for shmreplay segment '{}' in '{}'", plan.total_bytes,
-                                 name, dir));
-  }
+  UniqueFd fd = reserve_file(dir, name, options.mode, plan.total_bytes);
 
   struct stat made {};
   if (::fstat(fd.get(), &made) != 0) {
@@ -133,7 +151,8 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
                                     plan.total_bytes, name));
     }
   }
-  detail::write_segment(map.data(), num_envs, capacity, schema, plan, roles, options.priority_exponent, options.rate_limit);
+  detail::write_segment(map.data(), num_envs, capacity, schema, plan, roles, options.priority_exponent,
+                        options.rate_limit);
 
   Buffer b;
   b.path_ = path;

@@ -17,7 +17,8 @@
 // count and capacity equal the file's. For an existing segment it first takes the learner lease and the lease of
 // every env (so no writer and no learner run during the load; it fails with Errc::lease_held naming a live
 // holder), and rewrites each env inside the update seqlock, so concurrent readers (shmreplay dump, save) never see
-// a half-loaded env. A truncated or corrupt file fails with an error that says where and what, before anything in
+// a half-loaded env. It takes the leases itself, building no Sampler or Writer, so no role's repair of a dead
+// predecessor runs on data the load replaces (lib/checkpoint/load_leases.cpp says which repairs it keeps). A truncated or corrupt file fails with an error that says where and what, before anything in
 // the target is touched. (The file must not change between validation and loading; if it does, the second read's
 // checksums catch it and a new segment never gets its name, but an existing one is left partly loaded.)
 //

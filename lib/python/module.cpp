@@ -15,7 +15,9 @@
 //   take turns instead of racing.
 //
 // The bindings live one object per file (bind_*.cpp); the conversions they share in convert.hpp, the objects
-// behind the Python classes in objects.hpp. This file makes the module: the version, the error translation, and the calls.
+// behind the Python classes in objects.hpp. This file makes the module: the version, the error translation, and the calls;
+// last, the other interfaces' names for the Python ones are answered with the right one (aliases.cpp, docs/naming.md).
+#include "aliases.hpp"
 #include "bindings.hpp"
 #include "convert.hpp"
 
@@ -70,6 +72,10 @@ PYBIND11_MODULE(_shmreplay, m) {
   bind_buffer(m);
   bind_writer(m);
   bind_sampler(m);
+  // Other interfaces' names for the Python ones (docs/naming.md): rejected with a message naming the right one.
+  add_alias_hints(m);
+  m.def("_aliases", &alias_rows,
+        "the rejected aliases as (kind, where, alias, python name) tuples (for the tests: docs/naming.md lists them)");
 }
 
 }  // namespace shmreplay::python

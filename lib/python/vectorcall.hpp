@@ -21,6 +21,7 @@
 #include <string>
 #include <type_traits>
 
+#include "aliases.hpp"
 #include "bindings.hpp"
 
 namespace shmreplay::python {
@@ -39,7 +40,8 @@ PyCFunction as_cfunction() {
 /// Binds a vectorcall's arguments (positional ones first, then those named by `kwnames`) to `names`, in order,
 /// into `out` (borrowed references, null where not given); the first `required` names must be given, and only the
 /// first `max_positional` may be given by position (the rest are keyword-only). Throws py::type_error with
-/// Python's wording for too many arguments, an unknown or repeated keyword, or a missing one.
+/// Python's wording for too many arguments, an unknown or repeated keyword, or a missing one; for an unknown keyword
+/// that docs/naming.md lists as another interface's name, the message names the Python one (aliases.hpp).
 template <std::size_t N>
 void bind_arguments(const char* function, const std::array<const char*, N>& names, std::size_t required,
                     PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames, std::array<PyObject*, N>& out,
@@ -57,6 +59,10 @@ void bind_arguments(const char* function, const std::array<const char*, N>& name
     std::size_t i = 0;
     while (i < N && PyUnicode_CompareWithASCIIString(key, names[i]) != 0) ++i;
     if (i == N) {
+      // a name another interface spells this way: the message names the Python one (aliases.hpp)
+      if (auto message = keyword_alias_message(function, py::str(key).cast<std::string>())) {
+        throw py::type_error(*message);
+      }
       throw py::type_error(fmt::format("{}() got an unexpected keyword argument {}", function,
                                        py::repr(key).cast<std::string>()));
     }

@@ -110,12 +110,20 @@ def test_heads_count_published_steps_per_env(buffer):
 
 
 def test_the_readmes_python_example_runs(name):
+    """The README's example as a user runs it (a script, so its `if __name__ == "__main__":` part runs and its actors
+    are processes), under this test's name; tests/python/test_docs.py runs every docs block the same way."""
     import re
+    import subprocess
+    import sys
     readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
     blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "shmreplay.Buffer.create" in b]
     assert blocks, "the README has no Python example"
     for block in blocks:
-        exec(compile(block.replace('"demo"', repr(name)), "README.md", "exec"), {})
+        assert '"quickstart"' in block, "the README's example no longer names its buffer 'quickstart'"
+        run = subprocess.run([sys.executable, "-c", block.replace('"quickstart"', repr(name))], capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert "(32, 16, 4) (32, 16)" in run.stdout
     assert not shmreplay.Buffer.exists(name)
 
 

@@ -1,6 +1,6 @@
 """Priorities from Python: a buffer created with priority_exponent, pushes with and without priorities, prioritized
 sample / sample_mixed / sample_transitions with importance weights, update_priorities taking NumPy arrays, and the
-errors. (The distribution itself is checked against a reference model in tests/test_priorities.cpp.)"""
+errors. (The distribution itself is checked against a reference model in tests/priorities/sampling.cpp.)"""
 import os
 import types
 import threading

@@ -1,4 +1,5 @@
-// tools/bench/workloads.hpp: what the benchmark's workers do, for shmreplay and its two references.
+// tools/bench/workloads.hpp: what the benchmark's workers do, for shmreplay and its two references (the workers are
+// in ours.cpp, memcpy.cpp and mutex.cpp; the stores and the dispatch in workloads.cpp). Called by main.cpp.
 //
 // Three implementations of the same store, each in its own named segment of the same size and the same data
 // layout (per field, [num_envs][capacity][field bytes]):

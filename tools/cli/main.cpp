@@ -15,7 +15,8 @@
 //   shmreplay --version
 //
 // Exit codes: 0 success; 1 a runtime error (one `shmreplay: error: ...` line on stderr); 2 a usage error (the
-// same kind of line). This file only parses the command line; commands.cpp, watch.cpp, dump.cpp and
+// same kind of line). This file only parses the command line (an option another interface spells differently is
+// answered by aliases.cpp, which names the right one: docs/naming.md); commands.cpp, watch.cpp, dump.cpp and
 // save_load.cpp do the work. Every command but create, load and rm maps the segment read-only. The display commands
 // (ls, info, watch, dump, limit without settings) show a segment of another user, with its owner; save, load and
 // limit with settings refuse one unless --allow-other-owner.
@@ -32,6 +33,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "aliases.hpp"
 #include "commands.hpp"
 #include "detail/os/file.hpp"
 #include "shmreplay/buffer.hpp"
@@ -295,13 +297,22 @@ CLI::App* add_limit(CLI::App& app, LimitArgs& args) {
 
 constexpr const char* kSubcommands = "create, ls, info, watch, dump, save, load, limit or rm";
 
-// One line for a command-line error: CLI11's message, or a clearer one for an unknown subcommand, and where to
-// find the usage.
+// One line for a command-line error: CLI11's message, or a clearer one for an unknown subcommand or for an option
+// another interface spells differently (aliases.hpp: whichever error CLI11 reports first, such an option is the
+// user's mistake), and where to find the usage.
 std::string usage_message(const CLI::App& app, const CLI::ParseError& e) {
   const std::vector<CLI::App*> chosen = app.get_subcommands();
   const std::vector<std::string> rest = app.remaining();
   std::string message = e.what();
-  if (chosen.empty() && rest.empty()) {
+  std::optional<std::string> alias;
+  if (!chosen.empty()) {
+    for (const std::string& arg : chosen.front()->remaining()) {
+      if (!alias) alias = flag_alias_message(chosen.front()->get_name(), arg);
+    }
+  }
+  if (alias) {
+    message = *alias;
+  } else if (chosen.empty() && rest.empty()) {
     message = fmt::format("a subcommand is required ({})", kSubcommands);
   } else if (chosen.empty()) {
     message = rest.front().starts_with("-") ? fmt::format("unknown option '{}'", rest.front())

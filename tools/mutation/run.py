@@ -44,7 +44,8 @@ LIST = Path(__file__).resolve().with_name("mutants.toml")
 # mutant may still name a pytest file (needs --python).
 PREFERRED = [
     "test_layout", "test_schema", "test_inspector", "test_writer", "test_planner", "test_sampler", "test_buffer",
-    "test_checkpoint", "test_threads", "test_episodes", "test_priorities", "test_processes", "test_rate_limit",
+    "test_checkpoint_format", "test_checkpoint_reads", "test_checkpoint_save", "test_checkpoint_load",
+    "test_threads", "test_episodes", "test_priorities", "test_processes", "test_rate_limit",
 ]
 LEFT_OUT = {"test_cli", "test_cartpole_run"}
 

@@ -55,13 +55,15 @@ struct Sections {
   double alpha = 0.0;
 };
 
-Sections accept_sections(const SegmentHeader& h, LayoutVersion version, const OpenCheck& check) {
+using Placed = std::vector<std::pair<SectionDesc, std::string>>;  // sections checked so far, for the overlap check
+
+// The header's own sizes and the counts. Everything is read once, checked, and kept in this process.
+Sections accept_counts(const SegmentHeader& h, LayoutVersion version, const OpenCheck& v) {
   const uint32_t major = version.major;
   const uint32_t minor = version.minor;
-  const uint64_t file_bytes = check.file_bytes();
-  const OpenCheck& v = check;
-  // Everything below is read once, checked, and kept in this process.
-  const uint64_t header_bytes = h.header_bytes;
+  const uint64_t file_bytes = v.file_bytes();
+  Sections s;
+  const uint64_t header_bytes = s.header_bytes = h.header_bytes;
   if (header_bytes < sizeof(SegmentHeader) || (minor == kLayoutMinor && header_bytes != sizeof(SegmentHeader))) {
     v.fail(Errc::corrupt, fmt::format("header_bytes is {}, expected {} for layout {}.{}", header_bytes,
                                       sizeof(SegmentHeader), major, minor));
@@ -75,9 +77,9 @@ Sections accept_sections(const SegmentHeader& h, LayoutVersion version, const Op
     v.fail(Errc::truncated, fmt::format("it is truncated: the file is {} bytes, shorter than its {}-byte header",
                                         file_bytes, header_bytes));
   }
-  const uint64_t num_envs = h.num_envs;
-  const uint64_t capacity = h.capacity;
-  const uint64_t num_fields = h.num_fields;
+  const uint64_t num_envs = s.num_envs = h.num_envs;
+  const uint64_t capacity = s.capacity = h.capacity;
+  const uint64_t num_fields = s.num_fields = h.num_fields;
   if (num_envs < 1 || num_envs > kMaxEnvs) {
     v.fail(Errc::corrupt, fmt::format("num_envs is {}, expected 1 to {}", num_envs, kMaxEnvs));
   }
@@ -91,17 +93,23 @@ Sections accept_sections(const SegmentHeader& h, LayoutVersion version, const Op
     v.fail(Errc::corrupt, fmt::format("num_sections is {}, expected {} to {} for layout {}.{}", h.num_sections,
                                       kSectionsUsed, kMaxSections, major, minor));
   }
-  const SectionDesc fields_sec = h.sections[kSectionFields];
-  const SectionDesc envs_sec = h.sections[kSectionEnvs];
-  const SectionDesc data_sec = h.sections[kSectionData];
-  const SectionDesc global_sec = h.sections[kSectionGlobal];
-  if (fields_sec.bytes != num_fields * sizeof(FieldDesc)) {
+  return s;
+}
+
+// The sections every segment has: the field table, the env table, the data and the global section.
+void accept_core_sections(const SegmentHeader& h, Sections& s, const OpenCheck& v, Placed& placed) {
+  const uint64_t header_bytes = s.header_bytes;
+  const SectionDesc fields_sec = s.fields = h.sections[kSectionFields];
+  const SectionDesc envs_sec = s.envs = h.sections[kSectionEnvs];
+  const SectionDesc data_sec = s.data = h.sections[kSectionData];
+  const SectionDesc global_sec = s.global = h.sections[kSectionGlobal];
+  if (fields_sec.bytes != s.num_fields * sizeof(FieldDesc)) {
     v.fail(Errc::corrupt, fmt::format("the field table is {} bytes, expected {} fields x {} bytes",
-                                      fields_sec.bytes, num_fields, sizeof(FieldDesc)));
+                                      fields_sec.bytes, s.num_fields, sizeof(FieldDesc)));
   }
-  if (envs_sec.bytes != num_envs * sizeof(EnvControl)) {
+  if (envs_sec.bytes != s.num_envs * sizeof(EnvControl)) {
     v.fail(Errc::corrupt, fmt::format("the env table is {} bytes, expected {} envs x {} bytes", envs_sec.bytes,
-                                      num_envs, sizeof(EnvControl)));
+                                      s.num_envs, sizeof(EnvControl)));
   }
   v.check_range("the field table", fields_sec.offset, fields_sec.bytes, header_bytes, alignof(FieldDesc));
   v.check_range("the env table", envs_sec.offset, envs_sec.bytes, header_bytes, kCacheLineBytes);
@@ -111,16 +119,26 @@ Sections accept_sections(const SegmentHeader& h, LayoutVersion version, const Op
   }
   v.check_range("the data section", data_sec.offset, data_sec.bytes, header_bytes, kDataAlignBytes);
   v.check_range("the global section", global_sec.offset, global_sec.bytes, header_bytes, kCacheLineBytes);
-  // Layout 1.2: the episode sections, empty (0 bytes, offset ignored) in a buffer without episode fields.
-  const uint64_t queue_capacity = h.episode_queue_capacity;
-  const SectionDesc episodes_sec = h.sections[kSectionEpisodes];
-  const SectionDesc meta_sec = h.sections[kSectionStepMeta];
-  const SectionDesc queues_sec = h.sections[kSectionEpisodeQueues];
+  placed = {{fields_sec, "the field table"},
+            {envs_sec, "the env table"},
+            {data_sec, "the data section"},
+            {global_sec, "the global section"}};
+}
+
+// Layout 1.2: the episode sections, empty (0 bytes, offset ignored) in a buffer without episode fields.
+void accept_episode_sections(const SegmentHeader& h, Sections& s, const OpenCheck& v, Placed& placed) {
+  const uint64_t header_bytes = s.header_bytes;
+  const uint64_t num_envs = s.num_envs;
+  const uint64_t capacity = s.capacity;
+  const uint64_t queue_capacity = s.queue_capacity = h.episode_queue_capacity;
+  const SectionDesc episodes_sec = s.episodes = h.sections[kSectionEpisodes];
+  const SectionDesc meta_sec = s.meta = h.sections[kSectionStepMeta];
+  const SectionDesc queues_sec = s.queues = h.sections[kSectionEpisodeQueues];
   if (queue_capacity > kMaxEpisodeQueueCapacity) {
     v.fail(Errc::corrupt, fmt::format("episode_queue_capacity is {}, expected 0 to {}", queue_capacity,
                                       kMaxEpisodeQueueCapacity));
   }
-  const bool episodes = queue_capacity != 0;
+  const bool episodes = s.has_episodes = queue_capacity != 0;
   uint64_t expect_meta = 0;
   uint64_t expect_queues = 0;
   if (episodes && (__builtin_mul_overflow(num_envs * capacity, sizeof(uint64_t), &expect_meta) ||
@@ -135,23 +153,25 @@ Sections accept_sections(const SegmentHeader& h, LayoutVersion version, const Op
                        episodes_sec.bytes, meta_sec.bytes, queues_sec.bytes, expect_episodes, expect_meta,
                        expect_queues, num_envs, capacity, queue_capacity));
   }
-  std::vector<std::pair<SectionDesc, std::string>> sections = {{fields_sec, "the field table"},
-                                                               {envs_sec, "the env table"},
-                                                               {data_sec, "the data section"},
-                                                               {global_sec, "the global section"}};
   if (episodes) {
     v.check_range("the episode control section", episodes_sec.offset, episodes_sec.bytes, header_bytes,
                   kCacheLineBytes);
     v.check_range("the step meta section", meta_sec.offset, meta_sec.bytes, header_bytes, kCacheLineBytes);
     v.check_range("the episode queue section", queues_sec.offset, queues_sec.bytes, header_bytes, kCacheLineBytes);
-    sections.emplace_back(episodes_sec, "the episode control section");
-    sections.emplace_back(meta_sec, "the step meta section");
-    sections.emplace_back(queues_sec, "the episode queue section");
+    placed.emplace_back(episodes_sec, "the episode control section");
+    placed.emplace_back(meta_sec, "the step meta section");
+    placed.emplace_back(queues_sec, "the episode queue section");
   }
-  // Layout 1.3: the priority trees, empty (0 bytes, offset ignored) without priorities.
-  const SectionDesc prio_sec = h.sections[kSectionPriorities];
-  const bool priorities = h.priority_exponent_bits != 0;
-  const double alpha = std::bit_cast<double>(h.priority_exponent_bits);
+}
+
+// Layout 1.3: the priority trees, empty (0 bytes, offset ignored) without priorities.
+void accept_priority_section(const SegmentHeader& h, Sections& s, const OpenCheck& v, Placed& placed) {
+  const uint64_t num_envs = s.num_envs;
+  const uint64_t capacity = s.capacity;
+  const SectionDesc prio_sec = s.priorities = h.sections[kSectionPriorities];
+  const uint64_t exponent_bits = h.priority_exponent_bits;
+  const bool priorities = s.has_priorities = exponent_bits != 0;
+  const double alpha = s.alpha = std::bit_cast<double>(exponent_bits);
   if (priorities && !(std::isfinite(alpha) && alpha >= 0)) {
     v.fail(Errc::corrupt, fmt::format("the priority exponent is {}, expected a finite number >= 0", alpha));
   }
@@ -166,28 +186,19 @@ Sections accept_sections(const SegmentHeader& h, LayoutVersion version, const Op
                                       priorities ? "with priorities" : "without priorities"));
   }
   if (priorities) {
-    v.check_range("the priority section", prio_sec.offset, prio_sec.bytes, header_bytes, kCacheLineBytes);
-    sections.emplace_back(prio_sec, "the priority section");
+    v.check_range("the priority section", prio_sec.offset, prio_sec.bytes, s.header_bytes, kCacheLineBytes);
+    placed.emplace_back(prio_sec, "the priority section");
   }
-  v.check_disjoint(sections);
+}
 
-  Sections s;
-  s.header_bytes = header_bytes;
-  s.num_envs = num_envs;
-  s.capacity = capacity;
-  s.num_fields = num_fields;
-  s.queue_capacity = queue_capacity;
-  s.fields = fields_sec;
-  s.envs = envs_sec;
-  s.data = data_sec;
-  s.global = global_sec;
-  s.episodes = episodes_sec;
-  s.meta = meta_sec;
-  s.queues = queues_sec;
-  s.priorities = prio_sec;
-  s.has_episodes = episodes;
-  s.has_priorities = priorities;
-  s.alpha = alpha;
+// Every section: its size for the counts, its bounds and alignment in the file, and no two overlapping.
+Sections accept_sections(const SegmentHeader& h, LayoutVersion version, const OpenCheck& check) {
+  Sections s = accept_counts(h, version, check);
+  Placed placed;
+  accept_core_sections(h, s, check, placed);
+  accept_episode_sections(h, s, check, placed);
+  accept_priority_section(h, s, check, placed);
+  check.check_disjoint(placed);
   return s;
 }
 

@@ -1,0 +1,119 @@
+// lib/checkpoint/load_leases.cpp: the leases a checkpoint load holds on its target, taken directly with
+// detail/protocol/lease.hpp: the learner lease (so no learner updates, samples or pops while the envs are
+// rewritten, and the load may write update_seq) and every env's lease (so no writer pushes), all or none, in that
+// order, released when the load ends (on success and on error alike; a new segment's are released before it is
+// named). Who calls it: load.cpp (load_checkpoint, load_checkpoint_into).
+//
+// A load builds no Sampler and no Writer: their constructors repair what a dead predecessor left, and most of it
+// is in words the load rewrites anyway. What a load does beyond the lease words, and why nothing else is needed:
+// - A learner lease taken over from a dead learner: the repair Sampler::Sampler does on a takeover (sampler.cpp),
+//   all of it: the update locks the dead learner held (release_dead_update_lock), its waiter count (every push
+//   would issue a futex wake), learner_waiting_rows, and a priority walk it left half done. The waiter count and
+//   waiting rows are words a load never writes, and the lease is free after the load, so no later learner takes
+//   it over and repairs them; the locks and the walk would stay broken if the load fails before rewriting them.
+// - Every env's lease: the rate limiter's new-owner steps every Writer does (withdraw: a dead writer's admission
+//   of a step it never published goes; forget_dead_waiting: its mark of a wait goes, which would count while a
+//   live process, the load, holds the lease). limiter_reserved and limiter_waiting_since_ns are not rewritten by
+//   a load.
+// Not done, because the load rewrites the same words, or the env's next Writer does it in any case:
+// - detail::recover_env, which would push the record of an episode a dead writer ended without pushing its
+//   record: the load overwrites that episode's steps, so the record would describe steps that are gone; and the
+//   journal it repairs is rebuilt (rebuild_env).
+// - the priority walk of the slot a dead writer was writing: the load rebuilds every env's tree from its leaves.
+// - the Writers' and the Sampler's own state (cursors, scratch, the fork checks): a load is one call.
+// If the load fails after taking the leases, an env it did not rewrite is as its dead writer left it, with a free
+// lease: its next Writer runs recover_env and the walk on construction (every Writer does, however it got the
+// lease), exactly as before the load.
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "checkpoint/internal.hpp"
+#include "detail/protocol/lease.hpp"
+#include "detail/protocol/priorities.hpp"
+#include "detail/protocol/rate_limit.hpp"
+#include "detail/protocol/seqlock.hpp"
+#include "detail/protocol/wake.hpp"
+#include "shmreplay/error.hpp"
+
+namespace shmreplay::detail {
+
+LoadLeases::LoadLeases(Buffer& target, const std::string& path)
+    : target_(target), path_(path), me_(self_lease_word()) {
+  try {
+    take_learner();
+    take_envs();
+  } catch (...) {
+    release();  // all or nothing
+    throw;
+  }
+}
+
+LoadLeases::~LoadLeases() { release(); }
+
+void LoadLeases::refuse(const std::string& why) const {
+  throw Error(Errc::lease_held,
+              fmt::format("cannot load '{}' into '{}': a load needs the learner's lease and every env's; {}", path_,
+                          target_.name(), why));
+}
+
+void LoadLeases::take_learner() {
+  const std::string& name = target_.name();
+  layout::GlobalControl& g = target_.segment().global_control();
+  const LeaseResult r = try_take_lease(learner_lease_words(g), me_);
+  if (r.outcome == LeaseOutcome::held_by_us) {
+    refuse(fmt::format("cannot attach a learner to '{}': this process already has a Sampler on it; a buffer has "
+                       "one learner at a time",
+                       name));
+  }
+  if (r.outcome == LeaseOutcome::held_alive) {
+    refuse(fmt::format("cannot attach a learner to '{}': its learner is {}, which is alive; a buffer has one "
+                       "learner at a time",
+                       name, holder_text(r.holder_lease, r.holder_start_ticks)));
+  }
+  learner_ = true;
+  if (r.outcome != LeaseOutcome::taken_over) return;
+  // The dead learner's repair, as Sampler::Sampler does it (the top of this file says why all of it).
+  for (uint64_t e = 0; e < target_.num_envs(); ++e) release_dead_update_lock(target_.segment().env_control(e));
+  forget_waiters(g);
+  g.learner_waiting_rows.store(0, std::memory_order_relaxed);  // it may have died waiting for the rate limiter
+  if (target_.has_priorities()) {
+    finish_dead_walk(g.priority_walk, target_.num_envs(), target_.capacity(), [&](uint64_t e) {
+      return PriorityTree{target_.segment().priority_tree(e), target_.priority_leaves(), target_.capacity()};
+    });
+  }
+}
+
+void LoadLeases::take_envs() {
+  const std::string& name = target_.name();
+  for (uint64_t e = 0; e < target_.num_envs(); ++e) {
+    const LeaseResult r = try_take_lease(env_lease_words(target_.segment().env_control(e)), me_);
+    if (r.outcome == LeaseOutcome::taken || r.outcome == LeaseOutcome::taken_over) {
+      envs_held_ = e + 1;
+      continue;
+    }
+    if (r.outcome == LeaseOutcome::held_by_us) {
+      refuse(fmt::format("cannot lease env {} of '{}': this process ({}) already leases it through another Writer; "
+                         "an env has one writer at a time",
+                         e, name, holder_text(r.holder_lease, r.holder_start_ticks)));
+    }
+    refuse(fmt::format("cannot lease env {} of '{}': it is leased by {}, which is alive; an env has one writer at "
+                       "a time",
+                       e, name, holder_text(r.holder_lease, r.holder_start_ticks)));
+  }
+  // The rate limiter's new-owner steps, as every Writer does them (the top of this file says why).
+  std::vector<layout::EnvControl*> control;
+  for (uint64_t e = 0; e < target_.num_envs(); ++e) control.push_back(&target_.segment().env_control(e));
+  withdraw(control);
+  forget_dead_waiting(control);
+}
+
+void LoadLeases::release() noexcept {
+  // The envs first, then the learner: the order a Writer's and then a Sampler's destruction released them.
+  for (uint64_t e = 0; e < envs_held_; ++e) release_lease(env_lease_words(target_.segment().env_control(e)), me_);
+  envs_held_ = 0;
+  if (learner_) release_lease(learner_lease_words(target_.segment().global_control()), me_);
+  learner_ = false;
+}
+
+}  // namespace shmreplay::detail

@@ -1,0 +1,172 @@
+// lib/checkpoint/save_env.cpp: the copy of one env's window into a checkpoint while its writer pushes (save_env),
+// the part of a save that reads the live segment. Who calls it: save_checkpoint (save.cpp), once per env. It reads
+// the segment the way a sampler does (detail::copy_records validates each chunk with the step seqlock) and writes
+// nothing into it.
+#include <sched.h>
+
+#include <algorithm>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "checkpoint/internal.hpp"
+#include "detail/protocol/seqlock.hpp"
+#include "shmreplay/error.hpp"
+
+namespace shmreplay::detail {
+namespace {
+
+// One env's copy: the run of consecutive steps [s, t) it has copied and validated, and how often it was spoilt.
+// A chunk whose oldest steps were reclaimed before the copy reached them breaks the run, which restarts at the
+// oldest intact step, and the copy follows the writer until the run is a full window ending at some head the env
+// had (see the top of checkpoint.hpp).
+class WindowCopy {
+ public:
+  WindowCopy(const Buffer& b, uint64_t env, OutFile& out, uint64_t data_start, std::vector<std::byte>& staging,
+             const std::vector<uint64_t>& offsets, Progress& progress, uint32_t max_rounds)
+      : b_(b), env_(env), c_(b.segment().env_control(env)), cap_(b.capacity()), sb_(b.schema().step_bytes()),
+        chunk_(staging.size() / std::max<uint64_t>(sb_, 1)), out_(out), data_start_(data_start), staging_(staging),
+        offsets_(offsets), progress_(progress), max_rounds_(max_rounds) {}
+
+  SavedEnv run() {
+    for (;;) {  // one attempt from a fresh snapshot
+      // The counters, none of them from an update or a load in progress.
+      const std::optional<EnvCounters> counters = read_counters_stable(c_);
+      if (counters && attempt(*counters)) break;
+      spoil();
+    }
+    SavedEnv saved;
+    saved.first_step = s_;
+    saved.steps = t_ - s_;
+    saved.claimed = claimed_out_;
+    saved.online_start = std::min(online_, t_);
+    saved.last_push_ns = c_.last_push_ns.load(std::memory_order_relaxed);
+    saved.crc = crc_;
+    return saved;
+  }
+
+ private:
+  enum class Next { more, done, restart };
+
+  // Copies from the snapshot until the run is a window (true), or the env was reset or reloaded (false).
+  bool attempt(const EnvCounters& counters) {
+    h_ = counters.head;
+    h0_ = h_;
+    online_ = counters.online_start;
+    s_ = std::min(counters.claimed > cap_ ? counters.claimed - cap_ : 0, h_);
+    t_ = s_;
+    written_ = 0;
+    crc_ = 0;
+    claimed_out_ = 0;
+    for (;;) {
+      const Next next = t_ < h_ && t_ - s_ < cap_ ? copy_chunk() : follow_writer();
+      if (next != Next::more) return next == Next::done;
+    }
+  }
+
+  // The run holds a full window, or every step the env had at the snapshot (which was not yet wrapped).
+  bool window_complete() const noexcept { return t_ - s_ == cap_ || (s_ == 0 && t_ >= h0_); }
+
+  // Copies the next chunk of [t, h) and appends its intact steps to the run.
+  Next copy_chunk() {
+    const uint64_t n = std::min({h_ - t_, chunk_, cap_ - (t_ - s_)});
+    const CopyResult r = copy_records(b_.segment(), env_, t_, n, offsets_, staging_.data());
+    if (r.outcome == CopyOutcome::raced) {
+      spoil();
+      return Next::more;
+    }
+    if (r.outcome == CopyOutcome::reset) return Next::restart;
+    const uint64_t v = r.intact_from;
+    uint64_t keep = 0;
+    if (v > t_) {  // steps [t, v) were reclaimed before they were copied: the run restarts at v
+      spoil();
+      written_ = 0;
+      crc_ = 0;
+      if (v >= t_ + n) {
+        s_ = t_ = v;
+        return Next::more;
+      }
+      keep = v - t_;
+      s_ = v;
+    }
+    append(staging_.data() + keep * sb_, n - keep);
+    t_ += n;
+    if (window_complete()) {
+      claimed_out_ = t_;  // the env had head = claimed = t, holding exactly [s, t)
+      return Next::done;
+    }
+    if (s_ > 0 && t_ + 1 - s_ == cap_ && v == s_) {
+      claimed_out_ = t_ + 1;  // at the validation claimed was t + 1: its writer was writing step t
+      return Next::done;
+    }
+    return Next::more;
+  }
+
+  // Every published step up to h is copied: done if the run is a window, else follow the writer.
+  Next follow_writer() {
+    if (window_complete()) {
+      claimed_out_ = t_;
+      return Next::done;
+    }
+    const EnvCounters now = read_counters(c_);
+    if (now.head < t_) return Next::restart;  // the env was reloaded
+    if (now.head == t_) {
+      if (t_ + 1 - s_ == cap_ && now.claimed == t_ + 1) {
+        claimed_out_ = t_ + 1;  // its writer is writing step t (or died doing so)
+        return Next::done;
+      }
+      spoil();
+    }
+    h_ = now.head;
+    return Next::more;
+  }
+
+  void append(const std::byte* records, uint64_t n) {
+    out_.write_at(data_start_ + written_ * sb_, records, n * sb_);
+    crc_ = crc32(crc_, records, n * sb_);
+    written_ += n;
+    progress_.add(n * sb_);
+  }
+
+  void spoil() {
+    if (++spoilt_ > max_rounds_) {
+      throw Error(Errc::contended,
+                  fmt::format("cannot save env {} of '{}': its copy was spoilt {} times (its writer laps the "
+                              "ring of {} steps faster than it can be copied, or the learner keeps rewriting it)",
+                              env_, b_.name(), max_rounds_, cap_));
+    }
+    ::sched_yield();
+  }
+
+  const Buffer& b_;
+  const uint64_t env_;
+  const layout::EnvControl& c_;
+  const uint64_t cap_;
+  const uint64_t sb_;
+  const uint64_t chunk_;
+  OutFile& out_;
+  const uint64_t data_start_;
+  std::vector<std::byte>& staging_;
+  const std::vector<uint64_t>& offsets_;
+  Progress& progress_;
+  const uint32_t max_rounds_;
+  uint32_t spoilt_ = 0;
+  // The attempt's snapshot and run.
+  uint64_t h_ = 0;            // the head the copy follows
+  uint64_t h0_ = 0;           // the head at the snapshot
+  uint64_t online_ = 0;       // online_start at the snapshot
+  uint64_t s_ = 0;            // the run [s, t)
+  uint64_t t_ = 0;
+  uint64_t written_ = 0;      // records of the run in the file
+  uint32_t crc_ = 0;          // of those records
+  uint64_t claimed_out_ = 0;  // the claim the env had when it held exactly the run
+};
+
+}  // namespace
+
+SavedEnv save_env(const Buffer& b, uint64_t env, OutFile& out, uint64_t data_start, std::vector<std::byte>& staging,
+                  const std::vector<uint64_t>& offsets, Progress& progress, uint32_t max_rounds) {
+  return WindowCopy(b, env, out, data_start, staging, offsets, progress, max_rounds).run();
+}
+
+}  // namespace shmreplay::detail

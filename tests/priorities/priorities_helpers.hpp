@@ -1,0 +1,77 @@
+// tests/priorities/priorities_helpers.hpp: what the parts of test_priorities share (tests/CMakeLists.txt builds
+// them into one executable): a sum tree in private memory, the check that every node is the sum of its children,
+// and a push with a priority.
+// test_priorities (layout 1.3): the per-env sum trees (lib/detail/protocol/priorities) in private memory, their
+// concurrent walks, prioritized sampling against a reference model (chi-square, with a wrong alpha rejected; the
+// importance weights exactly), dropped updates of overwritten steps, argument errors, and the repair of a walk
+// that a killed writer or learner left half done.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <new>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "detail/protocol/priorities.hpp"
+#include "shmreplay/checkpoint.hpp"
+#include "shmreplay/sampler.hpp"
+#include "shmreplay/writer.hpp"
+#include "support.hpp"
+
+using namespace shmreplay;
+using namespace shmreplay::test;
+
+namespace {
+
+// A tree in private memory.
+struct LocalTree {
+  explicit LocalTree(uint64_t capacity)
+      : words(2 * std::bit_ceil(capacity)), tree{words.data(), std::bit_ceil(capacity), capacity} {}
+  std::vector<std::atomic<uint64_t>> words;
+  detail::PriorityTree tree;
+};
+
+// Every internal node equals the sum of its children (bit for bit: that is how they are computed).
+inline std::string check_sums(const detail::PriorityTree& t) {
+  for (uint64_t n = 1; n < t.leaves; ++n) {
+    const auto value = [&](uint64_t i) {
+      const uint64_t w = t.words[i].load();
+      return i >= t.leaves ? detail::leaf_weight(w) : std::bit_cast<double>(w);
+    };
+    if (value(n) != value(2 * n) + value(2 * n + 1)) {
+      return fmt::format("node {}: {} != {} + {}", n, value(n), value(2 * n), value(2 * n + 1));
+    }
+  }
+  return "";
+}
+
+const Schema kSchema = Schema::parse("env:u64 step:u64");
+
+// Pushes one step of env `e` with priority p (its fields are its own env and step).
+inline void push(Writer& w, Buffer& b, uint64_t e, float p) {
+  const uint64_t step = b.segment().env_control(e).head.load();
+  const uint64_t ids[1] = {e};
+  const float prio[1] = {p};
+  const FieldBytes fields[2] = {field_bytes(std::span<const uint64_t>(&e, 1)),
+                                field_bytes(std::span<const uint64_t>(&step, 1))};
+  w.push(std::span<const uint64_t>(ids, 1), fields, std::span<const float>(prio, 1));
+}
+
+}  // namespace
