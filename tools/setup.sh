@@ -96,7 +96,9 @@ pip_missing .venv torch "$torch_spec"
 pip_missing .venv numpy,pytest,scipy,jax "numpy>=2" "pytest>=7" scipy "jax>=0.4.26"
 pip_missing .venv envpool "envpool>=1.2"
 pip_missing .venv ray "ray>=2.9"   # shmreplay.ray and its multi-node test (about 40 s and 240 MB)
-pip_missing .venv sphinx "sphinx==8.2.3"   # the docs extra: the Python API reference (tools/docs.sh, api_reference)
+# The docs extra: the Python API reference (tools/docs.sh, ctest api_reference). Sphinx 8.2.3 needs Python 3.11+;
+# where it does not install, api_reference skips itself and says why.
+pip_missing .venv sphinx "sphinx==8.2.3" || echo "shmreplay setup: sphinx did not install (api_reference will be skipped)" >&2
 
 if ((numpy1)); then
   make_venv .venv-numpy1
