@@ -6,8 +6,8 @@
 #   missing).
 # - The project's virtual environment .venv (in the clone), made with the machine's python3 (SHMREPLAY_PYTHON to
 #   choose another), holding what the Python side builds and tests with, from PyPI: scikit-build-core and pybind11
-#   (the package's build), NumPy 2, pytest, PyTorch 2, JAX, envpool and Ray (its extras torch, jax, envpool, ray
-#   and test).
+#   (the package's build), NumPy 2, pytest, PyTorch 2, JAX, envpool, Ray and Sphinx (its extras torch, jax,
+#   envpool, ray, test and docs).
 # - .venv-numpy1, a second environment with the oldest NumPy the package declares (1.24), for the test suite's
 #   NumPy 1 pass. `tools/setup.sh --no-numpy1` skips it (tools/demo.sh does).
 #
@@ -44,6 +44,7 @@ packages=(
   doctest-dev                     # tests
   util-linux                      # unshare/mount, used by the full-/dev/shm test
   clang libclang-rt-14-dev        # libFuzzer, for the fuzz targets (tools/fuzz/run.sh)
+  doxygen                         # the C++ API reference (tools/docs.sh) and its warnings test, api_reference
 )
 # Debian's own python3 needs its venv module and headers as packages; another interpreter (pyenv, conda) has them.
 if [[ $(command -v "$python" || true) == /usr/bin/* ]]; then
@@ -95,6 +96,9 @@ pip_missing .venv torch "$torch_spec"
 pip_missing .venv numpy,pytest,scipy,jax "numpy>=2" "pytest>=7" scipy "jax>=0.4.26"
 pip_missing .venv envpool "envpool>=1.2"
 pip_missing .venv ray "ray>=2.9"   # shmreplay.ray and its multi-node test (about 40 s and 240 MB)
+# The docs extra: the Python API reference (tools/docs.sh, ctest api_reference). Sphinx 8.2.3 needs Python 3.11+;
+# where it does not install, api_reference skips itself and says why.
+pip_missing .venv sphinx "sphinx==8.2.3" || echo "shmreplay setup: sphinx did not install (api_reference will be skipped)" >&2
 
 if ((numpy1)); then
   make_venv .venv-numpy1

@@ -4,7 +4,8 @@
 #    into .venv (NumPy 2, PyTorch 2, JAX) and .venv-numpy1 (NumPy 1.24);
 # 2. an optimised build and its tests: the C++ tests, find_package(shmreplay) from an install tree, the Python
 #    suite against the package pip installed (in both environments), and a fresh virtual environment that pip
-#    installs the clone's wheel into (the one from step 1) and runs processes and the CLI from;
+#    installs the clone's wheel into (the one from step 1) and runs processes and the CLI from; and the API
+#    reference built with no warnings (api_reference: tools/docs.sh --check, Doxygen and Sphinx);
 # 3. everything again under AddressSanitizer + UndefinedBehaviorSanitizer (the Python suite against the
 #    sanitized module in the build tree, with .venv's interpreter), then a short run of each fuzz target.
 #

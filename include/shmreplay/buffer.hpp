@@ -46,6 +46,8 @@ enum class Populate : uint8_t {
   automatic,  ///< populate when the segment is at most half of the machine's MemAvailable (/proc/meminfo), else not
 };
 
+/// How Buffer::create makes a segment: its mode, whether it replaces one, its episode fields, priorities, rate
+/// limiter, and whether its pages are faulted in at creation.
 struct CreateOptions {
   /// Permission bits of the segment file (the umask does not apply): read and write bits only, a subset of 0666
   /// (create() refuses execute, set-uid, set-gid and sticky bits with Errc::invalid_argument). 0666 (world-writable)
@@ -81,6 +83,7 @@ struct CreateOptions {
 
 
 
+/// How Buffer::open attaches: the schema it must have, read-only, how long to wait for a creator, another user's.
 struct OpenOptions {
   /// When set, open() fails with Errc::schema_mismatch unless the segment's schema equals it; the message lists
   /// every difference, field by field.
@@ -98,6 +101,8 @@ struct OpenOptions {
   bool allow_other_owner = false;
 };
 
+/// One process's mapping of a named segment: create, open and remove one, and its properties (see the top of this
+/// file). Immutable after create()/open(), so it may be shared between threads; move-only.
 class Buffer {
  public:
   /// Creates the segment `name` (file shm_directory()/name) with `num_envs` rings of `capacity` steps each,
@@ -153,7 +158,9 @@ class Buffer {
   /// Whether a file called `name` exists in shm_directory() (whatever it holds).
   static bool exists(std::string_view name);
 
+  /// Takes over the other Buffer's mapping.
   Buffer(Buffer&&) noexcept;
+  /// Unmaps this Buffer's mapping, then takes over the other's.
   Buffer& operator=(Buffer&&) noexcept;
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -161,12 +168,19 @@ class Buffer {
 
   // -- Properties (of the segment, validated by create()/open() and kept in this process) --
 
+  /// The segment's name.
   const std::string& name() const noexcept { return segment_.name(); }
+  /// Its file: shm_directory()/name.
   const std::string& path() const noexcept { return path_; }
+  /// The fields of a step.
   const Schema& schema() const noexcept { return segment_.schema(); }
+  /// Envs (one ring of steps each).
   uint64_t num_envs() const noexcept { return segment_.num_envs(); }
+  /// Steps kept per env.
   uint64_t capacity() const noexcept { return segment_.capacity(); }
+  /// The size of the segment's file.
   uint64_t total_bytes() const noexcept { return segment_.total_bytes(); }
+  /// Whether this process mapped it read-only (OpenOptions::read_only).
   bool read_only() const noexcept { return segment_.read_only(); }
   /// The segment file's permission bits (st_mode & 07777) when this process created or opened it. A checkpoint
   /// saved from the segment gets its read/write bits, so saving a private buffer gives a private file.
@@ -175,11 +189,13 @@ class Buffer {
   uint32_t owner_uid() const noexcept { return owner_uid_; }
   /// The episode fields the buffer was created with (schema indices), and whether it records episodes.
   const EpisodeFieldIndices& episode_fields() const noexcept { return segment_.episode_fields(); }
+  /// Whether it records episodes (it has a done, terminated or truncated field).
   bool has_episodes() const noexcept { return segment_.has_episodes(); }
   /// Records per env's completed-episode queue; 0 when the buffer has no episode fields.
   uint64_t episode_queue_capacity() const noexcept { return segment_.episode_queue_capacity(); }
   /// Whether the buffer has priorities, and their exponent alpha (0 without).
   bool has_priorities() const noexcept { return segment_.has_priorities(); }
+  /// Alpha, the priority exponent (a sampling weight is priority^alpha); 0 without priorities.
   double priority_exponent() const noexcept { return segment_.priority_exponent(); }
   /// Leaves of each env's priority tree: bit_ceil(capacity), 0 without priorities.
   uint64_t priority_leaves() const noexcept { return segment_.priority_leaves(); }
@@ -197,6 +213,7 @@ class Buffer {
   /// The mapped segment: its words, for shmreplay's own roles (writer, sampler, inspector, checkpoints), tools and
   /// tests (shmreplay/segment.hpp). The mutable one requires a writable mapping to be written through.
   const Segment& segment() const noexcept { return segment_; }
+  /// The same, writable.
   Segment& segment() noexcept { return segment_; }
 
  private:

@@ -97,20 +97,21 @@ namespace checkpoint_format {
 inline constexpr uint64_t kMagic = 0x54504b43524d4853ull;         ///< "SHMRCKPT" read as little-endian u64
 inline constexpr uint64_t kEnvMagic = 0x2e564e45524d4853ull;      ///< "SHMRENV."
 inline constexpr uint64_t kTrailerMagic = 0x444e4543524d4853ull;  ///< "SHMRCEND"
-inline constexpr uint32_t kFormatMajor = 1;
-inline constexpr uint32_t kFormatMinor = 0;
+inline constexpr uint32_t kFormatMajor = 1;  ///< the format's major version: a loader refuses another
+inline constexpr uint32_t kFormatMinor = 0;  ///< the format's minor version
 inline constexpr uint64_t kMaxMetaBytes = 1ull << 20;  ///< bound on the name + schema text a loader accepts
 inline constexpr uint32_t kNoField = 0xffffffffu;      ///< an episode field index meaning "none"
 
+/// The file's first 160 bytes; the meta block (the source's name, then its schema text) follows.
 struct CheckpointHeader {
   uint64_t magic;                    ///< kMagic
-  uint32_t format_major;
-  uint32_t format_minor;
+  uint32_t format_major;             ///< kFormatMajor of the writer
+  uint32_t format_minor;             ///< kFormatMinor of the writer
   uint64_t header_bytes;             ///< sizeof(CheckpointHeader) of the writer's version; the meta block follows
   uint64_t file_bytes;               ///< the whole file
-  uint64_t num_envs;
-  uint64_t capacity;
-  uint64_t num_fields;
+  uint64_t num_envs;                 ///< the source segment's envs
+  uint64_t capacity;                 ///< the source segment's steps per env
+  uint64_t num_fields;               ///< fields of the schema
   uint64_t step_bytes;               ///< bytes of one record
   uint64_t total_steps;              ///< records in the file, all envs together
   uint64_t meta_bytes;               ///< bytes of the meta block: the name, then the schema text
@@ -118,8 +119,8 @@ struct CheckpointHeader {
   uint64_t schema_bytes;             ///< bytes of the schema text after the name (the rest of the meta block)
   uint64_t saved_time_ns;            ///< CLOCK_REALTIME when the save finished
   uint64_t source_creation_time_ns;  ///< the source segment's creation time
-  uint32_t source_layout_major;
-  uint32_t source_layout_minor;
+  uint32_t source_layout_major;      ///< the source segment's layout version
+  uint32_t source_layout_minor;      ///< ... minor
   uint32_t episode_done;             ///< schema index of the episode `done` field; kNoField when none
   uint32_t episode_terminated;       ///< ... of `terminated`
   uint32_t episode_truncated;        ///< ... of `truncated`
@@ -127,12 +128,13 @@ struct CheckpointHeader {
   uint64_t episode_queue_capacity;   ///< records per env's completed-episode queue; 0 without episode fields
   uint32_t meta_crc;                 ///< CRC-32 of the meta block
   uint32_t header_crc;               ///< CRC-32 of this header with header_crc = 0
-  uint64_t reserved;
+  uint64_t reserved;                 ///< zero
 };
 
+/// The header of one env's section; its records (step_bytes each, oldest first) follow.
 struct EnvSection {
   uint64_t magic;         ///< kEnvMagic
-  uint64_t env;
+  uint64_t env;           ///< the env id
   uint64_t first_step;    ///< the step index of the first record
   uint64_t steps;         ///< records that follow
   uint64_t head;          ///< first_step + steps
@@ -141,14 +143,15 @@ struct EnvSection {
   uint64_t last_push_ns;  ///< informational
   uint32_t data_crc;      ///< CRC-32 of the records
   uint32_t header_crc;    ///< CRC-32 of this section header with header_crc = 0
-  uint64_t reserved;
+  uint64_t reserved;      ///< zero
 };
 
+/// The file's last 32 bytes, after the last env section.
 struct CheckpointTrailer {
   uint64_t magic;         ///< kTrailerMagic
-  uint64_t total_steps;
+  uint64_t total_steps;   ///< records in the file (as the header says)
   uint64_t record_bytes;  ///< bytes of all records together
-  uint32_t reserved;
+  uint32_t reserved;      ///< zero
   uint32_t trailer_crc;   ///< CRC-32 of this trailer with trailer_crc = 0
 };
 
@@ -160,45 +163,47 @@ static_assert(sizeof(CheckpointTrailer) == 32, "the checkpoint trailer is 32 byt
 
 /// One env as a checkpoint holds it.
 struct CheckpointEnv {
-  uint64_t env = 0;
+  uint64_t env = 0;           ///< the env id
   uint64_t first_step = 0;    ///< steps first_step .. head - 1 are in the file
-  uint64_t steps = 0;
+  uint64_t steps = 0;         ///< records of this env in the file
   uint64_t head = 0;          ///< first_step + steps
   uint64_t claimed = 0;       ///< head or head + 1 (see the top of this file)
-  uint64_t online_start = 0;
-  uint64_t last_push_ns = 0;
+  uint64_t online_start = 0;  ///< the learner's online-queue start, <= head
+  uint64_t last_push_ns = 0;  ///< CLOCK_REALTIME of the env's last push when saved; informational
   uint64_t offset = 0;        ///< where the env's section starts in the file
   uint32_t data_crc = 0;      ///< CRC-32 of the env's records
 };
 
 /// What a checkpoint file holds, as read from (or written to) its headers.
 struct CheckpointInfo {
-  std::string path;
-  uint32_t format_major = 0;
-  uint32_t format_minor = 0;
-  std::string source_name;
-  uint32_t source_layout_major = 0;
-  uint32_t source_layout_minor = 0;
-  uint64_t source_creation_time_ns = 0;
-  uint64_t saved_time_ns = 0;
-  uint64_t num_envs = 0;
-  uint64_t capacity = 0;
-  Schema schema;
+  std::string path;                      ///< the file
+  uint32_t format_major = 0;             ///< its format version
+  uint32_t format_minor = 0;             ///< ... minor
+  std::string source_name;               ///< the name of the segment it was saved from
+  uint32_t source_layout_major = 0;      ///< that segment's layout version
+  uint32_t source_layout_minor = 0;      ///< ... minor
+  uint64_t source_creation_time_ns = 0;  ///< that segment's creation time (CLOCK_REALTIME)
+  uint64_t saved_time_ns = 0;            ///< CLOCK_REALTIME when the save finished
+  uint64_t num_envs = 0;                 ///< envs of the source
+  uint64_t capacity = 0;                 ///< steps per env of the source
+  Schema schema;                         ///< the source's schema
   EpisodeFieldIndices episode_fields;   ///< the source's episode fields (none: a buffer without episodes)
   uint64_t episode_queue_capacity = 0;  ///< the source's records per env queue; 0 without episode fields
-  uint64_t file_bytes = 0;
-  uint64_t total_steps = 0;
-  std::vector<CheckpointEnv> envs;
+  uint64_t file_bytes = 0;               ///< the file's size
+  uint64_t total_steps = 0;              ///< records in the file, all envs together
+  std::vector<CheckpointEnv> envs;       ///< one per env, in env order
 };
 
 /// A progress report: `phase` is "saving", "verifying" or "loading"; done_bytes grows to total_bytes.
 struct CheckpointProgress {
-  std::string_view phase;
-  uint64_t done_bytes = 0;
-  uint64_t total_bytes = 0;
+  std::string_view phase;   ///< "saving", "verifying" or "loading"
+  uint64_t done_bytes = 0;  ///< bytes done so far in this phase
+  uint64_t total_bytes = 0; ///< bytes the phase will do
 };
+/// A progress callback (SaveOptions::progress, LoadOptions::progress, verify_checkpoint).
 using CheckpointProgressFn = std::function<void(const CheckpointProgress&)>;
 
+/// How save_checkpoint runs: progress reports, its retry bound, its temporary file, and what it may replace.
 struct SaveOptions {
   /// Called after each chunk (about 1 MiB of records) and once at the end; may be empty.
   CheckpointProgressFn progress;
@@ -233,6 +238,8 @@ CheckpointInfo save_checkpoint(const Buffer& source, const std::string& path, co
 /// message says which part, at which offset, and expected versus actual), system.
 CheckpointInfo verify_checkpoint(const std::string& path, const CheckpointProgressFn& progress = {});
 
+/// How load_checkpoint runs: progress reports, a new segment's mode, and whether another user's segment may be
+/// the target.
 struct LoadOptions {
   /// Called during validation ("verifying") and writing ("loading"); may be empty.
   CheckpointProgressFn progress;
@@ -243,10 +250,11 @@ struct LoadOptions {
   bool allow_other_owner = false;
 };
 
+/// What load_checkpoint did.
 struct LoadResult {
   std::string name;     ///< the segment loaded into
   bool created = false; ///< whether load created it
-  CheckpointInfo info;
+  CheckpointInfo info;  ///< what the file holds (as verify_checkpoint returns it)
 };
 
 /// Loads the checkpoint `path` into the segment `name` (empty: the name the checkpoint was saved from). When no

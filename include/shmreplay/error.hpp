@@ -12,6 +12,8 @@
 
 namespace shmreplay {
 
+/// The error codes of shmreplay::Error, one per way a call can fail (the Python exceptions are named after them,
+/// shmreplay/_errors.py). Their values are stable: a program may store or compare them.
 enum class Errc : int {
   invalid_argument = 1,  ///< a bad name, count or option passed by the caller
   invalid_schema,        ///< a schema spec that does not parse or does not validate
@@ -45,14 +47,18 @@ enum class Errc : int {
 /// The error category of shmreplay::Errc (name "shmreplay").
 const std::error_category& error_category() noexcept;
 
+/// The std::error_code of `e` in shmreplay's category (what lets an Errc compare with a std::error_code).
 inline std::error_code make_error_code(Errc e) noexcept { return {static_cast<int>(e), error_category()}; }
 
 /// The exception thrown by shmreplay's cold paths. what() returns the full message, without a suffix.
 class Error : public std::system_error {
  public:
+  /// An error of code `code` whose what() is `message`, a complete sentence.
   Error(Errc code, std::string message);
 
+  /// The error code.
   Errc errc() const noexcept { return static_cast<Errc>(code().value()); }
+  /// The message, as given to the constructor.
   const char* what() const noexcept override { return message_.c_str(); }
 
  private:

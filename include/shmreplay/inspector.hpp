@@ -19,25 +19,28 @@
 
 namespace shmreplay {
 
+/// Whether a lease (an env's, or the learner's) has a holder, and whether that holder lives.
 enum class OwnerState {
   none,   ///< no writer holds the env's lease
   alive,  ///< the lease holder is running (its pid exists with the recorded start time)
   dead,   ///< the lease holder is gone; a new writer may take the lease over
 };
+/// "none", "alive" or "dead".
 std::string_view to_string(OwnerState state) noexcept;
 
+/// One env's counters, lease and episode state, as Inspector::snapshot() read them.
 struct EnvInfo {
-  uint64_t env = 0;
+  uint64_t env = 0;            ///< the env id
   uint64_t head = 0;           ///< steps published since creation
   uint64_t claimed = 0;        ///< steps whose write has begun (head + 1 while a write is in progress)
   uint64_t online_start = 0;   ///< head at the last reset of the online queue
   uint64_t length = 0;         ///< steps in the replay view: head - max(0, claimed - capacity)
   uint64_t online_length = 0;  ///< steps in the online view: those of the replay view at or after online_start
-  OwnerState owner = OwnerState::none;
-  uint64_t owner_pid = 0;
-  uint64_t owner_start_ticks = 0;
+  OwnerState owner = OwnerState::none;  ///< the writer holding the env's lease: none, alive or dead
+  uint64_t owner_pid = 0;               ///< its pid; 0 when there is no owner
+  uint64_t owner_start_ticks = 0;       ///< its start time (clock ticks after boot, /proc/PID/stat field 22)
   uint64_t lease_since_ns = 0;   ///< CLOCK_REALTIME; 0 when there is no owner
-  uint64_t lease_takeovers = 0;
+  uint64_t lease_takeovers = 0;  ///< how often a dead owner's lease of this env was taken over
   uint64_t last_push_ns = 0;     ///< CLOCK_REALTIME; 0 when nothing was pushed
   // Episodes (all 0 in a buffer without episode fields):
   uint64_t episodes_completed = 0;       ///< episodes whose last step was published, since creation
@@ -45,69 +48,71 @@ struct EnvInfo {
   uint64_t episode_queue_depth = 0;      ///< records waiting for the learner (Sampler::pop_episodes)
   uint64_t episode_start = 0;            ///< first step of the episode in progress
   uint64_t last_episode_length = 0;      ///< the last completed episode (0: none yet)
-  double last_episode_return = 0.0;
-  EpisodeEnd last_episode_end = EpisodeEnd::none;
-  // Priorities (0 in a buffer without): the sum of priority^alpha over the replay view, read from the env's tree.
+  double last_episode_return = 0.0;      ///< the last completed episode's return (its rewards' sum)
+  EpisodeEnd last_episode_end = EpisodeEnd::none;  ///< how the last completed episode ended
+  /// Priorities (0 in a buffer without): the sum of priority^alpha over the replay view, read from the env's tree.
   double priority_total = 0.0;
 };
 
 /// The learner (the Sampler holding the learner lease) and its counters.
 struct LearnerInfo {
-  OwnerState state = OwnerState::none;
-  uint64_t pid = 0;
-  uint64_t start_ticks = 0;
+  OwnerState state = OwnerState::none;  ///< whether a learner holds the lease, and whether it lives
+  uint64_t pid = 0;             ///< its pid; 0 when none
+  uint64_t start_ticks = 0;     ///< its start time (clock ticks after boot)
   uint64_t since_ns = 0;        ///< CLOCK_REALTIME when it attached; 0 when none
   uint64_t takeovers = 0;       ///< dead learners replaced
   uint64_t rows_sampled = 0;    ///< over the segment's life
-  uint64_t sample_calls = 0;
+  uint64_t sample_calls = 0;    ///< sample calls and peeks, over the segment's life
   uint64_t retries = 0;         ///< rows redrawn because writers overwrote them during the copy
-  uint64_t online_resets = 0;
-  uint64_t steps_updated = 0;
+  uint64_t online_resets = 0;   ///< calls of Sampler::reset_online_queue
+  uint64_t steps_updated = 0;   ///< steps rewritten by Sampler::update and try_update
   uint64_t waiters = 0;         ///< learners blocked in wait() right now
 };
 
+/// Everything Inspector::snapshot() reads from a segment: geometry, creation record, per-env and learner state,
+/// episode, priority and rate-limiter counters (what `shmreplay info` prints).
 struct SegmentInfo {
-  std::string name;
-  std::string path;
-  uint32_t layout_major = 0;
-  uint32_t layout_minor = 0;
-  uint64_t num_envs = 0;
-  uint64_t capacity = 0;
-  uint64_t step_bytes = 0;
-  uint64_t total_bytes = 0;
-  uint64_t data_bytes = 0;
-  Schema schema;
+  std::string name;             ///< the segment's name
+  std::string path;             ///< its file (shm_directory()/name)
+  uint32_t layout_major = 0;    ///< the layout version it was created with
+  uint32_t layout_minor = 0;    ///< ... minor
+  uint64_t num_envs = 0;        ///< envs
+  uint64_t capacity = 0;        ///< steps per env
+  uint64_t step_bytes = 0;      ///< bytes of one step, all fields together
+  uint64_t total_bytes = 0;     ///< the file's size
+  uint64_t data_bytes = 0;      ///< bytes of the steps: num_envs * capacity * step_bytes
+  Schema schema;                ///< the fields of a step
   uint32_t owner_uid = 0;       ///< the uid that owns the segment file
   std::string owner_name;       ///< its user name; "" when the password database has none
-  uint64_t creator_pid = 0;
-  bool creator_alive = false;
+  uint64_t creator_pid = 0;     ///< the process that created the segment
+  bool creator_alive = false;   ///< whether that process still runs (same pid and start time)
   uint64_t creation_time_ns = 0;  ///< CLOCK_REALTIME
-  std::vector<EnvInfo> envs;
+  std::vector<EnvInfo> envs;   ///< one per env, in env order
   uint64_t total_pushed = 0;   ///< sum of heads
   uint64_t replay_steps = 0;   ///< sum of lengths
   uint64_t online_steps = 0;   ///< sum of online lengths
   uint64_t live_writers = 0;   ///< distinct alive lease holders
-  LearnerInfo learner;
+  LearnerInfo learner;         ///< the learner's lease and counters
   // Episodes (layout 1.2): the fields with episode roles, and totals over envs.
   EpisodeFieldIndices episode_fields;  ///< schema indices of done / terminated / truncated / reward
   uint64_t episode_queue_capacity = 0; ///< records per env's queue; 0 without episode fields
-  uint64_t episodes_completed = 0;
-  uint64_t episode_records_dropped = 0;
-  uint64_t episode_queue_depth = 0;
+  uint64_t episodes_completed = 0;       ///< sum of EnvInfo::episodes_completed
+  uint64_t episode_records_dropped = 0;  ///< sum of EnvInfo::episode_records_dropped
+  uint64_t episode_queue_depth = 0;      ///< sum of EnvInfo::episode_queue_depth
   // Priorities (layout 1.3): alpha (nullopt without priorities), the running maximum, the learner's updates.
-  std::optional<double> priority_exponent;
-  double max_priority = 0.0;
+  std::optional<double> priority_exponent;  ///< alpha (sampling weight priority^alpha); nullopt without priorities
+  double max_priority = 0.0;            ///< the largest priority ever given (new steps enter at it)
   double priority_total = 0.0;          ///< sum of priority^alpha over every env's replay view
-  uint64_t priority_updates = 0;
-  uint64_t priority_updates_dropped = 0;
+  uint64_t priority_updates = 0;        ///< priorities the learner set (Sampler::update_priorities)
+  uint64_t priority_updates_dropped = 0;  ///< ... refused because the step had been overwritten
   // The rate limiter (layout 1.4): its settings (limit is nullopt without one), counts and waits.
-  RateLimitState rate_limit;
+  RateLimitState rate_limit;  ///< the rate limiter's settings (limit: nullopt without one), counts and waits
 };
 
 /// Consecutive published steps of one env, copied out of the segment (Inspector::read_steps). Each record is one
 /// step: its fields in schema order, back to back.
 struct StepRecords {
-  uint64_t env = 0;
+  uint64_t env = 0;                     ///< the env they are steps of
   uint64_t first_step = 0;              ///< the global index of the first record's step
   uint64_t count = 0;                   ///< records held: steps first_step .. first_step + count - 1
   uint64_t record_bytes = 0;            ///< bytes of one record (the schema's step bytes)
@@ -118,12 +123,15 @@ struct StepRecords {
   std::span<const std::byte> field(std::size_t index, std::size_t field) const noexcept;
 };
 
+/// A read-only view of a segment's state, for monitoring and tools (the CLI's `info`, `dump` and `ls`): never
+/// takes a lease, never writes the segment.
 class Inspector {
  public:
   /// Opens `name` read-only (whatever options.read_only says), with open()'s full validation and `options`
   /// otherwise: a segment of another user is refused unless options.allow_other_owner (tools that only display
   /// it, as `shmreplay info`, set it and show the owner). Throws Error as Buffer::open does.
   explicit Inspector(std::string_view name, OpenOptions options = {});
+  /// Inspects a Buffer this process holds already (mapped read-only or not).
   explicit Inspector(Buffer buffer) : buffer_(std::move(buffer)) {}
 
   /// Reads every counter of the segment. O(num_envs); checks the liveness of each distinct owner once. Each env's
@@ -139,6 +147,7 @@ class Inspector {
   /// O(count * num_fields) time and memory.
   StepRecords read_steps(uint64_t env, uint64_t first_step, uint64_t count) const;
 
+  /// The mapping it reads.
   const Buffer& buffer() const noexcept { return buffer_; }
 
  private:
@@ -151,7 +160,7 @@ StepRecords read_steps(const Buffer& buffer, uint64_t env, uint64_t first_step, 
 
 /// One entry of list_segments(): a file whose first bytes are shmreplay's magic.
 struct ListedSegment {
-  std::string name;
+  std::string name;                 ///< the file's name in shm_directory()
   std::optional<SegmentInfo> info;  ///< when it opened cleanly
   std::string error;                ///< why it did not (truncated, version mismatch, ...)
 };

@@ -94,6 +94,7 @@
 namespace shmreplay::layout {
 
 inline constexpr uint64_t kMagic = 0x59414c50524d4853ull;  ///< the bytes "SHMRPLAY" read as little-endian u64
+/// The layout's major version: open() refuses a segment of another (Errc::version_mismatch).
 inline constexpr uint32_t kLayoutMajor = 1;
 inline constexpr uint32_t kLayoutMinor = 5;  ///< 1.1 added the global section and update_seq; 1.2 the episode
                                              ///< sections, FieldDesc::role, episode_queue_capacity; 1.3 the
@@ -103,13 +104,14 @@ inline constexpr uint32_t kLayoutMinor = 5;  ///< 1.1 added the global section a
                                              ///< re-check promise (limiter_waiting_since_ns,
                                              ///< writer_recheck_by_ns)
 
+/// SegmentHeader::state while the creator initialises the segment (open() waits, then throws not_ready).
 inline constexpr uint64_t kStateInitializing = 0;
 inline constexpr uint64_t kStateReady = 0x59444145522e2e2eull;  ///< "...READY"; unlikely to be left by chance
 
-inline constexpr std::size_t kCacheLineBytes = 64;
+inline constexpr std::size_t kCacheLineBytes = 64;  ///< the unit the control blocks are laid out in
 inline constexpr std::size_t kDataAlignBytes = 64;    ///< alignment of each field's storage (vector copies)
 inline constexpr std::size_t kPageBytes = 4096;       ///< alignment of the data section and of total_bytes
-inline constexpr uint64_t kMaxEnvs = 1ull << 20;
+inline constexpr uint64_t kMaxEnvs = 1ull << 20;     ///< envs of a segment, at most
 inline constexpr uint64_t kMaxCapacity = 1ull << 40;  ///< steps per env
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
@@ -128,13 +130,15 @@ enum SectionIndex : uint32_t {
                               ///< 0 bytes without priorities)
   kSectionsUsed = 8,   ///< sections this minor version defines; the rest of the table is zero
 };
-inline constexpr std::size_t kMaxSections = 8;
+inline constexpr std::size_t kMaxSections = 8;  ///< entries of the section table
 
+/// One entry of the section table: where a section lies in the segment.
 struct SectionDesc {
   uint64_t offset;  ///< from the start of the segment
-  uint64_t bytes;
+  uint64_t bytes;   ///< its length (0 for a section this segment does not have)
 };
 
+/// The segment's first 256 bytes: identity, geometry, the creation record and the section table.
 struct SegmentHeader {
   // -- cache line 0: identity and geometry, written once before `state` turns ready --
   uint64_t magic;                ///< kMagic
@@ -143,35 +147,35 @@ struct SegmentHeader {
   uint64_t header_bytes;         ///< sizeof(SegmentHeader) of the creator's version
   uint64_t total_bytes;          ///< the file's size
   std::atomic<uint64_t> state;   ///< kStateReady, stored with release by create(), last; open() loads it acquire
-  uint64_t num_envs;
+  uint64_t num_envs;             ///< envs (rings)
   uint64_t capacity;             ///< steps per env
-  uint64_t num_fields;
+  uint64_t num_fields;           ///< entries of the field table
   // -- cache line 1: creation record --
   uint64_t step_bytes;           ///< bytes of one step, all fields together
-  uint64_t creator_pid;
-  uint64_t creator_start_ticks;  ///< the creator's start time, /proc/<pid>/stat field 22 (clock ticks after boot)
+  uint64_t creator_pid;          ///< the process that created the segment
+  uint64_t creator_start_ticks;  ///< the creator's start time, /proc/PID/stat field 22 (clock ticks after boot)
   uint64_t creation_time_ns;     ///< CLOCK_REALTIME at creation
   uint64_t num_sections;         ///< kSectionsUsed of the creator's version
   uint64_t episode_queue_capacity;  ///< records per env's completed-episode queue; 0 without episode fields (1.2)
   uint64_t priority_exponent_bits;  ///< f64 bits of alpha (sampling weight priority^alpha); 0 without priorities
                                     ///< (1.3; alpha = 0 is stored as -0.0, so 0 always means "none")
-  uint64_t reserved0;
+  uint64_t reserved0;  ///< reserved for a later minor version; zero
   // -- cache lines 2-3: the section table --
-  SectionDesc sections[kMaxSections];
+  SectionDesc sections[kMaxSections];  ///< indexed by SectionIndex; entries past num_sections are zero
 };
 
 /// One entry of the field table. Unused dims are 0; the name is NUL-padded.
 struct FieldDesc {
-  uint8_t name[kMaxNameBytes + 1];
+  uint8_t name[kMaxNameBytes + 1];  ///< the field's name, NUL-padded
   uint32_t dtype;        ///< a DType value
   uint32_t ndim;         ///< 0 for a scalar, at most kMaxDims
-  uint64_t dims[kMaxDims];
+  uint64_t dims[kMaxDims];  ///< the shape's dimensions, ndim of them
   uint64_t step_bytes;   ///< bytes of this field in one step
   uint64_t data_offset;  ///< where [num_envs][capacity][step_bytes] starts; kDataAlignBytes-aligned
   uint64_t data_bytes;   ///< num_envs * capacity * step_bytes
   uint32_t role;         ///< a FieldRole code (since 1.2): the field's part in episode bookkeeping; 0 for none
-  uint32_t reserved1;
-  uint64_t reserved0[3];
+  uint32_t reserved1;  ///< reserved for a later minor version; zero
+  uint64_t reserved0[3];  ///< reserved for a later minor version; zero
 };
 
 /// FieldDesc::role: which field holds the episode-end flags and the reward. Identity data, set at creation
@@ -191,7 +195,9 @@ enum FieldRole : uint32_t {
 constexpr uint64_t pack_owner(uint64_t pid, uint64_t start_ticks) noexcept {
   return (pid << 32) | (start_ticks & 0xffffffffull);
 }
+/// The pid of a lease word (pack_owner()).
 constexpr uint64_t owner_pid(uint64_t lease) noexcept { return lease >> 32; }
+/// The low 32 bits of the start ticks of a lease word (pack_owner()).
 constexpr uint64_t owner_start_low(uint64_t lease) noexcept { return lease & 0xffffffffull; }
 
 /// Bit 63 of EnvControl::claimed: the learner's update lock. While it is set, the env's writer does not claim a
@@ -213,17 +219,17 @@ struct alignas(kCacheLineBytes) EnvControl {
                                                    ///< for the rate limiter (on the first env of its push), 0
                                                    ///< when it does not wait; counted only while the lease
                                                    ///< holder lives, cleared by a new owner
-  uint64_t pad0[3];
+  uint64_t pad0[3];  ///< padding to the end of the cache line
   // -- cache line 1: written by the learner --
   std::atomic<uint64_t> online_start;  ///< head at the last reset of the online queue
   std::atomic<uint64_t> update_seq;    ///< odd while the learner rewrites a stored step of this env (seqlock)
-  uint64_t pad1[6];
+  uint64_t pad1[6];  ///< padding to the end of the cache line
   // -- cache line 2: the owner lease, written when a writer takes, releases or takes over the env --
   std::atomic<uint64_t> lease;              ///< pack_owner(pid, start ticks) of the owner, 0 when free
   std::atomic<uint64_t> owner_start_ticks;  ///< the owner's full start ticks (the lease keeps only 32 bits)
   std::atomic<uint64_t> lease_since_ns;     ///< CLOCK_REALTIME when the lease was taken
   std::atomic<uint64_t> lease_takeovers;    ///< how often a dead owner's lease was taken over
-  uint64_t pad2[4];
+  uint64_t pad2[4];  ///< padding to the end of the cache line
 };
 
 /// One copy of the rate limiter's settings (Reverb's RateLimiter: inserts are published steps, samples rows).
@@ -235,7 +241,7 @@ struct alignas(kCacheLineBytes) LimiterSlot {
   std::atomic<uint64_t> max_diff;            ///< f64 bits: a waiting writer's insert may not take it above it
   std::atomic<uint64_t> error_offset;        ///< f64 bits, added to inserts*spi - samples: 0 from creation; a
                                              ///< change restarts the error at the middle of the new bounds
-  uint64_t reserved[2];
+  uint64_t reserved[2];  ///< reserved for a later minor version; zero
 };
 
 /// Segment-wide control block: the learner's lease and counters, and the word writers wake waiters on.
@@ -245,18 +251,18 @@ struct alignas(kCacheLineBytes) GlobalControl {
   std::atomic<uint64_t> learner_start_ticks;  ///< the learner's full start ticks
   std::atomic<uint64_t> learner_since_ns;     ///< CLOCK_REALTIME when the lease was taken
   std::atomic<uint64_t> learner_takeovers;    ///< how often a dead learner's lease was taken over
-  uint64_t pad0[4];
+  uint64_t pad0[4];  ///< padding to the end of the cache line
   // -- cache line 1: the learner's counters, written by the learner after each call; informational --
   std::atomic<uint64_t> rows_sampled;   ///< rows (sequences) returned by sample calls and peeks
-  std::atomic<uint64_t> sample_calls;
+  std::atomic<uint64_t> sample_calls;   ///< sample calls (and peeks) that returned
   std::atomic<uint64_t> retries;        ///< rows redrawn because a writer overwrote them during the copy
-  std::atomic<uint64_t> online_resets;
+  std::atomic<uint64_t> online_resets;  ///< calls of reset_online_queue
   std::atomic<uint64_t> steps_updated;  ///< steps rewritten by the learner's update
-  uint64_t pad1[3];
+  uint64_t pad1[3];  ///< padding to the end of the cache line
   // -- cache line 2: blocking waits. The low 32 bits of wake_seq are a shared futex word. --
   std::atomic<uint64_t> wake_seq;  ///< bumped by a writer after publishing when waiters != 0
   std::atomic<uint64_t> waiters;   ///< processes sleeping on wake_seq
-  uint64_t pad2[6];
+  uint64_t pad2[6];  ///< padding to the end of the cache line
   // -- cache line 3: priorities (since 1.3; zeros without) --
   std::atomic<uint64_t> max_priority;      ///< f64 bits: the largest priority ever given; new steps enter at it.
                                            ///< Raised by writers and the learner with a CAS, rarely written
@@ -264,14 +270,14 @@ struct alignas(kCacheLineBytes) GlobalControl {
                                            ///< when none; a learner taking over a dead one's lease redoes it
   std::atomic<uint64_t> priority_updates;  ///< priorities the learner set (update_priorities)
   std::atomic<uint64_t> priority_updates_dropped;  ///< ... refused because the step had been overwritten
-  uint64_t reserved[4];
+  uint64_t reserved[4];  ///< reserved for a later minor version; zero
   // -- cache line 4: which of the rate limiter's two settings slots (lines 7-8) is in force (since 1.4). A
   //    rewriter fills the other slot and then flips the index, so a rewriter killed at any instruction leaves the
   //    settings in force whole (detail/protocol/rate_limit.hpp) --
   std::atomic<uint64_t> limiter_index;    ///< (generation << 1) | the slot in force; stored with release
   std::atomic<uint64_t> limiter_writer;   ///< pack_owner() of the process rewriting the settings, 0 when none
   std::atomic<uint64_t> limiter_changes;  ///< how often the settings were changed after creation
-  uint64_t reserved4[5];
+  uint64_t reserved4[5];  ///< reserved for a later minor version; zero
   // -- cache line 5: rate limiter, written by the learner --
   std::atomic<uint64_t> samples;              ///< rows the limiter admitted (sample calls; not peeks)
   std::atomic<uint64_t> last_sample_ns;       ///< CLOCK_REALTIME of the last admitted sample call (0: never)
@@ -279,7 +285,7 @@ struct alignas(kCacheLineBytes) GlobalControl {
   std::atomic<uint64_t> learner_waiting_rows; ///< rows of the sample call waiting for the limiter; 0 when none
   std::atomic<uint64_t> learner_waiting_since_ns;  ///< CLOCK_REALTIME when that wait began
   std::atomic<uint64_t> learner_limited;      ///< sample calls the limiter held back (waited or refused)
-  uint64_t reserved5[2];
+  uint64_t reserved5[2];  ///< reserved for a later minor version; zero
   // -- cache line 6: rate limiter, written by writers that wait for it --
   std::atomic<uint64_t> admit_seq;            ///< one increment per admission by a waiting writer (CAS)
   std::atomic<uint64_t> writer_recheck_by_ns;  ///< (1.5) CLOCK_MONOTONIC by which every writer sleeping on
@@ -289,9 +295,9 @@ struct alignas(kCacheLineBytes) GlobalControl {
   uint64_t reserved6a;                        ///< was writer_waiting_since_ns in 1.4; not used since 1.5
   std::atomic<uint64_t> writers_limited;      ///< push calls the limiter held back
   std::atomic<uint64_t> writer_timeouts;      ///< ... that gave up at their timeout
-  uint64_t reserved6[3];
+  uint64_t reserved6[3];  ///< reserved for a later minor version; zero
   // -- cache lines 7-8: the rate limiter's settings, two slots (limiter_index says which is in force) --
-  LimiterSlot limiter_slots[2];
+  LimiterSlot limiter_slots[2];  ///< the settings; limiter_index's low bit says which slot is in force
 };
 
 // -- Episodes (since 1.2) ---------------------------------------------------------------------------------------
@@ -348,26 +354,26 @@ struct alignas(kCacheLineBytes) EpisodeJournal {
 /// the consumer), written with std::atomic<uint64_t> words only.
 struct alignas(kCacheLineBytes) EpisodeControl {
   // -- cache lines 0-1: the writer's journal, written on every push --
-  EpisodeJournal journal[2];
+  EpisodeJournal journal[2];  ///< journal[h % 2] holds the state for head h (see EpisodeJournal)
   // -- cache line 2: the queue's producer side, written by the env's writer when an episode ends --
   std::atomic<uint64_t> queue_tail;       ///< records pushed since creation
   std::atomic<uint64_t> records_dropped;  ///< records dropped because the queue was full (the writer never waits)
-  uint64_t pad2[6];
+  uint64_t pad2[6];  ///< padding to the end of the cache line
   // -- cache line 3: the queue's consumer side, written by the learner --
   std::atomic<uint64_t> queue_head;  ///< records popped since creation; queue_head <= queue_tail
-  uint64_t pad3[7];
+  uint64_t pad3[7];  ///< padding to the end of the cache line
 };
 
 /// One completed-episode record in a queue (the env is the queue's).
 struct EpisodeRecordSlot {
-  std::atomic<uint64_t> first_step;
+  std::atomic<uint64_t> first_step;      ///< the episode's first step (a global step index)
   std::atomic<uint64_t> length;          ///< steps; the episode ended at step first_step + length - 1
   std::atomic<uint64_t> episode_return;  ///< f64 bits: the sum of its rewards (0 without a reward field)
   std::atomic<uint64_t> end;             ///< an EpisodeEnd code
 };
 
 inline constexpr uint64_t kDefaultEpisodeQueueCapacity = 128;  ///< records per env, when not given
-inline constexpr uint64_t kMaxEpisodeQueueCapacity = 1ull << 24;
+inline constexpr uint64_t kMaxEpisodeQueueCapacity = 1ull << 24;  ///< records per env, at most
 
 static_assert(sizeof(SegmentHeader) == 256, "SegmentHeader is 4 cache lines; changing it changes the layout");
 static_assert(offsetof(SegmentHeader, sections) % kCacheLineBytes == 0, "the section table starts a cache line");

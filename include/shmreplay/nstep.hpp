@@ -35,6 +35,7 @@ struct NStep {
 /// episode flags it stops at the mask only. Throws invalid_argument when row, t or the field is out of range, n is
 /// 0, discount is not finite, or the buffer has no reward field and none is given. O(n); no allocation.
 NStep nstep(const SampleBatch& batch, std::size_t row, std::size_t t, std::size_t n, double discount);
+/// The same, with the reward read from the field at index `reward_field` (schema order).
 NStep nstep(const SampleBatch& batch, std::size_t row, std::size_t t, std::size_t n, double discount,
             std::size_t reward_field);
 

@@ -52,6 +52,7 @@ struct RateLimit {
   /// "samples_per_insert 4, min_size_to_sample 1000, error buffer 256 (error 3744 .. 4256)", or "min size 1000".
   std::string to_string() const;
 
+  /// Equal when every setting is.
   friend bool operator==(const RateLimit&, const RateLimit&) = default;
 };
 

@@ -23,8 +23,8 @@ class Sampler;
 
 /// A writable array supplied by the caller: `bytes` bytes at `data`.
 struct MutableFieldBytes {
-  void* data = nullptr;
-  std::size_t bytes = 0;
+  void* data = nullptr;  ///< the first byte
+  std::size_t bytes = 0; ///< the number of bytes at `data`
 };
 
 /// The output of a sample call: per field an array [rows][sequence_length][field shape], a mask
@@ -33,6 +33,7 @@ struct MutableFieldBytes {
 /// batch never allocates) or writes into caller arrays (borrow()).
 class SampleBatch {
  public:
+  /// An empty batch that owns its storage; the first sample call sizes it.
   SampleBatch() = default;
 
   /// A batch that fills caller-provided arrays (for instance framework tensors): one per field in schema order,
@@ -42,12 +43,16 @@ class SampleBatch {
   static SampleBatch borrow(std::vector<MutableFieldBytes> fields, std::span<uint8_t> mask,
                             std::span<uint64_t> env_ids, std::span<uint64_t> start_steps);
 
+  /// The rows of the last sample (0 before the first).
   std::size_t rows() const noexcept { return rows_; }
+  /// The steps per row of the last sample.
   std::size_t sequence_length() const noexcept { return length_; }
+  /// The number of field arrays (the schema's fields).
   std::size_t num_fields() const noexcept { return field_ptr_.size(); }
 
   /// Field `index` (schema order): rows() x sequence_length() x that field's bytes per step.
   std::span<const std::byte> field(std::size_t index) const noexcept;
+  /// field(index) viewed as elements of T (the field's element type); sizeof(T) must divide its bytes.
   template <class T>
   std::span<const T> field_as(std::size_t index) const noexcept {
     const auto b = field(index);
@@ -55,9 +60,13 @@ class SampleBatch {
   }
   /// The bytes of field `index` at row `row`, position `t` in the row.
   const std::byte* step(std::size_t index, std::size_t row, std::size_t t) const noexcept;
+  /// rows() x sequence_length() bytes, 1 where the step exists (a row cut short by its data or its episode ends in 0s).
   std::span<const uint8_t> mask() const noexcept { return {mask_, rows_ * length_}; }
+  /// Whether position `t` of row `row` holds a step (its mask byte is 1).
   bool valid(std::size_t row, std::size_t t) const noexcept { return mask_[row * length_ + t] != 0; }
+  /// Per row, the env id it was sampled from.
   std::span<const uint64_t> env_ids() const noexcept { return {env_ids_, rows_}; }
+  /// Per row, the global step index of its first step (Python: Batch.starts).
   std::span<const uint64_t> start_steps() const noexcept { return {starts_, rows_}; }
   /// Per row, the importance weight of a prioritized sample, (N * P(row))^-beta over the batch's maximum (so the
   /// largest is 1; N is the number of steps in the row's view, P the probability its start was drawn with); 1 for

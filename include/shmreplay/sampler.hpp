@@ -105,6 +105,7 @@ struct PriorityUpdateResult {
 };
 
 
+/// How a Sampler retries: given to its constructor.
 struct SamplerOptions {
   /// How many times a sample call redraws rows that writers overwrote during the copy before it gives up with
   /// Errc::contended (only reachable when writers lap a tiny ring continuously); also how many snapshots in a row
@@ -120,6 +121,8 @@ struct EnvSizes {
   uint64_t online = 0;  ///< steps in the online view
 };
 
+/// The learner's role: holds the buffer's learner lease (one learner per buffer) and samples, peeks, updates and
+/// reprioritizes its steps. Used by one thread at a time; the top of this file has the guarantees.
 class Sampler {
  public:
   /// Takes the learner lease of `buffer` (see the top of this file). Throws Error(lease_held) when another live
@@ -226,6 +229,7 @@ class Sampler {
 
   /// Steps in `view` over all envs, and for one env (throws env_out_of_range). O(num_envs) and O(1).
   uint64_t size(View view) const noexcept;
+  /// The sizes of env `env_id`'s views (throws env_out_of_range).
   EnvSizes sizes(uint64_t env_id) const;
 
   /// Rewrites stored step `step` of env `env_id` in place (dejax's update_fn, for one step): each field with
@@ -237,6 +241,7 @@ class Sampler {
   /// Concurrent samplers never see a half-updated step (they retry); the env's writer waits for the copy of
   /// one step while it needs the same env's claim.
   bool try_update(uint64_t env_id, uint64_t step, std::span<const FieldBytes> fields);
+  /// The same, with the fields as a braced list.
   bool try_update(uint64_t env_id, uint64_t step, std::initializer_list<FieldBytes> fields) {
     return try_update(env_id, step, std::span<const FieldBytes>(fields.begin(), fields.size()));
   }
@@ -256,6 +261,7 @@ class Sampler {
 
   /// Rows redrawn so far by this Sampler because writers overwrote them during the copy.
   uint64_t retries() const noexcept { return retries_; }
+  /// The buffer it samples.
   const Buffer& buffer() const noexcept { return *buffer_; }
 
   /// Throws Error(invalid_argument) unless `buffer`'s samplers can fill a batch of `rows` x `length` steps: at least

@@ -43,9 +43,10 @@ std::optional<DType> parse_dtype(std::string_view text) noexcept;
 /// Whether `raw` (as stored in a segment) is one of the DType values.
 bool is_dtype(uint32_t raw) noexcept;
 
+/// One named field of a step: a dtype and a shape (empty for a scalar). A plain value; Schema validates it.
 struct Field {
-  std::string name;
-  DType dtype = DType::u8;
+  std::string name;             ///< the field's name: [A-Za-z_][A-Za-z0-9_.-]*, at most kMaxNameBytes bytes
+  DType dtype = DType::u8;      ///< the element type
   std::vector<uint64_t> shape;  ///< empty for a scalar
 
   /// Elements per step: the product of the shape (1 for a scalar). Assumes a validated field.
@@ -57,11 +58,15 @@ struct Field {
   /// The shape alone: "[84,84,4]", or "scalar".
   std::string shape_string() const;
 
+  /// Equal when name, dtype and shape are.
   friend bool operator==(const Field&, const Field&) = default;
 };
 
+/// The ordered, validated fields of every step of a buffer (see the top of this file for the text form). An
+/// immutable value, safe to share between threads.
 class Schema {
  public:
+  /// An empty schema (no fields); a buffer needs at least one, so this is only a placeholder to assign to.
   Schema() = default;
   /// Validates `fields` and throws Error(Errc::invalid_schema) naming the offending field when: there are no
   /// fields or more than kMaxFields; a name is empty, longer than kMaxNameBytes, does not match
@@ -73,9 +78,13 @@ class Schema {
   /// field, its position in the spec (1-based) and the column of the problem.
   static Schema parse(std::string_view spec);
 
+  /// The fields, in order.
   const std::vector<Field>& fields() const noexcept { return fields_; }
+  /// The number of fields.
   std::size_t size() const noexcept { return fields_.size(); }
+  /// Whether there are no fields (only a default-constructed Schema).
   bool empty() const noexcept { return fields_.empty(); }
+  /// The field at `index` (schema order); throws std::out_of_range past the end.
   const Field& operator[](std::size_t index) const { return fields_.at(index); }
 
   /// Index of the field called `name`; nullopt when there is none.
@@ -89,6 +98,7 @@ class Schema {
   /// field; a different dtype or shape), each naming the field; empty when they are equal.
   static std::vector<std::string> differences(const Schema& expected, const Schema& actual);
 
+  /// Equal when the fields are, in the same order.
   friend bool operator==(const Schema& a, const Schema& b) { return a.fields_ == b.fields_; }
 
  private:
@@ -100,8 +110,8 @@ class Schema {
 /// For a batched push it holds [n][field shape]; for a single step, one value of the field. `data == nullptr`
 /// means "no value" where an operation allows it (try_update leaves such a field unchanged).
 struct FieldBytes {
-  const void* data = nullptr;
-  std::size_t bytes = 0;
+  const void* data = nullptr;  ///< the first byte, or nullptr for "no value"
+  std::size_t bytes = 0;       ///< the number of bytes at `data`
 };
 
 /// Views a contiguous array of any trivially copyable type as FieldBytes.
@@ -109,10 +119,12 @@ template <class T>
 FieldBytes field_bytes(std::span<const T> values) noexcept {
   return {values.data(), values.size_bytes()};
 }
+/// Views a contiguous array of any trivially copyable type as FieldBytes (a span of non-const elements).
 template <class T>
 FieldBytes field_bytes(std::span<T> values) noexcept {
   return {values.data(), values.size_bytes()};
 }
+/// Views a vector's elements (any trivially copyable type) as FieldBytes.
 template <class T, class Alloc>
 FieldBytes field_bytes(const std::vector<T, Alloc>& values) noexcept {
   return {values.data(), values.size() * sizeof(T)};

@@ -33,23 +33,25 @@ std::string shm_directory();
 /// mapping). A section a segment does not have (episodes, priorities) has offset 0.
 struct SegmentGeometry {
   std::string name;  ///< the segment's name (for messages)
-  Schema schema;
-  uint64_t num_envs = 0;
+  Schema schema;     ///< the fields of a step
+  uint64_t num_envs = 0;     ///< envs (rings)
   uint64_t capacity = 0;     ///< steps per env ring
   uint64_t total_bytes = 0;  ///< the file's size
-  uint64_t envs_offset = 0;
-  uint64_t global_offset = 0;
+  uint64_t envs_offset = 0;    ///< the EnvControl array (layout::kSectionEnvs)
+  uint64_t global_offset = 0;  ///< the GlobalControl block (layout::kSectionGlobal)
   std::vector<uint64_t> field_offsets;  ///< each field's storage, in schema order
-  EpisodeFieldIndices episode_fields;
+  EpisodeFieldIndices episode_fields;   ///< the episode fields' schema indices (none: no episode bookkeeping)
   uint64_t episode_queue_capacity = 0;  ///< 0 without episode fields
-  uint64_t episodes_offset = 0;
-  uint64_t step_meta_offset = 0;
-  uint64_t queues_offset = 0;
-  uint64_t priorities_offset = 0;
+  uint64_t episodes_offset = 0;    ///< the EpisodeControl array (layout::kSectionEpisodes)
+  uint64_t step_meta_offset = 0;   ///< the step meta words (layout::kSectionStepMeta)
+  uint64_t queues_offset = 0;      ///< the completed-episode queues (layout::kSectionEpisodeQueues)
+  uint64_t priorities_offset = 0;  ///< the priority trees (layout::kSectionPriorities)
   uint64_t priority_leaves = 0;     ///< bit_ceil(capacity) with priorities, else 0
   double priority_exponent = 0.0;  ///< alpha; 0 without priorities
 };
 
+/// One process's mapping of a validated segment: its geometry and the accessors to its sections' words (see the
+/// top of this file). Made by Buffer::create and Buffer::open only; reached through Buffer::segment().
 class Segment {
  public:
   /// An empty Segment (no mapping): what a moved-from one is.
@@ -57,7 +59,9 @@ class Segment {
   /// Adopts `map_bytes` of mapping at `base` (unmapped by the destructor), described by `geometry`. Called by
   /// Buffer::create and Buffer::open only, after the placement or acceptance rule produced `geometry`.
   Segment(std::byte* base, std::size_t map_bytes, bool read_only, SegmentGeometry geometry) noexcept;
+  /// Takes over `other`'s mapping; `other` is left empty.
   Segment(Segment&& other) noexcept;
+  /// Unmaps this Segment's mapping, then takes over `other`'s; `other` is left empty.
   Segment& operator=(Segment&& other) noexcept;
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
@@ -65,19 +69,27 @@ class Segment {
 
   /// The segment's name, as given to create or open after normalisation.
   const std::string& name() const noexcept { return g_.name; }
+  /// The fields of a step.
   const Schema& schema() const noexcept { return g_.schema; }
+  /// Envs (rings).
   uint64_t num_envs() const noexcept { return g_.num_envs; }
+  /// Steps per env ring.
   uint64_t capacity() const noexcept { return g_.capacity; }
+  /// The file's size.
   uint64_t total_bytes() const noexcept { return g_.total_bytes; }
+  /// Whether the mapping is read-only (then the mutable accessors may not be used).
   bool read_only() const noexcept { return read_only_; }
   /// The episode fields (schema indices), and whether the segment records episodes.
   const EpisodeFieldIndices& episode_fields() const noexcept { return g_.episode_fields; }
+  /// Whether the segment records episodes (it has a done, terminated or truncated field).
   bool has_episodes() const noexcept { return g_.episode_fields.any_flag(); }
   /// Records per env's completed-episode queue; 0 without episode fields.
   uint64_t episode_queue_capacity() const noexcept { return g_.episode_queue_capacity; }
   /// Whether the segment has priorities, their exponent alpha (0 without), and each env's tree leaves.
   bool has_priorities() const noexcept { return g_.priority_leaves != 0; }
+  /// Alpha, the priority exponent (a sampling weight is priority^alpha); 0 without priorities.
   double priority_exponent() const noexcept { return g_.priority_exponent; }
+  /// Leaves of each env's priority tree: bit_ceil(capacity), 0 without priorities.
   uint64_t priority_leaves() const noexcept { return g_.priority_leaves; }
   /// Byte offset of each field's storage in the segment, in schema order.
   const std::vector<uint64_t>& field_offsets() const noexcept { return g_.field_offsets; }
@@ -86,21 +98,29 @@ class Segment {
   const layout::SegmentHeader& header() const noexcept;
   /// Precondition: env < num_envs().
   const layout::EnvControl& env_control(uint64_t env) const noexcept;
+  /// The same, writable (a writable mapping only).
   layout::EnvControl& env_control(uint64_t env) noexcept;
   /// The segment-wide control block (learner lease, learner counters, wake word, limiter).
   const layout::GlobalControl& global_control() const noexcept;
+  /// The same, writable (a writable mapping only).
   layout::GlobalControl& global_control() noexcept;
   /// Start of field `field`'s storage, [num_envs][capacity][schema()[field].bytes()]. Precondition:
   /// field < schema().size().
   const std::byte* field_data(std::size_t field) const noexcept { return base_ + g_.field_offsets[field]; }
+  /// The same, writable (a writable mapping only).
   std::byte* field_data(std::size_t field) noexcept;
   /// The episode sections (layout 1.2). Precondition: has_episodes() and env < num_envs(). step_meta(env) is the
   /// env's `capacity` meta words, slot s % capacity for step s; episode_queue(env) its record slots.
   const layout::EpisodeControl& episode_control(uint64_t env) const noexcept;
+  /// The same, writable (a writable mapping only).
   layout::EpisodeControl& episode_control(uint64_t env) noexcept;
+  /// The env's step meta words (see episode_control()).
   const std::atomic<uint64_t>* step_meta(uint64_t env) const noexcept;
+  /// The same, writable (a writable mapping only).
   std::atomic<uint64_t>* step_meta(uint64_t env) noexcept;
+  /// The env's completed-episode queue slots (see episode_control()).
   const layout::EpisodeRecordSlot* episode_queue(uint64_t env) const noexcept;
+  /// The same, writable (a writable mapping only).
   layout::EpisodeRecordSlot* episode_queue(uint64_t env) noexcept;
   /// The env's priority tree words, 2 * priority_leaves() of them (layout 1.3; detail/protocol/priorities.hpp).
   /// Precondition: has_priorities() and env < num_envs(). The words are atomics, so a read-only mapping reads them

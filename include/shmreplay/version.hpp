@@ -12,6 +12,7 @@
 #define SHMREPLAY_VERSION_STR(x) SHMREPLAY_VERSION_STR_(x)
 
 namespace shmreplay {
+/// The library's version, "major.minor.patch" (SHMREPLAY_VERSION_MAJOR, _MINOR and _PATCH).
 inline constexpr const char* kVersion = SHMREPLAY_VERSION_STR(SHMREPLAY_VERSION_MAJOR) "." SHMREPLAY_VERSION_STR(
     SHMREPLAY_VERSION_MINOR) "." SHMREPLAY_VERSION_STR(SHMREPLAY_VERSION_PATCH);
 }

@@ -21,6 +21,7 @@ enum class View : uint8_t {
   replay,  ///< every stored step
   online,  ///< the steps published since the last reset_online_queue()
 };
+/// "replay" or "online" (the Python and CLI spelling of the view).
 std::string_view to_string(View view) noexcept;
 
 /// How sampled sequences treat episode boundaries (see the top of this file).
@@ -29,10 +30,12 @@ enum class Episodes : uint8_t {
   stop,    ///< end each row at its episode's last step; needs a buffer with episode fields
   within,  ///< only starts whose whole sequence lies in one episode; needs a buffer with episode fields
 };
+/// "cross", "stop" or "within".
 std::string_view to_string(Episodes episodes) noexcept;
 
 /// Options of one sample call. The defaults are the behaviour of the calls without options, row for row.
 struct SampleOptions {
+  /// How rows treat episode boundaries (Episodes); stop and within need a buffer with episode fields.
   Episodes episodes = Episodes::cross;
   /// Start positions every `period` steps, counted from each env's oldest step in the view; at least 1.
   uint64_t period = 1;
@@ -80,11 +83,12 @@ struct SamplerStats {
 /// set); `reward` a scalar numeric field, and it needs a flag. A step whose flag is set is the last step of its
 /// episode; the next step of the env starts a new one (auto-reset streams, as envpool and Gymnasium produce).
 struct EpisodeFields {
-  std::string done;
-  std::string terminated;
-  std::string truncated;
-  std::string reward;
+  std::string done;        ///< the flag field that ends an episode (termination and truncation not told apart)
+  std::string terminated;  ///< the flag field that ends an episode by termination
+  std::string truncated;   ///< the flag field that ends an episode by truncation (a time limit)
+  std::string reward;      ///< the reward field, summed into each completed episode's return
 
+  /// Whether no field is named (a buffer without episode bookkeeping).
   bool empty() const noexcept { return done.empty() && terminated.empty() && truncated.empty() && reward.empty(); }
 };
 
@@ -95,27 +99,30 @@ enum class EpisodeEnd : uint8_t {
   terminated = 2,  ///< its `terminated` flag was set (it wins when both flags are set)
   truncated = 3,   ///< its `truncated` flag was set
 };
+/// "none", "done", "terminated" or "truncated".
 std::string_view to_string(EpisodeEnd end) noexcept;
 
 /// The schema index of each episode field of a buffer; nullopt where the buffer has none.
 struct EpisodeFieldIndices {
-  std::optional<std::size_t> done;
-  std::optional<std::size_t> terminated;
-  std::optional<std::size_t> truncated;
-  std::optional<std::size_t> reward;
+  std::optional<std::size_t> done;        ///< the `done` flag field's index
+  std::optional<std::size_t> terminated;  ///< the `terminated` flag field's index
+  std::optional<std::size_t> truncated;   ///< the `truncated` flag field's index
+  std::optional<std::size_t> reward;      ///< the reward field's index
 
   /// Whether the buffer records episodes (it has a done, terminated or truncated field).
   bool any_flag() const noexcept { return done || terminated || truncated; }
+  /// Equal when every index is.
   friend bool operator==(const EpisodeFieldIndices&, const EpisodeFieldIndices&) = default;
 };
 
 /// One completed episode of one env, as its writer recorded it when it published the episode's last step.
 struct EpisodeRecord {
-  uint64_t env = 0;
+  uint64_t env = 0;             ///< the env it ran in
   uint64_t first_step = 0;      ///< global step index of the episode's first step
   uint64_t length = 0;          ///< steps; the last is first_step + length - 1
   double episode_return = 0.0;  ///< the sum of its rewards (0 when the buffer has no reward field)
-  EpisodeEnd end = EpisodeEnd::none;
+  EpisodeEnd end = EpisodeEnd::none;  ///< how it ended: done, terminated or truncated
+  /// Equal when every member is.
   friend bool operator==(const EpisodeRecord&, const EpisodeRecord&) = default;
 };
 

@@ -45,7 +45,9 @@ inline std::chrono::steady_clock::time_point deadline_after_ms(
 /// a Writer, nothing that another thread's push needs). Not copyable; destroy it on the thread that made it.
 class InterruptCheck {
  public:
+  /// A check: returns to let the wait go on, or throws to end it.
   using Function = void (*)(void* context);
+  /// Installs `check`, called with `context`, as this thread's innermost check until this object is destroyed.
   InterruptCheck(Function check, void* context) noexcept;
   ~InterruptCheck();
   InterruptCheck(const InterruptCheck&) = delete;

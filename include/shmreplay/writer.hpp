@@ -52,6 +52,7 @@ struct EpisodeRoles;
 
 class Writer;
 
+/// How a Writer's pushes meet the buffer's rate limiter; given to the constructor, changeable by set_options().
 struct WriterOptions {
   /// In a buffer with a rate limiter: before each push (push, push_one, reserve), wait while the limiter holds
   /// the inserts back (the writers are ahead of the learner by more than the error buffer), for at most
@@ -61,6 +62,7 @@ struct WriterOptions {
   /// counted). False (the default): never wait; the limiter only counts this writer's steps, at no cost.
   /// Ignored in a buffer without a limiter.
   bool wait_for_rate_limit = false;
+  /// With wait_for_rate_limit: how long one push may wait, in milliseconds (kWaitForever: no timeout).
   uint64_t rate_limit_timeout_ms = 10'000;
 };
 
@@ -69,12 +71,14 @@ struct WriterOptions {
 /// head does not move and the next push reuses the slot). Move-only; used by the thread that reserved it.
 class StepSlot {
  public:
+  /// Takes over `other`'s reservation; `other` is left committed (empty).
   StepSlot(StepSlot&& other) noexcept;
   StepSlot& operator=(StepSlot&&) = delete;
   StepSlot(const StepSlot&) = delete;
   StepSlot& operator=(const StepSlot&) = delete;
   ~StepSlot();
 
+  /// The env whose step this is.
   uint64_t env() const noexcept { return env_; }
   /// The global index of the step being written (the env's head before commit).
   uint64_t step() const noexcept { return step_; }
@@ -89,6 +93,7 @@ class StepSlot {
   /// Publishes the step (release store of the env's head); in a buffer with episode fields, its flags and reward
   /// are read from the slot as filled. Throws Error(invalid_argument) when called twice.
   void commit();
+  /// Whether commit() has run (or the slot was moved from).
   bool committed() const noexcept { return writer_ == nullptr; }
   /// In a buffer with priorities: the step's priority (a finite float >= 0 whose priority^alpha is a finite float
   /// too, checked as given; Error(invalid_argument) otherwise), set when commit() publishes it. Without a call, the
@@ -106,6 +111,8 @@ class StepSlot {
   double priority_ = -1;  // negative: the running maximum
 };
 
+/// An env worker's role: leases a set of envs and pushes their steps. Used by one thread at a time; the top of
+/// this file has the guarantees.
 class Writer {
  public:
   /// Leases `env_ids` (all of them or none) for this process and this Writer. For each env: a free lease is
@@ -117,11 +124,13 @@ class Writer {
   /// a dead predecessor owed, if any).
   /// `options` choose whether pushes wait for the buffer's rate limiter (WriterOptions).
   Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOptions& options = {});
+  /// The same, with the env ids as a braced list.
   Writer(Buffer& buffer, std::initializer_list<uint64_t> env_ids, const WriterOptions& options = {})
       : Writer(buffer, std::span<const uint64_t>(env_ids.begin(), env_ids.size()), options) {}
   /// Leases envs [first, first + count).
   static Writer range(Buffer& buffer, uint64_t first, uint64_t count, const WriterOptions& options = {});
 
+  /// Takes over `other`'s leases; `other` then holds none.
   Writer(Writer&& other) noexcept;
   Writer& operator=(Writer&&) = delete;
   Writer(const Writer&) = delete;
@@ -144,6 +153,7 @@ class Writer {
   /// Writer made with WriterOptions::wait_for_rate_limit, which waits for the buffer's rate limiter (then
   /// Error(rate_limited) at its timeout, with nothing written).
   void push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields);
+  /// The same, with 64-bit env ids.
   void push(std::span<const uint64_t> env_ids, std::span<const FieldBytes> fields);
   /// The same with each step's priority (a buffer with priorities: one finite priority >= 0 per listed env whose
   /// sampling weight priority^alpha is at most the largest float, 3.4e38, which the priority trees hold; else
@@ -151,16 +161,20 @@ class Writer {
   /// enter at the running maximum (the largest priority ever given, 1 at first), as in prioritized experience
   /// replay. A buffer without priorities refuses priorities (invalid_argument).
   void push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields, std::span<const float> priorities);
+  /// The same, with 64-bit env ids.
   void push(std::span<const uint64_t> env_ids, std::span<const FieldBytes> fields, std::span<const float> priorities);
+  /// The same, with the fields as a braced list.
   void push(std::span<const int32_t> env_ids, std::initializer_list<FieldBytes> fields) {
     push(env_ids, std::span<const FieldBytes>(fields.begin(), fields.size()));
   }
+  /// The same, with 64-bit env ids and the fields as a braced list.
   void push(std::span<const uint64_t> env_ids, std::initializer_list<FieldBytes> fields) {
     push(env_ids, std::span<const FieldBytes>(fields.begin(), fields.size()));
   }
 
   /// Pushes one step of one env: `fields` holds one value of each field, in schema order. Errors as push().
   void push_one(uint64_t env_id, std::span<const FieldBytes> fields);
+  /// The same, with the fields as a braced list.
   void push_one(uint64_t env_id, std::initializer_list<FieldBytes> fields) {
     push_one(env_id, std::span<const FieldBytes>(fields.begin(), fields.size()));
   }
@@ -179,7 +193,9 @@ class Writer {
   /// Whether pushes wait for the rate limiter, and how long; changeable between pushes (a writer that timed out
   /// can go on without waiting).
   const WriterOptions& options() const noexcept { return options_; }
+  /// Replaces the options; takes effect at the next push.
   void set_options(const WriterOptions& options) noexcept { options_ = options; }
+  /// The buffer this Writer pushes to.
   const Buffer& buffer() const noexcept { return *buffer_; }
 
  private:

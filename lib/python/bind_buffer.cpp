@@ -75,17 +75,20 @@ void bind_buffer(py::module_& m) {
           "naming both users) unless allow_other_owner=True: anyone can create a file under a known name in /dev/shm "
           "to read what you push or to feed your learner.")
       .def_static("remove", &Buffer::remove, "name"_a, "Remove a buffer's name; attached processes keep working.")
-      .def_static("exists", &Buffer::exists, "name"_a)
-      .def_property_readonly("name", &Buffer::name)
-      .def_property_readonly("path", &Buffer::path)
-      .def_property_readonly("schema", [](const Buffer& b) { return std::make_shared<Schema>(b.schema()); })
-      .def_property_readonly("num_envs", &Buffer::num_envs)
+      .def_static("exists", &Buffer::exists, "name"_a, "Whether a buffer of that name exists (its file does).")
+      .def_property_readonly("name", &Buffer::name, "the buffer's name")
+      .def_property_readonly("path", &Buffer::path, "its file in the shared-memory directory")
+      .def_property_readonly("schema", [](const Buffer& b) { return std::make_shared<Schema>(b.schema()); },
+                             "the fields of every step")
+      .def_property_readonly("num_envs", &Buffer::num_envs, "envs (one ring of steps each)")
       .def_property_readonly("capacity", &Buffer::capacity, "steps kept per env")
-      .def_property_readonly("step_bytes", [](const Buffer& b) { return b.schema().step_bytes(); })
-      .def_property_readonly("total_bytes", &Buffer::total_bytes)
-      .def_property_readonly("read_only", &Buffer::read_only)
+      .def_property_readonly("step_bytes", [](const Buffer& b) { return b.schema().step_bytes(); },
+                             "bytes of one step, all fields together")
+      .def_property_readonly("total_bytes", &Buffer::total_bytes, "the size of the segment's file")
+      .def_property_readonly("read_only", &Buffer::read_only, "whether this process mapped it read-only")
       .def_property_readonly("owner_uid", &Buffer::owner_uid, "The uid that owns the buffer's file.")
-      .def_property_readonly("has_episodes", &Buffer::has_episodes)
+      .def_property_readonly("has_episodes", &Buffer::has_episodes,
+                             "whether it was created with episode fields (done, terminated, truncated, reward)")
       .def_property_readonly("priority_exponent",
                              [](const Buffer& b) -> std::optional<double> {
                                if (!b.has_priorities()) return std::nullopt;
@@ -140,7 +143,7 @@ void bind_buffer(py::module_& m) {
           "env"_a, "first_step"_a, "count"_a,
           "Copies stored steps first_step .. first_step + count - 1 of env out (those still stored: the range is cut "
           "to what the ring holds), validated like a sample, without the learner lease. Returns (the first step "
-          "copied, {field: array [steps, *shape]}).")
+          "copied, {field: array ``[steps, *shape]``}).")
       .def("__repr__", [](const Buffer& b) {
         return fmt::format("<shmreplay.Buffer '{}': {} envs x {} steps of {} bytes; {}>", b.name(), b.num_envs(),
                            b.capacity(), b.schema().step_bytes(), b.schema().to_string());

@@ -41,12 +41,15 @@ void bind_rate_limit(py::module_& m) {
                   "min_size_to_sample steps.")
       .def_static("min_size", &RateLimit::min_size, "min_size_to_sample"_a,
                   "Reverb's MinSize: no sample before that many steps are stored, and no ratio.")
-      .def_readonly("min_size_to_sample", &RateLimit::min_size_to_sample)
-      .def_readonly("samples_per_insert", &RateLimit::samples_per_insert)
-      .def_readonly("min_diff", &RateLimit::min_diff)
-      .def_readonly("max_diff", &RateLimit::max_diff)
-      .def_property_readonly("has_ratio", &RateLimit::has_ratio)
-      .def_property_readonly("error_buffer", &RateLimit::error_buffer)
+      .def_readonly("min_size_to_sample", &RateLimit::min_size_to_sample,
+                    "no sample before this many steps are stored (all envs together)")
+      .def_readonly("samples_per_insert", &RateLimit::samples_per_insert,
+                    "the target number of sampled rows per published step")
+      .def_readonly("min_diff", &RateLimit::min_diff, "samples may not take the error below this")
+      .def_readonly("max_diff", &RateLimit::max_diff, "waiting writers may not take the error above this")
+      .def_property_readonly("has_ratio", &RateLimit::has_ratio,
+                             "whether min_diff and max_diff bound the ratio (False: min_size alone)")
+      .def_property_readonly("error_buffer", &RateLimit::error_buffer, "(max_diff - min_diff) / 2")
       // as an operator: another type (None: "a RateLimit or None") compares unequal instead of raising TypeError
       .def(py::self == py::self)
       .def("__repr__", [](const RateLimit& r) { return fmt::format("<shmreplay.RateLimit: {}>", r.to_string()); });
@@ -57,14 +60,16 @@ void bind_rate_limit(py::module_& m) {
       .def_readonly("samples", &RateLimitState::samples, "rows admitted to sample calls since creation")
       .def_readonly("stored", &RateLimitState::stored, "steps stored now")
       .def_readonly("error", &RateLimitState::error, "inserts * samples_per_insert - samples")
-      .def_readonly("learner_waiting_rows", &RateLimitState::learner_waiting_rows)
+      .def_readonly("learner_waiting_rows", &RateLimitState::learner_waiting_rows,
+                    "rows of a sample call waiting now; 0 when none")
       .def_property_readonly("learner_waiting_since",
                              [](const RateLimitState& s) -> std::optional<double> {
                                if (s.learner_waiting_rows == 0) return std::nullopt;
                                return static_cast<double>(s.learner_waiting_since_ns) / 1e9;
                              },
                              "time.time() when the waiting sample call began, None when none waits")
-      .def_readonly("writer_waiters", &RateLimitState::writer_waiters)
+      .def_readonly("writer_waiters", &RateLimitState::writer_waiters,
+                    "writers waiting now (one that died while it waited is not counted)")
       .def_property_readonly("writer_waiting_since",
                              [](const RateLimitState& s) -> std::optional<double> {
                                if (s.writer_waiters == 0) return std::nullopt;
@@ -73,8 +78,9 @@ void bind_rate_limit(py::module_& m) {
                              "time.time() when the first waiting writer began, None when none waits")
       .def_readonly("learner_limited", &RateLimitState::learner_limited, "sample calls held back since creation")
       .def_readonly("writers_limited", &RateLimitState::writers_limited, "push calls held back since creation")
-      .def_readonly("writer_timeouts", &RateLimitState::writer_timeouts)
-      .def_readonly("changes", &RateLimitState::changes)
+      .def_readonly("writer_timeouts", &RateLimitState::writer_timeouts,
+                    "push calls held back that gave up at their timeout")
+      .def_readonly("changes", &RateLimitState::changes, "times the settings were changed after creation")
       .def("__repr__", [](const RateLimitState& s) {
         if (!s.limit) return std::string("<shmreplay.RateLimitState: no limiter>");
         return fmt::format("<shmreplay.RateLimitState: {}; {} inserts, {} samples, error {:g}; {} writer(s) and {} "

@@ -11,16 +11,17 @@ void bind_schema(py::module_& m) {
   py::class_<Field>(m, "Field", "One named field of a step: a dtype and a shape (empty for a scalar).")
       .def(py::init(&make_field), "name"_a, "dtype"_a, "shape"_a = std::vector<uint64_t>{},
            "A field: name, dtype as text (u8 i8 u16 i16 u32 i32 u64 i64 f16 bf16 f32 f64 bool), shape.")
-      .def_readonly("name", &Field::name)
-      .def_property_readonly("dtype", [](const Field& f) { return std::string(dtype_name(f.dtype)); })
+      .def_readonly("name", &Field::name, "the field's name")
+      .def_property_readonly("dtype", [](const Field& f) { return std::string(dtype_name(f.dtype)); },
+                             "the dtype as text: 'f32', 'u8', 'bool', ...")
       .def_property_readonly("shape", [](const Field& f) {
         py::tuple t(f.shape.size());
         for (std::size_t i = 0; i < f.shape.size(); ++i) t[i] = f.shape[i];
         return t;
-      })
+      }, "the shape as a tuple (() for a scalar)")
       .def_property_readonly("numpy_dtype", [](const Field& f) { return numpy_dtype(f.dtype); },
                              "the NumPy dtype of its arrays (bf16: uint16 holding the bfloat16 bits)")
-      .def_property_readonly("elements", &Field::elements)
+      .def_property_readonly("elements", &Field::elements, "elements per step: the product of the shape")
       .def_property_readonly("bytes", &Field::bytes, "bytes per step")
       .def("__str__", &Field::to_string)
       .def("__repr__", [](const Field& f) { return fmt::format("shmreplay.Field('{}')", f.to_string()); })
@@ -30,13 +31,13 @@ void bind_schema(py::module_& m) {
       .def(py::init([](const std::vector<Field>& fields) { return std::make_shared<Schema>(fields); }), "fields"_a)
       .def_static("parse", [](const std::string& spec) { return std::make_shared<Schema>(Schema::parse(spec)); },
                   "spec"_a, "Parse the text form, e.g. 'obs:f32[4] action:i32 reward:f32 done:bool'.")
-      .def_property_readonly("fields", &Schema::fields)
+      .def_property_readonly("fields", &Schema::fields, "the Field objects, in order")
       .def_property_readonly("names", [](const Schema& s) {
         std::vector<std::string> n;
         for (const Field& f : s.fields()) n.push_back(f.name);
         return n;
-      })
-      .def_property_readonly("step_bytes", &Schema::step_bytes)
+      }, "the field names, in order")
+      .def_property_readonly("step_bytes", &Schema::step_bytes, "bytes of one step, all fields together")
       .def("__len__", &Schema::size)
       .def("__iter__", [](const Schema& s) { return py::make_iterator(s.fields().begin(), s.fields().end()); },
            py::keep_alive<0, 1>())

@@ -11,8 +11,9 @@ void bind_writer(py::module_& m) {
   py::class_<PySlot>(m, "StepSlot",
                      "A reserved step: fill its arrays in place (they are views of the shared memory), then "
                      "commit. As a context manager it commits on a normal exit and abandons on an exception.")
-      .def_property_readonly("env", [](PySlot& s) { return s.get("env").env(); })
-      .def_property_readonly("step", [](PySlot& s) { return s.get("step").step(); })
+      .def_property_readonly("env", [](PySlot& s) { return s.get("env").env(); }, "the env whose step this is")
+      .def_property_readonly("step", [](PySlot& s) { return s.get("step").step(); },
+                             "the global index of the step being written")
       .def_property_readonly("fields",
                              [](py::object self) {
                                const PySlot& s = self.cast<const PySlot&>();
@@ -22,7 +23,8 @@ void bind_writer(py::module_& m) {
                                  d[py::str(schema[f].name)] = s.array(self, f);
                                }
                                return d;
-                             })
+                             },
+                             "{name: array}: writable views of the step's ring slot, valid until commit or abandon")
       .def_property_readonly("schema", [](PySlot& s) { return std::make_shared<Schema>(s.owner->buffer->schema()); },
                              "the schema of the buffer the slot belongs to")
       .def("__getitem__", [](py::object self, const std::string& name) {
@@ -109,8 +111,9 @@ void bind_writer(py::module_& m) {
                                py::array_t<int64_t> out(static_cast<py::ssize_t>(ids.size()));
                                std::copy(ids.begin(), ids.end(), out.mutable_data());
                                return out;
-                             })
-      .def_property_readonly("buffer", [](PyWriter& w) { return w.buffer; })
+                             },
+                             "int64 array of the envs this Writer leases, in the order given")
+      .def_property_readonly("buffer", [](PyWriter& w) { return w.buffer; }, "the Buffer it pushes to")
       .def_property_readonly("takeovers", [](PyWriter& w) { return w.get("takeovers").takeovers(); },
                              "leases taken over from dead processes")
       .def("head", [](PyWriter& w, uint64_t env) { return w.get("head").head(env); }, "env"_a,

@@ -251,7 +251,7 @@ PyMethodDef g_push_def = {
     "push", as_cfunction<writer_push>(), METH_FASTCALL | METH_KEYWORDS,
     "push($self, env_ids, data, priorities=None)\n--\n\n"
     "One step for each listed env (any subset, any order): data maps every field name to an array of shape "
-    "(len(env_ids), *field.shape), as envpool's recv returns. priorities= (a buffer with priorities): one per env, "
+    "``(len(env_ids), *field.shape)``, as envpool's recv returns. priorities= (a buffer with priorities): one per env, "
     "each a finite float32 >= 0 whose priority**alpha is a finite float32 (else InvalidArgument, naming the value "
     "as given); without, the steps enter at the running maximum."};
 

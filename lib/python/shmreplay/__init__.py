@@ -1,7 +1,7 @@
 """shmreplay: a replay buffer for reinforcement learning that lives in POSIX shared memory.
 
 Env worker processes push steps with a :class:`Writer`; one learner process samples sequences with a
-:class:`Sampler`; both attach to the same named :class:`Buffer`. Arrays go in and out as NumPy arrays.
+:class:`Sampler`; both attach to the same named :class:`Buffer`. Arrays go in and out as NumPy arrays::
 
     import numpy as np, shmreplay
 
@@ -15,7 +15,7 @@ Env worker processes push steps with a :class:`Writer`; one learner process samp
         batch["obs"].shape, batch.mask, batch.env_ids, batch.starts
     shmreplay.Buffer.remove("demo")
 
-dtypes: u8 i8 u16 i16 u32 i32 u64 i64 f32 f64 map to NumPy's types of the same name, bool to numpy.bool_,
+dtypes: u8 i8 u16 i16 u32 i32 u64 i64 f32 f64 map to NumPy's types of the same name, bool to ``numpy.bool_``,
 f16 to numpy.float16, and bf16 to numpy.uint16 holding the bfloat16 bits (NumPy has no bfloat16; in PyTorch,
 ``torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)``).
 

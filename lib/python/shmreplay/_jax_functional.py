@@ -29,11 +29,13 @@ class State:
 
     @property
     def size(self):
+        """Transitions stored now, all rings together."""
         cap = self.buffer.max_size
         return int(sum(min(int(h), cap) for h in self.buffer.buffer.heads()))
 
     @property
     def position(self):
+        """Where the next transition goes, in ring 0's terms (its head modulo the ring's size)."""
         return int(self.buffer.buffer.heads()[0]) % self.buffer.max_size
 
 
@@ -73,10 +75,14 @@ class ReplayBuffer:
         self.mode, self.replace = mode, replace
 
     def init(self, sample_transition):
+        """Create the shared buffer, its items shaped like ``sample_transition`` (a pytree); returns the
+        :class:`State`."""
         return State(UniformBuffer.init(sample_transition, self.num_envs, self.buffer_size // self.num_envs,
                                         name=self.name, mode=self.mode, replace=self.replace))
 
     def add(self, state, transitions):
+        """Push ``transitions`` (leaves ``[num_envs, ...]``: one per ring; or, with ``num_envs=1``, any number
+        of rows, pushed in order); returns ``state``."""
         return _add(state, transitions)
 
     def sample(self, state, batch_size, key):
@@ -84,6 +90,7 @@ class ReplayBuffer:
         return state, _sample(state, batch_size, key)
 
     def add_and_sample(self, state, transitions, batch_size, key):
+        """:meth:`add`, then :meth:`sample`: ``(state, batch)``."""
         return self.sample(self.add(state, transitions), batch_size, key)
 
 

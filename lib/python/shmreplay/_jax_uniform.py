@@ -78,14 +78,17 @@ class UniformBuffer:
 
     @property
     def name(self):
+        """The shared buffer's name."""
         return self.buffer.name
 
     @property
     def max_size(self):
+        """Items kept per env (the buffer's capacity)."""
         return self.buffer.capacity
 
     @property
     def num_envs(self):
+        """Envs of the buffer (one ring of items each)."""
         return self.buffer.num_envs
 
     def close(self):

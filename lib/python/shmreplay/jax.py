@@ -1,4 +1,4 @@
-"""shmreplay batches as JAX arrays, without a copy on the CPU.
+"""shmreplay batches as JAX arrays, without a copy on the CPU::
 
     import shmreplay, shmreplay.jax
     batch = sampler.sample("replay", 256, 16)
@@ -43,7 +43,7 @@ def array(a, bf16=False, device=None, copy=False):
 
 
 def as_arrays(batch, device=None, copy=False):
-    """A :class:`shmreplay.Batch` as a :class:`Sample` of JAX arrays (a pytree): on the CPU they share the batch's
+    """A :class:`shmreplay.Batch` as a :class:`~shmreplay.torch.Sample` of JAX arrays (a pytree): on the CPU they share the batch's
     memory; on another ``device`` (a ``jax.Device``), or with ``copy=True``, each array is copied once."""
     bf16 = bf16_fields(batch.schema)
     conv = lambda a, b16=False: array(a, b16, device, copy)  # noqa: E731

@@ -2,7 +2,7 @@
 
 Each machine keeps its own buffer in shared memory: its env actors push there and never leave the machine. One
 :class:`NodeServer` Ray actor per machine is that buffer's learner-side :class:`shmreplay.Sampler`; the learner
-holds a :class:`ClusterSampler`, which samples every node's buffer as if it were one:
+holds a :class:`ClusterSampler`, which samples every node's buffer as if it were one::
 
     import ray, shmreplay.ray as sr
     servers = {f"node{i}": sr.NodeServer.options(name=f"shmreplay-node{i}", resources={f"node{i}": 1})
@@ -113,15 +113,19 @@ class NodeServerImpl:
         return part
 
     def update_priorities(self, env_ids: np.ndarray, steps: np.ndarray, priorities: np.ndarray) -> Tuple[int, int]:
+        """``Sampler.update_priorities`` of this node's buffer: (updated, dropped)."""
         return self._sampler.update_priorities(env_ids, steps, priorities)
 
     def reset_online_queue(self) -> None:
+        """``Sampler.reset_online_queue`` of this node's buffer."""
         self._sampler.reset_online_queue()
 
     def size(self, view: str) -> int:
+        """``Sampler.size``: the steps in this node's view."""
         return self._sampler.size(view)
 
     def ping(self) -> bool:
+        """True: the client's liveness check of a node."""
         return True
 
     def close(self, remove: bool = False) -> None:
@@ -137,29 +141,38 @@ so that it fits beside a node's env actors; pin it to its node with a custom res
 
 
 class ClusterBatch:
-    """A batch sampled across nodes: per field an array [rows, sequence_length, *shape], ``mask``, ``env_ids``,
+    """A batch sampled across nodes: per field an array ``[rows, sequence_length, *shape]``, ``mask``, ``env_ids``,
     ``starts``, ``weights`` (as :class:`shmreplay.Batch`), and ``node_ids`` (int32 [rows], indices into
     ``nodes``, the node names)."""
 
     __slots__ = ("fields", "mask", "env_ids", "starts", "weights", "node_ids", "nodes")
 
     def __init__(self, fields, mask, env_ids, starts, weights, node_ids, nodes):
+        #: ``{name: array [rows, sequence_length, *shape]}``, in schema order
         self.fields: Dict[str, np.ndarray] = fields
+        #: bool ``[rows, sequence_length]``: True where the step exists
         self.mask: np.ndarray = mask
+        #: int64 ``[rows]``: each row's env in its node's buffer
         self.env_ids: np.ndarray = env_ids
+        #: int64 ``[rows]``: the global step index of each row's first step
         self.starts: np.ndarray = starts
+        #: float32 ``[rows]``: the global importance weights of a prioritized sample; 1 otherwise
         self.weights: np.ndarray = weights
+        #: int32 ``[rows]``: each row's node, an index into :attr:`nodes`
         self.node_ids: np.ndarray = node_ids
+        #: the node names
         self.nodes: Tuple[str, ...] = nodes
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.fields[name]
 
     def keys(self) -> List[str]:
+        """The field names, in schema order."""
         return list(self.fields)
 
     @property
     def rows(self) -> int:
+        """Rows of the batch."""
         return int(self.mask.shape[0])
 
     def nbytes(self) -> int:

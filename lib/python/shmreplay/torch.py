@@ -1,4 +1,4 @@
-"""shmreplay batches and step slots as PyTorch tensors, without a copy on the CPU.
+"""shmreplay batches and step slots as PyTorch tensors, without a copy on the CPU::
 
     import shmreplay, shmreplay.torch
     batch = sampler.sample("replay", 256, 16, out=batch)
