@@ -105,7 +105,8 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
       const layout::EnvControl& c = buffer.segment().env_control(e);
       const uint64_t head = c.head.load(std::memory_order_acquire);  // pairs with publish_step's release store
       if ((c.claimed.load(std::memory_order_relaxed) & ~layout::kUpdateLockBit) != head) {
-        detail::walk({buffer.segment().priority_tree(e), buffer.priority_leaves(), buffer.capacity()}, head % buffer.capacity());
+        detail::walk({buffer.segment().priority_tree(e), buffer.priority_leaves(), buffer.capacity()},
+                     head % buffer.capacity());
       }
     }
   }

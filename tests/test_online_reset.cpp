@@ -1,4 +1,5 @@
-// The online queue under a rate limiter (docs/design/rate_limiter.md, "Rate limiting", "The online queue and the limiter"): a
+// The online queue under a rate limiter (docs/design/rate_limiter.md, "Rate limiting", "The online queue and the
+// limiter"): a
 // learner that waits for N fresh online steps before each sample, samples, then resets the online queue, with
 // writers that wait for the limiter. The steps the writers publish between the sample and the reset are counted by
 // the limiter; a reset to the heads of now drops them from the online view, and when they were all the writers may

@@ -143,7 +143,8 @@ class Buffer {
   /// Opens an existing segment after validating, before touching anything else: its owner (this process's
   /// effective user, unless options.allow_other_owner), the magic, the layout version
   /// (same major; this minor or a newer one: older minors lack sections this library needs and are refused with
-  /// version_mismatch, "recreate the segment"), the header size, the file size against the header, the ready state, every
+  /// version_mismatch, "recreate the segment"), the header size, the file size against the header, the ready state,
+  /// every
   /// section's offset and length against the file size, and the schema table. Throws Error with not_found,
   /// not_a_segment (a symbolic link, a FIFO, ...: never followed or waited on), truncated, version_mismatch,
   /// not_ready, corrupt, schema_mismatch or permission_denied (the OS refused, or another user owns the file);

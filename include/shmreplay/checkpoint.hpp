@@ -4,7 +4,8 @@
 //
 // Saving reads the segment the way a sampler does, without being the learner and without writing a byte of it
 // (a read-only mapping is enough), while writers keep pushing: per env it copies the stored steps oldest first in
-// chunks, validates each chunk with the seqlock (docs/design/seqlock.md, "Concurrency protocol"), and follows the writer
+// chunks, validates each chunk with the seqlock (docs/design/seqlock.md, "Concurrency protocol"), and follows the
+// writer
 // until it holds a complete ring window. What it records per env is a state the env really was in: the steps
 // [first_step, head), each exactly as its writer published it, where first_step = max(0, claimed - capacity),
 // with claimed = head, or head + 1 when the writer was writing step `head` at that instant (then the slot being
@@ -18,7 +19,8 @@
 // every env (so no writer and no learner run during the load; it fails with Errc::lease_held naming a live
 // holder), and rewrites each env inside the update seqlock, so concurrent readers (shmreplay dump, save) never see
 // a half-loaded env. It takes the leases itself, building no Sampler or Writer, so no role's repair of a dead
-// predecessor runs on data the load replaces (lib/checkpoint/load_leases.cpp says which repairs it keeps). A truncated or corrupt file fails with an error that says where and what, before anything in
+// predecessor runs on data the load replaces (lib/checkpoint/load_leases.cpp says which repairs it keeps). A
+// truncated or corrupt file fails with an error that says where and what, before anything in
 // the target is touched. (The file must not change between validation and loading; if it does, the second read's
 // checksums catch it and a new segment never gets its name, but an existing one is left partly loaded.)
 //
@@ -222,7 +224,8 @@ struct SaveOptions {
 
 /// Saves `source` (which may be mapped read-only) to the file `path`: written under a temporary name in the same
 /// directory (`path.tmp-<pid>-<n>`), synced, then renamed over `path`, so `path` is either the complete new
-/// checkpoint or what it was. What is at `path` is replaced only when it is a checkpoint (or options.force). The file's permission bits are the segment's read/write bits for group and others
+/// checkpoint or what it was. What is at `path` is replaced only when it is a checkpoint (or options.force). The
+/// file's permission bits are the segment's read/write bits for group and others
 /// plus 0600 for the owner (a 0600 buffer gives a 0600 file, a 0640 one a 0640 file), set when the temporary file
 /// is created, before any data is in it, whatever the umask. Before it starts, it removes the temporary files
 /// that earlier saves to `path` left when they were killed (`path.tmp-<pid>-<n>` of pids that no longer exist and

@@ -109,7 +109,8 @@ struct PriorityUpdateResult {
 struct SamplerOptions {
   /// How many times a sample call redraws rows that writers overwrote during the copy before it gives up with
   /// Errc::contended (only reachable when writers lap a tiny ring continuously); also how many snapshots in a row
-  /// may have no start to draw from (a write in progress; docs/design/priorities.md, "Prioritized sampling", for the other
+  /// may have no start to draw from (a write in progress; docs/design/priorities.md, "Prioritized sampling", for the
+  /// other
   /// cause), with a message that says so.
   uint32_t max_retry_rounds = 10000;
 };

@@ -22,7 +22,8 @@
 // (Sampler::pop_episodes), or counted as dropped when the queue is full (a writer never waits for the learner).
 // The running episode start and return live in the segment, so a writer that takes over a dead writer's env
 // continues the episode, and pushes the record of an episode whose last step the dead writer published without
-// pushing its record (docs/design/episodes.md, "Episodes"). Cost: O(1) per step, a few stores to the writer's own lines. After publishing, a push wakes a learner blocked in Sampler::wait()
+// pushing its record (docs/design/episodes.md, "Episodes"). Cost: O(1) per step, a few stores to the writer's own
+// lines. After publishing, a push wakes a learner blocked in Sampler::wait()
 // (a shared futex in the segment; a system call only when someone is waiting).
 //
 // Thread safety: a Writer is used by one thread at a time. Several Writers (in one process or many) on

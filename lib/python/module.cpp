@@ -15,7 +15,8 @@
 //   take turns instead of racing.
 //
 // The bindings live one object per file (bind_*.cpp); the conversions they share in convert.hpp, the objects
-// behind the Python classes in objects.hpp. This file makes the module: the version, the error translation, and the calls;
+// behind the Python classes in objects.hpp. This file makes the module: the version, the error translation, and the
+// calls;
 // last, the other interfaces' names for the Python ones are answered with the right one (aliases.cpp, docs/naming.md).
 #include "aliases.hpp"
 #include "bindings.hpp"

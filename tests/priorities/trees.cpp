@@ -42,7 +42,8 @@ TEST_CASE("two parties walking one tree at once leave every node equal to the su
   // as fast as they can for a while; afterwards the sums are exact (priorities.hpp's argument). A small tree, so
   // that the walks meet below the root. (The race this guards against, a walk that summed stale children storing
   // last, has a window of nanoseconds at the very end of a run: this test rarely catches a walk without the
-  // re-read; docs/design/priorities.md, "Priorities", has the argument that the re-read closes it, and the next test makes
+  // re-read; docs/design/priorities.md, "Priorities", has the argument that the re-read closes it, and the next test
+  // makes
   // that interleaving deterministic.)
   const uint64_t cap = 4;
   int stale_rounds = 0;

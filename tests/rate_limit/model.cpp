@@ -5,7 +5,8 @@
 // A randomized model of the counting and wake-up protocol
 //
 // Each actor runs the protocol's steps as the code does, one shared-memory access per step, and a scheduler
-// picks the next actor at random (sequential consistency: the code's seq_cst handshakes; docs/design/rate_limiter.md argues
+// picks the next actor at random (sequential consistency: the code's seq_cst handshakes; docs/design/rate_limiter.md
+// argues
 // the weaker orders). A futex sleeper is blocked until its word changes. Checked after every step: the published
 // error never leaves [min_diff, max_diff]; and when no actor can run, someone sleeps although its condition
 // holds: a lost wake-up (with B + spi <= 2 * error buffer, writers or the learner can always go on).

@@ -44,7 +44,8 @@ struct Options {
   uint32_t calls = 20000;
 };
 
-// The memcpy reference: a shared anonymous mapping (shmem pages, as /dev/shm's) laid out as a segment's fields, [env][slot][bytes] per field.
+// The memcpy reference: a shared anonymous mapping (shmem pages, as /dev/shm's) laid out as a segment's fields,
+// [env][slot][bytes] per field.
 class PlainStore {
  public:
   PlainStore(const Schema& schema, uint64_t envs, uint64_t capacity) : capacity_(capacity) {

@@ -2,7 +2,8 @@
 //
 // Who calls it: the Writer (set_new_priority for each step it publishes, repair_walks when it takes an env over),
 // the Sampler (update_priority for the learner's updates; the reads, through the priority planner), the Inspector
-// and the CLI (totals, read-only), checkpoint load (rebuild). docs/design/priorities.md, "Priorities", has the argument.
+// and the CLI (totals, read-only), checkpoint load (rebuild). docs/design/priorities.md, "Priorities", has the
+// argument.
 //
 // One tree per env over its ring slots: `leaves` = bit_ceil(capacity) leaf words at [leaves, 2 leaves), internal
 // sums at [1, leaves) (word 0 unused), node n's children at 2n and 2n + 1. A leaf word holds the slot's sampling

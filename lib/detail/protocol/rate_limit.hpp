@@ -1,4 +1,5 @@
-// detail/protocol/rate_limit.hpp: the rate limiter's protocol, every side of it (docs/design/rate_limiter.md, "Rate limiting").
+// detail/protocol/rate_limit.hpp: the rate limiter's protocol, every side of it (docs/design/rate_limiter.md, "Rate
+// limiting").
 //
 //   word                          written by                                 read by
 //   GlobalControl lines 4, 7-8    create(), Buffer::set_rate_limit (the CLI) everyone (load_rate_limit)
