@@ -234,7 +234,8 @@ SHMREPLAY_ALWAYS_INLINE void Writer::write_step(uint32_t l, uint64_t env, std::s
     // for writing now, so that they are on their way by the next push to the env. Without this, the next
     // claim's locked instruction waits for the misses of this step's stores, and the next step's stores miss in
     // turn: shmreplay_bench_push_cost measured 1.7-2.1x memcpy's time per small step without it, 1.1-1.5x with
-    // (docs/benchmarks.md, "Push cost"). A prefetch is not ordered with locked instructions: nothing waits for it.
+    // (docs/benchmarks/small_rows.md, "Push cost"). A prefetch is not ordered with locked instructions: nothing
+    // waits for it.
     // (Addresses as integers: past the last slot they point past the mapping, which a prefetch never faults on.)
     const uintptr_t next = reinterpret_cast<uintptr_t>(dst) + b;
     __builtin_prefetch(reinterpret_cast<const void*>(next), 1, 3);

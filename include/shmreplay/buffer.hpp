@@ -38,7 +38,7 @@ namespace shmreplay {
 /// Otherwise the first write of each 4 KiB page (usually a writer's prefill) takes a page fault that zeroes it.
 /// It pays when the process that creates the buffer also fills it (create + prefill of a 0.9 GB Atari-like buffer
 /// 1.1x faster on a moderately loaded machine, 0.76x under heavy load); when other processes fill it, they still
-/// fault the pages into their own mappings and populating only adds to create() (0.7x): docs/benchmarks.md,
+/// fault the pages into their own mappings and populating only adds to create() (0.7x): docs/benchmarks/pages.md,
 /// "Creating and prefilling a buffer". Hence never by default.
 enum class Populate : uint8_t {
   never,      ///< leave the pages to be faulted in by their first writer (the default, and the old behaviour)

@@ -1,6 +1,6 @@
 // shmreplay_bench_create_prefill: what creating a buffer and filling it once costs, with the segment's pages
 // populated at creation (CreateOptions::populate = always) against left to the first writer (never), in the same
-// run (docs/benchmarks.md, "Creating and prefilling a buffer").
+// run (docs/benchmarks/pages.md, "Creating and prefilling a buffer").
 //
 //   shmreplay_bench_create_prefill                    8 envs x 4096 Atari-like steps (0.92 GB), 3 trials
 //   shmreplay_bench_create_prefill --envs 16          a larger buffer (--capacity too)

@@ -8,7 +8,7 @@
 //   shmreplay_bench --json > results.json
 //
 // Every writer and sampler is a forked process that opens the segment by name (harness.hpp); each figure is the
-// median over trials, with the spread (half the min-max range, in % of the median). See docs/benchmarks.md.
+// median over trials, with the spread (half the min-max range, in % of the median). See docs/benchmarks/README.md.
 //
 // Files: main.cpp (the options and the run: which measurements, in which order), results.cpp (the figures from
 // the trials), targets.cpp (the verdicts), report.cpp (markdown and JSON), workloads.cpp and its parts (what the

@@ -1,6 +1,6 @@
-// shmreplay_bench_priorities: what priorities cost, against uniform sampling in the same run, at stored sizes from
-// 10^3 to 10^7 steps (docs/benchmarks.md, "Priorities"). One process, one thread, no writer running: each figure
-// is the median of --trials trials of --seconds each, and each row's figures come from the same buffer.
+// shmreplay_bench_priorities: what priorities cost, against uniform sampling in the same run, at stored sizes from 10^3
+// to 10^7 steps (docs/benchmarks/priorities_rate_limit.md, "Priorities"). One process, one thread, no writer running:
+// each figure is the median of --trials trials of --seconds each, and each row's figures come from the same buffer.
 //
 //   shmreplay_bench_priorities                  sizes 10^3 .. 10^7, 5 trials of 0.2 s
 //   shmreplay_bench_priorities --quick          sizes 10^3 and 10^4, one 10 ms trial: a smoke run for CI

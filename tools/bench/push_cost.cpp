@@ -1,6 +1,6 @@
 // shmreplay_bench_push_cost: what one pushed small step costs against memcpy of the same bytes into the same
 // layout, in one process, with the trials of every case interleaved (so that the machine's noise falls on all of
-// them alike), and, under callgrind, in instructions per step (docs/benchmarks.md, "Push cost").
+// them alike), and, under callgrind, in instructions per step (docs/benchmarks/small_rows.md, "Push cost").
 //
 //   shmreplay_bench_push_cost                 ns per step of each case, the median over --trials interleaved trials
 //   shmreplay_bench_push_cost --quick         tiny sizes, one 10 ms trial: a smoke run for CI

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""A loop of one Python call, for counting its instructions under callgrind (docs/benchmarks.md, "From Python: the
-cost of a call"): run it twice with different counts and take the difference of pybind11's dispatcher's inclusive
-cost, divided by the difference of the counts, to get the binding's instructions per call (the callees show where
-they go: the C++ push or sample, the field and env id conversions, the GIL release).
+"""A loop of one Python call, for counting its instructions under callgrind (docs/benchmarks/python.md, "From Python:
+the cost of a call"): run it twice with different counts and take the difference of pybind11's dispatcher's inclusive
+cost, divided by the difference of the counts, to get the binding's instructions per call (the callees show where they
+go: the C++ push or sample, the field and env id conversions, the GIL release).
 
     PYTHONHASHSEED=0 valgrind --tool=callgrind --callgrind-out-file=cg.push.1100 \\
         .venv/bin/python tools/bench/python_call_cg.py push 1100

@@ -1,6 +1,6 @@
 // shmreplay_bench_rate_limit: what the rate limiter costs, against the same calls without a limiter in the same run
-// (docs/benchmarks.md, "Rate limiting"). One process, one thread; the limiter's bounds are set so wide that nothing
-// is ever held back, so the figures are the bookkeeping alone.
+// (docs/benchmarks/priorities_rate_limit.md, "Rate limiting"). One process, one thread; the limiter's bounds are
+// set so wide that nothing is ever held back, so the figures are the bookkeeping alone.
 //
 //   shmreplay_bench_rate_limit               16, 256 and 4096 envs, 5 trials of 0.2 s
 //   shmreplay_bench_rate_limit --quick       16 and 256 envs, one 10 ms trial: a smoke run for CI

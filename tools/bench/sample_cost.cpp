@@ -1,7 +1,7 @@
 // shmreplay_bench_sample_cost: what one sampled row costs, from 10^3 to 10^7 stored steps, in one process with no
 // writer running: rows/s (the median of --trials interleaved trials of --seconds) against references that copy the
-// same rows of the same buffer in the same rounds, and, under callgrind, instructions per row (docs/benchmarks.md,
-// "Sampling cost against the stored size").
+// same rows of the same buffer in the same rounds, and, under callgrind, instructions per row
+// (docs/benchmarks/small_rows.md, "Sampling cost against the stored size").
 //
 //   shmreplay_bench_sample_cost                       sizes 10^3 .. 10^7: rows/s of each case
 //   shmreplay_bench_sample_cost --quick               sizes 10^3 and 10^4, one 10 ms trial: a smoke run for CI

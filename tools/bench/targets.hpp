@@ -1,4 +1,4 @@
-// tools/bench/targets.hpp: the benchmark's targets (the figures the project promises, docs/benchmarks.md) and
+// tools/bench/targets.hpp: the benchmark's targets (the figures the project promises, docs/benchmarks/core.md) and
 // their verdicts on one run's results. Called by main.cpp; printed by report.cpp.
 #pragma once
 

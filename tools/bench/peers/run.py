@@ -9,7 +9,7 @@ markdown table (each figure's median over the trials, its min-max, and ours/peer
 Each implementation runs in its own worker process (worker.py), one after the other; Reverb runs with the
 interpreter of .venv-reverb when this one cannot import it (Reverb needs TensorFlow 2.15 and NumPy 1.x, which
 cannot share an environment with current JAX). `tools/setup.sh --bench` makes both environments. Method:
-docs/benchmarks.md ("The peers").
+docs/benchmarks/peers.md ("The peers").
 """
 import argparse
 import json
