@@ -1,6 +1,6 @@
 """The docs' code blocks run, and their links resolve, so that the docs cannot drift from the API or the tree.
 
-- Every ```python block of README.md and docs/*.md (not docs/design/, whose blocks are illustrations) runs alone:
+- Every ```python block of README.md and docs/**/*.md (not docs/design/, whose blocks are illustrations) runs alone:
   written to a file of its own and run by this interpreter in a fresh subprocess, with SHMREPLAY_SHM_DIR set to
   a new temporary directory (so its buffer names meet no other test's, and whatever it leaves behind is removed
   with the directory), its own working directory, and a timeout. Blocks are not chained: each must be a whole
@@ -34,8 +34,8 @@ RUN = re.compile(r"^<!--\s*run\b.*-->\s*$")
 
 
 def run_docs():
-    """The Markdown files whose Python blocks run: README.md and docs/*.md."""
-    return [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+    """The Markdown files whose Python blocks run: README.md and docs/**/*.md except docs/design/."""
+    return [ROOT / "README.md"] + sorted(p for p in (ROOT / "docs").rglob("*.md") if "design" not in p.parts)
 
 
 def all_docs():
