@@ -202,6 +202,68 @@ Sections accept_sections(const SegmentHeader& h, LayoutVersion version, const Op
   return s;
 }
 
+// One entry of the field table, copied out of the segment once (a stranger may scribble on it while we read, and a
+// value checked must be the value used) and checked: a valid field whose storage lies inside the data section,
+// apart from the other fields' (storage collects the ranges), with a known episode role at most once (roles).
+Field accept_field(const FieldDesc& entry, uint64_t i, const Sections& s, uint64_t steps, const OpenCheck& v,
+                   Placed& storage, EpisodeFieldIndices& roles) {
+  FieldDesc d;
+  std::memcpy(&d, &entry, sizeof d);
+  const uint64_t header_bytes = s.header_bytes;
+  const uint64_t num_envs = s.num_envs;
+  const uint64_t capacity = s.capacity;
+  const SectionDesc data_sec = s.data;
+  const auto* nul = static_cast<const uint8_t*>(std::memchr(d.name, 0, sizeof d.name));
+  if (nul == nullptr) v.fail(Errc::corrupt, fmt::format("field {}'s name is not NUL-terminated", i + 1));
+  Field f;
+  f.name.assign(reinterpret_cast<const char*>(d.name), static_cast<std::size_t>(nul - d.name));
+  const std::string what = fmt::format("field {} '{}'", i + 1, f.name);
+  if (!is_dtype(d.dtype)) {
+    v.fail(Errc::corrupt, fmt::format("{} has dtype code {}, which is unknown", what, d.dtype));
+  }
+  if (d.ndim > kMaxDims) {
+    v.fail(Errc::corrupt, fmt::format("{} has {} dimensions, at most {} are allowed", what, d.ndim, kMaxDims));
+  }
+  f.dtype = static_cast<DType>(d.dtype);
+  f.shape.assign(d.dims, d.dims + d.ndim);
+  // Schema validation below rejects zero and overflowing dims; check them here first so bytes() is exact.
+  try {
+    (void)Schema({f});
+  } catch (const Error& e) {
+    v.fail(Errc::corrupt, fmt::format("the field table is invalid: {}", e.what()));
+  }
+  if (d.step_bytes != f.bytes()) {
+    v.fail(Errc::corrupt, fmt::format("{} ({}) says {} bytes per step, expected {}", what, f.to_string(),
+                                      d.step_bytes, f.bytes()));
+  }
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(steps, f.bytes(), &bytes) || d.data_bytes != bytes) {
+    v.fail(Errc::corrupt, fmt::format("{} has {} bytes of storage, expected {} envs x {} steps x {} bytes", what,
+                                      d.data_bytes, num_envs, capacity, f.bytes()));
+  }
+  v.check_range(fmt::format("the storage of {}", what), d.data_offset, d.data_bytes, header_bytes,
+                kDataAlignBytes);
+  if (d.data_offset < data_sec.offset || d.data_offset + d.data_bytes > data_sec.offset + data_sec.bytes) {
+    v.fail(Errc::corrupt, fmt::format("the storage of {} [{}, {}) lies outside the data section [{}, {})", what,
+                                      d.data_offset, d.data_offset + d.data_bytes, data_sec.offset,
+                                      data_sec.offset + data_sec.bytes));
+  }
+  storage.emplace_back(SectionDesc{d.data_offset, d.data_bytes}, fmt::format("the storage of {}", what));
+  if (d.role >= kRoleCount) {
+    v.fail(Errc::corrupt, fmt::format("{} has episode role code {}, which is unknown", what, d.role));
+  }
+  std::optional<std::size_t>* role_slot[] = {nullptr, &roles.done, &roles.terminated, &roles.truncated,
+                                             &roles.reward};
+  if (d.role != kRoleNone) {
+    if (*role_slot[d.role]) {
+      v.fail(Errc::corrupt, fmt::format("{} and field {} both have episode role code {}", what,
+                                        **role_slot[d.role] + 1, d.role));
+    }
+    *role_slot[d.role] = static_cast<std::size_t>(i);
+  }
+  return f;
+}
+
 }  // namespace
 
 void OpenCheck::fail(Errc code, const std::string& what) const {
@@ -307,12 +369,10 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
   const OpenCheck& v = check;
   const auto& h = *std::launder(reinterpret_cast<const SegmentHeader*>(base));
   const Sections s = accept_sections(h, version, check);
-  const uint64_t header_bytes = s.header_bytes;
   // The counts as accept_sections checked them (read once: the header may change under us).
   const uint64_t num_envs = s.num_envs;
   const uint64_t capacity = s.capacity;
   const uint64_t num_fields = s.num_fields;
-  const SectionDesc data_sec = s.data;
   const bool episodes = s.has_episodes;
   const uint64_t queue_capacity = s.queue_capacity;
   SegmentGeometry g;
@@ -324,52 +384,9 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
   uint64_t steps = 0;
   if (__builtin_mul_overflow(num_envs, capacity, &steps)) v.fail(Errc::corrupt, "num_envs x capacity overflows");
   for (uint64_t i = 0; i < num_fields; ++i) {
-    const FieldDesc& d = table[i];
-    const auto* nul = static_cast<const uint8_t*>(std::memchr(d.name, 0, sizeof d.name));
-    if (nul == nullptr) v.fail(Errc::corrupt, fmt::format("field {}'s name is not NUL-terminated", i + 1));
-    Field f;
-    f.name.assign(reinterpret_cast<const char*>(d.name), static_cast<std::size_t>(nul - d.name));
-    const std::string what = fmt::format("field {} '{}'", i + 1, f.name);
-    if (!is_dtype(d.dtype)) v.fail(Errc::corrupt, fmt::format("{} has dtype code {}, which is unknown", what, d.dtype));
-    if (d.ndim > kMaxDims) {
-      v.fail(Errc::corrupt, fmt::format("{} has {} dimensions, at most {} are allowed", what, d.ndim, kMaxDims));
-    }
-    f.dtype = static_cast<DType>(d.dtype);
-    f.shape.assign(d.dims, d.dims + d.ndim);
-    // Schema validation below rejects zero and overflowing dims; check them here first so bytes() is exact.
-    try {
-      (void)Schema({f});
-    } catch (const Error& e) {
-      v.fail(Errc::corrupt, fmt::format("the field table is invalid: {}", e.what()));
-    }
-    if (d.step_bytes != f.bytes()) {
-      v.fail(Errc::corrupt, fmt::format("{} ({}) says {} bytes per step, expected {}", what, f.to_string(),
-                                        d.step_bytes, f.bytes()));
-    }
-    uint64_t bytes = 0;
-    if (__builtin_mul_overflow(steps, f.bytes(), &bytes) || d.data_bytes != bytes) {
-      v.fail(Errc::corrupt, fmt::format("{} has {} bytes of storage, expected {} envs x {} steps x {} bytes", what,
-                                        d.data_bytes, num_envs, capacity, f.bytes()));
-    }
-    v.check_range(fmt::format("the storage of {}", what), d.data_offset, d.data_bytes, header_bytes,
-                  kDataAlignBytes);
-    if (d.data_offset < data_sec.offset || d.data_offset + d.data_bytes > data_sec.offset + data_sec.bytes) {
-      v.fail(Errc::corrupt, fmt::format("the storage of {} [{}, {}) lies outside the data section [{}, {})", what,
-                                        d.data_offset, d.data_offset + d.data_bytes, data_sec.offset,
-                                        data_sec.offset + data_sec.bytes));
-    }
-    storage.emplace_back(SectionDesc{d.data_offset, d.data_bytes}, fmt::format("the storage of {}", what));
-    g.field_offsets.push_back(d.data_offset);
+    Field f = accept_field(table[i], i, s, steps, v, storage, roles);
+    g.field_offsets.push_back(storage.back().first.offset);
     fields.push_back(std::move(f));
-    if (d.role >= kRoleCount) v.fail(Errc::corrupt, fmt::format("{} has episode role code {}, which is unknown", what, d.role));
-    std::optional<std::size_t>* role_slot[] = {nullptr, &roles.done, &roles.terminated, &roles.truncated, &roles.reward};
-    if (d.role != kRoleNone) {
-      if (*role_slot[d.role]) {
-        v.fail(Errc::corrupt, fmt::format("{} and field {} both have episode role code {}", what,
-                                          **role_slot[d.role] + 1, d.role));
-      }
-      *role_slot[d.role] = static_cast<std::size_t>(i);
-    }
   }
   v.check_disjoint(storage);
   try {
@@ -377,8 +394,8 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
   } catch (const Error& e) {
     v.fail(Errc::corrupt, fmt::format("the field table is invalid: {}", e.what()));
   }
-  if (h.step_bytes != g.schema.step_bytes()) {
-    v.fail(Errc::corrupt, fmt::format("step_bytes is {}, but the fields add up to {}", h.step_bytes,
+  if (const uint64_t step_bytes = h.step_bytes; step_bytes != g.schema.step_bytes()) {
+    v.fail(Errc::corrupt, fmt::format("step_bytes is {}, but the fields add up to {}", step_bytes,
                                       g.schema.step_bytes()));
   }
   if (const std::string problem = episode_role_problem(g.schema, roles); !problem.empty()) {
