@@ -1,4 +1,4 @@
-// lib/python/bind_sampler.cpp: the Python learner's side: Batch, EnvSizes, EpisodeRecord and Sampler.
+// lib/python/bind_sampler.cpp: the Python learner's side: Sampler (its outputs are bound in bind_batch.cpp).
 #include "bindings.hpp"
 #include "objects.hpp"
 
@@ -7,52 +7,6 @@ namespace shmreplay::python {
 using namespace py::literals;
 
 void bind_sampler(py::module_& m) {
-  // ----- Batch
-  py::class_<Batch>(m, "Batch",
-                    "Sampled sequences: per field an array ``[rows, sequence_length, *shape]``, mask (bool [rows, "
-                    "sequence_length], True where the step exists), env_ids and starts (int64 [rows]).")
-      .def_property_readonly("fields", &Batch::field_dict,
-                             "{name: array ``[rows, sequence_length, *shape]``}, in schema order")
-      .def_property_readonly("schema", [](const Batch& b) { return std::make_shared<Schema>(*b.schema); },
-                             "the schema of the buffer it was sampled from")
-      .def_readonly("mask", &Batch::mask, "bool [rows, sequence_length]: True where the step exists")
-      .def_readonly("env_ids", &Batch::env_ids, "int64 [rows]: the env each row was sampled from")
-      .def_readonly("starts", &Batch::starts, "the global step index of each row's first step")
-      .def_readonly("weights", &Batch::weights,
-                    "float32 [rows]: the importance weights (N * P)**-beta / max of a prioritized sample; 1 otherwise")
-      .def_readonly("rows", &Batch::rows, "rows of the last sample into this batch")
-      .def_readonly("sequence_length", &Batch::length, "steps per row")
-      .def("__getitem__", &Batch::field)
-      .def("__contains__", [](const Batch& b, const std::string& n) {
-        return std::find(b.names.begin(), b.names.end(), n) != b.names.end();
-      })
-      .def("keys", [](const Batch& b) { return b.names; }, "The field names, in schema order.")
-      .def("__repr__", [](const Batch& b) {
-        return fmt::format("<shmreplay.Batch {} rows x {} steps: {}>", b.rows, b.length, fmt::join(b.names, ", "));
-      });
-
-  py::class_<EnvSizes>(m, "EnvSizes", "Steps of one env: head (published since creation), replay and online.")
-      .def_readonly("head", &EnvSizes::head, "steps published since creation")
-      .def_readonly("replay", &EnvSizes::replay, "steps in the replay view (those the ring still holds)")
-      .def_readonly("online", &EnvSizes::online,
-                    "steps in the online view (published since the last reset_online_queue)")
-      .def("__repr__", [](const EnvSizes& s) {
-        return fmt::format("EnvSizes(head={}, replay={}, online={})", s.head, s.replay, s.online);
-      });
-
-  py::class_<EpisodeRecord>(m, "EpisodeRecord", "A completed episode, as queued by its writer.")
-      .def_readonly("env", &EpisodeRecord::env, "the env it ran in")
-      .def_readonly("first_step", &EpisodeRecord::first_step, "the global index of its first step")
-      .def_readonly("length", &EpisodeRecord::length, "its steps")
-      .def_readonly("episode_return", &EpisodeRecord::episode_return,
-                    "the sum of its rewards (0 without a reward field)")
-      .def_property_readonly("end", [](const EpisodeRecord& r) { return std::string(to_string(r.end)); },
-                             "how it ended: 'terminated', 'truncated' or 'done'")
-      .def("__repr__", [](const EpisodeRecord& r) {
-        return fmt::format("EpisodeRecord(env={}, first_step={}, length={}, episode_return={}, end='{}')", r.env,
-                           r.first_step, r.length, r.episode_return, to_string(r.end));
-      });
-
   // ----- Sampler
   auto sampler = py::class_<PySampler, std::shared_ptr<PySampler>>(
       m, "Sampler", "The learner's view (one per buffer at a time): samples sequences from the replay view, the "

@@ -17,7 +17,8 @@ void bind_writer(pybind11::module_& m);   // bind_writer.cpp: StepSlot, Writer
 // push_call.cpp: Writer.push and push_one, and the module's _push_repeated (their C++ baseline)
 void add_push_methods(pybind11::module_& m, pybind11::handle writer_class);
 void add_sample_methods(pybind11::handle sampler_class);  // sample_call.cpp: Sampler.sample and its kin
-void bind_sampler(pybind11::module_& m);  // bind_sampler.cpp: Batch, EnvSizes, EpisodeRecord, Sampler
+void bind_batch(pybind11::module_& m);    // bind_batch.cpp: Batch, EnvSizes, EpisodeRecord (the learner's outputs)
+void bind_sampler(pybind11::module_& m);  // bind_sampler.cpp: Sampler
 
 /// Sets the Python exception of e's code (shmreplay/_errors.py) with e's message (module.cpp; the module's
 /// exception translator and the vectorcall entries, vectorcall.hpp, both use it).

@@ -72,6 +72,7 @@ PYBIND11_MODULE(_shmreplay, m) {
   bind_rate_limit(m);
   bind_buffer(m);
   bind_writer(m);
+  bind_batch(m);
   bind_sampler(m);
   // Other interfaces' names for the Python ones (docs/naming.md): rejected with a message naming the right one.
   add_alias_hints(m);
