@@ -58,6 +58,17 @@ struct Batch {
     return *lent;
   }
 
+  // Whether nothing but this Batch refers to any of its arrays (each array's reference count is 1; read with the GIL
+  // held): no view, dict, tensor or buffer export of them is alive, so a sample may fill them again (PySampler's
+  // reuse of the batches it made).
+  bool arrays_unshared() const noexcept {
+    for (const py::array& a : fields) {
+      if (Py_REFCNT(a.ptr()) != 1) return false;
+    }
+    return Py_REFCNT(mask.ptr()) == 1 && Py_REFCNT(env_ids.ptr()) == 1 && Py_REFCNT(starts.ptr()) == 1 &&
+           Py_REFCNT(weights.ptr()) == 1;
+  }
+
   // Refuses a batch with a read-only array (its writeable flag turned off), naming it: a sample writes them all.
   void check_writeable(const char* op) const {
     const auto refuse = [&](const std::string& what) {
@@ -266,6 +277,32 @@ struct PySampler {
   std::shared_ptr<Sampler> sampler;
   Rng rng;
   std::mutex mu;  // waited for only with the GIL released (lock_holding_gil above)
+  // The batches the last calls without out= made (the newest last), touched only with the GIL held. Such a call
+  // fills one of them again when nothing outside this list refers to it or to any of its arrays, so a learner that
+  // drops each batch before its next call gets fresh arrays' speed without fresh memory: a new batch over glibc's
+  // 32 MiB mmap threshold (or a process's first ones) faults every page in, about 10x the copy itself
+  // (docs/benchmarks/python.md, "Sampling without out="). Two, for `batch = sampler.sample(...)` in a loop, where
+  // the previous batch is still bound while the next call runs; the memory they keep is freed by close().
+  std::vector<py::object> made;
+  static constexpr std::size_t kMadeKept = 2;
+
+  // A batch of `made` of rows x length that nothing else refers to (moved to the newest place), or None.
+  py::object reusable_batch(std::size_t rows, std::size_t length) {
+    for (std::size_t i = 0; i < made.size(); ++i) {
+      if (Py_REFCNT(made[i].ptr()) != 1) continue;  // the caller (or anything else) still holds it
+      const Batch& b = made[i].cast<const Batch&>();
+      if (b.rows != rows || b.length != length || !b.arrays_unshared()) continue;
+      py::object found = made[i];
+      made.erase(made.begin() + static_cast<std::ptrdiff_t>(i));
+      made.push_back(found);
+      return found;
+    }
+    return py::none();
+  }
+  void keep_made(const py::object& batch) {
+    if (made.size() == kMadeKept) made.erase(made.begin());
+    made.push_back(batch);
+  }
 
   std::shared_ptr<Sampler> get(const char* op) const {
     if (!sampler) throw Error(Errc::invalid_argument, fmt::format("{}: this Sampler is closed", op));
@@ -275,21 +312,26 @@ struct PySampler {
   // (waited for here, through mu) have finished, normally before close() returns.
   void close() {
     std::shared_ptr<Sampler> closing = std::move(sampler);
+    made.clear();  // the kept batches' memory (the caller's own references keep theirs alive)
     py::gil_scoped_release release;
     std::lock_guard lock(mu);
     closing.reset();
   }
 
-  // Runs `body(sampler, batch)` on `out` (or a new Batch of rows x length, its shape checked first) with the GIL
-  // released; Ctrl-C ends a wait for the rate limiter (SignalCheck). A given out= batch has the shape it was made
-  // with (new_batch, or an earlier call), checked then.
+  // Runs `body(sampler, batch)` on `out` (or a Batch of rows x length from `made` or new, its shape checked first)
+  // with the GIL released; Ctrl-C ends a wait for the rate limiter (SignalCheck). A given out= batch has the shape
+  // it was made with (new_batch, or an earlier call), checked then.
   template <class Body>
   py::object fill(const char* op, std::size_t rows, std::size_t length, py::object out, Body&& body) {
     const std::shared_ptr<Sampler> s = get(op);
     py::object result = out;
     if (out.is_none()) {
       Sampler::check_batch_shape(*buffer, op, rows, length);  // a clear error before any array is made
-      result = make_batch_object(op, schema, rows, length);
+      result = reusable_batch(rows, length);
+      if (result.is_none()) {
+        result = make_batch_object(op, schema, rows, length);
+        keep_made(result);
+      }
     } else if (!py::isinstance<Batch>(out)) {
       throw Error(Errc::invalid_argument,
                   fmt::format("{}: out= takes a shmreplay.Batch (from new_batch() or an earlier sample), got a {}", op,

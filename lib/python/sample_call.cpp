@@ -116,7 +116,8 @@ PyMethodDef g_sample_def = {
     "(power must then be 0; batch.weights holds the importance weights for beta, in [0, 1] for any beta; "
     "EmptyView when every stored step has priority 0). In a buffer with a rate limiter the call waits "
     "up to rate_limit_timeout seconds for it (0: RateLimited at once when it holds the call back; inf: no "
-    "timeout; Ctrl-C raises KeyboardInterrupt within 50 ms). Returns a Batch (out= fills that one)."};
+    "timeout; Ctrl-C raises KeyboardInterrupt within 50 ms). Returns a Batch: out= fills that one; without it, "
+    "one of the last two this Sampler made is filled again when nothing refers to it or its arrays, else a new one."};
 
 PyMethodDef g_sample_mixed_def = {
     "sample_mixed", as_cfunction<sampler_sample_mixed>(), METH_FASTCALL | METH_KEYWORDS,
