@@ -114,8 +114,7 @@ SegmentInfo Inspector::snapshot() const {
       s.episode_queue_depth += i.episode_queue_depth;
     }
     if (b.has_priorities()) {
-      i.priority_total = detail::range_weight({b.segment().priority_tree(e), b.priority_leaves(), b.capacity()}, replay.lo,
-                                              replay.hi);
+      i.priority_total = detail::range_weight(detail::priority_tree_of(b.segment(), e), replay.lo, replay.hi);
       s.priority_total += i.priority_total;
     }
     s.total_pushed += i.head;
@@ -189,7 +188,8 @@ StepRecords read_steps(const Buffer& b, uint64_t env, uint64_t first_step, uint6
       return out;
     }
     out.bytes.resize(static_cast<std::size_t>((hi - lo) * out.record_bytes));
-    const detail::CopyResult r = detail::copy_records(b.segment(), env, lo, hi - lo, out.field_offsets, out.bytes.data());
+    const detail::CopyResult r =
+        detail::copy_records(b.segment(), env, lo, hi - lo, out.field_offsets, out.bytes.data());
     if (r.outcome != detail::CopyOutcome::ok) continue;
     // Steps below intact_from were overwritten during the copy: keep the newer part.
     const uint64_t keep_from = std::clamp(r.intact_from, lo, hi);

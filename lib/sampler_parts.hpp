@@ -58,7 +58,7 @@ class SegmentPriorityTrees final : public detail::PriorityTrees {
  public:
   explicit SegmentPriorityTrees(const Segment& buffer) : buffer_(&buffer) {}
   detail::PriorityTree tree(std::size_t env) const noexcept override {
-    return {buffer_->priority_tree(env), buffer_->priority_leaves(), buffer_->capacity()};
+    return detail::priority_tree_of(*buffer_, env);
   }
 
  private:
@@ -109,7 +109,8 @@ struct Sampler::Scratch {
     chunk.resize(sampler_parts::kGatherRows);
     capacity = buffer.capacity();
     for (std::size_t f = 0; f < buffer.schema().size(); ++f) {
-      field_base.push_back(buffer.segment().field_data(f));  // the mapping outlives the Sampler, also when a Buffer moves
+      // The mapping outlives the Sampler, also when a Buffer moves.
+      field_base.push_back(buffer.segment().field_data(f));
       field_bytes.push_back(static_cast<std::size_t>(buffer.schema()[f].bytes()));
     }
   }

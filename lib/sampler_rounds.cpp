@@ -200,7 +200,8 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
                               to_string(view), buffer_->name(), z.failed.size(), options_.max_retry_rounds, cap));
     }
     for (std::size_t e = 0; e < z.views.size(); ++e) {
-      z.views[e] = snapshot_view(buffer_->segment(), e, view);  // at most the ring, which the slot computation below needs
+      // At most the ring, which the slot computation below needs.
+      z.views[e] = snapshot_view(buffer_->segment(), e, view);
       z.hi_base[e] = z.views[e].hi - z.views[e].hi % cap;  // so that a row's slot needs no division (below)
     }
     // Whether the round may go ahead; throws when the view cannot give a row, yields when that may be a write
@@ -215,7 +216,8 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
                                                                        : ""));
       }
       if (!shortfall_known) {  // e.g. all priorities 0, or a damaged tree (Planner::shortfall)
-        shortfall_known = check_shortfall(planner, planner.shortfall(/*scan=*/true), buffer_->segment(), "sample", view);
+        shortfall_known =
+            check_shortfall(planner, planner.shortfall(/*scan=*/true), buffer_->segment(), "sample", view);
       }
       // A write in progress hides the oldest step of its env; that can hide the only within start for good
       // unless the sequence needs the whole ring (L = capacity), where the next step brings one back.

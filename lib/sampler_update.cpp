@@ -129,9 +129,9 @@ PriorityUpdateResult Sampler::update_priorities(std::span<const uint64_t> env_id
   PriorityUpdateResult result;
   for (std::size_t i = 0; i < env_ids.size(); ++i) {
     const uint64_t e = env_ids[i];
-    const detail::PriorityTree tree{buffer_->segment().priority_tree(e), buffer_->priority_leaves(), buffer_->capacity()};
-    if (detail::update_priority(tree, buffer_->segment().env_control(e), e, steps[i], detail::priority_weight(priorities[i], alpha),
-                                g.priority_walk)) {
+    const detail::PriorityTree tree = detail::priority_tree_of(buffer_->segment(), e);
+    const double weight = detail::priority_weight(priorities[i], alpha);
+    if (detail::update_priority(tree, buffer_->segment().env_control(e), e, steps[i], weight, g.priority_walk)) {
       ++result.applied;
     } else {
       ++result.dropped;

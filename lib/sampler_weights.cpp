@@ -79,7 +79,7 @@ void Sampler::priority_weights(std::span<const uint64_t> env_ids, std::span<cons
     const uint64_t step = steps[i];
     detail::check_env_id(buffer_->segment(), e, "read priorities of");
     const EnvControl& c = buffer_->segment().env_control(e);
-    const detail::PriorityTree tree{buffer_->segment().priority_tree(e), buffer_->priority_leaves(), buffer_->capacity()};
+    const detail::PriorityTree tree = detail::priority_tree_of(buffer_->segment(), e);
     out[i] = step < detail::load_head(c) ? detail::step_weight(tree, c, step) : -1.0;
   }
 }

@@ -58,23 +58,14 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
   fork_generation_ = detail::fork_generation();
   envs_.reserve(env_ids.size());
   for (const uint64_t e : env_ids) {
-    const detail::LeaseResult r = detail::try_take_lease(detail::env_lease_words(buffer.segment().env_control(e)), lease_word_);
-    if (r.outcome == detail::LeaseOutcome::taken || r.outcome == detail::LeaseOutcome::taken_over) {
-      envs_.push_back(e);
-      if (r.outcome == detail::LeaseOutcome::taken_over) ++takeovers_;
-      continue;
+    const detail::LeaseResult r =
+        detail::try_take_lease(detail::env_lease_words(buffer.segment().env_control(e)), lease_word_);
+    if (std::string problem = detail::env_lease_problem(name, e, r); !problem.empty()) {
+      release_all();  // all or nothing
+      throw Error(Errc::lease_held, std::move(problem));
     }
-    release_all();  // all or nothing
-    if (r.outcome == detail::LeaseOutcome::held_by_us) {
-      throw Error(Errc::lease_held,
-                  fmt::format("cannot lease env {} of '{}': this process ({}) already leases it through another "
-                              "Writer; an env has one writer at a time",
-                              e, name, detail::holder_text(r.holder_lease, r.holder_start_ticks)));
-    }
-    throw Error(Errc::lease_held,
-                fmt::format("cannot lease env {} of '{}': it is leased by {}, which is alive; an env has one "
-                            "writer at a time",
-                            e, name, detail::holder_text(r.holder_lease, r.holder_start_ticks)));
+    envs_.push_back(e);
+    if (r.outcome == detail::LeaseOutcome::taken_over) ++takeovers_;
   }
   seen_.assign(envs_.size(), std::numeric_limits<uint64_t>::max());
   locals_.assign(envs_.size(), 0);
@@ -105,8 +96,7 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
       const layout::EnvControl& c = buffer.segment().env_control(e);
       const uint64_t head = c.head.load(std::memory_order_acquire);  // pairs with publish_step's release store
       if ((c.claimed.load(std::memory_order_relaxed) & ~layout::kUpdateLockBit) != head) {
-        detail::walk({buffer.segment().priority_tree(e), buffer.priority_leaves(), buffer.capacity()},
-                     head % buffer.capacity());
+        detail::walk(detail::priority_tree_of(buffer.segment(), e), head % buffer.capacity());
       }
     }
   }
@@ -149,7 +139,9 @@ void Writer::release_all() noexcept {
     envs_.clear();
     return;
   }
-  for (const uint64_t e : envs_) detail::release_lease(detail::env_lease_words(buffer_->segment().env_control(e)), lease_word_);
+  for (const uint64_t e : envs_) {
+    detail::release_lease(detail::env_lease_words(buffer_->segment().env_control(e)), lease_word_);
+  }
   envs_.clear();
 }
 

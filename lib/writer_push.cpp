@@ -160,7 +160,7 @@ void Writer::set_priority(uint64_t env, uint64_t step, double priority) noexcept
   } else {
     detail::raise_max_priority(g.max_priority, priority);
   }
-  detail::set_new_priority({buffer_->segment().priority_tree(env), buffer_->priority_leaves(), buffer_->capacity()}, step,
+  detail::set_new_priority(detail::priority_tree_of(buffer_->segment(), env), step,
                            detail::priority_weight(priority, buffer_->priority_exponent()));
 }
 

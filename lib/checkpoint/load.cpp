@@ -110,7 +110,7 @@ class EnvWriter {
   // Priorities are not part of a checkpoint (format 1.0): in a target with priorities every loaded step enters at
   // the running maximum, as a pushed step without a priority does, and the rest of the env's tree is cleared.
   void reset_priorities(const CheckpointEnv& e) {
-    const detail::PriorityTree tree{target_.segment().priority_tree(e.env), target_.priority_leaves(), cap_};
+    const detail::PriorityTree tree = detail::priority_tree_of(target_.segment(), e.env);
     const double w = detail::priority_weight(detail::max_priority(target_.segment().global_control().max_priority),
                                              target_.priority_exponent());
     for (uint64_t s = 0; s < tree.leaves; ++s) tree.words[tree.leaves + s].store(0);

@@ -69,18 +69,8 @@ void LoadLeases::take_envs() {
   const std::string& name = target_.name();
   for (uint64_t e = 0; e < target_.num_envs(); ++e) {
     const LeaseResult r = try_take_lease(env_lease_words(target_.segment().env_control(e)), me_);
-    if (r.outcome == LeaseOutcome::taken || r.outcome == LeaseOutcome::taken_over) {
-      envs_held_ = e + 1;
-      continue;
-    }
-    if (r.outcome == LeaseOutcome::held_by_us) {
-      refuse(fmt::format("cannot lease env {} of '{}': this process ({}) already leases it through another Writer; "
-                         "an env has one writer at a time",
-                         e, name, holder_text(r.holder_lease, r.holder_start_ticks)));
-    }
-    refuse(fmt::format("cannot lease env {} of '{}': it is leased by {}, which is alive; an env has one writer at "
-                       "a time",
-                       e, name, holder_text(r.holder_lease, r.holder_start_ticks)));
+    if (const std::string problem = env_lease_problem(name, e, r); !problem.empty()) refuse(problem);
+    envs_held_ = e + 1;
   }
   // The rate limiter's new-owner steps, as every Writer does them (the top of this file says why).
   std::vector<layout::EnvControl*> control;

@@ -31,9 +31,8 @@ void repair_dead_learner(Segment& segment) noexcept {
   forget_waiters(g);
   g.learner_waiting_rows.store(0, std::memory_order_relaxed);
   if (segment.has_priorities()) {
-    finish_dead_walk(g.priority_walk, segment.num_envs(), segment.capacity(), [&](uint64_t e) {
-      return PriorityTree{segment.priority_tree(e), segment.priority_leaves(), segment.capacity()};
-    });
+    finish_dead_walk(g.priority_walk, segment.num_envs(), segment.capacity(),
+                     [&](uint64_t e) { return priority_tree_of(segment, e); });
   }
 }
 

@@ -57,4 +57,18 @@ std::string holder_text(uint64_t lease, uint64_t start_ticks) {
                      start_ticks != 0 ? start_ticks : layout::owner_start_low(lease));
 }
 
+std::string env_lease_problem(const std::string& name, uint64_t env, const LeaseResult& r) {
+  if (r.outcome == LeaseOutcome::held_by_us) {
+    return fmt::format("cannot lease env {} of '{}': this process ({}) already leases it through another Writer; an "
+                       "env has one writer at a time",
+                       env, name, holder_text(r.holder_lease, r.holder_start_ticks));
+  }
+  if (r.outcome == LeaseOutcome::held_alive) {
+    return fmt::format("cannot lease env {} of '{}': it is leased by {}, which is alive; an env has one writer at a "
+                       "time",
+                       env, name, holder_text(r.holder_lease, r.holder_start_ticks));
+  }
+  return {};
+}
+
 }  // namespace shmreplay::detail

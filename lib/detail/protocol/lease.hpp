@@ -66,4 +66,9 @@ inline void release_lease(const LeaseWords& words, uint64_t me) noexcept { relea
 /// "pid 1234 (started at tick 5678)" for messages.
 std::string holder_text(uint64_t lease, uint64_t start_ticks);
 
+/// Why `r` (try_take_lease of env `env`'s lease in segment `name`) leaves the caller without it, as the message
+/// ("cannot lease env E of 'name': ..."), or "" when the caller holds it now. The Writer and a checkpoint load say
+/// the same (learner_takeover.hpp has the learner lease's).
+std::string env_lease_problem(const std::string& name, uint64_t env, const LeaseResult& r);
+
 }  // namespace shmreplay::detail

@@ -34,6 +34,7 @@
 #include <string>
 
 #include "shmreplay/layout.hpp"
+#include "shmreplay/segment.hpp"
 
 namespace shmreplay::detail {
 
@@ -43,6 +44,11 @@ struct PriorityTree {
   uint64_t leaves = 0;    ///< bit_ceil(capacity)
   uint64_t capacity = 0;  ///< ring slots: the slot of step s is s % capacity
 };
+
+/// Env `env`'s tree in `segment`. Precondition: segment.has_priorities() and env < segment.num_envs().
+inline PriorityTree priority_tree_of(const Segment& segment, uint64_t env) noexcept {
+  return {segment.priority_tree(env), segment.priority_leaves(), segment.capacity()};
+}
 
 /// The largest weight a leaf holds (an f32), which is also the largest priority: priorities reach the library
 /// as f32 (Writer::push, Sampler::update_priorities), and a larger one would be infinite there.
