@@ -2,6 +2,7 @@
 // then named), open (accepted by its acceptance rule), remove; and the Buffer that owns one process's mapping.
 #include "shmreplay/buffer.hpp"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -64,6 +65,13 @@ detail::FieldRoles check_create_arguments(const std::string& name, uint64_t num_
                             ">= 0 (sampling weights are priority^alpha)",
                             name, *options.priority_exponent));
   }
+  if (options.stack_restarts != 0 &&
+      std::none_of(schema.fields().begin(), schema.fields().end(), [](const Field& f) { return f.stacked(); })) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot create shmreplay segment '{}': stack_restarts is {}, but the schema has no "
+                            "stacked field (declare one as NAME:DTYPE[SHAPE]:stack=AXIS)",
+                            name, options.stack_restarts));
+  }
   if (options.rate_limit) {
     detail::check_rate_limit(*options.rate_limit, num_envs * capacity,
                              fmt::format("cannot create shmreplay segment '{}' with rate limit {}", name,
@@ -115,7 +123,7 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
   const std::string path = detail::segment_path(name);
   const detail::FieldRoles roles = check_create_arguments(name, num_envs, capacity, schema, options);
   const detail::SegmentPlan plan = detail::plan_segment(num_envs, capacity, schema, roles.queue_capacity,
-                                                       options.priority_exponent.has_value());
+                                                       options.priority_exponent.has_value(), options.stack_restarts);
   // An early, clear answer for the common case; publish_name() still settles races atomically.
   struct stat existing {};
   if (!options.replace && ::lstat(path.c_str(), &existing) == 0) detail::already_exists(name, path);

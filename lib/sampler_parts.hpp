@@ -109,10 +109,14 @@ struct Sampler::Scratch {
     chunk.resize(sampler_parts::kGatherRows);
     capacity = buffer.capacity();
     for (std::size_t f = 0; f < buffer.schema().size(); ++f) {
-      // The mapping outlives the Sampler, also when a Buffer moves.
+      // The mapping outlives the Sampler, also when a Buffer moves. The gather copies the fields stored as pushed
+      // with gather_fields; a stacked field's stacks are rebuilt from its frames (detail/protocol/stacks.hpp).
+      if (buffer.schema()[f].stacked()) continue;
+      plain_fields.push_back(f);
       field_base.push_back(buffer.segment().field_data(f));
       field_bytes.push_back(static_cast<std::size_t>(buffer.schema()[f].bytes()));
     }
+    plain_out.resize(plain_fields.size());
   }
 
   SamplerStats stats;
@@ -129,8 +133,10 @@ struct Sampler::Scratch {
   bool chunk_whole = true;               // every row of the chunk is a whole_run (gather.hpp)
   std::vector<uint64_t> hi_base;         // per env, views[e].hi - views[e].hi % capacity: the step in slot 0
   detail::BatchedReader read;            // the chunk's seqlock validation (detail/protocol/seqlock.hpp)
-  std::vector<const std::byte*> field_base;  // per field, its array in the mapping
-  std::vector<std::size_t> field_bytes;      // per field, bytes per step
+  std::vector<std::size_t> plain_fields;     // the fields stored as pushed (all but the stacked ones)
+  std::vector<const std::byte*> field_base;  // per plain field, its array in the mapping
+  std::vector<std::size_t> field_bytes;      // per plain field, bytes per step
+  std::vector<std::byte*> plain_out;         // per plain field, the batch's array (with stacked fields only)
   uint64_t capacity = 0;
   std::size_t length = 1;                    // the sequence length of the rows being added
   // update_priorities' copy of the caller's arrays, checked and then used (grows to the largest update only)

@@ -45,6 +45,13 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
     }
   }
   for (std::size_t f = 0; f < fields.size(); ++f) {
+    if (fields[f].data != nullptr && schema[f].stacked()) {
+      // Its frames are shared with the neighbouring steps' stacks: rewriting one step's stack would change theirs.
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot update step {} of env {} of '{}': field '{}' ({}) is stacked, and its frames "
+                              "are shared with the steps before and after it; pass no data for it",
+                              step, env_id, buffer_->name(), schema[f].name, schema[f].to_string()));
+    }
     if (fields[f].data != nullptr && fields[f].bytes != schema[f].bytes()) {
       throw Error(Errc::size_mismatch, fmt::format("cannot update '{}': field '{}' ({}) has {} bytes, expected {}",
                                                    buffer_->name(), schema[f].name, schema[f].to_string(),

@@ -83,6 +83,18 @@ uint64_t validate_field(const Field& f, const std::string& where) {
                        where, f.shape_string(), dtype_name(f.dtype), kMaxStepBytes));
     }
   }
+  if (f.stack_axis) {
+    const uint32_t axis = *f.stack_axis;
+    if (axis >= f.shape.size()) {
+      fail(fmt::format("schema {}: stack axis {} is not an axis of shape {}, which has {} dimension{}", where, axis,
+                       f.shape_string(), f.shape.size(), f.shape.size() == 1 ? "" : "s"));
+    }
+    if (f.shape[axis] < 2) {
+      fail(fmt::format("schema {}: axis {} of shape {} stacks {} frame; a stacked axis needs at least 2 (drop "
+                       "':stack=' for a field of one frame)",
+                       where, axis, f.shape_string(), f.shape[axis]));
+    }
+  }
   return bytes;
 }
 
@@ -138,6 +150,36 @@ class Cursor {
 
 bool is_token_char(char c) { return name_char(c, false); }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_word_char(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+// ":stack=AXIS" after a field's shape (the cursor is at the ':'); AXIS may be negative, counted from the end.
+template <class Where>
+void parse_stack_axis(Cursor& cur, Field& field, const Where& where) {
+  cur.advance();
+  const std::string at = where();
+  const std::string_view word = cur.take_while(is_word_char);
+  if (word != "stack" || cur.peek() != '=') {
+    fail(fmt::format("{}: expected 'stack=AXIS' after ':' (as in {}:stack=0), found '{}'", at,
+                     field.to_string(), std::string(word) + (cur.done() ? std::string() : std::string(1, cur.peek()))));
+  }
+  cur.advance();
+  const std::string axis_at = where();
+  const bool negative = cur.peek() == '-';
+  if (negative) cur.advance();
+  const std::string_view digits = cur.take_while(is_digit);
+  uint64_t axis = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), axis);
+  if (digits.empty() || ec != std::errc{} || end != digits.data() + digits.size()) {
+    fail(fmt::format("{}: expected the stacked axis (an integer, -1 for the last), found {}", axis_at,
+                     digits.empty() ? cur.found() : std::string(digits)));
+  }
+  const uint64_t ndim = field.shape.size();
+  if (field.shape.empty() || axis > ndim - (negative ? 0 : 1) || (negative && axis == 0)) {
+    fail(fmt::format("{}: stack axis {}{} is not an axis of shape {}", axis_at, negative ? "-" : "", axis,
+                     field.shape_string()));
+  }
+  field.stack_axis = static_cast<uint32_t>(negative ? ndim - axis : axis);
+}
 
 }  // namespace
 
@@ -174,6 +216,7 @@ std::string Field::shape_string() const {
 
 std::string Field::to_string() const {
   if (shape.empty()) return fmt::format("{}:{}", name, dtype_name(dtype));
+  if (stack_axis) return fmt::format("{}:{}[{}]:stack={}", name, dtype_name(dtype), fmt::join(shape, ","), *stack_axis);
   return fmt::format("{}:{}[{}]", name, dtype_name(dtype), fmt::join(shape, ","));
 }
 
@@ -252,6 +295,7 @@ Schema Schema::parse(std::string_view spec) {
         fail(fmt::format("{}: expected ',' or ']' in the shape, found {}", where(), cur.found()));
       }
     }
+    if (cur.peek() == ':') parse_stack_axis(cur, field, where);
     if (!cur.done()) {
       const char c = cur.peek();
       if (c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != ';' && c != '#') {
@@ -299,6 +343,12 @@ std::vector<std::string> Schema::differences(const Schema& expected, const Schem
     if (want.shape != have.shape) {
       out.push_back(fmt::format("field '{}': expected shape {}, actual {}", want.name, want.shape_string(),
                                 have.shape_string()));
+    }
+    if (want.stack_axis != have.stack_axis) {
+      const auto stacking = [](const Field& f) {
+        return f.stack_axis ? fmt::format("stacked on axis {}", *f.stack_axis) : std::string("not stacked");
+      };
+      out.push_back(fmt::format("field '{}': expected {}, actual {}", want.name, stacking(want), stacking(have)));
     }
     if (*at != i) {
       out.push_back(fmt::format("field '{}': expected at position {}, actual position {}", want.name, i + 1, *at + 1));

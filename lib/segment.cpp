@@ -95,6 +95,17 @@ EpisodeRecordSlot* Segment::episode_queue(uint64_t env) noexcept {
   return std::launder(reinterpret_cast<EpisodeRecordSlot*>(base_ + g_.queues_offset)) + env * g_.episode_queue_capacity;
 }
 
+std::byte* Segment::frame_data(std::size_t stack) noexcept {
+  assert(!read_only_ && stack < g_.stacks.size());
+  return base_ + g_.stacks[stack].frames_offset;
+}
+
+std::atomic<uint64_t>* Segment::frame_index(std::size_t stack, uint64_t env) const noexcept {
+  assert(stack < g_.stacks.size() && env < g_.num_envs);
+  return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + g_.stacks[stack].index_offset)) +
+         env * g_.capacity;
+}
+
 std::byte* Segment::field_data(std::size_t field) noexcept {
   assert(!read_only_ && field < g_.field_offsets.size());
   return base_ + g_.field_offsets[field];

@@ -25,6 +25,7 @@
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/rate_limit.hpp"
+#include "detail/protocol/stacks.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
@@ -84,6 +85,27 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
   for (std::size_t f = 0; f < buffer.schema().size(); ++f) {
     field_base_.push_back(buffer.segment().field_data(f));
     field_bytes_.push_back(buffer.schema()[f].bytes());
+    if (!buffer.schema()[f].stacked()) plain_fields_.push_back(static_cast<uint32_t>(f));
+  }
+  if (buffer.segment().has_stacks()) {
+    // Each env's frames go on after its newest published step's (a predecessor's unpublished frames are written
+    // again); stacks.hpp.
+    stacks_ = std::make_unique<detail::WriterStacks>();
+    const auto& stacks = buffer.segment().stacks();
+    uint64_t staged = 0;
+    for (const StackGeometry& st : stacks) {
+      stacks_->fields.push_back(st.field);
+      stacks_->staging_offsets.push_back(staged);
+      staged += buffer.schema()[st.field].bytes();
+    }
+    stacks_->sources.resize(stacks.size());
+    stacks_->staging.resize(envs_.size());
+    for (std::size_t l = 0; l < envs_.size(); ++l) {
+      const uint64_t head = control_[l]->head.load(std::memory_order_acquire);  // pairs with publish_step's release
+      for (std::size_t i = 0; i < stacks.size(); ++i) {
+        stacks_->cursors.push_back(detail::resume_stack(buffer.segment(), i, envs_[l], head));
+      }
+    }
   }
   if (buffer.has_episodes()) {
     roles_ = std::make_unique<detail::EpisodeRoles>(buffer.segment());
@@ -118,6 +140,7 @@ Writer::Writer(Writer&& other) noexcept
       next_slot_(std::move(other.next_slot_)),
       field_base_(std::move(other.field_base_)),
       field_bytes_(std::move(other.field_bytes_)),
+      plain_fields_(std::move(other.plain_fields_)),
       global_(other.global_),
       locals_(std::move(other.locals_)),
       priorities_(std::move(other.priorities_)),
@@ -126,6 +149,7 @@ Writer::Writer(Writer&& other) noexcept
       fork_generation_(other.fork_generation_),
       takeovers_(other.takeovers_),
       roles_(std::move(other.roles_)),
+      stacks_(std::move(other.stacks_)),
       options_(other.options_),
       admit_envs_(std::move(other.admit_envs_)) {
   other.envs_.clear();

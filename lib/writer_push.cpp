@@ -25,6 +25,7 @@
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "detail/protocol/seqlock.hpp"
+#include "detail/protocol/stacks.hpp"
 #include "detail/protocol/wake.hpp"
 #include "shmreplay/error.hpp"
 
@@ -53,6 +54,12 @@ StepSlot::~StepSlot() {
 std::span<std::byte> StepSlot::field(std::size_t index) const noexcept {
   assert(writer_ != nullptr && index < writer_->field_base_.size());
   const uint64_t bytes = writer_->field_bytes_[index];
+  if (writer_->buffer_->schema()[index].stacked()) {  // filled in the Writer's staging area, stored at commit
+    const detail::WriterStacks& w = *writer_->stacks_;
+    const std::size_t i = static_cast<std::size_t>(
+        std::find(w.fields.begin(), w.fields.end(), index) - w.fields.begin());
+    return {const_cast<std::byte*>(w.staging[local_].data()) + w.staging_offsets[i], static_cast<std::size_t>(bytes)};
+  }
   const uint64_t cap = writer_->buffer_->capacity();
   return {writer_->field_base_[index] + (env_ * cap + step_ % cap) * bytes, static_cast<std::size_t>(bytes)};
 }
@@ -63,6 +70,12 @@ void StepSlot::commit() {
                 fmt::format("step {} of env {} was already committed or abandoned", step_, env_));
   }
   writer_->check_process("commit a step of");
+  if (writer_->stacks_) {  // the stacked fields, from the staging area they were filled in
+    detail::WriterStacks& w = *writer_->stacks_;
+    for (std::size_t i = 0; i < w.fields.size(); ++i) w.sources[i] = w.staging[local_].data() + w.staging_offsets[i];
+    detail::store_stacks(writer_->buffer_->segment(), env_, step_, w.sources.data(),
+                         w.cursors.data() + local_ * w.fields.size(), /*may_continue=*/step_ > 0);
+  }
   const bool record_due = writer_->roles_ && writer_->stage_episode(env_, step_);
   writer_->set_priority(env_, step_, priority_);
   writer_->publish(local_, step_, detail::coarse_realtime_ns());
@@ -226,7 +239,7 @@ SHMREPLAY_ALWAYS_INLINE void Writer::write_step(uint32_t l, uint64_t env, std::s
   const uint64_t step = claim(l);
   assert(next_slot_[l] == step % buffer_->capacity());
   const uint64_t slot = env * buffer_->capacity() + next_slot_[l];  // step % cap, without a division
-  for (std::size_t f = 0; f < field_bytes_.size(); ++f) {
+  for (const uint32_t f : plain_fields_) {
     const uint64_t b = field_bytes_[f];
     std::byte* dst = field_base_[f] + slot * b;
     detail::copy_bytes(dst, static_cast<const std::byte*>(fields[f].data) + row * b, b);
@@ -240,6 +253,14 @@ SHMREPLAY_ALWAYS_INLINE void Writer::write_step(uint32_t l, uint64_t env, std::s
     const uintptr_t next = reinterpret_cast<uintptr_t>(dst) + b;
     __builtin_prefetch(reinterpret_cast<const void*>(next), 1, 3);
     __builtin_prefetch(reinterpret_cast<const void*>(next + b - 1), 1, 3);
+  }
+  if (stacks_) [[unlikely]] {  // the stacked fields as frames (detail/protocol/stacks.hpp)
+    detail::WriterStacks& w = *stacks_;
+    for (std::size_t i = 0; i < w.fields.size(); ++i) {
+      w.sources[i] = static_cast<const std::byte*>(fields[w.fields[i]].data) + row * field_bytes_[w.fields[i]];
+    }
+    detail::store_stacks(buffer_->segment(), env, step, w.sources.data(), w.cursors.data() + l * w.fields.size(),
+                         /*may_continue=*/step > 0);
   }
   const bool record_due = roles_ && stage_episode(env, step);
   if (buffer_->has_priorities()) set_priority(env, step, priority);  // (no call per step without)
@@ -295,6 +316,13 @@ StepSlot Writer::reserve(uint64_t env_id) {
   if (options_.wait_for_rate_limit) {
     admit_envs_.assign(1, control_[l]);
     wait_for_rate_limit("reserve a step of");
+  }
+  if (stacks_) {  // where the stacked fields are filled until the commit stores them as frames (before the claim:
+                  // it may throw bad_alloc)
+    const Schema& schema = buffer_->schema();
+    uint64_t bytes = 0;
+    for (const std::size_t f : stacks_->fields) bytes += schema[f].bytes();
+    stacks_->staging[l].resize(static_cast<std::size_t>(bytes));
   }
   const uint64_t step = claim(l);
   reserved_[l] = 1;

@@ -17,9 +17,9 @@ using namespace shmreplay::layout;
 
 #pragma GCC diagnostic ignored "-Winvalid-offsetof"
 
-TEST_CASE("the layout version is 1.5 and its magic spells SHMRPLAY") {
+TEST_CASE("the layout version is 1.6 and its magic spells SHMRPLAY") {
   CHECK(kLayoutMajor == 1);
-  CHECK(kLayoutMinor == 5);
+  CHECK(kLayoutMinor == 6);
   const char expected[] = "SHMRPLAY";
   for (int i = 0; i < 8; ++i) CHECK(static_cast<char>((kMagic >> (8 * i)) & 0xff) == expected[i]);
 }
@@ -67,8 +67,10 @@ TEST_CASE("layout 1.2: FieldDesc sizes and offsets are pinned") {
   CHECK(offsetof(FieldDesc, data_offset) == 144);
   CHECK(offsetof(FieldDesc, data_bytes) == 152);
   CHECK(offsetof(FieldDesc, role) == 160);
-  CHECK(offsetof(FieldDesc, reserved1) == 164);
-  CHECK(offsetof(FieldDesc, reserved0) == 168);
+  CHECK(offsetof(FieldDesc, stack) == 164);               // 1.6: was reserved1
+  CHECK(offsetof(FieldDesc, stack_frames) == 168);        // 1.6: was reserved0[0]
+  CHECK(offsetof(FieldDesc, stack_index_offset) == 176);  // 1.6: was reserved0[1]
+  CHECK(offsetof(FieldDesc, reserved0) == 184);
   // The episode role codes are stored in the field table.
   CHECK(kRoleNone == 0);
   CHECK(kRoleDone == 1);
@@ -92,6 +94,7 @@ TEST_CASE("layout 1.2: EnvControl puts each writing role on its own cache line")
   CHECK(offsetof(EnvControl, last_push_ns) == 16);
   CHECK(offsetof(EnvControl, limiter_reserved) == 24);  // 1.4
   CHECK(offsetof(EnvControl, limiter_waiting_since_ns) == 32);  // 1.5
+  CHECK(offsetof(EnvControl, stacks_intact_from) == 40);  // 1.6
   CHECK(offsetof(EnvControl, online_start) == 64);
   CHECK(offsetof(EnvControl, update_seq) == 72);
   CHECK(offsetof(EnvControl, lease) == 128);

@@ -70,6 +70,13 @@ struct CreateOptions {
   /// and/or no sampling before a minimum size, counted across every process. Changeable later
   /// (Buffer::set_rate_limit, `shmreplay limit`). Without, nothing is limited or counted.
   std::optional<RateLimit> rate_limit;
+  /// Stacked fields (layout 1.6; Field::stack_axis): each env's frame ring holds one frame per stored step, the
+  /// K - 1 older frames of the oldest step, and K - 1 more for each of `stack_restarts` steps whose stack does not
+  /// continue its predecessor's (an episode's first step, whose stack holds padding frames). Past that many such
+  /// steps among an env's stored steps, the oldest steps' frames are overwritten first and those steps cannot be
+  /// sampled (K - 1 steps per restart past the reserve; the views leave them out exactly). 0 means the default,
+  /// 1 + capacity / 128 (for K = 4: 2.3% more frames than steps). Only with a stacked field.
+  uint64_t stack_restarts = 0;
   /// Fault the segment's pages in at creation (see Populate): madvise(MADV_POPULATE_WRITE) in 64 MiB chunks, or,
   /// on kernels without it (before Linux 5.14), a write of zero to each page. Done before the segment is linked
   /// under its name, so it changes no guarantee of create(); it moves the page-zeroing cost from the first writer to

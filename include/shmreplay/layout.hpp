@@ -34,6 +34,9 @@
 //                       | field 0: [num_envs][capacity][field 0 bytes]     |
 //                       | field 1: [num_envs][capacity][field 1 bytes]     | each field 64-byte aligned
 //                       | ...                                              |
+//                       | a stacked field (1.6): frames [num_envs][frames] |
+//                       |   [frame bytes], then [num_envs][capacity] u64   |
+//                       |   newest-frame index per step                    |
 //                       +--------------------------------------------------+ 64-byte aligned
 //   Since 1.2, only in a buffer with episode fields (FieldDesc::role); 0 bytes otherwise:
 //   sections[kEpisodes] +--------------------------------------------------+
@@ -81,6 +84,12 @@
 // - 1.5 counts the writers waiting for the rate limiter per env (EnvControl::limiter_waiting_since_ns, a padding
 //   word before) and wakes them by promise (GlobalControl::writer_recheck_by_ns, which was the waiter count
 //   writer_waiters): a waiting writer that dies is then neither counted nor woken. Nothing moves.
+// - 1.6 stores a stacked field (FieldDesc::stack != 0) as one frame ring per env, [num_envs][stack_frames]
+//   [frame bytes], at data_offset, and one frame-index word per ring slot at stack_index_offset (inside the data
+//   section, 64-byte aligned, apart from every other field's storage): step s's stack is frames
+//   [index - K + 1, index] of its env's ring, frame f in slot f % stack_frames. EnvControl::stacks_intact_from
+//   (a padding word before) bounds the steps whose frames are intact. A buffer without stacked fields has exactly
+//   the size and placement it had in 1.5 (docs/design/stacks.md).
 // The layout-pinning test (tests/test_layout.cpp) fixes every size and offset below to kLayoutMajor.kLayoutMinor:
 // change one and that test tells you to bump the version.
 #pragma once
@@ -96,13 +105,15 @@ namespace shmreplay::layout {
 inline constexpr uint64_t kMagic = 0x59414c50524d4853ull;  ///< the bytes "SHMRPLAY" read as little-endian u64
 /// The layout's major version: open() refuses a segment of another (Errc::version_mismatch).
 inline constexpr uint32_t kLayoutMajor = 1;
-inline constexpr uint32_t kLayoutMinor = 5;  ///< 1.1 added the global section and update_seq; 1.2 the episode
+inline constexpr uint32_t kLayoutMinor = 6;  ///< 1.1 added the global section and update_seq; 1.2 the episode
                                              ///< sections, FieldDesc::role, episode_queue_capacity; 1.3 the
                                              ///< priority trees, priority_exponent_bits, the priority line; 1.4
                                              ///< the rate limiter (GlobalControl lines 4-8, EnvControl's
                                              ///< limiter_reserved); 1.5 the waiting writers' marks and
                                              ///< re-check promise (limiter_waiting_since_ns,
-                                             ///< writer_recheck_by_ns)
+                                             ///< writer_recheck_by_ns); 1.6 stacked fields (FieldDesc::stack,
+                                             ///< stack_frames, stack_index_offset; EnvControl's
+                                             ///< stacks_intact_from)
 
 /// SegmentHeader::state while the creator initialises the segment (open() waits, then throws not_ready).
 inline constexpr uint64_t kStateInitializing = 0;
@@ -174,8 +185,13 @@ struct FieldDesc {
   uint64_t data_offset;  ///< where [num_envs][capacity][step_bytes] starts; kDataAlignBytes-aligned
   uint64_t data_bytes;   ///< num_envs * capacity * step_bytes
   uint32_t role;         ///< a FieldRole code (since 1.2): the field's part in episode bookkeeping; 0 for none
-  uint32_t reserved1;  ///< reserved for a later minor version; zero
-  uint64_t reserved0[3];  ///< reserved for a later minor version; zero
+  uint32_t stack;        ///< (1.6) a stacked field's stacked axis + 1 (Field::stack_axis); 0 for a field stored as
+                         ///< pushed. Then data_offset holds the frame rings, [num_envs][stack_frames][frame
+                         ///< bytes], and data_bytes counts them alone
+  uint64_t stack_frames;        ///< (1.6) frames per env ring of a stacked field; 0 otherwise
+  uint64_t stack_index_offset;  ///< (1.6) a stacked field's frame-index words, [num_envs][capacity] u64: the
+                                ///< newest frame of the step in each ring slot; 0 otherwise
+  uint64_t reserved0;  ///< reserved for a later minor version; zero
 };
 
 /// FieldDesc::role: which field holds the episode-end flags and the reward. Identity data, set at creation
@@ -219,7 +235,11 @@ struct alignas(kCacheLineBytes) EnvControl {
                                                    ///< for the rate limiter (on the first env of its push), 0
                                                    ///< when it does not wait; counted only while the lease
                                                    ///< holder lives, cleared by a new owner
-  uint64_t pad0[3];  ///< padding to the end of the cache line
+  std::atomic<uint64_t> stacks_intact_from;  ///< (1.6) with stacked fields: the oldest step whose frames no
+                                             ///< write has begun to overwrite (monotonic, raised by the env's
+                                             ///< writer before the frame stores, as `claimed` before the slot's);
+                                             ///< 0 without stacked fields
+  uint64_t pad0[2];  ///< padding to the end of the cache line
   // -- cache line 1: written by the learner --
   std::atomic<uint64_t> online_start;  ///< head at the last reset of the online queue
   std::atomic<uint64_t> update_seq;    ///< odd while the learner rewrites a stored step of this env (seqlock)

@@ -7,6 +7,16 @@
 //
 //     obs:u8[84,84,4] action:i32 reward:f32 done:bool
 //
+// A field whose value is a stack of the last K frames (an Atari observation, u8[4,84,84]) can be declared stacked
+// along the axis that holds the frames, newest last, by appending ":stack=AXIS" (AXIS counts from 0; -1 is the
+// last axis, and is stored as the axis it names):
+//
+//     obs:u8[4,84,84]:stack=0 action:i32 reward:f32 done:bool
+//
+// The user pushes and samples the whole stack, as the env gives it; the buffer keeps one frame per step (K for a
+// step whose stack does not continue its predecessor's) and rebuilds every stack when it is read
+// (docs/design/stacks.md).
+//
 // Schema objects are plain values: immutable after construction, safe to share between threads.
 #pragma once
 
@@ -48,17 +58,26 @@ struct Field {
   std::string name;             ///< the field's name: [A-Za-z_][A-Za-z0-9_.-]*, at most kMaxNameBytes bytes
   DType dtype = DType::u8;      ///< the element type
   std::vector<uint64_t> shape;  ///< empty for a scalar
+  /// The axis of `shape` that stacks the last K = shape[axis] frames, newest last (":stack=AXIS" in the text
+  /// form); nullopt for a field stored as pushed. A stacked axis has at least 2 frames.
+  std::optional<uint32_t> stack_axis;
 
   /// Elements per step: the product of the shape (1 for a scalar). Assumes a validated field.
   uint64_t elements() const noexcept;
   /// Bytes per step: elements() * dtype_bytes(dtype). Assumes a validated field.
   uint64_t bytes() const noexcept;
-  /// The text form, e.g. "obs:u8[84,84,4]".
+  /// Whether the field is stacked (stack_axis is set).
+  bool stacked() const noexcept { return stack_axis.has_value(); }
+  /// Frames of a stacked field's stack, K = shape[*stack_axis]; 1 for a field that is not stacked.
+  uint64_t stack_depth() const noexcept { return stacked() ? shape[*stack_axis] : 1; }
+  /// Bytes of one frame: bytes() / stack_depth() (bytes() for a field that is not stacked).
+  uint64_t frame_bytes() const noexcept { return bytes() / stack_depth(); }
+  /// The text form, e.g. "obs:u8[84,84,4]", or "obs:u8[4,84,84]:stack=0" for a stacked field.
   std::string to_string() const;
   /// The shape alone: "[84,84,4]", or "scalar".
   std::string shape_string() const;
 
-  /// Equal when name, dtype and shape are.
+  /// Equal when name, dtype, shape and stack axis are.
   friend bool operator==(const Field&, const Field&) = default;
 };
 

@@ -29,6 +29,22 @@ namespace shmreplay {
 /// The directory that holds segment files: $SHMREPLAY_SHM_DIR when set and non-empty, else "/dev/shm".
 std::string shm_directory();
 
+/// A stacked field's frame rings and frame-index words, and the shape of its stacks (layout 1.6; the field is
+/// Field::stacked(); docs/design/stacks.md). Step s of env e has a stack of `depth` frames, frames
+/// [index - depth + 1, index] of the env's frame ring, where index is the step's frame-index word; frame f lies in
+/// ring slot f % frames.
+struct StackGeometry {
+  std::size_t field = 0;       ///< the field's schema index
+  uint64_t depth = 0;          ///< K, frames per stack (the stacked axis's dimension)
+  uint64_t frames = 0;         ///< frames per env ring
+  uint64_t frame_bytes = 0;    ///< bytes of one frame (the field's bytes / depth)
+  uint64_t outer = 1;          ///< the product of the dimensions before the stacked axis (1 for axis 0)
+  uint64_t inner_bytes = 0;    ///< bytes of the dimensions after the stacked axis: a frame is `outer` runs of them,
+                               ///< and a stack interleaves them: [outer][depth][inner_bytes]
+  uint64_t frames_offset = 0;  ///< the frame rings, [num_envs][frames][frame_bytes]
+  uint64_t index_offset = 0;   ///< the frame-index words, [num_envs][capacity] u64
+};
+
 /// Where everything is in a segment, as create placed it or open accepted it (byte offsets from the start of the
 /// mapping). A section a segment does not have (episodes, priorities) has offset 0.
 struct SegmentGeometry {
@@ -39,7 +55,8 @@ struct SegmentGeometry {
   uint64_t total_bytes = 0;  ///< the file's size
   uint64_t envs_offset = 0;    ///< the EnvControl array (layout::kSectionEnvs)
   uint64_t global_offset = 0;  ///< the GlobalControl block (layout::kSectionGlobal)
-  std::vector<uint64_t> field_offsets;  ///< each field's storage, in schema order
+  std::vector<uint64_t> field_offsets;  ///< each field's storage, in schema order (a stacked field's frame rings)
+  std::vector<StackGeometry> stacks;    ///< the stacked fields, in schema order (layout 1.6); empty without
   EpisodeFieldIndices episode_fields;   ///< the episode fields' schema indices (none: no episode bookkeeping)
   uint64_t episode_queue_capacity = 0;  ///< 0 without episode fields
   uint64_t episodes_offset = 0;    ///< the EpisodeControl array (layout::kSectionEpisodes)
@@ -93,6 +110,19 @@ class Segment {
   uint64_t priority_leaves() const noexcept { return g_.priority_leaves; }
   /// Byte offset of each field's storage in the segment, in schema order.
   const std::vector<uint64_t>& field_offsets() const noexcept { return g_.field_offsets; }
+
+  /// The stacked fields (layout 1.6), in schema order; empty when the schema has none.
+  const std::vector<StackGeometry>& stacks() const noexcept { return g_.stacks; }
+  /// Whether the schema has a stacked field.
+  bool has_stacks() const noexcept { return !g_.stacks.empty(); }
+  /// The frame rings of stacked field `stack` (an index into stacks()): [num_envs][frames][frame_bytes].
+  const std::byte* frame_data(std::size_t stack) const noexcept { return base_ + g_.stacks[stack].frames_offset; }
+  /// The same, writable (a writable mapping only).
+  std::byte* frame_data(std::size_t stack) noexcept;
+  /// The frame-index words of stacked field `stack` for env `env`: `capacity` words, slot s % capacity for step s.
+  /// Atomics, so a read-only mapping reads them through the same pointer; only the env's writer (and a checkpoint
+  /// load) stores to them.
+  std::atomic<uint64_t>* frame_index(std::size_t stack, uint64_t env) const noexcept;
 
   /// The header (read it only for what open did not copy out: state, creator, limiter words live elsewhere).
   const layout::SegmentHeader& header() const noexcept;

@@ -49,6 +49,7 @@ namespace shmreplay {
 
 namespace detail {
 struct EpisodeRoles;
+struct WriterStacks;
 }
 
 class Writer;
@@ -229,8 +230,9 @@ class Writer {
   std::vector<uint8_t> reserved_;      // per leased env: a StepSlot is outstanding
   std::vector<layout::EnvControl*> control_;  // per leased env: its control block in the mapping
   std::vector<uint64_t> next_slot_;    // per leased env: head % capacity, the ring slot of its next step
-  std::vector<std::byte*> field_base_; // start of each field's storage
+  std::vector<std::byte*> field_base_; // start of each field's storage (a stacked field's: its frame rings)
   std::vector<uint64_t> field_bytes_;  // bytes per step of each field
+  std::vector<uint32_t> plain_fields_;  // the fields stored as pushed (not stacked), in schema order
   layout::GlobalControl* global_ = nullptr;  // the buffer's, in the mapping
   std::vector<uint32_t> locals_;       // per position of the current push call: its env's index in envs_
   std::vector<float> priorities_;      // the current push call's priorities, copied once and checked
@@ -239,6 +241,7 @@ class Writer {
   uint64_t fork_generation_ = 0;       // detail::fork_generation() when the leases were taken
   uint64_t takeovers_ = 0;
   std::unique_ptr<detail::EpisodeRoles> roles_;  // the buffer's episode fields; null without any
+  std::unique_ptr<detail::WriterStacks> stacks_;  // the buffer's stacked fields' cursors; null without any
   WriterOptions options_;
   std::vector<layout::EnvControl*> admit_envs_;  // the envs of the push being admitted by the rate limiter
 };

@@ -16,6 +16,7 @@
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
+#include "detail/protocol/stacks.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
@@ -82,15 +83,29 @@ class EnvWriter {
     for (std::size_t f = 0; f < schema_.size(); ++f) rings_.push_back(target.segment().field_data(f));
   }
 
-  // Writes env e's records into its slots, checking their checksum as they are read again.
+  // Writes env e's records into its slots, checking their checksum as they are read again. A stacked field's
+  // stacks are stored as frames, step after step, as a writer stores them (detail/protocol/stacks.hpp), from
+  // fresh cursors: the env's frames start over at the first loaded step.
   void write_records(const CheckpointEnv& e) {
     uint32_t crc = 0;
     const uint64_t data_offset = e.offset + sizeof(EnvSection);
+    Segment& seg = target_.segment();
+    std::vector<detail::StackCursor> cursors(seg.stacks().size(), detail::StackCursor{0, e.first_step});
+    std::vector<const std::byte*> sources(seg.stacks().size());
+    if (seg.has_stacks()) seg.env_control(e.env).stacks_intact_from.store(e.first_step, std::memory_order_relaxed);
     for (uint64_t done = 0; done < e.steps;) {
       const uint64_t n = std::min(per_block_, e.steps - done);
       in_.read_at(data_offset + done * sb_, block_.data(), n * sb_);
       crc = detail::crc32(crc, block_.data(), n * sb_);
+      for (uint64_t i = 0; seg.has_stacks() && i < n; ++i) {
+        for (std::size_t k = 0; k < sources.size(); ++k) {
+          sources[k] = block_.data() + i * sb_ + offsets_[seg.stacks()[k].field];
+        }
+        detail::store_stacks(seg, e.env, e.first_step + done + i, sources.data(), cursors.data(),
+                             /*may_continue=*/done + i > 0);
+      }
       for (std::size_t f = 0; f < schema_.size(); ++f) {
+        if (schema_[f].stacked()) continue;
         const uint64_t b = schema_[f].bytes();
         std::byte* ring = rings_[f] + e.env * cap_ * b;
         for (uint64_t i = 0; i < n; ++i) {

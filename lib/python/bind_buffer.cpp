@@ -15,7 +15,8 @@ void bind_buffer(py::module_& m) {
              bool replace, std::optional<std::string> done, std::optional<std::string> terminated,
              std::optional<std::string> truncated, std::optional<std::string> reward,
              uint64_t episode_queue_capacity, std::optional<double> priority_exponent,
-             std::optional<RateLimit> rate_limit, const std::string& populate, py::object populate_progress) {
+             std::optional<RateLimit> rate_limit, const std::string& populate, py::object populate_progress,
+             uint64_t stack_restarts) {
             const Schema s = py::isinstance<py::str>(schema) ? Schema::parse(schema.cast<std::string>())
                                                              : schema.cast<Schema>();
             CreateOptions o{.mode = mode, .replace = replace};
@@ -23,6 +24,7 @@ void bind_buffer(py::module_& m) {
             o.episode_queue_capacity = episode_queue_capacity;
             o.priority_exponent = priority_exponent;
             o.rate_limit = rate_limit;
+            o.stack_restarts = stack_restarts;
             o.populate = parse_populate(populate);
             if (!populate_progress.is_none()) {
               if (!PyCallable_Check(populate_progress.ptr())) {
@@ -44,14 +46,16 @@ void bind_buffer(py::module_& m) {
           "name"_a, "num_envs"_a, "capacity"_a, "schema"_a, py::kw_only(), "mode"_a = 0600, "replace"_a = false,
           "done"_a = py::none(), "terminated"_a = py::none(), "truncated"_a = py::none(), "reward"_a = py::none(),
           "episode_queue_capacity"_a = 0, "priority_exponent"_a = py::none(), "rate_limit"_a = py::none(),
-          "populate"_a = "never", "populate_progress"_a = py::none(),
+          "populate"_a = "never", "populate_progress"_a = py::none(), "stack_restarts"_a = 0,
           "Create a buffer of num_envs rings of capacity steps; schema is a Schema or its text form. With "
           "priority_exponent=alpha every stored step has a priority and prioritized samples draw starts with "
           "probability proportional to priority**alpha. With rate_limit=RateLimit.ratio(...) or "
           "RateLimit.min_size(...), samples per inserted step are kept within an error buffer across processes. "
           "populate='always' faults every page in before the name appears ('auto': when the segment is at most "
           "half of MemAvailable; 'never', the default: the first writer of each page does), calling "
-          "populate_progress(done_bytes, total_bytes) after each 64 MiB if given.")
+          "populate_progress(done_bytes, total_bytes) after each 64 MiB if given. A stacked field (NAME:DTYPE[SHAPE]"
+          ":stack=AXIS) keeps one frame per step; stack_restarts (0: 1 + capacity // 128) is how many steps per env "
+          "whose stack does not continue the previous one's (episode starts) its frame rings hold at no loss.")
       .def_static(
           "open",
           [](const std::string& name, std::optional<py::object> schema, bool read_only, double ready_timeout,

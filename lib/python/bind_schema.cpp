@@ -9,8 +9,11 @@ using namespace py::literals;
 void bind_schema(py::module_& m) {
   // ----- schema
   py::class_<Field>(m, "Field", "One named field of a step: a dtype and a shape (empty for a scalar).")
-      .def(py::init(&make_field), "name"_a, "dtype"_a, "shape"_a = std::vector<uint64_t>{},
-           "A field: name, dtype as text (u8 i8 u16 i16 u32 i32 u64 i64 f16 bf16 f32 f64 bool), shape.")
+      .def(py::init(&make_field), "name"_a, "dtype"_a, "shape"_a = std::vector<uint64_t>{}, py::kw_only(),
+           "stack_axis"_a = py::none(),
+           "A field: name, dtype as text (u8 i8 u16 i16 u32 i32 u64 i64 f16 bf16 f32 f64 bool), shape. With "
+           "stack_axis, the field is a stack of shape[stack_axis] frames along that axis, newest last (-1: the last "
+           "axis): pushed and sampled whole, stored one frame per step.")
       .def_readonly("name", &Field::name, "the field's name")
       .def_property_readonly("dtype", [](const Field& f) { return std::string(dtype_name(f.dtype)); },
                              "the dtype as text: 'f32', 'u8', 'bool', ...")
@@ -23,6 +26,12 @@ void bind_schema(py::module_& m) {
                              "the NumPy dtype of its arrays (bf16: uint16 holding the bfloat16 bits)")
       .def_property_readonly("elements", &Field::elements, "elements per step: the product of the shape")
       .def_property_readonly("bytes", &Field::bytes, "bytes per step")
+      .def_property_readonly("stack_axis", [](const Field& f) -> std::optional<uint32_t> { return f.stack_axis; },
+                             "the stacked axis (frames along it, newest last), or None for a field stored as pushed")
+      .def_property_readonly("stack_depth", &Field::stack_depth,
+                             "frames per stack: shape[stack_axis] (1 for a field that is not stacked)")
+      .def_property_readonly("frame_bytes", &Field::frame_bytes,
+                             "bytes of one frame: bytes / stack_depth (what the buffer stores per step)")
       .def("__str__", &Field::to_string)
       .def("__repr__", [](const Field& f) { return fmt::format("shmreplay.Field('{}')", f.to_string()); })
       .def(py::self == py::self);

@@ -359,14 +359,25 @@ inline Episodes parse_episodes(const std::string& v) {
 // ---------------------------------------------------------------------------------------------------------------
 // Schema
 
-inline Field make_field(const std::string& name, const std::string& dtype, std::vector<uint64_t> shape) {
+inline Field make_field(const std::string& name, const std::string& dtype, std::vector<uint64_t> shape,
+                        std::optional<int64_t> stack_axis) {
   const auto d = parse_dtype(dtype);
   if (!d) {
     throw Error(Errc::invalid_schema, fmt::format("field '{}': unknown dtype '{}' (expected one of u8 i8 u16 i16 "
                                                   "u32 i32 u64 i64 f16 bf16 f32 f64 bool)",
                                                   name, dtype));
   }
-  return Field{name, *d, std::move(shape)};
+  Field f{name, *d, std::move(shape), std::nullopt};
+  if (stack_axis) {  // -1 is the last axis, as in NumPy; the Schema checks the rest
+    const auto ndim = static_cast<int64_t>(f.shape.size());
+    const int64_t axis = *stack_axis < 0 ? *stack_axis + ndim : *stack_axis;
+    if (axis < 0 || axis >= ndim) {
+      throw Error(Errc::invalid_schema, fmt::format("field '{}': stack_axis {} is not an axis of shape {}", name,
+                                                    *stack_axis, f.shape_string()));
+    }
+    f.stack_axis = static_cast<uint32_t>(axis);
+  }
+  return f;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

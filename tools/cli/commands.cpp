@@ -365,6 +365,7 @@ int run_create(const CreateArgs& args) {
        .episode_queue_capacity = args.episode_queue_capacity,
        .priority_exponent = args.priority_exponent,
        .rate_limit = args.rate_limit.limit(),
+       .stack_restarts = args.stack_restarts,
        .populate = args.populate,
        .populate_progress = [&bar, &args](uint64_t done, uint64_t total) {
          if (args.progress || total > kBarFromBytes) bar("populating", done, total);

@@ -54,6 +54,7 @@ struct CreateArgs {
   shmreplay::EpisodeFields episodes;   ///< field names with episode roles; all empty: none
   uint64_t episode_queue_capacity = 0;  ///< 0: the library's default
   std::optional<double> priority_exponent;  ///< alpha: with it, the buffer has priorities
+  uint64_t stack_restarts = 0;  ///< stacked fields' reserve of non-continuing stacks per env; 0: the default
   RateLimitArgs rate_limit;
   shmreplay::Populate populate = shmreplay::Populate::never;  ///< --populate auto|always|never
   bool progress = false;  ///< a populate progress bar on stderr whatever the size, even when not a terminal

@@ -149,6 +149,10 @@ CLI::App* add_create(CLI::App& app, CreateArgs& args, CreateText& raw) {
                   "Give every step a priority; prioritized samples draw starts by priority^ALPHA")
       ->type_name("ALPHA");
   add_rate_limit_options(cmd, args.rate_limit);
+  cmd->add_option("--stack-restarts", args.stack_restarts,
+                  "With a stacked field (NAME:DTYPE[SHAPE]:stack=AXIS): steps per env whose stack does not continue "
+                  "the previous one's (episode starts) that the frame rings hold at no loss; default 1 + capacity/128")
+      ->type_name("N");
   cmd->add_option("--populate", args.populate,
                   "Fault the segment's pages in now: never, always or auto (when it is at most half of "
                   "MemAvailable). Writers in other processes still fault them into their own mappings")

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "detail/protocol/lease.hpp"
+#include "detail/protocol/stacks.hpp"
 
 namespace shmreplay::detail {
 namespace {
@@ -65,10 +66,15 @@ CopyResult copy_records(const Segment& buffer, uint64_t env, uint64_t first, uin
   // acquire: pairs with the writer's release store of head in publish_step: every step below it is written.
   const uint64_t head = c.head.load(std::memory_order_acquire);
   if (head < first + count) return {CopyOutcome::reset, 0};
+  std::size_t stack = 0;  // the next stacked field's index in buffer.stacks()
   for (std::size_t f = 0; f < schema.size(); ++f) {
     const uint64_t b = schema[f].bytes();
-    const std::byte* ring = buffer.field_data(f) + env * cap * b;
     std::byte* out = dst + record_offsets[f];
+    if (schema[f].stacked()) {  // layout 1.6: each step's stack rebuilt from the frames (stacks.hpp)
+      copy_step_stacks(buffer, stack++, env, first, count, out, record_bytes);
+      continue;
+    }
+    const std::byte* ring = buffer.field_data(f) + env * cap * b;
     uint64_t slot = first % cap;
     for (uint64_t i = 0; i < count; ++i) {
       std::memcpy(out + i * record_bytes, ring + slot * b, b);

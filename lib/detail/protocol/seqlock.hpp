@@ -198,6 +198,8 @@ inline StepRange view_range(const layout::EnvControl& c, View view, uint64_t cap
   const uint64_t head = c.head.load(std::memory_order_acquire);
   const uint64_t claimed = c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit;
   uint64_t lo = claimed > capacity ? claimed - capacity : 0;  // the oldest step whose slot is not being reclaimed
+  // With stacked fields (layout 1.6; detail/protocol/stacks.hpp): and whose frames are not (0 without).
+  lo = std::max(lo, c.stacks_intact_from.load(std::memory_order_relaxed));
   if (view == View::online) lo = std::max(lo, c.online_start.load(std::memory_order_relaxed));
   return {std::min(lo, head), head};
 }
@@ -207,7 +209,7 @@ inline StepRange view_range(const layout::EnvControl& c, View view, uint64_t cap
 inline StepRange published_range(const layout::EnvControl& c, View view, uint64_t capacity) noexcept {
   // acquire: pairs with the writer's release store of head in publish_step.
   const uint64_t head = c.head.load(std::memory_order_acquire);
-  uint64_t lo = head > capacity ? head - capacity : 0;
+  uint64_t lo = std::max(head > capacity ? head - capacity : 0, c.stacks_intact_from.load(std::memory_order_relaxed));
   if (view == View::online) lo = std::max(lo, c.online_start.load(std::memory_order_relaxed));
   return {std::min(lo, head), head};
 }
@@ -261,10 +263,12 @@ inline uint64_t read_begin(const layout::EnvControl& c) noexcept {
   return c.update_seq.load(std::memory_order_acquire);
 }
 
-/// After a copy: the claim count and update_seq, ordered after every load of the copy.
+/// After a copy: the claim count, update_seq and (layout 1.6) stacks_intact_from, ordered after every load of the
+/// copy.
 struct ReadEnd {
   uint64_t claimed;
   uint64_t update_seq;
+  uint64_t stacks_intact_from;  ///< 0 without stacked fields
 };
 /// read_end in two parts, for a reader that validates many copies at once (BatchedReader): end_copies()
 /// once after the last copy, then read_end_loads() once per env whose copies it validates. Loading claimed later
@@ -280,7 +284,8 @@ inline void end_copies() noexcept {
 inline ReadEnd read_end_loads(const layout::EnvControl& c) noexcept {
   const uint64_t claimed = c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit;
   const uint64_t seq = c.update_seq.load(std::memory_order_relaxed);
-  return {claimed, seq};
+  const uint64_t stacks = c.stacks_intact_from.load(std::memory_order_relaxed);  // same cache line as claimed
+  return {claimed, seq, stacks};
 }
 inline ReadEnd read_end(const layout::EnvControl& c) noexcept {
   end_copies();
@@ -288,15 +293,18 @@ inline ReadEnd read_end(const layout::EnvControl& c) noexcept {
 }
 
 /// Whether a copy of steps first, first + 1, ... (all below a head the reader acquired) that began with
-/// read_begin() == begin_seq and ended with `end` is whole: no update ran, and no writer claimed step first + cap,
-/// which reuses first's slot (`claimed` is monotonic, so the oldest step covers the rest).
+/// read_begin() == begin_seq and ended with `end` is whole: no update ran, no writer claimed step first + cap,
+/// which reuses first's slot, and no writer began to overwrite first's frames (stacked fields; stacks.hpp).
+/// `claimed` and stacks_intact_from are monotonic and frames only grow with the step, so the oldest step covers
+/// the rest.
 inline bool copy_intact(uint64_t begin_seq, const ReadEnd& end, uint64_t first, uint64_t capacity) noexcept {
-  return (begin_seq & 1) == 0 && begin_seq == end.update_seq && end.claimed <= first + capacity;
+  return (begin_seq & 1) == 0 && begin_seq == end.update_seq && end.claimed <= first + capacity &&
+         end.stacks_intact_from <= first;
 }
 
-/// The oldest step whose slot no writer had reclaimed when `end` was read.
+/// The oldest step whose slot (and frames) no writer had reclaimed when `end` was read.
 inline uint64_t intact_from(const ReadEnd& end, uint64_t capacity) noexcept {
-  return end.claimed > capacity ? end.claimed - capacity : 0;
+  return std::max(end.claimed > capacity ? end.claimed - capacity : 0, end.stacks_intact_from);
 }
 
 /// The batched reader: the validation of many copies at once, a chunk of rows at a time (the Sampler's gather,

@@ -206,7 +206,7 @@ Sections accept_sections(const SegmentHeader& h, LayoutVersion version, const Op
 // value checked must be the value used) and checked: a valid field whose storage lies inside the data section,
 // apart from the other fields' (storage collects the ranges), with a known episode role at most once (roles).
 Field accept_field(const FieldDesc& entry, uint64_t i, const Sections& s, uint64_t steps, const OpenCheck& v,
-                   Placed& storage, EpisodeFieldIndices& roles) {
+                   Placed& storage, EpisodeFieldIndices& roles, SegmentGeometry& g) {
   FieldDesc d;
   std::memcpy(&d, &entry, sizeof d);
   const uint64_t header_bytes = s.header_bytes;
@@ -226,6 +226,7 @@ Field accept_field(const FieldDesc& entry, uint64_t i, const Sections& s, uint64
   }
   f.dtype = static_cast<DType>(d.dtype);
   f.shape.assign(d.dims, d.dims + d.ndim);
+  if (d.stack != 0) f.stack_axis = d.stack - 1;  // layout 1.6: checked below, as the Schema checks any field
   // Schema validation below rejects zero and overflowing dims; check them here first so bytes() is exact.
   try {
     (void)Schema({f});
@@ -236,19 +237,46 @@ Field accept_field(const FieldDesc& entry, uint64_t i, const Sections& s, uint64
     v.fail(Errc::corrupt, fmt::format("{} ({}) says {} bytes per step, expected {}", what, f.to_string(),
                                       d.step_bytes, f.bytes()));
   }
+  // Storage inside the data section, aligned, apart from the rest (checked together by the caller).
+  const auto place = [&](const std::string& part, uint64_t offset, uint64_t bytes) {
+    v.check_range(part, offset, bytes, header_bytes, kDataAlignBytes);
+    if (offset < data_sec.offset || offset + bytes > data_sec.offset + data_sec.bytes) {
+      v.fail(Errc::corrupt, fmt::format("{} [{}, {}) lies outside the data section [{}, {})", part, offset,
+                                        offset + bytes, data_sec.offset, data_sec.offset + data_sec.bytes));
+    }
+    storage.emplace_back(SectionDesc{offset, bytes}, part);
+  };
   uint64_t bytes = 0;
-  if (__builtin_mul_overflow(steps, f.bytes(), &bytes) || d.data_bytes != bytes) {
-    v.fail(Errc::corrupt, fmt::format("{} has {} bytes of storage, expected {} envs x {} steps x {} bytes", what,
-                                      d.data_bytes, num_envs, capacity, f.bytes()));
+  if (d.stack == 0) {
+    if (d.stack_frames != 0 || d.stack_index_offset != 0) {
+      v.fail(Errc::corrupt, fmt::format("{} is not stacked but has stack_frames {} and stack_index_offset {}", what,
+                                        d.stack_frames, d.stack_index_offset));
+    }
+    if (__builtin_mul_overflow(steps, f.bytes(), &bytes) || d.data_bytes != bytes) {
+      v.fail(Errc::corrupt, fmt::format("{} has {} bytes of storage, expected {} envs x {} steps x {} bytes", what,
+                                        d.data_bytes, num_envs, capacity, f.bytes()));
+    }
+  } else {
+    // Layout 1.6: frame rings of at least the smallest reserve create makes, and one index word per ring slot.
+    StackGeometry st = stack_shape(f, static_cast<std::size_t>(i));
+    const uint64_t least = stack_ring_frames(capacity, st.depth, 1);
+    if (d.stack_frames < least) {
+      v.fail(Errc::corrupt, fmt::format("{} ({}) has {} frames per env, expected at least {}", what, f.to_string(),
+                                        d.stack_frames, least));
+    }
+    st.frames = d.stack_frames;
+    uint64_t index_bytes = 0;
+    if (__builtin_mul_overflow(num_envs, st.frames, &bytes) || __builtin_mul_overflow(bytes, st.frame_bytes, &bytes) ||
+        d.data_bytes != bytes || __builtin_mul_overflow(steps, sizeof(uint64_t), &index_bytes)) {
+      v.fail(Errc::corrupt, fmt::format("{} has {} bytes of frames, expected {} envs x {} frames x {} bytes", what,
+                                        d.data_bytes, num_envs, st.frames, st.frame_bytes));
+    }
+    place(fmt::format("the frame-index words of {}", what), d.stack_index_offset, index_bytes);
+    st.frames_offset = d.data_offset;
+    st.index_offset = d.stack_index_offset;
+    g.stacks.push_back(st);
   }
-  v.check_range(fmt::format("the storage of {}", what), d.data_offset, d.data_bytes, header_bytes,
-                kDataAlignBytes);
-  if (d.data_offset < data_sec.offset || d.data_offset + d.data_bytes > data_sec.offset + data_sec.bytes) {
-    v.fail(Errc::corrupt, fmt::format("the storage of {} [{}, {}) lies outside the data section [{}, {})", what,
-                                      d.data_offset, d.data_offset + d.data_bytes, data_sec.offset,
-                                      data_sec.offset + data_sec.bytes));
-  }
-  storage.emplace_back(SectionDesc{d.data_offset, d.data_bytes}, fmt::format("the storage of {}", what));
+  place(fmt::format("the storage of {}", what), d.data_offset, d.data_bytes);
   if (d.role >= kRoleCount) {
     v.fail(Errc::corrupt, fmt::format("{} has episode role code {}, which is unknown", what, d.role));
   }
@@ -333,6 +361,7 @@ LayoutVersion accept_prefix(int fd, const OpenCheck& check) {
         "priorities and the rate limiter",                                          // 1.2
         "the rate limiter",                                                         // 1.3
         "the rate limiter's marks of waiting writers",                              // 1.4
+        "stacked fields",                                                           // 1.5
     };
     static_assert(std::size(kLacks) == kLayoutMinor, "one entry per older minor version");
     check.fail(Errc::version_mismatch,
@@ -384,8 +413,8 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
   uint64_t steps = 0;
   if (__builtin_mul_overflow(num_envs, capacity, &steps)) v.fail(Errc::corrupt, "num_envs x capacity overflows");
   for (uint64_t i = 0; i < num_fields; ++i) {
-    Field f = accept_field(table[i], i, s, steps, v, storage, roles);
-    g.field_offsets.push_back(storage.back().first.offset);
+    Field f = accept_field(table[i], i, s, steps, v, storage, roles, g);
+    g.field_offsets.push_back(storage.back().first.offset);  // the field's storage (or frame rings), placed last
     fields.push_back(std::move(f));
   }
   v.check_disjoint(storage);

@@ -44,7 +44,8 @@ uint64_t checked_add(uint64_t a, uint64_t b, uint64_t num_envs, uint64_t capacit
 }  // namespace
 
 SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& schema, uint64_t queue_capacity,
-                         bool priorities) {
+                         bool priorities, uint64_t stack_restarts) {
+  if (stack_restarts == 0) stack_restarts = default_stack_restarts(capacity);
   SegmentPlan p;
   uint64_t at = sizeof(SegmentHeader);
   p.sections[kSectionFields] = {at, schema.size() * sizeof(FieldDesc)};
@@ -55,12 +56,30 @@ SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& sch
   at = round_up(at + p.sections[kSectionGlobal].bytes, kPageBytes);
   const uint64_t data_start = at;
   const uint64_t steps = checked_mul(num_envs, capacity, num_envs, capacity, "the number of steps");
-  for (const Field& f : schema.fields()) {
+  for (std::size_t i = 0; i < schema.size(); ++i) {
+    const Field& f = schema[i];
     const std::string what = fmt::format("the storage of field '{}' ({} bytes per step)", f.name, f.bytes());
-    const uint64_t bytes = checked_mul(steps, f.bytes(), num_envs, capacity, what);
+    if (!f.stacked()) {
+      const uint64_t bytes = checked_mul(steps, f.bytes(), num_envs, capacity, what);
+      at = round_up(at, kDataAlignBytes);
+      p.field_offsets.push_back(at);
+      at = checked_add(at, bytes, num_envs, capacity, "the segment's size");
+      continue;
+    }
+    // Layout 1.6: a stacked field's frame rings, then its frame-index words, each 64-byte aligned.
+    StackGeometry st = stack_shape(f, i);
+    st.frames = stack_ring_frames(capacity, st.depth, stack_restarts);
+    const uint64_t ring_bytes =
+        checked_mul(checked_mul(num_envs, st.frames, num_envs, capacity, what), st.frame_bytes, num_envs, capacity,
+                    what);
     at = round_up(at, kDataAlignBytes);
+    st.frames_offset = at;
     p.field_offsets.push_back(at);
-    at = checked_add(at, bytes, num_envs, capacity, "the segment's size");
+    at = round_up(checked_add(at, ring_bytes, num_envs, capacity, "the segment's size"), kDataAlignBytes);
+    st.index_offset = at;
+    at = checked_add(at, checked_mul(steps, sizeof(uint64_t), num_envs, capacity, what), num_envs, capacity,
+                     "the segment's size");
+    p.stacks.push_back(st);
   }
   p.sections[kSectionData] = {data_start, at - data_start};
   // Layout 1.2: the episode sections follow the data (so everything before is placed as in 1.1); all three are
@@ -130,6 +149,16 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
     d->data_bytes = num_envs * capacity * f.bytes();
     d->role = roles.of_field[i];
   }
+  // Layout 1.6: the stacked fields' rings (fallocate zeroed the frames and the index words).
+  for (const StackGeometry& st : p.stacks) {
+    FieldDesc* d = table + st.field;
+    d->stack = *schema[st.field].stack_axis + 1;
+    d->stack_frames = st.frames;
+    d->stack_index_offset = st.index_offset;
+    d->data_bytes = num_envs * st.frames * st.frame_bytes;
+    auto* index = reinterpret_cast<std::atomic<uint64_t>*>(base + st.index_offset);
+    for (uint64_t i = 0; i < num_envs * capacity; ++i) new (index + i) std::atomic<uint64_t>(0);
+  }
   auto* envs = reinterpret_cast<EnvControl*>(base + p.sections[kSectionEnvs].offset);
   for (uint64_t e = 0; e < num_envs; ++e) new (envs + e) EnvControl{};
   auto* global = new (base + p.sections[kSectionGlobal].offset) GlobalControl{};
@@ -172,6 +201,7 @@ SegmentGeometry planned_geometry(const std::string& name, uint64_t num_envs, uin
   g.envs_offset = plan.sections[kSectionEnvs].offset;
   g.global_offset = plan.sections[kSectionGlobal].offset;
   g.field_offsets = plan.field_offsets;
+  g.stacks = plan.stacks;
   g.episode_fields = roles.indices;
   g.episode_queue_capacity = roles.queue_capacity;
   g.episodes_offset = plan.sections[kSectionEpisodes].offset;

@@ -1,0 +1,36 @@
+// detail/segment/stack_rules.cpp: the shape of a stacked field's storage (layout 1.6), which create's placement
+// rule (placement.cpp) and open's acceptance rule (acceptance.cpp) both derive from the field: how many frames a
+// stack has, how a frame sits in it, and how many frames each env's ring holds (docs/design/stacks.md).
+#include <fmt/format.h>
+
+#include "detail/segment/rules.hpp"
+
+namespace shmreplay::detail {
+
+StackGeometry stack_shape(const Field& field, std::size_t index) noexcept {
+  StackGeometry st;
+  const uint32_t axis = *field.stack_axis;
+  st.field = index;
+  st.depth = field.shape[axis];
+  st.frame_bytes = field.bytes() / st.depth;
+  st.outer = 1;
+  for (uint32_t d = 0; d < axis; ++d) st.outer *= field.shape[d];
+  st.inner_bytes = st.frame_bytes / st.outer;
+  return st;
+}
+
+uint64_t default_stack_restarts(uint64_t capacity) noexcept { return 1 + capacity / 128; }
+
+uint64_t stack_ring_frames(uint64_t capacity, uint64_t depth, uint64_t restarts) {
+  uint64_t extra = 0;
+  uint64_t frames = 0;
+  if (restarts == UINT64_MAX || __builtin_mul_overflow(depth - 1, restarts + 1, &extra) ||
+      __builtin_add_overflow(capacity, extra, &frames)) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("a stacked field of {} frames with {} restarts per env overflows 64 bits of frames", depth,
+                            restarts));
+  }
+  return frames;
+}
+
+}  // namespace shmreplay::detail
