@@ -220,6 +220,11 @@ struct PySlot {
   // collector never sees (pybind11's objects are not tracked), and every reservation would keep its Writer (and
   // the leases) to the end of the process.
   boost::container::small_vector<std::byte*, 16> field_data;
+  // A stacked field's bytes are this slot's own (zeros at first), copied into the Writer's staging area at commit
+  // (StepSlot::field of a stacked field), which stores them as frames. The staging area is the Writer's and goes
+  // with it at close(), while an array kept past the commit still points where its base (this slot) says: the
+  // mapping for a field stored as pushed (the owner holds the Buffer), this memory for a stacked one.
+  std::vector<std::byte> stacked_data;
   const char* state = "open";  // then "committed" or "abandoned"
 
   PySlot() = default;
@@ -240,7 +245,12 @@ struct PySlot {
   }
   void commit() {
     const auto lock = lock_holding_gil(owner->mu);
-    get("commit").commit();
+    StepSlot& step = get("commit");
+    const Schema& schema = owner->buffer->schema();
+    for (std::size_t f = 0; f < schema.size(); ++f) {
+      if (schema[f].stacked()) std::memcpy(step.field(f).data(), field_data[f], schema[f].bytes());
+    }
+    step.commit();
     state = "committed";
     forget();
   }
