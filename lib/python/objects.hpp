@@ -296,9 +296,12 @@ struct PySampler {
   std::vector<py::object> made;
   static constexpr std::size_t kMadeKept = 2;
 
-  // A batch of `made` of rows x length that nothing else refers to (moved to the newest place), or None.
+  // A batch of `made` of rows x length that nothing else refers to (moved to the newest place), or None. The
+  // newest first: a caller that drops each batch before its next call gets the same batch every time, whose lines
+  // its last fill may have left in the cache (two batches taken in turn held none of a 55 MiB batch's: 1.2-1.3x
+  // the time of out= for Atari-like 256 x 8 rows, docs/benchmarks/python.md).
   py::object reusable_batch(std::size_t rows, std::size_t length) {
-    for (std::size_t i = 0; i < made.size(); ++i) {
+    for (std::size_t i = made.size(); i-- > 0;) {
       if (Py_REFCNT(made[i].ptr()) != 1) continue;  // the caller (or anything else) still holds it
       const Batch& b = made[i].cast<const Batch&>();
       if (b.rows != rows || b.length != length || !b.arrays_unshared()) continue;

@@ -47,6 +47,19 @@ def test_a_loop_that_rebinds_its_batch_alternates_between_two_batches(buffer):
     assert len(seen) == 2
 
 
+def test_a_loop_that_drops_each_batch_gets_the_same_batch_every_call(buffer):
+    # Two batches were made (a rebinding loop); a loop that drops each batch before its next call then gets the
+    # newest one again every time (its lines may still be in the cache), not the two in turn.
+    fill(buffer, 12)
+    s = shmreplay.Sampler(buffer, seed=10)
+    a = s.sample("replay", 16, 2)
+    b = s.sample("replay", 16, 2)
+    newest = id(b)
+    del a, b
+    for _ in range(4):
+        assert id(s.sample("replay", 16, 2)) == newest
+
+
 def test_a_batch_or_an_array_still_in_use_is_never_filled_again(buffer):
     fill(buffer, 12)
     s = shmreplay.Sampler(buffer, seed=3)
