@@ -7,8 +7,9 @@ faults per call (getrusage), for Atari-like rows stored as pushed and stacked.
 Per schema: 4 envs x 2048 steps of continuing stacks of random 84x84 frames (each step one new frame, as an Atari
 env gives them), 256-row uniform draws of 1 and 8 steps; 3 warm-up calls of each kind, then `rounds` rounds of
 `calls` calls of each kind, in turn: without out= with the previous batch still bound (`b = sampler.sample(...)`
-in a loop: two batches alternate), without out= with each batch dropped at once (one batch filled again), and
-with out=. Printed: the median of the rounds' medians [their range] in µs, the ratios to out=, and the median
+in a loop: two batches alternate), without out= with each batch dropped at once (one batch filled again), with
+out=, and with out= of two batches in turn (what the first kind does, without the reuse: the cost of touching twice
+the memory). Printed: the median of the rounds' medians [their range] in µs, the ratios to out=, and the median
 page faults per call without out= (the larger of the two kinds)."""
 import argparse
 import os
@@ -43,9 +44,11 @@ def fill(buf):
 
 def measure(s, length, rounds, calls):
     out = s.new_batch(ROWS, length)
+    pair = [s.new_batch(ROWS, length), s.new_batch(ROWS, length)]
     calls_of = {"new": lambda: s.sample("replay", ROWS, length, 0.0),
                 "dropped": lambda: s.sample("replay", ROWS, length, 0.0),
-                "out": lambda: s.sample("replay", ROWS, length, 0.0, out=out)}
+                "out": lambda: s.sample("replay", ROWS, length, 0.0, out=out),
+                "out2": lambda: s.sample("replay", ROWS, length, 0.0, out=pair.append(pair.pop(0)) or pair[0])}
     medians = {k: [] for k in calls_of}
     per_call = {k: [] for k in calls_of}
     for k, call in calls_of.items():
@@ -76,8 +79,8 @@ def main():
     p.add_argument("--schemas", default=",".join(SCHEMAS), help="of: " + ", ".join(SCHEMAS))
     p.add_argument("--lengths", default="1,8")
     o = p.parse_args()
-    print(f"{'schema':14s} {'batch':>8s} {'MiB':>6s} {'without out= µs':>24s} {'ratio':>6s} {'(dropped) µs':>24s} "
-          f"{'ratio':>6s} {'with out= µs':>24s} {'faults/call':>11s}")
+    print(f"{'schema':14s} {'batch':>8s} {'MiB':>5s} {'without out= µs':>22s} {'ratio':>6s} {'(dropped) µs':>22s} "
+          f"{'ratio':>6s} {'with out= µs':>22s} {'out= of 2 µs':>22s} {'ratio':>6s} {'faults/call':>11s}")
     for tag in o.schemas.split(","):
         name = f"reuse-bench-{tag}-{os.getpid()}"
         buf = shmreplay.Buffer.create(name, ENVS, STEPS, SCHEMAS[tag])
@@ -88,9 +91,10 @@ def main():
                     medians, per_call, nbytes = measure(s, length, o.rounds, o.calls)
                     m = {k: st.median(v) for k, v in medians.items()}
                     span = {k: f"{m[k]:,.0f} [{min(v):,.0f}-{max(v):,.0f}]" for k, v in medians.items()}
-                    print(f"{tag:14s} {ROWS:>4d} x {length:<2d} {nbytes / 2**20:6.1f} {span['new']:>24s} "
-                          f"{m['new'] / m['out']:5.2f}x {span['dropped']:>24s} {m['dropped'] / m['out']:5.2f}x "
-                          f"{span['out']:>24s} {max(st.median(per_call['new']), st.median(per_call['dropped'])):11.0f}")
+                    fault = max(st.median(per_call["new"]), st.median(per_call["dropped"]))
+                    print(f"{tag:14s} {ROWS:>4d} x {length:<2d} {nbytes / 2**20:5.1f} {span['new']:>22s} "
+                          f"{m['new'] / m['out']:5.2f}x {span['dropped']:>22s} {m['dropped'] / m['out']:5.2f}x "
+                          f"{span['out']:>22s} {span['out2']:>22s} {m['out2'] / m['out']:5.2f}x {fault:11.0f}")
         finally:
             del buf
             shmreplay.Buffer.remove(name)
