@@ -4,7 +4,7 @@ faults per call (getrusage), for Atari-like rows stored as pushed and stacked.
 
     PYTHONPATH=build/python .venv/bin/python tools/bench/sample_reuse_bench.py [--rounds 5] [--calls 20]
 
-Per schema: 4 envs x 2048 steps of continuing stacks of random 84x84 frames (each step one new frame, as an Atari
+Per schema: 4 envs x 2048 steps (--steps) of continuing stacks of random 84x84 frames (each step one new frame, as an Atari
 env gives them), 256-row uniform draws of 1 and 8 steps; 3 warm-up calls of each kind, then `rounds` rounds of
 `calls` calls of each kind, in turn: without out= with the previous batch still bound (`b = sampler.sample(...)`
 in a loop: two batches alternate), without out= with each batch dropped at once (one batch filled again), with
@@ -25,19 +25,19 @@ SCHEMAS = {
     "atari": "obs:u8[4,84,84] action:i32 reward:f32 done:bool",
     "atari-stacked": "obs:u8[4,84,84]:stack=0 action:i32 reward:f32 done:bool",
 }
-ENVS, STEPS, ROWS = 4, 2048, 256
+ENVS, ROWS = 4, 256
 
 
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def fill(buf):
+def fill(buf, steps):
     rng = np.random.default_rng(0)
     stack = rng.integers(0, 256, (ENVS, 4, 84, 84), dtype=np.uint8)
     rest = {"action": np.zeros(ENVS, np.int32), "reward": np.zeros(ENVS, np.float32), "done": np.zeros(ENVS, bool)}
     with shmreplay.Writer(buf, list(range(ENVS))) as w:
-        for _ in range(STEPS):
+        for _ in range(steps):
             stack = np.concatenate([stack[:, 1:], rng.integers(0, 256, (ENVS, 1, 84, 84), dtype=np.uint8)], axis=1)
             w.push(np.arange(ENVS), {"obs": stack, **rest})
 
@@ -78,14 +78,15 @@ def main():
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--schemas", default=",".join(SCHEMAS), help="of: " + ", ".join(SCHEMAS))
     p.add_argument("--lengths", default="1,8")
+    p.add_argument("--steps", type=int, default=2048, help="steps per env (the capacity)")
     o = p.parse_args()
     print(f"{'schema':14s} {'batch':>8s} {'MiB':>5s} {'without out= µs':>22s} {'ratio':>6s} {'(dropped) µs':>22s} "
           f"{'ratio':>6s} {'with out= µs':>22s} {'out= of 2 µs':>22s} {'ratio':>6s} {'faults/call':>11s}")
     for tag in o.schemas.split(","):
         name = f"reuse-bench-{tag}-{os.getpid()}"
-        buf = shmreplay.Buffer.create(name, ENVS, STEPS, SCHEMAS[tag])
+        buf = shmreplay.Buffer.create(name, ENVS, o.steps, SCHEMAS[tag])
         try:
-            fill(buf)
+            fill(buf, o.steps)
             with shmreplay.Sampler(buf, seed=0) as s:
                 for length in (int(x) for x in o.lengths.split(",")):
                     medians, per_call, nbytes = measure(s, length, o.rounds, o.calls)
