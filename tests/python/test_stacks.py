@@ -315,6 +315,46 @@ print("ok")
     assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stdout, out.stderr[-2000:])
 
 
+def test_a_thread_writing_a_reserved_stack_through_its_commit_and_after_changes_no_stored_step(name):
+    # Another thread copies frames into the slot's stacked array (NumPy releases the GIL for the copy) while this
+    # thread commits, and goes on after the commit: the committed step holds some mix of the frames, and nothing
+    # written after the commit reaches the buffer; the steps pushed next are whole.
+    buf = shmreplay.Buffer.create(name, 1, 32, "obs:u8[4,128,128]:stack=0 id:u64[2]")
+    model = Model(buf)
+    noise = np.random.default_rng(3).integers(0, 256, (4, 4, 128, 128), dtype=np.uint8)
+    with shmreplay.Writer(buf, [0]) as w:
+        slot = w.reserve(0)
+        obs = slot["obs"]
+        slot["id"][...] = [0, 0]
+        stop, started = threading.Event(), threading.Event()
+
+        def scribble():
+            i = 0
+            while not stop.is_set():
+                obs[...] = noise[i % 4]
+                started.set()
+                i += 1
+
+        t = threading.Thread(target=scribble)
+        t.start()
+        started.wait()
+        slot.commit()
+        committed = buf.read_steps(0, 0, 1)[1]["obs"][0].copy()
+        for _ in range(3):  # more writes after the commit
+            started.clear()
+            started.wait()
+        stop.set()
+        t.join()
+        assert buf.read_steps(0, 0, 1)[1]["obs"][0].tobytes() == committed.tobytes()
+        model.steps[0] = [None]
+        for _ in range(40):  # wraps the 32-step ring: the racing step's frames are overwritten too
+            step = model.make_step(0, p_done=0.1, p_jump=0.1)
+            w.push_one(0, step)
+            model.steps[0].append({k: np.array(v, copy=True) for k, v in step.items()})
+    with shmreplay.Sampler(buf, seed=1) as s:
+        assert model.check(s.sample("replay", 64, 3)) == []
+
+
 def test_a_reserved_stack_starts_as_zeros_and_is_stored_at_commit_only(name):
     buf = shmreplay.Buffer.create(name, 1, 8, "obs:u8[3,2,2]:stack=0 a:i32")
     w = shmreplay.Writer(buf, [0])

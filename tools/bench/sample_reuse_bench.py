@@ -4,13 +4,13 @@ faults per call (getrusage), for Atari-like rows stored as pushed and stacked.
 
     PYTHONPATH=build/python .venv/bin/python tools/bench/sample_reuse_bench.py [--rounds 5] [--calls 20]
 
-Per schema: 4 envs x 2048 steps (--steps) of continuing stacks of random 84x84 frames (each step one new frame, as an Atari
-env gives them), 256-row uniform draws of 1 and 8 steps; 3 warm-up calls of each kind, then `rounds` rounds of
-`calls` calls of each kind, in turn: without out= with the previous batch still bound (`b = sampler.sample(...)`
-in a loop: two batches alternate), without out= with each batch dropped at once (one batch filled again), with
-out=, and with out= of two batches in turn (what the first kind does, without the reuse: the cost of touching twice
-the memory). Printed: the median of the rounds' medians [their range] in µs, the ratios to out=, and the median
-page faults per call without out= (the larger of the two kinds)."""
+Per schema: 4 envs x 2048 steps (--steps) of continuing stacks of random 84x84 frames (each step one new frame, as
+an Atari env gives them), 256-row uniform draws of 1 and 8 steps; 3 warm-up calls of each kind, then `rounds` rounds
+of `calls` calls of each kind, in turn: without out= with the previous batch still bound (`b = sampler.sample(...)`
+in a loop: two batches alternate), without out= with each batch dropped at once (one batch filled again), with out=,
+and with out= of two batches in turn (what the first kind does, without the reuse: the cost of touching twice the
+memory). Printed: the median of the rounds' medians [their range] in µs, the ratios to out=, and the median page
+faults per call without out= (the larger of the two kinds)."""
 import argparse
 import os
 import resource
