@@ -24,7 +24,8 @@ void bind_writer(py::module_& m) {
                                }
                                return d;
                              },
-                             "{name: array}: writable views of the step's ring slot, valid until commit or abandon")
+                             "{name: array}: writable views of the step's ring slot (a stacked field's: of "
+                             "memory of the slot's own, stored as frames at commit), valid until commit or abandon")
       .def_property_readonly("schema", [](PySlot& s) { return std::make_shared<Schema>(s.owner->buffer->schema()); },
                              "the schema of the buffer the slot belongs to")
       .def("__getitem__", [](py::object self, const std::string& name) {
@@ -130,10 +131,21 @@ void bind_writer(py::module_& m) {
             // go, and before it has the GIL back, a close() from another thread can abandon the slot and destroy
             // the Writer (the mapping stays: the slot's owner holds the Buffer).
             owned->field_data.resize(schema.size());
+            uint64_t stacked_bytes = 0;
+            for (const Field& f : schema.fields()) stacked_bytes += f.stacked() ? f.bytes() : 0;
+            owned->stacked_data.resize(static_cast<std::size_t>(stacked_bytes));  // before the reservation: may throw
             w->run("reserve", 0, [&](Writer& writer) {  // as a push of no bytes: waits without the GIL
               owned->slot.emplace(writer.reserve(static_cast<uint64_t>(env)));
               w->open_slots.push_back(owned.get());
-              for (std::size_t f = 0; f < schema.size(); ++f) owned->field_data[f] = owned->slot->field(f).data();
+              std::byte* stacked = owned->stacked_data.data();
+              for (std::size_t f = 0; f < schema.size(); ++f) {
+                if (schema[f].stacked()) {  // filled here, copied to the Writer at commit (PySlot::stacked_data)
+                  owned->field_data[f] = stacked;
+                  stacked += schema[f].bytes();
+                } else {
+                  owned->field_data[f] = owned->slot->field(f).data();
+                }
+              }
             });
             PySlot& slot = *owned;
             py::object self = py::cast(std::move(owned));
@@ -144,8 +156,9 @@ void bind_writer(py::module_& m) {
           },
           "env"_a,
           "Reserve the env's next step for zero-copy filling: fill slot[name][...] in place, then commit(). "
-          "Do not keep the arrays past the commit: they are views of the ring slot. A close() from another thread "
-          "that overtakes the reservation makes it raise InvalidArgument (this Writer is closed).")
+          "Do not keep the arrays past the commit: they are views of the ring slot (a stacked field's: of the "
+          "slot's own memory, stored as frames at commit). A close() from another thread that overtakes the "
+          "reservation makes it raise InvalidArgument (this Writer is closed).")
       .def("close", &PyWriter::close,
            "Release the leases now (also done when the Writer is garbage-collected); open reservations are "
            "abandoned.")

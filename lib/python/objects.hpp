@@ -220,6 +220,11 @@ struct PySlot {
   // collector never sees (pybind11's objects are not tracked), and every reservation would keep its Writer (and
   // the leases) to the end of the process.
   boost::container::small_vector<std::byte*, 16> field_data;
+  // A stacked field's bytes are this slot's own (zeros at first), copied into the Writer's staging area at commit
+  // (StepSlot::field of a stacked field), which stores them as frames. The staging area is the Writer's and goes
+  // with it at close(), while an array kept past the commit still points where its base (this slot) says: the
+  // mapping for a field stored as pushed (the owner holds the Buffer), this memory for a stacked one.
+  std::vector<std::byte> stacked_data;
   const char* state = "open";  // then "committed" or "abandoned"
 
   PySlot() = default;
@@ -240,7 +245,12 @@ struct PySlot {
   }
   void commit() {
     const auto lock = lock_holding_gil(owner->mu);
-    get("commit").commit();
+    StepSlot& step = get("commit");
+    const Schema& schema = owner->buffer->schema();
+    for (std::size_t f = 0; f < schema.size(); ++f) {
+      if (schema[f].stacked()) std::memcpy(step.field(f).data(), field_data[f], schema[f].bytes());
+    }
+    step.commit();
     state = "committed";
     forget();
   }
@@ -286,9 +296,12 @@ struct PySampler {
   std::vector<py::object> made;
   static constexpr std::size_t kMadeKept = 2;
 
-  // A batch of `made` of rows x length that nothing else refers to (moved to the newest place), or None.
+  // A batch of `made` of rows x length that nothing else refers to (moved to the newest place), or None. The
+  // newest first: a caller that drops each batch before its next call gets the same batch every time, whose lines
+  // its last fill may have left in the cache (two batches taken in turn held none of a 55 MiB batch's: 1.2-1.3x
+  // the time of out= for Atari-like 256 x 8 rows, docs/benchmarks/python.md).
   py::object reusable_batch(std::size_t rows, std::size_t length) {
-    for (std::size_t i = 0; i < made.size(); ++i) {
+    for (std::size_t i = made.size(); i-- > 0;) {
       if (Py_REFCNT(made[i].ptr()) != 1) continue;  // the caller (or anything else) still holds it
       const Batch& b = made[i].cast<const Batch&>();
       if (b.rows != rows || b.length != length || !b.arrays_unshared()) continue;

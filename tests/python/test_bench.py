@@ -35,3 +35,13 @@ def test_the_handover_benchmark_prints_every_figure():
         assert mine, figures
         if "not installed" not in mine[0]["hand-over"]:
             assert all(f["seconds"] > 0 for f in mine), mine
+
+
+def test_the_sample_reuse_benchmark_prints_a_row_per_schema_and_length():
+    bench = os.path.join(ROOT, "tools", "bench", "sample_reuse_bench.py")
+    out = subprocess.run([sys.executable, bench, "--rounds", "1", "--calls", "2", "--steps", "64", "--lengths", "1,2"],
+                         capture_output=True, text=True, env=os.environ, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines()[1:]]
+    assert [(r[0], r[1], r[3]) for r in rows] == [(tag, "256", length) for tag in ("atari", "atari-stacked")
+                                                  for length in ("1", "2")], out.stdout

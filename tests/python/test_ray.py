@@ -4,7 +4,8 @@ push self-checking steps into that node's buffer; the learner samples every node
 from every node and every start in proportion to its weight (chi-square over all cells, which rejects a wrong
 power), every row's payload is checked against its node, priority updates and online resets reach the nodes that
 own the rows, and a node server killed while writers push drops out with a warning while the learner goes on, then
-rejoins when a replacement server starts.
+rejoins when a replacement server starts. Buffers with stacked fields (one frame per step) give the learner every
+node's stacks byte for byte.
 
 Short by default (about a minute, most of it starting Ray's nodes); SHMREPLAY_RAY_LONG=1 samples ten times as many
 rows and runs the writers longer. Skipped where Ray is not installed, and under the sanitizer pass (Ray's own
@@ -30,6 +31,7 @@ import conftest  # noqa: E402
 import shmreplay  # noqa: E402
 import shmreplay.ray as sr  # noqa: E402
 from conftest import PAYLOAD_SCHEMA, check_batch, payload  # noqa: E402
+import stamped  # noqa: E402
 
 # Ray pickles the writer functions for its workers, which cannot import this directory's modules: send them by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -255,3 +257,48 @@ def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_su
     learner.close()
     for k in (0, 1):
         ray.get(servers[f"node{k}"].close.remote(remove=True))
+
+
+def test_a_learner_samples_stacked_fields_of_every_node_byte_for_byte(cluster):
+    # Each node's buffer keeps one frame per step; its server rebuilds the stacks and the learner gets them whole:
+    # every row's every step is the stack pushed on its node (the nodes' frames are stamped apart), and every
+    # step each node's replay view holds is drawn.
+    c, dirs = cluster
+    name = f"shmreplay-ray-stacks-{os.getpid()}"
+    nodes = (0, 1)
+    servers = {f"node{k}": sr.NodeServer.options(name=f"{name}-node{k}", resources={f"node{k}": 1}).remote(
+        name, shm_dir=dirs[k], seed=k, create={"num_envs": 2, "capacity": 16, "schema": stamped.SCHEMA, "done": "done"})
+        for k in nodes}
+    ray.get([h.ping.remote() for h in servers.values()])
+    models = {}
+    rng = np.random.default_rng(3)
+    old_dir = os.environ.get("SHMREPLAY_SHM_DIR")
+    try:
+        for k in nodes:  # this process pushes into each node's buffer (all nodes are on this machine)
+            os.environ["SHMREPLAY_SHM_DIR"] = dirs[k]
+            buf = shmreplay.Buffer.open(name)
+            models[k] = stamped.Model(buf, seed=k)
+            for env in models[k].envs:
+                env.serial = 5000 * k  # node k's frames: serials from 5000 k on
+            with shmreplay.Writer(buf, [0, 1]) as w:
+                for _ in range(40 + 10 * k):
+                    stamped.push_steps(w, models[k], [0, 1], "mixed", rng, p_done=0.1, p_jump=0.05)
+    finally:
+        if old_dir is None:
+            os.environ.pop("SHMREPLAY_SHM_DIR", None)
+        else:
+            os.environ["SHMREPLAY_SHM_DIR"] = old_dir
+    learner = sr.ClusterSampler({n: f"{name}-{n}" for n in servers}, seed=2, retry_interval=0.0, timeout=60.0)
+    seen = set()
+    for length, power in ((4, 1.0), (1, 0.0), (1, 0.0), (1, 0.0)):
+        batch = learner.sample("replay", 400, length, power)
+        assert batch["obs"].shape == (400, length, 4, 6, 5)
+        for i, k in enumerate(nodes):
+            rows = batch.node_ids == i
+            assert rows.any()
+            assert models[k].check_rows({f: v[rows] for f, v in batch.fields.items()}, batch.mask[rows],
+                                        batch.env_ids[rows], batch.starts[rows]) == [], f"node{k}"
+            seen |= {(k, int(e), int(s)) for e, s in zip(batch.env_ids[rows], batch.starts[rows])}
+    assert seen == {(k, e, s) for k in nodes for e, s in models[k].sampleable()}
+    learner.close()
+    ray.get([h.close.remote(remove=True) for h in servers.values()])

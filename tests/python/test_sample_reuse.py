@@ -8,6 +8,7 @@ import pytest
 
 import shmreplay
 from conftest import check_batch, payload
+from stamped import SCHEMA as STACKED_SCHEMA, Model, push_steps
 
 
 def fill(buffer, steps):
@@ -44,6 +45,19 @@ def test_a_loop_that_rebinds_its_batch_alternates_between_two_batches(buffer):
         seen.add(id(batch))
         assert not check_batch(batch)
     assert len(seen) == 2
+
+
+def test_a_loop_that_drops_each_batch_gets_the_same_batch_every_call(buffer):
+    # Two batches were made (a rebinding loop); a loop that drops each batch before its next call then gets the
+    # newest one again every time (its lines may still be in the cache), not the two in turn.
+    fill(buffer, 12)
+    s = shmreplay.Sampler(buffer, seed=10)
+    a = s.sample("replay", 16, 2)
+    b = s.sample("replay", 16, 2)
+    newest = id(b)
+    del a, b
+    for _ in range(4):
+        assert id(s.sample("replay", 16, 2)) == newest
 
 
 def test_a_batch_or_an_array_still_in_use_is_never_filled_again(buffer):
@@ -105,10 +119,37 @@ def test_a_call_of_another_shape_gets_a_batch_of_its_own(buffer):
     assert not check_batch(b)
 
 
-def test_repeated_samples_of_a_large_batch_without_out_fault_in_no_fresh_pages(name):
+def test_a_dropped_batch_of_stacked_rows_is_filled_again_with_the_new_rows_byte_for_byte(name):
+    # Stacked fields come out as ordinary arrays: the reuse is the same, and the refilled stacks are exact.
+    buffer = shmreplay.Buffer.create(name, 4, 16, STACKED_SCHEMA)
+    model = Model(buffer)
+    rng = np.random.default_rng(9)
+    with shmreplay.Writer(buffer, [0, 1, 2, 3]) as w:
+        for _ in range(40):
+            push_steps(w, model, [0, 1, 2, 3], "push", rng, p_done=0.1, p_jump=0.05)
+    s = shmreplay.Sampler(buffer, seed=9)
+    seen = set()
+    batch = None
+    for _ in range(8):
+        batch = s.sample("replay", 32, 4, power=1.0)
+        seen.add((id(batch), data_address(batch["obs"])))
+        assert model.check(batch) == []
+    assert len(seen) == 2
+    b = s.sample_transitions("replay", 64)
+    first = (id(b), data_address(b["obs"]), data_address(b["aux"]))
+    del b
+    again = s.sample_transitions("replay", 64)
+    assert (id(again), data_address(again["obs"]), data_address(again["aux"])) == first
+    assert model.check(again) == []
+    s.close()
+
+
+@pytest.mark.parametrize("schema", ["obs:u8[4,84,84] done:bool", "obs:u8[4,84,84]:stack=0 done:bool"])
+def test_repeated_samples_of_a_large_batch_without_out_fault_in_no_fresh_pages(name, schema):
     # A 40 MB batch is over glibc's 32 MiB mmap threshold: made afresh, each call would map and fault in ~10,000
-    # pages. Reused, the calls after the first two fault in none (a bound far below one batch's pages).
-    buffer = shmreplay.Buffer.create(name, num_envs=2, capacity=64, schema="obs:u8[4,84,84] done:bool")
+    # pages. Reused, the calls after the first two fault in none (a bound far below one batch's pages), stacked or
+    # not.
+    buffer = shmreplay.Buffer.create(name, num_envs=2, capacity=64, schema=schema)
     with shmreplay.Writer(buffer, [0, 1]) as w:
         for _ in range(64):
             w.push([0, 1], {"obs": np.zeros((2, 4, 84, 84), np.uint8), "done": np.zeros(2, bool)})

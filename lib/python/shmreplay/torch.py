@@ -12,7 +12,8 @@
 - ``device="cuda"`` (any device but the CPU) makes one copy per array, with ``non_blocking`` when the batch memory
   is pinned; nothing else can avoid that copy, since the batch lives in host memory.
 - :func:`slot_tensors` gives the tensors of a reserved step (``Writer.reserve``): they are views of the ring slot in
-  shared memory, so a policy can write its outputs straight into the buffer before ``commit()``.
+  shared memory, so a policy can write its outputs straight into the buffer before ``commit()`` (a stacked field's
+  tensor is memory of the slot's own, stored as frames at ``commit()``).
 """
 import numpy as np
 import torch
@@ -43,7 +44,8 @@ def as_tensors(batch, device=None, non_blocking=False):
 
 
 def slot_tensors(slot):
-    """``{name: tensor}`` of a reserved step (``Writer.reserve``): views of the ring slot in shared memory, written
-    in place (``slot_tensors(slot)["action"].copy_(a)``); valid until the slot is committed or abandoned."""
+    """``{name: tensor}`` of a reserved step (``Writer.reserve``): views of the ring slot in shared memory (a stacked
+    field's: of the slot's own memory, stored as frames at commit), written in place
+    (``slot_tensors(slot)["action"].copy_(a)``); valid until the slot is committed or abandoned."""
     bf16 = bf16_fields(slot.schema)
     return {name: tensor(array, name in bf16) for name, array in slot.fields.items()}
