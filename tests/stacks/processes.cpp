@@ -1,0 +1,1 @@
+#include "stacks_helpers.hpp"
