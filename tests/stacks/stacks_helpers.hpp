@@ -187,8 +187,8 @@ struct ModelStep {
   float priority = 1.0f;
 };
 
-/// Every env's pushed steps and the frame rings the buffer keeps of them: a step takes 1 new frame when every
-/// stacked field's stack continues the previous step's (its frames 0..K-2 are the previous stack's 1..K-1), else K;
+/// Every env's pushed steps and the frame rings the buffer keeps of them: in each stacked field, a step takes 1 new
+/// frame when its stack continues the previous step's (its frames 0..K-2 are the previous stack's 1..K-1), else K;
 /// a ring of F frames holds the newest F frames written; a step can be sampled when its slot is stored (the newest
 /// `capacity` steps) and, in every stacked field, its oldest frame is still in the ring. A step whose stack cannot
 /// be rebuilt makes every older step's unsampleable too (the library's bound is one step per env).
@@ -226,7 +226,7 @@ struct Model {
   /// The env's next step after `move` (not yet recorded as pushed); `done`: it ends its episode.
   ModelStep next(uint64_t e, Move move, bool done, std::mt19937_64* gen = nullptr) {
     Env& env = envs[e];
-    if (env.steps.empty() && move == Move::cont) move = Move::reset_zeros;
+    if (env.steps.empty() && (move == Move::cont || move == Move::partial)) move = Move::reset_zeros;
     ModelStep s;
     s.done = done;
     ++env.serial;
@@ -362,8 +362,9 @@ struct Model {
   }
 };
 
-/// Draws a move: mostly cont, sometimes an episode end (the step after is a reset with any padding) or, when
-/// `flagless`, a stack that does not continue without any flag.
+/// Draws a move: mostly cont; about one step in `one_in` either ends its episode (the step after is a reset with
+/// any of the three paddings) or, when `flagless`, does not continue its predecessor's stack (jump, partial) with no
+/// episode flag at all.
 struct MoveDraw {
   Move move;
   bool done;  ///< this step ends its episode
@@ -562,9 +563,10 @@ inline std::string check_sizes(const Sampler& s, const Model& m) {
 /// A buffer with stacked fields, every env leased by one Writer, the learner, and the model.
 struct StackRig {
   StackRig(const std::string& tag, const std::vector<std::string>& stacked, uint64_t num_envs, uint64_t cap,
-           CreateOptions options = {})
+           CreateOptions options = {}, bool episodes = true)
       : guard(unique_name(tag)),
-        buf(Buffer::create(guard.name(), num_envs, cap, stack_schema(stacked).schema, with_episodes(options))),
+        buf(Buffer::create(guard.name(), num_envs, cap, stack_schema(stacked).schema,
+                           episodes ? with_episodes(options) : options)),
         w(Writer::range(buf, 0, num_envs)),
         s(buf),
         m(stack_schema(stacked), num_envs, cap, options.stack_restarts),
