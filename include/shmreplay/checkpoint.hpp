@@ -9,7 +9,9 @@
 // until it holds a complete ring window. What it records per env is a state the env really was in: the steps
 // [first_step, head), each exactly as its writer published it, where first_step = max(0, claimed - capacity),
 // with claimed = head, or head + 1 when the writer was writing step `head` at that instant (then the slot being
-// rewritten is not part of the window). The original step indices, the head and online_start are kept, so after
+// rewritten is not part of the window); with stacked fields (layout 1.6), first_step is the oldest step whose
+// frames were intact then (EnvControl::stacks_intact_from), which may be above: the steps that could not be
+// sampled are not saved. The original step indices, the head and online_start are kept, so after
 // a load the writers continue at the same step numbers and the learner's online queue is where it was.
 //
 // Loading validates the whole file first (magic, version, sizes, the schema, every checksum) and only then
@@ -67,8 +69,8 @@
 //   file_bytes -----------> +-----------------------------------------------+
 //
 // Invariants a loader checks: the file is exactly file_bytes long (shorter: Errc::truncated); the sections are
-// back to back in env order; per env first_step = max(0, claimed - capacity), steps <= capacity, online_start <=
-// head; step_bytes and num_fields agree with the schema text; episode field indices are below num_fields;
+// back to back in env order; per env first_step = max(0, claimed - capacity) (at least that, up to head, for a
+// schema with a stacked field), steps <= capacity, online_start <= head; step_bytes and num_fields agree with the schema text; episode field indices are below num_fields;
 // total_steps is the sum of the envs' steps.
 //
 // Episodes (a buffer created with CreateOptions::episodes, layout 1.2): the file records which fields are the

@@ -187,6 +187,52 @@ struct ModelStep {
   float priority = 1.0f;
 };
 
+/// The bytes of field `f` of step `s` of env `e` whose frames are `st`: id = {env, step}, reward_of, done, stacks.
+inline void step_value(const StackSchema& sch, uint64_t e, uint64_t s, const ModelStep& st, std::size_t f,
+                       std::byte* out) {
+  if (f == sch.id) {
+    const uint64_t id[2] = {e, s};
+    std::memcpy(out, id, sizeof id);
+  } else if (f == sch.reward) {
+    const float r = reward_of(e, s);
+    std::memcpy(out, &r, sizeof r);
+  } else if (f == sch.done) {
+    out[0] = std::byte{st.done ? uint8_t{1} : uint8_t{0}};
+  } else {
+    std::size_t off = 0;
+    for (const StackShape& shape : sch.stacks) {
+      if (shape.field == f) write_stack(shape, st.stamps.data() + off, out);
+      off += shape.depth;
+    }
+  }
+}
+
+/// Checks the fields of step `s` of env `e`, whose frames are `st`, as a reader copied them (`got(f)`: field f's
+/// bytes); "" when every byte is right.
+template <class Got>
+std::string check_step_value(const StackSchema& sch, uint64_t e, uint64_t s, const ModelStep& st, const Got& got) {
+  for (std::size_t f = 0; f < sch.schema.size(); ++f) {
+    const std::byte* p = got(f);
+    if (sch.schema[f].stacked()) {
+      std::size_t off = 0;
+      for (const StackShape& shape : sch.stacks) {
+        if (shape.field == f) {
+          const std::string v = check_stack(shape, st.stamps.data() + off, p);
+          if (!v.empty()) return fmt::format("env {} step {} field '{}': {}", e, s, sch.schema[f].name, v);
+        }
+        off += shape.depth;
+      }
+      continue;
+    }
+    std::byte want[16];
+    step_value(sch, e, s, st, f, want);
+    if (std::memcmp(p, want, sch.schema[f].bytes()) != 0) {
+      return fmt::format("env {} step {} field '{}' differs", e, s, sch.schema[f].name);
+    }
+  }
+  return "";
+}
+
 /// Every env's pushed steps and the frame rings the buffer keeps of them: in each stacked field, a step takes 1 new
 /// frame when its stack continues the previous step's (its frames 0..K-2 are the previous stack's 1..K-1), else K;
 /// a ring of F frames holds the newest F frames written; a step can be sampled when its slot is stored (the newest
@@ -255,6 +301,15 @@ struct Model {
     return s;
   }
 
+  /// An env as a checkpoint load writes it: its steps start at `first` (none before is stored) and its frames start
+  /// over there (the first loaded step takes K frames). Precondition: nothing recorded for `e` yet.
+  void start_at(uint64_t e, uint64_t first) {
+    Env& env = envs[e];
+    env.steps.resize(first);
+    for (auto& index : env.index) index.resize(first);
+    env.first_loaded = first;
+  }
+
   /// Records step `s` as pushed to env `e` (its head): the frames it takes in each ring.
   void record(uint64_t e, ModelStep s) {
     Env& env = envs[e];
@@ -319,20 +374,7 @@ struct Model {
 
   /// The bytes of field `f` of step `s` of env `e`, as pushed.
   void field_value(uint64_t e, uint64_t s, std::size_t f, std::byte* out) const {
-    const ModelStep& st = envs[e].steps[s];
-    if (f == sch.id) {
-      const uint64_t id[2] = {e, s};
-      std::memcpy(out, id, sizeof id);
-    } else if (f == sch.reward) {
-      const float r = reward_of(e, s);
-      std::memcpy(out, &r, sizeof r);
-    } else if (f == sch.done) {
-      out[0] = std::byte{st.done ? uint8_t{1} : uint8_t{0}};
-    } else {
-      for (std::size_t i = 0; i < sch.stacks.size(); ++i) {
-        if (sch.stacks[i].field == f) write_stack(sch.stacks[i], st.stamps.data() + stamp_offset(i), out);
-      }
-    }
+    step_value(sch, e, s, envs[e].steps[s], f, out);
   }
   std::vector<std::byte> field_value(uint64_t e, uint64_t s, std::size_t f) const {
     std::vector<std::byte> out(sch.schema[f].bytes());
@@ -343,22 +385,7 @@ struct Model {
   /// Checks the fields of step `s` of env `e` as a reader copied them (`got(f)`: field f's bytes); "" when exact.
   template <class Got>
   std::string check_step(uint64_t e, uint64_t s, const Got& got) const {
-    for (std::size_t f = 0; f < sch.schema.size(); ++f) {
-      const std::byte* p = got(f);
-      bool stacked = false;
-      for (std::size_t i = 0; i < sch.stacks.size(); ++i) {
-        if (sch.stacks[i].field != f) continue;
-        stacked = true;
-        const std::string v = check_stack(sch.stacks[i], envs[e].steps[s].stamps.data() + stamp_offset(i), p);
-        if (!v.empty()) return fmt::format("env {} step {} field '{}': {}", e, s, sch.schema[f].name, v);
-      }
-      if (stacked) continue;
-      const std::vector<std::byte> want = field_value(e, s, f);
-      if (std::memcmp(p, want.data(), want.size()) != 0) {
-        return fmt::format("env {} step {} field '{}' differs", e, s, sch.schema[f].name);
-      }
-    }
-    return "";
+    return check_step_value(sch, e, s, envs[e].steps[s], got);
   }
 };
 
