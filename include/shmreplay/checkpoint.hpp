@@ -70,8 +70,8 @@
 //
 // Invariants a loader checks: the file is exactly file_bytes long (shorter: Errc::truncated); the sections are
 // back to back in env order; per env first_step = max(0, claimed - capacity) (at least that, up to head, for a
-// schema with a stacked field), steps <= capacity, online_start <= head; step_bytes and num_fields agree with the schema text; episode field indices are below num_fields;
-// total_steps is the sum of the envs' steps.
+// schema with a stacked field), steps <= capacity, online_start <= head; step_bytes and num_fields agree with the
+// schema text; episode field indices are below num_fields; total_steps is the sum of the envs' steps.
 //
 // Episodes (a buffer created with CreateOptions::episodes, layout 1.2): the file records which fields are the
 // episode flags and reward, and the queue capacity, so a new segment is created with the same episode fields, and

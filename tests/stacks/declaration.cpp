@@ -28,7 +28,8 @@ std::vector<char> file_bytes(const std::string& path) {
 // The field table of a mapped segment (the header starts the mapping).
 const layout::FieldDesc* field_table(const Buffer& b) {
   const auto* base = reinterpret_cast<const std::byte*>(&b.segment().header());
-  return reinterpret_cast<const layout::FieldDesc*>(base + b.segment().header().sections[layout::kSectionFields].offset);
+  const uint64_t table = b.segment().header().sections[layout::kSectionFields].offset;
+  return reinterpret_cast<const layout::FieldDesc*>(base + table);
 }
 
 }  // namespace
@@ -216,7 +217,9 @@ TEST_CASE("open refuses a corrupted stacked field table with Errc::corrupt, sayi
   layout::SegmentHeader h{};
   std::memcpy(static_cast<void*>(&h), good.data(), sizeof h);
   const std::size_t table = h.sections[layout::kSectionFields].offset;
-  const auto at = [&](std::size_t field, std::size_t member) { return table + field * sizeof(layout::FieldDesc) + member; };
+  const auto at = [&](std::size_t field, std::size_t member) {
+    return table + field * sizeof(layout::FieldDesc) + member;
+  };
   layout::FieldDesc obs{};
   std::memcpy(static_cast<void*>(&obs), good.data() + at(1, 0), sizeof obs);
   layout::FieldDesc mid{};
@@ -289,8 +292,9 @@ TEST_CASE("open refuses a corrupted stacked field table with Errc::corrupt, sayi
   for (int round = 0; round < 300; ++round) {
     std::vector<char> bytes = good;
     const std::size_t field = gen() % 4;
-    const std::size_t member = (gen() % (sizeof(layout::FieldDesc) - offsetof(layout::FieldDesc, data_offset))) / 4 * 4 +
-                               offsetof(layout::FieldDesc, data_offset);
+    // a 4-byte word from data_offset on: the storage's and the stack's words
+    const std::size_t from = offsetof(layout::FieldDesc, data_offset);
+    const std::size_t member = from + (gen() % (sizeof(layout::FieldDesc) - from)) / 4 * 4;
     const uint64_t values[] = {0, 1, 2, 3, UINT64_MAX, obs.stack_frames, obs.stack_index_offset, obs.data_offset,
                                uint64_t{1} << 40, gen()};
     poke32(bytes, at(field, member), static_cast<uint32_t>(values[gen() % std::size(values)]));

@@ -332,6 +332,7 @@ TEST_CASE("a checkpoint of a stacked buffer with lost steps loads into a new seg
   };
   const auto check_loaded = [&](Buffer& b, const Model& l) {
     for (uint64_t e = 0; e < num_envs; ++e) {
+      CHECK(b.segment().env_control(e).stacks_intact_from.load() == m.lo(e));
       CAPTURE(e);
       CHECK(b.segment().env_control(e).head.load() == m.head(e));
       CHECK(l.lo(e) == m.lo(e));  // the same reserve holds every saved step
@@ -353,7 +354,20 @@ TEST_CASE("a checkpoint of a stacked buffer with lost steps loads into a new seg
     CHECK(r.created);
     Buffer b = Buffer::open(fresh.name());
     CHECK(b.schema() == sch.schema);
-    check_loaded(b, loaded_model(0));
+    Model l = loaded_model(0);
+    check_loaded(b, l);
+    // Writers go on from the loaded frames: a step that continues the last loaded one stores one frame.
+    Writer w = Writer::range(b, 0, num_envs);
+    for (uint64_t i = 0; i < 3 * capacity; ++i) {
+      const uint64_t e = i % num_envs;
+      const uint64_t s = w.head(e);
+      const auto v = torture_values(sch, e, s);
+      std::vector<FieldBytes> fields;
+      for (const auto& a : v) fields.push_back({a.data(), a.size()});
+      w.push_one(e, fields);
+      l.record(e, torture_step(sch, e, s));
+    }
+    for (uint64_t e = 0; e < num_envs; ++e) CHECK(check_read_steps(b, l, e) == "");
   }
   {  // into an existing buffer that holds other steps, with a larger reserve
     SegmentGuard existing(unique_name("stk-load"));

@@ -119,7 +119,9 @@ inline std::string check_stack(const StackShape& s, const uint64_t* stamps, cons
     bool right = true;
     for (uint64_t o = 0; o < s.outer && right; ++o) {
       const std::byte* p = got + (o * s.depth + k) * s.inner_bytes;
-      for (uint64_t i = 0; i < s.inner_bytes && right; ++i) right = p[i] == frame_byte(stamps[k], o * s.inner_bytes + i);
+      for (uint64_t i = 0; i < s.inner_bytes && right; ++i) {
+        right = p[i] == frame_byte(stamps[k], o * s.inner_bytes + i);
+      }
     }
     if (right) continue;
     // The frame that is there instead: its first 8 bytes (which may lie in several runs), and whether the rest
