@@ -9,9 +9,11 @@
 // until it holds a complete ring window. What it records per env is a state the env really was in: the steps
 // [first_step, head), each exactly as its writer published it, where first_step = max(0, claimed - capacity),
 // with claimed = head, or head + 1 when the writer was writing step `head` at that instant (then the slot being
-// rewritten is not part of the window); with stacked fields (layout 1.6), first_step is the oldest step whose
-// frames were intact then (EnvControl::stacks_intact_from), which may be above: the steps that could not be
-// sampled are not saved. The original step indices, the head and online_start are kept, so after
+// rewritten is not part of the window). With stacked fields (layout 1.6) the run may start above that, at the
+// oldest step whose frames were intact (EnvControl::stacks_intact_from), when it is the env's whole view; and a full
+// window copied while the writer pushed may hold oldest steps whose frames were overwritten by the instant it
+// describes (each record still exact): a load stores the frames again from the first record and leaves out the
+// steps they do not fit, with the same reserve those the env could not sample then. The original step indices, the head and online_start are kept, so after
 // a load the writers continue at the same step numbers and the learner's online queue is where it was.
 //
 // Loading validates the whole file first (magic, version, sizes, the schema, every checksum) and only then
