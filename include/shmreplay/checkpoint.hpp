@@ -13,8 +13,9 @@
 // oldest step whose frames were intact (EnvControl::stacks_intact_from), when it is the env's whole view; and a full
 // window copied while the writer pushed may hold oldest steps whose frames were overwritten by the instant it
 // describes (each record still exact): a load stores the frames again from the first record and leaves out the
-// steps they do not fit, with the same reserve those the env could not sample then. The original step indices, the head and online_start are kept, so after
-// a load the writers continue at the same step numbers and the learner's online queue is where it was.
+// steps they do not fit, with the same reserve those the env could not sample then. The original step indices, the
+// head and online_start are kept, so after a load the writers continue at the same step numbers and the learner's
+// online queue is where it was.
 //
 // Loading validates the whole file first (magic, version, sizes, the schema, every checksum) and only then
 // writes: into a new segment created with the file's geometry (filled while it has no name, and named only once

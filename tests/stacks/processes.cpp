@@ -298,7 +298,8 @@ TEST_CASE("writer processes pushing stacked steps, SIGKILLed at random moments a
       lost += m.lost(e);
     }
     MESSAGE(fmt::format("{} writer processes, {} kills: {} pushes, {} sample calls, {} rows checked, {} retries, {} "
-                        "steps lost to overwritten frames at the end, {} violations; {:.3f} s; a save while they pushed took {:.3f} s, its load left out {} steps",
+                        "steps lost to overwritten frames at the end, {} violations; {:.3f} s; a save while they "
+                        "pushed took {:.3f} s, its load left out {} steps",
                         num_writers, kills, [&] {
                           uint64_t n = 0;
                           for (uint64_t e = 0; e < num_envs; ++e) n += m.head(e);
