@@ -9,8 +9,13 @@
 // until it holds a complete ring window. What it records per env is a state the env really was in: the steps
 // [first_step, head), each exactly as its writer published it, where first_step = max(0, claimed - capacity),
 // with claimed = head, or head + 1 when the writer was writing step `head` at that instant (then the slot being
-// rewritten is not part of the window). The original step indices, the head and online_start are kept, so after
-// a load the writers continue at the same step numbers and the learner's online queue is where it was.
+// rewritten is not part of the window). With stacked fields (layout 1.6) the run may start above that, at the
+// oldest step whose frames were intact (EnvControl::stacks_intact_from), when it is the env's whole view; and a full
+// window copied while the writer pushed may hold oldest steps whose frames were overwritten by the instant it
+// describes (each record still exact): a load stores the frames again from the first record and leaves out the
+// steps they do not fit, with the same reserve those the env could not sample then. The original step indices, the
+// head and online_start are kept, so after a load the writers continue at the same step numbers and the learner's
+// online queue is where it was.
 //
 // Loading validates the whole file first (magic, version, sizes, the schema, every checksum) and only then
 // writes: into a new segment created with the file's geometry (filled while it has no name, and named only once
@@ -67,9 +72,9 @@
 //   file_bytes -----------> +-----------------------------------------------+
 //
 // Invariants a loader checks: the file is exactly file_bytes long (shorter: Errc::truncated); the sections are
-// back to back in env order; per env first_step = max(0, claimed - capacity), steps <= capacity, online_start <=
-// head; step_bytes and num_fields agree with the schema text; episode field indices are below num_fields;
-// total_steps is the sum of the envs' steps.
+// back to back in env order; per env first_step = max(0, claimed - capacity) (at least that, up to head, for a
+// schema with a stacked field), steps <= capacity, online_start <= head; step_bytes and num_fields agree with the
+// schema text; episode field indices are below num_fields; total_steps is the sum of the envs' steps.
 //
 // Episodes (a buffer created with CreateOptions::episodes, layout 1.2): the file records which fields are the
 // episode flags and reward, and the queue capacity, so a new segment is created with the same episode fields, and

@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 
 #include <fmt/format.h>
@@ -53,7 +54,11 @@ class WindowCopy {
     h_ = counters.head;
     h0_ = h_;
     online_ = counters.online_start;
-    s_ = std::min(counters.claimed > cap_ ? counters.claimed - cap_ : 0, h_);
+    // From the oldest stored step (layout 1.6: whose frames are intact too; stacks_intact_from is 0 without stacked
+    // fields).
+    s_ = std::min(std::max(counters.claimed > cap_ ? counters.claimed - cap_ : 0,
+                           c_.stacks_intact_from.load(std::memory_order_relaxed)),
+                  h_);
     t_ = s_;
     written_ = 0;
     crc_ = 0;
@@ -115,10 +120,29 @@ class WindowCopy {
         claimed_out_ = t_ + 1;  // its writer is writing step t (or died doing so)
         return Next::done;
       }
+      if (run_is_view()) return Next::done;
       spoil();
     }
     h_ = now.head;
     return Next::more;
+  }
+
+  // Layout 1.6: an env whose oldest stored steps lost their frames (stacked fields) holds fewer steps than a window,
+  // so its run may never be one: it is complete when it is the env's whole view at some instant. The claim and the
+  // frames' bound are loaded first, then the head; a head still at t says that the env held steps
+  // [max(claimed - capacity, stacks_intact_from), t) when the bound was loaded (the head was t before the copy and
+  // moves up only), and a bound at s that the copied run [s, t) was intact then (a writer raises the bound before it
+  // overwrites frames, and claims before it reclaims a slot). Without stacked fields this adds nothing to
+  // window_complete and the rule above (the bound is 0).
+  bool run_is_view() {
+    const uint64_t claimed = c_.claimed.load(std::memory_order_relaxed) & ~layout::kUpdateLockBit;
+    const uint64_t bound = c_.stacks_intact_from.load(std::memory_order_relaxed);
+    // acquire fence: keeps the two loads above before the head's below (load order only; no store pairs with it)
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (c_.head.load(std::memory_order_relaxed) != t_) return false;
+    if (std::max(claimed > cap_ ? claimed - cap_ : 0, bound) != s_) return false;
+    claimed_out_ = claimed;  // t, or t + 1 while its writer writes step t (the view is the same)
+    return true;
   }
 
   void append(const std::byte* records, uint64_t n) {
