@@ -9,8 +9,10 @@
 // until it holds a complete ring window. What it records per env is a state the env really was in: the steps
 // [first_step, head), each exactly as its writer published it, where first_step = max(0, claimed - capacity),
 // with claimed = head, or head + 1 when the writer was writing step `head` at that instant (then the slot being
-// rewritten is not part of the window). The original step indices, the head and online_start are kept, so after
-// a load the writers continue at the same step numbers and the learner's online queue is where it was.
+// rewritten is not part of the window); with a stacked field (layout 1.6) first_step is the env's
+// stacks_intact_from where that is later (the steps before it had lost their frames), and a load sets it again.
+// The original step indices, the head and online_start are kept, so after a load the writers continue at the same
+// step numbers and the learner's online queue is where it was.
 //
 // Loading validates the whole file first (magic, version, sizes, the schema, every checksum) and only then
 // writes: into a new segment created with the file's geometry (filled while it has no name, and named only once
@@ -67,9 +69,9 @@
 //   file_bytes -----------> +-----------------------------------------------+
 //
 // Invariants a loader checks: the file is exactly file_bytes long (shorter: Errc::truncated); the sections are
-// back to back in env order; per env first_step = max(0, claimed - capacity), steps <= capacity, online_start <=
-// head; step_bytes and num_fields agree with the schema text; episode field indices are below num_fields;
-// total_steps is the sum of the envs' steps.
+// back to back in env order; per env first_step = max(0, claimed - capacity) (at least that with a stacked field),
+// steps <= capacity, online_start <= head; step_bytes and num_fields agree with the schema text; episode field
+// indices are below num_fields; total_steps is the sum of the envs' steps.
 //
 // Episodes (a buffer created with CreateOptions::episodes, layout 1.2): the file records which fields are the
 // episode flags and reward, and the queue capacity, so a new segment is created with the same episode fields, and
@@ -166,7 +168,8 @@ static_assert(sizeof(CheckpointTrailer) == 32, "the checkpoint trailer is 32 byt
 /// One env as a checkpoint holds it.
 struct CheckpointEnv {
   uint64_t env = 0;           ///< the env id
-  uint64_t first_step = 0;    ///< steps first_step .. head - 1 are in the file
+  uint64_t first_step = 0;    ///< steps first_step .. head - 1 are in the file: max(0, claimed - capacity), or
+                              ///< above it with a stacked field (its steps before first_step lost their frames)
   uint64_t steps = 0;         ///< records of this env in the file
   uint64_t head = 0;          ///< first_step + steps
   uint64_t claimed = 0;       ///< head or head + 1 (see the top of this file)

@@ -53,7 +53,8 @@ class WindowCopy {
     h_ = counters.head;
     h0_ = h_;
     online_ = counters.online_start;
-    s_ = std::min(counters.claimed > cap_ ? counters.claimed - cap_ : 0, h_);
+    // The oldest step of the view: its slot not being reclaimed, and (stacked fields) its frames intact.
+    s_ = std::min(std::max(counters.claimed > cap_ ? counters.claimed - cap_ : 0, counters.stacks_intact_from), h_);
     t_ = s_;
     written_ = 0;
     crc_ = 0;
@@ -113,6 +114,12 @@ class WindowCopy {
     if (now.head == t_) {
       if (t_ + 1 - s_ == cap_ && now.claimed == t_ + 1) {
         claimed_out_ = t_ + 1;  // its writer is writing step t (or died doing so)
+        return Next::done;
+      }
+      if (now.claimed == t_ && now.stacks_intact_from == s_) {
+        // With stacked fields (layout 1.6) a view can hold fewer steps than a window: the steps below
+        // stacks_intact_from lost their frames. No write in progress, and the view starts at s: it is [s, t).
+        claimed_out_ = t_;
         return Next::done;
       }
       spoil();

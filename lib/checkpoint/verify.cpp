@@ -146,8 +146,10 @@ CheckpointInfo read_meta(const InFile& in, const CheckpointHeader& h) {
 }
 
 // Env k's section header at `offset`, checked: magic, checksum, env, consistent counters, records that end before
-// the trailer at `end`.
-EnvSection read_env_section(const InFile& in, const CheckpointHeader& h, uint64_t k, uint64_t offset, uint64_t end) {
+// the trailer at `end`. `stacked`: the schema has a stacked field (layout 1.6), whose steps below the env's
+// stacks_intact_from lost their frames, so the first saved step may lie above claimed - capacity.
+EnvSection read_env_section(const InFile& in, const CheckpointHeader& h, uint64_t k, uint64_t offset, uint64_t end,
+                            bool stacked) {
   const std::string& path = in.path();
   EnvSection e{};
   if (offset > end || end - offset < sizeof e) {
@@ -165,9 +167,10 @@ EnvSection read_env_section(const InFile& in, const CheckpointHeader& h, uint64_
     corrupt(path, fmt::format("{} fails its checksum: stored {:#010x}, computed {:#010x}", where, e.header_crc, crc));
   }
   if (e.env != k) corrupt(path, fmt::format("{} is for env {}, expected env {}", where, e.env, k));
+  const uint64_t slots_from = e.claimed > h.capacity ? e.claimed - h.capacity : 0;  // the oldest unreclaimed slot
   if (e.steps > h.capacity || e.first_step > std::numeric_limits<uint64_t>::max() - e.steps || e.head != e.first_step + e.steps ||
       (e.claimed != e.head && e.claimed != e.head + 1) ||
-      e.first_step != (e.claimed > h.capacity ? e.claimed - h.capacity : 0) || e.online_start > e.head) {
+      (stacked ? e.first_step < slots_from : e.first_step != slots_from) || e.online_start > e.head) {
     corrupt(path, fmt::format("{} is inconsistent: steps {} .. {} ({} steps), head {}, claimed {}, online start "
                               "{}, capacity {}",
                               where, e.first_step, e.first_step + e.steps, e.steps, e.head, e.claimed,
@@ -214,9 +217,11 @@ void check_envs(const InFile& in, const CheckpointHeader& h, CheckpointInfo& inf
   std::vector<std::byte> block(static_cast<std::size_t>(block_steps(sb, h.capacity) * sb));
   uint64_t offset = h.header_bytes + h.meta_bytes;
   uint64_t total_steps = 0;
+  const bool stacked = std::any_of(info.schema.fields().begin(), info.schema.fields().end(),
+                                   [](const Field& f) { return f.stacked(); });
   info.envs.reserve(static_cast<std::size_t>(h.num_envs));
   for (uint64_t k = 0; k < h.num_envs; ++k) {
-    const EnvSection e = read_env_section(in, h, k, offset, end);
+    const EnvSection e = read_env_section(in, h, k, offset, end, stacked);
     offset += sizeof e;
     const uint64_t data_bytes = e.steps * sb;  // steps <= 2^40 and sb <= 2^32: may exceed 2^64 only if both near max
     uint32_t data_crc = 0;

@@ -237,15 +237,17 @@ struct EnvCounters {
   uint64_t head = 0;
   uint64_t claimed = 0;
   uint64_t online_start = 0;
+  uint64_t stacks_intact_from = 0;  ///< (layout 1.6) 0 without stacked fields
 };
 
-/// head (acquire), then claimed and online_start.
+/// head (acquire), then claimed, online_start and stacks_intact_from.
 inline EnvCounters read_counters(const layout::EnvControl& c) noexcept {
   EnvCounters n;
   // acquire: pairs with the writer's release store of head in publish_step.
   n.head = c.head.load(std::memory_order_acquire);
   n.claimed = c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit;
   n.online_start = c.online_start.load(std::memory_order_relaxed);
+  n.stacks_intact_from = c.stacks_intact_from.load(std::memory_order_relaxed);
   return n;
 }
 
