@@ -59,7 +59,8 @@ SegmentInfo Inspector::snapshot() const {
   s.capacity = b.capacity();
   s.step_bytes = b.schema().step_bytes();
   s.total_bytes = b.total_bytes();
-  s.data_bytes = b.num_envs() * b.capacity() * s.step_bytes;
+  s.stacks = b.segment().stacks();
+  s.data_bytes = stored_data_bytes(b);
   s.schema = b.schema();
   s.owner_uid = b.owner_uid();
   s.owner_name = detail::user_name(b.owner_uid()).value_or("");
@@ -84,6 +85,7 @@ SegmentInfo Inspector::snapshot() const {
     i.claimed = c.claimed.load(std::memory_order_relaxed) & ~layout::kUpdateLockBit;
     i.last_push_ns = c.last_push_ns.load(std::memory_order_relaxed);
     i.online_start = c.online_start.load(std::memory_order_relaxed);
+    i.stacks_intact_from = c.stacks_intact_from.load(std::memory_order_relaxed);  // display only
     // Acquire pairs with the release of the compare-and-swap that took the lease: the lease's details are set.
     const uint64_t lease = c.lease.load(std::memory_order_acquire);
     if (lease != 0) {
@@ -159,6 +161,17 @@ std::span<const std::byte> StepRecords::field(std::size_t index, std::size_t fie
 
 StepRecords Inspector::read_steps(uint64_t env, uint64_t first_step, uint64_t count) const {
   return shmreplay::read_steps(buffer_, env, first_step, count);
+}
+
+uint64_t stored_data_bytes(const Buffer& b) noexcept {
+  uint64_t bytes = 0;
+  for (const Field& f : b.schema().fields()) {
+    if (!f.stacked()) bytes += b.num_envs() * b.capacity() * f.bytes();
+  }
+  for (const StackGeometry& st : b.segment().stacks()) {  // layout 1.6: the frame rings and the frame-index words
+    bytes += b.num_envs() * (st.frames * st.frame_bytes + b.capacity() * sizeof(uint64_t));
+  }
+  return bytes;
 }
 
 StepRecords read_steps(const Buffer& b, uint64_t env, uint64_t first_step, uint64_t count) {

@@ -288,3 +288,44 @@ TEST_CASE("a segment with priorities places one sum tree per env after the episo
   CHECK(n.segment().header().priority_exponent_bits == 0);
   CHECK(n.segment().header().sections[kSectionPriorities].bytes == 0);
 }
+
+TEST_CASE("layout 1.6: a stacked field's frame rings never have the bytes of an unstacked field's storage, so a 1.5 "
+          "library refuses the segment; the rings hold capacity + (K - 1)(1 + restarts) frames otherwise") {
+  // A 1.5 library accepts a 1.6 segment (a newer minor version) and checks each field's data_bytes against
+  // num_envs x capacity x step_bytes. The rings match that exactly when they hold K x capacity frames (restarts =
+  // capacity - 1, or capacity 2 with one restart); then create makes one frame more, and the 1.5 check fails.
+  struct Case {
+    uint64_t capacity, restarts;  // restarts 0: the default, 1 + capacity / 128
+    const char* spec;
+    uint64_t frames;              // expected frames per env ring
+  };
+  const Case cases[] = {
+      {2, 0, "obs:u8[4,3]:stack=0 r:f32", 2 * 4 + 1},    // default restarts 1: 2 + 3 x 2 = 8 = 4 x 2, one more
+      {2, 0, "obs:u8[3,2]:stack=-1", 2 * 2 + 1},         // K = 2: 2 + 1 x 2 = 4 = 2 x 2, one more
+      {8, 7, "obs:u16[2,4,5]:stack=1", 8 * 4 + 1},       // restarts = capacity - 1: 8 + 3 x 8 = 32, one more
+      {8, 6, "obs:u16[2,4,5]:stack=1", 8 + 3 * 7},       // 29: as the formula says
+      {8, 8, "obs:u16[2,4,5]:stack=1", 8 + 3 * 9},       // 35
+      {300, 0, "obs:u8[4,2,2]:stack=0", 300 + 3 * 4},    // default restarts 1 + 300 / 128 = 3
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.spec);
+    CAPTURE(c.capacity);
+    CAPTURE(c.restarts);
+    const std::string name = test::unique_name("layout-stack");
+    test::SegmentGuard guard(name);
+    const Schema schema = Schema::parse(c.spec);
+    const Buffer b = Buffer::create(name, 3, c.capacity, schema, {.stack_restarts = c.restarts});
+    const SegmentHeader& h = b.segment().header();
+    const auto* table = reinterpret_cast<const FieldDesc*>(reinterpret_cast<const std::byte*>(&h) +
+                                                           h.sections[kSectionFields].offset);
+    const Field& f = schema[0];
+    REQUIRE(f.stacked());
+    CHECK(table[0].stack == *f.stack_axis + 1);
+    CHECK(table[0].stack_frames == c.frames);
+    CHECK(table[0].data_bytes == 3 * c.frames * f.frame_bytes());
+    CHECK(table[0].data_bytes != 3 * c.capacity * table[0].step_bytes);  // what a 1.5 library requires
+    REQUIRE(b.segment().stacks().size() == 1);
+    CHECK(b.segment().stacks()[0].frames == c.frames);
+    CHECK(Buffer::open(name).segment().stacks()[0].frames == c.frames);  // and this library accepts it
+  }
+}

@@ -171,7 +171,8 @@ static_assert(sizeof(CheckpointTrailer) == 32, "the checkpoint trailer is 32 byt
 /// One env as a checkpoint holds it.
 struct CheckpointEnv {
   uint64_t env = 0;           ///< the env id
-  uint64_t first_step = 0;    ///< steps first_step .. head - 1 are in the file
+  uint64_t first_step = 0;    ///< steps first_step .. head - 1 are in the file: max(0, claimed - capacity), or
+                              ///< above it with a stacked field (its steps before first_step lost their frames)
   uint64_t steps = 0;         ///< records of this env in the file
   uint64_t head = 0;          ///< first_step + steps
   uint64_t claimed = 0;       ///< head or head + 1 (see the top of this file)

@@ -34,7 +34,7 @@ struct EnvInfo {
   uint64_t head = 0;           ///< steps published since creation
   uint64_t claimed = 0;        ///< steps whose write has begun (head + 1 while a write is in progress)
   uint64_t online_start = 0;   ///< head at the last reset of the online queue
-  uint64_t length = 0;         ///< steps in the replay view: head - max(0, claimed - capacity)
+  uint64_t length = 0;         ///< steps in the replay view: head - max(0, claimed - capacity, stacks_intact_from)
   uint64_t online_length = 0;  ///< steps in the online view: those of the replay view at or after online_start
   OwnerState owner = OwnerState::none;  ///< the writer holding the env's lease: none, alive or dead
   uint64_t owner_pid = 0;               ///< its pid; 0 when there is no owner
@@ -42,6 +42,9 @@ struct EnvInfo {
   uint64_t lease_since_ns = 0;   ///< CLOCK_REALTIME; 0 when there is no owner
   uint64_t lease_takeovers = 0;  ///< how often a dead owner's lease of this env was taken over
   uint64_t last_push_ns = 0;     ///< CLOCK_REALTIME; 0 when nothing was pushed
+  /// Stacked fields (layout 1.6; 0 without): the oldest step whose frames are intact. The steps from
+  /// max(0, claimed - capacity) up to it lost their stacks to frames that restarts overwrote.
+  uint64_t stacks_intact_from = 0;
   // Episodes (all 0 in a buffer without episode fields):
   uint64_t episodes_completed = 0;       ///< episodes whose last step was published, since creation
   uint64_t episode_records_dropped = 0;  ///< records lost because the queue was full when the episode ended
@@ -78,9 +81,11 @@ struct SegmentInfo {
   uint32_t layout_minor = 0;    ///< ... minor
   uint64_t num_envs = 0;        ///< envs
   uint64_t capacity = 0;        ///< steps per env
-  uint64_t step_bytes = 0;      ///< bytes of one step, all fields together
+  uint64_t step_bytes = 0;      ///< bytes of one step, all fields together, as pushed and sampled
   uint64_t total_bytes = 0;     ///< the file's size
-  uint64_t data_bytes = 0;      ///< bytes of the steps: num_envs * capacity * step_bytes
+  uint64_t data_bytes = 0;      ///< bytes of the steps as stored: num_envs * capacity * step_bytes, but for a
+                                ///< stacked field its frame rings and frame-index words instead of its share
+  std::vector<StackGeometry> stacks;  ///< the stacked fields (layout 1.6), in schema order; empty without
   Schema schema;                ///< the fields of a step
   uint32_t owner_uid = 0;       ///< the uid that owns the segment file
   std::string owner_name;       ///< its user name; "" when the password database has none
@@ -139,7 +144,8 @@ class Inspector {
   SegmentInfo snapshot() const;
 
   /// Copies the published steps of env `env` in [first_step, first_step + count) that are stored (the part of
-  /// that range inside the replay view, [max(0, claimed - capacity), head)). Writers keep pushing meanwhile: the
+  /// that range inside the replay view, [max(0, claimed - capacity, stacks_intact_from), head); a stacked field's
+  /// stacks are rebuilt from its frames). Writers keep pushing meanwhile: the
   /// copy is validated like a sample row, and steps whose slots a writer reclaimed before they were copied are
   /// left out, so the result is the newer end of the range (its first_step may be above the one asked for, and
   /// count may be 0). Every record is exactly what its writer published. Never writes the segment and never
@@ -157,6 +163,11 @@ class Inspector {
 /// Inspector::read_steps on a Buffer this process holds already (mapped read-only or not), without opening the
 /// segment again by name (which could be another file by now).
 StepRecords read_steps(const Buffer& buffer, uint64_t env, uint64_t first_step, uint64_t count);
+
+/// Bytes of `buffer`'s step storage (SegmentInfo::data_bytes): num_envs x capacity x each field's bytes, and for a
+/// stacked field (layout 1.6) its frame rings and frame-index words instead. From the geometry open accepted; O(1)
+/// per field.
+uint64_t stored_data_bytes(const Buffer& buffer) noexcept;
 
 /// One entry of list_segments(): a file whose first bytes are shmreplay's magic.
 struct ListedSegment {

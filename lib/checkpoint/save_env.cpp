@@ -54,11 +54,8 @@ class WindowCopy {
     h_ = counters.head;
     h0_ = h_;
     online_ = counters.online_start;
-    // From the oldest stored step (layout 1.6: whose frames are intact too; stacks_intact_from is 0 without stacked
-    // fields).
-    s_ = std::min(std::max(counters.claimed > cap_ ? counters.claimed - cap_ : 0,
-                           c_.stacks_intact_from.load(std::memory_order_relaxed)),
-                  h_);
+    // The oldest step of the view: its slot not being reclaimed, and (stacked fields) its frames intact.
+    s_ = std::min(std::max(counters.claimed > cap_ ? counters.claimed - cap_ : 0, counters.stacks_intact_from), h_);
     t_ = s_;
     written_ = 0;
     crc_ = 0;

@@ -146,8 +146,8 @@ CheckpointInfo read_meta(const InFile& in, const CheckpointHeader& h) {
 }
 
 // Env k's section header at `offset`, checked: magic, checksum, env, consistent counters, records that end before
-// the trailer at `end`. `stacked`: the schema has a stacked field, whose env may have lost its oldest stored steps
-// (their frames overwritten, layout 1.6): then the records may start above claimed - capacity.
+// the trailer at `end`. `stacked`: the schema has a stacked field (layout 1.6), whose steps below the env's
+// stacks_intact_from lost their frames, so the first saved step may lie above claimed - capacity.
 EnvSection read_env_section(const InFile& in, const CheckpointHeader& h, uint64_t k, uint64_t offset, uint64_t end,
                             bool stacked) {
   const std::string& path = in.path();
@@ -167,11 +167,10 @@ EnvSection read_env_section(const InFile& in, const CheckpointHeader& h, uint64_
     corrupt(path, fmt::format("{} fails its checksum: stored {:#010x}, computed {:#010x}", where, e.header_crc, crc));
   }
   if (e.env != k) corrupt(path, fmt::format("{} is for env {}, expected env {}", where, e.env, k));
+  const uint64_t slots_from = e.claimed > h.capacity ? e.claimed - h.capacity : 0;  // the oldest unreclaimed slot
   if (e.steps > h.capacity || e.first_step > std::numeric_limits<uint64_t>::max() - e.steps || e.head != e.first_step + e.steps ||
       (e.claimed != e.head && e.claimed != e.head + 1) ||
-      (stacked ? e.first_step < (e.claimed > h.capacity ? e.claimed - h.capacity : 0)
-               : e.first_step != (e.claimed > h.capacity ? e.claimed - h.capacity : 0)) ||
-      e.online_start > e.head) {
+      (stacked ? e.first_step < slots_from : e.first_step != slots_from) || e.online_start > e.head) {
     corrupt(path, fmt::format("{} is inconsistent: steps {} .. {} ({} steps), head {}, claimed {}, online start "
                               "{}, capacity {}",
                               where, e.first_step, e.first_step + e.steps, e.steps, e.head, e.claimed,

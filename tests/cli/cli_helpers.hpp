@@ -37,6 +37,7 @@
 
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/checkpoint.hpp"
+#include "shmreplay/inspector.hpp"
 #include "shmreplay/layout.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/version.hpp"
@@ -334,6 +335,55 @@ inline void push_payloads(const std::string& name, const std::vector<uint64_t>& 
   for (std::size_t e = 0; e < steps.size(); ++e) {
     for (uint64_t i = 0; i < steps[e]; ++i) pusher.push(w, {static_cast<int32_t>(e)});
   }
+}
+
+// -- A stacked field (layout 1.6) --
+// obs is a stack of K = 3 frames of 16 bytes along axis 0; t is the step. 52 bytes per step as pushed.
+const std::string kStackedSpec = "obs:u8[3,4,4]:stack=0 t:u32";
+constexpr uint64_t kStackDepth = 3;
+constexpr uint64_t kFrameBytes = 16;
+constexpr uint64_t kEpisodeSteps = 5;  // an episode of every env starts at every 5th step
+
+// Byte j of frame g of env e (frame g: the frame the env showed at its step g). Distinct for every g below 251.
+inline uint8_t frame_byte(uint64_t env, uint64_t g, uint64_t j) {
+  return static_cast<uint8_t>((env * 97 + g * 7 + j) % 251);
+}
+
+// The stack env `env` pushes at step `step`: frames max(episode start, step - K + 1 + k), k = 0..K-1, newest last.
+// An episode's first step repeats its first frame K times (the reset padding of envpool's Atari and Gymnasium's
+// FrameStackObservation), so its stack does not continue the previous step's and the writer stores all K frames.
+inline std::vector<uint8_t> expected_stack(uint64_t env, uint64_t step) {
+  const uint64_t start = step - step % kEpisodeSteps;
+  std::vector<uint8_t> stack(kStackDepth * kFrameBytes);
+  for (uint64_t k = 0; k < kStackDepth; ++k) {
+    const uint64_t g = std::max(start, step + k + 1 >= kStackDepth ? step + k + 1 - kStackDepth : 0);
+    for (uint64_t j = 0; j < kFrameBytes; ++j) stack[k * kFrameBytes + j] = frame_byte(env, g, j);
+  }
+  return stack;
+}
+
+// Pushes steps[e] steps of expected_stack into env e of the quiet segment `name` (kStackedSpec), from this process.
+inline void push_stacks(const std::string& name, const std::vector<uint64_t>& steps) {
+  Buffer b = Buffer::open(name);
+  Writer w = Writer::range(b, 0, b.num_envs());
+  for (std::size_t e = 0; e < steps.size(); ++e) {
+    for (uint64_t s = 0; s < steps[e]; ++s) {
+      const std::vector<uint8_t> stack = expected_stack(e, s);
+      const std::vector<uint32_t> t{static_cast<uint32_t>(s)};
+      w.push_one(e, {field_bytes(stack), field_bytes(t)});
+    }
+  }
+}
+
+// The elements of a JSON value nested by a field's shape (dump --full --json), flattened in row-major order.
+inline std::vector<uint64_t> flat_elements(const json& value) {
+  if (!value.is_array()) return {value.get<uint64_t>()};
+  std::vector<uint64_t> out;
+  for (const json& item : value) {
+    const std::vector<uint64_t> part = flat_elements(item);
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
 }
 
 /// The CLI running as a child process, its stderr read line by line (stdout goes to /dev/null), so that a test

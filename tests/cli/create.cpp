@@ -250,3 +250,43 @@ TEST_CASE("--version prints the library and the layout versions") {
   CHECK(contains(r.out, kVersion));
   CHECK(contains(r.out, fmt::format("layout {}.{}", layout::kLayoutMajor, layout::kLayoutMinor)));
 }
+
+TEST_CASE("create of a stacked schema with --stack-restarts prints the bytes per step as pushed and as stored, and "
+          "info shows the stacking; without a stacked field --stack-restarts is refused") {
+  const std::string name = unique_name("cli-stack");
+  SegmentGuard guard(name);
+  const CliResult c = run_cli({"create", name, "--envs", "2", "--capacity", "16", "--schema", kStackedSpec,
+                               "--stack-restarts", "3"});
+  REQUIRE(c.exit_code == 0);
+  CHECK(c.err.empty());
+  // 16 + 2 x (1 + 3) = 24 frames of 16 bytes per env, 16 index words of 8 bytes, and t's 4 bytes per step:
+  // (24 x 16 + 16 x 8 + 16 x 4) / 16 = 36 bytes stored per step, against 48 + 4 = 52 as pushed.
+  CHECK(c.out.starts_with(
+      fmt::format("created '{}': 2 envs x 16 steps, 52 bytes as pushed, 36.0 stored per step, ", name)));
+  {
+    const Buffer b = Buffer::open(name, {.read_only = true});
+    REQUIRE(b.segment().stacks().size() == 1);
+    CHECK(b.segment().stacks()[0].frames == 24);
+    CHECK(b.schema() == Schema::parse(kStackedSpec));
+  }
+
+  const CliResult i = run_cli({"info", name});
+  REQUIRE(i.exit_code == 0);
+  CHECK(words(line_starting(i.out, "step")) ==
+        std::vector<std::string>{"step", "52", "bytes", "as", "pushed,", "36.0", "stored"});
+  CHECK(line_starting(i.out, "stacked") == "stacked       obs: 3 frames on axis 0; 24 frames per env of 16 bytes "
+                                            "(room for 3 restarts per env at no loss)");
+  CHECK(contains(i.out, "obs:u8[3,4,4]:stack=0 t:u32"));
+  CHECK(words(line_starting(i.out, "  0  obs")) ==
+        std::vector<std::string>{"0", "obs", "u8", "[3,4,4]", "48", "axis", "0,", "3", "frames", "of", "16", "bytes"});
+  CHECK(words(line_starting(i.out, "  1  t")) == std::vector<std::string>{"1", "t", "u32", "scalar", "4", "-"});
+
+  const std::string plain = unique_name("cli-stack");
+  SegmentGuard plain_guard(plain);
+  const CliResult p = run_cli({"create", plain, "--envs", "2", "--capacity", "16", "--schema", kSpec,
+                               "--stack-restarts", "3"});
+  CHECK(p.exit_code == 1);
+  CHECK(one_error_line(p.err));
+  CHECK(contains(p.err, "stack_restarts is 3, but the schema has no stacked field"));
+  CHECK_FALSE(Buffer::exists(plain));
+}

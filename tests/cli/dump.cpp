@@ -72,6 +72,37 @@ TEST_CASE("dump selects envs, the last steps, a step range and fields, and summa
   CHECK(run_cli({"dump", name, "--steps", "5:3"}).exit_code == 2);
 }
 
+TEST_CASE("dump prints a stacked field's whole stacks as they were pushed, across episode starts, and only the steps "
+          "whose frames are intact") {
+  const std::string name = unique_name("cli-dump-stack");
+  SegmentGuard guard(name);
+  Buffer::create(name, 2, 16, Schema::parse(kStackedSpec));
+  push_stacks(name, {16, 4});  // env 0 lost steps 0-3 to its restarts (ls_info.cpp says why); env 1 holds 0-3
+
+  const std::vector<json> rows = json_lines(run_cli({"dump", name, "--json", "--full"}).out);
+  REQUIRE(rows.size() == 12 + 4);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const uint64_t env = i < 12 ? 0 : 1;
+    const uint64_t step = i < 12 ? 4 + i : i - 12;
+    CAPTURE(env);
+    CAPTURE(step);
+    CHECK(rows[i]["env"] == env);
+    CHECK(rows[i]["step"] == step);
+    const std::vector<uint8_t> stack = expected_stack(env, step);
+    CHECK(flat_elements(rows[i]["fields"]["obs"]) == std::vector<uint64_t>(stack.begin(), stack.end()));
+    CHECK(rows[i]["fields"]["t"] == step);
+  }
+
+  // As a table: the stack nested by its shape, frame by frame ([[[...], ...], [[...]...], [[...]...]]).
+  const CliResult table = run_cli({"dump", name, "--env", "0", "--last", "1", "--full"});
+  REQUIRE(table.exit_code == 0);
+  CHECK(words(line_starting(table.out, "ENV")) == std::vector<std::string>{"ENV", "STEP", "obs", "t"});
+  const std::string row = line_starting(table.out, "  0    15  ");  // an episode's first step: 3 x frame 15
+  const std::vector<uint8_t> stack = expected_stack(0, 15);
+  CHECK(contains(row, fmt::format("[[[{}, {}, {}, {}], ", stack[0], stack[1], stack[2], stack[3])));
+  CHECK(contains(row, fmt::format("]], [[{}, {}, {}, {}], ", stack[16], stack[17], stack[18], stack[19])));
+}
+
 TEST_CASE("dump of a large env streams it in bounded memory, as a table and as JSON lines") {
   // One env of 8192 steps of 32 KiB: 256 MiB of steps. A dump reads every one of them, so its resident set holds
   // the segment's pages (a shared mapping); what it allocates on top must stay small, not another copy of the env.

@@ -22,6 +22,8 @@ TEST_CASE("info --json reports the geometry, the schema and empty envs") {
   CHECK(j["priorities"].is_null());  // created without priorities
   CHECK(j["total_bytes"] == b.total_bytes());
   CHECK(j["data_bytes"] == 3 * 100 * 25);
+  CHECK(j["stored_step_bytes"] == 25.0);  // no stacked field: stored as pushed
+  CHECK(j["stacks"] == json::array());
   CHECK(j["creator_pid"].get<uint64_t>() > 0);
   CHECK(j["creator_alive"] == false);  // the creator was the CLI process, which has exited
   CHECK(j["total_pushed"] == 0);
@@ -32,8 +34,9 @@ TEST_CASE("info --json reports the geometry, the schema and empty envs") {
 
   const json& schema = j["schema"];
   REQUIRE(schema.size() == 4);
-  CHECK(schema[0] == json{{"name", "obs"}, {"dtype", "f32"}, {"shape", {4}}, {"bytes", 16}});
-  CHECK(schema[1] == json{{"name", "action"}, {"dtype", "i32"}, {"shape", json::array()}, {"bytes", 4}});
+  CHECK(schema[0] == json{{"name", "obs"}, {"dtype", "f32"}, {"shape", {4}}, {"bytes", 16}, {"stack_axis", nullptr}});
+  CHECK(schema[1] ==
+        json{{"name", "action"}, {"dtype", "i32"}, {"shape", json::array()}, {"bytes", 4}, {"stack_axis", nullptr}});
   CHECK(schema[3]["dtype"] == "bool");
 
   const json& envs = j["envs"];
@@ -46,6 +49,59 @@ TEST_CASE("info --json reports the geometry, the schema and empty envs") {
     CHECK(envs[e]["owner"] == "none");
     CHECK(envs[e]["last_push_ns"] == 0);
   }
+}
+
+TEST_CASE("info of a stacked buffer: each stacked field's K, axis, frames and frame bytes, the bytes per step as "
+          "pushed and as stored, and the steps whose frames a ring of too few restarts lost") {
+  const std::string name = unique_name("cli-stack");
+  SegmentGuard guard(name);
+  Buffer::create(name, 2, 16, Schema::parse(kStackedSpec));  // default reserve: 1 + 16 / 128 = 1 restart
+  // Env 0: 16 steps, its episodes starting at steps 0, 5, 10 and 15 (each of those stores 3 frames). The ring of
+  // 16 + 2 x (1 + 1) = 20 frames holds one restart past the first step: the two more cost 2 steps each, steps 0-3.
+  // Env 1: 4 steps, nothing lost.
+  push_stacks(name, {16, 4});
+
+  const CliResult r = run_cli({"info", name, "--json"});
+  REQUIRE(r.exit_code == 0);
+  const json j = parse_json(r.out);
+  CHECK(j["step_bytes"] == 52);
+  CHECK(j["data_bytes"] == 2 * 20 * 16 + 2 * 16 * 8 + 2 * 16 * 4);  // rings, index words, t
+  CHECK(j["stored_step_bytes"] == 32.0);                              // 1024 bytes / 32 step slots
+  CHECK(j["schema_spec"] == kStackedSpec);
+  CHECK(j["schema"][0] ==
+        json{{"name", "obs"}, {"dtype", "u8"}, {"shape", {3, 4, 4}}, {"bytes", 48}, {"stack_axis", 0}});
+  CHECK(j["schema"][1]["stack_axis"].is_null());
+  REQUIRE(j["stacks"].size() == 1);
+  CHECK(j["stacks"][0] == json{{"field", "obs"},
+                               {"index", 0},
+                               {"axis", 0},
+                               {"depth", 3},
+                               {"frames_per_env", 20},
+                               {"frame_bytes", 16},
+                               {"restarts_held", 1},
+                               {"ring_bytes", 2 * 20 * 16},
+                               {"index_bytes", 2 * 16 * 8}});
+  CHECK(j["envs"][0]["head"] == 16);
+  CHECK(j["envs"][0]["stacks_intact_from"] == 4);
+  CHECK(j["envs"][0]["length"] == 12);
+  CHECK(j["envs"][1]["stacks_intact_from"] == 0);
+  CHECK(j["envs"][1]["length"] == 4);
+  CHECK(j["replay_steps"] == 16);
+
+  const CliResult t = run_cli({"info", name});
+  REQUIRE(t.exit_code == 0);
+  CHECK(words(line_starting(t.out, "step")) ==
+        std::vector<std::string>{"step", "52", "bytes", "as", "pushed,", "32.0", "stored"});
+  CHECK(contains(line_starting(t.out, "stacked"), "obs: 3 frames on axis 0; 20 frames per env of 16 bytes"));
+  CHECK(contains(line_starting(t.out, "replay steps"), "16 (50.0% full)"));
+
+  const CliResult l = run_cli({"ls", "--json"});
+  REQUIRE(l.exit_code == 0);
+  const json all = parse_json(l.out);
+  const json* listed = find_named(all, name);
+  REQUIRE(listed != nullptr);
+  CHECK((*listed)["step_bytes"] == 52);
+  CHECK((*listed)["stored_step_bytes"] == 32.0);
 }
 
 TEST_CASE("info fails with exit code 1 on a missing name and on a foreign file") {

@@ -68,6 +68,78 @@ TEST_CASE("save while a writer process keeps pushing, then load: every restored 
   }
 }
 
+TEST_CASE("save and load of a stacked buffer: the checkpoint holds whole stacks, the loaded buffer stores them as "
+          "frames and gives back every stack byte for byte, and a writer goes on after the loaded frames") {
+  const std::string name = unique_name("cli-save-stack");
+  const std::string copy = unique_name("cli-load-stack");
+  SegmentGuard guard(name);
+  SegmentGuard copy_guard(copy);
+  FileGuard file{temp_file("cli-save-stack")};
+  Buffer::create(name, 2, 16, Schema::parse(kStackedSpec));
+  push_stacks(name, {16, 4});  // env 0 holds steps 4-15 (its restarts cost steps 0-3), env 1 steps 0-3
+
+  const CliResult saved = run_cli({"save", name, file.path, "--json"});
+  INFO(saved.err);
+  REQUIRE(saved.exit_code == 0);
+  const json s = parse_json(saved.out);
+  CHECK(s["schema_spec"] == kStackedSpec);
+  CHECK(s["envs"][0]["first_step"] == 4);
+  CHECK(s["envs"][0]["steps"] == 12);
+  CHECK(s["envs"][1]["first_step"] == 0);
+  CHECK(s["envs"][1]["steps"] == 4);
+  CHECK(s["total_steps"] == 16);
+  CHECK(s["file_bytes"].get<uint64_t>() > 16 * 52);  // whole stacks: 52 bytes a record, as pushed
+
+  const CliResult loaded = run_cli({"load", file.path, copy, "--json"});
+  REQUIRE(loaded.exit_code == 0);
+  CHECK(parse_json(loaded.out)["created"] == true);
+  {
+    const Buffer restored = Buffer::open(copy, {.read_only = true});
+    CHECK(restored.schema() == Schema::parse(kStackedSpec));
+    REQUIRE(restored.segment().stacks().size() == 1);
+    CHECK(restored.segment().stacks()[0].frames == 20);  // the default reserve, as the source's
+    CHECK(restored.segment().env_control(0).stacks_intact_from.load() == 4);
+    for (uint64_t e = 0; e < 2; ++e) {
+      CAPTURE(e);
+      const StepRecords r = read_steps(restored, e, 0, 100);
+      CHECK(r.first_step == (e == 0 ? 4u : 0u));
+      REQUIRE(r.count == (e == 0 ? 12u : 4u));
+      for (uint64_t i = 0; i < r.count; ++i) {
+        const uint64_t step = r.first_step + i;
+        CAPTURE(step);
+        const std::vector<uint8_t> stack = expected_stack(e, step);
+        const auto obs = r.field(i, 0);
+        CHECK(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(obs.data()),
+                                   reinterpret_cast<const uint8_t*>(obs.data()) + obs.size()) == stack);
+      }
+    }
+  }
+  // dump reads the same steps from both.
+  const CliResult a = run_cli({"dump", name, "--json", "--full"});
+  const CliResult b = run_cli({"dump", copy, "--json", "--full"});
+  REQUIRE(a.exit_code == 0);
+  CHECK(a.out == b.out);
+
+  // A writer of the loaded buffer resumes after the loaded frames: env 1's step 4 starts an episode, its step 5
+  // continues it (one new frame against the loaded step 4's), and both read back as pushed.
+  {
+    Buffer target = Buffer::open(copy);
+    Writer w(target, std::vector<uint64_t>{1});
+    for (uint64_t step = 4; step < 8; ++step) {
+      const std::vector<uint8_t> stack = expected_stack(1, step);
+      const std::vector<uint32_t> t{static_cast<uint32_t>(step)};
+      w.push_one(1, {field_bytes(stack), field_bytes(t)});
+    }
+  }
+  const std::vector<json> rows = json_lines(run_cli({"dump", copy, "--env", "1", "--json", "--full"}).out);
+  REQUIRE(rows.size() == 8);
+  for (uint64_t step = 0; step < 8; ++step) {
+    CAPTURE(step);
+    const std::vector<uint8_t> stack = expected_stack(1, step);
+    CHECK(flat_elements(rows[step]["fields"]["obs"]) == std::vector<uint64_t>(stack.begin(), stack.end()));
+  }
+}
+
 TEST_CASE("save and load show progress on stderr with --progress") {
   const std::string name = unique_name("cli-progress");
   SegmentGuard guard(name);

@@ -101,7 +101,9 @@ class Model:
         self.fields = stacked_fields(self.schema)
         self.dtypes = {f.name: f.numpy_dtype for f in self.schema.fields}
         restarts = stack_restarts if stack_restarts else 1 + self.cap // 128
-        self.frames_of = {name: self.cap + (depth - 1) * (1 + restarts) for name, (_, depth, _) in self.fields.items()}
+        # one frame more where that is exactly K x capacity (create's rule, so that a 1.5 library refuses the segment)
+        self.frames_of = {name: self.cap + (depth - 1) * (1 + restarts) + (restarts == self.cap - 1)
+                          for name, (_, depth, _) in self.fields.items()}
         self.rng = np.random.default_rng(seed)
         n = buffer.num_envs
         self.envs = [StampedEnv(e, self.fields, self.dtypes, self.rng) for e in range(n)]

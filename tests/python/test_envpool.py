@@ -45,9 +45,16 @@ def test_the_atari_throughput_run_reports_every_process():
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     reports = {r["role"]: r for r in json.loads(out.stdout)}
-    assert set(reports) == {"learner", "actor 0", "actor 1"}, reports
+    assert set(reports) == {"learner", "actor 0", "actor 1", "buffer"}, reports
     assert all(reports[f"actor {w}"]["env_steps"] > 0 for w in range(2)), reports
+    assert all(r["layout"] == "stacked" for r in reports.values()), reports
     assert reports["learner"]["batches"] >= 0
+    assert reports["learner"]["replay_steps"] <= reports["learner"]["stored_steps"] <= 4 * 128
+    assert all(reports[role]["memory"]["VmRSS"] > 0 for role in ("learner", "actor 0", "actor 1")), reports
+    buffer = reports["buffer"]  # obs stored one 84x84 frame per step: about a quarter of the 28,233 bytes pushed
+    assert buffer["step_bytes_pushed"] == 4 * 84 * 84 + 9
+    assert 84 * 84 < buffer["segment_bytes_per_step"] < buffer["step_bytes_pushed"] / 3, buffer
+    assert buffer["resident_bytes"] is None or buffer["resident_bytes"] <= buffer["segment_bytes"], buffer
 
 
 def test_the_watchdog_prints_every_process_state_while_the_learner_is_stopped(name):

@@ -96,10 +96,11 @@ inline StackShape shape_of(const Field& f, std::size_t index) {
 }
 
 /// What create makes of a stacked field: frames per env = capacity + (K - 1) x (1 + restarts), the default restarts
-/// 1 + capacity / 128.
+/// 1 + capacity / 128, and one frame more where that is exactly K x capacity (so that a 1.5 library refuses it).
 inline uint64_t frames_per_env(uint64_t capacity, uint64_t depth, uint64_t restarts) {
   if (restarts == 0) restarts = 1 + capacity / 128;
-  return capacity + (depth - 1) * (1 + restarts);
+  const uint64_t frames = capacity + (depth - 1) * (1 + restarts);
+  return frames == depth * capacity ? frames + 1 : frames;
 }
 
 /// Writes the stack of frames `stamps` (K of them, oldest first) into `out` as the field lays it out.

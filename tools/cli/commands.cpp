@@ -56,9 +56,31 @@ Schema read_schema_file(const std::string& path) {
 Json schema_json(const Schema& schema) {
   Json fields = Json::array();
   for (const Field& f : schema.fields()) {
-    fields.push_back({{"name", f.name}, {"dtype", dtype_name(f.dtype)}, {"shape", f.shape}, {"bytes", f.bytes()}});
+    fields.push_back({{"name", f.name},
+                      {"dtype", dtype_name(f.dtype)},
+                      {"shape", f.shape},
+                      {"bytes", f.bytes()},
+                      {"stack_axis", f.stack_axis ? Json(*f.stack_axis) : Json(nullptr)}});
   }
   return fields;
+}
+
+// The stacked fields (layout 1.6): one object each, [] without.
+Json stacks_json(const SegmentInfo& i) {
+  Json stacks = Json::array();
+  for (const StackGeometry& st : i.stacks) {
+    const Field& f = i.schema[st.field];
+    stacks.push_back({{"field", f.name},
+                      {"index", st.field},
+                      {"axis", *f.stack_axis},
+                      {"depth", st.depth},
+                      {"frames_per_env", st.frames},
+                      {"frame_bytes", st.frame_bytes},
+                      {"restarts_held", stack_restarts_held(st, i.capacity)},
+                      {"ring_bytes", i.num_envs * st.frames * st.frame_bytes},
+                      {"index_bytes", i.num_envs * i.capacity * sizeof(uint64_t)}});
+  }
+  return stacks;
 }
 
 Json env_json(const EnvInfo& e) {
@@ -75,6 +97,7 @@ Json env_json(const EnvInfo& e) {
       {"lease_since_ns", e.lease_since_ns},
       {"lease_takeovers", e.lease_takeovers},
       {"last_push_ns", e.last_push_ns},
+      {"stacks_intact_from", e.stacks_intact_from},
       {"state", state_text(e)},
       {"episodes_completed", e.episodes_completed},
       {"episode_records_dropped", e.episode_records_dropped},
@@ -117,6 +140,7 @@ Json listed_json(const ListedSegment& s) {
       {"envs", i.num_envs},
       {"capacity", i.capacity},
       {"step_bytes", i.step_bytes},
+      {"stored_step_bytes", stored_step_bytes(i)},
       {"total_bytes", i.total_bytes},
       {"replay_steps", i.replay_steps},
       {"online_steps", i.online_steps},
@@ -186,8 +210,10 @@ Json info_json(const SegmentInfo& i) {
       {"num_envs", i.num_envs},
       {"capacity", i.capacity},
       {"step_bytes", i.step_bytes},
+      {"stored_step_bytes", stored_step_bytes(i)},
       {"total_bytes", i.total_bytes},
       {"data_bytes", i.data_bytes},
+      {"stacks", stacks_json(i)},
       {"owner_uid", i.owner_uid},
       {"owner_user", owner_user_json(i)},
       {"owned_by_you", i.owner_uid == static_cast<uint32_t>(::geteuid())},
@@ -231,7 +257,13 @@ void print_info_summary(const SegmentInfo& i) {
   print_pair("layout", layout_text(i.layout_major, i.layout_minor));
   print_pair("envs", fmt::format("{}", i.num_envs));
   print_pair("capacity", fmt::format("{} per env", counted(i.capacity, "step", "steps")));
-  print_pair("step", counted(i.step_bytes, "byte", "bytes"));
+  print_pair("step", step_bytes_text(i));
+  for (const StackGeometry& st : i.stacks) {
+    print_pair("stacked", fmt::format("{}: {} frames on axis {}; {} frames per env of {} bytes (room for {} restarts "
+                                      "per env at no loss)",
+                                      i.schema[st.field].name, st.depth, *i.schema[st.field].stack_axis, st.frames,
+                                      st.frame_bytes, stack_restarts_held(st, i.capacity)));
+  }
   print_pair("size", fmt::format("{} ({} bytes; step data {} bytes)", human_bytes(i.total_bytes), i.total_bytes,
                                  i.data_bytes));
   print_pair("owner", owner_text(i));
@@ -266,11 +298,21 @@ void print_info_summary(const SegmentInfo& i) {
 void print_schema_table(const Schema& schema) {
   fmt::print("\nschema ({}, {} per step): {}\n", counted(schema.size(), "field", "fields"),
              counted(schema.step_bytes(), "byte", "bytes"), schema.to_string());
-  Table t({{"#", Align::right}, {"NAME"}, {"DTYPE"}, {"SHAPE"}, {"BYTES", Align::right}});
+  const bool stacked = std::any_of(schema.fields().begin(), schema.fields().end(),
+                                   [](const Field& f) { return f.stacked(); });
+  std::vector<Table::Column> columns{{"#", Align::right}, {"NAME"}, {"DTYPE"}, {"SHAPE"}, {"BYTES", Align::right}};
+  if (stacked) columns.push_back({"STACKED"});  // only for a schema with a stacked field (layout 1.6)
+  Table t(std::move(columns));
   for (std::size_t k = 0; k < schema.size(); ++k) {
     const Field& f = schema[k];
-    t.add_row({fmt::format("{}", k), f.name, std::string(dtype_name(f.dtype)), f.shape_string(),
-               fmt::format("{}", f.bytes())});
+    std::vector<std::string> row{fmt::format("{}", k), f.name, std::string(dtype_name(f.dtype)), f.shape_string(),
+                                 fmt::format("{}", f.bytes())};
+    if (stacked) {
+      row.push_back(f.stacked() ? fmt::format("axis {}, {} frames of {} bytes", *f.stack_axis, f.stack_depth(),
+                                              f.frame_bytes())
+                                : std::string("-"));
+    }
+    t.add_row(std::move(row));
   }
   fmt::print("{}", t.render("  "));
 }
@@ -318,6 +360,21 @@ std::string owner_text(const SegmentInfo& i) {
   return fmt::format("{}: another user, not you ({}); programs of yours refuse to open it unless allowed "
                      "(allow_other_owner, --allow-other-owner)",
                      owner, detail::user_text(self));
+}
+
+double stored_step_bytes(const SegmentInfo& i) {
+  const uint64_t slots = i.num_envs * i.capacity;
+  return slots == 0 ? 0.0 : static_cast<double>(i.data_bytes) / static_cast<double>(slots);
+}
+
+std::string step_bytes_text(const SegmentInfo& i) {
+  if (i.stacks.empty()) return counted(i.step_bytes, "byte", "bytes");
+  return fmt::format("{} bytes as pushed, {:.1f} stored", i.step_bytes, stored_step_bytes(i));
+}
+
+uint64_t stack_restarts_held(const StackGeometry& st, uint64_t capacity) {
+  if (st.depth < 2 || st.frames < capacity + (st.depth - 1)) return 0;
+  return (st.frames - capacity) / (st.depth - 1) - 1;
 }
 
 std::string state_text(const EnvInfo& e) {
@@ -370,9 +427,14 @@ int run_create(const CreateArgs& args) {
        .populate_progress = [&bar, &args](uint64_t done, uint64_t total) {
          if (args.progress || total > kBarFromBytes) bar("populating", done, total);
        }});
+  SegmentInfo info;  // what step_bytes_text reads
+  info.num_envs = b.num_envs();
+  info.capacity = b.capacity();
+  info.step_bytes = schema.step_bytes();
+  info.data_bytes = stored_data_bytes(b);
+  info.stacks = b.segment().stacks();
   fmt::print("created '{}': {} x {}, {} per step, {} ({})\n", b.name(), counted(b.num_envs(), "env", "envs"),
-             counted(b.capacity(), "step", "steps"), counted(schema.step_bytes(), "byte", "bytes"),
-             human_bytes(b.total_bytes()), b.path());
+             counted(b.capacity(), "step", "steps"), step_bytes_text(info), human_bytes(b.total_bytes()), b.path());
   warn_if_world_writable(b.name(), args.mode);
   return kExitOk;
 }

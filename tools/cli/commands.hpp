@@ -146,6 +146,15 @@ std::string state_text(const EnvInfo& env);
 /// is and what that means for the programs that open it.
 std::string owner_text(const SegmentInfo& info);
 
+/// Bytes the segment stores per step slot: data_bytes / (num_envs x capacity). With stacked fields it is less than
+/// step_bytes (a stacked field keeps about one frame per step, plus its frame-index word); otherwise equal.
+double stored_step_bytes(const SegmentInfo& info);
+/// A step's bytes for display: "25 bytes", or with stacked fields "28233 bytes as pushed, 7279.7 stored".
+std::string step_bytes_text(const SegmentInfo& info);
+/// The restarts (steps whose stack does not continue the previous step's) that a stacked field's frame rings hold
+/// per env at no loss: (frames - capacity) / (K - 1) - 1, rounded down.
+uint64_t stack_restarts_held(const StackGeometry& stack, uint64_t capacity);
+
 /// Envs that `info` prints in its text form; the rest are counted as omitted (--json has them all).
 inline constexpr std::size_t kMaxEnvRowsShown = 64;
 

@@ -243,7 +243,7 @@ std::vector<std::string> frame_lines(const WatchArgs& args, const SegmentInfo& s
   lines.push_back(fmt::format("shmreplay watch '{}'  {}  every {}s{}{}", s.name, iso_utc(detail::realtime_ns()),
                               args.interval_s, removed ? "  (removed from the shared-memory directory)" : "",
                               interactive ? "  (q or Ctrl-C quits)" : ""));
-  pair("envs", fmt::format("{} x {} steps, {} bytes per step, {}", s.num_envs, s.capacity, s.step_bytes,
+  pair("envs", fmt::format("{} x {} steps, {} per step, {}", s.num_envs, s.capacity, step_bytes_text(s),
                            human_bytes(s.total_bytes)));
   pair("pushes/s", fmt::format("{} ({} steps pushed in all)", rate_text(r.pushes), s.total_pushed));
   const LearnerInfo& l = s.learner;

@@ -1,6 +1,7 @@
 // detail/protocol/seqlock.hpp: the step seqlock of one env, every side of it in one place. The words are
-// layout::EnvControl's `head` and `claimed` (line 0) and `update_seq` (line 1); docs/design/seqlock.md, "Concurrency
-// protocol", has the argument that a validated copy is whole and current.
+// layout::EnvControl's `head`, `claimed` and `stacks_intact_from` (line 0) and `update_seq` (line 1);
+// docs/design/seqlock.md, "Concurrency protocol", has the argument that a validated copy is whole and current, and
+// docs/design/stacks.md the stacked fields' part of it.
 //
 //   word                  written by                                  read by
 //   head                  the env's writer (publish_step)             every reader (view_range, read_counters, ...)
@@ -10,6 +11,10 @@
 //                         (UpdateSection: odd while rewriting)        (read_begin, read_end)
 //   online_start          the learner (reset_online_start,            the online view (view_range, ...)
 //                         advance_online_start)
+//   stacks_intact_from    the env's writer, before it overwrites      the views' lower bound (view_range,
+//                         frames (detail/protocol/stacks.hpp,         published_range) and readers after their
+//                         store_stacks), and a checkpoint load        copy (read_end_loads, copy_intact); 0
+//                         (layout 1.6, stacked fields only)           without stacked fields
 //
 // Who calls what, and what is safe across processes:
 //   writer side    claim_step, publish_step: the Writer (push, push_one, reserve/commit), only for an env whose
@@ -232,15 +237,17 @@ struct EnvCounters {
   uint64_t head = 0;
   uint64_t claimed = 0;
   uint64_t online_start = 0;
+  uint64_t stacks_intact_from = 0;  ///< (layout 1.6) 0 without stacked fields
 };
 
-/// head (acquire), then claimed and online_start.
+/// head (acquire), then claimed, online_start and stacks_intact_from.
 inline EnvCounters read_counters(const layout::EnvControl& c) noexcept {
   EnvCounters n;
   // acquire: pairs with the writer's release store of head in publish_step.
   n.head = c.head.load(std::memory_order_acquire);
   n.claimed = c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit;
   n.online_start = c.online_start.load(std::memory_order_relaxed);
+  n.stacks_intact_from = c.stacks_intact_from.load(std::memory_order_relaxed);
   return n;
 }
 

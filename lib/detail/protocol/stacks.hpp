@@ -8,7 +8,7 @@
 //   frame-index words             the env's writer, with the step           readers, for each step they copy
 //                                 (slot step % capacity)
 //   EnvControl::stacks_intact_from  the env's writer, before it overwrites  readers: the views' lower bound
-//                                 frames (raise_intact_from)                (view_range) and the validation
+//                                 frames (store_stacks)                     (view_range) and the validation
 //                                                                           (read_end_loads, copy_intact)
 //
 // The validation: a step's stack is frames [index - K + 1, index]; frames only grow with the step, so when the

@@ -52,7 +52,9 @@ uint64_t default_stack_restarts(uint64_t capacity) noexcept;
 
 /// Frames per env ring of a stacked field of `depth` frames: capacity + (depth - 1) x (1 + restarts) (one frame per
 /// stored step, the depth - 1 older frames of the oldest stored step, and depth - 1 more for each of `restarts`
-/// stacks that do not continue their predecessor's). Throws Error(invalid_argument) when it overflows.
+/// stacks that do not continue their predecessor's), one more when that is depth x capacity (so that an older
+/// library never takes the rings for an unstacked field's storage). Throws Error(invalid_argument) when it
+/// overflows.
 uint64_t stack_ring_frames(uint64_t capacity, uint64_t depth, uint64_t restarts);
 
 // -- Create's placement rule (placement.cpp) --

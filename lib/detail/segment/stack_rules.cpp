@@ -30,6 +30,11 @@ uint64_t stack_ring_frames(uint64_t capacity, uint64_t depth, uint64_t restarts)
                 fmt::format("a stacked field of {} frames with {} restarts per env overflows 64 bits of frames", depth,
                             restarts));
   }
+  // Never exactly depth x capacity frames (restarts = capacity - 1, or capacity 2 with one restart): then the rings
+  // would have the bytes an unstacked field has, and a 1.5 library, which accepts a 1.6 segment (a newer minor) and
+  // checks only those bytes, would take the frames for whole stacks and the field for an unstacked one. One more
+  // frame makes it refuse the segment as corrupt (docs/design/stacks.md, "Older libraries").
+  if (frames / depth == capacity && frames % depth == 0 && frames != UINT64_MAX) ++frames;
   return frames;
 }
 
