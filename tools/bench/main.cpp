@@ -49,6 +49,7 @@ struct Options {
   std::size_t batch = 256;
   bool atari_1e6 = false;
   uint64_t atari_capacity = 62500;
+  bool atari_lazy = false;
 };
 
 std::vector<Geometry> make_geometries(const Options& o) {
@@ -205,6 +206,8 @@ int main(int argc, char** argv) {
                "created, filled and sampled; prints its size, resident memory, fill and sample rates (never in CI)");
   app.add_option("--atari-capacity", o.atari_capacity, "Steps per env with --atari-1e6 (default 62500)")
       ->check(CLI::Range(uint64_t{16}, uint64_t{1} << 30));
+  app.add_flag("--atari-lazy", o.atari_lazy,
+               "With --atari-1e6: create without populating the pages (the first pass of the fill faults them in)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -222,7 +225,8 @@ int main(int argc, char** argv) {
       return run_atari_million({.capacity = o.atari_capacity,
                                 .seconds = app.count("--seconds") ? o.seconds : 0.5,
                                 .trials = o.trials,
-                                .json = o.json},
+                                .json = o.json,
+                                .populate = !o.atari_lazy},
                                command);
     }
     return run(o, command);

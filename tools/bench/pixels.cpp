@@ -568,7 +568,8 @@ int run_atari_million(const AtariMillionConfig& c, const std::string& command) {
   fmt::print(stderr, "shmreplay_bench: --atari-1e6: creating {} x {} steps with `{}`\n", c.envs, c.capacity,
              stacked.to_string());
   auto t0 = Clock::now();
-  Buffer buf = Buffer::create(name, c.envs, c.capacity, stacked);
+  Buffer buf = Buffer::create(name, c.envs, c.capacity, stacked,
+                              {.populate = c.populate ? Populate::always : Populate::never});
   Buffer::remove(name);  // the mapping stays; nothing is left behind however this process ends
   const double create_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
@@ -599,15 +600,40 @@ int run_atari_million(const AtariMillionConfig& c, const std::string& command) {
   for (uint64_t e = 0; e < c.envs; ++e) sampleable += sampler.sizes(e).replay;
   Rng rng(5);
   SampleBatch out;
+  // The reference: memcpy of the same output bytes (a stack's 4 frames per step) from random places of the
+  // segment's frame rings: 256 stacks, or 32 runs of 8 stacks' bytes.
+  const StackGeometry& st = buf.segment().stacks()[0];
+  const std::byte* rings = buf.segment().frame_data(0);
+  std::vector<std::byte> ref(kTransitions * kDepth * kFrameBytes);
+  SplitMix mix{9};
+  auto memcpy_ref = [&](std::size_t rows, std::size_t length) {
+    const std::size_t bytes = length * kDepth * kFrameBytes;
+    const uint64_t places = st.frames - length * kDepth + 1;
+    for (std::size_t r = 0; r < rows; ++r) {
+      const uint64_t env = mix.below(c.envs);
+      std::memcpy(ref.data() + r * bytes, rings + (env * st.frames + mix.below(places)) * kFrameBytes, bytes);
+    }
+    clobber(ref.data());
+    return uint64_t{rows};
+  };
   fmt::print(stderr, "shmreplay_bench: --atari-1e6: sampling\n");
-  const double flat = median_rate(c.seconds, c.trials, std::chrono::milliseconds(100), [&] {
-    sampler.sample_transitions(View::replay, kTransitions, rng, out);
-    return uint64_t{kTransitions};
-  });
-  const double seq = median_rate(c.seconds, c.trials, std::chrono::milliseconds(100), [&] {
-    sampler.sample(View::replay, kSequences, kSequenceLength, 1.0, rng, out);
-    return uint64_t{kSequences};
-  });
+  const auto rates = interleaved_rates(c.seconds, c.trials, std::chrono::milliseconds(100),
+                                       {[&] {
+                                          sampler.sample_transitions(View::replay, kTransitions, rng, out);
+                                          return uint64_t{kTransitions};
+                                        },
+                                        [&] { return memcpy_ref(kTransitions, 1); },
+                                        [&] {
+                                          sampler.sample(View::replay, kSequences, kSequenceLength, 1.0, rng, out);
+                                          return uint64_t{kSequences};
+                                        },
+                                        [&] { return memcpy_ref(kSequences, kSequenceLength); }});
+  const double flat = median(rates[0]);
+  const double seq = median(rates[2]);
+  const double flat_ref = median(rates[1]);
+  const double seq_ref = median(rates[3]);
+  const double flat_ratio = median(ratios(rates[0], rates[1]));
+  const double seq_ratio = median(ratios(rates[2], rates[3]));
 
   const double step_gb = static_cast<double>(unstacked.step_bytes()) * 1e-9;
   if (c.json) {
@@ -630,8 +656,13 @@ int run_atari_million(const AtariMillionConfig& c, const std::string& command) {
                         {"segment_rss_bytes", seg_rss},
                         {"shm_used_growth_bytes", shm_full - shm_before},
                         {"sampleable_steps", sampleable},
+                        {"populated", c.populate},
                         {"transitions_rows_per_s", flat},
-                        {"sequences_rows_per_s", seq}};
+                        {"transitions_memcpy_rows_per_s", flat_ref},
+                        {"transitions_over_memcpy", flat_ratio},
+                        {"sequences_rows_per_s", seq},
+                        {"sequences_memcpy_rows_per_s", seq_ref},
+                        {"sequences_over_memcpy", seq_ratio}};
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
@@ -646,18 +677,23 @@ int run_atari_million(const AtariMillionConfig& c, const std::string& command) {
              " ({}) |\n",
              gb(unstacked_bytes), gb(memory_total), shm_directory(), gb(shm_size),
              unstacked_bytes > memory_total || unstacked_bytes > shm_size ? "does not fit" : "fits");
-  fmt::print("| create | {:.2f} s |\n", create_s);
-  fmt::print("| fill, first pass (page faults included) | {:.1f} s, {} steps/s ({:.2f} GB/s pushed) |\n", fill_s,
+  fmt::print("| create{} | {:.2f} s |\n", c.populate ? " (pages populated: Populate::always)" : "", create_s);
+  fmt::print("| fill, first pass{} | {:.1f} s, {} steps/s ({:.2f} GB/s pushed) |\n",
+             c.populate ? "" : " (page faults included)", fill_s,
              num(static_cast<double>(steps_total) / fill_s), static_cast<double>(steps_total) / fill_s * step_gb);
-  fmt::print("| fill, second pass (pages in) | {:.1f} s, {} steps/s ({:.2f} GB/s pushed) |\n", refill_s,
+  fmt::print("| fill, second pass (overwriting the full buffer) | {:.1f} s, {} steps/s ({:.2f} GB/s pushed) |\n", refill_s,
              num(static_cast<double>(steps_total) / refill_s), static_cast<double>(steps_total) / refill_s * step_gb);
   fmt::print("| segment resident (Rss of its mapping) | {:.2f} GB |\n", gb(seg_rss));
   fmt::print("| {} used, growth | {:.2f} GB |\n", shm_directory(), gb(shm_full - shm_before));
-  fmt::print("| process resident (VmRSS; before creating: {:.2f} GB) | {:.2f} GB |\n", gb(rss_before), gb(rss_full));
+  fmt::print("| process resident (VmRSS; before creating: {:.0f} MB) | {:.2f} GB |\n", gb(rss_before) * 1e3,
+             gb(rss_full));
   fmt::print("| sampleable steps (replay view) | {} of {} |\n", sampleable, steps_total);
-  fmt::print("| sample 256 transitions | {} rows/s ({:.2f} GB/s out) |\n", num(flat), flat * step_gb);
-  fmt::print("| sample 32 sequences of 8 | {} sequences/s ({} steps/s, {:.2f} GB/s out) |\n", num(seq),
-             num(seq * kSequenceLength), seq * kSequenceLength * step_gb);
+  fmt::print("| sample 256 transitions | {} rows/s ({:.2f} GB/s out); memcpy of the same bytes from random places of "
+             "the frames: {} rows/s; ours/memcpy {} |\n",
+             num(flat), flat * step_gb, num(flat_ref), pct(flat_ratio));
+  fmt::print("| sample 32 sequences of 8 | {} sequences/s ({} steps/s, {:.2f} GB/s out); memcpy: {} sequences/s; "
+             "ours/memcpy {} |\n",
+             num(seq), num(seq * kSequenceLength), seq * kSequenceLength * step_gb, num(seq_ref), pct(seq_ratio));
   fmt::print("\n{} trials of >= {:.2f} s per sample figure (median). The segment's name was removed right after "
              "creation; its memory goes with this process.\n",
              c.trials, c.seconds);

@@ -75,6 +75,7 @@ struct AtariMillionConfig {
   double seconds = 0.5;
   uint32_t trials = 5;
   bool json = false;
+  bool populate = true;  ///< fault the segment's pages in at creation (Populate::always), as a large buffer should
 };
 int run_atari_million(const AtariMillionConfig& config, const std::string& command);
 
