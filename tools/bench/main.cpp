@@ -166,7 +166,8 @@ int run(const Options& o, const std::string& command) {
   }
   std::optional<PixelReport> pixels;
   const PixelConfig pixel_cfg{.quick = o.quick, .seconds = o.seconds, .trials = o.trials};
-  if (wanted(o, "pixels") && (o.steps.empty() || std::find(o.steps.begin(), o.steps.end(), "atari") != o.steps.end())) {
+  const bool atari = o.steps.empty() || std::find(o.steps.begin(), o.steps.end(), "atari") != o.steps.end();
+  if (wanted(o, "pixels") && atari) {
     fmt::print(stderr, "shmreplay_bench: pixels: stacked Atari-like steps, push and sample ...");
     std::fflush(stderr);
     pixels = measure_pixels(pixel_cfg);

@@ -328,7 +328,8 @@ PixelReport measure_pixels(const PixelConfig& c) {
           {prep(stack_in, ours_unstacked.t), ours(ours_unstacked, stack_in, false)},
           {prep(stack_in, plain.t), [&] { return plain.push(in(stack_in, plain.t, false), envs, cycle); }},
           {prep(frame_in, ours_frame.t), ours(ours_frame, frame_in, true)},
-          {prep(frame_in, plain_frame.t), [&] { return plain_frame.push(in(frame_in, plain_frame.t, true), envs, cycle); }},
+          {prep(frame_in, plain_frame.t),
+           [&] { return plain_frame.push(in(frame_in, plain_frame.t, true), envs, cycle); }},
       };
       const auto r = interleaved_prepared_rates(c.seconds, c.trials, warm_ms(c), ops);  // steps/s
       PixelPush p;
@@ -681,7 +682,8 @@ int run_atari_million(const AtariMillionConfig& c, const std::string& command) {
   fmt::print("| fill, first pass{} | {:.1f} s, {} steps/s ({:.2f} GB/s pushed) |\n",
              c.populate ? "" : " (page faults included)", fill_s,
              num(static_cast<double>(steps_total) / fill_s), static_cast<double>(steps_total) / fill_s * step_gb);
-  fmt::print("| fill, second pass (overwriting the full buffer) | {:.1f} s, {} steps/s ({:.2f} GB/s pushed) |\n", refill_s,
+  fmt::print("| fill, second pass (overwriting the full buffer) | {:.1f} s, {} steps/s ({:.2f} GB/s pushed) |\n",
+             refill_s,
              num(static_cast<double>(steps_total) / refill_s), static_cast<double>(steps_total) / refill_s * step_gb);
   fmt::print("| segment resident (Rss of its mapping) | {:.2f} GB |\n", gb(seg_rss));
   fmt::print("| {} used, growth | {:.2f} GB |\n", shm_directory(), gb(shm_full - shm_before));
