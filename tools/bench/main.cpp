@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include <fmt/format.h>
 
 #include "harness.hpp"
+#include "pixels.hpp"
 #include "report.hpp"
 #include "results.hpp"
 #include "shmreplay/schema.hpp"
@@ -42,9 +44,12 @@ struct Options {
   bool json = false;
   double seconds = 0.2;
   uint32_t trials = 5;
-  std::vector<std::string> only;   // push, sample, contention
+  std::vector<std::string> only;   // push, sample, contention, pixels
   std::vector<std::string> steps;  // small, atari
   std::size_t batch = 256;
+  bool atari_1e6 = false;
+  uint64_t atari_capacity = 62500;
+  bool atari_lazy = false;
 };
 
 std::vector<Geometry> make_geometries(const Options& o) {
@@ -80,7 +85,7 @@ int run(const Options& o, const std::string& command) {
   install_signal_handlers();
   const MachineInfo machine = describe_machine();
   Config cfg;
-  cfg.geometries = make_geometries(o);
+  if (wanted(o, "push") || wanted(o, "sample") || wanted(o, "contention")) cfg.geometries = make_geometries(o);
   cfg.batch = o.batch;
   cfg.trials = o.trials;
   cfg.trial_s = o.seconds;
@@ -159,11 +164,21 @@ int run(const Options& o, const std::string& command) {
       }
     }
   }
+  std::optional<PixelReport> pixels;
+  const PixelConfig pixel_cfg{.quick = o.quick, .seconds = o.seconds, .trials = o.trials};
+  const bool atari = o.steps.empty() || std::find(o.steps.begin(), o.steps.end(), "atari") != o.steps.end();
+  if (wanted(o, "pixels") && atari) {
+    fmt::print(stderr, "shmreplay_bench: pixels: stacked Atari-like steps, push and sample ...");
+    std::fflush(stderr);
+    pixels = measure_pixels(pixel_cfg);
+    fmt::print(stderr, " done\n");
+  }
   const std::vector<Target> targets = evaluate(results, steps);
   if (o.json) {
-    print_json(command, machine, cfg, results, targets);
+    print_json(command, machine, cfg, results, targets, pixels ? pixels_json(*pixels) : nlohmann::json());
   } else {
     print_markdown(command, machine, cfg, results, targets);
+    if (pixels) print_pixels_markdown(*pixels, pixel_cfg);
   }
   return 0;
 }
@@ -180,13 +195,20 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.001, 60.0));
   app.add_option("--trials", o.trials, "Trials per measurement; the median is reported (default 5; --quick: 1)")
       ->check(CLI::Range(1u, kMaxTrials));
-  app.add_option("--only", o.only, "Run only some sections: push, sample, contention (repeatable)")
-      ->check(CLI::IsMember({"push", "sample", "contention"}))
+  app.add_option("--only", o.only, "Run only some sections: push, sample, contention, pixels (repeatable)")
+      ->check(CLI::IsMember({"push", "sample", "contention", "pixels"}))
       ->type_name("SECTION");
   app.add_option("--step", o.steps, "Run only some step kinds: small (MuJoCo-like, 10^6 stored steps), small-1e7 (the same, 10^7 stored "
                  "steps, sampling only), atari (repeatable)")
       ->check(CLI::IsMember({"small", "small-1e7", "atari"}))
       ->type_name("KIND");
+  app.add_flag("--atari-1e6", o.atari_1e6,
+               "Only this: a buffer of 16 envs x 62,500 Atari steps with obs stacked (about 7.3 GB of /dev/shm), "
+               "created, filled and sampled; prints its size, resident memory, fill and sample rates (never in CI)");
+  app.add_option("--atari-capacity", o.atari_capacity, "Steps per env with --atari-1e6 (default 62500)")
+      ->check(CLI::Range(uint64_t{16}, uint64_t{1} << 30));
+  app.add_flag("--atari-lazy", o.atari_lazy,
+               "With --atari-1e6: create without populating the pages (the first pass of the fill faults them in)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -200,6 +222,14 @@ int main(int argc, char** argv) {
   std::string command = "shmreplay_bench";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   try {
+    if (o.atari_1e6) {
+      return run_atari_million({.capacity = o.atari_capacity,
+                                .seconds = app.count("--seconds") ? o.seconds : 0.5,
+                                .trials = o.trials,
+                                .json = o.json,
+                                .populate = !o.atari_lazy},
+                               command);
+    }
     return run(o, command);
   } catch (const std::exception& e) {
     std::fflush(stdout);

@@ -14,7 +14,6 @@
 //   single    push_one() of one env per call, round robin over the 8
 // The reference, memcpy, copies the same rows into a plain mapping of the same layout ([field][env][slot][bytes],
 // each env's next slot from a private counter: no protocol at all), per row and field.
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -29,6 +28,7 @@
 
 #include "bench_support.hpp"
 #include "median_rate.hpp"
+#include "plain_store.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/writer.hpp"
 
@@ -42,50 +42,6 @@ struct Options {
   double seconds = 0.2;
   uint32_t trials = 9;
   uint32_t calls = 20000;
-};
-
-// The memcpy reference: a shared anonymous mapping (shmem pages, as /dev/shm's) laid out as a segment's fields,
-// [env][slot][bytes] per field.
-class PlainStore {
- public:
-  PlainStore(const Schema& schema, uint64_t envs, uint64_t capacity) : capacity_(capacity) {
-    for (const Field& f : schema.fields()) {
-      bytes_.push_back(static_cast<std::size_t>(f.bytes()));
-      total_ += (envs * capacity * f.bytes() + 63) / 64 * 64;
-    }
-    void* p = ::mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::runtime_error("mmap failed");
-    base_ = static_cast<std::byte*>(p);
-    std::memset(base_, 0x5a, total_);  // every page faulted in, as the segment's after its prefill
-    std::size_t off = 0;
-    for (std::size_t f = 0; f < bytes_.size(); ++f) {
-      fields_.push_back(base_ + off);
-      off += (envs * capacity * bytes_[f] + 63) / 64 * 64;
-    }
-    cursor_.assign(static_cast<std::size_t>(envs), 0);
-  }
-  ~PlainStore() { ::munmap(base_, total_); }
-  PlainStore(const PlainStore&) = delete;
-  PlainStore& operator=(const PlainStore&) = delete;
-
-  // Row `row` of `in` (per field [rows][bytes]) into env `env`'s next slot.
-  void push_row(uint64_t env, const std::vector<FieldBytes>& in, std::size_t row) noexcept {
-    const uint64_t slot = env * capacity_ + cursor_[env];
-    if (++cursor_[env] == capacity_) cursor_[env] = 0;
-    for (std::size_t f = 0; f < bytes_.size(); ++f) {
-      const std::size_t b = bytes_[f];
-      std::memcpy(fields_[f] + slot * b, static_cast<const std::byte*>(in[f].data) + row * b, b);
-    }
-    bench::clobber(fields_[0]);
-  }
-
- private:
-  uint64_t capacity_;
-  std::size_t total_ = 0;
-  std::byte* base_ = nullptr;
-  std::vector<std::byte*> fields_;
-  std::vector<std::size_t> bytes_;
-  std::vector<uint64_t> cursor_;
 };
 
 struct Case {
@@ -102,7 +58,7 @@ int run(const Options& o) {
   Buffer buf = Buffer::create(name, envs, cap, schema, {.replace = true, .populate = Populate::always});
   Buffer::remove(name);  // the mapping stays; nothing is left behind
   Writer w = Writer::range(buf, 0, k);
-  PlainStore plain(schema, envs, cap);
+  bench::PlainStore plain(schema, envs, cap);
 
   std::vector<std::vector<std::byte>> data;
   std::vector<FieldBytes> fields;      // per field: [k][bytes]

@@ -159,7 +159,7 @@ nlohmann::json stat_json(const Stat& s) {
 }  // namespace
 
 void print_json(const std::string& command, const MachineInfo& m, const Config& cfg,
-                const std::vector<Result>& results, const std::vector<Target>& targets) {
+                const std::vector<Result>& results, const std::vector<Target>& targets, const nlohmann::json& pixels) {
   nlohmann::json j;
   j["command"] = command;
   j["machine"] = {{"cpu", m.cpu},
@@ -221,6 +221,7 @@ void print_json(const std::string& command, const MachineInfo& m, const Config& 
     ts.push_back({{"target", t.target}, {"case", t.case_}, {"measured", t.measured}, {"met", t.met}});
   }
   j["targets"] = ts;
+  if (!pixels.is_null()) j["pixels"] = pixels;
   fmt::print("{}\n", j.dump(2));
 }
 

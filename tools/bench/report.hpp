@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "harness.hpp"
 #include "results.hpp"
 #include "targets.hpp"
@@ -22,7 +24,8 @@ std::string ratio(double ours, double other, bool times);
 
 void print_markdown(const std::string& command, const MachineInfo& m, const Config& cfg,
                     const std::vector<Result>& results, const std::vector<Target>& targets);
+// `pixels`: the pixels section's figures (pixels_json), or null when it did not run.
 void print_json(const std::string& command, const MachineInfo& m, const Config& cfg,
-                const std::vector<Result>& results, const std::vector<Target>& targets);
+                const std::vector<Result>& results, const std::vector<Target>& targets, const nlohmann::json& pixels);
 
 }  // namespace shmreplay::bench

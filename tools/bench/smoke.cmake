@@ -4,7 +4,8 @@ execute_process(COMMAND "${BENCH}" --quick RESULT_VARIABLE rc OUTPUT_VARIABLE ou
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "shmreplay_bench --quick exited with ${rc}\n${err}\n${out}")
 endif()
-foreach(heading "### Push" "### Sample" "### Contention" "### Targets")
+foreach(heading "### Push" "### Sample" "### Contention" "### Targets" "### Pixels" "#### Push (" "#### Sample ("
+                "#### Pixel targets")
   string(FIND "${out}" "${heading}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "shmreplay_bench --quick printed no '${heading}' table:\n${out}")

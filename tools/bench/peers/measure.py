@@ -7,7 +7,8 @@
   writer or while 2 writer processes push 256 steps per call at full speed.
 - creation: seconds from the constructor until the buffer holds its first 256-step batch (so lazy storage and
   JIT compilation are included); footprint: growth of the learner process's resident memory (its
-  /proc/self/smaps_rollup Rss, shared and file-backed pages included) once the buffer was filled to capacity.
+  /proc/self/smaps_rollup Rss, shared and file-backed pages included) once the buffer was filled to capacity
+  (the data pushed is made before the first reading, so it is not counted).
 - writer processes: forked per figure where the peer's documentation forks (the buffer is inherited); two
   spawned once and reused for every figure where it spawns (the buffer goes to them pickled, per figure).
 - probe: 2 writer processes push stamped steps (probe.py) one per call into a buffer of 256 steps while the
@@ -186,11 +187,12 @@ def sample_rate(adapter, fn, units, step, writers, cfg):
 
 def create_and_fill(adapter, step, capacity):
     """Creation seconds (until the first 256-step batch is in) and resident bytes after filling to capacity."""
+    raw = [workloads.batch(step, 256, seed=i) for i in range(2)]  # made first: not part of the footprint
     before = rss_bytes()
     start = time.perf_counter()
     adapter.create(step, capacity)
     fillers = [adapter.writer(step, 256, i) for i in range(2)]
-    data = [f.prepare(workloads.batch(step, 256, seed=i)) for i, f in enumerate(fillers)]
+    data = [f.prepare(r) for f, r in zip(fillers, raw)]
     fillers[0].add(data[0])
     created = time.perf_counter() - start
     for call in range(1, -(-capacity // 256)):

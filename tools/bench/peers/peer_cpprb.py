@@ -26,7 +26,7 @@ class _Writer:
         return workloads.one(data) if self.rows == 1 else data
 
     def add(self, data):
-        self.rb.add(**data)
+        self.rb.add(**workloads.next_data(data))
 
     def close(self):
         pass

@@ -31,6 +31,7 @@ class _Writer:
         return workloads.one(data) if self.rows == 1 else data
 
     def add(self, data):
+        data = workloads.next_data(data)
         if self.rows == 1:  # one step per call: round robin over the writer's envs
             self.writer.push_one(int(self.ids[0]) + self.next, data)
             self.next = (self.next + 1) % self.envs

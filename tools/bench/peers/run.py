@@ -5,6 +5,7 @@ markdown table (each figure's median over the trials, its min-max, and ours/peer
     .venv-peers/bin/python tools/bench/peers/run.py                  # the full run (~15 min on 2 cores)
     .venv-peers/bin/python tools/bench/peers/run.py --quick          # a smoke run of everything
     ... --json peers.json --atari-scale 0.5 --only shmreplay,cpprb
+    .venv-peers/bin/python tools/bench/peers/run.py --only cpprb --steps atari-stacked   # stacked frames (issue 32)
 
 Each implementation runs in its own worker process (worker.py), one after the other; Reverb runs with the
 interpreter of .venv-reverb when this one cannot import it (Reverb needs TensorFlow 2.15 and NumPy 1.x, which
@@ -80,7 +81,7 @@ def ratio(ours, theirs):
 
 def run_worker(key, python, o):
     cmd = [python, os.path.join(HERE, "worker.py"), ADAPTERS[key], "--atari-scale", str(o.atari_scale),
-           "--capacity-scale", str(o.capacity_scale)]
+           "--capacity-scale", str(o.capacity_scale), "--steps", o.steps]
     for flag, v in (("--quick", o.quick), ("--seconds", o.seconds), ("--trials", o.trials)):
         if v:
             cmd += [flag] if v is True else [flag, str(v)]
@@ -152,6 +153,8 @@ def main():
     p.add_argument("--seconds", type=float, help="one trial (default 0.3; --quick 0.02)")
     p.add_argument("--trials", type=int, help="trials per figure (default 5; --quick 3)")
     p.add_argument("--only", help="comma-separated keys of " + ", ".join(ADAPTERS))
+    p.add_argument("--steps", default="small,atari",
+                   help="comma-separated step kinds of small, atari, atari-stacked (default small,atari)")
     p.add_argument("--reverb-python", default=os.path.join(ROOT, ".venv-reverb", "bin", "python"),
                    help="interpreter for Reverb when this one cannot import it")
     p.add_argument("--timeout", type=float, default=None, help="seconds per implementation")
@@ -169,7 +172,7 @@ def main():
             except Exception:
                 python = o.reverb_python
         results.append(run_worker(key, python, o))
-    steps = ("small", "atari")
+    steps = tuple(o.steps.split(","))
     text, rows = table(results, steps)
     info = machine()
     header = (f"Machine: {info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB; load at the end "

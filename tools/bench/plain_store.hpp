@@ -1,0 +1,72 @@
+// tools/bench/plain_store.hpp: the single-process benchmarks' memcpy reference store (shmreplay_bench_push_cost,
+// shmreplay_bench's pixels section): a shared anonymous mapping (shmem pages, as /dev/shm's) laid out as a
+// segment's fields, [env][slot][bytes] per field, each env's next slot from a private counter: no protocol at all.
+#pragma once
+
+#include <sys/mman.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "bench_support.hpp"
+#include "shmreplay/schema.hpp"
+#include "shmreplay/writer.hpp"
+
+namespace shmreplay::bench {
+
+class PlainStore {
+ public:
+  /// Maps and writes every byte (every page faulted in, as a segment's after its prefill).
+  PlainStore(const Schema& schema, uint64_t envs, uint64_t capacity) : capacity_(capacity) {
+    for (const Field& f : schema.fields()) {
+      bytes_.push_back(static_cast<std::size_t>(f.bytes()));
+      total_ += (envs * capacity * f.bytes() + 63) / 64 * 64;
+    }
+    void* p = ::mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap failed");
+    base_ = static_cast<std::byte*>(p);
+    std::memset(base_, 0x5a, total_);
+    std::size_t off = 0;
+    for (std::size_t f = 0; f < bytes_.size(); ++f) {
+      fields_.push_back(base_ + off);
+      off += (envs * capacity * bytes_[f] + 63) / 64 * 64;
+    }
+    cursor_.assign(static_cast<std::size_t>(envs), 0);
+  }
+  ~PlainStore() { ::munmap(base_, total_); }
+  PlainStore(const PlainStore&) = delete;
+  PlainStore& operator=(const PlainStore&) = delete;
+
+  /// Row `row` of `in` (per field [rows][bytes]) into env `env`'s next slot.
+  void push_row(uint64_t env, const FieldBytes* in, std::size_t row) noexcept {
+    const uint64_t slot = env * capacity_ + cursor_[env];
+    if (++cursor_[env] == capacity_) cursor_[env] = 0;
+    for (std::size_t f = 0; f < bytes_.size(); ++f) {
+      const std::size_t b = bytes_[f];
+      std::memcpy(fields_[f] + slot * b, static_cast<const std::byte*>(in[f].data) + row * b, b);
+    }
+    clobber(fields_[0]);
+  }
+  void push_row(uint64_t env, const std::vector<FieldBytes>& in, std::size_t row) noexcept {
+    push_row(env, in.data(), row);
+  }
+
+  /// Field `f`'s array, [env][slot][bytes].
+  const std::byte* field(std::size_t f) const noexcept { return fields_[f]; }
+  std::size_t field_bytes(std::size_t f) const noexcept { return bytes_[f]; }
+  std::size_t fields() const noexcept { return bytes_.size(); }
+  uint64_t capacity() const noexcept { return capacity_; }
+
+ private:
+  uint64_t capacity_;
+  std::size_t total_ = 0;
+  std::byte* base_ = nullptr;
+  std::vector<std::byte*> fields_;
+  std::vector<std::size_t> bytes_;
+  std::vector<uint64_t> cursor_;
+};
+
+}  // namespace shmreplay::bench
