@@ -72,6 +72,27 @@ detail::FieldRoles check_create_arguments(const std::string& name, uint64_t num_
                             "stacked field (declare one as NAME:DTYPE[SHAPE]:stack=AXIS)",
                             name, options.stack_restarts));
   }
+  if (options.stack_continuity != StackContinuity::compare) {
+    if (options.stack_continuity != StackContinuity::episodes) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot create shmreplay segment '{}': stack_continuity code {} is not one of compare "
+                              "(0) or episodes (1)",
+                              name, static_cast<uint32_t>(options.stack_continuity)));
+    }
+    if (std::none_of(schema.fields().begin(), schema.fields().end(), [](const Field& f) { return f.stacked(); })) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot create shmreplay segment '{}': stack_continuity is episodes, but the schema has "
+                              "no stacked field (declare one as NAME:DTYPE[SHAPE]:stack=AXIS)",
+                              name));
+    }
+    if (!roles.indices.any_flag()) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot create shmreplay segment '{}': stack_continuity is episodes, which trusts the "
+                              "episode flags, but the buffer has no episode fields (give done, or terminated and/or "
+                              "truncated)",
+                              name));
+    }
+  }
   if (options.rate_limit) {
     detail::check_rate_limit(*options.rate_limit, num_envs * capacity,
                              fmt::format("cannot create shmreplay segment '{}' with rate limit {}", name,
@@ -160,7 +181,7 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
     }
   }
   detail::write_segment(map.data(), num_envs, capacity, schema, plan, roles, options.priority_exponent,
-                        options.rate_limit);
+                        options.rate_limit, options.stack_continuity);
 
   Buffer b;
   b.path_ = path;
@@ -168,7 +189,7 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
   b.owner_uid_ = static_cast<uint32_t>(made.st_uid);
   b.segment_ = Segment(map.data(), map.size(), /*read_only=*/false,
                        detail::planned_geometry(name, num_envs, capacity, schema, plan, roles,
-                                                options.priority_exponent));
+                                                options.priority_exponent, options.stack_continuity));
   map.release();
   b.unnamed_fd_ = fd.release();
   b.replace_on_publish_ = options.replace;

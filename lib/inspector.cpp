@@ -60,6 +60,7 @@ SegmentInfo Inspector::snapshot() const {
   s.step_bytes = b.schema().step_bytes();
   s.total_bytes = b.total_bytes();
   s.stacks = b.segment().stacks();
+  s.stack_continuity = b.segment().stack_continuity();
   s.data_bytes = stored_data_bytes(b);
   s.schema = b.schema();
   s.owner_uid = b.owner_uid();

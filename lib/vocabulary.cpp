@@ -24,4 +24,12 @@ std::string_view to_string(EpisodeEnd end) noexcept {
   return "?";
 }
 
+std::string_view to_string(StackContinuity continuity) noexcept {
+  switch (continuity) {
+    case StackContinuity::compare: return "compare";
+    case StackContinuity::episodes: return "episodes";
+  }
+  return "?";
+}
+
 }  // namespace shmreplay

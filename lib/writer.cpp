@@ -100,6 +100,7 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
     }
     stacks_->sources.resize(stacks.size());
     stacks_->staging.resize(envs_.size());
+    stacks_->pushed.assign(envs_.size(), 0);
     for (std::size_t l = 0; l < envs_.size(); ++l) {
       const uint64_t head = control_[l]->head.load(std::memory_order_acquire);  // pairs with publish_step's release
       for (std::size_t i = 0; i < stacks.size(); ++i) {

@@ -73,8 +73,11 @@ void StepSlot::commit() {
   if (writer_->stacks_) {  // the stacked fields, from the staging area they were filled in
     detail::WriterStacks& w = *writer_->stacks_;
     for (std::size_t i = 0; i < w.fields.size(); ++i) w.sources[i] = w.staging[local_].data() + w.staging_offsets[i];
-    detail::store_stacks(writer_->buffer_->segment(), env_, step_, w.sources.data(),
-                         w.cursors.data() + local_ * w.fields.size(), /*may_continue=*/step_ > 0);
+    Segment& seg = writer_->buffer_->segment();
+    const detail::ContinuityTest t = detail::continuity_test(seg, env_, step_, w.pushed[local_] != 0);
+    detail::store_stacks(seg, env_, step_, w.sources.data(), w.cursors.data() + local_ * w.fields.size(),
+                         t.may_continue, t.compare);
+    w.pushed[local_] = 1;
   }
   const bool record_due = writer_->roles_ && writer_->stage_episode(env_, step_);
   writer_->set_priority(env_, step_, priority_);
@@ -259,8 +262,10 @@ SHMREPLAY_ALWAYS_INLINE void Writer::write_step(uint32_t l, uint64_t env, std::s
     for (std::size_t i = 0; i < w.fields.size(); ++i) {
       w.sources[i] = static_cast<const std::byte*>(fields[w.fields[i]].data) + row * field_bytes_[w.fields[i]];
     }
+    const detail::ContinuityTest t = detail::continuity_test(buffer_->segment(), env, step, w.pushed[l] != 0);
     detail::store_stacks(buffer_->segment(), env, step, w.sources.data(), w.cursors.data() + l * w.fields.size(),
-                         /*may_continue=*/step > 0);
+                         t.may_continue, t.compare);
+    w.pushed[l] = 1;
   }
   const bool record_due = roles_ && stage_episode(env, step);
   if (buffer_->has_priorities()) set_priority(env, step, priority);  // (no call per step without)

@@ -42,7 +42,7 @@ TEST_CASE("layout 1.2: SegmentHeader sizes and offsets are pinned") {
   CHECK(offsetof(SegmentHeader, num_sections) == 96);
   CHECK(offsetof(SegmentHeader, episode_queue_capacity) == 104);
   CHECK(offsetof(SegmentHeader, priority_exponent_bits) == 112);
-  CHECK(offsetof(SegmentHeader, reserved0) == 120);
+  CHECK(offsetof(SegmentHeader, stack_continuity) == 120);  // 1.6: was reserved0
   CHECK(offsetof(SegmentHeader, sections) == 128);
   CHECK(sizeof(SectionDesc) == 16);
   CHECK(kMaxSections == 8);

@@ -77,6 +77,10 @@ struct CreateOptions {
   /// sampled (K - 1 steps per restart past the reserve; the views leave them out exactly). 0 means the default,
   /// 1 + capacity / 128 (for K = 4: 2.3% more frames than steps). Only with a stacked field.
   uint64_t stack_restarts = 0;
+  /// How writers tell that a stacked field's stack continues the previous step's (see StackContinuity): compare
+  /// the bytes (the default: exact whatever the env does), or trust the episode flags (needs episode fields; a
+  /// push then reads and writes one frame of each stack). Only with a stacked field.
+  StackContinuity stack_continuity = StackContinuity::compare;
   /// Fault the segment's pages in at creation (see Populate): madvise(MADV_POPULATE_WRITE) in 64 MiB chunks, or,
   /// on kernels without it (before Linux 5.14), a write of zero to each page. Done before the segment is linked
   /// under its name, so it changes no guarantee of create(); it moves the page-zeroing cost from the first writer to
@@ -203,6 +207,8 @@ class Buffer {
   uint64_t episode_queue_capacity() const noexcept { return segment_.episode_queue_capacity(); }
   /// Whether the buffer has priorities, and their exponent alpha (0 without).
   bool has_priorities() const noexcept { return segment_.has_priorities(); }
+  /// How writers tell that a stacked field's stack continues the previous step's (CreateOptions::stack_continuity).
+  StackContinuity stack_continuity() const noexcept { return segment_.stack_continuity(); }
   /// Alpha, the priority exponent (a sampling weight is priority^alpha); 0 without priorities.
   double priority_exponent() const noexcept { return segment_.priority_exponent(); }
   /// Leaves of each env's priority tree: bit_ceil(capacity), 0 without priorities.

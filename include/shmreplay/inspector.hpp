@@ -86,6 +86,7 @@ struct SegmentInfo {
   uint64_t data_bytes = 0;      ///< bytes of the steps as stored: num_envs * capacity * step_bytes, but for a
                                 ///< stacked field its frame rings and frame-index words instead of its share
   std::vector<StackGeometry> stacks;  ///< the stacked fields (layout 1.6), in schema order; empty without
+  StackContinuity stack_continuity = StackContinuity::compare;  ///< how writers tell a continuing stack (1.6)
   Schema schema;                ///< the fields of a step
   uint32_t owner_uid = 0;       ///< the uid that owns the segment file
   std::string owner_name;       ///< its user name; "" when the password database has none

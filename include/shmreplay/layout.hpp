@@ -170,7 +170,8 @@ struct SegmentHeader {
   uint64_t episode_queue_capacity;  ///< records per env's completed-episode queue; 0 without episode fields (1.2)
   uint64_t priority_exponent_bits;  ///< f64 bits of alpha (sampling weight priority^alpha); 0 without priorities
                                     ///< (1.3; alpha = 0 is stored as -0.0, so 0 always means "none")
-  uint64_t reserved0;  ///< reserved for a later minor version; zero
+  uint64_t stack_continuity;  ///< (1.6) a StackContinuity code: how writers tell that a stacked field's stack
+                              ///< continues the previous step's (0, compare, also in a buffer without stacks)
   // -- cache lines 2-3: the section table --
   SectionDesc sections[kMaxSections];  ///< indexed by SectionIndex; entries past num_sections are zero
 };

@@ -57,6 +57,7 @@ struct SegmentGeometry {
   uint64_t global_offset = 0;  ///< the GlobalControl block (layout::kSectionGlobal)
   std::vector<uint64_t> field_offsets;  ///< each field's storage, in schema order (a stacked field's frame rings)
   std::vector<StackGeometry> stacks;    ///< the stacked fields, in schema order (layout 1.6); empty without
+  StackContinuity stack_continuity = StackContinuity::compare;  ///< how writers tell a continuing stack (1.6)
   EpisodeFieldIndices episode_fields;   ///< the episode fields' schema indices (none: no episode bookkeeping)
   uint64_t episode_queue_capacity = 0;  ///< 0 without episode fields
   uint64_t episodes_offset = 0;    ///< the EpisodeControl array (layout::kSectionEpisodes)
@@ -113,6 +114,8 @@ class Segment {
 
   /// The stacked fields (layout 1.6), in schema order; empty when the schema has none.
   const std::vector<StackGeometry>& stacks() const noexcept { return g_.stacks; }
+  /// How writers tell that a stacked field's stack continues the previous step's (layout 1.6).
+  StackContinuity stack_continuity() const noexcept { return g_.stack_continuity; }
   /// Whether the schema has a stacked field.
   bool has_stacks() const noexcept { return !g_.stacks.empty(); }
   /// The frame rings of stacked field `stack` (an index into stacks()): [num_envs][frames][frame_bytes].

@@ -102,6 +102,22 @@ enum class EpisodeEnd : uint8_t {
 /// "none", "done", "terminated" or "truncated".
 std::string_view to_string(EpisodeEnd end) noexcept;
 
+/// How writers tell whether a stacked field's pushed stack continues the previous step's (then they store one new
+/// frame, else all K; layout 1.6, docs/design/stacks.md). Stored in the segment as these codes: never renumber.
+enum class StackContinuity : uint32_t {
+  /// Compare the stack's older K - 1 frames with the previous step's newer K - 1, byte for byte: every sampled stack
+  /// is the pushed one whatever the env does. Costs reading those frames of the pushed stack and of the ring.
+  compare = 0,
+  /// Trust the episode flags: a stack continues the previous step's unless that step ended an episode (a done,
+  /// terminated or truncated flag). The first step a Writer pushes to an env is still compared (a new process may
+  /// have reset its envs without a flag). Needs episode fields; no compare, so a push reads and writes one frame.
+  /// An env whose stack does not continue without a flag (a reset without done) gets the previous step's frames
+  /// in the older K - 1 places of that step's stack and of the K - 2 after it.
+  episodes = 1,
+};
+/// "compare" or "episodes".
+std::string_view to_string(StackContinuity continuity) noexcept;
+
 /// The schema index of each episode field of a buffer; nullopt where the buffer has none.
 struct EpisodeFieldIndices {
   std::optional<std::size_t> done;        ///< the `done` flag field's index

@@ -102,7 +102,7 @@ class EnvWriter {
           sources[k] = block_.data() + i * sb_ + offsets_[seg.stacks()[k].field];
         }
         detail::store_stacks(seg, e.env, e.first_step + done + i, sources.data(), cursors.data(),
-                             /*may_continue=*/done + i > 0);
+                             /*may_continue=*/done + i > 0, /*compare=*/true);
       }
       for (std::size_t f = 0; f < schema_.size(); ++f) {
         if (schema_[f].stacked()) continue;

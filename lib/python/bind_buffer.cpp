@@ -16,7 +16,7 @@ void bind_buffer(py::module_& m) {
              std::optional<std::string> truncated, std::optional<std::string> reward,
              uint64_t episode_queue_capacity, std::optional<double> priority_exponent,
              std::optional<RateLimit> rate_limit, const std::string& populate, py::object populate_progress,
-             uint64_t stack_restarts) {
+             uint64_t stack_restarts, const std::string& stack_continuity) {
             const Schema s = py::isinstance<py::str>(schema) ? Schema::parse(schema.cast<std::string>())
                                                              : schema.cast<Schema>();
             CreateOptions o{.mode = mode, .replace = replace};
@@ -25,6 +25,13 @@ void bind_buffer(py::module_& m) {
             o.priority_exponent = priority_exponent;
             o.rate_limit = rate_limit;
             o.stack_restarts = stack_restarts;
+            if (stack_continuity == "episodes") {
+              o.stack_continuity = StackContinuity::episodes;
+            } else if (stack_continuity != "compare") {
+              throw Error(Errc::invalid_argument,
+                          fmt::format("cannot create '{}': stack_continuity is '{}', expected 'compare' or 'episodes'",
+                                      name, stack_continuity));
+            }
             o.populate = parse_populate(populate);
             if (!populate_progress.is_none()) {
               if (!PyCallable_Check(populate_progress.ptr())) {
@@ -47,6 +54,7 @@ void bind_buffer(py::module_& m) {
           "done"_a = py::none(), "terminated"_a = py::none(), "truncated"_a = py::none(), "reward"_a = py::none(),
           "episode_queue_capacity"_a = 0, "priority_exponent"_a = py::none(), "rate_limit"_a = py::none(),
           "populate"_a = "never", "populate_progress"_a = py::none(), "stack_restarts"_a = 0,
+          "stack_continuity"_a = "compare",
           "Create a buffer of num_envs rings of capacity steps; schema is a Schema or its text form. With "
           "priority_exponent=alpha every stored step has a priority and prioritized samples draw starts with "
           "probability proportional to priority**alpha. With rate_limit=RateLimit.ratio(...) or "
@@ -55,7 +63,9 @@ void bind_buffer(py::module_& m) {
           "half of MemAvailable; 'never', the default: the first writer of each page does), calling "
           "populate_progress(done_bytes, total_bytes) after each 64 MiB if given. A stacked field (NAME:DTYPE[SHAPE]"
           ":stack=AXIS) keeps one frame per step; stack_restarts (0: 1 + capacity // 128) is how many steps per env "
-          "whose stack does not continue the previous one's (episode starts) its frame rings hold at no loss.")
+          "whose stack does not continue the previous one's (episode starts) its frame rings hold at no loss. "
+          "stack_continuity='compare' (the default) checks each pushed stack against the previous step's byte for "
+          "byte; 'episodes' trusts the episode flags instead (a push then reads and writes one frame).")
       .def_static(
           "open",
           [](const std::string& name, std::optional<py::object> schema, bool read_only, double ready_timeout,
@@ -93,6 +103,10 @@ void bind_buffer(py::module_& m) {
       .def_property_readonly("owner_uid", &Buffer::owner_uid, "The uid that owns the buffer's file.")
       .def_property_readonly("has_episodes", &Buffer::has_episodes,
                              "whether it was created with episode fields (done, terminated, truncated, reward)")
+      .def_property_readonly("stack_continuity",
+                             [](const Buffer& b) { return std::string(to_string(b.stack_continuity())); },
+                             "how writers tell that a stacked field's stack continues the previous step's: 'compare' "
+                             "(byte for byte, the default) or 'episodes' (trust the episode flags)")
       .def_property_readonly("priority_exponent",
                              [](const Buffer& b) -> std::optional<double> {
                                if (!b.has_priorities()) return std::nullopt;

@@ -214,6 +214,7 @@ Json info_json(const SegmentInfo& i) {
       {"total_bytes", i.total_bytes},
       {"data_bytes", i.data_bytes},
       {"stacks", stacks_json(i)},
+      {"stack_continuity", i.stacks.empty() ? Json(nullptr) : Json(std::string(to_string(i.stack_continuity)))},
       {"owner_uid", i.owner_uid},
       {"owner_user", owner_user_json(i)},
       {"owned_by_you", i.owner_uid == static_cast<uint32_t>(::geteuid())},
@@ -263,6 +264,11 @@ void print_info_summary(const SegmentInfo& i) {
                                       "per env at no loss)",
                                       i.schema[st.field].name, st.depth, *i.schema[st.field].stack_axis, st.frames,
                                       st.frame_bytes, stack_restarts_held(st, i.capacity)));
+  }
+  if (!i.stacks.empty()) {
+    print_pair("continuity", i.stack_continuity == StackContinuity::compare
+                                 ? "compare (each pushed stack checked against the previous step's, byte for byte)"
+                                 : "episodes (a stack continues unless the previous step ended an episode)");
   }
   print_pair("size", fmt::format("{} ({} bytes; step data {} bytes)", human_bytes(i.total_bytes), i.total_bytes,
                                  i.data_bytes));
@@ -423,6 +429,7 @@ int run_create(const CreateArgs& args) {
        .priority_exponent = args.priority_exponent,
        .rate_limit = args.rate_limit.limit(),
        .stack_restarts = args.stack_restarts,
+       .stack_continuity = args.stack_continuity == "episodes" ? StackContinuity::episodes : StackContinuity::compare,
        .populate = args.populate,
        .populate_progress = [&bar, &args](uint64_t done, uint64_t total) {
          if (args.progress || total > kBarFromBytes) bar("populating", done, total);

@@ -153,6 +153,14 @@ CLI::App* add_create(CLI::App& app, CreateArgs& args, CreateText& raw) {
                   "With a stacked field (NAME:DTYPE[SHAPE]:stack=AXIS): steps per env whose stack does not continue "
                   "the previous one's (episode starts) that the frame rings hold at no loss; default 1 + capacity/128")
       ->type_name("N");
+  cmd->add_option("--stack-continuity", args.stack_continuity,
+                  "With a stacked field: compare (each pushed stack checked against the previous step's, byte for "
+                  "byte; the default) or episodes (trust the episode flags: a push reads and writes one frame)")
+      ->transform(CLI::Transformer(std::map<std::string, std::string>{{"compare", "compare"}, {"episodes", "episodes"}},
+                                   CLI::ignore_case)
+                      .description(""))
+      ->check(CLI::IsMember({"compare", "episodes"}))
+      ->type_name("compare|episodes");
   cmd->add_option("--populate", args.populate,
                   "Fault the segment's pages in now: never, always or auto (when it is at most half of "
                   "MemAvailable). Writers in other processes still fault them into their own mappings")

@@ -117,7 +117,22 @@ struct WriterStacks {
   std::vector<std::vector<std::byte>> staging;  ///< [leased env]: the stacked fields of a reserved step, in order
   std::vector<uint64_t> staging_offsets;     ///< [stacked field]: where it starts in a staging area
   std::vector<const std::byte*> sources;     ///< [stacked field]: the stacks of the step being stored
+  std::vector<uint8_t> pushed;               ///< [leased env]: this Writer stored a step of it (episodes rule: the
+                                             ///< first step is compared all the same)
 };
+
+/// The continuity test for step `step` of env `env` that a Writer passes to store_stacks: {may_continue, compare}.
+struct ContinuityTest {
+  bool may_continue;
+  bool compare;
+};
+inline ContinuityTest continuity_test(const Segment& seg, uint64_t env, uint64_t step, bool pushed_before) noexcept {
+  if (step == 0) return {false, false};
+  if (seg.stack_continuity() != StackContinuity::episodes || !pushed_before) return {true, true};
+  // The previous step's meta word: stored by this Writer before its head store (detail/protocol/episodes.hpp).
+  const uint64_t meta = seg.step_meta(env)[(step - 1) % seg.capacity()].load(std::memory_order_relaxed);
+  return {(meta & layout::kMetaEndsEpisode) == 0, false};
+}
 
 /// Where the writer of env `env` goes on in stacked field `stack` after taking the env's lease at `head`: after
 /// the newest published step's frames (frame 0 for an env with no step), and from the env's stacks_intact_from.
@@ -173,13 +188,16 @@ inline void store_frames(const StackGeometry& st, std::byte* ring, uint64_t next
 /// Stores the stacked fields of step `step` of env `env`, which the caller claimed (claim_step) and publishes
 /// after: `stacks[i]` is the pushed stack of stacked field i (seg.stacks() order), `cursors[i]` the writer's cursor
 /// of that field in this env. `may_continue`: whether the step follows a stored step whose frames end at the
-/// cursor (false for an env's first step and a checkpoint load's first). For each field: the stack's continuity
-/// with the previous step's (stack_continues, against the very frames the step's stack will be made of), the frames
+/// cursor (false for an env's first step and a checkpoint load's first) and, under StackContinuity::episodes, that
+/// step did not end an episode. `compare`: whether to check the continuity byte for byte (StackContinuity::compare,
+/// and the first step a Writer pushes to an env); without, a step that may continue does. For each field: the
+/// stack's continuity with the previous step's (stack_continues, against the very frames the step's stack will be
+/// made of), the frames
 /// it needs (1 or K), and the oldest step whose frames survive them; then the env's stacks_intact_from raised to
 /// the latest of those, a release fence, and the frames and the step's index word. Precondition: the caller holds
 /// the env's lease; `step` is the env's head. O(frames written + frames compared + steps whose frames are lost).
 inline void store_stacks(Segment& seg, uint64_t env, uint64_t step, const std::byte* const* stacks,
-                         StackCursor* cursors, bool may_continue) noexcept {
+                         StackCursor* cursors, bool may_continue, bool compare) noexcept {
   const uint64_t cap = seg.capacity();
   const uint64_t oldest_slot_step = step + 1 > cap ? step + 1 - cap : 0;  // older steps' slots are reclaimed
   layout::EnvControl& c = seg.env_control(env);
@@ -191,7 +209,8 @@ inline void store_stacks(Segment& seg, uint64_t env, uint64_t step, const std::b
     const std::byte* ring = seg.frame_data(i) + env * st.frames * st.frame_bytes;
     const std::atomic<uint64_t>* index = seg.frame_index(i, env);
     // The previous step's newest frame is the cursor's last (its index word holds the same number).
-    const bool continues = may_continue && stack_continues(st, ring, cursors[i].next_frame - 1, stacks[i]);
+    const bool continues =
+        may_continue && (!compare || stack_continues(st, ring, cursors[i].next_frame - 1, stacks[i]));
     first_new[i] = continues ? st.depth - 1 : 0;
     // After this step's frames, the ring holds frames [end - frames, end): the older steps whose oldest frame
     // (index - K + 1) is below that lose their stacks.

@@ -434,6 +434,17 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
     v.fail(Errc::corrupt, fmt::format("episode_queue_capacity is {} but the field table has {} episode flag field",
                                       queue_capacity, roles.any_flag() ? "an" : "no"));
   }
+  // Layout 1.6: the continuity rule, read once; trusting flags needs them and a stacked field.
+  if (const uint64_t rule = h.stack_continuity; rule != static_cast<uint64_t>(StackContinuity::compare)) {
+    if (rule != static_cast<uint64_t>(StackContinuity::episodes)) {
+      v.fail(Errc::corrupt, fmt::format("stack_continuity is {}, expected 0 (compare) or 1 (episodes)", rule));
+    }
+    if (g.stacks.empty() || !roles.any_flag()) {
+      v.fail(Errc::corrupt, fmt::format("stack_continuity is 1 (episodes), but the segment has {}",
+                                        g.stacks.empty() ? "no stacked field" : "no episode flag field"));
+    }
+    g.stack_continuity = StackContinuity::episodes;
+  }
   if (expected_schema) {
     const auto diffs = Schema::differences(*expected_schema, g.schema);
     if (!diffs.empty()) {

@@ -112,7 +112,7 @@ SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& sch
 
 void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const Schema& schema, const SegmentPlan& p,
                    const FieldRoles& roles, std::optional<double> priority_exponent,
-                   const std::optional<RateLimit>& rate_limit) {
+                   const std::optional<RateLimit>& rate_limit, StackContinuity stack_continuity) {
   // The file came from fallocate, so every byte is already zero; construct the atomics in place.
   auto* h = new (base) SegmentHeader{};
   h->magic = kMagic;
@@ -134,6 +134,7 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
   h->priority_exponent_bits = priority_exponent ? std::bit_cast<uint64_t>(*priority_exponent == 0 ? -0.0
                                                                                                : *priority_exponent)
                                                 : 0;
+  h->stack_continuity = static_cast<uint64_t>(stack_continuity);
   for (uint32_t s = 0; s < kSectionsUsed; ++s) h->sections[s] = p.sections[s];
 
   auto* table = reinterpret_cast<FieldDesc*>(base + p.sections[kSectionFields].offset);
@@ -191,7 +192,7 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
 
 SegmentGeometry planned_geometry(const std::string& name, uint64_t num_envs, uint64_t capacity, const Schema& schema,
                                  const SegmentPlan& plan, const FieldRoles& roles,
-                                 std::optional<double> priority_exponent) {
+                                 std::optional<double> priority_exponent, StackContinuity stack_continuity) {
   SegmentGeometry g;
   g.name = name;
   g.schema = schema;
@@ -202,6 +203,7 @@ SegmentGeometry planned_geometry(const std::string& name, uint64_t num_envs, uin
   g.global_offset = plan.sections[kSectionGlobal].offset;
   g.field_offsets = plan.field_offsets;
   g.stacks = plan.stacks;
+  g.stack_continuity = stack_continuity;
   g.episode_fields = roles.indices;
   g.episode_queue_capacity = roles.queue_capacity;
   g.episodes_offset = plan.sections[kSectionEpisodes].offset;

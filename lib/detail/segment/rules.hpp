@@ -76,12 +76,12 @@ SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& sch
 /// plan.total_bytes), then publishes the state "ready" last (release).
 void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const Schema& schema,
                    const SegmentPlan& plan, const FieldRoles& roles, std::optional<double> priority_exponent,
-                   const std::optional<RateLimit>& rate_limit);
+                   const std::optional<RateLimit>& rate_limit, StackContinuity stack_continuity);
 
 /// The geometry of the segment write_segment made.
 SegmentGeometry planned_geometry(const std::string& name, uint64_t num_envs, uint64_t capacity, const Schema& schema,
                                  const SegmentPlan& plan, const FieldRoles& roles,
-                                 std::optional<double> priority_exponent);
+                                 std::optional<double> priority_exponent, StackContinuity stack_continuity);
 
 // -- Open's acceptance rule (acceptance.cpp) --
 
