@@ -229,3 +229,44 @@ TEST_CASE("the planners draw exactly from the steps whose stacks can be rebuilt 
     CHECK(wrong > wrong_bound);
   }
 }
+
+TEST_CASE("a step whose frames are lost counts as not stored: try_update returns false, priority_weights gives -1 "
+          "and update_priorities drops it, as for an overwritten step") {
+  CreateOptions o;
+  o.stack_restarts = 1;
+  o.priority_exponent = 1.0;
+  const uint64_t cap = 8;
+  StackRig rig("stk-lost-upd", {"obs:u8[4,3,5]:stack=0"}, 1, cap, o, /*episodes=*/false);
+  std::mt19937_64 gen(23);
+  // Every stack a jump (K new frames): the ring of 8 + 3 x 2 frames holds the stacks of 3 steps.
+  for (int i = 0; i < 12; ++i) push_steps(rig.w, rig.m, {0}, {rig.m.next(0, Move::jump, false)}, PushPath::one);
+  const uint64_t head = rig.m.head(0);
+  const uint64_t lo = rig.m.lo(0);
+  REQUIRE(lo > head - cap);  // steps [head - cap, lo) are stored slots whose frames are gone
+  const uint64_t lost = lo - 1;
+  const uint64_t kept = lo;
+  // The plain fields may be given; the stacked one is not.
+  const Schema& schema = rig.buf.schema();
+  std::vector<std::vector<std::byte>> values(schema.size());
+  std::vector<FieldBytes> fields(schema.size());
+  for (std::size_t f = 0; f < schema.size(); ++f) {
+    if (schema[f].stacked()) continue;
+    values[f] = rig.m.field_value(0, kept, f);
+    fields[f] = {values[f].data(), values[f].size()};
+  }
+  CHECK_FALSE(rig.s.try_update(0, lost, fields));
+  CHECK(rig.s.try_update(0, kept, fields));
+  std::vector<uint64_t> envs = {0, 0};
+  std::vector<uint64_t> steps = {lost, kept};
+  std::vector<double> weights(2);
+  rig.s.priority_weights(envs, steps, weights);
+  CHECK(weights[0] == -1.0);
+  CHECK(weights[1] > 0.0);
+  const std::vector<float> priorities = {2.0f, 3.0f};
+  const PriorityUpdateResult r = rig.s.update_priorities(envs, steps, priorities);
+  CHECK(r.applied == 1);
+  CHECK(r.dropped == 1);
+  rig.s.priority_weights(envs, steps, weights);
+  CHECK(weights[0] == -1.0);
+  CHECK(weights[1] == doctest::Approx(3.0));
+}

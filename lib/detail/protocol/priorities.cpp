@@ -130,6 +130,8 @@ bool update_priority(const PriorityTree& t, const layout::EnvControl& env, uint6
   // rewritten, and its new leaf may not be stored yet.
   const uint64_t claimed = env.claimed.load(std::memory_order_acquire) & ~layout::kUpdateLockBit;
   if (claimed > step + t.capacity) return false;
+  // A step whose stack lost its frames (stacked fields, layout 1.6) is dropped as an overwritten one is.
+  if (env.stacks_intact_from.load(std::memory_order_relaxed) > step) return false;
   // Recorded before the leaf changes, so that a learner killed anywhere from here on leaves its walk to redo.
   walk_word.store(((env_index + 1) << 40) | slot, std::memory_order_seq_cst);  // read by finish_dead_walk
   // The CAS pairs with the writer's store in set_new_priority: if the writer got there first, the tag differs.
@@ -161,7 +163,9 @@ double step_weight(const PriorityTree& t, const layout::EnvControl& env, uint64_
   // acquire: pairs with the writer's claim (claim_step), as in update_priority: a claim past step + capacity means
   // the slot is being rewritten, and its new leaf may not be stored yet.
   const uint64_t claimed = env.claimed.load(std::memory_order_acquire) & ~layout::kUpdateLockBit;
-  return claimed > step + t.capacity ? -1 : leaf_weight(word);
+  // A step whose stack lost its frames (stacked fields, layout 1.6) can no longer be sampled either.
+  const bool lost = env.stacks_intact_from.load(std::memory_order_relaxed) > step;
+  return claimed > step + t.capacity || lost ? -1 : leaf_weight(word);
 }
 
 // A range of steps is one run of slots, or two when it wraps the ring. The sum of all slots is the root: leaves past
