@@ -290,3 +290,32 @@ TEST_CASE("create of a stacked schema with --stack-restarts prints the bytes per
   CHECK(contains(p.err, "stack_restarts is 3, but the schema has no stacked field"));
   CHECK_FALSE(Buffer::exists(plain));
 }
+
+TEST_CASE("create --stack-continuity episodes makes writers trust the episode flags, info and info --json say which "
+          "rule, and the rule is refused without episode fields or with an unknown name") {
+  const std::string name = unique_name("cli-stack-rule");
+  SegmentGuard guard(name);
+  const std::string spec = std::string(kStackedSpec) + " d:bool";
+  const CliResult c = run_cli({"create", name, "--envs", "1", "--capacity", "16", "--schema", spec, "--done", "d",
+                               "--stack-continuity", "Episodes"});
+  REQUIRE(c.exit_code == 0);
+  CHECK(Buffer::open(name, {.read_only = true}).stack_continuity() == StackContinuity::episodes);
+  const CliResult i = run_cli({"info", name});
+  REQUIRE(i.exit_code == 0);
+  CHECK(contains(line_starting(i.out, "continuity"), "episodes (a stack continues unless the previous step ended"));
+  const CliResult j = run_cli({"info", name, "--json"});
+  REQUIRE(j.exit_code == 0);
+  CHECK(contains(j.out, "\"stack_continuity\": \"episodes\""));
+
+  const std::string other = unique_name("cli-stack-rule");
+  SegmentGuard other_guard(other);
+  const CliResult n = run_cli({"create", other, "--envs", "1", "--capacity", "16", "--schema", kStackedSpec,
+                               "--stack-continuity", "episodes"});
+  CHECK(n.exit_code == 1);
+  CHECK(contains(n.err, "but the buffer has no episode fields"));
+  const CliResult u = run_cli({"create", other, "--envs", "1", "--capacity", "16", "--schema", kStackedSpec,
+                               "--stack-continuity", "sometimes"});
+  CHECK(u.exit_code != 0);
+  CHECK(contains(u.err, "--stack-continuity"));
+  CHECK_FALSE(Buffer::exists(other));
+}

@@ -430,3 +430,27 @@ def test_jax_arrays_of_a_stacked_batch_hold_the_pushed_stacks_and_a_uniform_buff
     assert np.asarray(mask)[:, 0].all()
     assert model.check_rows(tree, np.asarray(mask), ids[:, 0], ids[:, 1]) == []
     ub.close()
+
+
+# ----- the episodes rule (stack_continuity="episodes")
+
+
+def test_the_episodes_rule_gives_exact_stacks_when_the_flags_mark_every_restart_and_needs_episode_fields(name):
+    buf = shmreplay.Buffer.create(name, 4, 16, SCHEMA, done="done", stack_continuity="episodes")
+    assert buf.stack_continuity == "episodes"
+    assert shmreplay.Buffer.open(name).stack_continuity == "episodes"
+    model = Model(buf, seed=3)
+    rng = np.random.default_rng(3)
+    with shmreplay.Writer(buf, [0, 1, 2, 3]) as w:
+        for _ in range(150):  # every restart follows a done step: no flagless jump
+            push_steps(w, model, [e for e in range(4) if rng.random() < 0.7] or [0], "mixed", rng, p_done=0.1)
+    s = shmreplay.Sampler(buf, seed=2)
+    for batch in (s.sample_transitions("replay", 1000), s.sample("replay", 64, 5), s.peek()):
+        assert model.check(batch) == []
+    s.close()
+    for bad, message in (({"stack_continuity": "sometimes"}, "expected 'compare' or 'episodes'"),
+                         ({"stack_continuity": "episodes", "done": None}, "no episode fields")):
+        kwargs = {"done": "done", **bad}
+        with pytest.raises(shmreplay.InvalidArgument, match=message):
+            shmreplay.Buffer.create(name + "-bad", 1, 8, SCHEMA, **kwargs)
+    assert not shmreplay.Buffer.exists(name + "-bad")
