@@ -99,6 +99,10 @@ void bind_buffer(py::module_& m) {
       .def_property_readonly("step_bytes", [](const Buffer& b) { return b.schema().step_bytes(); },
                              "bytes of one step, all fields together")
       .def_property_readonly("total_bytes", &Buffer::total_bytes, "the size of the segment's file")
+      .def_property_readonly("stored_data_bytes", [](const Buffer& b) { return stored_data_bytes(b); },
+                             "bytes of the step storage as stored: num_envs x capacity x each field's bytes, and "
+                             "for a stacked field its frame rings and frame-index words instead (step_bytes is "
+                             "a step as pushed)")
       .def_property_readonly("read_only", &Buffer::read_only, "whether this process mapped it read-only")
       .def_property_readonly("owner_uid", &Buffer::owner_uid, "The uid that owns the buffer's file.")
       .def_property_readonly("has_episodes", &Buffer::has_episodes,

@@ -82,10 +82,16 @@ def test_stack_restarts_needs_a_stacked_field_and_a_stacked_buffer_is_a_quarter_
     with pytest.raises(shmreplay.InvalidArgument, match="stack_restarts is 3, but the schema has no stacked field"):
         shmreplay.Buffer.create(name, 2, 256, "obs:u8[4,84,84] action:i32", stack_restarts=3)
     assert not shmreplay.Buffer.exists(name)
-    plain = shmreplay.Buffer.create(name, 2, 256, ATARI.replace(":stack=0", "")).total_bytes
+    twin = shmreplay.Buffer.create(name, 2, 256, ATARI.replace(":stack=0", ""))
+    plain = twin.total_bytes
+    assert twin.stored_data_bytes == 2 * 256 * twin.step_bytes  # stored as pushed
     shmreplay.Buffer.remove(name)
     stacked = shmreplay.Buffer.create(name, 2, 256, ATARI)
     assert str(stacked.schema) == ATARI
+    # the frame rings, one frame-index word per step slot, the other fields as pushed
+    frames = 256 + 3 * (1 + 1 + 256 // 128)
+    other = stacked.step_bytes - 4 * 84 * 84
+    assert stacked.stored_data_bytes == 2 * frames * 84 * 84 + 2 * 256 * (8 + other)
     # 2 envs x (256 + 3 x (1 + 1 + 256 // 128)) frames of 7,056 bytes against 2 x 256 stacks of 28,224
     assert stacked.total_bytes < plain * 0.3, (stacked.total_bytes, plain)
     small = stacked.total_bytes
