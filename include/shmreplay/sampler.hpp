@@ -187,9 +187,10 @@ class Sampler {
                       const SampleOptions& options = {});
 
   /// The sampling weight priority^alpha of stored step steps[i] of env env_ids[i] into out[i], for each i; -1 for a
-  /// step that is not stored (never published, or overwritten since, or, with a stacked field, its frames). With total_weight and size, what a learner
-  /// that samples several buffers computes exact importance weights (N P)^-beta from: P = out[i] / (the sum of
-  /// the buffers' totals), N = the sum of their sizes (shmreplay.ray does). Throws invalid_argument (a buffer
+  /// step that is not stored (never published, or overwritten since, or, with a stacked field, its frames). With
+  /// total_weight and size, what a learner that samples several buffers computes exact importance weights
+  /// (N P)^-beta from: P = out[i] / (the sum of the buffers' totals), N = the sum of their sizes (shmreplay.ray
+  /// does). Throws invalid_argument (a buffer
   /// without priorities), size_mismatch (the three lengths differ), env_out_of_range. O(1) per step; never waits.
   void priority_weights(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
                         std::span<double> out) const;
@@ -236,9 +237,10 @@ class Sampler {
   /// Rewrites stored step `step` of env `env_id` in place (dejax's update_fn, for one step): each field with
   /// non-null data is replaced by `fields[f]` (exactly the field's bytes; size_mismatch otherwise); fields with
   /// null data are left as they are. Returns false, changing nothing, when the step is no longer stored (a
-  /// writer overwrote it, or, with a stacked field, its frames: it cannot be sampled any more). Throws env_out_of_range, invalid_argument (a step that was never published; data for
-  /// an episode flag field, whose boundaries are fixed when the step is pushed). Rewriting the reward field
-  /// changes what samples read, not the records already queued.
+  /// writer overwrote it, or, with a stacked field, its frames: it cannot be sampled any more). Throws
+  /// env_out_of_range, invalid_argument (a step that was never published; data for an episode flag field, whose
+  /// boundaries are fixed when the step is pushed; data for a stacked field, whose frames other steps share).
+  /// Rewriting the reward field changes what samples read, not the records already queued.
   /// Concurrent samplers never see a half-updated step (they retry); the env's writer waits for the copy of
   /// one step while it needs the same env's claim.
   bool try_update(uint64_t env_id, uint64_t step, std::span<const FieldBytes> fields);
@@ -249,11 +251,12 @@ class Sampler {
 
   /// Sets the priority of stored step steps[i] of env env_ids[i] to priorities[i], for each i (the learner's new
   /// TD errors for the rows it sampled: pass batch.env_ids() and batch.start_steps()). An update for a step that a
-  /// writer has overwritten since it was sampled (with a stacked field: or its frames) is dropped and counted (never applied to the newer step): the
-  /// result says how many. The largest priority given raises the running maximum that new steps enter at. Throws
-  /// before setting anything: invalid_argument (a buffer without priorities; a priority that is not a finite
-  /// number >= 0, or whose priority^alpha is past the largest float, 3.4e38, which the priority trees hold; a step
-  /// that was never published), size_mismatch (the three lengths differ), env_out_of_range.
+  /// writer has overwritten since it was sampled (with a stacked field: or its frames) is dropped and counted
+  /// (never applied to the newer step): the result says how many. The largest priority given raises the running
+  /// maximum that new steps enter at. Throws before setting anything: invalid_argument (a buffer without
+  /// priorities; a priority that is not a finite number >= 0, or whose priority^alpha is past the largest float,
+  /// 3.4e38, which the priority trees hold; a step that was never published), size_mismatch (the three lengths
+  /// differ), env_out_of_range.
   /// The three arrays are copied once (into storage the Sampler keeps and reuses), and the copy is what is checked
   /// and set: another thread changing the caller's arrays during the call cannot get an unchecked value in.
   /// O(log capacity) per step; never waits for a writer, and writers never wait for it.

@@ -138,7 +138,9 @@ inline ContinuityTest continuity_test(const Segment& seg, uint64_t env, uint64_t
 /// the newest published step's frames (frame 0 for an env with no step), and from the env's stacks_intact_from.
 inline StackCursor resume_stack(const Segment& seg, std::size_t stack, uint64_t env, uint64_t head) noexcept {
   StackCursor c;
-  if (head > 0) c.next_frame = seg.frame_index(stack, env)[(head - 1) % seg.capacity()].load(std::memory_order_relaxed) + 1;
+  if (head > 0) {
+    c.next_frame = seg.frame_index(stack, env)[(head - 1) % seg.capacity()].load(std::memory_order_relaxed) + 1;
+  }
   c.intact_from = seg.env_control(env).stacks_intact_from.load(std::memory_order_relaxed);
   return c;
 }
