@@ -438,6 +438,31 @@ def test_jax_arrays_of_a_stacked_batch_hold_the_pushed_stacks_and_a_uniform_buff
     ub.close()
 
 
+def test_a_jax_pytree_buffer_declares_its_stacked_leaves_with_stack_axes_and_attaches_with_its_prototype(name):
+    jax = pytest.importorskip("jax")
+    import shmreplay.jax as sj
+    proto = {"obs": np.zeros((4, 3, 5), np.uint8), "action": np.int32(0)}
+    with pytest.raises(ValueError, match="no leaf for"):
+        sj.UniformBuffer.init(proto, 2, 16, name=name, stack_axes={"pixels": 0})
+    assert not shmreplay.Buffer.exists(name)
+    ub = sj.UniformBuffer.init(proto, 2, 16, name=name, stack_axes={"obs": 0})
+    assert ub.buffer.schema["obs"].stack_axis == 0
+    # Two steps of env 0 whose stacks continue: frames f0..f3, then f1..f4.
+    frames = np.arange(5 * 15, dtype=np.uint8).reshape(5, 3, 5)
+    for t in range(2):
+        ub.push_env_updates({"obs": frames[t:t + 4][None], "action": np.array([t], np.int32)}, np.array([0]))
+    other = sj.UniformBuffer.attach(name, proto)  # the prototype's schema is the buffer's, stacking included
+    tree, mask = other.sample_rb_and_oq(jax.random.PRNGKey(1), 16, 0, 2)
+    obs, mask, action = np.asarray(tree["obs"]), np.asarray(mask), np.asarray(tree["action"])
+    assert mask[:, 0].all() and set(action[:, 0].tolist()) == {0, 1}  # rows start at step 0 or 1 of env 0
+    for r in range(16):
+        for j in np.flatnonzero(mask[r]):
+            t = int(action[r, j])  # the step's index, pushed as its action
+            assert (obs[r, j] == frames[t:t + 4]).all()
+    other.close()
+    ub.close()
+
+
 # ----- the episodes rule (stack_continuity="episodes")
 
 

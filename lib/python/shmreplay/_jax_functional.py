@@ -68,17 +68,18 @@ class ReplayBuffer:
     buffer ``name``. ``init`` creates it (``replace=True`` replaces one of that name); a process that attaches
     to an existing one uses ``UniformBuffer.attach``."""
 
-    def __init__(self, buffer_size, *, name, num_envs=1, mode=0o600, replace=False):
+    def __init__(self, buffer_size, *, name, num_envs=1, mode=0o600, replace=False, stack_axes=None):
         if buffer_size < num_envs or buffer_size % num_envs:
             raise ValueError(f"buffer_size {buffer_size} must be a positive multiple of num_envs {num_envs}")
         self.buffer_size, self.name, self.num_envs = int(buffer_size), name, int(num_envs)
-        self.mode, self.replace = mode, replace
+        self.mode, self.replace, self.stack_axes = mode, replace, stack_axes
 
     def init(self, sample_transition):
         """Create the shared buffer, its items shaped like ``sample_transition`` (a pytree); returns the
         :class:`State`."""
         return State(UniformBuffer.init(sample_transition, self.num_envs, self.buffer_size // self.num_envs,
-                                        name=self.name, mode=self.mode, replace=self.replace))
+                                        name=self.name, mode=self.mode, replace=self.replace,
+                                        stack_axes=self.stack_axes))
 
     def add(self, state, transitions):
         """Push ``transitions`` (leaves ``[num_envs, ...]``: one per ring; or, with ``num_envs=1``, any number
@@ -98,12 +99,13 @@ class _UniformReplay:
     """dejax's buffer object: ``init_fn``, ``add_fn`` (one item, no batch dimension), ``sample_fn``,
     ``update_fn``."""
 
-    def __init__(self, max_size, name, mode, replace):
+    def __init__(self, max_size, name, mode, replace, stack_axes):
         self.max_size, self.name, self.mode, self.replace = int(max_size), name, mode, replace
+        self.stack_axes = stack_axes
 
     def init_fn(self, item_prototype):
         return State(UniformBuffer.init(item_prototype, 1, self.max_size, name=self.name, mode=self.mode,
-                                        replace=self.replace))
+                                        replace=self.replace, stack_axes=self.stack_axes))
 
     def add_fn(self, state, item):
         state.buffer.push_env_updates(jax.tree_util.tree_map(lambda x: np.asarray(x)[None], item),
@@ -130,6 +132,7 @@ class _UniformReplay:
         return state
 
 
-def uniform_replay(max_size, *, name, mode=0o600, replace=False):
-    """dejax's ``uniform_replay(max_size)`` on the shared buffer ``name`` (created by ``init_fn``)."""
-    return _UniformReplay(max_size, name, mode, replace)
+def uniform_replay(max_size, *, name, mode=0o600, replace=False, stack_axes=None):
+    """dejax's ``uniform_replay(max_size)`` on the shared buffer ``name`` (created by ``init_fn``); ``stack_axes``:
+    ``{field name: axis}`` of the item's frame stacks (stored one frame per step)."""
+    return _UniformReplay(max_size, name, mode, replace, stack_axes)

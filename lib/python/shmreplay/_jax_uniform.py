@@ -51,7 +51,13 @@ class UniformBuffer:
 
     def __init__(self, buffer, prototype=None, env_ids=None, seed_tree=None):
         self.buffer = buffer
-        self.tree = TreeSchema(prototype) if prototype is not None else None
+        self.tree = None
+        if prototype is not None:
+            # The buffer's stacked fields are stacked in the prototype's schema too (a leaf holds the whole stack).
+            names = TreeSchema(prototype).names
+            stacked = {f.name: f.stack_axis for f in buffer.schema.fields
+                       if f.stack_axis is not None and f.name in names}
+            self.tree = TreeSchema(prototype, stacked)
         if self.tree is not None and not (self.tree.schema == buffer.schema):
             raise ValueError(f"the item prototype gives the schema '{self.tree.schema}', the buffer "
                              f"'{buffer.name}' has '{buffer.schema}'")
@@ -62,10 +68,13 @@ class UniformBuffer:
 
     # ----- making one
     @classmethod
-    def init(cls, item_prototype, num_envs, max_size, *, name, env_ids=None, mode=0o600, replace=False):
+    def init(cls, item_prototype, num_envs, max_size, *, name, env_ids=None, mode=0o600, replace=False,
+             stack_axes=None):
         """Create the buffer ``name`` for ``num_envs`` envs of ``max_size`` items each, items shaped like
-        ``item_prototype`` (a pytree of arrays or scalars), as the seed's ``init``."""
-        tree = TreeSchema(item_prototype)
+        ``item_prototype`` (a pytree of arrays or scalars), as the seed's ``init``. ``stack_axes``: ``{field name:
+        axis}`` of the leaves that are frame stacks (e.g. ``{"obs": 0}`` for Atari's ``u8[4,84,84]``), stored one
+        frame per step."""
+        tree = TreeSchema(item_prototype, stack_axes)
         buf = Buffer.create(name, int(num_envs), int(max_size), tree.schema, mode=mode, replace=replace)
         return cls(buf, item_prototype, env_ids)
 

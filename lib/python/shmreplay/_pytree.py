@@ -43,9 +43,12 @@ def shm_dtype(dtype):
 
 
 class TreeSchema:
-    """A prototype pytree's structure and the shmreplay Schema of its leaves."""
+    """A prototype pytree's structure and the shmreplay Schema of its leaves. ``stack_axes``: ``{field name:
+    axis}`` of the leaves that are stacks of frames along that axis, newest last (stacked fields, stored one frame
+    per step; every other leaf is stored as pushed)."""
 
-    def __init__(self, prototype):
+    def __init__(self, prototype, stack_axes=None):
+        stack_axes = dict(stack_axes or {})
         with_path, self.treedef = jax.tree_util.tree_flatten_with_path(prototype)
         if not with_path:
             raise ValueError("the item prototype has no leaves")
@@ -56,7 +59,10 @@ class TreeSchema:
             if name in self.names:
                 raise ValueError(f"two leaves of the item prototype would both be the field '{name}'")
             self.names.append(name)
-            fields.append(Field(name, shm_dtype(a.dtype), list(a.shape)))
+            fields.append(Field(name, shm_dtype(a.dtype), list(a.shape), stack_axis=stack_axes.pop(name, None)))
+        if stack_axes:
+            raise ValueError(f"stack_axes names {sorted(stack_axes)}, which the item prototype has no leaf for (its "
+                             f"fields: {', '.join(self.names)})")
         self.schema = Schema(fields)
         self.bf16 = {f.name for f in fields if f.dtype == "bf16"}
 
