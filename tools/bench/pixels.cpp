@@ -140,13 +140,14 @@ struct OursStore {
         ids(envs) {
     for (uint64_t e = 0; e < envs; ++e) ids[e] = e;
   }
-  // trust_episodes: StackContinuity::episodes (done is the episode field), else the default rule, compare.
+  // trust_episodes: done is the episode field, and a stacked schema gets StackContinuity::episodes; else no
+  // episode fields (and the default rule, compare).
   static Buffer create(const std::string& name, const Schema& schema, uint64_t envs, uint64_t capacity,
                        Populate populate, bool trust_episodes) {
     CreateOptions o{.replace = true, .populate = populate};
     if (trust_episodes) {
       o.episodes = {.done = "done"};
-      o.stack_continuity = StackContinuity::episodes;
+      if (schema.find("obs") && schema[*schema.find("obs")].stacked()) o.stack_continuity = StackContinuity::episodes;
     }
     Buffer b = Buffer::create(name, envs, capacity, schema, o);
     Buffer::remove(name);
@@ -298,6 +299,8 @@ PixelReport measure_pixels(const PixelConfig& c) {
   OursStore ours_unstacked(prefix + "-unstacked", unstacked, rep.envs, rep.capacity, Populate::always);
   OursStore ours_frame(prefix + "-frame", frame, rep.envs, rep.capacity, Populate::always);
   OursStore ours_trusted(prefix + "-trusted", stacked, rep.envs, rep.capacity, Populate::always, true);
+  OursStore ours_unstacked_episodes(prefix + "-unstacked-episodes", unstacked, rep.envs, rep.capacity,
+                                    Populate::always, true);
   PlainPush plain(unstacked, rep.envs, rep.capacity);
   PlainPush plain_frame(frame, rep.envs, rep.capacity);
   rep.stacked_segment_bytes = ours_stacked.buffer.total_bytes();
@@ -309,6 +312,7 @@ PixelReport measure_pixels(const PixelConfig& c) {
     ours_unstacked.push(steps.batch(ours_unstacked.t), cycle);
     ours_frame.push(steps.batch(ours_frame.t, true), cycle);
     ours_trusted.push(steps.batch(ours_trusted.t), cycle);
+    ours_unstacked_episodes.push(steps.batch(ours_unstacked_episodes.t), cycle);
     plain.push(steps.batch(plain.t), rep.envs, cycle);
     plain_frame.push(steps.batch(plain_frame.t, true), rep.envs, cycle);
   }
@@ -342,6 +346,7 @@ PixelReport measure_pixels(const PixelConfig& c) {
           {prep(frame_in, plain_frame.t),
            [&] { return plain_frame.push(in(frame_in, plain_frame.t, true), envs, cycle); }},
           {prep(stack_in, ours_trusted.t), ours(ours_trusted, stack_in, false)},
+          {prep(stack_in, ours_unstacked_episodes.t), ours(ours_unstacked_episodes, stack_in, false)},
       };
       const auto r = interleaved_prepared_rates(c.seconds, c.trials, warm_ms(c), ops);  // steps/s
       PixelPush p;
@@ -353,6 +358,8 @@ PixelReport measure_pixels(const PixelConfig& c) {
       p.memcpy_frame_ns = 1e9 / median(r[4]);
       p.trusted_ns = 1e9 / median(r[5]);
       p.trusted_over_unstacked = median(ratios(r[1], r[5]));
+      p.unstacked_episodes_ns = 1e9 / median(r[6]);
+      p.trusted_over_unstacked_episodes = median(ratios(r[6], r[5]));
       // Time over time = rate over rate, the other way round.
       p.stacked_over_unstacked = median(ratios(r[1], r[0]));
       p.stacked_over_memcpy = median(ratios(r[2], r[0]));
@@ -432,14 +439,16 @@ void print_pixels_markdown(const PixelReport& r, const PixelConfig& c) {
                r.envs * r.cycle_steps * r.step_bytes / 1000000, r.frame_schema);
     fmt::print("| push | stacked ns/step | unstacked ns/step | memcpy {} B ns/step | stacked/unstacked time | "
                "stacked/memcpy time | one frame ns/step | stacked/one frame time | memcpy {} B ns/step | "
-               "stacked/memcpy {} B time | stacked, episodes rule ns/step | episodes rule/unstacked time |\n"
-               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+               "stacked/memcpy {} B time | stacked, episodes rule ns/step | episodes rule/unstacked time | "
+               "unstacked, episode field ns/step | episodes rule/unstacked with episode field time |\n"
+               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
                r.step_bytes, kFrameBytes + 9, kFrameBytes + 9);
     for (const PixelPush& p : r.push) {
-      fmt::print("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", p.mode, ns(p.stacked_ns),
-                 ns(p.unstacked_ns), ns(p.memcpy_ns), times(p.stacked_over_unstacked), times(p.stacked_over_memcpy),
-                 ns(p.frame_ns), times(p.stacked_over_frame), ns(p.memcpy_frame_ns),
-                 times(p.stacked_over_memcpy_frame), ns(p.trusted_ns), times(p.trusted_over_unstacked));
+      fmt::print("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", p.mode,
+                 ns(p.stacked_ns), ns(p.unstacked_ns), ns(p.memcpy_ns), times(p.stacked_over_unstacked),
+                 times(p.stacked_over_memcpy), ns(p.frame_ns), times(p.stacked_over_frame), ns(p.memcpy_frame_ns),
+                 times(p.stacked_over_memcpy_frame), ns(p.trusted_ns), times(p.trusted_over_unstacked),
+                 ns(p.unstacked_episodes_ns), times(p.trusted_over_unstacked_episodes));
     }
     fmt::print("\n");
   }
@@ -465,8 +474,10 @@ void print_pixels_markdown(const PixelReport& r, const PixelConfig& c) {
                  times(p.stacked_over_unstacked), p.stacked_over_unstacked <= 0.35 ? "met" : "**missed**");
     }
     for (const PixelPush& p : r.push) {
-      fmt::print("| stacked push, episodes rule, <= 0.35x today's time | {} | {} | {} |\n", p.mode,
-                 times(p.trusted_over_unstacked), p.trusted_over_unstacked <= 0.35 ? "met" : "**missed**");
+      fmt::print("| stacked push, episodes rule, <= 0.35x today's time (with the same episode field) | {} | {} | {} "
+                 "|\n",
+                 p.mode, times(p.trusted_over_unstacked_episodes),
+                 p.trusted_over_unstacked_episodes <= 0.35 ? "met" : "**missed**");
     }
     for (const PixelSample& p : r.sample) {
       const double worst = std::min(p.stacked_over_memcpy, p.stacked_over_unstacked);
@@ -505,7 +516,9 @@ nlohmann::json pixels_json(const PixelReport& r) {
                     {"stacked_over_one_frame_time", p.stacked_over_frame},
                     {"stacked_over_memcpy_one_frame_time", p.stacked_over_memcpy_frame},
                     {"episodes_rule_ns_per_step", p.trusted_ns},
-                    {"episodes_rule_over_unstacked_time", p.trusted_over_unstacked}});
+                    {"episodes_rule_over_unstacked_time", p.trusted_over_unstacked},
+                    {"unstacked_episode_field_ns_per_step", p.unstacked_episodes_ns},
+                    {"episodes_rule_over_unstacked_episode_field_time", p.trusted_over_unstacked_episodes}});
   }
   nlohmann::json sample = nlohmann::json::array();
   for (const PixelSample& p : r.sample) {

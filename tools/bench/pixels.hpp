@@ -36,6 +36,8 @@ struct PixelPush {
   double stacked_ns = 0, unstacked_ns = 0, memcpy_ns = 0, frame_ns = 0, memcpy_frame_ns = 0;
   double trusted_ns = 0;               ///< stacked under StackContinuity::episodes (no compare)
   double trusted_over_unstacked = 0;   ///< time
+  double unstacked_episodes_ns = 0;    ///< today's layout with the episode field the episodes rule needs
+  double trusted_over_unstacked_episodes = 0;  ///< time
   double stacked_over_unstacked = 0;   ///< time
   double stacked_over_memcpy = 0;      ///< time, against memcpy of the same pushed bytes
   double stacked_over_frame = 0;       ///< time, against the unstacked push of the newest frame only
