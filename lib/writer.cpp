@@ -92,11 +92,11 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
     // again); stacks.hpp.
     stacks_ = std::make_unique<detail::WriterStacks>();
     const auto& stacks = buffer.segment().stacks();
-    uint64_t staged = 0;
+    stacks_->staging_of_field.assign(buffer.schema().size(), detail::WriterStacks::kNotStaged);
     for (const StackGeometry& st : stacks) {
       stacks_->fields.push_back(st.field);
-      stacks_->staging_offsets.push_back(staged);
-      staged += buffer.schema()[st.field].bytes();
+      stacks_->staging_of_field[st.field] = stacks_->staging_bytes;
+      stacks_->staging_bytes += buffer.schema()[st.field].bytes();
     }
     stacks_->sources.resize(stacks.size());
     stacks_->staging.resize(envs_.size());

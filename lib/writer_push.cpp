@@ -54,11 +54,10 @@ StepSlot::~StepSlot() {
 std::span<std::byte> StepSlot::field(std::size_t index) const noexcept {
   assert(writer_ != nullptr && index < writer_->field_base_.size());
   const uint64_t bytes = writer_->field_bytes_[index];
-  if (writer_->buffer_->schema()[index].stacked()) {  // filled in the Writer's staging area, stored at commit
-    const detail::WriterStacks& w = *writer_->stacks_;
-    const std::size_t i = static_cast<std::size_t>(
-        std::find(w.fields.begin(), w.fields.end(), index) - w.fields.begin());
-    return {const_cast<std::byte*>(w.staging[local_].data()) + w.staging_offsets[i], static_cast<std::size_t>(bytes)};
+  if (writer_->stacks_ && writer_->stacks_->staging_of_field[index] != detail::WriterStacks::kNotStaged) {
+    // A stacked field: filled in the Writer's staging area, stored as frames at commit.
+    detail::WriterStacks& w = *writer_->stacks_;
+    return {w.staging[local_].data() + w.staging_of_field[index], static_cast<std::size_t>(bytes)};
   }
   const uint64_t cap = writer_->buffer_->capacity();
   return {writer_->field_base_[index] + (env_ * cap + step_ % cap) * bytes, static_cast<std::size_t>(bytes)};
@@ -72,7 +71,9 @@ void StepSlot::commit() {
   writer_->check_process("commit a step of");
   if (writer_->stacks_) {  // the stacked fields, from the staging area they were filled in
     detail::WriterStacks& w = *writer_->stacks_;
-    for (std::size_t i = 0; i < w.fields.size(); ++i) w.sources[i] = w.staging[local_].data() + w.staging_offsets[i];
+    for (std::size_t i = 0; i < w.fields.size(); ++i) {
+      w.sources[i] = w.staging[local_].data() + w.staging_of_field[w.fields[i]];
+    }
     Segment& seg = writer_->buffer_->segment();
     const detail::ContinuityTest t = detail::continuity_test(seg, env_, step_, w.pushed[local_] != 0);
     detail::store_stacks(seg, env_, step_, w.sources.data(), w.cursors.data() + local_ * w.fields.size(),
@@ -324,10 +325,7 @@ StepSlot Writer::reserve(uint64_t env_id) {
   }
   if (stacks_) {  // where the stacked fields are filled until the commit stores them as frames (before the claim:
                   // it may throw bad_alloc)
-    const Schema& schema = buffer_->schema();
-    uint64_t bytes = 0;
-    for (const std::size_t f : stacks_->fields) bytes += schema[f].bytes();
-    stacks_->staging[l].resize(static_cast<std::size_t>(bytes));
+    stacks_->staging[l].resize(static_cast<std::size_t>(stacks_->staging_bytes));
   }
   const uint64_t step = claim(l);
   reserved_[l] = 1;

@@ -48,6 +48,14 @@ inline mode_t file_mode(const std::string& path) {
   return st.st_mode & 07777;
 }
 
+/// An error code as the int error_of returns.
+constexpr int code(Errc e) { return static_cast<int>(e); }
+
+/// Whether `haystack` holds `needle` (messages, command output).
+inline bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
 /// A segment name no other test (or concurrent ctest process) uses: "srt-<tag>-<pid>-<n>".
 inline std::string unique_name(const std::string& tag) {
   static std::atomic<int> counter{0};

@@ -42,7 +42,7 @@ namespace {
 
 const Schema kSchema = Schema::parse("obs:f32[4] action:i32 reward:f32 done:bool");
 
-constexpr int code(Errc e) { return static_cast<int>(e); }
+using test::code;
 
 inline std::vector<char> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -74,9 +74,7 @@ inline int open_bytes(const std::vector<char>& bytes, std::string* message, cons
   return error_of([&] { (void)Buffer::open(name, options); }, message);
 }
 
-inline bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using test::contains;
 
 
 // The resident bytes (Rss) of this process's mapping that starts at `base`, from /proc/self/smaps; -1 if none.

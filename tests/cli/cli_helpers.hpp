@@ -126,7 +126,7 @@ inline CliResult run_cli(const std::vector<std::string>& args) {
   return r;
 }
 
-inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using test::contains;
 
 // The user name of `uid` from the password database, or "" when it has none.
 inline std::string user_name(uid_t uid) {

@@ -50,10 +50,8 @@ using test::unique_name;
 
 namespace {
 
-constexpr int code(Errc e) { return static_cast<int>(e); }
-inline bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using test::code;
+using test::contains;
 
 // Every flag field a test may name, so that one schema serves both flavours of episode fields.
 const Schema kSchema = Schema::parse("id:u64[2] x:f32 done:u8 term:bool trunc:i32 reward:f32");

@@ -38,10 +38,8 @@ namespace {
 const Schema kSchema = Schema::parse("id:u64[2] x:f32[3] flag:u8");
 constexpr std::array<double, 4> kPowers = {0.0, 0.5, 1.0, 2.0};
 
-constexpr int code(Errc e) { return static_cast<int>(e); }
-inline bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using test::code;
+using test::contains;
 
 struct Step {
   uint64_t id[2];

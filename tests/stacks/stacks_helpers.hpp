@@ -44,10 +44,8 @@ using test::unique_name;
 
 namespace {
 
-constexpr int code(Errc e) { return static_cast<int>(e); }
-inline bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using test::code;
+using test::contains;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Stamped frames

@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 
 #include "harness.hpp"
+#include "atari_million.hpp"
 #include "pixels.hpp"
 #include "report.hpp"
 #include "results.hpp"

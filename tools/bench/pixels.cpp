@@ -1,4 +1,5 @@
-// tools/bench/pixels.cpp: shmreplay_bench's pixels section and --atari-1e6 mode (pixels.hpp). Called by main.cpp.
+// tools/bench/pixels.cpp: shmreplay_bench's pixels section (pixels.hpp), over the workload of atari_steps.hpp.
+// Called by main.cpp.
 #include "pixels.hpp"
 
 #include <sys/statvfs.h>
@@ -17,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "atari_steps.hpp"
 #include "bench_support.hpp"
 #include "detail/sampling/gather.hpp"
 #include "detail/segment/rules.hpp"
@@ -29,101 +31,6 @@
 
 namespace shmreplay::bench {
 namespace {
-
-constexpr std::size_t kDepth = 4;
-constexpr std::size_t kFrameBytes = 84 * 84;
-constexpr std::size_t kFields = 4;  // obs, action, reward, done
-constexpr const char* kStacked = "obs:u8[4,84,84]:stack=0 action:i32 reward:f32 done:bool";
-constexpr const char* kUnstacked = "obs:u8[4,84,84] action:i32 reward:f32 done:bool";
-constexpr const char* kFrame = "obs:u8[1,84,84] action:i32 reward:f32 done:bool";
-constexpr std::size_t kTransitions = 256;                // rows per flat sample call
-constexpr std::size_t kSequences = 32, kSequenceLength = 8;  // rows and steps per sequence sample call
-
-// Atari-like steps, made once for a cycle of `steps` steps of `envs` envs and pushed over and over. Per env,
-// episodes of episode_min..episode_max steps (uniform; the first starts with the cycle and the last is cut by its
-// end, so that the cycle repeats as whole episodes); each step's obs is the stack of its episode's last 4 frames,
-// newest last, padded at an episode's start with zero frames (even envs: envpool's convention) or with copies of
-// the episode's first frame (odd envs: gymnasium's FrameStack); frames of random bytes; an action of 18, a reward
-// of -1, 0 or 1, done on an episode's last step.
-class AtariSteps {
- public:
-  AtariSteps(std::size_t envs, std::size_t steps, uint64_t episode_min, uint64_t episode_max, uint64_t seed)
-      : envs_(envs), steps_(steps) {
-    obs_.resize(steps * envs * kDepth * kFrameBytes);
-    newest_.resize(steps * envs * kFrameBytes);
-    action_.resize(steps * envs);
-    reward_.resize(steps * envs);
-    done_.resize(steps * envs);
-    SplitMix mix{seed};
-    Rng bytes(seed);
-    std::vector<std::byte> recent(kDepth * kFrameBytes);  // the episode's frames j % 4
-    std::vector<std::byte> first(kFrameBytes);            // the episode's frame 0
-    for (std::size_t e = 0; e < envs; ++e) {
-      uint64_t left = 0;  // steps left in the episode
-      uint64_t j = 0;     // the step's place in its episode
-      for (std::size_t t = 0; t < steps; ++t) {
-        if (left == 0) {
-          left = episode_min + mix.below(episode_max - episode_min + 1);
-          j = 0;
-          ++restarts_;
-        }
-        std::byte* frame = recent.data() + (j % kDepth) * kFrameBytes;
-        for (std::size_t i = 0; i < kFrameBytes; i += 8) {
-          const uint64_t word = bytes();
-          std::memcpy(frame + i, &word, std::min<std::size_t>(8, kFrameBytes - i));
-        }
-        if (j == 0) std::memcpy(first.data(), frame, kFrameBytes);
-        const std::size_t at = t * envs + e;
-        std::byte* stack = obs_.data() + at * kDepth * kFrameBytes;
-        for (std::size_t k = 0; k < kDepth; ++k) {  // frame j - 3 + k of the episode, or padding before its start
-          std::byte* dst = stack + k * kFrameBytes;
-          if (j + k + 1 >= kDepth) {
-            std::memcpy(dst, recent.data() + ((j + k + 1 - kDepth) % kDepth) * kFrameBytes, kFrameBytes);
-          } else if (e % 2 == 0) {
-            std::memset(dst, 0, kFrameBytes);
-          } else {
-            std::memcpy(dst, first.data(), kFrameBytes);
-          }
-        }
-        std::memcpy(newest_.data() + at * kFrameBytes, frame, kFrameBytes);
-        action_[at] = static_cast<int32_t>(mix.below(18));
-        reward_[at] = static_cast<float>(mix.below(3)) - 1.0f;
-        --left;
-        done_[at] = left == 0 || t + 1 == steps ? 1 : 0;
-        if (t + 1 == steps) left = 0;
-        ++j;
-      }
-    }
-    for (std::size_t t = 0; t < steps; ++t) {
-      const std::size_t at = t * envs;
-      const FieldBytes rest[3] = {{action_.data() + at, envs * 4}, {reward_.data() + at, envs * 4},
-                                  {done_.data() + at, envs}};
-      batches_.push_back({obs_.data() + at * kDepth * kFrameBytes, envs * kDepth * kFrameBytes});
-      batches_.insert(batches_.end(), rest, rest + 3);
-      newest_batches_.push_back({newest_.data() + at * kFrameBytes, envs * kFrameBytes});
-      newest_batches_.insert(newest_batches_.end(), rest, rest + 3);
-    }
-  }
-
-  std::size_t envs() const noexcept { return envs_; }
-  std::size_t steps() const noexcept { return steps_; }
-  /// The steps of a cycle (all envs) that begin an episode: their stacks do not continue their predecessors'.
-  uint64_t restarts() const noexcept { return restarts_; }
-  /// Step t of every env, per field [envs][field bytes], as a batched push takes it; `newest`: obs holds the
-  /// newest frame only ([envs][1][84][84]).
-  std::span<const FieldBytes> batch(std::size_t t, bool newest = false) const noexcept {
-    return {(newest ? newest_batches_ : batches_).data() + t * kFields, kFields};
-  }
-
- private:
-  std::size_t envs_, steps_;
-  uint64_t restarts_ = 0;
-  std::vector<std::byte> obs_, newest_;
-  std::vector<int32_t> action_;
-  std::vector<float> reward_;
-  std::vector<uint8_t> done_;
-  std::vector<FieldBytes> batches_, newest_batches_;  // [steps][kFields]
-};
 
 // A buffer with its name removed at once (the mapping stays: nothing is left behind however the process ends), a
 // Writer leasing all its envs, and its place in the cycle of steps.
@@ -210,11 +117,6 @@ class Staged {
   FieldBytes fields_[kFields];
 };
 
-std::vector<double> ratios(const std::vector<double>& a, const std::vector<double>& b) {
-  std::vector<double> r;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) r.push_back(a[i] / b[i]);
-  return r;
-}
 
 // The memcpy and gather references of a sample: rows of `length` steps at uniform random (env, start) positions
 // of a PlainStore (splitmix64), copied per field with memcpy row by row, or all drawn first and copied by the
@@ -539,202 +441,5 @@ nlohmann::json pixels_json(const PixelReport& r) {
   return j;
 }
 
-// -- --atari-1e6 ----------------------------------------------------------------------------------------------------
-
-namespace {
-
-// A "Key:   N kB" line of a /proc file, in bytes (0 when absent).
-uint64_t proc_kb(const std::string& text, const std::string& key) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(key, 0) == 0) return std::stoull(line.substr(key.size())) * 1024;
-  }
-  return 0;
-}
-
-std::string read_text(const char* path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-// The Rss of the mapping that starts at `base`, from /proc/self/smaps.
-uint64_t mapping_rss(const void* base) {
-  std::ifstream f("/proc/self/smaps");
-  const std::string start = fmt::format("{:x}-", reinterpret_cast<uintptr_t>(base));
-  std::string line;
-  bool in = false;
-  while (std::getline(f, line)) {
-    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') != std::string::npos &&
-        line.find(' ') > line.find('-')) {
-      in = line.rfind(start, 0) == 0;
-      continue;
-    }
-    if (in && line.rfind("Rss:", 0) == 0) return std::stoull(line.substr(4)) * 1024;
-  }
-  return 0;
-}
-
-uint64_t shm_used_bytes() {
-  struct statvfs s {};
-  if (::statvfs(shm_directory().c_str(), &s) != 0) return 0;
-  return (s.f_blocks - s.f_bfree) * s.f_frsize;
-}
-
-double gb(uint64_t bytes) { return static_cast<double>(bytes) * 1e-9; }
-
-}  // namespace
-
-int run_atari_million(const AtariMillionConfig& c, const std::string& command) {
-  using Clock = std::chrono::steady_clock;
-  const Schema stacked = Schema::parse(kStacked);
-  const Schema unstacked = Schema::parse(kUnstacked);
-  const uint64_t steps_total = c.envs * c.capacity;
-  const uint64_t unstacked_bytes = detail::plan_segment(c.envs, c.capacity, unstacked, 0, false, 0).total_bytes;
-  const uint64_t memory_total = proc_kb(read_text("/proc/meminfo"), "MemTotal:");
-  struct statvfs shm {};
-  ::statvfs(shm_directory().c_str(), &shm);
-  const uint64_t shm_size = shm.f_blocks * shm.f_frsize;
-
-  const uint64_t rss_before = proc_kb(read_text("/proc/self/status"), "VmRSS:");
-  const uint64_t shm_before = shm_used_bytes();
-  const std::string name = fmt::format("shmreplay-bench-{}-atari1e6", ::getpid());
-  fmt::print(stderr, "shmreplay_bench: --atari-1e6: creating {} x {} steps with `{}`\n", c.envs, c.capacity,
-             stacked.to_string());
-  auto t0 = Clock::now();
-  Buffer buf = Buffer::create(name, c.envs, c.capacity, stacked,
-                              {.populate = c.populate ? Populate::always : Populate::never});
-  Buffer::remove(name);  // the mapping stays; nothing is left behind however this process ends
-  const double create_s = std::chrono::duration<double>(Clock::now() - t0).count();
-
-  const AtariSteps steps(c.envs, 256, 150, 450, 11);
-  const double restarts = static_cast<double>(steps.restarts()) / static_cast<double>(c.envs * steps.steps());
-  Writer w = Writer::range(buf, 0, c.envs);
-  std::vector<uint64_t> ids(c.envs);
-  for (uint64_t e = 0; e < c.envs; ++e) ids[e] = e;
-  fmt::print(stderr, "shmreplay_bench: --atari-1e6: filling ({:.1f} GB segment)\n", gb(buf.total_bytes()));
-  t0 = Clock::now();
-  for (uint64_t s = 0; s < c.capacity; ++s) {
-    w.push(std::span<const uint64_t>(ids), steps.batch(s % steps.steps()));
-  }
-  const double fill_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  // Once more the same number of steps into the full buffer: the rate of a buffer whose pages are all in.
-  t0 = Clock::now();
-  for (uint64_t s = 0; s < c.capacity; ++s) {
-    w.push(std::span<const uint64_t>(ids), steps.batch((c.capacity + s) % steps.steps()));
-  }
-  const double refill_s = std::chrono::duration<double>(Clock::now() - t0).count();
-
-  const uint64_t rss_full = proc_kb(read_text("/proc/self/status"), "VmRSS:");
-  const uint64_t seg_rss = mapping_rss(&buf.segment().header());
-  const uint64_t shm_full = shm_used_bytes();
-
-  Sampler sampler(buf);
-  uint64_t sampleable = 0;
-  for (uint64_t e = 0; e < c.envs; ++e) sampleable += sampler.sizes(e).replay;
-  Rng rng(5);
-  SampleBatch out;
-  // The reference: memcpy of the same output bytes (a stack's 4 frames per step) from random places of the
-  // segment's frame rings: 256 stacks, or 32 runs of 8 stacks' bytes.
-  const StackGeometry& st = buf.segment().stacks()[0];
-  const std::byte* rings = buf.segment().frame_data(0);
-  std::vector<std::byte> ref(kTransitions * kDepth * kFrameBytes);
-  SplitMix mix{9};
-  auto memcpy_ref = [&](std::size_t rows, std::size_t length) {
-    const std::size_t bytes = length * kDepth * kFrameBytes;
-    const uint64_t places = st.frames - length * kDepth + 1;
-    for (std::size_t r = 0; r < rows; ++r) {
-      const uint64_t env = mix.below(c.envs);
-      std::memcpy(ref.data() + r * bytes, rings + (env * st.frames + mix.below(places)) * kFrameBytes, bytes);
-    }
-    clobber(ref.data());
-    return uint64_t{rows};
-  };
-  fmt::print(stderr, "shmreplay_bench: --atari-1e6: sampling\n");
-  const auto rates = interleaved_rates(c.seconds, c.trials, std::chrono::milliseconds(100),
-                                       {[&] {
-                                          sampler.sample_transitions(View::replay, kTransitions, rng, out);
-                                          return uint64_t{kTransitions};
-                                        },
-                                        [&] { return memcpy_ref(kTransitions, 1); },
-                                        [&] {
-                                          sampler.sample(View::replay, kSequences, kSequenceLength, 1.0, rng, out);
-                                          return uint64_t{kSequences};
-                                        },
-                                        [&] { return memcpy_ref(kSequences, kSequenceLength); }});
-  const double flat = median(rates[0]);
-  const double seq = median(rates[2]);
-  const double flat_ref = median(rates[1]);
-  const double seq_ref = median(rates[3]);
-  const double flat_ratio = median(ratios(rates[0], rates[1]));
-  const double seq_ratio = median(ratios(rates[2], rates[3]));
-
-  const double step_gb = static_cast<double>(unstacked.step_bytes()) * 1e-9;
-  if (c.json) {
-    nlohmann::json j = {{"command", command},
-                        {"schema", stacked.to_string()},
-                        {"num_envs", c.envs},
-                        {"capacity", c.capacity},
-                        {"steps", steps_total},
-                        {"segment_bytes", buf.total_bytes()},
-                        {"unstacked_segment_bytes", unstacked_bytes},
-                        {"memory_bytes", memory_total},
-                        {"shm_bytes", shm_size},
-                        {"create_s", create_s},
-                        {"restarts_per_step", restarts},
-                        {"fill_s", fill_s},
-                        {"fill_steps_per_s", static_cast<double>(steps_total) / fill_s},
-                        {"refill_steps_per_s", static_cast<double>(steps_total) / refill_s},
-                        {"process_rss_before_bytes", rss_before},
-                        {"process_rss_bytes", rss_full},
-                        {"segment_rss_bytes", seg_rss},
-                        {"shm_used_growth_bytes", shm_full - shm_before},
-                        {"sampleable_steps", sampleable},
-                        {"populated", c.populate},
-                        {"transitions_rows_per_s", flat},
-                        {"transitions_memcpy_rows_per_s", flat_ref},
-                        {"transitions_over_memcpy", flat_ratio},
-                        {"sequences_rows_per_s", seq},
-                        {"sequences_memcpy_rows_per_s", seq_ref},
-                        {"sequences_over_memcpy", seq_ratio}};
-    fmt::print("{}\n", j.dump(2));
-    return 0;
-  }
-  fmt::print("## shmreplay_bench --atari-1e6\n\n- command: `{}`\n", command);
-  fmt::print("- buffer: `{}`, {} envs x {} steps = {} steps; Atari-like steps as in the pixels section (episodes of "
-             "150 to 450 steps, {:.2f}% of the steps begin one), pushed {} envs per call\n\n",
-             stacked.to_string(), c.envs, c.capacity, steps_total, 100 * restarts, c.envs);
-  fmt::print("| figure | value |\n|---|---:|\n");
-  fmt::print("| segment size (stacked) | {:.2f} GB ({:.0f} B per step) |\n", gb(buf.total_bytes()),
-             static_cast<double>(buf.total_bytes()) / static_cast<double>(steps_total));
-  fmt::print("| the same steps stored as pushed (unstacked `obs:u8[4,84,84]`) | {:.2f} GB: RAM {:.2f} GB, {} {:.2f} GB"
-             " ({}) |\n",
-             gb(unstacked_bytes), gb(memory_total), shm_directory(), gb(shm_size),
-             unstacked_bytes > memory_total || unstacked_bytes > shm_size ? "does not fit" : "fits");
-  fmt::print("| create{} | {:.2f} s |\n", c.populate ? " (pages populated: Populate::always)" : "", create_s);
-  fmt::print("| fill, first pass{} | {:.1f} s, {} steps/s ({:.2f} GB/s pushed) |\n",
-             c.populate ? "" : " (page faults included)", fill_s,
-             num(static_cast<double>(steps_total) / fill_s), static_cast<double>(steps_total) / fill_s * step_gb);
-  fmt::print("| fill, second pass (overwriting the full buffer) | {:.1f} s, {} steps/s ({:.2f} GB/s pushed) |\n",
-             refill_s,
-             num(static_cast<double>(steps_total) / refill_s), static_cast<double>(steps_total) / refill_s * step_gb);
-  fmt::print("| segment resident (Rss of its mapping) | {:.2f} GB |\n", gb(seg_rss));
-  fmt::print("| {} used, growth | {:.2f} GB |\n", shm_directory(), gb(shm_full - shm_before));
-  fmt::print("| process resident (VmRSS; before creating: {:.0f} MB) | {:.2f} GB |\n", gb(rss_before) * 1e3,
-             gb(rss_full));
-  fmt::print("| sampleable steps (replay view) | {} of {} |\n", sampleable, steps_total);
-  fmt::print("| sample 256 transitions | {} rows/s ({:.2f} GB/s out); memcpy of the same bytes from random places of "
-             "the frames: {} rows/s; ours/memcpy {} |\n",
-             num(flat), flat * step_gb, num(flat_ref), pct(flat_ratio));
-  fmt::print("| sample 32 sequences of 8 | {} sequences/s ({} steps/s, {:.2f} GB/s out); memcpy: {} sequences/s; "
-             "ours/memcpy {} |\n",
-             num(seq), num(seq * kSequenceLength), seq * kSequenceLength * step_gb, num(seq_ref), pct(seq_ratio));
-  fmt::print("\n{} trials of >= {:.2f} s per sample figure (median). The segment's name was removed right after "
-             "creation; its memory goes with this process.\n",
-             c.trials, c.seconds);
-  return 0;
-}
 
 }  // namespace shmreplay::bench

@@ -1,5 +1,6 @@
-// tools/bench/pixels.hpp: shmreplay_bench's pixels section (stacked fields, issue 32) and its --atari-1e6 mode.
-// Called by main.cpp; the workload and the measurements are in pixels.cpp, its docs in docs/benchmarks/pixels.md.
+// tools/bench/pixels.hpp: shmreplay_bench's pixels section (stacked fields, issue 32; the --atari-1e6 mode is in
+// atari_million.hpp). Called by main.cpp; the measurements are in pixels.cpp, the workload in atari_steps.hpp, the
+// docs in docs/benchmarks/pixels.md.
 //
 // The pixels section runs in the benchmark's own process (no writer or sampler process: nothing else runs during
 // it), every case of a table measured in interleaved trials (median_rate.hpp), so that the machine's noise falls
@@ -68,19 +69,5 @@ struct PixelReport {
 PixelReport measure_pixels(const PixelConfig& config);
 void print_pixels_markdown(const PixelReport& report, const PixelConfig& config);
 nlohmann::json pixels_json(const PixelReport& report);
-
-/// --atari-1e6: a buffer of `envs` x `capacity` Atari steps with obs stacked, created, filled with Atari-like
-/// steps and sampled in this process; prints its size, resident memory, fill and sample rates (markdown or JSON).
-/// The segment's name is removed right after creation (the mapping stays): nothing is left behind, however the
-/// process ends. Needs about 7.3 GB of /dev/shm at the default 16 x 62,500.
-struct AtariMillionConfig {
-  uint64_t envs = 16;
-  uint64_t capacity = 62500;
-  double seconds = 0.5;
-  uint32_t trials = 5;
-  bool json = false;
-  bool populate = true;  ///< fault the segment's pages in at creation (Populate::always), as a large buffer should
-};
-int run_atari_million(const AtariMillionConfig& config, const std::string& command);
 
 }  // namespace shmreplay::bench

@@ -115,7 +115,10 @@ struct WriterStacks {
   std::vector<std::size_t> fields;           ///< the stacked fields' schema indices, in Segment::stacks() order
   std::vector<StackCursor> cursors;          ///< [leased env][stacked field]
   std::vector<std::vector<std::byte>> staging;  ///< [leased env]: the stacked fields of a reserved step, in order
-  std::vector<uint64_t> staging_offsets;     ///< [stacked field]: where it starts in a staging area
+  std::vector<uint64_t> staging_of_field;    ///< [schema field]: where a stacked field starts in a staging area,
+                                             ///< kNotStaged for a field stored as pushed
+  uint64_t staging_bytes = 0;                ///< a staging area's size: every stacked field's bytes
+  static constexpr uint64_t kNotStaged = UINT64_MAX;
   std::vector<const std::byte*> sources;     ///< [stacked field]: the stacks of the step being stored
   std::vector<uint8_t> pushed;               ///< [leased env]: this Writer stored a step of it (episodes rule: the
                                              ///< first step is compared all the same)
