@@ -1,0 +1,379 @@
+// tools/cli/info_forms.cpp: what `info`, `ls` and `watch` print of a segment: its JSON forms and its text tables
+// (info_forms.hpp, commands.hpp). The commands themselves are in commands.cpp.
+#include "info_forms.hpp"
+
+#include "commands.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "detail/os/owner.hpp"
+#include "shmreplay/buffer.hpp"
+#include "shmreplay/error.hpp"
+#include "shmreplay/inspector.hpp"
+#include "shmreplay/schema.hpp"
+#include "progress.hpp"
+#include "text.hpp"
+
+
+namespace shmreplay::cli {
+
+using Align = Table::Align;
+
+std::string counted(uint64_t n, std::string_view singular, std::string_view plural) {
+  return fmt::format("{} {}", n, n == 1 ? singular : plural);
+}
+
+std::string layout_text(uint32_t major, uint32_t minor) { return fmt::format("{}.{}", major, minor); }
+
+double seconds(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
+// -- JSON forms --
+
+Json schema_json(const Schema& schema) {
+  Json fields = Json::array();
+  for (const Field& f : schema.fields()) {
+    fields.push_back({{"name", f.name},
+                      {"dtype", dtype_name(f.dtype)},
+                      {"shape", f.shape},
+                      {"bytes", f.bytes()},
+                      {"stack_axis", f.stack_axis ? Json(*f.stack_axis) : Json(nullptr)}});
+  }
+  return fields;
+}
+
+// The stacked fields (layout 1.6): one object each, [] without.
+Json stacks_json(const SegmentInfo& i) {
+  Json stacks = Json::array();
+  for (const StackGeometry& st : i.stacks) {
+    const Field& f = i.schema[st.field];
+    stacks.push_back({{"field", f.name},
+                      {"index", st.field},
+                      {"axis", *f.stack_axis},
+                      {"depth", st.depth},
+                      {"frames_per_env", st.frames},
+                      {"frame_bytes", st.frame_bytes},
+                      {"restarts_held", stack_restarts_held(st, i.capacity)},
+                      {"ring_bytes", i.num_envs * st.frames * st.frame_bytes},
+                      {"index_bytes", i.num_envs * i.capacity * sizeof(uint64_t)}});
+  }
+  return stacks;
+}
+
+Json env_json(const EnvInfo& e) {
+  return {
+      {"env", e.env},
+      {"head", e.head},
+      {"claimed", e.claimed},
+      {"online_start", e.online_start},
+      {"length", e.length},
+      {"online_length", e.online_length},
+      {"owner", to_string(e.owner)},
+      {"owner_pid", e.owner_pid},
+      {"owner_start_ticks", e.owner_start_ticks},
+      {"lease_since_ns", e.lease_since_ns},
+      {"lease_takeovers", e.lease_takeovers},
+      {"last_push_ns", e.last_push_ns},
+      {"stacks_intact_from", e.stacks_intact_from},
+      {"state", state_text(e)},
+      {"episodes_completed", e.episodes_completed},
+      {"episode_records_dropped", e.episode_records_dropped},
+      {"episode_queue_depth", e.episode_queue_depth},
+      {"priority_total", e.priority_total},
+      {"episode_start", e.episode_start},
+      {"last_episode",
+       {{"length", e.last_episode_length},
+        {"return", e.last_episode_return},
+        {"end", to_string(e.last_episode_end)}}},
+  };
+}
+
+// "done=done reward=reward": the fields with episode roles, or "" for a buffer without them.
+std::string episode_fields_text(const SegmentInfo& i) {
+  std::string out;
+  const auto add = [&](const char* role, const std::optional<std::size_t>& index) {
+    if (index) out += fmt::format("{}{}={}", out.empty() ? "" : " ", role, i.schema[*index].name);
+  };
+  add("done", i.episode_fields.done);
+  add("terminated", i.episode_fields.terminated);
+  add("truncated", i.episode_fields.truncated);
+  add("reward", i.episode_fields.reward);
+  return out;
+}
+
+// The owner's user name, or null when the password database has none.
+Json owner_user_json(const SegmentInfo& i) { return i.owner_name.empty() ? Json(nullptr) : Json(i.owner_name); }
+
+// ls's OWNER column: the user name, or the uid when it has none.
+std::string owner_cell(const SegmentInfo& i) {
+  return i.owner_name.empty() ? fmt::format("{}", i.owner_uid) : i.owner_name;
+}
+
+Json listed_json(const ListedSegment& s) {
+  if (!s.info) return {{"name", s.name}, {"error", s.error}};
+  const SegmentInfo& i = *s.info;
+  return {
+      {"name", s.name},
+      {"envs", i.num_envs},
+      {"capacity", i.capacity},
+      {"step_bytes", i.step_bytes},
+      {"stored_step_bytes", stored_step_bytes(i)},
+      {"total_bytes", i.total_bytes},
+      {"replay_steps", i.replay_steps},
+      {"online_steps", i.online_steps},
+      {"total_pushed", i.total_pushed},
+      {"fill", i.num_envs * i.capacity == 0 ? 0.0
+                                             : static_cast<double>(i.replay_steps) /
+                                                   static_cast<double>(i.num_envs * i.capacity)},
+      {"live_writers", i.live_writers},
+      {"learner", to_string(i.learner.state)},
+      {"owner_uid", i.owner_uid},
+      {"owner_user", owner_user_json(i)},
+      {"creation_time_ns", i.creation_time_ns},
+      {"age_s", seconds(age_ns(i.creation_time_ns))},
+      {"layout", layout_text(i.layout_major, i.layout_minor)},
+  };
+}
+
+Json learner_json(const LearnerInfo& l) {
+  return {
+      {"state", to_string(l.state)},
+      {"pid", l.pid},
+      {"start_ticks", l.start_ticks},
+      {"since_ns", l.since_ns},
+      {"takeovers", l.takeovers},
+      {"rows_sampled", l.rows_sampled},
+      {"sample_calls", l.sample_calls},
+      {"retries", l.retries},
+      {"online_resets", l.online_resets},
+      {"steps_updated", l.steps_updated},
+      {"waiters", l.waiters},
+  };
+}
+
+Json rate_limit_json(const RateLimitState& s) {
+  if (!s.limit) return nullptr;
+  const RateLimit& r = *s.limit;
+  const auto bound = [](double v) { return std::abs(v) == std::numeric_limits<double>::max() ? Json(nullptr) : Json(v); };
+  return {
+      {"min_size_to_sample", r.min_size_to_sample},
+      {"samples_per_insert", r.samples_per_insert},
+      {"error_buffer", r.has_ratio() ? Json(r.error_buffer()) : Json(nullptr)},
+      {"min_diff", bound(r.min_diff)},
+      {"max_diff", bound(r.max_diff)},
+      {"inserts", s.inserts},
+      {"samples", s.samples},
+      {"stored", s.stored},
+      {"error", s.error},
+      {"learner_waiting_rows", s.learner_waiting_rows},
+      {"learner_waiting_since_ns", s.learner_waiting_since_ns},
+      {"writer_waiters", s.writer_waiters},
+      {"writer_waiting_since_ns", s.writer_waiting_since_ns},
+      {"last_sample_ns", s.last_sample_ns},
+      {"learner_limited", s.learner_limited},
+      {"writers_limited", s.writers_limited},
+      {"writer_timeouts", s.writer_timeouts},
+      {"changes", s.changes},
+  };
+}
+
+Json info_json(const SegmentInfo& i) {
+  Json envs = Json::array();
+  for (const EnvInfo& e : i.envs) envs.push_back(env_json(e));
+  return {
+      {"name", i.name},
+      {"path", i.path},
+      {"layout", layout_text(i.layout_major, i.layout_minor)},
+      {"num_envs", i.num_envs},
+      {"capacity", i.capacity},
+      {"step_bytes", i.step_bytes},
+      {"stored_step_bytes", stored_step_bytes(i)},
+      {"total_bytes", i.total_bytes},
+      {"data_bytes", i.data_bytes},
+      {"stacks", stacks_json(i)},
+      {"stack_continuity", i.stacks.empty() ? Json(nullptr) : Json(std::string(to_string(i.stack_continuity)))},
+      {"owner_uid", i.owner_uid},
+      {"owner_user", owner_user_json(i)},
+      {"owned_by_you", i.owner_uid == static_cast<uint32_t>(::geteuid())},
+      {"creator_pid", i.creator_pid},
+      {"creator_alive", i.creator_alive},
+      {"creation_time_ns", i.creation_time_ns},
+      {"created", iso_utc(i.creation_time_ns)},
+      {"age_s", seconds(age_ns(i.creation_time_ns))},
+      {"total_pushed", i.total_pushed},
+      {"replay_steps", i.replay_steps},
+      {"online_steps", i.online_steps},
+      {"live_writers", i.live_writers},
+      {"learner", learner_json(i.learner)},
+      {"episodes",
+       {{"fields", episode_fields_text(i)},
+        {"queue_capacity", i.episode_queue_capacity},
+        {"completed", i.episodes_completed},
+        {"records_dropped", i.episode_records_dropped},
+        {"queue_depth", i.episode_queue_depth}}},
+      {"priorities", i.priority_exponent ? Json{{"exponent", *i.priority_exponent},
+                                                {"max_priority", i.max_priority},
+                                                {"total", i.priority_total},
+                                                {"updates", i.priority_updates},
+                                                {"updates_dropped", i.priority_updates_dropped}}
+                                         : Json(nullptr)},
+      {"rate_limit", rate_limit_json(i.rate_limit)},
+      {"schema_spec", i.schema.to_string()},
+      {"schema", schema_json(i.schema)},
+      {"envs", std::move(envs)},
+  };
+}
+
+// -- text forms --
+
+void print_pair(std::string_view key, std::string_view value) { fmt::print("{:<14}{}\n", key, value); }
+
+void print_info_summary(const SegmentInfo& i) {
+  const uint64_t slots = i.num_envs * i.capacity;
+  print_pair("name", i.name);
+  print_pair("path", i.path);
+  print_pair("layout", layout_text(i.layout_major, i.layout_minor));
+  print_pair("envs", fmt::format("{}", i.num_envs));
+  print_pair("capacity", fmt::format("{} per env", counted(i.capacity, "step", "steps")));
+  print_pair("step", step_bytes_text(i));
+  for (const StackGeometry& st : i.stacks) {
+    print_pair("stacked", fmt::format("{}: {} frames on axis {}; {} frames per env of {} bytes (room for {} restarts "
+                                      "per env at no loss)",
+                                      i.schema[st.field].name, st.depth, *i.schema[st.field].stack_axis, st.frames,
+                                      st.frame_bytes, stack_restarts_held(st, i.capacity)));
+  }
+  if (!i.stacks.empty()) {
+    print_pair("continuity", i.stack_continuity == StackContinuity::compare
+                                 ? "compare (each pushed stack checked against the previous step's, byte for byte)"
+                                 : "episodes (a stack continues unless the previous step ended an episode)");
+  }
+  print_pair("size", fmt::format("{} ({} bytes; step data {} bytes)", human_bytes(i.total_bytes), i.total_bytes,
+                                 i.data_bytes));
+  print_pair("owner", owner_text(i));
+  print_pair("creator", fmt::format("pid {} ({})", i.creator_pid, i.creator_alive ? "running" : "exited"));
+  print_pair("created", fmt::format("{} ago ({})", human_age(age_ns(i.creation_time_ns)), iso_utc(i.creation_time_ns)));
+  print_pair("total pushed", counted(i.total_pushed, "step", "steps"));
+  print_pair("replay steps", fmt::format("{} ({} full)", i.replay_steps, percent(i.replay_steps, slots)));
+  print_pair("online steps", fmt::format("{} ({} full)", i.online_steps, percent(i.online_steps, slots)));
+  print_pair("live writers", fmt::format("{}", i.live_writers));
+  const LearnerInfo& l = i.learner;
+  print_pair("learner", l.state == OwnerState::none
+                            ? std::string("none attached")
+                            : fmt::format("pid {} ({}, attached {} ago)", l.pid, to_string(l.state),
+                                          human_age(age_ns(l.since_ns))));
+  if (i.episode_queue_capacity > 0) {
+    print_pair("episodes", fmt::format("{} completed, {} waiting for the learner, {} dropped (queue {} per env); {}",
+                                       i.episodes_completed, i.episode_queue_depth, i.episode_records_dropped,
+                                       i.episode_queue_capacity, episode_fields_text(i)));
+  }
+  if (i.priority_exponent) {
+    print_pair("priorities", fmt::format("alpha {:g}; total priority^alpha {:g} over the replay view, max priority "
+                                         "{:g}; {} updated by the learner, {} dropped (overwritten)",
+                                         *i.priority_exponent, i.priority_total, i.max_priority, i.priority_updates,
+                                         i.priority_updates_dropped));
+  }
+  if (i.rate_limit.limit) print_pair("rate limit", rate_limit_text(i.rate_limit));
+  print_pair("sampled", fmt::format("{} in {}, {} retried, {} updated, {} online resets",
+                                    counted(l.rows_sampled, "row", "rows"), counted(l.sample_calls, "call", "calls"),
+                                    l.retries, counted(l.steps_updated, "step", "steps"), l.online_resets));
+}
+
+void print_schema_table(const Schema& schema) {
+  fmt::print("\nschema ({}, {} per step): {}\n", counted(schema.size(), "field", "fields"),
+             counted(schema.step_bytes(), "byte", "bytes"), schema.to_string());
+  const bool stacked = std::any_of(schema.fields().begin(), schema.fields().end(),
+                                   [](const Field& f) { return f.stacked(); });
+  std::vector<Table::Column> columns{{"#", Align::right}, {"NAME"}, {"DTYPE"}, {"SHAPE"}, {"BYTES", Align::right}};
+  if (stacked) columns.push_back({"STACKED"});  // only for a schema with a stacked field (layout 1.6)
+  Table t(std::move(columns));
+  for (std::size_t k = 0; k < schema.size(); ++k) {
+    const Field& f = schema[k];
+    std::vector<std::string> row{fmt::format("{}", k), f.name, std::string(dtype_name(f.dtype)), f.shape_string(),
+                                 fmt::format("{}", f.bytes())};
+    if (stacked) {
+      row.push_back(f.stacked() ? fmt::format("axis {}, {} frames of {} bytes", *f.stack_axis, f.stack_depth(),
+                                              f.frame_bytes())
+                                : std::string("-"));
+    }
+    t.add_row(std::move(row));
+  }
+  fmt::print("{}", t.render("  "));
+}
+
+void print_env_table(const std::vector<EnvInfo>& envs, bool episodes) {
+  fmt::print("\nenvs:\n");
+  std::vector<Table::Column> columns{{"ENV", Align::right},   {"HEAD", Align::right},  {"CLAIMED", Align::right},
+                                     {"LENGTH", Align::right}, {"ONLINE", Align::right}, {"OWNER", Align::right},
+                                     {"STATE"},                {"LEASED"},               {"LAST PUSH"}};
+  if (episodes) {
+    columns.push_back({"EPISODES", Align::right});
+    columns.push_back({"LAST EPISODE"});
+  }
+  Table t(std::move(columns));
+  const std::size_t shown = std::min(envs.size(), kMaxEnvRowsShown);
+  for (std::size_t k = 0; k < shown; ++k) {
+    const EnvInfo& e = envs[k];
+    std::vector<std::string> row{
+        fmt::format("{}", e.env), fmt::format("{}", e.head), fmt::format("{}", e.claimed),
+        fmt::format("{}", e.length), fmt::format("{}", e.online_length),
+        e.owner == OwnerState::none ? std::string("-") : fmt::format("{}", e.owner_pid), state_text(e),
+        e.lease_since_ns == 0 ? std::string("-") : human_age(age_ns(e.lease_since_ns)) + " ago",
+        e.last_push_ns == 0 ? std::string("never") : human_age(age_ns(e.last_push_ns)) + " ago"};
+    if (episodes) {
+      row.push_back(fmt::format("{}", e.episodes_completed));
+      row.push_back(e.last_episode_length == 0 ? std::string("-")
+                                               : fmt::format("{} steps, return {:g}, {}", e.last_episode_length,
+                                                             e.last_episode_return, to_string(e.last_episode_end)));
+    }
+    t.add_row(std::move(row));
+  }
+  fmt::print("{}", t.render("  "));
+  if (shown < envs.size()) {
+    fmt::print("  ... {} omitted (shmreplay info --json lists every env)\n",
+               counted(envs.size() - shown, "more env", "more envs"));
+  }
+}
+
+std::string owner_text(const SegmentInfo& i) {
+  const std::string owner = detail::user_text(i.owner_uid);
+  const auto self = static_cast<uint32_t>(::geteuid());
+  if (i.owner_uid == self) return owner;
+  return fmt::format("{}: another user, not you ({}); programs of yours refuse to open it unless allowed "
+                     "(allow_other_owner, --allow-other-owner)",
+                     owner, detail::user_text(self));
+}
+
+double stored_step_bytes(const SegmentInfo& i) {
+  const uint64_t slots = i.num_envs * i.capacity;
+  return slots == 0 ? 0.0 : static_cast<double>(i.data_bytes) / static_cast<double>(slots);
+}
+
+std::string step_bytes_text(const SegmentInfo& i) {
+  if (i.stacks.empty()) return counted(i.step_bytes, "byte", "bytes");
+  return fmt::format("{} bytes as pushed, {:.1f} stored", i.step_bytes, stored_step_bytes(i));
+}
+
+uint64_t stack_restarts_held(const StackGeometry& st, uint64_t capacity) {
+  if (st.depth < 2 || st.frames < capacity + (st.depth - 1)) return 0;
+  return (st.frames - capacity) / (st.depth - 1) - 1;
+}
+
+std::string state_text(const EnvInfo& e) {
+  if (e.owner == OwnerState::alive) {
+    const uint64_t since = e.last_push_ns != 0 ? e.last_push_ns : e.lease_since_ns;
+    if (since != 0 && age_ns(since) > kIdleAfterNs) return "idle";
+  }
+  return std::string(to_string(e.owner));
+}
+
+}  // namespace shmreplay::cli

@@ -1,0 +1,32 @@
+// tools/cli/info_forms.hpp: the JSON forms and text tables of `info` and `ls` (info_forms.cpp), used by their
+// commands (commands.cpp). The one-line forms `watch` shares are declared in commands.hpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shmreplay/inspector.hpp"
+#include "shmreplay/schema.hpp"
+
+namespace shmreplay::cli {
+
+using Json = nlohmann::ordered_json;  // keeps keys in the order written, so the output reads like the text form
+
+/// "1 env", "3 envs".
+std::string counted(uint64_t n, std::string_view singular, std::string_view plural);
+/// `info --json`: everything SegmentInfo holds.
+Json info_json(const SegmentInfo& i);
+/// One buffer of `ls --json`.
+Json listed_json(const ListedSegment& s);
+/// The OWNER cell of `ls`.
+std::string owner_cell(const SegmentInfo& i);
+/// `info`'s text: the summary lines, the schema table, the env table.
+void print_info_summary(const SegmentInfo& i);
+void print_schema_table(const Schema& schema);
+void print_env_table(const std::vector<EnvInfo>& envs, bool episodes);
+
+}  // namespace shmreplay::cli
