@@ -32,154 +32,125 @@
 // Thread safety: the functions are independent; a save and a load of the same segment may run at once in
 // different processes (the save then sees the load as a rewrite and copies again).
 //
-// -- The file format, version 1.0 ------------------------------------------------------------------------------
+// -- What a checkpoint holds (format 2.0; shmreplay/checkpoint_format.hpp has the bytes) -------------------------
 //
-// All integers are little-endian. CRC-32 is the IEEE polynomial of zlib (check value crc32("123456789") =
-// 0xcbf43926). The structs are declared below in namespace checkpoint_format with their sizes pinned.
+// Everything the segment holds that a run needs to go on: per env its window of steps (every field, stacked fields
+// as whole stacks), head, claim, online-queue start, every stored step's priority weight, and the completed-episode
+// records waiting in its queue (with the queue's indices and drop count); for the buffer alpha and the running
+// maximum priority, the rate limiter's settings, error offset and counts (inserts are the heads, so the limiter's
+// error carries over), the learner's counters, the stacked fields' restart reserve and continuity rule. Not held:
+// leases and their history, wake-up words, the writers' episode journals and step meta (rebuilt from the steps'
+// flags by the load: an episode in progress at the window's start counts only its stored steps in its running
+// return), anything a process would have held privately.
 //
-//   offset 0 -------------> +-----------------------------------------------+
-//                           | CheckpointHeader                    160 bytes |
-//                           |   magic "SHMRCKPT", format major.minor,       |
-//                           |   header_bytes, file_bytes (the whole file),  |
-//                           |   num_envs, capacity, num_fields, step_bytes, |
-//                           |   total_steps, meta_bytes, name_bytes,        |
-//                           |   schema_bytes, saved time, source creation   |
-//                           |   time, source layout major.minor, episode    |
-//                           |   fields (done, terminated, truncated, reward |
-//                           |   field indices) and queue capacity,          |
-//                           |   meta_crc, header_crc (of these 160 bytes    |
-//                           |   with header_crc = 0)                        |
-//   header_bytes ---------> +-----------------------------------------------+
-//                           | meta: the source segment's name (name_bytes), |
-//                           |   then the schema's text form (schema_bytes), |
-//                           |   e.g. "obs:f32[4] action:i32 done:bool"      |
-//                           +-----------------------------------------------+
-//                           | env 0: EnvSection                    80 bytes |
-//                           |   magic "SHMRENV.", env, first_step, steps,   |
-//                           |   head (= first_step + steps), claimed (head  |
-//                           |   or head + 1), online_start, last_push_ns,   |
-//                           |   data_crc (of the records), header_crc       |
-//                           |   (of these 80 bytes with header_crc = 0)     |
-//                           | records: steps x step_bytes, oldest first;    |
-//                           |   a record is one step, its fields in schema  |
-//                           |   order, back to back, no padding             |
-//                           | env 1: EnvSection, records                    |
-//                           | ...                                           |
-//                           +-----------------------------------------------+
-//                           | CheckpointTrailer                    32 bytes |
-//                           |   magic "SHMRCEND", total_steps,              |
-//                           |   record bytes, trailer_crc                   |
-//   file_bytes -----------> +-----------------------------------------------+
+// What a load does with each part (LoadResult::notes says it for the parts that differ):
+//   part                      new segment              existing segment
+//   steps, head, claim,       the file's               the file's (schema, episode fields, envs and capacity
+//   online start                                       must equal the file's)
+//   priorities                alpha and weights of     the file's weights when alpha is the same; another alpha
+//                             the file                 (or none in the file or the target) is refused unless
+//                                                      LoadOptions::allow_mismatch: then weights are converted
+//                                                      (w^(alpha_target / alpha_file)) or enter at the running max
+//   running max priority      the file's               the larger of the two
+//   rate limiter              the file's settings,     the file's counts; the file's offset when the settings are
+//                             offset and counts        the same, else refused unless allow_mismatch (then the
+//                                                      target keeps its settings and its error restarts at the
+//                                                      middle of its bounds, as `shmreplay limit` does)
+//   learner counters          the file's               the file's
+//   episode queues            the file's records       the file's records (the target's own are replaced)
+//   stack restarts, rule      the file's               the rule must be the same unless allow_mismatch (the
+//                                                      restart reserve is the target's: steps whose frames do not
+//                                                      fit are left out, as for any load of stacks)
+// A format 1.0 file lacks priorities, limiter, counters, episode records and stack settings: it loads as before
+// (the target keeps its own counters and limiter, every loaded step's priority is the running maximum, a new
+// segment has none of them) with a note that names what the file lacks.
 //
-// Invariants a loader checks: the file is exactly file_bytes long (shorter: Errc::truncated); the sections are
-// back to back in env order; per env first_step = max(0, claimed - capacity) (at least that, up to head, for a
-// schema with a stacked field), steps <= capacity, online_start <= head; step_bytes and num_fields agree with the
-// schema text; episode field indices are below num_fields; total_steps is the sum of the envs' steps.
+// -- Chains: periodic, incremental checkpoints (save_link, load_chain) ------------------------------------------
 //
-// Episodes (a buffer created with CreateOptions::episodes, layout 1.2): the file records which fields are the
-// episode flags and reward, and the queue capacity, so a new segment is created with the same episode fields, and
-// an existing one must have the same. The per-step episode bookkeeping (step meta, the writers' journals) is not
-// stored: it follows from the flag and reward bytes of the steps, and a load rebuilds it (detail::rebuild_env).
-// An episode in progress at the window's start counts only its stored steps in its running return; the learner's
-// completed-episode queues are not part of a checkpoint (an existing segment keeps its own).
-// Versioning: a reader refuses another major version (Errc::version_mismatch) and reads any minor version of its
-// own major; a newer minor version may grow the header (header_bytes) and only append where a 1.0 reader does
-// not look.
+// save_link writes one link of a chain into a directory: `DIR/link-SEQ.shmrckpt`, SEQ counting up (10 digits). A link is a
+// format 2.0 file whose env sections hold, per env, the records published since the previous link (data_from = that
+// link's head for the env), or the whole window when the env's steps may have changed (its update_seq moved: the
+// learner rewrote a step or a load replaced the env; the heads went back; no usable previous link; a new chain).
+// Everything that is not a record (weights, episode records, counters, limiter) is whole in every link. A link
+// restores the state it describes from itself and earlier links of its chain: each step of each env's window comes
+// from the newest link that holds it. Each link is written as a save_checkpoint file is (a temporary file, synced,
+// renamed, the directory synced), so a save killed at any instruction, or failing for a full disk, leaves the links
+// there were; then save_link removes the links no longer needed by the newest `keep` links (a link is needed by
+// link n when it holds a step of n's windows that no newer link up to n holds). When the kept links' bytes exceed
+// ChainOptions::compact_ratio times the newest window's bytes, the next link is whole (a new chain), which bounds the
+// disk a chain takes.
+//
+// load_chain restores the newest link whose needed links are all there and verify (every checksum): the newest
+// complete state. With save_link every S seconds, a crash of every process and of /dev/shm loses at most the steps
+// published in the last S seconds plus one save's duration.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "shmreplay/buffer.hpp"
+#include "shmreplay/checkpoint_format.hpp"
+#include "shmreplay/rate_limit.hpp"
 #include "shmreplay/schema.hpp"
 
 namespace shmreplay {
 
-namespace checkpoint_format {
-
-inline constexpr uint64_t kMagic = 0x54504b43524d4853ull;         ///< "SHMRCKPT" read as little-endian u64
-inline constexpr uint64_t kEnvMagic = 0x2e564e45524d4853ull;      ///< "SHMRENV."
-inline constexpr uint64_t kTrailerMagic = 0x444e4543524d4853ull;  ///< "SHMRCEND"
-inline constexpr uint32_t kFormatMajor = 1;  ///< the format's major version: a loader refuses another
-inline constexpr uint32_t kFormatMinor = 0;  ///< the format's minor version
-inline constexpr uint64_t kMaxMetaBytes = 1ull << 20;  ///< bound on the name + schema text a loader accepts
-inline constexpr uint32_t kNoField = 0xffffffffu;      ///< an episode field index meaning "none"
-
-/// The file's first 160 bytes; the meta block (the source's name, then its schema text) follows.
-struct CheckpointHeader {
-  uint64_t magic;                    ///< kMagic
-  uint32_t format_major;             ///< kFormatMajor of the writer
-  uint32_t format_minor;             ///< kFormatMinor of the writer
-  uint64_t header_bytes;             ///< sizeof(CheckpointHeader) of the writer's version; the meta block follows
-  uint64_t file_bytes;               ///< the whole file
-  uint64_t num_envs;                 ///< the source segment's envs
-  uint64_t capacity;                 ///< the source segment's steps per env
-  uint64_t num_fields;               ///< fields of the schema
-  uint64_t step_bytes;               ///< bytes of one record
-  uint64_t total_steps;              ///< records in the file, all envs together
-  uint64_t meta_bytes;               ///< bytes of the meta block: the name, then the schema text
-  uint64_t name_bytes;               ///< bytes of the source segment's name at the start of the meta block
-  uint64_t schema_bytes;             ///< bytes of the schema text after the name (the rest of the meta block)
-  uint64_t saved_time_ns;            ///< CLOCK_REALTIME when the save finished
-  uint64_t source_creation_time_ns;  ///< the source segment's creation time
-  uint32_t source_layout_major;      ///< the source segment's layout version
-  uint32_t source_layout_minor;      ///< ... minor
-  uint32_t episode_done;             ///< schema index of the episode `done` field; kNoField when none
-  uint32_t episode_terminated;       ///< ... of `terminated`
-  uint32_t episode_truncated;        ///< ... of `truncated`
-  uint32_t episode_reward;           ///< ... of `reward`
-  uint64_t episode_queue_capacity;   ///< records per env's completed-episode queue; 0 without episode fields
-  uint32_t meta_crc;                 ///< CRC-32 of the meta block
-  uint32_t header_crc;               ///< CRC-32 of this header with header_crc = 0
-  uint64_t reserved;                 ///< zero
-};
-
-/// The header of one env's section; its records (step_bytes each, oldest first) follow.
-struct EnvSection {
-  uint64_t magic;         ///< kEnvMagic
-  uint64_t env;           ///< the env id
-  uint64_t first_step;    ///< the step index of the first record
-  uint64_t steps;         ///< records that follow
-  uint64_t head;          ///< first_step + steps
-  uint64_t claimed;       ///< head, or head + 1 when the writer was writing step `head`
-  uint64_t online_start;  ///< the learner's online-queue start, <= head
-  uint64_t last_push_ns;  ///< informational
-  uint32_t data_crc;      ///< CRC-32 of the records
-  uint32_t header_crc;    ///< CRC-32 of this section header with header_crc = 0
-  uint64_t reserved;      ///< zero
-};
-
-/// The file's last 32 bytes, after the last env section.
-struct CheckpointTrailer {
-  uint64_t magic;         ///< kTrailerMagic
-  uint64_t total_steps;   ///< records in the file (as the header says)
-  uint64_t record_bytes;  ///< bytes of all records together
-  uint32_t reserved;      ///< zero
-  uint32_t trailer_crc;   ///< CRC-32 of this trailer with trailer_crc = 0
-};
-
-static_assert(sizeof(CheckpointHeader) == 160, "the checkpoint header is 160 bytes in format 1.0");
-static_assert(sizeof(EnvSection) == 80, "an env section header is 80 bytes in format 1.0");
-static_assert(sizeof(CheckpointTrailer) == 32, "the checkpoint trailer is 32 bytes in format 1.0");
-
-}  // namespace checkpoint_format
 
 /// One env as a checkpoint holds it.
 struct CheckpointEnv {
   uint64_t env = 0;           ///< the env id
-  uint64_t first_step = 0;    ///< steps first_step .. head - 1 are in the file: max(0, claimed - capacity), or
-                              ///< above it with a stacked field (its steps before first_step lost their frames)
-  uint64_t steps = 0;         ///< records of this env in the file
-  uint64_t head = 0;          ///< first_step + steps
+  uint64_t first_step = 0;    ///< the window's first step: max(0, claimed - capacity), or above it with a stacked
+                              ///< field (its steps before first_step lost their frames)
+  uint64_t data_from = 0;     ///< the first step whose record this file holds: first_step, or (a chain's link)
+                              ///< later, the steps before it being in earlier links
+  uint64_t steps = 0;         ///< records of this env in the file: head - data_from
+  uint64_t head = 0;          ///< the window's end: steps first_step .. head - 1 were stored
   uint64_t claimed = 0;       ///< head or head + 1 (see the top of this file)
   uint64_t online_start = 0;  ///< the learner's online-queue start, <= head
   uint64_t last_push_ns = 0;  ///< CLOCK_REALTIME of the env's last push when saved; informational
+  uint64_t update_seq = 0;    ///< the env's update_seq when saved (format 2.0)
   uint64_t offset = 0;        ///< where the env's section starts in the file
+  uint64_t records_offset = 0;  ///< where its records start (after the section header), then its weights and
+                                ///< queued episode records
   uint32_t data_crc = 0;      ///< CRC-32 of the env's records
+  uint32_t extra_crc = 0;     ///< CRC-32 of its weights and queued records (format 2.0)
+  uint64_t weights = 0;       ///< priority weights in the file: head - first_step, or 0 without priorities
+  uint64_t queue_head = 0;    ///< its completed-episode queue: records popped since creation (format 2.0)
+  uint64_t queue_tail = 0;    ///< ... pushed since creation
+  uint64_t records_dropped = 0;  ///< ... dropped because it was full
+  uint64_t queued = 0;        ///< queue_tail - queue_head: records waiting, in the file
+};
+
+/// The learner's counters (GlobalControl line 1 and the priority counters), as a checkpoint holds them.
+struct CheckpointLearner {
+  uint64_t rows_sampled = 0;   ///< rows returned by sample calls and peeks
+  uint64_t sample_calls = 0;   ///< sample calls (and peeks) that returned
+  uint64_t retries = 0;        ///< rows redrawn because a writer overwrote them during the copy
+  uint64_t online_resets = 0;  ///< calls of reset_online_queue
+  uint64_t steps_updated = 0;  ///< steps rewritten in place by the learner
+  uint64_t priority_updates = 0;          ///< priorities the learner set
+  uint64_t priority_updates_dropped = 0;  ///< ... refused because the step had been overwritten
+  /// Equal when every counter is.
+  friend bool operator==(const CheckpointLearner&, const CheckpointLearner&) = default;
+};
+
+/// The rate limiter as a checkpoint holds it: settings and offset in force, and its counts (inserts are the heads).
+struct CheckpointLimiter {
+  std::optional<RateLimit> limit;  ///< the settings; nullopt without a limiter
+  double error_offset = 0;         ///< the offset in force
+  uint64_t samples = 0;            ///< rows counted (GlobalControl::samples)
+  uint64_t changes = 0;            ///< settings changes since creation
+  uint64_t last_sample_ns = 0;     ///< CLOCK_REALTIME of the last counted sample call
+  uint64_t learner_limited = 0;    ///< sample calls held back
+  uint64_t writers_limited = 0;    ///< push calls held back
+  uint64_t writer_timeouts = 0;    ///< ... that gave up
+  /// Equal when every setting and count is.
+  friend bool operator==(const CheckpointLimiter&, const CheckpointLimiter&) = default;
 };
 
 /// What a checkpoint file holds, as read from (or written to) its headers.
@@ -191,15 +162,31 @@ struct CheckpointInfo {
   uint32_t source_layout_major = 0;      ///< that segment's layout version
   uint32_t source_layout_minor = 0;      ///< ... minor
   uint64_t source_creation_time_ns = 0;  ///< that segment's creation time (CLOCK_REALTIME)
+  uint64_t save_started_ns = 0;          ///< CLOCK_REALTIME when the save began (format 2.0; 0 in 1.0)
   uint64_t saved_time_ns = 0;            ///< CLOCK_REALTIME when the save finished
   uint64_t num_envs = 0;                 ///< envs of the source
   uint64_t capacity = 0;                 ///< steps per env of the source
   Schema schema;                         ///< the source's schema
   EpisodeFieldIndices episode_fields;   ///< the source's episode fields (none: a buffer without episodes)
   uint64_t episode_queue_capacity = 0;  ///< the source's records per env queue; 0 without episode fields
+  uint64_t stack_restarts = 0;          ///< the source's stack restart reserve (0 without stacked fields or in 1.0)
+  StackContinuity stack_continuity = StackContinuity::compare;  ///< the source's continuity rule
+  std::optional<double> priority_exponent;  ///< alpha; nullopt without priorities (or in a 1.0 file)
+  double max_priority = 1.0;             ///< the running maximum priority
+  CheckpointLimiter limiter;             ///< the rate limiter (format 2.0)
+  CheckpointLearner learner;             ///< the learner's counters (format 2.0)
+  uint64_t chain_id = 0;                 ///< a chain's id (save_link); 0 for a self-contained checkpoint
+  uint64_t link_seq = 0;                 ///< the link's number in its chain directory; 0 for save_checkpoint
   uint64_t file_bytes = 0;               ///< the file's size
   uint64_t total_steps = 0;              ///< records in the file, all envs together
   std::vector<CheckpointEnv> envs;       ///< one per env, in env order
+
+  /// Whether the file holds its state (1.0: only the steps): priorities, limiter, counters, episode records.
+  bool holds_state() const noexcept { return format_major >= 2; }
+  /// Whether every env's window is in this file (true but for a chain's incremental link).
+  bool self_contained() const noexcept;
+  /// Bytes of every env's window's records: what a self-contained save of the same instant writes.
+  uint64_t window_bytes() const noexcept;
 };
 
 /// A progress report: `phase` is "saving", "verifying" or "loading"; done_bytes grows to total_bytes.
@@ -257,13 +244,20 @@ struct LoadOptions {
   /// Load into an existing segment that belongs to another user (OpenOptions::allow_other_owner): refused by
   /// default with Errc::permission_denied, since it would hand that user the checkpoint's steps.
   bool allow_other_owner = false;
+  /// Load into an existing segment whose priorities (alpha, or having them), rate limiter settings or stack
+  /// continuity rule differ from the file's: refused by default with Errc::schema_mismatch naming each difference,
+  /// since the load would change what the restored state means. With it, the load does what the top of this file
+  /// says for each part, and LoadResult::notes says what it did.
+  bool allow_mismatch = false;
 };
 
 /// What load_checkpoint did.
 struct LoadResult {
   std::string name;     ///< the segment loaded into
   bool created = false; ///< whether load created it
-  CheckpointInfo info;  ///< what the file holds (as verify_checkpoint returns it)
+  CheckpointInfo info;  ///< what the file holds (as verify_checkpoint returns it); for a chain, the restored link
+  std::vector<std::string> notes;  ///< what the load left out or changed: a 1.0 file's missing parts, a mismatch
+                                   ///< allowed by allow_mismatch, a chain's newer links that were incomplete
 };
 
 /// Loads the checkpoint `path` into the segment `name` (empty: the name the checkpoint was saved from). When no
@@ -279,7 +273,63 @@ struct LoadResult {
 /// the learner's counters, the episode queues and the leases' history are kept.
 LoadResult load_checkpoint(const std::string& path, std::string_view name = {}, const LoadOptions& options = {});
 
-/// Loads the checkpoint `path` into `target`, an existing writable segment, as load_checkpoint does.
-CheckpointInfo load_checkpoint_into(Buffer& target, const std::string& path, const LoadOptions& options = {});
+/// Loads the checkpoint `path` into `target`, an existing writable segment, as load_checkpoint does; `notes` (when
+/// given) gets LoadResult::notes.
+CheckpointInfo load_checkpoint_into(Buffer& target, const std::string& path, const LoadOptions& options = {},
+                                    std::vector<std::string>* notes = nullptr);
+
+// -- Chains -------------------------------------------------------------------------------------------------------
+
+/// How save_link writes and prunes a chain.
+struct ChainOptions {
+  /// The newest links kept as restore points (at least 1); older links are removed once no kept link needs them.
+  uint32_t keep = 3;
+  /// A link is written whole (a new chain) when the links the newest one needs exceed this many times its
+  /// window's bytes (at least 1). Bounds a chain's disk: an env that stops pushing keeps its old link alive.
+  double compact_ratio = 2.0;
+  /// Progress, retry bound and temporary-file callback of each link's save (force is ignored: a chain directory
+  /// holds links only).
+  SaveOptions save;
+};
+
+/// What save_link wrote and removed.
+struct LinkResult {
+  CheckpointInfo info;                ///< the new link (info.path, info.link_seq, info.chain_id)
+  bool whole = false;                 ///< every env's window is in it (a new chain, or every env changed)
+  uint64_t record_bytes = 0;          ///< bytes of records it holds
+  uint64_t chain_bytes = 0;           ///< bytes of the links kept in the directory, the new one included
+  std::vector<std::string> removed;   ///< links removed because no kept link needs them
+};
+
+/// Writes the next link of the chain in directory `dir` (created if missing, mode 0700 plus the segment's group and
+/// other read/execute bits; checkpoint.hpp "Chains"). Never writes the segment and never waits for writers or the
+/// learner. Throws as save_checkpoint; what was in `dir` stays loadable whatever happens.
+LinkResult save_link(const Buffer& source, const std::string& dir, const ChainOptions& options = {});
+
+/// One link file of a chain directory, as its headers say.
+struct ChainLink {
+  std::string path;            ///< DIR/link-SEQ.shmrckpt, SEQ in 10 digits
+  uint64_t seq = 0;            ///< its number in the directory
+  uint64_t chain_id = 0;       ///< its chain's id
+  uint64_t saved_time_ns = 0;  ///< CLOCK_REALTIME when its save finished
+  uint64_t file_bytes = 0;     ///< its size
+  std::string error;           ///< empty when its headers check; else why they do not
+};
+/// The links in `dir`, oldest first, as their headers say (each file's header and env sections checked, not its
+/// data; a file that fails is listed with `error` set). Throws Errc::not_found when `dir` does not exist.
+std::vector<ChainLink> list_links(const std::string& dir);
+
+/// Verifies the newest complete link of `dir` and every link it needs (every checksum) and returns the link's info;
+/// `notes` gets what was skipped (newer links that were incomplete or damaged). Throws Errc::not_found when no link
+/// restores, naming why each failed.
+CheckpointInfo verify_chain(const std::string& dir, std::vector<std::string>* notes = nullptr,
+                            const CheckpointProgressFn& progress = {});
+
+/// Restores the newest complete link of the chain in `dir` into the segment `name` (empty: the name it was saved
+/// from), as load_checkpoint does with one file. LoadResult::notes names newer links that were skipped.
+LoadResult load_chain(const std::string& dir, std::string_view name = {}, const LoadOptions& options = {});
+
+/// Whether `path` is a directory (then load and verify treat it as a chain).
+bool is_chain_dir(const std::string& path);
 
 }  // namespace shmreplay

@@ -19,6 +19,7 @@
 #include "detail/os/file.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/checkpoint.hpp"
+#include "shmreplay/checkpoint_format.hpp"
 
 namespace shmreplay::detail {
 
@@ -113,20 +114,55 @@ void remove_stale_temporaries(const std::string& path);
 /// Throws Errc::already_exists unless what is at `path` is nothing or a checkpoint file, or `force`.
 void check_replaceable(const std::string& path, bool force);
 
-/// What save_env copied of one env: its window [first_step, first_step + steps) and the env's counters for it.
+/// What save_env copied of one env: its window [first_step, data_from + steps), the records [data_from, ...) it
+/// wrote, and the env's counters for that instant.
 struct SavedEnv {
   uint64_t first_step = 0;
-  uint64_t steps = 0;
+  uint64_t data_from = 0;
+  uint64_t steps = 0;  ///< records written: head - data_from
   uint64_t claimed = 0;
   uint64_t online_start = 0;
   uint64_t last_push_ns = 0;
+  uint64_t update_seq = 0;
   uint32_t crc = 0;  ///< of the records written
+  uint64_t head() const noexcept { return data_from + steps; }
+};
+
+/// A chain link's plan for one env: skip the steps below `skip_below` (the previous link's head) if the env's
+/// update_seq is still `update_seq` (0, 0: copy the whole window).
+struct EnvCopyPlan {
+  uint64_t skip_below = 0;
+  uint64_t update_seq = 0;
 };
 
 /// Copies one env's window into `out` at `data_start` while its writer may push (save_env.cpp), staging chunks
 /// in `staging`; throws Errc::contended after `max_rounds` spoilt copies.
 SavedEnv save_env(const Buffer& b, uint64_t env, OutFile& out, uint64_t data_start, std::vector<std::byte>& staging,
-                  const std::vector<uint64_t>& offsets, Progress& progress, uint32_t max_rounds);
+                  const std::vector<uint64_t>& offsets, Progress& progress, uint32_t max_rounds,
+                  const EnvCopyPlan& plan = {});
+
+// -- state.cpp: everything a checkpoint holds besides the records, both halves --
+
+/// The env's extras for the window `saved` describes: its weights (with priorities) and the episode records
+/// waiting in its queue, written to `out` at `at`; fills the section's weights, queue and extra_crc fields and
+/// returns the bytes written.
+uint64_t save_env_extras(const Buffer& b, uint64_t env, const SavedEnv& saved, OutFile& out, uint64_t at,
+                         checkpoint_format::EnvSection& section);
+/// The buffer-wide state (alpha, max priority, limiter, learner counters, stack settings) into `info`.
+void read_source_state(const Buffer& b, CheckpointInfo& info);
+/// The differences between `target`'s state settings and the file's that change meaning (alpha, having
+/// priorities, limiter settings, stack continuity), each a sentence; empty when none.
+std::vector<std::string> state_mismatches(const Buffer& target, const CheckpointInfo& info);
+/// Restores env `e`'s weights (read from `in`, its extras checked against extra_crc) or resets them, and its
+/// episode queue, into `target` (inside the env's UpdateSection; the caller holds every lease). `notes` gets what
+/// was converted or left out, once per kind.
+void load_env_extras(Buffer& target, const InFile& in, const CheckpointInfo& info, const CheckpointEnv& e,
+                     std::vector<std::string>& notes);
+/// Restores the buffer-wide state (max priority, limiter counts and, for a new segment, its settings, learner
+/// counters) after every env was loaded. `created`: the target is the new segment built for this load.
+void load_global_state(Buffer& target, const CheckpointInfo& info, bool created, std::vector<std::string>& notes);
+/// The CreateOptions that rebuild the file's buffer (episodes, priorities, limiter, stacks) with `mode`.
+CreateOptions create_options_of(const CheckpointInfo& info, uint32_t mode);
 
 /// The leases a load holds on its target (load_leases.cpp, which says which words it repairs and why no others):
 /// the learner lease and every env's lease, taken all or none by the constructor (Errc::lease_held naming a live
@@ -151,11 +187,66 @@ class LoadLeases {
   uint64_t envs_held_ = 0;   // envs 0 .. envs_held_ - 1 are held
 };
 
+/// What an env section (format 2.0) at `offset` says.
+inline CheckpointEnv env_of(const checkpoint_format::EnvSection& s, uint64_t offset) noexcept {
+  CheckpointEnv e;
+  e.env = s.env;
+  e.first_step = s.first_step;
+  e.data_from = s.data_from;
+  e.steps = s.records;
+  e.head = s.head;
+  e.claimed = s.claimed;
+  e.online_start = s.online_start;
+  e.last_push_ns = s.last_push_ns;
+  e.update_seq = s.update_seq;
+  e.offset = offset;
+  e.records_offset = offset + sizeof s;
+  e.data_crc = s.data_crc;
+  e.extra_crc = s.extra_crc;
+  e.weights = s.weights;
+  e.queue_head = s.queue_head;
+  e.queue_tail = s.queue_tail;
+  e.records_dropped = s.records_dropped;
+  e.queued = s.queued;
+  return e;
+}
+
 /// Throws Errc::corrupt: "checkpoint '<path>' is corrupt: <what>".
 [[noreturn]] void corrupt(const std::string& path, const std::string& what);
 
 /// Reads and validates the whole of `in` (every checksum) and returns what it holds; verify_checkpoint and the
 /// loads call it. Throws as verify_checkpoint says.
 CheckpointInfo verify_file(const InFile& in, const CheckpointProgressFn& progress);
+/// Reads and checks `in`'s header, meta block and env section headers, not the records (list_links, save_link's
+/// look at the previous link).
+CheckpointInfo read_headers(const InFile& in);
+
+// -- save.cpp: one file --
+
+/// What makes a save a chain's link: its chain, number, and per env what the previous link already holds.
+struct LinkPlan {
+  uint64_t chain_id = 0;
+  uint64_t link_seq = 0;
+  std::vector<EnvCopyPlan> envs;  ///< empty: copy every env's window whole
+};
+/// save_checkpoint's body: the file at `path` for `source`, a link when `link` says so.
+CheckpointInfo write_checkpoint(const Buffer& source, const std::string& path, const SaveOptions& options,
+                                const LinkPlan& link);
+
+// -- load.cpp: restoring a state from one file or from the links of a chain --
+
+/// Where each env's steps come from: per file, the info and the opened file (the restored state is the last's).
+struct LoadSources {
+  std::vector<const InFile*> files;
+  std::vector<const CheckpointInfo*> infos;
+};
+/// Writes the state `sources` describe into `target`, whose leases this process holds: each env inside its
+/// UpdateSection, then the buffer-wide state. `created`: the target is the unnamed segment built for this load.
+void load_into(Buffer& target, const LoadSources& sources, const LoadOptions& options, bool created,
+               std::vector<std::string>& notes);
+/// Loads the state `sources` describe into the segment `name` (empty: the source's name), an existing one or a
+/// new one named only when complete: what load_checkpoint and load_chain share. `notes` start the result's.
+LoadResult load_sources(const LoadSources& sources, std::string_view name, const LoadOptions& options,
+                        std::vector<std::string> notes);
 
 }  // namespace shmreplay::detail

@@ -37,11 +37,6 @@ std::string episode_fields_text(const Schema& schema, const EpisodeFieldIndices&
   return out.empty() ? std::string("none") : out;
 }
 
-EpisodeFields episode_field_names(const Schema& schema, const EpisodeFieldIndices& f) {
-  const auto name = [&](const std::optional<std::size_t>& index) { return index ? schema[*index].name : std::string(); };
-  return {name(f.done), name(f.terminated), name(f.truncated), name(f.reward)};
-}
-
 // Refuses a target that is read-only or not the same buffer as the checkpoint's: schema, episode fields, geometry.
 void check_target(const Buffer& target, const CheckpointInfo& info) {
   if (target.read_only()) {
@@ -73,70 +68,105 @@ void check_target(const Buffer& target, const CheckpointInfo& info) {
   }
 }
 
-// The env rewriter of one load: the file's records of an env into its ring slots, a block at a time.
+// Refuses (Errc::schema_mismatch) a target whose priorities, limiter or stack rule differ from the file's, unless
+// the options allow it; then `notes` says so (load_env_extras and load_global_state say what they did).
+void check_state(const Buffer& target, const CheckpointInfo& info, const LoadOptions& options,
+                 std::vector<std::string>& notes) {
+  const std::vector<std::string> diffs = detail::state_mismatches(target, info);
+  if (diffs.empty()) return;
+  std::string listed;
+  for (const std::string& d : diffs) listed += (listed.empty() ? "" : "; ") + d;
+  if (!options.allow_mismatch) {
+    throw Error(Errc::schema_mismatch,
+                fmt::format("cannot load '{}' into '{}': the checkpoint's state settings differ from the segment's in "
+                            "{} place{}: {}; load into a new name, or pass --allow-mismatch (LoadOptions::"
+                            "allow_mismatch) to load anyway as docs/cli.md says",
+                            info.path, target.name(), diffs.size(), diffs.size() == 1 ? "" : "s", listed));
+  }
+  notes.push_back("loaded despite differences (allow_mismatch): " + listed);
+}
+
+// The env rewriter of one load: each env's records, from the files that hold them, into its ring slots, a block
+// at a time; then its counters and extras from the newest file.
 class EnvWriter {
  public:
-  EnvWriter(Buffer& target, const detail::InFile& in, const CheckpointInfo& info, detail::Progress& progress)
-      : target_(target), in_(in), info_(info), progress_(progress), schema_(target.schema()),
+  EnvWriter(Buffer& target, const detail::LoadSources& sources, detail::Progress& progress)
+      : target_(target), sources_(sources), progress_(progress), schema_(target.schema()),
         sb_(schema_.step_bytes()), cap_(target.capacity()), offsets_(detail::record_field_offsets(schema_)),
         per_block_(detail::block_steps(sb_, cap_)), block_(static_cast<std::size_t>(per_block_ * sb_)) {
     for (std::size_t f = 0; f < schema_.size(); ++f) rings_.push_back(target.segment().field_data(f));
   }
 
-  // Writes env e's records into its slots, checking their checksum as they are read again. A stacked field's
-  // stacks are stored as frames, step after step, as a writer stores them (detail/protocol/stacks.hpp), from
-  // fresh cursors: the env's frames start over at the first loaded step.
-  void write_records(const CheckpointEnv& e) {
-    uint32_t crc = 0;
-    const uint64_t data_offset = e.offset + sizeof(EnvSection);
+  // Writes env `env`'s window (as the newest file describes it) into its slots: each step from the newest file
+  // that holds it, in step order. Each file's records of the env are read whole, so that their checksum is checked
+  // again (a file changed since it was verified is caught). A stacked field's stacks are stored as frames, step
+  // after step, as a writer stores them (detail/protocol/stacks.hpp), from fresh cursors: the env's frames start
+  // over at the first loaded step.
+  void write_records(uint64_t env) {
+    const CheckpointEnv& last = sources_.infos.back()->envs[env];
     Segment& seg = target_.segment();
-    std::vector<detail::StackCursor> cursors(seg.stacks().size(), detail::StackCursor{0, e.first_step});
+    cursors_.assign(seg.stacks().size(), detail::StackCursor{0, last.first_step});
+    if (seg.has_stacks()) seg.env_control(env).stacks_intact_from.store(last.first_step, std::memory_order_relaxed);
+    uint64_t next = last.first_step;  // the next step to write
+    for (std::size_t k = 0; k < sources_.files.size(); ++k) {
+      const CheckpointEnv& fe = sources_.infos[k]->envs[env];
+      uint64_t hi = std::min(fe.head, last.head);  // steps of newer files are taken from them
+      for (std::size_t j = k + 1; j < sources_.files.size(); ++j) hi = std::min(hi, sources_.infos[j]->envs[env].data_from);
+      const uint64_t lo = std::max(last.first_step, fe.data_from);
+      if (lo >= hi && k + 1 < sources_.files.size()) continue;  // nothing of this file is needed for this env
+      if (lo < hi && lo != next) gap(env, next, lo);
+      copy_file(*sources_.files[k], *sources_.infos[k], fe, lo, std::max(lo, hi), last.first_step);
+      if (lo < hi) next = hi;
+    }
+    if (next < last.head) gap(env, next, last.head);
+  }
+
+ private:
+  [[noreturn]] void gap(uint64_t env, uint64_t from, uint64_t to) const {
+    throw Error(Errc::corrupt, fmt::format("checkpoint '{}': no link holds steps {} .. {} of env {} (its window {} "
+                                           "..{}); the chain is incomplete",
+                                           sources_.infos.back()->path, from, to - 1, env,
+                                           sources_.infos.back()->envs[env].first_step,
+                                           sources_.infos.back()->envs[env].head));
+  }
+
+  // Reads `fe`'s records of one file (all of them, for the checksum) and writes those of steps [lo, hi).
+  void copy_file(const detail::InFile& in, const CheckpointInfo& info, const CheckpointEnv& fe, uint64_t lo,
+                 uint64_t hi, uint64_t first_loaded) {
+    Segment& seg = target_.segment();
     std::vector<const std::byte*> sources(seg.stacks().size());
-    if (seg.has_stacks()) seg.env_control(e.env).stacks_intact_from.store(e.first_step, std::memory_order_relaxed);
-    for (uint64_t done = 0; done < e.steps;) {
-      const uint64_t n = std::min(per_block_, e.steps - done);
-      in_.read_at(data_offset + done * sb_, block_.data(), n * sb_);
+    uint32_t crc = 0;
+    for (uint64_t done = 0; done < fe.steps;) {
+      const uint64_t n = std::min(per_block_, fe.steps - done);
+      in.read_at(fe.records_offset + done * sb_, block_.data(), n * sb_);
       crc = detail::crc32(crc, block_.data(), n * sb_);
-      for (uint64_t i = 0; seg.has_stacks() && i < n; ++i) {
-        for (std::size_t k = 0; k < sources.size(); ++k) {
-          sources[k] = block_.data() + i * sb_ + offsets_[seg.stacks()[k].field];
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t step = fe.data_from + done + i;
+        if (step < lo || step >= hi) continue;
+        const std::byte* record = block_.data() + i * sb_;
+        if (seg.has_stacks()) {
+          for (std::size_t k = 0; k < sources.size(); ++k) sources[k] = record + offsets_[seg.stacks()[k].field];
+          detail::store_stacks(seg, fe.env, step, sources.data(), cursors_.data(),
+                               /*may_continue=*/step > first_loaded, /*compare=*/true);
         }
-        detail::store_stacks(seg, e.env, e.first_step + done + i, sources.data(), cursors.data(),
-                             /*may_continue=*/done + i > 0, /*compare=*/true);
-      }
-      for (std::size_t f = 0; f < schema_.size(); ++f) {
-        if (schema_[f].stacked()) continue;
-        const uint64_t b = schema_[f].bytes();
-        std::byte* ring = rings_[f] + e.env * cap_ * b;
-        for (uint64_t i = 0; i < n; ++i) {
-          std::memcpy(ring + ((e.first_step + done + i) % cap_) * b, block_.data() + i * sb_ + offsets_[f], b);
+        for (std::size_t f = 0; f < schema_.size(); ++f) {
+          if (schema_[f].stacked()) continue;
+          const uint64_t b = schema_[f].bytes();
+          std::memcpy(rings_[f] + (fe.env * cap_ + step % cap_) * b, record + offsets_[f], b);
         }
       }
       done += n;
       progress_.add(n * sb_);
     }
-    if (crc != e.data_crc) {
+    if (crc != fe.data_crc) {
       throw Error(Errc::corrupt, fmt::format("checkpoint '{}' changed while it was loaded into '{}': env {}'s "
                                              "records no longer match their checksum",
-                                             info_.path, target_.name(), e.env));
+                                             info.path, target_.name(), fe.env));
     }
   }
 
-  // Priorities are not part of a checkpoint (format 1.0): in a target with priorities every loaded step enters at
-  // the running maximum, as a pushed step without a priority does, and the rest of the env's tree is cleared.
-  void reset_priorities(const CheckpointEnv& e) {
-    const detail::PriorityTree tree = detail::priority_tree_of(target_.segment(), e.env);
-    const double w = detail::priority_weight(detail::max_priority(target_.segment().global_control().max_priority),
-                                             target_.priority_exponent());
-    for (uint64_t s = 0; s < tree.leaves; ++s) tree.words[tree.leaves + s].store(0);
-    for (uint64_t s = e.first_step; s < e.head; ++s) tree.words[tree.leaves + s % cap_].store(detail::make_leaf(s, w));
-    detail::rebuild(tree);
-  }
-
- private:
   Buffer& target_;
-  const detail::InFile& in_;
-  const CheckpointInfo& info_;
+  const detail::LoadSources& sources_;
   detail::Progress& progress_;
   const Schema& schema_;
   const uint64_t sb_;
@@ -145,68 +175,100 @@ class EnvWriter {
   const uint64_t per_block_;
   std::vector<std::byte> block_;
   std::vector<std::byte*> rings_;
+  std::vector<detail::StackCursor> cursors_;
 };
 
-// Writes every env of the validated checkpoint into `target`, whose leases this process holds (LoadLeases).
-void write_envs(Buffer& target, const detail::InFile& in, const CheckpointInfo& info,
-                const CheckpointProgressFn& progress_fn) {
-  detail::Progress progress(progress_fn, "loading", info.total_steps * target.schema().step_bytes());
-  EnvWriter writer(target, in, info, progress);
-  for (const CheckpointEnv& e : info.envs) {
+}  // namespace
+
+namespace detail {
+
+void load_into(Buffer& target, const LoadSources& sources, const LoadOptions& options, bool created,
+               std::vector<std::string>& notes) {
+  const CheckpointInfo& last = *sources.infos.back();
+  uint64_t total = 0;
+  for (const CheckpointInfo* info : sources.infos) total += info->total_steps * target.schema().step_bytes();
+  Progress progress(options.progress, "loading", total);
+  EnvWriter writer(target, sources, progress);
+  for (const CheckpointEnv& e : last.envs) {
     layout::EnvControl& c = target.segment().env_control(e.env);
     // This process is the learner now, the only writer of update_seq: the env is rewritten inside an update
     // section, as try_update does, so that readers that copy meanwhile (dump, save) reject their copies. It ends
     // on success and on error alike.
-    const detail::UpdateSection section(c);
-    writer.write_records(e);
-    detail::store_counters(c, e.head, e.claimed, e.online_start, e.last_push_ns);
-    // The episode bookkeeping (step meta, the writer's journal) follows from the steps' flags and rewards.
-    if (target.has_episodes()) detail::rebuild_env(target.segment(), e.env);
-    if (target.has_priorities()) writer.reset_priorities(e);
+    const UpdateSection section(c);
+    writer.write_records(e.env);
+    store_counters(c, e.head, e.claimed, e.online_start, e.last_push_ns);
+    // Weights and the waiting episode records; then the episode bookkeeping (step meta, the writer's journal),
+    // which follows from the steps' flags and rewards and counts the queue's records as done.
+    load_env_extras(target, *sources.files.back(), last, e, notes);
+    if (target.has_episodes()) rebuild_env(target.segment(), e.env);
   }
+  load_global_state(target, last, created, notes);
   progress.finish();
+}
+
+LoadResult load_sources(const LoadSources& sources, std::string_view name, const LoadOptions& options,
+                        std::vector<std::string> notes) {
+  const CheckpointInfo& info = *sources.infos.back();
+  LoadResult result;
+  result.info = info;
+  result.name = normalize_name(name.empty() ? std::string_view(info.source_name) : name);
+  if (Buffer::exists(result.name)) {
+    Buffer target = Buffer::open(result.name, {.allow_other_owner = options.allow_other_owner});
+    check_target(target, info);
+    check_state(target, info, options, notes);
+    const LoadLeases leases(target, info.path);
+    load_into(target, sources, options, /*created=*/false, notes);
+    result.notes = std::move(notes);
+    return result;
+  }
+  // Built and filled without a name, and named only when complete: a load that fails, or is killed at any
+  // instruction (Ctrl-C, SIGKILL), leaves no segment behind, never an empty one with leases held by a dead pid.
+  Buffer target = Buffer::create_unnamed(result.name, info.num_envs, info.capacity, info.schema,
+                                         create_options_of(info, options.mode));
+  {
+    const LoadLeases leases(target, info.path);
+    load_into(target, sources, options, /*created=*/true, notes);
+  }  // the leases are released before the name appears
+  target.publish();
+  result.created = true;
+  result.notes = std::move(notes);
+  return result;
+}
+
+}  // namespace detail
+
+namespace {
+
+// Refuses a link of a chain: its steps before data_from are in other files.
+void require_self_contained(const CheckpointInfo& info) {
+  if (info.self_contained()) return;
+  throw Error(Errc::invalid_argument,
+              fmt::format("checkpoint '{}' is link {} of a chain and holds only the steps published since the link "
+                          "before it: load the chain's directory instead (shmreplay load DIR, load_chain)",
+                          info.path, info.link_seq));
 }
 
 }  // namespace
 
-CheckpointInfo load_checkpoint_into(Buffer& target, const std::string& path, const LoadOptions& options) {
+CheckpointInfo load_checkpoint_into(Buffer& target, const std::string& path, const LoadOptions& options,
+                                    std::vector<std::string>* notes_out) {
   const detail::InFile in(path);
-  CheckpointInfo info = detail::verify_file(in, options.progress);
+  const CheckpointInfo info = detail::verify_file(in, options.progress);
+  require_self_contained(info);
   check_target(target, info);
+  std::vector<std::string> notes;
+  check_state(target, info, options, notes);
   const detail::LoadLeases leases(target, path);
-  write_envs(target, in, info, options.progress);
+  detail::load_into(target, {{&in}, {&info}}, options, /*created=*/false, notes);
+  if (notes_out) *notes_out = std::move(notes);
   return info;
 }
 
 LoadResult load_checkpoint(const std::string& path, std::string_view name, const LoadOptions& options) {
   const detail::InFile in(path);
-  LoadResult result;
-  result.info = detail::verify_file(in, options.progress);
-  const CheckpointInfo& info = result.info;
-  result.name = detail::normalize_name(name.empty() ? std::string_view(info.source_name) : name);
-  if (Buffer::exists(result.name)) {
-    Buffer target = Buffer::open(result.name, {.allow_other_owner = options.allow_other_owner});
-    check_target(target, info);
-    const detail::LoadLeases leases(target, path);
-    write_envs(target, in, info, options.progress);
-    return result;
-  }
-  CreateOptions create;
-  create.mode = options.mode;
-  if (info.episode_fields.any_flag()) {
-    create.episodes = episode_field_names(info.schema, info.episode_fields);
-    create.episode_queue_capacity = info.episode_queue_capacity;
-  }
-  // Built and filled without a name, and named only when complete: a load that fails, or is killed at any
-  // instruction (Ctrl-C, SIGKILL), leaves no segment behind, never an empty one with leases held by a dead pid.
-  Buffer target = Buffer::create_unnamed(result.name, info.num_envs, info.capacity, info.schema, create);
-  {
-    const detail::LoadLeases leases(target, path);
-    write_envs(target, in, info, options.progress);
-  }  // the leases are released before the name appears
-  target.publish();
-  result.created = true;
-  return result;
+  const CheckpointInfo info = detail::verify_file(in, options.progress);
+  require_self_contained(info);
+  return detail::load_sources({{&in}, {&info}}, name, options, {});
 }
 
 }  // namespace shmreplay

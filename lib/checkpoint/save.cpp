@@ -1,6 +1,8 @@
 // lib/checkpoint/save.cpp: save_checkpoint, the file around the envs' windows: the temporary file (created with
-// its final mode, locked, renamed over the path when complete), the meta block, one section per env (copied by
-// save_env, save_env.cpp), the trailer, and the header written last. Who calls it: the CLI's `save`, programs
+// its final mode, locked, renamed over the path when complete, the directory synced), the meta block, one section
+// per env (its records copied by save_env, save_env.cpp; its weights and queued episode records by
+// save_env_extras, state.cpp), the trailer, and the header written last with the buffer-wide state. A chain's
+// link (chain.cpp) is the same file with a LinkPlan. Who calls it: the CLI's `save`, programs
 // that checkpoint their buffer (include/shmreplay/checkpoint.hpp has the format and the guarantees).
 #include <fcntl.h>
 #include <sys/file.h>
@@ -9,12 +11,14 @@
 
 #include <atomic>
 #include <cerrno>
+#include <bit>
 #include <optional>
 
 #include <fmt/format.h>
 
 #include "checkpoint/internal.hpp"
 #include "detail/os/process.hpp"
+#include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "shmreplay/error.hpp"
 
@@ -31,10 +35,20 @@ using detail::struct_crc;
 // execute, set-id or sticky bits, whatever the segment has.
 mode_t checkpoint_mode(const Buffer& b) noexcept { return static_cast<mode_t>((b.mode() & 0066u) | 0600u); }
 
+// Syncs the directory of `path`, so that the rename that put the file there survives a crash of the machine.
+void sync_directory_of(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  detail::UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) throw_errno(errno, fmt::format("cannot open directory '{}' to sync checkpoint '{}'", dir, path));
+  if (::fsync(fd.get()) != 0) throw_errno(errno, fmt::format("cannot sync directory '{}'", dir));
+}
+
 // What the checkpoint of `source` says of its source (everything but the envs, the sizes and the time).
 CheckpointInfo source_info(const Buffer& source, const std::string& path) {
   CheckpointInfo info;
   info.path = path;
+  info.save_started_ns = detail::realtime_ns();
   info.format_major = checkpoint_format::kFormatMajor;
   info.format_minor = checkpoint_format::kFormatMinor;
   info.source_name = source.name();
@@ -59,39 +73,42 @@ uint64_t estimate_bytes(const Buffer& source) {
   return estimate;
 }
 
-// Writes every env's section (its header, then its window's records) from `offset` on; returns where they end.
+// Writes every env's section (its header, its records, its extras) from `offset` on; returns where they end.
 uint64_t write_env_sections(const Buffer& source, detail::OutFile& out, uint64_t offset, CheckpointInfo& info,
-                            detail::Progress& progress, uint32_t max_rounds) {
+                            detail::Progress& progress, uint32_t max_rounds, const detail::LinkPlan& link) {
   const Schema& schema = source.schema();
   const uint64_t sb = schema.step_bytes();
   const uint64_t cap = source.capacity();
   const std::vector<uint64_t> offsets = detail::record_field_offsets(schema);
   std::vector<std::byte> staging(static_cast<std::size_t>(detail::block_steps(sb, cap) * sb));
   for (uint64_t e = 0; e < source.num_envs(); ++e) {
+    const detail::EnvCopyPlan plan = e < link.envs.size() ? link.envs[e] : detail::EnvCopyPlan{};
     const detail::SavedEnv saved =
-        detail::save_env(source, e, out, offset + sizeof(EnvSection), staging, offsets, progress, max_rounds);
+        detail::save_env(source, e, out, offset + sizeof(EnvSection), staging, offsets, progress, max_rounds, plan);
     EnvSection s{};
     s.magic = checkpoint_format::kEnvMagic;
     s.env = e;
     s.first_step = saved.first_step;
-    s.steps = saved.steps;
-    s.head = saved.first_step + saved.steps;
+    s.data_from = saved.data_from;
+    s.records = saved.steps;
+    s.head = saved.head();
     s.claimed = saved.claimed;
     s.online_start = saved.online_start;
     s.last_push_ns = saved.last_push_ns;
+    s.update_seq = saved.update_seq;
     s.data_crc = saved.crc;
+    const uint64_t extra = detail::save_env_extras(source, e, saved, out, offset + sizeof s + saved.steps * sb, s);
     s.header_crc = struct_crc(s, &EnvSection::header_crc);
     out.write_at(offset, &s, sizeof s);
-    info.envs.push_back(
-        {e, s.first_step, s.steps, s.head, s.claimed, s.online_start, s.last_push_ns, offset, s.data_crc});
-    offset += sizeof s + saved.steps * sb;
+    info.envs.push_back(detail::env_of(s, offset));
+    offset += sizeof s + saved.steps * sb + extra;
     info.total_steps += saved.steps;
   }
   return offset;
 }
 
 // The header of the finished file `info` (file_bytes, total_steps and the envs filled), whose meta block is `meta`.
-CheckpointHeader make_header(const CheckpointInfo& info, const std::string& meta) {
+CheckpointHeader make_header(const CheckpointInfo& info, const std::string& meta, uint64_t extra_bytes) {
   CheckpointHeader h{};
   h.magic = checkpoint_format::kMagic;
   h.format_major = info.format_major;
@@ -102,7 +119,7 @@ CheckpointHeader make_header(const CheckpointInfo& info, const std::string& meta
   h.capacity = info.capacity;
   h.num_fields = info.schema.size();
   h.step_bytes = info.schema.step_bytes();
-  h.total_steps = info.total_steps;
+  h.total_records = info.total_steps;
   h.meta_bytes = meta.size();
   h.name_bytes = info.source_name.size();
   h.schema_bytes = meta.size() - info.source_name.size();
@@ -118,6 +135,38 @@ CheckpointHeader make_header(const CheckpointInfo& info, const std::string& meta
   h.source_creation_time_ns = info.source_creation_time_ns;
   h.source_layout_major = info.source_layout_major;
   h.source_layout_minor = info.source_layout_minor;
+  h.section_bytes = sizeof(EnvSection);
+  h.chain_id = info.chain_id;
+  h.link_seq = info.link_seq;
+  h.save_started_ns = info.save_started_ns;
+  h.stack_restarts = info.stack_restarts;
+  h.stack_continuity = static_cast<uint64_t>(info.stack_continuity);
+  // alpha = 0 as -0.0, as the segment stores it, so that 0 bits mean "no priorities".
+  h.priority_exponent_bits =
+      info.priority_exponent ? std::bit_cast<uint64_t>(*info.priority_exponent == 0 ? -0.0 : *info.priority_exponent) : 0;
+  h.max_priority_bits = std::bit_cast<uint64_t>(info.max_priority);
+  const CheckpointLimiter& l = info.limiter;
+  h.limiter_enabled = l.limit ? 1 : 0;
+  const RateLimit r = l.limit.value_or(RateLimit{0, 0, 0, 0});
+  h.limiter_min_size = r.min_size_to_sample;
+  h.limiter_spi_bits = std::bit_cast<uint64_t>(r.samples_per_insert);
+  h.limiter_min_diff_bits = std::bit_cast<uint64_t>(r.min_diff);
+  h.limiter_max_diff_bits = std::bit_cast<uint64_t>(r.max_diff);
+  h.limiter_offset_bits = std::bit_cast<uint64_t>(l.error_offset);
+  h.limiter_samples = l.samples;
+  h.limiter_changes = l.changes;
+  h.last_sample_ns = l.last_sample_ns;
+  h.learner_limited = l.learner_limited;
+  h.writers_limited = l.writers_limited;
+  h.writer_timeouts = l.writer_timeouts;
+  h.rows_sampled = info.learner.rows_sampled;
+  h.sample_calls = info.learner.sample_calls;
+  h.retries = info.learner.retries;
+  h.online_resets = info.learner.online_resets;
+  h.steps_updated = info.learner.steps_updated;
+  h.priority_updates = info.learner.priority_updates;
+  h.priority_updates_dropped = info.learner.priority_updates_dropped;
+  h.extra_bytes = extra_bytes;
   h.meta_crc = detail::crc32(0, meta.data(), meta.size());
   h.header_crc = struct_crc(h, &CheckpointHeader::header_crc);
   return h;
@@ -126,6 +175,13 @@ CheckpointHeader make_header(const CheckpointInfo& info, const std::string& meta
 }  // namespace
 
 CheckpointInfo save_checkpoint(const Buffer& source, const std::string& path, const SaveOptions& options) {
+  return detail::write_checkpoint(source, path, options, {});
+}
+
+namespace detail {
+
+CheckpointInfo write_checkpoint(const Buffer& source, const std::string& path, const SaveOptions& options,
+                                const LinkPlan& link) {
   detail::check_replaceable(path, options.force);
   detail::remove_stale_temporaries(path);
   static std::atomic<uint64_t> counter{0};
@@ -145,11 +201,17 @@ CheckpointInfo save_checkpoint(const Buffer& source, const std::string& path, co
   detail::OutFile out(tmp, std::move(fd));
 
   CheckpointInfo info = source_info(source, path);
+  info.chain_id = link.chain_id;
+  info.link_seq = link.link_seq;
   const std::string meta = info.source_name + info.schema.to_string();
   out.write_at(sizeof(CheckpointHeader), meta.data(), meta.size());
   detail::Progress progress(options.progress, "saving", estimate_bytes(source));
-  uint64_t offset =
-      write_env_sections(source, out, sizeof(CheckpointHeader) + meta.size(), info, progress, options.max_rounds);
+  const uint64_t envs_at = sizeof(CheckpointHeader) + meta.size();
+  uint64_t offset = write_env_sections(source, out, envs_at, info, progress, options.max_rounds, link);
+  // The buffer-wide state as the save ends: its counts are at least those of every env's instant.
+  read_source_state(source, info);
+  const uint64_t extra_bytes =
+      offset - envs_at - info.envs.size() * sizeof(EnvSection) - info.total_steps * info.schema.step_bytes();
   CheckpointTrailer tr{};
   tr.magic = checkpoint_format::kTrailerMagic;
   tr.total_steps = info.total_steps;
@@ -160,7 +222,7 @@ CheckpointInfo save_checkpoint(const Buffer& source, const std::string& path, co
 
   info.file_bytes = offset;
   info.saved_time_ns = detail::realtime_ns();
-  const CheckpointHeader h = make_header(info, meta);
+  const CheckpointHeader h = make_header(info, meta, extra_bytes);
   out.write_at(0, &h, sizeof h);
   out.finish(offset);
   detail::check_replaceable(path, options.force);
@@ -168,8 +230,11 @@ CheckpointInfo save_checkpoint(const Buffer& source, const std::string& path, co
     throw_errno(errno, fmt::format("cannot rename checkpoint file '{}' to '{}'", tmp, path));
   }
   guard.commit();
+  sync_directory_of(path);
   progress.finish();
   return info;
 }
+
+}  // namespace detail
 
 }  // namespace shmreplay

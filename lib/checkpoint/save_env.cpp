@@ -1,5 +1,6 @@
 // lib/checkpoint/save_env.cpp: the copy of one env's window into a checkpoint while its writer pushes (save_env),
-// the part of a save that reads the live segment. Who calls it: save_checkpoint (save.cpp), once per env. It reads
+// the part of a save that reads the live segment's steps. A chain's link copies only the steps at or above the
+// previous link's head (EnvCopyPlan), the ones below being in earlier links. Who calls it: save_checkpoint (save.cpp), once per env. It reads
 // the segment the way a sampler does (detail::copy_records validates each chunk with the step seqlock) and writes
 // nothing into it.
 #include <sched.h>
@@ -24,21 +25,23 @@ namespace {
 class WindowCopy {
  public:
   WindowCopy(const Buffer& b, uint64_t env, OutFile& out, uint64_t data_start, std::vector<std::byte>& staging,
-             const std::vector<uint64_t>& offsets, Progress& progress, uint32_t max_rounds)
+             const std::vector<uint64_t>& offsets, Progress& progress, uint32_t max_rounds, const EnvCopyPlan& plan)
       : b_(b), env_(env), c_(b.segment().env_control(env)), cap_(b.capacity()), sb_(b.schema().step_bytes()),
         chunk_(staging.size() / std::max<uint64_t>(sb_, 1)), out_(out), data_start_(data_start), staging_(staging),
-        offsets_(offsets), progress_(progress), max_rounds_(max_rounds) {}
+        offsets_(offsets), progress_(progress), max_rounds_(max_rounds), plan_(plan) {}
 
   SavedEnv run() {
     for (;;) {  // one attempt from a fresh snapshot
       // The counters, none of them from an update or a load in progress.
       const std::optional<EnvCounters> counters = read_counters_stable(c_);
-      if (counters && attempt(*counters)) break;
+      if (counters && attempt(*counters) && unchanged(*counters)) break;
       spoil();
     }
     SavedEnv saved;
     saved.first_step = s_;
-    saved.steps = t_ - s_;
+    saved.data_from = std::max(s_, skip_);
+    saved.steps = t_ - saved.data_from;
+    saved.update_seq = update_seq_;
     saved.claimed = claimed_out_;
     saved.online_start = std::min(online_, t_);
     saved.last_push_ns = c_.last_push_ns.load(std::memory_order_relaxed);
@@ -51,12 +54,18 @@ class WindowCopy {
 
   // Copies from the snapshot until the run is a window (true), or the env was reset or reloaded (false).
   bool attempt(const EnvCounters& counters) {
+    // A chain's link skips the steps below the previous link's head while no update or load touched the env since
+    // that link (update_seq the same, the head not below): they are in the earlier links, unchanged.
+    skip_ = plan_.skip_below > 0 && plan_.update_seq == counters.update_seq && counters.head >= plan_.skip_below
+                ? plan_.skip_below
+                : 0;
+    update_seq_ = counters.update_seq;
     h_ = counters.head;
     h0_ = h_;
     online_ = counters.online_start;
     // The oldest step of the view: its slot not being reclaimed, and (stacked fields) its frames intact.
     s_ = std::min(std::max(counters.claimed > cap_ ? counters.claimed - cap_ : 0, counters.stacks_intact_from), h_);
-    t_ = s_;
+    t_ = std::max(s_, std::min(skip_, h_));  // the skipped steps count as copied
     written_ = 0;
     crc_ = 0;
     claimed_out_ = 0;
@@ -64,6 +73,17 @@ class WindowCopy {
       const Next next = t_ < h_ && t_ - s_ < cap_ ? copy_chunk() : follow_writer();
       if (next != Next::more) return next == Next::done;
     }
+  }
+
+  // A run that skipped steps holds them only if no update began since the snapshot: otherwise the next attempt
+  // copies the whole window (a learner that keeps rewriting steps cannot starve the save this way). A run without
+  // skipped steps keeps each record as it was validated, as a save always did.
+  bool unchanged(const EnvCounters& counters) {
+    if (skip_ <= s_) return true;
+    // acquire: pairs with the release store that ends an UpdateSection (read_counters_stable's pair).
+    if (c_.update_seq.load(std::memory_order_acquire) == counters.update_seq) return true;
+    plan_.skip_below = 0;
+    return false;
   }
 
   // The run holds a full window, or every step the env had at the snapshot (which was not yet wrapped).
@@ -171,7 +191,10 @@ class WindowCopy {
   const std::vector<uint64_t>& offsets_;
   Progress& progress_;
   const uint32_t max_rounds_;
+  EnvCopyPlan plan_;
   uint32_t spoilt_ = 0;
+  uint64_t skip_ = 0;         // the attempt's steps below this are in earlier links (0: none skipped)
+  uint64_t update_seq_ = 0;   // update_seq at the attempt's snapshot
   // The attempt's snapshot and run.
   uint64_t h_ = 0;            // the head the copy follows
   uint64_t h0_ = 0;           // the head at the snapshot
@@ -186,8 +209,9 @@ class WindowCopy {
 }  // namespace
 
 SavedEnv save_env(const Buffer& b, uint64_t env, OutFile& out, uint64_t data_start, std::vector<std::byte>& staging,
-                  const std::vector<uint64_t>& offsets, Progress& progress, uint32_t max_rounds) {
-  return WindowCopy(b, env, out, data_start, staging, offsets, progress, max_rounds).run();
+                  const std::vector<uint64_t>& offsets, Progress& progress, uint32_t max_rounds,
+                  const EnvCopyPlan& plan) {
+  return WindowCopy(b, env, out, data_start, staging, offsets, progress, max_rounds, plan).run();
 }
 
 }  // namespace shmreplay::detail

@@ -49,19 +49,37 @@ TEST_CASE("crc32 gives the standard check value and continues across pieces") {
 
 TEST_CASE("the checkpoint format's structs keep their sizes and field offsets") {
   using namespace checkpoint_format;
-  CHECK(sizeof(CheckpointHeader) == 160);
+  CHECK(sizeof(CheckpointHeader) == 512);
   CHECK(offsetof(CheckpointHeader, file_bytes) == 24);
-  CHECK(offsetof(CheckpointHeader, total_steps) == 64);
+  CHECK(offsetof(CheckpointHeader, total_records) == 64);
   CHECK(offsetof(CheckpointHeader, schema_bytes) == 88);
   CHECK(offsetof(CheckpointHeader, episode_done) == 120);
   CHECK(offsetof(CheckpointHeader, episode_queue_capacity) == 136);
-  CHECK(offsetof(CheckpointHeader, meta_crc) == 144);
-  CHECK(offsetof(CheckpointHeader, header_crc) == 148);
-  CHECK(sizeof(EnvSection) == 80);
-  CHECK(offsetof(EnvSection, claimed) == 40);
-  CHECK(offsetof(EnvSection, data_crc) == 64);
+  CHECK(offsetof(CheckpointHeader, section_bytes) == 144);
+  CHECK(offsetof(CheckpointHeader, priority_exponent_bits) == 192);
+  CHECK(offsetof(CheckpointHeader, limiter_enabled) == 208);
+  CHECK(offsetof(CheckpointHeader, rows_sampled) == 304);
+  CHECK(offsetof(CheckpointHeader, extra_bytes) == 360);
+  CHECK(offsetof(CheckpointHeader, meta_crc) == 504);
+  CHECK(offsetof(CheckpointHeader, header_crc) == 508);
+  CHECK(sizeof(EnvSection) == 192);
+  CHECK(offsetof(EnvSection, data_from) == 24);
+  CHECK(offsetof(EnvSection, claimed) == 48);
+  CHECK(offsetof(EnvSection, weights) == 80);
+  CHECK(offsetof(EnvSection, queued) == 112);
+  CHECK(offsetof(EnvSection, data_crc) == 176);
+  CHECK(offsetof(EnvSection, header_crc) == 184);
+  CHECK(sizeof(EpisodeRecordBytes) == 32);
   CHECK(sizeof(CheckpointTrailer) == 32);
-  CHECK(kFormatMajor == 1);
+  CHECK(kFormatMajor == 2);
+  // Format 1.0, still read.
+  CHECK(sizeof(v1::CheckpointHeader) == 160);
+  CHECK(offsetof(v1::CheckpointHeader, total_steps) == 64);
+  CHECK(offsetof(v1::CheckpointHeader, meta_crc) == 144);
+  CHECK(offsetof(v1::CheckpointHeader, header_crc) == 148);
+  CHECK(sizeof(v1::EnvSection) == 80);
+  CHECK(offsetof(v1::EnvSection, claimed) == 40);
+  CHECK(offsetof(v1::EnvSection, data_crc) == 64);
 }
 
 TEST_CASE("a truncated checkpoint is refused at every length and changes no segment") {
@@ -163,14 +181,14 @@ TEST_CASE("verify names what is wrong: not a checkpoint, a segment file, another
   std::string whole = slurp(file.path());
   checkpoint_format::CheckpointHeader h{};
   std::memcpy(&h, whole.data(), sizeof h);
-  h.format_major = 2;
+  h.format_major = 3;
   h.header_crc = 0;
   h.header_crc = detail::crc32(0, &h, sizeof h);
   std::string newer = whole;
   std::memcpy(newer.data(), &h, sizeof h);
   spit(bad.path(), newer);
   CHECK(test::error_of([&] { verify_checkpoint(bad.path()); }, &message) == static_cast<int>(Errc::version_mismatch));
-  CHECK(message.find("format 2.0") != std::string::npos);
+  CHECK(message.find("format 3.0") != std::string::npos);
 
   const CheckpointInfo info = verify_checkpoint(file.path());
   const uint64_t record = info.envs[1].offset + sizeof(checkpoint_format::EnvSection) + 2;

@@ -61,5 +61,9 @@ TEST_CASE("a segment of another user: info and ls show its owner; save, limit an
   const CliResult load = run_cli({"load", file.path, name});
   CHECK(load.exit_code == 1);
   CHECK(contains(load.err, "--allow-other-owner"));
-  CHECK(run_cli({"load", file.path, name, "--allow-other-owner"}).exit_code == 0);
+  // The limit set above differs from the checkpoint's (none): refused unless --allow-mismatch too.
+  const CliResult mismatch = run_cli({"load", file.path, name, "--allow-other-owner"});
+  CHECK(mismatch.exit_code == 1);
+  CHECK(contains(mismatch.err, "rate limiter"));
+  CHECK(run_cli({"load", file.path, name, "--allow-other-owner", "--allow-mismatch"}).exit_code == 0);
 }

@@ -110,6 +110,9 @@ struct SaveArgs {
   bool json = false;
   bool allow_other_owner = false;  ///< save another user's segment
   bool force = false;              ///< replace FILE even when it is not a checkpoint
+  double every = 0;                ///< > 0: FILE is a chain directory; a link every this many seconds
+  uint32_t keep = 3;               ///< with every: the newest links kept as restore points
+  uint64_t count = 0;              ///< with every: stop after this many links (0: until interrupted)
 };
 
 struct LoadArgs {
@@ -119,6 +122,7 @@ struct LoadArgs {
   bool progress = false;
   bool json = false;
   bool allow_other_owner = false;  ///< load into another user's existing segment
+  bool allow_mismatch = false;     ///< load into a segment whose priorities, limiter or stack rule differ
 };
 
 /// Each returns the process's exit code. run_rm reports a failing name itself and goes on with the others.

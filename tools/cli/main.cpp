@@ -8,7 +8,8 @@
 //   shmreplay watch NAME [--interval S] [--once | --count N] [--json] [--plain]
 //   shmreplay dump NAME [--env E]... [--last N | --steps A:B] [--field F]... [--online] [--full] [--json]
 //   shmreplay save NAME FILE [--force] [--progress] [--json] [--allow-other-owner]
-//   shmreplay load FILE [NAME] [--mode OCTAL] [--progress] [--json] [--allow-other-owner]
+//   shmreplay save NAME DIR --every SECONDS [--keep N] [--count N] [--progress] [--json] [--allow-other-owner]
+//   shmreplay load FILE|DIR [NAME] [--mode OCTAL] [--progress] [--json] [--allow-other-owner] [--allow-mismatch]
 //   shmreplay limit NAME [--samples-per-insert X] [--error-buffer E] [--min-size-to-sample N] [--off] [--json]
 //                   [--allow-other-owner]
 //   shmreplay rm NAME... [--force]
@@ -274,16 +275,29 @@ CLI::App* add_save(CLI::App& app, SaveArgs& args) {
       ->required()
       ->type_name("");
   cmd->add_flag("--force", args.force, "Replace FILE even when it is not a shmreplay checkpoint");
+  CLI::Option* every =
+      cmd->add_option("--every", args.every,
+                      "Save periodically: FILE is a chain directory, and every SECONDS a link holding the steps "
+                      "published since the previous one is added to it (incremental; until interrupted)")
+          ->check(CLI::PositiveNumber)
+          ->type_name("SECONDS");
+  cmd->add_option("--keep", args.keep, "With --every: the newest links kept as restore points (older ones are "
+                                       "removed once no kept link needs them)")
+      ->check(CLI::Range(1u, 1000000u))
+      ->needs(every)
+      ->capture_default_str();
+  cmd->add_option("--count", args.count, "With --every: stop after this many links")->needs(every)->type_name("N");
   cmd->add_flag("--progress", args.progress, "Show a progress bar on stderr even when it is not a terminal");
-  cmd->add_flag("--json", args.json, "Print what was saved as JSON");
+  cmd->add_flag("--json", args.json, "Print what was saved as JSON (with --every: one object per line and link)");
   add_allow_other_owner(cmd, args.allow_other_owner, "Save a segment that belongs to another user");
   return cmd;
 }
 
 CLI::App* add_load(CLI::App& app, LoadArgs& args, std::string& mode) {
   CLI::App* cmd = app.add_subcommand(
-      "load", "Load a checkpoint into a new segment, or into an existing one with the same schema and sizes");
-  cmd->add_option("FILE", args.file, "Checkpoint file")->required()->type_name("");
+      "load", "Load a checkpoint, or the newest complete link of a chain directory, into a new segment, or into an "
+              "existing one with the same schema and sizes");
+  cmd->add_option("FILE", args.file, "Checkpoint file, or a chain directory (save --every)")->required()->type_name("");
   cmd->add_option("NAME", args.name, "Segment to load into (default: the name it was saved from)")->type_name("");
   cmd->add_option("--mode", mode, "Permission bits of a new segment's file, in octal: read/write bits only")
       ->check(kOctalMode)
@@ -291,6 +305,9 @@ CLI::App* add_load(CLI::App& app, LoadArgs& args, std::string& mode) {
       ->capture_default_str();
   cmd->add_flag("--progress", args.progress, "Show a progress bar on stderr even when it is not a terminal");
   cmd->add_flag("--json", args.json, "Print what was loaded as JSON");
+  cmd->add_flag("--allow-mismatch", args.allow_mismatch,
+                "Load into an existing segment whose priorities (alpha), rate limiter settings or stack continuity "
+                "rule differ from the checkpoint's (docs/cli.md says what each part becomes)");
   add_allow_other_owner(cmd, args.allow_other_owner, "Load into an existing segment that belongs to another user");
   return cmd;
 }

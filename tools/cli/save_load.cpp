@@ -1,5 +1,6 @@
 // `shmreplay save` and `shmreplay load`: thin layers over shmreplay/checkpoint.hpp, with a progress bar on stderr
-// (when stderr is a terminal, or with --progress). An interrupted save (Ctrl-C, SIGTERM, SIGHUP) removes its
+// (when stderr is a terminal, or with --progress). `save --every` adds a link to a chain directory periodically
+// (save_link); `load DIR` restores a chain's newest complete link (load_chain). An interrupted save (Ctrl-C, SIGTERM, SIGHUP) removes its
 // temporary file before it dies; an interrupted load leaves nothing, since the library names a new segment only
 // once it is complete.
 #include <signal.h>
@@ -10,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -62,6 +65,7 @@ Json checkpoint_json(const CheckpointInfo& info) {
   for (const CheckpointEnv& e : info.envs) {
     envs.push_back({{"env", e.env},
                     {"first_step", e.first_step},
+                    {"data_from", e.data_from},
                     {"steps", e.steps},
                     {"head", e.head},
                     {"claimed", e.claimed},
@@ -77,8 +81,62 @@ Json checkpoint_json(const CheckpointInfo& info) {
       {"total_steps", info.total_steps},
       {"file_bytes", info.file_bytes},
       {"saved_time_ns", info.saved_time_ns},
+      {"chain_id", fmt::format("{:016x}", info.chain_id)},
+      {"link", info.link_seq},
+      {"priority_exponent", info.priority_exponent ? Json(*info.priority_exponent) : Json(nullptr)},
+      {"rate_limit", info.limiter.limit ? Json(info.limiter.limit->to_string()) : Json(nullptr)},
+      {"limiter_samples", info.limiter.samples},
+      {"rows_sampled", info.learner.rows_sampled},
       {"envs", std::move(envs)},
   };
+}
+
+// One line per link of `save --every`, or one JSON object per line.
+void print_link(const LinkResult& r, double seconds, bool json) {
+  const CheckpointInfo& info = r.info;
+  if (json) {
+    Json out = checkpoint_json(info);
+    out["whole"] = r.whole;
+    out["record_bytes"] = r.record_bytes;
+    out["chain_bytes"] = r.chain_bytes;
+    out["seconds"] = seconds;
+    out["removed"] = r.removed;
+    out.erase("envs");
+    fmt::print("{}\n", out.dump());
+  } else {
+    fmt::print("link {} ({}): {} steps, {} of records, {}, in {:.2f} s; the directory holds {}{}\n", info.link_seq,
+               r.whole ? "whole" : "incremental", info.total_steps, human_bytes(r.record_bytes),
+               human_bytes(info.file_bytes), seconds, human_bytes(r.chain_bytes),
+               r.removed.empty() ? std::string() : fmt::format(", {} older links removed", r.removed.size()));
+  }
+  std::fflush(stdout);
+}
+
+// `save --every`: a link every `args.every` seconds, on a fixed schedule (a save longer than the period starts the
+// next one at once), until interrupted or `args.count` links.
+int run_save_every(const SaveArgs& args, const Buffer& source, ProgressBar& bar) {
+  using Clock = std::chrono::steady_clock;
+  const auto period = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(args.every));
+  auto next = Clock::now();
+  for (uint64_t n = 0; args.count == 0 || n < args.count; ++n) {
+    std::this_thread::sleep_until(next);
+    next += period;
+    const auto started = Clock::now();
+    if (next < started) next = started;  // behind schedule: do not try to catch up with saves in a row
+    ChainOptions options;
+    options.keep = args.keep;
+    options.save.progress = [&bar](const CheckpointProgress& p) { bar(p.phase, p.done_bytes, p.total_bytes); };
+    options.save.temp_file_created = remember_temp;
+    const LinkResult r = save_link(source, args.file, options);
+    g_temp_set.store(false, std::memory_order_release);
+    print_link(r, std::chrono::duration<double>(Clock::now() - started).count(), args.json);
+  }
+  return kExitOk;
+}
+
+// The notes of a load, on stderr: what the checkpoint lacked or what a mismatch changed.
+void print_notes(const std::vector<std::string>& notes) {
+  for (const std::string& n : notes) fmt::print(stderr, "note: {}\n", n);
 }
 
 }  // namespace
@@ -87,6 +145,7 @@ int run_save(const SaveArgs& args) {
   const Buffer source = Buffer::open(args.name, {.read_only = true, .allow_other_owner = args.allow_other_owner});
   ProgressBar bar(show_progress(args.progress), fmt::format("'{}'", source.name()));
   remove_temp_on_signals();
+  if (args.every > 0) return run_save_every(args, source, bar);
   const CheckpointInfo info = save_checkpoint(
       source, args.file,
       {.progress = [&bar](const CheckpointProgress& p) { bar(p.phase, p.done_bytes, p.total_bytes); },
@@ -105,20 +164,26 @@ int run_save(const SaveArgs& args) {
 
 int run_load(const LoadArgs& args) {
   ProgressBar bar(show_progress(args.progress), fmt::format("'{}'", args.file));
-  const LoadResult r = load_checkpoint(
-      args.file, args.name,
-      {.progress = [&bar](const CheckpointProgress& p) { bar(p.phase, p.done_bytes, p.total_bytes); },
-       .mode = args.mode,
-       .allow_other_owner = args.allow_other_owner});
+  const LoadOptions options{
+      .progress = [&bar](const CheckpointProgress& p) { bar(p.phase, p.done_bytes, p.total_bytes); },
+      .mode = args.mode,
+      .allow_other_owner = args.allow_other_owner,
+      .allow_mismatch = args.allow_mismatch};
+  const bool chain = is_chain_dir(args.file);
+  const LoadResult r = chain ? load_chain(args.file, args.name, options) : load_checkpoint(args.file, args.name, options);
   if (r.created) warn_if_world_writable(r.name, args.mode);
+  print_notes(r.notes);
   if (args.json) {
-    Json out = {{"name", r.name}, {"created", r.created}};
+    Json out = {{"name", r.name}, {"created", r.created}, {"notes", r.notes}};
     out["checkpoint"] = checkpoint_json(r.info);
     fmt::print("{}\n", out.dump(2));
     return kExitOk;
   }
-  fmt::print("loaded '{}' into {} segment '{}': {} envs x {} steps, {} steps restored\n", args.file,
-             r.created ? "new" : "existing", r.name, r.info.num_envs, r.info.capacity, r.info.total_steps);
+  uint64_t restored = 0;
+  for (const CheckpointEnv& e : r.info.envs) restored += e.head - e.first_step;
+  fmt::print("loaded '{}' into {} segment '{}': {} envs x {} steps, {} steps restored\n",
+             chain ? r.info.path : args.file, r.created ? "new" : "existing", r.name, r.info.num_envs,
+             r.info.capacity, restored);
   return kExitOk;
 }
 

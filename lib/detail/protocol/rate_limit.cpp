@@ -53,8 +53,13 @@ std::optional<LimiterSettings> load_rate_limit(const GlobalControl& g) noexcept 
   }
 }
 
-bool store_rate_limit(GlobalControl& g, const std::optional<RateLimit>& limit, std::optional<uint64_t> inserts,
-                      uint64_t writer, uint64_t timeout_ms) noexcept {
+namespace {
+
+// Both stores' body: takes the rewriter lease, fills the slot not in force with `limit` and the offset
+// `offset_of(r)` returns (called while the lease is held), flips the index, wakes both sides.
+template <class OffsetOf>
+bool rewrite_rate_limit(GlobalControl& g, const std::optional<RateLimit>& limit, uint64_t writer, uint64_t timeout_ms,
+                        OffsetOf offset_of) noexcept {
   // Take the rewriter lease (detail/protocol/lease.hpp): free, or held by a dead process. Its acquire pairs with
   // the previous rewriter's release, so that rewriter's index store is visible here. Another thread of this
   // process rewriting (held_by_us) is waited for like any live holder.
@@ -71,14 +76,7 @@ bool store_rate_limit(GlobalControl& g, const std::optional<RateLimit>& limit, s
   // the index as it is now (flipped away from this slot), and retries.
   std::atomic_thread_fence(std::memory_order_release);
   const RateLimit r = limit.value_or(RateLimit{0, 0, 0, 0});
-  double offset = 0;
-  if (inserts) {
-    g.limiter_changes.fetch_add(1, std::memory_order_relaxed);
-    if (limit && limit->has_ratio()) {
-      const double middle = limit->min_diff / 2 + limit->max_diff / 2;
-      offset = middle - limiter_error({r, 0}, *inserts, g.samples.load(std::memory_order_relaxed));
-    }
-  }
+  const double offset = offset_of(r);
   slot.enabled.store(limit ? 1 : 0, std::memory_order_relaxed);
   slot.min_size_to_sample.store(r.min_size_to_sample, std::memory_order_relaxed);
   slot.samples_per_insert.store(bits(r.samples_per_insert), std::memory_order_relaxed);
@@ -91,6 +89,26 @@ bool store_rate_limit(GlobalControl& g, const std::optional<RateLimit>& limit, s
   notify(learner_wake(g));
   wake_all(writer_wake(g));
   return true;
+}
+
+}  // namespace
+
+bool store_rate_limit(GlobalControl& g, const std::optional<RateLimit>& limit, std::optional<uint64_t> inserts,
+                      uint64_t writer, uint64_t timeout_ms) noexcept {
+  return rewrite_rate_limit(g, limit, writer, timeout_ms, [&](const RateLimit& r) {
+    if (!inserts) return 0.0;
+    g.limiter_changes.fetch_add(1, std::memory_order_relaxed);
+    if (!limit || !limit->has_ratio()) return 0.0;
+    const double middle = limit->min_diff / 2 + limit->max_diff / 2;
+    return middle - limiter_error({r, 0}, *inserts, g.samples.load(std::memory_order_relaxed));
+  });
+}
+
+bool restore_rate_limit(GlobalControl& g, const std::optional<LimiterSettings>& settings, uint64_t writer,
+                        uint64_t timeout_ms) noexcept {
+  const std::optional<RateLimit> limit = settings ? std::optional<RateLimit>(settings->limit) : std::nullopt;
+  return rewrite_rate_limit(g, limit, writer, timeout_ms,
+                            [&](const RateLimit&) { return settings ? settings->error_offset : 0.0; });
 }
 
 void check_rate_limit(const RateLimit& limit, uint64_t most_steps, const std::string& where) {

@@ -29,6 +29,7 @@
 //                                        takes a lease (a dead owner's mark goes).
 //   count_waiting_writers                Buffer::rate_limit_state (info, watch), the learner's timeout message.
 //   load_rate_limit, store_rate_limit    everyone; the creator and `shmreplay limit`.
+//   restore_rate_limit                   a checkpoint load (settings and offset as saved).
 // Non-waiting writers touch none of it: the limiter costs them nothing.
 #pragma once
 
@@ -66,6 +67,11 @@ std::optional<LimiterSettings> load_rate_limit(const layout::GlobalControl& g) n
 /// waiter on both sides, whose condition may have changed. Readers never wait for it.
 bool store_rate_limit(layout::GlobalControl& g, const std::optional<RateLimit>& limit, std::optional<uint64_t> inserts,
                       uint64_t writer, uint64_t timeout_ms) noexcept;
+
+/// A checkpoint load's rewrite: the settings and error offset exactly as saved (nullopt: no limiter), through the
+/// same slots and rewriter lease as store_rate_limit, without counting a change.
+bool restore_rate_limit(layout::GlobalControl& g, const std::optional<LimiterSettings>& settings, uint64_t writer,
+                        uint64_t timeout_ms) noexcept;
 
 /// Throws Error(invalid_argument) for settings that cannot work in a buffer of `most_steps` steps: a
 /// samples_per_insert that is not finite and > 0, NaN or crossed bounds, a min_size_to_sample above most_steps,

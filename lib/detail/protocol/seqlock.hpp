@@ -238,6 +238,7 @@ struct EnvCounters {
   uint64_t claimed = 0;
   uint64_t online_start = 0;
   uint64_t stacks_intact_from = 0;  ///< (layout 1.6) 0 without stacked fields
+  uint64_t update_seq = 0;          ///< read_counters_stable only: the (even) update_seq they were read under
 };
 
 /// head (acquire), then claimed, online_start and stacks_intact_from.
@@ -257,7 +258,8 @@ inline std::optional<EnvCounters> read_counters_stable(const layout::EnvControl&
   // acquire: pairs with the release store that ends an UpdateSection, so head and claimed below are its own.
   const uint64_t u = c.update_seq.load(std::memory_order_acquire);
   if ((u & 1) != 0) return std::nullopt;
-  const EnvCounters n = read_counters(c);
+  EnvCounters n = read_counters(c);
+  n.update_seq = u;
   // acquire: pairs with the release store that ends an UpdateSection (as above); a section that began or ended
   // after the first load shows here as another value.
   if (c.update_seq.load(std::memory_order_acquire) != u) return std::nullopt;

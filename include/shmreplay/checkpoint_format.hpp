@@ -1,0 +1,252 @@
+// shmreplay/checkpoint_format.hpp: the bytes of a checkpoint file, format 2.0 (what save_checkpoint and
+// save_link write) and format 1.0 (what earlier releases wrote, which load_checkpoint still reads).
+//
+// Who reads it: lib/checkpoint/ (save.cpp, save_env.cpp, verify.cpp), tests that damage files on purpose, fuzzers.
+// Programs use shmreplay/checkpoint.hpp, which includes this file.
+//
+// All integers are little-endian. CRC-32 is the IEEE polynomial of zlib (check value crc32("123456789") =
+// 0xcbf43926). The structs' sizes are pinned below and by tests/checkpoint/format.cpp.
+//
+// -- Format 2.0 ---------------------------------------------------------------------------------------------------
+//
+//   offset 0 -------------> +-----------------------------------------------+
+//                           | CheckpointHeader                    512 bytes |
+//                           |   magic "SHMRCKPT", format major.minor,       |
+//                           |   sizes, geometry, episode fields (as 1.0),   |
+//                           |   the chain: id and link number, alpha and    |
+//                           |   the running maximum priority, the stacked   |
+//                           |   fields' restarts and continuity rule, the   |
+//                           |   rate limiter's settings, offset and counts, |
+//                           |   the learner's counters, meta_crc and        |
+//                           |   header_crc (of these 512 bytes with         |
+//                           |   header_crc = 0)                             |
+//   header_bytes ---------> +-----------------------------------------------+
+//                           | meta: the source segment's name (name_bytes), |
+//                           |   then the schema's text form (schema_bytes)  |
+//                           +-----------------------------------------------+
+//                           | env 0: EnvSection                   192 bytes |
+//                           |   magic "SHMRENV2", env, first_step,          |
+//                           |   data_from, records, head, claimed,          |
+//                           |   online_start, last_push_ns, update_seq,     |
+//                           |   weights (0 or head - first_step), queue     |
+//                           |   head, tail and drops, queued records,       |
+//                           |   data_crc, extra_crc, header_crc             |
+//                           | records: (head - data_from) x step_bytes,     |
+//                           |   steps data_from .. head - 1, oldest first,  |
+//                           |   one step's fields in schema order           |
+//                           | weights: f32 priority^alpha of steps          |
+//                           |   first_step .. head - 1 (with priorities)    |
+//                           | queued: EpisodeRecord x queued, the episode   |
+//                           |   records [queue_head, queue_tail) waiting    |
+//                           | env 1: EnvSection, records, weights, queued   |
+//                           | ...                                           |
+//                           +-----------------------------------------------+
+//                           | CheckpointTrailer                    32 bytes |
+//                           |   magic "SHMRCEND", records in the file,      |
+//                           |   their bytes, trailer_crc                    |
+//   file_bytes -----------> +-----------------------------------------------+
+//
+// An env's window is [first_step, head): the steps the env held at the instant its section describes. A
+// self-contained checkpoint (save_checkpoint) holds every one of them: data_from = first_step. A link of a chain
+// (save_link) may hold only the steps published since the previous link: data_from >= first_step, and the steps
+// [first_step, data_from) are in earlier links of the same chain (the loader takes each step from the newest link
+// that holds it; checkpoint.hpp, "Chains"). Everything but the records describes the instant itself and is in every
+// link whole: weights, queued records, counters.
+//
+// Invariants a loader checks (besides every CRC and the exact length): the sections are back to back in env order;
+// first_step <= data_from <= head; head - first_step <= capacity; claimed is head or head + 1; first_step =
+// max(0, claimed - capacity) (at least that for a schema with a stacked field); online_start <= head; weights is 0
+// (no priorities) or head - first_step; queue_head <= queue_tail, queued = queue_tail - queue_head <= the queue
+// capacity (0 without episode fields); the header's records = the sum of the envs' (head - data_from).
+//
+// -- Format 1.0 (read, never written) ----------------------------------------------------------------------------
+//
+// A 160-byte header (v1::CheckpointHeader: the fields of the 2.0 header up to episode_queue_capacity, then
+// meta_crc and header_crc), the same meta block, per env an 80-byte v1::EnvSection ("SHMRENV.", env, first_step,
+// steps, head, claimed, online_start, last_push_ns, data_crc, header_crc) followed by its records [first_step,
+// head), and the same 32-byte trailer. It holds no priorities, limiter, learner counters, episode records or stack
+// settings: a load says so (LoadResult::notes) and the target keeps what it would have had without them.
+//
+// Versioning: a reader refuses a major version it does not know (Errc::version_mismatch) and reads any minor version
+// of the majors it knows; a newer minor version may grow the header (header_bytes) or the env section
+// (section_bytes) and only append where an older reader does not look.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace shmreplay::checkpoint_format {
+
+inline constexpr uint64_t kMagic = 0x54504b43524d4853ull;         ///< "SHMRCKPT" read as little-endian u64
+inline constexpr uint64_t kEnvMagic = 0x32564e45524d4853ull;      ///< "SHMRENV2" (format 2)
+inline constexpr uint64_t kTrailerMagic = 0x444e4543524d4853ull;  ///< "SHMRCEND"
+inline constexpr uint32_t kFormatMajor = 2;  ///< the format this library writes
+inline constexpr uint32_t kFormatMinor = 0;  ///< ... minor
+inline constexpr uint64_t kMaxMetaBytes = 1ull << 20;  ///< bound on the name + schema text a loader accepts
+inline constexpr uint32_t kNoField = 0xffffffffu;      ///< an episode field index meaning "none"
+
+/// The file's first 512 bytes (format 2.0); the meta block (the source's name, then its schema text) follows.
+struct CheckpointHeader {
+  // -- words 0-17: as format 1.0 up to episode_queue_capacity --
+  uint64_t magic;                    ///< kMagic
+  uint32_t format_major;             ///< kFormatMajor of the writer
+  uint32_t format_minor;             ///< kFormatMinor of the writer
+  uint64_t header_bytes;             ///< sizeof(CheckpointHeader) of the writer's version; the meta block follows
+  uint64_t file_bytes;               ///< the whole file
+  uint64_t num_envs;                 ///< the source segment's envs
+  uint64_t capacity;                 ///< the source segment's steps per env
+  uint64_t num_fields;               ///< fields of the schema
+  uint64_t step_bytes;               ///< bytes of one record
+  uint64_t total_records;            ///< records in the file, all envs together
+  uint64_t meta_bytes;               ///< bytes of the meta block: the name, then the schema text
+  uint64_t name_bytes;               ///< bytes of the source segment's name at the start of the meta block
+  uint64_t schema_bytes;             ///< bytes of the schema text after the name (the rest of the meta block)
+  uint64_t saved_time_ns;            ///< CLOCK_REALTIME when the save finished
+  uint64_t source_creation_time_ns;  ///< the source segment's creation time
+  uint32_t source_layout_major;      ///< the source segment's layout version
+  uint32_t source_layout_minor;      ///< ... minor
+  uint32_t episode_done;             ///< schema index of the episode `done` field; kNoField when none
+  uint32_t episode_terminated;       ///< ... of `terminated`
+  uint32_t episode_truncated;        ///< ... of `truncated`
+  uint32_t episode_reward;           ///< ... of `reward`
+  uint64_t episode_queue_capacity;   ///< records per env's completed-episode queue; 0 without episode fields
+  // -- words 18-25: the chain, the section size, stacks, priorities --
+  uint64_t section_bytes;            ///< sizeof(EnvSection) of the writer's version
+  uint64_t chain_id;                 ///< a chain's random id, the same in all its links; 0 for save_checkpoint
+  uint64_t link_seq;                 ///< the link's number in its directory (1, 2, ...); 0 for save_checkpoint
+  uint64_t save_started_ns;          ///< CLOCK_REALTIME when the save began
+  uint64_t stack_restarts;           ///< the source's CreateOptions::stack_restarts as placed (0 without stacks)
+  uint64_t stack_continuity;         ///< the source's StackContinuity code
+  uint64_t priority_exponent_bits;   ///< f64 bits of alpha; 0 without priorities (alpha 0 is stored as -0.0)
+  uint64_t max_priority_bits;        ///< f64 bits of the running maximum priority (GlobalControl::max_priority)
+  // -- words 26-37: the rate limiter --
+  uint64_t limiter_enabled;          ///< 1 with a rate limiter, 0 without
+  uint64_t limiter_min_size;         ///< RateLimit::min_size_to_sample
+  uint64_t limiter_spi_bits;         ///< f64 bits of RateLimit::samples_per_insert
+  uint64_t limiter_min_diff_bits;    ///< f64 bits of RateLimit::min_diff
+  uint64_t limiter_max_diff_bits;    ///< f64 bits of RateLimit::max_diff
+  uint64_t limiter_offset_bits;      ///< f64 bits of the error offset in force
+  uint64_t limiter_samples;          ///< GlobalControl::samples: rows the limiter counted
+  uint64_t limiter_changes;          ///< GlobalControl::limiter_changes
+  uint64_t last_sample_ns;           ///< GlobalControl::last_sample_ns
+  uint64_t learner_limited;          ///< GlobalControl::learner_limited
+  uint64_t writers_limited;          ///< GlobalControl::writers_limited
+  uint64_t writer_timeouts;          ///< GlobalControl::writer_timeouts
+  // -- words 38-45: the learner's counters --
+  uint64_t rows_sampled;             ///< GlobalControl::rows_sampled
+  uint64_t sample_calls;             ///< GlobalControl::sample_calls
+  uint64_t retries;                  ///< GlobalControl::retries
+  uint64_t online_resets;            ///< GlobalControl::online_resets
+  uint64_t steps_updated;            ///< GlobalControl::steps_updated
+  uint64_t priority_updates;         ///< GlobalControl::priority_updates
+  uint64_t priority_updates_dropped; ///< GlobalControl::priority_updates_dropped
+  uint64_t extra_bytes;              ///< bytes of all envs' weights and queued records together
+  // -- words 46-63 --
+  uint64_t reserved[17];             ///< zero
+  uint32_t meta_crc;                 ///< CRC-32 of the meta block
+  uint32_t header_crc;               ///< CRC-32 of this header with header_crc = 0
+};
+
+/// The header of one env's section (format 2.0); its records, weights and queued episode records follow.
+struct EnvSection {
+  uint64_t magic;            ///< kEnvMagic
+  uint64_t env;              ///< the env id
+  uint64_t first_step;       ///< the window's first step: max(0, claimed - capacity), or above with a stacked field
+  uint64_t data_from;        ///< the first step whose record is in this section; first_step .. head
+  uint64_t records;          ///< head - data_from
+  uint64_t head;             ///< the window's end: steps first_step .. head - 1 were stored
+  uint64_t claimed;          ///< head, or head + 1 when the writer was writing step `head`
+  uint64_t online_start;     ///< the learner's online-queue start, <= head
+  uint64_t last_push_ns;     ///< CLOCK_REALTIME of the env's last push; informational
+  uint64_t update_seq;       ///< EnvControl::update_seq when copied: a chain's next link copies the whole window
+                             ///< of an env whose update_seq moved (the learner rewrote a step, or a load)
+  uint64_t weights;          ///< f32 weights that follow the records: head - first_step, or 0 without priorities
+  uint64_t queue_head;       ///< the env's completed-episode queue: records popped since creation
+  uint64_t queue_tail;       ///< ... records pushed since creation
+  uint64_t records_dropped;  ///< ... records dropped because it was full
+  uint64_t queued;           ///< queue_tail - queue_head: EpisodeRecord entries after the weights
+  uint64_t reserved[7];      ///< zero
+  uint32_t data_crc;         ///< CRC-32 of the records
+  uint32_t extra_crc;        ///< CRC-32 of the weights, then the queued records
+  uint32_t header_crc;       ///< CRC-32 of this section header with header_crc = 0
+  uint32_t reserved2;        ///< zero
+};
+
+/// One queued completed-episode record, as EpisodeRecordSlot holds it.
+struct EpisodeRecordBytes {
+  uint64_t first_step;      ///< the episode's first step
+  uint64_t length;          ///< its steps
+  uint64_t return_bits;     ///< f64 bits of its return
+  uint64_t end;             ///< an EpisodeEnd code
+};
+
+/// The file's last 32 bytes, after the last env section (the same in formats 1.0 and 2.0).
+struct CheckpointTrailer {
+  uint64_t magic;         ///< kTrailerMagic
+  uint64_t total_steps;   ///< records in the file (as the header says)
+  uint64_t record_bytes;  ///< bytes of all records together
+  uint32_t reserved;      ///< zero
+  uint32_t trailer_crc;   ///< CRC-32 of this trailer with trailer_crc = 0
+};
+
+static_assert(sizeof(CheckpointHeader) == 512, "the checkpoint header is 512 bytes in format 2.0");
+static_assert(sizeof(EnvSection) == 192, "an env section header is 192 bytes in format 2.0");
+static_assert(sizeof(EpisodeRecordBytes) == 32, "a queued episode record is 32 bytes");
+static_assert(sizeof(CheckpointTrailer) == 32, "the checkpoint trailer is 32 bytes");
+
+/// Format 1.0, which earlier releases wrote: read by load_checkpoint and verify_checkpoint, never written.
+namespace v1 {
+
+inline constexpr uint64_t kEnvMagic = 0x2e564e45524d4853ull;  ///< "SHMRENV."
+inline constexpr uint32_t kFormatMajor = 1;  ///< format 1.x files: read, never written
+
+/// The 160-byte header of a 1.0 file.
+struct CheckpointHeader {
+  uint64_t magic;  ///< as in format 2.0's magic
+  uint32_t format_major;  ///< as in format 2.0's format_major
+  uint32_t format_minor;  ///< as in format 2.0's format_minor
+  uint64_t header_bytes;  ///< as in format 2.0's header_bytes
+  uint64_t file_bytes;  ///< as in format 2.0's file_bytes
+  uint64_t num_envs;  ///< as in format 2.0's num_envs
+  uint64_t capacity;  ///< as in format 2.0's capacity
+  uint64_t num_fields;  ///< as in format 2.0's num_fields
+  uint64_t step_bytes;  ///< as in format 2.0's step_bytes
+  uint64_t total_steps;  ///< records in the file
+  uint64_t meta_bytes;  ///< as in format 2.0's meta_bytes
+  uint64_t name_bytes;  ///< as in format 2.0's name_bytes
+  uint64_t schema_bytes;  ///< as in format 2.0's schema_bytes
+  uint64_t saved_time_ns;  ///< as in format 2.0's saved_time_ns
+  uint64_t source_creation_time_ns;  ///< as in format 2.0's source_creation_time_ns
+  uint32_t source_layout_major;  ///< as in format 2.0's source_layout_major
+  uint32_t source_layout_minor;  ///< as in format 2.0's source_layout_minor
+  uint32_t episode_done;  ///< as in format 2.0's episode_done
+  uint32_t episode_terminated;  ///< as in format 2.0's episode_terminated
+  uint32_t episode_truncated;  ///< as in format 2.0's episode_truncated
+  uint32_t episode_reward;  ///< as in format 2.0's episode_reward
+  uint64_t episode_queue_capacity;  ///< as in format 2.0's episode_queue_capacity
+  uint32_t meta_crc;  ///< as in format 2.0's meta_crc
+  uint32_t header_crc;  ///< as in format 2.0's header_crc
+  uint64_t reserved;  ///< zero
+};
+
+/// The 80-byte env section header of a 1.0 file; its records [first_step, head) follow.
+struct EnvSection {
+  uint64_t magic;  ///< as in format 2.0's magic
+  uint64_t env;  ///< as in format 2.0's env
+  uint64_t first_step;  ///< as in format 2.0's first_step
+  uint64_t steps;  ///< records that follow: head - first_step
+  uint64_t head;  ///< as in format 2.0's head
+  uint64_t claimed;  ///< as in format 2.0's claimed
+  uint64_t online_start;  ///< as in format 2.0's online_start
+  uint64_t last_push_ns;  ///< as in format 2.0's last_push_ns
+  uint32_t data_crc;  ///< as in format 2.0's data_crc
+  uint32_t header_crc;  ///< as in format 2.0's header_crc
+  uint64_t reserved;  ///< zero
+};
+
+static_assert(sizeof(CheckpointHeader) == 160, "the checkpoint header is 160 bytes in format 1.0");
+static_assert(sizeof(EnvSection) == 80, "an env section header is 80 bytes in format 1.0");
+
+}  // namespace v1
+
+}  // namespace shmreplay::checkpoint_format
