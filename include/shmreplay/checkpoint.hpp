@@ -267,10 +267,13 @@ struct LoadResult {
 /// otherwise the existing segment must belong to this process's user unless options.allow_other_owner
 /// (Errc::permission_denied), and have the same schema and episode fields (Errc::schema_mismatch, listing
 /// the differences), envs and capacity (Errc::invalid_argument), and no live writer or learner
-/// (Errc::lease_held). The file is
-/// validated completely (as verify_checkpoint) before the target is touched. Each env ends with the file's
-/// steps, head, claimed and online_start (and, with episode fields, the episode bookkeeping rebuilt from them);
-/// the learner's counters, the episode queues and the leases' history are kept.
+/// (Errc::lease_held), and the same priorities, rate limiter settings and stack rule unless options.allow_mismatch
+/// (Errc::schema_mismatch naming each difference). The file is validated completely (as verify_checkpoint) before
+/// the target is touched. Each env ends with the file's steps, head, claimed, online_start, weights and waiting
+/// episode records (and, with episode fields, the episode bookkeeping rebuilt from them); the buffer with the file's
+/// learner counters and limiter counts; the leases' history is kept. The top of this file says what happens to each
+/// part in detail. A link of a chain that is not self-contained is refused (Errc::invalid_argument): load its
+/// directory with load_chain.
 LoadResult load_checkpoint(const std::string& path, std::string_view name = {}, const LoadOptions& options = {});
 
 /// Loads the checkpoint `path` into `target`, an existing writable segment, as load_checkpoint does; `notes` (when

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <bit>
@@ -63,12 +64,14 @@ CheckpointInfo source_info(const Buffer& source, const std::string& path) {
   return info;
 }
 
-// The bytes of the records of every env's view now: the save's progress total (the copies follow the writers).
-uint64_t estimate_bytes(const Buffer& source) {
+// The bytes of the records of every env's view now, less what a link skips: the save's progress total (the copies
+// follow the writers).
+uint64_t estimate_bytes(const Buffer& source, const detail::LinkPlan& link) {
   uint64_t estimate = 0;
   for (uint64_t e = 0; e < source.num_envs(); ++e) {
     const detail::StepRange r = detail::view_range(source.segment().env_control(e), View::replay, source.capacity());
-    estimate += (r.hi - r.lo) * source.schema().step_bytes();
+    const uint64_t from = std::max(r.lo, e < link.envs.size() ? std::min(link.envs[e].skip_below, r.hi) : 0);
+    estimate += (r.hi - from) * source.schema().step_bytes();
   }
   return estimate;
 }
@@ -205,7 +208,7 @@ CheckpointInfo write_checkpoint(const Buffer& source, const std::string& path, c
   info.link_seq = link.link_seq;
   const std::string meta = info.source_name + info.schema.to_string();
   out.write_at(sizeof(CheckpointHeader), meta.data(), meta.size());
-  detail::Progress progress(options.progress, "saving", estimate_bytes(source));
+  detail::Progress progress(options.progress, "saving", estimate_bytes(source, link));
   const uint64_t envs_at = sizeof(CheckpointHeader) + meta.size();
   uint64_t offset = write_env_sections(source, out, envs_at, info, progress, options.max_rounds, link);
   // The buffer-wide state as the save ends: its counts are at least those of every env's instant.

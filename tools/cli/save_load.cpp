@@ -21,6 +21,7 @@
 #include "progress.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/checkpoint.hpp"
+#include "shmreplay/error.hpp"
 #include "text.hpp"
 
 namespace shmreplay::cli {
@@ -118,6 +119,7 @@ int run_save_every(const SaveArgs& args, const Buffer& source, ProgressBar& bar)
   using Clock = std::chrono::steady_clock;
   const auto period = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(args.every));
   auto next = Clock::now();
+  bool failures = false;
   for (uint64_t n = 0; args.count == 0 || n < args.count; ++n) {
     std::this_thread::sleep_until(next);
     next += period;
@@ -127,11 +129,21 @@ int run_save_every(const SaveArgs& args, const Buffer& source, ProgressBar& bar)
     options.keep = args.keep;
     options.save.progress = [&bar](const CheckpointProgress& p) { bar(p.phase, p.done_bytes, p.total_bytes); };
     options.save.temp_file_created = remember_temp;
-    const LinkResult r = save_link(source, args.file, options);
-    g_temp_set.store(false, std::memory_order_release);
-    print_link(r, std::chrono::duration<double>(Clock::now() - started).count(), args.json);
+    try {
+      const LinkResult r = save_link(source, args.file, options);
+      g_temp_set.store(false, std::memory_order_release);
+      print_link(r, std::chrono::duration<double>(Clock::now() - started).count(), args.json);
+    } catch (const Error& e) {
+      // A failed link (a full disk, a busy writer) leaves the chain as it was: say so and try again at the next
+      // tick, so that a run keeps its checkpoints once the cause is gone. Only a wrong directory ends the command.
+      g_temp_set.store(false, std::memory_order_release);
+      if (e.code() == make_error_code(Errc::already_exists) || e.code() == make_error_code(Errc::lease_held)) throw;
+      print_error(fmt::format("link {} failed and the chain is as it was (next try in {} s): {}",
+                              n + 1, args.every, e.what()));
+      failures = true;
+    }
   }
-  return kExitOk;
+  return failures ? kExitFailure : kExitOk;
 }
 
 // The notes of a load, on stderr: what the checkpoint lacked or what a mismatch changed.
