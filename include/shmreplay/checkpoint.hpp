@@ -225,7 +225,8 @@ struct SaveOptions {
 /// that no process holds locked); on an error it removes its own.
 /// Never writes the segment and never waits for writers or the learner. Throws Error: already_exists (`path` is
 /// not a checkpoint; see SaveOptions::force), contended (see SaveOptions), system / permission_denied / no_space /
-/// not_found for the file. O(stored steps x fields) time,
+/// not_found for the file (no_space: its file system or quota is full, or the file would pass this process's file
+/// size limit, RLIMIT_FSIZE; the message says the bytes free or the limit). O(stored steps x fields) time,
 /// O(1 MiB + one record) memory.
 CheckpointInfo save_checkpoint(const Buffer& source, const std::string& path, const SaveOptions& options = {});
 

@@ -95,6 +95,15 @@ uint64_t restores_alone(const std::string& dir, uint64_t seq) {
   return verify_chain(alone.path()).link_seq;
 }
 
+// The bytes of every file in `dir` but its lock, by name: what a failed save must leave as it was.
+std::map<std::string, std::string> directory_bytes(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const std::string& name : test::entries_containing(dir, "")) {
+    if (name != "chain.lock") out[name] = slurp(dir + "/" + name);
+  }
+  return out;
+}
+
 // A payload step of `version` (the learner's rewrite of a step bumps it) as the fields try_update takes.
 struct PayloadFields {
   explicit PayloadFields(const test::Payload& p)
@@ -130,6 +139,28 @@ pid_t payload_writer(const std::string& name, std::vector<int32_t> envs) {
     }
   });
 }
+
+// Mounts a tmpfs of `bytes` at a new directory, unmounted and removed when it goes out of scope; mounted() is
+// false where this process may not mount (not root, or no CAP_SYS_ADMIN, as in most containers).
+class SmallTmpfs {
+ public:
+  explicit SmallTmpfs(uint64_t bytes) : path_(temp_dir("chain-tmpfs")) {
+    if (::geteuid() != 0 || ::mkdir(path_.c_str(), 0700) != 0) return;
+    mounted_ = ::mount("tmpfs", path_.c_str(), "tmpfs", 0, fmt::format("size={}", bytes).c_str()) == 0;
+  }
+  SmallTmpfs(const SmallTmpfs&) = delete;
+  SmallTmpfs& operator=(const SmallTmpfs&) = delete;
+  ~SmallTmpfs() {
+    if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
+    ::rmdir(path_.c_str());
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool mounted_ = false;
+};
 
 }  // namespace
 
@@ -406,6 +437,84 @@ TEST_CASE("save_link killed at random moments while writer processes push: the d
   MESSAGE(fmt::format("{} kills: the newest complete link went from 1 to {}; {} killed saves left a temporary file "
                       "(each removed by the next save)",
                       kKills, newest, temporaries_seen));
+}
+
+TEST_CASE("save_link that runs out of file size or disk space fails with Errc::no_space, naming the limit, and "
+          "leaves the directory's links as they were") {
+  SegmentGuard source(unique_name("chain-full"));
+  Buffer b = Buffer::create(source.name(), 2, 1024, kPayloadSchema);
+  const Buffer reader = Buffer::open(source.name(), {.read_only = true});
+  Writer w(b, {0, 1});
+  push_steps(w, {0, 1}, 20);
+
+  // Saves `reader` into `dir` in a child process after `limit` (setrlimit and the like); returns what it threw:
+  // its Errc and message ("0\t" when it did not throw).
+  const auto save_in_child = [&](const std::string& dir, const std::function<void()>& limit) {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    const int status = test::run_in_child([&] {
+      limit();
+      std::string message;
+      const int errc = test::error_of([&] { save_link(reader, dir); }, &message);
+      const std::string out = fmt::format("{}\t{}", errc, message);
+      return ::write(fds[1], out.data(), out.size()) == static_cast<ssize_t>(out.size());
+    });
+    ::close(fds[1]);
+    std::string out(4096, '\0');
+    const ssize_t got = ::read(fds[0], out.data(), out.size());
+    ::close(fds[0]);
+    CHECK(status == 0);
+    out.resize(static_cast<std::size_t>(std::max<ssize_t>(got, 0)));
+    return out;
+  };
+  const auto check_untouched = [&](const std::string& dir, const std::map<std::string, std::string>& before) {
+    CHECK(directory_bytes(dir) == before);
+    CHECK(test::entries_containing(dir, ".tmp-").empty());
+    SegmentGuard copy(unique_name("chain-full-copy"));
+    const LoadResult r = load_chain(dir, copy.name());
+    CHECK(r.info.link_seq == 1);
+    const Buffer loaded = Buffer::open(copy.name(), {.read_only = true});
+    CHECK(loaded.segment().env_control(0).head.load() == 20);
+    CHECK(payload_violation(loaded) == "");
+  };
+
+  SUBCASE("a file size limit (RLIMIT_FSIZE, ulimit -f): EFBIG") {
+    DirGuard dir(temp_dir("chain-fsize"));
+    REQUIRE(save_link(reader, dir.path()).info.link_seq == 1);
+    push_steps(w, {0, 1}, 1000);
+    const std::map<std::string, std::string> before = directory_bytes(dir.path());
+    const std::string thrown = save_in_child(dir.path(), [] {
+      ::signal(SIGXFSZ, SIG_IGN);
+      const rlimit small{8192, 8192};
+      ::setrlimit(RLIMIT_FSIZE, &small);
+    });
+    CAPTURE(thrown);
+    CHECK(thrown.starts_with(fmt::format("{}\t", test::code(Errc::no_space))));
+    CHECK(test::contains(thrown, "cannot write checkpoint file"));
+    CHECK(test::contains(thrown, "link-0000000002.shmrckpt.tmp-"));
+    CHECK(test::contains(thrown, "file size limit"));
+    CHECK(test::contains(thrown, "8192 bytes"));
+    check_untouched(dir.path(), before);
+    CHECK(save_link(reader, dir.path()).info.link_seq == 2);  // without the limit, the same save succeeds
+  }
+  SUBCASE("a full file system (a tmpfs of 64 KiB): ENOSPC") {
+    SmallTmpfs fs(64 * 1024);
+    if (!fs.mounted()) {
+      MESSAGE("skipped: this process may not mount a tmpfs (it needs root with CAP_SYS_ADMIN)");
+      return;
+    }
+    const std::string dir = fs.path() + "/chain";
+    REQUIRE(save_link(reader, dir).info.link_seq == 1);
+    push_steps(w, {0, 1}, 1000);  // a link of 226 KB: more than the file system holds
+    const std::map<std::string, std::string> before = directory_bytes(dir);
+    const std::string thrown = save_in_child(dir, [] {});
+    CAPTURE(thrown);
+    CHECK(thrown.starts_with(fmt::format("{}\t", test::code(Errc::no_space))));
+    CHECK(test::contains(thrown, "cannot write checkpoint file"));
+    CHECK(test::contains(thrown, "No space left on device"));
+    CHECK(test::contains(thrown, "bytes free"));
+    check_untouched(dir, before);
+  }
 }
 
 TEST_CASE("a second save_link into a directory while one runs is refused with Errc::lease_held") {
