@@ -541,3 +541,63 @@ TEST_CASE("a second save_link into a directory while one runs is refused with Er
   CHECK(test::entries_containing(dir.path(), ".tmp-").empty());
   CHECK(save_link(reader, dir.path()).info.link_seq == 2);  // once the first is done, the next one runs
 }
+
+TEST_CASE("verify_chain and load_chain skip a damaged newest link with a note and restore the link before it; the "
+          "next save_link builds on that link, not on the damaged one") {
+  SegmentGuard source(unique_name("chain-bad"));
+  DirGuard dir(temp_dir("chain-bad"));
+  Buffer b = Buffer::create(source.name(), 2, 64, kPayloadSchema);
+  const Buffer reader = Buffer::open(source.name(), {.read_only = true});
+  Writer w(b, {0, 1});
+  ChainOptions options;
+  options.keep = 2;
+  for (int k = 0; k < 3; ++k) {
+    push_steps(w, {0, 1}, 10);
+    save_link(reader, dir.path(), options);
+  }
+  const std::string newest = link_file(dir.path(), 3);
+  const CheckpointInfo good = verify_checkpoint(link_file(dir.path(), 2));
+  const CheckpointInfo bad = verify_checkpoint(newest);
+  std::string bytes = slurp(newest);
+  bool header = false;
+  SUBCASE("a byte of its records") {
+    const uint64_t at = bad.envs[1].records_offset + 5;
+    bytes[at] = static_cast<char>(bytes[at] ^ 0x10);
+  }
+  SUBCASE("a byte of its header") {
+    bytes[40] = static_cast<char>(bytes[40] ^ 0x10);
+    header = true;
+  }
+  spit(newest, bytes);
+
+  std::vector<std::string> notes;
+  const CheckpointInfo verified = verify_chain(dir.path(), &notes);
+  CHECK(verified.link_seq == 2);
+  REQUIRE(notes.size() == 1);
+  CHECK(test::contains(notes[0], "skipped link 3"));
+  CHECK(test::contains(notes[0], "corrupt"));
+  SegmentGuard restored(unique_name("chain-bad-restored"));
+  const LoadResult r = load_chain(dir.path(), restored.name());
+  CHECK(r.info.link_seq == 2);
+  CHECK(r.notes == notes);
+  {
+    const Buffer a = Buffer::open(restored.name(), {.read_only = true});
+    for (uint64_t e = 0; e < 2; ++e) CHECK(a.segment().env_control(e).head.load() == good.envs[e].head);
+    CHECK(payload_violation(a) == "");
+  }
+
+  // The next link holds the steps since link 2 (the newest that verifies), so it restores, and the links it needs
+  // stay. Link 3 is no restore point: with its records damaged no kept link needs it, so this save removes it; with
+  // its header damaged it is no link a save can read, and saves never remove those.
+  push_steps(w, {0, 1}, 10);
+  const LinkResult next = save_link(reader, dir.path(), options);
+  CHECK(next.info.link_seq == 4);
+  CHECK_FALSE(next.whole);
+  for (uint64_t e = 0; e < 2; ++e) CHECK(next.info.envs[e].data_from == good.envs[e].head);
+  CHECK(verify_chain(dir.path()).link_seq == 4);
+  CHECK(next.removed == (header ? std::vector<std::string>{} : link_files({3}, dir.path())));
+  CHECK(link_seqs(dir.path()) == (header ? std::vector<uint64_t>{1, 2, 3, 4} : std::vector<uint64_t>{1, 2, 4}));
+  Buffer::remove(restored.name());
+  CHECK(load_chain(dir.path(), restored.name()).notes.empty());
+  CHECK(state_difference(Buffer::open(restored.name(), {.read_only = true}), reader) == "");
+}
