@@ -76,6 +76,22 @@ class SegmentGuard {
   std::string name_;
 };
 
+/// Removes the directory `path` and everything in it when it goes out of scope (a chain directory of a test).
+class DirGuard {
+ public:
+  explicit DirGuard(std::string path) : path_(std::move(path)) {}
+  DirGuard(const DirGuard&) = delete;
+  DirGuard& operator=(const DirGuard&) = delete;
+  ~DirGuard() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 /// Writes `bytes` to `path` atomically: into a hidden temporary file that is then renamed over `path`. Tests
 /// that run concurrently may be listing the shm directory and mapping what they find; rewriting a file in place
 /// (truncate, then write) could pull pages from under such a mapping, which is SIGBUS for the lister.

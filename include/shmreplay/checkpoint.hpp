@@ -76,9 +76,12 @@
 // from the newest link that holds it. Each link is written as a save_checkpoint file is (a temporary file, synced,
 // renamed, the directory synced), so a save killed at any instruction, or failing for a full disk, leaves the links
 // there were; then save_link removes the links no longer needed by the newest `keep` links (a link is needed by
-// link n when it holds a step of n's windows that no newer link up to n holds). When the kept links' bytes exceed
-// ChainOptions::compact_ratio times the newest window's bytes, the next link is whole (a new chain), which bounds the
-// disk a chain takes.
+// link n when it holds a step of n's windows that no newer link up to n holds). When the links the newest one needs
+// exceed ChainOptions::compact_ratio times its window's bytes (or times 1 MiB, for a smaller window), the next link is
+// whole (a new chain), which bounds the disk a chain takes. The previous link a new one builds on is the newest
+// whose own checksums verify (save_link reads it whole): a damaged link is skipped, counts as no restore point, and
+// is removed once no kept link needs it, so one bad file neither spoils the links after it nor gets the good ones
+// before it pruned.
 //
 // load_chain restores the newest link whose needed links are all there and verify (every checksum): the newest
 // complete state. With save_link every S seconds, a crash of every process and of /dev/shm loses at most the steps
@@ -225,7 +228,8 @@ struct SaveOptions {
 /// that no process holds locked); on an error it removes its own.
 /// Never writes the segment and never waits for writers or the learner. Throws Error: already_exists (`path` is
 /// not a checkpoint; see SaveOptions::force), contended (see SaveOptions), system / permission_denied / no_space /
-/// not_found for the file. O(stored steps x fields) time,
+/// not_found for the file (no_space: its file system or quota is full, or the file would pass this process's file
+/// size limit, RLIMIT_FSIZE; the message says the bytes free or the limit). O(stored steps x fields) time,
 /// O(1 MiB + one record) memory.
 CheckpointInfo save_checkpoint(const Buffer& source, const std::string& path, const SaveOptions& options = {});
 

@@ -26,7 +26,8 @@ enum class Errc : int {
   corrupt,               ///< the header's sizes, offsets or schema table are inconsistent (or, found when
                          ///< sampling by priority, a priority tree holds a weight that is not finite)
   schema_mismatch,       ///< open() with an expected schema that differs from the segment's
-  no_space,              ///< the shared-memory file system lacks the room for the segment
+  no_space,              ///< the shared-memory file system lacks the room for the segment; or a checkpoint's file
+                         ///< system or quota is full, or the file passed the process's size limit (RLIMIT_FSIZE)
   permission_denied,     ///< the OS refused access to the segment file, or open() found it owned by another user
   system,                ///< any other OS error; the message carries errno's text
   env_out_of_range,      ///< an env id >= num_envs (or negative)

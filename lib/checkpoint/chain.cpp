@@ -214,8 +214,12 @@ LinkResult save_link(const Buffer& source, const std::string& dir, const ChainOp
   const std::vector<Link> links = read_links(dir);
   uint64_t seq = links.empty() ? 1 : links.back().entry.seq + 1;
 
-  // The previous link: the newest one of this buffer whose headers check and that restores.
+  // The previous link: the newest one of this buffer whose headers check, that has every link it needs, and whose
+  // own data verifies (every checksum: a link built on a damaged one would not restore, and the prune below would
+  // count the damaged one as a restore point). The earlier links it needs were checked so when they were the
+  // previous link, by this save or an earlier one; verify_chain and load_chain check them all again.
   detail::LinkPlan plan;
+  std::set<uint64_t> damaged;  // seqs of links whose data failed that check
   std::string why;
   for (std::size_t n = links.size(); n-- > 0;) {
     if (!links[n].info) continue;
@@ -229,6 +233,12 @@ LinkResult save_link(const Buffer& source, const std::string& dir, const ChainOp
     if (needed.empty()) continue;
     const double budget = options.compact_ratio * static_cast<double>(std::max<uint64_t>(prev.window_bytes(), 1u << 20));
     if (static_cast<double>(bytes_of(links, needed)) > budget) break;  // compact: a whole link starts a new chain
+    try {
+      detail::verify_file(detail::InFile(links[n].entry.path), {});
+    } catch (const Error&) {
+      damaged.insert(links[n].entry.seq);
+      continue;
+    }
     plan.chain_id = prev.chain_id;
     for (const CheckpointEnv& e : prev.envs) plan.envs.push_back({e.head, e.update_seq});
     break;
@@ -253,6 +263,7 @@ LinkResult save_link(const Buffer& source, const std::string& dir, const ChainOp
       keep.insert(n);  // unreadable now (being written? damaged?): never removed by a save
       continue;
     }
+    if (damaged.count(now[n].entry.seq) != 0) continue;  // no restore point: removed unless a kept link needs it
     const std::vector<std::size_t> needed = needed_links(now, n, nullptr);
     if (needed.empty()) continue;
     keep.insert(needed.begin(), needed.end());

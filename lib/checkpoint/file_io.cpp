@@ -5,12 +5,15 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstring>
 #include <limits>
 #include <string_view>
 
@@ -34,6 +37,31 @@ std::string printable_bytes(const void* data, std::size_t bytes) {
 
 // -- OutFile, InFile, TempFile --
 
+// Throws the error of a write, size change or sync of the file `fd` (`what` says which) that failed with `err`. A
+// full file system (ENOSPC), a full quota (EDQUOT) and a file past the process's size limit (EFBIG, with SIGXFSZ
+// ignored: RLIMIT_FSIZE, `ulimit -f`) are Errc::no_space, their message saying the bytes left or the limit.
+[[noreturn]] void throw_write_error(int fd, int err, const std::string& what) {
+  if (err == ENOSPC || err == EDQUOT) {
+    struct statvfs vfs {};
+    const std::string free_bytes =
+        ::fstatvfs(fd, &vfs) == 0
+            ? fmt::format("; its file system has {} bytes free", static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize)
+            : std::string();
+    throw Error(Errc::no_space, fmt::format("{}: {}{}", what, std::strerror(err), err == ENOSPC ? free_bytes : ""));
+  }
+  if (err == EFBIG) {
+    rlimit limit {};
+    const bool limited = ::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY;
+    throw Error(Errc::no_space,
+                fmt::format("{}: {} ({})", what, std::strerror(err),
+                            limited ? fmt::format("this process's file size limit, RLIMIT_FSIZE or `ulimit -f`, is {} "
+                                                  "bytes",
+                                                  static_cast<uint64_t>(limit.rlim_cur))
+                                    : std::string("past the largest file its file system holds")));
+  }
+  throw_errno(err, what);
+}
+
 void OutFile::write_at(uint64_t offset, const void* data, uint64_t bytes) {
   const auto* p = static_cast<const std::byte*>(data);
   while (bytes > 0) {
@@ -41,7 +69,8 @@ void OutFile::write_at(uint64_t offset, const void* data, uint64_t bytes) {
                                static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw_errno(errno, fmt::format("cannot write checkpoint file '{}' at offset {}", path_, offset));
+      throw_write_error(fd_.get(), errno,
+                        fmt::format("cannot write checkpoint file '{}' at offset {} ({} bytes)", path_, offset, bytes));
     }
     p += n;
     offset += static_cast<uint64_t>(n);
@@ -51,9 +80,13 @@ void OutFile::write_at(uint64_t offset, const void* data, uint64_t bytes) {
 
 void OutFile::finish(uint64_t size) {
   if (::ftruncate(fd_.get(), static_cast<off_t>(size)) != 0) {
-    throw_errno(errno, fmt::format("cannot set the size of checkpoint file '{}'", path_));
+    throw_write_error(fd_.get(), errno,
+                      fmt::format("cannot set the size of checkpoint file '{}' to {} bytes", path_, size));
   }
-  if (::fsync(fd_.get()) != 0) throw_errno(errno, fmt::format("cannot sync checkpoint file '{}'", path_));
+  // A file system that allocates late (ext4, XFS) may report a full disk only here.
+  if (::fsync(fd_.get()) != 0) {
+    throw_write_error(fd_.get(), errno, fmt::format("cannot sync checkpoint file '{}'", path_));
+  }
 }
 
 InFile::InFile(const std::string& path) : path_(path) {
