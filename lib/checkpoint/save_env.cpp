@@ -34,7 +34,7 @@ class WindowCopy {
     for (;;) {  // one attempt from a fresh snapshot
       // The counters, none of them from an update or a load in progress.
       const std::optional<EnvCounters> counters = read_counters_stable(c_);
-      if (counters && attempt(*counters) && unchanged(*counters)) break;
+      if (counters && attempt(*counters)) break;
       spoil();
     }
     SavedEnv saved;
@@ -55,7 +55,9 @@ class WindowCopy {
   // Copies from the snapshot until the run is a window (true), or the env was reset or reloaded (false).
   bool attempt(const EnvCounters& counters) {
     // A chain's link skips the steps below the previous link's head while no update or load touched the env since
-    // that link (update_seq the same, the head not below): they are in the earlier links, unchanged.
+    // that link (update_seq the same, the head not below): they are in the earlier links, unchanged. An update
+    // after this snapshot leaves each skipped record as it was at the snapshot, as a copied record is as it was
+    // when its chunk was validated: each record of a save is the step at some instant of the save.
     skip_ = plan_.skip_below > 0 && plan_.update_seq == counters.update_seq && counters.head >= plan_.skip_below
                 ? plan_.skip_below
                 : 0;
@@ -73,17 +75,6 @@ class WindowCopy {
       const Next next = t_ < h_ && t_ - s_ < cap_ ? copy_chunk() : follow_writer();
       if (next != Next::more) return next == Next::done;
     }
-  }
-
-  // A run that skipped steps holds them only if no update began since the snapshot: otherwise the next attempt
-  // copies the whole window (a learner that keeps rewriting steps cannot starve the save this way). A run without
-  // skipped steps keeps each record as it was validated, as a save always did.
-  bool unchanged(const EnvCounters& counters) {
-    if (skip_ <= s_) return true;
-    // acquire: pairs with the release store that ends an UpdateSection (read_counters_stable's pair).
-    if (c_.update_seq.load(std::memory_order_acquire) == counters.update_seq) return true;
-    plan_.skip_below = 0;
-    return false;
   }
 
   // The run holds a full window, or every step the env had at the snapshot (which was not yet wrapped).
@@ -191,7 +182,7 @@ class WindowCopy {
   const std::vector<uint64_t>& offsets_;
   Progress& progress_;
   const uint32_t max_rounds_;
-  EnvCopyPlan plan_;
+  const EnvCopyPlan plan_;
   uint32_t spoilt_ = 0;
   uint64_t skip_ = 0;         // the attempt's steps below this are in earlier links (0: none skipped)
   uint64_t update_seq_ = 0;   // update_seq at the attempt's snapshot
