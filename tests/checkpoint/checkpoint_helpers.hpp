@@ -1,5 +1,5 @@
 // tests/checkpoint/checkpoint_helpers.hpp: what the parts of test_checkpoint share (format.cpp, reads.cpp, save.cpp,
-// load.cpp; tests/CMakeLists.txt builds them into one executable): files removed in a scope
+// load.cpp, state.cpp; tests/CMakeLists.txt builds them into one executable): files removed in a scope
 // guard, file contents read and written whole, a source segment with every kind of env, its counters.
 #pragma once
 
