@@ -14,13 +14,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/ranges.h>
 
+#include "detail/os/crc32.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "shmreplay/checkpoint.hpp"
 #include "shmreplay/inspector.hpp"
@@ -492,6 +495,87 @@ TEST_CASE("with allow_mismatch a load converts the weights to the target's alpha
       REQUIRE_FALSE(after.weights[e].empty());
       for (const double w : after.weights[e]) CHECK(w == expected);
     }
+  }
+}
+
+// A checkpoint's bytes with env 0's first weight replaced (its section's extra_crc and header_crc recomputed), or
+// with its header's words changed (its header_crc recomputed): files whose checksums hold.
+std::string with_weight(const std::string& bytes, const CheckpointInfo& info, float weight) {
+  using checkpoint_format::EnvSection;
+  std::string out = bytes;
+  const CheckpointEnv& e = info.envs[0];
+  const uint64_t at = e.records_offset + e.steps * info.schema.step_bytes();
+  std::memcpy(out.data() + at, &weight, sizeof weight);
+  EnvSection section;
+  std::memcpy(&section, out.data() + e.offset, sizeof section);
+  const uint64_t extra = section.weights * sizeof(float) + section.queued * sizeof(checkpoint_format::EpisodeRecordBytes);
+  section.extra_crc = detail::crc32(0, out.data() + at, extra);
+  section.header_crc = 0;
+  section.header_crc = detail::crc32(0, &section, sizeof section);
+  std::memcpy(out.data() + e.offset, &section, sizeof section);
+  return out;
+}
+
+template <class Change>
+std::string with_header(const std::string& bytes, Change change) {
+  checkpoint_format::CheckpointHeader h;
+  std::memcpy(&h, bytes.data(), sizeof h);
+  change(h);
+  h.header_crc = 0;
+  h.header_crc = detail::crc32(0, &h, sizeof h);
+  std::string out = bytes;
+  std::memcpy(out.data(), &h, sizeof h);
+  return out;
+}
+
+TEST_CASE("verify refuses a checkpoint whose weights, running maximum or limiter offset no segment could hold, even "
+          "with its checksums right, and a load of it changes nothing") {
+  SegmentGuard source(unique_name("ckst-src"));
+  SegmentGuard target(unique_name("ckst-dst"));
+  FileGuard file(temp_path("ckst"));
+  FileGuard bad(temp_path("ckst-bad"));
+  Buffer src = Buffer::create(source.name(), kStateEnvs, kStateCapacity, kStateSchema, state_options());
+  fill_state(src, 0, 40.0f);
+  const CheckpointInfo info = save_checkpoint(src, file.path());
+  const std::string good = slurp(file.path());
+  REQUIRE(info.envs[0].weights > 0);
+  {  // the helpers' files are right but for the value: the same value verifies
+    spit(bad.path(), with_weight(good, info, 2.5f));
+    CHECK_NOTHROW(verify_checkpoint(bad.path()));
+    spit(bad.path(), with_header(good, [](checkpoint_format::CheckpointHeader& h) {
+           h.max_priority_bits = std::bit_cast<uint64_t>(7.0);
+         }));
+    CHECK(verify_checkpoint(bad.path()).max_priority == 7.0);
+  }
+  Buffer dst = Buffer::create(target.name(), kStateEnvs, kStateCapacity, kStateSchema, state_options());
+  const std::string untouched = slurp(target.path());
+  const float inf = std::numeric_limits<float>::infinity();
+  const double dinf = std::numeric_limits<double>::infinity();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"a NaN weight", with_weight(good, info, std::numeric_limits<float>::quiet_NaN())},
+      {"an infinite weight", with_weight(good, info, inf)},
+      {"a negative weight", with_weight(good, info, -1.0f)},
+      {"a NaN running maximum", with_header(good, [](checkpoint_format::CheckpointHeader& h) {
+         h.max_priority_bits = std::bit_cast<uint64_t>(std::numeric_limits<double>::quiet_NaN());
+       })},
+      {"a negative running maximum",
+       with_header(good, [](checkpoint_format::CheckpointHeader& h) { h.max_priority_bits = std::bit_cast<uint64_t>(-2.0); })},
+      {"an infinite running maximum",
+       with_header(good, [&](checkpoint_format::CheckpointHeader& h) { h.max_priority_bits = std::bit_cast<uint64_t>(dinf); })},
+      {"an infinite limiter offset",
+       with_header(good, [&](checkpoint_format::CheckpointHeader& h) { h.limiter_offset_bits = std::bit_cast<uint64_t>(dinf); })},
+      {"a NaN limiter offset", with_header(good, [](checkpoint_format::CheckpointHeader& h) {
+         h.limiter_offset_bits = std::bit_cast<uint64_t>(std::numeric_limits<double>::quiet_NaN());
+       })},
+  };
+  for (const auto& [what, bytes] : cases) {
+    CAPTURE(what);
+    spit(bad.path(), bytes);
+    std::string message;
+    CHECK(test::error_of([&] { verify_checkpoint(bad.path()); }, &message) == static_cast<int>(Errc::corrupt));
+    CHECK_MESSAGE(test::contains(message, bad.path()), message);
+    CHECK(test::error_of([&] { load_checkpoint(bad.path(), target.name()); }) == static_cast<int>(Errc::corrupt));
+    CHECK(slurp(target.path()) == untouched);
   }
 }
 
