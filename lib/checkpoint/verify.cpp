@@ -180,10 +180,10 @@ void read_state(const std::string& path, const CheckpointHeader& h, CheckpointIn
     info.priority_exponent = alpha == 0 ? 0.0 : alpha;
   }
   info.max_priority = f64(h.max_priority_bits);
-  // Priorities are finite floats >= 0 (priority_fits): a running maximum outside them is no segment's, and a load
-  // would store it.
-  if (!(info.max_priority >= 0 && info.max_priority <= kMaxWeight)) {
-    corrupt(path, fmt::format("its running maximum priority is {}, expected a number from 0 to {:g}", info.max_priority,
+  // A segment's running maximum starts at 1 and only rises, to priorities that fit a float (priority_fits): one
+  // outside [1, kMaxWeight] is no segment's, and a load would store it.
+  if (!(info.max_priority >= 1 && info.max_priority <= kMaxWeight)) {
+    corrupt(path, fmt::format("its running maximum priority is {}, expected a number from 1 to {:g}", info.max_priority,
                               kMaxWeight));
   }
   if (h.limiter_enabled > 1) corrupt(path, fmt::format("limiter_enabled is {}, expected 0 or 1", h.limiter_enabled));

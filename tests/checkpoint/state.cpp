@@ -79,10 +79,11 @@ void push_env(Writer& w, uint64_t env, uint64_t steps, uint64_t seed) {
   }
 }
 
-// A buffer in the middle of a run: envs wrapped (0, 2) and not (1, 3); its limiter's settings set again; a learner that sampled, set priorities (the
-// largest `top_priority`, the running maximum), rewrote a step and reset the online queue, after which env 1 and
-// env 2 pushed more; two completed-episode records popped, others left waiting (env 0's queue overflowed: a record
-// dropped); env 2's writer abandoned a reservation (claimed = head + 1). `seed` shifts the values and the counts.
+// A buffer in the middle of a run: envs wrapped (0, 2) and not (1, 3); its limiter's settings set again; a learner
+// that sampled, set priorities (the largest `top_priority`, the running maximum), rewrote a step and reset the online
+// queue, after which env 1 and env 2 pushed more; two completed-episode records popped, others left waiting (env 0's
+// queue overflowed: a record dropped); env 2's writer abandoned a reservation (claimed = head + 1). `seed` shifts the
+// values and the counts.
 void fill_state(Buffer& b, uint64_t seed, float top_priority) {
   Writer w = Writer::range(b, 0, kStateEnvs);
   push_env(w, 0, 20 + 3 * seed, seed);
@@ -140,7 +141,9 @@ State state_of(const Buffer& b) {
     std::vector<double> w;
     if (seg.has_priorities()) {
       const detail::PriorityTree tree = detail::priority_tree_of(seg, e);
-      for (uint64_t step = s.steps.back().first_step; step < head; ++step) w.push_back(detail::step_weight(tree, c, step));
+      for (uint64_t step = s.steps.back().first_step; step < head; ++step) {
+        w.push_back(detail::step_weight(tree, c, step));
+      }
     }
     s.weights.push_back(std::move(w));
     if (seg.has_episodes()) {
@@ -508,7 +511,8 @@ std::string with_weight(const std::string& bytes, const CheckpointInfo& info, fl
   std::memcpy(out.data() + at, &weight, sizeof weight);
   EnvSection section;
   std::memcpy(&section, out.data() + e.offset, sizeof section);
-  const uint64_t extra = section.weights * sizeof(float) + section.queued * sizeof(checkpoint_format::EpisodeRecordBytes);
+  const uint64_t extra =
+      section.weights * sizeof(float) + section.queued * sizeof(checkpoint_format::EpisodeRecordBytes);
   section.extra_crc = detail::crc32(0, out.data() + at, extra);
   section.header_crc = 0;
   section.header_crc = detail::crc32(0, &section, sizeof section);
@@ -516,11 +520,10 @@ std::string with_weight(const std::string& bytes, const CheckpointInfo& info, fl
   return out;
 }
 
-template <class Change>
-std::string with_header(const std::string& bytes, Change change) {
+std::string with_header(const std::string& bytes, uint64_t checkpoint_format::CheckpointHeader::*word, double value) {
   checkpoint_format::CheckpointHeader h;
   std::memcpy(&h, bytes.data(), sizeof h);
-  change(h);
+  h.*word = std::bit_cast<uint64_t>(value);
   h.header_crc = 0;
   h.header_crc = detail::crc32(0, &h, sizeof h);
   std::string out = bytes;
@@ -542,31 +545,25 @@ TEST_CASE("verify refuses a checkpoint whose weights, running maximum or limiter
   {  // the helpers' files are right but for the value: the same value verifies
     spit(bad.path(), with_weight(good, info, 2.5f));
     CHECK_NOTHROW(verify_checkpoint(bad.path()));
-    spit(bad.path(), with_header(good, [](checkpoint_format::CheckpointHeader& h) {
-           h.max_priority_bits = std::bit_cast<uint64_t>(7.0);
-         }));
+    spit(bad.path(), with_header(good, &checkpoint_format::CheckpointHeader::max_priority_bits, 7.0));
     CHECK(verify_checkpoint(bad.path()).max_priority == 7.0);
   }
   Buffer dst = Buffer::create(target.name(), kStateEnvs, kStateCapacity, kStateSchema, state_options());
   const std::string untouched = slurp(target.path());
-  const float inf = std::numeric_limits<float>::infinity();
-  const double dinf = std::numeric_limits<double>::infinity();
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  constexpr auto kMax = &checkpoint_format::CheckpointHeader::max_priority_bits;
+  constexpr auto kOffset = &checkpoint_format::CheckpointHeader::limiter_offset_bits;
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"a NaN weight", with_weight(good, info, std::numeric_limits<float>::quiet_NaN())},
-      {"an infinite weight", with_weight(good, info, inf)},
+      {"a NaN weight", with_weight(good, info, static_cast<float>(nan))},
+      {"an infinite weight", with_weight(good, info, static_cast<float>(inf))},
       {"a negative weight", with_weight(good, info, -1.0f)},
-      {"a NaN running maximum", with_header(good, [](checkpoint_format::CheckpointHeader& h) {
-         h.max_priority_bits = std::bit_cast<uint64_t>(std::numeric_limits<double>::quiet_NaN());
-       })},
-      {"a negative running maximum",
-       with_header(good, [](checkpoint_format::CheckpointHeader& h) { h.max_priority_bits = std::bit_cast<uint64_t>(-2.0); })},
-      {"an infinite running maximum",
-       with_header(good, [&](checkpoint_format::CheckpointHeader& h) { h.max_priority_bits = std::bit_cast<uint64_t>(dinf); })},
-      {"an infinite limiter offset",
-       with_header(good, [&](checkpoint_format::CheckpointHeader& h) { h.limiter_offset_bits = std::bit_cast<uint64_t>(dinf); })},
-      {"a NaN limiter offset", with_header(good, [](checkpoint_format::CheckpointHeader& h) {
-         h.limiter_offset_bits = std::bit_cast<uint64_t>(std::numeric_limits<double>::quiet_NaN());
-       })},
+      {"a NaN running maximum", with_header(good, kMax, nan)},
+      {"a negative running maximum", with_header(good, kMax, -2.0)},
+      {"a running maximum below 1, where every segment's starts", with_header(good, kMax, 0.5)},
+      {"an infinite running maximum", with_header(good, kMax, inf)},
+      {"an infinite limiter offset", with_header(good, kOffset, inf)},
+      {"a NaN limiter offset", with_header(good, kOffset, nan)},
   };
   for (const auto& [what, bytes] : cases) {
     CAPTURE(what);
