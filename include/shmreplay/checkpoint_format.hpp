@@ -57,7 +57,9 @@
 // first_step <= data_from <= head; head - first_step <= capacity; claimed is head or head + 1; first_step =
 // max(0, claimed - capacity) (at least that for a schema with a stacked field); online_start <= head; weights is 0
 // (no priorities) or head - first_step; queue_head <= queue_tail, queued = queue_tail - queue_head <= the queue
-// capacity (0 without episode fields); the header's records = the sum of the envs' (head - data_from).
+// capacity (0 without episode fields); the header's records = the sum of the envs' (head - data_from); and values a
+// segment can hold: alpha finite and >= 0, the running maximum priority from 1 to FLT_MAX, the limiter's offset
+// finite, every weight from 0 to FLT_MAX (not NaN).
 //
 // -- Format 1.0 (read, never written) ----------------------------------------------------------------------------
 //

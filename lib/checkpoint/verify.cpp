@@ -1,9 +1,10 @@
 // lib/checkpoint/verify.cpp: the validation of a whole checkpoint file, every checksum included, before anything
-// trusts it: the header (read_header), the meta block with the name, schema and state (read_meta), every env's
-// section, records and extras (read_env_section, check_envs), the trailer (check_trailer). Format 1.0 files are
-// read into the 2.0 structs (as_v2), so everything after the checks of their own bytes sees one format. Who calls it: verify_checkpoint (the
-// CLI's `verify`), and load.cpp through verify_file before a load writes a byte. Each error says which part, at
-// which offset, and expected versus actual.
+// trusts it: the header (read_header), the meta block with the name, schema and state (read_meta, read_state: values
+// a segment can hold), every env's section, records and extras (read_env_section, check_envs: every weight one a
+// priority tree holds), the trailer (check_trailer). Format 1.0 files are read into the 2.0 structs (as_v2), so
+// everything after the checks of their own bytes sees one format. Who calls it: verify_checkpoint (the CLI's
+// `verify`), and load.cpp through verify_file before a load writes a byte. Each error says which part, at which
+// offset, and expected versus actual.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -11,11 +12,14 @@
 #include <limits>
 #include <optional>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "checkpoint/internal.hpp"
 #include "detail/os/file.hpp"
+#include "detail/protocol/priorities.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/layout.hpp"
 
@@ -176,12 +180,22 @@ void read_state(const std::string& path, const CheckpointHeader& h, CheckpointIn
     info.priority_exponent = alpha == 0 ? 0.0 : alpha;
   }
   info.max_priority = f64(h.max_priority_bits);
+  // A segment's running maximum starts at 1 and only rises, to priorities that fit a float (priority_fits): one
+  // outside [1, kMaxWeight] is no segment's, and a load would store it.
+  if (!(info.max_priority >= 1 && info.max_priority <= kMaxWeight)) {
+    corrupt(path, fmt::format("its running maximum priority is {}, expected a number from 1 to {:g}", info.max_priority,
+                              kMaxWeight));
+  }
   if (h.limiter_enabled > 1) corrupt(path, fmt::format("limiter_enabled is {}, expected 0 or 1", h.limiter_enabled));
   if (h.limiter_enabled == 1) {
     info.limiter.limit = RateLimit{h.limiter_min_size, f64(h.limiter_spi_bits), f64(h.limiter_min_diff_bits),
                                    f64(h.limiter_max_diff_bits)};
   }
   info.limiter.error_offset = f64(h.limiter_offset_bits);
+  if (!std::isfinite(info.limiter.error_offset)) {
+    corrupt(path, fmt::format("its rate limiter's error offset is {}, expected a finite number",
+                              info.limiter.error_offset));
+  }
   info.limiter.samples = h.limiter_samples;
   info.limiter.changes = h.limiter_changes;
   info.limiter.last_sample_ns = h.last_sample_ns;
@@ -355,6 +369,7 @@ void check_envs(const InFile& in, const CheckpointHeader& h, CheckpointInfo& inf
   Progress progress(progress_fn, "verifying", size);
   progress.add(h.header_bytes + h.meta_bytes);
   std::vector<std::byte> block(static_cast<std::size_t>(block_steps(sb, h.capacity) * sb));
+  std::vector<float> weights(static_cast<std::size_t>(std::min<uint64_t>(h.capacity, 16384)));
   // The CRC of `bytes` bytes at `at`, read block by block.
   const auto crc_of = [&](uint64_t at, uint64_t bytes, uint32_t crc) {
     for (uint64_t done = 0; done < bytes;) {
@@ -385,12 +400,34 @@ void check_envs(const InFile& in, const CheckpointHeader& h, CheckpointInfo& inf
                                   "{:#010x}, computed {:#010x}",
                                   k, e.data_from, e.head - 1, offset, offset + data_bytes - 1, e.data_crc, data_crc));
       }
-      const uint32_t extra_crc = crc_of(offset + data_bytes, extra_bytes, 0);
+      // The weights, then the queued records; each weight must be one a priority tree holds (a float from 0 to
+      // kMaxWeight): a NaN or negative one would make the loaded tree's sums meaningless. The first that is not is
+      // reported once the checksum holds (a damaged file is named as such first).
+      const uint64_t weights_at = offset + data_bytes;
+      std::optional<std::pair<uint64_t, float>> bad_weight;  // (index, value)
+      uint32_t extra_crc = 0;
+      for (uint64_t done = 0; done < e.weights;) {
+        const uint64_t n = std::min<uint64_t>(weights.size(), e.weights - done);
+        in.read_at(weights_at + done * sizeof(float), weights.data(), n * sizeof(float));
+        extra_crc = crc32(extra_crc, weights.data(), n * sizeof(float));
+        for (uint64_t i = 0; i < n && !bad_weight; ++i) {
+          if (!(weights[i] >= 0 && weights[i] <= kMaxWeight)) bad_weight = {{done + i, weights[i]}};
+        }
+        done += n;
+        progress.add(n * sizeof(float));
+      }
+      const uint64_t weight_bytes = e.weights * sizeof(float);
+      extra_crc = crc_of(weights_at + weight_bytes, extra_bytes - weight_bytes, extra_crc);
       if (extra_crc != e.extra_crc) {
         corrupt(path, fmt::format("env {}'s weights and episode records (bytes {}-{}) fail their checksum: stored "
                                   "{:#010x}, computed {:#010x}",
                                   k, offset + data_bytes, offset + data_bytes + extra_bytes - 1, e.extra_crc,
                                   extra_crc));
+      }
+      if (bad_weight) {
+        corrupt(path, fmt::format("env {}'s weight of step {} (offset {}) is {}, expected a number from 0 to {:g}", k,
+                                  e.first_step + bad_weight->first, weights_at + bad_weight->first * sizeof(float),
+                                  bad_weight->second, kMaxWeight));
       }
     }
     info.envs.push_back(env);

@@ -1,5 +1,7 @@
 // Checkpoint files: the format's CRC-32 and its pinned structs, and verification: a truncated or corrupt file, or
-// one that is no checkpoint, is refused with a message that says what and where, before anything is written.
+// one that is no checkpoint, or one whose state holds values no segment could (a NaN weight, a running maximum below
+// 1, a limiter offset that is not finite) with its checksums right, is refused with a message that says what and
+// where, before anything is written.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -12,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -19,9 +22,11 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "detail/os/crc32.hpp"
@@ -198,3 +203,84 @@ TEST_CASE("verify names what is wrong: not a checkpoint, a segment file, another
   CHECK(message.find("env 1's records") != std::string::npos);
   CHECK(message.find("checksum") != std::string::npos);
 }
+
+namespace ckpt_verify_state {
+
+using namespace shmreplay::test::state;
+
+// A checkpoint's bytes with env 0's first weight replaced (its section's extra_crc and header_crc recomputed), or
+// with its header's words changed (its header_crc recomputed): files whose checksums hold.
+std::string with_weight(const std::string& bytes, const CheckpointInfo& info, float weight) {
+  using checkpoint_format::EnvSection;
+  std::string out = bytes;
+  const CheckpointEnv& e = info.envs[0];
+  const uint64_t at = e.records_offset + e.steps * info.schema.step_bytes();
+  std::memcpy(out.data() + at, &weight, sizeof weight);
+  EnvSection section;
+  std::memcpy(&section, out.data() + e.offset, sizeof section);
+  const uint64_t extra =
+      section.weights * sizeof(float) + section.queued * sizeof(checkpoint_format::EpisodeRecordBytes);
+  section.extra_crc = detail::crc32(0, out.data() + at, extra);
+  section.header_crc = 0;
+  section.header_crc = detail::crc32(0, &section, sizeof section);
+  std::memcpy(out.data() + e.offset, &section, sizeof section);
+  return out;
+}
+
+std::string with_header(const std::string& bytes, uint64_t checkpoint_format::CheckpointHeader::*word, double value) {
+  checkpoint_format::CheckpointHeader h;
+  std::memcpy(&h, bytes.data(), sizeof h);
+  h.*word = std::bit_cast<uint64_t>(value);
+  h.header_crc = 0;
+  h.header_crc = detail::crc32(0, &h, sizeof h);
+  std::string out = bytes;
+  std::memcpy(out.data(), &h, sizeof h);
+  return out;
+}
+
+TEST_CASE("verify refuses a checkpoint whose weights, running maximum or limiter offset no segment could hold, even "
+          "with its checksums right, and a load of it changes nothing") {
+  SegmentGuard source(unique_name("ckst-src"));
+  SegmentGuard target(unique_name("ckst-dst"));
+  FileGuard file(temp_path("ckst"));
+  FileGuard bad(temp_path("ckst-bad"));
+  Buffer src = Buffer::create(source.name(), kStateEnvs, kStateCapacity, kStateSchema, state_options());
+  fill_state(src, 0, 40.0f);
+  const CheckpointInfo info = save_checkpoint(src, file.path());
+  const std::string good = slurp(file.path());
+  REQUIRE(info.envs[0].weights > 0);
+  {  // the helpers' files are right but for the value: the same value verifies
+    spit(bad.path(), with_weight(good, info, 2.5f));
+    CHECK_NOTHROW(verify_checkpoint(bad.path()));
+    spit(bad.path(), with_header(good, &checkpoint_format::CheckpointHeader::max_priority_bits, 7.0));
+    CHECK(verify_checkpoint(bad.path()).max_priority == 7.0);
+  }
+  Buffer dst = Buffer::create(target.name(), kStateEnvs, kStateCapacity, kStateSchema, state_options());
+  const std::string untouched = slurp(target.path());
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  constexpr auto kMax = &checkpoint_format::CheckpointHeader::max_priority_bits;
+  constexpr auto kOffset = &checkpoint_format::CheckpointHeader::limiter_offset_bits;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"a NaN weight", with_weight(good, info, static_cast<float>(nan))},
+      {"an infinite weight", with_weight(good, info, static_cast<float>(inf))},
+      {"a negative weight", with_weight(good, info, -1.0f)},
+      {"a NaN running maximum", with_header(good, kMax, nan)},
+      {"a negative running maximum", with_header(good, kMax, -2.0)},
+      {"a running maximum below 1, where every segment's starts", with_header(good, kMax, 0.5)},
+      {"an infinite running maximum", with_header(good, kMax, inf)},
+      {"an infinite limiter offset", with_header(good, kOffset, inf)},
+      {"a NaN limiter offset", with_header(good, kOffset, nan)},
+  };
+  for (const auto& [what, bytes] : cases) {
+    CAPTURE(what);
+    spit(bad.path(), bytes);
+    std::string message;
+    CHECK(test::error_of([&] { verify_checkpoint(bad.path()); }, &message) == static_cast<int>(Errc::corrupt));
+    CHECK_MESSAGE(test::contains(message, bad.path()), message);
+    CHECK(test::error_of([&] { load_checkpoint(bad.path(), target.name()); }) == static_cast<int>(Errc::corrupt));
+    CHECK(slurp(target.path()) == untouched);
+  }
+}
+
+}  // namespace ckpt_verify_state
