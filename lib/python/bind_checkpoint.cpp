@@ -347,7 +347,8 @@ void bind_checkpoint(py::module_& m) {
               py::cpp_function(
                   [](std::shared_ptr<Buffer> self, const std::filesystem::path& path, bool force,
                      py::object progress) { return save_file("Buffer.save", self, path, force, progress); },
-                  py::name("save"), py::is_method(buffer_class), py::sibling(py::getattr(buffer_class, "save", py::none())),
+                  py::name("save"), py::is_method(buffer_class),
+                  py::sibling(py::getattr(buffer_class, "save", py::none())),
                   "path"_a, py::kw_only(), "force"_a = false, "progress"_a = py::none(),
                   "Save this buffer to the checkpoint file path: shmreplay.save(self, path, ...). Returns its "
                   "CheckpointInfo."));
