@@ -9,6 +9,7 @@
 // takes the GIL until it returns.
 #include <pybind11/stl/filesystem.h>
 
+#include <chrono>
 #include <filesystem>
 
 #include "bindings.hpp"
@@ -66,7 +67,9 @@ bool on_main_thread() {
 //   verification (a save removes its temporary file) and is raised by the call; while a load writes ("loading"),
 //   it is kept and raised once the load is complete, since an existing target must not be left half-loaded;
 // - on the main thread, Python's signal handlers, in the phases that leave nothing behind ("saving",
-//   "verifying"): Ctrl-C's KeyboardInterrupt ends the call as a raise of the callable would.
+//   "verifying"), at most every 100 ms (as a wait's slices: taking the GIL after each MiB would make the save wait
+//   for every other Python thread's switch interval, 6x slower beside a busy thread): Ctrl-C's KeyboardInterrupt
+//   ends the call as a raise of the callable would.
 class Progress {
  public:
   Progress(const char* op, const py::object& callable) : callable_(callable), signals_(on_main_thread()) {
@@ -95,9 +98,15 @@ class Progress {
  private:
   void report(const CheckpointProgress& p) {
     const bool writing = p.phase == "loading";
-    if (callable_.is_none() && writing) return;  // no signal check while the target is written
+    bool check_signals = false;
+    if (signals_ && !writing) {  // no signal check while the target is written
+      const auto now = std::chrono::steady_clock::now();
+      check_signals = now - last_check_ >= kSignalPeriod;
+      if (check_signals) last_check_ = now;
+    }
+    if (callable_.is_none() && !check_signals) return;
     py::gil_scoped_acquire gil;
-    if (signals_ && !writing && PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (check_signals && PyErr_CheckSignals() != 0) throw py::error_already_set();
     if (callable_.is_none() || (writing && deferred_)) return;
     try {
       callable_(py::str(p.phase.data(), p.phase.size()), p.done_bytes, p.total_bytes);
@@ -107,8 +116,10 @@ class Progress {
     }
   }
 
+  static constexpr std::chrono::milliseconds kSignalPeriod{100};
   const py::object& callable_;
   const bool signals_;
+  std::chrono::steady_clock::time_point last_check_ = std::chrono::steady_clock::now();
   std::optional<py::error_already_set> deferred_;
 };
 
