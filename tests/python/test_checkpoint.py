@@ -4,6 +4,8 @@ with a note, differences are refused unless allow_mismatch, chains are increment
 in the background while a writer pushes, surfaces its failures and stops safely from any thread."""
 import os
 import pathlib
+import subprocess
+import sys
 import threading
 import time
 
@@ -470,3 +472,23 @@ def test_checkpointer_arguments_are_checked(name, tmp_path):
     c.close()
     c.close()
     assert "closed" in repr(c)
+
+
+def test_a_program_that_exits_with_its_checkpointer_running_lets_the_save_in_progress_finish(name, copy_name,
+                                                                                           tmp_path):
+    buf = make_buffer(name)
+    with shmreplay.Writer(buf, [0, 1]) as w:
+        push_steps(w, [0, 1], 0, 5)
+    chain = tmp_path / "chain"
+    script = (f"import shmreplay\n"
+              f"c = shmreplay.Checkpointer({name!r}, {str(chain)!r}, every=0.001, keep=2).start()\n"
+              f"while c.saves < 3:\n"
+              f"    pass\n")  # and exits while its thread saves (or is about to)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    names = os.listdir(chain)
+    assert not [n for n in names if ".tmp-" in n], names  # no temporary file left by a save cut off
+    r = shmreplay.load(chain, copy_name)
+    assert r.notes == [] and r.info.link_seq >= 3
+    np.testing.assert_array_equal(shmreplay.Buffer.open(copy_name).heads(), [5, 5])
