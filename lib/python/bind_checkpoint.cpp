@@ -436,7 +436,8 @@ void bind_checkpoint(py::module_& m) {
       "previous link, or every env's window when the chain starts anew, plus the whole state, as save() does. "
       "Then remove the links that the newest keep links no longer need; when the kept links exceed compact_ratio "
       "times the buffer's window, the next link is whole (a new chain). What was in dir stays loadable whatever "
-      "happens. load(dir) restores the newest complete link. Returns a LinkResult.");
+      "happens; a save into dir while another one runs there is LeaseHeld. load(dir) restores the newest complete "
+      "link. Returns a LinkResult.");
 
   m.def(
       "list_links",

@@ -55,7 +55,8 @@ class Checkpointer:
 
     :meth:`start` begins, :meth:`stop` ends the thread (after the save in progress; it may be started again),
     :meth:`close` stops for good. As a context manager it starts on entry and closes on exit. Any method may be
-    called from any thread. Two Checkpointers must not write to the same directory at once.
+    called from any thread. One saver per directory: a save that meets another one's save into ``dir`` (another
+    Checkpointer's, ``shmreplay save --every``) fails with LeaseHeld, a failure as above.
     """
 
     def __init__(self, buffer, dir, every=60.0, keep=3, *, compact_ratio=2.0, on_error=None,
