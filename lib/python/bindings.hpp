@@ -19,6 +19,8 @@ void add_push_methods(pybind11::module_& m, pybind11::handle writer_class);
 void add_sample_methods(pybind11::handle sampler_class);  // sample_call.cpp: Sampler.sample and its kin
 void bind_batch(pybind11::module_& m);    // bind_batch.cpp: Batch, EnvSizes, EpisodeRecord (the learner's outputs)
 void bind_sampler(pybind11::module_& m);  // bind_sampler.cpp: Sampler
+// bind_checkpoint.cpp: save, load, verify, save_link, list_links, Buffer.save, and their result classes
+void bind_checkpoint(pybind11::module_& m);
 
 /// Sets the Python exception of e's code (shmreplay/_errors.py) with e's message (module.cpp; the module's
 /// exception translator and the vectorcall entries, vectorcall.hpp, both use it).

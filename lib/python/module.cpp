@@ -1,6 +1,6 @@
 // The Python extension module shmreplay._shmreplay (wrapped by the package shmreplay/__init__.py).
 //
-// Buffer, Writer, Sampler and the schema for Python, with NumPy arrays in and out:
+// Buffer, Writer, Sampler, the schema and checkpoints for Python, with NumPy arrays in and out:
 // - push takes an env id array and a dict of arrays shaped like envpool's recv output, [len(env_ids), *shape];
 //   arrays of the field's dtype that are C-contiguous are read in place, others are converted once
 //   (same-kind casts only: float64 into an f32 field, yes; float into an i32 field, no; integers into any integer
@@ -10,7 +10,7 @@
 // - dtypes: u8..i64 as numpy's integers, f16 as numpy.float16, bf16 as numpy.uint16 holding the bfloat16 bits,
 //   f32/f64 as float32/float64, bool as numpy.bool_.
 // - every shmreplay::Error becomes the shmreplay exception of its code (shmreplay/_errors.py).
-// - the GIL is released while steps are copied and while waiting, except for a small push by a writer that
+// - the GIL is released while steps are copied, saved or loaded and while waiting, except for a small push by a writer that
 //   never waits (push_call.cpp); each Writer and Sampler has a mutex, so two Python threads sharing one object
 //   take turns instead of racing.
 //
@@ -74,6 +74,7 @@ PYBIND11_MODULE(_shmreplay, m) {
   bind_writer(m);
   bind_batch(m);
   bind_sampler(m);
+  bind_checkpoint(m);
   // Other interfaces' names for the Python ones (docs/naming.md): rejected with a message naming the right one.
   add_alias_hints(m);
   m.def("_aliases", &alias_rows,

@@ -19,25 +19,43 @@ dtypes: u8 i8 u16 i16 u32 i32 u64 i64 f32 f64 map to NumPy's types of the same n
 f16 to numpy.float16, and bf16 to numpy.uint16 holding the bfloat16 bits (NumPy has no bfloat16; in PyTorch,
 ``torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)``).
 
+Checkpoints: :func:`save` a buffer to a file and :func:`load` it back (into a new buffer or an existing one), with
+its priorities, episode records, rate limiter and learner counters; :func:`save_link` and :class:`Checkpointer`
+keep a chain of incremental checkpoints in a directory, which :func:`load` restores after a crash or a reboot.
+
 Errors are subclasses of :class:`Error` named after the C++ error codes (``AlreadyExists``, ``SchemaMismatch``,
 ``EnvOutOfRange``, ``LeaseHeld``, ``Timeout``, ...), each also derived from the matching built-in exception.
 """
 
 from ._errors import *  # noqa: F401,F403  (the exception classes)
 from ._errors import __all__ as _error_names
+from ._checkpointer import Checkpointer  # noqa: F401
 from ._shmreplay import (  # noqa: F401
     Batch,
     Buffer,
+    ChainLink,
+    CheckpointEnv,
+    CheckpointInfo,
+    CheckpointLearner,
+    CheckpointLimiter,
     EnvSizes,
     EpisodeRecord,
     Field,
+    LinkResult,
+    LoadResult,
     RateLimit,
     RateLimitState,
     Sampler,
     Schema,
     StepSlot,
+    VerifyResult,
     Writer,
     __version__,
+    list_links,
+    load,
+    save,
+    save_link,
+    verify,
 )
 
 REPLAY = "replay"
@@ -48,15 +66,29 @@ ONLINE = "online"
 __all__ = [
     "Batch",
     "Buffer",
+    "ChainLink",
+    "CheckpointEnv",
+    "CheckpointInfo",
+    "CheckpointLearner",
+    "CheckpointLimiter",
+    "Checkpointer",
     "EnvSizes",
     "EpisodeRecord",
     "Field",
+    "LinkResult",
+    "LoadResult",
     "RateLimit",
     "RateLimitState",
     "Sampler",
     "Schema",
     "StepSlot",
+    "VerifyResult",
     "Writer",
+    "save",
+    "load",
+    "verify",
+    "save_link",
+    "list_links",
     "REPLAY",
     "ONLINE",
     "__version__",

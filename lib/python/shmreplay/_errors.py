@@ -32,7 +32,8 @@ _TABLE = [
     ("NotReady", "not_ready", (), "The creator has not finished initialising the segment."),
     ("Corrupt", "corrupt", (), "The header's sizes, offsets or schema table are inconsistent."),
     ("SchemaMismatch", "schema_mismatch", (ValueError,), "open() with an expected schema that differs."),
-    ("NoSpace", "no_space", (), "The shared-memory file system lacks the room for the segment."),
+    ("NoSpace", "no_space", (), "The shared-memory file system lacks the room for the segment; or a checkpoint's file "
+                                "system or quota is full, or the file passed the size limit (RLIMIT_FSIZE)."),
     ("PermissionDenied", "permission_denied", (PermissionError,), "The OS refused access to the segment file, or it belongs to another user."),
     ("SystemFailure", "system", (), "Any other OS error; the message carries errno's text."),
     ("EnvOutOfRange", "env_out_of_range", (IndexError,), "An env id >= num_envs, or negative."),

@@ -1,0 +1,454 @@
+// lib/python/bind_checkpoint.cpp: checkpoints for Python (shmreplay/checkpoint.hpp): the module's save, load, verify,
+// save_link and list_links, Buffer.save, and the classes they return (CheckpointInfo and its parts, LoadResult,
+// VerifyResult, LinkResult, ChainLink). The package's Checkpointer (shmreplay/_checkpointer.py) calls save_link.
+//
+// Every call releases the GIL while it reads the segment or the files, so writers and the learner of this process
+// run on (a save maps nothing writable and never waits for them). On the main thread, Python's signal handlers run
+// between chunks of a save or of a verification (Ctrl-C ends it with KeyboardInterrupt; the save's temporary file
+// is removed), never while a load writes the target. Off the main thread, with no progress callable, a call never
+// takes the GIL until it returns.
+#include <pybind11/stl/filesystem.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "bindings.hpp"
+#include "objects.hpp"
+#include "shmreplay/checkpoint.hpp"
+
+namespace shmreplay::python {
+
+using namespace py::literals;
+
+namespace {
+
+// verify()'s result: what the file (or the chain's restored link) holds, and what a chain's verification skipped.
+struct VerifyResult {
+  CheckpointInfo info;
+  std::vector<std::string> notes;
+};
+
+// CLOCK_REALTIME nanoseconds as time.time() seconds; None for 0 (not recorded).
+std::optional<double> seconds_or_none(uint64_t ns) {
+  if (ns == 0) return std::nullopt;
+  return static_cast<double>(ns) / 1e9;
+}
+
+std::string version_text(uint32_t major, uint32_t minor) { return fmt::format("{}.{}", major, minor); }
+
+// A path argument as the library takes it: str, bytes or os.PathLike (the filesystem caster), not empty.
+std::string path_text(const char* op, const char* what, const std::filesystem::path& p) {
+  if (p.empty()) throw Error(Errc::invalid_argument, fmt::format("{}: {} is empty", op, what));
+  return p.string();
+}
+
+// The source of a save: a Buffer as it is, or a buffer's name, opened read-only for the call.
+std::shared_ptr<Buffer> source_of(const char* op, py::handle buffer, bool allow_other_owner) {
+  if (py::isinstance<Buffer>(buffer)) return buffer.cast<std::shared_ptr<Buffer>>();
+  if (!py::isinstance<py::str>(buffer)) {
+    throw Error(Errc::invalid_argument, fmt::format("{}: buffer must be a shmreplay.Buffer or a buffer's name, got {}",
+                                                    op, py::str(py::type::of(buffer)).cast<std::string>()));
+  }
+  const std::string name = buffer.cast<std::string>();
+  py::gil_scoped_release release;
+  return std::make_shared<Buffer>(Buffer::open(name, {.read_only = true, .allow_other_owner = allow_other_owner}));
+}
+
+// Whether this thread is the interpreter's main thread (the one whose signal handlers run).
+bool on_main_thread() {
+  const py::module_ threading = py::module_::import("threading");
+  const py::object main_ident = threading.attr("main_thread")().attr("ident");
+  return main_ident.equal(threading.attr("get_ident")());
+}
+
+// The progress function of one call, and the exception a callable raised while a load wrote its target. Made and
+// read with the GIL held; its function runs with the GIL released and takes it only when it has something to do:
+// - the caller's callable (phase, done_bytes, total_bytes), if any, with the GIL; what it raises ends a save or a
+//   verification (a save removes its temporary file) and is raised by the call; while a load writes ("loading"),
+//   it is kept and raised once the load is complete, since an existing target must not be left half-loaded;
+// - on the main thread, Python's signal handlers, in the phases that leave nothing behind ("saving",
+//   "verifying"), at most every 100 ms (as a wait's slices: taking the GIL after each MiB would make the save wait
+//   for every other Python thread's switch interval, 6x slower beside a busy thread): Ctrl-C's KeyboardInterrupt
+//   ends the call as a raise of the callable would.
+class Progress {
+ public:
+  Progress(const char* op, const py::object& callable) : callable_(callable), signals_(on_main_thread()) {
+    if (!callable_.is_none() && !PyCallable_Check(callable_.ptr())) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("{}: progress must be a callable (phase, done_bytes, total_bytes), got {}", op,
+                              py::str(py::type::of(callable_)).cast<std::string>()));
+    }
+  }
+
+  // Captures this object by reference: it must outlive the call it is passed to.
+  CheckpointProgressFn function() {
+    if (callable_.is_none() && !signals_) return {};
+    return [this](const CheckpointProgress& p) { report(p); };
+  }
+
+  // After the call returned: raises what the callable raised during a load's writing, if anything.
+  void raise_deferred() {
+    if (deferred_) {
+      py::error_already_set e = std::move(*deferred_);
+      deferred_.reset();
+      throw e;
+    }
+  }
+
+ private:
+  void report(const CheckpointProgress& p) {
+    const bool writing = p.phase == "loading";
+    bool check_signals = false;
+    if (signals_ && !writing) {  // no signal check while the target is written
+      const auto now = std::chrono::steady_clock::now();
+      check_signals = now - last_check_ >= kSignalPeriod;
+      if (check_signals) last_check_ = now;
+    }
+    if (callable_.is_none() && !check_signals) return;
+    py::gil_scoped_acquire gil;
+    if (check_signals && PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (callable_.is_none() || (writing && deferred_)) return;
+    try {
+      callable_(py::str(p.phase.data(), p.phase.size()), p.done_bytes, p.total_bytes);
+    } catch (py::error_already_set& e) {
+      if (!writing) throw;
+      deferred_.emplace(std::move(e));  // the first one; the callable is not called again
+    }
+  }
+
+  static constexpr std::chrono::milliseconds kSignalPeriod{100};
+  const py::object& callable_;
+  const bool signals_;
+  std::chrono::steady_clock::time_point last_check_ = std::chrono::steady_clock::now();
+  std::optional<py::error_already_set> deferred_;
+};
+
+CheckpointInfo save_file(const char* op, const std::shared_ptr<Buffer>& source, const std::filesystem::path& path,
+                         bool force, const py::object& progress) {
+  const std::string file = path_text(op, "path", path);
+  Progress report(op, progress);
+  SaveOptions o;
+  o.progress = report.function();
+  o.force = force;
+  py::gil_scoped_release release;
+  return save_checkpoint(*source, file, o);
+}
+
+void bind_info_parts(py::module_& m) {
+  py::class_<CheckpointEnv>(m, "CheckpointEnv", "One env as a checkpoint holds it (CheckpointInfo.envs).")
+      .def_readonly("env", &CheckpointEnv::env, "the env id")
+      .def_readonly("first_step", &CheckpointEnv::first_step,
+                    "the window's first step: max(0, claimed - capacity), or above it with a stacked field")
+      .def_readonly("data_from", &CheckpointEnv::data_from,
+                    "the first step whose record this file holds: first_step, or later in a chain's incremental "
+                    "link (the steps before it are in earlier links)")
+      .def_readonly("steps", &CheckpointEnv::steps, "records of this env in the file: head - data_from")
+      .def_readonly("head", &CheckpointEnv::head, "the window's end: steps first_step .. head - 1 were stored")
+      .def_readonly("claimed", &CheckpointEnv::claimed,
+                    "head, or head + 1 when its writer was writing step head at the saved instant")
+      .def_readonly("online_start", &CheckpointEnv::online_start, "the learner's online-queue start, <= head")
+      .def_property_readonly("last_push", [](const CheckpointEnv& e) { return seconds_or_none(e.last_push_ns); },
+                             "time.time() of the env's last push when saved (None: never pushed); informational")
+      .def_readonly("update_seq", &CheckpointEnv::update_seq, "the env's update sequence when saved (format 2.0)")
+      .def_readonly("offset", &CheckpointEnv::offset, "where the env's section starts in the file")
+      .def_readonly("records_offset", &CheckpointEnv::records_offset, "where its records start in the file")
+      .def_readonly("data_crc", &CheckpointEnv::data_crc, "CRC-32 of the env's records")
+      .def_readonly("extra_crc", &CheckpointEnv::extra_crc,
+                    "CRC-32 of its priority weights and waiting episode records (format 2.0)")
+      .def_readonly("weights", &CheckpointEnv::weights,
+                    "priority weights in the file: head - first_step, or 0 without priorities")
+      .def_readonly("queue_head", &CheckpointEnv::queue_head, "episode records popped from its queue since creation")
+      .def_readonly("queue_tail", &CheckpointEnv::queue_tail, "episode records pushed to its queue since creation")
+      .def_readonly("records_dropped", &CheckpointEnv::records_dropped,
+                    "episode records dropped because its queue was full")
+      .def_readonly("queued", &CheckpointEnv::queued, "episode records waiting in its queue, held by the file")
+      .def("__repr__", [](const CheckpointEnv& e) {
+        return fmt::format("<shmreplay.CheckpointEnv {}: steps {}..{} (records from {}), online from {}>", e.env,
+                           e.first_step, e.head, e.data_from, e.online_start);
+      });
+
+  py::class_<CheckpointLearner>(m, "CheckpointLearner", "The learner's counters as a checkpoint holds them.")
+      .def_readonly("rows_sampled", &CheckpointLearner::rows_sampled, "rows returned by sample calls and peeks")
+      .def_readonly("sample_calls", &CheckpointLearner::sample_calls, "sample calls (and peeks) that returned")
+      .def_readonly("retries", &CheckpointLearner::retries,
+                    "rows redrawn because a writer overwrote them during the copy")
+      .def_readonly("online_resets", &CheckpointLearner::online_resets, "calls of reset_online_queue")
+      .def_readonly("steps_updated", &CheckpointLearner::steps_updated, "steps rewritten in place by the learner")
+      .def_readonly("priority_updates", &CheckpointLearner::priority_updates, "priorities the learner set")
+      .def_readonly("priority_updates_dropped", &CheckpointLearner::priority_updates_dropped,
+                    "priority updates refused because the step had been overwritten")
+      .def(py::self == py::self)
+      .def("__repr__", [](const CheckpointLearner& l) {
+        return fmt::format("<shmreplay.CheckpointLearner: {} rows in {} sample calls, {} priority updates>",
+                           l.rows_sampled, l.sample_calls, l.priority_updates);
+      });
+
+  py::class_<CheckpointLimiter>(m, "CheckpointLimiter",
+                                "The rate limiter as a checkpoint holds it: its settings, offset and counts.")
+      .def_readonly("limit", &CheckpointLimiter::limit, "the settings (a RateLimit); None without a limiter")
+      .def_readonly("error_offset", &CheckpointLimiter::error_offset, "the error offset in force")
+      .def_readonly("samples", &CheckpointLimiter::samples, "rows counted by the limiter")
+      .def_readonly("changes", &CheckpointLimiter::changes, "settings changes since creation")
+      .def_property_readonly("last_sample",
+                             [](const CheckpointLimiter& l) { return seconds_or_none(l.last_sample_ns); },
+                             "time.time() of the last counted sample call; None when none was")
+      .def_readonly("learner_limited", &CheckpointLimiter::learner_limited, "sample calls held back")
+      .def_readonly("writers_limited", &CheckpointLimiter::writers_limited, "push calls held back")
+      .def_readonly("writer_timeouts", &CheckpointLimiter::writer_timeouts, "held-back push calls that gave up")
+      .def(py::self == py::self)
+      .def("__repr__", [](const CheckpointLimiter& l) {
+        if (!l.limit) return std::string("<shmreplay.CheckpointLimiter: no limiter>");
+        return fmt::format("<shmreplay.CheckpointLimiter: {}; {} samples, offset {:g}>", l.limit->to_string(),
+                           l.samples, l.error_offset);
+      });
+}
+
+void bind_info(py::module_& m) {
+  py::class_<CheckpointInfo>(m, "CheckpointInfo",
+                             "What a checkpoint file holds, as read from its headers (save, verify, load).")
+      .def_readonly("path", &CheckpointInfo::path, "the file")
+      .def_property_readonly(
+          "format", [](const CheckpointInfo& i) { return version_text(i.format_major, i.format_minor); },
+          "the file's format version, '2.0' (or '1.0': steps only)")
+      .def_readonly("source_name", &CheckpointInfo::source_name, "the name of the buffer it was saved from")
+      .def_property_readonly(
+          "source_layout",
+          [](const CheckpointInfo& i) { return version_text(i.source_layout_major, i.source_layout_minor); },
+          "that buffer's segment layout version, e.g. '1.6'")
+      .def_property_readonly("source_creation_time",
+                             [](const CheckpointInfo& i) { return seconds_or_none(i.source_creation_time_ns); },
+                             "time.time() when that buffer was created")
+      .def_property_readonly("save_started",
+                             [](const CheckpointInfo& i) { return seconds_or_none(i.save_started_ns); },
+                             "time.time() when the save began; None in a format 1.0 file")
+      .def_property_readonly("saved_time", [](const CheckpointInfo& i) { return seconds_or_none(i.saved_time_ns); },
+                             "time.time() when the save finished")
+      .def_readonly("num_envs", &CheckpointInfo::num_envs, "envs of the source")
+      .def_readonly("capacity", &CheckpointInfo::capacity, "steps per env of the source")
+      .def_property_readonly("schema", [](const CheckpointInfo& i) { return std::make_shared<Schema>(i.schema); },
+                             "the source's schema")
+      .def_property_readonly(
+          "episode_fields",
+          [](const CheckpointInfo& i) {
+            py::dict d;
+            const auto put = [&](const char* role, const std::optional<std::size_t>& index) {
+              if (index && *index < i.schema.size()) d[role] = i.schema[*index].name;
+            };
+            put("done", i.episode_fields.done);
+            put("terminated", i.episode_fields.terminated);
+            put("truncated", i.episode_fields.truncated);
+            put("reward", i.episode_fields.reward);
+            return d;
+          },
+          "the source's episode fields, {role: field name} for the roles it has ('done', 'terminated', "
+          "'truncated', 'reward'); empty for a buffer without episodes")
+      .def_readonly("episode_queue_capacity", &CheckpointInfo::episode_queue_capacity,
+                    "the source's episode records per env queue; 0 without episode fields")
+      .def_readonly("stack_restarts", &CheckpointInfo::stack_restarts,
+                    "the source's stack restart reserve (0 without stacked fields or in a 1.0 file)")
+      .def_property_readonly("stack_continuity",
+                             [](const CheckpointInfo& i) { return std::string(to_string(i.stack_continuity)); },
+                             "the source's stack continuity rule, 'compare' or 'episodes'")
+      .def_readonly("priority_exponent", &CheckpointInfo::priority_exponent,
+                    "alpha; None without priorities (or in a 1.0 file)")
+      .def_readonly("max_priority", &CheckpointInfo::max_priority, "the running maximum priority")
+      .def_readonly("limiter", &CheckpointInfo::limiter, "the rate limiter (a CheckpointLimiter; format 2.0)")
+      .def_readonly("learner", &CheckpointInfo::learner, "the learner's counters (a CheckpointLearner; format 2.0)")
+      .def_readonly("chain_id", &CheckpointInfo::chain_id, "a chain's id (save_link); 0 for a self-contained save")
+      .def_readonly("link_seq", &CheckpointInfo::link_seq, "the link's number in its chain directory; 0 for save")
+      .def_readonly("file_bytes", &CheckpointInfo::file_bytes, "the file's size")
+      .def_readonly("total_steps", &CheckpointInfo::total_steps, "records in the file, all envs together")
+      .def_readonly("envs", &CheckpointInfo::envs, "one CheckpointEnv per env, in env order")
+      .def_property_readonly("holds_state", &CheckpointInfo::holds_state,
+                             "whether the file holds the buffer's state besides its steps (priorities, limiter, "
+                             "counters, episode records): format 2.0")
+      .def_property_readonly("self_contained", &CheckpointInfo::self_contained,
+                             "whether every env's window is in this file (False for a chain's incremental link)")
+      .def_property_readonly("window_bytes", &CheckpointInfo::window_bytes,
+                             "bytes of every env's window's records: what a self-contained save writes")
+      .def("__repr__", [](const CheckpointInfo& i) {
+        return fmt::format("<shmreplay.CheckpointInfo '{}': format {}, '{}', {} envs x {} steps, {} steps in {} "
+                           "bytes{}>",
+                           i.path, version_text(i.format_major, i.format_minor), i.source_name, i.num_envs,
+                           i.capacity, i.total_steps, i.file_bytes,
+                           i.link_seq == 0 ? std::string() : fmt::format(", link {}", i.link_seq));
+      });
+}
+
+void bind_results(py::module_& m) {
+  py::class_<LoadResult>(m, "LoadResult", "What load() did.")
+      .def_readonly("name", &LoadResult::name, "the buffer loaded into")
+      .def_readonly("created", &LoadResult::created, "whether the load created it")
+      .def_readonly("info", &LoadResult::info,
+                    "what the file holds (a CheckpointInfo); for a chain directory, the restored link")
+      .def_readonly("notes", &LoadResult::notes,
+                    "what the load left out or changed: a 1.0 file's missing parts, differences loaded with "
+                    "allow_mismatch=True, a chain's newer links that were incomplete")
+      .def("__repr__", [](const LoadResult& r) {
+        return fmt::format("<shmreplay.LoadResult: '{}' into {} buffer '{}', {} note(s)>", r.info.path,
+                           r.created ? "a new" : "the existing", r.name, r.notes.size());
+      });
+
+  py::class_<VerifyResult>(m, "VerifyResult", "What verify() found.")
+      .def_readonly("info", &VerifyResult::info,
+                    "what the file holds (a CheckpointInfo); for a chain directory, its newest complete link")
+      .def_readonly("notes", &VerifyResult::notes, "for a chain directory, the newer links skipped and why")
+      .def("__repr__", [](const VerifyResult& r) {
+        return fmt::format("<shmreplay.VerifyResult: '{}' verifies, {} note(s)>", r.info.path, r.notes.size());
+      });
+
+  py::class_<LinkResult>(m, "LinkResult", "What save_link() wrote and removed.")
+      .def_readonly("info", &LinkResult::info, "the new link (info.path, info.link_seq, info.chain_id)")
+      .def_readonly("whole", &LinkResult::whole,
+                    "whether every env's window is in it (a new chain, or every env changed)")
+      .def_readonly("record_bytes", &LinkResult::record_bytes, "bytes of step records it holds")
+      .def_readonly("chain_bytes", &LinkResult::chain_bytes,
+                    "bytes of the links kept in the directory, the new one included")
+      .def_readonly("removed", &LinkResult::removed, "the links removed because no kept link needs them")
+      .def("__repr__", [](const LinkResult& r) {
+        return fmt::format("<shmreplay.LinkResult: link {} ({}), {} record bytes, the directory holds {} bytes>",
+                           r.info.link_seq, r.whole ? "whole" : "incremental", r.record_bytes, r.chain_bytes);
+      });
+
+  py::class_<ChainLink>(m, "ChainLink", "One link file of a chain directory, as its headers say (list_links()).")
+      .def_readonly("path", &ChainLink::path, "DIR/link-SEQ.shmrckpt")
+      .def_readonly("seq", &ChainLink::seq, "its number in the directory")
+      .def_readonly("chain_id", &ChainLink::chain_id, "its chain's id")
+      .def_property_readonly("saved_time", [](const ChainLink& l) { return seconds_or_none(l.saved_time_ns); },
+                             "time.time() when its save finished")
+      .def_readonly("file_bytes", &ChainLink::file_bytes, "its size")
+      .def_property_readonly("error",
+                             [](const ChainLink& l) -> std::optional<std::string> {
+                               if (l.error.empty()) return std::nullopt;
+                               return l.error;
+                             },
+                             "None when its headers check; else why they do not")
+      .def("__repr__", [](const ChainLink& l) {
+        return fmt::format("<shmreplay.ChainLink {} '{}': chain {:016x}, {} bytes{}>", l.seq, l.path, l.chain_id,
+                           l.file_bytes, l.error.empty() ? std::string() : "; " + l.error);
+      });
+}
+
+}  // namespace
+
+void bind_checkpoint(py::module_& m) {
+  bind_info_parts(m);
+  bind_info(m);
+  bind_results(m);
+
+  m.def(
+      "save",
+      [](py::object buffer, const std::filesystem::path& path, bool force, bool allow_other_owner,
+         py::object progress) {
+        return save_file("save", source_of("save", buffer, allow_other_owner), path, force, progress);
+      },
+      "buffer"_a, "path"_a, py::kw_only(), "force"_a = false, "allow_other_owner"_a = false,
+      "progress"_a = py::none(),
+      "Save a buffer (a Buffer, or a buffer's name: opened read-only for the call) to the checkpoint file path, "
+      "with everything a run needs to go on: every env's stored steps, heads and online queue, priority weights, "
+      "waiting episode records, the rate limiter and the learner's counters. Writers and the learner keep running: "
+      "the save never writes the buffer nor waits for them, and the GIL is released while it runs. The file is "
+      "written under a temporary name and renamed, so path is either the complete new checkpoint or what it was; "
+      "what is at path is replaced only when it is a checkpoint, unless force=True (else AlreadyExists). "
+      "progress(phase, done_bytes, total_bytes) is called after each MiB if given. Returns the CheckpointInfo "
+      "of the file.");
+
+  py::handle buffer_class = m.attr("Buffer");
+  py::setattr(buffer_class, "save",
+              py::cpp_function(
+                  [](std::shared_ptr<Buffer> self, const std::filesystem::path& path, bool force,
+                     py::object progress) { return save_file("Buffer.save", self, path, force, progress); },
+                  py::name("save"), py::is_method(buffer_class),
+                  py::sibling(py::getattr(buffer_class, "save", py::none())),
+                  "path"_a, py::kw_only(), "force"_a = false, "progress"_a = py::none(),
+                  "Save this buffer to the checkpoint file path: shmreplay.save(self, path, ...). Returns its "
+                  "CheckpointInfo."));
+
+  m.def(
+      "load",
+      [](const std::filesystem::path& path, std::optional<std::string> name, uint32_t mode, bool allow_mismatch,
+         bool allow_other_owner, py::object progress) {
+        const std::string file = path_text("load", "path", path);
+        Progress report("load", progress);
+        const LoadOptions o{.progress = report.function(),
+                            .mode = mode,
+                            .allow_other_owner = allow_other_owner,
+                            .allow_mismatch = allow_mismatch};
+        LoadResult r;
+        {
+          py::gil_scoped_release release;
+          const std::string target = name.value_or("");
+          r = is_chain_dir(file) ? load_chain(file, target, o) : load_checkpoint(file, target, o);
+        }
+        report.raise_deferred();
+        return r;
+      },
+      "path"_a, "name"_a = py::none(), py::kw_only(), "mode"_a = 0600, "allow_mismatch"_a = false,
+      "allow_other_owner"_a = false, "progress"_a = py::none(),
+      "Load the checkpoint file path, or the newest complete link of the chain directory path, into the buffer "
+      "name (None: the name it was saved from). The file is verified whole (every checksum) before anything is "
+      "written. A new buffer is created with the file's geometry (mode=) and named only once complete, so a "
+      "failed or killed load leaves nothing. An existing buffer must have the file's schema, episode fields, envs "
+      "and capacity (SchemaMismatch, InvalidArgument), belong to this user (PermissionDenied, unless "
+      "allow_other_owner=True) and have no live writer or learner (LeaseHeld); differences in priorities, rate "
+      "limiter settings or stack continuity are refused (SchemaMismatch naming each) unless allow_mismatch=True. "
+      "Returns a LoadResult whose notes say what the load left out or changed (checkpoint.hpp's table).");
+
+  m.def(
+      "verify",
+      [](const std::filesystem::path& path, py::object progress) {
+        const std::string file = path_text("verify", "path", path);
+        Progress report("verify", progress);
+        const CheckpointProgressFn fn = report.function();
+        VerifyResult r;
+        py::gil_scoped_release release;
+        r.info = is_chain_dir(file) ? verify_chain(file, &r.notes, fn) : verify_checkpoint(file, fn);
+        return r;
+      },
+      "path"_a, py::kw_only(), "progress"_a = py::none(),
+      "Read and check the whole checkpoint file path (every checksum), or the newest complete link of the chain "
+      "directory path and every link it needs; writes nothing. Returns a VerifyResult (info, notes: for a chain, "
+      "the newer links skipped). Raises NotFound, NotASegment, VersionMismatch, Truncated or Corrupt, saying "
+      "where and what.");
+
+  m.def(
+      "save_link",
+      [](py::object buffer, const std::filesystem::path& dir, uint32_t keep, double compact_ratio,
+         bool allow_other_owner, py::object progress) {
+        const std::string directory = path_text("save_link", "dir", dir);
+        if (keep < 1) throw Error(Errc::invalid_argument, "save_link: keep is 0, expected at least 1");
+        if (!(compact_ratio >= 1.0)) {
+          throw Error(Errc::invalid_argument,
+                      fmt::format("save_link: compact_ratio is {}, expected at least 1.0", compact_ratio));
+        }
+        const std::shared_ptr<Buffer> source = source_of("save_link", buffer, allow_other_owner);
+        Progress report("save_link", progress);
+        ChainOptions o;
+        o.keep = keep;
+        o.compact_ratio = compact_ratio;
+        o.save.progress = report.function();
+        py::gil_scoped_release release;
+        return save_link(*source, directory, o);
+      },
+      "buffer"_a, "dir"_a, py::kw_only(), "keep"_a = 3, "compact_ratio"_a = 2.0, "allow_other_owner"_a = false,
+      "progress"_a = py::none(),
+      "Write the next link of the chain in directory dir (created if missing): the steps published since the "
+      "previous link, or every env's window when the chain starts anew, plus the whole state, as save() does. "
+      "Then remove the links that the newest keep links no longer need; when the kept links exceed compact_ratio "
+      "times the buffer's window, the next link is whole (a new chain). What was in dir stays loadable whatever "
+      "happens; a save into dir while another one runs there is LeaseHeld. load(dir) restores the newest complete "
+      "link. Returns a LinkResult.");
+
+  m.def(
+      "list_links",
+      [](const std::filesystem::path& dir) {
+        const std::string directory = path_text("list_links", "dir", dir);
+        py::gil_scoped_release release;
+        return list_links(directory);
+      },
+      "dir"_a,
+      "The link files of the chain directory dir, oldest first, as their headers say (a ChainLink each; a file "
+      "whose headers fail is listed with its error). Raises NotFound when dir does not exist.");
+}
+
+}  // namespace shmreplay::python
