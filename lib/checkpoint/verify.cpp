@@ -2,8 +2,9 @@
 // trusts it: the header (read_header), the meta block with the name, schema and state (read_meta, read_state: values
 // a segment can hold), every env's section, records and extras (read_env_section, check_envs: every weight one a
 // priority tree holds), the trailer (check_trailer). Format 1.0 files are read into the 2.0 structs (as_v2), so
-// everything after the checks of their own bytes sees one format. Who calls it: verify_checkpoint (the CLI's
-// `verify`), and load.cpp through verify_file before a load writes a byte. Each error says which part, at which
+// everything after the checks of their own bytes sees one format. Who calls it: verify_checkpoint, chain.cpp
+// (verify_chain, load_chain, save_link's look at the links there: read_headers, verify_file), and load.cpp through
+// verify_file before a load writes a byte. Each error says which part, at which
 // offset, and expected versus actual.
 #include <algorithm>
 #include <bit>
