@@ -416,6 +416,9 @@ class RunningCli {
     if (err_fd_ >= 0) ::close(err_fd_);
   }
 
+  /// The CLI's process id (-1 once reaped).
+  pid_t pid() const noexcept { return pid_; }
+
   /// The next line the CLI writes to stderr (without its newline); nullopt once it closed stderr (it exited).
   std::optional<std::string> next_line() {
     for (;;) {

@@ -286,6 +286,48 @@ TEST_CASE("save of a private segment writes a private file even with umask 0") {
   CHECK(file_mode(file.path) == 0600);  // not 0666: the buffer's steps stay private
 }
 
+namespace {
+
+// The nice value of process `pid`: field 19 of /proc/PID/stat, counted after the parenthesised command name.
+int nice_of(pid_t pid) {
+  std::ifstream f(fmt::format("/proc/{}/stat", pid));
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));  // field 3 on
+  std::string field;
+  for (int i = 3; i <= 19; ++i) rest >> field;
+  return std::stoi(field);
+}
+
+}  // namespace
+
+TEST_CASE("save lowers its own CPU priority by --nice, 10 unless told, so that writers and the learner keep theirs") {
+  const std::string name = unique_name("cli-nice");
+  SegmentGuard guard(name);
+  Buffer::create(name, 2, 16, test::kPayloadSchema);
+  push_payloads(name, {5, 20});
+  errno = 0;
+  const int base = ::getpriority(PRIO_PROCESS, 0);
+  REQUIRE(errno == 0);
+  for (const auto& [nice, expected] : {std::pair{std::string(), std::min(base + 10, 19)},
+                                       std::pair{std::string("3"), std::min(base + 3, 19)},
+                                       std::pair{std::string("0"), base}}) {
+    CAPTURE(nice);
+    test::DirGuard dir(fmt::format("/tmp/{}.chain", unique_name("cli-nice")));
+    std::vector<std::string> args = {"save", name, dir.path(), "--every", "3600"};
+    if (!nice.empty()) args.insert(args.end(), {"--nice", nice});
+    RunningCli saver(args);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!std::filesystem::exists(dir.path() + "/link-0000000001.shmrckpt")) {  // the first link is saved at once
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      ::usleep(2000);
+    }
+    CHECK(nice_of(saver.pid()) == expected);
+    CHECK(saver.finish(SIGTERM) == 128 + SIGTERM);
+  }
+  CHECK(::getpriority(PRIO_PROCESS, 0) == base);  // the test's own priority is untouched
+  CHECK(run_cli({"save", name, "/tmp/unused", "--nice", "20"}).exit_code == 2);  // 0 to 19
+}
+
 TEST_CASE("save refuses to replace a file that is not a checkpoint unless --force, and replaces a checkpoint") {
   const std::string name = unique_name("cli-saveover");
   SegmentGuard guard(name);

@@ -458,7 +458,8 @@ def test_save_now_and_the_background_thread_take_turns_on_one_chain(name, tmp_pa
 def test_checkpointer_arguments_are_checked(name, tmp_path):
     buf = make_buffer(name)
     for kw, word in ((dict(every=0), "every"), (dict(every=float("inf")), "every"), (dict(keep=0), "keep"),
-                     (dict(compact_ratio=0.5), "compact_ratio"), (dict(on_error=3), "on_error")):
+                     (dict(compact_ratio=0.5), "compact_ratio"), (dict(nice=-1), "nice"), (dict(nice=20), "nice"),
+                     (dict(on_error=3), "on_error")):
         with pytest.raises(shmreplay.InvalidArgument, match=word):
             shmreplay.Checkpointer(buf, tmp_path, **kw)
     with pytest.raises(shmreplay.InvalidArgument, match="Buffer or a buffer's name"):
@@ -472,6 +473,30 @@ def test_checkpointer_arguments_are_checked(name, tmp_path):
     c.close()
     c.close()
     assert "closed" in repr(c)
+
+
+@pytest.mark.parametrize("nice", [None, 4, 0])
+def test_the_checkpointer_thread_lowers_its_own_cpu_priority_by_nice_and_no_other_thread_s(name, tmp_path, nice):
+    buf = make_buffer(name)
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    seen = []
+
+    def on_error(exc):  # not expected: the test fails below with it
+        seen.append(exc)
+
+    kw = {} if nice is None else dict(nice=nice)
+    c = shmreplay.Checkpointer(buf, tmp_path / "chain", every=3600, on_error=on_error, **kw)
+    assert c.nice == (10 if nice is None else nice)
+    with c:
+        deadline = time.monotonic() + 30
+        while c.saves == 0 and not seen:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        (thread,) = [t for t in threading.enumerate() if t.name == f"shmreplay-checkpointer {tmp_path / 'chain'}"]
+        thread_nice = os.getpriority(os.PRIO_PROCESS, thread.native_id)
+    assert seen == []
+    assert thread_nice == min(19, base + c.nice)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base  # the caller's thread keeps its own
 
 
 def test_a_program_that_exits_with_its_checkpointer_running_lets_the_save_in_progress_finish(name, copy_name,

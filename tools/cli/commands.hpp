@@ -113,6 +113,7 @@ struct SaveArgs {
   double every = 0;                ///< > 0: FILE is a chain directory; a link every this many seconds
   uint32_t keep = 3;               ///< with every: the newest links kept as restore points
   uint64_t count = 0;              ///< with every: stop after this many links (0: until interrupted)
+  int nice = 10;                   ///< added to the process's nice value before the save (0: leave it)
 };
 
 struct LoadArgs {

@@ -7,8 +7,9 @@
 //   shmreplay info NAME [--json]
 //   shmreplay watch NAME [--interval S] [--once | --count N] [--json] [--plain]
 //   shmreplay dump NAME [--env E]... [--last N | --steps A:B] [--field F]... [--online] [--full] [--json]
-//   shmreplay save NAME FILE [--force] [--progress] [--json] [--allow-other-owner]
-//   shmreplay save NAME DIR --every SECONDS [--keep N] [--count N] [--progress] [--json] [--allow-other-owner]
+//   shmreplay save NAME FILE [--force] [--nice N] [--progress] [--json] [--allow-other-owner]
+//   shmreplay save NAME DIR --every SECONDS [--keep N] [--count N] [--nice N] [--progress] [--json]
+//                  [--allow-other-owner]
 //   shmreplay load FILE|DIR [NAME] [--mode OCTAL] [--progress] [--json] [--allow-other-owner] [--allow-mismatch]
 //   shmreplay limit NAME [--samples-per-insert X] [--error-buffer E] [--min-size-to-sample N] [--off] [--json]
 //                   [--allow-other-owner]
@@ -287,6 +288,11 @@ CLI::App* add_save(CLI::App& app, SaveArgs& args) {
       ->needs(every)
       ->capture_default_str();
   cmd->add_option("--count", args.count, "With --every: stop after this many links")->needs(every)->type_name("N");
+  cmd->add_option("--nice", args.nice, "Add N to this process's nice value before saving, so that on a busy "
+                                       "machine writers and the learner keep the CPU they need (0 leaves it)")
+      ->check(CLI::Range(0, 19))
+      ->type_name("N")
+      ->capture_default_str();
   cmd->add_flag("--progress", args.progress, "Show a progress bar on stderr even when it is not a terminal");
   cmd->add_flag("--json", args.json, "Print what was saved as JSON (with --every: one object per line and link)");
   add_allow_other_owner(cmd, args.allow_other_owner, "Save a segment that belongs to another user");

@@ -48,6 +48,11 @@ class Checkpointer:
     it. After a crash, ``shmreplay.load(dir)`` restores the newest complete link: the steps of at most the last
     ``every`` seconds plus one save are lost.
 
+    The background thread adds ``nice`` (default 10; 0 leaves it) to its own nice value (its CPU priority; on
+    Linux a thread's own) before its first save, so that on a machine whose cores the writers and the learner keep
+    busy, saving leaves them their CPU, and on an idle core it costs nothing; the program's other threads keep
+    theirs. :meth:`save_now` saves on the calling thread, at that thread's priority.
+
     A failed save (a full disk, an unwritable directory) does not stop the schedule: the next one tries again. Its
     exception is :attr:`error`; it is passed to ``on_error(exc)`` (called on the background thread) when given,
     else kept and raised by the next :meth:`stop` or :meth:`close`. An exception that ``on_error`` raises is kept
@@ -59,7 +64,7 @@ class Checkpointer:
     Checkpointer's, ``shmreplay save --every``) fails with LeaseHeld, a failure as above.
     """
 
-    def __init__(self, buffer, dir, every=60.0, keep=3, *, compact_ratio=2.0, on_error=None,
+    def __init__(self, buffer, dir, every=60.0, keep=3, *, compact_ratio=2.0, nice=10, on_error=None,
                  allow_other_owner=False):
         every = float(every)
         if not (every > 0 and math.isfinite(every)):
@@ -70,6 +75,9 @@ class Checkpointer:
         compact_ratio = float(compact_ratio)
         if not compact_ratio >= 1.0:
             raise InvalidArgument(f"Checkpointer: compact_ratio is {compact_ratio}, expected at least 1.0")
+        nice = operator.index(nice)
+        if not 0 <= nice <= 19:
+            raise InvalidArgument(f"Checkpointer: nice is {nice}, expected 0 to 19")
         if on_error is not None and not callable(on_error):
             raise InvalidArgument(f"Checkpointer: on_error must be a callable (exception), got "
                                   f"{type(on_error).__name__}")
@@ -88,6 +96,7 @@ class Checkpointer:
         self._every = every
         self._keep = keep
         self._compact_ratio = compact_ratio
+        self._nice = nice
         self._on_error = on_error
         self._lock = threading.Lock()  # the fields below
         self._save_lock = threading.Lock()  # one save at a time
@@ -163,6 +172,11 @@ class Checkpointer:
             raise error
 
     def _run(self, event):
+        if self._nice:
+            try:
+                os.nice(self._nice)  # this thread's only (Linux: nice(2) sets the calling thread's value)
+            except OSError:
+                pass  # a priority it cannot lower is no reason not to save
         period = self._every
         next_time = time.monotonic()
         while not event.wait(max(0.0, next_time - time.monotonic())):
@@ -226,6 +240,11 @@ class Checkpointer:
     def keep(self):
         """The newest links kept as restore points."""
         return self._keep
+
+    @property
+    def nice(self):
+        """What the background thread adds to its nice value before saving (0: nothing)."""
+        return self._nice
 
     @property
     def running(self):
