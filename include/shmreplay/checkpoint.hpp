@@ -226,7 +226,8 @@ struct SaveOptions {
 /// is created, before any data is in it, whatever the umask. Before it starts, it removes the temporary files
 /// that earlier saves to `path` left when they were killed (`path.tmp-<pid>-<n>` of pids that no longer exist and
 /// that no process holds locked); on an error it removes its own.
-/// Never writes the segment and never waits for writers or the learner. Throws Error: already_exists (`path` is
+/// Never writes the segment and never waits for writers or the learner; it runs at the calling thread's CPU priority
+/// (`shmreplay save` and the Python Checkpointer lower theirs: docs/cli.md). Throws Error: already_exists (`path` is
 /// not a checkpoint; see SaveOptions::force), contended (see SaveOptions), system / permission_denied / no_space /
 /// not_found for the file (no_space: its file system or quota is full, or the file would pass this process's file
 /// size limit, RLIMIT_FSIZE; the message says the bytes free or the limit). O(stored steps x fields) time,

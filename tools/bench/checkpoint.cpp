@@ -27,6 +27,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <utility>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,6 +68,29 @@ struct Options {
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// This process's CPU time, user and system, in seconds.
+double process_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  const auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+// Runs `save` `trials` times (`before` first each time, untimed); the median wall and CPU seconds.
+template <typename Save>
+std::pair<double, double> timed(uint32_t trials, const std::function<void()>& before, Save&& save) {
+  std::vector<double> wall, cpu;
+  for (uint32_t i = 0; i < trials; ++i) {
+    before();
+    const auto t0 = Clock::now();
+    const double c0 = process_cpu_seconds();
+    save();
+    wall.push_back(seconds_since(t0));
+    cpu.push_back(process_cpu_seconds() - c0);
+  }
+  return {median(wall), median(cpu)};
+}
 double mb(uint64_t bytes) { return static_cast<double>(bytes) * 1e-6; }
 
 // Pushes `steps` steps into every env (batched: one call per step, every env).
@@ -80,6 +104,7 @@ struct SaveFigure {
   std::string what;
   double new_fraction = 0;  // steps pushed since the previous link, as a fraction of the stored steps
   double seconds = 0;       // median
+  double cpu_seconds = 0;   // median: this process's CPU time (user and system) during the save
   uint64_t bytes = 0;       // the file
   uint64_t record_bytes = 0;
 };
@@ -91,41 +116,25 @@ void part_costs(const Options& o, const std::string& name, const Geometry& g, co
   std::vector<SaveFigure> figures;
   const std::string full = dir + "/full.shmrckpt";
   {
-    std::vector<double> t;
     CheckpointInfo info;
-    for (uint32_t i = 0; i < o.trials; ++i) {
-      fs::remove(full);
-      const auto t0 = Clock::now();
-      info = save_checkpoint(buf, full);
-      t.push_back(seconds_since(t0));
-    }
-    figures.push_back({"whole file (save_checkpoint)", 1.0, median(t), info.file_bytes,
+    const auto [wall, cpu] = timed(o.trials, [&] { fs::remove(full); }, [&] { info = save_checkpoint(buf, full); });
+    figures.push_back({"whole file (save_checkpoint)", 1.0, wall, cpu, info.file_bytes,
                        info.total_steps * g.schema.step_bytes()});
   }
   const std::string chain = dir + "/chain";
   {
-    std::vector<double> t;
     LinkResult r;
-    for (uint32_t i = 0; i < o.trials; ++i) {
-      fs::remove_all(chain);
-      const auto t0 = Clock::now();
-      r = save_link(buf, chain, {.keep = 2});
-      t.push_back(seconds_since(t0));
-    }
-    figures.push_back({"first link (whole)", 1.0, median(t), r.info.file_bytes, r.record_bytes});
+    const auto [wall, cpu] = timed(o.trials, [&] { fs::remove_all(chain); },
+                                   [&] { r = save_link(buf, chain, {.keep = 2}); });
+    figures.push_back({"first link (whole)", 1.0, wall, cpu, r.info.file_bytes, r.record_bytes});
   }
   Writer w(buf, ids);
-  for (const double fraction : {0.001, 0.01, 0.1}) {
-    const auto steps = std::max<uint64_t>(1, static_cast<uint64_t>(fraction * static_cast<double>(g.capacity)));
-    std::vector<double> t;
+  for (const double fraction : {0.0, 0.001, 0.01, 0.1}) {
+    const auto steps = static_cast<uint64_t>(fraction * static_cast<double>(g.capacity));
     LinkResult r;
-    for (uint32_t i = 0; i < o.trials; ++i) {
-      push_all(w, in, ids, steps);
-      const auto t0 = Clock::now();
-      r = save_link(buf, chain, {.keep = 2});
-      t.push_back(seconds_since(t0));
-    }
-    figures.push_back({fmt::format("link after {:g}% new steps", fraction * 100), fraction, median(t),
+    const auto [wall, cpu] = timed(o.trials, [&] { push_all(w, in, ids, steps); },
+                                   [&] { r = save_link(buf, chain, {.keep = 2}); });
+    figures.push_back({fmt::format("link after {:g}% new steps", fraction * 100), fraction, wall, cpu,
                        r.info.file_bytes, r.record_bytes});
   }
   // Restores into a new name: the whole file against the chain's newest link and the links it needs.
@@ -150,15 +159,18 @@ void part_costs(const Options& o, const std::string& name, const Geometry& g, co
   const SaveFigure& whole = figures.front();
   fmt::print("### Incremental against full\n\n");
   fmt::print("{} envs x {} steps of `{}` ({} B per step, alpha {}): {:.1f} MB of records, {} steps. Files in `{}`; "
-             "each time is the median of {} saves and includes the fsyncs. Besides the records, every link holds "
-             "each stored step's priority weight (4 B) and the buffer's state whole.\n\n",
+             "each time is the median of {} saves (CPU: this process's user and system time) and includes the "
+             "fsyncs. Besides the records, every link holds each stored step's priority weight (4 B) and the "
+             "buffer's state whole.\n\n",
              kEnvs, g.capacity, kSchema, g.schema.step_bytes(), kAlpha, mb(g.data_bytes()), kEnvs * g.capacity,
              o.dir, o.trials);
-  fmt::print("| save | new steps | seconds | MB written | of which records | MB/s | time / whole | bytes / whole |\n");
-  fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  fmt::print("| save | new steps | seconds | CPU seconds | MB written | of which records | MB/s | time / whole | "
+             "bytes / whole |\n");
+  fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const SaveFigure& f : figures) {
-    fmt::print("| {} | {:g}% | {:.3f} | {:.1f} | {:.1f} | {:.0f} | {:.3f} | {:.4f} |\n", f.what, f.new_fraction * 100,
-               f.seconds, mb(f.bytes), mb(f.record_bytes), mb(f.bytes) / f.seconds, f.seconds / whole.seconds,
+    fmt::print("| {} | {:g}% | {:.3f} | {:.3f} | {:.1f} | {:.1f} | {:.0f} | {:.3f} | {:.4f} |\n", f.what,
+               f.new_fraction * 100, f.seconds, f.cpu_seconds, mb(f.bytes), mb(f.record_bytes),
+               mb(f.bytes) / f.seconds, f.seconds / whole.seconds,
                static_cast<double>(f.bytes) / static_cast<double>(whole.bytes));
   }
   fmt::print("\nRestore into a new name (every CRC verified first): the whole file {:.3f} s, the chain's newest "
