@@ -357,11 +357,11 @@ struct alignas(kCacheLineBytes) EpisodeJournal {
   std::atomic<uint64_t> last_end;            ///<   how it ended (an EpisodeEnd code)
 };
 
-/// Per-env episode block. The record queue is a single-producer (the env's writer) single-consumer (the learner)
-/// ring of EpisodeRecordSlot with 64-bit monotonic indices: the slot of record i is i % episode_queue_capacity.
-/// Producer: if queue_tail - queue_head (acquire) < capacity, store the slot's words, then queue_tail + 1
-/// (release); else records_dropped + 1. Consumer: queue_tail (acquire), read slots [queue_head, queue_tail),
-/// then queue_head (release). A producer killed between its slot stores and its tail store leaves the record
+/// Per-env episode block. The record queue is a single-producer (the env's writer) ring of EpisodeRecordSlot with
+/// 64-bit monotonic indices, whose consumers (the learner) take records by CAS: the slot of record i is
+/// i % episode_queue_capacity. Producer: if queue_tail - queue_head (acquire) < capacity, store the slot's words,
+/// then queue_tail + 1 (release); else records_dropped + 1. Consumer: queue_head h, queue_tail t (acquire), read
+/// slots [h, t), then CAS queue_head from h to t (release), again from the new head if it failed. A producer killed between its slot stores and its tail store leaves the record
 /// unpublished, and its replacement re-pushes it (journal.episodes_completed > queue_tail + records_dropped).
 ///
 /// Why not boost::lockfree::spsc_queue (fixed capacity, pointer-free, and lock-free, so usable in shared memory):

@@ -180,3 +180,62 @@ TEST_CASE("after a tool rewrites an env wholesale, rebuild_env restores boundari
   CHECK(rec[0].first_step == 22);
   CHECK(rec[0].length == 3);
 }
+
+TEST_CASE("consumers racing for one env's record queue take each record exactly once, whole, while its writer "
+          "pushes episodes") {
+  // Issue 34 (several learners) has several consumers of one queue; today's single learner has one. The protocol's
+  // consumer, pop_records, is raced here directly from four threads while the writer pushes: a record taken twice,
+  // lost, or copied from a slot the writer had reused would differ from the model's.
+  Rig rig("ep-racing", Flavor::done, 1, 64, /*queue_capacity=*/8);
+  constexpr std::size_t kConsumers = 4;
+  constexpr int kEpisodes = 100000;
+  std::atomic<bool> writing{true};
+  std::vector<std::vector<EpisodeRecord>> taken(kConsumers);
+  std::vector<std::thread> consumers;
+  for (std::size_t k = 0; k < kConsumers; ++k) {
+    consumers.emplace_back([&, k] {
+      std::vector<EpisodeRecord> out(1 + k % 3);
+      for (;;) {
+        const bool last_round = !writing.load(std::memory_order_acquire);
+        const std::size_t n = detail::pop_records(rig.buf.segment(), 0, out);
+        taken[k].insert(taken[k].end(), out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n));
+        if (n == 0 && last_round) return;
+        if (n == 0) std::this_thread::yield();
+      }
+    });
+  }
+  // Episodes of 1 to 3 steps, each record distinct (its first step). The writer waits for room before an episode's
+  // last step, so that no record is dropped and the consumers keep racing for a queue that is rarely empty.
+  const layout::EpisodeControl& q = rig.buf.segment().episode_control(0);
+  for (int e = 0; e < kEpisodes; ++e) {
+    for (int i = 0; i <= e % 3; ++i) {
+      while (i == e % 3 && q.queue_tail.load() - q.queue_head.load() >= 8) std::this_thread::yield();
+      push_one_step(rig.w, rig.m, 0, i == e % 3);
+    }
+  }
+  writing.store(false, std::memory_order_release);
+  for (std::thread& t : consumers) t.join();
+
+  const std::vector<EpisodeRecord> model = rig.m.records(0);
+  REQUIRE(model.size() == static_cast<std::size_t>(kEpisodes));
+  std::map<uint64_t, EpisodeRecord> by_first;  // the model's records by their first step
+  for (const EpisodeRecord& r : model) by_first[r.first_step] = r;
+  std::set<uint64_t> seen;
+  std::size_t total = 0;
+  for (std::size_t k = 0; k < kConsumers; ++k) {
+    uint64_t previous = 0;
+    for (const EpisodeRecord& r : taken[k]) {
+      ++total;
+      CHECK(seen.insert(r.first_step).second);  // taken once
+      const auto it = by_first.find(r.first_step);
+      REQUIRE(it != by_first.end());
+      CHECK(r == it->second);  // whole: the record the writer pushed
+      CHECK((previous == 0 || r.first_step > previous));  // each consumer's records come oldest first
+      previous = r.first_step;
+    }
+  }
+  const SegmentInfo info = Inspector(rig.guard.name()).snapshot();
+  CHECK(info.envs[0].episode_queue_depth == 0);
+  CHECK(info.envs[0].episode_records_dropped == 0);
+  CHECK(total == model.size());  // every record taken
+}

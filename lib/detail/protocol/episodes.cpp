@@ -179,25 +179,35 @@ void emit_record(Segment& b, uint64_t env, uint64_t head) noexcept {
 std::size_t pop_records(Segment& b, uint64_t env, std::span<EpisodeRecord> out) noexcept {
   EpisodeControl& c = b.episode_control(env);
   const uint64_t capacity = b.episode_queue_capacity();
-  // acquire: pairs with the writer's release store of queue_tail in emit_record; the slots below it are whole.
-  const uint64_t tail = c.queue_tail.load(std::memory_order_acquire);
-  uint64_t head = c.queue_head.load(std::memory_order_relaxed);  // only the learner stores it
-  if (head > tail || tail - head > capacity) head = tail > capacity ? tail - capacity : 0;  // never: defensive
-  const uint64_t take = std::min<uint64_t>(tail - head, out.size());
   const layout::EpisodeRecordSlot* slots = b.episode_queue(env);
-  for (uint64_t i = 0; i < take; ++i) {
-    const layout::EpisodeRecordSlot& slot = slots[(head + i) % capacity];
-    EpisodeRecord& r = out[static_cast<std::size_t>(i)];
-    r.env = env;
-    r.first_step = slot.first_step.load(std::memory_order_relaxed);
-    r.length = slot.length.load(std::memory_order_relaxed);
-    r.episode_return = f64_of(slot.episode_return.load(std::memory_order_relaxed));
-    r.end = static_cast<EpisodeEnd>(slot.end.load(std::memory_order_relaxed) & 3);
+  // The head first, then the tail: the head never passes a tail a consumer saw, so head <= tail here.
+  uint64_t head = c.queue_head.load(std::memory_order_relaxed);  // validated by the CAS below
+  for (;;) {
+    // acquire: pairs with the writer's release store of queue_tail in emit_record; the slots below it are whole.
+    const uint64_t tail = c.queue_tail.load(std::memory_order_acquire);
+    uint64_t from = head;
+    if (from > tail || tail - from > capacity) from = tail > capacity ? tail - capacity : 0;  // never: defensive
+    const uint64_t take = std::min<uint64_t>(tail - from, out.size());
+    if (take == 0) return 0;
+    for (uint64_t i = 0; i < take; ++i) {
+      const layout::EpisodeRecordSlot& slot = slots[(from + i) % capacity];
+      EpisodeRecord& r = out[static_cast<std::size_t>(i)];
+      r.env = env;
+      r.first_step = slot.first_step.load(std::memory_order_relaxed);
+      r.length = slot.length.load(std::memory_order_relaxed);
+      r.episode_return = f64_of(slot.episode_return.load(std::memory_order_relaxed));
+      r.end = static_cast<EpisodeEnd>(slot.end.load(std::memory_order_relaxed) & 3);
+    }
+    // release: pairs with the writer's acquire load of queue_head in emit_record before it reuses a slot; our reads
+    // come first. A CAS, not a store, so that consumers racing for one queue (several learners: issue 34,
+    // docs/design/learners.md) each take a record exactly once: success means the head stayed `head` from
+    // our load to here, so no writer reused a slot of [head, head + capacity) meanwhile and the copy is whole.
+    if (c.queue_head.compare_exchange_strong(head, from + take, std::memory_order_release,
+                                             std::memory_order_relaxed)) {
+      return static_cast<std::size_t>(take);
+    }
+    // Another consumer took records first: `head` now holds its new head; copy again from there.
   }
-  // release: pairs with the writer's acquire load of queue_head in emit_record before it reuses a slot; our reads
-  // come first.
-  if (take > 0) c.queue_head.store(head + take, std::memory_order_release);
-  return static_cast<std::size_t>(take);
 }
 
 void recover_env(Segment& b, uint64_t env) noexcept {

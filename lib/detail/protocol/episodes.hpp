@@ -4,7 +4,7 @@
 // completed-episode record queue (emit_record, the writer's half; pop_records, the learner's). docs/design/episodes.md,
 // "Episode boundaries and records", has the protocol and the argument that a writer killed at any instruction
 // leaves it consistent with the published steps. Safe across processes as each function's precondition says
-// (the env's lease for the writer's halves, the learner lease for pop_records; readers need none).
+// (the env's lease for the writer's halves; pop_records and the readers need none).
 #pragma once
 
 #include <atomic>
@@ -85,8 +85,9 @@ inline uint64_t load_meta(const std::atomic<uint64_t>* meta, uint64_t capacity, 
 bool stage_step(Segment& buffer, uint64_t env, uint64_t step, const StepFlags& flags) noexcept;
 
 // The completed-episode record queue of an env (EpisodeControl lines 2-3 and the env's record slots): a
-// single-producer/single-consumer ring with monotonic counters. The env's writer produces (emit_record, advancing
-// queue_tail); the learner consumes (pop_records, advancing queue_head); the Inspector reads its depth.
+// single-producer ring with monotonic counters whose consumers take records with a CAS. The env's writer produces
+// (emit_record, advancing queue_tail); the learner consumes (pop_records, advancing queue_head by CAS, so that
+// several consumers would each take a record once); the Inspector reads its depth.
 
 /// The writer's half after its head store of step + 1 when stage_step returned true: pushes the record of the
 /// episode that ended (from journal[head % 2]) onto the env's queue, or counts it dropped when the queue is full.
@@ -94,8 +95,8 @@ bool stage_step(Segment& buffer, uint64_t env, uint64_t step, const StepFlags& f
 void emit_record(Segment& buffer, uint64_t env, uint64_t head) noexcept;
 
 /// The learner's half: moves up to out.size() records of `env`, oldest first, into `out` and returns how many.
-/// Precondition: the buffer has episode fields and this process holds the learner lease (the only consumer).
-/// O(records), never blocks.
+/// Consumers may race (a CAS takes the records): each record goes to exactly one of them, whole. Precondition: the
+/// buffer has episode fields. O(records) per try; a try fails only when another consumer took records meanwhile.
 std::size_t pop_records(Segment& buffer, uint64_t env, std::span<EpisodeRecord> out) noexcept;
 
 /// Makes a newly leased env's episode state agree with its head: after a writer died between its head store and
