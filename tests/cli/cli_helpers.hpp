@@ -436,8 +436,29 @@ class RunningCli {
     }
   }
 
+  /// Reads the CLI's stderr to its end (returned) while sampling its peak resident set every 2 ms: VmHWM of
+  /// /proc/PID/status, which belongs to the CLI's own memory since its exec (wait4's ru_maxrss does not: Linux keeps
+  /// the largest resident set the process ever had, and before its exec the child was a copy of this test process,
+  /// whose size depends on the tests before). `peak_bytes` gets the largest value read (monotonic, so the last one
+  /// read before the CLI exited); a peak in the CLI's last 2 ms may be missed.
+  std::string drain_stderr(uint64_t& peak_bytes) {
+    std::string err;
+    peak_bytes = 0;
+    for (;;) {
+      peak_bytes = std::max(peak_bytes, vm_hwm_bytes());
+      pollfd p{err_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 2) <= 0) continue;
+      char chunk[4096];
+      const ssize_t got = ::read(err_fd_, chunk, sizeof chunk);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return pending_ + err;
+      err.append(chunk, static_cast<std::size_t>(got));
+    }
+  }
+
   /// Sends `sig` (0: none) and reaps the CLI; its exit code, or 128 + the signal that ended it. `usage`, when
-  /// given, receives the CLI's resource usage (ru_maxrss: its peak resident set, in KiB).
+  /// given, receives the CLI's resource usage (ru_maxrss: the largest resident set the process ever had, the
+  /// fork's copy of this test process included: for the CLI's own peak, drain_stderr).
   int finish(int sig, rusage* usage = nullptr) {
     if (sig != 0) ::kill(pid_, sig);
     int status = 0;
@@ -449,6 +470,16 @@ class RunningCli {
   }
 
  private:
+  // The CLI's VmHWM in bytes; 0 once it has exited (its memory is gone) or when unreadable.
+  uint64_t vm_hwm_bytes() const {
+    std::ifstream f(fmt::format("/proc/{}/status", pid_));
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+    }
+    return 0;
+  }
+
   pid_t pid_ = -1;
   int err_fd_ = -1;
   std::string pending_;
