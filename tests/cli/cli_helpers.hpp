@@ -437,9 +437,9 @@ class RunningCli {
   }
 
   /// Reads the CLI's stderr to its end (returned) while sampling its peak resident set every 2 ms: VmHWM of
-  /// /proc/PID/status, which belongs to the CLI's own memory since its exec (wait4's ru_maxrss does not: Linux keeps
-  /// the largest resident set the process ever had, and before its exec the child was a copy of this test process,
-  /// whose size depends on the tests before). `peak_bytes` gets the largest value read (monotonic, so the last one
+  /// /proc/PID/status once the child has exec'd the CLI, which belongs to the CLI's own memory (wait4's ru_maxrss
+  /// does not: Linux keeps the largest resident set the process ever had, and before its exec the child was a copy
+  /// of this test process, whose size depends on the tests before). `peak_bytes` gets the largest value read (monotonic, so the last one
   /// read before the CLI exited); a peak in the CLI's last 2 ms may be missed.
   std::string drain_stderr(uint64_t& peak_bytes) {
     std::string err;
@@ -470,8 +470,13 @@ class RunningCli {
   }
 
  private:
-  // The CLI's VmHWM in bytes; 0 once it has exited (its memory is gone) or when unreadable.
+  // The CLI's VmHWM in bytes; 0 before its exec (the child is still a copy of this process, named as it is), once
+  // it has exited (its memory is gone), or when unreadable. The name is read first: a status read after it is from
+  // after the exec.
   uint64_t vm_hwm_bytes() const {
+    std::ifstream comm(fmt::format("/proc/{}/comm", pid_));
+    std::string name;
+    if (!std::getline(comm, name) || name != "shmreplay") return 0;
     std::ifstream f(fmt::format("/proc/{}/status", pid_));
     std::string line;
     while (std::getline(f, line)) {
