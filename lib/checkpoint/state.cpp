@@ -46,7 +46,7 @@ QueueCopy copy_queue(const Segment& seg, uint64_t env, uint64_t head) {
   const uint64_t cap = seg.episode_queue_capacity();
   QueueCopy q;
   for (int attempt = 0;; ++attempt) {
-    // acquire: pairs with pop_records' release store of queue_head (the slots before it are free again).
+    // acquire: pairs with pop_records' release CAS of queue_head (the slots before it are free again).
     const uint64_t qh = c.queue_head.load(std::memory_order_acquire);
     // acquire: pairs with emit_record's release store of queue_tail: the slots before it are complete.
     const uint64_t qt = c.queue_tail.load(std::memory_order_acquire);

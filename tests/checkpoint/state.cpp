@@ -331,4 +331,46 @@ TEST_CASE("with allow_mismatch a load converts the weights to the target's alpha
   }
 }
 
+TEST_CASE("a save keeps only the waiting episode records of episodes that ended below the env's saved head, even when "
+          "its writer ends an episode between the records' copy and the queue's") {
+  // The writer pushes during the save, from its progress callback: after the one chunk of the env's records (a ring
+  // not yet wrapped, so the copy ends at the head it first saw), before the save reads the env's queue. The episode
+  // that ends then is not in the file's window, so neither is its record: a load would otherwise queue a record
+  // whose steps the buffer does not hold.
+  SegmentGuard source(unique_name("ckst-racerec"));
+  SegmentGuard loaded(unique_name("ckst-racerec-new"));
+  FileGuard file(temp_path("ckst-racerec"));
+  const Schema schema = Schema::parse("x:u32 done:bool reward:f32");
+  CreateOptions options;
+  options.episodes.done = "done";
+  options.episodes.reward = "reward";
+  Buffer src = Buffer::create(source.name(), 1, 64, schema, options);
+  Writer w(src, {0});
+  const auto push = [&](uint32_t x, bool done) {
+    const float reward = 1.0f;
+    w.push_one(0, {value_bytes(x), value_bytes(done), value_bytes(reward)});
+  };
+  for (uint32_t s = 0; s < 10; ++s) push(s, s == 4);  // one episode ended (steps 0-4), one in progress (5-9)
+  int calls = 0;
+  SaveOptions save;
+  save.progress = [&](const CheckpointProgress& p) {
+    if (p.phase == "saving" && p.done_bytes > 0 && calls++ == 0) {
+      for (uint32_t s = 10; s < 13; ++s) push(s, s == 12);  // ends the episode of steps 5-12, past the copy
+    }
+  };
+  const CheckpointInfo saved = save_checkpoint(src, file.path(), save);
+  REQUIRE(calls > 0);
+  REQUIRE(saved.envs.size() == 1);
+  CHECK(saved.envs[0].head == 10);      // the window the copy saw
+  CHECK(saved.envs[0].queued == 1);     // the record of steps 0-4 only; not that of 5-12, which ends at 12
+  CHECK(src.segment().episode_control(0).queue_tail.load() == 2);  // both records wait in the source
+
+  load_checkpoint(file.path(), loaded.name());
+  Buffer dst = Buffer::open(loaded.name());
+  const std::vector<EpisodeRecord> records = pop_all(dst);
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].first_step == 0);
+  CHECK(records[0].length == 5);
+}
+
 }  // namespace ckpt_state

@@ -158,7 +158,7 @@ void emit_record(Segment& b, uint64_t env, uint64_t head) noexcept {
   EpisodeControl& c = b.episode_control(env);
   const JournalState s = load_slot(c.journal[head % 2]);  // written by this writer before its head store
   const uint64_t tail = c.queue_tail.load(std::memory_order_relaxed);  // only the env's writer stores it
-  // acquire: pairs with the learner's release store of queue_head in pop_records after it copied records out, so
+  // acquire: pairs with the learner's release CAS of queue_head in pop_records after it copied records out, so
   // its reads of a slot happen-before our overwrite of that slot.
   const uint64_t consumed = c.queue_head.load(std::memory_order_acquire);
   const uint64_t capacity = b.episode_queue_capacity();
