@@ -3,10 +3,14 @@
 // stale step is detected wherever it turns up.
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <string>
 
@@ -17,6 +21,7 @@
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/schema.hpp"
 #include "shmreplay/writer.hpp"
+#include "support.hpp"  // spawn
 
 #include <vector>
 
@@ -159,6 +164,26 @@ struct PayloadPusher {
     writer.push(ids, {field_bytes(hdr), field_bytes(body), field_bytes(tail)});
   }
 };
+
+/// A writer process (test::spawn) pushing payload steps into `envs` of `name` until killed: one batched push, and a
+/// pause of `pause_us` every 8 pushes (1000: about 7,000 steps a second per env, an RL actor's pace; 100: a busy
+/// writer that still leaves a core to the process under test). Exits with 3, naming the error, if a push fails.
+inline pid_t spawn_payload_writer(const std::string& name, std::vector<int32_t> envs, unsigned pause_us) {
+  return spawn([name, envs, pause_us] {
+    try {
+      Buffer b = Buffer::open(name);
+      Writer w(b, std::vector<uint64_t>(envs.begin(), envs.end()));
+      PayloadPusher pusher;
+      for (uint64_t n = 1;; ++n) {
+        pusher.push(w, envs);
+        if (n % 8 == 0) ::usleep(pause_us);
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "writer process: %s\n", e.what());
+      ::_exit(3);
+    }
+  });
+}
 
 /// Fills a reserved slot with its payload (version 0); `fields` limits how many fields are written (to leave a
 /// reservation half-filled).

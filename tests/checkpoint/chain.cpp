@@ -124,20 +124,7 @@ std::string versioned_bytes(uint64_t env, uint64_t step, uint64_t version) {
 // A writer process pushing payload steps into `envs` of `name` until killed, a pause every 8 pushes (so that it
 // leaves a core to the saves under test).
 pid_t payload_writer(const std::string& name, std::vector<int32_t> envs) {
-  return test::spawn([name, envs] {
-    try {
-      Buffer b = Buffer::open(name);
-      Writer w(b, std::vector<uint64_t>(envs.begin(), envs.end()));
-      test::PayloadPusher pusher;
-      for (uint64_t n = 1;; ++n) {
-        pusher.push(w, envs);
-        if (n % 8 == 0) ::usleep(100);
-      }
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "writer process: %s\n", e.what());
-      ::_exit(3);
-    }
-  });
+  return test::spawn_payload_writer(name, std::move(envs), 100);
 }
 
 // Mounts a tmpfs of `bytes` at a new directory, unmounted and removed when it goes out of scope; mounted() is

@@ -43,20 +43,7 @@ class Crew {
 // A writer process pushing payload steps into `envs` of `name`, 8 pushes then a 1 ms pause (about 7,000 steps a
 // second per env: an RL actor's pace, not a benchmark's), until killed.
 pid_t paced_writer(const std::string& name, std::vector<int32_t> envs) {
-  return test::spawn([name, envs] {
-    try {
-      Buffer b = Buffer::open(name);
-      Writer w(b, std::vector<uint64_t>(envs.begin(), envs.end()));
-      test::PayloadPusher pusher;
-      for (uint64_t n = 1;; ++n) {
-        pusher.push(w, envs);
-        if (n % 8 == 0) ::usleep(1000);
-      }
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "writer process: %s\n", e.what());
-      ::_exit(3);
-    }
-  });
+  return test::spawn_payload_writer(name, std::move(envs), 1000);
 }
 
 // A learner process: samples prioritized rows of 4 steps and gives their starts new priorities, until killed.
