@@ -191,16 +191,20 @@ inline std::string random_bytes() {
   return bytes;
 }
 
-// This process's start time in clock ticks after boot: field 22 of /proc/self/stat.
-inline uint64_t own_start_ticks() {
-  std::ifstream in("/proc/self/stat");
+// Field `n` (3 or later, as proc(5) numbers them) of /proc/PID/stat (PID "self" for this process), counted after the
+// parenthesised command name, which may hold spaces.
+inline std::string stat_field(const std::string& pid, std::size_t n) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
   const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::size_t close_paren = stat.rfind(')');
   REQUIRE(close_paren != std::string::npos);
   const std::vector<std::string> fields = words(stat.substr(close_paren + 1));  // fields 3, 4, ...
-  REQUIRE(fields.size() > 22 - 3);
-  return std::stoull(fields[22 - 3]);
+  REQUIRE(fields.size() > n - 3);
+  return fields[n - 3];
 }
+
+// This process's start time in clock ticks after boot: field 22 of /proc/self/stat.
+inline uint64_t own_start_ticks() { return std::stoull(stat_field("self", 22)); }
 
 const std::string kPayloadSpec = test::kPayloadSchema.to_string();  // hdr:u64[4] body:f32[13] tail:u8[29]
 

@@ -286,20 +286,6 @@ TEST_CASE("save of a private segment writes a private file even with umask 0") {
   CHECK(file_mode(file.path) == 0600);  // not 0666: the buffer's steps stay private
 }
 
-namespace {
-
-// The nice value of process `pid`: field 19 of /proc/PID/stat, counted after the parenthesised command name.
-int nice_of(pid_t pid) {
-  std::ifstream f(fmt::format("/proc/{}/stat", pid));
-  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::istringstream rest(stat.substr(stat.rfind(')') + 2));  // field 3 on
-  std::string field;
-  for (int i = 3; i <= 19; ++i) rest >> field;
-  return std::stoi(field);
-}
-
-}  // namespace
-
 TEST_CASE("save lowers its own CPU priority by --nice, 10 unless told, so that writers and the learner keep theirs") {
   const std::string name = unique_name("cli-nice");
   SegmentGuard guard(name);
@@ -321,7 +307,7 @@ TEST_CASE("save lowers its own CPU priority by --nice, 10 unless told, so that w
       REQUIRE(std::chrono::steady_clock::now() < deadline);
       ::usleep(2000);
     }
-    CHECK(nice_of(saver.pid()) == expected);
+    CHECK(std::stoi(stat_field(std::to_string(saver.pid()), 19)) == expected);  // field 19: the nice value
     CHECK(saver.finish(SIGTERM) == 128 + SIGTERM);
   }
   CHECK(::getpriority(PRIO_PROCESS, 0) == base);  // the test's own priority is untouched

@@ -69,25 +69,18 @@ struct Options {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// This process's CPU time, user and system, in seconds.
-double process_cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  const auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
-  return s(u.ru_utime) + s(u.ru_stime);
-}
-
-// Runs `save` `trials` times (`before` first each time, untimed); the median wall and CPU seconds.
-template <typename Save>
-std::pair<double, double> timed(uint32_t trials, const std::function<void()>& before, Save&& save) {
+// Runs `save` `trials` times (`before` first each time, untimed); the median wall and CPU seconds (this thread's,
+// user and system: the process has no other thread).
+std::pair<double, double> timed(uint32_t trials, const std::function<void()>& before,
+                                const std::function<void()>& save) {
   std::vector<double> wall, cpu;
   for (uint32_t i = 0; i < trials; ++i) {
     before();
     const auto t0 = Clock::now();
-    const double c0 = process_cpu_seconds();
+    const double c0 = thread_cpu_seconds();
     save();
     wall.push_back(seconds_since(t0));
-    cpu.push_back(process_cpu_seconds() - c0);
+    cpu.push_back(thread_cpu_seconds() - c0);
   }
   return {median(wall), median(cpu)};
 }
@@ -204,7 +197,6 @@ Body saver_body(const std::string& name, const std::string& dir, Saver kind, dou
     uint64_t reported = 0;
     SaveOptions save;
     save.progress = [&](const CheckpointProgress& p) {
-      if (p.done_bytes < reported) reported = 0;  // a new save
       const uint64_t add = p.done_bytes - reported;
       reported = p.done_bytes;
       if (!worker.done(add)) throw Stopped{};
