@@ -93,6 +93,12 @@ detail::FieldRoles check_create_arguments(const std::string& name, uint64_t num_
                               name));
     }
   }
+  if (options.max_learners < 1 || options.max_learners > layout::kMaxLearners) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot create shmreplay segment '{}': max_learners is {}, expected 1 to {} (learner "
+                            "processes that sample it at once)",
+                            name, options.max_learners, layout::kMaxLearners));
+  }
   if (options.rate_limit) {
     detail::check_rate_limit(*options.rate_limit, num_envs * capacity,
                              fmt::format("cannot create shmreplay segment '{}' with rate limit {}", name,
@@ -144,7 +150,8 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
   const std::string path = detail::segment_path(name);
   const detail::FieldRoles roles = check_create_arguments(name, num_envs, capacity, schema, options);
   const detail::SegmentPlan plan = detail::plan_segment(num_envs, capacity, schema, roles.queue_capacity,
-                                                       options.priority_exponent.has_value(), options.stack_restarts);
+                                                       options.priority_exponent.has_value(), options.stack_restarts,
+                                                       options.max_learners);
   // An early, clear answer for the common case; publish_name() still settles races atomically.
   struct stat existing {};
   if (!options.replace && ::lstat(path.c_str(), &existing) == 0) detail::already_exists(name, path);

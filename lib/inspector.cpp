@@ -19,6 +19,7 @@
 #include "detail/os/process.hpp"
 #include "detail/protocol/env_ids.hpp"
 #include "detail/protocol/episodes.hpp"
+#include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
@@ -135,22 +136,48 @@ SegmentInfo Inspector::snapshot() const {
     s.priority_updates_dropped = g.priority_updates_dropped.load(std::memory_order_relaxed);
   }
   s.rate_limit = b.rate_limit_state();
-  LearnerInfo& l = s.learner;
-  // Acquire pairs with the release of the compare-and-swap that took the learner lease.
-  const uint64_t lease = g.learner_lease.load(std::memory_order_acquire);
-  if (lease != 0) {
-    l.pid = layout::owner_pid(lease);
-    l.start_ticks = g.learner_start_ticks.load(std::memory_order_relaxed);
-    l.since_ns = g.learner_since_ns.load(std::memory_order_relaxed);
-    l.state = detail::lease_holder_alive(lease) ? OwnerState::alive : OwnerState::dead;
+  // Each learner slot (layout 1.7), then every learner together.
+  for (uint64_t slot = 0; slot < b.segment().max_learners(); ++slot) {
+    const detail::LearnerSlotWords me = detail::learner_slot(b.segment(), slot);
+    LearnerInfo l;
+    l.slot = slot;
+    // Acquire pairs with the release of the compare-and-swap that took the slot's lease.
+    const uint64_t lease = me.lease.lease.load(std::memory_order_acquire);
+    if (lease != 0) {
+      l.pid = layout::owner_pid(lease);
+      l.start_ticks = me.lease.start_ticks.load(std::memory_order_relaxed);
+      l.since_ns = me.lease.since_ns.load(std::memory_order_relaxed);
+      l.state = detail::lease_holder_alive(lease) ? OwnerState::alive : OwnerState::dead;
+    }
+    l.takeovers = me.lease.takeovers.load(std::memory_order_relaxed);
+    l.rows_sampled = me.rows_sampled.load(std::memory_order_relaxed);
+    l.sample_calls = me.sample_calls.load(std::memory_order_relaxed);
+    l.retries = me.retries.load(std::memory_order_relaxed);
+    l.online_resets = me.online_resets.load(std::memory_order_relaxed);
+    l.steps_updated = me.steps_updated.load(std::memory_order_relaxed);
+    l.waiters = me.waiters.load(std::memory_order_relaxed);
+    l.waiting_rows = me.waiting_rows.load(std::memory_order_relaxed);
+    s.live_learners += l.state == OwnerState::alive ? 1 : 0;
+    s.learners.push_back(l);
   }
-  l.takeovers = g.learner_takeovers.load(std::memory_order_relaxed);
-  l.rows_sampled = g.rows_sampled.load(std::memory_order_relaxed);
-  l.sample_calls = g.sample_calls.load(std::memory_order_relaxed);
-  l.retries = g.retries.load(std::memory_order_relaxed);
-  l.online_resets = g.online_resets.load(std::memory_order_relaxed);
-  l.steps_updated = g.steps_updated.load(std::memory_order_relaxed);
-  l.waiters = g.waiters.load(std::memory_order_relaxed);
+  LearnerInfo& all = s.learner;
+  const auto named = std::find_if(s.learners.begin(), s.learners.end(),
+                                  [](const LearnerInfo& l) { return l.state == OwnerState::alive; });
+  const auto held = std::find_if(s.learners.begin(), s.learners.end(),
+                                 [](const LearnerInfo& l) { return l.state != OwnerState::none; });
+  all = named != s.learners.end() ? *named : held != s.learners.end() ? *held : LearnerInfo{};
+  all.takeovers = all.rows_sampled = all.sample_calls = all.retries = all.online_resets = all.steps_updated =
+      all.waiting_rows = 0;
+  for (const LearnerInfo& l : s.learners) {
+    all.takeovers += l.takeovers;
+    all.rows_sampled += l.rows_sampled;
+    all.sample_calls += l.sample_calls;
+    all.retries += l.retries;
+    all.online_resets += l.online_resets;
+    all.steps_updated += l.steps_updated;
+    all.waiting_rows += l.waiting_rows;
+  }
+  all.waiters = g.waiters.load(std::memory_order_relaxed);  // every slot's sleepers
   return s;
 }
 

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "shmreplay/buffer.hpp"
@@ -49,8 +50,16 @@ RateLimitState Buffer::rate_limit_state() const {
     s.limit = settings->limit;
     s.error = detail::limiter_error(*settings, s.inserts, s.samples);
   }
-  s.learner_waiting_rows = g.learner_waiting_rows.load(std::memory_order_relaxed);
-  s.learner_waiting_since_ns = s.learner_waiting_rows ? g.learner_waiting_since_ns.load(std::memory_order_relaxed) : 0;
+  // Every learner slot's waiting call (layout 1.7): the rows together, since the earliest.
+  for (uint64_t slot = 0; slot < segment_.max_learners(); ++slot) {
+    const detail::LearnerSlotWords me = detail::learner_slot(segment_, slot);
+    const uint64_t rows = me.waiting_rows.load(std::memory_order_relaxed);
+    if (rows == 0) continue;
+    s.learner_waiting_rows += rows;
+    ++s.learners_waiting;
+    const uint64_t since = me.waiting_since_ns.load(std::memory_order_relaxed);
+    if (s.learner_waiting_since_ns == 0 || since < s.learner_waiting_since_ns) s.learner_waiting_since_ns = since;
+  }
   const detail::WaitingWriters waiting = detail::count_waiting_writers(segment_);
   s.writer_waiters = waiting.count;
   s.writer_waiting_since_ns = waiting.since_ns;

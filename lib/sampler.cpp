@@ -27,16 +27,44 @@ using layout::GlobalControl;
 
 namespace sampler_parts {
 
-void count_call(Segment& b, std::size_t rows, bool sample) noexcept {
-  GlobalControl& g = b.global_control();
-  g.rows_sampled.fetch_add(rows, std::memory_order_relaxed);
-  g.sample_calls.fetch_add(1, std::memory_order_relaxed);
-  if (sample) detail::count_samples(g, rows, detail::coarse_realtime_ns(), detail::coarse_monotonic_ns());
+void count_call(Segment& b, const detail::LearnerSlotWords& me, std::size_t rows, bool sample,
+                std::size_t unreserved) noexcept {
+  // The slot's own counters: one learner writes them (relaxed read-modify-writes all the same: cheap, and exact
+  // if a Python user ever shares a Sampler between threads against its rules).
+  me.rows_sampled.fetch_add(rows, std::memory_order_relaxed);
+  me.sample_calls.fetch_add(1, std::memory_order_relaxed);
+  if (sample) {
+    detail::count_samples(b.global_control(), unreserved, detail::coarse_realtime_ns(),
+                          detail::coarse_monotonic_ns());
+  }
 }
 
 }  // namespace sampler_parts
 
 using sampler_parts::count_call;
+
+namespace {
+
+// The rows a sample call reserved with the rate limiter (try_reserve_samples), given back if the call fails
+// before keep(): an empty view, a contended ring, an interrupt.
+class Reservation {
+ public:
+  Reservation(GlobalControl& g, std::size_t rows) noexcept : g_(g), rows_(rows) {}
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+  ~Reservation() {
+    if (rows_ != 0) detail::return_samples(g_, rows_);
+  }
+  /// The rows drawn: they stay counted. Returns how many were reserved.
+  std::size_t keep() noexcept { return std::exchange(rows_, 0); }
+
+ private:
+  GlobalControl& g_;
+  std::size_t rows_;
+};
+
+}  // namespace
+
 
 const SamplerStats& Sampler::stats() const noexcept {
   static const SamplerStats kNone{};  // a moved-from Sampler has done no work
@@ -51,8 +79,9 @@ using detail::view_range;
 uint64_t Sampler::size(View view) const noexcept {
   uint64_t total = 0;
   const uint64_t cap = buffer_->capacity();
+  const detail::LearnerSlotWords& me = scratch_->slot;
   for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
-    const detail::StepRange r = view_range(buffer_->segment().env_control(e), view, cap);
+    const detail::StepRange r = view_range(buffer_->segment().env_control(e), view, cap, me.online_start(e));
     total += r.hi - r.lo;
   }
   return total;
@@ -61,8 +90,9 @@ uint64_t Sampler::size(View view) const noexcept {
 EnvSizes Sampler::sizes(uint64_t env_id) const {
   detail::check_env_id(buffer_->segment(), env_id, "size");
   const EnvControl& c = buffer_->segment().env_control(env_id);
-  const detail::StepRange replay = view_range(c, View::replay, buffer_->capacity());
-  const detail::StepRange online = view_range(c, View::online, buffer_->capacity());
+  const std::atomic<uint64_t>& start = scratch_->slot.online_start(env_id);
+  const detail::StepRange replay = view_range(c, View::replay, buffer_->capacity(), start);
+  const detail::StepRange online = view_range(c, View::online, buffer_->capacity(), start);
   return {replay.hi, replay.hi - replay.lo, online.hi - online.lo};
 }
 
@@ -77,21 +107,22 @@ bool Sampler::wait(View view, uint64_t min_steps, uint64_t timeout_ms) {
                             buffer_->capacity()));
   }
   if (size(view) >= min_steps) return true;
-  return detail::wait_until(buffer_->segment().global_control(), deadline_after_ms(timeout_ms),
-                            [&] { return size(view) >= min_steps; });
+  return detail::sleep_until(detail::learner_wake(buffer_->segment().global_control(), scratch_->slot.waiters),
+                             deadline_after_ms(timeout_ms), [&] { return size(view) >= min_steps; });
 }
 
 void Sampler::reset_online_queue(OnlineReset to) {
   lease_.check_process("reset the online queue of");
+  const detail::LearnerSlotWords& me = scratch_->slot;
   for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
-    EnvControl& c = buffer_->segment().env_control(e);
+    const EnvControl& c = buffer_->segment().env_control(e);
     if (to == OnlineReset::now) {
-      detail::reset_online_start(c);
+      detail::reset_online_start(c, me.online_start(e));
     } else {
-      detail::advance_online_start(c, scratch_->online_seen[static_cast<std::size_t>(e)]);
+      detail::advance_online_start(c, me.online_start(e), scratch_->online_seen[static_cast<std::size_t>(e)]);
     }
   }
-  buffer_->segment().global_control().online_resets.fetch_add(1, std::memory_order_relaxed);
+  me.online_resets.fetch_add(1, std::memory_order_relaxed);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -105,12 +136,13 @@ void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_len
 void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power,
                      Rng& rng, SampleBatch& out, const SampleOptions& options) {
   check_args("sample", batch_size, sequence_length, distribution_power, options);
-  wait_for_rate_limit("sample", batch_size, options.rate_limit_timeout_ms);
+  Reservation reserved(buffer_->segment().global_control(),
+                       wait_for_rate_limit("sample", batch_size, options.rate_limit_timeout_ms) ? batch_size : 0);
   out.prepare(buffer_->schema(), batch_size, sequence_length);
   out.episode_fields_ = buffer_->episode_fields();
   sample_rows(view, 0, batch_size, sequence_length, distribution_power, options, rng, out);
   if (options.prioritized) finish_weights(out, options.importance_exponent);
-  count_call(buffer_->segment(), batch_size, /*sample=*/true);
+  count_call(buffer_->segment(), scratch_->slot, batch_size, /*sample=*/true, batch_size - reserved.keep());
 }
 
 void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
@@ -128,7 +160,8 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
   }
   const std::size_t rows = replay_batch + online_batch;
   check_args("sample (mixed)", rows, sequence_length, distribution_power, options);
-  wait_for_rate_limit("sample (mixed)", rows, options.rate_limit_timeout_ms);
+  Reservation reserved(buffer_->segment().global_control(),
+                       wait_for_rate_limit("sample (mixed)", rows, options.rate_limit_timeout_ms) ? rows : 0);
   out.prepare(buffer_->schema(), rows, sequence_length);
   out.episode_fields_ = buffer_->episode_fields();
   if (replay_batch > 0) {
@@ -138,7 +171,7 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
     sample_rows(View::online, replay_batch, online_batch, sequence_length, distribution_power, options, rng, out);
   }
   if (options.prioritized) finish_weights(out, options.importance_exponent);
-  count_call(buffer_->segment(), rows, /*sample=*/true);
+  count_call(buffer_->segment(), scratch_->slot, rows, /*sample=*/true, rows - reserved.keep());
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
-// lib/sampler_lease.cpp: a Sampler's construction and its learner lease: taking the lease (one learner per
-// segment; a dead learner's is taken over, and what it may have left half done is repaired: an update lock, its
-// waiter count, a priority tree walk), handing it over on a move, releasing it, and refusing a Sampler copied into
-// a forked child (check_process, which every call runs first).
+// lib/sampler_lease.cpp: a Sampler's construction and its learner slot's lease: taking it (the rank's slot or the
+// first free one; a dead learner's is taken over, and what it may have left half done is repaired: its update locks,
+// its waiter count, a priority tree walk), handing it over on a move, releasing it, and refusing a Sampler copied
+// into a forked child (check_process, which every call runs first).
 //
 // Who calls it: the learner, when it makes, moves or destroys a Sampler; the lease words are in
 // detail/protocol/lease.hpp.
@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "detail/os/process.hpp"
+#include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/lease.hpp"
 #include "sampler_parts.hpp"
@@ -22,34 +23,39 @@
 
 namespace shmreplay {
 
-using layout::GlobalControl;
-
 Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffer), options_(options) {
   if (buffer.read_only()) {
     throw Error(Errc::read_only,
                 fmt::format("cannot attach a learner to '{}': the buffer is mapped read-only", buffer.name()));
   }
-  const uint64_t lease_word = detail::self_lease_word();
-  GlobalControl& g = buffer.segment().global_control();
-  const detail::LeaseResult r = detail::try_take_lease(detail::learner_lease_words(g), lease_word);
-  if (const std::string problem = detail::learner_lease_problem(buffer.name(), r); !problem.empty()) {
-    throw Error(Errc::lease_held, problem);
+  const uint64_t slots = buffer.segment().max_learners();
+  if (options.rank && *options.rank >= slots) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot attach a learner to '{}' as rank {}: it has {} learner slot{} (ranks 0 to {}); "
+                            "create it with max_learners > {}",
+                            buffer.name(), *options.rank, slots, slots == 1 ? "" : "s", slots - 1, *options.rank));
   }
-  if (r.outcome == detail::LeaseOutcome::taken_over) detail::repair_dead_learner(buffer.segment());
-  lease_ = LearnerLease(&buffer, lease_word);
-  scratch_ = std::make_unique<Scratch>(buffer);
+  const uint64_t lease_word = detail::self_lease_word();
+  const detail::SlotTaken taken = detail::take_learner_slot(buffer.segment(), options.rank, lease_word);
+  if (!taken.problem.empty()) throw Error(Errc::lease_held, fmt::format("cannot attach a learner to '{}': {}",
+                                                                        buffer.name(), taken.problem));
+  rank_ = taken.slot;
+  lease_ = LearnerLease(&buffer, taken.slot, lease_word);
+  if (taken.outcome == detail::LeaseOutcome::taken_over) detail::repair_dead_learner(buffer.segment(), taken.slot);
+  scratch_ = std::make_unique<Scratch>(buffer, taken.slot);
 }
 
 Sampler::Sampler(Sampler&& other) noexcept = default;
 Sampler::~Sampler() = default;
 
-Sampler::LearnerLease::LearnerLease(Buffer* buffer, uint64_t word) noexcept
-    : buffer_(buffer), word_(word), fork_generation_(detail::fork_generation()) {}
+Sampler::LearnerLease::LearnerLease(Buffer* buffer, uint64_t slot, uint64_t word) noexcept
+    : buffer_(buffer), slot_(slot), word_(word), fork_generation_(detail::fork_generation()) {}
 
 Sampler::LearnerLease& Sampler::LearnerLease::operator=(LearnerLease&& other) noexcept {
   if (this != &other) {
     release();
     buffer_ = std::exchange(other.buffer_, nullptr);
+    slot_ = other.slot_;
     word_ = other.word_;
     fork_generation_ = other.fork_generation_;
   }
@@ -59,7 +65,7 @@ Sampler::LearnerLease& Sampler::LearnerLease::operator=(LearnerLease&& other) no
 void Sampler::LearnerLease::release() noexcept {
   // A copy in a forked child leaves the lease alone: it is the parent's.
   if (buffer_ != nullptr && fork_generation_ == detail::fork_generation()) {
-    detail::release_lease(detail::learner_lease_words(buffer_->segment().global_control()), word_);
+    detail::release_lease(detail::learner_slot(buffer_->segment(), slot_).lease, word_);
   }
   buffer_ = nullptr;
 }

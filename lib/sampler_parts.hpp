@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "detail/protocol/episodes.hpp"
+#include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/sampling/gather.hpp"
@@ -69,25 +70,30 @@ class SegmentPriorityTrees final : public detail::PriorityTrees {
 // head); a segment whose counters were damaged (claimed far below head) gives a longer view, which the Inspector
 // reports as corrupt, and which neither the draws (their slot computation) nor total_weight may see: both take
 // their views from here, so total_weight weighs the view that sample draws from.
-inline detail::EnvView snapshot_view(const Segment& b, uint64_t e, View view) noexcept {
+// The online view is the Sampler's learner slot's (`me`).
+inline detail::EnvView snapshot_view(const Segment& b, const detail::LearnerSlotWords& me, uint64_t e,
+                                     View view) noexcept {
   const uint64_t cap = b.capacity();
-  const detail::StepRange r = detail::view_range(b.env_control(e), view, cap);
+  const detail::StepRange r = detail::view_range(b.env_control(e), view, cap, me.online_start(e));
   return {std::max(r.lo, r.hi > cap ? r.hi - cap : 0), r.hi};
 }
 
 // Steps published and not yet overwritten by a completed write, over all envs (a write in progress does not
 // count against the view here): what SampleOptions::min_steps is checked against, once per call
 // (sampler_rounds.cpp).
-uint64_t published_steps(const Segment& b, View view) noexcept;
+uint64_t published_steps(const Segment& b, const detail::LearnerSlotWords& me, View view) noexcept;
 
 // Throws the error of a snapshot with nothing to draw from when the planner can tell it is not a write in
 // progress (Planner::shortfall: every start of the views weighs 0, or a weight is not finite). Returns whether
 // asking again in a later round of the call would only repeat this answer (sampler_checks.cpp).
 bool check_shortfall(detail::Planner& planner, detail::Shortfall found, const Segment& b, const char* op, View view);
 
-// The learner's counters after a call; a sample call's rows (not a peek's) also count for the rate limiter
-// (detail/protocol/rate_limit.hpp), which wakes writers waiting for them (sampler.cpp).
-void count_call(Segment& b, std::size_t rows, bool sample) noexcept;
+// The learner slot's counters after a call (`me`); a sample call's rows (not a peek's) were reserved for the rate
+// limiter before the call drew them (Sampler::wait_for_rate_limit), and now wake the writers waiting for them
+// (detail/protocol/rate_limit.hpp; sampler.cpp).
+// `unreserved`: the rows of a sample call that no reservation counted (all of them without a limiter).
+void count_call(Segment& b, const detail::LearnerSlotWords& me, std::size_t rows, bool sample,
+                std::size_t unreserved = 0) noexcept;
 
 }  // namespace shmreplay::sampler_parts
 
@@ -98,8 +104,9 @@ namespace shmreplay {
 // sampler.hpp does not carry it; a moved Sampler takes it along (the planners point into it, never into the
 // Sampler).
 struct Sampler::Scratch {
-  explicit Scratch(const Buffer& buffer)
-      : starts(buffer.segment()),
+  Scratch(const Buffer& buffer, uint64_t rank)
+      : slot(detail::learner_slot(buffer.segment(), rank)),
+        starts(buffer.segment()),
         trees(buffer.segment()),
         planners(inputs),
         views(static_cast<std::size_t>(buffer.num_envs())),
@@ -119,6 +126,7 @@ struct Sampler::Scratch {
     plain_out.resize(plain_fields.size());
   }
 
+  detail::LearnerSlotWords slot;  // the words of the Sampler's learner slot (layout 1.7)
   SamplerStats stats;
   sampler_parts::SegmentEpisodeStarts starts;
   sampler_parts::SegmentPriorityTrees trees;

@@ -1,6 +1,7 @@
 // The learner's half of the rate limiter (detail/protocol/rate_limit.hpp): a sample call waits until the limiter
-// admits its whole batch; after it drew them, it counts its rows (count_call in lib/sampler.cpp), which lets
-// waiting writers in. The writer's half is
+// admits its whole batch and reserves its rows in the same step (one CAS on the sample count, so that several
+// learners never pass on one margin); after it drew them, count_call (lib/sampler.cpp) wakes the writers waiting
+// for them, and a call that failed gives its rows back. The writer's half is
 // Writer::wait_for_rate_limit (lib/writer_rate_limit.cpp).
 #include <atomic>
 #include <chrono>
@@ -8,11 +9,13 @@
 #include <fmt/format.h>
 
 #include "detail/os/process.hpp"
+#include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "detail/protocol/wake.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/wait.hpp"
+#include "sampler_parts.hpp"
 
 namespace shmreplay {
 
@@ -50,36 +53,38 @@ RateLimitReason Sampler::rate_limit_verdict(std::size_t rows) const noexcept {
       .reason;
 }
 
-void Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t timeout_ms) {
+bool Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t timeout_ms) {
   layout::GlobalControl& g = buffer_->segment().global_control();
   auto settings = detail::load_rate_limit(g);
-  if (!settings) return;
+  if (!settings) return false;
   detail::InsertCounts counts;
   detail::RateLimitVerdict verdict;
-  // The learner is the only writer of `samples`, so what it reads is exact; inserts only grow meanwhile.
+  bool reserved = false;
+  // Admitted means reserved: the verdict and the count are one CAS (try_reserve_samples), so another learner's
+  // reservation between them is seen; inserts only grow meanwhile.
   const auto admitted = [&] {
     settings = detail::load_rate_limit(g);
-    if (!settings) return true;  // the limiter was removed meanwhile
-    counts = detail::count_inserts(buffer_->segment());
-    verdict = detail::sample_verdict(*settings, counts.inserts, counts.stored,
-                                     g.samples.load(std::memory_order_relaxed), rows);
-    return verdict.allowed();
+    if (!settings) return true;  // the limiter was removed meanwhile: nothing reserved, count_call adds the rows
+    verdict = detail::try_reserve_samples(buffer_->segment(), *settings, rows, counts);
+    reserved = verdict.allowed();
+    return reserved;
   };
-  if (admitted()) return;
+  if (admitted()) return reserved;
   g.learner_limited.fetch_add(1, std::memory_order_relaxed);
   bool ok = false;
   if (timeout_ms > 0) {
-    g.learner_waiting_since_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
-    g.learner_waiting_rows.store(rows, std::memory_order_relaxed);
+    const detail::LearnerSlotWords& me = scratch_->slot;
+    me.waiting_since_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
+    me.waiting_rows.store(rows, std::memory_order_relaxed);
     // Cleared however the wait ends, an interrupt (an exception from InterruptCheck) included.
     struct Clear {
-      layout::GlobalControl& g;
-      ~Clear() { g.learner_waiting_rows.store(0, std::memory_order_relaxed); }
-    } clear{g};
-    // Writers wake the learner after each push (notify_waiters), the CLI after a change of the settings.
-    ok = detail::sleep_until(detail::learner_wake(g), deadline_after_ms(timeout_ms), admitted);
+      std::atomic<uint64_t>& rows;
+      ~Clear() { rows.store(0, std::memory_order_relaxed); }
+    } clear{me.waiting_rows};
+    // Writers wake the learners after each push (notify_waiters), the CLI after a change of the settings.
+    ok = detail::sleep_until(detail::learner_wake(g, me.waiters), deadline_after_ms(timeout_ms), admitted);
   }
-  if (ok) return;
+  if (ok) return reserved;
   const uint64_t writers = timeout_ms == 0 ? 0 : detail::count_waiting_writers(buffer_->segment()).count;
   throw Error(Errc::rate_limited,
               timeout_ms == 0

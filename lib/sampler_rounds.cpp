@@ -55,9 +55,9 @@ constexpr uint64_t kResnapshotBytes = uint64_t{1} << 20;
 // Whether any env has published a step at or after the view's base (0, or online_start). False means the view
 // is really empty; true with an empty snapshot means a slot was being rewritten at that instant (a ring of
 // capacity 1), which a redraw gets past.
-bool view_has_published(const Segment& b, View view) noexcept {
+bool view_has_published(const Segment& b, const detail::LearnerSlotWords& me, View view) noexcept {
   for (uint64_t e = 0; e < b.num_envs(); ++e) {
-    if (detail::has_published(b.env_control(e), view)) return true;
+    if (detail::has_published(b.env_control(e), view, me.online_start(e))) return true;
   }
   return false;
 }
@@ -72,10 +72,10 @@ bool writes_in_flight(const Segment& b) noexcept {
 
 }  // namespace
 
-uint64_t sampler_parts::published_steps(const Segment& b, View view) noexcept {
+uint64_t sampler_parts::published_steps(const Segment& b, const detail::LearnerSlotWords& me, View view) noexcept {
   uint64_t total = 0;
   for (uint64_t e = 0; e < b.num_envs(); ++e) {
-    const detail::StepRange r = detail::published_range(b.env_control(e), view, b.capacity());
+    const detail::StepRange r = detail::published_range(b.env_control(e), view, b.capacity(), me.online_start(e));
     total += r.hi - r.lo;
   }
   return total;
@@ -153,7 +153,7 @@ std::size_t Sampler::gather(std::size_t length, SampleBatch& out) noexcept {
 void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, std::size_t length, double power,
                           const SampleOptions& o, Rng& rng, SampleBatch& out) {
   if (o.min_steps > 0) {
-    const uint64_t have = published_steps(buffer_->segment(), view);
+    const uint64_t have = published_steps(buffer_->segment(), scratch_->slot, view);
     if (have < o.min_steps) {
       throw Error(Errc::empty_view,
                   fmt::format("cannot sample the {} view of '{}': it holds {} steps, fewer than min_steps = {}{}",
@@ -213,14 +213,14 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
     }
     for (std::size_t e = 0; e < z.views.size(); ++e) {
       // At most the ring, which the slot computation below needs.
-      z.views[e] = snapshot_view(buffer_->segment(), e, view);
+      z.views[e] = snapshot_view(buffer_->segment(), z.slot, e, view);
       z.hi_base[e] = z.views[e].hi - z.views[e].hi % cap;  // so that a row's slot needs no division (below)
     }
     // Whether the round may go ahead; throws when the view cannot give a row, yields when that may be a write
     // in progress (the view is a step short while a slot is reclaimed).
     const auto usable = [&](bool found) {
       if (found) return true;
-      if (!view_has_published(buffer_->segment(), view)) {
+      if (!view_has_published(buffer_->segment(), z.slot, view)) {
         throw Error(Errc::empty_view, fmt::format("cannot sample the {} view of '{}': it holds no steps{}",
                                                   to_string(view), buffer_->name(),
                                                   view == View::online ? " (nothing was pushed since the last "
@@ -288,7 +288,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
     z.failed.insert(z.failed.end(), z.redraw.begin() + static_cast<std::ptrdiff_t>(i), z.redraw.end());  // deferred
     if (overwritten > 0) {
       retries_ += overwritten;
-      buffer_->segment().global_control().retries.fetch_add(overwritten, std::memory_order_relaxed);
+      z.slot.retries.fetch_add(overwritten, std::memory_order_relaxed);
     }
     if (overwritten > 0 || stalled) {
       ++round;
@@ -337,10 +337,10 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
                                                env_ids[z.failed.front()], buffer_->name(), round + 1));
     }
     retries_ += z.failed.size();
-    buffer_->segment().global_control().retries.fetch_add(z.failed.size(), std::memory_order_relaxed);
+    z.slot.retries.fetch_add(z.failed.size(), std::memory_order_relaxed);
     std::swap(z.redraw, z.failed);
   }
-  count_call(buffer_->segment(), env_ids.size(), /*sample=*/false);
+  count_call(buffer_->segment(), scratch_->slot, env_ids.size(), /*sample=*/false);
 }
 
 }  // namespace shmreplay

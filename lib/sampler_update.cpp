@@ -69,7 +69,7 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
   const uint64_t cap = buffer_->capacity();
   // While the update lock is held the writer cannot claim a new slot, and the slot it may be writing right now
   // (claimed - 1) is outside the steps accepted here.
-  const uint64_t claimed = detail::lock_for_update(c);
+  const uint64_t claimed = detail::lock_for_update(c, rank_);
   // step's slot has not been claimed for step + cap, and (stacked fields, layout 1.6) its frames are intact
   const bool stored = step + cap >= claimed && step >= c.stacks_intact_from.load(std::memory_order_relaxed);
   if (stored) {
@@ -81,7 +81,7 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
         std::memcpy(buffer_->segment().field_data(f) + (env_id * cap + step % cap) * b, fields[f].data, b);
       }
     }
-    buffer_->segment().global_control().steps_updated.fetch_add(1, std::memory_order_relaxed);
+    scratch_->slot.steps_updated.fetch_add(1, std::memory_order_relaxed);
   }
   detail::unlock_update(c, claimed);
   return stored;
@@ -139,7 +139,7 @@ PriorityUpdateResult Sampler::update_priorities(std::span<const uint64_t> env_id
     const uint64_t e = env_ids[i];
     const detail::PriorityTree tree = detail::priority_tree_of(buffer_->segment(), e);
     const double weight = detail::priority_weight(priorities[i], alpha);
-    if (detail::update_priority(tree, buffer_->segment().env_control(e), e, steps[i], weight, g.priority_walk)) {
+    if (detail::update_priority(tree, buffer_->segment().env_control(e), e, steps[i], weight, z.slot.priority_walk)) {
       ++result.applied;
     } else {
       ++result.dropped;

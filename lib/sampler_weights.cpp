@@ -40,11 +40,13 @@ void Sampler::finish_weights(SampleBatch& out, double beta) noexcept {
 double Sampler::total_weight(View view, std::size_t sequence_length, double distribution_power,
                              const SampleOptions& options) {
   check_args("compute the total weight of", 1, sequence_length, distribution_power, options);
-  if (options.min_steps > 0 && sampler_parts::published_steps(buffer_->segment(), view) < options.min_steps) return 0.0;
   Scratch& z = *scratch_;
+  if (options.min_steps > 0 && sampler_parts::published_steps(buffer_->segment(), z.slot, view) < options.min_steps) {
+    return 0.0;
+  }
   const uint64_t cap = buffer_->capacity();
   for (std::size_t e = 0; e < z.views.size(); ++e) {
-    z.views[e] = sampler_parts::snapshot_view(buffer_->segment(), e, view);  // as sample_with
+    z.views[e] = sampler_parts::snapshot_view(buffer_->segment(), z.slot, e, view);  // as sample_with
   }
   // The planner a sample call with these options would use (detail/sampling/planner_table.hpp).
   return z.planners.with(options, sequence_length, [&](detail::Planner& planner) {

@@ -74,6 +74,17 @@ std::atomic<uint64_t>* Segment::priority_tree(uint64_t env) const noexcept {
          env * 2 * g_.priority_leaves;
 }
 
+layout::LearnerSlot* Segment::learner_slot(uint64_t slot) const noexcept {
+  assert(slot >= 1 && slot < g_.max_learners);
+  return std::launder(reinterpret_cast<layout::LearnerSlot*>(base_ + g_.learner_slots_offset)) + (slot - 1);
+}
+
+std::atomic<uint64_t>* Segment::learner_online_starts(uint64_t slot) const noexcept {
+  assert(slot >= 1 && slot < g_.max_learners);
+  return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + g_.learner_online_offset)) +
+         (slot - 1) * g_.num_envs;
+}
+
 const std::atomic<uint64_t>* Segment::step_meta(uint64_t env) const noexcept {
   assert(has_episodes() && env < g_.num_envs);
   return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + g_.step_meta_offset)) + env * g_.capacity;

@@ -116,7 +116,7 @@ SHMREPLAY_ALWAYS_INLINE uint32_t Writer::local_of(uint64_t env_id, const char* o
 
 // Claims the next step of leased env `local` (detail::claim_step: the seqlock's "write begins").
 SHMREPLAY_ALWAYS_INLINE uint64_t Writer::claim(uint32_t local) noexcept {
-  return detail::claim_step(*control_[local], *global_);
+  return detail::claim_step(*control_[local], buffer_->segment());
 }
 
 // Publishes `step` (detail::publish_step: "write ends") and advances the env's slot cursor.

@@ -12,6 +12,7 @@
 
 #include "detail/os/process.hpp"
 #include "detail/protocol/lease.hpp"
+#include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "detail/protocol/wake.hpp"
 #include "shmreplay/error.hpp"
@@ -22,19 +23,41 @@ namespace shmreplay {
 
 namespace {
 
-// What the learner is doing, for the message of a writer that gave up.
-std::string learner_state_text(const layout::GlobalControl& g) {
-  const uint64_t lease = g.learner_lease.load(std::memory_order_relaxed);
-  if (lease == 0) return "no learner is attached";
-  const std::string who = fmt::format("the learner (pid {})", layout::owner_pid(lease));
-  if (!detail::lease_holder_alive(lease)) return who + " is dead";
+// What the learners are doing, for the message of a writer that gave up: the first live learner's state, or why
+// there is none (layout 1.7: any slot's).
+std::string learner_state_text(const Segment& segment) {
+  const layout::GlobalControl& g = segment.global_control();
+  uint64_t lease = 0;
+  uint64_t waiting_rows = 0;
+  uint64_t dead = 0;  // a dead holder's lease word
+  uint64_t live = 0;
+  for (uint64_t slot = 0; slot < segment.max_learners(); ++slot) {
+    const detail::LearnerSlotWords me = detail::learner_slot(segment, slot);
+    const uint64_t l = me.lease.lease.load(std::memory_order_relaxed);
+    if (l == 0) continue;
+    if (!detail::lease_holder_alive(l)) {
+      if (dead == 0) dead = l;
+      continue;
+    }
+    if (live++ == 0) {
+      lease = l;
+      waiting_rows = me.waiting_rows.load(std::memory_order_relaxed);
+    }
+  }
+  if (lease == 0) {
+    return dead != 0 ? fmt::format("the learner (pid {}) is dead", layout::owner_pid(dead)) : "no learner is attached";
+  }
+  const std::string who = live == 1 ? fmt::format("the learner (pid {})", layout::owner_pid(lease))
+                                    : fmt::format("{} learners (pid {}, ...)", live, layout::owner_pid(lease));
   const uint64_t last = g.last_sample_ns.load(std::memory_order_relaxed);
   const uint64_t now = detail::realtime_ns();
-  std::string text = last == 0 ? who + " is alive and has not sampled yet"
-                               : fmt::format("{} is alive and last sampled {:.1f} s ago", who,
+  const char* are = live == 1 ? "is" : "are";
+  std::string text = last == 0 ? fmt::format("{} {} alive and {} not sampled yet", who, are, live == 1 ? "has" : "have")
+                               : fmt::format("{} {} alive and last sampled {:.1f} s ago", who, are,
                                              static_cast<double>(now > last ? now - last : 0) / 1e9);
-  if (const uint64_t rows = g.learner_waiting_rows.load(std::memory_order_relaxed); rows != 0) {
-    text += fmt::format(", and is itself waiting for the limiter to admit {} rows", rows);
+  if (waiting_rows != 0) {
+    text += fmt::format(", and {} itself waiting for the limiter to admit {} rows", live == 1 ? "is" : "one is",
+                        waiting_rows);
   }
   return text;
 }
@@ -86,7 +109,7 @@ void Writer::wait_for_rate_limit(const char* op) {
                           "timeout): {}; {}. Nothing was written. To go on without waiting, set the writer's "
                           "wait_for_rate_limit to false",
                           op, buffer_->name(), k, k == 1 ? "" : "s", options_.rate_limit_timeout_ms, why,
-                          learner_state_text(g)));
+                          learner_state_text(buffer_->segment())));
 }
 
 }  // namespace shmreplay

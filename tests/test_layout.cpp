@@ -17,15 +17,15 @@ using namespace shmreplay::layout;
 
 #pragma GCC diagnostic ignored "-Winvalid-offsetof"
 
-TEST_CASE("the layout version is 1.6 and its magic spells SHMRPLAY") {
+TEST_CASE("the layout version is 1.7 and its magic spells SHMRPLAY") {
   CHECK(kLayoutMajor == 1);
-  CHECK(kLayoutMinor == 6);
+  CHECK(kLayoutMinor == 7);
   const char expected[] = "SHMRPLAY";
   for (int i = 0; i < 8; ++i) CHECK(static_cast<char>((kMagic >> (8 * i)) & 0xff) == expected[i]);
 }
 
-TEST_CASE("layout 1.2: SegmentHeader sizes and offsets are pinned") {
-  CHECK(sizeof(SegmentHeader) == 256);
+TEST_CASE("layout 1.7: SegmentHeader sizes and offsets are pinned") {
+  CHECK(sizeof(SegmentHeader) == 320);  // 1.7: one line more, for the ninth section and max_learners
   CHECK(offsetof(SegmentHeader, magic) == 0);
   CHECK(offsetof(SegmentHeader, layout_major) == 8);
   CHECK(offsetof(SegmentHeader, layout_minor) == 12);
@@ -44,8 +44,10 @@ TEST_CASE("layout 1.2: SegmentHeader sizes and offsets are pinned") {
   CHECK(offsetof(SegmentHeader, priority_exponent_bits) == 112);
   CHECK(offsetof(SegmentHeader, stack_continuity) == 120);  // 1.6: was reserved0
   CHECK(offsetof(SegmentHeader, sections) == 128);
+  CHECK(offsetof(SegmentHeader, max_learners) == 272);  // 1.7
+  CHECK(offsetof(SegmentHeader, reserved) == 280);
   CHECK(sizeof(SectionDesc) == 16);
-  CHECK(kMaxSections == 8);
+  CHECK(kMaxSections == 9);
   CHECK(kSectionFields == 0);
   CHECK(kSectionEnvs == 1);
   CHECK(kSectionData == 2);
@@ -53,8 +55,9 @@ TEST_CASE("layout 1.2: SegmentHeader sizes and offsets are pinned") {
   CHECK(kSectionEpisodes == 4);
   CHECK(kSectionStepMeta == 5);
   CHECK(kSectionEpisodeQueues == 6);
-  CHECK(kSectionsUsed == 8);
+  CHECK(kSectionsUsed == 9);
   CHECK(kSectionPriorities == 7);
+  CHECK(kSectionLearners == 8);  // 1.7
 }
 
 TEST_CASE("layout 1.2: FieldDesc sizes and offsets are pinned") {
@@ -117,6 +120,7 @@ TEST_CASE("layout 1.2: GlobalControl puts the learner lease, its counters and th
   CHECK(offsetof(GlobalControl, steps_updated) == 96);
   CHECK(offsetof(GlobalControl, wake_seq) == 128);
   CHECK(offsetof(GlobalControl, waiters) == 136);
+  CHECK(offsetof(GlobalControl, slot0_waiters) == 144);  // 1.7: was pad2[0]
   CHECK(offsetof(GlobalControl, max_priority) == 192);
   CHECK(offsetof(GlobalControl, priority_walk) == 200);
   CHECK(offsetof(GlobalControl, priority_updates) == 208);
@@ -145,6 +149,56 @@ TEST_CASE("layout 1.2: GlobalControl puts the learner lease, its counters and th
   CHECK(offsetof(LimiterSlot, max_diff) == 32);
   CHECK(offsetof(LimiterSlot, error_offset) == 40);
   CHECK(kUpdateLockBit == (1ull << 63));
+}
+
+TEST_CASE("layout 1.7: a learner slot and the update lock's owner bits are pinned") {
+  CHECK(kMaxLearners == 64);
+  CHECK(sizeof(LearnerSlot) == 192);
+  CHECK(alignof(LearnerSlot) == 64);
+  CHECK(offsetof(LearnerSlot, lease) == 0);
+  CHECK(offsetof(LearnerSlot, start_ticks) == 8);
+  CHECK(offsetof(LearnerSlot, since_ns) == 16);
+  CHECK(offsetof(LearnerSlot, takeovers) == 24);
+  CHECK(offsetof(LearnerSlot, rows_sampled) == 64);
+  CHECK(offsetof(LearnerSlot, sample_calls) == 72);
+  CHECK(offsetof(LearnerSlot, retries) == 80);
+  CHECK(offsetof(LearnerSlot, online_resets) == 88);
+  CHECK(offsetof(LearnerSlot, steps_updated) == 96);
+  CHECK(offsetof(LearnerSlot, priority_walk) == 128);
+  CHECK(offsetof(LearnerSlot, waiting_rows) == 136);
+  CHECK(offsetof(LearnerSlot, waiting_since_ns) == 144);
+  CHECK(offsetof(LearnerSlot, waiters) == 152);
+  CHECK(kUpdateOwnerShift == 56);
+  CHECK(kClaimMask == (1ull << 56) - 1);
+  CHECK(update_lock_bits(0) == kUpdateLockBit);
+  CHECK(update_lock_bits(63) == (kUpdateLockBit | (63ull << 56)));
+  CHECK(update_lock_owner(12345 | update_lock_bits(5)) == 5);
+}
+
+TEST_CASE("a segment with several learner slots places them between the global section and the data") {
+  const std::string name = test::unique_name("layout-learners");
+  test::SegmentGuard guard(name);
+  const Schema schema = Schema::parse("obs:f32[3] done:bool action:i64[2]");
+  const Buffer b = Buffer::create(name, 5, 7, schema, {.max_learners = 4});
+  const SegmentHeader& h = b.segment().header();
+  CHECK(h.max_learners == 4);
+  CHECK(b.max_learners() == 4);
+  // The global section ends at 320 + 3 * 192 + 5 * 192 + 576 = 2432; three slots of 192 bytes, then their online
+  // starts, 3 slots x 5 envs x 8 bytes.
+  CHECK(h.sections[kSectionLearners].offset == 2432);
+  CHECK(h.sections[kSectionLearners].bytes == 3 * 192 + 3 * 5 * 8);
+  CHECK(reinterpret_cast<const std::byte*>(b.segment().learner_slot(1)) ==
+        reinterpret_cast<const std::byte*>(&h) + 2432);
+  CHECK(reinterpret_cast<const std::byte*>(b.segment().learner_online_starts(2)) ==
+        reinterpret_cast<const std::byte*>(&h) + 2432 + 3 * 192 + 5 * 8);
+  CHECK(h.sections[kSectionData].offset == 4096);  // still the next page
+  // One learner: an empty section, nothing else moves.
+  const std::string one = test::unique_name("layout-one-learner");
+  test::SegmentGuard guard_one(one);
+  const Buffer c = Buffer::create(one, 5, 7, schema);
+  CHECK(c.segment().header().max_learners == 1);
+  CHECK(c.segment().header().sections[kSectionLearners].bytes == 0);
+  CHECK(c.segment().header().sections[kSectionLearners].offset == 0);
 }
 
 TEST_CASE("layout 1.2: the episode sections' structs, meta bits and codes are pinned") {
@@ -202,11 +256,11 @@ TEST_CASE("a created segment places its sections as the layout says") {
   CHECK(h.step_bytes == 12 + 1 + 16);
   // Field table right after the header; env table and global block on the next cache lines; data on the next
   // page.
-  CHECK(h.sections[kSectionFields].offset == 256);
+  CHECK(h.sections[kSectionFields].offset == 320);
   CHECK(h.sections[kSectionFields].bytes == 3 * 192);
-  CHECK(h.sections[kSectionEnvs].offset == 256 + 3 * 192);
+  CHECK(h.sections[kSectionEnvs].offset == 320 + 3 * 192);
   CHECK(h.sections[kSectionEnvs].bytes == 5 * 192);
-  CHECK(h.sections[kSectionGlobal].offset == 256 + 3 * 192 + 5 * 192);
+  CHECK(h.sections[kSectionGlobal].offset == 320 + 3 * 192 + 5 * 192);
   CHECK(h.sections[kSectionGlobal].bytes == 576);
   CHECK(h.sections[kSectionData].offset == 4096);
   // Each field's storage is [5 envs][7 steps][bytes], 64-byte aligned, in schema order.
@@ -237,7 +291,7 @@ TEST_CASE("a segment with episode fields places the episode sections after the d
   const Schema schema = Schema::parse("obs:f32[3] done:bool action:i64[2] reward:f32");
   const Buffer b = Buffer::create(name, 5, 7, schema, {.episodes = {.done = "done", .reward = "reward"}});
   const SegmentHeader& h = b.segment().header();
-  CHECK(h.num_sections == 8);
+  CHECK(h.num_sections == 9);
   CHECK(h.episode_queue_capacity == 128);
   // Data: 448 + 64 + 576 (5*7*16 = 560 rounded) + 5*7*4 = 140 -> [4096, 5324); the episode sections follow, each
   // on a cache line.

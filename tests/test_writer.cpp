@@ -372,7 +372,7 @@ TEST_CASE("one learner at a time: a live learner's lease is refused, a dead one'
   {
     Sampler s(f.buf);
     CHECK(error_of([&] { Sampler t(f.buf); }, &msg) == static_cast<int>(Errc::lease_held));
-    CHECK(msg.find("this process already has a Sampler") != std::string::npos);
+    CHECK(msg.find("this process already holds its learner through another Sampler") != std::string::npos);
   }
   LeaseHolder holder(f.guard.name(), {}, /*learner=*/true);
   CHECK(error_of([&] { Sampler t(f.buf); }, &msg) == static_cast<int>(Errc::lease_held));

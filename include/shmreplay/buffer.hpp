@@ -81,6 +81,10 @@ struct CreateOptions {
   /// the bytes (the default: exact whatever the env does), or trust the episode flags (needs episode fields; a
   /// push then reads and writes one frame of each stack). Only with a stacked field.
   StackContinuity stack_continuity = StackContinuity::compare;
+  /// Learner processes that may sample the buffer at once (layout 1.7), 1 to layout::kMaxLearners (64): one learner
+  /// slot each, which a Sampler takes (SamplerOptions::rank: a GPU rank's slot). Each slot costs 192 bytes and 8
+  /// bytes per env; 1, the default, is the buffer a single learner has always had.
+  uint64_t max_learners = 1;
   /// Fault the segment's pages in at creation (see Populate): madvise(MADV_POPULATE_WRITE) in 64 MiB chunks, or,
   /// on kernels without it (before Linux 5.14), a write of zero to each page. Done before the segment is linked
   /// under its name, so it changes no guarantee of create(); it moves the page-zeroing cost from the first writer to
@@ -207,6 +211,8 @@ class Buffer {
   uint64_t episode_queue_capacity() const noexcept { return segment_.episode_queue_capacity(); }
   /// Whether the buffer has priorities, and their exponent alpha (0 without).
   bool has_priorities() const noexcept { return segment_.has_priorities(); }
+  /// Learner processes that may sample at once, one per learner slot (CreateOptions::max_learners; layout 1.7).
+  uint64_t max_learners() const noexcept { return segment_.max_learners(); }
   /// How writers tell that a stacked field's stack continues the previous step's (CreateOptions::stack_continuity).
   StackContinuity stack_continuity() const noexcept { return segment_.stack_continuity(); }
   /// Alpha, the priority exponent (a sampling weight is priority^alpha); 0 without priorities.

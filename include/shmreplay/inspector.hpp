@@ -59,6 +59,7 @@ struct EnvInfo {
 
 /// The learner (the Sampler holding the learner lease) and its counters.
 struct LearnerInfo {
+  uint64_t slot = 0;            ///< the learner slot (layout 1.7; SegmentInfo::learner: the slot it names)
   OwnerState state = OwnerState::none;  ///< whether a learner holds the lease, and whether it lives
   uint64_t pid = 0;             ///< its pid; 0 when none
   uint64_t start_ticks = 0;     ///< its start time (clock ticks after boot)
@@ -69,7 +70,8 @@ struct LearnerInfo {
   uint64_t retries = 0;         ///< rows redrawn because writers overwrote them during the copy
   uint64_t online_resets = 0;   ///< calls of Sampler::reset_online_queue
   uint64_t steps_updated = 0;   ///< steps rewritten by Sampler::update and try_update
-  uint64_t waiters = 0;         ///< learners blocked in wait() right now
+  uint64_t waiters = 0;         ///< learners blocked in wait() or on the rate limiter right now
+  uint64_t waiting_rows = 0;    ///< rows of its sample call waiting for the rate limiter now; 0 when none
 };
 
 /// Everything Inspector::snapshot() reads from a segment: geometry, creation record, per-env and learner state,
@@ -98,7 +100,12 @@ struct SegmentInfo {
   uint64_t replay_steps = 0;   ///< sum of lengths
   uint64_t online_steps = 0;   ///< sum of online lengths
   uint64_t live_writers = 0;   ///< distinct alive lease holders
-  LearnerInfo learner;         ///< the learner's lease and counters
+  /// Every learner together: counters summed over the slots; state, pid, start_ticks and since_ns of the first
+  /// slot held by a live learner (else the first held slot, else none); slot that slot's. In a one-learner buffer,
+  /// exactly its learner.
+  LearnerInfo learner;
+  std::vector<LearnerInfo> learners;  ///< each learner slot, slot 0 first (layout 1.7: max_learners of them)
+  uint64_t live_learners = 0;         ///< slots held by a live learner
   // Episodes (layout 1.2): the fields with episode roles, and totals over envs.
   EpisodeFieldIndices episode_fields;  ///< schema indices of done / terminated / truncated / reward
   uint64_t episode_queue_capacity = 0; ///< records per env's queue; 0 without episode fields

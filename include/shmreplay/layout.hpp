@@ -3,12 +3,13 @@
 // One buffer is one file, /dev/shm/<name> (the directory can be changed with SHMREPLAY_SHM_DIR), laid out as:
 //
 //   offset 0 ---------> +--------------------------------------------------+
-//                       | SegmentHeader                          256 bytes |
+//                       | SegmentHeader                          320 bytes |
 //                       |   magic "SHMRPLAY", layout major.minor,          |
 //                       |   header_bytes, total_bytes, state (ready last), |
 //                       |   num_envs, capacity, num_fields, step_bytes,    |
 //                       |   creator pid + start ticks, creation time,      |
-//                       |   section table: {offset, bytes} x kMaxSections  |
+//                       |   section table: {offset, bytes} x kMaxSections, |
+//                       |   max_learners (1.7)                             |
 //   sections[kFields] > +--------------------------------------------------+
 //                       | FieldDesc[num_fields]              192 bytes each |
 //                       |   name, dtype, shape, step bytes, data offset    |
@@ -30,6 +31,14 @@
 //                       |   line 6, rate limiter, writers: admissions,     |
 //                       |     re-check promise (1.5)                       |
 //                       |   lines 7-8, rate limiter settings, two slots    |
+//                       |   (lines 0, 1 and the walk and waiting words of  |
+//                       |   lines 2, 3, 5 are learner slot 0's)            |
+//   Since 1.7, only in a buffer created with max_learners > 1; 0 bytes otherwise:
+//   sections[kLearners] +--------------------------------------------------+ 64-byte aligned
+//                       | LearnerSlot[max_learners - 1]  3 lines (192 B)   |
+//                       |   slots 1.. : lease, counters, walk and waits    |
+//                       | online_start[max_learners - 1][num_envs] u64     |
+//                       |   each slot's online-queue start per env         |
 //   sections[kData] --> +--------------------------------------------------+ 4096-byte aligned
 //                       | field 0: [num_envs][capacity][field 0 bytes]     |
 //                       | field 1: [num_envs][capacity][field 1 bytes]     | each field 64-byte aligned
@@ -90,6 +99,13 @@
 //   [index - K + 1, index] of its env's ring, frame f in slot f % stack_frames. EnvControl::stacks_intact_from
 //   (a padding word before) bounds the steps whose frames are intact. A buffer without stacked fields has exactly
 //   the size and placement it had in 1.5 (docs/design/stacks.md).
+// - 1.7 admits up to max_learners learner processes (docs/design/learners.md). Learner slot 0 is the 1.6 learner's
+//   words (GlobalControl's lease, counters, priority_walk, learner_waiting_*, and EnvControl::online_start), slot 0's
+//   own sleeper count is GlobalControl::slot0_waiters; slots 1 to max_learners - 1 live in the learner section. The
+//   update lock names its holder: bits 56-62 of `claimed` hold the slot (kUpdateOwnerShift), the step count keeps
+//   the low 56 bits (kClaimMask). The header grew by one cache line (the section table's ninth entry and
+//   max_learners), and num_sections is 9, which a 1.6 library refuses (it reads at most 8): a 1.6 learner or writer
+//   would neither respect another slot's lock nor see the owner bits.
 // The layout-pinning test (tests/test_layout.cpp) fixes every size and offset below to kLayoutMajor.kLayoutMinor:
 // change one and that test tells you to bump the version.
 #pragma once
@@ -105,7 +121,7 @@ namespace shmreplay::layout {
 inline constexpr uint64_t kMagic = 0x59414c50524d4853ull;  ///< the bytes "SHMRPLAY" read as little-endian u64
 /// The layout's major version: open() refuses a segment of another (Errc::version_mismatch).
 inline constexpr uint32_t kLayoutMajor = 1;
-inline constexpr uint32_t kLayoutMinor = 6;  ///< 1.1 added the global section and update_seq; 1.2 the episode
+inline constexpr uint32_t kLayoutMinor = 7;  ///< 1.1 added the global section and update_seq; 1.2 the episode
                                              ///< sections, FieldDesc::role, episode_queue_capacity; 1.3 the
                                              ///< priority trees, priority_exponent_bits, the priority line; 1.4
                                              ///< the rate limiter (GlobalControl lines 4-8, EnvControl's
@@ -113,7 +129,9 @@ inline constexpr uint32_t kLayoutMinor = 6;  ///< 1.1 added the global section a
                                              ///< re-check promise (limiter_waiting_since_ns,
                                              ///< writer_recheck_by_ns); 1.6 stacked fields (FieldDesc::stack,
                                              ///< stack_frames, stack_index_offset; EnvControl's
-                                             ///< stacks_intact_from)
+                                             ///< stacks_intact_from); 1.7 learner slots
+                                             ///< (SegmentHeader::max_learners, the learner section,
+                                             ///< LearnerSlot, the update lock's owner bits, slot0_waiters)
 
 /// SegmentHeader::state while the creator initialises the segment (open() waits, then throws not_ready).
 inline constexpr uint64_t kStateInitializing = 0;
@@ -139,9 +157,12 @@ enum SectionIndex : uint32_t {
   kSectionEpisodeQueues = 6,  ///< EpisodeRecordSlot[num_envs][episode_queue_capacity] (since 1.2; idem)
   kSectionPriorities = 7,     ///< std::atomic<uint64_t>[num_envs][2 * bit_ceil(capacity)] sum trees (since 1.3;
                               ///< 0 bytes without priorities)
-  kSectionsUsed = 8,   ///< sections this minor version defines; the rest of the table is zero
+  kSectionLearners = 8,       ///< LearnerSlot[max_learners - 1], then std::atomic<uint64_t>[max_learners - 1]
+                              ///< [num_envs] online starts (since 1.7; 0 bytes with one learner)
+  kSectionsUsed = 9,   ///< sections this minor version defines; the rest of the table is zero
 };
-inline constexpr std::size_t kMaxSections = 8;  ///< entries of the section table
+inline constexpr std::size_t kMaxSections = 9;  ///< entries of the section table
+inline constexpr uint64_t kMaxLearners = 64;    ///< learner slots of a segment, at most (1.7)
 
 /// One entry of the section table: where a section lies in the segment.
 struct SectionDesc {
@@ -149,7 +170,7 @@ struct SectionDesc {
   uint64_t bytes;   ///< its length (0 for a section this segment does not have)
 };
 
-/// The segment's first 256 bytes: identity, geometry, the creation record and the section table.
+/// The segment's first 320 bytes: identity, geometry, the creation record and the section table.
 struct SegmentHeader {
   // -- cache line 0: identity and geometry, written once before `state` turns ready --
   uint64_t magic;                ///< kMagic
@@ -172,8 +193,10 @@ struct SegmentHeader {
                                     ///< (1.3; alpha = 0 is stored as -0.0, so 0 always means "none")
   uint64_t stack_continuity;  ///< (1.6) a StackContinuity code: how writers tell that a stacked field's stack
                               ///< continues the previous step's (0, compare, also in a buffer without stacks)
-  // -- cache lines 2-3: the section table --
+  // -- cache lines 2-4: the section table (1.7: nine entries, the header grew by a line), then the learner count --
   SectionDesc sections[kMaxSections];  ///< indexed by SectionIndex; entries past num_sections are zero
+  uint64_t max_learners;  ///< (1.7) learner slots: learner processes that may sample at once, 1 to kMaxLearners
+  uint64_t reserved[5];   ///< reserved for a later minor version; zero
 };
 
 /// One entry of the field table. Unused dims are 0; the name is NUL-padded.
@@ -217,15 +240,27 @@ constexpr uint64_t owner_pid(uint64_t lease) noexcept { return lease >> 32; }
 /// The low 32 bits of the start ticks of a lease word (pack_owner()).
 constexpr uint64_t owner_start_low(uint64_t lease) noexcept { return lease & 0xffffffffull; }
 
-/// Bit 63 of EnvControl::claimed: the learner's update lock. While it is set, the env's writer does not claim a
-/// new slot (it spins on the word); the step counts stay in the low 63 bits.
+/// Bit 63 of EnvControl::claimed: a learner's update lock. While it is set, the env's writer does not claim a
+/// new slot (it spins on the word). Bits 56-62 hold the learner slot that holds the lock (1.7), so that a
+/// takeover of one slot releases only that slot's locks; the step count is the low 56 bits (kClaimMask: 2^56
+/// steps of one env is 2,000 years at a million steps a second).
 inline constexpr uint64_t kUpdateLockBit = 1ull << 63;
+inline constexpr uint64_t kUpdateOwnerShift = 56;  ///< (1.7) the lock holder's slot, in bits 56-62 of claimed
+inline constexpr uint64_t kClaimMask = (1ull << kUpdateOwnerShift) - 1;  ///< (1.7) the step count in claimed
+/// claimed's lock bits for learner slot `slot` (1.7): the lock bit and the holder's slot.
+constexpr uint64_t update_lock_bits(uint64_t slot) noexcept { return kUpdateLockBit | (slot << kUpdateOwnerShift); }
+/// The slot that holds the update lock of a claimed word whose kUpdateLockBit is set (1.7).
+constexpr uint64_t update_lock_owner(uint64_t claimed) noexcept {
+  return (claimed & ~kUpdateLockBit) >> kUpdateOwnerShift;
+}
+static_assert(kMaxLearners <= (1ull << (63 - kUpdateOwnerShift)), "every learner slot fits the lock's owner bits");
 
 /// Per-env control block. Each line is written by one role, so that roles never share a written cache line.
 struct alignas(kCacheLineBytes) EnvControl {
   // -- cache line 0: written by the env's writer on every push --
-  std::atomic<uint64_t> claimed;       ///< steps whose write has begun (low 63 bits); head <= claimed <= head + 1;
-                                       ///< kUpdateLockBit while the learner updates a stored step
+  std::atomic<uint64_t> claimed;       ///< steps whose write has begun (low 56 bits, kClaimMask); head <= claimed
+                                       ///< <= head + 1; kUpdateLockBit and the holder's slot while a learner
+                                       ///< updates a stored step (update_lock_bits)
   std::atomic<uint64_t> head;          ///< steps published since creation; slot of step s is s % capacity
   std::atomic<uint64_t> last_push_ns;  ///< CLOCK_REALTIME of the last publish (0: never); informational
   std::atomic<uint64_t> limiter_reserved;  ///< (1.4) steps of this env counted by the rate limiter's admissions:
@@ -241,9 +276,11 @@ struct alignas(kCacheLineBytes) EnvControl {
                                              ///< writer before the frame stores, as `claimed` before the slot's);
                                              ///< 0 without stacked fields
   uint64_t pad0[2];  ///< padding to the end of the cache line
-  // -- cache line 1: written by the learner --
-  std::atomic<uint64_t> online_start;  ///< head at the last reset of the online queue
-  std::atomic<uint64_t> update_seq;    ///< odd while the learner rewrites a stored step of this env (seqlock)
+  // -- cache line 1: written by the learners --
+  std::atomic<uint64_t> online_start;  ///< learner slot 0's: head at its last reset of the online queue (the other
+                                       ///< slots' are in the learner section, 1.7)
+  std::atomic<uint64_t> update_seq;    ///< odd while a learner (the update lock's holder) rewrites a stored step
+                                       ///< of this env, or a checkpoint load the env (seqlock)
   uint64_t pad1[6];  ///< padding to the end of the cache line
   // -- cache line 2: the owner lease, written when a writer takes, releases or takes over the env --
   std::atomic<uint64_t> lease;              ///< pack_owner(pid, start ticks) of the owner, 0 when free
@@ -265,15 +302,15 @@ struct alignas(kCacheLineBytes) LimiterSlot {
   uint64_t reserved[2];  ///< reserved for a later minor version; zero
 };
 
-/// Segment-wide control block: the learner's lease and counters, and the word writers wake waiters on.
+/// Segment-wide control block: learner slot 0's lease and counters, and the word writers wake waiters on.
 struct alignas(kCacheLineBytes) GlobalControl {
-  // -- cache line 0: the learner lease (one learner per segment), written when a learner attaches or leaves --
+  // -- cache line 0: learner slot 0's lease, written when a learner attaches to slot 0 or leaves it --
   std::atomic<uint64_t> learner_lease;        ///< pack_owner(pid, start ticks) of the learner, 0 when none
   std::atomic<uint64_t> learner_start_ticks;  ///< the learner's full start ticks
   std::atomic<uint64_t> learner_since_ns;     ///< CLOCK_REALTIME when the lease was taken
   std::atomic<uint64_t> learner_takeovers;    ///< how often a dead learner's lease was taken over
   uint64_t pad0[4];  ///< padding to the end of the cache line
-  // -- cache line 1: the learner's counters, written by the learner after each call; informational --
+  // -- cache line 1: learner slot 0's counters, written by its learner after each call; informational --
   std::atomic<uint64_t> rows_sampled;   ///< rows (sequences) returned by sample calls and peeks
   std::atomic<uint64_t> sample_calls;   ///< sample calls (and peeks) that returned
   std::atomic<uint64_t> retries;        ///< rows redrawn because a writer overwrote them during the copy
@@ -282,14 +319,16 @@ struct alignas(kCacheLineBytes) GlobalControl {
   uint64_t pad1[3];  ///< padding to the end of the cache line
   // -- cache line 2: blocking waits. The low 32 bits of wake_seq are a shared futex word. --
   std::atomic<uint64_t> wake_seq;  ///< bumped by a writer after publishing when waiters != 0
-  std::atomic<uint64_t> waiters;   ///< processes sleeping on wake_seq
-  uint64_t pad2[6];  ///< padding to the end of the cache line
+  std::atomic<uint64_t> waiters;   ///< learners sleeping on wake_seq, every slot's
+  std::atomic<uint64_t> slot0_waiters;  ///< (1.7) ... of them learner slot 0's (a takeover subtracts a dead
+                                        ///< slot's own count from `waiters`)
+  uint64_t pad2[5];  ///< padding to the end of the cache line
   // -- cache line 3: priorities (since 1.3; zeros without) --
   std::atomic<uint64_t> max_priority;      ///< f64 bits: the largest priority ever given; new steps enter at it.
                                            ///< Raised by writers and the learner with a CAS, rarely written
-  std::atomic<uint64_t> priority_walk;     ///< the learner's tree walk in progress: ((env + 1) << 40) | slot, 0
+  std::atomic<uint64_t> priority_walk;     ///< learner slot 0's tree walk in progress: ((env + 1) << 40) | slot, 0
                                            ///< when none; a learner taking over a dead one's lease redoes it
-  std::atomic<uint64_t> priority_updates;  ///< priorities the learner set (update_priorities)
+  std::atomic<uint64_t> priority_updates;  ///< priorities the learners set (update_priorities), every slot's
   std::atomic<uint64_t> priority_updates_dropped;  ///< ... refused because the step had been overwritten
   uint64_t reserved[4];  ///< reserved for a later minor version; zero
   // -- cache line 4: which of the rate limiter's two settings slots (lines 7-8) is in force (since 1.4). A
@@ -299,12 +338,14 @@ struct alignas(kCacheLineBytes) GlobalControl {
   std::atomic<uint64_t> limiter_writer;   ///< pack_owner() of the process rewriting the settings, 0 when none
   std::atomic<uint64_t> limiter_changes;  ///< how often the settings were changed after creation
   uint64_t reserved4[5];  ///< reserved for a later minor version; zero
-  // -- cache line 5: rate limiter, written by the learner --
-  std::atomic<uint64_t> samples;              ///< rows the limiter admitted (sample calls; not peeks)
+  // -- cache line 5: rate limiter, written by the learners --
+  std::atomic<uint64_t> samples;              ///< rows the limiter admitted, every slot's (sample calls; not
+                                              ///< peeks): reserved by CAS before a call draws (1.7)
   std::atomic<uint64_t> last_sample_ns;       ///< CLOCK_REALTIME of the last admitted sample call (0: never)
   std::atomic<uint64_t> writer_wake_seq;      ///< low 32 bits: the futex word waiting writers sleep on
-  std::atomic<uint64_t> learner_waiting_rows; ///< rows of the sample call waiting for the limiter; 0 when none
-  std::atomic<uint64_t> learner_waiting_since_ns;  ///< CLOCK_REALTIME when that wait began
+  std::atomic<uint64_t> learner_waiting_rows; ///< slot 0's: rows of its sample call waiting for the limiter; 0
+                                              ///< when none
+  std::atomic<uint64_t> learner_waiting_since_ns;  ///< slot 0's: CLOCK_REALTIME when that wait began
   std::atomic<uint64_t> learner_limited;      ///< sample calls the limiter held back (waited or refused)
   uint64_t reserved5[2];  ///< reserved for a later minor version; zero
   // -- cache line 6: rate limiter, written by writers that wait for it --
@@ -319,6 +360,39 @@ struct alignas(kCacheLineBytes) GlobalControl {
   uint64_t reserved6[3];  ///< reserved for a later minor version; zero
   // -- cache lines 7-8: the rate limiter's settings, two slots (limiter_index says which is in force) --
   LimiterSlot limiter_slots[2];  ///< the settings; limiter_index's low bit says which slot is in force
+};
+
+// -- Learner slots (since 1.7) ---------------------------------------------------------------------------------
+//
+// A buffer created with max_learners = N admits N learner processes at once, each holding one slot's lease. Slot 0
+// is the words a one-learner buffer has always had (GlobalControl lines 0-1, priority_walk, learner_waiting_rows
+// and _since_ns, slot0_waiters; EnvControl::online_start); slots 1 to N - 1 are a LearnerSlot each in the learner
+// section, followed by their online starts, online_start[N - 1][num_envs]. Everything a slot holds is written by
+// its learner only (and repaired by the one that takes a dead holder's slot over), so learners never share a
+// written line except GlobalControl's totals (samples, waiters, priority_updates), which they change with
+// read-modify-writes. detail/protocol/learner_slots.hpp reads the words of any slot.
+
+/// One learner slot past slot 0 (1.7): the words of GlobalControl lines 0-1 and the slot's walk and waits.
+struct alignas(kCacheLineBytes) LearnerSlot {
+  // -- cache line 0: the slot's lease, written when a learner attaches to the slot or leaves it --
+  std::atomic<uint64_t> lease;        ///< pack_owner(pid, start ticks) of the slot's learner, 0 when none
+  std::atomic<uint64_t> start_ticks;  ///< the learner's full start ticks
+  std::atomic<uint64_t> since_ns;     ///< CLOCK_REALTIME when the lease was taken
+  std::atomic<uint64_t> takeovers;    ///< how often a dead learner's lease of the slot was taken over
+  uint64_t pad0[4];  ///< padding to the end of the cache line
+  // -- cache line 1: the slot's counters, written by its learner after each call; informational --
+  std::atomic<uint64_t> rows_sampled;   ///< as GlobalControl's, for this slot
+  std::atomic<uint64_t> sample_calls;   ///< ...
+  std::atomic<uint64_t> retries;        ///< ...
+  std::atomic<uint64_t> online_resets;  ///< ...
+  std::atomic<uint64_t> steps_updated;  ///< ...
+  uint64_t pad1[3];  ///< padding to the end of the cache line
+  // -- cache line 2: the slot's tree walk and waits --
+  std::atomic<uint64_t> priority_walk;     ///< as GlobalControl::priority_walk, for this slot's walks
+  std::atomic<uint64_t> waiting_rows;      ///< as GlobalControl::learner_waiting_rows, for this slot
+  std::atomic<uint64_t> waiting_since_ns;  ///< as GlobalControl::learner_waiting_since_ns, for this slot
+  std::atomic<uint64_t> waiters;           ///< this slot's learners sleeping on wake_seq (counted in waiters too)
+  uint64_t pad2[4];  ///< padding to the end of the cache line
 };
 
 // -- Episodes (since 1.2) ---------------------------------------------------------------------------------------
@@ -396,7 +470,10 @@ struct EpisodeRecordSlot {
 inline constexpr uint64_t kDefaultEpisodeQueueCapacity = 128;  ///< records per env, when not given
 inline constexpr uint64_t kMaxEpisodeQueueCapacity = 1ull << 24;  ///< records per env, at most
 
-static_assert(sizeof(SegmentHeader) == 256, "SegmentHeader is 4 cache lines; changing it changes the layout");
+static_assert(sizeof(SegmentHeader) == 320, "SegmentHeader is 5 cache lines; changing it changes the layout");
+static_assert(sizeof(LearnerSlot) == 3 * kCacheLineBytes && offsetof(LearnerSlot, rows_sampled) == kCacheLineBytes &&
+                  offsetof(LearnerSlot, priority_walk) == 2 * kCacheLineBytes,
+              "a learner slot is 3 cache lines: its lease, its counters, its walk and waits");
 static_assert(offsetof(SegmentHeader, sections) % kCacheLineBytes == 0, "the section table starts a cache line");
 static_assert(sizeof(FieldDesc) == 192, "FieldDesc is 3 cache lines; changing it changes the layout");
 static_assert(sizeof(EnvControl) == 3 * kCacheLineBytes, "EnvControl is 3 cache lines, one per writing role");

@@ -72,8 +72,9 @@ struct RateLimitState {
   uint64_t stored = 0;              ///< steps stored now (the replay view)
   double error = 0;                 ///< inserts * samples_per_insert - samples (+ an offset after a change of the
                                     ///< settings, which restarts it at the middle of the new bounds); 0 without
-  uint64_t learner_waiting_rows = 0;      ///< rows of a sample call waiting now; 0 when none
-  uint64_t learner_waiting_since_ns = 0;  ///< CLOCK_REALTIME when it began
+  uint64_t learner_waiting_rows = 0;      ///< rows of the sample calls waiting now, every learner's; 0 when none
+  uint64_t learner_waiting_since_ns = 0;  ///< CLOCK_REALTIME when the earliest of them began
+  uint64_t learners_waiting = 0;          ///< learners whose sample call waits now (layout 1.7: one per slot)
   uint64_t writer_waiters = 0;            ///< writers waiting now (a writer that died while it waited is not counted)
   uint64_t writer_waiting_since_ns = 0;   ///< CLOCK_REALTIME when the first of them began (when writer_waiters > 0)
   uint64_t last_sample_ns = 0;      ///< CLOCK_REALTIME of the last admitted sample call; 0: never

@@ -1,9 +1,14 @@
 // shmreplay/sampler.hpp: the learner's view of a buffer: sample sequences, the online queue, peek, update.
 //
-// Who calls it: the learner process, one Sampler per segment. Constructing a Sampler takes the segment's
-// learner lease (pid plus start time, like an env lease): a second live learner gets Errc::lease_held naming the
-// first; a dead learner's lease is taken over. The learner owns the online queue (reset_online_queue) and is the
-// only process that rewrites stored steps (try_update).
+// Who calls it: the learner processes, one Sampler each. A buffer admits CreateOptions::max_learners learners at
+// once (1 unless created with more; layout 1.7), one per learner slot: constructing a Sampler takes a slot's lease
+// (pid plus start time, like an env lease), the one SamplerOptions::rank names or the first free one; a slot held
+// by a live learner gets Errc::lease_held naming it, a dead learner's slot is taken over (and what it left half
+// done is repaired). Each learner has its own online queue (reset_online_queue), its own counters, and its own
+// random stream (rank_rng); rows, updates, priorities and the rate limiter are shared: every learner's
+// samples count against one limiter, try_update and update_priorities may come from any learner (the update lock
+// excludes two learners' updates of one env; of two priority updates of one step the later wins), and each
+// completed-episode record reaches exactly one learner (docs/design/learners.md).
 //
 // Views, per env e with `head` steps published and `capacity` slots (steps are numbered from 0 since creation):
 //   replay: steps [max(0, claimed - capacity), head)   -- every stored step (claimed = head outside a write)
@@ -113,6 +118,9 @@ struct SamplerOptions {
   /// other
   /// cause), with a message that says so.
   uint32_t max_retry_rounds = 10000;
+  /// The learner slot to take (layout 1.7), 0 to max_learners - 1: a GPU rank's own slot. nullopt takes the first
+  /// slot that is free or whose holder died, skipping slots this process holds through another Sampler.
+  std::optional<uint64_t> rank;
 };
 
 /// Sizes of one env's views.
@@ -122,13 +130,15 @@ struct EnvSizes {
   uint64_t online = 0;  ///< steps in the online view
 };
 
-/// The learner's role: holds the buffer's learner lease (one learner per buffer) and samples, peeks, updates and
+/// A learner's role: holds one learner slot of the buffer (its lease) and samples, peeks, updates and
 /// reprioritizes its steps. Used by one thread at a time; the top of this file has the guarantees.
 class Sampler {
  public:
-  /// Takes the learner lease of `buffer` (see the top of this file). Throws Error(lease_held) when another live
-  /// process (or another Sampler of this process) is the learner, read_only for a read-only Buffer. After
-  /// taking over a dead learner's lease it releases any update lock the dead learner held.
+  /// Takes a learner slot of `buffer` (see the top of this file): options.rank's, or the first free one. Throws
+  /// Error(lease_held) when that slot (every slot, without a rank) is held by another live process or another
+  /// Sampler of this process, invalid_argument for a rank past the buffer's max_learners, read_only for a
+  /// read-only Buffer. After taking over a dead learner's slot it repairs what that learner may have left: its
+  /// update locks, its waiter count and waiting mark, a priority tree walk.
   explicit Sampler(Buffer& buffer, const SamplerOptions& options = {});
   /// Takes over `other`'s lease and state; the moved-from Sampler holds nothing and must not sample.
   Sampler(Sampler&& other) noexcept;
@@ -265,6 +275,8 @@ class Sampler {
 
   /// Rows redrawn so far by this Sampler because writers overwrote them during the copy.
   uint64_t retries() const noexcept { return retries_; }
+  /// The learner slot it holds (layout 1.7; 0 in a one-learner buffer).
+  uint64_t rank() const noexcept { return rank_; }
   /// The buffer it samples.
   const Buffer& buffer() const noexcept { return *buffer_; }
 
@@ -290,17 +302,19 @@ class Sampler {
                   const SampleOptions& options = {}) const;
   static void finish_weights(SampleBatch& out, double beta) noexcept;
   // The learner half of the rate limiter (lib/sampler_rate_limit.cpp). In a buffer with a limiter: waits until it
-  // admits `rows` rows (or throws rate_limited). After the rows were drawn, the call counts them (count_samples).
-  void wait_for_rate_limit(const char* op, std::size_t rows, uint64_t timeout_ms);
+  // admits `rows` rows and reserves them (or throws rate_limited); returns whether it reserved them (false without
+  // a limiter). After the rows were drawn, the call wakes writers (count_samples); a failed call gives them back.
+  bool wait_for_rate_limit(const char* op, std::size_t rows, uint64_t timeout_ms);
 
-  // Holds the learner lease: released when destroyed, handed over when moved. So the Sampler's move constructor
-  // is the default one, and a constructor that throws after taking the lease still releases it.
+  // Holds a learner slot's lease: released when destroyed, handed over when moved. So the Sampler's move
+  // constructor is the default one, and a constructor that throws after taking the lease still releases it.
   class LearnerLease {
    public:
     LearnerLease() = default;
-    LearnerLease(Buffer* buffer, uint64_t word) noexcept;
+    LearnerLease(Buffer* buffer, uint64_t slot, uint64_t word) noexcept;
     LearnerLease(LearnerLease&& other) noexcept
-        : buffer_(std::exchange(other.buffer_, nullptr)), word_(other.word_), fork_generation_(other.fork_generation_) {}
+        : buffer_(std::exchange(other.buffer_, nullptr)), slot_(other.slot_), word_(other.word_),
+          fork_generation_(other.fork_generation_) {}
     /// Throws not_leased when this object reached a forked child: the learner lease is the parent's.
     void check_process(const char* op) const;
     LearnerLease& operator=(LearnerLease&& other) noexcept;
@@ -309,6 +323,7 @@ class Sampler {
    private:
     void release() noexcept;
     Buffer* buffer_ = nullptr;  // null when not held (or moved from)
+    uint64_t slot_ = 0;
     uint64_t word_ = 0;
     uint64_t fork_generation_ = 0;  // detail::fork_generation() when taken
   };
@@ -316,6 +331,7 @@ class Sampler {
   Buffer* buffer_ = nullptr;
   SamplerOptions options_;
   LearnerLease lease_;
+  uint64_t rank_ = 0;
   uint64_t retries_ = 0;
   std::unique_ptr<Scratch> scratch_;     // never null, except in a moved-from Sampler
   std::size_t pop_cursor_ = 0;             // the env pop_episodes starts from

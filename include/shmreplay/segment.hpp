@@ -55,6 +55,9 @@ struct SegmentGeometry {
   uint64_t total_bytes = 0;  ///< the file's size
   uint64_t envs_offset = 0;    ///< the EnvControl array (layout::kSectionEnvs)
   uint64_t global_offset = 0;  ///< the GlobalControl block (layout::kSectionGlobal)
+  uint64_t max_learners = 1;          ///< learner slots (layout 1.7)
+  uint64_t learner_slots_offset = 0;  ///< LearnerSlot[max_learners - 1] (layout::kSectionLearners; 0 with one slot)
+  uint64_t learner_online_offset = 0; ///< their online starts, [max_learners - 1][num_envs] u64 (0 with one slot)
   std::vector<uint64_t> field_offsets;  ///< each field's storage, in schema order (a stacked field's frame rings)
   std::vector<StackGeometry> stacks;    ///< the stacked fields, in schema order (layout 1.6); empty without
   StackContinuity stack_continuity = StackContinuity::compare;  ///< how writers tell a continuing stack (1.6)
@@ -133,7 +136,15 @@ class Segment {
   const layout::EnvControl& env_control(uint64_t env) const noexcept;
   /// The same, writable (a writable mapping only).
   layout::EnvControl& env_control(uint64_t env) noexcept;
-  /// The segment-wide control block (learner lease, learner counters, wake word, limiter).
+  /// Learner slots: learner processes that may sample at once (layout 1.7; 1 for a one-learner buffer).
+  uint64_t max_learners() const noexcept { return g_.max_learners; }
+  /// Learner slot `slot`'s block, for slots 1 to max_learners() - 1 (slot 0's words are in GlobalControl:
+  /// detail/protocol/learner_slots.hpp reads any slot's). Atomics, so a read-only mapping reads them through the
+  /// same pointer; only the slot's learner (and a checkpoint load) stores to them.
+  layout::LearnerSlot* learner_slot(uint64_t slot) const noexcept;
+  /// Learner slot `slot`'s online start of env 0 (1 <= slot < max_learners()); env e's is e words further.
+  std::atomic<uint64_t>* learner_online_starts(uint64_t slot) const noexcept;
+  /// The segment-wide control block (learner slot 0's lease and counters, wake word, limiter).
   const layout::GlobalControl& global_control() const noexcept;
   /// The same, writable (a writable mapping only).
   layout::GlobalControl& global_control() noexcept;

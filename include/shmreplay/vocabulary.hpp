@@ -148,4 +148,16 @@ struct EpisodeRecord {
 /// rows with any standard library.
 using Rng = std::mt19937_64;
 
+/// The random stream of learner `rank` for a run seeded with `seed` (several learners on one buffer, layout 1.7):
+/// rank 0's is Rng(seed), what a single learner seeded with `seed` draws; rank r > 0 seeds from
+/// std::seed_seq{seed's and r's 32-bit halves}, an unrelated state of the engine's 2^19937 - 1 period, so that two
+/// ranks with one seed never draw the same sequence (their overlap has negligible probability). Deterministic on
+/// every machine (seed_seq's algorithm is fixed by the standard).
+inline Rng rank_rng(uint64_t seed, uint64_t rank) {
+  if (rank == 0) return Rng(seed);
+  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(rank),
+                    static_cast<uint32_t>(rank >> 32)};
+  return Rng(seq);
+}
+
 }  // namespace shmreplay

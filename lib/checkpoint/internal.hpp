@@ -183,7 +183,7 @@ class LoadLeases {
   Buffer& target_;
   const std::string& path_;
   uint64_t me_ = 0;          // this process's lease word
-  bool learner_ = false;     // whether the learner lease is held
+  uint64_t learners_held_ = 0;  // learner slots 0 .. learners_held_ - 1 are held (layout 1.7: every slot)
   uint64_t envs_held_ = 0;   // envs 0 .. envs_held_ - 1 are held
 };
 

@@ -1,5 +1,5 @@
 // lib/checkpoint/load_leases.cpp: the leases a checkpoint load holds on its target, taken directly with
-// detail/protocol/lease.hpp: the learner lease (so no learner updates, samples or pops while the envs are
+// detail/protocol/lease.hpp: every learner slot's lease (so no learner updates, samples or pops while the envs are
 // rewritten, and the load may write update_seq) and every env's lease (so no writer pushes), all or none, in that
 // order, released when the load ends (on success and on error alike; a new segment's are released before it is
 // named). Who calls it: load.cpp (load_checkpoint, load_checkpoint_into).
@@ -29,6 +29,7 @@
 #include <fmt/format.h>
 
 #include "checkpoint/internal.hpp"
+#include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/rate_limit.hpp"
@@ -51,18 +52,20 @@ LoadLeases::~LoadLeases() { release(); }
 
 void LoadLeases::refuse(const std::string& why) const {
   throw Error(Errc::lease_held,
-              fmt::format("cannot load '{}' into '{}': a load needs the learner's lease and every env's; {}", path_,
+              fmt::format("cannot load '{}' into '{}': a load needs every learner slot's lease and every env's; {}", path_,
                           target_.name(), why));
 }
 
 void LoadLeases::take_learner() {
-  const std::string& name = target_.name();
-  layout::GlobalControl& g = target_.segment().global_control();
-  const LeaseResult r = try_take_lease(learner_lease_words(g), me_);
-  if (const std::string problem = learner_lease_problem(name, r); !problem.empty()) refuse(problem);
-  learner_ = true;
-  // The dead learner's repair, the one Sampler::Sampler does (the top of this file says why all of it).
-  if (r.outcome == LeaseOutcome::taken_over) repair_dead_learner(target_.segment());
+  Segment& segment = target_.segment();
+  const uint64_t slots = segment.max_learners();
+  for (uint64_t s = 0; s < slots; ++s) {
+    const LeaseResult r = try_take_lease(learner_slot(segment, s).lease, me_);
+    if (const std::string problem = learner_lease_problem(r, s, slots); !problem.empty()) refuse(problem);
+    learners_held_ = s + 1;
+    // The dead learner's repair, the one Sampler::Sampler does (the top of this file says why all of it).
+    if (r.outcome == LeaseOutcome::taken_over) repair_dead_learner(segment, s);
+  }
 }
 
 void LoadLeases::take_envs() {
@@ -83,8 +86,8 @@ void LoadLeases::release() noexcept {
   // The envs first, then the learner: the order a Writer's and then a Sampler's destruction released them.
   for (uint64_t e = 0; e < envs_held_; ++e) release_lease(env_lease_words(target_.segment().env_control(e)), me_);
   envs_held_ = 0;
-  if (learner_) release_lease(learner_lease_words(target_.segment().global_control()), me_);
-  learner_ = false;
+  for (uint64_t s = 0; s < learners_held_; ++s) release_lease(learner_slot(target_.segment(), s).lease, me_);
+  learners_held_ = 0;
 }
 
 }  // namespace shmreplay::detail

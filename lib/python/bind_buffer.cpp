@@ -16,7 +16,7 @@ void bind_buffer(py::module_& m) {
              std::optional<std::string> truncated, std::optional<std::string> reward,
              uint64_t episode_queue_capacity, std::optional<double> priority_exponent,
              std::optional<RateLimit> rate_limit, const std::string& populate, py::object populate_progress,
-             uint64_t stack_restarts, const std::string& stack_continuity) {
+             uint64_t stack_restarts, const std::string& stack_continuity, uint64_t max_learners) {
             const Schema s = py::isinstance<py::str>(schema) ? Schema::parse(schema.cast<std::string>())
                                                              : schema.cast<Schema>();
             CreateOptions o{.mode = mode, .replace = replace};
@@ -25,6 +25,7 @@ void bind_buffer(py::module_& m) {
             o.priority_exponent = priority_exponent;
             o.rate_limit = rate_limit;
             o.stack_restarts = stack_restarts;
+            o.max_learners = max_learners;
             if (stack_continuity == "episodes") {
               o.stack_continuity = StackContinuity::episodes;
             } else if (stack_continuity != "compare") {
@@ -54,7 +55,7 @@ void bind_buffer(py::module_& m) {
           "done"_a = py::none(), "terminated"_a = py::none(), "truncated"_a = py::none(), "reward"_a = py::none(),
           "episode_queue_capacity"_a = 0, "priority_exponent"_a = py::none(), "rate_limit"_a = py::none(),
           "populate"_a = "never", "populate_progress"_a = py::none(), "stack_restarts"_a = 0,
-          "stack_continuity"_a = "compare",
+          "stack_continuity"_a = "compare", "max_learners"_a = 1,
           "Create a buffer of num_envs rings of capacity steps; schema is a Schema or its text form. With "
           "priority_exponent=alpha every stored step has a priority and prioritized samples draw starts with "
           "probability proportional to priority**alpha. With rate_limit=RateLimit.ratio(...) or "
@@ -65,7 +66,8 @@ void bind_buffer(py::module_& m) {
           ":stack=AXIS) keeps one frame per step; stack_restarts (0: 1 + capacity // 128) is how many steps per env "
           "whose stack does not continue the previous one's (episode starts) its frame rings hold at no loss. "
           "stack_continuity='compare' (the default) checks each pushed stack against the previous step's byte for "
-          "byte; 'episodes' trusts the episode flags instead (a push then reads and writes one frame).")
+          "byte; 'episodes' trusts the episode flags instead (a push then reads and writes one frame). max_learners "
+          "(1 to 64) learner processes may sample it at once, one Sampler per rank (Sampler(buffer, rank=r)).")
       .def_static(
           "open",
           [](const std::string& name, std::optional<py::object> schema, bool read_only, double ready_timeout,
@@ -111,6 +113,8 @@ void bind_buffer(py::module_& m) {
                              [](const Buffer& b) { return std::string(to_string(b.stack_continuity())); },
                              "how writers tell that a stacked field's stack continues the previous step's: 'compare' "
                              "(byte for byte, the default) or 'episodes' (trust the episode flags)")
+      .def_property_readonly("max_learners", &Buffer::max_learners,
+                             "Learner processes that may sample it at once, one per rank (max_learners= of create)")
       .def_property_readonly("priority_exponent",
                              [](const Buffer& b) -> std::optional<double> {
                                if (!b.has_priorities()) return std::nullopt;

@@ -9,26 +9,37 @@ using namespace py::literals;
 void bind_sampler(py::module_& m) {
   // ----- Sampler
   auto sampler = py::class_<PySampler, std::shared_ptr<PySampler>>(
-      m, "Sampler", "The learner's view (one per buffer at a time): samples sequences from the replay view, the "
-                    "online queue, or both.")
-      .def(py::init([](std::shared_ptr<Buffer> buffer, py::object seed, uint32_t max_retry_rounds) {
+      m, "Sampler", "A learner's view (one per learner slot: max_learners of a buffer at a time): samples "
+                    "sequences from the replay view, the online queue, or both.")
+      .def(py::init([](std::shared_ptr<Buffer> buffer, py::object seed, uint32_t max_retry_rounds,
+                       std::optional<uint64_t> rank) {
              auto s = std::make_shared<PySampler>();
              s->buffer = buffer;
              s->schema = std::make_shared<const Schema>(buffer->schema());
-             s->rng.seed(seed_from(seed));
-             py::gil_scoped_release release;
-             s->sampler = std::make_shared<Sampler>(*buffer, SamplerOptions{.max_retry_rounds = max_retry_rounds});
+             const uint64_t seed_value = seed_from(seed);
+             {
+               py::gil_scoped_release release;
+               s->sampler = std::make_shared<Sampler>(
+                   *buffer, SamplerOptions{.max_retry_rounds = max_retry_rounds, .rank = rank});
+             }
+             // The rank's own stream (rank 0: Rng(seed), as a single learner's), from the slot actually taken.
+             s->rng = rank_rng(seed_value, s->sampler->rank());
              return s;
            }),
-           "buffer"_a, py::kw_only(), "seed"_a = py::none(), "max_retry_rounds"_a = 10000,
-           "Take the learner role of the buffer (LeaseHeld if a live process has it). With seed=, samples are "
-           "deterministic for a given buffer state.")
+           "buffer"_a, py::kw_only(), "seed"_a = py::none(), "max_retry_rounds"_a = 10000, "rank"_a = py::none(),
+           "Take a learner slot of the buffer: rank=r takes slot r (0 to buffer.max_learners - 1: a GPU rank's), "
+           "None the first free one (LeaseHeld if live learners hold it, or all). With seed=, samples are "
+           "deterministic for a given buffer state, and ranks sharing one seed draw unrelated streams.")
+      .def_property_readonly("rank", [](PySampler& s) { return s.get("rank")->rank(); },
+                             "The learner slot it holds (0 in a one-learner buffer)")
       .def("seed", [](PySampler& s, uint64_t seed) {
+        const uint64_t rank = s.get("seed")->rank();
         py::gil_scoped_release release;
         std::lock_guard lock(s.mu);  // the sample calls use rng under mu
-        s.rng.seed(seed);
+        s.rng = rank_rng(seed, rank);
       }, "seed"_a,
-      "Reseed the sampler's random generator: the next samples are deterministic for a given buffer state.")
+      "Reseed the sampler's random generator (its rank's stream of that seed): the next samples are deterministic "
+      "for a given buffer state.")
       .def(
           "total_weight",
           [](PySampler& s, const std::string& view, std::size_t sequence_length, double power,

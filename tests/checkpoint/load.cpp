@@ -366,7 +366,8 @@ TEST_CASE("a load that takes over a dead learner's lease repairs what that learn
   REQUIRE(::waitpid(child, nullptr, 0) == child);
   layout::GlobalControl& g = b.segment().global_control();
   REQUIRE(g.learner_lease.load() != 0);
-  g.waiters.store(1);               // it died asleep on the wake word ...
+  g.waiters.store(1);               // it died asleep on the wake word (counted in its slot too) ...
+  g.slot0_waiters.store(1);
   g.learner_waiting_rows.store(8);  // ... waiting for the rate limiter
   const uint64_t takeovers = g.learner_takeovers.load();
 

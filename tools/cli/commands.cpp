@@ -84,6 +84,7 @@ int run_create(const CreateArgs& args) {
        .rate_limit = args.rate_limit.limit(),
        .stack_restarts = args.stack_restarts,
        .stack_continuity = args.stack_continuity == "episodes" ? StackContinuity::episodes : StackContinuity::compare,
+       .max_learners = args.learners,
        .populate = args.populate,
        .populate_progress = [&bar, &args](uint64_t done, uint64_t total) {
          if (args.progress || total > kBarFromBytes) bar("populating", done, total);
@@ -172,9 +173,20 @@ std::pair<std::string, std::size_t> live_users(const std::string& name) {
                       fmt::join(pids, ", "));
   }
   std::size_t processes = pids.size();
-  if (info.learner.state == OwnerState::alive) {
-    why += fmt::format("{}a live learner (pid {})", why.empty() ? "" : " and ", info.learner.pid);
-    if (std::find(pids.begin(), pids.end(), info.learner.pid) == pids.end()) ++processes;
+  std::vector<uint64_t> learners;  // the live learners' pids (layout 1.7: one per slot held)
+  for (const LearnerInfo& l : info.learners) {
+    if (l.state == OwnerState::alive && std::find(learners.begin(), learners.end(), l.pid) == learners.end()) {
+      learners.push_back(l.pid);
+    }
+  }
+  if (!learners.empty()) {
+    why += fmt::format("{}{} (pid{} {})", why.empty() ? "" : " and ",
+                       learners.size() == 1 ? std::string("a live learner")
+                                            : fmt::format("{} live learners", learners.size()),
+                       learners.size() == 1 ? "" : "s", fmt::join(learners, ", "));
+    for (const uint64_t pid : learners) {
+      if (std::find(pids.begin(), pids.end(), pid) == pids.end()) ++processes;
+    }
   }
   return {why, processes};
 }

@@ -56,6 +56,7 @@ struct CreateArgs {
   std::optional<double> priority_exponent;  ///< alpha: with it, the buffer has priorities
   uint64_t stack_restarts = 0;  ///< stacked fields' reserve of non-continuing stacks per env; 0: the default
   std::string stack_continuity = "compare";  ///< --stack-continuity compare|episodes
+  uint64_t learners = 1;  ///< --learners: learner processes that may sample at once (max_learners)
   RateLimitArgs rate_limit;
   shmreplay::Populate populate = shmreplay::Populate::never;  ///< --populate auto|always|never
   bool progress = false;  ///< a populate progress bar on stderr whatever the size, even when not a terminal

@@ -158,7 +158,19 @@ Json learner_json(const LearnerInfo& l) {
       {"online_resets", l.online_resets},
       {"steps_updated", l.steps_updated},
       {"waiters", l.waiters},
+      {"waiting_rows", l.waiting_rows},
   };
+}
+
+// Each learner slot (layout 1.7), with its rank.
+Json learners_json(const std::vector<LearnerInfo>& slots) {
+  Json out = Json::array();
+  for (const LearnerInfo& l : slots) {
+    Json j = learner_json(l);
+    j["rank"] = l.slot;
+    out.push_back(std::move(j));
+  }
+  return out;
 }
 
 Json rate_limit_json(const RateLimitState& s) {
@@ -176,6 +188,7 @@ Json rate_limit_json(const RateLimitState& s) {
       {"stored", s.stored},
       {"error", s.error},
       {"learner_waiting_rows", s.learner_waiting_rows},
+      {"learners_waiting", s.learners_waiting},
       {"learner_waiting_since_ns", s.learner_waiting_since_ns},
       {"writer_waiters", s.writer_waiters},
       {"writer_waiting_since_ns", s.writer_waiting_since_ns},
@@ -215,6 +228,9 @@ Json info_json(const SegmentInfo& i) {
       {"online_steps", i.online_steps},
       {"live_writers", i.live_writers},
       {"learner", learner_json(i.learner)},
+      {"max_learners", i.learners.size()},
+      {"live_learners", i.live_learners},
+      {"learners", learners_json(i.learners)},
       {"episodes",
        {{"fields", episode_fields_text(i)},
         {"queue_capacity", i.episode_queue_capacity},
@@ -267,10 +283,27 @@ void print_info_summary(const SegmentInfo& i) {
   print_pair("online steps", fmt::format("{} ({} full)", i.online_steps, percent(i.online_steps, slots)));
   print_pair("live writers", fmt::format("{}", i.live_writers));
   const LearnerInfo& l = i.learner;
-  print_pair("learner", l.state == OwnerState::none
-                            ? std::string("none attached")
-                            : fmt::format("pid {} ({}, attached {} ago)", l.pid, to_string(l.state),
-                                          human_age(age_ns(l.since_ns))));
+  if (i.learners.size() <= 1) {
+    print_pair("learner", l.state == OwnerState::none
+                              ? std::string("none attached")
+                              : fmt::format("pid {} ({}, attached {} ago)", l.pid, to_string(l.state),
+                                            human_age(age_ns(l.since_ns))));
+  } else {  // layout 1.7: one line per slot
+    print_pair("learners", fmt::format("{} of {} slots held by live learners; {} rows sampled in {} calls, {} "
+                                       "retries",
+                                       i.live_learners, i.learners.size(), l.rows_sampled, l.sample_calls,
+                                       l.retries));
+    for (const LearnerInfo& s : i.learners) {
+      print_pair(fmt::format("  rank {}", s.slot),
+                 fmt::format("{}; {} rows in {} calls, {} retries{}",
+                             s.state == OwnerState::none
+                                 ? std::string("free")
+                                 : fmt::format("pid {} ({}, attached {} ago)", s.pid, to_string(s.state),
+                                               human_age(age_ns(s.since_ns))),
+                             s.rows_sampled, s.sample_calls, s.retries,
+                             s.waiting_rows != 0 ? fmt::format(", waiting for {} rows", s.waiting_rows) : ""));
+    }
+  }
   if (i.episode_queue_capacity > 0) {
     print_pair("episodes", fmt::format("{} completed, {} waiting for the learner, {} dropped (queue {} per env); {}",
                                        i.episodes_completed, i.episode_queue_depth, i.episode_records_dropped,

@@ -151,6 +151,9 @@ CLI::App* add_create(CLI::App& app, CreateArgs& args, CreateText& raw) {
                   "Give every step a priority; prioritized samples draw starts by priority^ALPHA")
       ->type_name("ALPHA");
   add_rate_limit_options(cmd, args.rate_limit);
+  cmd->add_option("--learners", args.learners,
+                  "Learner processes that may sample the buffer at once, one per rank (Sampler rank=); 1 to 64")
+      ->type_name("N");
   cmd->add_option("--stack-restarts", args.stack_restarts,
                   "With a stacked field (NAME:DTYPE[SHAPE]:stack=AXIS): steps per env whose stack does not continue "
                   "the previous one's (episode starts) that the frame rings hold at no loss; default 1 + capacity/128")

@@ -5,33 +5,57 @@
 
 #include <fmt/format.h>
 
+#include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/wake.hpp"
 
 namespace shmreplay::detail {
 
-std::string learner_lease_problem(const std::string& name, const LeaseResult& r) {
+std::string learner_lease_problem(const LeaseResult& r, uint64_t slot, uint64_t slots) {
+  const std::string which = slots == 1 ? std::string("its learner") : fmt::format("learner slot {}", slot);
+  const std::string rule = slots == 1 ? std::string("a buffer has one learner at a time")
+                                      : fmt::format("a slot has one learner at a time ({} slots)", slots);
   if (r.outcome == LeaseOutcome::held_by_us) {
-    return fmt::format("cannot attach a learner to '{}': this process already has a Sampler on it; a buffer has one "
-                       "learner at a time",
-                       name);
+    return fmt::format("this process already holds {} through another Sampler; {}", which, rule);
   }
   if (r.outcome == LeaseOutcome::held_alive) {
-    return fmt::format("cannot attach a learner to '{}': its learner is {}, which is alive; a buffer has one learner "
-                       "at a time",
-                       name, holder_text(r.holder_lease, r.holder_start_ticks));
+    return fmt::format("{} is {}, which is alive; {}", which, holder_text(r.holder_lease, r.holder_start_ticks), rule);
   }
   return {};
 }
 
-void repair_dead_learner(Segment& segment) noexcept {
+SlotTaken take_learner_slot(Segment& segment, std::optional<uint64_t> rank, uint64_t me) noexcept {
+  const uint64_t slots = segment.max_learners();
+  if (rank) {
+    const LeaseResult r = try_take_lease(learner_slot(segment, *rank).lease, me);
+    return {*rank, r.outcome, learner_lease_problem(r, *rank, slots)};
+  }
+  std::string held;  // who holds the slots, for the message when all are held
+  for (uint64_t s = 0; s < slots; ++s) {
+    const LeaseResult r = try_take_lease(learner_slot(segment, s).lease, me);
+    if (r.outcome == LeaseOutcome::taken || r.outcome == LeaseOutcome::taken_over) return {s, r.outcome, {}};
+    if (slots == 1) return {s, r.outcome, learner_lease_problem(r, s, slots)};
+    if (s < 4) {
+      held += fmt::format("{}slot {}: {}", s == 0 ? "" : "; ", s,
+                          r.outcome == LeaseOutcome::held_by_us ? std::string("this process")
+                                                                : holder_text(r.holder_lease, r.holder_start_ticks));
+    }
+  }
+  return {0, LeaseOutcome::held_alive,
+          fmt::format("all {} learner slots are held by live learners ({}{}); create the buffer with more "
+                      "(max_learners) or stop one",
+                      slots, held, slots > 4 ? "; ..." : "")};
+}
+
+void repair_dead_learner(Segment& segment, uint64_t slot) noexcept {
   layout::GlobalControl& g = segment.global_control();
-  for (uint64_t e = 0; e < segment.num_envs(); ++e) release_dead_update_lock(segment.env_control(e));
-  forget_waiters(g);
-  g.learner_waiting_rows.store(0, std::memory_order_relaxed);
+  const LearnerSlotWords me = learner_slot(segment, slot);
+  for (uint64_t e = 0; e < segment.num_envs(); ++e) release_dead_update_lock(segment.env_control(e), slot);
+  forget_waiters(g, me.waiters);
+  me.waiting_rows.store(0, std::memory_order_relaxed);
   if (segment.has_priorities()) {
-    finish_dead_walk(g.priority_walk, segment.num_envs(), segment.capacity(),
+    finish_dead_walk(me.priority_walk, segment.num_envs(), segment.capacity(),
                      [&](uint64_t e) { return priority_tree_of(segment, e); });
   }
 }

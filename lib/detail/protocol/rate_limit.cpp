@@ -169,7 +169,7 @@ RateLimitVerdict insert_verdict(const LimiterSettings& s, uint64_t admitted, uin
 InsertCounts count_inserts(const Segment& b) noexcept {
   InsertCounts out;
   for (uint64_t e = 0; e < b.num_envs(); ++e) {
-    const StepRange r = published_range(b.env_control(e), View::replay, b.capacity());
+    const StepRange r = published_range(b.env_control(e), View::replay, b.capacity(), b.env_control(e).online_start);
     out.inserts += r.hi;
     out.stored += r.hi - r.lo;
   }
@@ -202,8 +202,27 @@ uint64_t count_admitted(const Segment& b) noexcept {
 // ---------------------------------------------------------------------------------------------------------------
 // The learner's half: count after sampling, wake the writers it lets in.
 
-void count_samples(GlobalControl& g, uint64_t rows, uint64_t realtime_ns, uint64_t monotonic_ns) noexcept {
-  g.samples.fetch_add(rows, std::memory_order_relaxed);  // one writer (the learner); ordered by notify's fence
+RateLimitVerdict try_reserve_samples(const Segment& b, const LimiterSettings& s, uint64_t rows,
+                                     InsertCounts& counts) noexcept {
+  GlobalControl& g = const_cast<GlobalControl&>(b.global_control());  // a learner's writable mapping
+  uint64_t samples = g.samples.load(std::memory_order_relaxed);
+  for (;;) {
+    counts = count_inserts(b);  // after the load of samples: heads only grow, so the verdict can only be stricter
+    const RateLimitVerdict v = sample_verdict(s, counts.inserts, counts.stored, samples, rows);
+    if (!v.allowed()) return v;
+    // relaxed: the reservation orders nothing by itself; the wake-up of writers after the draw (count_samples,
+    // notify's seq_cst fence) publishes it to them. A failed CAS reloads `samples` (another learner reserved).
+    if (g.samples.compare_exchange_weak(samples, samples + rows, std::memory_order_relaxed)) return v;
+  }
+}
+
+void return_samples(GlobalControl& g, uint64_t rows) noexcept {
+  g.samples.fetch_sub(rows, std::memory_order_relaxed);  // as the reservation; waiting writers re-check by promise
+}
+
+void count_samples(GlobalControl& g, uint64_t unreserved, uint64_t realtime_ns, uint64_t monotonic_ns) noexcept {
+  // relaxed: ordered before the writers' re-count by notify's fence below
+  if (unreserved != 0) g.samples.fetch_add(unreserved, std::memory_order_relaxed);
   g.last_sample_ns.store(realtime_ns, std::memory_order_relaxed);
   // notify's seq_cst fence orders the count before the load of writer_recheck_by_ns; pairs with the waiting
   // writer's seq_cst CAS of its promise before it re-counts (wake.hpp, promise_recheck).

@@ -7,7 +7,9 @@
 //   EnvControl::head              the env's writer (publish_step)             the learner and waiting writers
 //   EnvControl::limiter_reserved  the env's waiting writer (try_admit,        waiting writers (count_admitted)
 //                                 withdraw), a new owner (withdraw)
-//   GlobalControl::samples        the learner (count_samples)                 waiting writers, the Inspector
+//   GlobalControl::samples        the learners (try_reserve_samples: a CAS    waiting writers, the Inspector
+//                                 per admitted call; return_samples;
+//                                 count_samples without a limiter)
 //   GlobalControl::admit_seq      waiting writers (try_admit: one CAS per     waiting writers (try_admit)
 //                                 admission)
 //   writer_wake_seq,              the learner wakes (count_samples), writers  (detail/protocol/wake.hpp)
@@ -18,10 +20,13 @@
 //
 // Inserts are the published steps, the sum of the envs' heads: nothing new is written per push, a step counts from
 // its head store, and a writer killed at any instruction leaves the count exact (a claimed but unpublished step
-// never counted). Samples are the rows the learner admitted; one learner per segment writes the count.
+// never counted). Samples are the rows the learners admitted: with a limiter, a sample call reserves its rows
+// before it draws them, by one CAS that checks the verdict against the count it replaces (so two learners can
+// never both pass on one margin), and gives back what it did not draw; without one, it adds them after.
 //
 // Who calls what:
-//   sample_verdict, count_samples        the learner (Sampler::sample, sample_mixed): check, sample, count.
+//   try_reserve_samples, return_samples, the learners (Sampler::sample, sample_mixed): reserve (check and count
+//   count_samples                        in one CAS), sample, give back what was not drawn, wake writers.
 //   try_admit, withdraw                  a Writer made with WriterOptions::wait_for_rate_limit, before it claims;
 //                                        withdraw also by every Writer that takes a lease (a dead owner's
 //                                        reservation goes) and for an abandoned reservation.
@@ -123,11 +128,23 @@ WaitingWriters count_waiting_writers(const Segment& b) noexcept;
 // ---------------------------------------------------------------------------------------------------------------
 // Learner side
 
+/// One reservation attempt of a sample call of `rows` rows under limiter settings `s`: counts the inserts, and
+/// when sample_verdict allows the rows against the sample count it read, raises `samples` by `rows` with a CAS
+/// from that count (a lost CAS recounts and decides again). Returns the verdict it decided with: allowed() means
+/// the rows are counted now (give back what the call does not draw with return_samples). `counts` receives the
+/// counts of the last decision (for messages). Any number of learners at once: the CAS serializes their
+/// reservations, and inserts only grow, so an allowed verdict still holds when it is counted.
+RateLimitVerdict try_reserve_samples(const Segment& b, const LimiterSettings& s, uint64_t rows,
+                                     InsertCounts& counts) noexcept;
+
+/// Gives back `rows` rows reserved by try_reserve_samples that the call did not draw (it failed after reserving).
+void return_samples(layout::GlobalControl& g, uint64_t rows) noexcept;
+
 /// After a sample call's rows were drawn (every sample call, limiter or not, so that a limiter set later finds
-/// the counts): samples += rows, the time of the call (CLOCK_REALTIME `realtime_ns`), and a wake-up for writers
-/// that wait for it, if one's promise to re-check lies after `monotonic_ns` (CLOCK_MONOTONIC, coarse will do).
-/// Precondition: the caller holds the learner lease (the only writer of `samples`).
-void count_samples(layout::GlobalControl& g, uint64_t rows, uint64_t realtime_ns, uint64_t monotonic_ns) noexcept;
+/// the counts): samples += `unreserved` (the rows no reservation counted: all of them without a limiter, 0 after
+/// try_reserve_samples), the time of the call (CLOCK_REALTIME `realtime_ns`), and a wake-up for writers that wait
+/// for it, if one's promise to re-check lies after `monotonic_ns` (CLOCK_MONOTONIC, coarse will do). Any learner.
+void count_samples(layout::GlobalControl& g, uint64_t unreserved, uint64_t realtime_ns, uint64_t monotonic_ns) noexcept;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Writer side (a writer that waits for the limiter)

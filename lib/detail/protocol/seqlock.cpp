@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/stacks.hpp"
 
@@ -21,7 +22,7 @@ inline void cpu_relax() noexcept {
 
 }  // namespace
 
-uint64_t wait_update_unlocked(layout::EnvControl& c, const layout::GlobalControl& g) noexcept {
+uint64_t wait_update_unlocked(layout::EnvControl& c, const Segment& segment) noexcept {
   auto last_check = std::chrono::steady_clock::now();
   for (unsigned spins = 0;; ++spins) {
     // acquire: pairs with the learner's release store in unlock_update (or release_dead_update_lock) that clears
@@ -36,9 +37,12 @@ uint64_t wait_update_unlocked(layout::EnvControl& c, const layout::GlobalControl
     const auto now = std::chrono::steady_clock::now();
     if (now - last_check < std::chrono::milliseconds(1)) continue;
     last_check = now;
-    const uint64_t learner = g.learner_lease.load(std::memory_order_relaxed);
+    // The holder's slot (layout 1.7), checked against the segment's count: the word is shared memory.
+    const uint64_t slot = layout::update_lock_owner(cur);
+    if (slot >= segment.max_learners()) continue;  // a damaged word: no slot's successor would clear it either
+    const uint64_t learner = learner_slot(segment, slot).lease.lease.load(std::memory_order_relaxed);
     if (learner != 0 && lease_holder_alive(learner)) continue;
-    release_dead_update_lock(c);  // the learner died inside try_update()
+    release_dead_update_lock(c, slot);  // the learner died inside try_update()
   }
 }
 

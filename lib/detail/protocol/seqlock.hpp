@@ -47,28 +47,30 @@
 
 namespace shmreplay::detail {
 
+using layout::kClaimMask;
 using layout::kUpdateLockBit;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Writer side: claim, fill, publish.
 
-/// Waits while the learner holds `c`'s update lock and returns `claimed` without the bit. Spins briefly, then
-/// yields; every millisecond it checks whether the learner (g's learner lease) is alive, and if it died holding
-/// the lock, releases it (release_dead_update_lock), so a writer never hangs on a dead learner.
-uint64_t wait_update_unlocked(layout::EnvControl& c, const layout::GlobalControl& g) noexcept;
+/// Waits while a learner holds `c`'s update lock and returns `claimed` without the lock bits. Spins briefly, then
+/// yields; every millisecond it checks whether the learner (the lease of the slot in the lock's owner bits) is
+/// alive, and if it died holding the lock, releases it (release_dead_update_lock), so a writer never hangs on a
+/// dead learner.
+uint64_t wait_update_unlocked(layout::EnvControl& c, const Segment& segment) noexcept;
 
 /// "Write begins": raises the env's claim to head + 1 and returns the step being written (head). After an
 /// abandoned reservation or a takeover of a writer that died mid-write the claim is already raised, and it stays.
 /// Then the caller stores the step's bytes (and meta) into slot step % capacity and calls publish_step.
 /// Precondition: the caller holds the env's lease.
-inline uint64_t claim_step(layout::EnvControl& c, const layout::GlobalControl& g) noexcept {
+inline uint64_t claim_step(layout::EnvControl& c, const Segment& segment) noexcept {
   const uint64_t step = c.head.load(std::memory_order_relaxed);  // only this writer stores head
   uint64_t cur = c.claimed.load(std::memory_order_relaxed);
   // The learner's update lock never covers the slot being claimed (try_update only rewrites steps
   // >= claimed - capacity), so with the bit set we only have to wait when the claim must still move.
-  while ((cur & ~kUpdateLockBit) != step + 1) {
+  while ((cur & kClaimMask) != step + 1) {
     if (cur & kUpdateLockBit) {
-      cur = wait_update_unlocked(c, g);
+      cur = wait_update_unlocked(c, segment);
       continue;
     }
     // acquire: pairs with the learner's release in unlock_update, so its update's bytes precede ours.
@@ -91,42 +93,47 @@ inline void publish_step(layout::EnvControl& c, uint64_t step, uint64_t now_ns) 
 // ---------------------------------------------------------------------------------------------------------------
 // Learner side: the online view's start.
 
-/// Empties the env's online view: online_start = head. Precondition: the caller holds the learner lease (the only
-/// writer of online_start).
-inline void reset_online_start(layout::EnvControl& c) noexcept {
+/// Empties the env's online view of one learner slot: its online start (`start`, detail/protocol/learner_slots.hpp)
+/// = head. Precondition: the caller holds the slot's lease (the only writer of the slot's starts).
+inline void reset_online_start(const layout::EnvControl& c, std::atomic<uint64_t>& start) noexcept {
   // acquire: pairs with the writer's release store of head in publish_step. The store is relaxed: readers of
   // online_start clamp it to a head they acquired themselves.
-  c.online_start.store(c.head.load(std::memory_order_acquire), std::memory_order_relaxed);
+  start.store(c.head.load(std::memory_order_acquire), std::memory_order_relaxed);
 }
 
-/// Empties the env's online view up to `step` (a head the caller read earlier): online_start = max(online_start,
-/// min(step, head)); steps published at or after `step` stay in the view. Precondition: as reset_online_start.
-inline void advance_online_start(layout::EnvControl& c, uint64_t step) noexcept {
+/// Empties the env's online view of one learner slot up to `step` (a head the caller read earlier): start =
+/// max(start, min(step, head)); steps published at or after `step` stay in the view. Precondition: as
+/// reset_online_start.
+inline void advance_online_start(const layout::EnvControl& c, std::atomic<uint64_t>& start, uint64_t step) noexcept {
   // acquire: pairs with the writer's release store of head in publish_step (the clamp, as reset_online_start).
-  const uint64_t start = std::min(step, c.head.load(std::memory_order_acquire));
-  if (start > c.online_start.load(std::memory_order_relaxed)) c.online_start.store(start, std::memory_order_relaxed);
+  const uint64_t to = std::min(step, c.head.load(std::memory_order_acquire));
+  if (to > start.load(std::memory_order_relaxed)) start.store(to, std::memory_order_relaxed);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Update side: the learner's update lock (try_update) and the odd/even update_seq section (try_update, load).
 
-/// Takes the env's update lock (sets kUpdateLockBit in `claimed`) and returns the claim count c without the bit.
-/// While the bit is set the writer cannot raise its claim, so the only slot it may be writing is (c - 1) % cap,
-/// which belongs to step c - 1 - cap: steps in [c - cap, head) are safe to rewrite. Precondition: the caller holds
-/// the learner lease (one lock holder at a time).
-inline uint64_t lock_for_update(layout::EnvControl& c) noexcept {
-  uint64_t cur = c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit;
-  // acquire: pairs with the writer's claim CAS, so our view of `claimed` is the one the caller's check relies on.
-  while (!c.claimed.compare_exchange_weak(cur, cur | kUpdateLockBit, std::memory_order_acquire,
+/// Takes the env's update lock for learner slot `slot` (sets kUpdateLockBit and the slot in `claimed`:
+/// layout::update_lock_bits) and returns the claim count c without them. While the bit is set the writer cannot
+/// raise its claim, so the only slot it may be writing is (c - 1) % cap, which belongs to step c - 1 - cap: steps
+/// in [c - cap, head) are safe to rewrite. Another learner's lock excludes ours: the CAS expects the word without
+/// lock bits, so it spins until that learner unlocks (one step's copy) or is found dead by a writer or its slot's
+/// successor. Precondition: the caller holds the lease of `slot`.
+inline uint64_t lock_for_update(layout::EnvControl& c, uint64_t slot) noexcept {
+  uint64_t cur = c.claimed.load(std::memory_order_relaxed) & kClaimMask;
+  // acquire: pairs with the writer's claim CAS and another learner's unlock_update (release), so our view of
+  // `claimed` is the one the caller's check relies on and that learner's bytes precede ours.
+  while (!c.claimed.compare_exchange_weak(cur, cur | layout::update_lock_bits(slot), std::memory_order_acquire,
                                           std::memory_order_relaxed)) {
-    cur &= ~kUpdateLockBit;
+    cur &= kClaimMask;
   }
   return cur;
 }
 
 /// Releases the lock taken by lock_for_update, which returned `claim`.
 inline void unlock_update(layout::EnvControl& c, uint64_t claim) noexcept {
-  // release: pairs with the writer's acquire in claim_step / wait_update_unlocked, so our bytes precede its bytes.
+  // release: pairs with the writer's acquire in claim_step / wait_update_unlocked (and another learner's acquire
+  // in lock_for_update), so our bytes precede its bytes.
   c.claimed.store(claim, std::memory_order_release);
 }
 
@@ -167,17 +174,21 @@ inline void store_counters(layout::EnvControl& c, uint64_t head, uint64_t claime
   c.last_push_ns.store(last_push_ns, std::memory_order_relaxed);
 }
 
-/// Undoes the update lock of a learner that died inside try_update(): ends its UpdateSection (update_seq made
-/// even) and clears kUpdateLockBit. Safe to race with another process doing the same (both are CASes).
-/// Precondition: the learner that held the lock is dead.
-inline void release_dead_update_lock(layout::EnvControl& c) noexcept {
+/// Undoes the update lock of learner slot `slot` if that slot holds it: ends its UpdateSection (update_seq made
+/// even) and clears the lock bits. An env whose lock is free but whose update_seq is odd was left by a checkpoint
+/// load that died (a load holds every slot's lease, so any slot's successor may end it); a lock of another slot is
+/// left alone (its update_seq is that learner's). Safe to race with another process doing the same (both are
+/// CASes). Precondition: the learner that held `slot` is dead.
+inline void release_dead_update_lock(layout::EnvControl& c, uint64_t slot) noexcept {
+  const uint64_t held = c.claimed.load(std::memory_order_relaxed);
+  if ((held & kUpdateLockBit) != 0 && layout::update_lock_owner(held) != slot) return;
   uint64_t seq = c.update_seq.load(std::memory_order_relaxed);
   // release: pairs with the readers' acquire load of update_seq in read_begin.
   if (seq & 1) c.update_seq.compare_exchange_strong(seq, seq + 1, std::memory_order_release);
-  uint64_t cur = c.claimed.load(std::memory_order_relaxed);
+  uint64_t cur = held;
   // release: pairs with the writer's acquire load in wait_update_unlocked that waits for the bit to clear.
-  while ((cur & kUpdateLockBit) &&
-         !c.claimed.compare_exchange_weak(cur, cur & ~kUpdateLockBit, std::memory_order_release)) {
+  while ((cur & kUpdateLockBit) && layout::update_lock_owner(cur) == slot &&
+         !c.claimed.compare_exchange_weak(cur, cur & kClaimMask, std::memory_order_release)) {
   }
 }
 
@@ -198,36 +209,44 @@ inline uint64_t load_head(const layout::EnvControl& c) noexcept {
 
 /// The env's `view` from one acquire load of head and a later load of claimed. A slot that is being reclaimed
 /// (claimed = head + 1) is not part of the view. The Sampler's snapshot, the Inspector's sizes.
-inline StepRange view_range(const layout::EnvControl& c, View view, uint64_t capacity) noexcept {
+/// The online view is learner slot `online_start`'s (detail/protocol/learner_slots.hpp); the overload without it
+/// reads slot 0's (EnvControl::online_start: the Inspector's, a one-learner buffer's).
+inline StepRange view_range(const layout::EnvControl& c, View view, uint64_t capacity,
+                            const std::atomic<uint64_t>& online_start) noexcept {
   // acquire: pairs with the writer's release store of head in publish_step: every step below it is written.
   const uint64_t head = c.head.load(std::memory_order_acquire);
-  const uint64_t claimed = c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit;
+  const uint64_t claimed = c.claimed.load(std::memory_order_relaxed) & kClaimMask;
   uint64_t lo = claimed > capacity ? claimed - capacity : 0;  // the oldest step whose slot is not being reclaimed
   // With stacked fields (layout 1.6; detail/protocol/stacks.hpp): and whose frames are not (0 without).
   lo = std::max(lo, c.stacks_intact_from.load(std::memory_order_relaxed));
-  if (view == View::online) lo = std::max(lo, c.online_start.load(std::memory_order_relaxed));
+  if (view == View::online) lo = std::max(lo, online_start.load(std::memory_order_relaxed));
   return {std::min(lo, head), head};
+}
+inline StepRange view_range(const layout::EnvControl& c, View view, uint64_t capacity) noexcept {
+  return view_range(c, view, capacity, c.online_start);
 }
 
 /// The published steps of `view` not yet overwritten by a completed write (a write in progress does not count
 /// against it): what SampleOptions::min_steps is checked against.
-inline StepRange published_range(const layout::EnvControl& c, View view, uint64_t capacity) noexcept {
+/// `online_start` as in view_range.
+inline StepRange published_range(const layout::EnvControl& c, View view, uint64_t capacity,
+                                 const std::atomic<uint64_t>& online_start) noexcept {
   // acquire: pairs with the writer's release store of head in publish_step.
   const uint64_t head = c.head.load(std::memory_order_acquire);
   uint64_t lo = std::max(head > capacity ? head - capacity : 0, c.stacks_intact_from.load(std::memory_order_relaxed));
-  if (view == View::online) lo = std::max(lo, c.online_start.load(std::memory_order_relaxed));
+  if (view == View::online) lo = std::max(lo, online_start.load(std::memory_order_relaxed));
   return {std::min(lo, head), head};
 }
 
 /// Whether the env's writer is between claim_step and publish_step (its view is one step short meanwhile).
 inline bool write_in_flight(const layout::EnvControl& c) noexcept {
   const uint64_t head = c.head.load(std::memory_order_relaxed);
-  return (c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit) > head;
+  return (c.claimed.load(std::memory_order_relaxed) & kClaimMask) > head;
 }
 
-/// Whether the env has published a step at or after the view's base (0, or online_start).
-inline bool has_published(const layout::EnvControl& c, View view) noexcept {
-  const uint64_t base = view == View::online ? c.online_start.load(std::memory_order_relaxed) : 0;
+/// Whether the env has published a step at or after the view's base (0, or the slot's `online_start`).
+inline bool has_published(const layout::EnvControl& c, View view, const std::atomic<uint64_t>& online_start) noexcept {
+  const uint64_t base = view == View::online ? online_start.load(std::memory_order_relaxed) : 0;
   // acquire: pairs with the writer's release store of head in publish_step.
   return c.head.load(std::memory_order_acquire) > base;
 }
@@ -246,7 +265,7 @@ inline EnvCounters read_counters(const layout::EnvControl& c) noexcept {
   EnvCounters n;
   // acquire: pairs with the writer's release store of head in publish_step.
   n.head = c.head.load(std::memory_order_acquire);
-  n.claimed = c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit;
+  n.claimed = c.claimed.load(std::memory_order_relaxed) & kClaimMask;
   n.online_start = c.online_start.load(std::memory_order_relaxed);
   n.stacks_intact_from = c.stacks_intact_from.load(std::memory_order_relaxed);
   return n;
@@ -291,7 +310,7 @@ inline void end_copies() noexcept {
 }
 /// Precondition: end_copies() ran after the copy and before this.
 inline ReadEnd read_end_loads(const layout::EnvControl& c) noexcept {
-  const uint64_t claimed = c.claimed.load(std::memory_order_relaxed) & ~kUpdateLockBit;
+  const uint64_t claimed = c.claimed.load(std::memory_order_relaxed) & kClaimMask;
   const uint64_t seq = c.update_seq.load(std::memory_order_relaxed);
   const uint64_t stacks = c.stacks_intact_from.load(std::memory_order_relaxed);  // same cache line as claimed
   return {claimed, seq, stacks};

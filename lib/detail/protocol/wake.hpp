@@ -1,9 +1,10 @@
 // detail/protocol/wake.hpp: blocking waits across processes, both halves of each handshake (the waker's notify, the
 // sleeper's sleep_until) on a sequence word whose low 32 bits are a process-shared futex word. docs/design/waits.md,
 // "Blocking waits", has the argument that no wake-up is lost. Two sleeping places exist:
-// - the learner's (GlobalControl line 2: wake_seq and `waiters`, a count): one learner sleeps, writers wake it
-//   after publishing. A learner killed while it sleeps leaves the count raised; the next learner resets it when
-//   it takes the lease over (forget_waiters).
+// - the learners' (GlobalControl line 2: wake_seq and `waiters`, a count; layout 1.7: and each learner slot's own
+//   count): the learners sleep, writers wake them after publishing. A learner killed while it sleeps leaves both
+//   counts raised; the next learner of its slot subtracts the slot's count from the global one when it takes the
+//   slot over (forget_waiters), which leaves the other slots' sleepers counted.
 // - the rate-limited writers' (GlobalControl lines 5-6: writer_wake_seq and writer_recheck_by_ns, a promise):
 //   any number of writer processes sleep, the learner wakes them after its samples (detail/protocol/rate_limit).
 //   A count could not be repaired here (a writer killed while it sleeps is not replaced as the learner is), so
@@ -13,8 +14,9 @@
 // Who calls what, and what is safe across processes:
 //   notify_waiters      every Writer, after the head stores of a push call; any number of writer processes at
 //                       once. One seq_cst fence, and a system call only while the learner waits.
-//   wait_until          the learner (Sampler::wait, a sample call held back by the limiter); one per segment.
-//   forget_waiters      a learner that took over a dead learner's lease.
+//   sleep_until         a learner (Sampler::wait, a sample call held back by the limiter), any number at once,
+//   (learner_wake)      each counted in its slot's word too.
+//   forget_waiters      a learner that took over a dead learner's slot.
 //   notify_writers      the learner, after counting its samples (count_samples): one fence and one load, and a
 //                       system call only while a waiting writer's promise is pending.
 //   wake_all_writers    a change of the rate limiter's settings (store_rate_limit).
@@ -78,10 +80,12 @@ bool sleep_loop(std::atomic<uint64_t>& seq, SteadyClock::time_point deadline, Pr
 // ---------------------------------------------------------------------------------------------------------------
 // The learner's sleeping place: a count of sleepers (there is one learner)
 
-/// A sequence word and the count of processes sleeping on it (GlobalControl's wake_seq and waiters).
+/// A sequence word and the count of processes sleeping on it (GlobalControl's wake_seq and waiters), and where the
+/// sleeper counts itself as well (its learner slot's own count; layout 1.7), if anywhere.
 struct WakeWord {
   std::atomic<uint64_t>& seq;
   std::atomic<uint64_t>& waiters;
+  std::atomic<uint64_t>* own = nullptr;
 };
 
 /// Waker side: wakes whoever sleeps on `w`. Call after the stores that the sleepers' condition reads.
@@ -103,29 +107,38 @@ template <class Ready>
 bool sleep_until(WakeWord w, SteadyClock::time_point deadline, Ready&& ready) {
   // seq_cst: pairs with the waker's seq_cst fence in notify between its stores and its load of `waiters`.
   w.waiters.fetch_add(1, std::memory_order_seq_cst);
+  // The slot's own count is raised after the global one and lowered before it, so it never exceeds this sleeper's
+  // part of the global count: a successor that subtracts it after this learner died at any instruction takes back
+  // at most what was added (at worst one less, which costs a futex wake per push, never a lost wake-up). Relaxed: a
+  // count for repair, read only by a successor after its lease CAS.
+  if (w.own != nullptr) w.own->fetch_add(1, std::memory_order_relaxed);
   struct Leave {
-    std::atomic<uint64_t>& waiters;
-    ~Leave() { waiters.fetch_sub(1, std::memory_order_relaxed); }
-  } leave{w.waiters};
+    WakeWord w;
+    ~Leave() {
+      if (w.own != nullptr) w.own->fetch_sub(1, std::memory_order_relaxed);
+      w.waiters.fetch_sub(1, std::memory_order_relaxed);
+    }
+  } leave{w};
   return sleep_loop(w.seq, deadline, [](uint64_t) {}, std::forward<Ready>(ready));
 }
 
 inline WakeWord learner_wake(layout::GlobalControl& g) noexcept { return {g.wake_seq, g.waiters}; }
+/// A learner's sleeping place, counted in its slot's own word `slot_waiters` too (learner_slots.hpp).
+inline WakeWord learner_wake(layout::GlobalControl& g, std::atomic<uint64_t>& slot_waiters) noexcept {
+  return {g.wake_seq, g.waiters, &slot_waiters};
+}
 
 /// Writer side: wakes the learner if it is waiting. Call after the release stores of head that the learner's
 /// condition reads.
 inline void notify_waiters(layout::GlobalControl& g) noexcept { notify(learner_wake(g)); }
 
-/// Learner side: blocks until ready() holds or `deadline` passes, and returns whether ready() held. ready() reads
-/// the heads (acquire).
-template <class Ready>
-bool wait_until(layout::GlobalControl& g, SteadyClock::time_point deadline, Ready&& ready) {
-  return sleep_until(learner_wake(g), deadline, std::forward<Ready>(ready));
+/// Takes back the waiter counts left raised by a learner that died while waiting in slot `slot_waiters` (its slot's
+/// own count): subtracts them from the global count and zeroes the slot's. The other slots' sleepers stay counted.
+/// Precondition: the caller has just taken over the slot from a dead holder (nobody else changes its count).
+inline void forget_waiters(layout::GlobalControl& g, std::atomic<uint64_t>& slot_waiters) noexcept {
+  const uint64_t dead = slot_waiters.exchange(0, std::memory_order_relaxed);
+  if (dead != 0) g.waiters.fetch_sub(dead, std::memory_order_relaxed);
 }
-
-/// Resets the waiter count left raised by a learner that died while waiting. Precondition: the caller has just
-/// taken over the learner lease from a dead holder (only the learner waits).
-inline void forget_waiters(layout::GlobalControl& g) noexcept { g.waiters.store(0, std::memory_order_relaxed); }
 
 // ---------------------------------------------------------------------------------------------------------------
 // The waiting writers' sleeping place: a promise to re-check (any number of writers, any of which may die)

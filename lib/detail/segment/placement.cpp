@@ -44,16 +44,28 @@ uint64_t checked_add(uint64_t a, uint64_t b, uint64_t num_envs, uint64_t capacit
 }  // namespace
 
 SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& schema, uint64_t queue_capacity,
-                         bool priorities, uint64_t stack_restarts) {
+                         bool priorities, uint64_t stack_restarts, uint64_t max_learners) {
   if (stack_restarts == 0) stack_restarts = default_stack_restarts(capacity);
   SegmentPlan p;
+  p.max_learners = max_learners;
   uint64_t at = sizeof(SegmentHeader);
   p.sections[kSectionFields] = {at, schema.size() * sizeof(FieldDesc)};
   at = round_up(at + p.sections[kSectionFields].bytes, kCacheLineBytes);
   p.sections[kSectionEnvs] = {at, num_envs * sizeof(EnvControl)};
   at = round_up(at + p.sections[kSectionEnvs].bytes, kCacheLineBytes);
   p.sections[kSectionGlobal] = {at, sizeof(GlobalControl)};
-  at = round_up(at + p.sections[kSectionGlobal].bytes, kPageBytes);
+  at = round_up(at + p.sections[kSectionGlobal].bytes, kCacheLineBytes);
+  // Layout 1.7: slots 1 to max_learners - 1 and their online starts, between the global section and the data
+  // (a few KiB: max_learners and num_envs are bounded); empty (offset 0) with one learner.
+  if (max_learners > 1) {
+    const uint64_t slots = max_learners - 1;
+    const uint64_t online = round_up(slots * sizeof(LearnerSlot), kCacheLineBytes);
+    const uint64_t bytes = online + slots * num_envs * sizeof(uint64_t);
+    p.sections[kSectionLearners] = {at, bytes};
+    p.learner_online_offset = at + online;
+    at = round_up(at + bytes, kCacheLineBytes);
+  }
+  at = round_up(at, kPageBytes);
   const uint64_t data_start = at;
   const uint64_t steps = checked_mul(num_envs, capacity, num_envs, capacity, "the number of steps");
   for (std::size_t i = 0; i < schema.size(); ++i) {
@@ -136,6 +148,7 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
                                                 : 0;
   h->stack_continuity = static_cast<uint64_t>(stack_continuity);
   for (uint32_t s = 0; s < kSectionsUsed; ++s) h->sections[s] = p.sections[s];
+  h->max_learners = p.max_learners;
 
   auto* table = reinterpret_cast<FieldDesc*>(base + p.sections[kSectionFields].offset);
   for (std::size_t i = 0; i < schema.size(); ++i) {
@@ -163,6 +176,12 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
   auto* envs = reinterpret_cast<EnvControl*>(base + p.sections[kSectionEnvs].offset);
   for (uint64_t e = 0; e < num_envs; ++e) new (envs + e) EnvControl{};
   auto* global = new (base + p.sections[kSectionGlobal].offset) GlobalControl{};
+  if (p.max_learners > 1) {  // layout 1.7: the learner slots past slot 0 and their online starts
+    auto* slots = reinterpret_cast<LearnerSlot*>(base + p.sections[kSectionLearners].offset);
+    for (uint64_t r = 0; r + 1 < p.max_learners; ++r) new (slots + r) LearnerSlot{};
+    auto* online = reinterpret_cast<std::atomic<uint64_t>*>(base + p.learner_online_offset);
+    for (uint64_t i = 0; i < (p.max_learners - 1) * num_envs; ++i) new (online + i) std::atomic<uint64_t>(0);
+  }
   // Nobody else can see the segment yet: the rewriter lease is free.
   if (rate_limit) store_rate_limit(*global, rate_limit, /*inserts=*/std::nullopt, self_lease_word(), 0);
   if (priority_exponent) {
@@ -201,6 +220,9 @@ SegmentGeometry planned_geometry(const std::string& name, uint64_t num_envs, uin
   g.total_bytes = plan.total_bytes;
   g.envs_offset = plan.sections[kSectionEnvs].offset;
   g.global_offset = plan.sections[kSectionGlobal].offset;
+  g.max_learners = plan.max_learners;
+  g.learner_slots_offset = plan.sections[kSectionLearners].offset;
+  g.learner_online_offset = plan.learner_online_offset;
   g.field_offsets = plan.field_offsets;
   g.stacks = plan.stacks;
   g.stack_continuity = stack_continuity;

@@ -61,16 +61,19 @@ uint64_t stack_ring_frames(uint64_t capacity, uint64_t depth, uint64_t restarts)
 
 /// Where everything goes in a segment of the given shape.
 struct SegmentPlan {
-  layout::SectionDesc sections[layout::kSectionsUsed];
+  layout::SectionDesc sections[layout::kSectionsUsed] = {};
   std::vector<uint64_t> field_offsets;
   std::vector<StackGeometry> stacks;  ///< the stacked fields' rings and index words (layout 1.6)
+  uint64_t max_learners = 1;          ///< learner slots (layout 1.7)
+  uint64_t learner_online_offset = 0;  ///< slots 1.. online starts, inside the learner section (0 with one slot)
   uint64_t total_bytes = 0;
 };
 
 /// Places every section; throws Error(invalid_argument) when a size overflows. `stack_restarts`: the reserve of
-/// each stacked field's frame rings (CreateOptions::stack_restarts; 0 for default_stack_restarts).
+/// each stacked field's frame rings (CreateOptions::stack_restarts; 0 for default_stack_restarts). `max_learners`:
+/// the learner slots (CreateOptions::max_learners, 1 to layout::kMaxLearners; layout 1.7).
 SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& schema, uint64_t queue_capacity,
-                         bool priorities, uint64_t stack_restarts);
+                         bool priorities, uint64_t stack_restarts, uint64_t max_learners = 1);
 
 /// Writes the header, the field table and every control block into `base` (a fresh, zero-filled file of
 /// plan.total_bytes), then publishes the state "ready" last (release).

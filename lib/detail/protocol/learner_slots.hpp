@@ -1,0 +1,63 @@
+// detail/protocol/learner_slots.hpp: the words of one learner slot (layout 1.7), wherever they lie. Slot 0's are the
+// words a one-learner buffer has always had (GlobalControl lines 0-1, priority_walk, learner_waiting_*,
+// slot0_waiters, EnvControl::online_start); slots 1 to max_learners - 1 are a layout::LearnerSlot each in the learner
+// section, with their online starts after them. docs/design/learners.md has the protocols that use them.
+//
+// Who calls it: the Sampler (its own slot), a checkpoint load (every slot), a takeover's repair (the slot taken),
+// a writer waiting on an update lock (the lock holder's lease), the Inspector (every slot, read-only). Safe across
+// processes: every word is an atomic; which process may store to which word is said where the word is used.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "detail/protocol/lease.hpp"
+#include "shmreplay/layout.hpp"
+#include "shmreplay/segment.hpp"
+
+namespace shmreplay::detail {
+
+/// One learner slot's words.
+struct LearnerSlotWords {
+  LeaseWords lease;                      ///< the slot's lease (taken by its Sampler, or a load)
+  std::atomic<uint64_t>& rows_sampled;   ///< the slot's counters, written by its learner only
+  std::atomic<uint64_t>& sample_calls;
+  std::atomic<uint64_t>& retries;
+  std::atomic<uint64_t>& online_resets;
+  std::atomic<uint64_t>& steps_updated;
+  std::atomic<uint64_t>& priority_walk;     ///< the slot's tree walk in progress (priorities.hpp)
+  std::atomic<uint64_t>& waiting_rows;      ///< rows its sample call waits for the limiter to admit; 0 when none
+  std::atomic<uint64_t>& waiting_since_ns;  ///< when that wait began
+  std::atomic<uint64_t>& waiters;           ///< the slot's sleepers on wake_seq (also counted in GlobalControl)
+  std::atomic<uint64_t>* online_starts;     ///< env e's online start is online_starts[e * online_stride]
+  uint64_t online_stride;
+
+  /// The slot's online start of env `env` (EnvControl::online_start for slot 0).
+  std::atomic<uint64_t>& online_start(uint64_t env) const noexcept { return online_starts[env * online_stride]; }
+};
+
+/// The words of learner slot `slot` of `segment`. Precondition: slot < segment.max_learners() and, for a slot the
+/// caller will store to, a writable mapping.
+inline LearnerSlotWords learner_slot(const Segment& segment, uint64_t slot) noexcept {
+  if (slot == 0) {
+    // Slot 0's words are the one-learner buffer's: const only because the accessor is; atomics are stored to only
+    // through a writable mapping (the precondition).
+    auto& g = const_cast<layout::GlobalControl&>(segment.global_control());
+    auto& env0 = const_cast<layout::EnvControl&>(segment.env_control(0));
+    return {{g.learner_lease, g.learner_start_ticks, g.learner_since_ns, g.learner_takeovers},
+            g.rows_sampled, g.sample_calls, g.retries, g.online_resets, g.steps_updated,
+            g.priority_walk, g.learner_waiting_rows, g.learner_waiting_since_ns, g.slot0_waiters,
+            &env0.online_start, sizeof(layout::EnvControl) / sizeof(std::atomic<uint64_t>)};
+  }
+  layout::LearnerSlot& s = *segment.learner_slot(slot);
+  return {{s.lease, s.start_ticks, s.since_ns, s.takeovers},
+          s.rows_sampled, s.sample_calls, s.retries, s.online_resets, s.steps_updated,
+          s.priority_walk, s.waiting_rows, s.waiting_since_ns, s.waiters,
+          segment.learner_online_starts(slot), 1};
+}
+
+static_assert(sizeof(layout::EnvControl) % sizeof(std::atomic<uint64_t>) == 0 &&
+                  offsetof(layout::EnvControl, online_start) % sizeof(std::atomic<uint64_t>) == 0,
+              "slot 0's online starts are every EnvControl's online_start word, a whole number of words apart");
+
+}  // namespace shmreplay::detail
