@@ -219,7 +219,7 @@ inline std::string payload_bytes(uint64_t env, uint64_t step) {
 inline std::string check_env_payloads(const Buffer& b, uint64_t env) {
   const layout::EnvControl& c = b.segment().env_control(env);
   const uint64_t head = c.head.load();
-  const uint64_t claimed = c.claimed.load() & ~layout::kUpdateLockBit;
+  const uint64_t claimed = c.claimed.load() & layout::kClaimMask;
   const uint64_t lo = claimed > b.capacity() ? claimed - b.capacity() : 0;
   for (uint64_t s = lo; s < head; ++s) {
     if (stored_step(b, env, s) != payload_bytes(env, s)) return fmt::format("env {} step {} differs", env, s);

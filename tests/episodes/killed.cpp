@@ -87,7 +87,7 @@ std::string check_meta_against_data(const Buffer& buf) {
   const uint64_t cap = buf.capacity();
   for (uint64_t e = 0; e < buf.num_envs(); ++e) {
     const uint64_t head = buf.segment().env_control(e).head.load();
-    const uint64_t claimed = buf.segment().env_control(e).claimed.load() & ~layout::kUpdateLockBit;
+    const uint64_t claimed = buf.segment().env_control(e).claimed.load() & layout::kClaimMask;
     const uint64_t lo = std::min(claimed > cap ? claimed - cap : 0, head);
     std::optional<uint64_t> start;  // known once an end was seen in the window
     for (uint64_t s = lo; s < head; ++s) {

@@ -24,7 +24,7 @@ TEST_CASE("a walk left half done by a killed writer or learner is redone by whoe
     for (;;) ::pause();
   });
   const uint64_t head = buf.segment().env_control(0).head.load();
-  while ((buf.segment().env_control(0).claimed.load() & ~layout::kUpdateLockBit) != head + 1) std::this_thread::yield();
+  while ((buf.segment().env_control(0).claimed.load() & layout::kClaimMask) != head + 1) std::this_thread::yield();
   scribble_path(head % cap);
   REQUIRE(kill_and_reap(child));
   CHECK(check_sums(tree) != "");

@@ -57,7 +57,7 @@ TEST_CASE("a writer killed inside a half-filled reservation: its step is never s
   // Killed between the claim and the head store: the slot is half-written and out of every view.
   const layout::EnvControl& ctl = buf.segment().env_control(env);
   CHECK(ctl.head.load() == pushed);
-  CHECK((ctl.claimed.load() & ~layout::kUpdateLockBit) == pushed + 1);
+  CHECK((ctl.claimed.load() & layout::kClaimMask) == pushed + 1);
   const std::string slot_bytes = stored_step(buf, env, pushed);
   CHECK(slot_bytes.substr(0, 32) == payload_bytes(env, pushed).substr(0, 32));
   CHECK(slot_bytes.substr(32) == payload_bytes(env, pushed - capacity).substr(32));
@@ -88,7 +88,7 @@ TEST_CASE("a writer killed inside a half-filled reservation: its step is never s
   PayloadPusher pusher;
   pusher.push(replacement, {static_cast<int32_t>(env)});
   CHECK(ctl.head.load() == pushed + 1);
-  CHECK((ctl.claimed.load() & ~layout::kUpdateLockBit) == pushed + 1);
+  CHECK((ctl.claimed.load() & layout::kClaimMask) == pushed + 1);
   CHECK(stored_step(buf, env, pushed) == payload_bytes(env, pushed));
   CHECK(learner.sizes(env).replay == capacity);
   for (uint64_t i = 0; i < capacity / 2; ++i) pusher.push(replacement, {static_cast<int32_t>(env)});
@@ -155,7 +155,7 @@ TEST_CASE("a writer killed in the middle of a batched push: earlier envs of the 
   REQUIRE(kill_and_reap(child));
 
   const auto head_of = [&](uint64_t e) { return buf.segment().env_control(e).head.load(); };
-  const auto claimed_of = [&](uint64_t e) { return buf.segment().env_control(e).claimed.load() & ~layout::kUpdateLockBit; };
+  const auto claimed_of = [&](uint64_t e) { return buf.segment().env_control(e).claimed.load() & layout::kClaimMask; };
   // Env 2 (first in the batch) was published whole; env 0 was claimed and half-copied; env 1 was not in it.
   CHECK(head_of(2) == before[2] + 1);
   CHECK(claimed_of(2) == before[2] + 1);

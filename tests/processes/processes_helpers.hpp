@@ -96,7 +96,7 @@ inline uint64_t verify_ring(const Buffer& buf, std::string* first_bad) {
   for (uint64_t e = 0; e < buf.num_envs(); ++e) {
     const layout::EnvControl& c = buf.segment().env_control(e);
     const uint64_t head = c.head.load();
-    const uint64_t claimed = c.claimed.load() & ~layout::kUpdateLockBit;
+    const uint64_t claimed = c.claimed.load() & layout::kClaimMask;
     for (uint64_t s = claimed > cap ? claimed - cap : 0; s < head; ++s) {
       const uint64_t slot = e * cap + s % cap;
       uint64_t hdr[4];

@@ -66,7 +66,7 @@ TEST_CASE(kTortureName) {
         for (const uint64_t e : slices[w]) {
           const layout::EnvControl& c = buf.segment().env_control(e);
           const uint64_t head = c.head.load();
-          const uint64_t claimed = c.claimed.load() & ~layout::kUpdateLockBit;
+          const uint64_t claimed = c.claimed.load() & layout::kClaimMask;
           floor[e] = head;
           CHECK_MESSAGE((claimed == head || claimed == head + 1), fmt::format("env {}: head {}, claimed {}", e,
                                                                               head, claimed));
