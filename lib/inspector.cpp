@@ -84,7 +84,7 @@ SegmentInfo Inspector::snapshot() const {
     i.head = replay.hi;
     i.length = replay.hi - replay.lo;
     i.online_length = online.hi - online.lo;
-    i.claimed = c.claimed.load(std::memory_order_relaxed) & ~layout::kUpdateLockBit;
+    i.claimed = c.claimed.load(std::memory_order_relaxed) & layout::kClaimMask;
     i.last_push_ns = c.last_push_ns.load(std::memory_order_relaxed);
     i.online_start = c.online_start.load(std::memory_order_relaxed);
     i.stacks_intact_from = c.stacks_intact_from.load(std::memory_order_relaxed);  // display only

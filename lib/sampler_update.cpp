@@ -69,7 +69,7 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
   const uint64_t cap = buffer_->capacity();
   // While the update lock is held the writer cannot claim a new slot, and the slot it may be writing right now
   // (claimed - 1) is outside the steps accepted here.
-  const uint64_t claimed = detail::lock_for_update(c, rank_);
+  const uint64_t claimed = detail::lock_for_update(c, buffer_->segment(), rank_);
   // step's slot has not been claimed for step + cap, and (stacked fields, layout 1.6) its frames are intact
   const bool stored = step + cap >= claimed && step >= c.stacks_intact_from.load(std::memory_order_relaxed);
   if (stored) {

@@ -118,7 +118,7 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
     for (const uint64_t e : envs_) {
       const layout::EnvControl& c = buffer.segment().env_control(e);
       const uint64_t head = c.head.load(std::memory_order_acquire);  // pairs with publish_step's release store
-      if ((c.claimed.load(std::memory_order_relaxed) & ~layout::kUpdateLockBit) != head) {
+      if ((c.claimed.load(std::memory_order_relaxed) & layout::kClaimMask) != head) {
         detail::walk(detail::priority_tree_of(buffer.segment(), e), head % buffer.capacity());
       }
     }

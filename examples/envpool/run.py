@@ -1,13 +1,25 @@
-"""The main job on real envpool: one shmreplay buffer, K envpool actor processes (async mode, each leasing its
-own env ids) and one PyTorch learner process, for --seconds; then a summary with every process's figures.
+"""The main job on real envpool: one shmreplay buffer, --workers envpool actor processes (async mode, each leasing
+its own env ids) and one PyTorch learner process (or --learners K of them), for --seconds; then a summary with every
+process's figures.
 
     .venv/bin/python examples/envpool/run.py --seconds 180              # CartPole-v1, learning (PyTorch)
     .venv/bin/python examples/envpool/run.py --learner jax              # the same learner in JAX
+    .venv/bin/python examples/envpool/run.py --learners 2               # 2 PyTorch learner ranks, one buffer
     .venv/bin/python examples/envpool/run.py --json --seconds 20         # the summary as JSON
 
 The launcher creates the buffer, starts the learner and the actors, forwards the learner's lines, stops
 everything with SIGTERM at the end (or on Ctrl-C), collects each process's @report line, removes the buffer
 and prints the summary. Exit status 0 only if every process exited cleanly and the learner saw no violation.
+
+--learners K (PyTorch only; 1 by default, the job above): the buffer is made with K learner slots
+(max_learners=K) and K learner processes run as the ranks of one torch.distributed group (gloo on the CPU; the
+launcher picks a free port on 127.0.0.1 and gives each process MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE).
+Rank r samples from its own slot (Sampler(buf, seed=1, rank=r)) its share of the one-learner batch of 32 replay +
+32 online rows: 32 // K of each, and one more for the first 32 % K ranks, so K need not divide it (K is at most
+32). DistributedDataParallel all-reduces the gradients, every rank takes the same Adam step, rank 0 alone publishes
+the parameters and prints the per-second lines, and the rate limiter counts every rank's rows. The summary has
+each rank's rows and their total; the job is ok only if every rank exited cleanly, and the violations are every
+rank's.
 
 A watchdog: when neither side makes progress (the buffer's inserts and samples stay the same) for --watchdog
 seconds, the launcher prints the rate limiter's state and asks every process (SIGUSR1) for what it is doing, and
@@ -18,6 +30,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -38,6 +51,9 @@ def main():
     p.add_argument("--capacity", type=int, default=4096, help="steps kept per env")
     p.add_argument("--min-replay", type=int, default=2048, help="the learner's first update waits for this many")
     p.add_argument("--learner", choices=("torch", "jax"), default="torch", help="the learner's framework")
+    p.add_argument("--learners", type=int, default=1,
+                   help="learner processes: ranks of one torch.distributed group (gloo, CPU), each sampling its share "
+                        "of the 32 + 32 rows of an update from its own learner slot (PyTorch only; at most 32)")
     p.add_argument("--samples-per-insert", type=float, default=1 / 16,
                    help="rate limit: sampled rows per pushed step, kept by the buffer whatever the machine's speed "
                         "(the learner waits when ahead, the actors when behind); the default, one row of 16 steps "
@@ -51,18 +67,32 @@ def main():
     p.add_argument("--quiet", action="store_true", help="do not forward the learner's lines")
     p.add_argument("--keep", action="store_true", help="leave the buffer for `shmreplay info`")
     a = p.parse_args()
+    if not 1 <= a.learners <= 32:
+        p.error(f"--learners {a.learners}: 1 to 32 (each rank samples at least one of the 32 replay and one of the "
+                "32 online rows of an update)")
+    if a.learners > 1 and a.learner != "torch":
+        p.error(f"--learners {a.learners} needs --learner torch: the ranks are a torch.distributed group with "
+                "DistributedDataParallel; the JAX learner runs as one process")
     out = sys.stderr if a.json else sys.stdout
     envs = a.workers * a.envs_per_worker
     limit = (shmreplay.RateLimit.ratio(a.samples_per_insert, a.min_replay, a.error_buffer)
              if a.samples_per_insert > 0 else None)
-    buf = shmreplay.Buffer.create(a.name, envs, a.capacity, SCHEMA, replace=True, rate_limit=limit)
-    print(f"buffer '{a.name}': {envs} envs x {a.capacity} steps; 1 learner and {a.workers} envpool actors for "
+    k = a.learners
+    buf = shmreplay.Buffer.create(a.name, envs, a.capacity, SCHEMA, replace=True, rate_limit=limit, max_learners=k)
+    learners = "1 learner" if k == 1 else f"{k} learner ranks (torch.distributed, gloo)"
+    print(f"buffer '{a.name}': {envs} envs x {a.capacity} steps; {learners} and {a.workers} envpool actors for "
           f"{a.seconds:g} s (Ctrl-C stops); rate limit: {limit if limit else 'none'}", file=out, flush=True)
     py = sys.executable
-    procs = [("learner", subprocess.Popen([py, os.path.join(HERE, "learner.py"), "--buffer", a.name,
-                                           "--min-replay", str(a.min_replay), "--framework", a.learner]
-                                          + (["--quiet"] if a.quiet else []),
-                                          stdout=subprocess.PIPE, text=True))]
+    roles = ["learner"] if k == 1 else [f"learner {r}" for r in range(k)]
+    port = free_port() if k > 1 else None
+    procs = []
+    for r, role in enumerate(roles):
+        env = None if k == 1 else dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
+                                       WORLD_SIZE=str(k))
+        procs.append((role, subprocess.Popen([py, os.path.join(HERE, "learner.py"), "--buffer", a.name,
+                                              "--min-replay", str(a.min_replay), "--framework", a.learner]
+                                             + (["--quiet"] if a.quiet else []),
+                                             stdout=subprocess.PIPE, text=True, env=env)))
     for w in range(a.workers):
         procs.append((f"actor {w}", subprocess.Popen(
             [py, os.path.join(HERE, "actor.py"), "--buffer", a.name, "--first-env", str(w * a.envs_per_worker),
@@ -116,7 +146,7 @@ def main():
                 all(pr.poll() is None for _, pr in procs):
             time.sleep(0.1)
         started = time.monotonic()
-        watchdog = Watchdog(buf, a.watchdog, out)
+        watchdog = Watchdog(buf, a.watchdog, out, k)
         while time.monotonic() - started < a.seconds and all(pr.poll() is None for _, pr in procs):
             time.sleep(0.2)
             if watchdog.stalled():
@@ -130,8 +160,8 @@ def main():
     except KeyboardInterrupt:
         interrupted = True
     wall = time.monotonic() - started
-    for _, pr in procs[1:] + procs[:1]:        # actors first, then the learner
-        if pr.poll() is None:
+    for _, pr in procs[k:] + procs[:k]:        # actors first, then the learners; the ranks agree to stop after
+        if pr.poll() is None:                  # the same update (learner.py), so none waits for a collective
             pr.send_signal(signal.SIGTERM)
     status = {}
     for role, pr in procs:
@@ -154,16 +184,23 @@ def main():
         pass
 
     actors = [reports.get(f"actor {w}", {}) for w in range(a.workers)]
-    learner = reports.get("learner", {})
+    ranks = [reports.get(role, {}) for role in roles]
+    learner = ranks[0]
+    every = all(ranks)   # totals only when every rank reported
     first = [r["return_first"] for r in actors if r.get("return_first") is not None]
     last = [r["return_last"] for r in actors if r.get("return_last") is not None]
     summary = {
         "seconds": wall, "interrupted": interrupted, "workers": a.workers, "envs": envs,
         "pushes": sum(r.get("pushes", 0) for r in actors),
         "env_steps_per_s": sum(r.get("env_steps_per_s", 0) for r in actors),
-        "rows_sampled": learner.get("rows_sampled"), "updates": learner.get("updates"),
-        "updates_per_s": learner.get("updates_per_s"), "retries": learner.get("retries"),
-        "violations": learner.get("violations"),
+        "learners": k,
+        "rows_sampled": sum(r["rows_sampled"] for r in ranks) if every else None,
+        "rows_per_s": sum(r["rows_per_s"] for r in ranks) if every else None,
+        "rows_sampled_per_rank": [r.get("rows_sampled") for r in ranks],
+        "rows_per_s_per_rank": [r.get("rows_per_s") for r in ranks],
+        "updates": learner.get("updates"), "updates_per_s": learner.get("updates_per_s"),
+        "retries": sum(r["retries"] for r in ranks) if every else None,
+        "violations": sum(r["violations"] for r in ranks) if every else None,
         "return_first": sum(first) / len(first) if first else None,
         "return_last": sum(last) / len(last) if last else None,
         "learning_curve": [{"t": t, "mean_return": r} for t, r in sorted(curve)],
@@ -184,6 +221,10 @@ def main():
         print(f"  env steps pushed  {summary['pushes']:>10}  ({summary['env_steps_per_s']:.0f}/s)", file=out)
         print(f"  rows sampled      {summary['rows_sampled']!s:>10}  in {summary['updates']} updates "
               f"({summary['updates_per_s'] or 0:.1f}/s), {summary['retries']} retries", file=out)
+        if k > 1:
+            print(f"  rows per rank     {' + '.join(str(n) for n in summary['rows_sampled_per_rank'])}  ("
+                  + " + ".join(f"{x or 0:.0f}" for x in summary["rows_per_s_per_rank"])
+                  + f" = {summary['rows_per_s'] or 0:.0f} rows/s)", file=out)
         print(f"  episode return    {summary['return_first'] or 0:10.1f}  -> {summary['return_last'] or 0:.1f} "
               "(actors' first and last 100 episodes)", file=out)
         print(f"  violations        {summary['violations']!s:>10}  (every sampled step's stamp checked)", file=out)
@@ -197,7 +238,8 @@ def main():
             figures = (f"{r.get('env_steps_per_s', 0):.0f} env steps/s, {r.get('episodes', 0)} episodes"
                        if pr["role"].startswith("actor") else
                        f"{r.get('framework', '?')}, {r.get('updates_per_s', 0):.1f} updates/s, "
-                       f"{r.get('rows_per_s', 0):.0f} rows/s")
+                       f"{r.get('rows_per_s', 0):.0f} rows/s"
+                       + (f" ({r.get('rows_per_update', '?')} per update)" if k > 1 else ""))
             print(f"  {pr['role']:<9} exit {pr['exit']}  {figures}", file=out)
         print(f"  buffer            {'kept' if a.keep else 'removed'}", file=out)
     return 0 if summary["ok"] else 1
@@ -209,8 +251,8 @@ class Watchdog:
     rate limiter's error and bounds, who waits for it) and returns True, then again every `seconds` while the stall
     lasts; when progress resumes it says after how long."""
 
-    def __init__(self, buf, seconds, out):
-        self.buf, self.seconds, self.out = buf, seconds, out
+    def __init__(self, buf, seconds, out, learners=1):
+        self.buf, self.seconds, self.out, self.learners = buf, seconds, out, learners
         self.counts, self.since, self.next_report = self._counts(), time.monotonic(), None
 
     def _counts(self):
@@ -229,13 +271,15 @@ class Watchdog:
         if now - self.since < self.seconds or (self.next_report is not None and now < self.next_report):
             return False
         self.next_report = now + self.seconds
-        print(f"[watchdog] no progress for {now - self.since:.1f} s: {limiter_text(self.buf.rate_limit_state())}; "
-              "asking each process what it is doing", file=self.out, flush=True)
+        print(f"[watchdog] no progress for {now - self.since:.1f} s: "
+              f"{limiter_text(self.buf.rate_limit_state(), self.learners)}; asking each process what it is doing",
+              file=self.out, flush=True)
         return True
 
 
-def limiter_text(state):
-    """The buffer's side of a stall: counts, the limiter's error against its bounds, who waits for it."""
+def limiter_text(state, learners=1):
+    """The buffer's side of a stall: counts, the limiter's error against its bounds, who waits for it (the rows
+    waiting are every learner rank's)."""
     text = f"{state.inserts} steps inserted, {state.samples} rows sampled, {state.stored} steps stored"
     limit = state.limit
     if limit is None:
@@ -246,18 +290,26 @@ def limiter_text(state):
     else:
         text += f"; limiter min size {limit.min_size_to_sample}"
     now = time.time()
+    who, waits, is_ = ("the learner", "waits", "is") if learners == 1 else ("the learner ranks", "wait", "are")
     if state.learner_waiting_rows:
         since = state.learner_waiting_since
-        text += f"; the learner waits for it to admit {state.learner_waiting_rows} rows" + (
+        text += f"; {who} {waits} for it to admit {state.learner_waiting_rows} rows" + (
             f" (for {now - since:.1f} s)" if since else "")
     else:
-        text += "; the learner is not waiting for it"
+        text += f"; {who} {is_} not waiting for it"
     if state.writer_waiters:
         since = state.writer_waiting_since
         text += f"; {state.writer_waiters} writer(s) wait for it" + (f" (for {now - since:.1f} s)" if since else "")
     else:
         text += "; no writer waits for it"
     return text
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago, for the learner ranks' rendezvous (rank 0 listens on it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def state_text(role, state):

@@ -142,6 +142,15 @@ struct CheckpointLearner {
   friend bool operator==(const CheckpointLearner&, const CheckpointLearner&) = default;
 };
 
+/// A learner slot past slot 0 as a checkpoint holds it (format 2.1; layout 1.7): its counters (the priority
+/// counters are the buffer's, in CheckpointInfo::learner) and its online start per env (each <= the env's head).
+struct CheckpointLearnerSlot {
+  CheckpointLearner counters;           ///< rows_sampled .. steps_updated of the slot
+  std::vector<uint64_t> online_starts;  ///< per env, the slot's online-queue start
+  /// Equal when every member is.
+  friend bool operator==(const CheckpointLearnerSlot&, const CheckpointLearnerSlot&) = default;
+};
+
 /// The rate limiter as a checkpoint holds it: settings and offset in force, and its counts (inserts are the heads).
 struct CheckpointLimiter {
   std::optional<RateLimit> limit;  ///< the settings; nullopt without a limiter
@@ -177,7 +186,9 @@ struct CheckpointInfo {
   std::optional<double> priority_exponent;  ///< alpha; nullopt without priorities (or in a 1.0 file)
   double max_priority = 1.0;             ///< the running maximum priority
   CheckpointLimiter limiter;             ///< the rate limiter (format 2.0)
-  CheckpointLearner learner;             ///< the learner's counters (format 2.0)
+  CheckpointLearner learner;             ///< learner slot 0's counters, and the priority updates (format 2.0)
+  uint64_t max_learners = 1;             ///< the source's learner slots (format 2.1; 1 in older files)
+  std::vector<CheckpointLearnerSlot> learner_slots;  ///< slots 1 to max_learners - 1 (format 2.1)
   uint64_t chain_id = 0;                 ///< a chain's id (save_link); 0 for a self-contained checkpoint
   uint64_t link_seq = 0;                 ///< the link's number in its chain directory; 0 for save_checkpoint
   uint64_t file_bytes = 0;               ///< the file's size

@@ -1,5 +1,5 @@
-// shmreplay/checkpoint_format.hpp: the bytes of a checkpoint file, format 2.0 (what save_checkpoint and
-// save_link write) and format 1.0 (what earlier releases wrote, which load_checkpoint still reads).
+// shmreplay/checkpoint_format.hpp: the bytes of a checkpoint file, format 2.1 (what save_checkpoint and
+// save_link write; 2.0 is 2.1 without learner slots) and format 1.0 (what earlier releases wrote, which load_checkpoint still reads).
 //
 // Who reads it: lib/checkpoint/ (save.cpp, save_env.cpp, verify.cpp), tests that damage files on purpose, fuzzers.
 // Programs use shmreplay/checkpoint.hpp, which includes this file.
@@ -41,6 +41,12 @@
 //                           | env 1: EnvSection, records, weights, queued   |
 //                           | ...                                           |
 //                           +-----------------------------------------------+
+//                           | (2.1, only with max_learners > 1) the learner |
+//                           |   block, learner_bytes: LearnerSlotBytes x    |
+//                           |   (max_learners - 1), slots 1.. counters;     |
+//                           |   then u64 online starts [max_learners - 1]   |
+//                           |   [num_envs], each <= its env's head          |
+//                           +-----------------------------------------------+
 //                           | CheckpointTrailer                    32 bytes |
 //                           |   magic "SHMRCEND", records in the file,      |
 //                           |   their bytes, trailer_crc                    |
@@ -71,7 +77,10 @@
 //
 // Versioning: a reader refuses a major version it does not know (Errc::version_mismatch) and reads any minor version
 // of the majors it knows; a newer minor version may grow the header (header_bytes) or the env section
-// (section_bytes) and only append where an older reader does not look.
+// (section_bytes) and only append where an older reader does not look. 2.1 adds the learner slots of layout 1.7
+// (three header words that were reserved, zero for one learner, and the learner block): a 2.1 file of a one-learner
+// buffer is a 2.0 file but for its version; one with several slots a 2.0 reader refuses as corrupt (its trailer
+// is not where the env sections end), as it could not restore those slots.
 #pragma once
 
 #include <cstddef>
@@ -83,7 +92,7 @@ inline constexpr uint64_t kMagic = 0x54504b43524d4853ull;         ///< "SHMRCKPT
 inline constexpr uint64_t kEnvMagic = 0x32564e45524d4853ull;      ///< "SHMRENV2" (format 2)
 inline constexpr uint64_t kTrailerMagic = 0x444e4543524d4853ull;  ///< "SHMRCEND"
 inline constexpr uint32_t kFormatMajor = 2;  ///< the format this library writes
-inline constexpr uint32_t kFormatMinor = 0;  ///< ... minor
+inline constexpr uint32_t kFormatMinor = 1;  ///< ... minor (2.1: learner slots)
 inline constexpr uint64_t kMaxMetaBytes = 1ull << 20;  ///< bound on the name + schema text a loader accepts
 inline constexpr uint32_t kNoField = 0xffffffffu;      ///< an episode field index meaning "none"
 
@@ -144,7 +153,10 @@ struct CheckpointHeader {
   uint64_t priority_updates_dropped; ///< GlobalControl::priority_updates_dropped
   uint64_t extra_bytes;              ///< bytes of all envs' weights and queued records together
   // -- words 46-63 --
-  uint64_t reserved[17];             ///< zero
+  uint64_t max_learners;             ///< (2.1) the source's learner slots when more than one; 0 for one (and in 2.0)
+  uint64_t learner_bytes;            ///< (2.1) bytes of the learner block before the trailer; 0 with one slot
+  uint64_t learner_crc;              ///< (2.1) CRC-32 of the learner block (in the low 32 bits); 0 with one slot
+  uint64_t reserved[14];             ///< zero
   uint32_t meta_crc;                 ///< CRC-32 of the meta block
   uint32_t header_crc;               ///< CRC-32 of this header with header_crc = 0
 };
@@ -182,6 +194,21 @@ struct EpisodeRecordBytes {
   uint64_t end;             ///< an EpisodeEnd code
 };
 
+/// One learner slot's counters past slot 0 in the learner block (2.1; slot 0's are the header's).
+struct LearnerSlotBytes {
+  uint64_t rows_sampled;   ///< the slot's LearnerSlot::rows_sampled
+  uint64_t sample_calls;   ///< ... sample_calls
+  uint64_t retries;        ///< ... retries
+  uint64_t online_resets;  ///< ... online_resets
+  uint64_t steps_updated;  ///< ... steps_updated
+  uint64_t reserved[3];    ///< zero
+};
+
+/// Bytes of the learner block of a file with `max_learners` slots and `num_envs` envs (2.1; 0 for one slot).
+constexpr uint64_t learner_block_bytes(uint64_t max_learners, uint64_t num_envs) noexcept {
+  return max_learners <= 1 ? 0 : (max_learners - 1) * (sizeof(LearnerSlotBytes) + num_envs * sizeof(uint64_t));
+}
+
 /// The file's last 32 bytes, after the last env section (the same in formats 1.0 and 2.0).
 struct CheckpointTrailer {
   uint64_t magic;         ///< kTrailerMagic
@@ -194,6 +221,7 @@ struct CheckpointTrailer {
 static_assert(sizeof(CheckpointHeader) == 512, "the checkpoint header is 512 bytes in format 2.0");
 static_assert(sizeof(EnvSection) == 192, "an env section header is 192 bytes in format 2.0");
 static_assert(sizeof(EpisodeRecordBytes) == 32, "a queued episode record is 32 bytes");
+static_assert(sizeof(LearnerSlotBytes) == 64, "a learner slot's counters are 64 bytes in format 2.1");
 static_assert(sizeof(CheckpointTrailer) == 32, "the checkpoint trailer is 32 bytes");
 
 /// Format 1.0, which earlier releases wrote: read by load_checkpoint and verify_checkpoint, never written.

@@ -110,8 +110,30 @@ uint64_t write_env_sections(const Buffer& source, detail::OutFile& out, uint64_t
   return offset;
 }
 
+// Format 2.1: learner slots 1.. (their counters, then their online starts per env) at `offset`; returns its CRC.
+uint32_t write_learner_block(const CheckpointInfo& info, detail::OutFile& out, uint64_t offset) {
+  std::vector<std::byte> block;
+  for (const CheckpointLearnerSlot& slot : info.learner_slots) {
+    checkpoint_format::LearnerSlotBytes b{};
+    b.rows_sampled = slot.counters.rows_sampled;
+    b.sample_calls = slot.counters.sample_calls;
+    b.retries = slot.counters.retries;
+    b.online_resets = slot.counters.online_resets;
+    b.steps_updated = slot.counters.steps_updated;
+    const auto* p = reinterpret_cast<const std::byte*>(&b);
+    block.insert(block.end(), p, p + sizeof b);
+  }
+  for (const CheckpointLearnerSlot& slot : info.learner_slots) {
+    const auto* p = reinterpret_cast<const std::byte*>(slot.online_starts.data());
+    block.insert(block.end(), p, p + slot.online_starts.size() * sizeof(uint64_t));
+  }
+  out.write_at(offset, block.data(), block.size());
+  return detail::crc32(0, block.data(), block.size());
+}
+
 // The header of the finished file `info` (file_bytes, total_steps and the envs filled), whose meta block is `meta`.
-CheckpointHeader make_header(const CheckpointInfo& info, const std::string& meta, uint64_t extra_bytes) {
+CheckpointHeader make_header(const CheckpointInfo& info, const std::string& meta, uint64_t extra_bytes,
+                             uint32_t learner_crc) {
   CheckpointHeader h{};
   h.magic = checkpoint_format::kMagic;
   h.format_major = info.format_major;
@@ -170,6 +192,11 @@ CheckpointHeader make_header(const CheckpointInfo& info, const std::string& meta
   h.priority_updates = info.learner.priority_updates;
   h.priority_updates_dropped = info.learner.priority_updates_dropped;
   h.extra_bytes = extra_bytes;
+  if (info.max_learners > 1) {  // format 2.1: the learner block (write_learner_block)
+    h.max_learners = info.max_learners;
+    h.learner_bytes = checkpoint_format::learner_block_bytes(info.max_learners, info.num_envs);
+    h.learner_crc = learner_crc;
+  }
   h.meta_crc = detail::crc32(0, meta.data(), meta.size());
   h.header_crc = struct_crc(h, &CheckpointHeader::header_crc);
   return h;
@@ -215,6 +242,8 @@ CheckpointInfo write_checkpoint(const Buffer& source, const std::string& path, c
   read_source_state(source, info);
   const uint64_t extra_bytes =
       offset - envs_at - info.envs.size() * sizeof(EnvSection) - info.total_steps * info.schema.step_bytes();
+  const uint32_t learner_crc = write_learner_block(info, out, offset);
+  offset += checkpoint_format::learner_block_bytes(info.max_learners, info.num_envs);
   CheckpointTrailer tr{};
   tr.magic = checkpoint_format::kTrailerMagic;
   tr.total_steps = info.total_steps;
@@ -225,7 +254,7 @@ CheckpointInfo write_checkpoint(const Buffer& source, const std::string& path, c
 
   info.file_bytes = offset;
   info.saved_time_ns = detail::realtime_ns();
-  const CheckpointHeader h = make_header(info, meta, extra_bytes);
+  const CheckpointHeader h = make_header(info, meta, extra_bytes, learner_crc);
   out.write_at(0, &h, sizeof h);
   out.finish(offset);
   detail::check_replaceable(path, options.force);

@@ -143,7 +143,7 @@ class WindowCopy {
   // overwrites frames, and claims before it reclaims a slot). Without stacked fields this adds nothing to
   // window_complete and the rule above (the bound is 0).
   bool run_is_view() {
-    const uint64_t claimed = c_.claimed.load(std::memory_order_relaxed) & ~layout::kUpdateLockBit;
+    const uint64_t claimed = c_.claimed.load(std::memory_order_relaxed) & layout::kClaimMask;
     const uint64_t bound = c_.stacks_intact_from.load(std::memory_order_relaxed);
     // acquire fence: keeps the two loads above before the head's below (load order only; no store pairs with it)
     std::atomic_thread_fence(std::memory_order_acquire);

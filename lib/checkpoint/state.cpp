@@ -15,6 +15,7 @@
 
 #include "checkpoint/internal.hpp"
 #include "detail/protocol/episodes.hpp"
+#include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/rate_limit.hpp"
@@ -158,6 +159,23 @@ void read_source_state(const Buffer& b, CheckpointInfo& info) {
   info.learner.steps_updated = g.steps_updated.load(std::memory_order_relaxed);
   info.learner.priority_updates = g.priority_updates.load(std::memory_order_relaxed);
   info.learner.priority_updates_dropped = g.priority_updates_dropped.load(std::memory_order_relaxed);
+  // Layout 1.7: slots 1.. (slot 0's are the words above), each online start at most its env's saved head (a learner
+  // may have reset its view past the instant an env's section describes).
+  info.max_learners = seg.max_learners();
+  info.learner_slots.clear();
+  for (uint64_t r = 1; r < seg.max_learners(); ++r) {
+    const LearnerSlotWords me = learner_slot(seg, r);
+    CheckpointLearnerSlot slot;
+    slot.counters.rows_sampled = me.rows_sampled.load(std::memory_order_relaxed);
+    slot.counters.sample_calls = me.sample_calls.load(std::memory_order_relaxed);
+    slot.counters.retries = me.retries.load(std::memory_order_relaxed);
+    slot.counters.online_resets = me.online_resets.load(std::memory_order_relaxed);
+    slot.counters.steps_updated = me.steps_updated.load(std::memory_order_relaxed);
+    for (const CheckpointEnv& e : info.envs) {
+      slot.online_starts.push_back(std::min(me.online_start(e.env).load(std::memory_order_relaxed), e.head));
+    }
+    info.learner_slots.push_back(std::move(slot));
+  }
 }
 
 // -- the load's half --------------------------------------------------------------------------------------------
@@ -165,6 +183,7 @@ void read_source_state(const Buffer& b, CheckpointInfo& info) {
 CreateOptions create_options_of(const CheckpointInfo& info, uint32_t mode) {
   CreateOptions create;
   create.mode = mode;
+  create.max_learners = info.max_learners;
   if (info.episode_fields.any_flag()) {
     const auto name = [&](const std::optional<std::size_t>& i) { return i ? info.schema[*i].name : std::string(); };
     create.episodes = {name(info.episode_fields.done), name(info.episode_fields.terminated),
@@ -195,6 +214,11 @@ std::vector<std::string> state_mismatches(const Buffer& target, const Checkpoint
   if (target.rate_limit() != info.limiter.limit) {
     out.push_back(fmt::format("rate limiter: the segment has {}, the checkpoint {}", limit_text(target.rate_limit()),
                               limit_text(info.limiter.limit)));
+  }
+  if (target.max_learners() < info.max_learners) {
+    out.push_back(fmt::format("learner slots: the segment has {}, the checkpoint {} (the slots past the segment's "
+                              "would be lost)",
+                              target.max_learners(), info.max_learners));
   }
   if (target.segment().has_stacks() && target.stack_continuity() != info.stack_continuity) {
     out.push_back(fmt::format("stack continuity: the segment's rule is {}, the checkpoint's {}",
@@ -306,6 +330,27 @@ void load_global_state(Buffer& target, const CheckpointInfo& info, bool created,
   g.online_resets.store(info.learner.online_resets, std::memory_order_relaxed);
   g.steps_updated.store(info.learner.steps_updated, std::memory_order_relaxed);
   g.priority_updates.store(info.learner.priority_updates, std::memory_order_relaxed);
+  // Layout 1.7: learner slots 1.. as saved (the load holds every slot's lease: nobody reads them meanwhile); slots
+  // the file does not have start as a new buffer's; slots the segment does not have are dropped (allowed mismatch).
+  for (uint64_t r = 1; r < seg.max_learners(); ++r) {
+    const LearnerSlotWords me = learner_slot(seg, r);
+    const CheckpointLearnerSlot none;
+    const CheckpointLearnerSlot& slot = r - 1 < info.learner_slots.size() ? info.learner_slots[r - 1] : none;
+    me.rows_sampled.store(slot.counters.rows_sampled, std::memory_order_relaxed);
+    me.sample_calls.store(slot.counters.sample_calls, std::memory_order_relaxed);
+    me.retries.store(slot.counters.retries, std::memory_order_relaxed);
+    me.online_resets.store(slot.counters.online_resets, std::memory_order_relaxed);
+    me.steps_updated.store(slot.counters.steps_updated, std::memory_order_relaxed);
+    for (const CheckpointEnv& e : info.envs) {
+      me.online_start(e.env).store(slot.online_starts.empty() ? 0 : slot.online_starts[e.env],
+                                   std::memory_order_relaxed);
+    }
+  }
+  if (info.max_learners > seg.max_learners()) {
+    notes.push_back(fmt::format("learner slots: the checkpoint has {}, the segment {}: the counters and online views "
+                                "of slots {} to {} are not loaded",
+                                info.max_learners, seg.max_learners(), seg.max_learners(), info.max_learners - 1));
+  }
   g.priority_updates_dropped.store(info.learner.priority_updates_dropped, std::memory_order_relaxed);
   g.samples.store(info.limiter.samples, std::memory_order_relaxed);
   g.limiter_changes.store(info.limiter.changes, std::memory_order_relaxed);

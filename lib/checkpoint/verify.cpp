@@ -205,6 +205,49 @@ void read_state(const std::string& path, const CheckpointHeader& h, CheckpointIn
   info.limiter.writer_timeouts = h.writer_timeouts;
   info.learner = {h.rows_sampled,  h.sample_calls,     h.retries, h.online_resets, h.steps_updated,
                   h.priority_updates, h.priority_updates_dropped};
+  // Format 2.1: learner slots (0 means one); the block's size follows from them (its contents: check_envs).
+  info.max_learners = h.max_learners == 0 ? 1 : h.max_learners;
+  if (h.max_learners == 1 || info.max_learners > layout::kMaxLearners) {
+    corrupt(path, fmt::format("max_learners is {}, expected 0 (one learner) or 2 to {}", h.max_learners,
+                              layout::kMaxLearners));
+  }
+  const uint64_t block = checkpoint_format::learner_block_bytes(info.max_learners, h.num_envs);
+  if (h.learner_bytes != block || (block == 0 && h.learner_crc != 0) || h.learner_crc > 0xffffffffu) {
+    corrupt(path, fmt::format("its learner block is {} bytes (checksum word {:#x}), expected {} for {} learner slots "
+                              "and {} envs",
+                              h.learner_bytes, h.learner_crc, block, info.max_learners, h.num_envs));
+  }
+}
+
+// Format 2.1: the learner block at `at` (learner slots 1.., h.learner_bytes), checked against its checksum and
+// the envs' heads (info.envs filled), into info.learner_slots.
+void read_learner_block(const InFile& in, const CheckpointHeader& h, uint64_t at, CheckpointInfo& info) {
+  const std::string& path = in.path();
+  if (h.learner_bytes == 0) return;
+  std::vector<std::byte> block(static_cast<std::size_t>(h.learner_bytes));
+  in.read_at(at, block.data(), block.size());
+  const uint32_t crc = crc32(0, block.data(), block.size());
+  if (crc != h.learner_crc) {
+    corrupt(path, fmt::format("its learner block (bytes {}-{}) fails its checksum: stored {:#010x}, computed {:#010x}",
+                              at, at + h.learner_bytes - 1, h.learner_crc, crc));
+  }
+  const uint64_t slots = info.max_learners - 1;
+  const std::byte* starts = block.data() + slots * sizeof(checkpoint_format::LearnerSlotBytes);
+  info.learner_slots.assign(static_cast<std::size_t>(slots), {});
+  for (uint64_t r = 0; r < slots; ++r) {
+    checkpoint_format::LearnerSlotBytes b{};
+    std::memcpy(&b, block.data() + r * sizeof b, sizeof b);
+    CheckpointLearnerSlot& slot = info.learner_slots[static_cast<std::size_t>(r)];
+    slot.counters = {b.rows_sampled, b.sample_calls, b.retries, b.online_resets, b.steps_updated, 0, 0};
+    slot.online_starts.resize(static_cast<std::size_t>(h.num_envs));
+    std::memcpy(slot.online_starts.data(), starts + r * h.num_envs * sizeof(uint64_t), h.num_envs * sizeof(uint64_t));
+    for (uint64_t e = 0; e < h.num_envs; ++e) {
+      if (slot.online_starts[e] > info.envs[e].head) {
+        corrupt(path, fmt::format("learner slot {}'s online start of env {} is {}, past the env's head {}", r + 1, e,
+                                  slot.online_starts[e], info.envs[e].head));
+      }
+    }
+  }
 }
 
 // What the checked header `h` and its meta block (the name and schema, checked here) say: all but the envs.
@@ -366,7 +409,11 @@ void check_envs(const InFile& in, const CheckpointHeader& h, CheckpointInfo& inf
   if (size - h.header_bytes - h.meta_bytes < sizeof(CheckpointTrailer)) {  // header_bytes + meta_bytes <= size
     corrupt(path, fmt::format("it has {} bytes, too few for its header, meta block and trailer", size));
   }
-  const uint64_t end = size - sizeof(CheckpointTrailer);  // where the env sections must end
+  if (size - h.header_bytes - h.meta_bytes - sizeof(CheckpointTrailer) < h.learner_bytes) {
+    corrupt(path, fmt::format("it has {} bytes, too few for its header, meta block, learner block and trailer", size));
+  }
+  // where the env sections must end: the learner block (2.1), then the trailer
+  const uint64_t end = size - sizeof(CheckpointTrailer) - h.learner_bytes;
   Progress progress(progress_fn, "verifying", size);
   progress.add(h.header_bytes + h.meta_bytes);
   std::vector<std::byte> block(static_cast<std::size_t>(block_steps(sb, h.capacity) * sb));
@@ -439,7 +486,8 @@ void check_envs(const InFile& in, const CheckpointHeader& h, CheckpointInfo& inf
   if (offset != end) {
     corrupt(path, fmt::format("its env sections end at offset {}, but its trailer starts at offset {}", offset, end));
   }
-  check_trailer(in, h, end, total_steps);
+  read_learner_block(in, h, end, info);
+  check_trailer(in, h, end + h.learner_bytes, total_steps);
   info.total_steps = total_steps;
   progress.finish();
 }

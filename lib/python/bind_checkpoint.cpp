@@ -244,6 +244,9 @@ void bind_info(py::module_& m) {
           "'truncated', 'reward'); empty for a buffer without episodes")
       .def_readonly("episode_queue_capacity", &CheckpointInfo::episode_queue_capacity,
                     "the source's episode records per env queue; 0 without episode fields")
+      .def_readonly("max_learners", &CheckpointInfo::max_learners,
+                    "the source's learner slots (1 before format 2.1); each slot's counters and online views are "
+                    "loaded with it")
       .def_readonly("stack_restarts", &CheckpointInfo::stack_restarts,
                     "the source's stack restart reserve (0 without stacked fields or in a 1.0 file)")
       .def_property_readonly("stack_continuity",

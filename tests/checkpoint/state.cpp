@@ -16,10 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "shmreplay/checkpoint.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
+#include "payload.hpp"
 #include "support.hpp"
 #include "checkpoint/checkpoint_helpers.hpp"
 
@@ -371,6 +373,72 @@ TEST_CASE("a save keeps only the waiting episode records of episodes that ended 
   REQUIRE(records.size() == 1);
   CHECK(records[0].first_step == 0);
   CHECK(records[0].length == 5);
+}
+
+}  // namespace ckpt_state
+
+namespace ckpt_state {
+
+TEST_CASE("a checkpoint of a buffer with several learner slots gives back each slot's counters and online view, "
+          "and a target with fewer slots is refused unless allowed (format 2.1)") {
+  SegmentGuard source(unique_name("ckst-slots-src"));
+  SegmentGuard loaded(unique_name("ckst-slots-new"));
+  SegmentGuard small(unique_name("ckst-slots-small"));
+  FileGuard file(temp_path("ckst-slots"));
+  Buffer src = Buffer::create(source.name(), 3, 16, kPayloadSchema, {.max_learners = 3});
+  {
+    Writer w(src, {0, 1, 2});
+    test::PayloadPusher pusher;
+    for (int i = 0; i < 20; ++i) pusher.push(w, {0, 1, 2});  // wrapped: heads 20, windows [4, 20)
+    Sampler r1(src, {.rank = 1});
+    Sampler r2(src, {.rank = 2});
+    Rng rng(3);
+    SampleBatch out;
+    r1.sample(View::replay, 7, 1, 0.0, rng, out);
+    r1.reset_online_queue();  // slot 1's view: empty at heads 20
+    for (int i = 0; i < 3; ++i) pusher.push(w, {0, 1});
+    r2.sample(View::replay, 5, 2, 0.0, rng, out);
+    r2.sample(View::replay, 5, 2, 0.0, rng, out);
+  }
+  const CheckpointInfo saved = save_checkpoint(src, file.path());
+  CHECK(saved.format_minor == 1);
+  CHECK(saved.max_learners == 3);
+  REQUIRE(saved.learner_slots.size() == 2);
+  CHECK(saved.learner_slots[0].counters.rows_sampled == 7);
+  CHECK(saved.learner_slots[0].counters.online_resets == 1);
+  CHECK(saved.learner_slots[0].online_starts == std::vector<uint64_t>{20, 20, 20});
+  CHECK(saved.learner_slots[1].counters.rows_sampled == 10);
+  CHECK(saved.learner_slots[1].counters.sample_calls == 2);
+  CHECK(saved.learner_slots[1].online_starts == std::vector<uint64_t>{0, 0, 0});
+  const CheckpointInfo verified = verify_checkpoint(file.path());
+  CHECK(verified.max_learners == 3);
+  CHECK(verified.learner_slots == saved.learner_slots);
+
+  // Into a new name: three slots, each as saved; slot 1's online view holds the 3 steps pushed after its reset.
+  const LoadResult r = load_checkpoint(file.path(), loaded.name());
+  CHECK(r.notes.empty());
+  Buffer dst = Buffer::open(loaded.name());
+  CHECK(dst.max_learners() == 3);
+  {
+    Sampler s1(dst, {.rank = 1});
+    Sampler s2(dst, {.rank = 2});
+    CHECK(s1.size(View::online) == 6);
+    CHECK(s1.sizes(2).online == 0);
+    CHECK(s2.size(View::online) == 16 * 3);
+    CHECK(detail::learner_slot(dst.segment(), 1).rows_sampled.load() == 7);
+    CHECK(detail::learner_slot(dst.segment(), 2).sample_calls.load() == 2);
+  }
+  // Into a buffer with one slot: refused, naming the slots; allowed, slot 0 loads and a note says what is lost.
+  Buffer one = Buffer::create(small.name(), 3, 16, kPayloadSchema);
+  std::string msg;
+  CHECK(test::error_of([&] { load_checkpoint_into(one, file.path()); }, &msg) ==
+        static_cast<int>(Errc::schema_mismatch));
+  CHECK(test::contains(msg, "learner slots: the segment has 1, the checkpoint 3"));
+  std::vector<std::string> notes;
+  load_checkpoint_into(one, file.path(), {.allow_mismatch = true}, &notes);
+  CHECK(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+    return test::contains(n, "the counters and online views of slots 1 to 2 are not loaded");
+  }));
 }
 
 }  // namespace ckpt_state

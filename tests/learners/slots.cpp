@@ -229,14 +229,12 @@ TEST_CASE("two learners' in-place updates of one env exclude each other, and eac
   Sampler a(rig.buf, {.rank = 0});
   Sampler b(rig.buf, {.rank = 1});
   std::atomic<bool> stop{false};
-  std::atomic<uint64_t> seen_a{0}, seen_b{0}, other{0};
-  std::thread watcher([&] {  // samples the lock word: only the two slots' bits, or none
+  std::atomic<uint64_t> other{0};
+  std::thread watcher([&] {  // reads the lock word: it names one of the two slots, or no one
     layout::EnvControl& c = rig.buf.segment().env_control(0);
     while (!stop.load()) {
       const uint64_t w = c.claimed.load();
-      if ((w & layout::kUpdateLockBit) == 0) continue;
-      const uint64_t owner = layout::update_lock_owner(w);
-      owner == 0 ? ++seen_a : owner == 1 ? ++seen_b : ++other;
+      if ((w & layout::kUpdateLockBit) != 0 && layout::update_lock_owner(w) > 1) ++other;
     }
   });
   const auto updater = [&](Sampler& s, uint64_t version) {
@@ -273,7 +271,6 @@ TEST_CASE("two learners' in-place updates of one env exclude each other, and eac
   }
   CHECK(rig.slot(0).steps_updated.load() == 2000);
   CHECK(rig.slot(1).steps_updated.load() == 2000);
-  MESSAGE("lock seen held by slot 0 " << seen_a.load() << " times, by slot 1 " << seen_b.load() << " times");
 }
 
 TEST_CASE("learners sampling at once under a rate limiter never pass on one margin, and a failed call gives its "

@@ -38,6 +38,38 @@ def test_envpool_actors_and_the_learner_run_with_every_sampled_step_checked(name
           f"{summary['return_last']:.1f}")
 
 
+def test_two_learner_ranks_each_sample_their_share_from_one_buffer(name):
+    """--learners 2: two PyTorch learner processes (ranks of a torch.distributed gloo group, DistributedDataParallel)
+    on one buffer made with two learner slots; each samples 16 + 16 rows per update from its own slot, the ranks stop
+    after the same update, and the run ends clean with every rank's sampled steps checked."""
+    run = os.path.join(ROOT, "examples", "envpool", "run.py")
+    out = subprocess.run([sys.executable, run, "--seconds", "20", "--json", "--quiet", "--name", name, "--workers", "2",
+                          "--envs-per-worker", "8", "--batch-size", "4", "--min-replay", "256", "--learners", "2"],
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["ok"] and summary["violations"] == 0 and summary["learners"] == 2, summary
+    roles = [p["role"] for p in summary["processes"]]
+    assert roles == ["learner 0", "learner 1", "actor 0", "actor 1"], roles
+    assert all(p["clean"] and p["exit"] == 0 for p in summary["processes"]), summary["processes"]
+    ranks = [p["report"] for p in summary["processes"][:2]]
+    assert [r["rank"] for r in ranks] == [0, 1] and all(r["rows_per_update"] == 32 for r in ranks), ranks
+    assert summary["updates"] > 0 and ranks[0]["updates"] == ranks[1]["updates"], ranks  # one collective each
+    per_rank = summary["rows_sampled_per_rank"]
+    assert all(n > 0 for n in per_rank) and summary["rows_sampled"] == sum(per_rank), summary
+    assert summary["pushes"] > 500
+    assert not shmreplay.Buffer.exists(name)
+    print(f"{summary['pushes']} env steps, {summary['updates']} updates, rows per rank {per_rank}")
+
+
+def test_several_learners_need_the_pytorch_learner(name):
+    run = os.path.join(ROOT, "examples", "envpool", "run.py")
+    out = subprocess.run([sys.executable, run, "--learners", "2", "--learner", "jax", "--name", name],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--learners 2 needs --learner torch" in out.stderr, out.stderr
+    assert not shmreplay.Buffer.exists(name)
+
+
 def test_the_atari_throughput_run_reports_every_process():
     run = os.path.join(ROOT, "examples", "envpool", "throughput.py")
     out = subprocess.run([sys.executable, run, "--seconds", "4", "--json", "--workers", "2", "--envs-per-worker", "2",

@@ -85,6 +85,7 @@ Json checkpoint_json(const CheckpointInfo& info) {
       {"saved_time_ns", info.saved_time_ns},
       {"chain_id", fmt::format("{:016x}", info.chain_id)},
       {"link", info.link_seq},
+      {"max_learners", info.max_learners},
       {"priority_exponent", info.priority_exponent ? Json(*info.priority_exponent) : Json(nullptr)},
       {"rate_limit", info.limiter.limit ? Json(info.limiter.limit->to_string()) : Json(nullptr)},
       {"limiter_samples", info.limiter.samples},

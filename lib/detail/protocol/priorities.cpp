@@ -128,7 +128,7 @@ bool update_priority(const PriorityTree& t, const layout::EnvControl& env, uint6
   if ((cur >> 32) != (step & kWeightMask)) return false;  // the slot holds another step
   // acquire: pairs with the writer's claim (claim_step); a claim past step + capacity means the slot is being
   // rewritten, and its new leaf may not be stored yet.
-  const uint64_t claimed = env.claimed.load(std::memory_order_acquire) & ~layout::kUpdateLockBit;
+  const uint64_t claimed = env.claimed.load(std::memory_order_acquire) & layout::kClaimMask;
   if (claimed > step + t.capacity) return false;
   // A step whose stack lost its frames (stacked fields, layout 1.6) is dropped as an overwritten one is.
   if (env.stacks_intact_from.load(std::memory_order_relaxed) > step) return false;
@@ -162,7 +162,7 @@ double step_weight(const PriorityTree& t, const layout::EnvControl& env, uint64_
   if ((word >> 32) != (step & kWeightMask)) return -1;  // the slot holds another step
   // acquire: pairs with the writer's claim (claim_step), as in update_priority: a claim past step + capacity means
   // the slot is being rewritten, and its new leaf may not be stored yet.
-  const uint64_t claimed = env.claimed.load(std::memory_order_acquire) & ~layout::kUpdateLockBit;
+  const uint64_t claimed = env.claimed.load(std::memory_order_acquire) & layout::kClaimMask;
   // A step whose stack lost its frames (stacked fields, layout 1.6) can no longer be sampled either.
   const bool lost = env.stacks_intact_from.load(std::memory_order_relaxed) > step;
   return claimed > step + t.capacity || lost ? -1 : leaf_weight(word);

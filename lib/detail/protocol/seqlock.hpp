@@ -113,19 +113,20 @@ inline void advance_online_start(const layout::EnvControl& c, std::atomic<uint64
 // ---------------------------------------------------------------------------------------------------------------
 // Update side: the learner's update lock (try_update) and the odd/even update_seq section (try_update, load).
 
-/// Takes the env's update lock for learner slot `slot` (sets kUpdateLockBit and the slot in `claimed`:
-/// layout::update_lock_bits) and returns the claim count c without them. While the bit is set the writer cannot
-/// raise its claim, so the only slot it may be writing is (c - 1) % cap, which belongs to step c - 1 - cap: steps
-/// in [c - cap, head) are safe to rewrite. Another learner's lock excludes ours: the CAS expects the word without
-/// lock bits, so it spins until that learner unlocks (one step's copy) or is found dead by a writer or its slot's
-/// successor. Precondition: the caller holds the lease of `slot`.
-inline uint64_t lock_for_update(layout::EnvControl& c, uint64_t slot) noexcept {
+/// Takes the env's update lock for learner slot `slot` of `segment` (sets kUpdateLockBit and the slot in
+/// `claimed`: layout::update_lock_bits) and returns the claim count c without them. While the bit is set the writer
+/// cannot raise its claim, so the only slot it may be writing is (c - 1) % cap, which belongs to step c - 1 - cap:
+/// steps in [c - cap, head) are safe to rewrite. Another learner's lock excludes ours: the CAS expects the word
+/// without lock bits, and while another slot holds it we wait as a writer does (wait_update_unlocked: it yields,
+/// and releases the lock of a holder that died), so a dead learner's lock never holds us. Precondition: the caller
+/// holds the lease of `slot`.
+inline uint64_t lock_for_update(layout::EnvControl& c, const Segment& segment, uint64_t slot) noexcept {
   uint64_t cur = c.claimed.load(std::memory_order_relaxed) & kClaimMask;
   // acquire: pairs with the writer's claim CAS and another learner's unlock_update (release), so our view of
   // `claimed` is the one the caller's check relies on and that learner's bytes precede ours.
   while (!c.claimed.compare_exchange_weak(cur, cur | layout::update_lock_bits(slot), std::memory_order_acquire,
                                           std::memory_order_relaxed)) {
-    cur &= kClaimMask;
+    cur = ((cur & kUpdateLockBit) != 0 ? wait_update_unlocked(c, segment) : cur) & kClaimMask;
   }
   return cur;
 }
@@ -182,6 +183,28 @@ inline void store_counters(layout::EnvControl& c, uint64_t head, uint64_t claime
 inline void release_dead_update_lock(layout::EnvControl& c, uint64_t slot) noexcept {
   const uint64_t held = c.claimed.load(std::memory_order_relaxed);
   if ((held & kUpdateLockBit) != 0 && layout::update_lock_owner(held) != slot) return;
+  if ((held & kUpdateLockBit) == 0) {
+    // A free lock with an odd update_seq is a dead load's section, or a live learner's that took the lock after
+    // our load of `claimed`: end it only while holding the lock ourselves, so that it cannot be a live one's. A
+    // writer's claim moves the word: try again; a learner's lock ends the search (its UpdateSection makes an odd
+    // update_seq even before it opens its own).
+    uint64_t free = held;
+    for (;;) {
+      if ((c.update_seq.load(std::memory_order_relaxed) & 1) == 0) return;
+      // acquire: pairs with the release that freed the lock (unlock_update): that learner's section is over.
+      if (c.claimed.compare_exchange_weak(free, free | layout::update_lock_bits(slot), std::memory_order_acquire,
+                                          std::memory_order_relaxed)) {
+        break;
+      }
+      if ((free & kUpdateLockBit) != 0) return;
+    }
+    uint64_t seq = c.update_seq.load(std::memory_order_relaxed);
+    // release: pairs with the readers' acquire load of update_seq in read_begin.
+    if (seq & 1) c.update_seq.compare_exchange_strong(seq, seq + 1, std::memory_order_release);
+    // release: pairs with the writer's acquire in claim_step / wait_update_unlocked (as unlock_update).
+    c.claimed.store(free, std::memory_order_release);
+    return;
+  }
   uint64_t seq = c.update_seq.load(std::memory_order_relaxed);
   // release: pairs with the readers' acquire load of update_seq in read_begin.
   if (seq & 1) c.update_seq.compare_exchange_strong(seq, seq + 1, std::memory_order_release);
