@@ -75,3 +75,36 @@ TEST_CASE("watch --json prints one parseable frame per line") {
   CHECK(run_cli({"watch", name, "--once", "--count", "2"}).exit_code == 2);
   CHECK(run_cli({"watch", name, "--interval", "0"}).exit_code == 2);
 }
+
+TEST_CASE("create --learners N makes N learner slots, and info and watch show each rank") {
+  const std::string name = unique_name("cli-learners");
+  SegmentGuard guard(name);
+  const CliResult made = run_cli({"create", name, "--envs", "2", "--capacity", "32", "--schema", kPayloadSpec,
+                                  "--learners", "3"});
+  REQUIRE(made.exit_code == 0);
+  Buffer b = Buffer::open(name);
+  CHECK(b.max_learners() == 3);
+  Sampler rank2(b, {.rank = 2});
+  const CliResult info = run_cli({"info", name});
+  REQUIRE(info.exit_code == 0);
+  CHECK(contains(line_starting(info.out, "learners"), "1 of 3 slots held by live learners"));
+  CHECK(contains(line_starting(info.out, "  rank 0"), "free"));
+  CHECK(contains(line_starting(info.out, "  rank 2"), fmt::format("pid {} (alive", ::getpid())));
+  const json j = json::parse(run_cli({"info", name, "--json"}).out);
+  CHECK(j["max_learners"] == 3);
+  CHECK(j["live_learners"] == 1);
+  REQUIRE(j["learners"].size() == 3);
+  CHECK(j["learners"][2]["rank"] == 2);
+  CHECK(j["learners"][2]["state"] == "alive");
+  CHECK(j["learners"][0]["state"] == "none");
+  const CliResult w = run_cli({"watch", name, "--once", "--interval", "0.02"});
+  REQUIRE(w.exit_code == 0);
+  CHECK(contains(line_starting(w.out, "learners"), "1 of 3 slots live; rank 0 free; rank 1 free; rank 2 pid"));
+  const std::vector<json> frames = json_lines(run_cli({"watch", name, "--json", "--count", "2", "--interval", "0.02"}).out);
+  REQUIRE(frames.size() == 2);
+  REQUIRE(frames[1]["learners"].size() == 3);
+  CHECK(frames[1]["learners"][2]["pid"] == static_cast<uint64_t>(::getpid()));
+  CHECK(frames[1]["learners"][2]["samples_per_s"].is_number());
+  CHECK(run_cli({"create", name + "-x", "--envs", "1", "--capacity", "4", "--schema", kPayloadSpec, "--learners",
+                 "65"}).exit_code != 0);
+}

@@ -175,6 +175,7 @@ struct Rates {
   double samples = -1.0;
   double retries = -1.0;
   std::vector<double> env_pushes;
+  std::vector<double> learner_samples;  // per learner slot (layout 1.7); -1 where unknown
 };
 
 double per_second(uint64_t before, uint64_t after, double seconds) {
@@ -185,6 +186,7 @@ Rates rates_between(const SegmentInfo& a, const SegmentInfo& b, double seconds) 
   Rates r;
   if (seconds <= 0.0) {
     r.env_pushes.assign(b.envs.size(), -1.0);
+    r.learner_samples.assign(b.learners.size(), -1.0);
     return r;
   }
   r.seconds = seconds;
@@ -193,6 +195,10 @@ Rates rates_between(const SegmentInfo& a, const SegmentInfo& b, double seconds) 
   r.retries = per_second(a.learner.retries, b.learner.retries, seconds);
   for (std::size_t e = 0; e < b.envs.size(); ++e) {
     r.env_pushes.push_back(e < a.envs.size() ? per_second(a.envs[e].head, b.envs[e].head, seconds) : -1.0);
+  }
+  for (std::size_t k = 0; k < b.learners.size(); ++k) {
+    r.learner_samples.push_back(
+        k < a.learners.size() ? per_second(a.learners[k].rows_sampled, b.learners[k].rows_sampled, seconds) : -1.0);
   }
   return r;
 }
@@ -220,6 +226,21 @@ WriterCounts count_writers(const SegmentInfo& s) {
 std::string learner_text(const LearnerInfo& l) {
   if (l.state == OwnerState::none) return "none attached";
   return fmt::format("pid {} ({}, attached {} ago)", l.pid, to_string(l.state), human_age(age_ns(l.since_ns)));
+}
+
+// Several learner slots (layout 1.7): each rank's holder and rows/s, on one line (the first 8 ranks).
+std::string learners_text(const SegmentInfo& s, const Rates& r) {
+  constexpr std::size_t kShown = 8;
+  std::string text = fmt::format("{} of {} slots live", s.live_learners, s.learners.size());
+  for (std::size_t k = 0; k < s.learners.size() && k < kShown; ++k) {
+    const LearnerInfo& l = s.learners[k];
+    const double rate = k < r.learner_samples.size() ? r.learner_samples[k] : -1.0;
+    text += l.state == OwnerState::none
+                ? fmt::format("; rank {} free", l.slot)
+                : fmt::format("; rank {} pid {} ({}) {} rows/s", l.slot, l.pid, to_string(l.state), rate_text(rate));
+  }
+  if (s.learners.size() > kShown) text += "; ...";
+  return text;
 }
 
 double fraction(uint64_t part, uint64_t whole) {
@@ -254,7 +275,11 @@ std::vector<std::string> frame_lines(const WatchArgs& args, const SegmentInfo& s
   const WriterCounts w = count_writers(s);
   pair("writers", fmt::format("{} alive, {} dead, {} env{} without a writer", w.alive, w.dead, w.free,
                               w.free == 1 ? "" : "s"));
-  pair("learner", learner_text(l));
+  if (s.learners.size() <= 1) {
+    pair("learner", learner_text(l));
+  } else {
+    pair("learners", learners_text(s, r));
+  }
   if (s.rate_limit.limit) pair("rate limit", rate_limit_text(s.rate_limit));
   lines.emplace_back();
 
@@ -288,6 +313,21 @@ std::vector<std::string> frame_lines(const WatchArgs& args, const SegmentInfo& s
                                 interactive ? "enlarge the terminal" : "shmreplay watch --json lists every env"));
   }
   return lines;
+}
+
+// Each learner slot (layout 1.7): rank, holder, rows sampled and per second.
+Json learners_json(const SegmentInfo& s, const Rates& r) {
+  Json out = Json::array();
+  for (std::size_t k = 0; k < s.learners.size(); ++k) {
+    const LearnerInfo& l = s.learners[k];
+    const double rate = k < r.learner_samples.size() ? r.learner_samples[k] : -1.0;
+    out.push_back({{"rank", l.slot},
+                   {"state", to_string(l.state)},
+                   {"pid", l.pid},
+                   {"rows_sampled", l.rows_sampled},
+                   {"samples_per_s", rate < 0 ? Json(nullptr) : Json(rate)}});
+  }
+  return out;
 }
 
 Json frame_json(const SegmentInfo& s, const Rates& r, bool removed) {
@@ -329,6 +369,7 @@ Json frame_json(const SegmentInfo& s, const Rates& r, bool removed) {
       {"live_writers", w.alive},
       {"dead_writers", w.dead},
       {"learner", {{"state", to_string(s.learner.state)}, {"pid", s.learner.pid}}},
+      {"learners", learners_json(s, r)},
       {"rate_limit", s.rate_limit.limit ? Json{{"text", s.rate_limit.limit->to_string()},
                                                {"inserts", s.rate_limit.inserts},
                                                {"samples", s.rate_limit.samples},

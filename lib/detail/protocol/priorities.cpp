@@ -134,8 +134,13 @@ bool update_priority(const PriorityTree& t, const layout::EnvControl& env, uint6
   if (env.stacks_intact_from.load(std::memory_order_relaxed) > step) return false;
   // Recorded before the leaf changes, so that a learner killed anywhere from here on leaves its walk to redo.
   walk_word.store(((env_index + 1) << 40) | slot, std::memory_order_seq_cst);  // read by finish_dead_walk
-  // The CAS pairs with the writer's store in set_new_priority: if the writer got there first, the tag differs.
-  const bool applied = leaf.compare_exchange_strong(cur, make_leaf(step, weight), std::memory_order_seq_cst);
+  // The CAS pairs with the writer's store in set_new_priority: if the writer got there first, the tag differs and
+  // the update is dropped. Another learner's update of the same step (layout 1.7) keeps the tag: ours comes later
+  // in the leaf's modification order, so it is tried again from that value and wins.
+  bool applied = false;
+  while (!(applied = leaf.compare_exchange_strong(cur, make_leaf(step, weight), std::memory_order_seq_cst))) {
+    if ((cur >> 32) != (step & kWeightMask)) break;  // a writer's new step: dropped
+  }
   if (applied) walk(t, slot);
   walk_word.store(0, std::memory_order_seq_cst);
   return applied;
