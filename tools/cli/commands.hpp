@@ -117,6 +117,12 @@ struct SaveArgs {
   int nice = 10;                   ///< added to the process's nice value before the save (0: leave it)
 };
 
+struct MetricsArgs {
+  std::vector<std::string> names;  ///< the buffers to export; empty: every shmreplay segment, listed at each scrape
+  std::string listen;              ///< HOST:PORT to serve /metrics on (port 0: any free port, printed on stderr)
+  bool once = false;               ///< print one scrape to stdout and exit, without serving
+};
+
 struct LoadArgs {
   std::string file;
   std::string name;  ///< empty: the name the checkpoint was saved from
@@ -137,6 +143,11 @@ int run_dump(const DumpArgs& args);    // dump.cpp
 int run_save(const SaveArgs& args);    // save_load.cpp
 int run_load(const LoadArgs& args);    // save_load.cpp
 int run_limit(const LimitArgs& args);  // limit.cpp
+int run_metrics(const MetricsArgs& args);  // metrics.cpp
+
+/// One scrape of `shmreplay metrics`: the Prometheus text exposition of `names` (every segment when empty), read
+/// from read-only mappings now. A buffer that does not open is shmreplay_buffer_up 0. metrics.cpp.
+std::string metrics_text(const std::vector<std::string>& names);
 
 /// The rate limiter's line of `info` and `watch`: settings, counts, ratio and who waits since when.
 std::string rate_limit_text(const RateLimitState& s);

@@ -13,6 +13,7 @@
 //   shmreplay load FILE|DIR [NAME] [--mode OCTAL] [--progress] [--json] [--allow-other-owner] [--allow-mismatch]
 //   shmreplay limit NAME [--samples-per-insert X] [--error-buffer E] [--min-size-to-sample N] [--off] [--json]
 //                   [--allow-other-owner]
+//   shmreplay metrics [NAME...] (--listen HOST:PORT | --once)
 //   shmreplay rm NAME... [--force]
 //   shmreplay --version
 //
@@ -333,7 +334,21 @@ CLI::App* add_limit(CLI::App& app, LimitArgs& args) {
   return cmd;
 }
 
-constexpr const char* kSubcommands = "create, ls, info, watch, dump, save, load, limit or rm";
+CLI::App* add_metrics(CLI::App& app, MetricsArgs& args) {
+  CLI::App* cmd = app.add_subcommand(
+      "metrics", "Serve Prometheus metrics of buffers at http://HOST:PORT/metrics, read at each scrape (read-only)");
+  cmd->add_option("NAME", args.names, "Segment names (default: every shmreplay segment, listed at each scrape)")
+      ->type_name("");
+  CLI::Option* listen =
+      cmd->add_option("--listen", args.listen, "Address to serve on, HOST:PORT (port 0: any free port; the address "
+                                               "served is printed on stderr)")
+          ->type_name("HOST:PORT");
+  CLI::Option* once = cmd->add_flag("--once", args.once, "Print one scrape to stdout and exit instead of serving");
+  listen->excludes(once);
+  return cmd;
+}
+
+constexpr const char* kSubcommands = "create, ls, info, watch, dump, save, load, limit, metrics or rm";
 
 // One line for a command-line error: CLI11's message, or a clearer one for an unknown subcommand or for an option
 // another interface spells differently (aliases.hpp: whichever error CLI11 reports first, such an option is the
@@ -365,8 +380,8 @@ std::string usage_message(const CLI::App& app, const CLI::ParseError& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("shmreplay: create, list, inspect, watch, dump, save, load, rate-limit and remove replay buffers in "
-               "POSIX shared memory",
+  CLI::App app("shmreplay: create, list, inspect, watch, dump, save, load, rate-limit, export metrics of and remove "
+               "replay buffers in POSIX shared memory",
                "shmreplay");
   app.set_version_flag("--version", fmt::format("shmreplay {} (segment layout {}.{})", shmreplay::kVersion,
                                                 shmreplay::layout::kLayoutMajor, shmreplay::layout::kLayoutMinor));
@@ -397,6 +412,8 @@ int main(int argc, char** argv) {
   CLI::App* rm = add_rm(app, rm_args);
   LimitArgs limit_args;
   CLI::App* limit = add_limit(app, limit_args);
+  MetricsArgs metrics_args;
+  CLI::App* metrics = add_metrics(app, metrics_args);
 
   try {
     app.parse(argc, argv);
@@ -433,6 +450,7 @@ int main(int argc, char** argv) {
     }
     if (save->parsed()) return run_save(save_args);
     if (limit->parsed()) return run_limit(limit_args);
+    if (metrics->parsed()) return run_metrics(metrics_args);
     if (load->parsed()) {
       load_args.mode = static_cast<uint32_t>(*parse_unsigned(load_mode, 8));
       return run_load(load_args);

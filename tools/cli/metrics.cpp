@@ -1,0 +1,369 @@
+// `shmreplay metrics`: a Prometheus exporter. Serves the text exposition format at /metrics for the named buffers
+// (every shmreplay segment of the machine when none is named), read at each scrape from read-only mappings
+// (Inspector: PROT_READ, one atomic load per counter), so a scrape can never make a writer or a learner wait.
+// The HTTP server is cpp-httplib (Debian's libcpp-httplib-dev); the format is exposition.hpp's. docs/cli.md lists
+// every metric with its type, labels and unit.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#ifdef SHMREPLAY_HAVE_HTTPLIB
+#include <httplib.h>
+#endif
+
+#include "commands.hpp"
+#include "detail/os/process.hpp"
+#include "exposition.hpp"
+#include "shmreplay/error.hpp"
+#include "shmreplay/inspector.hpp"
+
+namespace shmreplay::cli {
+namespace {
+
+using Type = Exposition::Type;
+
+// One buffer of a scrape: its name and what was read (nullopt: it did not open).
+struct Scraped {
+  std::string name;
+  std::optional<SegmentInfo> info;
+};
+
+std::vector<Scraped> read_buffers(const std::vector<std::string>& names) {
+  std::vector<Scraped> out;
+  if (names.empty()) {
+    for (ListedSegment& s : list_segments()) out.push_back({std::move(s.name), std::move(s.info)});
+    return out;
+  }
+  for (const std::string& name : names) {
+    Scraped s{name, std::nullopt};
+    try {
+      s.info = Inspector(name, {.allow_other_owner = true}).snapshot();  // display only, as `info`
+    } catch (const std::exception&) {
+      // reported as shmreplay_buffer_up 0; the exporter keeps serving the others
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+double seconds_since(uint64_t since_ns, uint64_t now_ns) {
+  return since_ns == 0 || now_ns <= since_ns ? 0.0 : static_cast<double>(now_ns - since_ns) / 1e9;
+}
+
+class Writer {
+ public:
+  Writer(Exposition& x, const std::vector<Scraped>& buffers, uint64_t now_ns) : x_(x), buffers_(buffers), now_(now_ns) {}
+
+  // A family with one sample per buffer that opened (and for which `value` gives one).
+  template <class F>
+  void per_buffer(std::string_view name, Type type, std::string_view help, F value) {
+    x_.family(name, type, help);
+    for (const Scraped& b : buffers_) {
+      if (!b.info) continue;
+      if (const auto v = value(*b.info)) x_.sample({{"buffer", b.name}}, *v);
+    }
+  }
+  // ... one sample per env of each buffer.
+  template <class F>
+  void per_env(std::string_view name, Type type, std::string_view help, F value) {
+    x_.family(name, type, help);
+    for (const Scraped& b : buffers_) {
+      if (!b.info) continue;
+      for (const EnvInfo& e : b.info->envs) {
+        if (const auto v = value(*b.info, e)) x_.sample({{"buffer", b.name}, {"env", std::to_string(e.env)}}, *v);
+      }
+    }
+  }
+  // ... one sample per learner slot of each buffer (the label is the slot, which is the learner's rank).
+  template <class F>
+  void per_learner(std::string_view name, Type type, std::string_view help, F value) {
+    x_.family(name, type, help);
+    for (const Scraped& b : buffers_) {
+      if (!b.info) continue;
+      for (const LearnerInfo& l : b.info->learners) {
+        if (const auto v = value(l)) x_.sample({{"buffer", b.name}, {"learner", std::to_string(l.slot)}}, *v);
+      }
+    }
+  }
+
+  void all();
+
+ private:
+  Exposition& x_;
+  const std::vector<Scraped>& buffers_;
+  uint64_t now_;
+};
+
+using U = std::optional<uint64_t>;
+using D = std::optional<double>;
+
+void Writer::all() {
+  const uint64_t now = now_;
+  x_.family("shmreplay_buffer_up", Type::gauge, "1 when the buffer's segment opened and was read, 0 when not");
+  for (const Scraped& b : buffers_) x_.sample({{"buffer", b.name}}, uint64_t{b.info ? 1u : 0u});
+
+  // geometry and bytes
+  per_buffer("shmreplay_envs", Type::gauge, "Envs (rings) of the buffer", [](const SegmentInfo& i) { return U(i.num_envs); });
+  per_buffer("shmreplay_capacity_steps", Type::gauge, "Steps the buffer holds when full, every env together",
+             [](const SegmentInfo& i) { return U(i.num_envs * i.capacity); });
+  per_buffer("shmreplay_segment_bytes", Type::gauge, "Size of the segment file in bytes",
+             [](const SegmentInfo& i) { return U(i.total_bytes); });
+  per_buffer("shmreplay_data_bytes", Type::gauge, "Bytes of step storage in the segment",
+             [](const SegmentInfo& i) { return U(i.data_bytes); });
+  per_buffer("shmreplay_step_bytes", Type::gauge, "Bytes of one step as pushed and sampled",
+             [](const SegmentInfo& i) { return U(i.step_bytes); });
+  per_buffer("shmreplay_max_learners", Type::gauge, "Learner slots of the buffer",
+             [](const SegmentInfo& i) { return U(i.learners.size()); });
+
+  // inserts and samples
+  per_buffer("shmreplay_inserts_total", Type::counter, "Steps published since creation, every env together",
+             [](const SegmentInfo& i) { return U(i.total_pushed); });
+  per_buffer("shmreplay_samples_total", Type::counter, "Rows returned by sample calls since creation, every learner",
+             [](const SegmentInfo& i) { return U(i.learner.rows_sampled); });
+  per_buffer("shmreplay_sample_calls_total", Type::counter, "Sample calls and peeks since creation, every learner",
+             [](const SegmentInfo& i) { return U(i.learner.sample_calls); });
+  per_buffer("shmreplay_sample_retries_total", Type::counter,
+             "Rows redrawn because a writer overwrote them during the copy (torn reads), every learner",
+             [](const SegmentInfo& i) { return U(i.learner.retries); });
+  per_buffer("shmreplay_sample_insert_ratio", Type::gauge, "Sampled rows per published step since creation",
+             [](const SegmentInfo& i) {
+               return i.total_pushed == 0 ? D() : D(static_cast<double>(i.learner.rows_sampled) / static_cast<double>(i.total_pushed));
+             });
+  per_buffer("shmreplay_live_writers", Type::gauge, "Distinct live processes holding env leases",
+             [](const SegmentInfo& i) { return U(i.live_writers); });
+  per_buffer("shmreplay_live_learners", Type::gauge, "Learner slots held by a live learner",
+             [](const SegmentInfo& i) { return U(i.live_learners); });
+
+  // per env: steps, episodes, leases
+  per_env("shmreplay_steps_published_total", Type::counter, "Steps the env's writers published since creation",
+          [](const SegmentInfo&, const EnvInfo& e) { return U(e.head); });
+  per_env("shmreplay_steps_stored", Type::gauge, "Steps of the env in the replay view (sampleable now)",
+          [](const SegmentInfo&, const EnvInfo& e) { return U(e.length); });
+  per_env("shmreplay_online_steps", Type::gauge, "Steps of the env in the online view",
+          [](const SegmentInfo&, const EnvInfo& e) { return U(e.online_length); });
+  per_env("shmreplay_episodes_completed_total", Type::counter,
+          "Episodes of the env whose last step was published (buffers with episode fields)",
+          [](const SegmentInfo& i, const EnvInfo& e) { return i.episode_queue_capacity ? U(e.episodes_completed) : U(); });
+  per_env("shmreplay_episode_records_dropped_total", Type::counter,
+          "Completed-episode records lost because the env's queue was full (buffers with episode fields)",
+          [](const SegmentInfo& i, const EnvInfo& e) {
+            return i.episode_queue_capacity ? U(e.episode_records_dropped) : U();
+          });
+  per_env("shmreplay_episode_queue_depth", Type::gauge, "Completed-episode records waiting for the learner",
+          [](const SegmentInfo& i, const EnvInfo& e) { return i.episode_queue_capacity ? U(e.episode_queue_depth) : U(); });
+  per_env("shmreplay_env_lease_held", Type::gauge,
+          "1 while a writer holds the env's lease (alive or dead), 0 when none does",
+          [](const SegmentInfo&, const EnvInfo& e) { return U(e.owner == OwnerState::none ? 0u : 1u); });
+  per_env("shmreplay_env_writer_alive", Type::gauge, "1 when the env's lease holder runs, 0 when it died or none",
+          [](const SegmentInfo&, const EnvInfo& e) { return U(e.owner == OwnerState::alive ? 1u : 0u); });
+  per_env("shmreplay_env_lease_age_seconds", Type::gauge, "Seconds since the env's lease holder took it (held only)",
+          [now](const SegmentInfo&, const EnvInfo& e) {
+            return e.owner == OwnerState::none ? D() : D(seconds_since(e.lease_since_ns, now));
+          });
+  per_env("shmreplay_env_lease_takeovers_total", Type::counter, "Dead writers' leases of the env taken over",
+          [](const SegmentInfo&, const EnvInfo& e) { return U(e.lease_takeovers); });
+  per_env("shmreplay_env_last_push_age_seconds", Type::gauge, "Seconds since the env's last push (pushed envs only)",
+          [now](const SegmentInfo&, const EnvInfo& e) {
+            return e.last_push_ns == 0 ? D() : D(seconds_since(e.last_push_ns, now));
+          });
+
+  // per learner slot
+  per_learner("shmreplay_learner_rows_sampled_total", Type::counter, "Rows returned by the learner slot's sample calls",
+              [](const LearnerInfo& l) { return U(l.rows_sampled); });
+  per_learner("shmreplay_learner_sample_calls_total", Type::counter, "Sample calls and peeks of the learner slot",
+              [](const LearnerInfo& l) { return U(l.sample_calls); });
+  per_learner("shmreplay_learner_sample_retries_total", Type::counter,
+              "Rows the learner slot redrew because a writer overwrote them during the copy (torn reads)",
+              [](const LearnerInfo& l) { return U(l.retries); });
+  per_learner("shmreplay_learner_online_resets_total", Type::counter, "Online-queue resets by the learner slot",
+              [](const LearnerInfo& l) { return U(l.online_resets); });
+  per_learner("shmreplay_learner_steps_updated_total", Type::counter, "Steps rewritten by the learner slot",
+              [](const LearnerInfo& l) { return U(l.steps_updated); });
+  per_learner("shmreplay_learner_takeovers_total", Type::counter, "Dead learners of the slot replaced",
+              [](const LearnerInfo& l) { return U(l.takeovers); });
+  per_learner("shmreplay_learner_lease_held", Type::gauge, "1 while a learner holds the slot (alive or dead), 0 when none",
+              [](const LearnerInfo& l) { return U(l.state == OwnerState::none ? 0u : 1u); });
+  per_learner("shmreplay_learner_alive", Type::gauge, "1 when the slot's learner runs, 0 when it died or none",
+              [](const LearnerInfo& l) { return U(l.state == OwnerState::alive ? 1u : 0u); });
+  per_learner("shmreplay_learner_lease_age_seconds", Type::gauge, "Seconds since the slot's learner attached (held only)",
+              [now](const LearnerInfo& l) { return l.state == OwnerState::none ? D() : D(seconds_since(l.since_ns, now)); });
+  per_learner("shmreplay_learner_waiting", Type::gauge,
+              "Learners of the slot blocked now in wait() or on the rate limiter",
+              [](const LearnerInfo& l) { return U(l.waiters); });
+  per_learner("shmreplay_learner_waiting_rows", Type::gauge, "Rows of the slot's sample call waiting for the rate limiter",
+              [](const LearnerInfo& l) { return U(l.waiting_rows); });
+
+  // priorities (buffers with priorities only)
+  per_buffer("shmreplay_priority_weight", Type::gauge, "Sum of priority^alpha over the replay view (what sampling draws from)",
+             [](const SegmentInfo& i) { return i.priority_exponent ? D(i.priority_total) : D(); });
+  per_buffer("shmreplay_priority_max", Type::gauge, "The largest priority ever given (new steps enter at it)",
+             [](const SegmentInfo& i) { return i.priority_exponent ? D(i.max_priority) : D(); });
+  per_buffer("shmreplay_priority_exponent", Type::gauge, "alpha: steps are drawn by priority^alpha",
+             [](const SegmentInfo& i) { return i.priority_exponent; });
+  per_buffer("shmreplay_priority_updates_total", Type::counter, "Priorities set by the learners",
+             [](const SegmentInfo& i) { return i.priority_exponent ? U(i.priority_updates) : U(); });
+  per_buffer("shmreplay_priority_updates_dropped_total", Type::counter,
+             "Priority updates refused because the step had been overwritten",
+             [](const SegmentInfo& i) { return i.priority_exponent ? U(i.priority_updates_dropped) : U(); });
+
+  // the rate limiter
+  per_buffer("shmreplay_rate_limit_enabled", Type::gauge, "1 when the buffer has a rate limiter, 0 when not",
+             [](const SegmentInfo& i) { return U(i.rate_limit.limit ? 1u : 0u); });
+  const auto ratio = [](const SegmentInfo& i) { return i.rate_limit.limit && i.rate_limit.limit->has_ratio(); };
+  per_buffer("shmreplay_rate_limit_samples_per_insert", Type::gauge, "The limiter's target sampled rows per step",
+             [ratio](const SegmentInfo& i) { return ratio(i) ? D(i.rate_limit.limit->samples_per_insert) : D(); });
+  per_buffer("shmreplay_rate_limit_min_size_to_sample", Type::gauge, "Steps stored before the limiter admits a sample",
+             [](const SegmentInfo& i) { return i.rate_limit.limit ? U(i.rate_limit.limit->min_size_to_sample) : U(); });
+  per_buffer("shmreplay_rate_limit_error", Type::gauge,
+             "The limiter's error: inserts * samples_per_insert - samples (rows), kept within min_diff and max_diff",
+             [ratio](const SegmentInfo& i) { return ratio(i) ? D(i.rate_limit.error) : D(); });
+  per_buffer("shmreplay_rate_limit_min_diff", Type::gauge, "Sample calls may not take the error below this (rows)",
+             [ratio](const SegmentInfo& i) { return ratio(i) ? D(i.rate_limit.limit->min_diff) : D(); });
+  per_buffer("shmreplay_rate_limit_max_diff", Type::gauge, "Waiting writers may not take the error above this (rows)",
+             [ratio](const SegmentInfo& i) { return ratio(i) ? D(i.rate_limit.limit->max_diff) : D(); });
+  x_.family("shmreplay_rate_limit_held_calls_total", Type::counter,
+            "Calls the rate limiter held back (waited or refused), by side: learner sample calls, writer push calls");
+  for (const Scraped& b : buffers_) {
+    if (!b.info || !b.info->rate_limit.limit) continue;
+    x_.sample({{"buffer", b.name}, {"side", "learner"}}, b.info->rate_limit.learner_limited);
+    x_.sample({{"buffer", b.name}, {"side", "writer"}}, b.info->rate_limit.writers_limited);
+  }
+  x_.family("shmreplay_rate_limit_timed_out_calls_total", Type::counter,
+            "Held-back calls that gave up at their timeout, by side (the segment counts the writers' only)");
+  for (const Scraped& b : buffers_) {
+    if (!b.info || !b.info->rate_limit.limit) continue;
+    x_.sample({{"buffer", b.name}, {"side", "writer"}}, b.info->rate_limit.writer_timeouts);
+  }
+  x_.family("shmreplay_rate_limit_waiting", Type::gauge, "Processes waiting for the rate limiter now, by side");
+  for (const Scraped& b : buffers_) {
+    if (!b.info || !b.info->rate_limit.limit) continue;
+    x_.sample({{"buffer", b.name}, {"side", "learner"}}, b.info->rate_limit.learners_waiting);
+    x_.sample({{"buffer", b.name}, {"side", "writer"}}, b.info->rate_limit.writer_waiters);
+  }
+  x_.family("shmreplay_rate_limit_wait_age_seconds", Type::gauge,
+            "Seconds since the earliest wait now in progress began, by side (0 when none waits)");
+  for (const Scraped& b : buffers_) {
+    if (!b.info || !b.info->rate_limit.limit) continue;
+    const RateLimitState& r = b.info->rate_limit;
+    x_.sample({{"buffer", b.name}, {"side", "learner"}},
+              r.learners_waiting ? seconds_since(r.learner_waiting_since_ns, now) : 0.0);
+    x_.sample({{"buffer", b.name}, {"side", "writer"}},
+              r.writer_waiters ? seconds_since(r.writer_waiting_since_ns, now) : 0.0);
+  }
+  per_buffer("shmreplay_rate_limit_waiting_learner_rows", Type::gauge, "Rows of the sample calls waiting now",
+             [](const SegmentInfo& i) { return i.rate_limit.limit ? U(i.rate_limit.learner_waiting_rows) : U(); });
+  per_buffer("shmreplay_rate_limit_setting_changes_total", Type::counter, "Changes of the limiter's settings",
+             [](const SegmentInfo& i) { return i.rate_limit.limit ? U(i.rate_limit.changes) : U(); });
+}
+
+}  // namespace
+
+std::string metrics_text(const std::vector<std::string>& names) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<Scraped> buffers = read_buffers(names);
+  Exposition x;
+  Writer(x, buffers, detail::realtime_ns()).all();
+  x.family("shmreplay_metrics_read_seconds", Type::gauge, "Seconds this scrape took to read the buffers");
+  x.sample({}, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return x.text();
+}
+
+#ifdef SHMREPLAY_HAVE_HTTPLIB
+namespace {
+
+// HOST:PORT, [IPV6]:PORT; nullopt when it is not one.
+std::optional<std::pair<std::string, int>> parse_listen(const std::string& text) {
+  const std::size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) return std::nullopt;
+  std::string host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string port_text = text.substr(colon + 1);
+  if (port_text.empty() || port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  const int port = std::stoi(port_text);
+  if (port > 65535 || host.empty()) return std::nullopt;
+  return std::make_pair(host, port);
+}
+
+}  // namespace
+#endif
+
+int run_metrics(const MetricsArgs& args) {
+  if (args.once) {
+    std::fputs(metrics_text(args.names).c_str(), stdout);
+    return kExitOk;
+  }
+  if (args.listen.empty()) {
+    print_error("metrics needs --listen HOST:PORT (or --once); run 'shmreplay metrics --help'");
+    return kExitUsage;
+  }
+#ifndef SHMREPLAY_HAVE_HTTPLIB
+  throw Error(Errc::invalid_argument, "this shmreplay was built without cpp-httplib, so `metrics` can only print "
+                                      "(--once): install libcpp-httplib-dev (tools/setup.sh does) and build it again");
+#else
+  const auto listen = parse_listen(args.listen);
+  if (!listen) {
+    print_error(fmt::format("--listen '{}' is not HOST:PORT (e.g. 127.0.0.1:9464, or port 0 for any free port); run "
+                            "'shmreplay metrics --help'",
+                            args.listen));
+    return kExitUsage;
+  }
+  // The stop signals go to a thread that waits for them (the server's threads inherit the mask); it stops the
+  // server, so that listen returns and the process exits 0.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  for (const int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop_signals, s);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  httplib::Server server;
+  const std::vector<std::string> names = args.names;
+  server.Get("/metrics", [names](const httplib::Request&, httplib::Response& res) {
+    try {
+      res.set_content(metrics_text(names), Exposition::kContentType);
+    } catch (const std::exception& e) {
+      res.status = 500;
+      res.set_content(fmt::format("shmreplay metrics: {}\n", e.what()), "text/plain; charset=utf-8");
+    }
+  });
+  server.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("<html><body><a href=\"/metrics\">/metrics</a></body></html>\n", "text/html; charset=utf-8");
+  });
+  const auto& [host, port_asked] = *listen;
+  const int port = port_asked == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port_asked) ? port_asked : -1);
+  if (port < 0) {
+    throw Error(Errc::system, fmt::format("cannot listen on {}: the address is in use or not this machine's",
+                                            args.listen));
+  }
+  const std::string shown = host.find(':') != std::string::npos ? fmt::format("[{}]", host) : host;
+  std::fprintf(stderr, "shmreplay metrics: serving http://%s:%d/metrics (%s)\n", shown.c_str(), port,
+               args.names.empty() ? "every buffer" : fmt::format("{} buffer{}", args.names.size(), args.names.size() == 1 ? "" : "s").c_str());
+  std::fflush(stderr);
+
+  std::atomic<bool> done{false};
+  std::thread stopper([&] {
+    const timespec slice{0, 200'000'000};
+    while (!done.load()) {
+      if (sigtimedwait(&stop_signals, nullptr, &slice) > 0) {
+        server.stop();
+        return;
+      }
+    }
+  });
+  const bool ok = server.listen_after_bind();
+  done = true;
+  stopper.join();
+  return ok ? kExitOk : kExitFailure;
+#endif
+}
+
+}  // namespace shmreplay::cli
