@@ -1,0 +1,239 @@
+// test_cli_metrics: `shmreplay metrics`, the Prometheus exporter. Its text passes `promtool check metrics`
+// (Prometheus's own parser and naming lint), and a real Prometheus server (Debian's `prometheus`, which
+// tools/setup.sh installs) scrapes it every second while a writer process pushes and a learner process samples:
+// the counters Prometheus returns lie between the buffer's own counts read before the scrape and after it, and
+// rate() over them is positive while the run goes on. Without the binaries the cases say so and pass (skipped).
+#include "cli/cli_helpers.hpp"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "shmreplay/sampler.hpp"
+
+namespace {
+
+// The path of `program` on PATH, or "" when it is not installed.
+std::string find_program(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const std::string candidate = dir + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+// Runs a shell command (our own fixed text and URLs), returning its stdout.
+std::string shell_output(const std::string& command) {
+  std::string out;
+  FILE* p = ::popen(command.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char chunk[4096];
+  std::size_t got = 0;
+  while ((got = std::fread(chunk, 1, sizeof chunk, p)) > 0) out.append(chunk, got);
+  ::pclose(p);
+  return out;
+}
+
+// A port free on 127.0.0.1 now (bound to port 0, read back, closed).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// The exporter's port, from its "serving http://127.0.0.1:PORT/metrics" line on stderr.
+int serving_port(RunningCli& cli) {
+  const std::optional<std::string> line = cli.next_line();
+  REQUIRE(line.has_value());
+  INFO(*line);
+  const std::size_t at = line->find("http://127.0.0.1:");
+  REQUIRE(at != std::string::npos);
+  return std::stoi(line->substr(at + std::strlen("http://127.0.0.1:")));
+}
+
+// Prometheus's instant query `promql`: the result vector (empty when the query failed or matched nothing).
+json prom_query(int port, const std::string& promql) {
+  const std::string out = shell_output(fmt::format(
+      "curl -s --max-time 5 -G --data-urlencode 'query={}' http://127.0.0.1:{}/api/v1/query", promql, port));
+  const json j = json::parse(out, nullptr, false);
+  if (j.is_discarded() || j.value("status", "") != "success") return json::array();
+  return j["data"]["result"];
+}
+
+// The first result's value and its timestamp (seconds); nullopt when there is none.
+std::optional<std::pair<double, double>> first_value(const json& result) {
+  if (!result.is_array() || result.empty()) return std::nullopt;
+  const json& v = result[0]["value"];
+  return std::make_pair(std::stod(v[1].get<std::string>()), v[0].get<double>());
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A learner process sampling 32 rows of 2 steps every 300 us until killed.
+pid_t spawn_learner(const std::string& name) {
+  return test::spawn([name] {
+    try {
+      Buffer b = Buffer::open(name);
+      Sampler learner(b);
+      Rng rng(11);
+      SampleBatch batch;
+      for (;;) {
+        ::usleep(300);
+        if (learner.size(View::replay) < 64) continue;
+        learner.sample(View::replay, 32, 2, 0.0, rng, batch);
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "learner process: %s\n", e.what());
+      ::_exit(3);
+    }
+  });
+}
+
+// The process running `argv` with stdout and stderr to `log`, killed with this process if this one dies.
+pid_t spawn_program(const std::vector<std::string>& argv, const std::string& log) {
+  return test::spawn([argv, log] {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, STDOUT_FILENO);
+    ::dup2(fd, STDERR_FILENO);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("metrics --once: Prometheus's parser accepts the text, with every learner slot and env") {
+  const std::string name = unique_name("metrics_once");
+  SegmentGuard guard(name);
+  Buffer::create(name, 3, 64, test::kPayloadSchema,
+                 {.priority_exponent = 0.6, .rate_limit = RateLimit::ratio(1.0, 10, 100), .max_learners = 3});
+  const CliResult r = run_cli({"metrics", name, "--once"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(contains(r.out, fmt::format("shmreplay_buffer_up{{buffer=\"{}\"}} 1", name)));
+  for (int l = 0; l < 3; ++l) {
+    CHECK(contains(r.out, fmt::format("shmreplay_learner_rows_sampled_total{{buffer=\"{}\",learner=\"{}\"}} 0", name, l)));
+  }
+  CHECK(contains(r.out, fmt::format("shmreplay_steps_published_total{{buffer=\"{}\",env=\"2\"}} 0", name)));
+  CHECK(contains(r.out, fmt::format("shmreplay_rate_limit_samples_per_insert{{buffer=\"{}\"}} 1", name)));
+  CHECK(contains(r.out, "# TYPE shmreplay_inserts_total counter"));
+  const CliResult missing = run_cli({"metrics", name + "_absent", "--once"});
+  CHECK(contains(missing.out, fmt::format("shmreplay_buffer_up{{buffer=\"{}_absent\"}} 0", name)));
+  CHECK(run_cli({"metrics"}).exit_code == 2);  // neither --listen nor --once
+
+  const std::string promtool = find_program("promtool");
+  if (promtool.empty()) {
+    MESSAGE("skipped the promtool check: promtool is not installed (Debian's prometheus; tools/setup.sh installs it)");
+    return;
+  }
+  const std::string file = fmt::format("/tmp/{}.prom", name);
+  replace_file(file, r.out);
+  const std::string lint = shell_output(fmt::format("{} check metrics < {} 2>&1; echo rc=$?", promtool, file));
+  std::filesystem::remove(file);
+  CHECK_MESSAGE(contains(lint, "rc=0"), lint);
+}
+
+TEST_CASE("metrics --listen: a real Prometheus scrapes it while a writer pushes and a learner samples") {
+  const std::string prometheus = find_program("prometheus");
+  if (prometheus.empty() || find_program("curl").empty()) {
+    MESSAGE("skipped: prometheus or curl is not installed (tools/setup.sh installs both)");
+    return;
+  }
+  const std::string name = unique_name("metrics_prom");
+  SegmentGuard guard(name);
+  create_payload(name, 2, 4096);
+  const Inspector inspector(name);
+  WriterProcess writer(name, all_envs(2));
+  const pid_t learner = spawn_learner(name);
+
+  RunningCli exporter({"metrics", name, "--listen", "127.0.0.1:0"});
+  const int exporter_port = serving_port(exporter);
+  const int prom_port = free_port();
+  const std::string dir = fmt::format("/tmp/{}.prometheus", name);
+  std::filesystem::create_directories(dir);
+  replace_file(dir + "/prometheus.yml",
+               fmt::format("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+                           "  - job_name: shmreplay\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
+                           exporter_port));
+  const pid_t prom = spawn_program({prometheus, "--config.file=" + dir + "/prometheus.yml",
+                                    "--storage.tsdb.path=" + dir + "/data",
+                                    fmt::format("--web.listen-address=127.0.0.1:{}", prom_port)},
+                                   dir + "/log");
+
+  const auto counts = [&] {
+    const SegmentInfo i = inspector.snapshot();
+    return std::make_pair(i.total_pushed, i.learner.rows_sampled);
+  };
+  const auto [inserts_before, samples_before] = counts();
+  const double before_s = now_s();
+
+  // Until Prometheus holds a scrape taken after the counts above, and five scrapes over all (60 s at most).
+  const std::string sel = fmt::format("{{buffer=\"{}\"}}", name);
+  std::optional<std::pair<double, double>> inserts;
+  std::optional<std::pair<double, double>> samples;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, whole_file(dir + "/log"));
+    REQUIRE(::waitpid(prom, nullptr, WNOHANG) == 0);
+    ::usleep(500'000);
+    const auto scrapes = first_value(prom_query(prom_port, "count_over_time(up{job=\"shmreplay\"}[1m])"));
+    inserts = first_value(prom_query(prom_port, "shmreplay_inserts_total" + sel));
+    samples = first_value(prom_query(prom_port, "shmreplay_samples_total" + sel));
+    if (scrapes && scrapes->first >= 5 && inserts && inserts->second > before_s && samples &&
+        samples->second > before_s) {
+      break;
+    }
+  }
+  const auto [inserts_after, samples_after] = counts();
+  INFO("inserts ", inserts_before, " <= ", inserts->first, " <= ", inserts_after);
+  INFO("samples ", samples_before, " <= ", samples->first, " <= ", samples_after);
+  CHECK(static_cast<double>(inserts_before) <= inserts->first);
+  CHECK(inserts->first <= static_cast<double>(inserts_after));
+  CHECK(static_cast<double>(samples_before) <= samples->first);
+  CHECK(samples->first <= static_cast<double>(samples_after));
+  CHECK(samples->first > 0);
+
+  // The per-env and per-learner series add up the same way; up is 1; rates over the last 5 s are positive.
+  const auto env_sum = first_value(prom_query(prom_port, "sum(shmreplay_steps_published_total" + sel + ")"));
+  REQUIRE(env_sum);
+  CHECK(env_sum->first <= static_cast<double>(inspector.snapshot().total_pushed));
+  CHECK(env_sum->first >= static_cast<double>(inserts_before));
+  const auto learner0 = first_value(prom_query(
+      prom_port, fmt::format("shmreplay_learner_rows_sampled_total{{buffer=\"{}\",learner=\"0\"}}", name)));
+  REQUIRE(learner0);
+  CHECK(learner0->first >= static_cast<double>(samples_before));
+  const auto up = first_value(prom_query(prom_port, "up{job=\"shmreplay\"}"));
+  REQUIRE(up);
+  CHECK(up->first == 1.0);
+  const auto insert_rate = first_value(prom_query(prom_port, "rate(shmreplay_inserts_total" + sel + "[5s])"));
+  const auto sample_rate = first_value(prom_query(prom_port, "rate(shmreplay_samples_total" + sel + "[5s])"));
+  REQUIRE(insert_rate);
+  REQUIRE(sample_rate);
+  MESSAGE("Prometheus: ", inserts->first, " inserts, ", samples->first, " sampled rows; rate over 5 s ",
+          insert_rate->first, " steps/s, ", sample_rate->first, " rows/s");
+  CHECK(insert_rate->first > 0);
+  CHECK(sample_rate->first > 0);
+
+  CHECK(test::kill_and_reap(learner));
+  CHECK(writer.stop() == 0);
+  ::kill(prom, SIGTERM);
+  ::waitpid(prom, nullptr, 0);
+  CHECK(exporter.finish(SIGTERM) == 0);  // a stop signal ends the exporter cleanly
+  std::filesystem::remove_all(dir);
+}
