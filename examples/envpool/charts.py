@@ -59,9 +59,11 @@ class Charts:
     the launcher's curve list, under the launcher's lock, and tick writes the new points, so the event file has one
     writer thread."""
 
-    def __init__(self, buf, curve, lock, logdir=None, run_name=None, started_wall=None, every_s=1.0):
+    def __init__(self, buf, curve, lock, logdir=None, run_name=None, every_s=1.0):
+        """Made before any worker starts (so that a log directory that cannot be made stops the launcher before it has
+        processes to stop); start() when the job's clock starts."""
         self.buf, self.curve, self.lock, self.every_s = buf, curve, lock, every_s
-        self.started_wall = time.time() if started_wall is None else started_wall
+        self.started_wall = time.time()
         self.limited = buf.rate_limit is not None and buf.rate_limit.has_ratio
         self.samples = []            # (t, inserts, samples, error, learner_limited, writers_limited)
         self.rates = []              # (t, env steps/s, rows/s) over the interval ending at t
@@ -72,6 +74,11 @@ class Charts:
             from torch.utils.tensorboard import SummaryWriter
             self.run_dir = os.path.join(logdir, run_name)
             self.writer = SummaryWriter(self.run_dir, flush_secs=5)
+
+    def start(self):
+        """The job's clock starts (t = 0): the first sample of the buffer's counters."""
+        self.started_wall = time.time()
+        self.samples, self.rates, self.next_t = [], [], 0.0
         self._sample(0.0)
 
     def _sample(self, t, rate=True):
@@ -120,6 +127,8 @@ class Charts:
     def finish(self, t):
         """After every process stopped (t: when the launcher sent SIGTERM): the final counts (no rate: the workers'
         last pushes and samples came during the shutdown), the last curve points, and the event file closed."""
+        if not self.samples:  # stopped before the clock started
+            self.start()
         if t > self.samples[-1][0]:
             self._sample(t, rate=False)
         self._write_curve()

@@ -98,6 +98,16 @@ def main():
     learners = "1 learner" if k == 1 else f"{k} learner ranks (torch.distributed, gloo)"
     print(f"buffer '{a.name}': {envs} envs x {a.capacity} steps; {learners} and {a.workers} envpool actors for "
           f"{a.seconds:g} s (Ctrl-C stops); rate limit: {limit if limit else 'none'}", file=out, flush=True)
+    curve = []              # (t, mean return of the episodes that ended in the bucket, episodes), once every actor
+                            # reported
+    lock = threading.Lock()
+    try:
+        chart = charts.Charts(buf, curve, lock, a.logdir, f"{a.name}-{int(time.time())}")
+    except OSError as e:  # before any process starts: only the buffer to remove
+        shmreplay.Buffer.remove(a.name)
+        sys.exit(f"--logdir {a.logdir}: cannot write the event files there: {e}")
+    if chart.run_dir:
+        print(f"TensorBoard event files: {chart.run_dir} (tensorboard --logdir {a.logdir})", file=out, flush=True)
     py = sys.executable
     roles = ["learner"] if k == 1 else [f"learner {r}" for r in range(k)]
     port = free_port() if k > 1 else None
@@ -119,9 +129,6 @@ def main():
     reports, ready = {}, set()
     answered = {}           # role -> time of its last @state line
     progress = {}           # 10 s bucket -> [actors reported, episodes, sum of returns]
-    curve = []              # (t, mean return of the episodes that ended in the bucket, episodes), once every actor
-                            # reported
-    lock = threading.Lock()
 
     def on_progress(line):
         p = json.loads(line[len("@progress "):])
@@ -156,7 +163,6 @@ def main():
         t.start()
     interrupted = False
     started = time.monotonic()
-    chart = None
     try:
         # --seconds of work: the clock starts once every process has made its env pool or sampler (importing
         # envpool and torch takes seconds, many more on a busy machine), or after --ready-timeout
@@ -164,9 +170,7 @@ def main():
                 all(pr.poll() is None for _, pr in procs):
             time.sleep(0.1)
         started = time.monotonic()
-        chart = charts.Charts(buf, curve, lock, a.logdir, f"{a.name}-{int(time.time())}")
-        if chart.run_dir:
-            print(f"TensorBoard event files: {chart.run_dir} (tensorboard --logdir {a.logdir})", file=out, flush=True)
+        chart.start()
         watchdog = Watchdog(buf, a.watchdog, out, k)
         while time.monotonic() - started < a.seconds and all(pr.poll() is None for _, pr in procs):
             time.sleep(0.2)
@@ -198,8 +202,6 @@ def main():
     for t in threads:
         t.join(timeout=5)
     state = buf.rate_limit_state()
-    if chart is None:  # Ctrl-C before every process was ready
-        chart = charts.Charts(buf, curve, lock, a.logdir, f"{a.name}-{int(time.time())}")
     chart.finish(wall)
     if a.plot:
         chart.plot(a.plot, plot_size, f"{a.workers} envpool actors x {a.envs_per_worker} CartPoles, "

@@ -71,3 +71,13 @@ def test_the_launcher_writes_tensorboard_event_files_and_draws_the_run(name, tmp
     assert (width, height) == (800, 600), (width, height)
     assert not shmreplay.Buffer.exists(name)
     print(f"{len(sps)} seconds charted, returns {returns}, {len(data)} bytes of PNG")
+
+
+def test_a_logdir_that_cannot_be_made_stops_the_launcher_before_any_process_starts(name, tmp_path):
+    blocker = tmp_path / "a file"
+    blocker.write_text("")
+    run = os.path.join(ROOT, "examples", "envpool", "run.py")
+    out = subprocess.run([sys.executable, run, "--seconds", "1", "--name", name, "--logdir", str(blocker / "runs")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "cannot write the event files there" in out.stderr, out.stdout + out.stderr
+    assert "processes:" not in out.stdout and not shmreplay.Buffer.exists(name), out.stdout
