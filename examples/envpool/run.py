@@ -6,6 +6,7 @@ process's figures.
     .venv/bin/python examples/envpool/run.py --learner jax              # the same learner in JAX
     .venv/bin/python examples/envpool/run.py --learners 2               # 2 PyTorch learner ranks, one buffer
     .venv/bin/python examples/envpool/run.py --json --seconds 20         # the summary as JSON
+    .venv/bin/python examples/envpool/run.py --logdir runs --plot run.png  # TensorBoard event files and a PNG
 
 The launcher creates the buffer, starts the learner and the actors, forwards the learner's lines, stops
 everything with SIGTERM at the end (or on Ctrl-C), collects each process's @report line, removes the buffer
@@ -24,7 +25,11 @@ rank's.
 A watchdog: when neither side makes progress (the buffer's inserts and samples stay the same) for --watchdog
 seconds, the launcher prints the rate limiter's state and asks every process (SIGUSR1) for what it is doing, and
 prints those @state lines (a process that does not answer gets its state from /proc), again every --watchdog
-seconds while the stall lasts."""
+seconds while the stall lasts.
+
+--logdir DIR: the launcher writes TensorBoard event files under DIR/<buffer name>-<unix time> (the learning curve,
+env steps/s, rows sampled/s, the rate limiter's ratio, error and held-back counts; tags in charts.py); --plot FILE.png
+draws the same series when the run ends (charts.py)."""
 import argparse
 import json
 import os
@@ -37,6 +42,7 @@ import threading
 import time
 
 import shmreplay
+import charts
 from common import SCHEMA, params_path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,7 +72,17 @@ def main():
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="do not forward the learner's lines")
     p.add_argument("--keep", action="store_true", help="leave the buffer for `shmreplay info`")
+    p.add_argument("--logdir", help="write TensorBoard event files under LOGDIR/<buffer name>-<unix time>")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the learning curve and the throughputs when the run ends")
+    p.add_argument("--plot-size", default="1000x700", metavar="WxH", help="the PNG's size in pixels")
     a = p.parse_args()
+    try:
+        plot_size = charts.parse_size(a.plot_size)
+    except ValueError as e:
+        p.error(f"--plot-size {e}")
+    missing = charts.check_available(a.logdir, a.plot)
+    if missing:
+        p.error(missing)
     if not 1 <= a.learners <= 32:
         p.error(f"--learners {a.learners}: 1 to 32 (each rank samples at least one of the 32 replay and one of the "
                 "32 online rows of an update)")
@@ -82,6 +98,16 @@ def main():
     learners = "1 learner" if k == 1 else f"{k} learner ranks (torch.distributed, gloo)"
     print(f"buffer '{a.name}': {envs} envs x {a.capacity} steps; {learners} and {a.workers} envpool actors for "
           f"{a.seconds:g} s (Ctrl-C stops); rate limit: {limit if limit else 'none'}", file=out, flush=True)
+    curve = []              # (t, mean return of the episodes that ended in the bucket, episodes), once every actor
+                            # reported
+    lock = threading.Lock()
+    try:
+        chart = charts.Charts(buf, curve, lock, a.logdir, f"{a.name}-{int(time.time())}")
+    except OSError as e:  # before any process starts: only the buffer to remove
+        shmreplay.Buffer.remove(a.name)
+        sys.exit(f"--logdir {a.logdir}: cannot write the event files there: {e}")
+    if chart.run_dir:
+        print(f"TensorBoard event files: {chart.run_dir} (tensorboard --logdir {a.logdir})", file=out, flush=True)
     py = sys.executable
     roles = ["learner"] if k == 1 else [f"learner {r}" for r in range(k)]
     port = free_port() if k > 1 else None
@@ -103,8 +129,6 @@ def main():
     reports, ready = {}, set()
     answered = {}           # role -> time of its last @state line
     progress = {}           # 10 s bucket -> [actors reported, episodes, sum of returns]
-    curve = []              # (t, mean return of the episodes that ended in the bucket), once every actor reported
-    lock = threading.Lock()
 
     def on_progress(line):
         p = json.loads(line[len("@progress "):])
@@ -115,7 +139,7 @@ def main():
             entry[1] += p["episodes"]
             entry[2] += p["return_sum"]
             if entry[0] == a.workers and entry[1] > 0:
-                curve.append((bucket, entry[2] / entry[1]))
+                curve.append((bucket, entry[2] / entry[1], entry[1]))
                 if not a.quiet:
                     print(f"[actors]  t {bucket:6.1f}s  mean return {entry[2] / entry[1]:7.1f}  over {entry[1]} "
                           "episodes that ended in the last 10 s", file=out, flush=True)
@@ -146,9 +170,11 @@ def main():
                 all(pr.poll() is None for _, pr in procs):
             time.sleep(0.1)
         started = time.monotonic()
+        chart.start()
         watchdog = Watchdog(buf, a.watchdog, out, k)
         while time.monotonic() - started < a.seconds and all(pr.poll() is None for _, pr in procs):
             time.sleep(0.2)
+            chart.tick(time.monotonic() - started)
             if watchdog.stalled():
                 asked = time.monotonic()
                 for role, pr in procs:
@@ -176,6 +202,11 @@ def main():
     for t in threads:
         t.join(timeout=5)
     state = buf.rate_limit_state()
+    chart.finish(wall)
+    if a.plot:
+        chart.plot(a.plot, plot_size, f"{a.workers} envpool actors x {a.envs_per_worker} CartPoles, "
+                   f"{'1 learner' if k == 1 else f'{k} learner ranks'} ({a.learner}), "
+                   f"rate limit {a.samples_per_insert:g} rows per step")
     if not a.keep:
         shmreplay.Buffer.remove(a.name)
     try:
@@ -203,7 +234,7 @@ def main():
         "violations": sum(r["violations"] for r in ranks) if every else None,
         "return_first": sum(first) / len(first) if first else None,
         "return_last": sum(last) / len(last) if last else None,
-        "learning_curve": [{"t": t, "mean_return": r} for t, r in sorted(curve)],
+        "learning_curve": [{"t": t, "mean_return": r, "episodes": n} for t, r, n in sorted(curve)],
         "rate_limit": None if state.limit is None else {
             "samples_per_insert": state.limit.samples_per_insert, "error_buffer": state.limit.error_buffer,
             "inserts": state.inserts, "samples": state.samples,
@@ -212,6 +243,7 @@ def main():
         "processes": [{"role": role, "exit": status[role], "clean": status[role] == 0 and role in reports,
                        "report": reports.get(role)} for role, _ in procs],
         "buffer": {"name": a.name, "kept": a.keep},
+        "logdir": chart.run_dir, "plot": a.plot,
     }
     summary["ok"] = all(pr["clean"] for pr in summary["processes"]) and summary["violations"] == 0
     if a.json:

@@ -11,8 +11,8 @@
 - ```cpp blocks are compiled and run by ctest, not here: every block of README.md and the blocks of docs/cpp.md
   marked `<!-- run ... -->` (tests/docs_cpp.cmake, tests docs_cpp_*). Here: README.md has at least one, and each
   block that ctest runs is a whole program.
-- Every relative link of README.md and docs/**/*.md ([text](path) or [text](path#anchor)) names a file or
-  directory that exists, and an anchor into a Markdown file names one of its headings (GitHub's slugs).
+- Every relative link of README.md and docs/**/*.md ([text](path) or [text](path#anchor), and images' ![alt](path))
+  names a file or directory that exists, and an anchor into a Markdown file names one of its headings (GitHub's slugs).
 
 Run by ctest as test_docs (tests/CMakeLists.txt), beside test_python."""
 import os
@@ -164,7 +164,7 @@ def blocks_of_text(text):
         shutil.rmtree(tmp.parent, ignore_errors=True)
 
 
-LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")   # images' ![alt](path) too
 
 
 def prose(path):

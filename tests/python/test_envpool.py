@@ -156,3 +156,11 @@ def test_a_limiter_that_allows_fewer_fresh_steps_per_update_than_the_learner_wai
     summary = json.loads(out.stdout)
     assert "[learner] waiting for 112 online steps per update, not 256" in out.stderr, out.stderr
     assert summary["ok"] and summary["updates"] >= 20, summary  # a stalled run stops after its first few updates
+
+
+def test_charts_options_are_checked_before_anything_starts(name):
+    run = os.path.join(ROOT, "examples", "envpool", "run.py")
+    out = subprocess.run([sys.executable, run, "--plot", "x.png", "--plot-size", "800", "--name", name],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--plot-size '800': WIDTHxHEIGHT in pixels" in out.stderr, out.stderr
+    assert not shmreplay.Buffer.exists(name)
