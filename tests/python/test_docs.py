@@ -113,7 +113,7 @@ def test_the_docs_have_python_blocks_that_run():
 def test_every_block_has_a_known_language():
     """A fence names its language, so that a Python block cannot hide from this test as plain text; the
     languages are those this test knows to run or not."""
-    known = {"python", "cpp", "sh", "bash", "cmake", "text", "console", "json", "toml", ""}
+    known = {"python", "cpp", "sh", "bash", "cmake", "text", "console", "json", "toml", "yaml", ""}
     problems = []
     for path in run_docs():
         for lang, line, code, _ in blocks(path):
