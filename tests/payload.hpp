@@ -206,13 +206,24 @@ inline std::string stored_step(const Buffer& b, uint64_t env, uint64_t step) {
   return out;
 }
 
-/// The bytes a payload writer publishes for (env, step), fields in schema order.
-inline std::string payload_bytes(uint64_t env, uint64_t step) {
-  const Payload p = make_payload(env, step, 0);
+/// The bytes of payload (env, step, version), fields in schema order: what a payload writer publishes (version 0), or
+/// what a learner's try_update of it wrote (the version it chose).
+inline std::string payload_bytes(uint64_t env, uint64_t step, uint64_t version = 0) {
+  const Payload p = make_payload(env, step, version);
   std::string out(reinterpret_cast<const char*>(p.hdr), sizeof p.hdr);
   out.append(reinterpret_cast<const char*>(p.body), sizeof p.body);
   out.append(reinterpret_cast<const char*>(p.tail), sizeof p.tail);
   return out;
+}
+
+/// The version of stored step `step` of env `env` (no writer may be writing it) when its bytes are exactly the
+/// payload of (env, step, the version its header names), nullopt when they are not (torn, misplaced, stale).
+inline std::optional<uint64_t> stored_version(const Buffer& b, uint64_t env, uint64_t step) {
+  const std::string bytes = stored_step(b, env, step);
+  uint64_t hdr[4];
+  std::memcpy(hdr, bytes.data(), sizeof hdr);
+  if (bytes != payload_bytes(env, step, hdr[2])) return std::nullopt;
+  return hdr[2];
 }
 
 // Checks every step in env's replay view is the payload of (env, step); returns the first violation or "".

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -47,6 +48,23 @@ struct SlotsRig {
     for (std::size_t i = 0; i < rounds; ++i) pusher.push(writer, all);
   }
   detail::LearnerSlotWords slot(uint64_t r) { return detail::learner_slot(buf.segment(), r); }
+  // A child process takes learner slot `rank` and exits without releasing it (its Sampler's destructor never runs):
+  // the slot is left held by a dead learner. Returns the child's pid, reaped.
+  pid_t die_holding(uint64_t rank) {
+    std::fflush(nullptr);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      Buffer mine = Buffer::open(guard.name());
+      Sampler s(mine, {.rank = rank});
+      ::_exit(s.rank() == rank ? 0 : 1);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+    return child;
+  }
 };
 
 }  // namespace
@@ -137,19 +155,7 @@ TEST_CASE("a takeover of a dead learner's slot repairs that slot only: its locks
   SlotsRig rig("slots-repair", 3, 16, 3);
   rig.push(4);
   Sampler live(rig.buf, {.rank = 0});
-  // A child takes slot 1 and dies holding it.
-  std::fflush(nullptr);
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    Buffer mine = Buffer::open(rig.guard.name());
-    Sampler s(mine, {.rank = 1});
-    ::_exit(s.rank() == 1 ? 0 : 1);  // dies holding slot 1 (its destructor never runs)
-  }
-  int status = 0;
-  REQUIRE(::waitpid(child, &status, 0) == child);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+  const pid_t child = rig.die_holding(1);
   const detail::LearnerSlotWords dead = rig.slot(1);
   REQUIRE(layout::owner_pid(dead.lease.lease.load()) == static_cast<uint64_t>(child));
   // What it left, as if it died inside try_update of env 0, asleep on the wake word and waiting for the limiter;
@@ -194,15 +200,7 @@ TEST_CASE("a takeover of a dead learner's slot repairs that slot only: its locks
 TEST_CASE("a writer waiting on an update lock frees it when the slot named in the lock is dead, not before") {
   SlotsRig rig("slots-writer-lock", 1, 16, 2);
   rig.push(3);
-  std::fflush(nullptr);
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    Buffer mine = Buffer::open(rig.guard.name());
-    Sampler s(mine, {.rank = 1});
-    ::_exit(0);  // dies holding slot 1
-  }
-  REQUIRE(::waitpid(child, nullptr, 0) == child);
+  rig.die_holding(1);
   layout::EnvControl& c = rig.buf.segment().env_control(0);
   Sampler live(rig.buf, {.rank = 0});
   // A live learner's lock (slot 0, this process) holds the writer until it is released.
@@ -258,16 +256,9 @@ TEST_CASE("two learners' in-place updates of one env exclude each other, and eac
   CHECK(rig.buf.segment().env_control(0).update_seq.load() % 2 == 0);
   // Every step is one updater's whole payload: its version is 1 or 2, and every byte is that version's.
   for (uint64_t step = 0; step < 32; ++step) {
-    const std::string bytes = stored_step(rig.buf, 0, step);
-    uint64_t hdr[4];
-    std::memcpy(hdr, bytes.data(), sizeof hdr);
     CAPTURE(step);
-    CHECK((hdr[2] == 1 || hdr[2] == 2));
-    const Payload p = make_payload(0, step, hdr[2]);
-    std::string expect(reinterpret_cast<const char*>(p.hdr), sizeof p.hdr);
-    expect.append(reinterpret_cast<const char*>(p.body), sizeof p.body);
-    expect.append(reinterpret_cast<const char*>(p.tail), sizeof p.tail);
-    CHECK(bytes == expect);
+    const std::optional<uint64_t> version = stored_version(rig.buf, 0, step);
+    CHECK((version == std::optional<uint64_t>(1) || version == std::optional<uint64_t>(2)));
   }
   CHECK(rig.slot(0).steps_updated.load() == 2000);
   CHECK(rig.slot(1).steps_updated.load() == 2000);
