@@ -64,29 +64,51 @@ class Shared {
   T* ptr_ = nullptr;
 };
 
-// What the children of a test report: totals, the violations they saw (the first kLogged with their step), and per
-// learner process the step it is rewriting now (((env + 1) << 40) | step, 0 when none) and whether it is in a call.
+// What the children of a test report: totals, the violations they saw (one log entry per distinct step, the first
+// kLogged steps, each with the number of times it was seen: an excused mixed step is sampled again and again until it
+// is overwritten), and per learner process the step it is rewriting now (((env + 1) << 40) | step, 0 when none) and
+// whether it is in a call.
 struct Report {
-  static constexpr std::size_t kLogged = 64;
+  static constexpr std::size_t kLogged = 256;
   struct Entry {
-    uint64_t env;
-    uint64_t step;
+    std::atomic<uint64_t> env{0}, step{0}, seen{0};
+    std::atomic<uint64_t> ready{0};  // release: publishes env, step and text to a reader's acquire in violation/unexcused
     char text[112];
   };
   std::atomic<uint64_t> rows{0}, calls{0}, updates{0}, updates_applied{0}, prio_applied{0}, prio_dropped{0};
   std::atomic<uint64_t> waits{0}, failures{0}, ranked{0}, first_free{0};
   std::atomic<uint64_t> stop{0};  // set by the parent: children that are not killed return (exit code 0)
-  std::atomic<uint64_t> violations{0};
+  std::atomic<uint64_t> violations{0}, entries{0}, unlogged{0};
   Entry log[kLogged] = {};
   std::atomic<uint64_t> updating[kMaxProcs] = {};
   std::atomic<uint64_t> in_call[kMaxProcs] = {};
 
   void violation(uint64_t env, uint64_t step, const std::string& text) {
-    const uint64_t i = violations.fetch_add(1, std::memory_order_relaxed);
-    if (i >= kLogged) return;
-    log[i].env = env;
-    log[i].step = step;
-    std::snprintf(log[i].text, sizeof log[i].text, "%s", text.c_str());
+    violations.fetch_add(1, std::memory_order_relaxed);
+    if (step != kNoStep) {
+      // A step already logged is counted there. Two processes that log the same new step at once take two entries:
+      // harmless, each is judged on its own.
+      const uint64_t n = std::min<uint64_t>(entries.load(std::memory_order_relaxed), kLogged);
+      for (uint64_t i = 0; i < n; ++i) {
+        Entry& e = log[i];
+        if (e.ready.load(std::memory_order_acquire) != 0 && e.env.load(std::memory_order_relaxed) == env &&
+            e.step.load(std::memory_order_relaxed) == step) {
+          e.seen.fetch_add(1, std::memory_order_relaxed);
+          return;
+        }
+      }
+    }
+    const uint64_t i = entries.fetch_add(1, std::memory_order_relaxed);
+    if (i >= kLogged) {
+      unlogged.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    Entry& e = log[i];
+    e.env.store(env, std::memory_order_relaxed);
+    e.step.store(step, std::memory_order_relaxed);
+    e.seen.fetch_add(1, std::memory_order_relaxed);
+    std::snprintf(e.text, sizeof e.text, "%s", text.c_str());
+    e.ready.store(1, std::memory_order_release);  // pairs with the acquire loads above and in unexcused
   }
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "the report's counters work across processes");
@@ -183,19 +205,27 @@ inline void excuse_marked(Report* report, std::size_t index, std::set<StepKey>& 
 }
 
 // The violations the children logged that no excused step explains, as text ("" when none); `excused_seen` counts
-// those it excused.
+// the sightings it excused. A violation the log had no room for fails the test: nothing shows it was excused.
 inline std::string unexcused(const Report* report, const std::set<StepKey>& excused, uint64_t* excused_seen) {
-  const uint64_t n = report->violations.load();
+  const uint64_t n = std::min<uint64_t>(report->entries.load(), Report::kLogged);
   std::string out;
-  for (uint64_t i = 0; i < std::min<uint64_t>(n, Report::kLogged); ++i) {
+  for (uint64_t i = 0; i < n; ++i) {
     const Report::Entry& e = report->log[i];
-    if (e.step != kNoStep && excused.count({e.env, e.step}) != 0) {
-      ++*excused_seen;
+    if (e.ready.load(std::memory_order_acquire) == 0) {  // pairs with violation's release (its writer was killed)
+      if (out.empty()) out = "a violation whose writer died before it was logged";
       continue;
     }
-    if (out.empty()) out = e.text;
+    const uint64_t step = e.step.load();
+    if (step != kNoStep && excused.count({e.env.load(), step}) != 0) {
+      *excused_seen += e.seen.load();
+      continue;
+    }
+    if (out.empty()) out = fmt::format("{} (seen {} times)", e.text, e.seen.load());
   }
-  if (out.empty() && n > Report::kLogged) out = fmt::format("{} violations, more than the log holds", n);
+  if (out.empty() && report->unlogged.load() > 0) {
+    out = fmt::format("{} violations of {} distinct steps, more than the log holds ({})", report->violations.load(),
+                      report->entries.load(), Report::kLogged);
+  }
   return out;
 }
 
