@@ -10,15 +10,24 @@ holds a :class:`ClusterSampler`, which samples every node's buffer as if it were
     learner = sr.ClusterSampler(servers, seed=0)
     batch = learner.sample("replay", 256, 16, power=1.0)   # batch["obs"], batch.mask, batch.node_ids, ...
     learner.update_priorities(batch.node_ids, batch.env_ids, batch.starts, new_priorities)
-    for batch in learner.batches("replay", 256, 16):        # the next batch is in flight while this one trains
+    pending = learner.sample_async("replay", 256, 16)       # sent now; pending.result() is the batch
+    for batch in learner.batches("replay", 256, 16, prefetch=2):  # two batches in flight while this one trains
         ...
 
-Sampling stays exact: for each batch the client asks every node for its view's total weight for the request
-(``Sampler.total_weight``: the sum of min(steps left, L)**power, of 1 for episodes="within", or of
-priority**alpha), splits the rows among the nodes by one multinomial draw over those totals, asks every node for
-its share in parallel, and concatenates. A row is then (node k, start p) with probability w(k, p) / sum_j T_j: the
-distribution of one buffer holding every node's steps. Each node draws from its own snapshot, taken a moment after
-its total; docs/design/ray.md ("Past one machine") says what that drift is while writers push.
+Sampling: the client splits the rows among the nodes by one multinomial draw over their views' total weights for
+the request (``Sampler.total_weight``: the sum of min(steps left, L)**power, of 1 for episodes="within", or of
+priority**alpha), asks every node for its share in parallel, and concatenates. A row is then (node k, start p) with
+probability w(k, p) / sum_j T_j: the distribution of one buffer holding every node's steps. One round trip per
+batch: each node's answer carries its total after its draw, and the next batch is split by those totals (so is a
+batch after ``update_priorities`` or ``reset_online_queue``, whose answers carry them too); the first batch of a
+request, and any batch while a node has no total yet (it just came back), asks for the totals first. Exact on a
+quiescent buffer; while writers push, a node's share drifts by about the fraction of its view rewritten since the
+totals were read (docs/design/ray.md). ``ClusterSampler(..., exact_split=True)`` asks for the totals before every
+batch (two round trips; the drift of one round trip).
+
+Pipelining: :meth:`ClusterSampler.sample_async` sends a batch's calls and returns a :class:`PendingBatch` at once;
+:meth:`ClusterSampler.batches` keeps ``prefetch`` of them in flight. A batch sees every priority update and online
+reset the learner made before it was requested, and none made after.
 
 A node whose actor dies drops out of the draw with a :class:`NodeLostWarning`; the rows it owed are redrawn among
 the others by their totals (which leaves every row distributed as w / sum over the live nodes: sampling
@@ -26,8 +35,10 @@ conditioned on the live nodes), and the learner goes on. A lost node is looked u
 through the same handle when Ray restarts the actor) at most every ``retry_interval`` seconds and rejoins the draw
 when it answers.
 
-Batches travel as NumPy arrays through Ray's object store: ray.get hands the learner read-only arrays over the
-store's memory, and the one copy on the learner's side is the concatenation of the nodes' parts.
+Transfer: a node's part of up to 4 MiB comes back in pieces of 96 KiB, each under Ray's limit for a value carried
+inside the call's reply (``max_direct_call_object_size``, 100 KiB by default), so that it bypasses the object
+stores; a larger part comes back as one object through them, and ray.get maps its arrays without a copy. The one
+copy on the learner's side is the concatenation of the nodes' parts into the batch.
 
 Prioritized batches: ``weights`` are the global importance weights (N P)**-beta over the batch's largest, N the
 steps in every node's view and P = priority**alpha / (sum of the totals), from each row's weight as its node reads
@@ -35,7 +46,9 @@ it right after the draw (``Sampler.priority_weights``): what one buffer holding 
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import math
 import os
 import threading
 import time
@@ -47,7 +60,15 @@ import ray
 
 import shmreplay
 
-__all__ = ["ClusterBatch", "ClusterSampler", "NodeLostWarning", "NodeServer", "NodeServerImpl"]
+__all__ = ["ClusterBatch", "ClusterSampler", "NodeLostWarning", "NodeServer", "NodeServerImpl", "PendingBatch"]
+
+# A part of at most _INLINE_PART_BYTES travels as pieces of at most _PIECE_BYTES: each under Ray's
+# max_direct_call_object_size (100 KiB by default), so Ray carries it inside the call's reply instead of putting it
+# into the node's object store for the learner's store to pull (which costs a put, a location lookup and a pull per
+# object: about 3x the time of a 0.4 MB reply on the benchmark's machine). Ray inlines at most
+# task_rpc_inlined_bytes_limit (10 MiB by default) per reply; past a few MB one object through the stores is faster.
+_PIECE_BYTES = 96 << 10
+_INLINE_PART_BYTES = 4 << 20
 
 
 class NodeLostWarning(RuntimeWarning):
@@ -60,7 +81,8 @@ class NodeServerImpl:
     ``shm_dir`` sets ``SHMREPLAY_SHM_DIR`` in the actor's process before the buffer is opened (each node of a test
     cluster on one machine gets its own directory). ``create`` makes the buffer first (keyword arguments of
     ``shmreplay.Buffer.create``) unless it exists; otherwise the buffer must exist. The server takes the buffer's
-    learner lease (a server that died leaves a dead lease, which its replacement takes over)."""
+    learner lease (a server that died leaves a dead lease, which its replacement takes over). Ray runs one actor's
+    calls one at a time, in the order each caller sent them."""
 
     def __init__(self, buffer_name: str, *, shm_dir: Optional[str] = None, create: Optional[Mapping[str, Any]] = None,
                  seed: Optional[int] = None):
@@ -92,8 +114,9 @@ class NodeServerImpl:
 
     def sample(self, view: str, batch_size: int, sequence_length: int, power: float = 0.0,
                **options: Any) -> Optional[Dict[str, np.ndarray]]:
-        """``batch_size`` rows as a dict of arrays (the fields, then "mask", "env_ids", "starts", "weights"); None
-        when the view has become empty since its total was read (the client redraws those rows elsewhere)."""
+        """``batch_size`` rows as a dict of arrays (the fields, then "mask", "env_ids", "starts", "weights"; with
+        ``prioritized``, "priority_weights": each row's priority**alpha); None when the view has become empty since
+        its total was read (the client redraws those rows elsewhere)."""
         key = (batch_size, sequence_length)
         out = self._out.get(key)
         if out is None:
@@ -102,7 +125,8 @@ class NodeServerImpl:
             b = self._sampler.sample(view, batch_size, sequence_length, power, out=out, **options)
         except shmreplay.EmptyView:
             return None
-        # Ray copies the arrays into its object store as this call returns, so `out` is free again after it.
+        # Ray copies the arrays out (into the reply or the object store) as this call returns, so `out` is free
+        # again after it.
         part = dict(b.fields)
         part["mask"] = b.mask
         part["env_ids"] = b.env_ids
@@ -111,6 +135,35 @@ class NodeServerImpl:
         if options.get("prioritized"):  # each row's priority**alpha, for the client's global importance weights
             part["priority_weights"] = self._sampler.priority_weights(b.env_ids, b.starts)
         return part
+
+    def draw(self, view: str, batch_size: int, sequence_length: int, power: float, options: Mapping[str, Any],
+             beta: float, pieces: int = 1) -> Any:
+        """The client's call for one node's part of a batch: :meth:`sample` of ``batch_size`` rows (none when 0),
+        then this node's total and view size for the same request, read after the draw (the client splits its
+        next batch by them). Returns a header dict (``total``, ``size``, ``bytes``: the part's bytes, ``part``:
+        the arrays or None) when ``pieces`` is 1; otherwise the header (its ``layout``: name, dtype, shape and
+        offset of each array) followed by the part's bytes cut into ``pieces`` pieces (``ClusterSampler`` asks for
+        pieces small enough for Ray to carry inside the reply)."""
+        part = self.sample(view, batch_size, sequence_length, power, beta=beta, **options) if batch_size > 0 else None
+        header: Dict[str, Any] = {"total": self._sampler.total_weight(view, sequence_length, power, **options),
+                                  "size": self._sampler.size(view),
+                                  "bytes": sum(a.nbytes for a in part.values()) if part is not None else 0}
+        if pieces <= 1:
+            header["part"] = part
+            return header
+        if part is None:
+            header["layout"] = None
+            return (header, *([b""] * pieces))
+        layout, offset = [], 0
+        for name, a in part.items():
+            layout.append((name, a.dtype.str, a.shape, offset))
+            offset += a.nbytes
+        blob = np.empty(offset, np.uint8)
+        for (name, _, _, at), a in zip(layout, part.values()):
+            blob[at:at + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        header["layout"] = layout
+        step = -(-offset // pieces)
+        return (header, *(blob[i * step:(i + 1) * step].tobytes() for i in range(pieces)))
 
     def update_priorities(self, env_ids: np.ndarray, steps: np.ndarray, priorities: np.ndarray) -> Tuple[int, int]:
         """``Sampler.update_priorities`` of this node's buffer: (updated, dropped)."""
@@ -199,6 +252,62 @@ class _Node:
         self.next_probe = 0.0
 
 
+class _Request:
+    """One batch on its way: what was asked, the split, and the calls sent for it."""
+
+    def __init__(self, view, batch_size, sequence_length, power, options, beta):
+        self.view, self.batch_size, self.sequence_length, self.power = view, batch_size, sequence_length, power
+        self.options, self.beta = options, beta
+        # the request's totals depend on these, not on beta
+        self.key = (view, sequence_length, float(power), options["episodes"], options["period"],
+                    options["min_steps"], options["prioritized"])
+        self.sent = threading.Event()  # set once every first-round call is sent (or sending failed)
+        self.job: Optional[concurrent.futures.Future] = None
+        self.error: Optional[BaseException] = None
+        self.single = False  # one live node: nothing to split, its own importance weights are the global ones
+        self.split: Dict[str, Tuple[float, int]] = {}  # node -> (total, size) the rows were split by
+        self.calls: List[Tuple[_Node, int, int, List[Any]]] = []  # (node, rows, seq, object refs)
+        self.batch: Optional[ClusterBatch] = None
+
+
+class PendingBatch:
+    """A batch requested with :meth:`ClusterSampler.sample_async` (or kept in flight by
+    :meth:`ClusterSampler.batches`): its calls are on their way to the nodes; :meth:`result` waits for them."""
+
+    __slots__ = ("_sampler", "_request")
+
+    def __init__(self, sampler: "ClusterSampler", request: _Request):
+        self._sampler = sampler
+        self._request = request
+
+    def result(self) -> ClusterBatch:
+        """The batch, once every node has answered (each wait bounded by the sampler's ``timeout``; a node that
+        does not answer is lost and its rows are redrawn among the others). Raises what sampling raised
+        (shmreplay.EmptyView when no live node holds a start with a positive weight). Later calls return the same
+        batch."""
+        r = self._request
+        if r.batch is None:
+            if r.error is not None:
+                raise r.error
+            try:
+                r.batch = self._sampler._finish(r)
+            except BaseException as e:
+                r.error = e
+                raise
+        return r.batch
+
+    def done(self) -> bool:
+        """Whether every node's answer has arrived (:meth:`result` then waits for nothing but a redraw, should a
+        node have given fewer rows than asked)."""
+        r = self._request
+        if r.batch is not None or r.error is not None:
+            return True
+        if not r.sent.is_set():
+            return False
+        refs = [ref for _, _, _, refs in r.calls for ref in refs]
+        return not refs or len(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) == len(refs)
+
+
 class ClusterSampler:
     """The learner's sampler over every node's buffer (see the top of this module).
 
@@ -207,10 +316,13 @@ class ClusterSampler:
     replacement server started under the same name is found; a node given by handle comes back only through that
     handle (an actor Ray restarts, ``max_restarts``). ``timeout`` bounds each wait for a node (seconds); a node
     that has not answered by then counts as lost. ``retry_interval``: seconds between two probes of a lost node.
-    ``seed`` seeds the split of each batch among the nodes (each node's own draw is seeded where it is made)."""
+    ``seed`` seeds the split of each batch among the nodes (each node's own draw is seeded where it is made).
+    ``exact_split``: ask every node for its total before each batch (two round trips per batch) instead of
+    splitting by the totals that came back with the previous answers (one round trip; docs/design/ray.md says what
+    that drifts by while writers push). Calls from several threads take turns."""
 
     def __init__(self, servers: Mapping[str, Any], *, seed: Optional[int] = None, timeout: float = 60.0,
-                 retry_interval: float = 5.0, namespace: Optional[str] = None):
+                 retry_interval: float = 5.0, namespace: Optional[str] = None, exact_split: bool = False):
         if not servers:
             raise ValueError("ClusterSampler needs at least one node server")
         self._nodes: List[_Node] = []
@@ -221,11 +333,19 @@ class ClusterSampler:
                 self._nodes.append(_Node(name, server, None, namespace))
         self.nodes: Tuple[str, ...] = tuple(n.name for n in self._nodes)
         self._index = {name: i for i, name in enumerate(self.nodes)}
+        self._by_name = {n.name: n for n in self._nodes}
         self._rng = np.random.default_rng(seed)
         self._timeout = timeout
         self._retry_interval = retry_interval
+        self.exact_split: bool = bool(exact_split)
+        # Each request's latest totals per node: key -> {node: (seq, total, size)}. seq orders the calls: Ray runs
+        # one node's calls in the order they were sent, so the answer to the later call is the fresher total.
+        self._totals: Dict[tuple, Dict[str, Tuple[int, float, int]]] = {}
+        self._row_bytes: Dict[tuple, float] = {}  # key -> bytes per row, from an answer (to size the pieces)
+        self._seq = 0
+        self._unsent: set = set()  # exact_split requests whose totals are still being read on the executor
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        self._lock = threading.Lock()  # one sample at a time (the prefetch thread and the caller)
+        self._lock = threading.RLock()  # the split's generator, the totals, the nodes' states
 
     # ----- nodes
 
@@ -234,14 +354,17 @@ class ClusterSampler:
         return [n.name for n in self._nodes if n.alive]
 
     def _lose(self, node: _Node, error: BaseException) -> None:
-        if node.alive:
-            node.alive = False
-            first_line = str(error).splitlines()[0] if str(error) else ""
-            warnings.warn(f"shmreplay.ray: node '{node.name}' is out of the draw: its server did not answer "
-                          f"({type(error).__name__}: {first_line}); sampling goes on over the "
-                          f"{len(self.live_nodes())} other live node(s), and it is probed again every "
-                          f"{self._retry_interval} s", NodeLostWarning, stacklevel=4)
-        node.next_probe = time.monotonic() + self._retry_interval
+        with self._lock:
+            if node.alive:
+                node.alive = False
+                for totals in self._totals.values():
+                    totals.pop(node.name, None)
+                first_line = str(error).splitlines()[0] if str(error) else ""
+                warnings.warn(f"shmreplay.ray: node '{node.name}' is out of the draw: its server did not answer "
+                              f"({type(error).__name__}: {first_line}); sampling goes on over the "
+                              f"{len(self.live_nodes())} other live node(s), and it is probed again every "
+                              f"{self._retry_interval} s", NodeLostWarning, stacklevel=5)
+            node.next_probe = time.monotonic() + self._retry_interval
 
     def _probe_lost(self) -> None:
         now = time.monotonic()
@@ -259,24 +382,31 @@ class ClusterSampler:
                 ray.get(handle.ping.remote(), timeout=min(self._timeout, 10.0))
             except (ray.exceptions.RayError, TimeoutError):
                 continue
-            node.handle = handle
-            node.alive = True
+            with self._lock:
+                node.handle = handle
+                node.alive = True  # with no totals: the next batch of every request asks for them first
             warnings.warn(f"shmreplay.ray: node '{node.name}' answers again and is back in the draw",
-                          NodeLostWarning, stacklevel=4)
+                          NodeLostWarning, stacklevel=5)
 
-    def _gather(self, calls: Sequence[Tuple[_Node, Any]]) -> List[Tuple[_Node, Any]]:
-        """ray.get of each (node, object ref); a node whose call failed is lost and left out of the result. An
+    def _gather(self, calls: Sequence[Tuple[_Node, Sequence[Any]]]) -> List[Tuple[_Node, List[Any]]]:
+        """ray.get of each (node, object refs); a node whose call failed is lost and left out of the result. An
         exception raised by the server's own code (a bad argument) is raised here."""
         if not calls:
             return []
+        flat = [ref for _, refs in calls for ref in refs]
         try:  # the usual case: every node answers (one wait for all of them)
-            return list(zip([n for n, _ in calls], ray.get([r for _, r in calls], timeout=self._timeout)))
+            values = ray.get(flat, timeout=self._timeout)
+            out, at = [], 0
+            for node, refs in calls:
+                out.append((node, values[at:at + len(refs)]))
+                at += len(refs)
+            return out
         except (ray.exceptions.RayError, TimeoutError):
             pass  # find out which, below
         out = []
-        for node, ref in calls:
+        for node, refs in calls:
             try:
-                out.append((node, ray.get(ref, timeout=self._timeout)))
+                out.append((node, ray.get(list(refs), timeout=self._timeout)))
             except ray.exceptions.RayTaskError as e:
                 if isinstance(e, ray.exceptions.RayActorError):
                     self._lose(node, e)
@@ -286,16 +416,38 @@ class ClusterSampler:
                 self._lose(node, e)
         return out
 
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _remember(self, key: tuple, node: _Node, seq: int, total: float, size: int) -> None:
+        """Keep (total, size) as node's total for the request unless a later call's answer is already kept."""
+        with self._lock:
+            if not node.alive:
+                return
+            mine = self._totals.setdefault(key, {})
+            if node.name not in mine or mine[node.name][0] < seq:
+                mine[node.name] = (seq, float(total), int(size))
+
     # ----- sampling
 
     def total_weights(self, view: str, sequence_length: int, power: float = 0.0, **options: Any) -> Dict[str, float]:
         """Each live node's total weight for the request (``Sampler.total_weight``)."""
         return {name: t for name, (t, _) in self._weigh(view, sequence_length, power, options).items()}
 
-    def _weigh(self, view, sequence_length, power, options) -> Dict[str, Tuple[float, int]]:
+    def _weigh(self, view, sequence_length, power, options, key=None) -> Dict[str, Tuple[float, int]]:
+        """One round trip: every live node's (total, size) for the request, kept for the next splits under key."""
         self._probe_lost()
-        calls = [(n, n.handle.weigh.remote(view, sequence_length, power, **options)) for n in self._nodes if n.alive]
-        return {n.name: (float(t), int(size)) for n, (t, size) in self._gather(calls)}
+        with self._lock:
+            calls = [(n, self._next_seq(), n.handle.weigh.remote(view, sequence_length, power, **options))
+                     for n in self._nodes if n.alive]
+        seq_of = {n.name: seq for n, seq, _ in calls}
+        out = {}
+        for n, ((total, size),) in self._gather([(n, [ref]) for n, _, ref in calls]):
+            out[n.name] = (float(total), int(size))
+            if key is not None:
+                self._remember(key, n, seq_of[n.name], total, size)
+        return out
 
     def sample(self, view: str, batch_size: int, sequence_length: int, power: float = 0.0, *,
                episodes: str = "cross", period: int = 1, min_steps: int = 0, prioritized: bool = False,
@@ -303,60 +455,181 @@ class ClusterSampler:
         """``batch_size`` rows drawn as ``Sampler.sample`` draws them from one buffer holding every live node's
         steps (min_steps applies to each node's view: a node below it weighs 0). Raises shmreplay.EmptyView when
         no live node has a start with a positive weight."""
+        return self._request(view, batch_size, sequence_length, power, episodes, period, min_steps, prioritized, beta,
+                             background=False).result()
+
+    def sample_async(self, view: str, batch_size: int, sequence_length: int, power: float = 0.0, *,
+                     episodes: str = "cross", period: int = 1, min_steps: int = 0, prioritized: bool = False,
+                     beta: float = 0.4) -> PendingBatch:
+        """:meth:`sample`, sent now and returned as a :class:`PendingBatch` whose ``result()`` is the batch: the
+        learner trains on one batch while the next ones travel. The batch is drawn as :meth:`sample` would draw it
+        at this moment: it reflects every ``update_priorities`` and ``reset_online_queue`` made before this call
+        and none made after it (Ray runs a node's calls in the order they were sent; with ``exact_split`` the
+        totals are read on a background thread, and those two calls wait until every earlier request has been
+        sent). Rows a node cannot give are redrawn when ``result()`` finds that out (docs/design/ray.md)."""
+        return self._request(view, batch_size, sequence_length, power, episodes, period, min_steps, prioritized, beta,
+                             background=True)
+
+    def batches(self, view: str, batch_size: int, sequence_length: int, power: float = 0.0, *, prefetch: int = 1,
+                **options: Any) -> Iterator[ClusterBatch]:
+        """Endless :meth:`sample` results (the same arguments), with ``prefetch`` more requests in flight (sent
+        with :meth:`sample_async`) while the learner holds each batch; 0: each batch is requested when the
+        previous one has been handed out."""
+        if prefetch < 0:
+            raise ValueError(f"prefetch must be 0 or more, got {prefetch}")
+        pending = collections.deque(self.sample_async(view, batch_size, sequence_length, power, **options)
+                                    for _ in range(prefetch))
+        while True:
+            if not pending:
+                yield self.sample(view, batch_size, sequence_length, power, **options)
+                continue
+            batch = pending.popleft().result()
+            pending.append(self.sample_async(view, batch_size, sequence_length, power, **options))
+            yield batch
+
+    def _request(self, view, batch_size, sequence_length, power, episodes, period, min_steps, prioritized, beta,
+                 background) -> PendingBatch:
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         options = {"episodes": episodes, "period": period, "min_steps": min_steps, "prioritized": prioritized}
-        with self._lock:
-            return self._sample(view, batch_size, sequence_length, power, options, beta)
+        r = _Request(view, batch_size, sequence_length, power, options, beta)
+        if self.exact_split:
+            with self._lock:
+                queued = bool(self._unsent)
+                if background or queued:  # in order behind the requests already on the executor
+                    if self._executor is None:
+                        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shmreplay-ray")
+                    self._unsent.add(r)
+                    r.job = self._executor.submit(self._send, r)
+                    return PendingBatch(self, r)
+        self._send(r)
+        return PendingBatch(self, r)
 
-    def _sample(self, view, batch_size, sequence_length, power, options, beta) -> ClusterBatch:
-        by_name = {n.name: n for n in self._nodes}
-        self._probe_lost()
-        live = [n for n in self._nodes if n.alive]
-        if len(live) == 1:  # nothing to split: one round trip (the node's own importance weights are the global ones)
-            got = self._gather([(live[0], live[0].handle.sample.remote(
-                view, batch_size, sequence_length, power, beta=beta, **options))])
-            if got and got[0][1] is not None:
-                got[0][1].pop("priority_weights", None)
-                return self._concatenate([(self._index[live[0].name], got[0][1])])
-        weighed = self._weigh(view, sequence_length, power, options)
-        totals = {name: t for name, (t, _) in weighed.items()}
+    def _send(self, r: _Request) -> None:
+        """Split r's rows among the live nodes and send each its call (cached totals, or weighed first)."""
+        try:
+            self._probe_lost()
+            with self._lock:
+                live = [n for n in self._nodes if n.alive]
+            if len(live) == 1:
+                r.single = True
+                with self._lock:
+                    self._call(r, live[0], r.batch_size)
+                return
+            known = self._totals.get(r.key, {})
+            weighed_now = False
+            if self.exact_split or any(n.name not in known for n in live):
+                self._weigh(r.view, r.sequence_length, r.power, r.options, key=r.key)
+                weighed_now = True
+            with self._lock:
+                known = self._totals.get(r.key, {})
+                live = [n for n in self._nodes if n.alive and n.name in known]
+                if not weighed_now and not any(known[n.name][1] > 0 for n in live):
+                    live = None  # every kept total is 0: read them afresh before calling the view empty
+            if live is None:
+                self._weigh(r.view, r.sequence_length, r.power, r.options, key=r.key)
+                with self._lock:
+                    known = self._totals.get(r.key, {})
+                    live = [n for n in self._nodes if n.alive and n.name in known]
+            with self._lock:
+                r.split = {n.name: (known[n.name][1], known[n.name][2]) for n in live}
+                counts = self._split(r, r.batch_size, {name: t for name, (t, _) in r.split.items()})
+                for n in live:
+                    # Without exact_split every live node is called, with 0 rows too: its answer brings its fresh
+                    # total for the next batch.
+                    if counts.get(n.name, 0) > 0 or not self.exact_split:
+                        self._call(r, n, counts.get(n.name, 0))
+        except BaseException as e:  # raised by result()
+            r.error = e
+        finally:
+            with self._lock:
+                self._unsent.discard(r)
+            r.sent.set()
+
+    def _split(self, r: _Request, rows: int, totals: Mapping[str, float]) -> Dict[str, int]:
+        """One multinomial draw of rows over the nodes with a positive total (under the lock)."""
+        names = [name for name, t in totals.items() if t > 0 and self._by_name[name].alive]
+        if not names:
+            raise shmreplay.EmptyView(
+                f"cannot sample the {r.view} view across {len(self.nodes)} node(s): no live node holds a start with a "
+                f"positive weight (live: {self.live_nodes()}, totals: {dict(totals)})")
+        weights = np.array([totals[name] for name in names])
+        return dict(zip(names, self._rng.multinomial(rows, weights / weights.sum()).tolist()))
+
+    def _call(self, r: _Request, node: _Node, rows: int) -> None:
+        """Send node its draw of rows for r (under the lock), in pieces Ray carries inside the reply where the
+        part is small enough."""
+        part_bytes = rows * self._row_bytes.get(r.key, math.inf)
+        pieces = max(1, math.ceil(part_bytes / _PIECE_BYTES)) if part_bytes <= _INLINE_PART_BYTES else 1
+        method = node.handle.draw if pieces == 1 else node.handle.draw.options(num_returns=pieces + 1)
+        refs = method.remote(r.view, rows, r.sequence_length, r.power, r.options, r.beta, pieces)
+        r.calls.append((node, rows, self._next_seq(), [refs] if pieces == 1 else list(refs)))
+
+    @staticmethod
+    def _unpack(values: List[Any]) -> Tuple[Dict[str, Any], Optional[Dict[str, np.ndarray]]]:
+        header = values[0]
+        if len(values) == 1:
+            return header, header["part"]
+        if header["layout"] is None:
+            return header, None
+        blob = b"".join(values[1:])
+        return header, {name: np.frombuffer(blob, np.dtype(dtype), int(np.prod(shape)), at).reshape(shape)
+                        for name, dtype, shape, at in header["layout"]}
+
+    def _finish(self, r: _Request) -> ClusterBatch:
+        """result() of r: gather the answers, keep their totals, redraw rows a node could not give, concatenate."""
+        if r.job is not None:
+            r.job.result()
+        r.sent.wait()
+        if r.error is not None:
+            raise r.error
+        totals = {name: t for name, (t, _) in r.split.items()}
+        weighed = dict(r.split)
         parts: List[Tuple[int, Dict[str, np.ndarray]]] = []
-        owed = batch_size
-        while owed > 0:
-            # One multinomial draw over the totals; rows a node could not give (it died, or its view emptied since
-            # its total) are drawn again among the others by theirs, which keeps every row distributed as
-            # w / (sum of the totals of the nodes that answered).
-            names = [name for name, t in totals.items() if t > 0 and by_name[name].alive]
-            if not names:
-                raise shmreplay.EmptyView(
-                    f"cannot sample the {view} view across {len(self.nodes)} node(s): no live node holds a start "
-                    f"with a positive weight (live: {self.live_nodes()}, totals: {totals})")
-            weights = np.array([totals[name] for name in names])
-            counts = dict(zip(names, self._rng.multinomial(owed, weights / weights.sum()).tolist()))
-            calls = [(by_name[name], by_name[name].handle.sample.remote(
-                         view, c, sequence_length, power, beta=beta, **options))
-                     for name, c in counts.items() if c > 0]
+        calls = r.calls
+        while True:
             owed = 0
-            missing = {n.name for n, _ in calls}
-            for node, part in self._gather(calls):
-                missing.discard(node.name)
-                if part is None:  # its view emptied since the total (an online reset): it weighs 0 now
+            got = {node.name: values for node, values in self._gather([(node, refs) for node, _, _, refs in calls])}
+            for node, rows, seq, _ in calls:  # one call per node and round
+                values = got.get(node.name)
+                if values is None:  # lost during the call
                     totals[node.name] = 0.0
-                    owed += counts[node.name]
+                    weighed.pop(node.name, None)
+                    owed += rows
+                    continue
+                header, part = self._unpack(values)
+                self._remember(r.key, node, seq, header["total"], header["size"])
+                if rows == 0:
+                    continue
+                if part is None:  # its view emptied since its total (an online reset): it weighs 0 now
+                    totals[node.name] = 0.0
+                    owed += rows
                 else:
                     parts.append((self._index[node.name], part))
-            for name in missing:  # lost during the call
-                totals[name] = 0.0
-                owed += counts[name]
-                weighed.pop(name, None)
+                    with self._lock:
+                        self._row_bytes[r.key] = header["bytes"] / rows
+            if owed == 0:
+                break
+            if r.single:
+                raise shmreplay.EmptyView(
+                    f"cannot sample the {r.view} view across {len(self.nodes)} node(s): the one live node gave no "
+                    f"rows (live: {self.live_nodes()})")
+            # Rows a node could not give are drawn again among the others by the totals the batch was split by,
+            # which keeps every row distributed as w / (sum of the totals of the nodes that answered).
+            with self._lock:
+                counts = self._split(r, owed, totals)
+                r.calls = []
+                for name, c in counts.items():
+                    if c > 0:
+                        self._call(r, self._by_name[name], c)
+                calls = r.calls
         batch = self._concatenate(parts)
-        if options["prioritized"]:
-            self._importance_weights(batch, parts, weighed, totals, beta)
+        if r.options["prioritized"] and not r.single:
+            self._importance_weights(batch, parts, weighed, totals, r.beta)
         return batch
 
     def _concatenate(self, parts: List[Tuple[int, Dict[str, np.ndarray]]]) -> ClusterBatch:
-        # The one copy on the learner's side: ray.get gave read-only arrays over the object store.
+        # The one copy on the learner's side: ray.get gave read-only arrays over the object store or the reply.
         arrays = {key: np.concatenate([p[key] for _, p in parts]) for key in parts[0][1]}
         node_ids = np.concatenate([np.full(len(p["starts"]), i, np.int32) for i, p in parts])
         arrays.pop("priority_weights", None)
@@ -382,27 +655,45 @@ class ClusterSampler:
         with np.errstate(divide="ignore", invalid="ignore"):
             batch.weights = np.where(n_p <= smallest, 1.0, (smallest / n_p) ** beta).astype(np.float32)
 
-    def sample_async(self, *args: Any, **kwargs: Any) -> "concurrent.futures.Future[ClusterBatch]":
-        """:meth:`sample` on a background thread: the learner trains on one batch while the next is fetched."""
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shmreplay-ray")
-        return self._executor.submit(self.sample, *args, **kwargs)
-
-    def batches(self, *args: Any, **kwargs: Any) -> Iterator[ClusterBatch]:
-        """Endless :meth:`sample` results (same arguments), the next one requested before the current one is
-        handed out."""
-        pending = self.sample_async(*args, **kwargs)
-        while True:
-            batch = pending.result()
-            pending = self.sample_async(*args, **kwargs)
-            yield batch
-
     # ----- routed back to the owners
+
+    def _drain(self) -> None:
+        """Wait until every request made so far has sent its calls (exact_split: its totals are read on the
+        executor), so that a call sent now reaches each node after them."""
+        while True:
+            with self._lock:
+                pending = list(self._unsent)
+            if not pending:
+                return
+            for r in pending:
+                r.sent.wait()
+
+    def _reweigh_after(self, calls: List[Tuple[_Node, Any]]) -> List[Tuple[_Node, List[Any]]]:
+        """Send, behind each node's call in calls, a weigh of every request whose totals are kept (Ray runs them in
+        that order, so they read the totals after the call), and gather both in one wait: the next batch is split
+        by totals that include the call, without a round trip of its own."""
+        with self._lock:
+            keys = [] if self.exact_split else [k for k, totals in self._totals.items() if totals]
+            sent = []
+            for node, ref in calls:
+                weighs = [(k, self._next_seq(), node.handle.weigh.remote(
+                    k[0], k[1], k[2], episodes=k[3], period=k[4], min_steps=k[5], prioritized=k[6])) for k in keys]
+                sent.append((node, ref, weighs))
+        got = self._gather([(node, [ref, *(w for _, _, w in weighs)]) for node, ref, weighs in sent])
+        answers = dict((node.name, values) for node, values in got)
+        for node, _, weighs in sent:
+            values = answers.get(node.name)
+            if values is None:
+                continue
+            for (k, seq, _), (total, size) in zip(weighs, values[1:]):
+                self._remember(k, node, seq, total, size)
+        return [(node, values[0]) for node, values in got]
 
     def update_priorities(self, node_ids: Any, env_ids: Any, steps: Any, priorities: Any) -> Tuple[int, int]:
         """``Sampler.update_priorities`` on the nodes that own the rows (``batch.node_ids``, ``batch.env_ids``,
         ``batch.starts``), the nodes in parallel. Returns (applied, dropped) over all nodes; the rows of a lost node
-        count as dropped."""
+        count as dropped. The nodes' answers carry their totals after the update, which the next batch is split
+        by."""
         node_ids = np.asarray(node_ids)
         env_ids = np.asarray(env_ids)
         steps = np.asarray(steps)
@@ -410,19 +701,22 @@ class ClusterSampler:
         if not (len(node_ids) == len(env_ids) == len(steps) == len(priorities)):
             raise ValueError(f"update_priorities: {len(node_ids)} node ids, {len(env_ids)} env ids, {len(steps)} "
                              f"steps and {len(priorities)} priorities; expected one of each per row")
+        self._drain()
         calls, rows_of, dropped = [], {}, 0
-        for i, node in enumerate(self._nodes):
-            rows = np.flatnonzero(node_ids == i)
-            if len(rows) == 0:
-                continue
-            if not node.alive:
-                dropped += len(rows)
-                continue
-            rows_of[node.name] = len(rows)
-            calls.append((node, node.handle.update_priorities.remote(env_ids[rows], steps[rows], priorities[rows])))
+        with self._lock:
+            for i, node in enumerate(self._nodes):
+                rows = np.flatnonzero(node_ids == i)
+                if len(rows) == 0:
+                    continue
+                if not node.alive:
+                    dropped += len(rows)
+                    continue
+                rows_of[node.name] = len(rows)
+                calls.append((node, node.handle.update_priorities.remote(env_ids[rows], steps[rows],
+                                                                         priorities[rows])))
         applied = 0
         answered = set()
-        for node, (a, d) in self._gather(calls):
+        for node, (a, d) in self._reweigh_after(calls):
             answered.add(node.name)
             applied += a
             dropped += d
@@ -430,15 +724,20 @@ class ClusterSampler:
         return applied, dropped
 
     def reset_online_queue(self) -> None:
-        """Empty the online view of every live node's buffer (in parallel)."""
-        self._gather([(n, n.handle.reset_online_queue.remote()) for n in self._nodes if n.alive])
+        """Empty the online view of every live node's buffer (in parallel). The nodes' answers carry their totals
+        after the reset, which the next batch is split by."""
+        self._drain()
+        with self._lock:
+            calls = [(n, n.handle.reset_online_queue.remote()) for n in self._nodes if n.alive]
+        self._reweigh_after(calls)
 
     def size(self, view: str) -> int:
         """Steps in the view over every live node."""
-        return sum(s for _, s in self._gather([(n, n.handle.size.remote(view)) for n in self._nodes if n.alive]))
+        calls = [(n, [n.handle.size.remote(view)]) for n in self._nodes if n.alive]
+        return sum(s for _, (s,) in self._gather(calls))
 
     def close(self) -> None:
-        """Stop the prefetch thread (the nodes' servers are left running)."""
+        """Stop the exact_split executor thread (the nodes' servers are left running)."""
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
