@@ -5,11 +5,16 @@ from every node and every start in proportion to its weight (chi-square over all
 power), every row's payload is checked against its node, priority updates and online resets reach the nodes that
 own the rows, and a node server killed while writers push drops out with a warning while the learner goes on, then
 rejoins when a replacement server starts. Buffers with stacked fields (one frame per step) give the learner every
-node's stacks byte for byte.
+node's stacks byte for byte. Servers that count their calls show that a batch costs one call per node once the
+totals are known (both splits exact on a quiescent buffer), that priority updates and online resets bring fresh
+totals back, that a batch requested ahead (sample_async, batches(prefetch=)) is the one a synchronous call would
+have drawn and misses the priority updates made after its request, and that a node lost while such batches are in
+flight drops out of them.
 
 Short by default (about a minute, most of it starting Ray's nodes); SHMREPLAY_RAY_LONG=1 samples ten times as many
 rows and runs the writers longer. Skipped where Ray is not installed, and under the sanitizer pass (Ray's own
 binaries would start with ASan's runtime preloaded)."""
+import collections
 import os
 import sys
 import tempfile
@@ -163,25 +168,29 @@ def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_su
         assert prio_totals[f"node{k}"] == pytest.approx(expected, rel=1e-12)
 
     # Exactness: every (node, env, start) cell is drawn in proportion to its weight over all nodes (chi-square);
-    # the same counts reject the distribution of another power, so the test can fail.
+    # the same counts reject the distribution of another power, so the test can fail. Both splits: by the totals
+    # the last answers brought (the default: one round trip per batch) and by totals read before each batch.
     power = 1.0
     cells, w = cells_of(heads, power)
     index = {cell: i for i, cell in enumerate(cells)}
-    counts = np.zeros(len(cells))
-    batches = 200 if LONG else 24
-    for _ in range(batches):
-        batch = learner.sample("replay", 1000, L, power)
-        check_rows(batch, heads)
-        for k, e, p in zip(batch.node_ids, batch.env_ids, batch.starts):
-            counts[index[(int(k), int(e), int(p))]] += 1
-    n = counts.sum()
-    assert stats.chisquare(counts, w / w.sum() * n).pvalue > 1e-4
-    _, w0 = cells_of(heads, 0.0)
-    assert stats.chisquare(counts, w0 / w0.sum() * n).pvalue < 1e-6
-    per_node = np.array([counts[[c[0] == k for c in cells]].sum() for k in range(NODES)])
-    node_w = np.array([w[[c[0] == k for c in cells]].sum() for k in range(NODES)])
-    assert np.all(per_node > 0)
-    assert stats.chisquare(per_node, node_w / node_w.sum() * n).pvalue > 1e-4
+    exact = sr.ClusterSampler({n: f"{name}-{n}" for n in servers}, seed=11, exact_split=True)
+    for sampler in (learner, exact):
+        counts = np.zeros(len(cells))
+        batches = 200 if LONG else 24
+        for _ in range(batches):
+            batch = sampler.sample("replay", 1000, L, power)
+            check_rows(batch, heads)
+            for k, e, p in zip(batch.node_ids, batch.env_ids, batch.starts):
+                counts[index[(int(k), int(e), int(p))]] += 1
+        n = counts.sum()
+        assert stats.chisquare(counts, w / w.sum() * n).pvalue > 1e-4, sampler.exact_split
+        _, w0 = cells_of(heads, 0.0)
+        assert stats.chisquare(counts, w0 / w0.sum() * n).pvalue < 1e-6
+        per_node = np.array([counts[[c[0] == k for c in cells]].sum() for k in range(NODES)])
+        node_w = np.array([w[[c[0] == k for c in cells]].sum() for k in range(NODES)])
+        assert np.all(per_node > 0)
+        assert stats.chisquare(per_node, node_w / node_w.sum() * n).pvalue > 1e-4, sampler.exact_split
+    exact.close()
 
     # Priority updates go to the nodes that own the rows: afterwards each node's prioritized total is its model's.
     batch = learner.sample("replay", 300, L, prioritized=True)
@@ -302,3 +311,200 @@ def test_a_learner_samples_stacked_fields_of_every_node_byte_for_byte(cluster):
     assert seen == {(k, e, s) for k in nodes for e, s in models[k].sampleable()}
     learner.close()
     ray.get([h.close.remote(remove=True) for h in servers.values()])
+
+
+class CountingServerImpl(sr.NodeServerImpl):
+    """A node server that counts its calls and the rows its draws are asked for, can be reseeded, and can be kept
+    busy (the calls sent after a stall wait behind it: Ray runs an actor's calls one at a time)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = collections.Counter()
+
+    def weigh(self, *args, **kwargs):
+        self.calls["weigh"] += 1
+        return super().weigh(*args, **kwargs)
+
+    def draw(self, view, batch_size, *args, **kwargs):
+        self.calls["draw"] += 1
+        self.calls["rows"] += batch_size
+        return super().draw(view, batch_size, *args, **kwargs)
+
+    def update_priorities(self, *args, **kwargs):
+        self.calls["update"] += 1
+        return super().update_priorities(*args, **kwargs)
+
+    def counts(self):
+        return dict(self.calls)
+
+    def reseed(self, seed):
+        self._sampler.seed(seed)
+
+    def stall(self, seconds):
+        time.sleep(seconds)
+        return True
+
+
+CountingServer = ray.remote(num_cpus=0)(CountingServerImpl)
+
+
+def counting_nodes(cluster, suffix):
+    """A counting server on each node over a fresh buffer that writers fill with FIRST_PUSH (then quiescent):
+    (buffer name, {node name: handle})."""
+    _, dirs = cluster
+    name = f"shmreplay-ray-{suffix}-{os.getpid()}"
+    servers = {f"node{k}": CountingServer.options(name=f"{name}-node{k}", resources={f"node{k}": 1}).remote(
+        name, shm_dir=dirs[k], seed=k,
+        create={"num_envs": 2, "capacity": CAPACITY, "schema": PAYLOAD_SCHEMA, "priority_exponent": 1.0})
+        for k in range(NODES)}
+    ray.get([h.ping.remote() for h in servers.values()])
+    assert ray.get([ray.remote(push_steps).options(resources={f"node{k}": 1}, num_cpus=0).remote(
+        dirs[k], name, k, FIRST_PUSH[k]) for k in range(NODES)]) == FIRST_PUSH
+    return name, servers
+
+
+def calls_since(servers, before=None):
+    """Each server's call counts, less `before`'s."""
+    now = {n: collections.Counter(c) for n, c in zip(servers, ray.get([h.counts.remote() for h in servers.values()]))}
+    if before is None:
+        return now
+    return {n: {key: now[n][key] - before[n][key] for key in ("weigh", "draw", "rows", "update")} for n in servers}
+
+
+def close_all(servers):
+    ray.get([h.close.remote(remove=True) for h in servers.values()])
+    for h in servers.values():
+        ray.kill(h)
+
+
+def test_a_batch_costs_one_call_per_node_once_the_totals_are_known_and_updates_and_resets_bring_fresh_ones(cluster):
+    name, servers = counting_nodes(cluster, "calls")
+    learner = sr.ClusterSampler(servers, seed=3)
+    exact = sr.ClusterSampler(servers, seed=4, exact_split=True)
+    try:
+        # A request's first batch reads the totals first (one weigh per node); every later batch is one call per
+        # node, whose answer brings the node's total for the next split.
+        before = calls_since(servers)
+        learner.sample("replay", 200, L, 1.0)
+        assert all(d["weigh"] == 1 and d["draw"] == 1 for d in calls_since(servers, before).values())
+        before = calls_since(servers)
+        for _ in range(5):
+            check_rows(learner.sample("replay", 200, L, 1.0), FIRST_PUSH)
+        assert all(d["weigh"] == 0 and d["draw"] == 5 for d in calls_since(servers, before).values())
+        # exact_split reads them before every batch.
+        before = calls_since(servers)
+        for _ in range(3):
+            exact.sample("replay", 200, L, 1.0)
+        assert all(d["weigh"] == 3 and d["draw"] == 3 for d in calls_since(servers, before).values())
+
+        # A priority update's answer brings its node's totals after the update (a weigh sent behind it, in the same
+        # wait), and the next batch is split by them without a round trip of its own: raising node0's priorities
+        # moves most rows to node0 at once, as the totals after the update say (and against the ones before it).
+        batch = learner.sample("replay", 300, L, prioritized=True)
+        old = learner.total_weights("replay", L, prioritized=True)
+        mine = batch.node_ids == 0
+        before = calls_since(servers)
+        assert learner.update_priorities(batch.node_ids[mine], batch.env_ids[mine], batch.starts[mine],
+                                         np.full(mine.sum(), 20.0, np.float32)) == (mine.sum(), 0)
+        batch = learner.sample("replay", 2000, L, prioritized=True)
+        d = calls_since(servers, before)
+        assert d["node0"]["update"] == 1 and d["node0"]["weigh"] == 2  # both requests' totals, after the update
+        assert d["node1"]["weigh"] == d["node2"]["weigh"] == 0  # no rows of theirs: their totals did not change
+        assert all(d[n]["draw"] == 1 for n in servers)
+        new = learner.total_weights("replay", L, prioritized=True)
+        assert new["node0"] > 4 * old["node0"]
+        per_node = np.bincount(batch.node_ids, minlength=NODES)
+        for totals, ok in ((new, True), (old, False)):
+            t = np.array([totals[n] for n in servers])
+            p = stats.chisquare(per_node, t / t.sum() * per_node.sum()).pvalue
+            assert (p > 1e-4) if ok else (p < 1e-6), (per_node, totals)
+
+        # An online reset's answers bring every node's total after it (0), so a batch of the online view once
+        # node2 has new steps asks node0 and node1 for no rows (it reads the totals afresh, as all it holds are 0).
+        learner.sample("online", 100, L)
+        learner.reset_online_queue()
+        _, dirs = cluster
+        ray.get(ray.remote(push_steps).options(resources={"node2": 1}, num_cpus=0).remote(dirs[2], name, 2, [3, 3]))
+        before = calls_since(servers)
+        batch = learner.sample("online", 100, L)
+        d = calls_since(servers, before)
+        assert set(batch.node_ids.tolist()) == {2}
+        assert (d["node0"]["rows"], d["node1"]["rows"], d["node2"]["rows"]) == (0, 0, 100)
+    finally:
+        learner.close()
+        exact.close()
+        close_all(servers)
+
+
+def same_batch(a, b):
+    assert a.keys() == b.keys()
+    for key in a.keys():
+        assert np.array_equal(a[key], b[key]), key
+    for key in ("mask", "env_ids", "starts", "weights", "node_ids"):
+        assert np.array_equal(getattr(a, key), getattr(b, key)), key
+
+
+def test_a_batch_requested_ahead_is_the_one_a_synchronous_call_draws_and_misses_later_priority_updates(cluster):
+    _, servers = counting_nodes(cluster, "ahead")
+
+    def fresh(exact_split):  # a learner, and node servers seeded as for every other one
+        ray.get([h.reseed.remote(10 + k) for k, h in enumerate(servers.values())])
+        return sr.ClusterSampler(servers, seed=7, exact_split=exact_split)
+    try:
+        for exact_split in (False, True):
+            sync = fresh(exact_split)
+            expected = [sync.sample("replay", 300, L, 1.0) for _ in range(3)]
+            sync.close()
+            ahead = fresh(exact_split)
+            pending = [ahead.sample_async("replay", 300, L, 1.0) for _ in range(3)]
+            for e, p in zip(expected, pending):
+                same_batch(e, p.result())
+                assert p.done()
+            ahead.close()
+            ahead = fresh(exact_split)
+            batches = ahead.batches("replay", 300, L, 1.0, prefetch=2)
+            for e in expected:
+                b = next(batches)
+                same_batch(e, b)
+                check_rows(b, FIRST_PUSH)
+            ahead.close()
+
+            # A priority update made after a batch was requested is not in that batch (its split, its rows and
+            # their importance weights), whether the totals come from the last answers or are read first (there,
+            # on a thread; the update waits until the batch's calls are sent).
+            sync = fresh(exact_split)
+            expected = sync.sample("replay", 300, L, prioritized=True, beta=0.5)
+            sync.close()
+            ahead = fresh(exact_split)
+            pending = ahead.sample_async("replay", 300, L, prioritized=True, beta=0.5)
+            applied, _ = ahead.update_priorities(expected.node_ids, expected.env_ids, expected.starts,
+                                                 np.full(expected.rows, 20.0 + 30.0 * exact_split, np.float32))
+            assert applied == expected.rows
+            same_batch(expected, pending.result())
+            ahead.close()
+    finally:
+        close_all(servers)
+
+
+def test_a_node_lost_while_batches_are_in_flight_drops_out_and_the_others_give_its_rows(cluster):
+    name, servers = counting_nodes(cluster, "inflight")
+    learner = sr.ClusterSampler({n: f"{name}-{n}" for n in servers}, seed=5, retry_interval=60.0)
+    try:
+        learner.sample("replay", 200, L, 1.0)  # the totals are known: the next batches are sent at once
+        servers["node1"].stall.remote(5.0)  # node1 is busy, so the two batches' calls wait there until it dies
+        pending = [learner.sample_async("replay", 500, L, 1.0) for _ in range(2)]
+        ray.kill(servers["node1"], no_restart=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", sr.NodeLostWarning)
+            batches = [p.result() for p in pending] + [learner.sample("replay", 500, L, 1.0)]
+        messages = [str(w.message) for w in caught if issubclass(w.category, sr.NodeLostWarning)]
+        assert len(messages) == 1 and "'node1' is out of the draw" in messages[0], messages
+        for b in batches:
+            assert b.rows == 500
+            assert set(b.node_ids.tolist()) == {0, 2}
+            check_rows(b, FIRST_PUSH)
+        assert learner.live_nodes() == ["node0", "node2"]
+    finally:
+        learner.close()
+        del servers["node1"]
+        close_all(servers)
