@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "detail/os/membarrier.hpp"
 #include "detail/os/process.hpp"
 #include "detail/protocol/env_ids.hpp"
 #include "detail/protocol/episodes.hpp"
@@ -57,6 +58,9 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
   global_ = &buffer.segment().global_control();
   lease_word_ = detail::self_lease_word();
   fork_generation_ = detail::fork_generation();
+  // Before the first push: whether this process may leave out the fence of notify_waiters (the learner's heavy
+  // fence stands in; docs/design/waits.md).
+  light_notify_ = detail::register_light_fence();
   envs_.reserve(env_ids.size());
   for (const uint64_t e : env_ids) {
     const detail::LeaseResult r =
@@ -148,6 +152,7 @@ Writer::Writer(Writer&& other) noexcept
       calls_(other.calls_),
       lease_word_(other.lease_word_),
       fork_generation_(other.fork_generation_),
+      light_notify_(other.light_notify_),
       takeovers_(other.takeovers_),
       roles_(std::move(other.roles_)),
       stacks_(std::move(other.stacks_)),

@@ -134,7 +134,7 @@ bool Writer::stage_episode(uint64_t env, uint64_t step) noexcept {
   return detail::stage_step(buffer_->segment(), env, step, flags);
 }
 
-void Writer::notify() noexcept { detail::notify_waiters(*global_); }
+SHMREPLAY_ALWAYS_INLINE void Writer::notify() noexcept { detail::notify_waiters(*global_, !light_notify_); }
 
 // Refuses priorities that do not fit the call or the buffer (before anything is written).
 void Writer::check_priorities(std::size_t count, std::span<const float> priorities) const {
@@ -298,11 +298,11 @@ void Writer::push_one(uint64_t env_id, std::span<const FieldBytes> fields) {
   // before writing anything and throws the precise error.
   const uint32_t l1 = env_id < local_.size() ? local_[static_cast<std::size_t>(env_id)] : 0;
   bool direct = l1 != 0 && !reserved_[l1 - 1] && fields.size() == field_bytes_.size() &&
-                fork_generation_ == detail::fork_generation() && !options_.wait_for_rate_limit;
+                fork_generation_ == detail::fork_generation_registered() && !options_.wait_for_rate_limit;
   for (std::size_t f = 0; direct && f < fields.size(); ++f) {
     direct = fields[f].data != nullptr && fields[f].bytes == field_bytes_[f];
   }
-  if (!direct) {
+  if (!direct) [[unlikely]] {
     const uint64_t ids[1] = {env_id};
     push(std::span<const uint64_t>(ids, 1), fields);
     return;

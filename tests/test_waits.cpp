@@ -1,13 +1,16 @@
 // Blocking waits (docs/design/waits.md, "Blocking waits" and "Rate limiting", wake-ups): deadlines that saturate (a
 // timeout of UINT64_MAX ms or 10^10 s is a long wait, never an instant timeout), waiting writers that die while
-// they wait (not counted, and no longer woken), and the learner's wake-up of waiting writers, observed with a
-// re-check period long enough that the re-check cannot hide a missing wake-up.
+// they wait (not counted, and no longer woken), the learner's wake-up of waiting writers, and the writers' wake-up
+// of a learner when they push without a fence, observed with a re-check period long enough that the re-check cannot
+// hide a missing wake-up.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "detail/os/futex.hpp"
+#include "detail/os/membarrier.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/wait.hpp"
 #include "shmreplay/writer.hpp"
@@ -353,4 +357,63 @@ TEST_CASE("the learner's samples wake a waiting writer at once, even when its re
   CAPTURE(latency);
   CHECK(latency < 2.0);
   CHECK(w.head(0) == 6);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Writers that leave out their fence (docs/design/waits.md, "The writer's fence, moved to the sleeper"): a writer
+// process registered for membarrier's expedited barriers pushes with no fence between its head store and its load of
+// the sleeper count; the learner's heavy fence, once per wait, stands in for it. Each round the learner asks for one
+// more step and the writer pushes it after a random delay of 0 to 40 us, so its push races the learner's
+// registration as a sleeper again and again. With the re-check period at 30 s, a wake-up lost even once shows as a
+// wait of 30 s.
+
+TEST_CASE("a writer process without a fence per push wakes a learner waiting for each single step, in 2000 races "
+          "with its registration, even when the re-check period is 30 s") {
+  EnvGuard recheck("SHMREPLAY_RECHECK_MS", "30000");
+  const std::string name = unique_name("wait-light");
+  SegmentGuard guard(name);
+  Buffer b = Buffer::create(name, 1, 4096, kSchema);
+  struct Rounds {
+    std::atomic<uint64_t> want{0};
+    std::atomic<uint64_t> light{2};  // the writer process's register_light_fence(): 0 or 1 (2: not known yet)
+  };
+  void* p = ::mmap(nullptr, sizeof(Rounds), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(p != MAP_FAILED);
+  auto* r = new (p) Rounds{};
+  constexpr uint64_t kRounds = 2000;
+  const pid_t writer = spawn([&] {
+    Buffer mine = Buffer::open(name);
+    Writer w(mine, {0});
+    r->light = detail::register_light_fence() ? 1 : 0;  // what the Writer found (the answer is remembered)
+    Rng rng(11);
+    const uint64_t x[1] = {7};
+    const FieldBytes fields[1] = {field_bytes(std::span<const uint64_t>(x, 1))};
+    for (uint64_t k = 1; k <= kRounds; ++k) {
+      while (r->want.load(std::memory_order_acquire) < k) {
+      }
+      const auto until = Clock::now() + std::chrono::nanoseconds(rng() % 40'000);
+      while (Clock::now() < until) {
+      }
+      w.push_one(0, fields);
+    }
+  });
+  Sampler learner(b);
+  double longest = 0;
+  uint64_t woken = 0;
+  for (uint64_t k = 1; k <= kRounds; ++k) {
+    r->want.store(k, std::memory_order_release);
+    const auto t0 = Clock::now();
+    woken += learner.wait(View::replay, k, 60'000) ? 1u : 0u;
+    longest = std::max(longest, seconds_since(t0));
+  }
+  int status = -1;
+  ::waitpid(writer, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  const std::string light = r->light.load() == 1 ? "yes" : "no (membarrier refused)";
+  MESSAGE("the writer process left out its fences: " << light << "; the longest of " << kRounds << " waits took "
+                                                      << longest << " s");
+  CHECK(woken == kRounds);
+  CHECK(longest < 5.0);  // a lost wake-up costs the 30 s re-check period
+  ::munmap(p, sizeof(Rounds));
 }

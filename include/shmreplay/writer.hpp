@@ -239,6 +239,7 @@ class Writer {
   uint64_t calls_ = 0;
   uint64_t lease_word_ = 0;            // pack_owner(pid, start) of this process
   uint64_t fork_generation_ = 0;       // detail::fork_generation() when the leases were taken
+  bool light_notify_ = false;          // this process registered for the learner's heavy fence: no fence per push
   uint64_t takeovers_ = 0;
   std::unique_ptr<detail::EpisodeRoles> roles_;  // the buffer's episode fields; null without any
   std::unique_ptr<detail::WriterStacks> stacks_;  // the buffer's stacked fields' cursors; null without any

@@ -85,14 +85,13 @@ uint64_t clock_ns(clockid_t clock) noexcept {
 
 uint64_t realtime_ns() noexcept { return clock_ns(CLOCK_REALTIME); }
 
-uint64_t coarse_realtime_ns() noexcept { return clock_ns(CLOCK_REALTIME_COARSE); }
-
 uint64_t monotonic_ns() noexcept { return clock_ns(CLOCK_MONOTONIC); }
 
 uint64_t coarse_monotonic_ns() noexcept { return clock_ns(CLOCK_MONOTONIC_COARSE); }
 
-namespace {
 std::atomic<uint64_t> g_fork_generation{0};
+
+namespace {
 void on_fork_child() noexcept { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
 }  // namespace
 

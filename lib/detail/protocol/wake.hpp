@@ -13,9 +13,11 @@
 //
 // Who calls what, and what is safe across processes:
 //   notify_waiters      every Writer, after the head stores of a push call; any number of writer processes at
-//                       once. One seq_cst fence, and a system call only while the learner waits.
+//                       once. One load, a seq_cst fence only in a process the kernel would not register for
+//                       membarrier's expedited barriers (detail/os/membarrier.hpp), and a system call only while
+//                       a learner waits.
 //   sleep_until         a learner (Sampler::wait, a sample call held back by the limiter), any number at once,
-//   (learner_wake)      each counted in its slot's word too.
+//   (learner_wake)      each counted in its slot's word too; one membarrier system call per wait (heavy_fence).
 //   forget_waiters      a learner that took over a dead learner's slot.
 //   notify_writers      the learner, after counting its samples (count_samples): one fence and one load, and a
 //                       system call only while a waiting writer's promise is pending.
@@ -34,6 +36,7 @@
 #include <utility>
 
 #include "detail/os/futex.hpp"
+#include "detail/os/membarrier.hpp"
 #include "detail/os/process.hpp"
 #include "shmreplay/layout.hpp"
 #include "shmreplay/wait.hpp"
@@ -41,6 +44,10 @@
 namespace shmreplay::detail {
 
 using SteadyClock = std::chrono::steady_clock;
+
+/// A learner's re-check period where the kernel refuses the heavy fence (sleep_until): the longest a wake-up that a
+/// registered waker left out can be late.
+inline constexpr uint64_t kFallbackSliceNs = 1'000'000;
 
 /// The longest a wait sleeps before it re-checks its condition by itself: 50 ms, or SHMREPLAY_RECHECK_MS
 /// (1 to 3,600,000) where the environment sets it. Read at the start of each wait. The variable is for tests and
@@ -60,8 +67,9 @@ inline uint64_t recheck_period_ns() noexcept {
 /// not past, the thread's InterruptCheck, then FUTEX_WAIT on the sequence read, for at most one slice. Returns
 /// whether ready() held.
 template <class Promise, class Ready>
-bool sleep_loop(std::atomic<uint64_t>& seq, SteadyClock::time_point deadline, Promise&& promise, Ready&& ready) {
-  const uint64_t slice_ns = recheck_period_ns();
+bool sleep_loop(std::atomic<uint64_t>& seq, SteadyClock::time_point deadline, Promise&& promise, Ready&& ready,
+                uint64_t max_slice_ns = UINT64_MAX) {
+  const uint64_t slice_ns = std::min(recheck_period_ns(), max_slice_ns);
   for (;;) {
     promise(slice_ns);
     // seq_cst: pairs with the waker's release increment of seq; read before re-checking the condition, so a wake
@@ -88,12 +96,19 @@ struct WakeWord {
   std::atomic<uint64_t>* own = nullptr;
 };
 
-/// Waker side: wakes whoever sleeps on `w`. Call after the stores that the sleepers' condition reads.
-inline void notify(WakeWord w) noexcept {
-  // seq_cst fence: orders the waker's stores (heads) before the load of `waiters`; pairs with the sleeper's seq_cst
-  // increment of `waiters` in sleep_until before it re-reads its condition. Either we see its increment and wake
-  // it, or it sees our stores: no lost wake-up.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+/// Waker side: wakes whoever sleeps on `w`. Call after the stores that the sleepers' condition reads. `fenced`:
+/// false only for a waker whose process registered for the sleepers' heavy fence (register_light_fence).
+inline void notify(WakeWord w, bool fenced = true) noexcept {
+  if (fenced) {
+    // seq_cst fence: orders the waker's stores (heads) before the load of `waiters`; pairs with the sleeper's
+    // seq_cst increment of `waiters` in sleep_until before it re-reads its condition. Either we see its increment
+    // and wake it, or it sees our stores: no lost wake-up.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  } else {
+    // Compiler-only fence: the sleeper's heavy_fence in sleep_until, after its increment, makes this thread execute
+    // the seq_cst fence above at some instruction boundary; before our load, or after our stores (waits.md).
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
   if (w.waiters.load(std::memory_order_relaxed) != 0) {
     // release: pairs with the sleeper's seq_cst load of seq before it sleeps (FUTEX_WAIT compares it).
     w.seq.fetch_add(1, std::memory_order_release);
@@ -119,7 +134,12 @@ bool sleep_until(WakeWord w, SteadyClock::time_point deadline, Ready&& ready) {
       w.waiters.fetch_sub(1, std::memory_order_relaxed);
     }
   } leave{w};
-  return sleep_loop(w.seq, deadline, [](uint64_t) {}, std::forward<Ready>(ready));
+  // The fence of the wakers that leave theirs out (notify with fenced = false), executed in their threads now: after
+  // it, each such waker's later loads of `waiters` see our increment, or its stores are visible to our re-check.
+  // Where the kernel refuses, such a waker's wake-up may be missed: re-check every kFallbackSliceNs instead.
+  const bool fenced = heavy_fence();
+  return sleep_loop(w.seq, deadline, [](uint64_t) {}, std::forward<Ready>(ready),
+                    fenced ? UINT64_MAX : kFallbackSliceNs);
 }
 
 inline WakeWord learner_wake(layout::GlobalControl& g) noexcept { return {g.wake_seq, g.waiters}; }
@@ -130,7 +150,7 @@ inline WakeWord learner_wake(layout::GlobalControl& g, std::atomic<uint64_t>& sl
 
 /// Writer side: wakes the learner if it is waiting. Call after the release stores of head that the learner's
 /// condition reads.
-inline void notify_waiters(layout::GlobalControl& g) noexcept { notify(learner_wake(g)); }
+inline void notify_waiters(layout::GlobalControl& g, bool fenced = true) noexcept { notify(learner_wake(g), fenced); }
 
 /// Takes back the waiter counts left raised by a learner that died while waiting in slot `slot_waiters` (its slot's
 /// own count): subtracts them from the global count and zeroes the slot's. The other slots' sleepers stay counted.
