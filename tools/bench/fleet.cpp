@@ -35,6 +35,7 @@ namespace {
 
 constexpr std::size_t kMaxLearners = 4;
 constexpr std::size_t kMaxCalls = std::size_t{1} << 20;  // per learner and run: 4 MB, touched only as used
+constexpr std::size_t kChunkBytes = std::size_t{64} << 10;  // the gather's chunk, the Sampler's (kGatherBytes)
 
 // What a learner process leaves for the parent: every call's record, where each epoch's calls begin, and the
 // scheduler's figures over the trials. Written by the learner only; read by the parent after the learner exited.
@@ -97,7 +98,7 @@ Body learner_body(const FleetBuffer& b, const FleetRun& r, uint64_t rank, Learne
     } else {
       plain.emplace(field_bases(buffer, b.schema.size()), field_bytes(b.schema), b.capacity, b.envs, r.batch,
                     r.length, seed);
-      op = [&] { plain->gather_rows(); };
+      op = [&] { plain->gather_rows(kChunkBytes); };
     }
     op();  // sizes and touches the output
     if (!worker.start()) return;
@@ -155,7 +156,7 @@ Body writer_body(const FleetBuffer& b, const FleetRun& r, uint64_t first_env) {
       if (writer) {
         writer->push(std::span<const int32_t>(ids), std::span<const FieldBytes>(in.all));
       } else {
-        for (uint64_t i = 0; i < k; ++i) plain->push_row(first_env + i, in.all.data(), i);
+        for (uint64_t i = 0; i < k; ++i) plain->push_row_ahead(first_env + i, in.all.data(), i);
       }
     };
     push();

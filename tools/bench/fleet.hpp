@@ -7,9 +7,10 @@
 // Two sides of every configuration:
 //   ours   Writer::push, and Sampler::sample / sample_transitions (replay view, power 1), each learner its own rank
 //   plain  the machine's limit for the same work: memcpy of the same rows into the same field arrays of the same
-//          segment at each env's next slot (a PlainStore over the segment's arrays: no protocol, no control words),
-//          and the prefetching gather of the same kind of rows from the segment's arrays (PlainSample): no draw
-//          weights, no seqlock, no mask
+//          segment at each env's next slot, the next slot prefetched for writing as Writer::push does (a PlainStore
+//          over the segment's arrays: no protocol, no control words), and the prefetching gather of the same kind
+//          of rows from the segment's arrays in the Sampler's 64 KiB chunks (PlainSample): no draw weights, no
+//          seqlock, no mask
 #pragma once
 
 #include <cstddef>

@@ -6,6 +6,7 @@
 // wrap at the ring's end. Not thread-safe; one per thread.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -46,15 +47,23 @@ class PlainSample {
     clobber(outs_[0]);
     return rows_;
   }
-  /// Every row drawn first, then the Sampler's gather loop over all of them. Returns the rows copied.
-  uint64_t gather_rows() noexcept {
+  /// Every row drawn first, then the Sampler's gather loop over them: over all of them at once, or, with
+  /// `chunk_bytes`, over chunks of rows of at most that many bytes together (at least one row), as the Sampler
+  /// gathers (kGatherBytes, 64 KiB: the chunk's output stays in cache while its fields are copied). Returns the
+  /// rows copied.
+  uint64_t gather_rows(std::size_t chunk_bytes = 0) noexcept {
     for (std::size_t r = 0; r < rows_; ++r) {
       const uint64_t env = mix_.below(envs_);
       const uint64_t start = mix_.below(capacity_ - length_ + 1);
       gather_rows_[r] = {start, env, env * capacity_ + start, start, length_, r};
     }
-    detail::gather_fields(base_.data(), outs_.data(), bytes_.data(), base_.size(), length_, capacity_,
-                          gather_rows_.data(), rows_, true);
+    std::size_t row_bytes = 0;
+    for (const std::size_t b : bytes_) row_bytes += b * length_;
+    const std::size_t chunk = chunk_bytes == 0 ? rows_ : std::max<std::size_t>(chunk_bytes / row_bytes, 1);
+    for (std::size_t first = 0; first < rows_; first += chunk) {
+      detail::gather_fields(base_.data(), outs_.data(), bytes_.data(), base_.size(), length_, capacity_,
+                            gather_rows_.data() + first, std::min(chunk, rows_ - first), true);
+    }
     clobber(outs_[0]);
     return rows_;
   }

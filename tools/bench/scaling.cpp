@@ -36,6 +36,7 @@
 
 #include "harness.hpp"
 #include "perf_probe.hpp"
+#include "sched_stat.hpp"
 #include "scaling_fleets.hpp"
 #include "scaling_plots.hpp"
 #include "scaling_report.hpp"
@@ -88,6 +89,7 @@ int run(Options o, const std::string& command) {
   const auto start = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   install_signal_handlers();
+  const MachineCpu cpu_start = machine_cpu();
   const MachineInfo machine = describe_machine();
   const unsigned cores = machine.cores_online;
   std::set<std::string> sweeps(o.sweeps.begin(), o.sweeps.end());
@@ -155,7 +157,12 @@ int run(Options o, const std::string& command) {
       print_fleet_tables(md, fleet, run_fleet_sweeps(fleet), cores);
     }
   }
-  md.print("Run time: {:.0f} s; load average at the end: {}.\n", elapsed(), load_now());
+  const MachineCpu cpu_end = machine_cpu();
+  const auto ticks = static_cast<double>(std::max<uint64_t>(cpu_end.total - cpu_start.total, 1));
+  md.print("Run time: {:.0f} s; load average at the end: {}; over the run the machine's CPUs were busy {:.0f}% of the "
+           "time (every process, this run's included) and the hypervisor stole {:.1f}%.\n",
+           elapsed(), load_now(), 100 * static_cast<double>(cpu_end.busy - cpu_start.busy) / ticks,
+           100 * static_cast<double>(cpu_end.steal - cpu_start.steal) / ticks);
   fmt::print(stderr, "shmreplay_bench_scaling: [{:.0f} s] done\n", elapsed());
   if (!o.plot_dir.empty()) {
     return draw_scaling_plots(o.plot_dir, md.text(), o.python.empty() ? default_plot_python() : o.python) == 0 ? 0 : 1;

@@ -42,13 +42,13 @@ std::vector<Figure> figures() {
     const std::vector<std::string> size = {"--after", "### Size: " + kind + " steps", "--x", "stored steps", "--logx"};
     f.push_back({file + "_ratios.png",
                  size + std::vector<std::string>{"--columns", "transitions ours/gather", seq + " ours/gather",
-                                                 "push ours/memcpy", "--title",
+                                                 "push ours/limit", "--title",
                                                  kind + " steps: rates as a share of the limit, against the stored steps"} +
                      ratio});
     f.push_back({file + "_rates.png",
                  size + std::vector<std::string>{"--log", "--columns", "transitions M rows/s",
                                                  "transitions gather M rows/s", seq + " M rows/s",
-                                                 seq + " gather M rows/s", "push M steps/s", "push memcpy M steps/s",
+                                                 seq + " gather M rows/s", "push M steps/s", "push limit M steps/s",
                                                  "--ylabel", "M rows (steps) per second", "--title",
                                                  kind + " steps: ours and the limit's own curve"}});
     f.push_back({file + "_latency.png",
@@ -135,6 +135,11 @@ int draw_scaling_plots(const std::string& dir, const std::string& markdown, cons
       fmt::print(stderr, "shmreplay_bench_scaling: cannot write {}\n", md);
       return 1;
     }
+  }
+  if (run({python, "-c", "import matplotlib"}) != 0) {
+    fmt::print(stderr, "shmreplay_bench_scaling: {} cannot import matplotlib: no figures (the tables are in {}; pass "
+                       "--python with an interpreter that has it)\n", python, md);
+    return 1;
   }
   const std::string script = std::string(SHMREPLAY_SOURCE_DIR) + "/tools/bench/plot_tables.py";
   int failed = 0, drawn = 0;

@@ -126,18 +126,23 @@ void print_size_tables(Markdown& md, StepKind kind, const SizeConfig& c, const s
   md.print("### Size: {} steps\n\n", atari ? "Atari" : "small");
   md.print("`{}`, {} B per step as pushed; 16 envs; one process, no writer; buffers created with their pages populated "
            "(`Populate::always`), every ring full. Per call: {}; {}. The limits read the same segment's arrays: "
-           "**gather**, the prefetching gather of the same kind of rows drawn the same way (uniform (env, start)), "
-           "and **memcpy**, a memcpy per row and field. {} rounds of {:.2f} s per case, interleaved; rates are medians "
+           "**gather**, the prefetching gather of the same kind of rows drawn the same way (uniform (env, start)) in "
+           "the Sampler's 64 KiB chunks, "
+           "and **memcpy**, a memcpy per row and field. The push's **limit**: memcpy of the bytes a push stores into "
+           "the same layout at each env's next slot{}, with and without the next slot prefetched for writing (as "
+           "`Writer::push` does), the faster in each round. {} rounds of {:.2f} s per case, interleaved; rates are medians "
            "over rounds, ratios medians of per-round ratios.\n\n",
            schema.to_string(), Schema::parse(atari ? kUnstacked : schema_of(kind)).step_bytes(),
            "transitions: 256 rows (`sample_transitions`)",
            atari ? "sequences: 32 rows of 8 steps (`sample`, power 1); the limits copy the same output bytes, a "
                    "stack's 4 frames per step, from random places of the frame rings"
                  : "sequences: 256 rows of 64 steps (`sample`, power 1)",
+           atari ? " (one frame and the other fields, 7,065 bytes, into a plain store of the one-frame layout)"
+                 : " (the segment's own arrays)",
            c.trials, c.trial_s);
   md.print("| stored steps | segment GB | transitions M rows/s | transitions gather M rows/s | transitions ours/gather | "
            "transitions ours/memcpy | {0} M rows/s | {0} gather M rows/s | {0} ours/gather | {0} ours/memcpy | push M "
-           "steps/s | push memcpy M steps/s | push ours/memcpy |{1}\n",
+           "steps/s | push limit M steps/s | push ours/limit |{1}\n",
            seq, atari ? " push ours/memcpy of the pushed bytes | push references' steps |" : "");
   md.print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|{}\n", atari ? "---:|---:|" : "");
   for (const SizeRow& r : rows) {
@@ -156,9 +161,10 @@ void print_size_tables(Markdown& md, StepKind kind, const SizeConfig& c, const s
   }
   md.print("\n");
   if (atari) {
-    md.print("Push memcpy: the 7,065 bytes a stacked push stores (one frame and the other fields) per step; of the "
-             "pushed bytes: all 28,233 (the stack), into a plain store of the unstacked layout. The references' stores "
-             "hold at most the steps in the last column (--ref-gb each).\n\n");
+    md.print("Of the pushed bytes: memcpy of all 28,233 bytes of a step as pushed (the stack) into a plain store of the "
+             "unstacked layout. The push references' stores hold at most the steps in the last column (--ref-gb "
+             "each). Sequences above 100%: a sequence of 8 stacks reads 11 distinct frames of the ring, the limits "
+             "copy the 32 frames of its output.\n\n");
   }
   md.print("Latency of the calls ({} steps), the same rounds:\n\n", atari ? "Atari" : "small");
   md.print("| stored steps | transitions p50 µs | transitions p99 µs | transitions p99.9 µs | transitions p99/p50 | "

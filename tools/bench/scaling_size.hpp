@@ -7,17 +7,19 @@
 //   transitions   Sampler::sample_transitions, 256 rows per call
 //   sequences     Sampler::sample, 256 rows of 64 steps, power 1
 //   their limits  PlainSample over the segment's own field arrays (nothing writes meanwhile): the prefetching
-//                 gather and a memcpy per row and field, of the same rows drawn the same way (uniform (env, start))
+//                 gather in the Sampler's 64 KiB chunks, and a memcpy per row and field, of the same rows drawn the
+//                 same way (uniform (env, start))
 //   push          Writer::push of the 16 envs per call into the full buffer, against memcpy of the same rows into
-//                 the same field arrays at each env's next slot (a PlainStore over them): the same size, no copy
+//                 the same field arrays at each env's next slot (a PlainStore over them: the same size, no second
+//                 store), with and without the next slot prefetched for writing: the limit is the faster, per round
 // Atari steps (`obs:u8[4,84,84]:stack=0 action:i32 reward:f32 done:bool`, atari_steps.hpp), 16 envs:
 //   transitions   256 per call; sequences: 32 of 8 steps, power 1
 //   their limits  the same output bytes (a stack's 4 frames per step) from random places of the segment's frame
 //                 rings: memcpy per row, and the prefetching gather
 //   push          16 envs per call of the cycle of Atari-like steps (its input from memory), against memcpy of the
-//                 28,233 pushed bytes into a plain store of the unstacked layout and of the 7,065 stored bytes (one
-//                 frame) into one of the one-frame layout; those stores at most --ref-gb each (their steps are
-//                 reported)
+//                 7,065 stored bytes (one frame and the other fields; with and without the next slot prefetched, the
+//                 faster per round) into a plain store of the one-frame layout, and of the 28,233 pushed bytes into
+//                 one of the unstacked layout; those stores at most --ref-gb each (their steps are reported)
 #pragma once
 
 #include <chrono>
@@ -58,7 +60,8 @@ struct SizeRow {
   double create_s = 0, fill_s = 0;
   SampleCase transitions, sequences;
   double push = 0;             ///< steps/s
-  double push_ref = 0;         ///< memcpy of the stored bytes (small: the same rows; Atari: one frame per step)
+  double push_ref = 0;         ///< the push's limit: memcpy of the stored bytes (small: the same rows; Atari: one
+                               ///< frame per step), the faster of without and with the next slot prefetched
   double push_over_ref = 0;
   double push_ref_pushed = 0;  ///< Atari: memcpy of the pushed bytes (the unstacked layout); 0 for small steps
   double push_over_ref_pushed = 0;
