@@ -259,7 +259,7 @@ std::vector<SizeRow> run_size_sweep(StepKind kind, const SizeConfig& c) {
     rows.push_back(atari ? measure_atari(row, c, schema, cap, *steps, ref_cap) : measure_small(row, c, schema, cap));
     const SizeRow& m = rows.back();
     fmt::print(stderr, "  transitions {:.3f} M rows/s ({:.0f}% of the gather), sequences {:.3f} M rows/s ({:.0f}%), "
-                       "push {:.2f} M steps/s ({:.0f}% of memcpy)\n",
+                       "push {:.2f} M steps/s ({:.0f}% of its limit)\n",
                m.transitions.ours * 1e-6, 100 * m.transitions.over_gather, m.sequences.ours * 1e-6,
                100 * m.sequences.over_gather, m.push * 1e-6, 100 * m.push_over_ref);
   }
