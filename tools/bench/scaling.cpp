@@ -3,7 +3,7 @@
 // docs/benchmarks/scaling.md). One command prints a Markdown table per sweep (and, under each, what the measurements
 // say of its curves) and, with --plot-dir, draws them (tools/bench/plot_tables.py).
 //
-//   shmreplay_bench_scaling                             every sweep (about 10 minutes on 2 cores; 10^8 small steps
+//   shmreplay_bench_scaling                             every sweep (about 7 minutes on 2 cores; 10^8 small steps
 //                                                       need 9.7 GB of /dev/shm: a size that does not fit is skipped)
 //   shmreplay_bench_scaling --quick                     tiny sizes, 10-30 ms trials: ctest's bench_scaling_smoke
 //   shmreplay_bench_scaling --sweep size --max-steps 1e7 --plot-dir out
@@ -206,7 +206,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.01, 4096.0));
   app.add_option("--spare-gb", o.spare_gb, "Left free in /dev/shm and MemAvailable (default 2)")
       ->check(CLI::Range(0.0, 4096.0));
-  app.add_option("--ref-gb", o.ref_gb, "Atari: the most each push reference store may take (default 1)")
+  app.add_option("--ref-gb", o.ref_gb, "Atari: the most the push reference stores take together (default 1)")
       ->check(CLI::Range(0.001, 4096.0));
   app.add_option("--plot-dir", o.plot_dir, "Write scaling.md and the figures (PNG, matplotlib) into this folder");
   app.add_option("--python", o.python, "The Python with matplotlib for --plot-dir (default: .venv's, else python3)");

@@ -177,7 +177,7 @@ void print_size_tables(Markdown& md, StepKind kind, const SizeConfig& c, const s
   if (atari) {
     md.print("Of the pushed bytes: memcpy of all 28,233 bytes of a step as pushed (the stack) into a plain store of the "
              "unstacked layout. The push references' stores hold at most the steps in the last column (--ref-gb "
-             "each). Sequences above 100%: a sequence of 8 stacks reads 11 distinct frames of the ring, the limits "
+             "together). Sequences above 100%: a sequence of 8 stacks reads 11 distinct frames of the ring, the limits "
              "copy the 32 frames of its output.\n\n");
   }
   md.print("Latency of the calls ({} steps), the same rounds:\n\n", atari ? "Atari" : "small");

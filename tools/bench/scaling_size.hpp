@@ -19,7 +19,7 @@
 //   push          16 envs per call of the cycle of Atari-like steps (its input from memory), against memcpy of the
 //                 7,065 stored bytes (one frame and the other fields; with and without the next slot prefetched, the
 //                 faster per round) into a plain store of the one-frame layout, and of the 28,233 pushed bytes into
-//                 one of the unstacked layout; those stores at most --ref-gb each (their steps are reported)
+//                 one of the unstacked layout; those stores at most --ref-gb together (their steps are reported)
 #pragma once
 
 #include <chrono>
@@ -40,7 +40,7 @@ struct SizeConfig {
   std::chrono::milliseconds warm{50};
   uint64_t budget_bytes = 0;     ///< the most this sweep may hold at once (segment, references, staged steps)
   uint64_t spare_bytes = 0;      ///< left free in /dev/shm and MemAvailable
-  uint64_t ref_store_bytes = 0;  ///< Atari: the most each push reference store may take
+  uint64_t ref_store_bytes = 0;  ///< Atari: the most the push reference stores take together
   bool quick = false;
 };
 
