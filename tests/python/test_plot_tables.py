@@ -81,3 +81,32 @@ def test_a_wrong_column_or_table_says_what_there_is(tmp_path):
     assert r.returncode != 0 and "--table 5: the input has 2 tables (0 to 1)" in r.stderr, r.stderr
     r = subprocess.run([sys.executable, SCRIPT, str(md), "--list"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("0: after 'Some words.': 3 rows"), r.stdout
+
+
+LINES = """### Size: small steps
+
+| stored steps | seq len | ours/gather | p99 µs |
+|---:|---:|---:|---:|
+| 1,024 | 1 | 25% | 30.1 |
+| 1,024 | 64 | 85% | 250 |
+| 1,000,000 | 1 | 49% | 61.0 |
+| 1,000,000 | 64 | 95% | 410 |
+| 100,000,000 | 1 | skipped | - |
+"""
+
+
+def test_lines_against_a_column_keep_the_rows_asked_for(tmp_path):
+    table = plot_tables.parse_tables(LINES)[0]
+    kept = plot_tables.keep_rows(table, [("seq len", "64")])
+    assert [row[0] for row in kept["rows"]] == ["1,024", "1,000,000"]
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "lines.png"
+    r = subprocess.run([sys.executable, SCRIPT, "-", "--after", "### Size", "--x", "stored steps", "--logx", "--log",
+                        "--where", "seq len=1", "--columns", "ours/gather", "p99 µs", "--reference", "100", "limit",
+                        "--size", "640x360", "--out", str(out)], input=LINES, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert png_size(out) == (640, 360)
+    r = subprocess.run([sys.executable, SCRIPT, "-", "--x", "stored steps", "--where", "seq len", "--columns",
+                        "p99 µs", "--out", str(out)], input=LINES, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "COLUMN=TEXT" in r.stderr, r.stderr

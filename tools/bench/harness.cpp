@@ -105,7 +105,7 @@ bool Worker::mark(uint32_t epoch) noexcept {
 
 Team::Team(std::vector<Body> bodies, std::vector<std::string> names) : names_(std::move(names)) {
   if (bodies.empty() || bodies.size() > kMaxWorkers || names_.size() != bodies.size()) {
-    throw std::invalid_argument("a Team has 1 to 4 workers, each with a name");
+    throw std::invalid_argument(fmt::format("a Team has 1 to {} workers, each with a name", kMaxWorkers));
   }
   void* mem = ::mmap(nullptr, sizeof(Control), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) throw std::runtime_error(fmt::format("mmap of the control block: {}", std::strerror(errno)));

@@ -32,7 +32,8 @@
 
 namespace shmreplay::bench {
 
-inline constexpr std::size_t kMaxWorkers = 4;
+/// Workers of one Team: shmreplay_bench_scaling runs up to 64 writer processes beside up to 4 learners.
+inline constexpr std::size_t kMaxWorkers = 72;
 inline constexpr uint32_t kMaxTrials = 64;
 /// Epochs: 0 before the run, 1 starts the warm-up, 2 ends it and starts trial 1, ..., trials + 2 ends the last.
 /// A worker that sees several epochs at once (it was starved) records the same mark for each of them; on stop
@@ -77,6 +78,10 @@ class Worker {
 
   /// Records a sampler's retry count (call after the loop).
   void set_retries(uint64_t retries) noexcept { slot_.retries = retries; }
+
+  /// The last epoch this worker marked: 1 during the warm-up, 2 + t during trial t. The units of an operation
+  /// belong to the trial of the epoch read before its done() (done() marks after counting them).
+  uint32_t epoch() const noexcept { return epoch_; }
 
  private:
   friend class Team;

@@ -23,6 +23,7 @@
 #include "detail/sampling/gather.hpp"
 #include "detail/segment/rules.hpp"
 #include "median_rate.hpp"
+#include "plain_sample.hpp"  // PlainSample, the sampling references
 #include "plain_store.hpp"
 #include "report.hpp"
 #include "shmreplay/buffer.hpp"
@@ -117,58 +118,6 @@ class Staged {
   FieldBytes fields_[kFields];
 };
 
-
-// The memcpy and gather references of a sample: rows of `length` steps at uniform random (env, start) positions
-// of a PlainStore (splitmix64), copied per field with memcpy row by row, or all drawn first and copied by the
-// Sampler's own gather loop (prefetching ahead).
-class PlainSample {
- public:
-  PlainSample(const PlainStore& store, uint64_t envs, std::size_t rows, std::size_t length, uint64_t seed)
-      : store_(store), envs_(envs), rows_(rows), length_(length), mix_{seed}, gather_rows_(rows) {
-    for (std::size_t f = 0; f < store.fields(); ++f) {
-      base_.push_back(store.field(f));
-      bytes_.push_back(store.field_bytes(f));
-      out_.emplace_back(rows * length * store.field_bytes(f), std::byte{1});
-      outs_.push_back(out_.back().data());
-    }
-  }
-  uint64_t memcpy_rows() noexcept {
-    const uint64_t cap = store_.capacity();
-    for (std::size_t r = 0; r < rows_; ++r) {
-      const uint64_t env = mix_.below(envs_);
-      const uint64_t start = mix_.below(cap - length_ + 1);
-      for (std::size_t f = 0; f < base_.size(); ++f) {
-        std::memcpy(outs_[f] + r * length_ * bytes_[f], base_[f] + (env * cap + start) * bytes_[f],
-                    length_ * bytes_[f]);
-      }
-    }
-    clobber(outs_[0]);
-    return rows_;
-  }
-  uint64_t gather_rows() noexcept {
-    const uint64_t cap = store_.capacity();
-    for (std::size_t r = 0; r < rows_; ++r) {
-      const uint64_t env = mix_.below(envs_);
-      const uint64_t start = mix_.below(cap - length_ + 1);
-      gather_rows_[r] = {start, env, env * cap + start, start, length_, r};
-    }
-    detail::gather_fields(base_.data(), outs_.data(), bytes_.data(), base_.size(), length_, cap,
-                          gather_rows_.data(), rows_, true);
-    clobber(outs_[0]);
-    return rows_;
-  }
-
- private:
-  const PlainStore& store_;
-  uint64_t envs_;
-  std::size_t rows_, length_;
-  SplitMix mix_;
-  std::vector<const std::byte*> base_;
-  std::vector<std::size_t> bytes_;
-  std::vector<std::vector<std::byte>> out_;
-  std::vector<std::byte*> outs_;
-  std::vector<detail::GatherRow> gather_rows_;
-};
 
 std::chrono::milliseconds warm_ms(const PixelConfig& c) { return std::chrono::milliseconds(c.quick ? 1 : 50); }
 

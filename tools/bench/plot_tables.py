@@ -14,7 +14,15 @@ draws no bar. A column given as NAME#2 takes the cell's second number ("0.70 / 1
 heading); --labels the columns (from 0, comma separated) whose cells, joined, name a row (the first column by
 default; a row with no number in any chosen column is left out); --reference VALUE LABEL draws a dashed line
 (repeatable). The figure is drawn with matplotlib's Agg backend (no display) at --size WIDTHxHEIGHT pixels; --log
-for a log scale. --list prints the file's tables (index, the line before, the header) and exits."""
+for a log scale. --list prints the file's tables (index, the line before, the header) and exits.
+
+--x COLUMN draws lines instead of bars: one line per --columns against the cell's number in COLUMN (the stored steps,
+the writers), --logx for a log x axis, --log for a log y axis, --ylabel; a reference is then a horizontal line.
+--where COLUMN=TEXT (repeatable) keeps only the rows whose cell in COLUMN is TEXT (one sequence length of a table
+that holds several):
+
+    build/tools/shmreplay_bench_scaling --sweep size | tools/bench/plot_tables.py - --after "### Size: small" \
+        --x "stored steps" --logx --columns "transitions ours/gather" "seq 64 ours/gather" --out size.png"""
 import argparse
 import math
 import re
@@ -123,6 +131,54 @@ def plot(table, columns, out, labels=(0,), title="", xlabel="", references=(), l
     shrink_png(out)
 
 
+def keep_rows(table, where):
+    """`table` with only the rows whose cell in each column of `where` ([(spec, text)]) is that text."""
+    rows = table["rows"]
+    for spec, text in where:
+        i, _ = column(table["header"], spec)
+        rows = [row for row in rows if i < len(row) and row[i] == text]
+    return {**table, "rows": rows}
+
+
+def plot_lines(table, x, columns, out, title="", xlabel="", ylabel="", references=(), logx=False, logy=False,
+               size=(900, 500)):
+    """One line per column against column `x`: rows with no number in `x` are left out, and so is each point
+    without a number in its column."""
+    xi, xk = column(table["header"], x)
+    cols = [column(table["header"], c) for c in columns]
+    rows = [row for row in table["rows"] if xi < len(row) and not math.isnan(number(row[xi], xk))]
+    xs = [number(row[xi], xk) for row in rows]
+    series = [[number(row[i], k) if i < len(row) else math.nan for row in rows] for i, k in cols]
+    if not any(not math.isnan(v) for s in series for v in s):
+        raise SystemExit("plot_tables: no number in the chosen columns")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    dpi = 100
+    fig, ax = plt.subplots(figsize=(size[0] / dpi, size[1] / dpi), dpi=dpi)
+    for spec, ys in zip(columns, series):
+        points = [(a, b) for a, b in zip(xs, ys) if not math.isnan(b)]
+        if points:
+            ax.plot([a for a, _ in points], [b for _, b in points], marker="o", ms=4, label=spec)
+    for value, label in references:
+        ax.axhline(value, color="gray", ls="--", lw=1)
+        ax.annotate(label, (0.0, value), xycoords=("axes fraction", "data"), xytext=(3, 2),
+                    textcoords="offset points", fontsize=7, color="dimgray")
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel or table["header"][xi])
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, which="both" if logx or logy else "major")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=dpi)
+    plt.close(fig)
+    shrink_png(out)
+
+
 def shrink_png(path, colors=128):
     """Rewrites a PNG with a palette of `colors` (Pillow, which matplotlib requires): about a third of the bytes."""
     from PIL import Image
@@ -145,6 +201,11 @@ def main(argv=None):
     p.add_argument("--log", action="store_true", help="a log scale")
     p.add_argument("--size", default="900x500", help="WIDTHxHEIGHT in pixels")
     p.add_argument("--list", action="store_true", help="print the tables found and exit")
+    p.add_argument("--x", help="draw lines against this column instead of bars")
+    p.add_argument("--logx", action="store_true", help="a log x axis (with --x)")
+    p.add_argument("--ylabel", default="")
+    p.add_argument("--where", action="append", default=[], metavar="COLUMN=TEXT",
+                   help="keep only the rows whose cell in COLUMN is TEXT (repeatable)")
     a = p.parse_args(argv)
     text = sys.stdin.read() if a.file == "-" else open(a.file, encoding="utf-8").read()
     tables = parse_tables(text)
@@ -155,7 +216,19 @@ def main(argv=None):
     if not a.columns or not a.out:
         p.error("--columns and --out are needed (or --list)")
     w, _, h = a.size.partition("x")
-    plot(pick_table(tables, text, a.table, a.after), a.columns, a.out,
+    where = []
+    for item in a.where:
+        spec, eq, value = item.partition("=")
+        if not eq:
+            p.error(f"--where {item!r}: COLUMN=TEXT")
+        where.append((spec.strip(), value.strip()))
+    table = keep_rows(pick_table(tables, text, a.table, a.after), where)
+    if a.x:
+        plot_lines(table, a.x, a.columns, a.out, title=a.title, xlabel=a.xlabel, ylabel=a.ylabel,
+                   references=[(float(v), label) for v, label in a.reference], logx=a.logx, logy=a.log,
+                   size=(int(w), int(h)))
+        return 0
+    plot(table, a.columns, a.out,
          labels=[int(i) for i in a.labels.split(",")], title=a.title, xlabel=a.xlabel,
          references=[(float(v), label) for v, label in a.reference], log=a.log, size=(int(w), int(h)))
     return 0
