@@ -27,6 +27,7 @@
 #include "detail/sampling/gather.hpp"
 #include "detail/sampling/planner.hpp"
 #include "detail/sampling/planner_table.hpp"
+#include "detail/sampling/ring_mod.hpp"
 #include "sampler_parts.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/sampler.hpp"
@@ -180,6 +181,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
                           double power, const SampleOptions& o, Rng& rng, SampleBatch& out) {
   Scratch& z = *scratch_;
   const uint64_t cap = buffer_->capacity();
+  const detail::RingMod ring_mod(cap);
   const detail::PlanOptions plan{o.episodes, std::min(o.period, cap)};  // a period of cap or more: first steps
   z.failed.reserve(count);  // no-op once warmed up
   z.redraw.reserve(count);
@@ -214,7 +216,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
     for (std::size_t e = 0; e < z.views.size(); ++e) {
       // At most the ring, which the slot computation below needs.
       z.views[e] = snapshot_view(buffer_->segment(), z.slot, e, view);
-      z.hi_base[e] = z.views[e].hi - z.views[e].hi % cap;  // so that a row's slot needs no division (below)
+      z.hi_base[e] = z.views[e].hi - ring_mod(z.views[e].hi);  // so that a row's slot needs no division (below)
     }
     // Whether the round may go ahead; throws when the view cannot give a row, yields when that may be a write
     // in progress (the view is a step short while a slot is reclaimed).

@@ -39,16 +39,6 @@ const SegmentHeader& Segment::header() const noexcept {
   return *std::launder(reinterpret_cast<const SegmentHeader*>(base_));
 }
 
-const EnvControl& Segment::env_control(uint64_t env) const noexcept {
-  assert(env < g_.num_envs);
-  return std::launder(reinterpret_cast<const EnvControl*>(base_ + g_.envs_offset))[env];
-}
-
-EnvControl& Segment::env_control(uint64_t env) noexcept {
-  assert(!read_only_ && env < g_.num_envs);
-  return std::launder(reinterpret_cast<EnvControl*>(base_ + g_.envs_offset))[env];
-}
-
 const GlobalControl& Segment::global_control() const noexcept {
   return *std::launder(reinterpret_cast<const GlobalControl*>(base_ + g_.global_offset));
 }

@@ -19,6 +19,7 @@
 #include "detail/sampling/episode_planners.hpp"
 #include "detail/sampling/planner_table.hpp"
 #include "detail/sampling/priority_planner.hpp"
+#include "detail/sampling/ring_mod.hpp"
 #include "shmreplay/sampler.hpp"
 
 using namespace shmreplay;
@@ -388,7 +389,7 @@ TEST_CASE("the env picker gives upper_bound's env for every draw, guided or not,
   std::mt19937_64 gen(2024);
   detail::EnvPicker picker;
   std::size_t checked = 0;
-  for (const std::size_t n : std::vector<std::size_t>{1, 2, 3, 7, 16, 17, 64, 255, 256, 257, 1000}) {
+  for (const std::size_t n : std::vector<std::size_t>{1, 2, 3, 7, 16, 17, 64, 255, 256, 257, 512, 1000, 1024, 1025}) {
     for (int shape = 0; shape < 5; ++shape) {
       // Weights: equal, random, with zeros (also first and last), one dominant env, and tiny ones next to it.
       std::vector<double> w(n);
@@ -485,4 +486,28 @@ TEST_CASE("the planner table picks, for every combination of options, the planne
     }
   }
   CHECK(combinations == 2 * 3 * 5 * 4 * 2);
+}
+
+TEST_CASE("a step's ring slot without a division is step % capacity for every capacity, below and above 2^52") {
+  std::mt19937_64 gen(52);
+  std::vector<uint64_t> caps = {1, 2, 3, 7, 64, 1000, 1954, 65536, 65537, (uint64_t{1} << 20) + 1, 1'000'000'007,
+                                (uint64_t{1} << 40) - 3, (uint64_t{1} << 52) - 1, uint64_t{1} << 52};
+  for (int i = 0; i < 50; ++i) caps.push_back(1 + (gen() >> (12 + gen() % 50)));
+  std::size_t checked = 0;
+  for (const uint64_t cap : caps) {
+    const detail::RingMod mod(cap);
+    std::vector<uint64_t> xs = {0, 1, cap - 1, cap, cap + 1, 2 * cap - 1, (uint64_t{1} << 52) - 1,
+                                uint64_t{1} << 52, (uint64_t{1} << 53) + 5, ~uint64_t{0}};
+    // Multiples of the capacity and their neighbours, where a quotient one off would show, up to 2^52.
+    for (int i = 0; i < 200; ++i) {
+      const uint64_t q = (gen() >> 12) / cap;
+      for (const int64_t d : {-1, 0, 1}) xs.push_back(q * cap + static_cast<uint64_t>(d));
+      xs.push_back(gen() >> (gen() % 64));
+    }
+    for (const uint64_t x : xs) {
+      REQUIRE_MESSAGE(mod(x) == x % cap, "x = " << x << ", capacity = " << cap);
+      ++checked;
+    }
+  }
+  CHECK(checked > 40'000);
 }

@@ -15,8 +15,10 @@
 #pragma once
 
 #include <atomic>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -132,10 +134,16 @@ class Segment {
 
   /// The header (read it only for what open did not copy out: state, creator, limiter words live elsewhere).
   const layout::SegmentHeader& header() const noexcept;
-  /// Precondition: env < num_envs().
-  const layout::EnvControl& env_control(uint64_t env) const noexcept;
+  /// Precondition: env < num_envs(). Inline: the sampler reads every env's control block per call.
+  const layout::EnvControl& env_control(uint64_t env) const noexcept {
+    assert(env < g_.num_envs);
+    return std::launder(reinterpret_cast<const layout::EnvControl*>(base_ + g_.envs_offset))[env];
+  }
   /// The same, writable (a writable mapping only).
-  layout::EnvControl& env_control(uint64_t env) noexcept;
+  layout::EnvControl& env_control(uint64_t env) noexcept {
+    assert(!read_only_ && env < g_.num_envs);
+    return std::launder(reinterpret_cast<layout::EnvControl*>(base_ + g_.envs_offset))[env];
+  }
   /// Learner slots: learner processes that may sample at once (layout 1.7; 1 for a one-learner buffer).
   uint64_t max_learners() const noexcept { return g_.max_learners; }
   /// Learner slot `slot`'s block, for slots 1 to max_learners() - 1 (slot 0's words are in GlobalControl:

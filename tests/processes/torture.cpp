@@ -29,6 +29,19 @@ TEST_CASE(kTortureName) {
     }
     Sampler learner(buf);
     REQUIRE(learner.wait(View::replay, num_envs, 10'000));
+    // Every first writer holds its leases before the first kill (num_envs steps can come from fewer writers than
+    // all: a writer still starting would be killed holding nothing, and its envs show no owner at all).
+    const auto all_alive = [](const SegmentInfo& info) {
+      return std::all_of(info.envs.begin(), info.envs.end(),
+                         [](const EnvInfo& env) { return env.owner == OwnerState::alive; });
+    };
+    SegmentInfo started = Inspector(guard.name()).snapshot();
+    for (const auto give_up = Clock::now() + std::chrono::seconds(20);
+         !(all_alive(started) && started.live_writers == num_writers) && Clock::now() < give_up;
+         started = Inspector(guard.name()).snapshot()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    REQUIRE(all_alive(started));
     // Per writer slot, the process that holds its envs' leases: a writer killed while it was starting, before it
     // took the leases over, leaves them with its dead predecessor.
     std::vector<pid_t> holders = writers;
@@ -105,10 +118,6 @@ TEST_CASE(kTortureName) {
     }
     torture_s = std::chrono::duration<double>(Clock::now() - start).count();
     // The last replacement may not have taken its leases over yet: give it time (never a timed assertion).
-    const auto all_alive = [](const SegmentInfo& info) {
-      return std::all_of(info.envs.begin(), info.envs.end(),
-                         [](const EnvInfo& env) { return env.owner == OwnerState::alive; });
-    };
     SegmentInfo live = Inspector(guard.name()).snapshot();
     for (const auto give_up = Clock::now() + std::chrono::seconds(20);
          !(all_alive(live) && live.live_writers == num_writers) && Clock::now() < give_up;

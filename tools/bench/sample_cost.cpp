@@ -58,6 +58,7 @@ struct Options {
   uint32_t trials = 5;
   uint32_t calls = 200;
   uint32_t writers = 0;
+  uint64_t envs = 16;
   std::vector<uint64_t> sizes;
 };
 
@@ -104,7 +105,7 @@ class WriterProcesses {
 
 int run(const Options& o) {
   const Schema schema = Schema::parse("obs:f32[17] action:f32[6] reward:f32 done:bool");
-  constexpr uint64_t kEnvs = 16;
+  const uint64_t kEnvs = o.envs;
   constexpr std::size_t kBatch = 256;
   if (!o.callgrind) {
     fmt::print("| stored steps | transitions rows/s | ours/gather | sequences 64 rows/s | ours/gather | ours/memcpy | "
@@ -229,6 +230,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 101u));
   app.add_option("--calls", o.calls, "Calls per case with --callgrind (default 200)")->check(CLI::Range(1u, 100000u));
   app.add_option("--size", o.sizes, "Stored steps (repeatable; default 10^3 .. 10^7)");
+  app.add_option("--envs", o.envs, "Envs of the buffer (default 16; the peers' Python benchmark uses 512)")
+      ->check(CLI::Range(1u, 4096u));
   app.add_option("--writers", o.writers, "Writer processes pushing at full speed during the measurement (default 0)")
       ->check(CLI::Range(0u, 16u));
   try {

@@ -44,11 +44,15 @@ inline const double* upper_bound_branchless(const double* first, std::size_t n, 
 /// and rounding the product by total is monotone), so the answer for u is at or after the guide's entry, and
 /// the scan stops at the first cumulative weight above u (a sentinel of +infinity after the last env stops it at
 /// the end). The expected scan is at most num_envs / 2^k steps whatever the weights (each env boundary lies in
-/// one bucket, and each bucket is drawn with probability 2^-k); 2^k is at least 4 num_envs. Building the table is
-/// O(2^k + num_envs) per prepare, which is why more envs than kGuidedEnvs use the branch-free binary search.
+/// one bucket, and each bucket is drawn with probability 2^-k); 2^k is at least 4 num_envs up to kDenseGuideEnvs
+/// envs and at least 2 num_envs above (half a step of scan, for half the table). Building the table is
+/// O(2^k + num_envs) per prepare, which is why more envs than kGuidedEnvs use the branch-free binary search. At 512
+/// envs and 256 rows per call (the peers' Python benchmark) the binary search cost about 85 instructions a row, the
+/// table about 30 a row with its build (callgrind, shmreplay_bench_sample_cost --envs 512).
 class EnvPicker {
  public:
-  static constexpr std::size_t kGuidedEnvs = 256;
+  static constexpr std::size_t kGuidedEnvs = 1024;
+  static constexpr std::size_t kDenseGuideEnvs = 256;
 
   /// The cumulative weights of `n` envs, to be filled by the caller (non-decreasing), then build().
   double* reset(std::size_t n) {
@@ -63,7 +67,8 @@ class EnvPicker {
     bounds_[n_] = std::numeric_limits<double>::infinity();  // the scan's sentinel
     guided_ = n_ > 0 && n_ <= kGuidedEnvs;
     if (!guided_) return;
-    const unsigned k = static_cast<unsigned>(std::bit_width(4 * n_ - 1));  // 2^k >= 4 n
+    const std::size_t buckets = (n_ <= kDenseGuideEnvs ? 4 : 2) * n_;
+    const unsigned k = static_cast<unsigned>(std::bit_width(buckets - 1));  // 2^k >= 4 n (2 n above 256 envs)
     shift_ = 53 - k;
     guide_.resize(std::size_t{1} << k);
     uint32_t e = 0;
