@@ -157,6 +157,16 @@ SegmentInfo Inspector::snapshot() const {
     l.steps_updated = me.steps_updated.load(std::memory_order_relaxed);
     l.waiters = me.waiters.load(std::memory_order_relaxed);
     l.waiting_rows = me.waiting_rows.load(std::memory_order_relaxed);
+    // Layout 1.8: the slot's statistics, loaded one by one while its learner may add to them: the count is raised
+    // to the buckets' sum so that the histogram read is always whole (cumulative buckets never pass the count).
+    l.limiter_timeouts = me.stats.limiter_timeouts.load(std::memory_order_relaxed);
+    uint64_t bucketed = 0;
+    for (uint32_t k = 0; k < layout::kAgeBuckets; ++k) {
+      l.age_buckets[k] = me.stats.age_buckets[k].load(std::memory_order_relaxed);
+      bucketed += l.age_buckets[k];
+    }
+    l.age_sum_steps = me.stats.age_sum_steps.load(std::memory_order_relaxed);
+    l.age_rows = std::max(me.stats.age_rows.load(std::memory_order_relaxed), bucketed);
     s.live_learners += l.state == OwnerState::alive ? 1 : 0;
     s.learners.push_back(l);
   }
@@ -167,8 +177,13 @@ SegmentInfo Inspector::snapshot() const {
                                  [](const LearnerInfo& l) { return l.state != OwnerState::none; });
   all = named != s.learners.end() ? *named : held != s.learners.end() ? *held : LearnerInfo{};
   all.takeovers = all.rows_sampled = all.sample_calls = all.retries = all.online_resets = all.steps_updated =
-      all.waiting_rows = 0;
+      all.waiting_rows = all.limiter_timeouts = all.age_rows = all.age_sum_steps = 0;
+  all.age_buckets = {};
   for (const LearnerInfo& l : s.learners) {
+    all.limiter_timeouts += l.limiter_timeouts;
+    all.age_rows += l.age_rows;
+    all.age_sum_steps += l.age_sum_steps;
+    for (uint32_t k = 0; k < layout::kAgeBuckets; ++k) all.age_buckets[k] += l.age_buckets[k];
     all.takeovers += l.takeovers;
     all.rows_sampled += l.rows_sampled;
     all.sample_calls += l.sample_calls;

@@ -53,6 +53,7 @@ RateLimitState Buffer::rate_limit_state() const {
   // Every learner slot's waiting call (layout 1.7): the rows together, since the earliest.
   for (uint64_t slot = 0; slot < segment_.max_learners(); ++slot) {
     const detail::LearnerSlotWords me = detail::learner_slot(segment_, slot);
+    s.learner_timeouts += me.stats.limiter_timeouts.load(std::memory_order_relaxed);  // layout 1.8
     const uint64_t rows = me.waiting_rows.load(std::memory_order_relaxed);
     if (rows == 0) continue;
     s.learner_waiting_rows += rows;

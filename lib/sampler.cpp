@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -27,12 +28,35 @@ using layout::GlobalControl;
 
 namespace sampler_parts {
 
-void count_call(Segment& b, const detail::LearnerSlotWords& me, std::size_t rows, bool sample,
+namespace {
+
+// The rows' ages into the slot's histogram (layout 1.8): counted here, on the stack, by the raw index (one bit scan a
+// row), then folded into the buckets with one relaxed fetch_add per bucket that got rows. Readers (the Inspector) load
+// the words one by one and never see them at one instant.
+void count_ages(layout::LearnerStats& stats, std::span<const uint64_t> ages) noexcept {
+  uint64_t raw[layout::kAgeRawBuckets] = {};
+  uint64_t sum = 0;
+  for (const uint64_t age : ages) {
+    ++raw[layout::age_bucket_raw(age)];
+    sum += age;
+  }
+  raw[0] = raw[layout::kAgeRawZero];  // bucket 0 is age 0; indices kAgeBuckets to 32 lie past the last bound
+  for (uint32_t k = 0; k < layout::kAgeBuckets; ++k) {
+    if (raw[k] != 0) stats.age_buckets[k].fetch_add(raw[k], std::memory_order_relaxed);
+  }
+  if (sum != 0) stats.age_sum_steps.fetch_add(sum, std::memory_order_relaxed);
+  stats.age_rows.fetch_add(ages.size(), std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void count_call(Segment& b, const detail::LearnerSlotWords& me, std::span<const uint64_t> ages, bool sample,
                 std::size_t unreserved) noexcept {
   // The slot's own counters: one learner writes them (relaxed read-modify-writes all the same: cheap, and exact
   // if a Python user ever shares a Sampler between threads against its rules).
-  me.rows_sampled.fetch_add(rows, std::memory_order_relaxed);
+  me.rows_sampled.fetch_add(ages.size(), std::memory_order_relaxed);
   me.sample_calls.fetch_add(1, std::memory_order_relaxed);
+  count_ages(me.stats, ages);
   if (sample) {
     detail::count_samples(b.global_control(), unreserved, detail::coarse_realtime_ns(),
                           detail::coarse_monotonic_ns());
@@ -142,7 +166,8 @@ void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_len
   out.episode_fields_ = buffer_->episode_fields();
   sample_rows(view, 0, batch_size, sequence_length, distribution_power, options, rng, out);
   if (options.prioritized) finish_weights(out, options.importance_exponent);
-  count_call(buffer_->segment(), scratch_->slot, batch_size, /*sample=*/true, batch_size - reserved.keep());
+  count_call(buffer_->segment(), scratch_->slot, {scratch_->ages.data(), batch_size}, /*sample=*/true,
+             batch_size - reserved.keep());
 }
 
 void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
@@ -171,7 +196,8 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
     sample_rows(View::online, replay_batch, online_batch, sequence_length, distribution_power, options, rng, out);
   }
   if (options.prioritized) finish_weights(out, options.importance_exponent);
-  count_call(buffer_->segment(), scratch_->slot, rows, /*sample=*/true, rows - reserved.keep());
+  count_call(buffer_->segment(), scratch_->slot, {scratch_->ages.data(), rows}, /*sample=*/true,
+             rows - reserved.keep());
 }
 
 // ---------------------------------------------------------------------------------------------------------------

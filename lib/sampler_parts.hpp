@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "detail/protocol/episodes.hpp"
@@ -88,11 +89,12 @@ uint64_t published_steps(const Segment& b, const detail::LearnerSlotWords& me, V
 // asking again in a later round of the call would only repeat this answer (sampler_checks.cpp).
 bool check_shortfall(detail::Planner& planner, detail::Shortfall found, const Segment& b, const char* op, View view);
 
-// The learner slot's counters after a call (`me`); a sample call's rows (not a peek's) were reserved for the rate
-// limiter before the call drew them (Sampler::wait_for_rate_limit), and now wake the writers waiting for them
-// (detail/protocol/rate_limit.hpp; sampler.cpp).
+// The learner slot's counters after a call (`me`), and its statistics of the rows' ages (layout 1.8: `ages`, one per
+// row returned, how far behind its env's head each row ended); a sample call's rows (not a peek's) were reserved for
+// the rate limiter before the call drew them (Sampler::wait_for_rate_limit), and now wake the writers waiting for
+// them (detail/protocol/rate_limit.hpp; sampler.cpp).
 // `unreserved`: the rows of a sample call that no reservation counted (all of them without a limiter).
-void count_call(Segment& b, const detail::LearnerSlotWords& me, std::size_t rows, bool sample,
+void count_call(Segment& b, const detail::LearnerSlotWords& me, std::span<const uint64_t> ages, bool sample,
                 std::size_t unreserved = 0) noexcept;
 
 }  // namespace shmreplay::sampler_parts
@@ -154,6 +156,10 @@ struct Sampler::Scratch {
   // Per env, the head of the last round's snapshot of the last draw from the online view: every step below it was
   // one that draw could take (reset_online_queue(OnlineReset::sampled) restarts the view there).
   std::vector<uint64_t> online_seen;
+  // Per batch row, its age: the head of its env in the snapshot it was drawn from, minus its end (start + valid
+  // steps); a row redrawn after a failed validation overwrites its entry. count_call adds them to the slot's
+  // statistics (layout 1.8). Grows to the largest batch only.
+  std::vector<uint64_t> ages;
 };
 
 }  // namespace shmreplay

@@ -85,6 +85,9 @@ bool Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t tim
     ok = detail::sleep_until(detail::learner_wake(g, me.waiters), deadline_after_ms(timeout_ms), admitted);
   }
   if (ok) return reserved;
+  // The call gives up at its timeout (at once with a timeout of 0): the slot's own count (layout 1.8), as
+  // GlobalControl::writer_timeouts counts the writers'.
+  scratch_->slot.stats.limiter_timeouts.fetch_add(1, std::memory_order_relaxed);
   const uint64_t writers = timeout_ms == 0 ? 0 : detail::count_waiting_writers(buffer_->segment()).count;
   throw Error(Errc::rate_limited,
               timeout_ms == 0

@@ -185,6 +185,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
   const detail::PlanOptions plan{o.episodes, std::min(o.period, cap)};  // a period of cap or more: first steps
   z.failed.reserve(count);  // no-op once warmed up
   z.redraw.reserve(count);
+  if (z.ages.size() < first_row + count) z.ages.resize(first_row + count);  // grows to the largest batch only
   z.failed.resize(count);
   std::iota(z.failed.begin(), z.failed.end(), static_cast<uint32_t>(first_row));
   planner.begin_call();
@@ -276,6 +277,9 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
         const uint32_t row = z.redraw[i++];
         out.env_ids_[row] = d->env;
         out.starts_[row] = d->start;
+        // The row's age (layout 1.8's statistics): how far behind this snapshot's head of its env it ends. A draw
+        // lies in the view, so the end is at most the head; a redraw of the row overwrites the entry.
+        z.ages[row] = z.views[d->env].hi - (d->start + d->steps);
         if (o.prioritized) out.weights_[row] = static_cast<float>(d->relative_probability);  // finish_weights
         // The start's slot without a division: a start in the view is in [hi - cap, hi) (the snapshot's views are
         // at most the ring), so it is at most one lap before the step in slot 0 of hi's lap.
@@ -342,7 +346,8 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
     z.slot.retries.fetch_add(z.failed.size(), std::memory_order_relaxed);
     std::swap(z.redraw, z.failed);
   }
-  count_call(buffer_->segment(), scratch_->slot, env_ids.size(), /*sample=*/false);
+  z.ages.assign(env_ids.size(), 0);  // each row is its env's newest step: age 0 (grows to the largest call only)
+  count_call(buffer_->segment(), scratch_->slot, {z.ages.data(), env_ids.size()}, /*sample=*/false);
 }
 
 }  // namespace shmreplay

@@ -75,6 +75,11 @@ std::atomic<uint64_t>* Segment::learner_online_starts(uint64_t slot) const noexc
          (slot - 1) * g_.num_envs;
 }
 
+layout::LearnerStats* Segment::learner_stats(uint64_t slot) const noexcept {
+  assert(slot < g_.max_learners);
+  return std::launder(reinterpret_cast<layout::LearnerStats*>(base_ + g_.learner_stats_offset)) + slot;
+}
+
 const std::atomic<uint64_t>* Segment::step_meta(uint64_t env) const noexcept {
   assert(has_episodes() && env < g_.num_envs);
   return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + g_.step_meta_offset)) + env * g_.capacity;

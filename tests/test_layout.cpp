@@ -6,7 +6,11 @@
 #include <bit>
 
 #include <cstddef>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <optional>
+#include <string>
 
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/layout.hpp"
@@ -17,15 +21,15 @@ using namespace shmreplay::layout;
 
 #pragma GCC diagnostic ignored "-Winvalid-offsetof"
 
-TEST_CASE("the layout version is 1.7 and its magic spells SHMRPLAY") {
+TEST_CASE("the layout version is 1.8 and its magic spells SHMRPLAY") {
   CHECK(kLayoutMajor == 1);
-  CHECK(kLayoutMinor == 7);
+  CHECK(kLayoutMinor == 8);
   const char expected[] = "SHMRPLAY";
   for (int i = 0; i < 8; ++i) CHECK(static_cast<char>((kMagic >> (8 * i)) & 0xff) == expected[i]);
 }
 
-TEST_CASE("layout 1.7: SegmentHeader sizes and offsets are pinned") {
-  CHECK(sizeof(SegmentHeader) == 320);  // 1.7: one line more, for the ninth section and max_learners
+TEST_CASE("layout 1.8: SegmentHeader sizes and offsets are pinned") {
+  CHECK(sizeof(SegmentHeader) == 320);  // 1.7: one line more, for the ninth section and max_learners; 1.8: the same
   CHECK(offsetof(SegmentHeader, magic) == 0);
   CHECK(offsetof(SegmentHeader, layout_major) == 8);
   CHECK(offsetof(SegmentHeader, layout_minor) == 12);
@@ -44,10 +48,11 @@ TEST_CASE("layout 1.7: SegmentHeader sizes and offsets are pinned") {
   CHECK(offsetof(SegmentHeader, priority_exponent_bits) == 112);
   CHECK(offsetof(SegmentHeader, stack_continuity) == 120);  // 1.6: was reserved0
   CHECK(offsetof(SegmentHeader, sections) == 128);
-  CHECK(offsetof(SegmentHeader, max_learners) == 272);  // 1.7
-  CHECK(offsetof(SegmentHeader, reserved) == 280);
+  CHECK(offsetof(SegmentHeader, max_learners) == 288);  // 1.7: 272; 1.8: after the tenth section entry
+  CHECK(offsetof(SegmentHeader, reserved) == 296);
+  CHECK(sizeof(SegmentHeader::reserved) == 3 * 8);  // 1.8: two of 1.7's five words went to the tenth entry
   CHECK(sizeof(SectionDesc) == 16);
-  CHECK(kMaxSections == 9);
+  CHECK(kMaxSections == 10);
   CHECK(kSectionFields == 0);
   CHECK(kSectionEnvs == 1);
   CHECK(kSectionData == 2);
@@ -55,9 +60,10 @@ TEST_CASE("layout 1.7: SegmentHeader sizes and offsets are pinned") {
   CHECK(kSectionEpisodes == 4);
   CHECK(kSectionStepMeta == 5);
   CHECK(kSectionEpisodeQueues == 6);
-  CHECK(kSectionsUsed == 9);
+  CHECK(kSectionsUsed == 10);
   CHECK(kSectionPriorities == 7);
-  CHECK(kSectionLearners == 8);  // 1.7
+  CHECK(kSectionLearners == 8);      // 1.7
+  CHECK(kSectionLearnerStats == 9);  // 1.8
 }
 
 TEST_CASE("layout 1.2: FieldDesc sizes and offsets are pinned") {
@@ -175,6 +181,42 @@ TEST_CASE("layout 1.7: a learner slot and the update lock's owner bits are pinne
   CHECK(update_lock_owner(12345 | update_lock_bits(5)) == 5);
 }
 
+TEST_CASE("layout 1.8: a learner slot's statistics and the age buckets are pinned") {
+  CHECK(sizeof(LearnerStats) == 128);
+  CHECK(alignof(LearnerStats) == 64);
+  CHECK(offsetof(LearnerStats, age_rows) == 0);
+  CHECK(offsetof(LearnerStats, age_sum_steps) == 8);
+  CHECK(offsetof(LearnerStats, age_buckets) == 16);
+  CHECK(kAgeBuckets == 13);
+  CHECK(offsetof(LearnerStats, limiter_timeouts) == 120);
+  // Bucket 0 is age 0; bucket k holds (4^(k-2), 4^(k-1)]; past 4^11, kAgeBuckets (counted in age_rows only).
+  const uint64_t le[] = {0, 1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304};
+  for (uint32_t k = 0; k < kAgeBuckets; ++k) {
+    CAPTURE(k);
+    CHECK(age_bucket_le(k) == le[k]);
+    CHECK(age_bucket(le[k]) == k);
+    CHECK(age_bucket(le[k] + 1) == k + 1);
+  }
+  // Every age from 0 to 5000 against a loop over the bounds (what age_bucket computes without one).
+  for (uint64_t age = 0; age <= 5000; ++age) {
+    uint32_t k = 0;
+    while (k < kAgeBuckets && age > le[k]) ++k;
+    REQUIRE(age_bucket(age) == k);
+  }
+  CHECK(age_bucket(uint64_t{1} << 62) == kAgeBuckets);
+  CHECK(age_bucket(uint64_t{1} << 56) == kAgeBuckets);
+  // The raw index (the sampler's, before the bounds) is 1 + ceil(log4(age)) up to 2^62, and 33 for age 0 only.
+  CHECK(age_bucket_raw(0) == kAgeRawZero);
+  CHECK(age_bucket_raw(1) == 1);
+  for (uint32_t j = 1; j <= 62; ++j) {
+    CAPTURE(j);
+    const uint64_t p = uint64_t{1} << j;  // 2^j, in bucket 1 + ceil(j / 2)
+    CHECK(age_bucket_raw(p) == 1 + (j + 1) / 2);
+    if (j < 62) CHECK(age_bucket_raw(p + 1) == 1 + (j + 2) / 2);
+    CHECK(age_bucket_raw(p) < kAgeRawZero);
+  }
+}
+
 TEST_CASE("a segment with several learner slots places them between the global section and the data") {
   const std::string name = test::unique_name("layout-learners");
   test::SegmentGuard guard(name);
@@ -191,14 +233,51 @@ TEST_CASE("a segment with several learner slots places them between the global s
         reinterpret_cast<const std::byte*>(&h) + 2432);
   CHECK(reinterpret_cast<const std::byte*>(b.segment().learner_online_starts(2)) ==
         reinterpret_cast<const std::byte*>(&h) + 2432 + 3 * 192 + 5 * 8);
+  // Layout 1.8: every slot's statistics after the learner section, 2432 + 696 = 3128 rounded up to 3136; four
+  // slots of 128 bytes, slot 0's first.
+  CHECK(h.sections[kSectionLearnerStats].offset == 3136);
+  CHECK(h.sections[kSectionLearnerStats].bytes == 4 * 128);
+  for (uint64_t r = 0; r < 4; ++r) {
+    CHECK(reinterpret_cast<const std::byte*>(b.segment().learner_stats(r)) ==
+          reinterpret_cast<const std::byte*>(&h) + 3136 + r * 128);
+  }
   CHECK(h.sections[kSectionData].offset == 4096);  // still the next page
-  // One learner: an empty section, nothing else moves.
+  // One learner: an empty learner section, and slot 0's statistics right after the global section.
   const std::string one = test::unique_name("layout-one-learner");
   test::SegmentGuard guard_one(one);
   const Buffer c = Buffer::create(one, 5, 7, schema);
-  CHECK(c.segment().header().max_learners == 1);
-  CHECK(c.segment().header().sections[kSectionLearners].bytes == 0);
-  CHECK(c.segment().header().sections[kSectionLearners].offset == 0);
+  const SegmentHeader& ch = c.segment().header();
+  CHECK(ch.max_learners == 1);
+  CHECK(ch.sections[kSectionLearners].bytes == 0);
+  CHECK(ch.sections[kSectionLearners].offset == 0);
+  CHECK(ch.sections[kSectionLearnerStats].offset == 2432);
+  CHECK(ch.sections[kSectionLearnerStats].bytes == 128);
+  CHECK(reinterpret_cast<const std::byte*>(c.segment().learner_stats(0)) ==
+        reinterpret_cast<const std::byte*>(&ch) + 2432);
+  CHECK(ch.sections[kSectionData].offset == 4096);
+}
+
+TEST_CASE("layout 1.8: a 1.7 segment is refused naming what it lacks, and a 1.8 segment has ten sections, past what a "
+          "1.7 library accepts") {
+  const std::string name = test::unique_name("layout-1-7");
+  test::SegmentGuard guard(name);
+  (void)Buffer::create(name, 2, 8, Schema::parse("x:f32[2]"));
+  std::string bytes;
+  {
+    std::ifstream in(guard.path(), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  SegmentHeader h{};
+  REQUIRE(bytes.size() >= sizeof h);
+  std::memcpy(static_cast<void*>(&h), bytes.data(), sizeof h);
+  CHECK(h.num_sections == 10);  // a 1.7 library accepts 9 at most ("num_sections is 10, expected 9 to 9")
+  const uint32_t older = 7;
+  std::memcpy(bytes.data() + offsetof(SegmentHeader, layout_minor), &older, sizeof older);
+  test::write_file(guard.path(), bytes);
+  std::string m;
+  CHECK(test::error_of([&] { (void)Buffer::open(name); }, &m) == static_cast<int>(Errc::version_mismatch));
+  CHECK(test::contains(m, "segment layout 1.7, library 1.8"));
+  CHECK(test::contains(m, "(sample ages and the learners' limiter timeouts); recreate the segment"));
 }
 
 TEST_CASE("layout 1.2: the episode sections' structs, meta bits and codes are pinned") {
@@ -291,7 +370,7 @@ TEST_CASE("a segment with episode fields places the episode sections after the d
   const Schema schema = Schema::parse("obs:f32[3] done:bool action:i64[2] reward:f32");
   const Buffer b = Buffer::create(name, 5, 7, schema, {.episodes = {.done = "done", .reward = "reward"}});
   const SegmentHeader& h = b.segment().header();
-  CHECK(h.num_sections == 9);
+  CHECK(h.num_sections == 10);
   CHECK(h.episode_queue_capacity == 128);
   // Data: 448 + 64 + 576 (5*7*16 = 560 rounded) + 5*7*4 = 140 -> [4096, 5324); the episode sections follow, each
   // on a cache line.

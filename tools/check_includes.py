@@ -4,7 +4,8 @@
 Every C++ file under include/ and lib/ belongs to one layer, and may include (with #include "...") only files of
 its own layer or of layers below it:
 
-    0 foundation  include/shmreplay/{error,layout,schema,wait,version,vocabulary,segment,rate_limit}.hpp
+    0 foundation  include/shmreplay/{error,layout,sample_age,schema,wait,version,vocabulary,segment,
+                  rate_limit}.hpp
     1 os          lib/detail/os/, lib/detail/*.hpp (leaf helpers: always_inline, copy_bytes)
     2 protocol    lib/detail/protocol/
     3 sampling    lib/detail/sampling/      } siblings: neither includes the other
@@ -25,7 +26,7 @@ import pathlib
 import re
 import sys
 
-FOUNDATION = {"error", "layout", "schema", "wait", "version", "vocabulary", "segment", "rate_limit"}
+FOUNDATION = {"error", "layout", "sample_age", "schema", "wait", "version", "vocabulary", "segment", "rate_limit"}
 RANK = {"foundation": 0, "os": 1, "protocol": 2, "sampling": 3, "segment": 3, "roles": 4, "users": 5}
 INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.M)
 SOURCES = (".hpp", ".cpp", ".h", ".cc")

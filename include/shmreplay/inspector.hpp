@@ -7,6 +7,7 @@
 // and any process.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -57,7 +58,8 @@ struct EnvInfo {
   double priority_total = 0.0;
 };
 
-/// The learner (the Sampler holding the learner lease) and its counters.
+/// The learner (the Sampler holding the learner lease) and its counters: one learner slot's, or every slot's summed
+/// (SegmentInfo::learner).
 struct LearnerInfo {
   uint64_t slot = 0;            ///< the learner slot (layout 1.7; SegmentInfo::learner: the slot it names)
   OwnerState state = OwnerState::none;  ///< whether a learner holds the lease, and whether it lives
@@ -72,6 +74,15 @@ struct LearnerInfo {
   uint64_t steps_updated = 0;   ///< steps rewritten by Sampler::update and try_update
   uint64_t waiters = 0;         ///< learners blocked in wait() or on the rate limiter right now
   uint64_t waiting_rows = 0;    ///< rows of its sample call waiting for the rate limiter now; 0 when none
+  uint64_t limiter_timeouts = 0;  ///< sample calls the rate limiter held back that gave up at their timeout (1.8)
+  // The age of the rows it sampled (layout 1.8; docs/design/learners.md, "Sample ages"): for each row returned by a
+  // sample call or peek, how far behind its env's head (in the snapshot it was drawn from) the row ended, in steps.
+  // Counted since the segment's creation or its last checkpoint load (a load starts them at 0).
+  uint64_t age_rows = 0;       ///< rows counted: the histogram's count (+Inf bucket); at least the buckets' sum
+  uint64_t age_sum_steps = 0;  ///< the sum of their ages
+  /// Rows per age bucket, not cumulative: bucket k holds the ages in (layout::age_bucket_le(k - 1),
+  /// layout::age_bucket_le(k)] (bucket 0: age 0); rows older than the last bound are in age_rows only.
+  std::array<uint64_t, layout::kAgeBuckets> age_buckets{};
 };
 
 /// Everything Inspector::snapshot() reads from a segment: geometry, creation record, per-env and learner state,

@@ -9,7 +9,7 @@
 //                       |   num_envs, capacity, num_fields, step_bytes,    |
 //                       |   creator pid + start ticks, creation time,      |
 //                       |   section table: {offset, bytes} x kMaxSections, |
-//                       |   max_learners (1.7)                             |
+//                       |   max_learners (1.7; at offset 288 since 1.8)    |
 //   sections[kFields] > +--------------------------------------------------+
 //                       | FieldDesc[num_fields]              192 bytes each |
 //                       |   name, dtype, shape, step bytes, data offset    |
@@ -39,6 +39,11 @@
 //                       |   slots 1.. : lease, counters, walk and waits    |
 //                       | online_start[max_learners - 1][num_envs] u64     |
 //                       |   each slot's online-queue start per env         |
+//   Since 1.8, in every buffer (max_learners entries, slot 0's included):
+//   sections[kLearnerStats] +----------------------------------------------+ 64-byte aligned
+//                       | LearnerStats[max_learners]     2 lines (128 B)   |
+//                       |   the slot's sample ages (rows, sum, 13 buckets) |
+//                       |   and its rate-limiter timeouts; informational   |
 //   sections[kData] --> +--------------------------------------------------+ 4096-byte aligned
 //                       | field 0: [num_envs][capacity][field 0 bytes]     |
 //                       | field 1: [num_envs][capacity][field 1 bytes]     | each field 64-byte aligned
@@ -106,6 +111,13 @@
 //   the low 56 bits (kClaimMask). The header grew by one cache line (the section table's ninth entry and
 //   max_learners), and num_sections is 9, which a 1.6 library refuses (it reads at most 8): a 1.6 learner or writer
 //   would neither respect another slot's lock nor see the owner bits.
+// - 1.8 adds the learner statistics section (kSectionLearnerStats): one LearnerStats per learner slot, slot 0's
+//   included, written by the slot's learner only (relaxed; informational): the age of the rows it sampled (how far
+//   behind its env's head each row ended, a histogram with the bounds of age_bucket_le()) and its sample calls that
+//   gave up waiting for the rate limiter. The section table's tenth entry takes two of the header's reserved words,
+//   so max_learners moved from offset 272 to 288 and the header stays 320 bytes; num_sections is 10, which a 1.7
+//   library refuses (it reads at most 9). The section lies after the learner section (or the global section), before
+//   the data, which starts on the next page as before.
 // The layout-pinning test (tests/test_layout.cpp) fixes every size and offset below to kLayoutMajor.kLayoutMinor:
 // change one and that test tells you to bump the version.
 #pragma once
@@ -114,6 +126,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "shmreplay/sample_age.hpp"
 #include "shmreplay/schema.hpp"
 
 namespace shmreplay::layout {
@@ -121,7 +134,7 @@ namespace shmreplay::layout {
 inline constexpr uint64_t kMagic = 0x59414c50524d4853ull;  ///< the bytes "SHMRPLAY" read as little-endian u64
 /// The layout's major version: open() refuses a segment of another (Errc::version_mismatch).
 inline constexpr uint32_t kLayoutMajor = 1;
-inline constexpr uint32_t kLayoutMinor = 7;  ///< 1.1 added the global section and update_seq; 1.2 the episode
+inline constexpr uint32_t kLayoutMinor = 8;  ///< 1.1 added the global section and update_seq; 1.2 the episode
                                              ///< sections, FieldDesc::role, episode_queue_capacity; 1.3 the
                                              ///< priority trees, priority_exponent_bits, the priority line; 1.4
                                              ///< the rate limiter (GlobalControl lines 4-8, EnvControl's
@@ -131,7 +144,9 @@ inline constexpr uint32_t kLayoutMinor = 7;  ///< 1.1 added the global section a
                                              ///< stack_frames, stack_index_offset; EnvControl's
                                              ///< stacks_intact_from); 1.7 learner slots
                                              ///< (SegmentHeader::max_learners, the learner section,
-                                             ///< LearnerSlot, the update lock's owner bits, slot0_waiters)
+                                             ///< LearnerSlot, the update lock's owner bits, slot0_waiters);
+                                             ///< 1.8 the learner statistics (LearnerStats: sample ages,
+                                             ///< limiter timeouts)
 
 /// SegmentHeader::state while the creator initialises the segment (open() waits, then throws not_ready).
 inline constexpr uint64_t kStateInitializing = 0;
@@ -159,9 +174,10 @@ enum SectionIndex : uint32_t {
                               ///< 0 bytes without priorities)
   kSectionLearners = 8,       ///< LearnerSlot[max_learners - 1], then std::atomic<uint64_t>[max_learners - 1]
                               ///< [num_envs] online starts (since 1.7; 0 bytes with one learner)
-  kSectionsUsed = 9,   ///< sections this minor version defines; the rest of the table is zero
+  kSectionLearnerStats = 9,   ///< LearnerStats[max_learners], slot 0's first (since 1.8; every buffer)
+  kSectionsUsed = 10,  ///< sections this minor version defines; the rest of the table is zero
 };
-inline constexpr std::size_t kMaxSections = 9;  ///< entries of the section table
+inline constexpr std::size_t kMaxSections = 10;  ///< entries of the section table
 inline constexpr uint64_t kMaxLearners = 64;    ///< learner slots of a segment, at most (1.7)
 
 /// One entry of the section table: where a section lies in the segment.
@@ -193,10 +209,12 @@ struct SegmentHeader {
                                     ///< (1.3; alpha = 0 is stored as -0.0, so 0 always means "none")
   uint64_t stack_continuity;  ///< (1.6) a StackContinuity code: how writers tell that a stacked field's stack
                               ///< continues the previous step's (0, compare, also in a buffer without stacks)
-  // -- cache lines 2-4: the section table (1.7: nine entries, the header grew by a line), then the learner count --
+  // -- cache lines 2-4: the section table (1.7: nine entries, the header grew by a line; 1.8: ten, in two of the
+  //    reserved words), then the learner count --
   SectionDesc sections[kMaxSections];  ///< indexed by SectionIndex; entries past num_sections are zero
   uint64_t max_learners;  ///< (1.7) learner slots: learner processes that may sample at once, 1 to kMaxLearners
-  uint64_t reserved[5];   ///< reserved for a later minor version; zero
+                          ///< (offset 272 in 1.7, 288 since 1.8)
+  uint64_t reserved[3];   ///< reserved for a later minor version; zero
 };
 
 /// One entry of the field table. Unused dims are 0; the name is NUL-padded.
@@ -395,6 +413,31 @@ struct alignas(kCacheLineBytes) LearnerSlot {
   uint64_t pad2[4];  ///< padding to the end of the cache line
 };
 
+// -- Learner statistics (since 1.8) -----------------------------------------------------------------------------
+//
+// The age of a sampled row is how far behind its env's head the row ended, in steps: head - (start + valid steps),
+// with head the env's head in the snapshot the row was drawn from (0 for a row ending at the newest step; a peek's
+// rows are 0). Ages are counted in kAgeBuckets buckets: bucket 0 holds age 0, bucket k (1 to 12) the ages in
+// (4^(k-2), 4^(k-1)], so the upper bounds (Prometheus's `le`) are 0, 1, 4, 16, ..., 4^11 = 4,194,304 steps; an age
+// above the last bound is counted in age_rows only (the +Inf bucket). age_bucket_raw() (the sampler's per-row index),
+// age_bucket() and age_bucket_le() are the one definition of the buckets that the sampler, the tests and every reader
+// (the Inspector, the exporter's `le` bounds) use; they are in shmreplay/sample_age.hpp.
+
+/// One learner slot's statistics (1.8), two cache lines, written by the slot's learner only (relaxed read-modify-
+/// writes once per call; informational): what a reader sums or exports, never what a protocol decides with. Cumulative
+/// over the segment's life: a takeover of the slot keeps them, a checkpoint load sets them to zero (they are not in a
+/// checkpoint).
+struct alignas(kCacheLineBytes) LearnerStats {
+  // -- cache lines 0-1, all the slot's learner's (slots never share a line): ages, added after each sample call or
+  //    peek, then the limiter's timeouts --
+  std::atomic<uint64_t> age_rows;       ///< rows whose age was counted (every row returned); the histogram's count
+  std::atomic<uint64_t> age_sum_steps;  ///< the sum of their ages in steps
+  std::atomic<uint64_t> age_buckets[kAgeBuckets];  ///< rows per age bucket, not cumulative (age_bucket()); rows
+                                                   ///< past the last bound are in age_rows only
+  std::atomic<uint64_t> limiter_timeouts;  ///< sample calls the rate limiter held back that gave up at their timeout
+                                           ///< (a timeout of 0 refuses at once, and counts)
+};
+
 // -- Episodes (since 1.2) ---------------------------------------------------------------------------------------
 //
 // A buffer created with episode fields (a done flag, or terminated and/or truncated flags, and optionally a
@@ -475,6 +518,11 @@ static_assert(sizeof(LearnerSlot) == 3 * kCacheLineBytes && offsetof(LearnerSlot
                   offsetof(LearnerSlot, priority_walk) == 2 * kCacheLineBytes,
               "a learner slot is 3 cache lines: its lease, its counters, its walk and waits");
 static_assert(offsetof(SegmentHeader, sections) % kCacheLineBytes == 0, "the section table starts a cache line");
+static_assert(offsetof(SegmentHeader, max_learners) == 288 && sizeof(SegmentHeader::reserved) == 3 * sizeof(uint64_t),
+              "1.8: the section table's tenth entry took two reserved words; the header stays 5 cache lines");
+static_assert(sizeof(LearnerStats) == 2 * kCacheLineBytes && alignof(LearnerStats) == kCacheLineBytes &&
+                  offsetof(LearnerStats, limiter_timeouts) == 2 * kCacheLineBytes - sizeof(uint64_t),
+              "a slot's statistics are 2 cache lines of its own: ages, buckets, then the limiter's timeouts");
 static_assert(sizeof(FieldDesc) == 192, "FieldDesc is 3 cache lines; changing it changes the layout");
 static_assert(sizeof(EnvControl) == 3 * kCacheLineBytes, "EnvControl is 3 cache lines, one per writing role");
 static_assert(offsetof(EnvControl, online_start) == kCacheLineBytes,

@@ -79,6 +79,8 @@ struct RateLimitState {
   uint64_t writer_waiting_since_ns = 0;   ///< CLOCK_REALTIME when the first of them began (when writer_waiters > 0)
   uint64_t last_sample_ns = 0;      ///< CLOCK_REALTIME of the last admitted sample call; 0: never
   uint64_t learner_limited = 0;     ///< sample calls held back (waited or refused) since creation
+  uint64_t learner_timeouts = 0;    ///< ... that gave up at their timeout (refused, with a timeout of 0), every
+                                    ///< learner slot's (layout 1.8; since creation or the last checkpoint load)
   uint64_t writers_limited = 0;     ///< push calls held back since creation
   uint64_t writer_timeouts = 0;     ///< ... that gave up at their timeout
   uint64_t changes = 0;             ///< times the settings were changed after creation

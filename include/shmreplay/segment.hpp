@@ -60,6 +60,8 @@ struct SegmentGeometry {
   uint64_t max_learners = 1;          ///< learner slots (layout 1.7)
   uint64_t learner_slots_offset = 0;  ///< LearnerSlot[max_learners - 1] (layout::kSectionLearners; 0 with one slot)
   uint64_t learner_online_offset = 0; ///< their online starts, [max_learners - 1][num_envs] u64 (0 with one slot)
+  uint64_t learner_stats_offset = 0;  ///< LearnerStats[max_learners], slot 0's first (layout::kSectionLearnerStats;
+                                      ///< layout 1.8)
   std::vector<uint64_t> field_offsets;  ///< each field's storage, in schema order (a stacked field's frame rings)
   std::vector<StackGeometry> stacks;    ///< the stacked fields, in schema order (layout 1.6); empty without
   StackContinuity stack_continuity = StackContinuity::compare;  ///< how writers tell a continuing stack (1.6)
@@ -152,6 +154,10 @@ class Segment {
   layout::LearnerSlot* learner_slot(uint64_t slot) const noexcept;
   /// Learner slot `slot`'s online start of env 0 (1 <= slot < max_learners()); env e's is e words further.
   std::atomic<uint64_t>* learner_online_starts(uint64_t slot) const noexcept;
+  /// Learner slot `slot`'s statistics (layout 1.8: sample ages, limiter timeouts), for every slot 0 to
+  /// max_learners() - 1. Atomics, so a read-only mapping reads them through the same pointer; only the slot's learner
+  /// (and a checkpoint load, which zeroes them) stores to them.
+  layout::LearnerStats* learner_stats(uint64_t slot) const noexcept;
   /// The segment-wide control block (learner slot 0's lease and counters, wake word, limiter).
   const layout::GlobalControl& global_control() const noexcept;
   /// The same, writable (a writable mapping only).

@@ -346,6 +346,10 @@ void load_global_state(Buffer& target, const CheckpointInfo& info, bool created,
                                    std::memory_order_relaxed);
     }
   }
+  // Layout 1.8: every slot's statistics (sample ages, limiter timeouts) start at zero: a checkpoint does not hold
+  // them (format 2.1), and they describe the rows drawn since the data was loaded, as a restarted exporter's counters
+  // do (docs/design/checkpoints.md).
+  for (uint64_t r = 0; r < seg.max_learners(); ++r) clear_learner_stats(*seg.learner_stats(r));
   if (info.max_learners > seg.max_learners()) {
     notes.push_back(fmt::format("learner slots: the checkpoint has {}, the segment {}: the counters and online views "
                                 "of slots {} to {} are not loaded",

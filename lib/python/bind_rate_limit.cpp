@@ -77,6 +77,9 @@ void bind_rate_limit(py::module_& m) {
                              },
                              "time.time() when the first waiting writer began, None when none waits")
       .def_readonly("learner_limited", &RateLimitState::learner_limited, "sample calls held back since creation")
+      .def_readonly("learner_timeouts", &RateLimitState::learner_timeouts,
+                    "sample calls held back that gave up at their timeout, every learner's (since creation or the "
+                    "last checkpoint load)")
       .def_readonly("writers_limited", &RateLimitState::writers_limited, "push calls held back since creation")
       .def_readonly("writer_timeouts", &RateLimitState::writer_timeouts,
                     "push calls held back that gave up at their timeout")

@@ -124,7 +124,7 @@ TEST_CASE("a segment of another major or an older minor version is refused with 
   CHECK(open_bytes(bytes, &m) == code(Errc::version_mismatch));
 
   std::vector<char> minor = real_segment_bytes();
-  poke<uint32_t>(minor, offsetof(SegmentHeader, layout_minor), 7);
+  poke<uint32_t>(minor, offsetof(SegmentHeader, layout_minor), kLayoutMinor + 1);
   CHECK(open_bytes(minor, &m) == 0);
 
   // Layout 1.0 lacks the global section (learner lease, wake word) this library needs.
@@ -148,6 +148,11 @@ TEST_CASE("a segment of another major or an older minor version is refused with 
   CHECK(open_bytes(minor, &m) == code(Errc::version_mismatch));
   CHECK(contains(m, fmt::format("segment layout 1.4, library 1.{}", kLayoutMinor)));
   CHECK(contains(m, "marks of waiting writers"));
+  // Layout 1.7 lacks the learners' statistics (1.8).
+  poke<uint32_t>(minor, offsetof(SegmentHeader, layout_minor), 7);
+  CHECK(open_bytes(minor, &m) == code(Errc::version_mismatch));
+  CHECK(contains(m, fmt::format("segment layout 1.7, library 1.{}", kLayoutMinor)));
+  CHECK(contains(m, "sample ages"));
 }
 
 TEST_CASE("a segment that is not ready is reported, or waited for within the timeout") {
@@ -202,6 +207,13 @@ TEST_CASE("inconsistent headers and field tables are reported as corrupt, naming
   corrupt([&](auto& b) { poke<uint64_t>(b, envs_off, 64); }, "overlaps the header");
   corrupt([&](auto& b) { poke<uint64_t>(b, envs_off, h.sections[kSectionFields].offset); }, "overlaps");
   corrupt([&](auto& b) { poke<uint64_t>(b, envs_off, h.sections[kSectionEnvs].offset + 8); }, "not aligned");
+  // Layout 1.8: the learners' statistics, one LearnerStats per slot, in range, aligned, apart from the rest.
+  const std::size_t stats_off = offsetof(SegmentHeader, sections) + kSectionLearnerStats * sizeof(SectionDesc);
+  corrupt([&](auto& b) { poke<uint64_t>(b, stats_off + 8, 64); },
+          "the learner statistics section is 64 bytes, expected 1 learner slots x 128 bytes");
+  corrupt([&](auto& b) { poke<uint64_t>(b, stats_off, h.sections[kSectionGlobal].offset); }, "overlaps");
+  corrupt([&](auto& b) { poke<uint64_t>(b, stats_off, h.sections[kSectionLearnerStats].offset + 8); }, "not aligned");
+  corrupt([&](auto& b) { poke<uint64_t>(b, stats_off, uint64_t{1} << 40); }, "ends beyond the file");
 
   const std::size_t f0 = h.sections[kSectionFields].offset;
   const std::size_t f1 = f0 + sizeof(FieldDesc);

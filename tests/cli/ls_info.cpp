@@ -325,11 +325,15 @@ TEST_CASE("ls and info report fill, live writers, totals and the learner of a bu
   CHECK(info["learner"]["pid"] == ::getpid());
   CHECK(info["learner"]["rows_sampled"] == 5);
   CHECK(info["learner"]["sample_calls"] == 1);
+  CHECK(info["learner"]["age_rows"] == 5);  // layout 1.8: the rows' ages
+  CHECK(info["learner"]["mean_age_steps"].is_number());
+  CHECK(info["learners"][0]["limiter_timeouts"] == 0);
   CHECK(info["envs"][0]["owner"] == "alive");
   CHECK(info["envs"][0]["owner_pid"] == writer.pid());
   CHECK(info["envs"][0]["last_push_ns"].get<uint64_t>() > 0);
   const std::string text = run_cli({"info", name}).out;
   CHECK(contains(line_starting(text, "sampled"), "5 rows in 1 call"));
+  CHECK(contains(line_starting(text, "sample age"), "steps behind the head on average (5 rows counted)"));
   CHECK(contains(line_starting(text, "learner"), fmt::format("pid {} (alive", ::getpid())));
   CHECK(contains(line_starting(text, "online steps"), "full)"));
   CHECK(writer.stop() == 0);

@@ -2,16 +2,19 @@
 // (Prometheus's own parser and naming lint), and a real Prometheus server (Debian's `prometheus`, which
 // tools/setup.sh installs) scrapes it every second while a writer process pushes and a learner process samples:
 // the counters Prometheus returns lie between the buffer's own counts read before the scrape and after it, and
-// rate() over them is positive while the run goes on. Without the binaries the cases say so and pass (skipped).
+// rate() over them is positive while the run goes on; the learners' sample-age histogram (layout 1.8) counts every
+// row sampled and histogram_quantile() reads it. Without the binaries the cases say so and pass (skipped).
 #include "cli/cli_helpers.hpp"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
 #include "shmreplay/sampler.hpp"
+#include "shmreplay/writer.hpp"
 
 namespace {
 
@@ -83,9 +86,10 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// A learner process sampling 32 rows of 2 steps every 300 us until killed.
-pid_t spawn_learner(const std::string& name) {
-  return test::spawn([name] {
+// A learner process sampling 32 rows of 2 steps every 300 us until the file `stop` exists (then it idles), or until
+// killed.
+pid_t spawn_learner(const std::string& name, const std::string& stop) {
+  return test::spawn([name, stop] {
     try {
       Buffer b = Buffer::open(name);
       Sampler learner(b);
@@ -93,6 +97,7 @@ pid_t spawn_learner(const std::string& name) {
       SampleBatch batch;
       for (;;) {
         ::usleep(300);
+        if (::access(stop.c_str(), F_OK) == 0) continue;
         if (learner.size(View::replay) < 64) continue;
         learner.sample(View::replay, 32, 2, 0.0, rng, batch);
       }
@@ -122,17 +127,56 @@ pid_t spawn_program(const std::vector<std::string>& argv, const std::string& log
 TEST_CASE("metrics --once: Prometheus's parser accepts the text, with every learner slot and env") {
   const std::string name = unique_name("metrics_once");
   SegmentGuard guard(name);
-  Buffer::create(name, 3, 64, test::kPayloadSchema,
-                 {.priority_exponent = 0.6, .rate_limit = RateLimit::ratio(1.0, 10, 100), .max_learners = 3});
+  Buffer buf = Buffer::create(name, 3, 64, test::kPayloadSchema,
+                              {.priority_exponent = 0.6, .rate_limit = RateLimit::ratio(1.0, 10, 100), .max_learners = 3});
+  {
+    // Learner slot 1 samples 20 rows and peeks 3 (ages counted), then a call the limiter refuses (error 20 - 20 -
+    // 200 is below min_diff -90) gives up at its timeout of 0.
+    Writer w(buf, {0, 1, 2});
+    test::PayloadPusher pusher;
+    for (int i = 0; i < 10; ++i) pusher.push(w, {0, 1});
+    Sampler learner(buf, {.rank = 1});
+    Rng rng(4);
+    SampleBatch batch;
+    learner.sample(View::replay, 20, 3, 0.0, rng, batch);
+    const uint64_t ids[] = {0, 1, 2};
+    learner.peek(ids, batch);
+    SampleOptions now;
+    now.rate_limit_timeout_ms = 0;
+    CHECK(test::error_of([&] { learner.sample(View::replay, 200, 1, 0.0, rng, batch, now); }) ==
+          static_cast<int>(Errc::rate_limited));
+  }
   const CliResult r = run_cli({"metrics", name, "--once"});
   REQUIRE(r.exit_code == 0);
   CHECK(contains(r.out, fmt::format("shmreplay_buffer_up{{buffer=\"{}\"}} 1", name)));
   for (int l = 0; l < 3; ++l) {
-    CHECK(contains(r.out, fmt::format("shmreplay_learner_rows_sampled_total{{buffer=\"{}\",learner=\"{}\"}} 0", name, l)));
+    CHECK(contains(r.out, fmt::format("shmreplay_learner_rows_sampled_total{{buffer=\"{}\",learner=\"{}\"}} {}\n", name,
+                                      l, l == 1 ? 23 : 0)));
   }
   CHECK(contains(r.out, fmt::format("shmreplay_steps_published_total{{buffer=\"{}\",env=\"2\"}} 0", name)));
   CHECK(contains(r.out, fmt::format("shmreplay_rate_limit_samples_per_insert{{buffer=\"{}\"}} 1", name)));
   CHECK(contains(r.out, "# TYPE shmreplay_inserts_total counter"));
+  // The sample-age histogram (layout 1.8): cumulative buckets at 0, 1, 4, ..., 4^11 steps, +Inf, _sum and _count per
+  // learner slot; slot 1's count is its 23 rows (3 of them peeks, age 0).
+  CHECK(contains(r.out, "# TYPE shmreplay_learner_sample_age_steps histogram"));
+  const std::string slot1 = fmt::format("buffer=\"{}\",learner=\"1\"", name);
+  CHECK(contains(r.out, fmt::format("shmreplay_learner_sample_age_steps_count{{{}}} 23\n", slot1)));
+  CHECK(contains(r.out, fmt::format("shmreplay_learner_sample_age_steps_bucket{{{},le=\"+Inf\"}} 23\n", slot1)));
+  CHECK(contains(r.out, fmt::format("shmreplay_learner_sample_age_steps_bucket{{{},le=\"4194304\"}} 23\n", slot1)));
+  CHECK(contains(r.out, fmt::format("shmreplay_learner_sample_age_steps_bucket{{{},le=\"16\"}} 23\n", slot1)));
+  CHECK(contains(r.out, fmt::format("shmreplay_learner_sample_age_steps_count{{buffer=\"{}\",learner=\"0\"}} 0\n", name)));
+  const SegmentInfo info = Inspector(name).snapshot();
+  CHECK(info.learners[1].age_rows == 23);
+  CHECK(info.learners[1].age_buckets[0] >= 3);
+  CHECK(contains(r.out, fmt::format("shmreplay_learner_sample_age_steps_bucket{{{},le=\"0\"}} {}\n", slot1,
+                                    info.learners[1].age_buckets[0])));
+  CHECK(contains(r.out, fmt::format("shmreplay_learner_sample_age_steps_sum{{{}}} {}\n", slot1,
+                                    info.learners[1].age_sum_steps)));
+  // Both sides' timed-out calls.
+  CHECK(contains(r.out, fmt::format("shmreplay_rate_limit_timed_out_calls_total{{buffer=\"{}\",side=\"learner\"}} 1\n",
+                                    name)));
+  CHECK(contains(r.out, fmt::format("shmreplay_rate_limit_timed_out_calls_total{{buffer=\"{}\",side=\"writer\"}} 0\n",
+                                    name)));
   const CliResult missing = run_cli({"metrics", name + "_absent", "--once"});
   CHECK(contains(missing.out, fmt::format("shmreplay_buffer_up{{buffer=\"{}_absent\"}} 0", name)));
   CHECK(run_cli({"metrics"}).exit_code == 2);  // neither --listen nor --once
@@ -160,7 +204,8 @@ TEST_CASE("metrics --listen: a real Prometheus scrapes it while a writer pushes 
   create_payload(name, 2, 4096);
   const Inspector inspector(name);
   WriterProcess writer(name, all_envs(2));
-  const pid_t learner = spawn_learner(name);
+  const std::string stop = fmt::format("/tmp/{}.stop", name);
+  const pid_t learner = spawn_learner(name, stop);
 
   RunningCli exporter({"metrics", name, "--listen", "127.0.0.1:0"});
   const int exporter_port = serving_port(exporter);
@@ -229,8 +274,53 @@ TEST_CASE("metrics --listen: a real Prometheus scrapes it while a writer pushes 
           insert_rate->first, " steps/s, ", sample_rate->first, " rows/s");
   CHECK(insert_rate->first > 0);
   CHECK(sample_rate->first > 0);
+  // The median age of the rows sampled over the last 5 s, from the per-slot histograms (layout 1.8).
+  const auto median_rate = first_value(prom_query(
+      prom_port, "histogram_quantile(0.5, sum by (le) (rate(shmreplay_learner_sample_age_steps_bucket" + sel +
+                     "[5s])))"));
+  REQUIRE(median_rate);
+  CHECK(std::isfinite(median_rate->first));
+  CHECK(median_rate->first >= 0);
+
+  // The learner stops sampling; once Prometheus holds a scrape taken after that, the histograms' counts add up to the
+  // rows sampled, exactly, and their median is a number.
+  replace_file(stop, "");
+  uint64_t stopped_rows = counts().second;
+  for (;;) {  // until the count stays put for 200 ms (the learner saw the file)
+    ::usleep(200'000);
+    const uint64_t now_rows = counts().second;
+    if (now_rows == stopped_rows) break;
+    stopped_rows = now_rows;
+  }
+  const double stopped_s = now_s();
+  std::optional<std::pair<double, double>> scraped;
+  for (;;) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline + std::chrono::seconds(30), whole_file(dir + "/log"));
+    ::usleep(300'000);
+    scraped = first_value(prom_query(prom_port, "timestamp(shmreplay_samples_total" + sel + ")"));
+    if (scraped && scraped->first > stopped_s) break;
+  }
+  const auto sampled = first_value(prom_query(prom_port, "shmreplay_samples_total" + sel));
+  const auto age_count = first_value(prom_query(prom_port, "sum(shmreplay_learner_sample_age_steps_count" + sel + ")"));
+  const auto inf_bucket = first_value(prom_query(
+      prom_port, fmt::format("sum(shmreplay_learner_sample_age_steps_bucket{{buffer=\"{}\",le=\"+Inf\"}})", name)));
+  const auto median = first_value(prom_query(
+      prom_port, "histogram_quantile(0.5, sum by (le) (shmreplay_learner_sample_age_steps_bucket" + sel + "))"));
+  REQUIRE(sampled);
+  REQUIRE(age_count);
+  REQUIRE(inf_bucket);
+  REQUIRE(median);
+  MESSAGE("Prometheus: ", sampled->first, " rows sampled, ", age_count->first, " ages counted; median age ",
+          median->first, " steps (", median_rate->first, " over the last 5 s of sampling)");
+  CHECK(sampled->first == static_cast<double>(stopped_rows));
+  CHECK(age_count->first == sampled->first);
+  CHECK(inf_bucket->first == sampled->first);
+  CHECK(static_cast<double>(inspector.snapshot().learner.age_rows) == age_count->first);
+  CHECK(std::isfinite(median->first));
+  CHECK(median->first >= 0);
 
   CHECK(test::kill_and_reap(learner));
+  std::filesystem::remove(stop);
   CHECK(writer.stop() == 0);
   ::kill(prom, SIGTERM);
   ::waitpid(prom, nullptr, 0);

@@ -69,6 +69,7 @@ def test_the_learner_is_held_back_with_ratelimited_a_timeouterror_that_says_why(
         s.sample_mixed(8, 8, 1, rate_limit_timeout=0)
         assert buf.rate_limit_state().samples == 24
         assert buf.rate_limit_state().learner_limited == 2  # the refused timeout never reached it
+        assert buf.rate_limit_state().learner_timeouts == 2  # both held-back calls gave up (layout 1.8)
 
 
 def test_a_waiting_writer_times_out_with_nothing_written_and_can_go_on_without_waiting(name):

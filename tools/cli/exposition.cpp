@@ -46,13 +46,17 @@ std::string escape_label_value(std::string_view value) {
 void Exposition::family(std::string_view name, Type type, std::string_view help) {
   assert(valid_name(name) && "a metric name matches [a-zA-Z_:][a-zA-Z0-9_:]*");
   assert((type != Type::counter || name.ends_with("_total")) && "a counter's name ends in _total");
+  assert((type != Type::histogram || !(name.ends_with("_total") || name.ends_with("_bucket") ||
+                                       name.ends_with("_sum") || name.ends_with("_count"))) &&
+         "a histogram's name is its series' stem");
   name_ = name;
   text_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, escape_help(help), name,
-                       type == Type::counter ? "counter" : "gauge");
+                       type == Type::counter ? "counter" : type == Type::gauge ? "gauge" : "histogram");
 }
 
-void Exposition::sample_prefix(const std::vector<Label>& labels) {
+void Exposition::sample_prefix(const std::vector<Label>& labels, std::string_view suffix) {
   text_ += name_;
+  text_ += suffix;
   if (labels.empty()) return;
   text_ += '{';
   for (std::size_t i = 0; i < labels.size(); ++i) {
@@ -60,6 +64,29 @@ void Exposition::sample_prefix(const std::vector<Label>& labels) {
     text_ += fmt::format("{}{}=\"{}\"", i == 0 ? "" : ",", labels[i].first, escape_label_value(labels[i].second));
   }
   text_ += '}';
+}
+
+void Exposition::histogram(const std::vector<Label>& labels, std::span<const double> bounds,
+                           std::span<const uint64_t> buckets, uint64_t sum, uint64_t count) {
+  assert(bounds.size() == buckets.size());
+  std::vector<Label> with_le = labels;
+  with_le.emplace_back("le", "");
+  uint64_t cumulative = 0;
+  for (std::size_t k = 0; k < bounds.size(); ++k) {
+    assert((k == 0 || bounds[k - 1] < bounds[k]) && "bounds ascend");
+    cumulative += buckets[k];
+    with_le.back().second = fmt::format("{}", bounds[k]);
+    sample_prefix(with_le, "_bucket");
+    text_ += fmt::format(" {}\n", cumulative);
+  }
+  assert(cumulative <= count && "the count holds every bucket");
+  with_le.back().second = "+Inf";
+  sample_prefix(with_le, "_bucket");
+  text_ += fmt::format(" {}\n", count);
+  sample_prefix(labels, "_sum");
+  text_ += fmt::format(" {}\n", sum);
+  sample_prefix(labels, "_count");
+  text_ += fmt::format(" {}\n", count);
 }
 
 void Exposition::sample(const std::vector<Label>& labels, uint64_t value) {

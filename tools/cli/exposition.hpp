@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -21,15 +22,22 @@ using Label = std::pair<std::string_view, std::string>;
 /// The text of one scrape, family by family.
 class Exposition {
  public:
-  enum class Type { counter, gauge };
+  enum class Type { counter, gauge, histogram };
 
-  /// Starts a metric family: `name` (Prometheus's name rules; a counter's ends in `_total`), its type and help text.
-  /// Families must be distinct within one Exposition (Prometheus refuses a scrape that repeats one).
+  /// Starts a metric family: `name` (Prometheus's name rules; a counter's ends in `_total`; a histogram's ends in
+  /// none of `_total`, `_bucket`, `_sum`, `_count`), its type and help text. Families must be distinct within one
+  /// Exposition (Prometheus refuses a scrape that repeats one).
   void family(std::string_view name, Type type, std::string_view help);
   /// A sample of the family started last: its labels and value. An integer counter is printed exactly.
   void sample(const std::vector<Label>& labels, uint64_t value);
   /// ... a floating-point value: shortest round-trip form, "+Inf", "-Inf" or "NaN".
   void sample(const std::vector<Label>& labels, double value);
+  /// One histogram of the family started last (Type::histogram) with its labels: a `_bucket` line per bound in
+  /// `bounds` (ascending upper bounds, the `le` label) with the cumulative count of `buckets` (rows per bucket, not
+  /// cumulative, one per bound), a `le="+Inf"` line and `_count` with `count` (every observation, those above the
+  /// last bound too; at least the buckets' sum), and `_sum` with `sum`. Integers are printed exactly.
+  void histogram(const std::vector<Label>& labels, std::span<const double> bounds, std::span<const uint64_t> buckets,
+                 uint64_t sum, uint64_t count);
 
   /// The text so far (UTF-8, lines ending in '\n').
   const std::string& text() const noexcept { return text_; }
@@ -38,7 +46,7 @@ class Exposition {
   static constexpr const char* kContentType = "text/plain; version=0.0.4; charset=utf-8";
 
  private:
-  void sample_prefix(const std::vector<Label>& labels);
+  void sample_prefix(const std::vector<Label>& labels, std::string_view suffix = {});
 
   std::string text_;
   std::string name_;  // of the family started last

@@ -145,6 +145,11 @@ Json listed_json(const ListedSegment& s) {
   };
 }
 
+// The mean age of the rows sampled (layout 1.8), null before any was counted.
+Json mean_age_json(const LearnerInfo& l) {
+  return l.age_rows == 0 ? Json(nullptr) : Json(static_cast<double>(l.age_sum_steps) / static_cast<double>(l.age_rows));
+}
+
 Json learner_json(const LearnerInfo& l) {
   return {
       {"state", to_string(l.state)},
@@ -159,6 +164,10 @@ Json learner_json(const LearnerInfo& l) {
       {"steps_updated", l.steps_updated},
       {"waiters", l.waiters},
       {"waiting_rows", l.waiting_rows},
+      {"limiter_timeouts", l.limiter_timeouts},
+      {"age_rows", l.age_rows},
+      {"age_sum_steps", l.age_sum_steps},
+      {"mean_age_steps", mean_age_json(l)},
   };
 }
 
@@ -194,6 +203,7 @@ Json rate_limit_json(const RateLimitState& s) {
       {"writer_waiting_since_ns", s.writer_waiting_since_ns},
       {"last_sample_ns", s.last_sample_ns},
       {"learner_limited", s.learner_limited},
+      {"learner_timeouts", s.learner_timeouts},
       {"writers_limited", s.writers_limited},
       {"writer_timeouts", s.writer_timeouts},
       {"changes", s.changes},
@@ -319,6 +329,11 @@ void print_info_summary(const SegmentInfo& i) {
   print_pair("sampled", fmt::format("{} in {}, {} retried, {} updated, {} online resets",
                                     counted(l.rows_sampled, "row", "rows"), counted(l.sample_calls, "call", "calls"),
                                     l.retries, counted(l.steps_updated, "step", "steps"), l.online_resets));
+  if (l.age_rows != 0) {  // layout 1.8
+    print_pair("sample age", fmt::format("{:.1f} steps behind the head on average ({} counted)",
+                                         static_cast<double>(l.age_sum_steps) / static_cast<double>(l.age_rows),
+                                         counted(l.age_rows, "row", "rows")));
+  }
 }
 
 void print_schema_table(const Schema& schema) {

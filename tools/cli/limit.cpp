@@ -54,8 +54,8 @@ std::string rate_limit_text(const RateLimitState& s) {
     text += fmt::format("; {} writer{} wait{} since {} ago", s.writer_waiters, s.writer_waiters == 1 ? "" : "s",
                         s.writer_waiters == 1 ? "s" : "", human_age(age_ns(s.writer_waiting_since_ns)));
   }
-  text += fmt::format("; held back: {} sample calls, {} pushes ({} timed out)", s.learner_limited, s.writers_limited,
-                      s.writer_timeouts);
+  text += fmt::format("; held back: {} sample calls ({} timed out), {} pushes ({} timed out)", s.learner_limited,
+                      s.learner_timeouts, s.writers_limited, s.writer_timeouts);
   return text;
 }
 

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include "exposition.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/inspector.hpp"
+#include "shmreplay/sample_age.hpp"
 
 namespace shmreplay::cli {
 namespace {
@@ -201,6 +203,19 @@ void Writer::all() {
               [](const LearnerInfo& l) { return U(l.waiters); });
   per_learner("shmreplay_learner_waiting_rows", Type::gauge, "Rows of the slot's sample call waiting for the rate limiter",
               [](const LearnerInfo& l) { return U(l.waiting_rows); });
+  // Layout 1.8: the age of the sampled rows, one histogram per learner slot with the segment's own bucket bounds.
+  x_.family("shmreplay_learner_sample_age_steps", Type::histogram,
+            "Age of the rows the learner slot sampled: steps from a row's end to its env's head when it was drawn (0: "
+            "it ends at the newest step); since creation or the last checkpoint load");
+  std::array<double, layout::kAgeBuckets> bounds{};
+  for (uint32_t k = 0; k < layout::kAgeBuckets; ++k) bounds[k] = static_cast<double>(layout::age_bucket_le(k));
+  for (const Scraped& b : buffers_) {
+    if (!b.info) continue;
+    for (const LearnerInfo& l : b.info->learners) {
+      x_.histogram({{"buffer", b.name}, {"learner", std::to_string(l.slot)}}, bounds, l.age_buckets, l.age_sum_steps,
+                   l.age_rows);
+    }
+  }
 
   // priorities (buffers with priorities only)
   per_buffer("shmreplay_priority_weight", Type::gauge, "Sum of priority^alpha over the replay view (what sampling draws from)",
@@ -238,9 +253,11 @@ void Writer::all() {
     x_.sample({{"buffer", b.name}, {"side", "writer"}}, b.info->rate_limit.writers_limited);
   }
   x_.family("shmreplay_rate_limit_timed_out_calls_total", Type::counter,
-            "Held-back calls that gave up at their timeout, by side (the segment counts the writers' only)");
+            "Held-back calls that gave up at their timeout (a timeout of 0 refuses at once, and counts), by side: "
+            "learner sample calls, writer push calls");
   for (const Scraped& b : buffers_) {
     if (!b.info || !b.info->rate_limit.limit) continue;
+    x_.sample({{"buffer", b.name}, {"side", "learner"}}, b.info->rate_limit.learner_timeouts);
     x_.sample({{"buffer", b.name}, {"side", "writer"}}, b.info->rate_limit.writer_timeouts);
   }
   x_.family("shmreplay_rate_limit_waiting", Type::gauge, "Processes waiting for the rate limiter now, by side");

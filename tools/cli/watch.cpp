@@ -325,7 +325,10 @@ Json learners_json(const SegmentInfo& s, const Rates& r) {
                    {"state", to_string(l.state)},
                    {"pid", l.pid},
                    {"rows_sampled", l.rows_sampled},
-                   {"samples_per_s", rate < 0 ? Json(nullptr) : Json(rate)}});
+                   {"samples_per_s", rate < 0 ? Json(nullptr) : Json(rate)},
+                   {"mean_age_steps", l.age_rows == 0 ? Json(nullptr)
+                                                      : Json(static_cast<double>(l.age_sum_steps) /
+                                                             static_cast<double>(l.age_rows))}});
   }
   return out;
 }

@@ -1,7 +1,8 @@
 // detail/protocol/learner_slots.hpp: the words of one learner slot (layout 1.7), wherever they lie. Slot 0's are the
 // words a one-learner buffer has always had (GlobalControl lines 0-1, priority_walk, learner_waiting_*,
 // slot0_waiters, EnvControl::online_start); slots 1 to max_learners - 1 are a layout::LearnerSlot each in the learner
-// section, with their online starts after them. docs/design/learners.md has the protocols that use them.
+// section, with their online starts after them. Every slot, slot 0 included, has a layout::LearnerStats in the learner
+// statistics section (layout 1.8). docs/design/learners.md has the protocols that use them.
 //
 // Who calls it: the Sampler (its own slot), a checkpoint load (every slot), a takeover's repair (the slot taken),
 // a writer waiting on an update lock (the lock holder's lease), the Inspector (every slot, read-only). Safe across
@@ -31,6 +32,8 @@ struct LearnerSlotWords {
   std::atomic<uint64_t>& waiters;           ///< the slot's sleepers on wake_seq (also counted in GlobalControl)
   std::atomic<uint64_t>* online_starts;     ///< env e's online start is online_starts[e * online_stride]
   uint64_t online_stride;
+  layout::LearnerStats& stats;              ///< the slot's sample ages and limiter timeouts (layout 1.8), written by
+                                            ///< its learner only; informational
 
   /// The slot's online start of env `env` (EnvControl::online_start for slot 0).
   std::atomic<uint64_t>& online_start(uint64_t env) const noexcept { return online_starts[env * online_stride]; }
@@ -47,13 +50,23 @@ inline LearnerSlotWords learner_slot(const Segment& segment, uint64_t slot) noex
     return {{g.learner_lease, g.learner_start_ticks, g.learner_since_ns, g.learner_takeovers},
             g.rows_sampled, g.sample_calls, g.retries, g.online_resets, g.steps_updated,
             g.priority_walk, g.learner_waiting_rows, g.learner_waiting_since_ns, g.slot0_waiters,
-            &env0.online_start, sizeof(layout::EnvControl) / sizeof(std::atomic<uint64_t>)};
+            &env0.online_start, sizeof(layout::EnvControl) / sizeof(std::atomic<uint64_t>),
+            *segment.learner_stats(0)};
   }
   layout::LearnerSlot& s = *segment.learner_slot(slot);
   return {{s.lease, s.start_ticks, s.since_ns, s.takeovers},
           s.rows_sampled, s.sample_calls, s.retries, s.online_resets, s.steps_updated,
           s.priority_walk, s.waiting_rows, s.waiting_since_ns, s.waiters,
-          segment.learner_online_starts(slot), 1};
+          segment.learner_online_starts(slot), 1, *segment.learner_stats(slot)};
+}
+
+/// Sets every word of a slot's statistics (layout 1.8) to zero: what a checkpoint load does, holding every slot's
+/// lease (relaxed: informational words, published with the rest of the load by its lease releases).
+inline void clear_learner_stats(layout::LearnerStats& stats) noexcept {
+  stats.age_rows.store(0, std::memory_order_relaxed);
+  stats.age_sum_steps.store(0, std::memory_order_relaxed);
+  for (std::atomic<uint64_t>& bucket : stats.age_buckets) bucket.store(0, std::memory_order_relaxed);
+  stats.limiter_timeouts.store(0, std::memory_order_relaxed);
 }
 
 static_assert(sizeof(layout::EnvControl) % sizeof(std::atomic<uint64_t>) == 0 &&

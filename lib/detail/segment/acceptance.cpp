@@ -1,6 +1,7 @@
 // detail/segment/acceptance.cpp: open's acceptance rule: what a file must be before anything of it is trusted
 // (accept_prefix, read with pread before mapping), a creator's "ready" awaited (await_ready), then every count,
-// section and field of the header checked and copied out once (accept_segment). Create's placement rule, beside it
+// section and field of the header checked and copied out once (accept_segment; the learner sections in
+// learner_acceptance.cpp). Create's placement rule, beside it
 // in placement.cpp, places sections so that they pass.
 #include <algorithm>
 #include <bit>
@@ -49,9 +50,8 @@ struct Sections {
   uint64_t capacity = 0;
   uint64_t num_fields = 0;
   uint64_t queue_capacity = 0;
-  SectionDesc fields, envs, data, global, episodes, meta, queues, priorities, learners;
-  uint64_t max_learners = 1;
-  uint64_t learner_online_offset = 0;
+  SectionDesc fields, envs, data, global, episodes, meta, queues, priorities;
+  LearnerSections learners;  // layout 1.7 and 1.8 (learner_acceptance.cpp)
   bool has_episodes = false;
   bool has_priorities = false;
   double alpha = 0.0;
@@ -193,29 +193,6 @@ void accept_priority_section(const SegmentHeader& h, Sections& s, const OpenChec
   }
 }
 
-// Layout 1.7: the learner slots past slot 0 and their online starts, empty (0 bytes, offset ignored) with one
-// learner. max_learners is read once.
-void accept_learner_section(const SegmentHeader& h, Sections& s, const OpenCheck& v, Placed& placed) {
-  const SectionDesc sec = s.learners = h.sections[kSectionLearners];
-  const uint64_t max_learners = s.max_learners = h.max_learners;
-  if (max_learners < 1 || max_learners > kMaxLearners) {
-    v.fail(Errc::corrupt, fmt::format("max_learners is {}, expected 1 to {}", max_learners, kMaxLearners));
-  }
-  const uint64_t slots = max_learners - 1;
-  const uint64_t online = slots == 0 ? 0 : (slots * sizeof(LearnerSlot) + kCacheLineBytes - 1) / kCacheLineBytes *
-                                                kCacheLineBytes;
-  const uint64_t expect = slots == 0 ? 0 : online + slots * s.num_envs * sizeof(uint64_t);  // bounded: no overflow
-  if (sec.bytes != expect) {
-    v.fail(Errc::corrupt, fmt::format("the learner section is {} bytes, expected {} for {} learner slots and {} envs",
-                                      sec.bytes, expect, max_learners, s.num_envs));
-  }
-  if (slots != 0) {
-    v.check_range("the learner section", sec.offset, sec.bytes, s.header_bytes, kCacheLineBytes);
-    placed.emplace_back(sec, "the learner section");
-    s.learner_online_offset = sec.offset + online;
-  }
-}
-
 // Every section: its size for the counts, its bounds and alignment in the file, and no two overlapping.
 Sections accept_sections(const SegmentHeader& h, LayoutVersion version, const OpenCheck& check) {
   Sections s = accept_counts(h, version, check);
@@ -223,7 +200,7 @@ Sections accept_sections(const SegmentHeader& h, LayoutVersion version, const Op
   accept_core_sections(h, s, check, placed);
   accept_episode_sections(h, s, check, placed);
   accept_priority_section(h, s, check, placed);
-  accept_learner_section(h, s, check, placed);
+  s.learners = accept_learner_sections(h, s.num_envs, s.header_bytes, check, placed);
   check.check_disjoint(placed);
   return s;
 }
@@ -389,6 +366,7 @@ LayoutVersion accept_prefix(int fd, const OpenCheck& check) {
         "the rate limiter's marks of waiting writers",                              // 1.4
         "stacked fields",                                                           // 1.5
         "learner slots",                                                            // 1.6
+        "sample ages and the learners' limiter timeouts",                           // 1.7
     };
     static_assert(std::size(kLacks) == kLayoutMinor, "one entry per older minor version");
     check.fail(Errc::version_mismatch,
@@ -487,9 +465,10 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
   g.total_bytes = check.file_bytes();
   g.envs_offset = s.envs.offset;
   g.global_offset = s.global.offset;
-  g.max_learners = s.max_learners;
-  g.learner_slots_offset = s.max_learners > 1 ? s.learners.offset : 0;
-  g.learner_online_offset = s.learner_online_offset;
+  g.max_learners = s.learners.max_learners;
+  g.learner_slots_offset = s.learners.slots.offset;
+  g.learner_online_offset = s.learners.online_offset;
+  g.learner_stats_offset = s.learners.stats.offset;
   g.episode_fields = roles;
   g.episode_queue_capacity = queue_capacity;
   g.episodes_offset = s.episodes.offset;

@@ -65,6 +65,9 @@ SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& sch
     p.learner_online_offset = at + online;
     at = round_up(at + bytes, kCacheLineBytes);
   }
+  // Layout 1.8: every slot's statistics, slot 0's included (at most 64 x 128 bytes), still before the data.
+  p.sections[kSectionLearnerStats] = {at, max_learners * sizeof(LearnerStats)};
+  at = round_up(at + p.sections[kSectionLearnerStats].bytes, kCacheLineBytes);
   at = round_up(at, kPageBytes);
   const uint64_t data_start = at;
   const uint64_t steps = checked_mul(num_envs, capacity, num_envs, capacity, "the number of steps");
@@ -182,6 +185,8 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
     auto* online = reinterpret_cast<std::atomic<uint64_t>*>(base + p.learner_online_offset);
     for (uint64_t i = 0; i < (p.max_learners - 1) * num_envs; ++i) new (online + i) std::atomic<uint64_t>(0);
   }
+  auto* stats = reinterpret_cast<LearnerStats*>(base + p.sections[kSectionLearnerStats].offset);  // layout 1.8
+  for (uint64_t r = 0; r < p.max_learners; ++r) new (stats + r) LearnerStats{};
   // Nobody else can see the segment yet: the rewriter lease is free.
   if (rate_limit) store_rate_limit(*global, rate_limit, /*inserts=*/std::nullopt, self_lease_word(), 0);
   if (priority_exponent) {
@@ -223,6 +228,7 @@ SegmentGeometry planned_geometry(const std::string& name, uint64_t num_envs, uin
   g.max_learners = plan.max_learners;
   g.learner_slots_offset = plan.sections[kSectionLearners].offset;
   g.learner_online_offset = plan.learner_online_offset;
+  g.learner_stats_offset = plan.sections[kSectionLearnerStats].offset;
   g.field_offsets = plan.field_offsets;
   g.stacks = plan.stacks;
   g.stack_continuity = stack_continuity;

@@ -122,6 +122,22 @@ LayoutVersion accept_prefix(int fd, const OpenCheck& check);
 /// InterruptCheck every 50 polls; throws Error(not_ready) naming the creator.
 void await_ready(const layout::SegmentHeader& header, uint64_t timeout_ms, const OpenCheck& check);
 
+/// The learner sections as open accepted them (layouts 1.7 and 1.8).
+struct LearnerSections {
+  uint64_t max_learners = 1;   ///< learner slots, 1 to layout::kMaxLearners
+  layout::SectionDesc slots;   ///< LearnerSlot[max_learners - 1] and their online starts; {0, 0} with one slot
+  uint64_t online_offset = 0;  ///< where the online starts begin inside it; 0 with one slot
+  layout::SectionDesc stats;   ///< LearnerStats[max_learners], slot 0's first (1.8)
+};
+
+/// Open's rule for the learner sections (learner_acceptance.cpp): max_learners (read once) 1 to kMaxLearners; a
+/// learner section of exactly max_learners - 1 slots and their online starts (1.7; empty with one slot); a statistics
+/// section of exactly max_learners LearnerStats (1.8); each inside the file, past the header and aligned, and added
+/// to `placed` for the caller's overlap check. Throws Error(corrupt) through `check`.
+LearnerSections accept_learner_sections(const layout::SegmentHeader& h, uint64_t num_envs, uint64_t header_bytes,
+                                        const OpenCheck& check,
+                                        std::vector<std::pair<layout::SectionDesc, std::string>>& placed);
+
 /// The acceptance rule proper, over a ready segment mapped at `base` (the whole file): the header's sizes and
 /// counts, every section's bounds, alignment and size, no overlaps, the field table, the episode roles and, when
 /// given, the expected schema. Every value is read once, checked and copied into the result.
