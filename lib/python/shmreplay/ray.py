@@ -276,7 +276,7 @@ class PendingBatch:
 
     __slots__ = ("_sampler", "_request")
 
-    def __init__(self, sampler: "ClusterSampler", request: _Request):
+    def __init__(self, sampler: "ClusterSampler", request) -> None:  # request: a private _Request
         self._sampler = sampler
         self._request = request
 
