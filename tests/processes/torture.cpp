@@ -35,13 +35,18 @@ TEST_CASE(kTortureName) {
       return std::all_of(info.envs.begin(), info.envs.end(),
                          [](const EnvInfo& env) { return env.owner == OwnerState::alive; });
     };
-    SegmentInfo started = Inspector(guard.name()).snapshot();
-    for (const auto give_up = Clock::now() + std::chrono::seconds(20);
-         !(all_alive(started) && started.live_writers == num_writers) && Clock::now() < give_up;
-         started = Inspector(guard.name()).snapshot()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    REQUIRE(all_alive(started));
+    // The segment once every env's lease is held by a live writer and every writer counts (at most 20 s; never a
+    // timed assertion: the caller checks what it returns).
+    const auto settled = [&] {
+      SegmentInfo info = Inspector(guard.name()).snapshot();
+      for (const auto give_up = Clock::now() + std::chrono::seconds(20);
+           !(all_alive(info) && info.live_writers == num_writers) && Clock::now() < give_up;
+           info = Inspector(guard.name()).snapshot()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      return info;
+    };
+    REQUIRE(all_alive(settled()));
     // Per writer slot, the process that holds its envs' leases: a writer killed while it was starting, before it
     // took the leases over, leaves them with its dead predecessor.
     std::vector<pid_t> holders = writers;
@@ -118,12 +123,7 @@ TEST_CASE(kTortureName) {
     }
     torture_s = std::chrono::duration<double>(Clock::now() - start).count();
     // The last replacement may not have taken its leases over yet: give it time (never a timed assertion).
-    SegmentInfo live = Inspector(guard.name()).snapshot();
-    for (const auto give_up = Clock::now() + std::chrono::seconds(20);
-         !(all_alive(live) && live.live_writers == num_writers) && Clock::now() < give_up;
-         live = Inspector(guard.name()).snapshot()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    const SegmentInfo live = settled();
     for (const EnvInfo& env : live.envs) {
       CHECK(env.owner == OwnerState::alive);
       CHECK(env.last_push_ns > 0);

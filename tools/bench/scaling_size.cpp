@@ -67,6 +67,33 @@ void push_figures(const std::vector<std::vector<double>>& p, SizeRow& row) {
   row.push_over_ref = median_ratio(p[0], limit);
 }
 
+// The interleaved sampling cases of one size, transitions then sequences, each beside its limit: ours, the gather of
+// the same rows, a memcpy of them (measure_small and measure_atari differ only in the rows and the sequence length).
+// Runs them and fills the row's two sample figures.
+void measure_samples(const SizeConfig& c, Sampler& sampler, PlainSample& flat, PlainSample& seq,
+                     std::size_t transitions, std::size_t sequences, std::size_t length, SizeRow& row) {
+  Rng rng(1);
+  SampleBatch out_t, out_s;
+  std::vector<std::function<uint64_t()>> ops = {
+      [&] {
+        sampler.sample_transitions(View::replay, transitions, rng, out_t);
+        return uint64_t{transitions};
+      },
+      [&] { return flat.gather_rows(kChunkBytes); },
+      [&] { return flat.memcpy_rows(); },
+      [&] {
+        sampler.sample(View::replay, sequences, length, 1.0, rng, out_s);
+        return uint64_t{sequences};
+      },
+      [&] { return seq.gather_rows(kChunkBytes); },
+      [&] { return seq.memcpy_rows(); },
+  };
+  std::vector<std::vector<CallRecord>> calls;
+  const auto r = interleaved_timed_rates(c.trial_s, c.trials, c.warm, ops, calls);
+  sample_figures(r, calls, 0, row.transitions);
+  sample_figures(r, calls, 3, row.sequences);
+}
+
 // A buffer created with its pages populated and its name removed at once (the mapping stays).
 Buffer create_populated(const std::string& name, uint64_t capacity, const Schema& schema) {
   Buffer b = Buffer::create(name, kEnvs, capacity, schema, {.replace = true, .populate = Populate::always});
@@ -96,28 +123,9 @@ SizeRow measure_small(SizeRow row, const SizeConfig& c, const Schema& schema, ui
     bytes.push_back(static_cast<std::size_t>(schema[f].bytes()));
   }
   Sampler sampler(buf);
-  Rng rng(1);
-  SampleBatch out_t, out_s;
   PlainSample flat(bases, bytes, cap, kEnvs, kBatch, 1, 3);
   PlainSample seq(bases, bytes, cap, kEnvs, kBatch, kSmallLength, 5);
-  std::vector<std::function<uint64_t()>> ops = {
-      [&] {
-        sampler.sample_transitions(View::replay, kBatch, rng, out_t);
-        return uint64_t{kBatch};
-      },
-      [&] { return flat.gather_rows(kChunkBytes); },
-      [&] { return flat.memcpy_rows(); },
-      [&] {
-        sampler.sample(View::replay, kBatch, kSmallLength, 1.0, rng, out_s);
-        return uint64_t{kBatch};
-      },
-      [&] { return seq.gather_rows(kChunkBytes); },
-      [&] { return seq.memcpy_rows(); },
-  };
-  std::vector<std::vector<CallRecord>> calls;
-  const auto r = interleaved_timed_rates(c.trial_s, c.trials, c.warm, ops, calls);
-  sample_figures(r, calls, 0, row.transitions);
-  sample_figures(r, calls, 3, row.sequences);
+  measure_samples(c, sampler, flat, seq, kBatch, kBatch, kSmallLength, row);
 
   // The push, after the samples (it overwrites the oldest steps): the Writer against memcpy of the same rows into
   // the same arrays, each env's next slot from a private cursor.
@@ -166,26 +174,7 @@ SizeRow measure_atari(SizeRow row, const SizeConfig& c, const Schema& schema, ui
   PlainSample flat(rings, frame, st.frames, kEnvs, kTransitions, kDepth, 3);
   PlainSample seq(rings, frame, st.frames, kEnvs, kSequences, kSequenceLength * kDepth, 5);
   Sampler sampler(buf);
-  Rng rng(1);
-  SampleBatch out_t, out_s;
-  std::vector<std::function<uint64_t()>> ops = {
-      [&] {
-        sampler.sample_transitions(View::replay, kTransitions, rng, out_t);
-        return uint64_t{kTransitions};
-      },
-      [&] { return flat.gather_rows(kChunkBytes); },
-      [&] { return flat.memcpy_rows(); },
-      [&] {
-        sampler.sample(View::replay, kSequences, kSequenceLength, 1.0, rng, out_s);
-        return uint64_t{kSequences};
-      },
-      [&] { return seq.gather_rows(kChunkBytes); },
-      [&] { return seq.memcpy_rows(); },
-  };
-  std::vector<std::vector<CallRecord>> calls;
-  const auto r = interleaved_timed_rates(c.trial_s, c.trials, c.warm, ops, calls);
-  sample_figures(r, calls, 0, row.transitions);
-  sample_figures(r, calls, 3, row.sequences);
+  measure_samples(c, sampler, flat, seq, kTransitions, kSequences, kSequenceLength, row);
 
   // The push against memcpy of the stored bytes (one frame per step) and of the pushed bytes (the whole stack),
   // each into a plain store of its layout of at most ref_cap steps per env, from the same cycle of steps.
