@@ -407,4 +407,14 @@ MachineInfo describe_machine() {
   return m;
 }
 
+std::string load_now() {
+  std::string out = describe_machine().load_average;
+  std::ifstream in("/proc/pressure/cpu");
+  std::string word;
+  while (in >> word) {
+    if (word.rfind("avg10=", 0) == 0) return out + ", CPU pressure " + word.substr(6) + "%";
+  }
+  return out;
+}
+
 }  // namespace shmreplay::bench

@@ -186,5 +186,8 @@ struct MachineInfo {
   std::string virtualization;  ///< "KVM" etc. from lscpu-equivalent /proc/cpuinfo flag, or "none detected"
 };
 MachineInfo describe_machine();
+/// The load average and, where the kernel has PSI, the share of the last 10 s in which some runnable task waited
+/// for a CPU (/proc/pressure/cpu, "some avg10"): how much else wanted the cores.
+std::string load_now();
 
 }  // namespace shmreplay::bench

@@ -225,17 +225,6 @@ std::string config_label(const std::vector<Shape>& shapes, const Config& c) {
                      c.length, c.writers);
 }
 
-// The load average and, where the kernel has PSI, the share of the last 10 s in which some runnable task waited
-// for a CPU (/proc/pressure/cpu, "some avg10"): how much else wanted the cores.
-std::string load_now() {
-  std::string out = describe_machine().load_average;
-  std::ifstream in("/proc/pressure/cpu");
-  std::string word;
-  while (in >> word) {
-    if (word.rfind("avg10=", 0) == 0) return out + ", CPU pressure " + word.substr(6) + "%";
-  }
-  return out;
-}
 
 // Per round: a / b.
 std::vector<double> ratios(const std::vector<double>& a, const std::vector<double>& b) {

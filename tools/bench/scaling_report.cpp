@@ -105,16 +105,6 @@ std::string latency_reading(const LatencyStats& o, const LatencyStats& g, double
 
 }  // namespace
 
-std::string load_now() {
-  std::string out = describe_machine().load_average;
-  std::ifstream in("/proc/pressure/cpu");
-  std::string word;
-  while (in >> word) {
-    if (word.rfind("avg10=", 0) == 0) return out + ", CPU pressure " + word.substr(6) + "%";
-  }
-  return out;
-}
-
 void print_header(Markdown& md, const RunInfo& info, const MachineInfo& m) {
   md.print("## shmreplay_bench_scaling\n\n");
   md.print("- command: `{}`\n", info.command);

@@ -44,7 +44,4 @@ void print_header(Markdown& md, const RunInfo& info, const MachineInfo& m);
 void print_size_tables(Markdown& md, StepKind kind, const SizeConfig& c, const std::vector<SizeRow>& rows);
 void print_fleet_tables(Markdown& md, const FleetConfig& c, const FleetResults& r, unsigned cores);
 
-/// The load average and, where the kernel has PSI, the CPU pressure (/proc/pressure/cpu, some avg10).
-std::string load_now();
-
 }  // namespace shmreplay::bench
