@@ -38,6 +38,7 @@ numpy1_spec="numpy==1.24.4"
 
 packages=(
   g++ cmake make git pkg-config   # toolchain
+  ccache                          # compiler cache: tools/test.sh's builds reuse each other's objects
   libboost-dev                    # Boost.Interprocess (header-only; the benchmark's mutex baseline)
   libfmt-dev                      # formatting
   libcli11-dev                    # argument parsing for the CLI and tools

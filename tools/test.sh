@@ -32,6 +32,12 @@ tools/setup.sh
 echo "== setup done after ${SECONDS} s" >&2
 jobs=$(nproc)
 venv=$PWD/.venv
+# ccache (tools/setup.sh installs it): every build below (the wheel's, release, ASan) compiles through it, and a
+# clone in another folder hits the same cache (CCACHE_BASEDIR makes the paths it hashes relative to the clone).
+if command -v ccache >/dev/null; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR=$PWD
+  ccache --max-size=5G >/dev/null
+fi
 
 run_suite() { # build-dir, extra cmake args...
   local dir=$1; shift
