@@ -22,6 +22,7 @@
 #include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/priorities.hpp"
+#include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "shmreplay/error.hpp"
 
@@ -88,6 +89,10 @@ SegmentInfo Inspector::snapshot() const {
     i.last_push_ns = c.last_push_ns.load(std::memory_order_relaxed);
     i.online_start = c.online_start.load(std::memory_order_relaxed);
     i.stacks_intact_from = c.stacks_intact_from.load(std::memory_order_relaxed);  // display only
+    const detail::UpdateLockHolder lock = detail::update_lock_holder(b.segment(), c);
+    i.update_lock = !lock.held ? OwnerState::none : lock.dead ? OwnerState::dead : OwnerState::alive;
+    i.update_lock_slot = lock.slot;
+    i.steps_lost_to_dead_updates = c.steps_lost_to_dead_updates.load(std::memory_order_relaxed);
     // Acquire pairs with the release of the compare-and-swap that took the lease: the lease's details are set.
     const uint64_t lease = c.lease.load(std::memory_order_acquire);
     if (lease != 0) {

@@ -114,7 +114,8 @@ struct Sampler::Scratch {
         views(static_cast<std::size_t>(buffer.num_envs())),
         hi_base(views.size()),
         read(views.size()),
-        online_seen(views.size(), 0) {
+        online_seen(views.size(), 0),
+        reserved_heads(views.size(), 0) {
     chunk.resize(sampler_parts::kGatherRows);
     capacity = buffer.capacity();
     for (std::size_t f = 0; f < buffer.schema().size(); ++f) {
@@ -156,6 +157,12 @@ struct Sampler::Scratch {
   // Per env, the head of the last round's snapshot of the last draw from the online view: every step below it was
   // one that draw could take (reset_online_queue(OnlineReset::sampled) restarts the view there).
   std::vector<uint64_t> online_seen;
+  // Per env, its head just before this call's rate-limiter reservation (when `heads_reserved`): the steps at or
+  // above it may have been published by writers that the reservation let through, after the call began, so the
+  // online view's reset to "sampled" keeps them (issue 30's stall otherwise: the reset drops them, the limiter
+  // holds the writers, and the learner waits for online steps that never come).
+  std::vector<uint64_t> reserved_heads;
+  bool heads_reserved = false;
   // Per batch row, its age: the head of its env in the snapshot it was drawn from, minus its end (start + valid
   // steps); a row redrawn after a failed validation overwrites its entry. count_call adds them to the slot's
   // statistics (layout 1.8). Grows to the largest batch only.

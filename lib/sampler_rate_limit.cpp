@@ -12,6 +12,7 @@
 #include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "detail/protocol/wake.hpp"
+#include "detail/test_hooks.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/wait.hpp"
@@ -54,6 +55,7 @@ RateLimitReason Sampler::rate_limit_verdict(std::size_t rows) const noexcept {
 }
 
 bool Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t timeout_ms) {
+  scratch_->heads_reserved = false;
   layout::GlobalControl& g = buffer_->segment().global_control();
   auto settings = detail::load_rate_limit(g);
   if (!settings) return false;
@@ -65,11 +67,15 @@ bool Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t tim
   const auto admitted = [&] {
     settings = detail::load_rate_limit(g);
     if (!settings) return true;  // the limiter was removed meanwhile: nothing reserved, count_call adds the rows
-    verdict = detail::try_reserve_samples(buffer_->segment(), *settings, rows, counts);
+    verdict = detail::try_reserve_samples(buffer_->segment(), *settings, rows, counts, scratch_->reserved_heads.data());
     reserved = verdict.allowed();
+    scratch_->heads_reserved = reserved;
     return reserved;
   };
-  if (admitted()) return reserved;
+  if (admitted()) {
+    if (reserved) detail::test_hooks::call(detail::test_hooks::after_reservation);
+    return reserved;
+  }
   g.learner_limited.fetch_add(1, std::memory_order_relaxed);
   bool ok = false;
   if (timeout_ms > 0) {
@@ -84,7 +90,10 @@ bool Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t tim
     // Writers wake the learners after each push (notify_waiters), the CLI after a change of the settings.
     ok = detail::sleep_until(detail::learner_wake(g, me.waiters), deadline_after_ms(timeout_ms), admitted);
   }
-  if (ok) return reserved;
+  if (ok) {
+    if (reserved) detail::test_hooks::call(detail::test_hooks::after_reservation);
+    return reserved;
+  }
   // The call gives up at its timeout (at once with a timeout of 0): the slot's own count (layout 1.8), as
   // GlobalControl::writer_timeouts counts the writers'.
   scratch_->slot.stats.limiter_timeouts.fetch_add(1, std::memory_order_relaxed);

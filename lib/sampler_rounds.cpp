@@ -16,12 +16,15 @@
 #include <numeric>
 #include <optional>
 #include <span>
+#include <string>
+#include <vector>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "detail/always_inline.hpp"
 #include "detail/protocol/env_ids.hpp"
+#include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/stacks.hpp"
 #include "detail/sampling/gather.hpp"
@@ -69,6 +72,37 @@ bool writes_in_flight(const Segment& b) noexcept {
     if (detail::write_in_flight(b.env_control(e))) return true;
   }
   return false;
+}
+
+// Rows that fail validation round after round may lie in an env whose update lock a learner killed inside
+// try_update still holds: its section stays open and every copy of the env fails, with or without a writer. The
+// waiting reader repairs it (detail::repair_dead_updater: under the dead slot's lease, its torn step leaves the view),
+// so a learner killed holding a lock never holds up another learner. Checked from the kRepairAfterRounds-th failed
+// round on, once per env per round (a liveness check is a /proc read); `envs` is scratch.
+constexpr uint32_t kRepairAfterRounds = 2;
+void repair_dead_updaters(Segment& seg, std::span<const uint32_t> rows, const uint64_t* env_ids,
+                          std::vector<uint64_t>& envs) {
+  envs.clear();
+  for (const uint32_t row : rows) {
+    const uint64_t e = env_ids[row];
+    if ((seg.env_control(e).update_seq.load(std::memory_order_relaxed) & 1) != 0) envs.push_back(e);
+  }
+  std::sort(envs.begin(), envs.end());
+  envs.erase(std::unique(envs.begin(), envs.end()), envs.end());
+  for (const uint64_t e : envs) (void)detail::repair_dead_updater(seg, seg.env_control(e));
+}
+
+// The part of a "contended" message that names a live learner holding the update lock of an env whose rows kept
+// failing (its rewrites, not a writer, spoilt the copies), or "".
+std::string updater_note(const Segment& seg, std::span<const uint32_t> rows, const uint64_t* env_ids) {
+  for (const uint32_t row : rows) {
+    const detail::UpdateLockHolder h = detail::update_lock_holder(seg, seg.env_control(env_ids[row]));
+    if (h.held) {
+      return fmt::format(" (or env {}'s update lock is held by learner slot {}, {}, which keeps rewriting it)",
+                         env_ids[row], h.slot, h.dead ? "a dead learner this process could not repair" : "alive");
+    }
+  }
+  return {};
 }
 
 }  // namespace
@@ -170,6 +204,11 @@ void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, s
   });
   if (view == View::online) {  // sample_with's last round: its snapshot's heads are the latest it drew under
     for (std::size_t e = 0; e < z.views.size(); ++e) z.online_seen[e] = z.views[e].hi;
+    if (z.heads_reserved) {  // but no later than the heads before the call's reservation (sampler_parts.hpp)
+      for (std::size_t e = 0; e < z.views.size(); ++e) {
+        z.online_seen[e] = std::min(z.online_seen[e], z.reserved_heads[e]);
+      }
+    }
   }
 }
 
@@ -211,8 +250,9 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
       throw Error(Errc::contended,
                   fmt::format("cannot sample the {} view of '{}': {} row(s) were overwritten by writers during "
                               "the copy {} times in a row; the ring ({} steps per env) is too small for the "
-                              "write rate",
-                              to_string(view), buffer_->name(), z.failed.size(), options_.max_retry_rounds, cap));
+                              "write rate{}",
+                              to_string(view), buffer_->name(), z.failed.size(), options_.max_retry_rounds, cap,
+                              updater_note(buffer_->segment(), z.failed, out.env_ids_)));
     }
     for (std::size_t e = 0; e < z.views.size(); ++e) {
       // At most the ring, which the slot computation below needs.
@@ -300,6 +340,9 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
       ++round;
       drew_nothing = overwritten == 0;
     }
+    if (overwritten > 0 && round >= kRepairAfterRounds) {
+      repair_dead_updaters(buffer_->segment(), z.failed, out.env_ids_, z.update_envs);
+    }
   }
 }
 
@@ -339,11 +382,15 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
     if (gather(1, out) == 0) break;
     if (round >= options_.max_retry_rounds) {
       throw Error(Errc::contended, fmt::format("cannot peek at env {} of '{}': its newest step was overwritten "
-                                               "during the copy {} times in a row",
-                                               env_ids[z.failed.front()], buffer_->name(), round + 1));
+                                               "during the copy {} times in a row{}",
+                                               env_ids[z.failed.front()], buffer_->name(), round + 1,
+                                               updater_note(buffer_->segment(), z.failed, out.env_ids_)));
     }
     retries_ += z.failed.size();
     z.slot.retries.fetch_add(z.failed.size(), std::memory_order_relaxed);
+    if (round + 1 >= kRepairAfterRounds) {
+      repair_dead_updaters(buffer_->segment(), z.failed, out.env_ids_, z.update_envs);
+    }
     std::swap(z.redraw, z.failed);
   }
   z.ages.assign(env_ids.size(), 0);  // each row is its env's newest step: age 0 (grows to the largest call only)

@@ -15,6 +15,7 @@
 #include "detail/protocol/env_ids.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
+#include "detail/test_hooks.hpp"
 #include "sampler_parts.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/sampler.hpp"
@@ -74,11 +75,12 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
   const bool stored = step + cap >= claimed && step >= c.stacks_intact_from.load(std::memory_order_relaxed);
   if (stored) {
     {
-      const detail::UpdateSection section(c);
+      const detail::UpdateSection section(c, step);
       for (std::size_t f = 0; f < fields.size(); ++f) {
         if (fields[f].data == nullptr) continue;
         const uint64_t b = schema[f].bytes();
         std::memcpy(buffer_->segment().field_data(f) + (env_id * cap + step % cap) * b, fields[f].data, b);
+        detail::test_hooks::call(detail::test_hooks::in_update_section);  // after each field: a test's kill point
       }
     }
     scratch_->slot.steps_updated.fetch_add(1, std::memory_order_relaxed);

@@ -21,9 +21,9 @@ using namespace shmreplay::layout;
 
 #pragma GCC diagnostic ignored "-Winvalid-offsetof"
 
-TEST_CASE("the layout version is 1.8 and its magic spells SHMRPLAY") {
+TEST_CASE("the layout version is 1.9 and its magic spells SHMRPLAY") {
   CHECK(kLayoutMajor == 1);
-  CHECK(kLayoutMinor == 8);
+  CHECK(kLayoutMinor == 9);
   const char expected[] = "SHMRPLAY";
   for (int i = 0; i < 8; ++i) CHECK(static_cast<char>((kMagic >> (8 * i)) & 0xff) == expected[i]);
 }
@@ -106,10 +106,30 @@ TEST_CASE("layout 1.2: EnvControl puts each writing role on its own cache line")
   CHECK(offsetof(EnvControl, stacks_intact_from) == 40);  // 1.6
   CHECK(offsetof(EnvControl, online_start) == 64);
   CHECK(offsetof(EnvControl, update_seq) == 72);
+  CHECK(offsetof(EnvControl, update_step) == 80);                 // 1.9
+  CHECK(offsetof(EnvControl, steps_lost_to_dead_updates) == 88);  // 1.9
   CHECK(offsetof(EnvControl, lease) == 128);
   CHECK(offsetof(EnvControl, owner_start_ticks) == 136);
   CHECK(offsetof(EnvControl, lease_since_ns) == 144);
   CHECK(offsetof(EnvControl, lease_takeovers) == 152);
+}
+
+TEST_CASE("layout 1.9: a 1.8 segment is refused, naming the step a learner rewrites") {
+  const std::string name = test::unique_name("layout-1-8");
+  test::SegmentGuard guard(name);
+  (void)Buffer::create(name, 2, 8, Schema::parse("x:f32[2]"));
+  std::string bytes;
+  {
+    std::ifstream in(guard.path(), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const uint32_t older = 8;
+  std::memcpy(bytes.data() + offsetof(SegmentHeader, layout_minor), &older, sizeof older);
+  test::write_file(guard.path(), bytes);
+  std::string m;
+  CHECK(test::error_of([&] { (void)Buffer::open(name); }, &m) == static_cast<int>(Errc::version_mismatch));
+  CHECK(test::contains(m, "segment layout 1.8, library 1.9"));
+  CHECK(test::contains(m, "the step a learner rewrites"));
 }
 
 TEST_CASE("layout 1.2: GlobalControl puts the learner lease, its counters and the wake word on their own lines") {
@@ -276,7 +296,7 @@ TEST_CASE("layout 1.8: a 1.7 segment is refused naming what it lacks, and a 1.8 
   test::write_file(guard.path(), bytes);
   std::string m;
   CHECK(test::error_of([&] { (void)Buffer::open(name); }, &m) == static_cast<int>(Errc::version_mismatch));
-  CHECK(test::contains(m, "segment layout 1.7, library 1.8"));
+  CHECK(test::contains(m, "segment layout 1.7, library 1.9"));
   CHECK(test::contains(m, "(sample ages and the learners' limiter timeouts); recreate the segment"));
 }
 

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "detail/test_hooks.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
 #include "support.hpp"
@@ -172,4 +173,54 @@ TEST_CASE("threads: a learner that is slow between its sample and its reset keep
   stop.store(true);
   writer.join();
   CHECK(updates == 20);
+}
+
+namespace {
+void pause_after_reservation() { std::this_thread::sleep_for(std::chrono::milliseconds(30)); }
+}  // namespace
+
+TEST_CASE("threads: a learner paused between its limiter reservation and its online draw keeps up with writers held "
+          "back by the limiter") {
+  // Issue 43, item 1: the reservation frees budget, the writers publish it before the call's online snapshot, and a
+  // reset to "sampled" must not drop those steps (the stall of issue 30, moved into that window). The hook pauses
+  // every sample call there for 30 ms, long enough for the writer to publish all the budget it freed.
+  const std::string name = unique_name("online-reserve");
+  SegmentGuard guard(name);
+  Buffer b = Buffer::create(name, kEnvs, 1024, kSchema, {.rate_limit = RateLimit::ratio(1.0 / 16, 64, 64.0)});
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    Writer w = Writer::range(b, 0, kEnvs, {.wait_for_rate_limit = true, .rate_limit_timeout_ms = 20});
+    std::vector<uint64_t> ids(kEnvs), xs(kEnvs, 7);
+    for (uint64_t e = 0; e < kEnvs; ++e) ids[e] = e;
+    while (!stop.load()) {
+      try {
+        w.push(std::span<const uint64_t>(ids), {field_bytes(xs)});
+      } catch (const Error& e) {
+        if (e.code() != Errc::rate_limited) throw;
+      }
+    }
+  });
+  Sampler learner(b);
+  Rng rng(7);
+  SampleBatch batch;
+  REQUIRE(learner.wait(View::replay, 64, 10'000));
+  detail::test_hooks::after_reservation.store(&pause_after_reservation);
+  struct Unhook {
+    ~Unhook() { detail::test_hooks::after_reservation.store(nullptr); }
+  } unhook;
+  int updates = 0, idle = 0;
+  // 10 updates, each paused 30 ms in the window; the learner gives up after 3 s without a fresh online view.
+  while (updates < 10 && idle < 30) {
+    if (!learner.wait(View::online, 16, 100)) {
+      ++idle;
+      continue;
+    }
+    idle = 0;
+    learner.sample_mixed(8, 8, 4, 1.0, rng, batch);
+    learner.reset_online_queue(OnlineReset::sampled);
+    ++updates;
+  }
+  stop.store(true);
+  writer.join();
+  CHECK(updates == 10);
 }

@@ -46,6 +46,14 @@ struct EnvInfo {
   /// Stacked fields (layout 1.6; 0 without): the oldest step whose frames are intact. The steps from
   /// max(0, claimed - capacity) up to it lost their stacks to frames that restarts overwrote.
   uint64_t stacks_intact_from = 0;
+  /// The env's update lock (a learner's try_update holds it while it rewrites a stored step): none, alive (a live
+  /// learner is rewriting) or dead (the learner died holding it: every learner's and writer's next touch of the env
+  /// repairs it; until then samples redraw its rows, and a save or dump leaves out its steps up to the torn one).
+  OwnerState update_lock = OwnerState::none;
+  uint64_t update_lock_slot = 0;  ///< the learner slot named in the lock (when not none)
+  /// (layout 1.9) Steps that left the replay view because a learner died rewriting one of them: the torn step and
+  /// the older ones (a view is a range), counted by the repair.
+  uint64_t steps_lost_to_dead_updates = 0;
   // Episodes (all 0 in a buffer without episode fields):
   uint64_t episodes_completed = 0;       ///< episodes whose last step was published, since creation
   uint64_t episode_records_dropped = 0;  ///< records lost because the queue was full when the episode ended

@@ -118,6 +118,11 @@
 //   so max_learners moved from offset 272 to 288 and the header stays 320 bytes; num_sections is 10, which a 1.7
 //   library refuses (it reads at most 9). The section lies after the learner section (or the global section), before
 //   the data, which starts on the next page as before.
+// - 1.9 takes two padding words of EnvControl's learner line: update_step, the step the update lock's holder is
+//   rewriting (stored before update_seq goes odd), and steps_lost_to_dead_updates. The repair of a learner that
+//   died inside its update section raises stacks_intact_from (which bounds every view already) past that step, so
+//   a half-rewritten step is never read as valid (docs/design/seqlock.md, "A learner killed while it rewrites").
+//   Nothing moves; a 1.8 library opens a 1.9 segment but records no update_step: do not mix them in one job.
 // The layout-pinning test (tests/test_layout.cpp) fixes every size and offset below to kLayoutMajor.kLayoutMinor:
 // change one and that test tells you to bump the version.
 #pragma once
@@ -134,7 +139,7 @@ namespace shmreplay::layout {
 inline constexpr uint64_t kMagic = 0x59414c50524d4853ull;  ///< the bytes "SHMRPLAY" read as little-endian u64
 /// The layout's major version: open() refuses a segment of another (Errc::version_mismatch).
 inline constexpr uint32_t kLayoutMajor = 1;
-inline constexpr uint32_t kLayoutMinor = 8;  ///< 1.1 added the global section and update_seq; 1.2 the episode
+inline constexpr uint32_t kLayoutMinor = 9;  ///< 1.1 added the global section and update_seq; 1.2 the episode
                                              ///< sections, FieldDesc::role, episode_queue_capacity; 1.3 the
                                              ///< priority trees, priority_exponent_bits, the priority line; 1.4
                                              ///< the rate limiter (GlobalControl lines 4-8, EnvControl's
@@ -146,7 +151,9 @@ inline constexpr uint32_t kLayoutMinor = 8;  ///< 1.1 added the global section a
                                              ///< (SegmentHeader::max_learners, the learner section,
                                              ///< LearnerSlot, the update lock's owner bits, slot0_waiters);
                                              ///< 1.8 the learner statistics (LearnerStats: sample ages,
-                                             ///< limiter timeouts)
+                                             ///< limiter timeouts); 1.9 EnvControl's update_step and
+                                             ///< steps_lost_to_dead_updates (a dead updater's step leaves
+                                             ///< the view)
 
 /// SegmentHeader::state while the creator initialises the segment (open() waits, then throws not_ready).
 inline constexpr uint64_t kStateInitializing = 0;
@@ -289,17 +296,23 @@ struct alignas(kCacheLineBytes) EnvControl {
                                                    ///< for the rate limiter (on the first env of its push), 0
                                                    ///< when it does not wait; counted only while the lease
                                                    ///< holder lives, cleared by a new owner
-  std::atomic<uint64_t> stacks_intact_from;  ///< (1.6) with stacked fields: the oldest step whose frames no
-                                             ///< write has begun to overwrite (monotonic, raised by the env's
-                                             ///< writer before the frame stores, as `claimed` before the slot's);
-                                             ///< 0 without stacked fields
+  std::atomic<uint64_t> stacks_intact_from;  ///< the oldest step whose bytes are intact (monotonic): raised (1.6)
+                                             ///< by the env's writer before it overwrites frames of a stacked
+                                             ///< field (as `claimed` before the slot's), and (1.9) past the step
+                                             ///< a dead learner was rewriting, by the repair of its section;
+                                             ///< both raise it with a CAS, never lower it; 0 when neither did
   uint64_t pad0[2];  ///< padding to the end of the cache line
   // -- cache line 1: written by the learners --
   std::atomic<uint64_t> online_start;  ///< learner slot 0's: head at its last reset of the online queue (the other
                                        ///< slots' are in the learner section, 1.7)
   std::atomic<uint64_t> update_seq;    ///< odd while a learner (the update lock's holder) rewrites a stored step
                                        ///< of this env, or a checkpoint load the env (seqlock)
-  uint64_t pad1[6];  ///< padding to the end of the cache line
+  std::atomic<uint64_t> update_step;   ///< (1.9) the step the update lock's holder rewrites in its open section
+                                       ///< (stored before update_seq goes odd): the step a repair of a dead
+                                       ///< holder's section takes out of the view, with every older one
+  std::atomic<uint64_t> steps_lost_to_dead_updates;  ///< (1.9) steps that left the view because a learner died
+                                                     ///< rewriting one of them (counted by the repair)
+  uint64_t pad1[4];  ///< padding to the end of the cache line
   // -- cache line 2: the owner lease, written when a writer takes, releases or takes over the env --
   std::atomic<uint64_t> lease;              ///< pack_owner(pid, start ticks) of the owner, 0 when free
   std::atomic<uint64_t> owner_start_ticks;  ///< the owner's full start ticks (the lease keeps only 32 bits)

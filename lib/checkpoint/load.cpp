@@ -106,7 +106,8 @@ class EnvWriter {
     const CheckpointEnv& last = sources_.infos.back()->envs[env];
     Segment& seg = target_.segment();
     cursors_.assign(seg.stacks().size(), detail::StackCursor{0, last.first_step});
-    if (seg.has_stacks()) seg.env_control(env).stacks_intact_from.store(last.first_step, std::memory_order_relaxed);
+    // The view starts at the first loaded step, whatever bound the env had (frames overwritten, a dead updater's step).
+    seg.env_control(env).stacks_intact_from.store(last.first_step, std::memory_order_relaxed);
     uint64_t next = last.first_step;  // the next step to write
     for (std::size_t k = 0; k < sources_.files.size(); ++k) {
       const CheckpointEnv& fe = sources_.infos[k]->envs[env];

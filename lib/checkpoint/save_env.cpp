@@ -33,7 +33,7 @@ class WindowCopy {
   SavedEnv run() {
     for (;;) {  // one attempt from a fresh snapshot
       // The counters, none of them from an update or a load in progress.
-      const std::optional<EnvCounters> counters = read_counters_stable(c_);
+      const std::optional<EnvCounters> counters = read_counters_stable(b_.segment(), c_);
       if (counters && attempt(*counters)) break;
       spoil();
     }
@@ -144,7 +144,7 @@ class WindowCopy {
   // window_complete and the rule above (the bound is 0).
   bool run_is_view() {
     const uint64_t claimed = c_.claimed.load(std::memory_order_relaxed) & layout::kClaimMask;
-    const uint64_t bound = c_.stacks_intact_from.load(std::memory_order_relaxed);
+    const uint64_t bound = settled_intact_from(b_.segment(), c_);  // past a dead updater's torn step too
     // acquire fence: keeps the two loads above before the head's below (load order only; no store pairs with it)
     std::atomic_thread_fence(std::memory_order_acquire);
     if (c_.head.load(std::memory_order_relaxed) != t_) return false;

@@ -310,10 +310,9 @@ CheckpointInfo read_meta(const InFile& in, const CheckpointHeader& h) {
 }
 
 // Env k's section header at `offset`, checked: magic, checksum, env, consistent counters, records that end before
-// the trailer at `end`. `stacked`: the schema has a stacked field (layout 1.6), whose steps below the env's
-// stacks_intact_from lost their frames, so the first saved step may lie above claimed - capacity.
-EnvSection read_env_section(const InFile& in, const CheckpointHeader& h, uint64_t k, uint64_t offset, uint64_t end,
-                            bool stacked) {
+// the trailer at `end`. The first saved step may lie above claimed - capacity: the steps below the env's
+// stacks_intact_from were out of its view (frames overwritten, layout 1.6; a dead updater's torn step, 1.9).
+EnvSection read_env_section(const InFile& in, const CheckpointHeader& h, uint64_t k, uint64_t offset, uint64_t end) {
   const std::string& path = in.path();
   const bool old = h.format_major == v1::kFormatMajor;
   const uint64_t section = h.section_bytes;
@@ -356,7 +355,7 @@ EnvSection read_env_section(const InFile& in, const CheckpointHeader& h, uint64_
   if (e.first_step > e.data_from || e.data_from > e.head || e.head - e.first_step > h.capacity ||
       e.records != e.head - e.data_from || e.head > std::numeric_limits<uint64_t>::max() - 1 ||
       (e.claimed != e.head && e.claimed != e.head + 1) ||
-      (stacked ? e.first_step < slots_from : e.first_step != slots_from) || e.online_start > e.head) {
+      e.first_step < slots_from || e.online_start > e.head) {
     corrupt(path, fmt::format("{} is inconsistent: window {} .. {}, records from {} ({} records), head {}, claimed "
                               "{}, online start {}, capacity {}",
                               where, e.first_step, e.head, e.data_from, e.records, e.head, e.claimed, e.online_start,
@@ -431,11 +430,9 @@ void check_envs(const InFile& in, const CheckpointHeader& h, CheckpointInfo& inf
   };
   uint64_t offset = h.header_bytes + h.meta_bytes;
   uint64_t total_steps = 0;
-  const bool stacked = std::any_of(info.schema.fields().begin(), info.schema.fields().end(),
-                                   [](const Field& f) { return f.stacked(); });
   info.envs.reserve(static_cast<std::size_t>(h.num_envs));
   for (uint64_t k = 0; k < h.num_envs; ++k) {
-    const EnvSection e = read_env_section(in, h, k, offset, end, stacked);
+    const EnvSection e = read_env_section(in, h, k, offset, end);
     CheckpointEnv env = env_of(e, offset);
     env.records_offset = offset + h.section_bytes;
     offset = env.records_offset;

@@ -85,6 +85,9 @@ Json env_json(const EnvInfo& e) {
       {"lease_takeovers", e.lease_takeovers},
       {"last_push_ns", e.last_push_ns},
       {"stacks_intact_from", e.stacks_intact_from},
+      {"update_lock", to_string(e.update_lock)},
+      {"update_lock_slot", e.update_lock_slot},
+      {"steps_lost_to_dead_updates", e.steps_lost_to_dead_updates},
       {"state", state_text(e)},
       {"episodes_completed", e.episodes_completed},
       {"episode_records_dropped", e.episode_records_dropped},
@@ -417,11 +420,14 @@ uint64_t stack_restarts_held(const StackGeometry& st, uint64_t capacity) {
 }
 
 std::string state_text(const EnvInfo& e) {
+  std::string text(to_string(e.owner));
   if (e.owner == OwnerState::alive) {
     const uint64_t since = e.last_push_ns != 0 ? e.last_push_ns : e.lease_since_ns;
-    if (since != 0 && age_ns(since) > kIdleAfterNs) return "idle";
+    if (since != 0 && age_ns(since) > kIdleAfterNs) text = "idle";
   }
-  return std::string(to_string(e.owner));
+  // A learner that died holding the env's update lock: the next learner or writer to touch the env repairs it.
+  if (e.update_lock == OwnerState::dead) text += fmt::format(", update lock of dead learner slot {}", e.update_lock_slot);
+  return text;
 }
 
 }  // namespace shmreplay::cli

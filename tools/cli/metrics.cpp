@@ -173,6 +173,12 @@ void Writer::all() {
           });
   per_env("shmreplay_env_lease_takeovers_total", Type::counter, "Dead writers' leases of the env taken over",
           [](const SegmentInfo&, const EnvInfo& e) { return U(e.lease_takeovers); });
+  per_env("shmreplay_env_update_lock_dead", Type::gauge,
+          "1 when the env's update lock names a learner that died holding it (repaired at the next touch)",
+          [](const SegmentInfo&, const EnvInfo& e) { return U(e.update_lock == OwnerState::dead ? 1 : 0); });
+  per_env("shmreplay_env_steps_lost_to_dead_updates_total", Type::counter,
+          "Steps that left the env's view because a learner died rewriting one of them",
+          [](const SegmentInfo&, const EnvInfo& e) { return U(e.steps_lost_to_dead_updates); });
   per_env("shmreplay_env_last_push_age_seconds", Type::gauge, "Seconds since the env's last push (pushed envs only)",
           [now](const SegmentInfo&, const EnvInfo& e) {
             return e.last_push_ns == 0 ? D() : D(seconds_since(e.last_push_ns, now));

@@ -51,13 +51,50 @@ SlotTaken take_learner_slot(Segment& segment, std::optional<uint64_t> rank, uint
 void repair_dead_learner(Segment& segment, uint64_t slot) noexcept {
   layout::GlobalControl& g = segment.global_control();
   const LearnerSlotWords me = learner_slot(segment, slot);
-  for (uint64_t e = 0; e < segment.num_envs(); ++e) release_dead_update_lock(segment.env_control(e), slot);
+  for (uint64_t e = 0; e < segment.num_envs(); ++e) {
+    release_dead_update_lock(segment.env_control(e), slot, segment.capacity());
+  }
   forget_waiters(g, me.waiters);
   me.waiting_rows.store(0, std::memory_order_relaxed);
   if (segment.has_priorities()) {
     finish_dead_walk(me.priority_walk, segment.num_envs(), segment.capacity(),
                      [&](uint64_t e) { return priority_tree_of(segment, e); });
   }
+}
+
+}  // namespace shmreplay::detail
+
+namespace shmreplay::detail {
+
+UpdateLockHolder update_lock_holder(const Segment& segment, const layout::EnvControl& c) noexcept {
+  const uint64_t word = c.claimed.load(std::memory_order_relaxed);
+  if ((word & kUpdateLockBit) == 0) return {};
+  const uint64_t slot = layout::update_lock_owner(word);
+  // The slot, checked against the segment's count: the word is shared memory. A damaged word names no slot whose
+  // successor could clear it: shown as held, not dead (no repair can be made).
+  if (slot >= segment.max_learners()) return {true, slot, false};
+  const uint64_t lease = learner_slot(segment, slot).lease.lease.load(std::memory_order_relaxed);
+  return {true, slot, lease == 0 || !lease_holder_alive(lease)};
+}
+
+uint64_t dead_section_bound(const Segment& segment, const layout::EnvControl& c, uint64_t seq) noexcept {
+  if ((seq & 1) == 0) return 0;
+  const UpdateLockHolder h = update_lock_holder(segment, c);
+  if (!h.held || !h.dead) return 0;
+  // The odd value was loaded with acquire (pairs with UpdateSection's release store of it): the step is its own.
+  return c.update_step.load(std::memory_order_relaxed) + 1;
+}
+
+bool repair_dead_updater(Segment& segment, const layout::EnvControl& c) noexcept {
+  const UpdateLockHolder h = update_lock_holder(segment, c);
+  if (!h.held || !h.dead) return false;
+  const uint64_t me = self_lease_word();
+  const LearnerSlotWords slot = learner_slot(segment, h.slot);
+  const LeaseResult r = try_take_lease(slot.lease, me);
+  if (r.outcome != LeaseOutcome::taken && r.outcome != LeaseOutcome::taken_over) return false;
+  repair_dead_learner(segment, h.slot);
+  release_lease(slot.lease, me);
+  return true;
 }
 
 }  // namespace shmreplay::detail

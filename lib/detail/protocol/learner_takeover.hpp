@@ -38,4 +38,30 @@ SlotTaken take_learner_slot(Segment& segment, std::optional<uint64_t> rank, uint
 /// finish_dead_walk). The other slots' state is left alone. O(num_envs), plus the walk.
 void repair_dead_learner(Segment& segment, uint64_t slot) noexcept;
 
+/// The holder of an env's update lock, as a tool shows it (Inspector, `info`, metrics).
+struct UpdateLockHolder {
+  bool held = false;    ///< the lock bit is set
+  uint64_t slot = 0;    ///< the slot named in the lock (when held)
+  bool dead = false;    ///< that slot's lease is free or its holder is not running: a repair is due
+};
+/// Who holds env `c`'s update lock, judged by the named slot's lease (pid and start time). Any process, read-only.
+UpdateLockHolder update_lock_holder(const Segment& segment, const layout::EnvControl& c) noexcept;
+
+/// For a reader that cannot repair (a read-only mapping: a save, `dump`, the Inspector): when `seq`, env c's
+/// update_seq loaded with acquire, is odd and the section is a dead updater's (its lock names a slot whose holder
+/// is dead), the bound its repair will set, update_step + 1: the reader may copy the env's steps at or above it and
+/// must drop the others. 0 when the section is a live learner's or a checkpoint load's (the copy must wait), or
+/// `seq` is even. The caller still compares update_seq after its copy: a repair or a new section meanwhile changes
+/// it. One liveness check (a /proc read) when `seq` is odd.
+uint64_t dead_section_bound(const Segment& segment, const layout::EnvControl& c, uint64_t seq) noexcept;
+
+/// For a process that finds env `c`'s update lock held by a learner slot whose holder is dead (a writer waiting to
+/// claim, a learner whose copies of the env keep failing): takes that slot's lease over (a live process now holds
+/// it, so no other repairer, and no new learner of the slot, can act on the slot's locks meanwhile), repairs what
+/// the dead learner left (repair_dead_learner: its update locks, whose torn steps leave the view, its waiters and
+/// walk), then frees the lease for the next learner. Returns whether it repaired; false when the lock is free, its
+/// holder is alive or this process, or the word names no slot of the segment (damaged). O(num_envs) when it repairs;
+/// one liveness check (a /proc read) otherwise. Needs a writable mapping.
+bool repair_dead_updater(Segment& segment, const layout::EnvControl& c) noexcept;
+
 }  // namespace shmreplay::detail

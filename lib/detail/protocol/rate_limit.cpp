@@ -166,12 +166,13 @@ RateLimitVerdict insert_verdict(const LimiterSettings& s, uint64_t admitted, uin
 // ---------------------------------------------------------------------------------------------------------------
 // Counts
 
-InsertCounts count_inserts(const Segment& b) noexcept {
+InsertCounts count_inserts(const Segment& b, uint64_t* heads) noexcept {
   InsertCounts out;
   for (uint64_t e = 0; e < b.num_envs(); ++e) {
     const StepRange r = published_range(b.env_control(e), View::replay, b.capacity(), b.env_control(e).online_start);
     out.inserts += r.hi;
     out.stored += r.hi - r.lo;
+    if (heads != nullptr) heads[e] = r.hi;
   }
   return out;
 }
@@ -203,11 +204,12 @@ uint64_t count_admitted(const Segment& b) noexcept {
 // The learner's half: count after sampling, wake the writers it lets in.
 
 RateLimitVerdict try_reserve_samples(const Segment& b, const LimiterSettings& s, uint64_t rows,
-                                     InsertCounts& counts) noexcept {
+                                     InsertCounts& counts, uint64_t* heads) noexcept {
   GlobalControl& g = const_cast<GlobalControl&>(b.global_control());  // a learner's writable mapping
   uint64_t samples = g.samples.load(std::memory_order_relaxed);
   for (;;) {
-    counts = count_inserts(b);  // after the load of samples: heads only grow, so the verdict can only be stricter
+    // after the load of samples: heads only grow, so the verdict can only be stricter
+    counts = count_inserts(b, heads);
     const RateLimitVerdict v = sample_verdict(s, counts.inserts, counts.stored, samples, rows);
     if (!v.allowed()) return v;
     // relaxed: the reservation orders nothing by itself; the wake-up of writers after the draw (count_samples,

@@ -110,8 +110,8 @@ struct InsertCounts {
   uint64_t inserts = 0;  ///< sum of heads
   uint64_t stored = 0;   ///< steps in the replay view (published, not overwritten)
 };
-/// O(num_envs) loads.
-InsertCounts count_inserts(const Segment& b) noexcept;
+/// O(num_envs) loads. With `heads`, each env's head as counted (acquire loads) goes to heads[env].
+InsertCounts count_inserts(const Segment& b, uint64_t* heads = nullptr) noexcept;
 
 /// The sum over envs of max(head, limiter_reserved). O(num_envs) loads.
 uint64_t count_admitted(const Segment& b) noexcept;
@@ -134,8 +134,11 @@ WaitingWriters count_waiting_writers(const Segment& b) noexcept;
 /// the rows are counted now (give back what the call does not draw with return_samples). `counts` receives the
 /// counts of the last decision (for messages). Any number of learners at once: the CAS serializes their
 /// reservations, and inserts only grow, so an allowed verdict still holds when it is counted.
+/// With `heads` (num_envs words), an allowed verdict leaves there each env's head as counted before the CAS that
+/// reserved: every step published after it, those of writers that the reservation let through included, lies at or
+/// above it (Sampler::reset_online_queue(OnlineReset::sampled) keeps them in the online view).
 RateLimitVerdict try_reserve_samples(const Segment& b, const LimiterSettings& s, uint64_t rows,
-                                     InsertCounts& counts) noexcept;
+                                     InsertCounts& counts, uint64_t* heads = nullptr) noexcept;
 
 /// Gives back `rows` rows reserved by try_reserve_samples that the call did not draw (it failed after reserving).
 void return_samples(layout::GlobalControl& g, uint64_t rows) noexcept;

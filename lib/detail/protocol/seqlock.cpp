@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "detail/protocol/learner_slots.hpp"
+#include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/stacks.hpp"
 
@@ -37,12 +38,8 @@ uint64_t wait_update_unlocked(layout::EnvControl& c, const Segment& segment) noe
     const auto now = std::chrono::steady_clock::now();
     if (now - last_check < std::chrono::milliseconds(1)) continue;
     last_check = now;
-    // The holder's slot (layout 1.7), checked against the segment's count: the word is shared memory.
-    const uint64_t slot = layout::update_lock_owner(cur);
-    if (slot >= segment.max_learners()) continue;  // a damaged word: no slot's successor would clear it either
-    const uint64_t learner = learner_slot(segment, slot).lease.lease.load(std::memory_order_relaxed);
-    if (learner != 0 && lease_holder_alive(learner)) continue;
-    release_dead_update_lock(c, slot);  // the learner died inside try_update()
+    // The learner died inside try_update(): repaired under its slot's lease (learner_takeover.hpp).
+    (void)repair_dead_updater(const_cast<Segment&>(segment), c);
   }
 }
 
@@ -66,7 +63,10 @@ CopyResult copy_records(const Segment& buffer, uint64_t env, uint64_t first, uin
   // Loaded before the head, so that a load that ends before this point shows its new head, and one that ends
   // after it changes update_seq.
   const uint64_t u0 = read_begin(c);
-  if ((u0 & 1) != 0) return {CopyOutcome::raced, 0};
+  // An open section is a live learner's (copy again later), or one a dead learner left: its torn step and the older
+  // ones leave the view at its repair, the others are copied as they are (learner_takeover.hpp).
+  const uint64_t dead_bound = dead_section_bound(buffer, c, u0);
+  if ((u0 & 1) != 0 && dead_bound == 0) return {CopyOutcome::raced, 0};
   // acquire: pairs with the writer's release store of head in publish_step: every step below it is written.
   const uint64_t head = c.head.load(std::memory_order_acquire);
   if (head < first + count) return {CopyOutcome::reset, 0};
@@ -87,7 +87,7 @@ CopyResult copy_records(const Segment& buffer, uint64_t env, uint64_t first, uin
   }
   const ReadEnd end = read_end(c);
   if (end.update_seq != u0) return {CopyOutcome::raced, 0};
-  return {CopyOutcome::ok, intact_from(end, cap)};
+  return {CopyOutcome::ok, std::max(intact_from(end, cap), dead_bound)};
 }
 
 }  // namespace shmreplay::detail

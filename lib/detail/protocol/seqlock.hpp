@@ -41,6 +41,8 @@
 #include <vector>
 
 #include "detail/always_inline.hpp"
+#include "detail/protocol/learner_takeover.hpp"
+#include "detail/protocol/stacks.hpp"
 #include "shmreplay/segment.hpp"
 #include "shmreplay/layout.hpp"
 #include "shmreplay/vocabulary.hpp"
@@ -144,14 +146,14 @@ inline void unlock_update(layout::EnvControl& c, uint64_t claim) noexcept {
 /// learner lease (the only writer of update_seq), and for steps a writer may reach, the update lock.
 class UpdateSection {
  public:
-  explicit UpdateSection(layout::EnvControl& c) noexcept : word_(c.update_seq) {
-    uint64_t seq = word_.load(std::memory_order_relaxed);
-    seq += seq & 1;  // even already, unless a dead learner's section was never ended
-    end_ = seq + 2;
-    word_.store(seq + 1, std::memory_order_relaxed);
-    // release fence: orders the odd update_seq before the data stores; pairs with the readers' acquire fence in
-    // read_end.
-    std::atomic_thread_fence(std::memory_order_release);
+  /// A checkpoint load's section (its counters and steps; the lock is free, every lease held).
+  explicit UpdateSection(layout::EnvControl& c) noexcept : word_(c.update_seq) { open(); }
+  /// try_update's section, rewriting `step` under the update lock: the step is stored first, so that whoever sees
+  /// the odd update_seq sees it (a repair of a dead holder takes it out of the view: release_dead_update_lock; a
+  /// read-only copy skips it: copy_records).
+  UpdateSection(layout::EnvControl& c, uint64_t step) noexcept : word_(c.update_seq) {
+    c.update_step.store(step, std::memory_order_relaxed);  // ordered before the odd value by open's release store
+    open();
   }
   UpdateSection(const UpdateSection&) = delete;
   UpdateSection& operator=(const UpdateSection&) = delete;
@@ -161,6 +163,18 @@ class UpdateSection {
   }
 
  private:
+  void open() noexcept {
+    uint64_t seq = word_.load(std::memory_order_relaxed);
+    seq += seq & 1;  // even already, unless a dead learner's section was never ended
+    end_ = seq + 2;
+    // release: pairs with the acquire load of update_seq by a repairer (release_dead_update_lock) or a read-only
+    // copy (copy_records) that finds it odd: update_step, stored before, is this section's.
+    word_.store(seq + 1, std::memory_order_release);
+    // release fence: orders the odd update_seq before the data stores; pairs with the readers' acquire fence in
+    // read_end.
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+
   std::atomic<uint64_t>& word_;
   uint64_t end_ = 0;
 };
@@ -175,12 +189,15 @@ inline void store_counters(layout::EnvControl& c, uint64_t head, uint64_t claime
   c.last_push_ns.store(last_push_ns, std::memory_order_relaxed);
 }
 
-/// Undoes the update lock of learner slot `slot` if that slot holds it: ends its UpdateSection (update_seq made
-/// even) and clears the lock bits. An env whose lock is free but whose update_seq is odd was left by a checkpoint
-/// load that died (a load holds every slot's lease, so any slot's successor may end it); a lock of another slot is
-/// left alone (its update_seq is that learner's). Safe to race with another process doing the same (both are
-/// CASes). Precondition: the learner that held `slot` is dead.
-inline void release_dead_update_lock(layout::EnvControl& c, uint64_t slot) noexcept {
+/// Undoes the update lock of learner slot `slot` if that slot holds it, and ends its UpdateSection: the step it
+/// was rewriting (update_step) and every older one leave the view (stacks_intact_from raised past it, counted in
+/// steps_lost_to_dead_updates), so a half-rewritten step is never read as valid; then update_seq is made even and
+/// the lock bits cleared. An env whose lock is free but whose update_seq is odd was left by a checkpoint load that
+/// died (a load holds every slot's lease, so any slot's successor may end it); a lock of another slot is left
+/// alone (its update_seq is that learner's). Precondition: the caller holds slot `slot`'s lease, taken over from
+/// its dead holder (repair_dead_learner, and through it repair_dead_slot): so nobody else can hold, release or take
+/// this slot's lock meanwhile, and an odd update_seq under it is the dead holder's own section.
+inline void release_dead_update_lock(layout::EnvControl& c, uint64_t slot, uint64_t capacity) noexcept {
   const uint64_t held = c.claimed.load(std::memory_order_relaxed);
   if ((held & kUpdateLockBit) != 0 && layout::update_lock_owner(held) != slot) return;
   if ((held & kUpdateLockBit) == 0) {
@@ -205,14 +222,22 @@ inline void release_dead_update_lock(layout::EnvControl& c, uint64_t slot) noexc
     c.claimed.store(free, std::memory_order_release);
     return;
   }
-  uint64_t seq = c.update_seq.load(std::memory_order_relaxed);
-  // release: pairs with the readers' acquire load of update_seq in read_begin.
-  if (seq & 1) c.update_seq.compare_exchange_strong(seq, seq + 1, std::memory_order_release);
-  uint64_t cur = held;
-  // release: pairs with the writer's acquire load in wait_update_unlocked that waits for the bit to clear.
-  while ((cur & kUpdateLockBit) && layout::update_lock_owner(cur) == slot &&
-         !c.claimed.compare_exchange_weak(cur, cur & kClaimMask, std::memory_order_release)) {
+  // The lock is the dead holder's, and only we (its slot's lease holder now) may release it: the word moves no more
+  // (a writer waits while the bit is set), update_seq is the dead holder's section if odd.
+  // acquire: pairs with open()'s release store in UpdateSection: update_step is the section's.
+  const uint64_t seq = c.update_seq.load(std::memory_order_acquire);
+  if (seq & 1) {
+    const uint64_t step = c.update_step.load(std::memory_order_relaxed);
+    const uint64_t claim = held & kClaimMask;
+    const uint64_t was = raise_intact_from(c, step + 1);
+    const uint64_t lo = std::max(claim > capacity ? claim - capacity : 0, was);
+    if (step + 1 > lo) c.steps_lost_to_dead_updates.fetch_add(step + 1 - lo, std::memory_order_relaxed);
+    // release: pairs with the readers' acquire load of update_seq in read_begin: a reader that sees the section
+    // ended sees the raised bound too (and rejects a copy of the torn step after its acquire fence, end_copies).
+    c.update_seq.store(seq + 1, std::memory_order_release);
   }
+  // release: pairs with the writer's acquire load in wait_update_unlocked that waits for the bit to clear.
+  c.claimed.store(held & kClaimMask, std::memory_order_release);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -295,12 +320,17 @@ inline EnvCounters read_counters(const layout::EnvControl& c) noexcept {
 }
 
 /// The same, bracketed by update_seq: nullopt when an UpdateSection (a checkpoint load rewriting the counters, or
-/// try_update) was open or ended meanwhile, so the counters are never a mix of before and after a load.
-inline std::optional<EnvCounters> read_counters_stable(const layout::EnvControl& c) noexcept {
-  // acquire: pairs with the release store that ends an UpdateSection, so head and claimed below are its own.
+/// try_update) was open or ended meanwhile, so the counters are never a mix of before and after a load. A section
+/// left open by a learner that died in it (dead_section_bound) does not stop the reader: the counters come with
+/// stacks_intact_from past its torn step, as its repair will leave them, and update_seq odd.
+inline std::optional<EnvCounters> read_counters_stable(const Segment& segment, const layout::EnvControl& c) noexcept {
+  // acquire: pairs with the release store that ends an UpdateSection, so head and claimed below are its own (and
+  // with the one that opens it: dead_section_bound's update_step is the section's).
   const uint64_t u = c.update_seq.load(std::memory_order_acquire);
-  if ((u & 1) != 0) return std::nullopt;
+  const uint64_t dead_bound = dead_section_bound(segment, c, u);
+  if ((u & 1) != 0 && dead_bound == 0) return std::nullopt;
   EnvCounters n = read_counters(c);
+  n.stacks_intact_from = std::max(n.stacks_intact_from, dead_bound);
   n.update_seq = u;
   // acquire: pairs with the release store that ends an UpdateSection (as above); a section that began or ended
   // after the first load shows here as another value.
@@ -351,6 +381,15 @@ inline ReadEnd read_end(const layout::EnvControl& c) noexcept {
 inline bool copy_intact(uint64_t begin_seq, const ReadEnd& end, uint64_t first, uint64_t capacity) noexcept {
   return (begin_seq & 1) == 0 && begin_seq == end.update_seq && end.claimed <= first + capacity &&
          end.stacks_intact_from <= first;
+}
+
+/// The views' lower bound from below as a reader that cannot repair sees it: stacks_intact_from, past the torn step
+/// of a dead updater's open section (dead_section_bound) if there is one. A save's check that its run is the env's
+/// whole view (save_env.cpp).
+inline uint64_t settled_intact_from(const Segment& segment, const layout::EnvControl& c) noexcept {
+  // acquire: pairs with UpdateSection's release store of an odd value (dead_section_bound reads its update_step)
+  const uint64_t seq = c.update_seq.load(std::memory_order_acquire);
+  return std::max(c.stacks_intact_from.load(std::memory_order_relaxed), dead_section_bound(segment, c, seq));
 }
 
 /// The oldest step whose slot (and frames) no writer had reclaimed when `end` was read.

@@ -37,6 +37,17 @@ namespace shmreplay::detail {
 // ---------------------------------------------------------------------------------------------------------------
 // Reader side: a step's stack out of the frames.
 
+/// Raises the env's stacks_intact_from (the views' lower bound from below) to `step` unless it is already there;
+/// returns the value it had. Both raisers use it: the env's writer before it overwrites frames (stacks.hpp) and the
+/// repair of a dead updater (release_dead_update_lock), so neither lowers the other's bound.
+inline uint64_t raise_intact_from(layout::EnvControl& c, uint64_t step) noexcept {
+  uint64_t cur = c.stacks_intact_from.load(std::memory_order_relaxed);
+  // relaxed: the callers order it with their own fences or release stores (stacks.hpp, release_dead_update_lock)
+  while (cur < step && !c.stacks_intact_from.compare_exchange_weak(cur, step, std::memory_order_relaxed)) {
+  }
+  return cur;
+}
+
 /// Copies the stack whose newest frame is `index` out of one env's frame ring `ring` ([frames][frame_bytes]) into
 /// `out` (the field's bytes of one step, [outer][depth][inner_bytes]). Any `index` stays inside the ring (a torn
 /// word read during an overwrite gives bytes that the validation rejects, never an access out of bounds).
@@ -206,7 +217,7 @@ inline void store_stacks(Segment& seg, uint64_t env, uint64_t step, const std::b
   const uint64_t cap = seg.capacity();
   const uint64_t oldest_slot_step = step + 1 > cap ? step + 1 - cap : 0;  // older steps' slots are reclaimed
   layout::EnvControl& c = seg.env_control(env);
-  uint64_t bound = c.stacks_intact_from.load(std::memory_order_relaxed);  // only this writer stores it
+  uint64_t bound = c.stacks_intact_from.load(std::memory_order_relaxed);  // raised by us, or a dead updater's repair
   uint64_t first_new[kMaxFields];  // per stacked field: the first frame of its stack that is new
   const std::size_t n = seg.stacks().size();
   for (std::size_t i = 0; i < n; ++i) {
@@ -226,9 +237,7 @@ inline void store_stacks(Segment& seg, uint64_t env, uint64_t step, const std::b
     cursors[i].intact_from = x;
     bound = std::max(bound, x);
   }
-  if (bound != c.stacks_intact_from.load(std::memory_order_relaxed)) {
-    c.stacks_intact_from.store(bound, std::memory_order_relaxed);
-  }
+  (void)raise_intact_from(c, bound);  // a CAS, and only when it moves: the repair of a dead updater raises it too
   // release fence: orders the raised stacks_intact_from before the frame stores; pairs with the readers' acquire
   // fence in end_copies (seqlock.hpp), between their copy and their load of stacks_intact_from.
   std::atomic_thread_fence(std::memory_order_release);

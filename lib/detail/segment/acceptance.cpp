@@ -367,6 +367,7 @@ LayoutVersion accept_prefix(int fd, const OpenCheck& check) {
         "stacked fields",                                                           // 1.5
         "learner slots",                                                            // 1.6
         "sample ages and the learners' limiter timeouts",                           // 1.7
+        "the step a learner rewrites, which the repair of a dead one needs",        // 1.8
     };
     static_assert(std::size(kLacks) == kLayoutMinor, "one entry per older minor version");
     check.fail(Errc::version_mismatch,

@@ -1,0 +1,9 @@
+// detail/test_hooks.cpp: the hooks of test_hooks.hpp, null until a test sets one.
+#include "detail/test_hooks.hpp"
+
+namespace shmreplay::detail::test_hooks {
+
+std::atomic<Hook> after_reservation{nullptr};
+std::atomic<Hook> in_update_section{nullptr};
+
+}  // namespace shmreplay::detail::test_hooks
