@@ -19,6 +19,7 @@
 #include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/lease.hpp"
+#include "detail/protocol/seqlock.hpp"
 #include "detail/test_hooks.hpp"
 #include "learners_helpers.hpp"
 #include "shmreplay/checkpoint.hpp"
@@ -210,4 +211,33 @@ TEST_CASE("while one process repairs a dead updater's lock, a second repairer do
   // A new learner of slot 1 takes the lock and opens a section; a stale repair call finds nothing to do.
   Sampler live(b, {.rank = 1});
   CHECK(!detail::repair_dead_updater(b.segment(), c));
+}
+
+TEST_CASE("the repair of a dead checkpoint load's open section takes the lock first, so it never ends the section of a "
+          "live learner that took the lock meanwhile") {
+  // Issue 43, item 11: this mutant survived (the free-lock branch of release_dead_update_lock ending update_seq
+  // without taking the lock). A load that died left update_seq odd with the lock free; then a live learner takes the
+  // lock and opens its own section (update_seq odd again); a repairer of the load's slot must leave it alone.
+  const std::string name = unique_name("dead-load-section");
+  SegmentGuard guard(name);
+  Buffer b = Buffer::create(name, 1, kCap, kTwoFields, {.max_learners = 3});
+  fill(b, 1, kCap);
+  layout::EnvControl& c = b.segment().env_control(0);
+  c.update_seq.fetch_add(1);  // the dead load's open section
+  Sampler live(b, {.rank = 0});
+  const uint64_t claim = detail::lock_for_update(c, b.segment(), 0);
+  {
+    const detail::UpdateSection section(c, 5);
+    const uint64_t seq = c.update_seq.load();
+    REQUIRE((seq & 1) == 1);
+    const detail::LearnerSlotWords slot = detail::learner_slot(b.segment(), 2);
+    REQUIRE(detail::try_take_lease(slot.lease, detail::self_lease_word()).outcome == detail::LeaseOutcome::taken);
+    detail::release_dead_update_lock(c, 2, kCap);  // slot 2's successor repairs what the load left
+    CHECK(c.update_seq.load() == seq);
+    CHECK(layout::update_lock_owner(c.claimed.load()) == 0);
+    CHECK((c.claimed.load() & layout::kUpdateLockBit) != 0);
+    detail::release_lease(slot.lease, detail::self_lease_word());
+  }
+  detail::unlock_update(c, claim);
+  CHECK((c.update_seq.load() & 1) == 0);
 }
