@@ -106,8 +106,12 @@ class EnvWriter {
     const CheckpointEnv& last = sources_.infos.back()->envs[env];
     Segment& seg = target_.segment();
     cursors_.assign(seg.stacks().size(), detail::StackCursor{0, last.first_step});
-    // The view starts at the first loaded step, whatever bound the env had (frames overwritten, a dead updater's step).
-    seg.env_control(env).stacks_intact_from.store(last.first_step, std::memory_order_relaxed);
+    // The view starts at the first loaded step: with stacked fields the bound is that step (the frames start over
+    // there); without, it is needed only when the saved window began above claimed - capacity (a dead updater's
+    // torn step had left the view), and stays 0 otherwise, as in a buffer that never lost a step.
+    const uint64_t slots_from = last.claimed > cap_ ? last.claimed - cap_ : 0;
+    const bool bound = seg.has_stacks() || last.first_step > slots_from;
+    seg.env_control(env).stacks_intact_from.store(bound ? last.first_step : 0, std::memory_order_relaxed);
     uint64_t next = last.first_step;  // the next step to write
     for (std::size_t k = 0; k < sources_.files.size(); ++k) {
       const CheckpointEnv& fe = sources_.infos[k]->envs[env];
