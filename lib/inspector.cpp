@@ -18,6 +18,7 @@
 #include "detail/os/owner.hpp"
 #include "detail/os/process.hpp"
 #include "detail/protocol/env_ids.hpp"
+#include "detail/protocol/episode_queue.hpp"
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/lease.hpp"
@@ -110,12 +111,17 @@ SegmentInfo Inspector::snapshot() const {
         i.last_episode_end = j.last_end;
       }
       i.episode_records_dropped = ep.records_dropped.load(std::memory_order_relaxed);
-      const uint64_t consumed = ep.queue_head.load(std::memory_order_relaxed);
-      const uint64_t tail = ep.queue_tail.load(std::memory_order_relaxed);
-      i.episode_queue_depth = tail > consumed ? tail - consumed : 0;
+      const detail::QueueAccounts q = detail::queue_accounts(b.segment(), e, [&](uint64_t taker) {
+        auto [it, fresh] = alive.try_emplace(taker, false);
+        if (fresh) it->second = detail::lease_holder_alive(taker);
+        return it->second;
+      });
+      i.episode_queue_depth = q.depth;
+      i.episode_records_lost = q.lost;
       s.episodes_completed += i.episodes_completed;
       s.episode_records_dropped += i.episode_records_dropped;
       s.episode_queue_depth += i.episode_queue_depth;
+      s.episode_records_lost += i.episode_records_lost;
     }
     if (b.has_priorities()) {
       i.priority_total = detail::range_weight(detail::priority_tree_of(b.segment(), e), replay.lo, replay.hi);
