@@ -18,6 +18,7 @@
 #include "detail/os/owner.hpp"
 #include "detail/os/process.hpp"
 #include "detail/protocol/env_ids.hpp"
+#include "detail/protocol/episode_queue.hpp"
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/lease.hpp"
@@ -42,6 +43,26 @@ namespace {
 OpenOptions read_only(OpenOptions options) {
   options.read_only = true;
   return options;
+}
+
+// Env `e`'s episode state and record queue (a buffer with episode fields); `alive` caches lease holders' liveness.
+void episode_info(const Segment& seg, uint64_t e, std::map<uint64_t, bool>& alive, EnvInfo& i) {
+  detail::JournalState j;
+  if (detail::read_journal(seg, e, j)) {
+    i.episodes_completed = j.episodes_completed;
+    i.episode_start = j.episode_start;
+    i.last_episode_length = j.last_length;
+    i.last_episode_return = j.last_return;
+    i.last_episode_end = j.last_end;
+  }
+  i.episode_records_dropped = seg.episode_control(e).records_dropped.load(std::memory_order_relaxed);
+  const detail::QueueAccounts q = detail::queue_accounts(seg, e, [&](uint64_t taker) {
+    auto [it, fresh] = alive.try_emplace(taker, false);
+    if (fresh) it->second = detail::lease_holder_alive(taker);
+    return it->second;
+  });
+  i.episode_queue_depth = q.depth;
+  i.episode_records_lost = q.lost;
 }
 
 }  // namespace
@@ -105,22 +126,11 @@ SegmentInfo Inspector::snapshot() const {
     }
     i.lease_takeovers = c.lease_takeovers.load(std::memory_order_relaxed);
     if (b.has_episodes()) {
-      const layout::EpisodeControl& ep = b.segment().episode_control(e);
-      detail::JournalState j;
-      if (detail::read_journal(b.segment(), e, j)) {
-        i.episodes_completed = j.episodes_completed;
-        i.episode_start = j.episode_start;
-        i.last_episode_length = j.last_length;
-        i.last_episode_return = j.last_return;
-        i.last_episode_end = j.last_end;
-      }
-      i.episode_records_dropped = ep.records_dropped.load(std::memory_order_relaxed);
-      const uint64_t consumed = ep.queue_head.load(std::memory_order_relaxed);
-      const uint64_t tail = ep.queue_tail.load(std::memory_order_relaxed);
-      i.episode_queue_depth = tail > consumed ? tail - consumed : 0;
+      episode_info(b.segment(), e, alive, i);
       s.episodes_completed += i.episodes_completed;
       s.episode_records_dropped += i.episode_records_dropped;
       s.episode_queue_depth += i.episode_queue_depth;
+      s.episode_records_lost += i.episode_records_lost;
     }
     if (b.has_priorities()) {
       i.priority_total = detail::range_weight(detail::priority_tree_of(b.segment(), e), replay.lo, replay.hi);

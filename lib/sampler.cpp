@@ -200,19 +200,4 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
              rows - reserved.keep());
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// Completed-episode records
-
-std::size_t Sampler::pop_episodes(std::span<EpisodeRecord> out) {
-  lease_.check_process("pop episodes of");
-  if (!buffer_->has_episodes() || out.empty()) return 0;
-  const uint64_t num_envs = buffer_->num_envs();
-  std::size_t n = 0;
-  for (uint64_t k = 0; k < num_envs && n < out.size(); ++k) {
-    n += detail::pop_records(buffer_->segment(), (pop_cursor_ + k) % num_envs, out.subspan(n));
-  }
-  pop_cursor_ = static_cast<std::size_t>((pop_cursor_ + 1) % num_envs);
-  return n;
-}
-
 }  // namespace shmreplay

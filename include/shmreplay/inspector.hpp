@@ -58,6 +58,8 @@ struct EnvInfo {
   uint64_t episodes_completed = 0;       ///< episodes whose last step was published, since creation
   uint64_t episode_records_dropped = 0;  ///< records lost because the queue was full when the episode ended
   uint64_t episode_queue_depth = 0;      ///< records waiting for the learner (Sampler::pop_episodes)
+  uint64_t episode_records_lost = 0;     ///< records a learner took from the queue and never handed to its caller:
+                                         ///< it was killed inside pop_episodes (or its delivery threw)
   uint64_t episode_start = 0;            ///< first step of the episode in progress
   uint64_t last_episode_length = 0;      ///< the last completed episode (0: none yet)
   double last_episode_return = 0.0;      ///< the last completed episode's return (its rewards' sum)
@@ -131,6 +133,7 @@ struct SegmentInfo {
   uint64_t episodes_completed = 0;       ///< sum of EnvInfo::episodes_completed
   uint64_t episode_records_dropped = 0;  ///< sum of EnvInfo::episode_records_dropped
   uint64_t episode_queue_depth = 0;      ///< sum of EnvInfo::episode_queue_depth
+  uint64_t episode_records_lost = 0;     ///< sum of EnvInfo::episode_records_lost
   // Priorities (layout 1.3): alpha (nullopt without priorities), the running maximum, the learner's updates.
   std::optional<double> priority_exponent;  ///< alpha (sampling weight priority^alpha); nullopt without priorities
   double max_priority = 0.0;            ///< the largest priority ever given (new steps enter at it)

@@ -45,8 +45,8 @@
 //
 // Completed-episode records: when a writer publishes the last step of an episode it queues a record (env, first
 // step, length, return, how it ended) in the segment; pop_episodes() takes them, per env in order. A full queue
-// drops records (counted in Inspector's episode_records_dropped); a learner that dies between reading and popping
-// leaves its records to the next learner (delivered at least once to learners, exactly once from writers).
+// drops records (counted in Inspector's episode_records_dropped); records reach the learners at most once, and those
+// a learner killed inside pop_episodes had taken are counted (episode_records_lost): exactly once from writers.
 //
 // Consistency while writers run: each row is validated after its copy (seqlock: the env's `claimed` counter
 // must show that no writer reclaimed the row's oldest slot meanwhile, and no update ran); a row that fails is
@@ -75,6 +75,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -208,8 +209,17 @@ class Sampler {
   /// Moves up to out.size() completed-episode records out of the envs' queues into `out` and returns how many:
   /// each env's records in the order its episodes ended; envs are visited round-robin from a start that advances
   /// on every call, so one busy env cannot starve the others. Returns 0 on a buffer without episode fields.
-  /// O(num_envs + records); no allocation; never blocks.
+  /// Each record reaches one caller of pop_episodes, of every learner on the buffer, at most once; the records a
+  /// learner killed inside this call had taken are counted in Inspector's episode_records_lost, exactly
+  /// (docs/design/episodes.md says why at most once). Records another learner is taking at that moment wait for a
+  /// later call. O(num_envs + records); no allocation; never blocks.
   std::size_t pop_episodes(std::span<EpisodeRecord> out);
+
+  /// pop_episodes that passes the records to `deliver` (when there are any) before it counts them delivered: if the
+  /// process is killed inside `deliver`, they are counted lost. For a caller that copies them on: the Python module
+  /// builds its list there. An exception from `deliver` counts them lost and propagates.
+  std::size_t pop_episodes(std::span<EpisodeRecord> out,
+                           const std::function<void(std::span<const EpisodeRecord>)>& deliver);
 
   /// Work counters of stop/within sampling (see SamplerStats).
   const SamplerStats& stats() const noexcept;
@@ -317,6 +327,8 @@ class Sampler {
           fork_generation_(other.fork_generation_) {}
     /// Throws not_leased when this object reached a forked child: the learner lease is the parent's.
     void check_process(const char* op) const;
+    /// The lease word it holds the slot with (pack_owner of this process); 0 when not held.
+    uint64_t word() const noexcept { return buffer_ != nullptr ? word_ : 0; }
     LearnerLease& operator=(LearnerLease&& other) noexcept;
     ~LearnerLease() { release(); }
 

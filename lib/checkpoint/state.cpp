@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "checkpoint/internal.hpp"
+#include "detail/protocol/episode_queue.hpp"
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/lease.hpp"
@@ -47,7 +48,7 @@ QueueCopy copy_queue(const Segment& seg, uint64_t env, uint64_t head) {
   const uint64_t cap = seg.episode_queue_capacity();
   QueueCopy q;
   for (int attempt = 0;; ++attempt) {
-    // acquire: pairs with pop_records' release CAS of queue_head (the slots before it are free again).
+    // acquire: pairs with take_records' release CAS of queue_head (the slots before it are free again).
     const uint64_t qh = c.queue_head.load(std::memory_order_acquire);
     // acquire: pairs with emit_record's release store of queue_tail: the slots before it are complete.
     const uint64_t qt = c.queue_tail.load(std::memory_order_acquire);
@@ -306,6 +307,7 @@ void load_env_extras(Buffer& target, const InFile& in, const CheckpointInfo& inf
     c.queue_head.store(e.queue_tail - keep, std::memory_order_relaxed);
     c.queue_tail.store(e.queue_tail, std::memory_order_relaxed);
     c.records_dropped.store(e.records_dropped + (queued.size() - keep), std::memory_order_relaxed);
+    detail::reset_queue_accounts(seg, e.env);  // the loaded head: nothing in hand, nothing lost (not in a checkpoint)
   }
 }
 

@@ -221,15 +221,23 @@ void bind_sampler(py::module_& m) {
             // no more than the envs' queues can hold at once, whatever max says
             const uint64_t queued_at_most = s.buffer->num_envs() * s.buffer->episode_queue_capacity();
             std::vector<EpisodeRecord> records(static_cast<std::size_t>(std::min<uint64_t>(max, queued_at_most)));
+            py::list out;
             {
               py::gil_scoped_release release;
               std::lock_guard lock(s.mu);
-              records.resize(smp->pop_episodes(records));
+              // The records become the list's objects before the call counts them delivered: a process killed
+              // before that has them counted lost (episode_records_lost); once the list exists they are the
+              // caller's. Waiting for the GIL holding mu is safe under objects.hpp's rule.
+              smp->pop_episodes(records, [&](std::span<const EpisodeRecord> taken) {
+                py::gil_scoped_acquire gil;
+                for (const EpisodeRecord& r : taken) out.append(py::cast(r));
+              });
             }
-            return records;
+            return out;
           },
           "max"_a = 1024, "Completed episodes queued by the writers, oldest first per env (buffers with episode "
-                          "fields).")
+                          "fields). Each record reaches one learner at most once; the records a process killed inside "
+                          "this call had taken are counted lost (`shmreplay info`: episode_records_lost).")
       .def("close", &PySampler::close,
            "Release the learner role now (also done when the Sampler is garbage-collected).")
       .def("__enter__", [](py::object self) { return self; })

@@ -383,3 +383,41 @@ TEST_CASE("create names episode fields and info shows completed episodes, per en
   CHECK(bad.exit_code == 1);
   CHECK(bad.err.find("done") != std::string::npos);
 }
+
+TEST_CASE("info, info --json and metrics count the episode records of a learner killed inside pop_episodes") {
+  const std::string name = unique_name("cli-lost-records");
+  SegmentGuard guard(name);
+  REQUIRE(run_cli({"create", name, "--envs", "2", "--capacity", "16", "--schema", "obs:f32 done:bool", "--done",
+                   "done", "--learners", "2"})
+              .exit_code == 0);
+  {
+    Buffer buf = Buffer::open(name);
+    Writer writer(buf, {0, 1});
+    const float obs = 0;
+    const uint8_t done = 1;
+    for (int k = 0; k < 6; ++k) writer.push_one(static_cast<uint64_t>(k % 2), {value_bytes(obs), value_bytes(done)});
+  }
+  // Of the 6 one-step episodes' records, a learner takes 4 (of both envs) and is killed before it hands them over.
+  const pid_t child = test::spawn([&] {
+    Buffer b = Buffer::open(name);
+    Sampler learner(b);
+    std::vector<EpisodeRecord> out(4);
+    learner.pop_episodes(out, [](std::span<const EpisodeRecord>) { ::raise(SIGKILL); });
+    ::_exit(1);
+  });
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
+  const std::string text = run_cli({"info", name}).out;
+  CHECK(contains(line_starting(text, "episodes"), "waiting for the learner, 0 dropped (queue 128 per env), 4 lost to "
+                                                  "learners killed while popping"));
+  const json j = parse_json(run_cli({"info", name, "--json"}).out);
+  CHECK(j["episodes"]["records_lost"] == 4);
+  CHECK(j["envs"][0]["episode_records_lost"].get<uint64_t>() + j["envs"][1]["episode_records_lost"].get<uint64_t>() ==
+        4);
+  const CliResult m = run_cli({"metrics", name, "--once"});
+  REQUIRE(m.exit_code == 0);
+  CHECK(contains(m.out, "# TYPE shmreplay_episode_records_lost_total counter"));
+  CHECK(contains(m.out, fmt::format("shmreplay_episode_records_lost_total{{buffer=\"{}\",env=\"0\"}} {}", name,
+                                    j["envs"][0]["episode_records_lost"].get<uint64_t>())));
+}

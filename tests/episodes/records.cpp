@@ -3,6 +3,8 @@
 // Part of test_episodes (tests/CMakeLists.txt); its helpers are in episodes_helpers.hpp.
 #include "episodes_helpers.hpp"
 
+#include "detail/protocol/episode_queue.hpp"  // pop_records
+
 TEST_CASE("completed-episode records arrive per env in order with their returns; a full queue drops and counts") {
   Rig rig("ep-records", Flavor::term_trunc, 3, 16, /*queue_capacity=*/4);
   std::mt19937_64 gen(4);

@@ -92,6 +92,7 @@ Json env_json(const EnvInfo& e) {
       {"episodes_completed", e.episodes_completed},
       {"episode_records_dropped", e.episode_records_dropped},
       {"episode_queue_depth", e.episode_queue_depth},
+      {"episode_records_lost", e.episode_records_lost},
       {"priority_total", e.priority_total},
       {"episode_start", e.episode_start},
       {"last_episode",
@@ -249,7 +250,8 @@ Json info_json(const SegmentInfo& i) {
         {"queue_capacity", i.episode_queue_capacity},
         {"completed", i.episodes_completed},
         {"records_dropped", i.episode_records_dropped},
-        {"queue_depth", i.episode_queue_depth}}},
+        {"queue_depth", i.episode_queue_depth},
+        {"records_lost", i.episode_records_lost}}},
       {"priorities", i.priority_exponent ? Json{{"exponent", *i.priority_exponent},
                                                 {"max_priority", i.max_priority},
                                                 {"total", i.priority_total},
@@ -318,9 +320,10 @@ void print_info_summary(const SegmentInfo& i) {
     }
   }
   if (i.episode_queue_capacity > 0) {
-    print_pair("episodes", fmt::format("{} completed, {} waiting for the learner, {} dropped (queue {} per env); {}",
+    print_pair("episodes", fmt::format("{} completed, {} waiting for the learner, {} dropped (queue {} per env), {} "
+                                       "lost to learners killed while popping; {}",
                                        i.episodes_completed, i.episode_queue_depth, i.episode_records_dropped,
-                                       i.episode_queue_capacity, episode_fields_text(i)));
+                                       i.episode_queue_capacity, i.episode_records_lost, episode_fields_text(i)));
   }
   if (i.priority_exponent) {
     print_pair("priorities", fmt::format("alpha {:g}; total priority^alpha {:g} over the replay view, max priority "

@@ -160,6 +160,12 @@ void Writer::all() {
           [](const SegmentInfo& i, const EnvInfo& e) {
             return i.episode_queue_capacity ? U(e.episode_records_dropped) : U();
           });
+  per_env("shmreplay_episode_records_lost_total", Type::counter,
+          "Completed-episode records a learner took from the env's queue and never handed to its caller: it was "
+          "killed inside pop_episodes (buffers with episode fields)",
+          [](const SegmentInfo& i, const EnvInfo& e) {
+            return i.episode_queue_capacity ? U(e.episode_records_lost) : U();
+          });
   per_env("shmreplay_episode_queue_depth", Type::gauge, "Completed-episode records waiting for the learner",
           [](const SegmentInfo& i, const EnvInfo& e) { return i.episode_queue_capacity ? U(e.episode_queue_depth) : U(); });
   per_env("shmreplay_env_lease_held", Type::gauge,

@@ -158,7 +158,7 @@ void emit_record(Segment& b, uint64_t env, uint64_t head) noexcept {
   EpisodeControl& c = b.episode_control(env);
   const JournalState s = load_slot(c.journal[head % 2]);  // written by this writer before its head store
   const uint64_t tail = c.queue_tail.load(std::memory_order_relaxed);  // only the env's writer stores it
-  // acquire: pairs with the learner's release CAS of queue_head in pop_records after it copied records out, so
+  // acquire: pairs with the learner's release CAS of queue_head in take_records after it copied records out, so
   // its reads of a slot happen-before our overwrite of that slot.
   const uint64_t consumed = c.queue_head.load(std::memory_order_acquire);
   const uint64_t capacity = b.episode_queue_capacity();
@@ -172,42 +172,8 @@ void emit_record(Segment& b, uint64_t env, uint64_t head) noexcept {
   slot.length.store(s.last_length, std::memory_order_relaxed);
   slot.episode_return.store(bits_of(s.last_return), std::memory_order_relaxed);
   slot.end.store(static_cast<uint64_t>(s.last_end), std::memory_order_relaxed);
-  // release: pairs with the learner's acquire load of queue_tail in pop_records; the slot is complete.
+  // release: pairs with the learner's acquire load of queue_tail in take_records; the slot is complete.
   c.queue_tail.store(tail + 1, std::memory_order_release);
-}
-
-std::size_t pop_records(Segment& b, uint64_t env, std::span<EpisodeRecord> out) noexcept {
-  EpisodeControl& c = b.episode_control(env);
-  const uint64_t capacity = b.episode_queue_capacity();
-  const layout::EpisodeRecordSlot* slots = b.episode_queue(env);
-  // The head first, then the tail: the head never passes a tail a consumer saw, so head <= tail here.
-  uint64_t head = c.queue_head.load(std::memory_order_relaxed);  // validated by the CAS below
-  for (;;) {
-    // acquire: pairs with the writer's release store of queue_tail in emit_record; the slots below it are whole.
-    const uint64_t tail = c.queue_tail.load(std::memory_order_acquire);
-    uint64_t from = head;
-    if (from > tail || tail - from > capacity) from = tail > capacity ? tail - capacity : 0;  // never: defensive
-    const uint64_t take = std::min<uint64_t>(tail - from, out.size());
-    if (take == 0) return 0;
-    for (uint64_t i = 0; i < take; ++i) {
-      const layout::EpisodeRecordSlot& slot = slots[(from + i) % capacity];
-      EpisodeRecord& r = out[static_cast<std::size_t>(i)];
-      r.env = env;
-      r.first_step = slot.first_step.load(std::memory_order_relaxed);
-      r.length = slot.length.load(std::memory_order_relaxed);
-      r.episode_return = f64_of(slot.episode_return.load(std::memory_order_relaxed));
-      r.end = static_cast<EpisodeEnd>(slot.end.load(std::memory_order_relaxed) & 3);
-    }
-    // release: pairs with the writer's acquire load of queue_head in emit_record before it reuses a slot; our reads
-    // come first. A CAS, not a store, so that consumers racing for one queue (several learners: issue 34,
-    // docs/design/learners.md) each take a record exactly once: success means the head stayed `head` from
-    // our load to here, so no writer reused a slot of [head, head + capacity) meanwhile and the copy is whole.
-    if (c.queue_head.compare_exchange_strong(head, from + take, std::memory_order_release,
-                                             std::memory_order_relaxed)) {
-      return static_cast<std::size_t>(take);
-    }
-    // Another consumer took records first: `head` now holds its new head; copy again from there.
-  }
 }
 
 void recover_env(Segment& b, uint64_t env) noexcept {

@@ -1,10 +1,10 @@
 // detail/protocol/episodes.hpp: episode bookkeeping in the segment (layout 1.2), every side of it: the step meta
 // words and the journal (the Writer records them: stage_step, recover_env; the Sampler reads boundaries:
 // load_meta; the Inspector shows the journal: read_journal; a checkpoint load rebuilds both: rebuild_env), and the
-// completed-episode record queue (emit_record, the writer's half; pop_records, the learner's). docs/design/episodes.md,
+// completed-episode record queue's producer (emit_record; its consumer is episode_queue.hpp). docs/design/episodes.md,
 // "Episode boundaries and records", has the protocol and the argument that a writer killed at any instruction
 // leaves it consistent with the published steps. Safe across processes as each function's precondition says
-// (the env's lease for the writer's halves; pop_records and the readers need none).
+// (the env's lease for the writer's halves; the readers need none).
 #pragma once
 
 #include <atomic>
@@ -85,19 +85,13 @@ inline uint64_t load_meta(const std::atomic<uint64_t>* meta, uint64_t capacity, 
 bool stage_step(Segment& buffer, uint64_t env, uint64_t step, const StepFlags& flags) noexcept;
 
 // The completed-episode record queue of an env (EpisodeControl lines 2-3 and the env's record slots): a
-// single-producer ring with monotonic counters whose consumers take records with a CAS. The env's writer produces
-// (emit_record, advancing queue_tail); the learner consumes (pop_records, advancing queue_head by CAS, so that
-// several consumers would each take a record once); the Inspector reads its depth.
+// single-producer ring with monotonic counters. The env's writer produces (emit_record, advancing queue_tail); the
+// learners consume (episode_queue.hpp: take_records under the env's taker lock, advancing queue_head by CAS).
 
 /// The writer's half after its head store of step + 1 when stage_step returned true: pushes the record of the
 /// episode that ended (from journal[head % 2]) onto the env's queue, or counts it dropped when the queue is full.
 /// Precondition: this process holds the env's lease. O(1), never blocks.
 void emit_record(Segment& buffer, uint64_t env, uint64_t head) noexcept;
-
-/// The learner's half: moves up to out.size() records of `env`, oldest first, into `out` and returns how many.
-/// Consumers may race (a CAS takes the records): each record goes to exactly one of them, whole. Precondition: the
-/// buffer has episode fields. O(records) per try; a try fails only when another consumer took records meanwhile.
-std::size_t pop_records(Segment& buffer, uint64_t env, std::span<EpisodeRecord> out) noexcept;
 
 /// Makes a newly leased env's episode state agree with its head: after a writer died between its head store and
 /// its record push, pushes that record (exactly once). Called by the Writer for every env it leases, after taking
