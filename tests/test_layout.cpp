@@ -317,6 +317,9 @@ TEST_CASE("layout 1.2: the episode sections' structs, meta bits and codes are pi
   CHECK(offsetof(EpisodeControl, queue_tail) == 128);
   CHECK(offsetof(EpisodeControl, records_dropped) == 136);
   CHECK(offsetof(EpisodeControl, queue_head) == 192);
+  CHECK(offsetof(EpisodeControl, queue_taker) == 200);        // 1.9
+  CHECK(offsetof(EpisodeControl, records_delivered) == 208);  // 1.9
+  CHECK(offsetof(EpisodeControl, records_lost) == 216);       // 1.9
   CHECK(sizeof(EpisodeRecordSlot) == 32);
   CHECK(offsetof(EpisodeRecordSlot, first_step) == 0);
   CHECK(offsetof(EpisodeRecordSlot, length) == 8);

@@ -60,7 +60,8 @@
 //                       |     episode; journal[s % 2] is the state for     |
 //                       |     head = s                                     |
 //                       |   line 2, writer:  record queue tail, dropped    |
-//                       |   line 3, learner: record queue head             |
+//                       |   line 3, learner: record queue head, taker lock,|
+//                       |     records delivered and lost (1.9)             |
 //   sections[kStepMeta] +--------------------------------------------------+ 64-byte aligned
 //                       | step meta: [num_envs][capacity] u64, one per     |
 //                       |   ring slot: the first step of the step's        |
@@ -122,7 +123,9 @@
 //   rewriting (stored before update_seq goes odd), and steps_lost_to_dead_updates. The repair of a learner that
 //   died inside its update section raises stacks_intact_from (which bounds every view already) past that step, so
 //   a half-rewritten step is never read as valid (docs/design/seqlock.md, "A learner killed while it rewrites").
-//   Nothing moves; a 1.8 library opens a 1.9 segment but records no update_step: do not mix them in one job.
+//   Episode queues (1.9): EpisodeControl's line 3 takes three padding words, the taker lock and the delivered and
+//   lost counts of pop_episodes (docs/design/episodes.md, point 5). Nothing moves; a 1.8 library opens a 1.9
+//   segment but records no update_step and takes records without the taker lock: do not mix them in one job.
 // The layout-pinning test (tests/test_layout.cpp) fixes every size and offset below to kLayoutMajor.kLayoutMinor:
 // change one and that test tells you to bump the version.
 #pragma once
@@ -153,7 +156,8 @@ inline constexpr uint32_t kLayoutMinor = 9;  ///< 1.1 added the global section a
                                              ///< 1.8 the learner statistics (LearnerStats: sample ages,
                                              ///< limiter timeouts); 1.9 EnvControl's update_step and
                                              ///< steps_lost_to_dead_updates (a dead updater's step leaves
-                                             ///< the view)
+                                             ///< the view), EpisodeControl's queue_taker, records_delivered
+                                             ///< and records_lost
 
 /// SegmentHeader::state while the creator initialises the segment (open() waits, then throws not_ready).
 inline constexpr uint64_t kStateInitializing = 0;
@@ -490,8 +494,11 @@ struct alignas(kCacheLineBytes) EpisodeJournal {
 /// Per-env episode block. The record queue is a single-producer (the env's writer) ring of EpisodeRecordSlot with
 /// 64-bit monotonic indices, whose consumers (the learner) take records by CAS: the slot of record i is
 /// i % episode_queue_capacity. Producer: if queue_tail - queue_head (acquire) < capacity, store the slot's words,
-/// then queue_tail + 1 (release); else records_dropped + 1. Consumer: queue_head h, queue_tail t (acquire), read
-/// slots [h, t), then CAS queue_head from h to t (release), again from the new head if it failed. A producer killed between its slot stores and its tail store leaves the record
+/// then queue_tail + 1 (release); else records_dropped + 1. Consumer (1.9): takes the env's taker lock
+/// (queue_taker, a lease word; a dead holder's records in hand are counted lost), queue_head h, queue_tail t
+/// (acquire), reads slots [h, t), CASes queue_head from h to t (release), and once the records are in its caller's
+/// hands stores records_delivered and frees the lock (detail/protocol/episode_queue.hpp). A producer killed between
+/// its slot stores and its tail store leaves the record
 /// unpublished, and its replacement re-pushes it (journal.episodes_completed > queue_tail + records_dropped).
 ///
 /// Why not boost::lockfree::spsc_queue (fixed capacity, pointer-free, and lock-free, so usable in shared memory):
@@ -512,7 +519,12 @@ struct alignas(kCacheLineBytes) EpisodeControl {
   uint64_t pad2[6];  ///< padding to the end of the cache line
   // -- cache line 3: the queue's consumer side, written by the learner --
   std::atomic<uint64_t> queue_head;  ///< records popped since creation; queue_head <= queue_tail
-  uint64_t pad3[7];  ///< padding to the end of the cache line
+  std::atomic<uint64_t> queue_taker;        ///< (1.9) pack_owner of the process holding taken records in hand (its
+                                            ///< pop_episodes has not handed them to its caller yet), 0 when none
+  std::atomic<uint64_t> records_delivered;  ///< (1.9) records handed to a caller of pop_episodes
+  std::atomic<uint64_t> records_lost;       ///< (1.9) records taken by a learner that died holding them (or whose
+                                            ///< hand-over threw); queue_head = delivered + lost with no live taker
+  uint64_t pad3[4];  ///< padding to the end of the cache line
 };
 
 /// One completed-episode record in a queue (the env is the queue's).

@@ -38,12 +38,9 @@ struct QueueConsumerWords {
 
 /// The consumer words of `env`'s queue. Precondition: the buffer has episode fields and, for a caller that stores,
 /// a writable mapping.
-// TODO(layout): taker, delivered and lost are EpisodeControl::pad3[0..2] until layout.hpp names them (queue_taker,
-// records_delivered, records_lost); then these three lines name the members instead.
 inline QueueConsumerWords queue_consumer(const Segment& segment, uint64_t env) noexcept {
   auto& c = const_cast<layout::EpisodeControl&>(segment.episode_control(env));
-  auto word = [](uint64_t& w) -> std::atomic<uint64_t>& { return *reinterpret_cast<std::atomic<uint64_t>*>(&w); };
-  return {c.queue_head, word(c.pad3[0]), word(c.pad3[1]), word(c.pad3[2])};
+  return {c.queue_head, c.queue_taker, c.records_delivered, c.records_lost};
 }
 
 /// A learner's first half: takes `env`'s taker lock for lease word `me` (first counting as lost what a dead holder
