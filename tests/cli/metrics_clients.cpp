@@ -7,6 +7,9 @@
 
 #include <sys/resource.h>
 
+#include <atomic>
+#include <thread>
+
 using namespace metrics_test;
 
 namespace {
@@ -14,6 +17,7 @@ namespace {
 // The server's limits as docs/cli.md states them (http_server.hpp's HttpLimits defaults).
 constexpr double kRequestDeadlineS = 5.0;
 constexpr std::size_t kMaxConnections = 64;
+constexpr std::size_t kMaxHeadBytes = 8192;
 
 // A scrape answered 200 with the exposition, within a second (a missing or slow answer is described instead).
 void check_quick_scrape(int port, const std::string& when) {
@@ -87,7 +91,8 @@ TEST_CASE("metrics --listen: scrapes answer within a second while 16 clients sen
 }
 
 TEST_CASE("metrics --listen: with 3,000 idle connections open a scrape answers within a second, and the exporter "
-          "keeps at most 64 of them open, closing the oldest") {
+          "keeps at most 64 of them open, closing the oldest; scrapes answer as quickly while a client opens connections "
+          "as fast as it can") {
   // 3,000 sockets here, and room to spare: the soft limit raised to the hard one where it is lower.
   rlimit files{};
   REQUIRE(::getrlimit(RLIMIT_NOFILE, &files) == 0);
@@ -121,6 +126,28 @@ TEST_CASE("metrics --listen: with 3,000 idle connections open a scrape answers w
   CHECK(closed_of_newest == 0);  // the newest 63 are still open (the scrape took the 64th place)
   for (const int fd : idle) ::close(fd);
   check_quick_scrape(port, "after the idle connections");
+
+  // A client that opens connections as fast as it can, and keeps them open until the exporter closes them.
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> flooded{0};
+  std::thread flood([&] {
+    std::vector<int> open;
+    while (!stop.load()) {
+      const int fd = connect_to(port);
+      if (fd >= 0) open.push_back(fd);
+      flooded.fetch_add(1, std::memory_order_relaxed);
+      if (open.size() < 200) continue;  // then those the exporter closed are closed here too
+      std::erase_if(open, [](int f) { return closed_by_server(f) && ::close(f) == 0; });
+    }
+    for (const int fd : open) ::close(fd);
+  });
+  for (int i = 0; i < 10; ++i) {
+    check_quick_scrape(port, fmt::format("scrape {} during the flood", i));
+    ::usleep(100'000);
+  }
+  stop = true;
+  flood.join();
+  MESSAGE(flooded.load(), " connections opened by the flood during 10 scrapes");
   CHECK(exporter.finish(SIGTERM) == 0);
 }
 
@@ -179,6 +206,11 @@ TEST_CASE("metrics --listen: a request head longer than 8 KiB is refused with 43
   const int port = serving_port(exporter);
   const Exchange long_line = http_exchange(port, "GET /metrics?x=" + std::string(9000, 'A') + " HTTP/1.1\r\n\r\n");
   CHECK(long_line.status_line() == "HTTP/1.1 414 URI Too Long");
+  // A head of exactly 8192 bytes is served; one byte more is refused.
+  const std::string line = "GET /metrics HTTP/1.1\r\nX-Pad: ";
+  const std::string pad(kMaxHeadBytes - line.size() - 4, 'p');
+  CHECK(http_exchange(port, line + pad + "\r\n\r\n").status_line() == "HTTP/1.1 200 OK");
+  CHECK(http_exchange(port, line + pad + "p\r\n\r\n").status_line() == "HTTP/1.1 431 Request Header Fields Too Large");
   std::string many = "GET /metrics HTTP/1.1\r\n";
   for (int i = 0; i < 2000; ++i) many += fmt::format("X-{}: y\r\n", i);
   CHECK(http_exchange(port, many + "\r\n").status_line() == "HTTP/1.1 431 Request Header Fields Too Large");

@@ -27,8 +27,6 @@ namespace {
 // After the response, what a client may still send (a small body it sent along) before the connection closes.
 constexpr std::size_t kDrainBytes = 64 * 1024;
 constexpr std::chrono::milliseconds kDrainTime{1000};
-// Accepts per poll round: a flood of connections cannot keep the loop from the requests it holds.
-constexpr int kAcceptsPerRound = 256;
 
 bool is_token_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) != 0 || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
@@ -201,7 +199,10 @@ void HttpServer::serve(const HttpHandler& handler, int stop_fd) {
 }
 
 void HttpServer::accept_new() {
-  for (int i = 0; i < kAcceptsPerRound; ++i) {
+  // At most half the cap per poll round: a connection accepted now is read in the next round before a flood of
+  // newer ones can make it the oldest (close_oldest), so a client that sends its request at once is answered.
+  const std::size_t per_round = std::max<std::size_t>(limits_.max_connections / 2, 1);
+  for (std::size_t i = 0; i < per_round; ++i) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -290,8 +291,12 @@ void HttpServer::close_expired(Clock::time_point now) {
 }
 
 void HttpServer::close_oldest() {
-  ::close(connections_.front().fd);
-  connections_.erase(connections_.begin());
+  // The oldest still waiting for its request (idle or slow); when every one has been answered, the oldest of those.
+  auto victim = std::find_if(connections_.begin(), connections_.end(),
+                             [](const Connection& c) { return c.phase == Connection::Phase::reading; });
+  if (victim == connections_.end()) victim = connections_.begin();
+  ::close(victim->fd);
+  connections_.erase(victim);
 }
 
 int HttpServer::poll_timeout_ms(Clock::time_point now) const {

@@ -27,8 +27,8 @@ struct HttpLimits {
   /// From a connection's accept to its response's last byte: a connection still open then is closed, whatever it
   /// is doing (a request sent a byte at a time, a response the client does not read).
   std::chrono::milliseconds request_deadline{5000};
-  /// Connections open at once; when one more arrives, the oldest open one is closed (so idle connections can delay
-  /// a new request by one accept, never refuse it).
+  /// Connections open at once; when one more arrives, the oldest one still waiting for its request is closed (the
+  /// oldest of all when every one has its answer), so idle connections cannot keep a new request out.
   std::size_t max_connections = 64;
   /// The request line and the headers together, in bytes; a longer head is refused (414 or 431) unread.
   std::size_t max_head_bytes = 8192;
