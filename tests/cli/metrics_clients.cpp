@@ -38,6 +38,30 @@ bool closed_by_server(int fd) {
   }
 }
 
+// Sends `head` on a new connection, then `fill` bytes as fast as the exporter takes them (2 GiB or 10 s at most):
+// the exporter must close the connection within 64 MiB and its resident set must not grow by 8 MiB.
+void check_flood_refused(RunningCli& exporter, int port, const std::string& head, char fill, const std::string& what) {
+  const uint64_t rss_before = status_bytes(exporter.pid(), "VmRSS");
+  const int fd = connect_to(port);
+  REQUIRE(fd >= 0);
+  REQUIRE(::send(fd, head.data(), head.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(head.size()));
+  const std::string chunk(1 << 20, fill);
+  const auto start = Clock::now();
+  uint64_t sent = 0;
+  uint64_t rss_peak = rss_before;
+  while (sent < (uint64_t{2} << 30) && seconds_since(start) < 10) {
+    const ssize_t n = ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<uint64_t>(n);
+    rss_peak = std::max(rss_peak, status_bytes(exporter.pid(), "VmRSS"));
+  }
+  ::close(fd);
+  MESSAGE("the exporter took ", sent >> 20, " MiB of ", what, " before closing, in ", seconds_since(start),
+          " s; its RSS ", rss_before >> 10, " KiB before, ", rss_peak >> 10, " KiB at most");
+  CHECK(sent < (uint64_t{64} << 20));
+  CHECK(rss_peak < rss_before + (uint64_t{8} << 20));
+}
+
 }  // namespace
 
 TEST_CASE("metrics --listen: scrapes answer within a second while 16 clients send a header byte every 200 ms, and "
@@ -176,26 +200,7 @@ TEST_CASE("metrics --listen: another method is refused with 405 and a GET with a
         "HTTP/1.1 200 OK");
 
   // A POST that sends its body as fast as it can: the exporter answers, closes, and never holds the body.
-  const uint64_t rss_before = status_bytes(exporter.pid(), "VmRSS");
-  const int fd = connect_to(port);
-  REQUIRE(fd >= 0);
-  const std::string post = "POST /metrics HTTP/1.1\r\nHost: x\r\n" + huge + "\r\n";
-  REQUIRE(::send(fd, post.data(), post.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(post.size()));
-  const std::string zeros(1 << 20, '\0');
-  const auto start = Clock::now();
-  uint64_t sent = 0;
-  uint64_t rss_peak = rss_before;
-  while (sent < (uint64_t{2} << 30) && seconds_since(start) < 10) {
-    const ssize_t n = ::send(fd, zeros.data(), zeros.size(), MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += static_cast<uint64_t>(n);
-    rss_peak = std::max(rss_peak, status_bytes(exporter.pid(), "VmRSS"));
-  }
-  ::close(fd);
-  MESSAGE("the exporter took ", sent >> 20, " MiB of the POST's body before closing, in ", seconds_since(start),
-          " s; its RSS ", rss_before >> 10, " KiB before, ", rss_peak >> 10, " KiB at most");
-  CHECK(sent < (uint64_t{64} << 20));
-  CHECK(rss_peak < rss_before + (uint64_t{8} << 20));
+  check_flood_refused(exporter, port, "POST /metrics HTTP/1.1\r\nHost: x\r\n" + huge + "\r\n", '\0', "a POST's body");
   check_quick_scrape(port, "after the POST");
   CHECK(exporter.finish(SIGTERM) == 0);
 }
@@ -218,26 +223,7 @@ TEST_CASE("metrics --listen: a request head longer than 8 KiB is refused with 43
   CHECK(http_exchange(port, std::string("\x16\x03\x01garbage\r\n\r\n")).status_line() == "HTTP/1.1 400 Bad Request");
   CHECK(http_exchange(port, "GET /nothing HTTP/1.1\r\n\r\n").status_line() == "HTTP/1.1 404 Not Found");
 
-  const uint64_t rss_before = status_bytes(exporter.pid(), "VmRSS");
-  const int fd = connect_to(port);
-  REQUIRE(fd >= 0);
-  const std::string start = "GET /metrics HTTP/1.1\r\nX-Endless: ";
-  REQUIRE(::send(fd, start.data(), start.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(start.size()));
-  const std::string a(1 << 20, 'a');
-  uint64_t sent = 0;
-  uint64_t rss_peak = rss_before;
-  const auto t0 = Clock::now();
-  while (sent < (uint64_t{1} << 30) && seconds_since(t0) < 10) {
-    const ssize_t n = ::send(fd, a.data(), a.size(), MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += static_cast<uint64_t>(n);
-    rss_peak = std::max(rss_peak, status_bytes(exporter.pid(), "VmRSS"));
-  }
-  ::close(fd);
-  MESSAGE("the exporter took ", sent >> 20, " MiB of an endless header line; its RSS ", rss_before >> 10,
-          " KiB before, ", rss_peak >> 10, " KiB at most");
-  CHECK(sent < (uint64_t{64} << 20));
-  CHECK(rss_peak < rss_before + (uint64_t{8} << 20));
+  check_flood_refused(exporter, port, "GET /metrics HTTP/1.1\r\nX-Endless: ", 'a', "an endless header line");
   check_quick_scrape(port, "after the endless header");
   CHECK(exporter.finish(SIGTERM) == 0);
 }

@@ -22,10 +22,10 @@
 #include "detail/os/process.hpp"
 #include "exposition.hpp"
 #include "http_server.hpp"
-#include "shmreplay/buffer.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/inspector.hpp"
 #include "shmreplay/sample_age.hpp"
+#include "shmreplay/segment.hpp"
 
 namespace shmreplay::cli {
 namespace {
