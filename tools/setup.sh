@@ -47,7 +47,6 @@ packages=(
   util-linux                      # unshare/mount, used by the full-/dev/shm test
   clang libclang-rt-14-dev        # libFuzzer, for the fuzz targets (tools/fuzz/run.sh)
   doxygen                         # the C++ API reference (tools/docs.sh) and its warnings test, api_reference
-  libcpp-httplib-dev              # the HTTP server of `shmreplay metrics` (the Prometheus exporter)
   prometheus curl                 # test_cli_metrics: promtool, a real Prometheus scraping the exporter, its HTTP API
 )
 # Debian's own python3 needs its venv module and headers as packages; another interpreter (pyenv, conda) has them.

@@ -3,8 +3,10 @@
 // tools/setup.sh installs) scrapes it every second while a writer process pushes and a learner process samples:
 // the counters Prometheus returns lie between the buffer's own counts read before the scrape and after it, and
 // rate() over them is positive while the run goes on; the learners' sample-age histogram (layout 1.8) counts every
-// row sampled and histogram_quantile() reads it. Without the binaries the cases say so and pass (skipped).
+// row sampled and histogram_quantile() reads it. Without the binaries the cases say so and pass (skipped). Only the
+// caller's buffers are served unless --all-users. Hostile HTTP clients are metrics_clients.cpp's.
 #include "cli/cli_helpers.hpp"
+#include "cli/metrics_helpers.hpp"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -17,6 +19,8 @@
 #include "shmreplay/writer.hpp"
 
 namespace {
+
+using metrics_test::serving_port;
 
 // The path of `program` on PATH, or "" when it is not installed.
 std::string find_program(const std::string& program) {
@@ -54,16 +58,6 @@ int free_port() {
   REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
   ::close(fd);
   return ntohs(a.sin_port);
-}
-
-// The exporter's port, from its "serving http://127.0.0.1:PORT/metrics" line on stderr.
-int serving_port(RunningCli& cli) {
-  const std::optional<std::string> line = cli.next_line();
-  REQUIRE(line.has_value());
-  INFO(*line);
-  const std::size_t at = line->find("http://127.0.0.1:");
-  REQUIRE(at != std::string::npos);
-  return std::stoi(line->substr(at + std::strlen("http://127.0.0.1:")));
 }
 
 // Prometheus's instant query `promql`: the result vector (empty when the query failed or matched nothing).
@@ -191,6 +185,44 @@ TEST_CASE("metrics --once: Prometheus's parser accepts the text, with every lear
   const std::string lint = shell_output(fmt::format("{} check metrics < {} 2>&1; echo rc=$?", promtool, file));
   std::filesystem::remove(file);
   CHECK_MESSAGE(contains(lint, "rc=0"), lint);
+}
+
+TEST_CASE("metrics serves only the buffers of the user running it unless --all-users: another user's segment is left "
+          "out of an every-buffer scrape, and a named one reads buffer_up 0 with a note on stderr") {
+  const std::string mine = unique_name("metrics_mine");
+  const std::string theirs = unique_name("metrics_theirs");
+  SegmentGuard mine_guard(mine);
+  SegmentGuard theirs_guard(theirs);
+  create_payload(mine, 1, 8);
+  create_payload(theirs, 1, 8);
+  if (::chown(theirs_guard.path().c_str(), 65534, static_cast<gid_t>(-1)) != 0) {
+    MESSAGE("skipped: chown needs root");
+    return;
+  }
+  const auto up = [](const std::string& name, int value) {
+    return fmt::format("shmreplay_buffer_up{{buffer=\"{}\"}} {}\n", name, value);
+  };
+  const CliResult every = run_cli({"metrics", "--once"});
+  REQUIRE(every.exit_code == 0);
+  CHECK(contains(every.out, up(mine, 1)));
+  CHECK(!contains(every.out, theirs));
+  const CliResult all = run_cli({"metrics", "--once", "--all-users"});
+  REQUIRE(all.exit_code == 0);
+  CHECK(contains(all.out, up(mine, 1)));
+  CHECK(contains(all.out, up(theirs, 1)));
+
+  const CliResult named = run_cli({"metrics", theirs, mine, "--once"});
+  REQUIRE(named.exit_code == 0);
+  CHECK(contains(named.out, up(theirs, 0)));
+  CHECK(contains(named.out, up(mine, 1)));
+  CHECK(!contains(named.out, fmt::format("shmreplay_envs{{buffer=\"{}\"}}", theirs)));
+  INFO(named.err);
+  CHECK(contains(named.err, theirs + " belongs to uid 65534"));
+  CHECK(contains(named.err, "--all-users"));
+  const CliResult named_all = run_cli({"metrics", theirs, "--once", "--all-users"});
+  CHECK(contains(named_all.out, up(theirs, 1)));
+  CHECK(named_all.err.empty());
+  CHECK(contains(run_cli({"metrics", "--help"}).out, "--all-users"));
 }
 
 TEST_CASE("metrics --listen: a real Prometheus scrapes it while a writer pushes and a learner samples") {

@@ -121,6 +121,7 @@ struct MetricsArgs {
   std::vector<std::string> names;  ///< the buffers to export; empty: every shmreplay segment, listed at each scrape
   std::string listen;              ///< HOST:PORT to serve /metrics on (port 0: any free port, printed on stderr)
   bool once = false;               ///< print one scrape to stdout and exit, without serving
+  bool all_users = false;          ///< serve other users' buffers too (default: only the caller's, by euid)
 };
 
 struct LoadArgs {
@@ -145,9 +146,10 @@ int run_load(const LoadArgs& args);    // save_load.cpp
 int run_limit(const LimitArgs& args);  // limit.cpp
 int run_metrics(const MetricsArgs& args);  // metrics.cpp
 
-/// One scrape of `shmreplay metrics`: the Prometheus text exposition of `names` (every segment when empty), read
-/// from read-only mappings now. A buffer that does not open is shmreplay_buffer_up 0. metrics.cpp.
-std::string metrics_text(const std::vector<std::string>& names);
+/// One scrape of `shmreplay metrics`: the Prometheus text exposition of `names` (when empty, every segment whose
+/// file this process's euid owns, or every segment when `all_users`), read from read-only mappings now. A buffer
+/// that does not open, or that another user owns and not `all_users`, is shmreplay_buffer_up 0. metrics.cpp.
+std::string metrics_text(const std::vector<std::string>& names, bool all_users);
 
 /// The rate limiter's line of `info` and `watch`: settings, counts, ratio and who waits since when.
 std::string rate_limit_text(const RateLimitState& s);

@@ -337,7 +337,8 @@ CLI::App* add_limit(CLI::App& app, LimitArgs& args) {
 CLI::App* add_metrics(CLI::App& app, MetricsArgs& args) {
   CLI::App* cmd = app.add_subcommand(
       "metrics", "Serve Prometheus metrics of buffers at http://HOST:PORT/metrics, read at each scrape (read-only)");
-  cmd->add_option("NAME", args.names, "Segment names (default: every shmreplay segment, listed at each scrape)")
+  cmd->add_option("NAME", args.names, "Segment names (default: every shmreplay segment of yours, or of every user with "
+                                      "--all-users, listed at each scrape)")
       ->type_name("");
   CLI::Option* listen =
       cmd->add_option("--listen", args.listen, "Address to serve on, HOST:PORT (port 0: any free port; the address "
@@ -345,6 +346,10 @@ CLI::App* add_metrics(CLI::App& app, MetricsArgs& args) {
           ->type_name("HOST:PORT");
   CLI::Option* once = cmd->add_flag("--once", args.once, "Print one scrape to stdout and exit instead of serving");
   listen->excludes(once);
+  cmd->add_flag("--all-users", args.all_users,
+                "Serve other users' buffers too. Without it only the buffers whose file belongs to the user running "
+                "this are served (whoever can connect reads what is served; a named buffer of another user reads "
+                "shmreplay_buffer_up 0)");
   return cmd;
 }
 

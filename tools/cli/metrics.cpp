@@ -1,32 +1,31 @@
 // `shmreplay metrics`: a Prometheus exporter. Serves the text exposition format at /metrics for the named buffers
-// (every shmreplay segment of the machine when none is named), read at each scrape from read-only mappings
-// (Inspector: PROT_READ, one atomic load per counter), so a scrape can never make a writer or a learner wait.
-// The HTTP server is cpp-httplib (Debian's libcpp-httplib-dev); the format is exposition.hpp's. docs/cli.md lists
-// every metric with its type, labels and unit.
-#include <pthread.h>
+// (every shmreplay segment of the caller's when none is named; every user's with --all-users), read at each scrape
+// from read-only mappings (Inspector: PROT_READ, one atomic load per counter), so a scrape can never make a writer or
+// a learner wait. The HTTP server is http_server.hpp's (which says why not cpp-httplib's); the format is
+// exposition.hpp's. docs/cli.md lists every metric with its type, labels and unit, and the server's limits.
 #include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
-#ifdef SHMREPLAY_HAVE_HTTPLIB
-#include <httplib.h>
-#endif
 
 #include "commands.hpp"
 #include "detail/os/process.hpp"
 #include "exposition.hpp"
+#include "http_server.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/inspector.hpp"
 #include "shmreplay/sample_age.hpp"
+#include "shmreplay/segment.hpp"
 
 namespace shmreplay::cli {
 namespace {
@@ -39,18 +38,30 @@ struct Scraped {
   std::optional<SegmentInfo> info;
 };
 
-std::vector<Scraped> read_buffers(const std::vector<std::string>& names) {
+// The uid that owns segment `name`'s file; nullopt when it cannot be read.
+std::optional<uid_t> file_owner(const std::string& name) {
+  struct stat st {};
+  if (::stat((shm_directory() + "/" + name).c_str(), &st) != 0) return std::nullopt;
+  return st.st_uid;
+}
+
+std::vector<Scraped> read_buffers(const std::vector<std::string>& names, bool all_users) {
   std::vector<Scraped> out;
   if (names.empty()) {
-    for (ListedSegment& s : list_segments()) out.push_back({std::move(s.name), std::move(s.info)});
+    for (ListedSegment& s : list_segments()) {
+      // Another user's segment is left out unless asked: the exporter serves to whoever can connect.
+      const std::optional<uid_t> owner = s.info ? std::optional<uid_t>(s.info->owner_uid) : file_owner(s.name);
+      if (!all_users && owner != ::geteuid()) continue;
+      out.push_back({std::move(s.name), std::move(s.info)});
+    }
     return out;
   }
   for (const std::string& name : names) {
     Scraped s{name, std::nullopt};
     try {
-      s.info = Inspector(name, {.allow_other_owner = true}).snapshot();  // display only, as `info`
+      s.info = Inspector(name, {.allow_other_owner = all_users}).snapshot();  // display only, as `info`
     } catch (const std::exception&) {
-      // reported as shmreplay_buffer_up 0; the exporter keeps serving the others
+      // reported as shmreplay_buffer_up 0 (another user's too, unless all_users); the exporter serves the others
     }
     out.push_back(std::move(s));
   }
@@ -296,9 +307,9 @@ void Writer::all() {
 
 }  // namespace
 
-std::string metrics_text(const std::vector<std::string>& names) {
+std::string metrics_text(const std::vector<std::string>& names, bool all_users) {
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<Scraped> buffers = read_buffers(names);
+  const std::vector<Scraped> buffers = read_buffers(names, all_users);
   Exposition x;
   Writer(x, buffers, detail::realtime_ns()).all();
   x.family("shmreplay_metrics_read_seconds", Type::gauge, "Seconds this scrape took to read the buffers");
@@ -306,7 +317,6 @@ std::string metrics_text(const std::vector<std::string>& names) {
   return x.text();
 }
 
-#ifdef SHMREPLAY_HAVE_HTTPLIB
 namespace {
 
 // HOST:PORT, [IPV6]:PORT; nullopt when it is not one.
@@ -324,22 +334,43 @@ std::optional<std::pair<std::string, int>> parse_listen(const std::string& text)
   return std::make_pair(host, port);
 }
 
+// One stderr line per named buffer that belongs to another user, which is served as shmreplay_buffer_up 0 unless
+// --all-users.
+void note_other_owners(const MetricsArgs& args) {
+  if (args.all_users) return;
+  for (const std::string& name : args.names) {
+    const std::optional<uid_t> owner = file_owner(name);
+    if (!owner || *owner == ::geteuid()) continue;
+    std::fprintf(stderr,
+                 "shmreplay metrics: %s belongs to uid %u, not to uid %u that runs this: it reads "
+                 "shmreplay_buffer_up 0 (--all-users serves other users' buffers)\n",
+                 name.c_str(), static_cast<unsigned>(*owner), static_cast<unsigned>(::geteuid()));
+  }
+}
+
+std::string served(const MetricsArgs& args) {
+  if (!args.names.empty()) return fmt::format("{} buffer{}", args.names.size(), args.names.size() == 1 ? "" : "s");
+  return args.all_users ? "every user's buffers" : fmt::format("every buffer of uid {}", ::geteuid());
+}
+
+HttpResponse answer(std::string_view path, const MetricsArgs& args) {
+  if (path == "/metrics") return {200, Exposition::kContentType, metrics_text(args.names, args.all_users)};
+  if (path == "/") return {200, "text/html; charset=utf-8", "<html><body><a href=\"/metrics\">/metrics</a></body></html>\n"};
+  return {404, "text/plain; charset=utf-8", "shmreplay metrics: not found; the metrics are at /metrics\n"};
+}
+
 }  // namespace
-#endif
 
 int run_metrics(const MetricsArgs& args) {
+  note_other_owners(args);
   if (args.once) {
-    std::fputs(metrics_text(args.names).c_str(), stdout);
+    std::fputs(metrics_text(args.names, args.all_users).c_str(), stdout);
     return kExitOk;
   }
   if (args.listen.empty()) {
     print_error("metrics needs --listen HOST:PORT (or --once); run 'shmreplay metrics --help'");
     return kExitUsage;
   }
-#ifndef SHMREPLAY_HAVE_HTTPLIB
-  throw Error(Errc::invalid_argument, "this shmreplay was built without cpp-httplib, so `metrics` can only print "
-                                      "(--once): install libcpp-httplib-dev (tools/setup.sh does) and build it again");
-#else
   const auto listen = parse_listen(args.listen);
   if (!listen) {
     print_error(fmt::format("--listen '{}' is not HOST:PORT (e.g. 127.0.0.1:9464, or port 0 for any free port); run "
@@ -347,52 +378,24 @@ int run_metrics(const MetricsArgs& args) {
                             args.listen));
     return kExitUsage;
   }
-  // The stop signals go to a thread that waits for them (the server's threads inherit the mask); it stops the
-  // server, so that listen returns and the process exits 0.
+  // The stop signals are read from a signalfd that the server polls beside its sockets: SIGINT, SIGTERM or SIGHUP
+  // ends serve(), and the process exits 0.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   for (const int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop_signals, s);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::sigprocmask(SIG_BLOCK, &stop_signals, nullptr);
+  const int stop_fd = ::signalfd(-1, &stop_signals, SFD_CLOEXEC);
+  if (stop_fd < 0) throw_errno(errno, "signalfd for the exporter's stop signals");
 
-  httplib::Server server;
-  const std::vector<std::string> names = args.names;
-  server.Get("/metrics", [names](const httplib::Request&, httplib::Response& res) {
-    try {
-      res.set_content(metrics_text(names), Exposition::kContentType);
-    } catch (const std::exception& e) {
-      res.status = 500;
-      res.set_content(fmt::format("shmreplay metrics: {}\n", e.what()), "text/plain; charset=utf-8");
-    }
-  });
-  server.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("<html><body><a href=\"/metrics\">/metrics</a></body></html>\n", "text/html; charset=utf-8");
-  });
-  const auto& [host, port_asked] = *listen;
-  const int port = port_asked == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port_asked) ? port_asked : -1);
-  if (port < 0) {
-    throw Error(Errc::system, fmt::format("cannot listen on {}: the address is in use or not this machine's",
-                                            args.listen));
-  }
+  const auto& [host, port] = *listen;
+  HttpServer server(host, port);
   const std::string shown = host.find(':') != std::string::npos ? fmt::format("[{}]", host) : host;
-  std::fprintf(stderr, "shmreplay metrics: serving http://%s:%d/metrics (%s)\n", shown.c_str(), port,
-               args.names.empty() ? "every buffer" : fmt::format("{} buffer{}", args.names.size(), args.names.size() == 1 ? "" : "s").c_str());
+  std::fprintf(stderr, "shmreplay metrics: serving http://%s:%d/metrics (%s)\n", shown.c_str(), server.port(),
+               served(args).c_str());
   std::fflush(stderr);
-
-  std::atomic<bool> done{false};
-  std::thread stopper([&] {
-    const timespec slice{0, 200'000'000};
-    while (!done.load()) {
-      if (sigtimedwait(&stop_signals, nullptr, &slice) > 0) {
-        server.stop();
-        return;
-      }
-    }
-  });
-  const bool ok = server.listen_after_bind();
-  done = true;
-  stopper.join();
-  return ok ? kExitOk : kExitFailure;
-#endif
+  server.serve([&args](std::string_view path) { return answer(path, args); }, stop_fd);
+  ::close(stop_fd);
+  return kExitOk;
 }
 
 }  // namespace shmreplay::cli
