@@ -68,7 +68,7 @@ T checked_int(const char* what, py::handle src, T lo, T hi) {
   if (!in_range) {
     std::string got = py::str(i).cast<std::string>();
     if (got.size() > 40) got = got.substr(0, 20) + "..." + got.substr(got.size() - 10) + fmt::format(" ({} digits)", got.size());
-    throw Error(Errc::invalid_argument, fmt::format("{} is {}, expected an integer from {} to {}", what, got, lo, hi));
+    throw Error(Errc::invalid_argument, fmt::format("{} is {}, expected {} to {}", what, got, lo, hi));
   }
   return value;
 }
