@@ -588,6 +588,6 @@ TEST_CASE("verify_chain and load_chain skip a damaged newest link with a note an
   // A link that is no link a save can read is named in every load's notes, older than the restored one or not.
   const std::vector<std::string> after = load_chain(dir.path(), restored.name()).notes;
   CHECK(after.size() == (header ? 1u : 0u));
-  if (header) CHECK(test::contains(after[0], "skipped link 3 ('" + newest + "')"));
+  if (header && after.size() == 1) CHECK(test::contains(after[0], "skipped link 3 ('" + newest + "')"));
   CHECK(state_difference(Buffer::open(restored.name(), {.read_only = true}), reader) == "");
 }

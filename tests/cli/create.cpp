@@ -324,7 +324,7 @@ TEST_CASE("--learners, --stack-restarts and --episode-queue take non-negative de
           "naming the option, never a wrapped 2^64 - 1") {
   const std::string name = unique_name("cli-neg");
   SegmentGuard guard(name);
-  for (const char* option : {"--learners", "--stack-restarts", "--episode-queue"}) {
+  for (const std::string option : {"--learners", "--stack-restarts", "--episode-queue"}) {
     CAPTURE(option);
     const CliResult r = run_cli({"create", name, "--envs", "1", "--capacity", "8", "--schema",
                                  "obs:u8[2,4]:stack=0 done:bool", "--done", "done", option, "-1"});
