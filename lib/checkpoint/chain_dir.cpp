@@ -178,8 +178,10 @@ InFile ChainDir::open_link(const Link& link) const {
 Listing ChainDir::list() const {
   Listing out;
   // A descriptor of its own: readdir moves the offset, which a dup would share with fd_.
-  DIR* d = ::fdopendir(::openat(fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd own(::openat(fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  DIR* d = own ? ::fdopendir(own.get()) : nullptr;
   if (d == nullptr) throw_errno(errno, fmt::format("cannot read chain directory '{}'", path_));
+  own.release();  // closedir closes it
   while (const dirent* ent = ::readdir(d)) {
     const std::string name = ent->d_name;
     const LinkName parsed = parse_link_name(name);
