@@ -67,7 +67,9 @@
 //
 // -- Chains: periodic, incremental checkpoints (save_link, load_chain) ------------------------------------------
 //
-// save_link writes one link of a chain into a directory: `DIR/link-SEQ.shmrckpt`, SEQ counting up (10 digits). A link is a
+// save_link writes one link of a chain into a directory: `DIR/link-SEQ.shmrckpt`, SEQ counting up (10 digits, up to
+// kMaxLinkSeq: a save whose number would pass it is refused, and a name of that shape with another number is
+// named in the notes and never read). A link is a
 // format 2.0 file whose env sections hold, per env, the records published since the previous link (data_from = that
 // link's head for the env), or the whole window when the env's steps may have changed (its update_seq moved: the
 // learner rewrote a step or a load replaced the env; the heads went back; no usable previous link; a new chain).
@@ -84,7 +86,19 @@
 // before it pruned.
 //
 // load_chain restores the newest link whose needed links are all there and verify (every checksum): the newest
-// complete state. With save_link every S seconds, a crash of every process and of /dev/shm loses at most the steps
+// complete state.
+//
+// Whose files a chain takes (the rule Buffer::open applies to segments, OpenOptions::allow_other_owner): a
+// directory in a world-writable place may have been made by another user, who can then plant files in it. So the
+// directory, its lock (`chain.lock`), its list of chains (`chain.ids`) and each link must belong to this process's
+// user, unless ChainOptions::allow_other_owner / LoadOptions::allow_other_owner, which also takes the files of the
+// directory's owner: another user's directory is refused (Errc::permission_denied), and a link of another user is
+// not read (named in the notes, never removed). The lock, the list and the links are opened without following a
+// symbolic link. And a directory restores only its own chains: save_link writes the id of each chain it starts
+// into `chain.ids` before that chain's first link, and load_chain and verify_chain skip a link whose chain the list
+// lacks (one copied from another chain directory, or of another buffer), naming it in the notes. A directory
+// without the list (saved by a release before it) takes every link, with a note; its next save_link writes the list,
+// naming the chains of the links there. With save_link every S seconds, a crash of every process and of /dev/shm loses at most the steps
 // published in the last S seconds plus one save's duration.
 #pragma once
 
@@ -103,6 +117,8 @@
 
 namespace shmreplay {
 
+/// The largest link number of a chain (link-N.shmrckpt): N has at most 19 digits, so that every name reads back.
+inline constexpr uint64_t kMaxLinkSeq = 9'999'999'999'999'999'999ull;
 
 /// One env as a checkpoint holds it.
 struct CheckpointEnv {
@@ -258,7 +274,8 @@ struct LoadOptions {
   /// For a new segment: its file's permission bits.
   uint32_t mode = 0600;
   /// Load into an existing segment that belongs to another user (OpenOptions::allow_other_owner): refused by
-  /// default with Errc::permission_denied, since it would hand that user the checkpoint's steps.
+  /// default with Errc::permission_denied, since it would hand that user the checkpoint's steps. For load_chain,
+  /// also take a chain directory of another user and the links of the directory's owner ("Chains" above).
   bool allow_other_owner = false;
   /// Load into an existing segment whose priorities (alpha, or having them), rate limiter settings or stack
   /// continuity rule differ from the file's: refused by default with Errc::schema_mismatch naming each difference,
@@ -309,6 +326,9 @@ struct ChainOptions {
   /// Progress, retry bound and temporary-file callback of each link's save (force is ignored: a chain directory
   /// holds links only).
   SaveOptions save;
+  /// Save into a directory of another user, and take the files of the directory's owner there ("Chains" above):
+  /// refused by default with Errc::permission_denied.
+  bool allow_other_owner = false;
 };
 
 /// What save_link wrote and removed.
@@ -318,16 +338,21 @@ struct LinkResult {
   uint64_t record_bytes = 0;          ///< bytes of records it holds
   uint64_t chain_bytes = 0;           ///< bytes of the links kept in the directory, the new one included
   std::vector<std::string> removed;   ///< links removed because no kept link needs them
+  std::vector<std::string> notes;     ///< the files of the directory the save did not take, each named with why
+                                      ///< (another owner's, another chain's, unreadable, a name that is no link's)
 };
 
 /// Writes the next link of the chain in directory `dir` (created if missing, mode 0700 plus the segment's group and
 /// other read/execute bits; checkpoint.hpp "Chains"). Never writes the segment and never waits for writers or the
-/// learner. Throws as save_checkpoint; what was in `dir` stays loadable whatever happens.
+/// learner. Throws as save_checkpoint; also Errc::permission_denied for a directory, lock or list of chains of
+/// another user ("Chains"; ChainOptions::allow_other_owner) or a symbolic link in their place, Errc::lease_held
+/// while another save into `dir` runs, Errc::invalid_argument when the next link number would pass kMaxLinkSeq.
+/// What was in `dir` stays loadable whatever happens.
 LinkResult save_link(const Buffer& source, const std::string& dir, const ChainOptions& options = {});
 
 /// One link file of a chain directory, as its headers say.
 struct ChainLink {
-  std::string path;            ///< DIR/link-SEQ.shmrckpt, SEQ in 10 digits
+  std::string path;            ///< DIR/link-SEQ.shmrckpt, SEQ in 10 digits (up to 19)
   uint64_t seq = 0;            ///< its number in the directory
   uint64_t chain_id = 0;       ///< its chain's id
   uint64_t saved_time_ns = 0;  ///< CLOCK_REALTIME when its save finished
@@ -335,17 +360,21 @@ struct ChainLink {
   std::string error;           ///< empty when its headers check; else why they do not
 };
 /// The links in `dir`, oldest first, as their headers say (each file's header and env sections checked, not its
-/// data; a file that fails is listed with `error` set). Throws Errc::not_found when `dir` does not exist.
-std::vector<ChainLink> list_links(const std::string& dir);
+/// data; a file that fails, belongs to another user or is of a chain the directory does not list is listed with
+/// `error` set). Throws Errc::not_found when `dir` does not exist, Errc::permission_denied for another user's
+/// directory unless `allow_other_owner` ("Chains").
+std::vector<ChainLink> list_links(const std::string& dir, bool allow_other_owner = false);
 
 /// Verifies the newest complete link of `dir` and every link it needs (every checksum) and returns the link's info;
-/// `notes` gets what was skipped (newer links that were incomplete or damaged). Throws Errc::not_found when no link
-/// restores, naming why each failed.
+/// `notes` gets what was skipped (newer links that were incomplete or damaged, and every file not taken: "Chains").
+/// Throws Errc::not_found when no link restores, naming why each failed; Errc::permission_denied for another
+/// user's directory unless `allow_other_owner`.
 CheckpointInfo verify_chain(const std::string& dir, std::vector<std::string>* notes = nullptr,
-                            const CheckpointProgressFn& progress = {});
+                            const CheckpointProgressFn& progress = {}, bool allow_other_owner = false);
 
 /// Restores the newest complete link of the chain in `dir` into the segment `name` (empty: the name it was saved
-/// from), as load_checkpoint does with one file. LoadResult::notes names newer links that were skipped.
+/// from), as load_checkpoint does with one file. LoadResult::notes names newer links that were skipped and every file
+/// not taken ("Chains": another user's, another chain's, a name that is no link's).
 LoadResult load_chain(const std::string& dir, std::string_view name = {}, const LoadOptions& options = {});
 
 /// Whether `path` is a directory (then load and verify treat it as a chain).

@@ -3,11 +3,7 @@
 // from the newest link that holds it), writing the next link with only the steps published since the previous one
 // and removing links no kept link needs (save_link), and finding the newest link that restores (verify_chain,
 // load_chain). Who calls it: the CLI's `save --every`, `load DIR`, `verify DIR`; the Python Checkpointer.
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -18,67 +14,18 @@
 
 #include <fmt/format.h>
 
+#include "checkpoint/chain_dir.hpp"
 #include "checkpoint/internal.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
 namespace {
 
-constexpr std::string_view kLinkPrefix = "link-";
-constexpr std::string_view kLinkSuffix = ".shmrckpt";
+using detail::ChainDir;
+using detail::Link;
+using detail::Listing;
 
-std::string link_path(const std::string& dir, uint64_t seq) {
-  return fmt::format("{}/{}{:010}{}", dir, kLinkPrefix, seq, kLinkSuffix);
-}
-
-// The seq of a link file's name "link-<digits>.shmrckpt", or 0 for another name.
-uint64_t seq_of(std::string_view name) {
-  if (!name.starts_with(kLinkPrefix) || !name.ends_with(kLinkSuffix)) return 0;
-  const std::string_view digits = name.substr(kLinkPrefix.size(), name.size() - kLinkPrefix.size() - kLinkSuffix.size());
-  if (digits.empty() || digits.size() > 19) return 0;
-  uint64_t seq = 0;
-  for (const char c : digits) {
-    if (c < '0' || c > '9') return 0;
-    seq = seq * 10 + static_cast<uint64_t>(c - '0');
-  }
-  return seq;
-}
-
-// A link with its headers read (info.envs filled, records not checked), or the error that stopped it.
-struct Link {
-  ChainLink entry;
-  std::optional<CheckpointInfo> info;
-};
-
-std::vector<Link> read_links(const std::string& dir) {
-  std::vector<Link> links;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) {
-    const int e = errno;
-    if (e == ENOENT) throw Error(Errc::not_found, fmt::format("chain directory '{}' does not exist", dir));
-    throw_errno(e, fmt::format("cannot read chain directory '{}'", dir));
-  }
-  while (const dirent* ent = ::readdir(d)) {
-    const uint64_t seq = seq_of(ent->d_name);
-    if (seq == 0) continue;
-    Link link;
-    link.entry.path = fmt::format("{}/{}", dir, ent->d_name);
-    link.entry.seq = seq;
-    try {
-      const detail::InFile in(link.entry.path);
-      link.entry.file_bytes = in.size();
-      link.info = detail::read_headers(in);
-      link.entry.chain_id = link.info->chain_id;
-      link.entry.saved_time_ns = link.info->saved_time_ns;
-    } catch (const Error& e) {
-      link.entry.error = e.what();
-    }
-    links.push_back(std::move(link));
-  }
-  ::closedir(d);
-  std::sort(links.begin(), links.end(), [](const Link& a, const Link& b) { return a.entry.seq < b.entry.seq; });
-  return links;
-}
+std::string link_name(uint64_t seq) { return fmt::format("link-{:010}.shmrckpt", seq); }
 
 // Whether two links describe the same buffer: name, creation, geometry and schema.
 bool same_source(const CheckpointInfo& a, const CheckpointInfo& b) {
@@ -134,93 +81,72 @@ struct Restorable {
   std::vector<std::string> notes;
 };
 
-Restorable newest_restorable(const std::string& dir, const CheckpointProgressFn& progress) {
-  const std::vector<Link> links = read_links(dir);
-  std::vector<std::string> skipped;
+// What a listing did not take, as notes: the names that are no link's, the links not taken (each named), and, in
+// a directory without its chain list, that every link was taken.
+std::vector<std::string> listing_notes(const ChainDir& dir, const Listing& listing, bool without_list_note = true) {
+  std::vector<std::string> notes;
+  for (const std::string& s : listing.skipped) notes.push_back("skipped " + s);
+  for (const Link& l : listing.links) {
+    if (!l.info) notes.push_back(fmt::format("skipped link {} ('{}'): {}", l.entry.seq, l.entry.path, l.entry.error));
+  }
+  if (without_list_note && !listing.has_chain_ids && !listing.links.empty()) {
+    notes.push_back(fmt::format("'{}' has no list of its chains (chain.ids: saved by a shmreplay that did not write "
+                                "one), so its links were not checked to be of one directory's chains",
+                                dir.path()));
+  }
+  return notes;
+}
+
+Restorable newest_restorable(const std::string& path, bool allow_other_owner, const CheckpointProgressFn& progress) {
+  const ChainDir dir(path, allow_other_owner, "cannot read the chain directory");
+  const Listing listing = dir.list();
+  const std::vector<Link>& links = listing.links;
+  std::vector<std::string> skipped = listing_notes(dir, listing);
   for (std::size_t n = links.size(); n-- > 0;) {
-    if (!links[n].info) {
-      skipped.push_back(fmt::format("link {}: {}", links[n].entry.seq, links[n].entry.error));
-      continue;
-    }
+    if (!links[n].info) continue;  // in the notes already
     std::string why;
     const std::vector<std::size_t> needed = needed_links(links, n, &why);
     if (needed.empty()) {
-      skipped.push_back(why);
+      skipped.push_back("skipped " + why);
       continue;
     }
     Restorable r;
     try {
       for (const std::size_t k : needed) {
-        r.files.push_back(std::make_unique<detail::InFile>(links[k].entry.path));
+        r.files.push_back(std::make_unique<detail::InFile>(dir.open_link(links[k])));
         r.infos.push_back(detail::verify_file(*r.files.back(), progress));
       }
     } catch (const Error& e) {
-      skipped.push_back(fmt::format("link {}: {}", links[n].entry.seq, e.what()));
+      skipped.push_back(fmt::format("skipped link {}: {}", links[n].entry.seq, e.what()));
       continue;
     }
-    for (const std::string& s : skipped) r.notes.push_back("skipped " + s);
+    r.notes = std::move(skipped);
     return r;
   }
   std::string listed;
   for (const std::string& s : skipped) listed += "; " + s;
-  throw Error(Errc::not_found, fmt::format("no link in chain directory '{}' restores{}", dir,
-                                           links.empty() ? std::string(": it holds no link files (link-N.shmrckpt)")
+  throw Error(Errc::not_found, fmt::format("no link in chain directory '{}' restores{}", path,
+                                           links.empty() ? std::string(": it holds no link files (link-N.shmrckpt)") + listed
                                                          : listed));
 }
 
-// Creates `dir` when missing, with the owner's bits and the group's and others' read bits of `mode` (plus search).
-void make_dir(const std::string& dir, uint32_t mode) {
-  const mode_t bits = static_cast<mode_t>(0700 | ((mode & 0040) ? 0050 : 0) | ((mode & 0004) ? 0005 : 0));
-  if (::mkdir(dir.c_str(), bits) != 0 && errno != EEXIST) {
-    throw_errno(errno, fmt::format("cannot create chain directory '{}'", dir));
-  }
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    throw Error(Errc::already_exists, fmt::format("cannot save a chain into '{}': it is not a directory", dir));
-  }
-}
-
-uint64_t random_chain_id() {
+uint64_t random_chain_id(const std::vector<Link>& links) {
   std::random_device rd;
-  uint64_t id = 0;
-  while (id == 0) id = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  return id;
-}
-
-}  // namespace
-
-std::vector<ChainLink> list_links(const std::string& dir) {
-  std::vector<ChainLink> out;
-  for (Link& l : read_links(dir)) out.push_back(std::move(l.entry));
-  return out;
-}
-
-bool is_chain_dir(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-LinkResult save_link(const Buffer& source, const std::string& dir, const ChainOptions& options) {
-  make_dir(dir, source.mode());
-  // One saver per directory: a second one would number and prune links under the first one's feet.
-  const std::string lock_path = dir + "/chain.lock";
-  detail::UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (!lock) throw_errno(errno, fmt::format("cannot open '{}'", lock_path));
-  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
-    throw Error(Errc::lease_held, fmt::format("cannot save a link into '{}': another save into that directory is "
-                                              "running (it holds {})",
-                                              dir, lock_path));
+  for (;;) {
+    const uint64_t id = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    const bool used = std::any_of(links.begin(), links.end(), [&](const Link& l) { return l.entry.chain_id == id; });
+    if (id != 0 && !used) return id;
   }
-  const std::vector<Link> links = read_links(dir);
-  uint64_t seq = links.empty() ? 1 : links.back().entry.seq + 1;
+}
 
-  // The previous link: the newest one of this buffer whose headers check, that has every link it needs, and whose
-  // own data verifies (every checksum: a link built on a damaged one would not restore, and the prune below would
-  // count the damaged one as a restore point). The earlier links it needs were checked so when they were the
-  // previous link, by this save or an earlier one; verify_chain and load_chain check them all again.
+// The previous link a new one builds on (its chain and each env's head and update_seq), or a plan without a chain:
+// the newest link of this buffer whose headers check, that has every link it needs, and whose own data verifies
+// (every checksum: a link built on a damaged one would not restore, and the prune would count the damaged one as a
+// restore point). The earlier links it needs were checked so when they were the previous link, by this save or an
+// earlier one; verify_chain and load_chain check them all again. `damaged` gets the seqs that failed that check.
+detail::LinkPlan previous_link(const Buffer& source, const ChainDir& dir, const std::vector<Link>& links,
+                               const ChainOptions& options, std::set<uint64_t>& damaged) {
   detail::LinkPlan plan;
-  std::set<uint64_t> damaged;  // seqs of links whose data failed that check
-  std::string why;
   for (std::size_t n = links.size(); n-- > 0;) {
     if (!links[n].info) continue;
     const CheckpointInfo& prev = *links[n].info;
@@ -229,12 +155,12 @@ LinkResult save_link(const Buffer& source, const std::string& dir, const ChainOp
         prev.num_envs != source.num_envs() || prev.capacity != source.capacity() || !(prev.schema == source.schema())) {
       break;  // another buffer (or a recreated one): start a new chain
     }
-    const std::vector<std::size_t> needed = needed_links(links, n, &why);
+    const std::vector<std::size_t> needed = needed_links(links, n, nullptr);
     if (needed.empty()) continue;
     const double budget = options.compact_ratio * static_cast<double>(std::max<uint64_t>(prev.window_bytes(), 1u << 20));
     if (static_cast<double>(bytes_of(links, needed)) > budget) break;  // compact: a whole link starts a new chain
     try {
-      detail::verify_file(detail::InFile(links[n].entry.path), {});
+      detail::verify_file(dir.open_link(links[n]), {});
     } catch (const Error&) {
       damaged.insert(links[n].entry.seq);
       continue;
@@ -243,24 +169,19 @@ LinkResult save_link(const Buffer& source, const std::string& dir, const ChainOp
     for (const CheckpointEnv& e : prev.envs) plan.envs.push_back({e.head, e.update_seq});
     break;
   }
-  const bool chained = plan.chain_id != 0;
-  if (!chained) plan.chain_id = random_chain_id();
-  plan.link_seq = seq;
+  return plan;
+}
 
-  SaveOptions save = options.save;
-  save.force = false;
-  LinkResult result;
-  result.info = detail::write_checkpoint(source, link_path(dir, seq), save, plan);
-  result.whole = result.info.self_contained();
-  result.record_bytes = result.info.total_steps * result.info.schema.step_bytes();
-
-  // Prune: keep the newest `keep` links that restore and every link they need.
-  const std::vector<Link> now = read_links(dir);
+// Keeps the newest `keep` links that restore and every link they need, and removes the rest of the links it takes
+// (a link it does not take, unreadable or not this directory's, is never removed). Fills `result`'s removed and
+// chain_bytes.
+void prune(const ChainDir& dir, uint32_t keep_points, const std::set<uint64_t>& damaged, LinkResult& result) {
+  const std::vector<Link> now = dir.list().links;
   std::set<std::size_t> keep;
   uint32_t kept_points = 0;
-  for (std::size_t n = now.size(); n-- > 0 && kept_points < std::max<uint32_t>(options.keep, 1);) {
+  for (std::size_t n = now.size(); n-- > 0 && kept_points < std::max<uint32_t>(keep_points, 1);) {
     if (!now[n].info) {
-      keep.insert(n);  // unreadable now (being written? damaged?): never removed by a save
+      keep.insert(n);
       continue;
     }
     if (damaged.count(now[n].entry.seq) != 0) continue;  // no restore point: removed unless a kept link needs it
@@ -270,24 +191,78 @@ LinkResult save_link(const Buffer& source, const std::string& dir, const ChainOp
     ++kept_points;
   }
   for (std::size_t k = 0; k < now.size(); ++k) {
-    if (keep.count(k) != 0) {
+    if (keep.count(k) != 0 || !now[k].ours) {
       result.chain_bytes += now[k].entry.file_bytes;
       continue;
     }
-    if (::unlink(now[k].entry.path.c_str()) == 0) result.removed.push_back(now[k].entry.path);
+    if (dir.remove(now[k])) result.removed.push_back(now[k].entry.path);
   }
+}
+
+}  // namespace
+
+std::vector<ChainLink> list_links(const std::string& dir, bool allow_other_owner) {
+  std::vector<ChainLink> out;
+  for (Link& l : ChainDir(dir, allow_other_owner, "cannot list the chain directory").list().links) {
+    out.push_back(std::move(l.entry));
+  }
+  return out;
+}
+
+bool is_chain_dir(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+LinkResult save_link(const Buffer& source, const std::string& path, const ChainOptions& options) {
+  const ChainDir dir = ChainDir::create(path, source.mode(), options.allow_other_owner);
+  const detail::UniqueFd lock = dir.lock();
+  const Listing listing = dir.list();
+  if (listing.last_seq >= kMaxLinkSeq) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot save a link into '{}': its newest link file is '{}', and the next number, {}, is "
+                            "past {}, the largest a link's name holds (19 digits), so no load would find that link; "
+                            "save the chain into a new directory (a file of that name copied or planted there ends "
+                            "a chain)",
+                            path, dir.file(link_name(listing.last_seq)), listing.last_seq + 1, kMaxLinkSeq));
+  }
+  const uint64_t seq = listing.last_seq + 1;
+  std::set<uint64_t> damaged;  // seqs of links whose data failed the previous link's check
+  detail::LinkPlan plan = previous_link(source, dir, listing.links, options, damaged);
+  if (plan.chain_id == 0) plan.chain_id = random_chain_id(listing.links);
+  plan.link_seq = seq;
+
+  // The list of the directory's chains names this link's chain before the link exists (so a load that lists the
+  // links first, then reads the list, never finds a link of this save that the list lacks). Once: at the link
+  // that starts a chain, or in a directory saved before the list existed, whose links it then adopts.
+  std::set<uint64_t> ids{plan.chain_id};
+  for (const Link& l : listing.links) {
+    if (l.info) ids.insert(l.info->chain_id);
+  }
+  const bool new_chain = std::none_of(listing.links.begin(), listing.links.end(),
+                                      [&](const Link& l) { return l.info && l.info->chain_id == plan.chain_id; });
+  if (new_chain || !listing.has_chain_ids) dir.write_chain_ids(ids, (source.mode() & 0044u) | 0600u);
+
+  SaveOptions save = options.save;
+  save.force = false;
+  LinkResult result;
+  result.info = detail::write_checkpoint(source, dir.file(link_name(seq)), save, plan);
+  result.whole = result.info.self_contained();
+  result.record_bytes = result.info.total_steps * result.info.schema.step_bytes();
+  result.notes = listing_notes(dir, listing, /*without_list_note=*/false);  // the list exists now
+  prune(dir, options.keep, damaged, result);
   return result;
 }
 
 CheckpointInfo verify_chain(const std::string& dir, std::vector<std::string>* notes,
-                            const CheckpointProgressFn& progress) {
-  Restorable r = newest_restorable(dir, progress);
+                            const CheckpointProgressFn& progress, bool allow_other_owner) {
+  Restorable r = newest_restorable(dir, allow_other_owner, progress);
   if (notes) *notes = std::move(r.notes);
   return r.infos.back();
 }
 
 LoadResult load_chain(const std::string& dir, std::string_view name, const LoadOptions& options) {
-  Restorable r = newest_restorable(dir, options.progress);
+  Restorable r = newest_restorable(dir, options.allow_other_owner, options.progress);
   detail::LoadSources sources;
   for (std::size_t k = 0; k < r.files.size(); ++k) {
     sources.files.push_back(r.files[k].get());

@@ -89,19 +89,29 @@ void OutFile::finish(uint64_t size) {
   }
 }
 
-InFile::InFile(const std::string& path) : path_(path) {
-  fd_ = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (!fd_) {
+namespace {
+
+UniqueFd open_for_reading(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd) {
     const int e = errno;
     if (e == ENOENT) {
       throw Error(Errc::not_found, fmt::format("cannot read checkpoint '{}': it does not exist", path));
     }
     throw_errno(e, fmt::format("cannot read checkpoint '{}'", path));
   }
+  return fd;
+}
+
+}  // namespace
+
+InFile::InFile(const std::string& path) : InFile(path, open_for_reading(path)) {}
+
+InFile::InFile(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {
   struct stat st {};
-  if (::fstat(fd_.get(), &st) != 0) throw_errno(errno, fmt::format("cannot stat checkpoint '{}'", path));
+  if (::fstat(fd_.get(), &st) != 0) throw_errno(errno, fmt::format("cannot stat checkpoint '{}'", path_));
   if (!S_ISREG(st.st_mode)) {
-    throw Error(Errc::not_a_segment, fmt::format("cannot read checkpoint '{}': it is not a regular file", path));
+    throw Error(Errc::not_a_segment, fmt::format("cannot read checkpoint '{}': it is not a regular file", path_));
   }
   size_ = static_cast<uint64_t>(st.st_size);
 }

@@ -84,6 +84,8 @@ class OutFile {
 class InFile {
  public:
   explicit InFile(const std::string& path);
+  /// The file `fd`, opened by the caller (a chain directory's link, opened without following a link), as `path`.
+  InFile(std::string path, UniqueFd fd);
   uint64_t size() const noexcept { return size_; }
   const std::string& path() const noexcept { return path_; }
   /// Reads exactly `bytes` bytes at `offset`; a short read means the file shrank since it was validated.

@@ -52,16 +52,36 @@ LoadLeases::~LoadLeases() { release(); }
 
 void LoadLeases::refuse(const std::string& why) const {
   throw Error(Errc::lease_held,
-              fmt::format("cannot load '{}' into '{}': a load needs every learner slot's lease and every env's; {}", path_,
-                          target_.name(), why));
+              fmt::format("cannot load '{}' into '{}': a load rewrites every env and the learners' state, so it takes "
+                          "the lease of every env and of every learner slot, and no writer or learner may use the "
+                          "buffer meanwhile; {}",
+                          path_, target_.name(), why));
 }
+
+namespace {
+
+// Why the lease `r` (of `what`: "learner slot 2 (of 3)", "env 5", held by a `role`, "learner" or "writer", through
+// an `object`, "Sampler" or "Writer") stops the load, or "" when it does not.
+std::string lease_in_the_way(const LeaseResult& r, const std::string& what, const char* role, const char* object) {
+  if (r.outcome == LeaseOutcome::held_by_us) {
+    return fmt::format("this process holds {} through a {} of its own: close it first", what, object);
+  }
+  if (r.outcome == LeaseOutcome::held_alive) {
+    return fmt::format("{} is held by {}, which is alive: stop that {} first", what,
+                       holder_text(r.holder_lease, r.holder_start_ticks), role);
+  }
+  return {};
+}
+
+}  // namespace
 
 void LoadLeases::take_learner() {
   Segment& segment = target_.segment();
   const uint64_t slots = segment.max_learners();
   for (uint64_t s = 0; s < slots; ++s) {
     const LeaseResult r = try_take_lease(learner_slot(segment, s).lease, me_);
-    if (const std::string problem = learner_lease_problem(r, s, slots); !problem.empty()) refuse(problem);
+    const std::string what = slots == 1 ? std::string("the learner slot") : fmt::format("learner slot {} (of {})", s, slots);
+    if (const std::string problem = lease_in_the_way(r, what, "learner", "Sampler"); !problem.empty()) refuse(problem);
     learners_held_ = s + 1;
     // The dead learner's repair, the one Sampler::Sampler does (the top of this file says why all of it).
     if (r.outcome == LeaseOutcome::taken_over) repair_dead_learner(segment, s);
@@ -69,10 +89,11 @@ void LoadLeases::take_learner() {
 }
 
 void LoadLeases::take_envs() {
-  const std::string& name = target_.name();
   for (uint64_t e = 0; e < target_.num_envs(); ++e) {
     const LeaseResult r = try_take_lease(env_lease_words(target_.segment().env_control(e)), me_);
-    if (const std::string problem = env_lease_problem(name, e, r); !problem.empty()) refuse(problem);
+    if (const std::string problem = lease_in_the_way(r, fmt::format("env {}", e), "writer", "Writer"); !problem.empty()) {
+      refuse(problem);
+    }
     envs_held_ = e + 1;
   }
   // The rate limiter's new-owner steps, as every Writer does them (the top of this file says why).

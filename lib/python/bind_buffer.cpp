@@ -11,12 +11,15 @@ void bind_buffer(py::module_& m) {
   py::class_<Buffer, std::shared_ptr<Buffer>>(m, "Buffer", "A named replay buffer in POSIX shared memory.")
       .def_static(
           "create",
-          [](const std::string& name, uint64_t num_envs, uint64_t capacity, py::object schema, uint32_t mode,
+          [](const std::string& name, Int<"Buffer.create(): num_envs"> num_envs,
+             Int<"Buffer.create(): capacity"> capacity, py::object schema, Int<"Buffer.create(): mode", uint32_t> mode,
              bool replace, std::optional<std::string> done, std::optional<std::string> terminated,
              std::optional<std::string> truncated, std::optional<std::string> reward,
-             uint64_t episode_queue_capacity, std::optional<double> priority_exponent,
-             std::optional<RateLimit> rate_limit, const std::string& populate, py::object populate_progress,
-             uint64_t stack_restarts, const std::string& stack_continuity, uint64_t max_learners) {
+             Int<"Buffer.create(): episode_queue_capacity"> episode_queue_capacity,
+             std::optional<double> priority_exponent, std::optional<RateLimit> rate_limit,
+             const std::string& populate, py::object populate_progress,
+             Int<"Buffer.create(): stack_restarts"> stack_restarts, const std::string& stack_continuity,
+             Int<"Buffer.create(): max_learners", uint64_t, 1, layout::kMaxLearners> max_learners) {
             const Schema s = py::isinstance<py::str>(schema) ? Schema::parse(schema.cast<std::string>())
                                                              : schema.cast<Schema>();
             CreateOptions o{.mode = mode, .replace = replace};
@@ -145,7 +148,8 @@ void bind_buffer(py::module_& m) {
           "Steps published per env since creation (int64 array of num_envs).")
       .def(
           "read_steps",
-          [](const Buffer& b, uint64_t env, uint64_t first_step, uint64_t count) {
+          [](const Buffer& b, Int<"Buffer.read_steps(): env"> env, Int<"Buffer.read_steps(): first_step"> first_step,
+             Int<"Buffer.read_steps(): count"> count) {
             StepRecords records;
             {
               py::gil_scoped_release release;

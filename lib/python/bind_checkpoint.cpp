@@ -308,6 +308,9 @@ void bind_results(py::module_& m) {
       .def_readonly("chain_bytes", &LinkResult::chain_bytes,
                     "bytes of the links kept in the directory, the new one included")
       .def_readonly("removed", &LinkResult::removed, "the links removed because no kept link needs them")
+      .def_readonly("notes", &LinkResult::notes,
+                    "the files of the directory the save did not take, each named with why (another user's, "
+                    "another chain's, unreadable, a name that is no link's)")
       .def("__repr__", [](const LinkResult& r) {
         return fmt::format("<shmreplay.LinkResult: link {} ({}), {} record bytes, the directory holds {} bytes>",
                            r.info.link_seq, r.whole ? "whole" : "incremental", r.record_bytes, r.chain_bytes);
@@ -369,7 +372,8 @@ void bind_checkpoint(py::module_& m) {
 
   m.def(
       "load",
-      [](const std::filesystem::path& path, std::optional<std::string> name, uint32_t mode, bool allow_mismatch,
+      [](const std::filesystem::path& path, std::optional<std::string> name, Int<"load(): mode", uint32_t> mode,
+         bool allow_mismatch,
          bool allow_other_owner, py::object progress) {
         const std::string file = path_text("load", "path", path);
         Progress report("load", progress);
@@ -393,33 +397,35 @@ void bind_checkpoint(py::module_& m) {
       "written. A new buffer is created with the file's geometry (mode=) and named only once complete, so a "
       "failed or killed load leaves nothing. An existing buffer must have the file's schema, episode fields, envs "
       "and capacity (SchemaMismatch, InvalidArgument), belong to this user (PermissionDenied, unless "
-      "allow_other_owner=True) and have no live writer or learner (LeaseHeld); differences in priorities, rate "
+      "allow_other_owner=True, which also takes a chain directory of another user) and have no live writer or "
+      "learner (LeaseHeld); differences in priorities, rate "
       "limiter settings or stack continuity are refused (SchemaMismatch naming each) unless allow_mismatch=True. "
       "Returns a LoadResult whose notes say what the load left out or changed (checkpoint.hpp's table).");
 
   m.def(
       "verify",
-      [](const std::filesystem::path& path, py::object progress) {
+      [](const std::filesystem::path& path, py::object progress, bool allow_other_owner) {
         const std::string file = path_text("verify", "path", path);
         Progress report("verify", progress);
         const CheckpointProgressFn fn = report.function();
         VerifyResult r;
         py::gil_scoped_release release;
-        r.info = is_chain_dir(file) ? verify_chain(file, &r.notes, fn) : verify_checkpoint(file, fn);
+        r.info = is_chain_dir(file) ? verify_chain(file, &r.notes, fn, allow_other_owner) : verify_checkpoint(file, fn);
         return r;
       },
-      "path"_a, py::kw_only(), "progress"_a = py::none(),
+      "path"_a, py::kw_only(), "progress"_a = py::none(), "allow_other_owner"_a = false,
       "Read and check the whole checkpoint file path (every checksum), or the newest complete link of the chain "
       "directory path and every link it needs; writes nothing. Returns a VerifyResult (info, notes: for a chain, "
-      "the newer links skipped). Raises NotFound, NotASegment, VersionMismatch, Truncated or Corrupt, saying "
+      "the newer links skipped and every file not taken; a chain directory of another user only with "
+      "allow_other_owner=True). Raises NotFound, NotASegment, VersionMismatch, Truncated or Corrupt, saying "
       "where and what.");
 
   m.def(
       "save_link",
-      [](py::object buffer, const std::filesystem::path& dir, uint32_t keep, double compact_ratio,
+      [](py::object buffer, const std::filesystem::path& dir, Int<"save_link(): keep", uint32_t, 1> keep,
+         double compact_ratio,
          bool allow_other_owner, py::object progress) {
         const std::string directory = path_text("save_link", "dir", dir);
-        if (keep < 1) throw Error(Errc::invalid_argument, "save_link: keep is 0, expected at least 1");
         if (!(compact_ratio >= 1.0)) {
           throw Error(Errc::invalid_argument,
                       fmt::format("save_link: compact_ratio is {}, expected at least 1.0", compact_ratio));
@@ -429,6 +435,7 @@ void bind_checkpoint(py::module_& m) {
         ChainOptions o;
         o.keep = keep;
         o.compact_ratio = compact_ratio;
+        o.allow_other_owner = allow_other_owner;
         o.save.progress = report.function();
         py::gil_scoped_release release;
         return save_link(*source, directory, o);
@@ -439,19 +446,23 @@ void bind_checkpoint(py::module_& m) {
       "previous link, or every env's window when the chain starts anew, plus the whole state, as save() does. "
       "Then remove the links that the newest keep links no longer need; when the kept links exceed compact_ratio "
       "times the buffer's window, the next link is whole (a new chain). What was in dir stays loadable whatever "
-      "happens; a save into dir while another one runs there is LeaseHeld. load(dir) restores the newest complete "
-      "link. Returns a LinkResult.");
+      "happens; a save into dir while another one runs there is LeaseHeld. The directory and its files must "
+      "belong to this user (PermissionDenied) unless allow_other_owner=True, which also takes a buffer of another "
+      "user. load(dir) restores the newest complete link. Returns a LinkResult (its notes name the files not "
+      "taken).");
 
   m.def(
       "list_links",
-      [](const std::filesystem::path& dir) {
+      [](const std::filesystem::path& dir, bool allow_other_owner) {
         const std::string directory = path_text("list_links", "dir", dir);
         py::gil_scoped_release release;
-        return list_links(directory);
+        return list_links(directory, allow_other_owner);
       },
-      "dir"_a,
+      "dir"_a, py::kw_only(), "allow_other_owner"_a = false,
       "The link files of the chain directory dir, oldest first, as their headers say (a ChainLink each; a file "
-      "whose headers fail is listed with its error). Raises NotFound when dir does not exist.");
+      "whose headers fail, of another user or of a chain the directory does not list is listed with its error). "
+      "Raises NotFound when dir does not exist, PermissionDenied for another user's directory unless "
+      "allow_other_owner=True.");
 }
 
 }  // namespace shmreplay::python

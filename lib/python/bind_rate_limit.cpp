@@ -31,7 +31,7 @@ void bind_rate_limit(py::module_& m) {
                         "A rate limiter's settings, with Reverb's meaning: error = inserts * samples_per_insert - "
                         "samples; a sample is held back below min_diff (or before min_size_to_sample steps are "
                         "stored), a waiting writer's insert above max_diff.")
-      .def(py::init([](uint64_t min_size_to_sample, double samples_per_insert, double min_diff, double max_diff) {
+      .def(py::init([](Int<"RateLimit(): min_size_to_sample"> min_size_to_sample, double samples_per_insert, double min_diff, double max_diff) {
              return RateLimit{min_size_to_sample, samples_per_insert, min_diff, max_diff};
            }),
            py::kw_only(), "min_size_to_sample"_a = 1, "samples_per_insert"_a = 1.0, "min_diff"_a = -kMax,

@@ -11,16 +11,18 @@ void bind_sampler(py::module_& m) {
   auto sampler = py::class_<PySampler, std::shared_ptr<PySampler>>(
       m, "Sampler", "A learner's view (one per learner slot: max_learners of a buffer at a time): samples "
                     "sequences from the replay view, the online queue, or both.")
-      .def(py::init([](std::shared_ptr<Buffer> buffer, py::object seed, uint32_t max_retry_rounds,
-                       std::optional<uint64_t> rank) {
+      .def(py::init([](std::shared_ptr<Buffer> buffer, py::object seed,
+                       Int<"Sampler(): max_retry_rounds", uint32_t> max_retry_rounds,
+                       std::optional<Int<"Sampler(): rank", uint64_t, 0, layout::kMaxLearners - 1>> rank) {
              auto s = std::make_shared<PySampler>();
              s->buffer = buffer;
              s->schema = std::make_shared<const Schema>(buffer->schema());
-             const uint64_t seed_value = seed_from(seed);
+             const uint64_t seed_value = seed_from("Sampler(): seed", seed);
              {
                py::gil_scoped_release release;
                s->sampler = std::make_shared<Sampler>(
-                   *buffer, SamplerOptions{.max_retry_rounds = max_retry_rounds, .rank = rank});
+                   *buffer, SamplerOptions{.max_retry_rounds = max_retry_rounds,
+                                           .rank = rank ? std::optional<uint64_t>(*rank) : std::nullopt});
              }
              // The rank's own stream (rank 0: Rng(seed), as a single learner's), from the slot actually taken.
              s->rng = rank_rng(seed_value, s->sampler->rank());
@@ -32,7 +34,7 @@ void bind_sampler(py::module_& m) {
            "deterministic for a given buffer state, and ranks sharing one seed draw unrelated streams.")
       .def_property_readonly("rank", [](PySampler& s) { return s.get("rank")->rank(); },
                              "The learner slot it holds (0 in a one-learner buffer)")
-      .def("seed", [](PySampler& s, uint64_t seed) {
+      .def("seed", [](PySampler& s, Int<"Sampler.seed(): seed"> seed) {
         const uint64_t rank = s.get("seed")->rank();
         py::gil_scoped_release release;
         std::lock_guard lock(s.mu);  // the sample calls use rng under mu
@@ -42,8 +44,9 @@ void bind_sampler(py::module_& m) {
       "for a given buffer state.")
       .def(
           "total_weight",
-          [](PySampler& s, const std::string& view, std::size_t sequence_length, double power,
-             const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized) {
+          [](PySampler& s, const std::string& view, Int<"Sampler.total_weight(): sequence_length", std::size_t> sequence_length,
+             double power, const std::string& episodes, Int<"Sampler.total_weight(): period"> period,
+             Int<"Sampler.total_weight(): min_steps"> min_steps, bool prioritized) {
             const View v = parse_view(view);
             const SampleOptions o = sample_options(episodes, period, min_steps, prioritized, 0.0);
             const std::shared_ptr<Sampler> smp = s.get("total_weight");
@@ -113,7 +116,8 @@ void bind_sampler(py::module_& m) {
           "The newest step of each env (all envs by default); mask is False for an env with no step.")
       .def(
           "new_batch",
-          [](PySampler& s, std::size_t rows, std::size_t sequence_length) {
+          [](PySampler& s, Int<"Sampler.new_batch(): rows", std::size_t> rows,
+             Int<"Sampler.new_batch(): sequence_length", std::size_t> sequence_length) {
             if (rows == 0 || sequence_length == 0) {
               throw Error(Errc::invalid_argument,
                           fmt::format("new_batch: rows and sequence_length must be positive, got {} and {}", rows,
@@ -127,7 +131,7 @@ void bind_sampler(py::module_& m) {
           "read-only). MemoryError when they do not fit in memory.")
       .def(
           "wait",
-          [](PySampler& s, const std::string& view, uint64_t min_steps, double timeout) {
+          [](PySampler& s, const std::string& view, Int<"Sampler.wait(): min_steps"> min_steps, double timeout) {
             const View v = parse_view(view);
             const std::shared_ptr<Sampler> smp = s.get("wait");
             const auto deadline = deadline_after_ms(timeout_ms("wait: timeout", timeout));
@@ -163,20 +167,21 @@ void bind_sampler(py::module_& m) {
       "online steps under a rate limiter needs: docs/design/rate_limiter.md, 'The online queue and the limiter').")
       .def(
           "rate_limit_verdict",
-          [](PySampler& s, std::size_t rows) { return rate_limit_reason(s.get("rate_limit_verdict")->rate_limit_verdict(rows)); },
+          [](PySampler& s, Int<"Sampler.rate_limit_verdict(): rows", std::size_t> rows) { return rate_limit_reason(s.get("rate_limit_verdict")->rate_limit_verdict(rows)); },
           "rows"_a,
           "Whether the rate limiter would admit a sample call of rows rows now: 'none' (it would; also without a "
           "limiter), 'min_size' or 'learner_ahead'. Never waits.")
       .def("size", [](PySampler& s, const std::string& view) { return s.get("size")->size(parse_view(view)); },
            "view"_a, "Steps in the view over all envs.")
-      .def("sizes", [](PySampler& s, uint64_t env) { return s.get("sizes")->sizes(env); }, "env"_a,
+      .def("sizes", [](PySampler& s, Int<"Sampler.sizes(): env"> env) { return s.get("sizes")->sizes(env); }, "env"_a,
            "The step counts of one env (head, replay and online view sizes) as an EnvSizes.")
       .def_property_readonly("retries", [](PySampler& s) { return s.get("retries")->retries(); },
                              "rows redrawn because a writer overwrote them while they were copied")
       .def_property_readonly("buffer", [](PySampler& s) { return s.buffer; }, "the Buffer it samples")
       .def(
           "try_update",
-          [](PySampler& s, uint64_t env, uint64_t step, const py::dict& data) {
+          [](PySampler& s, Int<"Sampler.try_update(): env"> env, Int<"Sampler.try_update(): step"> step,
+             const py::dict& data) {
             const std::shared_ptr<Sampler> smp = s.get("try_update");
             const auto arrays = field_arrays("try_update", *s.schema, data, true, {});
             const auto fields = arrays.bytes();
@@ -216,7 +221,7 @@ void bind_sampler(py::module_& m) {
           "Returns a bool array, False where the step was overwritten already.")
       .def(
           "pop_episodes",
-          [](PySampler& s, std::size_t max) {
+          [](PySampler& s, Int<"Sampler.pop_episodes(): max", std::size_t> max) {
             const std::shared_ptr<Sampler> smp = s.get("pop_episodes");
             // no more than the envs' queues can hold at once, whatever max says
             const uint64_t queued_at_most = s.buffer->num_envs() * s.buffer->episode_queue_capacity();

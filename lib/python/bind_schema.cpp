@@ -9,7 +9,12 @@ using namespace py::literals;
 void bind_schema(py::module_& m) {
   // ----- schema
   py::class_<Field>(m, "Field", "One named field of a step: a dtype and a shape (empty for a scalar).")
-      .def(py::init(&make_field), "name"_a, "dtype"_a, "shape"_a = std::vector<uint64_t>{}, py::kw_only(),
+      .def(py::init([](const std::string& name, const std::string& dtype, const std::vector<Int<"Field(): shape">>& shape,
+                       std::optional<Int<"Field(): stack_axis", int64_t>> stack_axis) {
+             return make_field(name, dtype, std::vector<uint64_t>(shape.begin(), shape.end()),
+                               stack_axis ? std::optional<int64_t>(*stack_axis) : std::nullopt);
+           }),
+           "name"_a, "dtype"_a, "shape"_a = std::vector<uint64_t>{}, py::kw_only(),
            "stack_axis"_a = py::none(),
            "A field: name, dtype as text (u8 i8 u16 i16 u32 i32 u64 i64 f16 bf16 f32 f64 bool), shape. With "
            "stack_axis, the field is a stack of shape[stack_axis] frames along that axis, newest last (-1: the last "

@@ -75,7 +75,8 @@ void bind_writer(py::module_& m) {
            "limiter holds inserts back; by default a writer never waits.")
       .def_static(
           "range",
-          [](std::shared_ptr<Buffer> buffer, uint64_t first, uint64_t count, bool wait_for_rate_limit,
+          [](std::shared_ptr<Buffer> buffer, Int<"Writer.range(): first"> first, Int<"Writer.range(): count"> count,
+             bool wait_for_rate_limit,
              double rate_limit_timeout) {
             auto w = std::make_shared<PyWriter>();
             w->buffer = buffer;
@@ -117,11 +118,12 @@ void bind_writer(py::module_& m) {
       .def_property_readonly("buffer", [](PyWriter& w) { return w.buffer; }, "the Buffer it pushes to")
       .def_property_readonly("takeovers", [](PyWriter& w) { return w.get("takeovers").takeovers(); },
                              "leases taken over from dead processes")
-      .def("head", [](PyWriter& w, uint64_t env) { return w.get("head").head(env); }, "env"_a,
+      .def("head", [](PyWriter& w, Int<"Writer.head(): env"> env) { return w.get("head").head(env); }, "env"_a,
            "Steps this env has published.")
       .def(
           "reserve",
-          [](std::shared_ptr<PyWriter> w, int64_t env) {
+          [](std::shared_ptr<PyWriter> w, Int<"Writer.reserve(): env", int64_t> env_arg) {
+            const int64_t env = env_arg;
             w->get("reserve");
             if (env < 0) throw Error(Errc::env_out_of_range, fmt::format("reserve: env id {} is negative", env));
             auto owned = std::make_unique<PySlot>();

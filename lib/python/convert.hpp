@@ -34,6 +34,7 @@
 #include "shmreplay/version.hpp"
 #include "shmreplay/wait.hpp"
 #include "shmreplay/writer.hpp"
+#include "int_arg.hpp"
 
 namespace shmreplay::python {
 
@@ -465,12 +466,13 @@ inline py::array_t<float, py::array::c_style | py::array::forcecast> priority_ar
   return py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
 }
 
-inline uint64_t seed_from(const py::object& seed) {
+/// A seed argument: None (a random one) or an integer from 0 to 2**64 - 1 (checked_int; `what` names it).
+inline uint64_t seed_from(const char* what, const py::object& seed) {
   if (seed.is_none()) {
     std::random_device rd;
     return (uint64_t{rd()} << 32) ^ rd();
   }
-  return seed.cast<uint64_t>();
+  return checked_int<uint64_t>(what, seed, 0, std::numeric_limits<uint64_t>::max());
 }
 
 }  // namespace shmreplay::python

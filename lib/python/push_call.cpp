@@ -269,7 +269,7 @@ void add_push_methods(py::module_& m, py::handle writer_class) {
   // arrays, made `count` times from C++ after one conversion, in the caller's process.
   m.def(
       "_push_repeated",
-      [](PyWriter& w, py::handle env_ids, py::handle data, uint64_t count) {
+      [](PyWriter& w, py::handle env_ids, py::handle data, Int<"_push_repeated(): count"> count) {
         w.get("_push_repeated");
         PushIds ids;
         collect_ids("_push_repeated", env_ids.ptr(), w.buffer->num_envs(), ids);

@@ -378,3 +378,24 @@ TEST_CASE("a load that takes over a dead learner's lease repairs what that learn
   CHECK(g.learner_waiting_rows.load() == 0);
   for (uint64_t e = 0; e < 4; ++e) CHECK(check_env_payloads(b, e) == "");
 }
+
+TEST_CASE("a load refused by a live learner of a buffer with several learner slots names the slot and says that a "
+          "load needs every slot, not that a buffer has one learner") {
+  SegmentGuard source(unique_name("ckpt-slots"));
+  FileGuard file(temp_path("ckpt-slots"));
+  CreateOptions options;
+  options.max_learners = 3;
+  Buffer b = Buffer::create(source.name(), 2, 16, kPayloadSchema, options);
+  save_checkpoint(b, file.path());
+  {
+    Sampler learner(b, {.rank = 2});
+    std::string message;
+    CHECK(test::error_of([&] { load_checkpoint(file.path(), source.name()); }, &message) ==
+          static_cast<int>(Errc::lease_held));
+    CHECK(test::contains(message, "learner slot 2 (of 3)"));
+    CHECK(test::contains(message, "every learner slot"));
+    CHECK(test::contains(message, "close it first"));
+    CHECK_FALSE(test::contains(message, "one learner at a time"));
+  }
+  CHECK_NOTHROW(load_checkpoint(file.path(), source.name()));
+}

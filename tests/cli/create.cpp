@@ -319,3 +319,20 @@ TEST_CASE("create --stack-continuity episodes makes writers trust the episode fl
   CHECK(contains(u.err, "--stack-continuity"));
   CHECK_FALSE(Buffer::exists(other));
 }
+
+TEST_CASE("--learners, --stack-restarts and --episode-queue take non-negative decimal integers: -1 is a usage error "
+          "naming the option, never a wrapped 2^64 - 1") {
+  const std::string name = unique_name("cli-neg");
+  SegmentGuard guard(name);
+  for (const std::string option : {"--learners", "--stack-restarts", "--episode-queue"}) {
+    CAPTURE(option);
+    const CliResult r = run_cli({"create", name, "--envs", "1", "--capacity", "8", "--schema",
+                                 "obs:u8[2,4]:stack=0 done:bool", "--done", "done", option, "-1"});
+    CHECK(r.exit_code == 2);
+    CHECK(one_error_line(r.err));
+    CHECK(contains(r.err, option));
+    CHECK(contains(r.err, "'-1' is not a non-negative decimal integer"));
+    CHECK_FALSE(contains(r.err, "18446744073709551615"));
+    CHECK_FALSE(Buffer::exists(name));
+  }
+}

@@ -67,3 +67,35 @@ TEST_CASE("a segment of another user: info and ls show its owner; save, limit an
   CHECK(contains(mismatch.err, "rate limiter"));
   CHECK(run_cli({"load", file.path, name, "--allow-other-owner", "--allow-mismatch"}).exit_code == 0);
 }
+
+TEST_CASE("a chain directory of another user: save --every refuses it and ends, load refuses it, both name the "
+          "users and the flag; with --allow-other-owner both run") {
+  const std::string name = unique_name("cli-chain-owner");
+  SegmentGuard guard(name);
+  REQUIRE(create_payload(name, 1, 8).exit_code == 0);
+  push_payloads(name, {5});
+  test::DirGuard dir{fmt::format("/tmp/{}.chain", unique_name("cli-chain-owner"))};
+  REQUIRE(::mkdir(dir.path().c_str(), 0777) == 0);
+  if (::chown(dir.path().c_str(), 65534, static_cast<gid_t>(-1)) != 0) {
+    MESSAGE("skipped: chown needs root");
+    return;
+  }
+  const CliResult save = run_cli({"save", name, dir.path(), "--every", "0.01", "--count", "3"});
+  CHECK(save.exit_code == 1);
+  CHECK(one_error_line(save.err));  // the first link ends the command
+  CHECK(contains(save.err, "uid 65534"));
+  CHECK(contains(save.err, fmt::format("uid {}", ::geteuid())));
+  CHECK(contains(save.err, "--allow-other-owner"));
+  CHECK(test::entries_containing(dir.path(), "").empty());
+  REQUIRE(run_cli({"save", name, dir.path(), "--every", "0.01", "--count", "1", "--allow-other-owner"}).exit_code ==
+          0);
+
+  const std::string copy = unique_name("cli-chain-owner-copy");
+  SegmentGuard copy_guard(copy);
+  const CliResult load = run_cli({"load", dir.path(), copy});
+  CHECK(load.exit_code == 1);
+  CHECK(one_error_line(load.err));
+  CHECK(contains(load.err, "--allow-other-owner"));
+  CHECK_FALSE(Buffer::exists(copy));
+  CHECK(run_cli({"load", dir.path(), copy, "--allow-other-owner"}).exit_code == 0);
+}

@@ -350,3 +350,53 @@ TEST_CASE("save refuses to replace a file that is not a checkpoint unless --forc
   REQUIRE(run_cli({"save", name, file.path}).exit_code == 0);
   CHECK(verify_checkpoint(file.path).num_envs == 2);
 }
+
+TEST_CASE("save --every takes 0.001 to 86400 seconds and --count at least 1: anything else is a usage error that "
+          "says so, before anything is written") {
+  const std::string name = unique_name("cli-every");
+  SegmentGuard guard(name);
+  REQUIRE(create_payload(name, 1, 8).exit_code == 0);
+  FileGuard path{temp_file("cli-every")};  // nothing may appear there
+  const std::vector<std::vector<std::string>> bad = {
+      {"--every", "nan"}, {"--every", "inf"},   {"--every", "0"},   {"--every", "-1"},
+      {"--every", "1e300"}, {"--every", "1e-9"}, {"--every", "1", "--count", "0"},
+      {"--every", "1", "--count", "-1"}};
+  for (const std::vector<std::string>& extra : bad) {
+    std::vector<std::string> args{"save", name, path.path};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const std::string given = extra.size() == 2 ? extra[1] : extra[1] + " --count " + extra[3];
+    CAPTURE(given);
+    const CliResult r = run_cli(args);
+    CHECK(r.exit_code == 2);
+    CHECK(one_error_line(r.err));
+    CHECK(r.err.size() < 200);  // no bound printed with hundreds of digits
+    CHECK(contains(r.err, extra.size() == 2 ? "from 0.001 to 86400" : "at least 1"));
+    CHECK(::access(path.path.c_str(), F_OK) != 0);
+  }
+}
+
+TEST_CASE("save --every notes a link-like name it does not read, and ends at a link number that would not read "
+          "back, naming the file") {
+  const std::string name = unique_name("cli-seq");
+  SegmentGuard guard(name);
+  REQUIRE(create_payload(name, 1, 8).exit_code == 0);
+  push_payloads(name, {5});
+  test::DirGuard dir{fmt::format("/tmp/{}.chain", unique_name("cli-seq"))};
+  REQUIRE(run_cli({"save", name, dir.path(), "--every", "0.01", "--count", "1"}).exit_code == 0);
+
+  const std::string twenty_digits = dir.path() + "/link-10000000000000000000.shmrckpt";
+  replace_file(twenty_digits, "");
+  const CliResult noted = run_cli({"save", name, dir.path(), "--every", "0.01", "--count", "2"});
+  CHECK(noted.exit_code == 0);
+  CHECK(contains(noted.err, "note: skipped '" + twenty_digits + "'"));
+  CHECK(noted.err.find("note:") == noted.err.rfind("note:"));  // once, not once per link
+
+  const std::string last = dir.path() + "/link-9999999999999999999.shmrckpt";
+  replace_file(last, "");
+  const CliResult ended = run_cli({"save", name, dir.path(), "--every", "0.01", "--count", "3"});
+  CHECK(ended.exit_code == 1);
+  CHECK(contains(ended.err, "error: cannot save a link into"));
+  CHECK(ended.err.find("error:") == ended.err.rfind("error:"));  // the first link ends the command
+  CHECK(contains(ended.err, last));
+  CHECK(test::entries_containing(dir.path(), "link-").size() == 5);  // links 1 to 3 and the two planted names
+}

@@ -109,11 +109,11 @@ struct SaveArgs {
   std::string file;
   bool progress = false;  ///< a progress bar on stderr even when stderr is not a terminal
   bool json = false;
-  bool allow_other_owner = false;  ///< save another user's segment
+  bool allow_other_owner = false;  ///< save another user's segment, or into another user's chain directory
   bool force = false;              ///< replace FILE even when it is not a checkpoint
   double every = 0;                ///< > 0: FILE is a chain directory; a link every this many seconds
   uint32_t keep = 3;               ///< with every: the newest links kept as restore points
-  uint64_t count = 0;              ///< with every: stop after this many links (0: until interrupted)
+  uint64_t count = 0;              ///< with every: stop after this many links (0, not given: until interrupted)
   int nice = 10;                   ///< added to the process's nice value before the save (0: leave it)
 };
 
@@ -130,7 +130,7 @@ struct LoadArgs {
   uint32_t mode = 0600;
   bool progress = false;
   bool json = false;
-  bool allow_other_owner = false;  ///< load into another user's existing segment
+  bool allow_other_owner = false;  ///< load into another user's existing segment, or from their chain directory
   bool allow_mismatch = false;     ///< load into a segment whose priorities, limiter or stack rule differ
 };
 

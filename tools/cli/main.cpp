@@ -63,6 +63,14 @@ const CLI::Validator kCount(
     },
     "", "count");
 
+// A count of at least 1 (`--count 0` would mean "no end" to a reader and to the code alike).
+const CLI::Validator kPositiveCount(
+    [](std::string& text) {
+      const auto n = parse_unsigned(text, 10);
+      return n && *n >= 1 ? std::string() : fmt::format("'{}' is not a decimal integer of at least 1", text);
+    },
+    "", "count");
+
 // A segment's mode: octal, and read/write bits only (the library's rule, checked here too so that a bad --mode
 // is a usage error, exit code 2, before anything is read or created).
 const CLI::Validator kOctalMode(
@@ -147,6 +155,7 @@ CLI::App* add_create(CLI::App& app, CreateArgs& args, CreateText& raw) {
   ep->add_option("--reward", args.episodes.reward, "Reward field summed into episode returns (scalar numeric)")
       ->type_name("FIELD");
   ep->add_option("--episode-queue", args.episode_queue_capacity, "Completed-episode records kept per env")
+      ->check(kCount)
       ->type_name("N");
   cmd->add_option("--priority-exponent", args.priority_exponent,
                   "Give every step a priority; prioritized samples draw starts by priority^ALPHA")
@@ -154,10 +163,12 @@ CLI::App* add_create(CLI::App& app, CreateArgs& args, CreateText& raw) {
   add_rate_limit_options(cmd, args.rate_limit);
   cmd->add_option("--learners", args.learners,
                   "Learner processes that may sample the buffer at once, one per rank (Sampler rank=); 1 to 64")
+      ->check(kCount)
       ->type_name("N");
   cmd->add_option("--stack-restarts", args.stack_restarts,
                   "With a stacked field (NAME:DTYPE[SHAPE]:stack=AXIS): steps per env whose stack does not continue "
                   "the previous one's (episode starts) that the frame rings hold at no loss; default 1 + capacity/128")
+      ->check(kCount)
       ->type_name("N");
   cmd->add_option("--stack-continuity", args.stack_continuity,
                   "With a stacked field: compare (each pushed stack checked against the previous step's, byte for "
@@ -283,15 +294,19 @@ CLI::App* add_save(CLI::App& app, SaveArgs& args) {
   CLI::Option* every =
       cmd->add_option("--every", args.every,
                       "Save periodically: FILE is a chain directory, and every SECONDS a link holding the steps "
-                      "published since the previous one is added to it (incremental; until interrupted)")
-          ->check(CLI::PositiveNumber)
+                      "published since the previous one is added to it (incremental; until interrupted); 0.001 to "
+                      "86400")
+          ->check(kPositiveSeconds)
           ->type_name("SECONDS");
   cmd->add_option("--keep", args.keep, "With --every: the newest links kept as restore points (older ones are "
                                        "removed once no kept link needs them)")
       ->check(CLI::Range(1u, 1000000u))
       ->needs(every)
       ->capture_default_str();
-  cmd->add_option("--count", args.count, "With --every: stop after this many links")->needs(every)->type_name("N");
+  cmd->add_option("--count", args.count, "With --every: stop after this many links (at least 1)")
+      ->needs(every)
+      ->check(kPositiveCount)
+      ->type_name("N");
   cmd->add_option("--nice", args.nice, "Add N to this process's nice value before saving, so that on a busy "
                                        "machine writers and the learner keep the CPU they need (0 leaves it)")
       ->check(CLI::Range(0, 19))
@@ -299,7 +314,9 @@ CLI::App* add_save(CLI::App& app, SaveArgs& args) {
       ->capture_default_str();
   cmd->add_flag("--progress", args.progress, "Show a progress bar on stderr even when it is not a terminal");
   cmd->add_flag("--json", args.json, "Print what was saved as JSON (with --every: one object per line and link)");
-  add_allow_other_owner(cmd, args.allow_other_owner, "Save a segment that belongs to another user");
+  add_allow_other_owner(cmd, args.allow_other_owner,
+                        "Save a segment that belongs to another user, or (--every) into a chain directory of another "
+                        "user");
   return cmd;
 }
 
@@ -318,7 +335,9 @@ CLI::App* add_load(CLI::App& app, LoadArgs& args, std::string& mode) {
   cmd->add_flag("--allow-mismatch", args.allow_mismatch,
                 "Load into an existing segment whose priorities (alpha), rate limiter settings or stack continuity "
                 "rule differ from the checkpoint's (docs/cli.md says what each part becomes)");
-  add_allow_other_owner(cmd, args.allow_other_owner, "Load into an existing segment that belongs to another user");
+  add_allow_other_owner(cmd, args.allow_other_owner,
+                        "Load into an existing segment that belongs to another user, or from a chain directory of "
+                        "another user");
   return cmd;
 }
 

@@ -115,13 +115,30 @@ void print_link(const LinkResult& r, double seconds, bool json) {
   std::fflush(stdout);
 }
 
+// The notes of a load or a link, on stderr: what the checkpoint lacked, what a mismatch changed, the files of a
+// chain directory not taken.
+void print_notes(const std::vector<std::string>& notes) {
+  for (const std::string& n : notes) fmt::print(stderr, "note: {}\n", n);
+}
+
+// Whether a failed link is the directory's fault, which the next tick would meet again: another user's directory
+// or file, a link number that would not read back, something else in its place, another saver.
+bool ends_the_chain(const Error& e) {
+  for (const Errc c : {Errc::already_exists, Errc::lease_held, Errc::permission_denied, Errc::invalid_argument}) {
+    if (e.code() == make_error_code(c)) return true;
+  }
+  return false;
+}
+
 // `save --every`: a link every `args.every` seconds, on a fixed schedule (a save longer than the period starts the
-// next one at once), until interrupted or `args.count` links.
+// next one at once), until interrupted or `args.count` links. The files of the directory a link did not take are
+// printed as notes when they differ from the previous link's.
 int run_save_every(const SaveArgs& args, const Buffer& source, ProgressBar& bar) {
   using Clock = std::chrono::steady_clock;
   const auto period = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(args.every));
   auto next = Clock::now();
   bool failures = false;
+  std::vector<std::string> notes;
   for (uint64_t n = 0; args.count == 0 || n < args.count; ++n) {
     std::this_thread::sleep_until(next);
     next += period;
@@ -129,28 +146,26 @@ int run_save_every(const SaveArgs& args, const Buffer& source, ProgressBar& bar)
     if (next < started) next = started;  // behind schedule: do not try to catch up with saves in a row
     ChainOptions options;
     options.keep = args.keep;
+    options.allow_other_owner = args.allow_other_owner;
     options.save.progress = [&bar](const CheckpointProgress& p) { bar(p.phase, p.done_bytes, p.total_bytes); };
     options.save.temp_file_created = remember_temp;
     try {
       const LinkResult r = save_link(source, args.file, options);
       g_temp_set.store(false, std::memory_order_release);
+      if (r.notes != notes) print_notes(r.notes);
+      notes = r.notes;
       print_link(r, std::chrono::duration<double>(Clock::now() - started).count(), args.json);
     } catch (const Error& e) {
       // A failed link (a full disk, a busy writer) leaves the chain as it was: say so and try again at the next
       // tick, so that a run keeps its checkpoints once the cause is gone. Only a wrong directory ends the command.
       g_temp_set.store(false, std::memory_order_release);
-      if (e.code() == make_error_code(Errc::already_exists) || e.code() == make_error_code(Errc::lease_held)) throw;
+      if (ends_the_chain(e)) throw;
       print_error(fmt::format("link {} failed and the chain is as it was (next try in {} s): {}",
                               n + 1, args.every, e.what()));
       failures = true;
     }
   }
   return failures ? kExitFailure : kExitOk;
-}
-
-// The notes of a load, on stderr: what the checkpoint lacked or what a mismatch changed.
-void print_notes(const std::vector<std::string>& notes) {
-  for (const std::string& n : notes) fmt::print(stderr, "note: {}\n", n);
 }
 
 }  // namespace

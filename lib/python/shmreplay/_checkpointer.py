@@ -12,7 +12,6 @@ lock lets one save run at a time (the background's or save_now's), since a chain
 """
 
 import atexit
-import math
 import operator
 import os
 import threading
@@ -23,6 +22,12 @@ from . import _shmreplay
 from ._errors import InvalidArgument
 
 __all__ = ["Checkpointer"]
+
+# The period's bounds (as the CLI's `save --every`): a period past a day is no schedule a run keeps, and a larger
+# number would overflow the thread's waits.
+_EVERY_MIN = 0.001
+_EVERY_MAX = 86400.0
+_KEEP_MAX = 2 ** 32 - 1
 
 # The Checkpointers whose thread may run: stopped at interpreter exit, each after its save in progress, so that no
 # save is cut off inside the library when daemon threads are ended.
@@ -56,7 +61,12 @@ class Checkpointer:
     A failed save (a full disk, an unwritable directory) does not stop the schedule: the next one tries again. Its
     exception is :attr:`error`; it is passed to ``on_error(exc)`` (called on the background thread) when given,
     else kept and raised by the next :meth:`stop` or :meth:`close`. An exception that ``on_error`` raises is kept
-    and raised in the same way.
+    and raised in the same way. An exception that ends the thread itself (outside a save) is reported alike: it is
+    :attr:`error`, counts in :attr:`failures`, goes to ``on_error`` or is raised by :meth:`stop` or :meth:`close`.
+
+    ``every`` is from 0.001 to 86400 seconds, ``keep`` from 1 to 2**32 - 1, ``nice`` from 0 to 19 (else
+    InvalidArgument). ``allow_other_owner=True`` opens a buffer's name that belongs to another user and saves into
+    a chain directory of another user (both refused by default: see :func:`save_link`).
 
     :meth:`start` begins, :meth:`stop` ends the thread (after the save in progress; it may be started again),
     :meth:`close` stops for good. As a context manager it starts on entry and closes on exit. Any method may be
@@ -67,11 +77,12 @@ class Checkpointer:
     def __init__(self, buffer, dir, every=60.0, keep=3, *, compact_ratio=2.0, nice=10, on_error=None,
                  allow_other_owner=False):
         every = float(every)
-        if not (every > 0 and math.isfinite(every)):
-            raise InvalidArgument(f"Checkpointer: every is {every} seconds, expected a finite number > 0")
+        if not _EVERY_MIN <= every <= _EVERY_MAX:  # NaN fails too
+            raise InvalidArgument(f"Checkpointer: every is {every} seconds, expected {_EVERY_MIN:g} to "
+                                  f"{_EVERY_MAX:g}")
         keep = operator.index(keep)
-        if keep < 1:
-            raise InvalidArgument(f"Checkpointer: keep is {keep}, expected at least 1")
+        if not 1 <= keep <= _KEEP_MAX:
+            raise InvalidArgument(f"Checkpointer: keep is {keep}, expected 1 to {_KEEP_MAX}")
         compact_ratio = float(compact_ratio)
         if not compact_ratio >= 1.0:
             raise InvalidArgument(f"Checkpointer: compact_ratio is {compact_ratio}, expected at least 1.0")
@@ -92,6 +103,7 @@ class Checkpointer:
             raise InvalidArgument(f"Checkpointer: buffer must be a shmreplay.Buffer or a buffer's name, got "
                                   f"{type(buffer).__name__}")
         self._buffer = buffer
+        self._allow_other_owner = bool(allow_other_owner)
         self._dir = directory
         self._every = every
         self._keep = keep
@@ -172,6 +184,15 @@ class Checkpointer:
             raise error
 
     def _run(self, event):
+        try:
+            self._schedule(event)
+        except Exception as e:  # noqa: BLE001 (the thread ends; the caller sees why, as a failed save's)
+            with self._lock:
+                self._error = e
+                self._failures += 1
+            self._report(e)
+
+    def _schedule(self, event):
         if self._nice:
             try:
                 os.nice(self._nice)  # this thread's only (Linux: nice(2) sets the calling thread's value)
@@ -190,15 +211,19 @@ class Checkpointer:
         try:
             self._save()
         except Exception as e:  # noqa: BLE001 (every failure is the caller's to see)
-            if self._on_error is None:
-                with self._lock:
-                    self._pending = e
-                return
-            try:
-                self._on_error(e)
-            except Exception as raised:  # noqa: BLE001
-                with self._lock:
-                    self._pending = raised
+            self._report(e)
+
+    def _report(self, e):
+        """Passes a failure of the background thread to on_error, or keeps it for stop() and close()."""
+        if self._on_error is None:
+            with self._lock:
+                self._pending = e
+            return
+        try:
+            self._on_error(e)
+        except Exception as raised:  # noqa: BLE001
+            with self._lock:
+                self._pending = raised
 
     def _save(self):
         buffer = self._buffer  # read once: close() may drop it meanwhile
@@ -206,7 +231,8 @@ class Checkpointer:
             raise InvalidArgument(f"Checkpointer of '{self._dir}' is closed")
         with self._save_lock:
             try:
-                result = _shmreplay.save_link(buffer, self._dir, keep=self._keep, compact_ratio=self._compact_ratio)
+                result = _shmreplay.save_link(buffer, self._dir, keep=self._keep, compact_ratio=self._compact_ratio,
+                                              allow_other_owner=self._allow_other_owner)
             except Exception as e:
                 with self._lock:
                     self._error = e
@@ -269,7 +295,7 @@ class Checkpointer:
 
     @property
     def failures(self):
-        """Saves that failed so far."""
+        """Saves that failed so far (and the background thread, if an error ended it)."""
         return self._failures
 
     def __enter__(self):
