@@ -125,11 +125,17 @@ void Writer::store_step_stacks(uint32_t l, uint64_t env, uint64_t step) noexcept
   detail::WriterStacks& w = *stacks_;
   Segment& seg = buffer_->segment();
   const detail::ContinuityTest t = detail::continuity_test(seg, env, step, w.pushed[l] != 0, [&] {
-    // The step's own flags, from the ring slot as written (as stage_episode reads them).
+    // The step's own end flags (not its reward), from the ring slot as written, as stage_episode reads them.
+    if (!roles_) return false;
     const uint64_t slot = env * buffer_->capacity() + step % buffer_->capacity();
-    return roles_ && detail::read_step_flags(*roles_, [&](std::size_t f) -> const std::byte* {
-                       return field_base_[f] + slot * field_bytes_[f];
-                     }).end != EpisodeEnd::none;
+    const int flags[3] = {roles_->done, roles_->terminated, roles_->truncated};
+    for (int k = 0; k < 3; ++k) {
+      const auto f = static_cast<std::size_t>(flags[k]);
+      if (flags[k] >= 0 && detail::flag_set(field_base_[f] + slot * field_bytes_[f], roles_->flag_bytes[k])) {
+        return true;
+      }
+    }
+    return false;
   });
   const bool restarted = detail::store_stacks(seg, env, step, w.sources.data(),
                                               w.cursors.data() + l * w.fields.size(), t.may_continue, t.compare);
