@@ -288,12 +288,12 @@ struct LoadResult {
 /// (Errc::permission_denied), and have the same schema and episode fields (Errc::schema_mismatch, listing
 /// the differences), envs and capacity (Errc::invalid_argument), and no live writer or learner
 /// (Errc::lease_held), and the same priorities, rate limiter settings and stack rule and a stack restart reserve at
-/// least the file's unless options.allow_mismatch (Errc::schema_mismatch naming each difference). The file is validated completely (as verify_checkpoint) before
-/// the target is touched. Each env ends with the file's steps, head, claimed, online_start, weights and waiting
-/// episode records (and, with episode fields, the episode bookkeeping rebuilt from them); the buffer with the file's
-/// learner counters and limiter counts; the leases' history is kept. The top of this file says what happens to each
-/// part in detail. A link of a chain that is not self-contained is refused (Errc::invalid_argument): load its
-/// directory with load_chain.
+/// least the file's unless options.allow_mismatch (Errc::schema_mismatch naming each difference). The file is
+/// validated completely (as verify_checkpoint) before the target is touched. Each env ends with the file's steps,
+/// head, claimed, online_start, weights and waiting episode records (and, with episode fields, the episode
+/// bookkeeping rebuilt from them); the buffer with the file's learner counters and limiter counts; the leases'
+/// history is kept. The top of this file says what happens to each part in detail. A link of a chain that is not
+/// self-contained is refused (Errc::invalid_argument): load its directory with load_chain.
 LoadResult load_checkpoint(const std::string& path, std::string_view name = {}, const LoadOptions& options = {});
 
 /// Loads the checkpoint `path` into `target`, an existing writable segment, as load_checkpoint does; `notes` (when
