@@ -180,6 +180,8 @@ uint64_t Writer::head(uint64_t env_id) const noexcept {
   return buffer_->segment().env_control(env_id).head.load(std::memory_order_relaxed);
 }
 
+uint64_t Writer::stack_flagless_restarts() const noexcept { return stacks_ ? stacks_->flagless_restarts : 0; }
+
 // Refuses a Writer copied into a forked child: its leases belong to the parent, which may still be pushing.
 void Writer::check_process(const char* op) const {
   if (fork_generation_ != detail::fork_generation()) {

@@ -74,11 +74,7 @@ void StepSlot::commit() {
     for (std::size_t i = 0; i < w.fields.size(); ++i) {
       w.sources[i] = w.staging[local_].data() + w.staging_of_field[w.fields[i]];
     }
-    Segment& seg = writer_->buffer_->segment();
-    const detail::ContinuityTest t = detail::continuity_test(seg, env_, step_, w.pushed[local_] != 0);
-    detail::store_stacks(seg, env_, step_, w.sources.data(), w.cursors.data() + local_ * w.fields.size(),
-                         t.may_continue, t.compare);
-    w.pushed[local_] = 1;
+    writer_->store_step_stacks(local_, env_, step_);
   }
   const bool record_due = writer_->roles_ && writer_->stage_episode(env_, step_);
   writer_->set_priority(env_, step_, priority_);
@@ -123,6 +119,28 @@ SHMREPLAY_ALWAYS_INLINE uint64_t Writer::claim(uint32_t local) noexcept {
 SHMREPLAY_ALWAYS_INLINE void Writer::publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept {
   if (++next_slot_[local] == buffer_->capacity()) next_slot_[local] = 0;  // the slot of step + 1
   detail::publish_step(*control_[local], step, now_ns);
+}
+
+void Writer::store_step_stacks(uint32_t l, uint64_t env, uint64_t step) noexcept {
+  detail::WriterStacks& w = *stacks_;
+  Segment& seg = buffer_->segment();
+  const detail::ContinuityTest t = detail::continuity_test(seg, env, step, w.pushed[l] != 0, [&] {
+    // The step's own end flags (not its reward), from the ring slot as written, as stage_episode reads them.
+    if (!roles_) return false;
+    const uint64_t slot = env * buffer_->capacity() + step % buffer_->capacity();
+    const int flags[3] = {roles_->done, roles_->terminated, roles_->truncated};
+    for (int k = 0; k < 3; ++k) {
+      const auto f = static_cast<std::size_t>(flags[k]);
+      if (flags[k] >= 0 && detail::flag_set(field_base_[f] + slot * field_bytes_[f], roles_->flag_bytes[k])) {
+        return true;
+      }
+    }
+    return false;
+  });
+  const bool restarted = detail::store_stacks(seg, env, step, w.sources.data(),
+                                              w.cursors.data() + l * w.fields.size(), t.may_continue, t.compare);
+  if (t.audit && restarted) ++w.flagless_restarts;
+  w.pushed[l] = 1;
 }
 
 bool Writer::stage_episode(uint64_t env, uint64_t step) noexcept {
@@ -263,10 +281,7 @@ SHMREPLAY_ALWAYS_INLINE void Writer::write_step(uint32_t l, uint64_t env, std::s
     for (std::size_t i = 0; i < w.fields.size(); ++i) {
       w.sources[i] = static_cast<const std::byte*>(fields[w.fields[i]].data) + row * field_bytes_[w.fields[i]];
     }
-    const detail::ContinuityTest t = detail::continuity_test(buffer_->segment(), env, step, w.pushed[l] != 0);
-    detail::store_stacks(buffer_->segment(), env, step, w.sources.data(), w.cursors.data() + l * w.fields.size(),
-                         t.may_continue, t.compare);
-    w.pushed[l] = 1;
+    store_step_stacks(l, env, step);
   }
   const bool record_due = roles_ && stage_episode(env, step);
   if (buffer_->has_priorities()) set_priority(env, step, priority);  // (no call per step without)

@@ -58,9 +58,10 @@
 //                                                      middle of its bounds, as `shmreplay limit` does)
 //   learner counters          the file's               the file's
 //   episode queues            the file's records       the file's records (the target's own are replaced)
-//   stack restarts, rule      the file's               the rule must be the same unless allow_mismatch (the
-//                                                      restart reserve is the target's: steps whose frames do not
-//                                                      fit are left out, as for any load of stacks)
+//   stack restarts, rule      the file's               the rule must be the same, and the target's restart
+//                                                      reserve at least the file's, unless allow_mismatch (the
+//                                                      reserve stays the target's: the saved steps whose frames do
+//                                                      not fit are left out, and a note says which)
 // A format 1.0 file lacks priorities, limiter, counters, episode records and stack settings: it loads as before
 // (the target keeps its own counters and limiter, every loaded step's priority is the running maximum, a new
 // segment has none of them) with a note that names what the file lacks.
@@ -278,8 +279,9 @@ struct LoadOptions {
   /// also take a chain directory of another user and the links of the directory's owner ("Chains" above).
   bool allow_other_owner = false;
   /// Load into an existing segment whose priorities (alpha, or having them), rate limiter settings or stack
-  /// continuity rule differ from the file's: refused by default with Errc::schema_mismatch naming each difference,
-  /// since the load would change what the restored state means. With it, the load does what the top of this file
+  /// continuity rule differ from the file's, or whose stack restart reserve is smaller: refused by default with
+  /// Errc::schema_mismatch naming each difference, since the load would change what the restored state means (or
+  /// leave saved steps out). With it, the load does what the top of this file
   /// says for each part, and LoadResult::notes says what it did.
   bool allow_mismatch = false;
 };
@@ -290,7 +292,9 @@ struct LoadResult {
   bool created = false; ///< whether load created it
   CheckpointInfo info;  ///< what the file holds (as verify_checkpoint returns it); for a chain, the restored link
   std::vector<std::string> notes;  ///< what the load left out or changed: a 1.0 file's missing parts, a mismatch
-                                   ///< allowed by allow_mismatch, a chain's newer links that were incomplete
+                                   ///< allowed by allow_mismatch, a chain's newer links that were incomplete, the
+                                   ///< steps whose frames did not fit the target's stack restart reserve
+  uint64_t steps_restored = 0;  ///< steps the target holds of the restored windows: info's, less those left out
 };
 
 /// Loads the checkpoint `path` into the segment `name` (empty: the name the checkpoint was saved from). When no
@@ -300,13 +304,13 @@ struct LoadResult {
 /// otherwise the existing segment must belong to this process's user unless options.allow_other_owner
 /// (Errc::permission_denied), and have the same schema and episode fields (Errc::schema_mismatch, listing
 /// the differences), envs and capacity (Errc::invalid_argument), and no live writer or learner
-/// (Errc::lease_held), and the same priorities, rate limiter settings and stack rule unless options.allow_mismatch
-/// (Errc::schema_mismatch naming each difference). The file is validated completely (as verify_checkpoint) before
-/// the target is touched. Each env ends with the file's steps, head, claimed, online_start, weights and waiting
-/// episode records (and, with episode fields, the episode bookkeeping rebuilt from them); the buffer with the file's
-/// learner counters and limiter counts; the leases' history is kept. The top of this file says what happens to each
-/// part in detail. A link of a chain that is not self-contained is refused (Errc::invalid_argument): load its
-/// directory with load_chain.
+/// (Errc::lease_held), and the same priorities, rate limiter settings and stack rule and a stack restart reserve at
+/// least the file's unless options.allow_mismatch (Errc::schema_mismatch naming each difference). The file is
+/// validated completely (as verify_checkpoint) before the target is touched. Each env ends with the file's steps,
+/// head, claimed, online_start, weights and waiting episode records (and, with episode fields, the episode
+/// bookkeeping rebuilt from them); the buffer with the file's learner counters and limiter counts; the leases'
+/// history is kept. The top of this file says what happens to each part in detail. A link of a chain that is not
+/// self-contained is refused (Errc::invalid_argument): load its directory with load_chain.
 LoadResult load_checkpoint(const std::string& path, std::string_view name = {}, const LoadOptions& options = {});
 
 /// Loads the checkpoint `path` into `target`, an existing writable segment, as load_checkpoint does; `notes` (when

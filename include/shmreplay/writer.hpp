@@ -192,6 +192,12 @@ class Writer {
   uint64_t head(uint64_t env_id) const noexcept;
   /// How many of this Writer's leases were taken over from dead processes.
   uint64_t takeovers() const noexcept { return takeovers_; }
+  /// Under StackContinuity::episodes: the steps this Writer pushed that no flag marked as a restart (inside an
+  /// episode), whose stack the rule's spot check (one step in 256, compared as the compare rule does) found not to
+  /// continue the previous step's. Each of those was stored exactly, but the steps between the checks are trusted:
+  /// a count above 0 says that the env restarts its stacks without a flag, and that about 255 times as many such
+  /// stacks were stored as continuations, wrong (docs/design/stacks.md). 0 under the compare rule.
+  uint64_t stack_flagless_restarts() const noexcept;
   /// Whether pushes wait for the rate limiter, and how long; changeable between pushes (a writer that timed out
   /// can go on without waiting).
   const WriterOptions& options() const noexcept { return options_; }
@@ -217,6 +223,9 @@ class Writer {
   // Episode bookkeeping of step `step` of `env` before its head store, its flags read from the ring slot as written
   // (never from the caller's arrays a second time). Returns whether a record is due after the head store.
   bool stage_episode(uint64_t env, uint64_t step) noexcept;
+  // The stacked fields of step `step` of leased env `env` (local index `l`), from stacks_->sources, as frames
+  // (detail/protocol/stacks.hpp), after its plain fields are in the ring slot (the episodes rule reads its flags).
+  void store_step_stacks(uint32_t l, uint64_t env, uint64_t step) noexcept;
   void notify() noexcept;
   void release_all() noexcept;
   // With options_.wait_for_rate_limit: waits until the limiter admits one step of each env in admit_envs_ (or

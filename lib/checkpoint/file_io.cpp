@@ -78,6 +78,22 @@ void OutFile::write_at(uint64_t offset, const void* data, uint64_t bytes) {
   }
 }
 
+void OutFile::read_at(uint64_t offset, void* data, uint64_t bytes) const {
+  auto* p = static_cast<std::byte*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd_.get(), p, static_cast<std::size_t>(std::min<uint64_t>(bytes, 1ull << 30)),
+                              static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      throw_errno(n < 0 ? errno : EIO,
+                  fmt::format("cannot read back checkpoint file '{}' at offset {} ({} bytes)", path_, offset, bytes));
+    }
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    bytes -= static_cast<uint64_t>(n);
+  }
+}
+
 void OutFile::finish(uint64_t size) {
   if (::ftruncate(fd_.get(), static_cast<off_t>(size)) != 0) {
     throw_write_error(fd_.get(), errno,

@@ -68,11 +68,13 @@ class Progress {
   uint64_t done_ = 0;
 };
 
-/// The save's temporary file, written at offsets (pwrite), then sized and synced (finish).
+/// The save's temporary file (opened read-write), written at offsets (pwrite), then sized and synced (finish).
 class OutFile {
  public:
   OutFile(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
   void write_at(uint64_t offset, const void* data, uint64_t bytes);
+  /// Reads back exactly `bytes` bytes this save wrote at `offset` (save_env moves a run's records).
+  void read_at(uint64_t offset, void* data, uint64_t bytes) const;
   void finish(uint64_t size);
 
  private:
@@ -150,10 +152,14 @@ SavedEnv save_env(const Buffer& b, uint64_t env, OutFile& out, uint64_t data_sta
 /// returns the bytes written.
 uint64_t save_env_extras(const Buffer& b, uint64_t env, const SavedEnv& saved, OutFile& out, uint64_t at,
                          checkpoint_format::EnvSection& section);
+/// The stack restart reserve a segment's frame rings hold per env (0 without stacked fields): what create made of
+/// CreateOptions::stack_restarts, read back from the first stacked field's ring.
+uint64_t stack_restarts_of(const Segment& seg) noexcept;
 /// The buffer-wide state (alpha, max priority, limiter, learner counters, stack settings) into `info`.
 void read_source_state(const Buffer& b, CheckpointInfo& info);
 /// The differences between `target`'s state settings and the file's that change meaning (alpha, having
-/// priorities, limiter settings, stack continuity), each a sentence; empty when none.
+/// priorities, limiter settings, stack continuity, a smaller stack restart reserve), each a sentence; empty when
+/// none.
 std::vector<std::string> state_mismatches(const Buffer& target, const CheckpointInfo& info);
 /// Restores env `e`'s weights (read from `in`, its extras checked against extra_crc) or resets them, and its
 /// episode queue, into `target` (inside the env's UpdateSection; the caller holds every lease). `notes` gets what
@@ -244,8 +250,10 @@ struct LoadSources {
 };
 /// Writes the state `sources` describe into `target`, whose leases this process holds: each env inside its
 /// UpdateSection, then the buffer-wide state. `created`: the target is the unnamed segment built for this load.
-void load_into(Buffer& target, const LoadSources& sources, const LoadOptions& options, bool created,
-               std::vector<std::string>& notes);
+/// Returns the steps the target holds of the restored windows (fewer than the files' when some steps' frames do not
+/// fit the target's frame rings; `notes` then says which).
+uint64_t load_into(Buffer& target, const LoadSources& sources, const LoadOptions& options, bool created,
+                   std::vector<std::string>& notes);
 /// Loads the state `sources` describe into the segment `name` (empty: the source's name), an existing one or a
 /// new one named only when complete: what load_checkpoint and load_chain share. `notes` start the result's.
 LoadResult load_sources(const LoadSources& sources, std::string_view name, const LoadOptions& options,

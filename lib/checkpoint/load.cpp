@@ -183,17 +183,62 @@ class EnvWriter {
   std::vector<detail::StackCursor> cursors_;
 };
 
+// The steps of a load that the target keeps, and those left out because their frames do not fit its frame rings (a
+// restart reserve smaller than the source's, allowed by allow_mismatch, or a format 1.0 file, which does not record
+// the reserve): the store of each env's stacks raised its stacks_intact_from past them, as a writer's would.
+class LeftOut {
+ public:
+  LeftOut(const Buffer& target, const CheckpointInfo& info) : target_(target), info_(info) {}
+
+  // Env `e` was written; its stacks_intact_from is now `intact_from` (0 without stacked fields).
+  void add(const CheckpointEnv& e, uint64_t intact_from) {
+    const uint64_t from = std::clamp(intact_from, e.first_step, e.head);
+    kept_ += e.head - from;
+    window_ += e.head - e.first_step;
+    if (from == e.first_step) return;
+    left_ += from - e.first_step;
+    if (++envs_ <= kNamed) {
+      listed_ += fmt::format("{}env {} keeps steps {} of {} .. {}", listed_.empty() ? "" : ", ", e.env,
+                             from < e.head ? fmt::format("{} .. {}", from, e.head - 1) : std::string("none"),
+                             e.first_step, e.head - 1);
+    }
+  }
+
+  void note(std::vector<std::string>& notes) const {
+    if (left_ == 0) return;
+    notes.push_back(fmt::format(
+        "{} of the checkpoint's {} steps were left out: their frames do not fit the segment's frame rings (a stack "
+        "restart reserve of {} per env, the checkpoint's {}): {}{}",
+        left_, window_, detail::stack_restarts_of(target_.segment()),
+        info_.holds_state() ? fmt::format("{}", info_.stack_restarts) : std::string("not recorded"), listed_,
+        envs_ > kNamed ? fmt::format(", and {} more envs", envs_ - kNamed) : std::string()));
+  }
+
+  uint64_t kept() const noexcept { return kept_; }
+
+ private:
+  static constexpr uint64_t kNamed = 8;  // envs named in the note
+  const Buffer& target_;
+  const CheckpointInfo& info_;
+  uint64_t kept_ = 0;
+  uint64_t window_ = 0;
+  uint64_t left_ = 0;
+  uint64_t envs_ = 0;  // envs with steps left out
+  std::string listed_;
+};
+
 }  // namespace
 
 namespace detail {
 
-void load_into(Buffer& target, const LoadSources& sources, const LoadOptions& options, bool created,
-               std::vector<std::string>& notes) {
+uint64_t load_into(Buffer& target, const LoadSources& sources, const LoadOptions& options, bool created,
+                   std::vector<std::string>& notes) {
   const CheckpointInfo& last = *sources.infos.back();
   uint64_t total = 0;
   for (const CheckpointInfo* info : sources.infos) total += info->total_steps * target.schema().step_bytes();
   Progress progress(options.progress, "loading", total);
   EnvWriter writer(target, sources, progress);
+  LeftOut left_out(target, last);
   for (const CheckpointEnv& e : last.envs) {
     layout::EnvControl& c = target.segment().env_control(e.env);
     // This process is the learner now, the only writer of update_seq: the env is rewritten inside an update
@@ -201,6 +246,7 @@ void load_into(Buffer& target, const LoadSources& sources, const LoadOptions& op
     // on success and on error alike.
     const UpdateSection section(c);
     writer.write_records(e.env);
+    left_out.add(e, c.stacks_intact_from.load(std::memory_order_relaxed));
     store_counters(c, e.head, e.claimed, e.online_start, e.last_push_ns);
     // Weights and the waiting episode records; then the episode bookkeeping (step meta, the writer's journal),
     // which follows from the steps' flags and rewards and counts the queue's records as done.
@@ -209,6 +255,8 @@ void load_into(Buffer& target, const LoadSources& sources, const LoadOptions& op
   }
   load_global_state(target, last, created, notes);
   progress.finish();
+  left_out.note(notes);
+  return left_out.kept();
 }
 
 LoadResult load_sources(const LoadSources& sources, std::string_view name, const LoadOptions& options,
@@ -222,7 +270,7 @@ LoadResult load_sources(const LoadSources& sources, std::string_view name, const
     check_target(target, info);
     check_state(target, info, options, notes);
     const LoadLeases leases(target, info.path);
-    load_into(target, sources, options, /*created=*/false, notes);
+    result.steps_restored = load_into(target, sources, options, /*created=*/false, notes);
     result.notes = std::move(notes);
     return result;
   }
@@ -232,7 +280,7 @@ LoadResult load_sources(const LoadSources& sources, std::string_view name, const
                                          create_options_of(info, options.mode));
   {
     const LoadLeases leases(target, info.path);
-    load_into(target, sources, options, /*created=*/true, notes);
+    result.steps_restored = load_into(target, sources, options, /*created=*/true, notes);
   }  // the leases are released before the name appears
   target.publish();
   result.created = true;
@@ -264,7 +312,7 @@ CheckpointInfo load_checkpoint_into(Buffer& target, const std::string& path, con
   std::vector<std::string> notes;
   check_state(target, info, options, notes);
   const detail::LoadLeases leases(target, path);
-  detail::load_into(target, {{&in}, {&info}}, options, /*created=*/false, notes);
+  (void)detail::load_into(target, {{&in}, {&info}}, options, /*created=*/false, notes);
   if (notes_out) *notes_out = std::move(notes);
   return info;
 }

@@ -217,7 +217,7 @@ CheckpointInfo write_checkpoint(const Buffer& source, const std::string& path, c
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = fmt::format("{}.tmp-{}-{}", path, ::getpid(), counter.fetch_add(1));
   const mode_t mode = checkpoint_mode(source);
-  detail::UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
+  detail::UniqueFd fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode));  // save_env reads back
   if (!fd) throw_errno(errno, fmt::format("cannot create checkpoint file '{}'", tmp));
   detail::TempFile guard(tmp);
   // Held until this process closes the file or dies: tells remove_stale_temporaries of other processes that the

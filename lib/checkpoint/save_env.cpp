@@ -21,14 +21,16 @@ namespace {
 // One env's copy: the run of consecutive steps [s, t) it has copied and validated, and how often it was spoilt.
 // A chunk whose oldest steps were reclaimed before the copy reached them breaks the run, which restarts at the
 // oldest intact step, and the copy follows the writer until the run is a full window ending at some head the env
-// had (see the top of checkpoint.hpp).
+// had (see the top of checkpoint.hpp), or (stacked fields) the env's whole view at some instant: a frames' bound
+// raised into the run moves its start up instead of spoiling it (raise_start, run_is_view).
 class WindowCopy {
  public:
   WindowCopy(const Buffer& b, uint64_t env, OutFile& out, uint64_t data_start, std::vector<std::byte>& staging,
              const std::vector<uint64_t>& offsets, Progress& progress, uint32_t max_rounds, const EnvCopyPlan& plan)
       : b_(b), env_(env), c_(b.segment().env_control(env)), cap_(b.capacity()), sb_(b.schema().step_bytes()),
         chunk_(staging.size() / std::max<uint64_t>(sb_, 1)), out_(out), data_start_(data_start), staging_(staging),
-        offsets_(offsets), progress_(progress), max_rounds_(max_rounds), plan_(plan) {}
+        offsets_(offsets), progress_(progress), max_rounds_(max_rounds), plan_(plan),
+        stacked_(b.segment().has_stacks()) {}
 
   SavedEnv run() {
     for (;;) {  // one attempt from a fresh snapshot
@@ -37,6 +39,7 @@ class WindowCopy {
       if (counters && attempt(*counters)) break;
       spoil();
     }
+    drop_records_below(std::max(s_, skip_));
     SavedEnv saved;
     saved.first_step = s_;
     saved.data_from = std::max(s_, skip_);
@@ -104,6 +107,9 @@ class WindowCopy {
     }
     append(staging_.data() + keep * sb_, n - keep);
     t_ += n;
+    // Loaded after the copy's validation (so at least the bound it checked): a bound inside the run drops its
+    // oldest steps rather than waiting for a full window.
+    if (stacked_) raise_start(c_.stacks_intact_from.load(std::memory_order_relaxed));
     if (window_complete()) {
       claimed_out_ = t_;  // the env had head = claimed = t, holding exactly [s, t)
       return Next::done;
@@ -123,6 +129,7 @@ class WindowCopy {
     }
     const EnvCounters now = read_counters(c_);
     if (now.head < t_) return Next::restart;  // the env was reloaded
+    raise_start(now.stacks_intact_from);
     if (now.head == t_) {
       if (t_ + 1 - s_ == cap_ && now.claimed == t_ + 1) {
         claimed_out_ = t_ + 1;  // its writer is writing step t (or died doing so)
@@ -136,21 +143,53 @@ class WindowCopy {
   }
 
   // Layout 1.6: an env whose oldest stored steps lost their frames (stacked fields) holds fewer steps than a window,
-  // so its run may never be one: it is complete when it is the env's whole view at some instant. The claim and the
+  // so its run may never be one: it is complete when its end is the env's view at some instant. The claim and the
   // frames' bound are loaded first, then the head; a head still at t says that the env held steps
-  // [max(claimed - capacity, stacks_intact_from), t) when the bound was loaded (the head was t before the copy and
-  // moves up only), and a bound at s that the copied run [s, t) was intact then (a writer raises the bound before it
-  // overwrites frames, and claims before it reclaims a slot). Without stacked fields this adds nothing to
-  // window_complete and the rule above (the bound is 0).
+  // [v, t), v = max(claimed - capacity, stacks_intact_from), when the bound was loaded (the head was t before the
+  // copy and moves up only), and that those steps were intact then (a writer raises the bound before it overwrites
+  // frames, and claims before it reclaims a slot), so the copies of [v, t) in the run are the env's steps at that
+  // instant. A v above s (a writer raised the bound into the run while it was copied) drops the run's steps below v,
+  // as a claim that passes the run's start does in copy_chunk: they are no longer part of any view, and a full
+  // window never comes while the env loses steps. Without stacked fields this adds nothing to window_complete and
+  // the rule above (the bound is 0, and a claim that passes s means t - s = capacity).
   bool run_is_view() {
     const uint64_t claimed = c_.claimed.load(std::memory_order_relaxed) & layout::kClaimMask;
     const uint64_t bound = settled_intact_from(b_.segment(), c_);  // past a dead updater's torn step too
     // acquire fence: keeps the two loads above before the head's below (load order only; no store pairs with it)
     std::atomic_thread_fence(std::memory_order_acquire);
     if (c_.head.load(std::memory_order_relaxed) != t_) return false;
-    if (std::max(claimed > cap_ ? claimed - cap_ : 0, bound) != s_) return false;
+    const uint64_t v = std::max(claimed > cap_ ? claimed - cap_ : 0, bound);
+    if (v < s_ || v > t_) return false;
+    s_ = v;
     claimed_out_ = claimed;  // t, or t + 1 while its writer writes step t (the view is the same)
     return true;
+  }
+
+  // Layout 1.6: the env's stacks_intact_from was `bound` at some instant after the run's steps were copied. Steps
+  // below it lost their frames, so no later view holds them: the run starts at the bound (its records below are
+  // dropped when the copy is done, drop_records_below). A bound past t leaves the run to copy_chunk, which then
+  // finds the steps it copies overwritten and restarts the run.
+  void raise_start(uint64_t bound) noexcept {
+    if (bound > s_ && bound <= t_) s_ = bound;
+  }
+
+  // The file holds the records of steps [t - written, t); drops those below `from`: the others move to the start of
+  // the env's records (read back from the file, a chunk at a time, front to back, so that no chunk is overwritten
+  // before it is read), and the checksum is taken again over the records that stay.
+  void drop_records_below(uint64_t from) {
+    const uint64_t file_from = t_ - written_;
+    if (from <= file_from) return;
+    const uint64_t drop = std::min(from - file_from, written_);
+    const uint64_t keep = written_ - drop;
+    crc_ = 0;
+    for (uint64_t done = 0; done < keep;) {
+      const uint64_t n = std::min(chunk_, keep - done);
+      out_.read_at(data_start_ + (drop + done) * sb_, staging_.data(), n * sb_);
+      out_.write_at(data_start_ + done * sb_, staging_.data(), n * sb_);
+      crc_ = crc32(crc_, staging_.data(), n * sb_);
+      done += n;
+    }
+    written_ = keep;
   }
 
   void append(const std::byte* records, uint64_t n) {
@@ -183,6 +222,7 @@ class WindowCopy {
   Progress& progress_;
   const uint32_t max_rounds_;
   const EnvCopyPlan plan_;
+  const bool stacked_;        // the buffer has stacked fields: the frames' bound may move the run's start
   uint32_t spoilt_ = 0;
   uint64_t skip_ = 0;         // the attempt's steps below this are in earlier links (0: none skipped)
   uint64_t update_seq_ = 0;   // update_seq at the attempt's snapshot
@@ -190,7 +230,7 @@ class WindowCopy {
   uint64_t h_ = 0;            // the head the copy follows
   uint64_t h0_ = 0;           // the head at the snapshot
   uint64_t online_ = 0;       // online_start at the snapshot
-  uint64_t s_ = 0;            // the run [s, t)
+  uint64_t s_ = 0;            // the run [s, t) (the file may hold records below s: drop_records_below)
   uint64_t t_ = 0;
   uint64_t written_ = 0;      // records of the run in the file
   uint32_t crc_ = 0;          // of those records

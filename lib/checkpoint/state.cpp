@@ -133,15 +133,17 @@ uint64_t save_env_extras(const Buffer& b, uint64_t env, const SavedEnv& saved, O
   return bytes;
 }
 
+uint64_t stack_restarts_of(const Segment& seg) noexcept {
+  if (!seg.has_stacks() || seg.stacks()[0].depth < 2) return 0;
+  const StackGeometry& s = seg.stacks()[0];  // frames = capacity + (depth - 1) x (1 + restarts), maybe one more
+  return (s.frames - seg.capacity()) / (s.depth - 1) - 1;
+}
+
 void read_source_state(const Buffer& b, CheckpointInfo& info) {
   const Segment& seg = b.segment();
   const layout::GlobalControl& g = seg.global_control();
   info.stack_continuity = seg.stack_continuity();
-  info.stack_restarts = 0;
-  if (seg.has_stacks() && seg.stacks()[0].depth > 1) {
-    const StackGeometry& s = seg.stacks()[0];  // frames = capacity + (depth - 1) x (1 + restarts)
-    info.stack_restarts = (s.frames - seg.capacity()) / (s.depth - 1) - 1;
-  }
+  info.stack_restarts = stack_restarts_of(seg);
   info.priority_exponent = exponent_of(b);
   info.max_priority = seg.has_priorities() ? max_priority(g.max_priority) : 1.0;
   const std::optional<LimiterSettings> settings = load_rate_limit(g);
@@ -224,6 +226,12 @@ std::vector<std::string> state_mismatches(const Buffer& target, const Checkpoint
   if (target.segment().has_stacks() && target.stack_continuity() != info.stack_continuity) {
     out.push_back(fmt::format("stack continuity: the segment's rule is {}, the checkpoint's {}",
                               to_string(target.stack_continuity()), to_string(info.stack_continuity)));
+  }
+  const uint64_t held = stack_restarts_of(target.segment());
+  if (target.segment().has_stacks() && held < info.stack_restarts) {
+    out.push_back(fmt::format("stack restart reserve: the segment holds {} restart{} per env, the checkpoint {} (the "
+                              "saved steps whose frames do not fit the segment's rings would be left out)",
+                              held, held == 1 ? "" : "s", info.stack_restarts));
   }
   return out;
 }

@@ -286,7 +286,10 @@ void bind_results(py::module_& m) {
                     "what the file holds (a CheckpointInfo); for a chain directory, the restored link")
       .def_readonly("notes", &LoadResult::notes,
                     "what the load left out or changed: a 1.0 file's missing parts, differences loaded with "
-                    "allow_mismatch=True, a chain's newer links that were incomplete")
+                    "allow_mismatch=True, a chain's newer links that were incomplete, the steps whose frames did "
+                    "not fit the target's stack restart reserve")
+      .def_readonly("steps_restored", &LoadResult::steps_restored,
+                    "steps the buffer holds of the restored windows: the file's, less those left out")
       .def("__repr__", [](const LoadResult& r) {
         return fmt::format("<shmreplay.LoadResult: '{}' into {} buffer '{}', {} note(s)>", r.info.path,
                            r.created ? "a new" : "the existing", r.name, r.notes.size());

@@ -118,6 +118,12 @@ void bind_writer(py::module_& m) {
       .def_property_readonly("buffer", [](PyWriter& w) { return w.buffer; }, "the Buffer it pushes to")
       .def_property_readonly("takeovers", [](PyWriter& w) { return w.get("takeovers").takeovers(); },
                              "leases taken over from dead processes")
+      .def_property_readonly(
+          "stack_flagless_restarts",
+          [](PyWriter& w) { return w.get("stack_flagless_restarts").stack_flagless_restarts(); },
+          "under stack_continuity='episodes': steps inside an episode whose stack the rule's spot check (one step "
+          "in 256) found not to continue the previous step's though no flag said so; above 0, the env restarts "
+          "stacks without flags and some stacks between the checks were stored wrong (use 'compare')")
       .def("head", [](PyWriter& w, Int<"Writer.head(): env"> env) { return w.get("head").head(env); }, "env"_a,
            "Steps this env has published.")
       .def(

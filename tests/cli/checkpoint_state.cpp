@@ -1,6 +1,7 @@
 // tests/cli/checkpoint_state.cpp: what `shmreplay load` says about a checkpoint's state (format 2.0, issue 33): a
 // `note:` line on stderr for each part a format 1.0 file lacks or a mismatch changed, the same notes in --json's
-// "notes", and --allow-mismatch required to load into a buffer whose rate limiter differs from the file's.
+// "notes", and --allow-mismatch required to load into a buffer whose rate limiter differs from the file's, or whose
+// stack restart reserve is smaller (then the steps restored are those the buffer keeps).
 // Part of test_cli (tests/CMakeLists.txt); its helpers are in cli_helpers.hpp.
 #include "cli_helpers.hpp"
 
@@ -111,6 +112,50 @@ TEST_CASE("load into a buffer with another rate limiter is refused without --all
   CHECK(loaded.rate_limit() == std::optional<RateLimit>(RateLimit::ratio(2.0, 2, 50.0)));
   CHECK(loaded.rate_limit_state().inserts == 10);
   CHECK(loaded.rate_limit_state().error == doctest::Approx(4.0));  // the middle of 4 - 50 .. 4 + 50
+}
+
+TEST_CASE("load of a stacked checkpoint into a buffer with a smaller restart reserve is refused without "
+          "--allow-mismatch, and with it counts only the steps the buffer keeps and notes those left out") {
+  const std::string name = unique_name("cli-rsv-src");
+  const std::string other = unique_name("cli-rsv-dst");
+  SegmentGuard guard(name);
+  SegmentGuard other_guard(other);
+  FileGuard file{temp_file("cli-rsv")};
+  const std::vector<std::string> geometry = {"--envs", "1", "--capacity", "16", "--schema", "obs:u8[4,3]:stack=0"};
+  std::vector<std::string> args = {"create", name, "--stack-restarts", "15"};
+  args.insert(args.end(), geometry.begin(), geometry.end());
+  REQUIRE(run_cli(args).exit_code == 0);
+  args = {"create", other};  // the default reserve: 1 restart per env, the stacks of 5 steps that never continue
+  args.insert(args.end(), geometry.begin(), geometry.end());
+  REQUIRE(run_cli(args).exit_code == 0);
+  {
+    Buffer b = Buffer::open(name);
+    Writer w(b, std::vector<uint64_t>{0});
+    std::array<uint8_t, 12> obs{};
+    for (uint8_t s = 0; s < 16; ++s) {  // 16 steps, no stack continuing the one before
+      for (uint8_t i = 0; i < obs.size(); ++i) obs[i] = static_cast<uint8_t>(s * 12 + i);
+      w.push_one(0, {FieldBytes{obs.data(), obs.size()}});
+    }
+  }
+  REQUIRE(run_cli({"save", name, file.path}).exit_code == 0);
+
+  const std::string before = whole_file(other_guard.path());
+  const CliResult refused = run_cli({"load", file.path, other});
+  CHECK(refused.exit_code == 1);
+  CHECK(one_error_line(refused.err));
+  CHECK_MESSAGE(contains(refused.err, "stack restart reserve: the segment holds 1 restart per env, the checkpoint 15"),
+                refused.err);
+  CHECK(contains(refused.err, "--allow-mismatch"));
+  CHECK(whole_file(other_guard.path()) == before);
+
+  const CliResult allowed = run_cli({"load", file.path, other, "--allow-mismatch"});
+  REQUIRE(allowed.exit_code == 0);
+  CHECK_MESSAGE(contains(allowed.out, "5 steps restored of 16 saved"), allowed.out);
+  CHECK_MESSAGE(notes_name(allowed.err, "11 of the checkpoint's 16 steps were left out"), allowed.err);
+  CHECK(contains(allowed.err, "env 0 keeps steps 11 .. 15 of 0 .. 15"));
+  const CliResult json_load = run_cli({"load", file.path, other, "--allow-mismatch", "--json"});
+  REQUIRE(json_load.exit_code == 0);
+  CHECK(parse_json(json_load.out)["steps_restored"] == 5);
 }
 
 }  // namespace cli_state

@@ -1,9 +1,12 @@
 // tests/stacks/continuity.cpp: StackContinuity::episodes, the rule that trusts the episode flags instead of comparing
 // each pushed stack with the previous step's: with an env that flags every restart, every stack is exact as under
 // the compare rule; the first step each Writer pushes to an env is compared all the same (a new process may reset its
-// envs without a flag); a flagless restart in the middle of a Writer's pushes is stored as a continuation, as
-// documented; create and open refuse the rule without episode fields or a stacked field.
+// envs without a flag); both sides of a flagged boundary are compared, so an env that returns the reset observation
+// on the ending step itself (SB3) stores exact stacks too; a flagless restart in the middle of a Writer's pushes is
+// stored as a continuation, as documented, unless it falls on a spot-checked step, which stores it exactly and
+// counts it; create and open refuse the rule without episode fields or a stacked field.
 // Part of test_stacks (tests/CMakeLists.txt); its helpers are in stacks_helpers.hpp.
+#include "detail/protocol/stacks.hpp"
 #include "stacks_helpers.hpp"
 
 namespace {
@@ -86,6 +89,59 @@ TEST_CASE("with stack_continuity = episodes a flagless restart in the middle of 
   const std::vector<uint64_t> trusted = {before[1], before[2], before[3], pushed[3]};
   CHECK(check_stack(shape, trusted.data(), stored_obs(rig.buf, 0, 3).data()) == "");
   CHECK(check_stack(shape, pushed.data(), stored_obs(rig.buf, 0, 3).data()) != "");
+}
+
+TEST_CASE("with stack_continuity = episodes an env that returns the reset observation with done on the ending step "
+          "(SB3's convention) stores every stack exactly, with no more frames than the compare rule") {
+  StackRig rig("stk-trust-sb3", {"obs:u8[4,3,5]:stack=0", "aux:u8[3,7]:stack=0"}, 2, 16, trusting(4));
+  for (int episode = 0; episode < 12; ++episode) {
+    for (uint64_t e = 0; e < 2; ++e) {
+      const Move reset = kMoves[1 + (static_cast<std::size_t>(episode) + e) % 3];  // every padding
+      push_steps(rig.w, rig.m, {e}, {rig.m.next(e, reset, /*done=*/true)}, PushPath::one);
+      for (uint64_t s = 0; s < 3 + (static_cast<uint64_t>(episode) + e) % 5; ++s) {
+        push_steps(rig.w, rig.m, {e}, {rig.m.next(e, Move::cont, false)}, e == 0 ? PushPath::one : PushPath::reserve);
+      }
+    }
+    // The model counts frames as the compare rule stores them: the same views mean the same frames.
+    REQUIRE_MESSAGE(check_sizes(rig.s, rig.m) == "", check_sizes(rig.s, rig.m));
+  }
+  for (uint64_t e = 0; e < 2; ++e) CHECK(check_read_steps(rig.buf, rig.m, e) == "");
+  CHECK(rig.w.stack_flagless_restarts() == 0);  // a convention the rule handles, not a flag that lies
+}
+
+TEST_CASE("with stack_continuity = episodes a flagless restart on a spot-checked step is stored exactly and counted "
+          "by Writer::stack_flagless_restarts; one between the checks is stored as a continuation, uncounted") {
+  // The steps the rule checks are a hash of the step number: about one in kStackAuditOneIn.
+  uint64_t checked = 0;
+  uint64_t unchecked = 0;
+  for (uint64_t s = 1; s < 100000; ++s) (detail::stack_audit_due(s) ? checked : unchecked) += 1;
+  CHECK(checked == doctest::Approx(100000.0 / detail::kStackAuditOneIn).epsilon(0.1));
+  uint64_t due = 40;
+  while (!detail::stack_audit_due(due)) ++due;
+  uint64_t not_due = due + 1;
+  while (detail::stack_audit_due(not_due)) ++not_due;
+  const uint64_t cap = 4096;
+  StackRig rig("stk-trust-spot", {"obs:u8[4,3,5]:stack=0"}, 1, cap, trusting());
+  for (uint64_t s = 0; s < due; ++s) push_steps(rig.w, rig.m, {0}, {rig.m.next(0, Move::cont, false)}, PushPath::one);
+  push_steps(rig.w, rig.m, {0}, {rig.m.next(0, Move::jump, false)}, PushPath::batch64);  // step `due`
+  CHECK(check_read_steps(rig.buf, rig.m, 0) == "");
+  CHECK(rig.w.stack_flagless_restarts() == 1);
+  for (uint64_t s = due + 1; s < not_due; ++s) {
+    push_steps(rig.w, rig.m, {0}, {rig.m.next(0, Move::cont, false)}, PushPath::one);
+  }
+  const std::vector<uint64_t> before = rig.m.envs[0].steps.back().stamps;
+  const ModelStep jump = rig.m.next(0, Move::jump, false);  // step `not_due`: trusted, stored as a continuation
+  StepSlot slot = rig.w.reserve(0);
+  REQUIRE(slot.step() == not_due);
+  rig.m.record(0, jump);
+  for (std::size_t f = 0; f < rig.buf.schema().size(); ++f) {
+    const std::vector<std::byte> v = rig.m.field_value(0, not_due, f);
+    std::memcpy(slot.field(f).data(), v.data(), v.size());
+  }
+  slot.commit();
+  const std::vector<uint64_t> trusted = {before[1], before[2], before[3], jump.stamps[3]};
+  CHECK(check_stack(rig.m.sch.stacks[0], trusted.data(), stored_obs(rig.buf, 0, not_due).data()) == "");
+  CHECK(rig.w.stack_flagless_restarts() == 1);
 }
 
 TEST_CASE("stack_continuity = episodes is refused without episode fields or without a stacked field, and open "

@@ -211,16 +211,17 @@ int run_load(const LoadArgs& args) {
   if (r.created) warn_if_world_writable(r.name, args.mode);
   print_notes(r.notes);
   if (args.json) {
-    Json out = {{"name", r.name}, {"created", r.created}, {"notes", r.notes}};
+    Json out = {{"name", r.name}, {"created", r.created}, {"steps_restored", r.steps_restored}, {"notes", r.notes}};
     out["checkpoint"] = checkpoint_json(r.info);
     fmt::print("{}\n", out.dump(2));
     return kExitOk;
   }
-  uint64_t restored = 0;
-  for (const CheckpointEnv& e : r.info.envs) restored += e.head - e.first_step;
-  fmt::print("loaded '{}' into {} segment '{}': {} envs x {} steps, {} steps restored\n",
+  uint64_t saved = 0;
+  for (const CheckpointEnv& e : r.info.envs) saved += e.head - e.first_step;
+  fmt::print("loaded '{}' into {} segment '{}': {} envs x {} steps, {} steps restored{}\n",
              chain ? r.info.path : args.file, r.created ? "new" : "existing", r.name, r.info.num_envs,
-             r.info.capacity, restored);
+             r.info.capacity, r.steps_restored,
+             r.steps_restored < saved ? fmt::format(" of {} saved (see the note)", saved) : std::string());
   return kExitOk;
 }
 

@@ -8,8 +8,9 @@
 //   frame-index words             the env's writer, with the step           readers, for each step they copy
 //                                 (slot step % capacity)
 //   EnvControl::stacks_intact_from  the env's writer, before it overwrites  readers: the views' lower bound
-//                                 frames (store_stacks)                     (view_range) and the validation
-//                                                                           (read_end_loads, copy_intact)
+//                                 frames (store_stacks), and the repair of  (view_range) and the validation
+//                                 a dead learner's update: raised by CAS    (read_end_loads, copy_intact)
+//                                 to the larger value, never lowered
 //
 // The validation: a step's stack is frames [index - K + 1, index]; frames only grow with the step, so when the
 // oldest step of a copy still has its frames, every later step has them too. The writer raises stacks_intact_from
@@ -133,19 +134,40 @@ struct WriterStacks {
   std::vector<const std::byte*> sources;     ///< [stacked field]: the stacks of the step being stored
   std::vector<uint8_t> pushed;               ///< [leased env]: this Writer stored a step of it (episodes rule: the
                                              ///< first step is compared all the same)
+  uint64_t flagless_restarts = 0;            ///< Writer::stack_flagless_restarts
 };
 
-/// The continuity test for step `step` of env `env` that a Writer passes to store_stacks: {may_continue, compare}.
+/// StackContinuity::episodes spot-checks one step in kStackAuditOneIn of those it trusts: it compares it as the
+/// compare rule does, and a stack found not to continue is stored exactly and counted (Writer::
+/// stack_flagless_restarts). Which steps is a hash of the step number, so that episodes of a fixed length do not
+/// always meet the checks at the same place in the episode; it costs a multiply per push.
+inline constexpr uint64_t kStackAuditOneIn = 256;
+inline bool stack_audit_due(uint64_t step) noexcept {
+  static_assert(kStackAuditOneIn == 256, "the top 8 bits of the hash");
+  return (step * 0x9e3779b97f4a7c15ull) >> 56 == 0;
+}
+
+/// The continuity test for step `step` of env `env` that a Writer passes to store_stacks.
 struct ContinuityTest {
-  bool may_continue;
-  bool compare;
+  bool may_continue;  ///< the step may continue the previous one's stack
+  bool compare;       ///< ... which the bytes decide
+  bool audit;         ///< the episodes rule's spot check: a stack found not to continue is a flagless restart
 };
-inline ContinuityTest continuity_test(const Segment& seg, uint64_t env, uint64_t step, bool pushed_before) noexcept {
-  if (step == 0) return {false, false};
-  if (seg.stack_continuity() != StackContinuity::episodes || !pushed_before) return {true, true};
+/// `pushed_before`: this Writer stored a step of the env. `ends_episode()`: whether the step's own flags end its
+/// episode (called under StackContinuity::episodes only). Under episodes, the bytes decide on both sides of a flagged
+/// boundary: the step after a flagged one (its reset observation, for Gymnasium's and envpool's autoreset) and the
+/// flagged step itself (SB3's VecEnv returns the next episode's reset observation with done=True), one compare each
+/// per episode; a step inside an episode is trusted to continue, but for the spot checks.
+template <class EndsEpisode>
+inline ContinuityTest continuity_test(const Segment& seg, uint64_t env, uint64_t step, bool pushed_before,
+                                      EndsEpisode&& ends_episode) noexcept {
+  if (step == 0) return {false, false, false};
+  if (seg.stack_continuity() != StackContinuity::episodes || !pushed_before) return {true, true, false};
   // The previous step's meta word: stored by this Writer before its head store (detail/protocol/episodes.hpp).
   const uint64_t meta = seg.step_meta(env)[(step - 1) % seg.capacity()].load(std::memory_order_relaxed);
-  return {(meta & layout::kMetaEndsEpisode) == 0, false};
+  if ((meta & layout::kMetaEndsEpisode) != 0 || ends_episode()) return {true, true, false};
+  const bool audit = stack_audit_due(step);
+  return {true, audit, audit};
 }
 
 /// Where the writer of env `env` goes on in stacked field `stack` after taking the env's lease at `head`: after
@@ -211,13 +233,16 @@ inline void store_frames(const StackGeometry& st, std::byte* ring, uint64_t next
 /// made of), the frames
 /// it needs (1 or K), and the oldest step whose frames survive them; then the env's stacks_intact_from raised to
 /// the latest of those, a release fence, and the frames and the step's index word. Precondition: the caller holds
-/// the env's lease; `step` is the env's head. O(frames written + frames compared + steps whose frames are lost).
-inline void store_stacks(Segment& seg, uint64_t env, uint64_t step, const std::byte* const* stacks,
+/// the env's lease; `step` is the env's head. Returns whether a field's stack that may continue was compared and
+/// found not to. O(frames written + frames compared + steps whose frames are lost).
+inline bool store_stacks(Segment& seg, uint64_t env, uint64_t step, const std::byte* const* stacks,
                          StackCursor* cursors, bool may_continue, bool compare) noexcept {
   const uint64_t cap = seg.capacity();
   const uint64_t oldest_slot_step = step + 1 > cap ? step + 1 - cap : 0;  // older steps' slots are reclaimed
   layout::EnvControl& c = seg.env_control(env);
-  uint64_t bound = c.stacks_intact_from.load(std::memory_order_relaxed);  // raised by us, or a dead updater's repair
+  const uint64_t old_bound = c.stacks_intact_from.load(std::memory_order_relaxed);  // also raised by a repair
+  uint64_t bound = old_bound;
+  bool restarted = false;
   uint64_t first_new[kMaxFields];  // per stacked field: the first frame of its stack that is new
   const std::size_t n = seg.stacks().size();
   for (std::size_t i = 0; i < n; ++i) {
@@ -227,6 +252,7 @@ inline void store_stacks(Segment& seg, uint64_t env, uint64_t step, const std::b
     // The previous step's newest frame is the cursor's last (its index word holds the same number).
     const bool continues =
         may_continue && (!compare || stack_continues(st, ring, cursors[i].next_frame - 1, stacks[i]));
+    restarted |= may_continue && !continues;
     first_new[i] = continues ? st.depth - 1 : 0;
     // After this step's frames, the ring holds frames [end - frames, end): the older steps whose oldest frame
     // (index - K + 1) is below that lose their stacks.
@@ -249,6 +275,7 @@ inline void store_stacks(Segment& seg, uint64_t env, uint64_t step, const std::b
     // Covered by the step seqlock, as the step's other bytes: stored between the claim and the head store.
     seg.frame_index(i, env)[step % cap].store(cursors[i].next_frame - 1, std::memory_order_relaxed);
   }
+  return restarted;
 }
 
 }  // namespace shmreplay::detail
