@@ -114,6 +114,7 @@ SegmentInfo Inspector::snapshot() const {
     i.update_lock = !lock.held ? OwnerState::none : lock.dead ? OwnerState::dead : OwnerState::alive;
     i.update_lock_slot = lock.slot;
     i.steps_lost_to_dead_updates = c.steps_lost_to_dead_updates.load(std::memory_order_relaxed);
+    i.stack_flagless_restarts = c.stack_flagless_restarts.load(std::memory_order_relaxed);
     // Acquire pairs with the release of the compare-and-swap that took the lease: the lease's details are set.
     const uint64_t lease = c.lease.load(std::memory_order_acquire);
     if (lease != 0) {

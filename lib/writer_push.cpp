@@ -139,7 +139,11 @@ void Writer::store_step_stacks(uint32_t l, uint64_t env, uint64_t step) noexcept
   });
   const bool restarted = detail::store_stacks(seg, env, step, w.sources.data(),
                                               w.cursors.data() + l * w.fields.size(), t.may_continue, t.compare);
-  if (t.audit && restarted) ++w.flagless_restarts;
+  if (t.audit && restarted) {
+    ++w.flagless_restarts;
+    // The env's count, for the Inspector, `info` and the metrics (one writer per env: a relaxed add, rarely taken).
+    seg.env_control(env).stack_flagless_restarts.fetch_add(1, std::memory_order_relaxed);
+  }
   w.pushed[l] = 1;
 }
 

@@ -104,6 +104,7 @@ TEST_CASE("layout 1.2: EnvControl puts each writing role on its own cache line")
   CHECK(offsetof(EnvControl, limiter_reserved) == 24);  // 1.4
   CHECK(offsetof(EnvControl, limiter_waiting_since_ns) == 32);  // 1.5
   CHECK(offsetof(EnvControl, stacks_intact_from) == 40);  // 1.6
+  CHECK(offsetof(EnvControl, stack_flagless_restarts) == 48);  // 1.9
   CHECK(offsetof(EnvControl, online_start) == 64);
   CHECK(offsetof(EnvControl, update_seq) == 72);
   CHECK(offsetof(EnvControl, update_step) == 80);                 // 1.9

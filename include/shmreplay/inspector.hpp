@@ -54,6 +54,9 @@ struct EnvInfo {
   /// (layout 1.9) Steps that left the replay view because a learner died rewriting one of them: the torn step and
   /// the older ones (a view is a range), counted by the repair.
   uint64_t steps_lost_to_dead_updates = 0;
+  /// (layout 1.9) Under stack_continuity "episodes": steps whose stack the rule's spot check found not to continue
+  /// the previous step's though no flag said so (the env restarts stacks without flags; use "compare").
+  uint64_t stack_flagless_restarts = 0;
   // Episodes (all 0 in a buffer without episode fields):
   uint64_t episodes_completed = 0;       ///< episodes whose last step was published, since creation
   uint64_t episode_records_dropped = 0;  ///< records lost because the queue was full when the episode ended

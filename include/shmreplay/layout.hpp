@@ -123,7 +123,8 @@
 //   rewriting (stored before update_seq goes odd), and steps_lost_to_dead_updates. The repair of a learner that
 //   died inside its update section raises stacks_intact_from (which bounds every view already) past that step, so
 //   a half-rewritten step is never read as valid (docs/design/seqlock.md, "A learner killed while it rewrites").
-//   Episode queues (1.9): EpisodeControl's line 3 takes three padding words, the taker lock and the delivered and
+//   The writer's line gives a padding word to stack_flagless_restarts, the count of the stack continuity rule's
+//   spot check. Episode queues (1.9): EpisodeControl's line 3 takes three padding words, the taker lock and the delivered and
 //   lost counts of pop_episodes (docs/design/episodes.md, point 5). Nothing moves; a 1.8 library opens a 1.9
 //   segment but records no update_step and takes records without the taker lock: do not mix them in one job.
 // The layout-pinning test (tests/test_layout.cpp) fixes every size and offset below to kLayoutMajor.kLayoutMinor:
@@ -156,7 +157,7 @@ inline constexpr uint32_t kLayoutMinor = 9;  ///< 1.1 added the global section a
                                              ///< 1.8 the learner statistics (LearnerStats: sample ages,
                                              ///< limiter timeouts); 1.9 EnvControl's update_step and
                                              ///< steps_lost_to_dead_updates (a dead updater's step leaves
-                                             ///< the view), EpisodeControl's queue_taker, records_delivered
+                                             ///< the view) and stack_flagless_restarts, EpisodeControl's queue_taker, records_delivered
                                              ///< and records_lost
 
 /// SegmentHeader::state while the creator initialises the segment (open() waits, then throws not_ready).
@@ -305,7 +306,10 @@ struct alignas(kCacheLineBytes) EnvControl {
                                              ///< field (as `claimed` before the slot's), and (1.9) past the step
                                              ///< a dead learner was rewriting, by the repair of its section;
                                              ///< both raise it with a CAS, never lower it; 0 when neither did
-  uint64_t pad0[2];  ///< padding to the end of the cache line
+  std::atomic<uint64_t> stack_flagless_restarts;  ///< (1.9) under stack_continuity "episodes": steps whose stack
+                                                  ///< the rule's spot check found not to continue the previous
+                                                  ///< step's with no flag saying so (Writer::stack_flagless_restarts)
+  uint64_t pad0[1];  ///< padding to the end of the cache line
   // -- cache line 1: written by the learners --
   std::atomic<uint64_t> online_start;  ///< learner slot 0's: head at its last reset of the online queue (the other
                                        ///< slots' are in the learner section, 1.7)

@@ -126,6 +126,7 @@ TEST_CASE("with stack_continuity = episodes a flagless restart on a spot-checked
   push_steps(rig.w, rig.m, {0}, {rig.m.next(0, Move::jump, false)}, PushPath::batch64);  // step `due`
   CHECK(check_read_steps(rig.buf, rig.m, 0) == "");
   CHECK(rig.w.stack_flagless_restarts() == 1);
+  CHECK(rig.buf.segment().env_control(0).stack_flagless_restarts.load() == 1);  // the Inspector's, info's, metrics'
   for (uint64_t s = due + 1; s < not_due; ++s) {
     push_steps(rig.w, rig.m, {0}, {rig.m.next(0, Move::cont, false)}, PushPath::one);
   }

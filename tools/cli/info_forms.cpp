@@ -88,6 +88,7 @@ Json env_json(const EnvInfo& e) {
       {"update_lock", to_string(e.update_lock)},
       {"update_lock_slot", e.update_lock_slot},
       {"steps_lost_to_dead_updates", e.steps_lost_to_dead_updates},
+      {"stack_flagless_restarts", e.stack_flagless_restarts},
       {"state", state_text(e)},
       {"episodes_completed", e.episodes_completed},
       {"episode_records_dropped", e.episode_records_dropped},

@@ -196,6 +196,9 @@ void Writer::all() {
   per_env("shmreplay_env_steps_lost_to_dead_updates_total", Type::counter,
           "Steps that left the env's view because a learner died rewriting one of them",
           [](const SegmentInfo&, const EnvInfo& e) { return U(e.steps_lost_to_dead_updates); });
+  per_env("shmreplay_env_stack_flagless_restarts_total", Type::counter,
+          "Steps whose stack the episodes rule's spot check found restarted without a flag",
+          [](const SegmentInfo&, const EnvInfo& e) { return U(e.stack_flagless_restarts); });
   per_env("shmreplay_env_last_push_age_seconds", Type::gauge, "Seconds since the env's last push (pushed envs only)",
           [now](const SegmentInfo&, const EnvInfo& e) {
             return e.last_push_ns == 0 ? D() : D(seconds_since(e.last_push_ns, now));
