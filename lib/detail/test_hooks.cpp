@@ -5,5 +5,6 @@ namespace shmreplay::detail::test_hooks {
 
 std::atomic<Hook> after_reservation{nullptr};
 std::atomic<Hook> in_update_section{nullptr};
+std::atomic<Hook> before_repair_lease{nullptr};
 
 }  // namespace shmreplay::detail::test_hooks

@@ -1,5 +1,6 @@
 // detail/test_hooks.hpp: instants of a protocol at which a test makes a process act or die (a learner paused
-// between its rate-limiter reservation and its draw; a learner killed inside its update section after a field).
+// between its rate-limiter reservation and its draw; a learner killed inside its update section after a field; a
+// repairer paused between its judgement of a dead updater and its takeover of the slot).
 // Each hook is a function pointer, null outside the tests that set it: where it is called that costs one relaxed
 // load and a branch that is never taken. Who sets them: tests only (tests/test_online_reset.cpp,
 // tests/learners/dead_updater.cpp), in the process whose protocol they stop; nothing in the library sets one.
@@ -15,6 +16,8 @@ using Hook = void (*)();
 extern std::atomic<Hook> after_reservation;
 /// Called by try_update inside its update section, after each field's bytes are stored.
 extern std::atomic<Hook> in_update_section;
+/// Called by repair_dead_updater after it judged the lock's holder dead, before it takes the dead slot's lease.
+extern std::atomic<Hook> before_repair_lease;
 
 /// Calls `hook` if a test set it.
 inline void call(const std::atomic<Hook>& hook) noexcept {

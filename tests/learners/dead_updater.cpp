@@ -241,3 +241,52 @@ TEST_CASE("the repair of a dead checkpoint load's open section takes the lock fi
   detail::unlock_update(c, claim);
   CHECK((c.update_seq.load() & 1) == 0);
 }
+
+namespace {
+int g_to_parent = -1;    // the paused repairer's pipe to the test, and back
+int g_from_parent = -1;
+void pause_before_repair_lease() {
+  char c = 'p';
+  (void)!::write(g_to_parent, &c, 1);
+  (void)!::read(g_from_parent, &c, 1);
+}
+}  // namespace
+
+TEST_CASE("two repairers that both judged a dead updater's slot dead: the one that loses the race for the slot's "
+          "lease repairs nothing") {
+  // Issue 43, item 5, at its narrowest: repairer B judged slot 1 dead and is paused before it takes the slot's lease;
+  // repairer A (this process) takes the lease meanwhile, as the first repairer does. B then finds the lease held by
+  // a live process and must leave the lock and the section alone (mutant repair-without-slot-lease).
+  const std::string name = unique_name("dead-updater-lease-race");
+  SegmentGuard guard(name);
+  Buffer b = Buffer::create(name, 1, kCap, kTwoFields, {.max_learners = 3});
+  fill(b, 1, kCap);
+  kill_inside_update(b, 1, 0, 30);
+  layout::EnvControl& c = b.segment().env_control(0);
+  const uint64_t seq = c.update_seq.load();
+  REQUIRE((seq & 1) == 1);
+  int to_parent[2], from_parent[2];
+  REQUIRE(::pipe(to_parent) == 0);
+  REQUIRE(::pipe(from_parent) == 0);
+  const pid_t b_pid = spawn([&] {
+    g_to_parent = to_parent[1];
+    g_from_parent = from_parent[0];
+    detail::test_hooks::before_repair_lease.store(&pause_before_repair_lease);
+    ::_exit(detail::repair_dead_updater(b.segment(), c) ? 1 : 0);
+  });
+  char ch = 0;
+  REQUIRE(::read(to_parent[0], &ch, 1) == 1);  // B judged the slot dead and waits before its lease CAS
+  const detail::LearnerSlotWords slot = detail::learner_slot(b.segment(), 1);
+  REQUIRE(detail::try_take_lease(slot.lease, detail::self_lease_word()).outcome == detail::LeaseOutcome::taken_over);
+  REQUIRE(::write(from_parent[1], &ch, 1) == 1);
+  int status = 0;
+  REQUIRE(::waitpid(b_pid, &status, 0) == b_pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // B repaired nothing
+  CHECK(c.update_seq.load() == seq);
+  CHECK((c.claimed.load() & layout::kUpdateLockBit) != 0);
+  detail::repair_dead_learner(b.segment(), 1);
+  detail::release_lease(slot.lease, detail::self_lease_word());
+  CHECK(c.update_seq.load() == seq + 1);
+  for (const int fd : {to_parent[0], to_parent[1], from_parent[0], from_parent[1]}) ::close(fd);
+}

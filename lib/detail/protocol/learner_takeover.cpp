@@ -9,6 +9,7 @@
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/wake.hpp"
+#include "detail/test_hooks.hpp"
 
 namespace shmreplay::detail {
 
@@ -90,6 +91,7 @@ bool repair_dead_updater(Segment& segment, const layout::EnvControl& c) noexcept
   if (!h.held || !h.dead) return false;
   const uint64_t me = self_lease_word();
   const LearnerSlotWords slot = learner_slot(segment, h.slot);
+  test_hooks::call(test_hooks::before_repair_lease);  // a test's pause: another repairer may take the slot here
   const LeaseResult r = try_take_lease(slot.lease, me);
   if (r.outcome != LeaseOutcome::taken && r.outcome != LeaseOutcome::taken_over) return false;
   repair_dead_learner(segment, h.slot);
