@@ -6,5 +6,6 @@ namespace shmreplay::detail::test_hooks {
 std::atomic<Hook> after_reservation{nullptr};
 std::atomic<Hook> in_update_section{nullptr};
 std::atomic<Hook> before_repair_lease{nullptr};
+std::atomic<Hook> in_dead_load_repair{nullptr};
 
 }  // namespace shmreplay::detail::test_hooks

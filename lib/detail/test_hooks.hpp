@@ -18,6 +18,8 @@ extern std::atomic<Hook> after_reservation;
 extern std::atomic<Hook> in_update_section;
 /// Called by repair_dead_updater after it judged the lock's holder dead, before it takes the dead slot's lease.
 extern std::atomic<Hook> before_repair_lease;
+/// Called by release_dead_update_lock when it found the lock free (a dead load's section), before it takes the lock.
+extern std::atomic<Hook> in_dead_load_repair;
 
 /// Calls `hook` if a test set it.
 inline void call(const std::atomic<Hook>& hook) noexcept {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -213,33 +214,47 @@ TEST_CASE("while one process repairs a dead updater's lock, a second repairer do
   CHECK(!detail::repair_dead_updater(b.segment(), c));
 }
 
+namespace {
+// The live learner of the next test, which takes the lock and opens its section from inside the repair.
+layout::EnvControl* g_env = nullptr;
+Segment* g_segment = nullptr;
+std::optional<detail::UpdateSection> g_section;
+uint64_t g_claim = 0;
+void live_learner_takes_the_lock() {
+  detail::test_hooks::in_dead_load_repair.store(nullptr);
+  g_claim = detail::lock_for_update(*g_env, *g_segment, 0);
+  g_section.emplace(*g_env, 5);
+}
+}  // namespace
+
 TEST_CASE("the repair of a dead checkpoint load's open section takes the lock first, so it never ends the section of a "
           "live learner that took the lock meanwhile") {
   // Issue 43, item 11: this mutant survived (the free-lock branch of release_dead_update_lock ending update_seq
-  // without taking the lock). A load that died left update_seq odd with the lock free; then a live learner takes the
-  // lock and opens its own section (update_seq odd again); a repairer of the load's slot must leave it alone.
+  // without taking the lock). A load that died left update_seq odd with the lock free; the repairer of the load's
+  // slot finds the lock free, and right then (the hook in_dead_load_repair) a live learner takes the lock and opens
+  // its own section (update_seq odd again): the repair must leave that section and that lock alone.
   const std::string name = unique_name("dead-load-section");
   SegmentGuard guard(name);
   Buffer b = Buffer::create(name, 1, kCap, kTwoFields, {.max_learners = 3});
   fill(b, 1, kCap);
   layout::EnvControl& c = b.segment().env_control(0);
   c.update_seq.fetch_add(1);  // the dead load's open section
+  const uint64_t dead_seq = c.update_seq.load();
   Sampler live(b, {.rank = 0});
-  const uint64_t claim = detail::lock_for_update(c, b.segment(), 0);
-  {
-    const detail::UpdateSection section(c, 5);
-    const uint64_t seq = c.update_seq.load();
-    REQUIRE((seq & 1) == 1);
-    const detail::LearnerSlotWords slot = detail::learner_slot(b.segment(), 2);
-    REQUIRE(detail::try_take_lease(slot.lease, detail::self_lease_word()).outcome == detail::LeaseOutcome::taken);
-    detail::release_dead_update_lock(c, 2, kCap);  // slot 2's successor repairs what the load left
-    CHECK(c.update_seq.load() == seq);
-    CHECK(layout::update_lock_owner(c.claimed.load()) == 0);
-    CHECK((c.claimed.load() & layout::kUpdateLockBit) != 0);
-    detail::release_lease(slot.lease, detail::self_lease_word());
-  }
-  detail::unlock_update(c, claim);
-  CHECK((c.update_seq.load() & 1) == 0);
+  g_env = &c;
+  g_segment = &b.segment();
+  detail::test_hooks::in_dead_load_repair.store(&live_learner_takes_the_lock);
+  const detail::LearnerSlotWords slot = detail::learner_slot(b.segment(), 2);
+  REQUIRE(detail::try_take_lease(slot.lease, detail::self_lease_word()).outcome == detail::LeaseOutcome::taken);
+  detail::release_dead_update_lock(c, 2, kCap);  // slot 2's successor repairs what the load left
+  detail::release_lease(slot.lease, detail::self_lease_word());
+  REQUIRE(g_section.has_value());  // the hook ran: the live learner's section is open
+  CHECK(c.update_seq.load() == dead_seq + 2);
+  CHECK((c.claimed.load() & layout::kUpdateLockBit) != 0);
+  CHECK(layout::update_lock_owner(c.claimed.load()) == 0);
+  g_section.reset();
+  detail::unlock_update(c, g_claim);
+  CHECK(c.update_seq.load() == dead_seq + 3);
 }
 
 namespace {

@@ -43,6 +43,7 @@
 #include "detail/always_inline.hpp"
 #include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/stacks.hpp"
+#include "detail/test_hooks.hpp"
 #include "shmreplay/segment.hpp"
 #include "shmreplay/layout.hpp"
 #include "shmreplay/vocabulary.hpp"
@@ -205,6 +206,7 @@ inline void release_dead_update_lock(layout::EnvControl& c, uint64_t slot, uint6
     // our load of `claimed`: end it only while holding the lock ourselves, so that it cannot be a live one's. A
     // writer's claim moves the word: try again; a learner's lock ends the search (its UpdateSection makes an odd
     // update_seq even before it opens its own).
+    test_hooks::call(test_hooks::in_dead_load_repair);  // a test's pause: a live learner may take the lock here
     uint64_t free = held;
     for (;;) {
       if ((c.update_seq.load(std::memory_order_relaxed) & 1) == 0) return;
