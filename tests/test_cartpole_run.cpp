@@ -215,3 +215,37 @@ TEST_CASE("when the launcher is SIGKILLed its learner and actors stop by themsel
   CHECK(shm_exists(name));
   REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 0) == 0);
 }
+
+TEST_CASE("with SHMREPLAY_SHM_DIR set, the run keeps its buffer and its parameter block in that directory and leaves "
+          "nothing in it or in /dev/shm") {
+  const std::string name = unique_name("cartpole-dir");
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / name;
+  std::filesystem::create_directories(dir);
+  const char* before = std::getenv("SHMREPLAY_SHM_DIR");
+  const std::string saved = before != nullptr ? before : "";
+  struct Restore {
+    std::filesystem::path dir;
+    bool had;
+    std::string value;
+    ~Restore() {
+      if (had) {
+        ::setenv("SHMREPLAY_SHM_DIR", value.c_str(), 1);
+      } else {
+        ::unsetenv("SHMREPLAY_SHM_DIR");
+      }
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } restore{dir, before != nullptr, saved};
+  ::setenv("SHMREPLAY_SHM_DIR", dir.c_str(), 1);  // for the run's processes (inherited) and shm_directory() here
+  const Finished f = finish(start({"--seconds", "2", "--json", "--quiet", "--keep", "--name", name}));
+  INFO(f.err);
+  REQUIRE(WIFEXITED(f.status));
+  CHECK(WEXITSTATUS(f.status) == 0);
+  CHECK(std::filesystem::exists(dir / name));                  // --keep: the buffer, where SHMREPLAY_SHM_DIR says
+  CHECK(std::filesystem::exists(dir / (name + ".params")));    // and its parameter block beside it
+  CHECK(test::entries_containing("/dev/shm", name).empty());         // nothing in the default directory
+  Buffer::remove(name);
+  std::remove((dir / (name + ".params")).c_str());
+  CHECK(test::entries_containing(dir.string(), name).empty());
+}

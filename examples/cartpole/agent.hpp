@@ -14,10 +14,17 @@
 #include <span>
 #include <string>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <stdexcept>
+
+#include <boost/interprocess/file_mapping.hpp>
 #include <boost/interprocess/mapped_region.hpp>
-#include <boost/interprocess/shared_memory_object.hpp>
 
 #include "cartpole.hpp"
+#include "shmreplay/segment.hpp"
 
 namespace cartpole {
 
@@ -101,38 +108,42 @@ inline uint64_t step_checksum(uint64_t env, uint64_t step, const float* obs, int
   return h.h;
 }
 
-/// The learner's published parameters: a seqlock over 64-bit words, in its own small POSIX shared-memory
-/// object next to the buffer ("<buffer>.params"). One writer (the learner), any number of readers.
+/// The learner's published parameters: a seqlock over 64-bit words, in its own small shared-memory file next to the
+/// buffer ("<buffer>.params" in shmreplay::shm_directory(), so SHMREPLAY_SHM_DIR moves it with the buffer). One
+/// writer (the learner), any number of readers.
 class SharedParams {
  public:
-  static std::string object_name(const std::string& buffer) { return buffer + ".params"; }
+  static std::string path(const std::string& buffer) { return shmreplay::shm_directory() + "/" + buffer + ".params"; }
 
-  /// Creates the block (zero parameters, version 0). Throws boost::interprocess::interprocess_exception if
-  /// it exists.
+  /// Creates the block (zero parameters, version 0), readable and writable by this user only. Throws
+  /// std::runtime_error if it exists or cannot be made.
   static SharedParams create(const std::string& buffer) {
     namespace bip = boost::interprocess;
-    bip::shared_memory_object shm(bip::create_only, object_name(buffer).c_str(), bip::read_write);
-    shm.truncate(sizeof(Block));
-    SharedParams p(bip::mapped_region(shm, bip::read_write));
+    const std::string file = path(buffer);
+    const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) throw std::runtime_error("cannot create '" + file + "': " + std::strerror(errno));
+    const bool sized = ::ftruncate(fd, sizeof(Block)) == 0;
+    ::close(fd);
+    if (!sized) throw std::runtime_error("cannot size '" + file + "': " + std::strerror(errno));
+    SharedParams p(bip::mapped_region(bip::file_mapping(file.c_str(), bip::read_write), bip::read_write));
     new (p.region_.get_address()) Block{};
     p.block().magic.store(kMagic, std::memory_order_release);  // pairs with the acquire load in open()
     return p;
   }
 
+  /// Throws boost::interprocess::interprocess_exception when the block does not exist.
   static SharedParams open(const std::string& buffer) {
     namespace bip = boost::interprocess;
-    bip::shared_memory_object shm(bip::open_only, object_name(buffer).c_str(), bip::read_write);
-    SharedParams p(bip::mapped_region(shm, bip::read_write));
+    const std::string file = path(buffer);
+    SharedParams p(bip::mapped_region(bip::file_mapping(file.c_str(), bip::read_write), bip::read_write));
     // Pairs with the release store in create().
     if (p.region_.get_size() < sizeof(Block) || p.block().magic.load(std::memory_order_acquire) != kMagic) {
-      throw std::runtime_error("'" + object_name(buffer) + "' is not a CartPole parameter block");
+      throw std::runtime_error("'" + file + "' is not a CartPole parameter block");
     }
     return p;
   }
 
-  static void remove(const std::string& buffer) {
-    boost::interprocess::shared_memory_object::remove(object_name(buffer).c_str());
-  }
+  static void remove(const std::string& buffer) { ::unlink(path(buffer).c_str()); }
 
   /// The learner only. Readers never see a mix of two versions.
   void publish(const Params& params) {
