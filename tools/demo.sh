@@ -26,6 +26,7 @@ if ((cpp)); then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build -j "$(nproc)" --target cartpole_run cartpole_actor cartpole_learner shmreplay_cli
   if ((python)); then
+    echo "shmreplay demo: pip builds this clone's package and installs it into .venv (minutes the first time)" >&2
     .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps .
     exec build/examples/cartpole_run --learner "$PWD/.venv/bin/python $PWD/examples/python/torch_learner.py" \
       "${args[@]}"
@@ -33,5 +34,9 @@ if ((cpp)); then
   exec build/examples/cartpole_run "${args[@]}"
 fi
 # the package as a user has it: pip installs this clone into .venv (recompiling only what changed)
+echo "shmreplay demo: pip builds this clone's package and installs it into .venv (the first time it compiles the" \
+  "library: a few minutes on 2 cores; later, only what changed)" >&2
+start=$SECONDS
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps .
+echo "shmreplay demo: installed in $((SECONDS - start)) s; starting the envpool job (examples/envpool/run.py)" >&2
 exec .venv/bin/python examples/envpool/run.py --seconds 180 "${args[@]}"
