@@ -71,7 +71,7 @@ struct Pipe {
 
 std::vector<EpisodeRecord> as_records(const std::string& bytes) {
   std::vector<EpisodeRecord> out(bytes.size() / sizeof(EpisodeRecord));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(EpisodeRecord));
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(EpisodeRecord));  // never null
   return out;
 }
 

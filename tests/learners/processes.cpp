@@ -511,10 +511,15 @@ TEST_CASE("learner processes and writer processes SIGKILLed at random on one buf
   for (uint64_t e = 0; e < num_envs; ++e) every_env[e] = e;
   const Writer all(buf, every_env);
   const layout::GlobalControl& g = buf.segment().global_control();
+  uint64_t takeovers_total = 0;
   for (uint64_t r = 0; r < slots; ++r) {
     const detail::LearnerSlotWords w = detail::learner_slot(buf.segment(), r);
     CAPTURE(r);
-    CHECK(w.lease.takeovers.load() == holder_kills[r]);  // exactly one takeover per dead holder, none otherwise
+    // At least one takeover per dead holder seen at its kill, and at most one per death: a repairer of a dead
+    // updater (or a new learner taking the first dead slot) may take the slot over between the kill and this test's
+    // look at who held it, and a repairer killed while it held a slot is a dead holder of that slot too.
+    CHECK(w.lease.takeovers.load() >= holder_kills[r]);
+    takeovers_total += w.lease.takeovers.load();
     CHECK(w.priority_walk.load() == 0);
     CHECK(w.waiters.load() == 0);
     CHECK(w.waiting_rows.load() == 0);
@@ -557,6 +562,7 @@ TEST_CASE("learner processes and writer processes SIGKILLed at random on one buf
   CHECK(report->updates_applied.load() > 0);
   CHECK(report->prio_applied.load() > 0);
   CHECK(holder_kills[0] + holder_kills[1] + holder_kills[2] > 0);
+  CHECK(takeovers_total <= learner_kills + writer_kills);  // no takeover without a death
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -918,7 +924,10 @@ TEST_CASE("two learner processes rewrite the same steps while a writer pushes, a
   CHECK(reap_child(b) == 0);
   CHECK(reap_child(writer) == 0);
   const Sampler last(buf, {.rank = 2});  // takes the last victim's slot over: releases its lock, if it held one
-  CHECK(detail::learner_slot(buf.segment(), 2).lease.takeovers.load() == victim_holders);
+  // At least one takeover per victim that held the slot at its kill, at most one per kill (a repairer of the dead
+  // victim's lock may take the slot over before this test looks at who held it).
+  CHECK(detail::learner_slot(buf.segment(), 2).lease.takeovers.load() >= victim_holders);
+  CHECK(detail::learner_slot(buf.segment(), 2).lease.takeovers.load() <= victim_kills);
   for (uint64_t e = 0; e < 2; ++e) {
     const layout::EnvControl& c = buf.segment().env_control(e);
     CHECK((c.claimed.load() & ~layout::kClaimMask) == 0);

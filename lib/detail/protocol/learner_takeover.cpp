@@ -1,6 +1,8 @@
 // detail/protocol/learner_takeover.cpp: see learner_takeover.hpp.
 #include "detail/protocol/learner_takeover.hpp"
 
+#include <unistd.h>
+
 #include <atomic>
 
 #include <fmt/format.h>
@@ -26,10 +28,20 @@ std::string learner_lease_problem(const LeaseResult& r, uint64_t slot, uint64_t 
   return {};
 }
 
+namespace {
+constexpr int kRepairWaitMs = 50;  // a repair holds a slot for O(num_envs) work: far less
+}  // namespace
+
 SlotTaken take_learner_slot(Segment& segment, std::optional<uint64_t> rank, uint64_t me) noexcept {
   const uint64_t slots = segment.max_learners();
   if (rank) {
-    const LeaseResult r = try_take_lease(learner_slot(segment, *rank).lease, me);
+    // A live holder may be a repairer of the slot's dead learner (repair_dead_updater), which holds the lease for
+    // the moment of its repair: asked again for up to kRepairWaitMs before the slot counts as held.
+    LeaseResult r = try_take_lease(learner_slot(segment, *rank).lease, me);
+    for (int waited_ms = 0; r.outcome == LeaseOutcome::held_alive && waited_ms < kRepairWaitMs; ++waited_ms) {
+      ::usleep(1000);
+      r = try_take_lease(learner_slot(segment, *rank).lease, me);
+    }
     return {*rank, r.outcome, learner_lease_problem(r, *rank, slots)};
   }
   std::string held;  // who holds the slots, for the message when all are held

@@ -26,8 +26,9 @@ struct SlotTaken {
 };
 
 /// Takes learner slot `rank` of `segment` for lease word `me`, or without a rank the first slot that is free or
-/// whose holder died (slots this process holds are skipped: another Sampler of it). Never blocks; O(max_learners)
-/// lease CASes and liveness checks. The caller repairs a slot taken over (repair_dead_learner).
+/// whose holder died (slots this process holds are skipped: another Sampler of it). With a rank whose slot a live
+/// process holds, asks again every millisecond for up to 50 ms (the holder may be repairing the slot's dead
+/// learner, repair_dead_updater); otherwise never blocks. O(max_learners) lease CASes and liveness checks. The caller repairs a slot taken over (repair_dead_learner).
 SlotTaken take_learner_slot(Segment& segment, std::optional<uint64_t> rank, uint64_t me) noexcept;
 
 /// For the process that just took learner slot `slot` over from a dead holder (LeaseOutcome::taken_over): the dead
