@@ -52,6 +52,22 @@ uint64_t push_until_held_back(Writer& w) {
   return steps;
 }
 
+// A writer thread pushing a step to every env until `stop`, waiting up to 20 ms for the limiter each time.
+std::thread held_back_writer(Buffer& b, std::atomic<bool>& stop) {
+  return std::thread([&b, &stop] {
+    Writer w = Writer::range(b, 0, kEnvs, {.wait_for_rate_limit = true, .rate_limit_timeout_ms = 20});
+    std::vector<uint64_t> ids(kEnvs), xs(kEnvs, 7);
+    for (uint64_t e = 0; e < kEnvs; ++e) ids[e] = e;
+    while (!stop.load()) {
+      try {
+        w.push(std::span<const uint64_t>(ids), {field_bytes(xs)});
+      } catch (const Error& e) {
+        if (e.code() != Errc::rate_limited) throw;
+      }
+    }
+  });
+}
+
 uint64_t sum_heads(const Sampler& s) {
   uint64_t n = 0;
   for (uint64_t e = 0; e < kEnvs; ++e) n += s.sizes(e).head;
@@ -140,18 +156,7 @@ TEST_CASE("threads: a learner that is slow between its sample and its reset keep
   SegmentGuard guard(name);
   Buffer b = Buffer::create(name, kEnvs, 1024, kSchema, {.rate_limit = RateLimit::ratio(1.0 / 16, 64, 64.0)});
   std::atomic<bool> stop{false};
-  std::thread writer([&] {
-    Writer w = Writer::range(b, 0, kEnvs, {.wait_for_rate_limit = true, .rate_limit_timeout_ms = 20});
-    std::vector<uint64_t> ids(kEnvs), xs(kEnvs, 7);
-    for (uint64_t e = 0; e < kEnvs; ++e) ids[e] = e;
-    while (!stop.load()) {
-      try {
-        w.push(std::span<const uint64_t>(ids), {field_bytes(xs)});
-      } catch (const Error& e) {
-        if (e.code() != Errc::rate_limited) throw;
-      }
-    }
-  });
+  std::thread writer = held_back_writer(b, stop);
   Sampler learner(b);
   Rng rng(7);
   SampleBatch batch;
@@ -188,18 +193,7 @@ TEST_CASE("threads: a learner paused between its limiter reservation and its onl
   SegmentGuard guard(name);
   Buffer b = Buffer::create(name, kEnvs, 1024, kSchema, {.rate_limit = RateLimit::ratio(1.0 / 16, 64, 64.0)});
   std::atomic<bool> stop{false};
-  std::thread writer([&] {
-    Writer w = Writer::range(b, 0, kEnvs, {.wait_for_rate_limit = true, .rate_limit_timeout_ms = 20});
-    std::vector<uint64_t> ids(kEnvs), xs(kEnvs, 7);
-    for (uint64_t e = 0; e < kEnvs; ++e) ids[e] = e;
-    while (!stop.load()) {
-      try {
-        w.push(std::span<const uint64_t>(ids), {field_bytes(xs)});
-      } catch (const Error& e) {
-        if (e.code() != Errc::rate_limited) throw;
-      }
-    }
-  });
+  std::thread writer = held_back_writer(b, stop);
   Sampler learner(b);
   Rng rng(7);
   SampleBatch batch;

@@ -65,6 +65,16 @@ void kill_inside_update(Buffer& b, uint64_t rank, uint64_t env, uint64_t step) {
   REQUIRE(status == 128 + SIGKILL);
 }
 
+// A full one-env buffer with 3 learner slots whose slot 1 was SIGKILLed rewriting step `step`: its lock held, its
+// section open (update_seq odd).
+Buffer with_dead_updater(const std::string& name, uint64_t step) {
+  Buffer b = Buffer::create(name, 1, kCap, kTwoFields, {.max_learners = 3});
+  fill(b, 1, kCap);
+  kill_inside_update(b, 1, 0, step);
+  REQUIRE((b.segment().env_control(0).update_seq.load() & 1) == 1);
+  return b;
+}
+
 // Every byte of every step of `batch` as pushed (no step half rewritten), and no row starting at or below `torn` of
 // env `torn_env` (a row that contains the torn step starts there or below).
 void check_rows(const SampleBatch& batch, uint64_t torn_env, uint64_t torn) {
@@ -188,12 +198,9 @@ TEST_CASE("while one process repairs a dead updater's lock, a second repairer do
   // section and the bound alone; only the first one's repair takes effect.
   const std::string name = unique_name("dead-updater-race");
   SegmentGuard guard(name);
-  Buffer b = Buffer::create(name, 1, kCap, kTwoFields, {.max_learners = 3});
-  fill(b, 1, kCap);
-  kill_inside_update(b, 1, 0, 30);
+  Buffer b = with_dead_updater(name, 30);
   layout::EnvControl& c = b.segment().env_control(0);
   const uint64_t seq = c.update_seq.load();
-  REQUIRE((seq & 1) == 1);
   // This process holds slot 1's lease now, as the first repairer does between its takeover and its repair.
   const detail::LearnerSlotWords slot = detail::learner_slot(b.segment(), 1);
   const detail::LeaseResult taken = detail::try_take_lease(slot.lease, detail::self_lease_word());
@@ -274,12 +281,9 @@ TEST_CASE("two repairers that both judged a dead updater's slot dead: the one th
   // a live process and must leave the lock and the section alone (mutant repair-without-slot-lease).
   const std::string name = unique_name("dead-updater-lease-race");
   SegmentGuard guard(name);
-  Buffer b = Buffer::create(name, 1, kCap, kTwoFields, {.max_learners = 3});
-  fill(b, 1, kCap);
-  kill_inside_update(b, 1, 0, 30);
+  Buffer b = with_dead_updater(name, 30);
   layout::EnvControl& c = b.segment().env_control(0);
   const uint64_t seq = c.update_seq.load();
-  REQUIRE((seq & 1) == 1);
   int to_parent[2], from_parent[2];
   REQUIRE(::pipe(to_parent) == 0);
   REQUIRE(::pipe(from_parent) == 0);
