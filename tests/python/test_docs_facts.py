@@ -71,14 +71,15 @@ def test_the_learner_slot_bound_in_the_docs_is_k_max_learners(doc):
     bound = constant(header("layout.hpp"), "kMaxLearners")
     found = re.findall(r"up to (\d+)\)? ?learner slots|--learners N`, up to (\d+)\)", flat(doc))
     numbers = {int(a or b) for a, b in found}
-    assert numbers == {bound}, f"{doc} gives the learner slots' bound as {numbers}, layout.hpp's kMaxLearners is {bound}"
+    assert numbers == {bound}, f"{doc} gives the learner slots' bound as {numbers}, layout.hpp's kMaxLearners: {bound}"
 
 
 def test_limits_md_gives_the_schema_and_env_bounds_of_the_code():
     layout, schema = header("layout.hpp"), header("schema.hpp")
     envs = constant(layout, "kMaxEnvs")
     limits = flat("docs/limits.md")
-    m = re.search(r"Up to 2\^(\d+) envs, 2\^\d+ steps per env in a ring, (\d+) fields of up to (\d+) dimensions", limits)
+    m = re.search(r"Up to 2\^(\d+) envs, 2\^\d+ steps per env in a ring, (\d+) fields of up to (\d+) dimensions",
+                  limits)
     assert m, "limits.md's bounds sentence changed shape: update this test with it"
     assert (1 << int(m.group(1)), int(m.group(2)), int(m.group(3))) == (
         envs, constant(schema, "kMaxFields"), constant(schema, "kMaxDims"))
@@ -117,7 +118,8 @@ def test_the_benchmark_index_lists_every_benchmark_file():
 def test_the_benchmark_files_keep_no_dated_history_headings():
     """One current table per question: a heading for an earlier run ("before issue N", "until issue N", "a later
     run", "round 2") means history kept in the file instead of in git."""
-    old = re.compile(r"^#+ .*\b(before issue|until issue|a later run|earlier run|round \d|runs? \d+ to \d+)", re.I | re.M)
+    old = re.compile(r"^#+ .*\b(before issue|until issue|a later run|earlier run|round \d|runs? \d+ to \d+)",
+                     re.I | re.M)
     found = [f"{p.name}: {m.group(0)}" for p in sorted((ROOT / "docs" / "benchmarks").glob("*.md"))
              for m in old.finditer(p.read_text(encoding="utf-8"))]
     assert not found, "\n".join(found)

@@ -26,8 +26,9 @@ def array(a, bf16=False, device=None, copy=False):
 
 
 def as_arrays(batch, device=None, copy=False):
-    """A :class:`shmreplay.Batch` as a :class:`~shmreplay.torch.Sample` of JAX arrays (a pytree): on the CPU they share the batch's
-    memory; on another ``device`` (a ``jax.Device``), or with ``copy=True``, each array is copied once."""
+    """A :class:`shmreplay.Batch` as a :class:`~shmreplay.torch.Sample` of JAX arrays (a pytree): on the CPU they
+    share the batch's memory; on another ``device`` (a ``jax.Device``), or with ``copy=True``, each array is copied
+    once."""
     bf16 = bf16_fields(batch.schema)
     conv = lambda a, b16=False: array(a, b16, device, copy)  # noqa: E731
     return Sample({name: conv(a, name in bf16) for name, a in batch.fields.items()}, conv(batch.mask),
