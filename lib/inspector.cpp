@@ -25,6 +25,7 @@
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/seqlock.hpp"
+#include "detail/storage/field_storage.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
@@ -241,6 +242,7 @@ StepRecords read_steps(const Buffer& b, uint64_t env, uint64_t first_step, uint6
   out.field_offsets = detail::record_field_offsets(b.schema());
   const uint64_t end_asked =
       count > std::numeric_limits<uint64_t>::max() - first_step ? std::numeric_limits<uint64_t>::max() : first_step + count;
+  const detail::StorageSet storages(segment_of(b));
   constexpr uint32_t kMaxRounds = 10000;
   for (uint32_t round = 0; round < kMaxRounds; ++round) {
     if (round > 0) ::sched_yield();
@@ -260,8 +262,8 @@ StepRecords read_steps(const Buffer& b, uint64_t env, uint64_t first_step, uint6
       return out;
     }
     out.bytes.resize(static_cast<std::size_t>((hi - lo) * out.record_bytes));
-    const detail::CopyResult r =
-        detail::copy_records(segment_of(b), env, lo, hi - lo, out.field_offsets, out.bytes.data());
+    const detail::RecordCopy copy(segment_of(b), storages, out.field_offsets, out.bytes.data());
+    const detail::CopyResult r = detail::copy_records(segment_of(b), env, lo, hi - lo, copy);
     if (r.outcome != detail::CopyOutcome::ok) continue;
     // Steps below intact_from were overwritten during the copy: keep the newer part.
     const uint64_t keep_from = std::clamp(r.intact_from, lo, hi);

@@ -27,7 +27,7 @@
 #include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/stacks.hpp"
-#include "detail/sampling/gather.hpp"
+#include "detail/storage/gather.hpp"
 #include "detail/sampling/planner.hpp"
 #include "detail/sampling/planner_table.hpp"
 #include "detail/sampling/ring_mod.hpp"
@@ -154,18 +154,7 @@ std::size_t Sampler::gather(std::size_t length, SampleBatch& out) noexcept {
   const uint64_t cap = buffer_->capacity();
   const detail::GatherRow* rows = z.chunk.data();
   const Segment& seg = segment_of(*buffer_);
-  if (!seg.has_stacks()) [[likely]] {
-    detail::gather_fields(z.field_base.data(), out.field_ptr_.data(), z.field_bytes.data(), z.field_base.size(),
-                          length, cap, rows, n, z.chunk_whole);
-  } else {
-    for (std::size_t i = 0; i < z.plain_fields.size(); ++i) z.plain_out[i] = out.field_ptr_[z.plain_fields[i]];
-    detail::gather_fields(z.field_base.data(), z.plain_out.data(), z.field_bytes.data(), z.field_base.size(), length,
-                          cap, rows, n, z.chunk_whole);
-    for (std::size_t i = 0; i < seg.stacks().size(); ++i) {
-      const std::size_t f = seg.stacks()[i].field;
-      detail::gather_stacks(seg, i, out.field_ptr_[f], buffer_->schema()[f].bytes(), length, rows, n);
-    }
-  }
+  z.storages.gather(seg, out.field_ptr_.data(), length, rows, n, z.chunk_whole);
   detail::gather_mask(out.mask_, length, rows, n);
   const bool intact = z.read.validate(control_of(this), cap);
   z.stats.control_loads += 3 * z.read.chunk_envs();  // read_begin (add_row); claimed and update_seq (validate)

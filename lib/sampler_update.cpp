@@ -46,12 +46,13 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
     }
   }
   for (std::size_t f = 0; f < fields.size(); ++f) {
-    if (fields[f].data != nullptr && schema[f].stacked()) {
-      // Its frames are shared with the neighbouring steps' stacks: rewriting one step's stack would change theirs.
+    const detail::StorageSet& storages = scratch_->storages;
+    if (fields[f].data != nullptr && !storages.kind_of(f).direct()) {
+      // A kind that does not keep each step's bytes apart (a stacked field's frames are shared with the
+      // neighbouring steps' stacks: rewriting one step's stack would change theirs).
       throw Error(Errc::invalid_argument,
-                  fmt::format("cannot update step {} of env {} of '{}': field '{}' ({}) is stacked, and its frames "
-                              "are shared with the steps before and after it; pass no data for it",
-                              step, env_id, buffer_->name(), schema[f].name, schema[f].to_string()));
+                  fmt::format("cannot update step {} of env {} of '{}': {}; pass no data for it", step, env_id,
+                              buffer_->name(), storages.kind_of(f).why_not_direct(schema, storages.index_in_kind(f))));
     }
     if (fields[f].data != nullptr && fields[f].bytes != schema[f].bytes()) {
       throw Error(Errc::size_mismatch, fmt::format("cannot update '{}': field '{}' ({}) has {} bytes, expected {}",
@@ -78,8 +79,9 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
       const detail::UpdateSection section(c, step);
       for (std::size_t f = 0; f < fields.size(); ++f) {
         if (fields[f].data == nullptr) continue;
-        const uint64_t b = schema[f].bytes();
-        std::memcpy(segment_of(*buffer_).field_data(f) + (env_id * cap + step % cap) * b, fields[f].data, b);
+        const detail::FieldStorage& kind = scratch_->storages.kind_of(f);
+        std::memcpy(kind.direct_bytes(segment_of(*buffer_), scratch_->storages.index_in_kind(f), env_id, step),
+                    fields[f].data, schema[f].bytes());
         detail::test_hooks::call(detail::test_hooks::in_update_section);  // after each field: a test's kill point
       }
     }

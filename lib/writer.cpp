@@ -26,7 +26,7 @@
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/rate_limit.hpp"
-#include "detail/protocol/stacks.hpp"
+#include "detail/storage/staged_kinds.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
@@ -86,32 +86,16 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
   detail::withdraw(control_);
   detail::forget_dead_waiting(control_);
   admit_envs_.reserve(envs_.size());
+  // The kinds other than the plain ring go on after each env's newest published step (detail/storage/).
+  auto staged = std::make_unique<detail::StagedKinds>(segment_of(buffer), envs_, detail::KindWriterMode::writer,
+                                                      /*all_kinds=*/false);
   for (std::size_t f = 0; f < buffer.schema().size(); ++f) {
-    field_base_.push_back(segment_of(buffer).field_data(f));
+    const bool plain = !staged->staged(f);
+    field_base_.push_back(plain ? segment_of(buffer).field_data(f) : nullptr);
     field_bytes_.push_back(buffer.schema()[f].bytes());
-    if (!buffer.schema()[f].stacked()) plain_fields_.push_back(static_cast<uint32_t>(f));
+    if (plain) plain_fields_.push_back(static_cast<uint32_t>(f));
   }
-  if (segment_of(buffer).has_stacks()) {
-    // Each env's frames go on after its newest published step's (a predecessor's unpublished frames are written
-    // again); stacks.hpp.
-    stacks_ = std::make_unique<detail::WriterStacks>();
-    const auto& stacks = segment_of(buffer).stacks();
-    stacks_->staging_of_field.assign(buffer.schema().size(), detail::WriterStacks::kNotStaged);
-    for (const StackGeometry& st : stacks) {
-      stacks_->fields.push_back(st.field);
-      stacks_->staging_of_field[st.field] = stacks_->staging_bytes;
-      stacks_->staging_bytes += buffer.schema()[st.field].bytes();
-    }
-    stacks_->sources.resize(stacks.size());
-    stacks_->staging.resize(envs_.size());
-    stacks_->pushed.assign(envs_.size(), 0);
-    for (std::size_t l = 0; l < envs_.size(); ++l) {
-      const uint64_t head = control_[l]->head.load(std::memory_order_acquire);  // pairs with publish_step's release
-      for (std::size_t i = 0; i < stacks.size(); ++i) {
-        stacks_->cursors.push_back(detail::resume_stack(segment_of(buffer), i, envs_[l], head));
-      }
-    }
-  }
+  if (staged->any()) staged_ = std::move(staged);
   if (buffer.has_episodes()) {
     roles_ = std::make_unique<detail::EpisodeRoles>(segment_of(buffer));
     for (const uint64_t e : envs_) detail::recover_env(segment_of(buffer), e);
@@ -155,7 +139,7 @@ Writer::Writer(Writer&& other) noexcept
       light_notify_(other.light_notify_),
       takeovers_(other.takeovers_),
       roles_(std::move(other.roles_)),
-      stacks_(std::move(other.stacks_)),
+      staged_(std::move(other.staged_)),
       options_(other.options_),
       admit_envs_(std::move(other.admit_envs_)) {
   other.envs_.clear();
@@ -180,7 +164,7 @@ uint64_t Writer::head(uint64_t env_id) const noexcept {
   return segment_of(*buffer_).env_control(env_id).head.load(std::memory_order_relaxed);
 }
 
-uint64_t Writer::stack_flagless_restarts() const noexcept { return stacks_ ? stacks_->flagless_restarts : 0; }
+uint64_t Writer::stack_flagless_restarts() const noexcept { return staged_ ? staged_->flagless_restarts() : 0; }
 
 // Refuses a Writer copied into a forked child: its leases belong to the parent, which may still be pushing.
 void Writer::check_process(const char* op) const {

@@ -8,11 +8,12 @@ its own layer or of layers below it:
                   include/shmreplay/internal/ (layout, segment, checkpoint_format: the bytes, not part of the API)
     1 os          lib/detail/os/, lib/detail/*.hpp (leaf helpers: always_inline, copy_bytes)
     2 protocol    lib/detail/protocol/
-    3 sampling    lib/detail/sampling/      } siblings: neither includes the other
-    3 segment     lib/detail/segment/       }
-    4 roles       the other public headers (buffer, writer, sampler, inspector, checkpoint, ...), lib/*.{cpp,hpp},
+    3 storage     lib/detail/storage/       (the storage kinds: field_storage.hpp)
+    4 sampling    lib/detail/sampling/      } siblings: neither includes the other
+    4 segment     lib/detail/segment/       }
+    5 roles       the other public headers (buffer, writer, sampler, inspector, checkpoint, ...), lib/*.{cpp,hpp},
                   lib/checkpoint/ and any other folder of lib/ outside lib/detail and lib/python
-    5 users       lib/python/, tools/, examples/, tests/ (white-box tests may reach lib/detail)
+    6 users       lib/python/, tools/, examples/, tests/ (white-box tests may reach lib/detail)
 
 and three more rules: a public header never includes a private one (lib/...), nor does it or an example include
 an internal one (include/shmreplay/internal/), and a file of lib/ never includes a user's file. A file of include/ or lib/ that no layer claims (a new folder) is an error too, so that a new folder
@@ -27,7 +28,7 @@ import re
 import sys
 
 FOUNDATION = {"error", "sample_age", "schema", "wait", "version", "vocabulary", "rate_limit"}
-RANK = {"foundation": 0, "os": 1, "protocol": 2, "sampling": 3, "segment": 3, "roles": 4, "users": 5}
+RANK = {"foundation": 0, "os": 1, "protocol": 2, "storage": 3, "sampling": 4, "segment": 4, "roles": 5, "users": 6}
 INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.M)
 SOURCES = (".hpp", ".cpp", ".h", ".cc")
 
@@ -46,7 +47,8 @@ def layer_of(rel: pathlib.PurePosixPath) -> str | None:
         if len(parts) >= 2 and parts[1] == "detail":
             if len(parts) == 3:
                 return "os"  # lib/detail/*.hpp: leaf helpers with no includes of the project
-            return {"os": "os", "protocol": "protocol", "sampling": "sampling", "segment": "segment"}.get(parts[2])
+            return {"os": "os", "protocol": "protocol", "storage": "storage", "sampling": "sampling",
+                    "segment": "segment"}.get(parts[2])
         return "roles"
     if parts[0] in ("tools", "examples", "tests"):
         return "users"

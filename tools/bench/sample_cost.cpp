@@ -43,7 +43,7 @@
 
 #include "shmreplay/internal/segment.hpp"
 #include "bench_support.hpp"
-#include "detail/sampling/gather.hpp"
+#include "detail/storage/gather.hpp"
 #include "median_rate.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
