@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks the include rule of docs/design/source_layout.md over the tree; ctest runs it as `check_includes`.
 
-Every C++ file under include/ and lib/ belongs to one layer, and may include (with #include "...") only files of
-its own layer or of layers below it:
+Every C++ file under include/ and lib/ belongs to one layer, and may include only files of its own layer or of
+layers below it (with #include "..." or #include <...>: either form that names one of the project's files counts):
 
     0 foundation  include/shmreplay/{error,layout,sample_age,schema,wait,version,vocabulary,segment,
                   rate_limit}.hpp
@@ -28,7 +28,7 @@ import sys
 
 FOUNDATION = {"error", "layout", "sample_age", "schema", "wait", "version", "vocabulary", "segment", "rate_limit"}
 RANK = {"foundation": 0, "os": 1, "protocol": 2, "sampling": 3, "segment": 3, "roles": 4, "users": 5}
-INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.M)
+INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)', re.M)
 SOURCES = (".hpp", ".cpp", ".h", ".cc")
 
 
@@ -51,9 +51,10 @@ def layer_of(rel: pathlib.PurePosixPath) -> str | None:
     return None
 
 
-def resolve(root: pathlib.Path, src: pathlib.Path, name: str) -> pathlib.Path | None:
-    """Where the compiler would find `name` among the project's files (include/, lib/, the file's own folder)."""
-    for base in (src.parent, root / "include", root / "lib"):
+def resolve(root: pathlib.Path, src: pathlib.Path, name: str, quoted: bool) -> pathlib.Path | None:
+    """Where the compiler would find `name` among the project's files: include/ and lib/ (the project's -I
+    folders), and first the file's own folder for a quoted include. None for a header outside the project."""
+    for base in ((src.parent,) if quoted else ()) + (root / "include", root / "lib"):
         p = (base / name).resolve()
         if p.is_file() and root in p.parents:
             return p
@@ -77,7 +78,8 @@ def check(root: pathlib.Path) -> tuple[list[str], int, int]:
             files += 1
             text = src.read_text(encoding="utf-8", errors="replace")
             for m in INCLUDE.finditer(text):
-                target = resolve(root, src, m.group(1))
+                quoted = m.group(1) is not None
+                target = resolve(root, src, m.group(1) if quoted else m.group(2), quoted)
                 if target is None:
                     continue
                 trel = pathlib.PurePosixPath(target.relative_to(root).as_posix())
