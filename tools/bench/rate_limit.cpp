@@ -25,6 +25,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench_cli.hpp"
 #include "median_rate.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
@@ -99,19 +100,7 @@ Row measure(const Options& o, uint64_t envs) {
 
 std::string mega(double per_s) { return fmt::format("{:.2f} M", per_s / 1e6); }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options o;
-  CLI::App app("shmreplay_bench_rate_limit: the rate limiter's cost against the same calls without one");
-  app.add_flag("--quick", o.quick, "a smoke run: small sizes, one 10 ms trial");
-  app.add_option("--seconds", o.seconds, "seconds per trial");
-  app.add_option("--trials", o.trials, "trials per figure (the median is printed)");
-  CLI11_PARSE(app, argc, argv);
-  if (o.quick) {
-    o.seconds = 0.01;
-    o.trials = 1;
-  }
+int run(const Options& o) {
   const std::vector<uint64_t> sizes = o.quick ? std::vector<uint64_t>{16, 256} : std::vector<uint64_t>{16, 256, 4096};
   fmt::print("rate limiter cost: 97-byte steps, pushes of 16 envs, samples of 256 rows; median of {} x {} s\n\n",
              o.trials, o.seconds);
@@ -125,4 +114,22 @@ int main(int argc, char** argv) {
   }
   fmt::print("\nsteps/s for pushes, rows/s for samples; ratio: with the limiter over without\n");
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app("shmreplay_bench_rate_limit: the rate limiter's cost against the same calls without one");
+  app.add_flag("--quick", o.quick, "a smoke run: small sizes, one 10 ms trial");
+  app.add_option("--seconds", o.seconds, "seconds per trial (default 0.2)")->check(CLI::Range(0.001, 60.0));
+  app.add_option("--trials", o.trials, "trials per figure, the median is printed (default 5)")
+      ->check(CLI::Range(1u, 101u));
+  return shmreplay::bench::bench_main(
+      app, argc, argv,
+      [&](const shmreplay::bench::QuickDefaults& quick) {
+        quick("--seconds", o.seconds, 0.01);
+        quick("--trials", o.trials, 1);
+      },
+      [&](const std::string&) { return run(o); });
 }
