@@ -4,6 +4,7 @@
 // removes a benchmark's buffer however the scope ends.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -29,6 +30,28 @@ class QuickDefaults {
 
  private:
   const CLI::App& app_;
+};
+
+/// The options of a benchmark whose figures are each the median of trials of one operation: --quick, --seconds
+/// (one trial) and --trials; and the rate of an operation measured with them (median_rate.hpp).
+struct TrialOptions {
+  bool quick = false;
+  double seconds = 0.2;
+  uint32_t trials = 5;
+
+  /// Registers --quick (its help `quick_help`), --seconds and --trials.
+  void add_to(CLI::App& app, const std::string& quick_help) {
+    app.add_flag("--quick", quick, quick_help);
+    app.add_option("--seconds", seconds, fmt::format("Duration of one trial (default {:g})", seconds))
+        ->check(CLI::Range(0.001, 60.0));
+    app.add_option("--trials", trials, fmt::format("Trials per figure; the median is reported (default {})", trials))
+        ->check(CLI::Range(1u, 101u));
+  }
+  /// --quick's values of those not given: one 10 ms trial.
+  void quick_defaults(const QuickDefaults& given) {
+    given("--seconds", seconds, 0.01);
+    given("--trials", trials, 1);
+  }
 };
 
 /// The benchmarks' main: parses `argv` into `app`, calls `quick` when --quick was given (an app without --quick

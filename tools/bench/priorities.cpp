@@ -36,11 +36,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace shmreplay;
 
-struct Options {
-  bool quick = false;
-  double seconds = 0.2;
-  uint32_t trials = 5;
-};
+using Options = bench::TrialOptions;
 
 double rate(const Options& o, const std::function<uint64_t()>& op) {
   return bench::median_rate(o.seconds, o.trials, std::chrono::milliseconds(o.quick ? 1 : 20), op);
@@ -145,15 +141,8 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app("shmreplay_bench_priorities: prioritized sampling and priority updates against uniform sampling, "
                "at stored sizes 10^3 to 10^7 steps");
-  app.add_flag("--quick", o.quick, "Sizes 10^3 and 10^4, one 10 ms trial: a smoke run for CI");
-  app.add_option("--seconds", o.seconds, "Duration of one trial (default 0.2)")->check(CLI::Range(0.001, 60.0));
-  app.add_option("--trials", o.trials, "Trials per figure; the median is reported (default 5)")
-      ->check(CLI::Range(1u, 64u));
+  o.add_to(app, "Sizes 10^3 and 10^4, one 10 ms trial: a smoke run for CI");
   return shmreplay::bench::bench_main(
-      app, argc, argv,
-      [&](const shmreplay::bench::QuickDefaults& quick) {
-        quick("--seconds", o.seconds, 0.01);
-        quick("--trials", o.trials, 1);
-      },
+      app, argc, argv, [&](const shmreplay::bench::QuickDefaults& quick) { o.quick_defaults(quick); },
       [&](const std::string& command) { return run(o, command); });
 }

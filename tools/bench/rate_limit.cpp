@@ -35,11 +35,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace shmreplay;
 
-struct Options {
-  bool quick = false;
-  double seconds = 0.2;
-  uint32_t trials = 5;
-};
+using Options = bench::TrialOptions;
 
 double rate(const Options& o, const std::function<uint64_t()>& op) {
   return bench::median_rate(o.seconds, o.trials, std::chrono::milliseconds(o.quick ? 1 : 20), op);
@@ -121,15 +117,8 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app("shmreplay_bench_rate_limit: the rate limiter's cost against the same calls without one");
-  app.add_flag("--quick", o.quick, "a smoke run: small sizes, one 10 ms trial");
-  app.add_option("--seconds", o.seconds, "seconds per trial (default 0.2)")->check(CLI::Range(0.001, 60.0));
-  app.add_option("--trials", o.trials, "trials per figure, the median is printed (default 5)")
-      ->check(CLI::Range(1u, 101u));
+  o.add_to(app, "16 and 256 envs, one 10 ms trial: a smoke run for CI");
   return shmreplay::bench::bench_main(
-      app, argc, argv,
-      [&](const shmreplay::bench::QuickDefaults& quick) {
-        quick("--seconds", o.seconds, 0.01);
-        quick("--trials", o.trials, 1);
-      },
+      app, argc, argv, [&](const shmreplay::bench::QuickDefaults& quick) { o.quick_defaults(quick); },
       [&](const std::string&) { return run(o); });
 }
