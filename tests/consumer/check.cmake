@@ -23,8 +23,6 @@ if(shared_libs)
     endif()
   endforeach()
 endif()
-  endforeach()
-endif()
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -DCMAKE_PREFIX_PATH=${prefix}
     -DCMAKE_BUILD_TYPE=${CONFIG})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
