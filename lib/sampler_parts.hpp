@@ -107,9 +107,9 @@ namespace shmreplay {
 // Sampler).
 struct Sampler::Scratch {
   Scratch(const Buffer& buffer, uint64_t rank)
-      : slot(detail::learner_slot(buffer.segment(), rank)),
-        starts(buffer.segment()),
-        trees(buffer.segment()),
+      : slot(detail::learner_slot(segment_of(buffer), rank)),
+        starts(segment_of(buffer)),
+        trees(segment_of(buffer)),
         planners(inputs),
         views(static_cast<std::size_t>(buffer.num_envs())),
         hi_base(views.size()),
@@ -123,7 +123,7 @@ struct Sampler::Scratch {
       // with gather_fields; a stacked field's stacks are rebuilt from its frames (detail/protocol/stacks.hpp).
       if (buffer.schema()[f].stacked()) continue;
       plain_fields.push_back(f);
-      field_base.push_back(buffer.segment().field_data(f));
+      field_base.push_back(segment_of(buffer).field_data(f));
       field_bytes.push_back(static_cast<std::size_t>(buffer.schema()[f].bytes()));
     }
     plain_out.resize(plain_fields.size());

@@ -79,7 +79,7 @@ void StepSlot::commit() {
   const bool record_due = writer_->roles_ && writer_->stage_episode(env_, step_);
   writer_->set_priority(env_, step_, priority_);
   writer_->publish(local_, step_, detail::coarse_realtime_ns());
-  if (record_due) detail::emit_record(writer_->buffer_->segment(), env_, step_ + 1);
+  if (record_due) detail::emit_record(segment_of(*writer_->buffer_), env_, step_ + 1);
   writer_->reserved_[local_] = 0;
   writer_->notify();
   writer_ = nullptr;
@@ -112,7 +112,7 @@ SHMREPLAY_ALWAYS_INLINE uint32_t Writer::local_of(uint64_t env_id, const char* o
 
 // Claims the next step of leased env `local` (detail::claim_step: the seqlock's "write begins").
 SHMREPLAY_ALWAYS_INLINE uint64_t Writer::claim(uint32_t local) noexcept {
-  return detail::claim_step(*control_[local], buffer_->segment());
+  return detail::claim_step(*control_[local], segment_of(*buffer_));
 }
 
 // Publishes `step` (detail::publish_step: "write ends") and advances the env's slot cursor.
@@ -123,7 +123,7 @@ SHMREPLAY_ALWAYS_INLINE void Writer::publish(uint32_t local, uint64_t step, uint
 
 void Writer::store_step_stacks(uint32_t l, uint64_t env, uint64_t step) noexcept {
   detail::WriterStacks& w = *stacks_;
-  Segment& seg = buffer_->segment();
+  Segment& seg = segment_of(*buffer_);
   const detail::ContinuityTest t = detail::continuity_test(seg, env, step, w.pushed[l] != 0, [&] {
     // The step's own end flags (not its reward), from the ring slot as written, as stage_episode reads them.
     if (!roles_) return false;
@@ -153,7 +153,7 @@ bool Writer::stage_episode(uint64_t env, uint64_t step) noexcept {
   const uint64_t slot = env * buffer_->capacity() + step % buffer_->capacity();
   const detail::StepFlags flags = detail::read_step_flags(
       *roles_, [&](std::size_t f) -> const std::byte* { return field_base_[f] + slot * field_bytes_[f]; });
-  return detail::stage_step(buffer_->segment(), env, step, flags);
+  return detail::stage_step(segment_of(*buffer_), env, step, flags);
 }
 
 SHMREPLAY_ALWAYS_INLINE void Writer::notify() noexcept { detail::notify_waiters(*global_, !light_notify_); }
@@ -193,13 +193,13 @@ const float* Writer::copy_priorities(std::size_t count, std::span<const float> p
 // A negative priority means the running maximum. The priority was checked (priority_fits) by the caller.
 void Writer::set_priority(uint64_t env, uint64_t step, double priority) noexcept {
   if (!buffer_->has_priorities()) return;
-  layout::GlobalControl& g = buffer_->segment().global_control();
+  layout::GlobalControl& g = segment_of(*buffer_).global_control();
   if (priority < 0) {
     priority = detail::max_priority(g.max_priority);
   } else {
     detail::raise_max_priority(g.max_priority, priority);
   }
-  detail::set_new_priority(detail::priority_tree_of(buffer_->segment(), env), step,
+  detail::set_new_priority(detail::priority_tree_of(segment_of(*buffer_), env), step,
                            detail::priority_weight(priority, buffer_->priority_exponent()));
 }
 
@@ -290,7 +290,7 @@ SHMREPLAY_ALWAYS_INLINE void Writer::write_step(uint32_t l, uint64_t env, std::s
   const bool record_due = roles_ && stage_episode(env, step);
   if (buffer_->has_priorities()) set_priority(env, step, priority);  // (no call per step without)
   publish(l, step, now);
-  if (record_due) detail::emit_record(buffer_->segment(), env, step + 1);
+  if (record_due) detail::emit_record(segment_of(*buffer_), env, step + 1);
 }
 
 void Writer::push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields) {

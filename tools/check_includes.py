@@ -4,8 +4,8 @@
 Every C++ file under include/ and lib/ belongs to one layer, and may include only files of its own layer or of
 layers below it (with #include "..." or #include <...>: either form that names one of the project's files counts):
 
-    0 foundation  include/shmreplay/{error,layout,sample_age,schema,wait,version,vocabulary,segment,
-                  rate_limit}.hpp
+    0 foundation  include/shmreplay/{error,sample_age,schema,wait,version,vocabulary,rate_limit}.hpp and
+                  include/shmreplay/internal/ (layout, segment, checkpoint_format: the bytes, not part of the API)
     1 os          lib/detail/os/, lib/detail/*.hpp (leaf helpers: always_inline, copy_bytes)
     2 protocol    lib/detail/protocol/
     3 sampling    lib/detail/sampling/      } siblings: neither includes the other
@@ -14,8 +14,8 @@ layers below it (with #include "..." or #include <...>: either form that names o
                   lib/checkpoint/ and any other folder of lib/ outside lib/detail and lib/python
     5 users       lib/python/, tools/, examples/, tests/ (white-box tests may reach lib/detail)
 
-and two more rules: a public header never includes a private one (lib/...), and a file of lib/ never includes a
-user's file. A file of include/ or lib/ that no layer claims (a new folder) is an error too, so that a new folder
+and three more rules: a public header never includes a private one (lib/...), nor does it or an example include
+an internal one (include/shmreplay/internal/), and a file of lib/ never includes a user's file. A file of include/ or lib/ that no layer claims (a new folder) is an error too, so that a new folder
 gets its place in the rule (here and in the design doc) before it gets code.
 
     tools/check_includes.py [ROOT]      exit 0 and a one-line summary, or 1 and one line per violation
@@ -26,7 +26,7 @@ import pathlib
 import re
 import sys
 
-FOUNDATION = {"error", "layout", "sample_age", "schema", "wait", "version", "vocabulary", "segment", "rate_limit"}
+FOUNDATION = {"error", "sample_age", "schema", "wait", "version", "vocabulary", "rate_limit"}
 RANK = {"foundation": 0, "os": 1, "protocol": 2, "sampling": 3, "segment": 3, "roles": 4, "users": 5}
 INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)', re.M)
 SOURCES = (".hpp", ".cpp", ".h", ".cc")
@@ -37,6 +37,8 @@ def layer_of(rel: pathlib.PurePosixPath) -> str | None:
     if parts[0] == "include":
         if len(parts) == 3 and parts[1] == "shmreplay":
             return "foundation" if rel.stem in FOUNDATION else "roles"
+        if len(parts) == 4 and parts[1:3] == ("shmreplay", "internal"):
+            return "foundation"  # the segment's bytes: not part of the API (out of the umbrella and the reference)
         return None
     if parts[0] == "lib":
         if len(parts) >= 2 and parts[1] == "python":
@@ -89,8 +91,11 @@ def check(root: pathlib.Path) -> tuple[list[str], int, int]:
                 edges += 1
                 line = text.count("\n", 0, m.start()) + 1
                 where = f"{rel}:{line}: includes {trel}"
+                internal = trel.parts[:3] == ("include", "shmreplay", "internal")
                 if rel.parts[0] == "include" and trel.parts[0] != "include":
                     problems.append(f"{where}: a public header includes a private one")
+                elif internal and rel.parts[0] in ("include", "examples") and "internal" not in rel.parts:
+                    problems.append(f"{where}: the API (a public header, an example) includes an internal header")
                 elif layer == tlayer:
                     continue
                 elif RANK[tlayer] > RANK[layer]:

@@ -47,6 +47,11 @@
 
 namespace shmreplay {
 
+namespace layout {
+struct EnvControl;     // shmreplay/internal/layout.hpp
+struct GlobalControl;  // idem
+}  // namespace layout
+
 namespace detail {
 struct EpisodeRoles;
 struct WriterStacks;

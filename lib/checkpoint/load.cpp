@@ -94,7 +94,7 @@ class EnvWriter {
       : target_(target), sources_(sources), progress_(progress), schema_(target.schema()),
         sb_(schema_.step_bytes()), cap_(target.capacity()), offsets_(detail::record_field_offsets(schema_)),
         per_block_(detail::block_steps(sb_, cap_)), block_(static_cast<std::size_t>(per_block_ * sb_)) {
-    for (std::size_t f = 0; f < schema_.size(); ++f) rings_.push_back(target.segment().field_data(f));
+    for (std::size_t f = 0; f < schema_.size(); ++f) rings_.push_back(segment_of(target).field_data(f));
   }
 
   // Writes env `env`'s window (as the newest file describes it) into its slots: each step from the newest file
@@ -104,7 +104,7 @@ class EnvWriter {
   // over at the first loaded step.
   void write_records(uint64_t env) {
     const CheckpointEnv& last = sources_.infos.back()->envs[env];
-    Segment& seg = target_.segment();
+    Segment& seg = segment_of(target_);
     cursors_.assign(seg.stacks().size(), detail::StackCursor{0, last.first_step});
     // The view starts at the first loaded step: with stacked fields the bound is that step (the frames start over
     // there); without, it is needed only when the saved window began above claimed - capacity (a dead updater's
@@ -138,7 +138,7 @@ class EnvWriter {
   // Reads `fe`'s records of one file (all of them, for the checksum) and writes those of steps [lo, hi).
   void copy_file(const detail::InFile& in, const CheckpointInfo& info, const CheckpointEnv& fe, uint64_t lo,
                  uint64_t hi, uint64_t first_loaded) {
-    Segment& seg = target_.segment();
+    Segment& seg = segment_of(target_);
     std::vector<const std::byte*> sources(seg.stacks().size());
     uint32_t crc = 0;
     for (uint64_t done = 0; done < fe.steps;) {
@@ -209,7 +209,7 @@ class LeftOut {
     notes.push_back(fmt::format(
         "{} of the checkpoint's {} steps were left out: their frames do not fit the segment's frame rings (a stack "
         "restart reserve of {} per env, the checkpoint's {}): {}{}",
-        left_, window_, detail::stack_restarts_of(target_.segment()),
+        left_, window_, detail::stack_restarts_of(segment_of(target_)),
         info_.holds_state() ? fmt::format("{}", info_.stack_restarts) : std::string("not recorded"), listed_,
         envs_ > kNamed ? fmt::format(", and {} more envs", envs_ - kNamed) : std::string()));
   }
@@ -240,7 +240,7 @@ uint64_t load_into(Buffer& target, const LoadSources& sources, const LoadOptions
   EnvWriter writer(target, sources, progress);
   LeftOut left_out(target, last);
   for (const CheckpointEnv& e : last.envs) {
-    layout::EnvControl& c = target.segment().env_control(e.env);
+    layout::EnvControl& c = segment_of(target).env_control(e.env);
     // This process is the learner now, the only writer of update_seq: the env is rewritten inside an update
     // section, as try_update does, so that readers that copy meanwhile (dump, save) reject their copies. It ends
     // on success and on error alike.
@@ -251,7 +251,7 @@ uint64_t load_into(Buffer& target, const LoadSources& sources, const LoadOptions
     // Weights and the waiting episode records; then the episode bookkeeping (step meta, the writer's journal),
     // which follows from the steps' flags and rewards and counts the queue's records as done.
     load_env_extras(target, *sources.files.back(), last, e, notes);
-    if (target.has_episodes()) rebuild_env(target.segment(), e.env);
+    if (target.has_episodes()) rebuild_env(segment_of(target), e.env);
   }
   load_global_state(target, last, created, notes);
   progress.finish();

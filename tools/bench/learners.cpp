@@ -41,6 +41,7 @@
 #include <fmt/ranges.h>
 
 #include "bench_cli.hpp"
+#include "shmreplay/internal/segment.hpp"
 #include "bench_support.hpp"
 #include "bodies.hpp"
 #include "harness.hpp"
@@ -76,7 +77,7 @@ Body learner_body(const Geometry& g, const std::string& name, std::size_t batch,
                   uint64_t seed) {
   return [g, name, batch, length, rank, seed](Worker& worker) {
     Buffer buffer = Buffer::open(name, {.expected_schema = g.schema});
-    populate(&buffer.segment().header(), static_cast<std::size_t>(buffer.total_bytes()));
+    populate(&segment_of(buffer).header(), static_cast<std::size_t>(buffer.total_bytes()));
     Sampler sampler(buffer, {.rank = rank});
     Rng rng(seed);
     SampleBatch out;
@@ -93,12 +94,12 @@ Body learner_body(const Geometry& g, const std::string& name, std::size_t batch,
 Body memcpy_body(const Geometry& g, const std::string& name, std::size_t batch, std::size_t length, uint64_t seed) {
   return [g, name, batch, length, seed](Worker& worker) {
     const Buffer buffer = Buffer::open(name, {.expected_schema = g.schema});
-    populate(&buffer.segment().header(), static_cast<std::size_t>(buffer.total_bytes()));
+    populate(&segment_of(buffer).header(), static_cast<std::size_t>(buffer.total_bytes()));
     const std::size_t nf = g.schema.size();
     std::vector<const std::byte*> base(nf);
     std::vector<std::size_t> bytes(nf);
     for (std::size_t f = 0; f < nf; ++f) {
-      base[f] = buffer.segment().field_data(f);
+      base[f] = segment_of(buffer).field_data(f);
       bytes[f] = static_cast<std::size_t>(g.schema[f].bytes());
     }
     Rows out(g.schema, batch, length);

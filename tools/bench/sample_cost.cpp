@@ -42,6 +42,7 @@
 #include <fmt/format.h>
 
 #include "bench_cli.hpp"
+#include "shmreplay/internal/segment.hpp"
 #include "bench_support.hpp"
 #include "detail/sampling/gather.hpp"
 #include "median_rate.hpp"
@@ -164,7 +165,7 @@ int run(const Options& o) {
     std::vector<const std::byte*> base(nf);
     std::vector<std::size_t> bytes(nf);
     for (std::size_t f = 0; f < nf; ++f) {
-      base[f] = buf.segment().field_data(f);
+      base[f] = segment_of(buf).field_data(f);
       bytes[f] = static_cast<std::size_t>(schema[f].bytes());
     }
     std::vector<std::vector<std::byte>> ref_out(nf);

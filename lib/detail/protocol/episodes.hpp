@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <span>
 
-#include "shmreplay/segment.hpp"
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/segment.hpp"
+#include "shmreplay/internal/layout.hpp"
 #include "shmreplay/vocabulary.hpp"
 #include "shmreplay/schema.hpp"
 

@@ -44,8 +44,8 @@
 #include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/stacks.hpp"
 #include "detail/test_hooks.hpp"
-#include "shmreplay/segment.hpp"
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/segment.hpp"
+#include "shmreplay/internal/layout.hpp"
 #include "shmreplay/vocabulary.hpp"
 
 namespace shmreplay::detail {

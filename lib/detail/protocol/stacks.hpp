@@ -30,8 +30,8 @@
 #include <cstring>
 #include <vector>
 
-#include "shmreplay/layout.hpp"
-#include "shmreplay/segment.hpp"
+#include "shmreplay/internal/layout.hpp"
+#include "shmreplay/internal/segment.hpp"
 
 namespace shmreplay::detail {
 
