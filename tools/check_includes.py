@@ -15,8 +15,9 @@ layers below it (with #include "..." or #include <...>: either form that names o
     5 users       lib/python/, tools/, examples/, tests/ (white-box tests may reach lib/detail)
 
 and three more rules: a public header never includes a private one (lib/...), nor does it or an example include
-an internal one (include/shmreplay/internal/), and a file of lib/ never includes a user's file. A file of include/ or lib/ that no layer claims (a new folder) is an error too, so that a new folder
-gets its place in the rule (here and in the design doc) before it gets code.
+an internal one (include/shmreplay/internal/), and a file of lib/ never includes a user's file. A file of include/
+or lib/ that no layer claims (a new folder) is an error too, so that a new folder gets its place in the rule (here
+and in the design doc) before it gets code.
 
     tools/check_includes.py [ROOT]      exit 0 and a one-line summary, or 1 and one line per violation
 """
