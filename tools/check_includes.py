@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks the include rule of docs/design/source_layout.md over the tree; ctest runs it as `check_includes`.
 
-Every C++ file under include/ and lib/ belongs to one layer, and may include (with #include "...") only files of
-its own layer or of layers below it:
+Every C++ file under include/ and lib/ belongs to one layer, and may include only files of its own layer or of
+layers below it (with #include "..." or #include <...>: either form that names one of the project's files counts):
 
     0 foundation  include/shmreplay/{error,sample_age,schema,wait,version,vocabulary,rate_limit}.hpp and
                   include/shmreplay/internal/ (layout, segment, checkpoint_format: the bytes, not part of the API)
@@ -16,8 +16,9 @@ its own layer or of layers below it:
     6 users       lib/python/, tools/, examples/, tests/ (white-box tests may reach lib/detail)
 
 and three more rules: a public header never includes a private one (lib/...), nor does it or an example include
-an internal one (include/shmreplay/internal/), and a file of lib/ never includes a user's file. A file of include/ or lib/ that no layer claims (a new folder) is an error too, so that a new folder
-gets its place in the rule (here and in the design doc) before it gets code.
+an internal one (include/shmreplay/internal/), and a file of lib/ never includes a user's file. A file of include/
+or lib/ that no layer claims (a new folder) is an error too, so that a new folder gets its place in the rule (here
+and in the design doc) before it gets code.
 
     tools/check_includes.py [ROOT]      exit 0 and a one-line summary, or 1 and one line per violation
 """
@@ -29,7 +30,7 @@ import sys
 
 FOUNDATION = {"error", "sample_age", "schema", "wait", "version", "vocabulary", "rate_limit"}
 RANK = {"foundation": 0, "os": 1, "protocol": 2, "storage": 3, "sampling": 4, "segment": 4, "roles": 5, "users": 6}
-INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.M)
+INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)', re.M)
 SOURCES = (".hpp", ".cpp", ".h", ".cc")
 
 
@@ -55,9 +56,10 @@ def layer_of(rel: pathlib.PurePosixPath) -> str | None:
     return None
 
 
-def resolve(root: pathlib.Path, src: pathlib.Path, name: str) -> pathlib.Path | None:
-    """Where the compiler would find `name` among the project's files (include/, lib/, the file's own folder)."""
-    for base in (src.parent, root / "include", root / "lib"):
+def resolve(root: pathlib.Path, src: pathlib.Path, name: str, quoted: bool) -> pathlib.Path | None:
+    """Where the compiler would find `name` among the project's files: include/ and lib/ (the project's -I
+    folders), and first the file's own folder for a quoted include. None for a header outside the project."""
+    for base in ((src.parent,) if quoted else ()) + (root / "include", root / "lib"):
         p = (base / name).resolve()
         if p.is_file() and root in p.parents:
             return p
@@ -81,7 +83,8 @@ def check(root: pathlib.Path) -> tuple[list[str], int, int]:
             files += 1
             text = src.read_text(encoding="utf-8", errors="replace")
             for m in INCLUDE.finditer(text):
-                target = resolve(root, src, m.group(1))
+                quoted = m.group(1) is not None
+                target = resolve(root, src, m.group(1) if quoted else m.group(2), quoted)
                 if target is None:
                     continue
                 trel = pathlib.PurePosixPath(target.relative_to(root).as_posix())

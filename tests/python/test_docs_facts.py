@@ -46,7 +46,7 @@ def struct_lines(source, struct):
 
 def test_the_tsan_test_list_in_testing_md_is_the_ctest_threads_label():
     cmake = text("tests/CMakeLists.txt")
-    m = re.search(r"set_tests_properties\(([^)]*?)PROPERTIES\s+LABELS\s+threads", cmake, re.S)
+    m = re.search(r"set_property\(TEST([^)]*?)APPEND\s+PROPERTY\s+LABELS\s+threads", cmake, re.S)
     assert m, "tests/CMakeLists.txt gives no tests the label threads"
     labelled = set(m.group(1).split())
     m = re.search(r"ctest label `threads`: ([^;)]*)", flat("docs/design/testing.md"))

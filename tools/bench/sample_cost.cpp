@@ -41,6 +41,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench_cli.hpp"
 #include "shmreplay/internal/segment.hpp"
 #include "bench_support.hpp"
 #include "detail/storage/gather.hpp"
@@ -235,21 +236,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 4096u));
   app.add_option("--writers", o.writers, "Writer processes pushing at full speed during the measurement (default 0)")
       ->check(CLI::Range(0u, 16u));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  if (o.quick) {
-    if (app.count("--seconds") == 0) o.seconds = 0.01;
-    if (app.count("--trials") == 0) o.trials = 1;
-    if (o.sizes.empty()) o.sizes = {1000, 10000};
-  }
-  if (o.sizes.empty()) o.sizes = {1000, 10000, 100000, 1000000, 10000000};
-  try {
-    return run(o);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "shmreplay_bench_sample_cost: error: {}\n", e.what());
-    return 1;
-  }
+  return shmreplay::bench::bench_main(
+      app, argc, argv,
+      [&](const shmreplay::bench::QuickDefaults& quick) {
+        quick("--seconds", o.seconds, 0.01);
+        quick("--trials", o.trials, 1);
+        quick("--size", o.sizes, std::vector<uint64_t>{1000, 10000});
+      },
+      [&](const std::string&) {
+        if (o.sizes.empty()) o.sizes = {1000, 10000, 100000, 1000000, 10000000};
+        return run(o);
+      });
 }
