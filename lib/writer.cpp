@@ -22,6 +22,7 @@
 #include "detail/os/membarrier.hpp"
 #include "detail/os/process.hpp"
 #include "detail/protocol/env_ids.hpp"
+#include "detail/protocol/env_takeover.hpp"
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/priorities.hpp"
@@ -81,10 +82,9 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
     // Only the lease holder moves head, so from here on the cursor follows it (advanced in publish).
     next_slot_.push_back(control_.back()->head.load(std::memory_order_relaxed) % buffer.capacity());
   }
-  // A dead predecessor's rate-limit admissions of steps it never published go, and so does its mark of a wait
-  // (rate_limit.hpp).
-  detail::withdraw(control_);
-  detail::forget_dead_waiting(control_);
+  // What a dead predecessor left: its limiter admissions and wait mark, an episode record, a priority walk
+  // (detail/protocol/env_takeover.hpp).
+  detail::repair_env_takeover(segment_of(buffer), envs_, detail::EnvTakeover::writer);
   admit_envs_.reserve(envs_.size());
   // The kinds other than the plain ring go on after each env's newest published step (detail/storage/).
   auto staged = std::make_unique<detail::StagedKinds>(segment_of(buffer), envs_, detail::KindWriterMode::writer,
@@ -96,21 +96,7 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
     if (plain) plain_fields_.push_back(static_cast<uint32_t>(f));
   }
   if (staged->any()) staged_ = std::move(staged);
-  if (buffer.has_episodes()) {
-    roles_ = std::make_unique<detail::EpisodeRoles>(segment_of(buffer));
-    for (const uint64_t e : envs_) detail::recover_env(segment_of(buffer), e);
-  }
-  if (buffer.has_priorities()) {
-    // A predecessor killed between its claim and its head store may have died inside the walk of the slot it was
-    // writing: redo that walk (priorities.hpp). Outside a write (claimed == head) its last walk was complete.
-    for (const uint64_t e : envs_) {
-      const layout::EnvControl& c = segment_of(buffer).env_control(e);
-      const uint64_t head = c.head.load(std::memory_order_acquire);  // pairs with publish_step's release store
-      if ((c.claimed.load(std::memory_order_relaxed) & layout::kClaimMask) != head) {
-        detail::walk(detail::priority_tree_of(segment_of(buffer), e), head % buffer.capacity());
-      }
-    }
-  }
+  if (buffer.has_episodes()) roles_ = std::make_unique<detail::EpisodeRoles>(segment_of(buffer));
 }
 
 Writer Writer::range(Buffer& buffer, uint64_t first, uint64_t count, const WriterOptions& options) {

@@ -71,10 +71,7 @@ void StepSlot::commit() {
   if (writer_->staged_) {  // the staged kinds' fields, from the staging area they were filled in
     writer_->staged_->store_staged(local_, env_, step_, writer_->step_ends_episode(env_, step_));
   }
-  const bool record_due = writer_->roles_ && writer_->stage_episode(env_, step_);
-  writer_->set_priority(env_, step_, priority_);
-  writer_->publish(local_, step_, detail::coarse_realtime_ns());
-  if (record_due) detail::emit_record(segment_of(*writer_->buffer_), env_, step_ + 1);
+  writer_->finish_step(local_, env_, step_, priority_, detail::coarse_realtime_ns());
   writer_->reserved_[local_] = 0;
   writer_->notify();
   writer_ = nullptr;
@@ -114,6 +111,17 @@ SHMREPLAY_ALWAYS_INLINE uint64_t Writer::claim(uint32_t local) noexcept {
 SHMREPLAY_ALWAYS_INLINE void Writer::publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept {
   if (++next_slot_[local] == buffer_->capacity()) next_slot_[local] = 0;  // the slot of step + 1
   detail::publish_step(*control_[local], step, now_ns);
+}
+
+// The one publish sequence of a claimed step whose fields are all stored (write_step's and StepSlot::commit's): its
+// episode bookkeeping (before the head store), its priority, the head store, then the record of the episode it
+// ended (after: detail/protocol/episodes.hpp).
+SHMREPLAY_ALWAYS_INLINE void Writer::finish_step(uint32_t l, uint64_t env, uint64_t step, double priority,
+                                                  uint64_t now_ns) noexcept {
+  const bool record_due = roles_ && stage_episode(env, step);
+  if (buffer_->has_priorities()) set_priority(env, step, priority);  // (no call per step without)
+  publish(l, step, now_ns);
+  if (record_due) detail::emit_record(segment_of(*buffer_), env, step + 1);
 }
 
 bool Writer::step_ends_episode(uint64_t env, uint64_t step) const noexcept {
@@ -267,10 +275,7 @@ SHMREPLAY_ALWAYS_INLINE void Writer::write_step(uint32_t l, uint64_t env, std::s
       return static_cast<const std::byte*>(fields[f].data) + row * field_bytes_[f];
     });
   }
-  const bool record_due = roles_ && stage_episode(env, step);
-  if (buffer_->has_priorities()) set_priority(env, step, priority);  // (no call per step without)
-  publish(l, step, now);
-  if (record_due) detail::emit_record(segment_of(*buffer_), env, step + 1);
+  finish_step(l, env, step, priority, now);
 }
 
 void Writer::push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields) {

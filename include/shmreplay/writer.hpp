@@ -225,6 +225,8 @@ class Writer {
   void publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept;
   void write_step(uint32_t local, uint64_t env, std::span<const FieldBytes> fields, std::size_t row, double priority,
                   uint64_t now_ns) noexcept;
+  // The publish sequence of a claimed step whose fields are stored: episode bookkeeping, priority, head, record.
+  void finish_step(uint32_t local, uint64_t env, uint64_t step, double priority, uint64_t now_ns) noexcept;
   // Episode bookkeeping of step `step` of `env` before its head store, its flags read from the ring slot as written
   // (never from the caller's arrays a second time). Returns whether a record is due after the head store.
   bool stage_episode(uint64_t env, uint64_t step) noexcept;

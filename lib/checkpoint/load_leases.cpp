@@ -11,24 +11,15 @@
 //   would issue a futex wake), learner_waiting_rows, and a priority walk it left half done. The waiter count and
 //   waiting rows are words a load never writes, and the lease is free after the load, so no later learner takes
 //   it over and repairs them; the locks and the walk would stay broken if the load fails before rewriting them.
-// - Every env's lease: the rate limiter's new-owner steps every Writer does (withdraw: a dead writer's admission
-//   of a step it never published goes; forget_dead_waiting: its mark of a wait goes, which would count while a
-//   live process, the load, holds the lease). limiter_reserved and limiter_waiting_since_ns are not rewritten by
-//   a load.
-// Not done, because the load rewrites the same words, or the env's next Writer does it in any case:
-// - detail::recover_env, which would push the record of an episode a dead writer ended without pushing its
-//   record: the load overwrites that episode's steps, so the record would describe steps that are gone; and the
-//   journal it repairs is rebuilt (rebuild_env).
-// - the priority walk of the slot a dead writer was writing: the load rebuilds every env's tree from its leaves.
+// - Every env's lease: the repairs of detail/protocol/env_takeover.hpp a load needs (EnvTakeover::load: the rate
+//   limiter's; that file's table says why the others are not).
 // - the Writers' and the Sampler's own state (cursors, scratch, the fork checks): a load is one call.
-// If the load fails after taking the leases, an env it did not rewrite is as its dead writer left it, with a free
-// lease: its next Writer runs recover_env and the walk on construction (every Writer does, however it got the
-// lease), exactly as before the load.
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "checkpoint/internal.hpp"
+#include "detail/protocol/env_takeover.hpp"
 #include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/lease.hpp"
@@ -96,11 +87,9 @@ void LoadLeases::take_envs() {
     }
     envs_held_ = e + 1;
   }
-  // The rate limiter's new-owner steps, as every Writer does them (the top of this file says why).
-  std::vector<layout::EnvControl*> control;
-  for (uint64_t e = 0; e < target_.num_envs(); ++e) control.push_back(&segment_of(target_).env_control(e));
-  withdraw(control);
-  forget_dead_waiting(control);
+  std::vector<uint64_t> envs;
+  for (uint64_t e = 0; e < target_.num_envs(); ++e) envs.push_back(e);
+  repair_env_takeover(segment_of(target_), envs, EnvTakeover::load);  // the top of this file says which
 }
 
 void LoadLeases::release() noexcept {

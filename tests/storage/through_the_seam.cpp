@@ -33,7 +33,7 @@ Step step_of(uint64_t e, uint64_t s) {
   Step st{};
   st.x[0] = static_cast<float>(e);
   st.x[1] = static_cast<float>(s);
-  for (int k = 0; k < 7; ++k) st.obs[k] = static_cast<uint8_t>((e * 1000 + s) * 7 + k);
+  for (int k = 0; k < 7; ++k) st.obs[k] = static_cast<uint8_t>((e * 1000 + s) * 7 + static_cast<uint64_t>(k));
   return st;
 }
 
