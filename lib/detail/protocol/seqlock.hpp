@@ -60,20 +60,20 @@ using layout::kUpdateLockBit;
 /// yields; every millisecond it checks whether the learner (the lease of the slot in the lock's owner bits) is
 /// alive, and if it died holding the lock, releases it (release_dead_update_lock), so a writer never hangs on a
 /// dead learner.
-uint64_t wait_update_unlocked(layout::EnvControl& c, const Segment& segment) noexcept;
+uint64_t wait_update_unlocked(layout::EnvControl& c, Segment& seg) noexcept;
 
 /// "Write begins": raises the env's claim to head + 1 and returns the step being written (head). After an
 /// abandoned reservation or a takeover of a writer that died mid-write the claim is already raised, and it stays.
 /// Then the caller stores the step's bytes (and meta) into slot step % capacity and calls publish_step.
 /// Precondition: the caller holds the env's lease.
-inline uint64_t claim_step(layout::EnvControl& c, const Segment& segment) noexcept {
+inline uint64_t claim_step(layout::EnvControl& c, Segment& seg) noexcept {
   const uint64_t step = c.head.load(std::memory_order_relaxed);  // only this writer stores head
   uint64_t cur = c.claimed.load(std::memory_order_relaxed);
   // The learner's update lock never covers the slot being claimed (try_update only rewrites steps
   // >= claimed - capacity), so with the bit set we only have to wait when the claim must still move.
   while ((cur & kClaimMask) != step + 1) {
     if (cur & kUpdateLockBit) {
-      cur = wait_update_unlocked(c, segment);
+      cur = wait_update_unlocked(c, seg);
       continue;
     }
     // acquire: pairs with the learner's release in unlock_update, so its update's bytes precede ours.
@@ -116,20 +116,20 @@ inline void advance_online_start(const layout::EnvControl& c, std::atomic<uint64
 // ---------------------------------------------------------------------------------------------------------------
 // Update side: the learner's update lock (try_update) and the odd/even update_seq section (try_update, load).
 
-/// Takes the env's update lock for learner slot `slot` of `segment` (sets kUpdateLockBit and the slot in
+/// Takes the env's update lock for learner slot `slot` of `seg` (sets kUpdateLockBit and the slot in
 /// `claimed`: layout::update_lock_bits) and returns the claim count c without them. While the bit is set the writer
 /// cannot raise its claim, so the only slot it may be writing is (c - 1) % cap, which belongs to step c - 1 - cap:
 /// steps in [c - cap, head) are safe to rewrite. Another learner's lock excludes ours: the CAS expects the word
 /// without lock bits, and while another slot holds it we wait as a writer does (wait_update_unlocked: it yields,
 /// and releases the lock of a holder that died), so a dead learner's lock never holds us. Precondition: the caller
 /// holds the lease of `slot`.
-inline uint64_t lock_for_update(layout::EnvControl& c, const Segment& segment, uint64_t slot) noexcept {
+inline uint64_t lock_for_update(layout::EnvControl& c, Segment& seg, uint64_t slot) noexcept {
   uint64_t cur = c.claimed.load(std::memory_order_relaxed) & kClaimMask;
   // acquire: pairs with the writer's claim CAS and another learner's unlock_update (release), so our view of
   // `claimed` is the one the caller's check relies on and that learner's bytes precede ours.
   while (!c.claimed.compare_exchange_weak(cur, cur | layout::update_lock_bits(slot), std::memory_order_acquire,
                                           std::memory_order_relaxed)) {
-    cur = ((cur & kUpdateLockBit) != 0 ? wait_update_unlocked(c, segment) : cur) & kClaimMask;
+    cur = ((cur & kUpdateLockBit) != 0 ? wait_update_unlocked(c, seg) : cur) & kClaimMask;
   }
   return cur;
 }
@@ -325,11 +325,11 @@ inline EnvCounters read_counters(const layout::EnvControl& c) noexcept {
 /// try_update) was open or ended meanwhile, so the counters are never a mix of before and after a load. A section
 /// left open by a learner that died in it (dead_section_bound) does not stop the reader: the counters come with
 /// stacks_intact_from past its torn step, as its repair will leave them, and update_seq odd.
-inline std::optional<EnvCounters> read_counters_stable(const Segment& segment, const layout::EnvControl& c) noexcept {
+inline std::optional<EnvCounters> read_counters_stable(const Segment& seg, const layout::EnvControl& c) noexcept {
   // acquire: pairs with the release store that ends an UpdateSection, so head and claimed below are its own (and
   // with the one that opens it: dead_section_bound's update_step is the section's).
   const uint64_t u = c.update_seq.load(std::memory_order_acquire);
-  const uint64_t dead_bound = dead_section_bound(segment, c, u);
+  const uint64_t dead_bound = dead_section_bound(seg, c, u);
   if ((u & 1) != 0 && dead_bound == 0) return std::nullopt;
   EnvCounters n = read_counters(c);
   n.stacks_intact_from = std::max(n.stacks_intact_from, dead_bound);
@@ -388,10 +388,10 @@ inline bool copy_intact(uint64_t begin_seq, const ReadEnd& end, uint64_t first, 
 /// The views' lower bound from below as a reader that cannot repair sees it: stacks_intact_from, past the torn step
 /// of a dead updater's open section (dead_section_bound) if there is one. A save's check that its run is the env's
 /// whole view (save_env.cpp).
-inline uint64_t settled_intact_from(const Segment& segment, const layout::EnvControl& c) noexcept {
+inline uint64_t settled_intact_from(const Segment& seg, const layout::EnvControl& c) noexcept {
   // acquire: pairs with UpdateSection's release store of an odd value (dead_section_bound reads its update_step)
   const uint64_t seq = c.update_seq.load(std::memory_order_acquire);
-  return std::max(c.stacks_intact_from.load(std::memory_order_relaxed), dead_section_bound(segment, c, seq));
+  return std::max(c.stacks_intact_from.load(std::memory_order_relaxed), dead_section_bound(seg, c, seq));
 }
 
 /// The oldest step whose slot (and frames) no writer had reclaimed when `end` was read.
@@ -497,7 +497,7 @@ class StepCopier {
 /// records of steps >= intact_from are exactly what their writers published; the others must be dropped.
 /// Preconditions: env < num_envs, count >= 1, and first + count <= a head of the env that the caller loaded with
 /// acquire. O(count * num_fields); never blocks, never writes.
-CopyResult copy_records(const Segment& buffer, uint64_t env, uint64_t first, uint64_t count,
+CopyResult copy_records(const Segment& seg, uint64_t env, uint64_t first, uint64_t count,
                         const StepCopier& copy) noexcept;
 
 }  // namespace shmreplay::detail
