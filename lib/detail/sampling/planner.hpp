@@ -45,9 +45,12 @@ struct Draw {
   uint64_t env = 0;
   uint64_t start = 0;
   uint64_t steps = 0;
-  /// N * P: the probability the start was drawn with, times the number of starts in the view (1 = as likely as
-  /// under uniform sampling). Only the priority planner sets it; 0 from the others (no importance weight).
-  double relative_probability = 0;
+  /// What the row's importance weight corrects for, N * P: the probability the start was drawn with, times the
+  /// number of starts in the view (1 = as likely as under uniform sampling). Every planner fills it: the priority
+  /// planner with its draw's N * P; the others leave 1, the value of a draw from the distribution the call asked for
+  /// (a distribution_power, an episode mode), which no importance weight corrects. The Sampler stores it as the
+  /// row's weight, and turns a prioritized batch's into importance weights (Sampler::finish_weights).
+  double relative_probability = 1;
   friend bool operator==(const Draw&, const Draw&) = default;
 };
 
@@ -127,6 +130,10 @@ class Planner {
     (void)scan;
     return Shortfall::unknown;
   }
+
+  /// What can leave a snapshot with no start to draw from, in words, for the Sampler's error after
+  /// SamplerOptions::max_retry_rounds such snapshots in a row.
+  virtual const char* no_start_causes() const noexcept { return "a write in progress hid every start"; }
 };
 
 /// The top 53 bits of one engine output, and those bits as a double in [0, 1) (exact: the same on every platform).
