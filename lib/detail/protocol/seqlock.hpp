@@ -257,10 +257,10 @@ inline uint64_t load_head(const layout::EnvControl& c) noexcept {
   return c.head.load(std::memory_order_acquire);
 }
 
-/// The env's `view` from one acquire load of head and a later load of claimed. A slot that is being reclaimed
-/// (claimed = head + 1) is not part of the view. The Sampler's snapshot, the Inspector's sizes.
-/// The online view is learner slot `online_start`'s (detail/protocol/learner_slots.hpp); the overload without it
-/// reads slot 0's (EnvControl::online_start: the Inspector's, a one-learner buffer's).
+/// The env's `view` from one acquire load of head and a later load of claimed. A slot that is being reclaimed (claimed
+/// = head + 1) is not part of the view. The Sampler's snapshot, the Inspector's sizes. The online view is learner slot
+/// `online_start`'s (detail/protocol/learner_slots.hpp); the overload without it reads slot 0's
+/// (EnvControl::online_start: the Inspector's, a one-learner buffer's).
 inline StepRange view_range(const layout::EnvControl& c, View view, uint64_t capacity,
                             const std::atomic<uint64_t>& online_start) noexcept {
   // acquire: pairs with the writer's release store of head in publish_step: every step below it is written.
@@ -277,8 +277,7 @@ inline StepRange view_range(const layout::EnvControl& c, View view, uint64_t cap
 }
 
 /// The published steps of `view` not yet overwritten by a completed write (a write in progress does not count
-/// against it): what SampleOptions::min_steps is checked against.
-/// `online_start` as in view_range.
+/// against it): what SampleOptions::min_steps is checked against. `online_start` as in view_range.
 inline StepRange published_range(const layout::EnvControl& c, View view, uint64_t capacity,
                                  const std::atomic<uint64_t>& online_start) noexcept {
   // acquire: pairs with the writer's release store of head in publish_step.
@@ -399,15 +398,14 @@ inline uint64_t intact_from(const ReadEnd& end, uint64_t capacity) noexcept {
   return std::max(end.claimed > capacity ? end.claimed - capacity : 0, end.stacks_intact_from);
 }
 
-/// The batched reader: the validation of many copies at once, a chunk of rows at a time (the Sampler's gather,
-/// lib/sampler_rounds.cpp, which copies the rows with detail/storage/gather.hpp; docs/design/seqlock.md, "The batched
-/// gather"). Per chunk: begin_chunk(); add() for each row before any copy of the chunk (the first row of an env in
-/// the chunk takes its read_begin); the copies; then validate(), which takes end_copies() once and read_end_loads()
-/// once per env of the chunk. The validation is per env, not per row: copy_intact(begin, end, first) depends on a
-/// row only through its first step, and only as `claimed <= first + capacity`, so every row of an env is intact
-/// exactly when the row with the env's oldest first step is (add keeps it). Only a chunk with an env that fails
-/// needs its rows judged one by one (row_intact), with that same test. Reader side: any process; used by one
-/// thread at a time. Its storage is sized for every env when it is made, so no call allocates.
+/// The batched reader: the validation of many copies at once, a chunk of rows at a time (the Sampler's gather stage,
+/// lib/sampler_gather.hpp; docs/design/seqlock.md, "The batched gather"). Per chunk: begin_chunk(); add() for each row
+/// before any copy of the chunk (the first row of an env in the chunk takes its read_begin); the copies; then
+/// validate(), which takes end_copies() once and read_end_loads() once per env of the chunk. The validation is per env,
+/// not per row: copy_intact(begin, end, first) depends on a row only through its first step, and only as `claimed <=
+/// first + capacity`, so every row of an env is intact exactly when the row with the env's oldest first step is (add
+/// keeps it). Only a chunk with an env that fails needs its rows judged one by one (row_intact), with that same test.
+/// Reader side: any process; used by one thread at a time. Sized for every env when made: no call allocates.
 class BatchedReader {
  public:
   explicit BatchedReader(std::size_t num_envs)
@@ -480,8 +478,8 @@ struct CopyResult {
 };
 
 /// What copy_records copies between its validation loads: steps [first, first + count) of env `env`, out of the
-/// segment's storage into the caller's records (detail/storage/field_storage.hpp: RecordCopy). Its bytes are valid
-/// only when copy_records' validation passes.
+/// segment's storage into the caller's records (detail/storage/field_storage.hpp: RecordCopy). Its bytes count only
+/// once copy_records' validation passes.
 class StepCopier {
  public:
   virtual void copy(uint64_t env, uint64_t first, uint64_t count) const noexcept = 0;
@@ -490,13 +488,12 @@ class StepCopier {
   ~StepCopier() = default;
 };
 
-/// The validated copy of readers that are not the learner and may map the segment read-only
-/// (Inspector::read_steps, save_checkpoint): the Sampler's validation with two additions that make it safe
-/// against a checkpoint being loaded into the segment meanwhile: update_seq is loaded before the head, and a head
-/// that went down is reported instead of trusted. Copies steps [first, first + count) of `env` with `copy`. The
-/// records of steps >= intact_from are exactly what their writers published; the others must be dropped.
-/// Preconditions: env < num_envs, count >= 1, and first + count <= a head of the env that the caller loaded with
-/// acquire. O(count * num_fields); never blocks, never writes.
+/// The validated copy of readers that are not the learner and may map the segment read-only (Inspector::read_steps,
+/// save_checkpoint): the Sampler's validation with two additions that make it safe against a checkpoint being
+/// loaded into the segment meanwhile: update_seq is loaded before the head, and a head that went down is reported
+/// instead of trusted. Copies steps [first, first + count) of `env` with `copy`; the records of steps >= intact_from
+/// are exactly what their writers published, drop the others. Preconditions: env < num_envs, count >= 1, first +
+/// count <= a head of the env that the caller loaded with acquire. O(count * num_fields); never blocks or writes.
 CopyResult copy_records(const Segment& seg, uint64_t env, uint64_t first, uint64_t count,
                         const StepCopier& copy) noexcept;
 

@@ -1,5 +1,5 @@
 // detail/sampling/planner.hpp: deciding where a sample reads. The start-drawing algorithms sit behind one
-// interface, Planner; the Sampler does the rest (snapshot, copy, validation; lib/sampler_rounds.cpp).
+// interface, Planner; the Sampler does the rest (snapshot, copy, validation; lib/sampler_sample.cpp).
 //
 // Who calls it: the Sampler, in every round of a sample call: it reads each env's view [lo, hi) from the segment
 // (the protocol side, detail/protocol/seqlock.hpp), hands the views to the planner that the planner table
@@ -8,7 +8,7 @@
 // touches the segment: no Buffer, no batch (the priority planner loads tree words, through PriorityTrees and
 // detail/protocol/priorities). Episode boundaries reach it through EpisodeStarts, which
 // the Sampler implements over the segment's step meta and a test implements over a vector
-// (tests/test_planner.cpp), so every planner can be tested without shared memory.
+// (tests/planner/), so every planner can be tested without shared memory.
 //
 // The planners (docs/design/sampling.md, "Sampling algorithm"):
 //   ClosedFormPlanner   cross, period 1: per-env weights in closed form, O(1) per env, O(log) per row
