@@ -1,6 +1,6 @@
 // detail/protocol/learner_takeover.hpp: taking a learner slot's lease (layout 1.7: a buffer has max_learners slots;
 // slot 0 is the one-learner buffer's learner lease), and what its new holder repairs when the last one died holding
-// it. Who calls it: Sampler::Sampler (sampler_lease.cpp) and a checkpoint load (lib/checkpoint/load_leases.cpp,
+// it. Who calls it: Sampler::Sampler (sampler.cpp) and a checkpoint load (lib/checkpoint/load_leases.cpp,
 // every slot), the only takers of learner slots; docs/design/leases.md and docs/design/learners.md. Safe across
 // processes: each lease word changes by CAS (lease.hpp), and only the process that won a slot repairs it.
 #pragma once
