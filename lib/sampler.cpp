@@ -1,20 +1,26 @@
-// lib/sampler.cpp: the Sampler's public calls: sample and sample_mixed (their arguments checked, the rate limiter
-// waited for, the rows drawn by the sample rounds, the calls counted), the views' sizes, wait, the online reset,
-// the completed-episode records. The other files of the Sampler are listed in lib/sampler_parts.hpp.
+// lib/sampler.cpp: a Sampler's construction and its learner slot's lease, and its small calls. Construction takes
+// the slot (the rank's or the first free one; a dead learner's is taken over, and what it may have left half done is
+// repaired: its update locks, its waiter count, a priority tree walk); the lease is handed over on a move, released
+// at the end, and refused in a forked child (check_process, which every call runs first). The small calls: the
+// work counters, the views' sizes, wait, the online reset. The other files of the Sampler, one call path each, are
+// listed in lib/sampler_parts.hpp.
 //
-// Who calls it: the learner (C++ and the Python module), one thread per Sampler at a time.
+// Who calls it: the learner (C++ and the Python module), one thread per Sampler at a time; the lease words are in
+// detail/protocol/lease.hpp.
 #include "shmreplay/sampler.hpp"
 
 #include <atomic>
 #include <cstdint>
-#include <span>
+#include <memory>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "detail/os/process.hpp"
 #include "detail/protocol/env_ids.hpp"
-#include "detail/protocol/episodes.hpp"
-#include "detail/protocol/rate_limit.hpp"
+#include "detail/protocol/learner_slots.hpp"
+#include "detail/protocol/learner_takeover.hpp"
+#include "detail/protocol/lease.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/wake.hpp"
 #include "sampler_parts.hpp"
@@ -24,79 +30,70 @@
 namespace shmreplay {
 
 using layout::EnvControl;
-using layout::GlobalControl;
 
-namespace sampler_parts {
+// ---------------------------------------------------------------------------------------------------------------
+// Construction and the lease
 
-namespace {
-
-// The rows' ages into the slot's histogram (layout 1.8): counted here, on the stack, by the raw index (one bit scan a
-// row), then folded into the buckets with one relaxed fetch_add per bucket that got rows. Readers (the Inspector) load
-// the words one by one and never see them at one instant.
-void count_ages(layout::LearnerStats& stats, std::span<const uint64_t> ages) noexcept {
-  uint64_t raw[layout::kAgeRawBuckets] = {};
-  uint64_t sum = 0;
-  for (const uint64_t age : ages) {
-    ++raw[layout::age_bucket_raw(age)];
-    sum += age;
+Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffer), options_(options) {
+  if (buffer.read_only()) {
+    throw Error(Errc::read_only,
+                fmt::format("cannot attach a learner to '{}': the buffer is mapped read-only", buffer.name()));
   }
-  raw[0] = raw[layout::kAgeRawZero];  // bucket 0 is age 0; indices kAgeBuckets to 32 lie past the last bound
-  for (uint32_t k = 0; k < layout::kAgeBuckets; ++k) {
-    if (raw[k] != 0) stats.age_buckets[k].fetch_add(raw[k], std::memory_order_relaxed);
+  const uint64_t slots = segment_of(buffer).max_learners();
+  if (options.rank && *options.rank >= slots) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot attach a learner to '{}' as rank {}: it has {} learner slot{} (ranks 0 to {}); "
+                            "create it with max_learners > {}",
+                            buffer.name(), *options.rank, slots, slots == 1 ? "" : "s", slots - 1, *options.rank));
   }
-  if (sum != 0) stats.age_sum_steps.fetch_add(sum, std::memory_order_relaxed);
-  stats.age_rows.fetch_add(ages.size(), std::memory_order_relaxed);
+  const uint64_t lease_word = detail::self_lease_word();
+  const detail::SlotTaken taken = detail::take_learner_slot(segment_of(buffer), options.rank, lease_word);
+  if (!taken.problem.empty()) throw Error(Errc::lease_held, fmt::format("cannot attach a learner to '{}': {}",
+                                                                        buffer.name(), taken.problem));
+  rank_ = taken.slot;
+  lease_ = LearnerLease(&buffer, taken.slot, lease_word);
+  if (taken.outcome == detail::LeaseOutcome::taken_over) detail::repair_dead_learner(segment_of(buffer), taken.slot);
+  scratch_ = std::make_unique<Scratch>(buffer, taken.slot);
 }
 
-}  // namespace
+Sampler::Sampler(Sampler&& other) noexcept = default;
+Sampler::~Sampler() = default;
 
-void count_call(Segment& b, const detail::LearnerSlotWords& me, std::span<const uint64_t> ages, bool sample,
-                std::size_t unreserved) noexcept {
-  // The slot's own counters: one learner writes them (relaxed read-modify-writes all the same: cheap, and exact
-  // if a Python user ever shares a Sampler between threads against its rules).
-  me.rows_sampled.fetch_add(ages.size(), std::memory_order_relaxed);
-  me.sample_calls.fetch_add(1, std::memory_order_relaxed);
-  count_ages(me.stats, ages);
-  if (sample) {
-    detail::count_samples(b.global_control(), unreserved, detail::coarse_realtime_ns(),
-                          detail::coarse_monotonic_ns());
+Sampler::LearnerLease::LearnerLease(Buffer* buffer, uint64_t slot, uint64_t word) noexcept
+    : buffer_(buffer), slot_(slot), word_(word), fork_generation_(detail::fork_generation()) {}
+
+Sampler::LearnerLease& Sampler::LearnerLease::operator=(LearnerLease&& other) noexcept {
+  if (this != &other) {
+    release();
+    buffer_ = std::exchange(other.buffer_, nullptr);
+    slot_ = other.slot_;
+    word_ = other.word_;
+    fork_generation_ = other.fork_generation_;
+  }
+  return *this;
+}
+
+void Sampler::LearnerLease::release() noexcept {
+  // A copy in a forked child leaves the lease alone: it is the parent's.
+  if (buffer_ != nullptr && fork_generation_ == detail::fork_generation()) {
+    detail::release_lease(detail::learner_slot(segment_of(*buffer_), slot_).lease, word_);
+  }
+  buffer_ = nullptr;
+}
+
+void Sampler::LearnerLease::check_process(const char* op) const {
+  if (buffer_ != nullptr && fork_generation_ != detail::fork_generation()) {
+    detail::throw_forked("Sampler", op, buffer_->name(), layout::owner_pid(word_));
   }
 }
 
-}  // namespace sampler_parts
-
-using sampler_parts::count_call;
-
-namespace {
-
-// The rows a sample call reserved with the rate limiter (try_reserve_samples), given back if the call fails
-// before keep(): an empty view, a contended ring, an interrupt.
-class Reservation {
- public:
-  Reservation(GlobalControl& g, std::size_t rows) noexcept : g_(g), rows_(rows) {}
-  Reservation(const Reservation&) = delete;
-  Reservation& operator=(const Reservation&) = delete;
-  ~Reservation() {
-    if (rows_ != 0) detail::return_samples(g_, rows_);
-  }
-  /// The rows drawn: they stay counted. Returns how many were reserved.
-  std::size_t keep() noexcept { return std::exchange(rows_, 0); }
-
- private:
-  GlobalControl& g_;
-  std::size_t rows_;
-};
-
-}  // namespace
-
+// ---------------------------------------------------------------------------------------------------------------
+// Counters, views and sizes
 
 const SamplerStats& Sampler::stats() const noexcept {
   static const SamplerStats kNone{};  // a moved-from Sampler has done no work
   return scratch_ != nullptr ? scratch_->stats : kNone;
 }
-
-// ---------------------------------------------------------------------------------------------------------------
-// Views and sizes
 
 using detail::view_range;
 
@@ -143,61 +140,10 @@ void Sampler::reset_online_queue(OnlineReset to) {
     if (to == OnlineReset::now) {
       detail::reset_online_start(c, me.online_start(e));
     } else {
-      detail::advance_online_start(c, me.online_start(e), scratch_->online_seen[static_cast<std::size_t>(e)]);
+      detail::advance_online_start(c, me.online_start(e), scratch_->online.seen[static_cast<std::size_t>(e)]);
     }
   }
   me.online_resets.fetch_add(1, std::memory_order_relaxed);
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Sampling
-
-void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power,
-                     Rng& rng, SampleBatch& out) {
-  sample(view, batch_size, sequence_length, distribution_power, rng, out, SampleOptions{});
-}
-
-void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power,
-                     Rng& rng, SampleBatch& out, const SampleOptions& options) {
-  check_args("sample", batch_size, sequence_length, distribution_power, options);
-  Reservation reserved(segment_of(*buffer_).global_control(),
-                       wait_for_rate_limit("sample", batch_size, options.rate_limit_timeout_ms) ? batch_size : 0);
-  out.prepare(buffer_->schema(), batch_size, sequence_length);
-  out.episode_fields_ = buffer_->episode_fields();
-  sample_rows(view, 0, batch_size, sequence_length, distribution_power, options, rng, out);
-  if (options.prioritized) finish_weights(out, options.importance_exponent);
-  count_call(segment_of(*buffer_), scratch_->slot, {scratch_->ages.data(), batch_size}, /*sample=*/true,
-             batch_size - reserved.keep());
-}
-
-void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
-                           double distribution_power, Rng& rng, SampleBatch& out) {
-  sample_mixed(replay_batch, online_batch, sequence_length, distribution_power, rng, out, SampleOptions{});
-}
-
-void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, std::size_t sequence_length,
-                           double distribution_power, Rng& rng, SampleBatch& out, const SampleOptions& options) {
-  if (online_batch > SIZE_MAX - replay_batch) {
-    throw Error(Errc::invalid_argument,
-                fmt::format("cannot sample (mixed) '{}': replay_batch {} + online_batch {} is past {}, the largest "
-                            "batch size",
-                            buffer_->name(), replay_batch, online_batch, SIZE_MAX));
-  }
-  const std::size_t rows = replay_batch + online_batch;
-  check_args("sample (mixed)", rows, sequence_length, distribution_power, options);
-  Reservation reserved(segment_of(*buffer_).global_control(),
-                       wait_for_rate_limit("sample (mixed)", rows, options.rate_limit_timeout_ms) ? rows : 0);
-  out.prepare(buffer_->schema(), rows, sequence_length);
-  out.episode_fields_ = buffer_->episode_fields();
-  if (replay_batch > 0) {
-    sample_rows(View::replay, 0, replay_batch, sequence_length, distribution_power, options, rng, out);
-  }
-  if (online_batch > 0) {
-    sample_rows(View::online, replay_batch, online_batch, sequence_length, distribution_power, options, rng, out);
-  }
-  if (options.prioritized) finish_weights(out, options.importance_exponent);
-  count_call(segment_of(*buffer_), scratch_->slot, {scratch_->ages.data(), rows}, /*sample=*/true,
-             rows - reserved.keep());
 }
 
 }  // namespace shmreplay

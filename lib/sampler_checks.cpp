@@ -3,8 +3,8 @@
 // arguments and options of a sample call against the buffer (check_args), and the error of a snapshot that the
 // planner found nothing to draw from for a reason other than a write in progress (check_shortfall).
 //
-// Who calls it: every sample call, total_weight (sampler.cpp, sampler_weights.cpp), and the sample rounds
-// (sampler_rounds.cpp); all throw Error with the call's name in the message.
+// Who calls it: every sample call, total_weight (sampler_sample.cpp, sampler_weights.cpp), and the sample rounds
+// (sampler_sample.cpp); all throw Error with the call's name in the message.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -91,7 +91,7 @@ void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, d
   }
 }
 
-bool sampler_parts::check_shortfall(detail::Planner& planner, detail::Shortfall found, const Segment& b,
+bool sampler_parts::check_shortfall(detail::Planner& planner, detail::Shortfall found, const Segment& seg,
                                     const char* op, View view) {
   // The texts are the priority planner's: the one planner whose weights are stored, so the only one that tells
   // all_zero or not_finite.
@@ -104,14 +104,14 @@ bool sampler_parts::check_shortfall(detail::Planner& planner, detail::Shortfall 
                   fmt::format("cannot {} the {} view of '{}' by priority: every stored step in it has priority 0 "
                               "(sampling weight 0), so none can be drawn; give steps a positive priority "
                               "(update_priorities, or push with priorities)",
-                              op, to_string(view), b.name()));
+                              op, to_string(view), seg.name()));
     case detail::Shortfall::not_finite: break;
   }
   throw Error(Errc::corrupt,
               fmt::format("cannot {} the {} view of '{}' by priority: a sampling weight in its priority trees is "
                           "not a finite number >= 0 (the view's total is {}); every priority is checked as it "
                           "enters, so the segment is damaged",
-                          op, to_string(view), b.name(), planner.total_weight()));
+                          op, to_string(view), seg.name(), planner.total_weight()));
 }
 
 }  // namespace shmreplay

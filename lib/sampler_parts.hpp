@@ -1,16 +1,19 @@
-// lib/sampler_parts.hpp: what the Sampler's source files share and sampler.hpp does not carry: the drawing state
-// (Sampler::Scratch), the segment behind the planners' interfaces (episode starts, priority trees), the snapshot
-// of the views, and the helpers more than one of those files calls. Private to lib/sampler*.cpp; a role-layer
-// header (it needs Sampler and Buffer), so it lives in lib/, not lib/detail.
+// lib/sampler_parts.hpp: what the Sampler's source files share and sampler.hpp does not carry: the Sampler's state
+// (Sampler::Scratch), one struct per stage of its calls, the segment behind the planners' interfaces (episode
+// starts, priority trees), the snapshot of the views, and the helpers more than one of those files calls. Private
+// to lib/sampler*.cpp; a role-layer header (it needs Sampler and Buffer), so it lives in lib/, not lib/detail.
 //
-// The Sampler's files, one idea each:
-//   sampler.cpp             the public calls: sample, sample_mixed, sizes, wait, the online reset, episode records
-//   sampler_lease.cpp       construction: the learner lease, and the repair of a dead learner's state
+// The Sampler's files, one call path each (a call reads top to bottom in its file):
+//   sampler.cpp             construction and the learner lease; the views' sizes, wait, the online reset
+//   sampler_sample.cpp      sample and sample_mixed: the rate limiter's reservation, the rounds (snapshot, planner,
+//                           gather), the importance weights, the call's counters
+//   sampler_gather.hpp/.cpp the gather stage (a chunk of rows copied and validated) and peek, one gather of the
+//                           newest steps
 //   sampler_checks.cpp      the argument checks, and the error of a snapshot with nothing to draw
-//   sampler_rounds.cpp      the sample rounds (snapshot, planner, copy, validate) and peek, through the gather
-//   sampler_weights.cpp     weights: importance weights, total_weight, priority_weights
+//   sampler_weights.cpp     total_weight and priority_weights
 //   sampler_update.cpp      the learner's writes: try_update, update_priorities
 //   sampler_rate_limit.cpp  the learner's half of the rate limiter
+//   sampler_episodes.cpp    pop_episodes
 #pragma once
 
 #include <algorithm>
@@ -25,27 +28,21 @@
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/storage/field_storage.hpp"
-#include "detail/storage/gather.hpp"
 #include "detail/sampling/planner.hpp"
 #include "detail/sampling/planner_table.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/sampler.hpp"
+#include "sampler_gather.hpp"
 
 namespace shmreplay::sampler_parts {
-
-// A gather chunk: the rows drawn before they are copied and validated together (sample_with). Up to kGatherRows
-// rows, and no more rows once kGatherBytes are drawn: a chunk is the window of its rows' validation, so it stays
-// short (a row whose slot a writer reclaims during the chunk is redrawn, even if it was copied before that).
-inline constexpr std::size_t kGatherRows = 256;
-inline constexpr uint64_t kGatherBytes = uint64_t{64} << 10;
 
 // Episode boundaries for the stop/within planners, read from the segment's step meta words (one relaxed load
 // each; a row whose meta a writer was overwriting fails the validation of its copy, which covers the meta).
 class SegmentEpisodeStarts final : public detail::EpisodeStarts {
  public:
-  explicit SegmentEpisodeStarts(const Segment& buffer) : capacity_(buffer.capacity()) {
-    if (!buffer.has_episodes()) return;  // then no planner asks (stop and within need episode fields)
-    for (uint64_t e = 0; e < buffer.num_envs(); ++e) meta_.push_back(buffer.step_meta(e));
+  explicit SegmentEpisodeStarts(const Segment& seg) : capacity_(seg.capacity()) {
+    if (!seg.has_episodes()) return;  // then no planner asks (stop and within need episode fields)
+    for (uint64_t e = 0; e < seg.num_envs(); ++e) meta_.push_back(seg.step_meta(e));
   }
   uint64_t episode_start(std::size_t env, uint64_t step) const noexcept override {
     return detail::meta_start(detail::load_meta(meta_[env], capacity_, step));
@@ -59,13 +56,11 @@ class SegmentEpisodeStarts final : public detail::EpisodeStarts {
 // The envs' priority trees in the mapping, for the priority planner.
 class SegmentPriorityTrees final : public detail::PriorityTrees {
  public:
-  explicit SegmentPriorityTrees(const Segment& buffer) : buffer_(&buffer) {}
-  detail::PriorityTree tree(std::size_t env) const noexcept override {
-    return detail::priority_tree_of(*buffer_, env);
-  }
+  explicit SegmentPriorityTrees(const Segment& seg) : seg_(&seg) {}
+  detail::PriorityTree tree(std::size_t env) const noexcept override { return detail::priority_tree_of(*seg_, env); }
 
  private:
-  const Segment* buffer_;
+  const Segment* seg_;
 };
 
 // Env `e`'s view in a snapshot: view_range, bounded to the ring. A no-op in a consistent segment (claimed >=
@@ -73,91 +68,110 @@ class SegmentPriorityTrees final : public detail::PriorityTrees {
 // reports as corrupt, and which neither the draws (their slot computation) nor total_weight may see: both take
 // their views from here, so total_weight weighs the view that sample draws from.
 // The online view is the Sampler's learner slot's (`me`).
-inline detail::EnvView snapshot_view(const Segment& b, const detail::LearnerSlotWords& me, uint64_t e,
+inline detail::EnvView snapshot_view(const Segment& seg, const detail::LearnerSlotWords& me, uint64_t e,
                                      View view) noexcept {
-  const uint64_t cap = b.capacity();
-  const detail::StepRange r = detail::view_range(b.env_control(e), view, cap, me.online_start(e));
+  const uint64_t cap = seg.capacity();
+  const detail::StepRange r = detail::view_range(seg.env_control(e), view, cap, me.online_start(e));
   return {std::max(r.lo, r.hi > cap ? r.hi - cap : 0), r.hi};
 }
 
 // Steps published and not yet overwritten by a completed write, over all envs (a write in progress does not
 // count against the view here): what SampleOptions::min_steps is checked against, once per call
-// (sampler_rounds.cpp).
-uint64_t published_steps(const Segment& b, const detail::LearnerSlotWords& me, View view) noexcept;
+// (sampler_sample.cpp).
+uint64_t published_steps(const Segment& seg, const detail::LearnerSlotWords& me, View view) noexcept;
 
 // Throws the error of a snapshot with nothing to draw from when the planner can tell it is not a write in
 // progress (Planner::shortfall: every start of the views weighs 0, or a weight is not finite). Returns whether
 // asking again in a later round of the call would only repeat this answer (sampler_checks.cpp).
-bool check_shortfall(detail::Planner& planner, detail::Shortfall found, const Segment& b, const char* op, View view);
+bool check_shortfall(detail::Planner& planner, detail::Shortfall found, const Segment& seg, const char* op,
+                     View view);
 
 // The learner slot's counters after a call (`me`), and its statistics of the rows' ages (layout 1.8: `ages`, one per
 // row returned, how far behind its env's head each row ended); a sample call's rows (not a peek's) were reserved for
 // the rate limiter before the call drew them (Sampler::wait_for_rate_limit), and now wake the writers waiting for
-// them (detail/protocol/rate_limit.hpp; sampler.cpp).
+// them (detail/protocol/rate_limit.hpp; sampler_sample.cpp).
 // `unreserved`: the rows of a sample call that no reservation counted (all of them without a limiter).
-void count_call(Segment& b, const detail::LearnerSlotWords& me, std::span<const uint64_t> ages, bool sample,
+void count_call(Segment& seg, const detail::LearnerSlotWords& me, std::span<const uint64_t> ages, bool sample,
                 std::size_t unreserved = 0) noexcept;
 
-}  // namespace shmreplay::sampler_parts
+// The stages' state, one struct each (Sampler::Scratch below holds one of each).
 
-namespace shmreplay {
+// The snapshot stage: per env, the view [lo, hi) of the current round's snapshot (at most the ring: snapshot_view),
+// and hi - hi % capacity, the step in slot 0 of hi's lap, so that a drawn row's slot needs no division.
+struct Snapshot {
+  explicit Snapshot(std::size_t num_envs) : views(num_envs), hi_base(num_envs) {}
+  std::vector<detail::EnvView> views;
+  std::vector<uint64_t> hi_base;
+};
 
-// What the Sampler decides with: the snapshot's views, one planner per way of drawing (detail/sampling, chosen by
-// its planner table), the rows still to draw in this call, and the planners' work counters. On the heap, so that
-// sampler.hpp does not carry it; a moved Sampler takes it along (the planners point into it, never into the
-// Sampler).
-struct Sampler::Scratch {
-  Scratch(const Buffer& buffer, uint64_t rank)
-      : slot(detail::learner_slot(segment_of(buffer), rank)),
-        starts(segment_of(buffer)),
-        trees(segment_of(buffer)),
-        planners(inputs),
-        views(static_cast<std::size_t>(buffer.num_envs())),
-        hi_base(views.size()),
-        read(views.size()),
-        online_seen(views.size(), 0),
-        reserved_heads(views.size(), 0),
-        storages(segment_of(buffer)) {
-    chunk.resize(sampler_parts::kGatherRows);
-    capacity = buffer.capacity();
-  }
+// The planning stage: one planner per way of drawing (detail/sampling, chosen by its planner table), and what they
+// are made from: the work counters and the segment behind their two interfaces.
+struct Planning {
+  Planning(const Segment& seg, SamplerStats& stats) : starts(seg), trees(seg), inputs{stats, starts, trees},
+                                                      planners(inputs) {}
+  SegmentEpisodeStarts starts;
+  SegmentPriorityTrees trees;
+  detail::PlannerInputs inputs;
+  detail::Planners planners;  // one of each (detail/sampling/planner_table.hpp)
+};
 
-  detail::LearnerSlotWords slot;  // the words of the Sampler's learner slot (layout 1.7)
-  SamplerStats stats;
-  sampler_parts::SegmentEpisodeStarts starts;
-  sampler_parts::SegmentPriorityTrees trees;
-  detail::PlannerInputs inputs{stats, starts, trees};
-  detail::Planners planners;             // one of each (detail/sampling/planner_table.hpp)
-  std::vector<detail::EnvView> views;    // per env, the view [lo, hi) of the current round's snapshot
-  std::vector<uint32_t> failed;          // rows to draw in the next round
-  std::vector<uint32_t> redraw;          // rows of the current round
-  // The gather (detail/storage/gather.hpp): the rows of the current chunk, and their validation.
-  std::vector<detail::GatherRow> chunk;  // its first chunk_size entries (never shrinks: no reallocation)
-  std::size_t chunk_size = 0;
-  bool chunk_whole = true;               // every row of the chunk is a whole_run (gather.hpp)
-  std::vector<uint64_t> hi_base;         // per env, views[e].hi - views[e].hi % capacity: the step in slot 0
-  detail::BatchedReader read;            // the chunk's seqlock validation (detail/protocol/seqlock.hpp)
-  uint64_t capacity = 0;
-  std::size_t length = 1;                    // the sequence length of the rows being added
-  // update_priorities' copy of the caller's arrays, checked and then used (grows to the largest update only)
-  std::vector<uint64_t> update_envs;
-  std::vector<uint64_t> update_steps;
-  std::vector<float> update_priorities;
+// The rounds of a sample call's rows (sampler_sample.cpp): the rows still to draw, and per batch row its age.
+struct Rounds {
+  std::vector<uint32_t> failed;  // rows to draw in the next round
+  std::vector<uint32_t> redraw;  // rows of the current round
+  // Per batch row, its age: the head of its env in the snapshot it was drawn from, minus its end (start + valid
+  // steps); a row redrawn after a failed validation overwrites its entry. count_call adds them to the slot's
+  // statistics. Grows to the largest batch only.
+  std::vector<uint64_t> ages;
+  std::vector<uint64_t> repair_envs;  // repair_dead_updaters' scratch (grows on that path only)
+};
+
+// The online view's marks, for reset_online_queue(OnlineReset::sampled).
+struct OnlineMarks {
+  explicit OnlineMarks(std::size_t num_envs) : seen(num_envs, 0), reserved_heads(num_envs, 0) {}
   // Per env, the head of the last round's snapshot of the last draw from the online view: every step below it was
   // one that draw could take (reset_online_queue(OnlineReset::sampled) restarts the view there).
-  std::vector<uint64_t> online_seen;
+  std::vector<uint64_t> seen;
   // Per env, its head just before this call's rate-limiter reservation (when `heads_reserved`): the steps at or
   // above it may have been published by writers that the reservation let through, after the call began, so the
   // online view's reset to "sampled" keeps them (issue 30's stall otherwise: the reset drops them, the limiter
   // holds the writers, and the learner waits for online steps that never come).
   std::vector<uint64_t> reserved_heads;
   bool heads_reserved = false;
-  // Per batch row, its age: the head of its env in the snapshot it was drawn from, minus its end (start + valid
-  // steps); a row redrawn after a failed validation overwrites its entry. count_call adds them to the slot's
-  // statistics (layout 1.8). Grows to the largest batch only.
-  std::vector<uint64_t> ages;
-  // Where each field's bytes live, and their gather (detail/storage/field_storage.hpp).
-  detail::StorageSet storages;
+};
+
+// update_priorities' copy of the caller's arrays, checked and then used (grows to the largest update only).
+struct UpdateCopy {
+  std::vector<uint64_t> envs;
+  std::vector<uint64_t> steps;
+  std::vector<float> priorities;
+};
+
+}  // namespace shmreplay::sampler_parts
+
+namespace shmreplay {
+
+// The Sampler's state, one member per stage of its calls. On the heap, so that sampler.hpp does not carry it; a
+// moved Sampler takes it along (the planners and the gather point into it and into the segment, never into the
+// Sampler).
+struct Sampler::Scratch {
+  Scratch(const Buffer& buffer, uint64_t rank)
+      : slot(detail::learner_slot(segment_of(buffer), rank)),
+        storages(segment_of(buffer)),
+        snapshot(static_cast<std::size_t>(buffer.num_envs())),
+        planning(segment_of(buffer), stats),
+        gather(segment_of(buffer), storages),
+        online(static_cast<std::size_t>(buffer.num_envs())) {}
+
+  detail::LearnerSlotWords slot;  // the words of the Sampler's learner slot
+  SamplerStats stats;             // the planners' and the gather's work counters (Sampler::stats)
+  detail::StorageSet storages;    // where each field's bytes live (detail/storage/field_storage.hpp)
+  sampler_parts::Snapshot snapshot;
+  sampler_parts::Planning planning;
+  sampler_parts::Rounds rounds;
+  sampler_parts::ChunkGather gather;
+  sampler_parts::OnlineMarks online;
+  sampler_parts::UpdateCopy update;
 };
 
 }  // namespace shmreplay

@@ -1,6 +1,6 @@
 // The learner's half of the rate limiter (detail/protocol/rate_limit.hpp): a sample call waits until the limiter
 // admits its whole batch and reserves its rows in the same step (one CAS on the sample count, so that several
-// learners never pass on one margin); after it drew them, count_call (lib/sampler.cpp) wakes the writers waiting
+// learners never pass on one margin); after it drew them, count_call (lib/sampler_sample.cpp) wakes the writers waiting
 // for them, and a call that failed gives its rows back. The writer's half is
 // Writer::wait_for_rate_limit (lib/writer_rate_limit.cpp).
 #include <atomic>
@@ -55,7 +55,7 @@ RateLimitReason Sampler::rate_limit_verdict(std::size_t rows) const noexcept {
 }
 
 bool Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t timeout_ms) {
-  scratch_->heads_reserved = false;
+  scratch_->online.heads_reserved = false;
   layout::GlobalControl& g = segment_of(*buffer_).global_control();
   auto settings = detail::load_rate_limit(g);
   if (!settings) return false;
@@ -67,9 +67,10 @@ bool Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t tim
   const auto admitted = [&] {
     settings = detail::load_rate_limit(g);
     if (!settings) return true;  // the limiter was removed meanwhile: nothing reserved, count_call adds the rows
-    verdict = detail::try_reserve_samples(segment_of(*buffer_), *settings, rows, counts, scratch_->reserved_heads.data());
+    verdict = detail::try_reserve_samples(segment_of(*buffer_), *settings, rows, counts,
+                                          scratch_->online.reserved_heads.data());
     reserved = verdict.allowed();
-    scratch_->heads_reserved = reserved;
+    scratch_->online.heads_reserved = reserved;
     return reserved;
   };
   if (admitted()) {

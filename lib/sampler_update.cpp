@@ -112,12 +112,13 @@ PriorityUpdateResult Sampler::update_priorities(std::span<const uint64_t> env_id
   // Everything is copied once, then checked before anything is set, and the checked copy is what is set: another
   // thread may change the caller's arrays meanwhile.
   Scratch& z = *scratch_;
-  z.update_envs.assign(env_ids.begin(), env_ids.end());
-  z.update_steps.assign(steps.begin(), steps.end());
-  z.update_priorities.assign(priorities.begin(), priorities.end());
-  env_ids = z.update_envs;
-  steps = z.update_steps;
-  priorities = z.update_priorities;
+  sampler_parts::UpdateCopy& copy = z.update;
+  copy.envs.assign(env_ids.begin(), env_ids.end());
+  copy.steps.assign(steps.begin(), steps.end());
+  copy.priorities.assign(priorities.begin(), priorities.end());
+  env_ids = copy.envs;
+  steps = copy.steps;
+  priorities = copy.priorities;
   const double alpha = buffer_->priority_exponent();
   float largest = 0;
   for (std::size_t i = 0; i < env_ids.size(); ++i) {

@@ -1,15 +1,13 @@
-// lib/sampler_weights.cpp: a Sampler's weights: the importance weights of a prioritized batch (finish_weights),
-// the total weight of a view's starts (total_weight: what learners that sample several buffers split a batch by),
-// and the sampling weights of given stored steps (priority_weights).
+// lib/sampler_weights.cpp: a Sampler's weights: the total weight of a view's starts (total_weight: what learners
+// that sample several buffers split a batch by), and the sampling weights of given stored steps (priority_weights).
+// (A prioritized batch's importance weights are the sample call's last stage: finish_weights, sampler_sample.cpp.)
 //
-// Who calls it: the sample calls (finish_weights, sampler.cpp) and the learner (total_weight, priority_weights;
-// shmreplay.ray through the Python module).
+// Who calls it: the learner (total_weight, priority_weights; shmreplay.ray through the Python module).
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <span>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -24,19 +22,6 @@ namespace shmreplay {
 
 using layout::EnvControl;
 
-// Turns each row's N * P, which the priority planner left in the weights, into (N * P)^-beta over the batch's
-// largest, computed as (smallest N * P / N * P)^beta: a ratio in (0, 1] to the power beta, which neither overflows
-// nor, for the least likely row (exactly 1), underflows, whatever beta (as a quotient of two powers, beta = 1e9
-// made it inf / inf). A row whose N * P rounded to 0 in the f32 weights is the least likely.
-void Sampler::finish_weights(SampleBatch& out, double beta) noexcept {
-  float smallest = std::numeric_limits<float>::infinity();
-  for (std::size_t r = 0; r < out.rows_; ++r) smallest = std::min(smallest, out.weights_[r]);
-  for (std::size_t r = 0; r < out.rows_; ++r) {
-    const float np = out.weights_[r];
-    out.weights_[r] = np <= smallest ? 1.0f : static_cast<float>(std::pow(static_cast<double>(smallest) / np, beta));
-  }
-}
-
 double Sampler::total_weight(View view, std::size_t sequence_length, double distribution_power,
                              const SampleOptions& options) {
   check_args("compute the total weight of", 1, sequence_length, distribution_power, options);
@@ -45,14 +30,15 @@ double Sampler::total_weight(View view, std::size_t sequence_length, double dist
     return 0.0;
   }
   const uint64_t cap = buffer_->capacity();
-  for (std::size_t e = 0; e < z.views.size(); ++e) {
-    z.views[e] = sampler_parts::snapshot_view(segment_of(*buffer_), z.slot, e, view);  // as sample_with
+  std::vector<detail::EnvView>& views = z.snapshot.views;
+  for (std::size_t e = 0; e < views.size(); ++e) {
+    views[e] = sampler_parts::snapshot_view(segment_of(*buffer_), z.slot, e, view);  // as sample_with
   }
   // The planner a sample call with these options would use (detail/sampling/planner_table.hpp).
-  return z.planners.with(options, sequence_length, [&](detail::Planner& planner) {
+  return z.planning.planners.with(options, sequence_length, [&](detail::Planner& planner) {
     planner.begin_call();
     const detail::PlanOptions plan{options.episodes, std::min(options.period, cap)};
-    if (planner.prepare(z.views, sequence_length, distribution_power, plan)) return planner.total_weight();
+    if (planner.prepare(views, sequence_length, distribution_power, plan)) return planner.total_weight();
     // Nothing to draw: 0, unless a weight is not finite (a damaged segment: check_shortfall throws).
     (void)sampler_parts::check_shortfall(planner, planner.shortfall(/*scan=*/false), segment_of(*buffer_),
                                          "compute the total weight of", view);

@@ -296,18 +296,19 @@ class Sampler {
   static void check_batch_shape(const Buffer& buffer, const char* op, std::size_t rows, std::size_t length);
 
  private:
-  // The drawing state (defined in lib/sampler_parts.hpp): the snapshot's views, the planners (lib/detail/sampling),
-  // the rows still to draw, the work counters. Behind a pointer, so that this header carries none of it.
+  // The state of its calls' stages (defined in lib/sampler_parts.hpp): the snapshot's views, the planners
+  // (lib/detail/sampling), the rows still to draw, the gather, the work counters. Behind a pointer, so that this
+  // header carries none of it.
   struct Scratch;
 
-  void begin_chunk(std::size_t length) noexcept;
-  void add_row(uint64_t env, uint64_t start, uint64_t slot, uint64_t steps, uint32_t row) noexcept;
-  std::size_t gather(std::size_t length, SampleBatch& out) noexcept;
+  // A sample call's stages (lib/sampler_sample.cpp; the templates are defined and instantiated there only).
   void sample_rows(View view, std::size_t first_row, std::size_t count, std::size_t length, double power,
                    const SampleOptions& options, Rng& rng, SampleBatch& out);
-  template <class Plan>  // defined and instantiated in lib/sampler_rounds.cpp only
+  template <class Plan>
   void sample_with(Plan& planner, View view, std::size_t first_row, std::size_t count, std::size_t length,
                    double power, const SampleOptions& options, Rng& rng, SampleBatch& out);
+  template <class Plan>
+  std::size_t draw_round(Plan& planner, std::size_t length, Rng& rng, SampleBatch& out, bool& stalled);
   void check_args(const char* op, std::size_t rows, std::size_t length, double power,
                   const SampleOptions& options = {}) const;
   static void finish_weights(SampleBatch& out, double beta) noexcept;

@@ -7,8 +7,8 @@
 TEST_CASE("every sampled and peeked row goes through the batched gather, validated with at most 3 control-word "
           "loads per env and chunk") {
   // The fast path of issue 18: the rows of a call are drawn first, copied together and validated with one read of
-  // each env's control words before and one after (Sampler::gather). A change that copies row by row again, or
-  // validates each row with its own loads, fails here.
+  // each env's control words before and one after (ChunkGather::run, lib/sampler_gather.hpp). A change that copies
+  // row by row again, or validates each row with its own loads, fails here.
   const uint64_t num_envs = 4;
   const uint64_t cap = 64;
   SegmentGuard guard(unique_name("gather"));

@@ -37,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kEnvs = 16;
 constexpr std::size_t kBatch = 256;     // small steps: rows per call, transitions and sequences alike
 constexpr std::size_t kSmallLength = 64;
-// The gather's chunk: the Sampler copies its rows in chunks of at most 64 KiB (lib/sampler_parts.hpp, kGatherBytes),
+// The gather's chunk: the Sampler copies its rows in chunks of at most 64 KiB (lib/sampler_gather.hpp, kGatherBytes),
 // whose output stays in cache while every field is copied; the limit does the same.
 constexpr std::size_t kChunkBytes = std::size_t{64} << 10;
 

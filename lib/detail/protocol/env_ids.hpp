@@ -11,11 +11,11 @@ namespace shmreplay::detail {
 
 /// Throws Error(env_out_of_range): "cannot <op> env <id> of '<name>': env ids run from 0 to <num_envs - 1>". An id
 /// of 2^63 or more is shown as the negative number it came from (a negative int32 or Python int).
-[[noreturn]] void throw_env_out_of_range(const Segment& buffer, uint64_t env, std::string_view op);
+[[noreturn]] void throw_env_out_of_range(const Segment& seg, uint64_t env, std::string_view op);
 
 /// Throws as above unless env < buffer.num_envs(). `op` is the verb phrase of the message ("peek at").
-inline void check_env_id(const Segment& buffer, uint64_t env, std::string_view op) {
-  if (env >= buffer.num_envs()) throw_env_out_of_range(buffer, env, op);
+inline void check_env_id(const Segment& seg, uint64_t env, std::string_view op) {
+  if (env >= seg.num_envs()) throw_env_out_of_range(seg, env, op);
 }
 
 }  // namespace shmreplay::detail

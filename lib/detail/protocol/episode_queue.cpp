@@ -47,14 +47,14 @@ void unlock_queue(const QueueConsumerWords& w, uint64_t me) noexcept {
 
 }  // namespace
 
-std::size_t take_records(Segment& b, uint64_t env, std::span<EpisodeRecord> out, uint64_t me) noexcept {
-  EpisodeControl& c = b.episode_control(env);
-  const QueueConsumerWords w = queue_consumer(b, env);
+std::size_t take_records(Segment& seg, uint64_t env, std::span<EpisodeRecord> out, uint64_t me) noexcept {
+  EpisodeControl& c = seg.episode_control(env);
+  const QueueConsumerWords w = queue_consumer(seg, env);
   // An empty queue takes no lock (and judges no holder's liveness). acquire: pairs with emit_record's release store.
   if (out.empty() || c.queue_tail.load(std::memory_order_acquire) == w.head.load(std::memory_order_relaxed)) return 0;
   if (!try_lock_queue(w, me)) return 0;
-  const uint64_t capacity = b.episode_queue_capacity();
-  const layout::EpisodeRecordSlot* slots = b.episode_queue(env);
+  const uint64_t capacity = seg.episode_queue_capacity();
+  const layout::EpisodeRecordSlot* slots = seg.episode_queue(env);
   uint64_t head = w.head.load(std::memory_order_relaxed);  // validated by the CAS below
   for (;;) {
     // acquire: pairs with the writer's release store of queue_tail in emit_record; the slots below it are whole.
@@ -86,8 +86,8 @@ std::size_t take_records(Segment& b, uint64_t env, std::span<EpisodeRecord> out,
   }
 }
 
-void hand_over_records(Segment& b, uint64_t env, uint64_t me, bool delivered) noexcept {
-  const QueueConsumerWords w = queue_consumer(b, env);
+void hand_over_records(Segment& seg, uint64_t env, uint64_t me, bool delivered) noexcept {
+  const QueueConsumerWords w = queue_consumer(seg, env);
   // Relaxed: we hold the lock, so these are our own stores (or those try_lock_queue acquired).
   const uint64_t head = w.head.load(std::memory_order_relaxed);
   if (delivered) {
@@ -98,15 +98,15 @@ void hand_over_records(Segment& b, uint64_t env, uint64_t me, bool delivered) no
   unlock_queue(w, me);
 }
 
-std::size_t pop_records(Segment& b, uint64_t env, std::span<EpisodeRecord> out) noexcept {
+std::size_t pop_records(Segment& seg, uint64_t env, std::span<EpisodeRecord> out) noexcept {
   const uint64_t me = self_lease_word();
-  const std::size_t n = take_records(b, env, out, me);
-  if (n > 0) hand_over_records(b, env, me, /*delivered=*/true);
+  const std::size_t n = take_records(seg, env, out, me);
+  if (n > 0) hand_over_records(seg, env, me, /*delivered=*/true);
   return n;
 }
 
-void reset_queue_accounts(Segment& b, uint64_t env) noexcept {
-  const QueueConsumerWords w = queue_consumer(b, env);
+void reset_queue_accounts(Segment& seg, uint64_t env) noexcept {
+  const QueueConsumerWords w = queue_consumer(seg, env);
   // relaxed: the caller's released leases publish these with the rest of the env.
   w.taker.store(0, std::memory_order_relaxed);
   w.lost.store(0, std::memory_order_relaxed);

@@ -38,8 +38,8 @@ struct QueueConsumerWords {
 
 /// The consumer words of `env`'s queue. Precondition: the buffer has episode fields and, for a caller that stores,
 /// a writable mapping.
-inline QueueConsumerWords queue_consumer(const Segment& segment, uint64_t env) noexcept {
-  auto& c = const_cast<layout::EpisodeControl&>(segment.episode_control(env));
+inline QueueConsumerWords queue_consumer(const Segment& seg, uint64_t env) noexcept {
+  auto& c = const_cast<layout::EpisodeControl&>(seg.episode_control(env));
   return {c.queue_head, c.queue_taker, c.records_delivered, c.records_lost};
 }
 
@@ -49,14 +49,14 @@ inline QueueConsumerWords queue_consumer(const Segment& segment, uint64_t env) n
 /// hands. Returns 0, holding nothing, when the queue is empty or another live process (this one included, through
 /// another Sampler) holds the lock. Precondition: the buffer has episode fields. Never blocks; O(records), plus a
 /// /proc read when the lock is held by another process.
-std::size_t take_records(Segment& buffer, uint64_t env, std::span<EpisodeRecord> out, uint64_t me) noexcept;
+std::size_t take_records(Segment& seg, uint64_t env, std::span<EpisodeRecord> out, uint64_t me) noexcept;
 
 /// A learner's second half, after take_records returned records: counts them delivered (or, with
 /// `delivered = false`, lost: the caller could not hand them on) and releases the lock. O(1).
-void hand_over_records(Segment& buffer, uint64_t env, uint64_t me, bool delivered) noexcept;
+void hand_over_records(Segment& seg, uint64_t env, uint64_t me, bool delivered) noexcept;
 
 /// take_records then hand_over_records for this process: each record goes to exactly one caller, whole.
-std::size_t pop_records(Segment& buffer, uint64_t env, std::span<EpisodeRecord> out) noexcept;
+std::size_t pop_records(Segment& seg, uint64_t env, std::span<EpisodeRecord> out) noexcept;
 
 /// What the Inspector shows of a queue: relaxed loads, so a snapshot of a busy queue is approximate.
 struct QueueAccounts {
@@ -66,10 +66,10 @@ struct QueueAccounts {
 };
 /// `alive(lease)` judges a lock holder's liveness (the Inspector caches it per process).
 template <class Alive>
-QueueAccounts queue_accounts(const Segment& buffer, uint64_t env, Alive&& alive) noexcept {
-  const QueueConsumerWords w = queue_consumer(buffer, env);
+QueueAccounts queue_accounts(const Segment& seg, uint64_t env, Alive&& alive) noexcept {
+  const QueueConsumerWords w = queue_consumer(seg, env);
   const uint64_t head = w.head.load(std::memory_order_relaxed);
-  const uint64_t tail = buffer.episode_control(env).queue_tail.load(std::memory_order_relaxed);
+  const uint64_t tail = seg.episode_control(env).queue_tail.load(std::memory_order_relaxed);
   const uint64_t lost = w.lost.load(std::memory_order_relaxed);
   const uint64_t taker = w.taker.load(std::memory_order_relaxed);
   const uint64_t accounted = w.delivered.load(std::memory_order_relaxed) + lost;  // <= head, unless loads raced
@@ -84,6 +84,6 @@ QueueAccounts queue_accounts(const Segment& buffer, uint64_t env, Alive&& alive)
 
 /// Makes the consumer accounts agree with a queue_head that a tool rewrote wholesale (a checkpoint load, which holds
 /// every learner slot's lease): no taker, nothing lost, every record below the head delivered. O(1).
-void reset_queue_accounts(Segment& buffer, uint64_t env) noexcept;
+void reset_queue_accounts(Segment& seg, uint64_t env) noexcept;
 
 }  // namespace shmreplay::detail

@@ -17,12 +17,12 @@ namespace {
 // load: stores the step's meta word (the first step of its episode, and whether and how it ends it) and moves `s`
 // past the step. `count` adds an ended episode to episodes_completed: a push does; a rebuild keeps the count of
 // records already accounted for, since a load queues none. Returns whether the step ends its episode.
-bool advance(Segment& b, uint64_t env, uint64_t step, const StepFlags& f, JournalState& s, bool count) noexcept {
+bool advance(Segment& seg, uint64_t env, uint64_t step, const StepFlags& f, JournalState& s, bool count) noexcept {
   const bool ends = f.end != EpisodeEnd::none;
   const uint64_t meta = s.episode_start | (ends ? layout::kMetaEndsEpisode : 0) |
                         (f.end == EpisodeEnd::truncated ? layout::kMetaTruncated : 0);
   // Covered by the step seqlock like the step's bytes: stored after the claim's release fence, before head.
-  b.step_meta(env)[step % b.capacity()].store(meta, std::memory_order_relaxed);
+  seg.step_meta(env)[step % seg.capacity()].store(meta, std::memory_order_relaxed);
   s.running_return += f.reward;
   if (ends) {
     s.last_first_step = s.episode_start;
@@ -92,14 +92,14 @@ void store_slot(EpisodeJournal& j, const JournalState& s) noexcept {
 // The state for head `head` when the journal has none for it (only after a tool rewrote the env's counters, or a
 // corrupted segment): the episode start follows from the meta word of step head - 1; the running return and the
 // counters restart from what the queue shows.
-JournalState derive_state(const Segment& b, uint64_t env, uint64_t head) noexcept {
+JournalState derive_state(const Segment& seg, uint64_t env, uint64_t head) noexcept {
   JournalState s;
   s.for_head = head;
   if (head > 0) {
-    const uint64_t m = load_meta(b.step_meta(env), b.capacity(), head - 1);
+    const uint64_t m = load_meta(seg.step_meta(env), seg.capacity(), head - 1);
     s.episode_start = (m & layout::kMetaEndsEpisode) != 0 ? head : std::min(meta_start(m), head - 1);
   }
-  const EpisodeControl& c = b.episode_control(env);
+  const EpisodeControl& c = seg.episode_control(env);
   s.episodes_completed =
       c.queue_tail.load(std::memory_order_relaxed) + c.records_dropped.load(std::memory_order_relaxed);
   return s;
@@ -126,11 +126,11 @@ double element_as_double(DType dtype, const std::byte* p) noexcept {
   return 0.0;
 }
 
-EpisodeRoles::EpisodeRoles(const Segment& buffer) {
-  const EpisodeFieldIndices& f = buffer.episode_fields();
+EpisodeRoles::EpisodeRoles(const Segment& seg) {
+  const EpisodeFieldIndices& f = seg.episode_fields();
   enabled = f.any_flag();
   if (!enabled) return;
-  const Schema& schema = buffer.schema();
+  const Schema& schema = seg.schema();
   auto index = [](const std::optional<std::size_t>& i) { return i ? static_cast<int>(*i) : -1; };
   done = index(f.done);
   terminated = index(f.terminated);
@@ -142,32 +142,32 @@ EpisodeRoles::EpisodeRoles(const Segment& buffer) {
   if (f.reward) reward_dtype = schema[*f.reward].dtype;
 }
 
-bool stage_step(Segment& b, uint64_t env, uint64_t step, const StepFlags& flags) noexcept {
-  EpisodeControl& c = b.episode_control(env);
+bool stage_step(Segment& seg, uint64_t env, uint64_t step, const StepFlags& flags) noexcept {
+  EpisodeControl& c = seg.episode_control(env);
   const EpisodeJournal& cur = c.journal[step % 2];
   // The state for head = step. Relaxed: this writer wrote it, or recover_env checked it after an acquire load of
   // head when the lease was taken.
-  JournalState s = cur.for_head.load(std::memory_order_relaxed) == step ? load_slot(cur) : derive_state(b, env, step);
-  const bool ends = advance(b, env, step, flags, s, /*count=*/true);
+  JournalState s = cur.for_head.load(std::memory_order_relaxed) == step ? load_slot(cur) : derive_state(seg, env, step);
+  const bool ends = advance(seg, env, step, flags, s, /*count=*/true);
   s.for_head = step + 1;
   store_slot(c.journal[(step + 1) % 2], s);
   return ends;
 }
 
-void emit_record(Segment& b, uint64_t env, uint64_t head) noexcept {
-  EpisodeControl& c = b.episode_control(env);
+void emit_record(Segment& seg, uint64_t env, uint64_t head) noexcept {
+  EpisodeControl& c = seg.episode_control(env);
   const JournalState s = load_slot(c.journal[head % 2]);  // written by this writer before its head store
   const uint64_t tail = c.queue_tail.load(std::memory_order_relaxed);  // only the env's writer stores it
   // acquire: pairs with the learner's release CAS of queue_head in take_records after it copied records out, so
   // its reads of a slot happen-before our overwrite of that slot.
   const uint64_t consumed = c.queue_head.load(std::memory_order_acquire);
-  const uint64_t capacity = b.episode_queue_capacity();
+  const uint64_t capacity = seg.episode_queue_capacity();
   if (tail - consumed >= capacity) {
     // Full: the writer never waits for the learner. One store, so a kill leaves it counted or not at all.
     c.records_dropped.store(c.records_dropped.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     return;
   }
-  layout::EpisodeRecordSlot& slot = b.episode_queue(env)[tail % capacity];
+  layout::EpisodeRecordSlot& slot = seg.episode_queue(env)[tail % capacity];
   slot.first_step.store(s.last_first_step, std::memory_order_relaxed);
   slot.length.store(s.last_length, std::memory_order_relaxed);
   slot.episode_return.store(bits_of(s.last_return), std::memory_order_relaxed);
@@ -176,32 +176,32 @@ void emit_record(Segment& b, uint64_t env, uint64_t head) noexcept {
   c.queue_tail.store(tail + 1, std::memory_order_release);
 }
 
-void recover_env(Segment& b, uint64_t env) noexcept {
+void recover_env(Segment& seg, uint64_t env) noexcept {
   // load_head's acquire pairs with the previous writer's release store of head (publish_step); its journal, meta and
   // queue stores that precede that store are visible here.
-  const uint64_t head = load_head(b.env_control(env));
-  EpisodeControl& c = b.episode_control(env);
+  const uint64_t head = load_head(seg.env_control(env));
+  EpisodeControl& c = seg.episode_control(env);
   EpisodeJournal& j = c.journal[head % 2];
   if (j.for_head.load(std::memory_order_relaxed) != head) {
-    store_slot(j, derive_state(b, env, head));
+    store_slot(j, derive_state(seg, env, head));
     return;
   }
   const uint64_t completed = j.episodes_completed.load(std::memory_order_relaxed);
   const uint64_t accounted =
       c.queue_tail.load(std::memory_order_relaxed) + c.records_dropped.load(std::memory_order_relaxed);
   // The previous writer published an episode's last step and died before pushing its record: push it now.
-  if (completed == accounted + 1) emit_record(b, env, head);
+  if (completed == accounted + 1) emit_record(seg, env, head);
 }
 
-void rebuild_env(Segment& b, uint64_t env) noexcept {
-  const EpisodeRoles roles(b);
+void rebuild_env(Segment& seg, uint64_t env) noexcept {
+  const EpisodeRoles roles(seg);
   if (!roles.enabled) return;
-  const uint64_t cap = b.capacity();
-  const StepRange stored = view_range(b.env_control(env), View::replay, cap);  // the steps to rebuild from
+  const uint64_t cap = seg.capacity();
+  const StepRange stored = view_range(seg.env_control(env), View::replay, cap);  // the steps to rebuild from
   const uint64_t first = stored.lo;
   const uint64_t head = stored.hi;
-  const Schema& schema = b.schema();
-  EpisodeControl& c = b.episode_control(env);
+  const Schema& schema = seg.schema();
+  EpisodeControl& c = seg.episode_control(env);
   JournalState s;
   s.episode_start = first;
   s.episodes_completed =
@@ -209,8 +209,8 @@ void rebuild_env(Segment& b, uint64_t env) noexcept {
   for (uint64_t step = first; step < head; ++step) {
     const uint64_t slot = env * cap + step % cap;
     const StepFlags f = read_step_flags(
-        roles, [&](std::size_t field) { return b.field_data(field) + slot * schema[field].bytes(); });
-    advance(b, env, step, f, s, /*count=*/false);
+        roles, [&](std::size_t field) { return seg.field_data(field) + slot * schema[field].bytes(); });
+    advance(seg, env, step, f, s, /*count=*/false);
   }
   s.for_head = head;
   store_slot(c.journal[head % 2], s);
@@ -219,10 +219,10 @@ void rebuild_env(Segment& b, uint64_t env) noexcept {
   store_slot(c.journal[(head + 1) % 2], other);
 }
 
-bool read_journal(const Segment& b, uint64_t env, JournalState& out) noexcept {
-  const EpisodeControl& c = b.episode_control(env);
+bool read_journal(const Segment& seg, uint64_t env, JournalState& out) noexcept {
+  const EpisodeControl& c = seg.episode_control(env);
   for (int attempt = 0; attempt < 64; ++attempt) {
-    const uint64_t head = load_head(b.env_control(env));
+    const uint64_t head = load_head(seg.env_control(env));
     const EpisodeJournal& j = c.journal[head % 2];
     // acquire: pairs with store_slot's release store of for_head; the fields it covers are complete.
     const uint64_t f0 = j.for_head.load(std::memory_order_acquire);

@@ -45,7 +45,7 @@ struct EpisodeRoles {
   std::size_t flag_bytes[3] = {0, 0, 0};  ///< bytes of done, terminated, truncated
   DType reward_dtype = DType::f32;
 
-  explicit EpisodeRoles(const Segment& buffer);
+  explicit EpisodeRoles(const Segment& seg);
   EpisodeRoles() = default;
 };
 
@@ -82,7 +82,7 @@ inline uint64_t load_meta(const std::atomic<uint64_t>* meta, uint64_t capacity, 
 /// of head: stores the step's meta word (its episode's first step and how it ends) and the journal for head
 /// step + 1. Returns whether the step ended an episode, i.e. a record is due (emit_record, after the head store).
 /// Precondition: this process holds the env's lease and has claimed step `step`. O(1), never blocks.
-bool stage_step(Segment& buffer, uint64_t env, uint64_t step, const StepFlags& flags) noexcept;
+bool stage_step(Segment& seg, uint64_t env, uint64_t step, const StepFlags& flags) noexcept;
 
 // The completed-episode record queue of an env (EpisodeControl lines 2-3 and the env's record slots): a
 // single-producer ring with monotonic counters. The env's writer produces (emit_record, advancing queue_tail); the
@@ -91,18 +91,18 @@ bool stage_step(Segment& buffer, uint64_t env, uint64_t step, const StepFlags& f
 /// The writer's half after its head store of step + 1 when stage_step returned true: pushes the record of the
 /// episode that ended (from journal[head % 2]) onto the env's queue, or counts it dropped when the queue is full.
 /// Precondition: this process holds the env's lease. O(1), never blocks.
-void emit_record(Segment& buffer, uint64_t env, uint64_t head) noexcept;
+void emit_record(Segment& seg, uint64_t env, uint64_t head) noexcept;
 
 /// Makes a newly leased env's episode state agree with its head: after a writer died between its head store and
 /// its record push, pushes that record (exactly once). Called by the Writer for every env it leases, after taking
 /// the lease. O(1).
-void recover_env(Segment& buffer, uint64_t env) noexcept;
+void recover_env(Segment& seg, uint64_t env) noexcept;
 
 /// Rebuilds an env's step meta and journal from the flag and reward bytes of its stored steps, for a tool that
 /// rewrote the env's steps and counters wholesale (a checkpoint load). The running episode's return counts only
 /// its stored steps; records already queued stay, none is pushed. Precondition: no writer runs on the env (the
 /// caller holds its lease). O(stored steps).
-void rebuild_env(Segment& buffer, uint64_t env) noexcept;
+void rebuild_env(Segment& seg, uint64_t env) noexcept;
 
 /// One consistent read of an env's journal for the head it is at, for display (seqlock-style: retried while the
 /// writer rewrites it). Returns false when no consistent state was read in a few tries (the writer is very busy).
@@ -116,6 +116,6 @@ struct JournalState {
   double last_return = 0.0;
   EpisodeEnd last_end = EpisodeEnd::none;
 };
-bool read_journal(const Segment& buffer, uint64_t env, JournalState& out) noexcept;
+bool read_journal(const Segment& seg, uint64_t env, JournalState& out) noexcept;
 
 }  // namespace shmreplay::detail

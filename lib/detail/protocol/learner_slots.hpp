@@ -39,25 +39,25 @@ struct LearnerSlotWords {
   std::atomic<uint64_t>& online_start(uint64_t env) const noexcept { return online_starts[env * online_stride]; }
 };
 
-/// The words of learner slot `slot` of `segment`. Precondition: slot < segment.max_learners() and, for a slot the
+/// The words of learner slot `slot` of `seg`. Precondition: slot < seg.max_learners() and, for a slot the
 /// caller will store to, a writable mapping.
-inline LearnerSlotWords learner_slot(const Segment& segment, uint64_t slot) noexcept {
+inline LearnerSlotWords learner_slot(const Segment& seg, uint64_t slot) noexcept {
   if (slot == 0) {
     // Slot 0's words are the one-learner buffer's: const only because the accessor is; atomics are stored to only
     // through a writable mapping (the precondition).
-    auto& g = const_cast<layout::GlobalControl&>(segment.global_control());
-    auto& env0 = const_cast<layout::EnvControl&>(segment.env_control(0));
+    auto& g = const_cast<layout::GlobalControl&>(seg.global_control());
+    auto& env0 = const_cast<layout::EnvControl&>(seg.env_control(0));
     return {{g.learner_lease, g.learner_start_ticks, g.learner_since_ns, g.learner_takeovers},
             g.rows_sampled, g.sample_calls, g.retries, g.online_resets, g.steps_updated,
             g.priority_walk, g.learner_waiting_rows, g.learner_waiting_since_ns, g.slot0_waiters,
             &env0.online_start, sizeof(layout::EnvControl) / sizeof(std::atomic<uint64_t>),
-            *segment.learner_stats(0)};
+            *seg.learner_stats(0)};
   }
-  layout::LearnerSlot& s = *segment.learner_slot(slot);
+  layout::LearnerSlot& s = *seg.learner_slot(slot);
   return {{s.lease, s.start_ticks, s.since_ns, s.takeovers},
           s.rows_sampled, s.sample_calls, s.retries, s.online_resets, s.steps_updated,
           s.priority_walk, s.waiting_rows, s.waiting_since_ns, s.waiters,
-          segment.learner_online_starts(slot), 1, *segment.learner_stats(slot)};
+          seg.learner_online_starts(slot), 1, *seg.learner_stats(slot)};
 }
 
 /// Sets every word of a slot's statistics (layout 1.8) to zero: what a checkpoint load does, holding every slot's

@@ -45,9 +45,9 @@ struct PriorityTree {
   uint64_t capacity = 0;  ///< ring slots: the slot of step s is s % capacity
 };
 
-/// Env `env`'s tree in `segment`. Precondition: segment.has_priorities() and env < segment.num_envs().
-inline PriorityTree priority_tree_of(const Segment& segment, uint64_t env) noexcept {
-  return {segment.priority_tree(env), segment.priority_leaves(), segment.capacity()};
+/// Env `env`'s tree in `seg`. Precondition: seg.has_priorities() and env < seg.num_envs().
+inline PriorityTree priority_tree_of(const Segment& seg, uint64_t env) noexcept {
+  return {seg.priority_tree(env), seg.priority_leaves(), seg.capacity()};
 }
 
 /// The largest weight a leaf holds (an f32), which is also the largest priority: priorities reach the library

@@ -166,10 +166,11 @@ RateLimitVerdict insert_verdict(const LimiterSettings& s, uint64_t admitted, uin
 // ---------------------------------------------------------------------------------------------------------------
 // Counts
 
-InsertCounts count_inserts(const Segment& b, uint64_t* heads) noexcept {
+InsertCounts count_inserts(const Segment& seg, uint64_t* heads) noexcept {
   InsertCounts out;
-  for (uint64_t e = 0; e < b.num_envs(); ++e) {
-    const StepRange r = published_range(b.env_control(e), View::replay, b.capacity(), b.env_control(e).online_start);
+  for (uint64_t e = 0; e < seg.num_envs(); ++e) {
+    const EnvControl& c = seg.env_control(e);
+    const StepRange r = published_range(c, View::replay, seg.capacity(), c.online_start);
     out.inserts += r.hi;
     out.stored += r.hi - r.lo;
     if (heads != nullptr) heads[e] = r.hi;
@@ -177,10 +178,10 @@ InsertCounts count_inserts(const Segment& b, uint64_t* heads) noexcept {
   return out;
 }
 
-WaitingWriters count_waiting_writers(const Segment& b) noexcept {
+WaitingWriters count_waiting_writers(const Segment& seg) noexcept {
   WaitingWriters out;
-  for (uint64_t e = 0; e < b.num_envs(); ++e) {
-    const EnvControl& c = b.env_control(e);
+  for (uint64_t e = 0; e < seg.num_envs(); ++e) {
+    const EnvControl& c = seg.env_control(e);
     const uint64_t since = c.limiter_waiting_since_ns.load(std::memory_order_relaxed);
     if (since == 0) continue;
     const uint64_t lease = c.lease.load(std::memory_order_relaxed);
@@ -191,10 +192,10 @@ WaitingWriters count_waiting_writers(const Segment& b) noexcept {
   return out;
 }
 
-uint64_t count_admitted(const Segment& b) noexcept {
+uint64_t count_admitted(const Segment& seg) noexcept {
   uint64_t total = 0;
-  for (uint64_t e = 0; e < b.num_envs(); ++e) {
-    const EnvControl& c = b.env_control(e);
+  for (uint64_t e = 0; e < seg.num_envs(); ++e) {
+    const EnvControl& c = seg.env_control(e);
     total += std::max(c.head.load(std::memory_order_relaxed), c.limiter_reserved.load(std::memory_order_relaxed));
   }
   return total;
@@ -203,13 +204,13 @@ uint64_t count_admitted(const Segment& b) noexcept {
 // ---------------------------------------------------------------------------------------------------------------
 // The learner's half: count after sampling, wake the writers it lets in.
 
-RateLimitVerdict try_reserve_samples(const Segment& b, const LimiterSettings& s, uint64_t rows,
+RateLimitVerdict try_reserve_samples(Segment& seg, const LimiterSettings& s, uint64_t rows,
                                      InsertCounts& counts, uint64_t* heads) noexcept {
-  GlobalControl& g = const_cast<GlobalControl&>(b.global_control());  // a learner's writable mapping
+  GlobalControl& g = seg.global_control();
   uint64_t samples = g.samples.load(std::memory_order_relaxed);
   for (;;) {
     // after the load of samples: heads only grow, so the verdict can only be stricter
-    counts = count_inserts(b, heads);
+    counts = count_inserts(seg, heads);
     const RateLimitVerdict v = sample_verdict(s, counts.inserts, counts.stored, samples, rows);
     if (!v.allowed()) return v;
     // relaxed: the reservation orders nothing by itself; the wake-up of writers after the draw (count_samples,
@@ -242,15 +243,15 @@ void count_samples(GlobalControl& g, uint64_t unreserved, uint64_t realtime_ns, 
 // replace reservations (head <= reservation until published, then equal). A reservation of a writer that has not
 // yet CASed (or lost, or died before its CAS) may be counted too: that only makes us stricter.
 
-RateLimitVerdict try_admit(Segment& b, const LimiterSettings& limit, std::span<EnvControl* const> envs) noexcept {
-  GlobalControl& g = b.global_control();
+RateLimitVerdict try_admit(Segment& seg, const LimiterSettings& limit, std::span<EnvControl* const> envs) noexcept {
+  GlobalControl& g = seg.global_control();
   for (;;) {
     // acquire: pairs with the release (seq_cst) CAS of the admission that wrote this value, so its reservations
     // are visible to count_admitted.
     uint64_t v = g.admit_seq.load(std::memory_order_acquire);
     // acquire: the learner's count only grows; reading it stale is stricter, never looser.
     const uint64_t samples = g.samples.load(std::memory_order_acquire);
-    const RateLimitVerdict verdict = insert_verdict(limit, count_admitted(b), samples, envs.size());
+    const RateLimitVerdict verdict = insert_verdict(limit, count_admitted(seg), samples, envs.size());
     if (!verdict.allowed()) return verdict;
     for (EnvControl* c : envs) {
       c->limiter_reserved.store(c->head.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);

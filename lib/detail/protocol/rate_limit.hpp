@@ -111,10 +111,10 @@ struct InsertCounts {
   uint64_t stored = 0;   ///< steps in the replay view (published, not overwritten)
 };
 /// O(num_envs) loads. With `heads`, each env's head as counted (acquire loads) goes to heads[env].
-InsertCounts count_inserts(const Segment& b, uint64_t* heads = nullptr) noexcept;
+InsertCounts count_inserts(const Segment& seg, uint64_t* heads = nullptr) noexcept;
 
 /// The sum over envs of max(head, limiter_reserved). O(num_envs) loads.
-uint64_t count_admitted(const Segment& b) noexcept;
+uint64_t count_admitted(const Segment& seg) noexcept;
 
 struct WaitingWriters {
   uint64_t count = 0;     ///< writers waiting for the limiter now, whose process lives
@@ -123,7 +123,7 @@ struct WaitingWriters {
 /// The writers waiting now: envs marked by a WaitingMark whose lease holder is alive (a writer killed while it
 /// waited is not counted from the moment it died; a new owner of its env clears its mark). O(num_envs) loads and
 /// one /proc read per marked env: for info and messages, never on a hot path.
-WaitingWriters count_waiting_writers(const Segment& b) noexcept;
+WaitingWriters count_waiting_writers(const Segment& seg) noexcept;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Learner side
@@ -137,7 +137,7 @@ WaitingWriters count_waiting_writers(const Segment& b) noexcept;
 /// With `heads` (num_envs words), an allowed verdict leaves there each env's head as counted before the CAS that
 /// reserved: every step published after it, those of writers that the reservation let through included, lies at or
 /// above it (Sampler::reset_online_queue(OnlineReset::sampled) keeps them in the online view).
-RateLimitVerdict try_reserve_samples(const Segment& b, const LimiterSettings& s, uint64_t rows,
+RateLimitVerdict try_reserve_samples(Segment& seg, const LimiterSettings& s, uint64_t rows,
                                      InsertCounts& counts, uint64_t* heads = nullptr) noexcept;
 
 /// Gives back `rows` rows reserved by try_reserve_samples that the call did not draw (it failed after reserving).
@@ -157,7 +157,7 @@ void count_samples(layout::GlobalControl& g, uint64_t unreserved, uint64_t realt
 /// head + 1 and takes admit_seq with a CAS. Returns the verdict it decided with; allowed() means admitted (the
 /// reservations stay until the steps' head stores cover them). On a lost CAS it withdraws and tries again, so
 /// it returns only "admitted" or "held back".
-RateLimitVerdict try_admit(Segment& b, const LimiterSettings& s, std::span<layout::EnvControl* const> envs) noexcept;
+RateLimitVerdict try_admit(Segment& seg, const LimiterSettings& s, std::span<layout::EnvControl* const> envs) noexcept;
 
 /// Lowers each env's reservation to its head: after a push that was not admitted, an abandoned reservation, or
 /// when a lease is taken (a dead owner's admitted but unpublished steps never come). Precondition: the caller

@@ -22,7 +22,7 @@ inline void cpu_relax() noexcept {
 
 }  // namespace
 
-uint64_t wait_update_unlocked(layout::EnvControl& c, const Segment& segment) noexcept {
+uint64_t wait_update_unlocked(layout::EnvControl& c, Segment& seg) noexcept {
   auto last_check = std::chrono::steady_clock::now();
   for (unsigned spins = 0;; ++spins) {
     // acquire: pairs with the learner's release store in unlock_update (or release_dead_update_lock) that clears
@@ -38,7 +38,7 @@ uint64_t wait_update_unlocked(layout::EnvControl& c, const Segment& segment) noe
     if (now - last_check < std::chrono::milliseconds(1)) continue;
     last_check = now;
     // The learner died inside try_update(): repaired under its slot's lease (learner_takeover.hpp).
-    (void)repair_dead_updater(const_cast<Segment&>(segment), c);
+    (void)repair_dead_updater(seg, c);
   }
 }
 
@@ -53,16 +53,16 @@ std::vector<uint64_t> record_field_offsets(const Schema& schema) {
   return offsets;
 }
 
-CopyResult copy_records(const Segment& buffer, uint64_t env, uint64_t first, uint64_t count,
+CopyResult copy_records(const Segment& seg, uint64_t env, uint64_t first, uint64_t count,
                         const StepCopier& copy) noexcept {
-  const layout::EnvControl& c = buffer.env_control(env);
-  const uint64_t cap = buffer.capacity();
+  const layout::EnvControl& c = seg.env_control(env);
+  const uint64_t cap = seg.capacity();
   // Loaded before the head, so that a load that ends before this point shows its new head, and one that ends
   // after it changes update_seq.
   const uint64_t u0 = read_begin(c);
   // An open section is a live learner's (copy again later), or one a dead learner left: its torn step and the older
   // ones leave the view at its repair, the others are copied as they are (learner_takeover.hpp).
-  const uint64_t dead_bound = dead_section_bound(buffer, c, u0);
+  const uint64_t dead_bound = dead_section_bound(seg, c, u0);
   if ((u0 & 1) != 0 && dead_bound == 0) return {CopyOutcome::raced, 0};
   // acquire: pairs with the writer's release store of head in publish_step: every step below it is written.
   const uint64_t head = c.head.load(std::memory_order_acquire);

@@ -60,20 +60,20 @@ using layout::kUpdateLockBit;
 /// yields; every millisecond it checks whether the learner (the lease of the slot in the lock's owner bits) is
 /// alive, and if it died holding the lock, releases it (release_dead_update_lock), so a writer never hangs on a
 /// dead learner.
-uint64_t wait_update_unlocked(layout::EnvControl& c, const Segment& segment) noexcept;
+uint64_t wait_update_unlocked(layout::EnvControl& c, Segment& seg) noexcept;
 
 /// "Write begins": raises the env's claim to head + 1 and returns the step being written (head). After an
 /// abandoned reservation or a takeover of a writer that died mid-write the claim is already raised, and it stays.
 /// Then the caller stores the step's bytes (and meta) into slot step % capacity and calls publish_step.
 /// Precondition: the caller holds the env's lease.
-inline uint64_t claim_step(layout::EnvControl& c, const Segment& segment) noexcept {
+inline uint64_t claim_step(layout::EnvControl& c, Segment& seg) noexcept {
   const uint64_t step = c.head.load(std::memory_order_relaxed);  // only this writer stores head
   uint64_t cur = c.claimed.load(std::memory_order_relaxed);
   // The learner's update lock never covers the slot being claimed (try_update only rewrites steps
   // >= claimed - capacity), so with the bit set we only have to wait when the claim must still move.
   while ((cur & kClaimMask) != step + 1) {
     if (cur & kUpdateLockBit) {
-      cur = wait_update_unlocked(c, segment);
+      cur = wait_update_unlocked(c, seg);
       continue;
     }
     // acquire: pairs with the learner's release in unlock_update, so its update's bytes precede ours.
@@ -116,20 +116,20 @@ inline void advance_online_start(const layout::EnvControl& c, std::atomic<uint64
 // ---------------------------------------------------------------------------------------------------------------
 // Update side: the learner's update lock (try_update) and the odd/even update_seq section (try_update, load).
 
-/// Takes the env's update lock for learner slot `slot` of `segment` (sets kUpdateLockBit and the slot in
+/// Takes the env's update lock for learner slot `slot` of `seg` (sets kUpdateLockBit and the slot in
 /// `claimed`: layout::update_lock_bits) and returns the claim count c without them. While the bit is set the writer
 /// cannot raise its claim, so the only slot it may be writing is (c - 1) % cap, which belongs to step c - 1 - cap:
 /// steps in [c - cap, head) are safe to rewrite. Another learner's lock excludes ours: the CAS expects the word
 /// without lock bits, and while another slot holds it we wait as a writer does (wait_update_unlocked: it yields,
 /// and releases the lock of a holder that died), so a dead learner's lock never holds us. Precondition: the caller
 /// holds the lease of `slot`.
-inline uint64_t lock_for_update(layout::EnvControl& c, const Segment& segment, uint64_t slot) noexcept {
+inline uint64_t lock_for_update(layout::EnvControl& c, Segment& seg, uint64_t slot) noexcept {
   uint64_t cur = c.claimed.load(std::memory_order_relaxed) & kClaimMask;
   // acquire: pairs with the writer's claim CAS and another learner's unlock_update (release), so our view of
   // `claimed` is the one the caller's check relies on and that learner's bytes precede ours.
   while (!c.claimed.compare_exchange_weak(cur, cur | layout::update_lock_bits(slot), std::memory_order_acquire,
                                           std::memory_order_relaxed)) {
-    cur = ((cur & kUpdateLockBit) != 0 ? wait_update_unlocked(c, segment) : cur) & kClaimMask;
+    cur = ((cur & kUpdateLockBit) != 0 ? wait_update_unlocked(c, seg) : cur) & kClaimMask;
   }
   return cur;
 }
@@ -257,10 +257,10 @@ inline uint64_t load_head(const layout::EnvControl& c) noexcept {
   return c.head.load(std::memory_order_acquire);
 }
 
-/// The env's `view` from one acquire load of head and a later load of claimed. A slot that is being reclaimed
-/// (claimed = head + 1) is not part of the view. The Sampler's snapshot, the Inspector's sizes.
-/// The online view is learner slot `online_start`'s (detail/protocol/learner_slots.hpp); the overload without it
-/// reads slot 0's (EnvControl::online_start: the Inspector's, a one-learner buffer's).
+/// The env's `view` from one acquire load of head and a later load of claimed. A slot that is being reclaimed (claimed
+/// = head + 1) is not part of the view. The Sampler's snapshot, the Inspector's sizes. The online view is learner slot
+/// `online_start`'s (detail/protocol/learner_slots.hpp); the overload without it reads slot 0's
+/// (EnvControl::online_start: the Inspector's, a one-learner buffer's).
 inline StepRange view_range(const layout::EnvControl& c, View view, uint64_t capacity,
                             const std::atomic<uint64_t>& online_start) noexcept {
   // acquire: pairs with the writer's release store of head in publish_step: every step below it is written.
@@ -277,8 +277,7 @@ inline StepRange view_range(const layout::EnvControl& c, View view, uint64_t cap
 }
 
 /// The published steps of `view` not yet overwritten by a completed write (a write in progress does not count
-/// against it): what SampleOptions::min_steps is checked against.
-/// `online_start` as in view_range.
+/// against it): what SampleOptions::min_steps is checked against. `online_start` as in view_range.
 inline StepRange published_range(const layout::EnvControl& c, View view, uint64_t capacity,
                                  const std::atomic<uint64_t>& online_start) noexcept {
   // acquire: pairs with the writer's release store of head in publish_step.
@@ -325,11 +324,11 @@ inline EnvCounters read_counters(const layout::EnvControl& c) noexcept {
 /// try_update) was open or ended meanwhile, so the counters are never a mix of before and after a load. A section
 /// left open by a learner that died in it (dead_section_bound) does not stop the reader: the counters come with
 /// stacks_intact_from past its torn step, as its repair will leave them, and update_seq odd.
-inline std::optional<EnvCounters> read_counters_stable(const Segment& segment, const layout::EnvControl& c) noexcept {
+inline std::optional<EnvCounters> read_counters_stable(const Segment& seg, const layout::EnvControl& c) noexcept {
   // acquire: pairs with the release store that ends an UpdateSection, so head and claimed below are its own (and
   // with the one that opens it: dead_section_bound's update_step is the section's).
   const uint64_t u = c.update_seq.load(std::memory_order_acquire);
-  const uint64_t dead_bound = dead_section_bound(segment, c, u);
+  const uint64_t dead_bound = dead_section_bound(seg, c, u);
   if ((u & 1) != 0 && dead_bound == 0) return std::nullopt;
   EnvCounters n = read_counters(c);
   n.stacks_intact_from = std::max(n.stacks_intact_from, dead_bound);
@@ -388,10 +387,10 @@ inline bool copy_intact(uint64_t begin_seq, const ReadEnd& end, uint64_t first, 
 /// The views' lower bound from below as a reader that cannot repair sees it: stacks_intact_from, past the torn step
 /// of a dead updater's open section (dead_section_bound) if there is one. A save's check that its run is the env's
 /// whole view (save_env.cpp).
-inline uint64_t settled_intact_from(const Segment& segment, const layout::EnvControl& c) noexcept {
+inline uint64_t settled_intact_from(const Segment& seg, const layout::EnvControl& c) noexcept {
   // acquire: pairs with UpdateSection's release store of an odd value (dead_section_bound reads its update_step)
   const uint64_t seq = c.update_seq.load(std::memory_order_acquire);
-  return std::max(c.stacks_intact_from.load(std::memory_order_relaxed), dead_section_bound(segment, c, seq));
+  return std::max(c.stacks_intact_from.load(std::memory_order_relaxed), dead_section_bound(seg, c, seq));
 }
 
 /// The oldest step whose slot (and frames) no writer had reclaimed when `end` was read.
@@ -399,15 +398,14 @@ inline uint64_t intact_from(const ReadEnd& end, uint64_t capacity) noexcept {
   return std::max(end.claimed > capacity ? end.claimed - capacity : 0, end.stacks_intact_from);
 }
 
-/// The batched reader: the validation of many copies at once, a chunk of rows at a time (the Sampler's gather,
-/// lib/sampler_rounds.cpp, which copies the rows with detail/storage/gather.hpp; docs/design/seqlock.md, "The batched
-/// gather"). Per chunk: begin_chunk(); add() for each row before any copy of the chunk (the first row of an env in
-/// the chunk takes its read_begin); the copies; then validate(), which takes end_copies() once and read_end_loads()
-/// once per env of the chunk. The validation is per env, not per row: copy_intact(begin, end, first) depends on a
-/// row only through its first step, and only as `claimed <= first + capacity`, so every row of an env is intact
-/// exactly when the row with the env's oldest first step is (add keeps it). Only a chunk with an env that fails
-/// needs its rows judged one by one (row_intact), with that same test. Reader side: any process; used by one
-/// thread at a time. Its storage is sized for every env when it is made, so no call allocates.
+/// The batched reader: the validation of many copies at once, a chunk of rows at a time (the Sampler's gather stage,
+/// lib/sampler_gather.hpp; docs/design/seqlock.md, "The batched gather"). Per chunk: begin_chunk(); add() for each row
+/// before any copy of the chunk (the first row of an env in the chunk takes its read_begin); the copies; then
+/// validate(), which takes end_copies() once and read_end_loads() once per env of the chunk. The validation is per env,
+/// not per row: copy_intact(begin, end, first) depends on a row only through its first step, and only as `claimed <=
+/// first + capacity`, so every row of an env is intact exactly when the row with the env's oldest first step is (add
+/// keeps it). Only a chunk with an env that fails needs its rows judged one by one (row_intact), with that same test.
+/// Reader side: any process; used by one thread at a time. Sized for every env when made: no call allocates.
 class BatchedReader {
  public:
   explicit BatchedReader(std::size_t num_envs)
@@ -480,8 +478,8 @@ struct CopyResult {
 };
 
 /// What copy_records copies between its validation loads: steps [first, first + count) of env `env`, out of the
-/// segment's storage into the caller's records (detail/storage/field_storage.hpp: RecordCopy). Its bytes are valid
-/// only when copy_records' validation passes.
+/// segment's storage into the caller's records (detail/storage/field_storage.hpp: RecordCopy). Its bytes count only
+/// once copy_records' validation passes.
 class StepCopier {
  public:
   virtual void copy(uint64_t env, uint64_t first, uint64_t count) const noexcept = 0;
@@ -490,14 +488,13 @@ class StepCopier {
   ~StepCopier() = default;
 };
 
-/// The validated copy of readers that are not the learner and may map the segment read-only
-/// (Inspector::read_steps, save_checkpoint): the Sampler's validation with two additions that make it safe
-/// against a checkpoint being loaded into the segment meanwhile: update_seq is loaded before the head, and a head
-/// that went down is reported instead of trusted. Copies steps [first, first + count) of `env` with `copy`. The
-/// records of steps >= intact_from are exactly what their writers published; the others must be dropped.
-/// Preconditions: env < num_envs, count >= 1, and first + count <= a head of the env that the caller loaded with
-/// acquire. O(count * num_fields); never blocks, never writes.
-CopyResult copy_records(const Segment& buffer, uint64_t env, uint64_t first, uint64_t count,
+/// The validated copy of readers that are not the learner and may map the segment read-only (Inspector::read_steps,
+/// save_checkpoint): the Sampler's validation with two additions that make it safe against a checkpoint being
+/// loaded into the segment meanwhile: update_seq is loaded before the head, and a head that went down is reported
+/// instead of trusted. Copies steps [first, first + count) of `env` with `copy`; the records of steps >= intact_from
+/// are exactly what their writers published, drop the others. Preconditions: env < num_envs, count >= 1, first +
+/// count <= a head of the env that the caller loaded with acquire. O(count * num_fields); never blocks or writes.
+CopyResult copy_records(const Segment& seg, uint64_t env, uint64_t first, uint64_t count,
                         const StepCopier& copy) noexcept;
 
 }  // namespace shmreplay::detail

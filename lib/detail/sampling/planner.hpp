@@ -1,5 +1,5 @@
 // detail/sampling/planner.hpp: deciding where a sample reads. The start-drawing algorithms sit behind one
-// interface, Planner; the Sampler does the rest (snapshot, copy, validation; lib/sampler_rounds.cpp).
+// interface, Planner; the Sampler does the rest (snapshot, copy, validation; lib/sampler_sample.cpp).
 //
 // Who calls it: the Sampler, in every round of a sample call: it reads each env's view [lo, hi) from the segment
 // (the protocol side, detail/protocol/seqlock.hpp), hands the views to the planner that the planner table
@@ -8,7 +8,7 @@
 // touches the segment: no Buffer, no batch (the priority planner loads tree words, through PriorityTrees and
 // detail/protocol/priorities). Episode boundaries reach it through EpisodeStarts, which
 // the Sampler implements over the segment's step meta and a test implements over a vector
-// (tests/test_planner.cpp), so every planner can be tested without shared memory.
+// (tests/planner/), so every planner can be tested without shared memory.
 //
 // The planners (docs/design/sampling.md, "Sampling algorithm"):
 //   ClosedFormPlanner   cross, period 1: per-env weights in closed form, O(1) per env, O(log) per row
@@ -45,9 +45,12 @@ struct Draw {
   uint64_t env = 0;
   uint64_t start = 0;
   uint64_t steps = 0;
-  /// N * P: the probability the start was drawn with, times the number of starts in the view (1 = as likely as
-  /// under uniform sampling). Only the priority planner sets it; 0 from the others (no importance weight).
-  double relative_probability = 0;
+  /// What the row's importance weight corrects for, N * P: the probability the start was drawn with, times the
+  /// number of starts in the view (1 = as likely as under uniform sampling). Every planner fills it: the priority
+  /// planner with its draw's N * P; the others leave 1, the value of a draw from the distribution the call asked for
+  /// (a distribution_power, an episode mode), which no importance weight corrects. The Sampler stores it as the
+  /// row's weight, and turns a prioritized batch's into importance weights (Sampler::finish_weights).
+  double relative_probability = 1;
   friend bool operator==(const Draw&, const Draw&) = default;
 };
 
@@ -127,6 +130,10 @@ class Planner {
     (void)scan;
     return Shortfall::unknown;
   }
+
+  /// What can leave a snapshot with no start to draw from, in words, for the Sampler's error after
+  /// SamplerOptions::max_retry_rounds such snapshots in a row.
+  virtual const char* no_start_causes() const noexcept { return "a write in progress hid every start"; }
 };
 
 /// The top 53 bits of one engine output, and those bits as a double in [0, 1) (exact: the same on every platform).

@@ -5,7 +5,7 @@
 // row here, as Reverb's selectors are one file each behind a small interface, which a table chooses from.
 //
 // Who calls it: the Sampler (lib/sampler_parts.hpp owns a Planners), once per sample call (each view of a mixed
-// call) and once per total_weight, so that both choose alike; tests/test_planner.cpp checks every choice. The
+// call) and once per total_weight, so that both choose alike; tests/planner/table.cpp checks every choice. The
 // dispatch is once per call: `with` calls the caller's function with the chosen planner as its own (final) type,
 // so that a per-row draw is a direct call; nothing allocates. Nothing here touches the segment; a Planners is
 // used by one thread at a time (the Sampler's).

@@ -51,6 +51,10 @@ class PriorityPlanner final : public Planner {
   /// weights of 0 (all_zero), or some positive weight (positive: the sums moved under the draws; a fresh snapshot
   /// may do). O(steps in the views) with `scan`: only on that error path.
   Shortfall shortfall(bool scan) const noexcept override;
+  const char* no_start_causes() const noexcept override {
+    return "a write in progress hid every start, or the view's priority sums read 0 beside weights over 2^53 times "
+           "larger";
+  }
 
  private:
   uint64_t steps_in_episode(std::size_t env, uint64_t start, uint64_t end) const noexcept;

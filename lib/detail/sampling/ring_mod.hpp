@@ -1,6 +1,6 @@
 // detail/sampling/ring_mod.hpp: step % capacity without a division, for the sampler's per-env snapshot (every env,
 // every round: at 512 envs the 64-bit divisions were a fifth of a 256-row call; shmreplay_bench_sample_cost
-// --envs 512). Who calls it: the Sampler (sampler_rounds.cpp). Pure arithmetic.
+// --envs 512). Who calls it: the Sampler (sampler_sample.cpp). Pure arithmetic.
 #pragma once
 
 #include <cstdint>
