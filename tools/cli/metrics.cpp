@@ -95,6 +95,10 @@ class Writer {
   void all();
 
  private:
+  void buffer_families();
+  void age_histograms();
+  void priority_families();
+  void limiter_families();
   // The sample of row `c` with value `v`: a since_ns row as the seconds since then, left out while 0.
   void row_sample(const Counter& c, const std::vector<Label>& labels, uint64_t v) {
     if (c.form != CounterForm::since_ns) return x_.sample(labels, v);
@@ -132,7 +136,15 @@ void Writer::rows(CounterScope scope) {
 }
 
 void Writer::all() {
-  const uint64_t now = now_;
+  buffer_families();
+  rows(CounterScope::env);      // per env: steps, episodes, leases, bytes
+  rows(CounterScope::learner);  // per learner slot
+  age_histograms();
+  priority_families();
+  limiter_families();
+}
+
+void Writer::buffer_families() {
   x_.family("shmreplay_buffer_up", Type::gauge, "1 when the buffer's segment opened and was read, 0 when not");
   for (const Scraped& b : buffers_) x_.sample({{"buffer", b.name}}, uint64_t{b.info ? 1u : 0u});
 
@@ -167,9 +179,9 @@ void Writer::all() {
              [](const SegmentInfo& i) { return U(i.live_writers); });
   per_buffer("shmreplay_live_learners", Type::gauge, "Learner slots held by a live learner",
              [](const SegmentInfo& i) { return U(i.live_learners); });
+}
 
-  rows(CounterScope::env);      // per env: steps, episodes, leases, bytes
-  rows(CounterScope::learner);  // per learner slot
+void Writer::age_histograms() {
   // Layout 1.8: the age of the sampled rows, one histogram per learner slot with the segment's own bucket bounds.
   x_.family("shmreplay_learner_sample_age_steps", Type::histogram,
             "Age of the rows the learner slot sampled: steps from a row's end to its env's head when it was drawn (0: "
@@ -183,8 +195,9 @@ void Writer::all() {
                    l.age_rows);
     }
   }
+}
 
-  // priorities (buffers with priorities only)
+void Writer::priority_families() {  // buffers with priorities only
   per_buffer("shmreplay_priority_weight", Type::gauge, "Sum of priority^alpha over the replay view (what sampling draws from)",
              [](const SegmentInfo& i) { return i.priority_exponent ? D(i.priority_total) : D(); });
   per_buffer("shmreplay_priority_max", Type::gauge, "The largest priority ever given (new steps enter at it)",
@@ -196,8 +209,9 @@ void Writer::all() {
   per_buffer("shmreplay_priority_updates_dropped_total", Type::counter,
              "Priority updates refused because the step had been overwritten",
              [](const SegmentInfo& i) { return i.priority_exponent ? U(i.priority_updates_dropped) : U(); });
+}
 
-  // the rate limiter
+void Writer::limiter_families() {
   per_buffer("shmreplay_rate_limit_enabled", Type::gauge, "1 when the buffer has a rate limiter, 0 when not",
              [](const SegmentInfo& i) { return U(i.rate_limit.limit ? 1u : 0u); });
   const auto ratio = [](const SegmentInfo& i) { return i.rate_limit.limit && i.rate_limit.limit->has_ratio(); };
@@ -239,9 +253,9 @@ void Writer::all() {
     if (!b.info || !b.info->rate_limit.limit) continue;
     const RateLimitState& r = b.info->rate_limit;
     x_.sample({{"buffer", b.name}, {"side", "learner"}},
-              r.learners_waiting ? seconds_since(r.learner_waiting_since_ns, now) : 0.0);
+              r.learners_waiting ? seconds_since(r.learner_waiting_since_ns, now_) : 0.0);
     x_.sample({{"buffer", b.name}, {"side", "writer"}},
-              r.writer_waiters ? seconds_since(r.writer_waiting_since_ns, now) : 0.0);
+              r.writer_waiters ? seconds_since(r.writer_waiting_since_ns, now_) : 0.0);
   }
   per_buffer("shmreplay_rate_limit_waiting_learner_rows", Type::gauge, "Rows of the sample calls waiting now",
              [](const SegmentInfo& i) { return i.rate_limit.limit ? U(i.rate_limit.learner_waiting_rows) : U(); });
