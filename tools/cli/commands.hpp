@@ -182,7 +182,7 @@ struct EnvColumn {
   std::size_t index = 0;
   const Counter* row = nullptr;
 };
-/// Those rows, in row order; both tables put them after their ONLINE column.
+/// Those rows, in row order; both tables put them last, so that the usual columns keep their places.
 std::vector<EnvColumn> env_columns();
 /// A counter's cell in a text table: its value, in human units for a row in bytes ("1.2 KiB").
 std::string counter_cell(const Counter& c, uint64_t value);

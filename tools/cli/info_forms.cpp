@@ -349,14 +349,12 @@ void print_env_table(const std::vector<EnvInfo>& envs, bool episodes) {
   std::vector<Table::Column> columns{{"ENV", Align::right},   {"HEAD", Align::right},  {"CLAIMED", Align::right},
                                      {"LENGTH", Align::right}, {"ONLINE", Align::right}, {"OWNER", Align::right},
                                      {"STATE"},                {"LEASED"},               {"LAST PUSH"}};
-  const std::vector<EnvColumn> extra = env_columns();  // the counter table's rows with a column
-  for (std::size_t c = 0; c < extra.size(); ++c) {  // after ONLINE, in row order
-    columns.insert(columns.begin() + static_cast<std::ptrdiff_t>(5 + c), {std::string(extra[c].row->column), Align::right});
-  }
   if (episodes) {
     columns.push_back({"EPISODES", Align::right});
     columns.push_back({"LAST EPISODE"});
   }
+  const std::vector<EnvColumn> extra = env_columns();  // the counter table's rows with a column, last
+  for (const EnvColumn& c : extra) columns.push_back({std::string(c.row->column), Align::right});
   Table t(std::move(columns));
   const std::size_t shown = std::min(envs.size(), kMaxEnvRowsShown);
   for (std::size_t k = 0; k < shown; ++k) {
@@ -367,15 +365,13 @@ void print_env_table(const std::vector<EnvInfo>& envs, bool episodes) {
         e.owner == OwnerState::none ? std::string("-") : fmt::format("{}", e.owner_pid), state_text(e),
         e.lease_since_ns == 0 ? std::string("-") : human_age(age_ns(e.lease_since_ns)) + " ago",
         e.last_push_ns == 0 ? std::string("never") : human_age(age_ns(e.last_push_ns)) + " ago"};
-    for (std::size_t c = 0; c < extra.size(); ++c) {
-      row.insert(row.begin() + static_cast<std::ptrdiff_t>(5 + c), counter_cell(*extra[c].row, e.counters.at(extra[c].index)));
-    }
     if (episodes) {
       row.push_back(fmt::format("{}", e.episodes_completed));
       row.push_back(e.last_episode_length == 0 ? std::string("-")
                                                : fmt::format("{} steps, return {:g}, {}", e.last_episode_length,
                                                              e.last_episode_return, to_string(e.last_episode_end)));
     }
+    for (const EnvColumn& c : extra) row.push_back(counter_cell(*c.row, e.counters.at(c.index)));
     t.add_row(std::move(row));
   }
   fmt::print("{}", t.render("  "));

@@ -288,10 +288,8 @@ std::vector<std::string> frame_lines(const WatchArgs& args, const SegmentInfo& s
                                      {"ONLINE", Align::right}, {"HEAD", Align::right},
                                      {"PUSH/S", Align::right}, {"OWNER", Align::right},
                                      {"STATE"},                {"LAST PUSH"}};
-  const std::vector<EnvColumn> extra = env_columns();  // the counter table's rows with a column, after ONLINE
-  for (std::size_t c = 0; c < extra.size(); ++c) {
-    headers.insert(headers.begin() + static_cast<std::ptrdiff_t>(5 + c), {std::string(extra[c].row->column), Align::right});
-  }
+  const std::vector<EnvColumn> extra = env_columns();  // the counter table's rows with a column, last
+  for (const EnvColumn& c : extra) headers.push_back({std::string(c.row->column), Align::right});
   Table t(std::move(headers));
   const std::size_t shown = std::min(s.envs.size(), max_env_rows);
   for (std::size_t k = 0; k < shown; ++k) {
@@ -302,9 +300,7 @@ std::vector<std::string> frame_lines(const WatchArgs& args, const SegmentInfo& s
         fmt::format("{}", e.head), rate_text(k < r.env_pushes.size() ? r.env_pushes[k] : -1.0),
         e.owner == OwnerState::none ? std::string("-") : fmt::format("{}", e.owner_pid), state_text(e),
         e.last_push_ns == 0 ? std::string("never") : human_age(age_ns(e.last_push_ns)) + " ago"};
-    for (std::size_t c = 0; c < extra.size(); ++c) {
-      row.insert(row.begin() + static_cast<std::ptrdiff_t>(5 + c), counter_cell(*extra[c].row, e.counters.at(extra[c].index)));
-    }
+    for (const EnvColumn& c : extra) row.push_back(counter_cell(*c.row, e.counters.at(c.index)));
     t.add_row(std::move(row));
   }
   std::string table = t.render("  ");
