@@ -79,9 +79,4 @@ void save_learner_counters(const LearnerSlotWords& words, CheckpointLearner& out
 /// ... and back into a slot's words (relaxed: the load publishes them with its lease releases).
 void load_learner_counters(const CheckpointLearner& saved, const LearnerSlotWords& words) noexcept;
 
-/// The bytes env `env`'s steps in `range` occupy in the segment, per storage kind: the plain ring's one slot per step
-/// of its fields; a stacked field's frame-index word per step and the frames its stacks span (frames [index(first) -
-/// K + 1, index(last)], at most the ring). From words a writer may be changing: exact when the env is quiet.
-uint64_t env_stored_bytes(const Segment& seg, uint64_t env, StepRange range) noexcept;
-
 }  // namespace shmreplay::detail
