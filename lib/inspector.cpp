@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "counters.hpp"
 #include "detail/os/file.hpp"
 #include "detail/os/owner.hpp"
 #include "detail/os/process.hpp"
@@ -46,24 +47,83 @@ OpenOptions read_only(OpenOptions options) {
   return options;
 }
 
-// Env `e`'s episode state and record queue (a buffer with episode fields); `alive` caches lease holders' liveness.
-void episode_info(const Segment& seg, uint64_t e, std::map<uint64_t, bool>& alive, EnvInfo& i) {
-  detail::JournalState j;
-  if (detail::read_journal(seg, e, j)) {
-    i.episodes_completed = j.episodes_completed;
-    i.episode_start = j.episode_start;
-    i.last_episode_length = j.last_length;
-    i.last_episode_return = j.last_return;
-    i.last_episode_end = j.last_end;
-  }
-  i.episode_records_dropped = seg.episode_control(e).records_dropped.load(std::memory_order_relaxed);
-  const detail::QueueAccounts q = detail::queue_accounts(seg, e, [&](uint64_t taker) {
-    auto [it, fresh] = alive.try_emplace(taker, false);
-    if (fresh) it->second = detail::lease_holder_alive(taker);
+// Env `e`'s state and counters; `alive` caches lease holders' liveness (each owner's /proc entry is read once).
+EnvInfo env_info(const Buffer& b, uint64_t e, std::map<uint64_t, bool>& alive, SegmentInfo& s) {
+  const Segment& seg = segment_of(b);
+  const layout::EnvControl& c = seg.env_control(e);
+  EnvInfo i;
+  i.env = e;
+  // The same views as the Sampler's (each read is its own snapshot, which is fine for display).
+  detail::EnvReading r{seg, e, c, detail::view_range(c, View::replay, b.capacity()),
+                       detail::view_range(c, View::online, b.capacity()), 0, {}, {}, i};
+  const detail::UpdateLockHolder lock = detail::update_lock_holder(seg, c);
+  i.update_lock = !lock.held ? OwnerState::none : lock.dead ? OwnerState::dead : OwnerState::alive;
+  i.update_lock_slot = lock.slot;
+  const auto holder_alive = [&](uint64_t lease) {
+    auto [it, fresh] = alive.try_emplace(lease, false);
+    if (fresh) it->second = detail::lease_holder_alive(lease);
     return it->second;
-  });
-  i.episode_queue_depth = q.depth;
-  i.episode_records_lost = q.lost;
+  };
+  // Acquire pairs with the release of the compare-and-swap that took the lease: the lease's details are set.
+  r.lease = c.lease.load(std::memory_order_acquire);
+  if (r.lease != 0) {
+    i.owner_pid = layout::owner_pid(r.lease);
+    i.owner_start_ticks = c.owner_start_ticks.load(std::memory_order_relaxed);
+    i.owner = holder_alive(r.lease) ? OwnerState::alive : OwnerState::dead;
+  }
+  if (b.has_episodes()) {  // one consistent read of the writer's journal, one look at the record queue
+    detail::JournalState j;
+    if (detail::read_journal(seg, e, j)) r.journal = j;
+    r.queue = detail::queue_accounts(seg, e, holder_alive);
+    i.last_episode_length = r.journal.last_length;
+    i.last_episode_return = r.journal.last_return;
+    i.last_episode_end = r.journal.last_end;
+  }
+  detail::fill_env_counters(r, i, s);  // the counter table's env rows
+  if (b.has_priorities()) {
+    i.priority_total = detail::range_weight(detail::priority_tree_of(seg, e), r.replay.lo, r.replay.hi);
+    s.priority_total += i.priority_total;
+  }
+  return i;
+}
+
+// Learner slot `slot`'s state and counters (layout 1.7).
+LearnerInfo learner_info(const Segment& seg, uint64_t slot) {
+  const detail::LearnerSlotWords me = detail::learner_slot(seg, slot);
+  LearnerInfo l;
+  l.slot = slot;
+  // Acquire pairs with the release of the compare-and-swap that took the slot's lease.
+  const uint64_t lease = me.lease.lease.load(std::memory_order_acquire);
+  if (lease != 0) {
+    l.pid = layout::owner_pid(lease);
+    l.start_ticks = me.lease.start_ticks.load(std::memory_order_relaxed);
+    l.state = detail::lease_holder_alive(lease) ? OwnerState::alive : OwnerState::dead;
+  }
+  // Layout 1.8: the buckets first, loaded one by one while the learner may add to them; the age_rows row raises the
+  // count to their sum so that the histogram read is always whole (cumulative buckets never pass the count).
+  for (uint32_t k = 0; k < layout::kAgeBuckets; ++k) {
+    l.age_buckets[k] = me.stats.age_buckets[k].load(std::memory_order_relaxed);
+  }
+  detail::fill_learner_counters({me, lease, l}, l);  // the counter table's learner rows
+  return l;
+}
+
+// Every learner together (SegmentInfo::learner): the first slot held by a live learner (else the first held slot,
+// else none), with the counters summed over the slots.
+LearnerInfo every_learner(const std::vector<LearnerInfo>& slots, const layout::GlobalControl& g) {
+  const auto named = std::find_if(slots.begin(), slots.end(),
+                                  [](const LearnerInfo& l) { return l.state == OwnerState::alive; });
+  const auto held = std::find_if(slots.begin(), slots.end(),
+                                 [](const LearnerInfo& l) { return l.state != OwnerState::none; });
+  LearnerInfo all = named != slots.end() ? *named : held != slots.end() ? *held : LearnerInfo{};
+  detail::sum_learner_counters(slots, all);
+  all.age_buckets = {};
+  for (const LearnerInfo& l : slots) {
+    for (uint32_t k = 0; k < layout::kAgeBuckets; ++k) all.age_buckets[k] += l.age_buckets[k];
+  }
+  all.waiters = g.waiters.load(std::memory_order_relaxed);  // every slot's sleepers, in one word
+  if (const auto k = counter_index(CounterScope::learner, "waiters")) all.counters[*k] = all.waiters;
+  return all;
 }
 
 }  // namespace
@@ -97,52 +157,7 @@ SegmentInfo Inspector::snapshot() const {
 
   std::map<uint64_t, bool> alive;  // lease word -> liveness, so each owner's /proc entry is read once
   s.envs.reserve(b.num_envs());
-  for (uint64_t e = 0; e < b.num_envs(); ++e) {
-    const layout::EnvControl& c = segment_of(b).env_control(e);
-    EnvInfo i;
-    i.env = e;
-    // The same views as the Sampler's (each read is its own snapshot, which is fine for display).
-    const detail::StepRange replay = detail::view_range(c, View::replay, b.capacity());
-    const detail::StepRange online = detail::view_range(c, View::online, b.capacity());
-    i.head = replay.hi;
-    i.length = replay.hi - replay.lo;
-    i.online_length = online.hi - online.lo;
-    i.claimed = c.claimed.load(std::memory_order_relaxed) & layout::kClaimMask;
-    i.last_push_ns = c.last_push_ns.load(std::memory_order_relaxed);
-    i.online_start = c.online_start.load(std::memory_order_relaxed);
-    i.stacks_intact_from = c.stacks_intact_from.load(std::memory_order_relaxed);  // display only
-    const detail::UpdateLockHolder lock = detail::update_lock_holder(segment_of(b), c);
-    i.update_lock = !lock.held ? OwnerState::none : lock.dead ? OwnerState::dead : OwnerState::alive;
-    i.update_lock_slot = lock.slot;
-    i.steps_lost_to_dead_updates = c.steps_lost_to_dead_updates.load(std::memory_order_relaxed);
-    i.stack_flagless_restarts = c.stack_flagless_restarts.load(std::memory_order_relaxed);
-    // Acquire pairs with the release of the compare-and-swap that took the lease: the lease's details are set.
-    const uint64_t lease = c.lease.load(std::memory_order_acquire);
-    if (lease != 0) {
-      i.owner_pid = layout::owner_pid(lease);
-      i.owner_start_ticks = c.owner_start_ticks.load(std::memory_order_relaxed);
-      i.lease_since_ns = c.lease_since_ns.load(std::memory_order_relaxed);
-      auto [it, fresh] = alive.try_emplace(lease, false);
-      if (fresh) it->second = detail::lease_holder_alive(lease);
-      i.owner = it->second ? OwnerState::alive : OwnerState::dead;
-    }
-    i.lease_takeovers = c.lease_takeovers.load(std::memory_order_relaxed);
-    if (b.has_episodes()) {
-      episode_info(segment_of(b), e, alive, i);
-      s.episodes_completed += i.episodes_completed;
-      s.episode_records_dropped += i.episode_records_dropped;
-      s.episode_queue_depth += i.episode_queue_depth;
-      s.episode_records_lost += i.episode_records_lost;
-    }
-    if (b.has_priorities()) {
-      i.priority_total = detail::range_weight(detail::priority_tree_of(segment_of(b), e), replay.lo, replay.hi);
-      s.priority_total += i.priority_total;
-    }
-    s.total_pushed += i.head;
-    s.replay_steps += i.length;
-    s.online_steps += i.online_length;
-    s.envs.push_back(i);
-  }
+  for (uint64_t e = 0; e < b.num_envs(); ++e) s.envs.push_back(env_info(b, e, alive, s));
   s.live_writers = static_cast<uint64_t>(std::count_if(alive.begin(), alive.end(), [](const auto& kv) { return kv.second; }));
 
   const layout::GlobalControl& g = segment_of(b).global_control();
@@ -153,63 +168,11 @@ SegmentInfo Inspector::snapshot() const {
     s.priority_updates_dropped = g.priority_updates_dropped.load(std::memory_order_relaxed);
   }
   s.rate_limit = b.rate_limit_state();
-  // Each learner slot (layout 1.7), then every learner together.
   for (uint64_t slot = 0; slot < segment_of(b).max_learners(); ++slot) {
-    const detail::LearnerSlotWords me = detail::learner_slot(segment_of(b), slot);
-    LearnerInfo l;
-    l.slot = slot;
-    // Acquire pairs with the release of the compare-and-swap that took the slot's lease.
-    const uint64_t lease = me.lease.lease.load(std::memory_order_acquire);
-    if (lease != 0) {
-      l.pid = layout::owner_pid(lease);
-      l.start_ticks = me.lease.start_ticks.load(std::memory_order_relaxed);
-      l.since_ns = me.lease.since_ns.load(std::memory_order_relaxed);
-      l.state = detail::lease_holder_alive(lease) ? OwnerState::alive : OwnerState::dead;
-    }
-    l.takeovers = me.lease.takeovers.load(std::memory_order_relaxed);
-    l.rows_sampled = me.rows_sampled.load(std::memory_order_relaxed);
-    l.sample_calls = me.sample_calls.load(std::memory_order_relaxed);
-    l.retries = me.retries.load(std::memory_order_relaxed);
-    l.online_resets = me.online_resets.load(std::memory_order_relaxed);
-    l.steps_updated = me.steps_updated.load(std::memory_order_relaxed);
-    l.waiters = me.waiters.load(std::memory_order_relaxed);
-    l.waiting_rows = me.waiting_rows.load(std::memory_order_relaxed);
-    // Layout 1.8: the slot's statistics, loaded one by one while its learner may add to them: the count is raised
-    // to the buckets' sum so that the histogram read is always whole (cumulative buckets never pass the count).
-    l.limiter_timeouts = me.stats.limiter_timeouts.load(std::memory_order_relaxed);
-    uint64_t bucketed = 0;
-    for (uint32_t k = 0; k < layout::kAgeBuckets; ++k) {
-      l.age_buckets[k] = me.stats.age_buckets[k].load(std::memory_order_relaxed);
-      bucketed += l.age_buckets[k];
-    }
-    l.age_sum_steps = me.stats.age_sum_steps.load(std::memory_order_relaxed);
-    l.age_rows = std::max(me.stats.age_rows.load(std::memory_order_relaxed), bucketed);
-    s.live_learners += l.state == OwnerState::alive ? 1 : 0;
-    s.learners.push_back(l);
+    s.learners.push_back(learner_info(segment_of(b), slot));
+    s.live_learners += s.learners.back().state == OwnerState::alive ? 1u : 0u;
   }
-  LearnerInfo& all = s.learner;
-  const auto named = std::find_if(s.learners.begin(), s.learners.end(),
-                                  [](const LearnerInfo& l) { return l.state == OwnerState::alive; });
-  const auto held = std::find_if(s.learners.begin(), s.learners.end(),
-                                 [](const LearnerInfo& l) { return l.state != OwnerState::none; });
-  all = named != s.learners.end() ? *named : held != s.learners.end() ? *held : LearnerInfo{};
-  all.takeovers = all.rows_sampled = all.sample_calls = all.retries = all.online_resets = all.steps_updated =
-      all.waiting_rows = all.limiter_timeouts = all.age_rows = all.age_sum_steps = 0;
-  all.age_buckets = {};
-  for (const LearnerInfo& l : s.learners) {
-    all.limiter_timeouts += l.limiter_timeouts;
-    all.age_rows += l.age_rows;
-    all.age_sum_steps += l.age_sum_steps;
-    for (uint32_t k = 0; k < layout::kAgeBuckets; ++k) all.age_buckets[k] += l.age_buckets[k];
-    all.takeovers += l.takeovers;
-    all.rows_sampled += l.rows_sampled;
-    all.sample_calls += l.sample_calls;
-    all.retries += l.retries;
-    all.online_resets += l.online_resets;
-    all.steps_updated += l.steps_updated;
-    all.waiting_rows += l.waiting_rows;
-  }
-  all.waiters = g.waiters.load(std::memory_order_relaxed);  // every slot's sleepers
+  s.learner = every_learner(s.learners, g);
   return s;
 }
 

@@ -4,12 +4,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 
 #include "shmreplay/internal/segment.hpp"
 #include "detail/os/process.hpp"
 #include "shmreplay/inspector.hpp"
 #include "shmreplay/sampler.hpp"
+#include "shmreplay/writer.hpp"
 #include "shmreplay/internal/layout.hpp"
 #include "support.hpp"
 
@@ -104,6 +106,86 @@ TEST_CASE("a snapshot derives lengths from the counters and judges owners by pid
   // A pid that is alive but started at another time (pid reuse) is dead for the lease.
   segment_of(b).env_control(0).lease.store(layout::pack_owner(me, my_start + 1));
   CHECK(Inspector(name).snapshot().envs[0].owner == OwnerState::dead);
+}
+
+namespace {
+// One step of "obs:u8[4,3]:stack=0 action:i32 done:bool" whose stack is frames base + first .. base + first + 3
+// (frame n: three bytes of n), so that steps with the same base and consecutive `first` continue each other's stack.
+void push_stacked(Writer& w, uint64_t env, uint8_t base, uint8_t first) {
+  uint8_t obs[4][3];
+  for (uint8_t k = 0; k < 4; ++k) std::memset(obs[k], base + first + k, 3);
+  const int32_t action = first;
+  const bool done = false;
+  w.push_one(env, {FieldBytes{obs, sizeof obs}, FieldBytes{&action, 4}, FieldBytes{&done, 1}});
+}
+}  // namespace
+
+TEST_CASE("an env's stored_bytes row is the bytes its replay view occupies: a plain field's bytes per step, and for a "
+          "stacked field an index word per step plus the frames its stacks span") {
+  const std::string name = unique_name("insp-bytes");
+  SegmentGuard guard(name);
+  Buffer b = Buffer::create(name, 2, 8, Schema::parse("obs:u8[4,3]:stack=0 action:i32 done:bool"),
+                            {.stack_restarts = 1});
+  {
+    Writer w(b, {0, 1});
+    // Env 0: steps 0-5 continue one stack (frames 0-3, then one frame each: 4-8), step 6 restarts it (4 new frames,
+    // 9-12), steps 7-11 continue that one (13-17). The ring of 8 keeps steps 4-11, whose stacks span frames 4-17.
+    for (uint8_t s = 0; s < 6; ++s) push_stacked(w, 0, 0, s);
+    for (uint8_t s = 0; s < 6; ++s) push_stacked(w, 0, 100, s);
+    // Env 1: 3 steps of one stack: frames 0-5.
+    for (uint8_t s = 0; s < 3; ++s) push_stacked(w, 1, 0, s);
+  }
+  const SegmentInfo info = Inspector(name).snapshot();
+  const std::optional<std::size_t> k = counter_index(CounterScope::env, "stored_bytes");
+  REQUIRE(k.has_value());
+  REQUIRE(info.envs[0].length == 8);
+  const uint64_t plain = 4 + 1;           // action and done, per step
+  const uint64_t index_word = 8;          // the stacked field's frame-index word, per step
+  const uint64_t frame = 3;               // bytes of one frame
+  CHECK(info.envs[0].counters[*k] == 8 * (plain + index_word) + 14 * frame);
+  CHECK(info.envs[1].counters[*k] == 3 * (plain + index_word) + 6 * frame);
+
+  // Without stacked fields every stored step is its step bytes.
+  const std::string flat = unique_name("insp-bytes-flat");
+  SegmentGuard flat_guard(flat);
+  Buffer f = Buffer::create(flat, 2, 10, kSchema);
+  segment_of(f).env_control(1).head.store(25);  // wrapped: a full ring of 10
+  segment_of(f).env_control(1).claimed.store(25);
+  const SegmentInfo flat_info = Inspector(flat).snapshot();
+  CHECK(flat_info.envs[0].counters[*k] == 0);
+  CHECK(flat_info.envs[1].counters[*k] == 10 * kSchema.step_bytes());
+}
+
+TEST_CASE("a snapshot holds one value per counter-table row, the same as the typed field of each row that has one") {
+  const std::string name = unique_name("insp-rows");
+  SegmentGuard guard(name);
+  Buffer b = Buffer::create(name, 2, 10, kSchema, {.max_learners = 2});
+  segment_of(b).env_control(1).head.store(25);
+  segment_of(b).env_control(1).claimed.store(26);
+  segment_of(b).env_control(1).lease_takeovers.store(3);
+  {
+    Sampler learner(b, {.rank = 1});
+    learner.reset_online_queue();
+  }
+  const SegmentInfo s = Inspector(name).snapshot();
+  const auto env = [](const char* row) { return counter_index(CounterScope::env, row).value(); };
+  const auto learner = [](const char* row) { return counter_index(CounterScope::learner, row).value(); };
+  for (const EnvInfo& e : s.envs) {
+    REQUIRE(e.counters.size() == counters(CounterScope::env).size());
+    CHECK(e.counters[env("head")] == e.head);
+    CHECK(e.counters[env("claimed")] == e.claimed);
+    CHECK(e.counters[env("length")] == e.length);
+    CHECK(e.counters[env("lease_takeovers")] == e.lease_takeovers);
+  }
+  CHECK(s.envs[1].counters[env("lease_takeovers")] == 3);
+  REQUIRE(s.learners.size() == 2);
+  CHECK(s.learners[1].counters[learner("online_resets")] == 1);
+  CHECK(s.learners[1].online_resets == 1);
+  CHECK(s.learner.counters.size() == counters(CounterScope::learner).size());
+  CHECK(s.learner.counters[learner("online_resets")] == 1);  // summed over the slots
+  CHECK(s.learner.counters[learner("waiters")] == s.learner.waiters);
+  CHECK(!counter_index(CounterScope::env, "no_such_row").has_value());
+  CHECK(counters(CounterScope::buffer).empty());
 }
 
 TEST_CASE("the inspector maps read-only and works on a segment it may not write") {

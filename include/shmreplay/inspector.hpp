@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "shmreplay/buffer.hpp"
+#include "shmreplay/counters.hpp"
 #include "shmreplay/sample_age.hpp"
 
 namespace shmreplay {
@@ -70,6 +71,10 @@ struct EnvInfo {
   EpisodeEnd last_episode_end = EpisodeEnd::none;  ///< how the last completed episode ended
   /// Priorities (0 in a buffer without): the sum of priority^alpha over the replay view, read from the env's tree.
   double priority_total = 0.0;
+  /// Every env row of the counter table (counters(CounterScope::env), counters.hpp), in row order: the numbers
+  /// above that are rows, and the rows without a field here (such as stored_bytes, the bytes the env's replay view
+  /// occupies in the segment). counter_index() finds a row by name.
+  std::vector<uint64_t> counters;
 };
 
 /// The learner (the Sampler holding the learner lease) and its counters: one learner slot's, or every slot's summed
@@ -97,6 +102,8 @@ struct LearnerInfo {
   /// Rows per age bucket, not cumulative: bucket k holds the ages in (layout::age_bucket_le(k - 1),
   /// layout::age_bucket_le(k)] (bucket 0: age 0); rows older than the last bound are in age_rows only.
   std::array<uint64_t, layout::kAgeBuckets> age_buckets{};
+  /// Every learner row of the counter table (counters(CounterScope::learner), counters.hpp), in row order.
+  std::vector<uint64_t> counters;
 };
 
 /// Everything Inspector::snapshot() reads from a segment: geometry, creation record, per-env and learner state,

@@ -4,6 +4,7 @@
 
 #include "shmreplay/buffer.hpp"     // IWYU pragma: export
 #include "shmreplay/checkpoint.hpp"  // IWYU pragma: export
+#include "shmreplay/counters.hpp"  // IWYU pragma: export
 #include "shmreplay/error.hpp"      // IWYU pragma: export
 #include "shmreplay/inspector.hpp"  // IWYU pragma: export
 #include "shmreplay/nstep.hpp"      // IWYU pragma: export

@@ -6,7 +6,7 @@
 //
 // A load builds no Sampler and no Writer: their constructors repair what a dead predecessor left, and most of it
 // is in words the load rewrites anyway. What a load does beyond the lease words, and why nothing else is needed:
-// - A learner lease taken over from a dead learner: the repair Sampler::Sampler does on a takeover (sampler_lease.cpp),
+// - A learner lease taken over from a dead learner: the repair Sampler::Sampler does on a takeover (sampler.cpp),
 //   all of it: the update locks the dead learner held (release_dead_update_lock), its waiter count (every push
 //   would issue a futex wake), learner_waiting_rows, and a priority walk it left half done. The waiter count and
 //   waiting rows are words a load never writes, and the lease is free after the load, so no later learner takes

@@ -1,10 +1,11 @@
 // lib/checkpoint/state.cpp: everything a checkpoint holds besides the records (format 2.0), both halves next to
 // each other: per env the priority weights of its window and the episode records waiting in its queue
 // (save_env_extras, load_env_extras), and for the buffer alpha, the running maximum priority, the rate limiter's
-// settings, offset and counts, the learner's counters and the stack settings (read_source_state,
-// load_global_state), with the checks that refuse a target whose settings would change what they mean
-// (state_mismatches). Who calls it: save.cpp (the save half), load.cpp (the load half). The top of
-// include/shmreplay/checkpoint.hpp has the table of what a load does with each part.
+// settings, offset and counts, the learner's counters (the counter table's rows that name their place in a
+// checkpoint, counters.hpp) and the stack settings (read_source_state, load_global_state), with the checks that
+// refuse a target whose settings would change what they mean (state_mismatches). Who calls it: save.cpp (the save
+// half), load.cpp (the load half). The top of include/shmreplay/checkpoint.hpp has the table of what a load does
+// with each part.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "checkpoint/internal.hpp"
+#include "counters.hpp"
 #include "detail/protocol/episode_queue.hpp"
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/learner_slots.hpp"
@@ -155,11 +157,7 @@ void read_source_state(const Buffer& b, CheckpointInfo& info) {
   info.limiter.learner_limited = g.learner_limited.load(std::memory_order_relaxed);
   info.limiter.writers_limited = g.writers_limited.load(std::memory_order_relaxed);
   info.limiter.writer_timeouts = g.writer_timeouts.load(std::memory_order_relaxed);
-  info.learner.rows_sampled = g.rows_sampled.load(std::memory_order_relaxed);
-  info.learner.sample_calls = g.sample_calls.load(std::memory_order_relaxed);
-  info.learner.retries = g.retries.load(std::memory_order_relaxed);
-  info.learner.online_resets = g.online_resets.load(std::memory_order_relaxed);
-  info.learner.steps_updated = g.steps_updated.load(std::memory_order_relaxed);
+  save_learner_counters(learner_slot(seg, 0), info.learner);  // the counter table's rows a checkpoint holds
   info.learner.priority_updates = g.priority_updates.load(std::memory_order_relaxed);
   info.learner.priority_updates_dropped = g.priority_updates_dropped.load(std::memory_order_relaxed);
   // Layout 1.7: slots 1.. (slot 0's are the words above), each online start at most its env's saved head (a learner
@@ -169,11 +167,7 @@ void read_source_state(const Buffer& b, CheckpointInfo& info) {
   for (uint64_t r = 1; r < seg.max_learners(); ++r) {
     const LearnerSlotWords me = learner_slot(seg, r);
     CheckpointLearnerSlot slot;
-    slot.counters.rows_sampled = me.rows_sampled.load(std::memory_order_relaxed);
-    slot.counters.sample_calls = me.sample_calls.load(std::memory_order_relaxed);
-    slot.counters.retries = me.retries.load(std::memory_order_relaxed);
-    slot.counters.online_resets = me.online_resets.load(std::memory_order_relaxed);
-    slot.counters.steps_updated = me.steps_updated.load(std::memory_order_relaxed);
+    save_learner_counters(me, slot.counters);
     for (const CheckpointEnv& e : info.envs) {
       slot.online_starts.push_back(std::min(me.online_start(e.env).load(std::memory_order_relaxed), e.head));
     }
@@ -334,11 +328,7 @@ void load_global_state(Buffer& target, const CheckpointInfo& info, bool created,
     const double m = created ? info.max_priority : std::max(info.max_priority, max_priority(g.max_priority));
     g.max_priority.store(bits_of(m), std::memory_order_relaxed);
   }
-  g.rows_sampled.store(info.learner.rows_sampled, std::memory_order_relaxed);
-  g.sample_calls.store(info.learner.sample_calls, std::memory_order_relaxed);
-  g.retries.store(info.learner.retries, std::memory_order_relaxed);
-  g.online_resets.store(info.learner.online_resets, std::memory_order_relaxed);
-  g.steps_updated.store(info.learner.steps_updated, std::memory_order_relaxed);
+  load_learner_counters(info.learner, learner_slot(seg, 0));  // the counter table's rows a checkpoint holds
   g.priority_updates.store(info.learner.priority_updates, std::memory_order_relaxed);
   // Layout 1.7: learner slots 1.. as saved (the load holds every slot's lease: nobody reads them meanwhile); slots
   // the file does not have start as a new buffer's; slots the segment does not have are dropped (allowed mismatch).
@@ -346,11 +336,7 @@ void load_global_state(Buffer& target, const CheckpointInfo& info, bool created,
     const LearnerSlotWords me = learner_slot(seg, r);
     const CheckpointLearnerSlot none;
     const CheckpointLearnerSlot& slot = r - 1 < info.learner_slots.size() ? info.learner_slots[r - 1] : none;
-    me.rows_sampled.store(slot.counters.rows_sampled, std::memory_order_relaxed);
-    me.sample_calls.store(slot.counters.sample_calls, std::memory_order_relaxed);
-    me.retries.store(slot.counters.retries, std::memory_order_relaxed);
-    me.online_resets.store(slot.counters.online_resets, std::memory_order_relaxed);
-    me.steps_updated.store(slot.counters.steps_updated, std::memory_order_relaxed);
+    load_learner_counters(slot.counters, me);
     for (const CheckpointEnv& e : info.envs) {
       me.online_start(e.env).store(slot.online_starts.empty() ? 0 : slot.online_starts[e.env],
                                    std::memory_order_relaxed);

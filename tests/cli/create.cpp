@@ -27,13 +27,13 @@ TEST_CASE("create prints the segment's shape and info shows the schema and sizes
   CHECK(contains(i.out, kSpec));
   CHECK(words(line_starting(i.out, "  0  obs")) == std::vector<std::string>{"0", "obs", "f32", "[4]", "16"});
   CHECK(words(line_starting(i.out, "  3  done")) == std::vector<std::string>{"3", "done", "bool", "scalar", "1"});
-  // The env table: env 2 has published nothing and has no owner.
+  // The env table: env 2 has published nothing, has no owner and stores no bytes (the STORED column, last).
   bool saw_env_2 = false;
   std::istringstream lines(i.out);
   for (std::string line; std::getline(lines, line);) {
     const auto w = words(line);
-    if (w.size() == 9 && w[0] == "2" && w[6] == "none") {
-      CHECK(w == std::vector<std::string>{"2", "0", "0", "0", "0", "-", "none", "-", "never"});
+    if (w.size() == 11 && w[0] == "2" && w[6] == "none") {
+      CHECK(w == std::vector<std::string>{"2", "0", "0", "0", "0", "-", "none", "-", "never", "0", "bytes"});
       saw_env_2 = true;
     }
   }

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "shmreplay/counters.hpp"
 #include "shmreplay/inspector.hpp"
 
 namespace shmreplay::cli {
@@ -174,6 +175,17 @@ std::string step_bytes_text(const SegmentInfo& info);
 /// The restarts (steps whose stack does not continue the previous step's) that a stacked field's frame rings hold
 /// per env at no loss: (frames - capacity) / (K - 1) - 1, rounded down.
 uint64_t stack_restarts_held(const StackGeometry& stack, uint64_t capacity);
+
+/// An env row of the counter table with a column in `info`'s and `watch`'s env tables (Counter::column): its index
+/// in EnvInfo::counters and the row.
+struct EnvColumn {
+  std::size_t index = 0;
+  const Counter* row = nullptr;
+};
+/// Those rows, in row order; both tables put them last, so that the usual columns keep their places.
+std::vector<EnvColumn> env_columns();
+/// A counter's cell in a text table: its value, in human units for a row in bytes ("1.2 KiB").
+std::string counter_cell(const Counter& c, uint64_t value);
 
 /// Envs that `info` prints in its text form; the rest are counted as omitted (--json has them all).
 inline constexpr std::size_t kMaxEnvRowsShown = 64;

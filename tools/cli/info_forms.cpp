@@ -20,6 +20,7 @@
 
 #include "detail/os/owner.hpp"
 #include "shmreplay/buffer.hpp"
+#include "shmreplay/counters.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/inspector.hpp"
 #include "shmreplay/schema.hpp"
@@ -70,37 +71,28 @@ Json stacks_json(const SegmentInfo& i) {
   return stacks;
 }
 
+void add_counter_keys(Json& j, CounterScope scope, const std::vector<uint64_t>& values) {
+  const std::span<const Counter> rows = counters(scope);
+  for (std::size_t k = 0; k < rows.size() && k < values.size(); ++k) {
+    if (rows[k].in_json) j[std::string(rows[k].name)] = values[k];
+  }
+}
+
+// An env: its id, the counter table's env rows, then its lease, update lock, priorities and last episode.
 Json env_json(const EnvInfo& e) {
-  return {
-      {"env", e.env},
-      {"head", e.head},
-      {"claimed", e.claimed},
-      {"online_start", e.online_start},
-      {"length", e.length},
-      {"online_length", e.online_length},
-      {"owner", to_string(e.owner)},
-      {"owner_pid", e.owner_pid},
-      {"owner_start_ticks", e.owner_start_ticks},
-      {"lease_since_ns", e.lease_since_ns},
-      {"lease_takeovers", e.lease_takeovers},
-      {"last_push_ns", e.last_push_ns},
-      {"stacks_intact_from", e.stacks_intact_from},
-      {"update_lock", to_string(e.update_lock)},
-      {"update_lock_slot", e.update_lock_slot},
-      {"steps_lost_to_dead_updates", e.steps_lost_to_dead_updates},
-      {"stack_flagless_restarts", e.stack_flagless_restarts},
-      {"state", state_text(e)},
-      {"episodes_completed", e.episodes_completed},
-      {"episode_records_dropped", e.episode_records_dropped},
-      {"episode_queue_depth", e.episode_queue_depth},
-      {"episode_records_lost", e.episode_records_lost},
-      {"priority_total", e.priority_total},
-      {"episode_start", e.episode_start},
-      {"last_episode",
-       {{"length", e.last_episode_length},
-        {"return", e.last_episode_return},
-        {"end", to_string(e.last_episode_end)}}},
-  };
+  Json j = {{"env", e.env}};
+  add_counter_keys(j, CounterScope::env, e.counters);
+  j["owner"] = to_string(e.owner);
+  j["owner_pid"] = e.owner_pid;
+  j["owner_start_ticks"] = e.owner_start_ticks;
+  j["update_lock"] = to_string(e.update_lock);
+  j["update_lock_slot"] = e.update_lock_slot;
+  j["state"] = state_text(e);
+  j["priority_total"] = e.priority_total;
+  j["last_episode"] = {{"length", e.last_episode_length},
+                       {"return", e.last_episode_return},
+                       {"end", to_string(e.last_episode_end)}};
+  return j;
 }
 
 // "done=done reward=reward": the fields with episode roles, or "" for a buffer without them.
@@ -155,25 +147,12 @@ Json mean_age_json(const LearnerInfo& l) {
   return l.age_rows == 0 ? Json(nullptr) : Json(static_cast<double>(l.age_sum_steps) / static_cast<double>(l.age_rows));
 }
 
+// A learner slot (or every slot together): its holder, the counter table's learner rows, the mean sample age.
 Json learner_json(const LearnerInfo& l) {
-  return {
-      {"state", to_string(l.state)},
-      {"pid", l.pid},
-      {"start_ticks", l.start_ticks},
-      {"since_ns", l.since_ns},
-      {"takeovers", l.takeovers},
-      {"rows_sampled", l.rows_sampled},
-      {"sample_calls", l.sample_calls},
-      {"retries", l.retries},
-      {"online_resets", l.online_resets},
-      {"steps_updated", l.steps_updated},
-      {"waiters", l.waiters},
-      {"waiting_rows", l.waiting_rows},
-      {"limiter_timeouts", l.limiter_timeouts},
-      {"age_rows", l.age_rows},
-      {"age_sum_steps", l.age_sum_steps},
-      {"mean_age_steps", mean_age_json(l)},
-  };
+  Json j = {{"state", to_string(l.state)}, {"pid", l.pid}, {"start_ticks", l.start_ticks}};
+  add_counter_keys(j, CounterScope::learner, l.counters);
+  j["mean_age_steps"] = mean_age_json(l);
+  return j;
 }
 
 // Each learner slot (layout 1.7), with its rank.
@@ -374,6 +353,8 @@ void print_env_table(const std::vector<EnvInfo>& envs, bool episodes) {
     columns.push_back({"EPISODES", Align::right});
     columns.push_back({"LAST EPISODE"});
   }
+  const std::vector<EnvColumn> extra = env_columns();  // the counter table's rows with a column, last
+  for (const EnvColumn& c : extra) columns.push_back({std::string(c.row->column), Align::right});
   Table t(std::move(columns));
   const std::size_t shown = std::min(envs.size(), kMaxEnvRowsShown);
   for (std::size_t k = 0; k < shown; ++k) {
@@ -390,6 +371,7 @@ void print_env_table(const std::vector<EnvInfo>& envs, bool episodes) {
                                                : fmt::format("{} steps, return {:g}, {}", e.last_episode_length,
                                                              e.last_episode_return, to_string(e.last_episode_end)));
     }
+    for (const EnvColumn& c : extra) row.push_back(counter_cell(*c.row, e.counters.at(c.index)));
     t.add_row(std::move(row));
   }
   fmt::print("{}", t.render("  "));
@@ -421,6 +403,19 @@ std::string step_bytes_text(const SegmentInfo& i) {
 uint64_t stack_restarts_held(const StackGeometry& st, uint64_t capacity) {
   if (st.depth < 2 || st.frames < capacity + (st.depth - 1)) return 0;
   return (st.frames - capacity) / (st.depth - 1) - 1;
+}
+
+std::vector<EnvColumn> env_columns() {
+  std::vector<EnvColumn> out;
+  const std::span<const Counter> rows = counters(CounterScope::env);
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    if (!rows[k].column.empty()) out.push_back({k, &rows[k]});
+  }
+  return out;
+}
+
+std::string counter_cell(const Counter& c, uint64_t value) {
+  return c.unit == "bytes" ? human_bytes(value) : fmt::format("{}", value);
 }
 
 std::string state_text(const EnvInfo& e) {

@@ -18,6 +18,9 @@ using Json = nlohmann::ordered_json;  // keeps keys in the order written, so the
 
 /// "1 env", "3 envs".
 std::string counted(uint64_t n, std::string_view singular, std::string_view plural);
+/// The rows of the counter table's `scope` that `info --json` shows (Counter::in_json), as keys of `j` with their
+/// values (EnvInfo::counters, LearnerInfo::counters), in row order.
+void add_counter_keys(Json& j, CounterScope scope, const std::vector<uint64_t>& values);
 /// `info --json`: everything SegmentInfo holds.
 Json info_json(const SegmentInfo& i);
 /// One buffer of `ls --json`.

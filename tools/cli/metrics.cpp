@@ -2,7 +2,9 @@
 // (every shmreplay segment of the caller's when none is named; every user's with --all-users), read at each scrape
 // from read-only mappings (Inspector: PROT_READ, one atomic load per counter), so a scrape can never make a writer or
 // a learner wait. The HTTP server is http_server.hpp's (which says why not cpp-httplib's); the format is
-// exposition.hpp's. docs/cli.md lists every metric with its type, labels and unit, and the server's limits.
+// exposition.hpp's. The per-env and per-learner families are the counter table's rows (shmreplay/counters.hpp);
+// docs/cli.md lists every metric with its type, labels and unit (a test holds it to the exporter), and the server's
+// limits.
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -22,6 +24,7 @@
 #include "detail/os/process.hpp"
 #include "exposition.hpp"
 #include "http_server.hpp"
+#include "shmreplay/counters.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/inspector.hpp"
 #include "shmreplay/sample_age.hpp"
@@ -85,32 +88,23 @@ class Writer {
       if (const auto v = value(*b.info)) x_.sample({{"buffer", b.name}}, *v);
     }
   }
-  // ... one sample per env of each buffer.
-  template <class F>
-  void per_env(std::string_view name, Type type, std::string_view help, F value) {
-    x_.family(name, type, help);
-    for (const Scraped& b : buffers_) {
-      if (!b.info) continue;
-      for (const EnvInfo& e : b.info->envs) {
-        if (const auto v = value(*b.info, e)) x_.sample({{"buffer", b.name}, {"env", std::to_string(e.env)}}, *v);
-      }
-    }
-  }
-  // ... one sample per learner slot of each buffer (the label is the slot, which is the learner's rank).
-  template <class F>
-  void per_learner(std::string_view name, Type type, std::string_view help, F value) {
-    x_.family(name, type, help);
-    for (const Scraped& b : buffers_) {
-      if (!b.info) continue;
-      for (const LearnerInfo& l : b.info->learners) {
-        if (const auto v = value(l)) x_.sample({{"buffer", b.name}, {"learner", std::to_string(l.slot)}}, *v);
-      }
-    }
-  }
+  // Every row of the counter table's `scope` that has a family (counters.hpp): one sample per env or learner slot
+  // of each buffer, labelled `env` or `learner` (the slot, which is the learner's rank).
+  void rows(CounterScope scope);
 
   void all();
 
  private:
+  void buffer_families();
+  void age_histograms();
+  void priority_families();
+  void limiter_families();
+  // The sample of row `c` with value `v`: a since_ns row as the seconds since then, left out while 0.
+  void row_sample(const Counter& c, const std::vector<Label>& labels, uint64_t v) {
+    if (c.form != CounterForm::since_ns) return x_.sample(labels, v);
+    if (v != 0) x_.sample(labels, seconds_since(v, now_));
+  }
+
   Exposition& x_;
   const std::vector<Scraped>& buffers_;
   uint64_t now_;
@@ -119,8 +113,38 @@ class Writer {
 using U = std::optional<uint64_t>;
 using D = std::optional<double>;
 
+void Writer::rows(CounterScope scope) {
+  const std::span<const Counter> table = counters(scope);
+  const std::string label = scope == CounterScope::env ? "env" : "learner";
+  for (std::size_t k = 0; k < table.size(); ++k) {
+    const Counter& c = table[k];
+    if (c.metric.empty()) continue;
+    x_.family(c.metric, c.type == CounterType::counter ? Type::counter : Type::gauge, c.help);
+    for (const Scraped& b : buffers_) {
+      if (!b.info || (c.presence == CounterPresence::episodes && b.info->episode_queue_capacity == 0)) continue;
+      if (scope == CounterScope::env) {
+        for (const EnvInfo& e : b.info->envs) {
+          row_sample(c, {{"buffer", b.name}, {label, std::to_string(e.env)}}, e.counters[k]);
+        }
+      } else {
+        for (const LearnerInfo& l : b.info->learners) {
+          row_sample(c, {{"buffer", b.name}, {label, std::to_string(l.slot)}}, l.counters[k]);
+        }
+      }
+    }
+  }
+}
+
 void Writer::all() {
-  const uint64_t now = now_;
+  buffer_families();
+  rows(CounterScope::env);      // per env: steps, episodes, leases, bytes
+  rows(CounterScope::learner);  // per learner slot
+  age_histograms();
+  priority_families();
+  limiter_families();
+}
+
+void Writer::buffer_families() {
   x_.family("shmreplay_buffer_up", Type::gauge, "1 when the buffer's segment opened and was read, 0 when not");
   for (const Scraped& b : buffers_) x_.sample({{"buffer", b.name}}, uint64_t{b.info ? 1u : 0u});
 
@@ -155,80 +179,9 @@ void Writer::all() {
              [](const SegmentInfo& i) { return U(i.live_writers); });
   per_buffer("shmreplay_live_learners", Type::gauge, "Learner slots held by a live learner",
              [](const SegmentInfo& i) { return U(i.live_learners); });
+}
 
-  // per env: steps, episodes, leases
-  per_env("shmreplay_steps_published_total", Type::counter, "Steps the env's writers published since creation",
-          [](const SegmentInfo&, const EnvInfo& e) { return U(e.head); });
-  per_env("shmreplay_steps_stored", Type::gauge, "Steps of the env in the replay view (sampleable now)",
-          [](const SegmentInfo&, const EnvInfo& e) { return U(e.length); });
-  per_env("shmreplay_online_steps", Type::gauge, "Steps of the env in the online view",
-          [](const SegmentInfo&, const EnvInfo& e) { return U(e.online_length); });
-  per_env("shmreplay_episodes_completed_total", Type::counter,
-          "Episodes of the env whose last step was published (buffers with episode fields)",
-          [](const SegmentInfo& i, const EnvInfo& e) { return i.episode_queue_capacity ? U(e.episodes_completed) : U(); });
-  per_env("shmreplay_episode_records_dropped_total", Type::counter,
-          "Completed-episode records lost because the env's queue was full (buffers with episode fields)",
-          [](const SegmentInfo& i, const EnvInfo& e) {
-            return i.episode_queue_capacity ? U(e.episode_records_dropped) : U();
-          });
-  per_env("shmreplay_episode_records_lost_total", Type::counter,
-          "Completed-episode records a learner took from the env's queue and never handed to its caller: it was "
-          "killed inside pop_episodes (buffers with episode fields)",
-          [](const SegmentInfo& i, const EnvInfo& e) {
-            return i.episode_queue_capacity ? U(e.episode_records_lost) : U();
-          });
-  per_env("shmreplay_episode_queue_depth", Type::gauge, "Completed-episode records waiting for the learner",
-          [](const SegmentInfo& i, const EnvInfo& e) { return i.episode_queue_capacity ? U(e.episode_queue_depth) : U(); });
-  per_env("shmreplay_env_lease_held", Type::gauge,
-          "1 while a writer holds the env's lease (alive or dead), 0 when none does",
-          [](const SegmentInfo&, const EnvInfo& e) { return U(e.owner == OwnerState::none ? 0u : 1u); });
-  per_env("shmreplay_env_writer_alive", Type::gauge, "1 when the env's lease holder runs, 0 when it died or none",
-          [](const SegmentInfo&, const EnvInfo& e) { return U(e.owner == OwnerState::alive ? 1u : 0u); });
-  per_env("shmreplay_env_lease_age_seconds", Type::gauge, "Seconds since the env's lease holder took it (held only)",
-          [now](const SegmentInfo&, const EnvInfo& e) {
-            return e.owner == OwnerState::none ? D() : D(seconds_since(e.lease_since_ns, now));
-          });
-  per_env("shmreplay_env_lease_takeovers_total", Type::counter, "Dead writers' leases of the env taken over",
-          [](const SegmentInfo&, const EnvInfo& e) { return U(e.lease_takeovers); });
-  per_env("shmreplay_env_update_lock_dead", Type::gauge,
-          "1 when the env's update lock names a learner that died holding it (repaired at the next touch)",
-          [](const SegmentInfo&, const EnvInfo& e) { return U(e.update_lock == OwnerState::dead ? 1 : 0); });
-  per_env("shmreplay_env_steps_lost_to_dead_updates_total", Type::counter,
-          "Steps that left the env's view because a learner died rewriting one of them",
-          [](const SegmentInfo&, const EnvInfo& e) { return U(e.steps_lost_to_dead_updates); });
-  per_env("shmreplay_env_stack_flagless_restarts_total", Type::counter,
-          "Steps whose stack the episodes rule's spot check found restarted without a flag",
-          [](const SegmentInfo&, const EnvInfo& e) { return U(e.stack_flagless_restarts); });
-  per_env("shmreplay_env_last_push_age_seconds", Type::gauge, "Seconds since the env's last push (pushed envs only)",
-          [now](const SegmentInfo&, const EnvInfo& e) {
-            return e.last_push_ns == 0 ? D() : D(seconds_since(e.last_push_ns, now));
-          });
-
-  // per learner slot
-  per_learner("shmreplay_learner_rows_sampled_total", Type::counter, "Rows returned by the learner slot's sample calls",
-              [](const LearnerInfo& l) { return U(l.rows_sampled); });
-  per_learner("shmreplay_learner_sample_calls_total", Type::counter, "Sample calls and peeks of the learner slot",
-              [](const LearnerInfo& l) { return U(l.sample_calls); });
-  per_learner("shmreplay_learner_sample_retries_total", Type::counter,
-              "Rows the learner slot redrew because a writer overwrote them during the copy (torn reads)",
-              [](const LearnerInfo& l) { return U(l.retries); });
-  per_learner("shmreplay_learner_online_resets_total", Type::counter, "Online-queue resets by the learner slot",
-              [](const LearnerInfo& l) { return U(l.online_resets); });
-  per_learner("shmreplay_learner_steps_updated_total", Type::counter, "Steps rewritten by the learner slot",
-              [](const LearnerInfo& l) { return U(l.steps_updated); });
-  per_learner("shmreplay_learner_takeovers_total", Type::counter, "Dead learners of the slot replaced",
-              [](const LearnerInfo& l) { return U(l.takeovers); });
-  per_learner("shmreplay_learner_lease_held", Type::gauge, "1 while a learner holds the slot (alive or dead), 0 when none",
-              [](const LearnerInfo& l) { return U(l.state == OwnerState::none ? 0u : 1u); });
-  per_learner("shmreplay_learner_alive", Type::gauge, "1 when the slot's learner runs, 0 when it died or none",
-              [](const LearnerInfo& l) { return U(l.state == OwnerState::alive ? 1u : 0u); });
-  per_learner("shmreplay_learner_lease_age_seconds", Type::gauge, "Seconds since the slot's learner attached (held only)",
-              [now](const LearnerInfo& l) { return l.state == OwnerState::none ? D() : D(seconds_since(l.since_ns, now)); });
-  per_learner("shmreplay_learner_waiting", Type::gauge,
-              "Learners of the slot blocked now in wait() or on the rate limiter",
-              [](const LearnerInfo& l) { return U(l.waiters); });
-  per_learner("shmreplay_learner_waiting_rows", Type::gauge, "Rows of the slot's sample call waiting for the rate limiter",
-              [](const LearnerInfo& l) { return U(l.waiting_rows); });
+void Writer::age_histograms() {
   // Layout 1.8: the age of the sampled rows, one histogram per learner slot with the segment's own bucket bounds.
   x_.family("shmreplay_learner_sample_age_steps", Type::histogram,
             "Age of the rows the learner slot sampled: steps from a row's end to its env's head when it was drawn (0: "
@@ -242,8 +195,9 @@ void Writer::all() {
                    l.age_rows);
     }
   }
+}
 
-  // priorities (buffers with priorities only)
+void Writer::priority_families() {  // buffers with priorities only
   per_buffer("shmreplay_priority_weight", Type::gauge, "Sum of priority^alpha over the replay view (what sampling draws from)",
              [](const SegmentInfo& i) { return i.priority_exponent ? D(i.priority_total) : D(); });
   per_buffer("shmreplay_priority_max", Type::gauge, "The largest priority ever given (new steps enter at it)",
@@ -255,8 +209,9 @@ void Writer::all() {
   per_buffer("shmreplay_priority_updates_dropped_total", Type::counter,
              "Priority updates refused because the step had been overwritten",
              [](const SegmentInfo& i) { return i.priority_exponent ? U(i.priority_updates_dropped) : U(); });
+}
 
-  // the rate limiter
+void Writer::limiter_families() {
   per_buffer("shmreplay_rate_limit_enabled", Type::gauge, "1 when the buffer has a rate limiter, 0 when not",
              [](const SegmentInfo& i) { return U(i.rate_limit.limit ? 1u : 0u); });
   const auto ratio = [](const SegmentInfo& i) { return i.rate_limit.limit && i.rate_limit.limit->has_ratio(); };
@@ -298,9 +253,9 @@ void Writer::all() {
     if (!b.info || !b.info->rate_limit.limit) continue;
     const RateLimitState& r = b.info->rate_limit;
     x_.sample({{"buffer", b.name}, {"side", "learner"}},
-              r.learners_waiting ? seconds_since(r.learner_waiting_since_ns, now) : 0.0);
+              r.learners_waiting ? seconds_since(r.learner_waiting_since_ns, now_) : 0.0);
     x_.sample({{"buffer", b.name}, {"side", "writer"}},
-              r.writer_waiters ? seconds_since(r.writer_waiting_since_ns, now) : 0.0);
+              r.writer_waiters ? seconds_since(r.writer_waiting_since_ns, now_) : 0.0);
   }
   per_buffer("shmreplay_rate_limit_waiting_learner_rows", Type::gauge, "Rows of the sample calls waiting now",
              [](const SegmentInfo& i) { return i.rate_limit.limit ? U(i.rate_limit.learner_waiting_rows) : U(); });

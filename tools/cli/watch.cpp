@@ -283,24 +283,25 @@ std::vector<std::string> frame_lines(const WatchArgs& args, const SegmentInfo& s
   if (s.rate_limit.limit) pair("rate limit", rate_limit_text(s.rate_limit));
   lines.emplace_back();
 
-  Table t({{"ENV", Align::right},
-           {"FILL"},
-           {"", Align::right},
-           {"LENGTH", Align::right},
-           {"ONLINE", Align::right},
-           {"HEAD", Align::right},
-           {"PUSH/S", Align::right},
-           {"OWNER", Align::right},
-           {"STATE"},
-           {"LAST PUSH"}});
+  std::vector<Table::Column> headers{{"ENV", Align::right},    {"FILL"},
+                                     {"", Align::right},       {"LENGTH", Align::right},
+                                     {"ONLINE", Align::right}, {"HEAD", Align::right},
+                                     {"PUSH/S", Align::right}, {"OWNER", Align::right},
+                                     {"STATE"},                {"LAST PUSH"}};
+  const std::vector<EnvColumn> extra = env_columns();  // the counter table's rows with a column, last
+  for (const EnvColumn& c : extra) headers.push_back({std::string(c.row->column), Align::right});
+  Table t(std::move(headers));
   const std::size_t shown = std::min(s.envs.size(), max_env_rows);
   for (std::size_t k = 0; k < shown; ++k) {
     const EnvInfo& e = s.envs[k];
-    t.add_row({fmt::format("{}", e.env), fill_bar(fraction(e.length, s.capacity), bar_width.value_or(0)),
-               percent(e.length, s.capacity), fmt::format("{}", e.length), fmt::format("{}", e.online_length),
-               fmt::format("{}", e.head), rate_text(k < r.env_pushes.size() ? r.env_pushes[k] : -1.0),
-               e.owner == OwnerState::none ? std::string("-") : fmt::format("{}", e.owner_pid), state_text(e),
-               e.last_push_ns == 0 ? std::string("never") : human_age(age_ns(e.last_push_ns)) + " ago"});
+    std::vector<std::string> row{
+        fmt::format("{}", e.env), fill_bar(fraction(e.length, s.capacity), bar_width.value_or(0)),
+        percent(e.length, s.capacity), fmt::format("{}", e.length), fmt::format("{}", e.online_length),
+        fmt::format("{}", e.head), rate_text(k < r.env_pushes.size() ? r.env_pushes[k] : -1.0),
+        e.owner == OwnerState::none ? std::string("-") : fmt::format("{}", e.owner_pid), state_text(e),
+        e.last_push_ns == 0 ? std::string("never") : human_age(age_ns(e.last_push_ns)) + " ago"};
+    for (const EnvColumn& c : extra) row.push_back(counter_cell(*c.row, e.counters.at(c.index)));
+    t.add_row(std::move(row));
   }
   std::string table = t.render("  ");
   for (std::size_t start = 0; start < table.size();) {
@@ -335,6 +336,7 @@ Json learners_json(const SegmentInfo& s, const Rates& r) {
 
 Json frame_json(const SegmentInfo& s, const Rates& r, bool removed) {
   const auto rate = [](double v) { return v < 0.0 ? Json(nullptr) : Json(v); };
+  const std::vector<EnvColumn> columns = env_columns();  // the counter table's rows with a column
   Json envs = Json::array();
   for (std::size_t k = 0; k < s.envs.size(); ++k) {
     const EnvInfo& e = s.envs[k];
@@ -351,6 +353,7 @@ Json frame_json(const SegmentInfo& s, const Rates& r, bool removed) {
         {"last_push_age_s", e.last_push_ns == 0 ? Json(nullptr)
                                                 : Json(static_cast<double>(age_ns(e.last_push_ns)) / 1e9)},
     });
+    for (const EnvColumn& c : columns) envs.back()[std::string(c.row->name)] = e.counters.at(c.index);
   }
   const WriterCounts w = count_writers(s);
   return {

@@ -2,7 +2,7 @@
 //
 // A random gather of small rows is bound by memory latency: each row touches a cache line (or two) per field in
 // a random place, and a loop that copies row by row keeps only as many misses in flight as the core finds on its
-// own. The Sampler therefore draws a chunk of rows first (lib/sampler_rounds.cpp, sample_with) and then copies them
+// own. The Sampler therefore draws a chunk of rows first (lib/sampler_sample.cpp, draw_round) and then copies them
 // here, field by field, prefetching the rows a few places ahead of the one being copied, so that many misses
 // overlap. A small row's copy is two loads and two stores of a fixed width chosen once per field (one loop per
 // width), not a call to memcpy with a run-time size.

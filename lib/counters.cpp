@@ -1,0 +1,270 @@
+// lib/counters.cpp: the counter table's rows (shmreplay/counters.hpp, counters.hpp). A row's order is the order of
+// its family in `shmreplay metrics` and of its key in `info --json`; help texts are the families' HELP lines.
+#include "counters.hpp"
+
+#include <algorithm>
+#include <vector>
+
+namespace shmreplay::detail {
+namespace {
+
+using Type = CounterType;
+constexpr auto kEpisodes = CounterPresence::episodes;
+constexpr auto kSince = CounterForm::since_ns;
+constexpr auto kEnv = CounterScope::env;
+constexpr auto kLearner = CounterScope::learner;
+
+uint64_t relaxed(const std::atomic<uint64_t>& word) noexcept { return word.load(std::memory_order_relaxed); }
+
+/// An EnvControl word, loaded as is.
+template <std::atomic<uint64_t> layout::EnvControl::*Word>
+uint64_t env_word(const EnvReading& r) noexcept {
+  return relaxed(r.control.*Word);
+}
+
+/// An EpisodeControl word (0 in a buffer without episode fields).
+template <std::atomic<uint64_t> layout::EpisodeControl::*Word>
+uint64_t episode_word(const EnvReading& r) noexcept {
+  return r.seg.has_episodes() ? relaxed(r.seg.episode_control(r.env).*Word) : 0;
+}
+
+/// A LearnerStats word of the slot.
+template <std::atomic<uint64_t> layout::LearnerStats::*Word>
+std::atomic<uint64_t>& stats_word(const LearnerSlotWords& w) noexcept {
+  return w.stats.*Word;
+}
+
+uint64_t flag(bool b) noexcept { return b ? 1 : 0; }
+
+// The bytes env `env`'s steps in `range` occupy in the segment, per storage kind: the plain ring's one slot per step
+// of its fields; a stacked field's frame-index word per step and the frames its stacks span (frames [index(first) -
+// K + 1, index(last)], at most the ring). From words a writer may be changing: exact when the env is quiet.
+uint64_t env_stored_bytes(const Segment& seg, uint64_t env, StepRange range) noexcept {
+  if (range.hi <= range.lo) return 0;
+  const uint64_t steps = range.hi - range.lo;
+  uint64_t bytes = 0;
+  for (const Field& f : seg.schema().fields()) {
+    if (!f.stacked()) bytes += steps * f.bytes();  // the plain ring: one slot per step
+  }
+  for (std::size_t k = 0; k < seg.stacks().size(); ++k) {  // the frame ring: an index word per step, shared frames
+    const StackGeometry& st = seg.stacks()[k];
+    const std::atomic<uint64_t>* index = seg.frame_index(k, env);
+    const uint64_t first = relaxed(index[range.lo % seg.capacity()]);
+    const uint64_t last = relaxed(index[(range.hi - 1) % seg.capacity()]);
+    const uint64_t frames = last >= first ? std::min(last - first + st.depth, st.frames) : std::min(st.depth, st.frames);
+    bytes += steps * sizeof(uint64_t) + frames * st.frame_bytes;
+  }
+  return bytes;
+}
+
+// clang-format off
+const EnvCounterRow kEnvRows[] = {
+    {{"head", "shmreplay_steps_published_total", Type::counter, "steps",
+      "Steps the env's writers published since creation"},
+     [](const EnvReading& r) noexcept { return r.replay.hi; }, &EnvInfo::head, &SegmentInfo::total_pushed},
+    {{"claimed", "", Type::gauge, "steps", "Steps whose write has begun (head + 1 while a write is in progress)"},
+     [](const EnvReading& r) noexcept { return relaxed(r.control.claimed) & layout::kClaimMask; }, &EnvInfo::claimed},
+    {{"online_start", "", Type::gauge, "steps", "Head at learner slot 0's last reset of the online queue"},
+     env_word<&layout::EnvControl::online_start>, &EnvInfo::online_start},
+    {{"length", "shmreplay_steps_stored", Type::gauge, "steps", "Steps of the env in the replay view (sampleable now)"},
+     [](const EnvReading& r) noexcept { return r.replay.hi - r.replay.lo; }, &EnvInfo::length,
+     &SegmentInfo::replay_steps},
+    {{"online_length", "shmreplay_online_steps", Type::gauge, "steps", "Steps of the env in the online view"},
+     [](const EnvReading& r) noexcept { return r.online.hi - r.online.lo; }, &EnvInfo::online_length,
+     &SegmentInfo::online_steps},
+    {{"stacks_intact_from", "", Type::gauge, "steps", "The oldest step whose stacked fields' frames are intact"},
+     env_word<&layout::EnvControl::stacks_intact_from>, &EnvInfo::stacks_intact_from},
+    {{"episodes_completed", "shmreplay_episodes_completed_total", Type::counter, "episodes",
+      "Episodes of the env whose last step was published (buffers with episode fields)", kEnv, kEpisodes},
+     [](const EnvReading& r) noexcept { return r.journal.episodes_completed; }, &EnvInfo::episodes_completed,
+     &SegmentInfo::episodes_completed},
+    {{"episode_records_dropped", "shmreplay_episode_records_dropped_total", Type::counter, "records",
+      "Completed-episode records lost because the env's queue was full (buffers with episode fields)", kEnv,
+      kEpisodes},
+     episode_word<&layout::EpisodeControl::records_dropped>, &EnvInfo::episode_records_dropped,
+     &SegmentInfo::episode_records_dropped},
+    {{"episode_records_lost", "shmreplay_episode_records_lost_total", Type::counter, "records",
+      "Completed-episode records a learner took from the env's queue and never handed to its caller: it was killed "
+      "inside pop_episodes (buffers with episode fields)", kEnv, kEpisodes},
+     [](const EnvReading& r) noexcept { return r.queue.lost; }, &EnvInfo::episode_records_lost,
+     &SegmentInfo::episode_records_lost},
+    {{"episode_queue_depth", "shmreplay_episode_queue_depth", Type::gauge, "records",
+      "Completed-episode records waiting for the learner", kEnv, kEpisodes},
+     [](const EnvReading& r) noexcept { return r.queue.depth; }, &EnvInfo::episode_queue_depth,
+     &SegmentInfo::episode_queue_depth},
+    {{"episode_start", "", Type::gauge, "steps", "First step of the episode in progress"},
+     [](const EnvReading& r) noexcept { return r.journal.episode_start; }, &EnvInfo::episode_start},
+    {{"lease_held", "shmreplay_env_lease_held", Type::gauge, "0 or 1",
+      "1 while a writer holds the env's lease (alive or dead), 0 when none does", kEnv, {}, {}, false},
+     [](const EnvReading& r) noexcept { return flag(r.info.owner != OwnerState::none); }},
+    {{"writer_alive", "shmreplay_env_writer_alive", Type::gauge, "0 or 1",
+      "1 when the env's lease holder runs, 0 when it died or none", kEnv, {}, {}, false},
+     [](const EnvReading& r) noexcept { return flag(r.info.owner == OwnerState::alive); }},
+    {{"lease_since_ns", "shmreplay_env_lease_age_seconds", Type::gauge, "ns",
+      "Seconds since the env's lease holder took it (held only)", kEnv, {}, kSince},
+     [](const EnvReading& r) noexcept { return r.lease == 0 ? 0 : relaxed(r.control.lease_since_ns); },
+     &EnvInfo::lease_since_ns},
+    {{"lease_takeovers", "shmreplay_env_lease_takeovers_total", Type::counter, "leases",
+      "Dead writers' leases of the env taken over"},
+     env_word<&layout::EnvControl::lease_takeovers>, &EnvInfo::lease_takeovers},
+    {{"update_lock_dead", "shmreplay_env_update_lock_dead", Type::gauge, "0 or 1",
+      "1 when the env's update lock names a learner that died holding it (repaired at the next touch)", kEnv, {}, {},
+      false},
+     [](const EnvReading& r) noexcept { return flag(r.info.update_lock == OwnerState::dead); }},
+    {{"steps_lost_to_dead_updates", "shmreplay_env_steps_lost_to_dead_updates_total", Type::counter, "steps",
+      "Steps that left the env's view because a learner died rewriting one of them"},
+     env_word<&layout::EnvControl::steps_lost_to_dead_updates>, &EnvInfo::steps_lost_to_dead_updates},
+    {{"stack_flagless_restarts", "shmreplay_env_stack_flagless_restarts_total", Type::counter, "steps",
+      "Steps whose stack the episodes rule's spot check found restarted without a flag"},
+     env_word<&layout::EnvControl::stack_flagless_restarts>, &EnvInfo::stack_flagless_restarts},
+    {{"last_push_ns", "shmreplay_env_last_push_age_seconds", Type::gauge, "ns",
+      "Seconds since the env's last push (pushed envs only)", kEnv, {}, kSince},
+     env_word<&layout::EnvControl::last_push_ns>, &EnvInfo::last_push_ns},
+    {{"stored_bytes", "shmreplay_env_stored_bytes", Type::gauge, "bytes",
+      "Bytes the env's replay view occupies in the segment's step storage, each storage kind's share", kEnv, {}, {},
+      true, "STORED"},
+     [](const EnvReading& r) noexcept { return env_stored_bytes(r.seg, r.env, r.replay); }},
+};
+
+const LearnerCounterRow kLearnerRows[] = {
+    {{"rows_sampled", "shmreplay_learner_rows_sampled_total", Type::counter, "rows",
+      "Rows returned by the learner slot's sample calls", kLearner},
+     [](const LearnerSlotWords& w) noexcept -> std::atomic<uint64_t>& { return w.rows_sampled; }, nullptr,
+     &LearnerInfo::rows_sampled, LearnerTotal::sum, &CheckpointLearner::rows_sampled},
+    {{"sample_calls", "shmreplay_learner_sample_calls_total", Type::counter, "calls",
+      "Sample calls and peeks of the learner slot", kLearner},
+     [](const LearnerSlotWords& w) noexcept -> std::atomic<uint64_t>& { return w.sample_calls; }, nullptr,
+     &LearnerInfo::sample_calls, LearnerTotal::sum, &CheckpointLearner::sample_calls},
+    {{"retries", "shmreplay_learner_sample_retries_total", Type::counter, "rows",
+      "Rows the learner slot redrew because a writer overwrote them during the copy (torn reads)", kLearner},
+     [](const LearnerSlotWords& w) noexcept -> std::atomic<uint64_t>& { return w.retries; }, nullptr,
+     &LearnerInfo::retries, LearnerTotal::sum, &CheckpointLearner::retries},
+    {{"online_resets", "shmreplay_learner_online_resets_total", Type::counter, "calls",
+      "Online-queue resets by the learner slot", kLearner},
+     [](const LearnerSlotWords& w) noexcept -> std::atomic<uint64_t>& { return w.online_resets; }, nullptr,
+     &LearnerInfo::online_resets, LearnerTotal::sum, &CheckpointLearner::online_resets},
+    {{"steps_updated", "shmreplay_learner_steps_updated_total", Type::counter, "steps",
+      "Steps rewritten by the learner slot", kLearner},
+     [](const LearnerSlotWords& w) noexcept -> std::atomic<uint64_t>& { return w.steps_updated; }, nullptr,
+     &LearnerInfo::steps_updated, LearnerTotal::sum, &CheckpointLearner::steps_updated},
+    {{"takeovers", "shmreplay_learner_takeovers_total", Type::counter, "leases", "Dead learners of the slot replaced",
+      kLearner},
+     [](const LearnerSlotWords& w) noexcept -> std::atomic<uint64_t>& { return w.lease.takeovers; }, nullptr,
+     &LearnerInfo::takeovers},
+    {{"lease_held", "shmreplay_learner_lease_held", Type::gauge, "0 or 1",
+      "1 while a learner holds the slot (alive or dead), 0 when none", kLearner, {}, {}, false},
+     nullptr, [](const LearnerReading& r) noexcept { return flag(r.info.state != OwnerState::none); }, nullptr,
+     LearnerTotal::named_slot},
+    {{"alive", "shmreplay_learner_alive", Type::gauge, "0 or 1",
+      "1 when the slot's learner runs, 0 when it died or none", kLearner, {}, {}, false},
+     nullptr, [](const LearnerReading& r) noexcept { return flag(r.info.state == OwnerState::alive); }, nullptr,
+     LearnerTotal::named_slot},
+    {{"since_ns", "shmreplay_learner_lease_age_seconds", Type::gauge, "ns",
+      "Seconds since the slot's learner attached (held only)", kLearner, {}, kSince},
+     nullptr, [](const LearnerReading& r) noexcept { return r.lease == 0 ? 0 : relaxed(r.words.lease.since_ns); },
+     &LearnerInfo::since_ns, LearnerTotal::named_slot},
+    {{"waiters", "shmreplay_learner_waiting", Type::gauge, "learners",
+      "Learners of the slot blocked now in wait() or on the rate limiter", kLearner},
+     [](const LearnerSlotWords& w) noexcept -> std::atomic<uint64_t>& { return w.waiters; }, nullptr,
+     &LearnerInfo::waiters},
+    {{"waiting_rows", "shmreplay_learner_waiting_rows", Type::gauge, "rows",
+      "Rows of the slot's sample call waiting for the rate limiter", kLearner},
+     [](const LearnerSlotWords& w) noexcept -> std::atomic<uint64_t>& { return w.waiting_rows; }, nullptr,
+     &LearnerInfo::waiting_rows},
+    {{"limiter_timeouts", "", Type::counter, "calls",
+      "Sample calls the rate limiter held back that gave up at their timeout", kLearner},
+     stats_word<&layout::LearnerStats::limiter_timeouts>, nullptr, &LearnerInfo::limiter_timeouts},
+    // The histogram's count, at least its buckets' sum (read before the rows), so that a read is always whole.
+    {{"age_rows", "", Type::counter, "rows", "Rows whose age was counted (the age histogram's count)", kLearner},
+     nullptr,
+     [](const LearnerReading& r) noexcept {
+       uint64_t bucketed = 0;
+       for (const uint64_t n : r.info.age_buckets) bucketed += n;
+       return std::max(relaxed(r.words.stats.age_rows), bucketed);
+     },
+     &LearnerInfo::age_rows},
+    {{"age_sum_steps", "", Type::counter, "steps", "The sum of the counted rows' ages", kLearner},
+     stats_word<&layout::LearnerStats::age_sum_steps>, nullptr, &LearnerInfo::age_sum_steps},
+};
+// clang-format on
+
+template <class Rows>
+std::vector<Counter> described(const Rows& rows) {
+  std::vector<Counter> out;
+  for (const auto& r : rows) out.push_back(r.row);
+  return out;
+}
+
+}  // namespace
+
+std::span<const EnvCounterRow> env_counter_rows() noexcept { return kEnvRows; }
+std::span<const LearnerCounterRow> learner_counter_rows() noexcept { return kLearnerRows; }
+
+void fill_env_counters(const EnvReading& r, EnvInfo& info, SegmentInfo& totals) {
+  info.counters.clear();
+  info.counters.reserve(std::size(kEnvRows));
+  for (const EnvCounterRow& row : kEnvRows) {
+    const uint64_t v = row.read(r);
+    info.counters.push_back(v);
+    if (row.field != nullptr) info.*row.field = v;
+    if (row.total != nullptr) totals.*row.total += v;
+  }
+}
+
+void fill_learner_counters(const LearnerReading& r, LearnerInfo& info) {
+  info.counters.clear();
+  info.counters.reserve(std::size(kLearnerRows));
+  for (const LearnerCounterRow& row : kLearnerRows) {
+    const uint64_t v = row.word != nullptr ? relaxed(row.word(r.words)) : row.derive(r);
+    info.counters.push_back(v);
+    if (row.field != nullptr) info.*row.field = v;
+  }
+}
+
+void sum_learner_counters(std::span<const LearnerInfo> slots, LearnerInfo& all) {
+  all.counters.resize(std::size(kLearnerRows), 0);  // a LearnerInfo{} when no slot is held
+  for (std::size_t k = 0; k < std::size(kLearnerRows); ++k) {
+    const LearnerCounterRow& row = kLearnerRows[k];
+    if (row.total != LearnerTotal::sum) continue;  // the named slot's, which `all` copies
+    uint64_t v = 0;
+    for (const LearnerInfo& l : slots) v += l.counters[k];
+    all.counters[k] = v;
+    if (row.field != nullptr) all.*row.field = v;
+  }
+}
+
+void save_learner_counters(const LearnerSlotWords& words, CheckpointLearner& out) noexcept {
+  for (const LearnerCounterRow& row : kLearnerRows) {
+    if (row.saved != nullptr) out.*row.saved = relaxed(row.word(words));
+  }
+}
+
+void load_learner_counters(const CheckpointLearner& saved, const LearnerSlotWords& words) noexcept {
+  for (const LearnerCounterRow& row : kLearnerRows) {
+    if (row.saved != nullptr) row.word(words).store(saved.*row.saved, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace shmreplay::detail
+
+namespace shmreplay {
+
+std::span<const Counter> counters(CounterScope scope) {
+  static const std::vector<Counter> env = detail::described(detail::kEnvRows);
+  static const std::vector<Counter> learner = detail::described(detail::kLearnerRows);
+  switch (scope) {
+    case CounterScope::env: return env;
+    case CounterScope::learner: return learner;
+    default: return {};
+  }
+}
+
+std::optional<std::size_t> counter_index(CounterScope scope, std::string_view name) {
+  const std::span<const Counter> rows = counters(scope);
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    if (rows[k].name == name) return k;
+  }
+  return std::nullopt;
+}
+
+}  // namespace shmreplay

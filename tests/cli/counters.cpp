@@ -1,0 +1,136 @@
+// tests/cli/counters.cpp: the counter table (shmreplay/counters.hpp) as the CLI shows it: a row is in `info`,
+// `info --json`, `watch` and `metrics` without a line of its own there (stored_bytes, the bytes an env's replay
+// view occupies, is the example), and docs/cli.md's metric table lists exactly the families the exporter writes.
+// Part of test_cli (tests/CMakeLists.txt); its helpers are in cli_helpers.hpp.
+#include "cli_helpers.hpp"
+
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "detail/os/file.hpp"  // human_bytes, as the CLI prints bytes
+#include "shmreplay/counters.hpp"
+#include "shmreplay/sampler.hpp"
+#include "shmreplay/writer.hpp"
+
+namespace {
+
+// name -> (type, labels) of every family of a `metrics --once` text: TYPE lines, and each family's label names
+// (a histogram's `le` left out).
+std::map<std::string, std::pair<std::string, std::set<std::string>>> exported_families(const std::string& text) {
+  std::map<std::string, std::pair<std::string, std::set<std::string>>> out;
+  std::istringstream in(text);
+  std::string family;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("# TYPE ")) {
+      const std::vector<std::string> w = words(line);
+      family = w.at(2);
+      out[family].first = w.at(3);
+      continue;
+    }
+    if (line.empty() || line[0] == '#' || !line.starts_with(family)) continue;
+    const std::size_t open = line.find('{');
+    if (open == std::string::npos) continue;
+    const std::string labels = line.substr(open + 1, line.find('}') - open - 1);
+    for (std::size_t at = 0; at < labels.size();) {
+      const std::size_t eq = labels.find('=', at);
+      const std::string label = labels.substr(at, eq - at);
+      if (label != "le") out[family].second.insert(label);
+      const std::size_t end = labels.find('"', labels.find('"', eq) + 1);  // the value's closing quote
+      at = end + 2;                                                        // past `",`
+    }
+  }
+  return out;
+}
+
+// The same from docs/cli.md's metric table (| metric | type | labels | meaning |).
+std::map<std::string, std::pair<std::string, std::set<std::string>>> documented_families() {
+  std::ifstream in(SHMREPLAY_CLI_DOC);
+  REQUIRE(in.good());
+  std::map<std::string, std::pair<std::string, std::set<std::string>>> out;
+  bool in_table = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("| metric | type | labels | meaning |")) {
+      in_table = true;
+      continue;
+    }
+    if (!in_table || line.starts_with("|---")) continue;
+    if (!line.starts_with("| `")) break;
+    std::vector<std::string> cells;
+    std::istringstream parts(line.substr(1));
+    for (std::string c; std::getline(parts, c, '|');) cells.push_back(c);
+    REQUIRE(cells.size() >= 4);
+    const std::string name = cells[0].substr(cells[0].find('`') + 1, cells[0].rfind('`') - cells[0].find('`') - 1);
+    std::set<std::string> labels;
+    std::string label_cell = cells[2];
+    for (char& ch : label_cell) ch = (ch == ',' || ch == '(' || ch == ')') ? ' ' : ch;
+    for (const std::string& l : words(label_cell)) {
+      if (l != "none") labels.insert(l);
+    }
+    out[name] = {words(cells[1]).at(0), labels};
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("info, info --json, watch and metrics show each env's stored bytes, a row of the counter table") {
+  const std::string name = unique_name("cli-counters");
+  SegmentGuard guard(name);
+  REQUIRE(create_payload(name, 2, 16).exit_code == 0);
+  {
+    Buffer b = Buffer::open(name);
+    Writer w(b, {0});
+    test::PayloadPusher pusher;
+    for (int i = 0; i < 20; ++i) pusher.push(w, {0});  // a full ring of 16
+  }
+  const uint64_t bytes = 16 * test::kPayloadSchema.step_bytes();  // a step is its bytes in a plain ring
+  const json info = parse_json(run_cli({"info", name, "--json"}).out);
+  CHECK(info["envs"][0]["stored_bytes"] == bytes);
+  CHECK(info["envs"][1]["stored_bytes"] == 0);
+  const CliResult text = run_cli({"info", name});
+  CHECK(words(line_starting(text.out, "  ENV")).back() == "STORED");
+  CHECK(contains(line_starting(text.out, "    0"), detail::human_bytes(bytes)));
+  const json frame = parse_json(run_cli({"watch", name, "--json", "--once", "--interval", "0.01"}).out);
+  CHECK(frame["envs"][0]["stored_bytes"] == bytes);
+  const CliResult plain = run_cli({"watch", name, "--once", "--interval", "0.01"});
+  CHECK(words(line_starting(plain.out, "  ENV")).back() == "STORED");
+  const CliResult metrics = run_cli({"metrics", name, "--once"});
+  CHECK(contains(metrics.out, "# TYPE shmreplay_env_stored_bytes gauge\n"));
+  CHECK(contains(metrics.out, fmt::format("shmreplay_env_stored_bytes{{buffer=\"{}\",env=\"0\"}} {}\n", name, bytes)));
+}
+
+TEST_CASE("docs/cli.md's metric table lists every family the exporter writes, with its type and labels, and every "
+          "counter-table row with a family is one of them") {
+  const std::string name = unique_name("cli-counters-doc");
+  SegmentGuard guard(name);
+  // Every family has a sample: episodes, priorities, a rate limiter, two learner slots, a pushed step, and a writer
+  // and a learner holding their leases while the exporter reads.
+  Buffer b = Buffer::create(name, 2, 16, Schema::parse("obs:f32[2] reward:f32 done:bool"),
+                            {.episodes = {.done = "done", .reward = "reward"}, .priority_exponent = 0.5,
+                             .rate_limit = RateLimit::ratio(1.0, 4, 100), .max_learners = 2});
+  Writer w(b, {0});
+  const float obs[2] = {1, 2};
+  const float reward = 1;
+  const bool done = true;
+  w.push_one(0, {FieldBytes{obs, sizeof obs}, FieldBytes{&reward, 4}, FieldBytes{&done, 1}});
+  const Sampler learner(b);
+  const auto exported = exported_families(run_cli({"metrics", name, "--once"}).out);
+  const auto documented = documented_families();
+  REQUIRE(exported.size() > 40);
+  for (const auto& [family, described] : exported) {
+    INFO(family);
+    REQUIRE(documented.count(family) == 1);
+    CHECK(documented.at(family) == described);
+  }
+  for (const auto& [family, described] : documented) {
+    INFO(family);
+    CHECK(exported.count(family) == 1);
+  }
+  for (const CounterScope scope : {CounterScope::env, CounterScope::learner}) {
+    for (const Counter& c : counters(scope)) {
+      INFO(c.name);
+      if (!c.metric.empty()) CHECK(exported.count(std::string(c.metric)) == 1);
+    }
+  }
+}
