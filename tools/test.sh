@@ -57,8 +57,8 @@ if ((tsan)); then
 fi
 
 echo "== Python package: pip builds the wheel from this clone and installs it into .venv and .venv-numpy1 (at ${SECONDS} s)" >&2
-rm -rf build/wheelhouse
-"$venv/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps -w build/wheelhouse .
+# build/wheelhouse; as root, with the Boost headers hidden (the package declares none: tools/build_wheel.sh)
+tools/build_wheel.sh --python "$venv/bin/python"
 wheels=(build/wheelhouse/shmreplay-*.whl)
 for env in .venv .venv-numpy1; do
   "$env/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "${wheels[0]}"

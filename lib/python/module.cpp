@@ -78,6 +78,8 @@ PYBIND11_MODULE(_shmreplay, m) {
   add_alias_hints(m);
   m.def("_aliases", &alias_rows,
         "the rejected aliases as (kind, where, alias, python name) tuples (for the tests: docs/naming.md lists them)");
+  m.def("_sample_options", &sample_option_rows,
+        "the sample options as (keyword, calls, default, doc) tuples (for the tests: lib/python/sample_options.hpp)");
 }
 
 }  // namespace shmreplay::python

@@ -148,6 +148,18 @@ void add_sample_method(py::handle cls, PyMethodDef& def, SampleCall call, const 
 
 }  // namespace
 
+py::list sample_option_rows() {
+  py::list rows;
+  for (const SampleOption& o : kSampleOptions) {
+    py::list calls;
+    for (std::size_t c = 0; c < kSampleCalls.size(); ++c) {
+      if ((o.calls & kSampleCalls[c]) != 0) calls.append(kSampleCallNames[c]);
+    }
+    rows.append(py::make_tuple(o.name, calls, o.default_text(), o.doc));
+  }
+  return rows;
+}
+
 void add_sample_methods(py::handle sampler_class) {
   add_sample_method(
       sampler_class, g_sample_def, kSample, "view, batch_size, sequence_length, power=0.0", true,
