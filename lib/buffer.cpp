@@ -23,6 +23,7 @@
 #include "detail/segment/name.hpp"
 #include "detail/segment/rules.hpp"
 #include "shmreplay/error.hpp"
+#include "shmreplay/internal/segment.hpp"
 
 namespace shmreplay {
 
@@ -194,9 +195,10 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
   b.path_ = path;
   b.mode_ = options.mode;
   b.owner_uid_ = static_cast<uint32_t>(made.st_uid);
-  b.segment_ = Segment(map.data(), map.size(), /*read_only=*/false,
-                       detail::planned_geometry(name, num_envs, capacity, schema, plan, roles,
-                                                options.priority_exponent, options.stack_continuity));
+  b.segment_ = std::make_unique<Segment>(map.data(), map.size(), /*read_only=*/false,
+                                         detail::planned_geometry(name, num_envs, capacity, schema, plan, roles,
+                                                                  options.priority_exponent,
+                                                                  options.stack_continuity));
   map.release();
   b.unnamed_fd_ = fd.release();
   b.replace_on_publish_ = options.replace;
@@ -254,7 +256,7 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
   b.path_ = path;
   b.mode_ = static_cast<uint32_t>(st.st_mode & 07777);
   b.owner_uid_ = static_cast<uint32_t>(st.st_uid);
-  b.segment_ = Segment(map.data(), map.size(), options.read_only, std::move(geometry));
+  b.segment_ = std::make_unique<Segment>(map.data(), map.size(), options.read_only, std::move(geometry));
   map.release();
   return b;
 }
@@ -309,9 +311,27 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 Buffer::~Buffer() { close_unnamed(); }
 
 void Buffer::close_unnamed() noexcept {
-  segment_ = Segment();                        // unmaps
+  segment_.reset();                            // unmaps
   if (unnamed_fd_ >= 0) ::close(unnamed_fd_);  // an unpublished segment vanishes with its last reference
   unnamed_fd_ = -1;
 }
+
+Segment& segment_of(Buffer& buffer) noexcept { return *buffer.segment_; }
+const Segment& segment_of(const Buffer& buffer) noexcept { return *buffer.segment_; }
+
+const std::string& Buffer::name() const noexcept { return segment_->name(); }
+const Schema& Buffer::schema() const noexcept { return segment_->schema(); }
+uint64_t Buffer::num_envs() const noexcept { return segment_->num_envs(); }
+uint64_t Buffer::capacity() const noexcept { return segment_->capacity(); }
+uint64_t Buffer::total_bytes() const noexcept { return segment_->total_bytes(); }
+bool Buffer::read_only() const noexcept { return segment_->read_only(); }
+const EpisodeFieldIndices& Buffer::episode_fields() const noexcept { return segment_->episode_fields(); }
+bool Buffer::has_episodes() const noexcept { return segment_->has_episodes(); }
+uint64_t Buffer::episode_queue_capacity() const noexcept { return segment_->episode_queue_capacity(); }
+bool Buffer::has_priorities() const noexcept { return segment_->has_priorities(); }
+uint64_t Buffer::max_learners() const noexcept { return segment_->max_learners(); }
+StackContinuity Buffer::stack_continuity() const noexcept { return segment_->stack_continuity(); }
+double Buffer::priority_exponent() const noexcept { return segment_->priority_exponent(); }
+uint64_t Buffer::priority_leaves() const noexcept { return segment_->priority_leaves(); }
 
 }  // namespace shmreplay

@@ -25,6 +25,7 @@
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/seqlock.hpp"
+#include "detail/storage/field_storage.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
@@ -72,7 +73,7 @@ Inspector::Inspector(std::string_view name, OpenOptions options)
 
 SegmentInfo Inspector::snapshot() const {
   const Buffer& b = buffer_;
-  const auto& h = b.segment().header();
+  const auto& h = segment_of(b).header();
   SegmentInfo s;
   s.name = b.name();
   s.path = b.path();
@@ -82,8 +83,8 @@ SegmentInfo Inspector::snapshot() const {
   s.capacity = b.capacity();
   s.step_bytes = b.schema().step_bytes();
   s.total_bytes = b.total_bytes();
-  s.stacks = b.segment().stacks();
-  s.stack_continuity = b.segment().stack_continuity();
+  s.stacks = segment_of(b).stacks();
+  s.stack_continuity = segment_of(b).stack_continuity();
   s.data_bytes = stored_data_bytes(b);
   s.schema = b.schema();
   s.owner_uid = b.owner_uid();
@@ -97,7 +98,7 @@ SegmentInfo Inspector::snapshot() const {
   std::map<uint64_t, bool> alive;  // lease word -> liveness, so each owner's /proc entry is read once
   s.envs.reserve(b.num_envs());
   for (uint64_t e = 0; e < b.num_envs(); ++e) {
-    const layout::EnvControl& c = b.segment().env_control(e);
+    const layout::EnvControl& c = segment_of(b).env_control(e);
     EnvInfo i;
     i.env = e;
     // The same views as the Sampler's (each read is its own snapshot, which is fine for display).
@@ -110,7 +111,7 @@ SegmentInfo Inspector::snapshot() const {
     i.last_push_ns = c.last_push_ns.load(std::memory_order_relaxed);
     i.online_start = c.online_start.load(std::memory_order_relaxed);
     i.stacks_intact_from = c.stacks_intact_from.load(std::memory_order_relaxed);  // display only
-    const detail::UpdateLockHolder lock = detail::update_lock_holder(b.segment(), c);
+    const detail::UpdateLockHolder lock = detail::update_lock_holder(segment_of(b), c);
     i.update_lock = !lock.held ? OwnerState::none : lock.dead ? OwnerState::dead : OwnerState::alive;
     i.update_lock_slot = lock.slot;
     i.steps_lost_to_dead_updates = c.steps_lost_to_dead_updates.load(std::memory_order_relaxed);
@@ -127,14 +128,14 @@ SegmentInfo Inspector::snapshot() const {
     }
     i.lease_takeovers = c.lease_takeovers.load(std::memory_order_relaxed);
     if (b.has_episodes()) {
-      episode_info(b.segment(), e, alive, i);
+      episode_info(segment_of(b), e, alive, i);
       s.episodes_completed += i.episodes_completed;
       s.episode_records_dropped += i.episode_records_dropped;
       s.episode_queue_depth += i.episode_queue_depth;
       s.episode_records_lost += i.episode_records_lost;
     }
     if (b.has_priorities()) {
-      i.priority_total = detail::range_weight(detail::priority_tree_of(b.segment(), e), replay.lo, replay.hi);
+      i.priority_total = detail::range_weight(detail::priority_tree_of(segment_of(b), e), replay.lo, replay.hi);
       s.priority_total += i.priority_total;
     }
     s.total_pushed += i.head;
@@ -144,7 +145,7 @@ SegmentInfo Inspector::snapshot() const {
   }
   s.live_writers = static_cast<uint64_t>(std::count_if(alive.begin(), alive.end(), [](const auto& kv) { return kv.second; }));
 
-  const layout::GlobalControl& g = b.segment().global_control();
+  const layout::GlobalControl& g = segment_of(b).global_control();
   if (b.has_priorities()) {
     s.priority_exponent = b.priority_exponent();
     s.max_priority = detail::max_priority(g.max_priority);
@@ -153,8 +154,8 @@ SegmentInfo Inspector::snapshot() const {
   }
   s.rate_limit = b.rate_limit_state();
   // Each learner slot (layout 1.7), then every learner together.
-  for (uint64_t slot = 0; slot < b.segment().max_learners(); ++slot) {
-    const detail::LearnerSlotWords me = detail::learner_slot(b.segment(), slot);
+  for (uint64_t slot = 0; slot < segment_of(b).max_learners(); ++slot) {
+    const detail::LearnerSlotWords me = detail::learner_slot(segment_of(b), slot);
     LearnerInfo l;
     l.slot = slot;
     // Acquire pairs with the release of the compare-and-swap that took the slot's lease.
@@ -227,24 +228,25 @@ uint64_t stored_data_bytes(const Buffer& b) noexcept {
   for (const Field& f : b.schema().fields()) {
     if (!f.stacked()) bytes += b.num_envs() * b.capacity() * f.bytes();
   }
-  for (const StackGeometry& st : b.segment().stacks()) {  // layout 1.6: the frame rings and the frame-index words
+  for (const StackGeometry& st : segment_of(b).stacks()) {  // layout 1.6: the frame rings and the frame-index words
     bytes += b.num_envs() * (st.frames * st.frame_bytes + b.capacity() * sizeof(uint64_t));
   }
   return bytes;
 }
 
 StepRecords read_steps(const Buffer& b, uint64_t env, uint64_t first_step, uint64_t count) {
-  detail::check_env_id(b.segment(), env, "read steps of");
+  detail::check_env_id(segment_of(b), env, "read steps of");
   StepRecords out;
   out.env = env;
   out.record_bytes = b.schema().step_bytes();
   out.field_offsets = detail::record_field_offsets(b.schema());
   const uint64_t end_asked =
       count > std::numeric_limits<uint64_t>::max() - first_step ? std::numeric_limits<uint64_t>::max() : first_step + count;
+  const detail::StorageSet storages(segment_of(b));
   constexpr uint32_t kMaxRounds = 10000;
   for (uint32_t round = 0; round < kMaxRounds; ++round) {
     if (round > 0) ::sched_yield();
-    const detail::StepRange view = detail::view_range(b.segment().env_control(env), View::replay, b.capacity());
+    const detail::StepRange view = detail::view_range(segment_of(b).env_control(env), View::replay, b.capacity());
     if (view.hi - view.lo > b.capacity()) {  // a writer keeps head <= claimed <= head + 1: damaged counters
       if (round < 100) continue;               // (or a load rewriting the env: look again for a while)
       throw Error(Errc::corrupt, fmt::format("cannot read steps of env {} of '{}': its counters claim {} stored "
@@ -260,8 +262,8 @@ StepRecords read_steps(const Buffer& b, uint64_t env, uint64_t first_step, uint6
       return out;
     }
     out.bytes.resize(static_cast<std::size_t>((hi - lo) * out.record_bytes));
-    const detail::CopyResult r =
-        detail::copy_records(b.segment(), env, lo, hi - lo, out.field_offsets, out.bytes.data());
+    const detail::RecordCopy copy(segment_of(b), storages, out.field_offsets, out.bytes.data());
+    const detail::CopyResult r = detail::copy_records(segment_of(b), env, lo, hi - lo, copy);
     if (r.outcome != detail::CopyOutcome::ok) continue;
     // Steps below intact_from were overwritten during the copy: keep the newer part.
     const uint64_t keep_from = std::clamp(r.intact_from, lo, hi);

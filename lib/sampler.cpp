@@ -105,15 +105,15 @@ uint64_t Sampler::size(View view) const noexcept {
   const uint64_t cap = buffer_->capacity();
   const detail::LearnerSlotWords& me = scratch_->slot;
   for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
-    const detail::StepRange r = view_range(buffer_->segment().env_control(e), view, cap, me.online_start(e));
+    const detail::StepRange r = view_range(segment_of(*buffer_).env_control(e), view, cap, me.online_start(e));
     total += r.hi - r.lo;
   }
   return total;
 }
 
 EnvSizes Sampler::sizes(uint64_t env_id) const {
-  detail::check_env_id(buffer_->segment(), env_id, "size");
-  const EnvControl& c = buffer_->segment().env_control(env_id);
+  detail::check_env_id(segment_of(*buffer_), env_id, "size");
+  const EnvControl& c = segment_of(*buffer_).env_control(env_id);
   const std::atomic<uint64_t>& start = scratch_->slot.online_start(env_id);
   const detail::StepRange replay = view_range(c, View::replay, buffer_->capacity(), start);
   const detail::StepRange online = view_range(c, View::online, buffer_->capacity(), start);
@@ -131,7 +131,7 @@ bool Sampler::wait(View view, uint64_t min_steps, uint64_t timeout_ms) {
                             buffer_->capacity()));
   }
   if (size(view) >= min_steps) return true;
-  return detail::sleep_until(detail::learner_wake(buffer_->segment().global_control(), scratch_->slot.waiters),
+  return detail::sleep_until(detail::learner_wake(segment_of(*buffer_).global_control(), scratch_->slot.waiters),
                              deadline_after_ms(timeout_ms), [&] { return size(view) >= min_steps; });
 }
 
@@ -139,7 +139,7 @@ void Sampler::reset_online_queue(OnlineReset to) {
   lease_.check_process("reset the online queue of");
   const detail::LearnerSlotWords& me = scratch_->slot;
   for (uint64_t e = 0; e < buffer_->num_envs(); ++e) {
-    const EnvControl& c = buffer_->segment().env_control(e);
+    const EnvControl& c = segment_of(*buffer_).env_control(e);
     if (to == OnlineReset::now) {
       detail::reset_online_start(c, me.online_start(e));
     } else {
@@ -160,13 +160,13 @@ void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_len
 void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power,
                      Rng& rng, SampleBatch& out, const SampleOptions& options) {
   check_args("sample", batch_size, sequence_length, distribution_power, options);
-  Reservation reserved(buffer_->segment().global_control(),
+  Reservation reserved(segment_of(*buffer_).global_control(),
                        wait_for_rate_limit("sample", batch_size, options.rate_limit_timeout_ms) ? batch_size : 0);
   out.prepare(buffer_->schema(), batch_size, sequence_length);
   out.episode_fields_ = buffer_->episode_fields();
   sample_rows(view, 0, batch_size, sequence_length, distribution_power, options, rng, out);
   if (options.prioritized) finish_weights(out, options.importance_exponent);
-  count_call(buffer_->segment(), scratch_->slot, {scratch_->ages.data(), batch_size}, /*sample=*/true,
+  count_call(segment_of(*buffer_), scratch_->slot, {scratch_->ages.data(), batch_size}, /*sample=*/true,
              batch_size - reserved.keep());
 }
 
@@ -185,7 +185,7 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
   }
   const std::size_t rows = replay_batch + online_batch;
   check_args("sample (mixed)", rows, sequence_length, distribution_power, options);
-  Reservation reserved(buffer_->segment().global_control(),
+  Reservation reserved(segment_of(*buffer_).global_control(),
                        wait_for_rate_limit("sample (mixed)", rows, options.rate_limit_timeout_ms) ? rows : 0);
   out.prepare(buffer_->schema(), rows, sequence_length);
   out.episode_fields_ = buffer_->episode_fields();
@@ -196,7 +196,7 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
     sample_rows(View::online, replay_batch, online_batch, sequence_length, distribution_power, options, rng, out);
   }
   if (options.prioritized) finish_weights(out, options.importance_exponent);
-  count_call(buffer_->segment(), scratch_->slot, {scratch_->ages.data(), rows}, /*sample=*/true,
+  count_call(segment_of(*buffer_), scratch_->slot, {scratch_->ages.data(), rows}, /*sample=*/true,
              rows - reserved.keep());
 }
 

@@ -27,7 +27,7 @@ std::size_t Sampler::pop_episodes(std::span<EpisodeRecord> out,
                                   const std::function<void(std::span<const EpisodeRecord>)>& deliver) {
   lease_.check_process("pop episodes of");
   if (!buffer_->has_episodes() || out.empty()) return 0;
-  Segment& segment = buffer_->segment();
+  Segment& segment = segment_of(*buffer_);
   const uint64_t me = lease_.word();
   const uint64_t num_envs = buffer_->num_envs();
   std::size_t n = 0;

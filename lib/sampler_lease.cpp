@@ -28,7 +28,7 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
     throw Error(Errc::read_only,
                 fmt::format("cannot attach a learner to '{}': the buffer is mapped read-only", buffer.name()));
   }
-  const uint64_t slots = buffer.segment().max_learners();
+  const uint64_t slots = segment_of(buffer).max_learners();
   if (options.rank && *options.rank >= slots) {
     throw Error(Errc::invalid_argument,
                 fmt::format("cannot attach a learner to '{}' as rank {}: it has {} learner slot{} (ranks 0 to {}); "
@@ -36,12 +36,12 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
                             buffer.name(), *options.rank, slots, slots == 1 ? "" : "s", slots - 1, *options.rank));
   }
   const uint64_t lease_word = detail::self_lease_word();
-  const detail::SlotTaken taken = detail::take_learner_slot(buffer.segment(), options.rank, lease_word);
+  const detail::SlotTaken taken = detail::take_learner_slot(segment_of(buffer), options.rank, lease_word);
   if (!taken.problem.empty()) throw Error(Errc::lease_held, fmt::format("cannot attach a learner to '{}': {}",
                                                                         buffer.name(), taken.problem));
   rank_ = taken.slot;
   lease_ = LearnerLease(&buffer, taken.slot, lease_word);
-  if (taken.outcome == detail::LeaseOutcome::taken_over) detail::repair_dead_learner(buffer.segment(), taken.slot);
+  if (taken.outcome == detail::LeaseOutcome::taken_over) detail::repair_dead_learner(segment_of(buffer), taken.slot);
   scratch_ = std::make_unique<Scratch>(buffer, taken.slot);
 }
 
@@ -65,7 +65,7 @@ Sampler::LearnerLease& Sampler::LearnerLease::operator=(LearnerLease&& other) no
 void Sampler::LearnerLease::release() noexcept {
   // A copy in a forked child leaves the lease alone: it is the parent's.
   if (buffer_ != nullptr && fork_generation_ == detail::fork_generation()) {
-    detail::release_lease(detail::learner_slot(buffer_->segment(), slot_).lease, word_);
+    detail::release_lease(detail::learner_slot(segment_of(*buffer_), slot_).lease, word_);
   }
   buffer_ = nullptr;
 }

@@ -24,7 +24,8 @@
 #include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
-#include "detail/sampling/gather.hpp"
+#include "detail/storage/field_storage.hpp"
+#include "detail/storage/gather.hpp"
 #include "detail/sampling/planner.hpp"
 #include "detail/sampling/planner_table.hpp"
 #include "shmreplay/buffer.hpp"
@@ -107,26 +108,18 @@ namespace shmreplay {
 // Sampler).
 struct Sampler::Scratch {
   Scratch(const Buffer& buffer, uint64_t rank)
-      : slot(detail::learner_slot(buffer.segment(), rank)),
-        starts(buffer.segment()),
-        trees(buffer.segment()),
+      : slot(detail::learner_slot(segment_of(buffer), rank)),
+        starts(segment_of(buffer)),
+        trees(segment_of(buffer)),
         planners(inputs),
         views(static_cast<std::size_t>(buffer.num_envs())),
         hi_base(views.size()),
         read(views.size()),
         online_seen(views.size(), 0),
-        reserved_heads(views.size(), 0) {
+        reserved_heads(views.size(), 0),
+        storages(segment_of(buffer)) {
     chunk.resize(sampler_parts::kGatherRows);
     capacity = buffer.capacity();
-    for (std::size_t f = 0; f < buffer.schema().size(); ++f) {
-      // The mapping outlives the Sampler, also when a Buffer moves. The gather copies the fields stored as pushed
-      // with gather_fields; a stacked field's stacks are rebuilt from its frames (detail/protocol/stacks.hpp).
-      if (buffer.schema()[f].stacked()) continue;
-      plain_fields.push_back(f);
-      field_base.push_back(buffer.segment().field_data(f));
-      field_bytes.push_back(static_cast<std::size_t>(buffer.schema()[f].bytes()));
-    }
-    plain_out.resize(plain_fields.size());
   }
 
   detail::LearnerSlotWords slot;  // the words of the Sampler's learner slot (layout 1.7)
@@ -138,16 +131,12 @@ struct Sampler::Scratch {
   std::vector<detail::EnvView> views;    // per env, the view [lo, hi) of the current round's snapshot
   std::vector<uint32_t> failed;          // rows to draw in the next round
   std::vector<uint32_t> redraw;          // rows of the current round
-  // The gather (detail/sampling/gather.hpp): the rows of the current chunk, and their validation.
+  // The gather (detail/storage/gather.hpp): the rows of the current chunk, and their validation.
   std::vector<detail::GatherRow> chunk;  // its first chunk_size entries (never shrinks: no reallocation)
   std::size_t chunk_size = 0;
   bool chunk_whole = true;               // every row of the chunk is a whole_run (gather.hpp)
   std::vector<uint64_t> hi_base;         // per env, views[e].hi - views[e].hi % capacity: the step in slot 0
   detail::BatchedReader read;            // the chunk's seqlock validation (detail/protocol/seqlock.hpp)
-  std::vector<std::size_t> plain_fields;     // the fields stored as pushed (all but the stacked ones)
-  std::vector<const std::byte*> field_base;  // per plain field, its array in the mapping
-  std::vector<std::size_t> field_bytes;      // per plain field, bytes per step
-  std::vector<std::byte*> plain_out;         // per plain field, the batch's array (with stacked fields only)
   uint64_t capacity = 0;
   std::size_t length = 1;                    // the sequence length of the rows being added
   // update_priorities' copy of the caller's arrays, checked and then used (grows to the largest update only)
@@ -167,6 +156,8 @@ struct Sampler::Scratch {
   // steps); a row redrawn after a failed validation overwrites its entry. count_call adds them to the slot's
   // statistics (layout 1.8). Grows to the largest batch only.
   std::vector<uint64_t> ages;
+  // Where each field's bytes live, and their gather (detail/storage/field_storage.hpp).
+  detail::StorageSet storages;
 };
 
 }  // namespace shmreplay

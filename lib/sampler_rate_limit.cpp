@@ -45,10 +45,10 @@ std::string held_back_text(const detail::RateLimitVerdict& v, const RateLimit& l
 }  // namespace
 
 RateLimitReason Sampler::rate_limit_verdict(std::size_t rows) const noexcept {
-  const layout::GlobalControl& g = buffer_->segment().global_control();
+  const layout::GlobalControl& g = segment_of(*buffer_).global_control();
   const auto settings = detail::load_rate_limit(g);
   if (!settings) return RateLimitReason::none;
-  const detail::InsertCounts counts = detail::count_inserts(buffer_->segment());
+  const detail::InsertCounts counts = detail::count_inserts(segment_of(*buffer_));
   return detail::sample_verdict(*settings, counts.inserts, counts.stored, g.samples.load(std::memory_order_relaxed),
                                 rows)
       .reason;
@@ -56,7 +56,7 @@ RateLimitReason Sampler::rate_limit_verdict(std::size_t rows) const noexcept {
 
 bool Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t timeout_ms) {
   scratch_->heads_reserved = false;
-  layout::GlobalControl& g = buffer_->segment().global_control();
+  layout::GlobalControl& g = segment_of(*buffer_).global_control();
   auto settings = detail::load_rate_limit(g);
   if (!settings) return false;
   detail::InsertCounts counts;
@@ -67,7 +67,7 @@ bool Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t tim
   const auto admitted = [&] {
     settings = detail::load_rate_limit(g);
     if (!settings) return true;  // the limiter was removed meanwhile: nothing reserved, count_call adds the rows
-    verdict = detail::try_reserve_samples(buffer_->segment(), *settings, rows, counts, scratch_->reserved_heads.data());
+    verdict = detail::try_reserve_samples(segment_of(*buffer_), *settings, rows, counts, scratch_->reserved_heads.data());
     reserved = verdict.allowed();
     scratch_->heads_reserved = reserved;
     return reserved;
@@ -97,7 +97,7 @@ bool Sampler::wait_for_rate_limit(const char* op, std::size_t rows, uint64_t tim
   // The call gives up at its timeout (at once with a timeout of 0): the slot's own count (layout 1.8), as
   // GlobalControl::writer_timeouts counts the writers'.
   scratch_->slot.stats.limiter_timeouts.fetch_add(1, std::memory_order_relaxed);
-  const uint64_t writers = timeout_ms == 0 ? 0 : detail::count_waiting_writers(buffer_->segment()).count;
+  const uint64_t writers = timeout_ms == 0 ? 0 : detail::count_waiting_writers(segment_of(*buffer_)).count;
   throw Error(Errc::rate_limited,
               timeout_ms == 0
                   ? fmt::format("cannot {} {} rows from '{}' now: the rate limiter holds the call back: {}", op, rows,

@@ -27,7 +27,7 @@
 #include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/stacks.hpp"
-#include "detail/sampling/gather.hpp"
+#include "detail/storage/gather.hpp"
 #include "detail/sampling/planner.hpp"
 #include "detail/sampling/planner_table.hpp"
 #include "detail/sampling/ring_mod.hpp"
@@ -50,7 +50,7 @@ namespace {
 // Env e's control words, for the batched reader (BatchedReader::add and validate). It holds the Sampler, not its
 // Buffer, so that the buffer is loaded only when an env's words are (add: at the env's first row in a chunk).
 SHMREPLAY_ALWAYS_INLINE auto control_of(const Sampler* s) noexcept {
-  return [s](uint64_t e) -> const EnvControl& { return s->buffer().segment().env_control(e); };
+  return [s](uint64_t e) -> const EnvControl& { return segment_of(s->buffer()).env_control(e); };
 }
 
 // Bytes a round copies from one snapshot before the remaining rows are drawn from a fresh one (see sample_with).
@@ -153,19 +153,8 @@ std::size_t Sampler::gather(std::size_t length, SampleBatch& out) noexcept {
   if (n == 0) return 0;
   const uint64_t cap = buffer_->capacity();
   const detail::GatherRow* rows = z.chunk.data();
-  const Segment& seg = buffer_->segment();
-  if (!seg.has_stacks()) [[likely]] {
-    detail::gather_fields(z.field_base.data(), out.field_ptr_.data(), z.field_bytes.data(), z.field_base.size(),
-                          length, cap, rows, n, z.chunk_whole);
-  } else {
-    for (std::size_t i = 0; i < z.plain_fields.size(); ++i) z.plain_out[i] = out.field_ptr_[z.plain_fields[i]];
-    detail::gather_fields(z.field_base.data(), z.plain_out.data(), z.field_bytes.data(), z.field_base.size(), length,
-                          cap, rows, n, z.chunk_whole);
-    for (std::size_t i = 0; i < seg.stacks().size(); ++i) {
-      const std::size_t f = seg.stacks()[i].field;
-      detail::gather_stacks(seg, i, out.field_ptr_[f], buffer_->schema()[f].bytes(), length, rows, n);
-    }
-  }
+  const Segment& seg = segment_of(*buffer_);
+  z.storages.gather(seg, out.field_ptr_.data(), length, rows, n, z.chunk_whole);
   detail::gather_mask(out.mask_, length, rows, n);
   const bool intact = z.read.validate(control_of(this), cap);
   z.stats.control_loads += 3 * z.read.chunk_envs();  // read_begin (add_row); claimed and update_seq (validate)
@@ -188,7 +177,7 @@ std::size_t Sampler::gather(std::size_t length, SampleBatch& out) noexcept {
 void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, std::size_t length, double power,
                           const SampleOptions& o, Rng& rng, SampleBatch& out) {
   if (o.min_steps > 0) {
-    const uint64_t have = published_steps(buffer_->segment(), scratch_->slot, view);
+    const uint64_t have = published_steps(segment_of(*buffer_), scratch_->slot, view);
     if (have < o.min_steps) {
       throw Error(Errc::empty_view,
                   fmt::format("cannot sample the {} view of '{}': it holds {} steps, fewer than min_steps = {}{}",
@@ -252,18 +241,18 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
                               "the copy {} times in a row; the ring ({} steps per env) is too small for the "
                               "write rate{}",
                               to_string(view), buffer_->name(), z.failed.size(), options_.max_retry_rounds, cap,
-                              updater_note(buffer_->segment(), z.failed, out.env_ids_)));
+                              updater_note(segment_of(*buffer_), z.failed, out.env_ids_)));
     }
     for (std::size_t e = 0; e < z.views.size(); ++e) {
       // At most the ring, which the slot computation below needs.
-      z.views[e] = snapshot_view(buffer_->segment(), z.slot, e, view);
+      z.views[e] = snapshot_view(segment_of(*buffer_), z.slot, e, view);
       z.hi_base[e] = z.views[e].hi - ring_mod(z.views[e].hi);  // so that a row's slot needs no division (below)
     }
     // Whether the round may go ahead; throws when the view cannot give a row, yields when that may be a write
     // in progress (the view is a step short while a slot is reclaimed).
     const auto usable = [&](bool found) {
       if (found) return true;
-      if (!view_has_published(buffer_->segment(), z.slot, view)) {
+      if (!view_has_published(segment_of(*buffer_), z.slot, view)) {
         throw Error(Errc::empty_view, fmt::format("cannot sample the {} view of '{}': it holds no steps{}",
                                                   to_string(view), buffer_->name(),
                                                   view == View::online ? " (nothing was pushed since the last "
@@ -272,11 +261,11 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
       }
       if (!shortfall_known) {  // e.g. all priorities 0, or a damaged tree (Planner::shortfall)
         shortfall_known =
-            check_shortfall(planner, planner.shortfall(/*scan=*/true), buffer_->segment(), "sample", view);
+            check_shortfall(planner, planner.shortfall(/*scan=*/true), segment_of(*buffer_), "sample", view);
       }
       // A write in progress hides the oldest step of its env; that can hide the only within start for good
       // unless the sequence needs the whole ring (L = capacity), where the next step brings one back.
-      if (o.episodes == Episodes::within && (length < cap || !writes_in_flight(buffer_->segment()))) {
+      if (o.episodes == Episodes::within && (length < cap || !writes_in_flight(segment_of(*buffer_)))) {
         throw Error(Errc::empty_view,
                     fmt::format("cannot sample the {} view of '{}' with episodes = within: no start position (every "
                                 "{} steps) has {} steps of one episode before the head",
@@ -341,7 +330,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
       drew_nothing = overwritten == 0;
     }
     if (overwritten > 0 && round >= kRepairAfterRounds) {
-      repair_dead_updaters(buffer_->segment(), z.failed, out.env_ids_, z.update_envs);
+      repair_dead_updaters(segment_of(*buffer_), z.failed, out.env_ids_, z.update_envs);
     }
   }
 }
@@ -364,7 +353,7 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
     // each id read once into the batch, checked as read, and used from there: another thread may change the
     // caller's array meanwhile
     const uint64_t e = env_ids[row];
-    detail::check_env_id(buffer_->segment(), e, "peek at");
+    detail::check_env_id(segment_of(*buffer_), e, "peek at");
     out.env_ids_[row] = e;
     z.redraw.push_back(static_cast<uint32_t>(row));
   }
@@ -373,7 +362,7 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
     begin_chunk(1);
     for (const uint32_t row : z.redraw) {
       const uint64_t e = out.env_ids_[row];
-      const uint64_t head = detail::load_head(buffer_->segment().env_control(e));
+      const uint64_t head = detail::load_head(segment_of(*buffer_).env_control(e));
       const uint64_t start = head == 0 ? 0 : head - 1;
       out.starts_[row] = start;
       add_row(e, start, start % cap, head == 0 ? 0 : 1, row);
@@ -384,17 +373,17 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
       throw Error(Errc::contended, fmt::format("cannot peek at env {} of '{}': its newest step was overwritten "
                                                "during the copy {} times in a row{}",
                                                env_ids[z.failed.front()], buffer_->name(), round + 1,
-                                               updater_note(buffer_->segment(), z.failed, out.env_ids_)));
+                                               updater_note(segment_of(*buffer_), z.failed, out.env_ids_)));
     }
     retries_ += z.failed.size();
     z.slot.retries.fetch_add(z.failed.size(), std::memory_order_relaxed);
     if (round + 1 >= kRepairAfterRounds) {
-      repair_dead_updaters(buffer_->segment(), z.failed, out.env_ids_, z.update_envs);
+      repair_dead_updaters(segment_of(*buffer_), z.failed, out.env_ids_, z.update_envs);
     }
     std::swap(z.redraw, z.failed);
   }
   z.ages.assign(env_ids.size(), 0);  // each row is its env's newest step: age 0 (grows to the largest call only)
-  count_call(buffer_->segment(), scratch_->slot, {z.ages.data(), env_ids.size()}, /*sample=*/false);
+  count_call(segment_of(*buffer_), scratch_->slot, {z.ages.data(), env_ids.size()}, /*sample=*/false);
 }
 
 }  // namespace shmreplay

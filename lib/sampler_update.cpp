@@ -31,7 +31,7 @@ using layout::GlobalControl;
 bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBytes> fields) {
   lease_.check_process("update");
   const Schema& schema = buffer_->schema();
-  detail::check_env_id(buffer_->segment(), env_id, "update");
+  detail::check_env_id(segment_of(*buffer_), env_id, "update");
   if (fields.size() != schema.size()) {
     throw Error(Errc::size_mismatch, fmt::format("cannot update '{}': {} field values given, the schema has {} ({})",
                                                  buffer_->name(), fields.size(), schema.size(), schema.to_string()));
@@ -46,12 +46,13 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
     }
   }
   for (std::size_t f = 0; f < fields.size(); ++f) {
-    if (fields[f].data != nullptr && schema[f].stacked()) {
-      // Its frames are shared with the neighbouring steps' stacks: rewriting one step's stack would change theirs.
+    const detail::StorageSet& storages = scratch_->storages;
+    if (fields[f].data != nullptr && !storages.kind_of(f).direct()) {
+      // A kind that does not keep each step's bytes apart (a stacked field's frames are shared with the
+      // neighbouring steps' stacks: rewriting one step's stack would change theirs).
       throw Error(Errc::invalid_argument,
-                  fmt::format("cannot update step {} of env {} of '{}': field '{}' ({}) is stacked, and its frames "
-                              "are shared with the steps before and after it; pass no data for it",
-                              step, env_id, buffer_->name(), schema[f].name, schema[f].to_string()));
+                  fmt::format("cannot update step {} of env {} of '{}': {}; pass no data for it", step, env_id,
+                              buffer_->name(), storages.kind_of(f).why_not_direct(schema, storages.index_in_kind(f))));
     }
     if (fields[f].data != nullptr && fields[f].bytes != schema[f].bytes()) {
       throw Error(Errc::size_mismatch, fmt::format("cannot update '{}': field '{}' ({}) has {} bytes, expected {}",
@@ -59,7 +60,7 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
                                                    fields[f].bytes, schema[f].bytes()));
     }
   }
-  EnvControl& c = buffer_->segment().env_control(env_id);
+  EnvControl& c = segment_of(*buffer_).env_control(env_id);
   const uint64_t head = detail::load_head(c);
   if (step >= head) {
     throw Error(Errc::invalid_argument,
@@ -70,7 +71,7 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
   const uint64_t cap = buffer_->capacity();
   // While the update lock is held the writer cannot claim a new slot, and the slot it may be writing right now
   // (claimed - 1) is outside the steps accepted here.
-  const uint64_t claimed = detail::lock_for_update(c, buffer_->segment(), rank_);
+  const uint64_t claimed = detail::lock_for_update(c, segment_of(*buffer_), rank_);
   // step's slot has not been claimed for step + cap, and (stacked fields, layout 1.6) its frames are intact
   const bool stored = step + cap >= claimed && step >= c.stacks_intact_from.load(std::memory_order_relaxed);
   if (stored) {
@@ -78,8 +79,9 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
       const detail::UpdateSection section(c, step);
       for (std::size_t f = 0; f < fields.size(); ++f) {
         if (fields[f].data == nullptr) continue;
-        const uint64_t b = schema[f].bytes();
-        std::memcpy(buffer_->segment().field_data(f) + (env_id * cap + step % cap) * b, fields[f].data, b);
+        const detail::FieldStorage& kind = scratch_->storages.kind_of(f);
+        std::memcpy(kind.direct_bytes(segment_of(*buffer_), scratch_->storages.index_in_kind(f), env_id, step),
+                    fields[f].data, schema[f].bytes());
         detail::test_hooks::call(detail::test_hooks::in_update_section);  // after each field: a test's kill point
       }
     }
@@ -119,14 +121,14 @@ PriorityUpdateResult Sampler::update_priorities(std::span<const uint64_t> env_id
   const double alpha = buffer_->priority_exponent();
   float largest = 0;
   for (std::size_t i = 0; i < env_ids.size(); ++i) {
-    detail::check_env_id(buffer_->segment(), env_ids[i], "update priorities of");
+    detail::check_env_id(segment_of(*buffer_), env_ids[i], "update priorities of");
     if (!detail::priority_fits(priorities[i], alpha)) {
       throw Error(Errc::invalid_argument,
                   fmt::format("cannot update priorities of '{}': priority {} (position {}, env {} step {}) {}",
                               buffer_->name(), priorities[i], i, env_ids[i], steps[i],
                               detail::priority_misfit(priorities[i], alpha)));
     }
-    const uint64_t head = detail::load_head(buffer_->segment().env_control(env_ids[i]));
+    const uint64_t head = detail::load_head(segment_of(*buffer_).env_control(env_ids[i]));
     if (steps[i] >= head) {
       throw Error(Errc::invalid_argument,
                   fmt::format("cannot update the priority of step {} of env {} of '{}' (position {}): it was never "
@@ -135,13 +137,13 @@ PriorityUpdateResult Sampler::update_priorities(std::span<const uint64_t> env_id
     }
     largest = std::max(largest, priorities[i]);
   }
-  GlobalControl& g = buffer_->segment().global_control();
+  GlobalControl& g = segment_of(*buffer_).global_control();
   PriorityUpdateResult result;
   for (std::size_t i = 0; i < env_ids.size(); ++i) {
     const uint64_t e = env_ids[i];
-    const detail::PriorityTree tree = detail::priority_tree_of(buffer_->segment(), e);
+    const detail::PriorityTree tree = detail::priority_tree_of(segment_of(*buffer_), e);
     const double weight = detail::priority_weight(priorities[i], alpha);
-    if (detail::update_priority(tree, buffer_->segment().env_control(e), e, steps[i], weight, z.slot.priority_walk)) {
+    if (detail::update_priority(tree, segment_of(*buffer_).env_control(e), e, steps[i], weight, z.slot.priority_walk)) {
       ++result.applied;
     } else {
       ++result.dropped;

@@ -41,12 +41,12 @@ double Sampler::total_weight(View view, std::size_t sequence_length, double dist
                              const SampleOptions& options) {
   check_args("compute the total weight of", 1, sequence_length, distribution_power, options);
   Scratch& z = *scratch_;
-  if (options.min_steps > 0 && sampler_parts::published_steps(buffer_->segment(), z.slot, view) < options.min_steps) {
+  if (options.min_steps > 0 && sampler_parts::published_steps(segment_of(*buffer_), z.slot, view) < options.min_steps) {
     return 0.0;
   }
   const uint64_t cap = buffer_->capacity();
   for (std::size_t e = 0; e < z.views.size(); ++e) {
-    z.views[e] = sampler_parts::snapshot_view(buffer_->segment(), z.slot, e, view);  // as sample_with
+    z.views[e] = sampler_parts::snapshot_view(segment_of(*buffer_), z.slot, e, view);  // as sample_with
   }
   // The planner a sample call with these options would use (detail/sampling/planner_table.hpp).
   return z.planners.with(options, sequence_length, [&](detail::Planner& planner) {
@@ -54,7 +54,7 @@ double Sampler::total_weight(View view, std::size_t sequence_length, double dist
     const detail::PlanOptions plan{options.episodes, std::min(options.period, cap)};
     if (planner.prepare(z.views, sequence_length, distribution_power, plan)) return planner.total_weight();
     // Nothing to draw: 0, unless a weight is not finite (a damaged segment: check_shortfall throws).
-    (void)sampler_parts::check_shortfall(planner, planner.shortfall(/*scan=*/false), buffer_->segment(),
+    (void)sampler_parts::check_shortfall(planner, planner.shortfall(/*scan=*/false), segment_of(*buffer_),
                                          "compute the total weight of", view);
     return 0.0;
   });
@@ -79,9 +79,9 @@ void Sampler::priority_weights(std::span<const uint64_t> env_ids, std::span<cons
     // each id and step read once and the id checked as read: another thread may change the caller's arrays
     const uint64_t e = env_ids[i];
     const uint64_t step = steps[i];
-    detail::check_env_id(buffer_->segment(), e, "read priorities of");
-    const EnvControl& c = buffer_->segment().env_control(e);
-    const detail::PriorityTree tree = detail::priority_tree_of(buffer_->segment(), e);
+    detail::check_env_id(segment_of(*buffer_), e, "read priorities of");
+    const EnvControl& c = segment_of(*buffer_).env_control(e);
+    const detail::PriorityTree tree = detail::priority_tree_of(segment_of(*buffer_), e);
     out[i] = step < detail::load_head(c) ? detail::step_weight(tree, c, step) : -1.0;
   }
 }

@@ -1,5 +1,5 @@
-// lib/segment.cpp: a Segment's mapping and its accessors to each section's words (shmreplay/segment.hpp).
-#include "shmreplay/segment.hpp"
+// lib/segment.cpp: a Segment's mapping and its accessors to each section's words (shmreplay/internal/segment.hpp).
+#include "shmreplay/internal/segment.hpp"
 
 #include <sys/mman.h>
 

@@ -26,7 +26,7 @@
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/rate_limit.hpp"
-#include "detail/protocol/stacks.hpp"
+#include "detail/storage/staged_kinds.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
@@ -47,7 +47,7 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
   local_.assign(static_cast<std::size_t>(num_envs), 0);
   for (std::size_t i = 0; i < env_ids.size(); ++i) {
     const uint64_t e = env_ids[i];
-    detail::check_env_id(buffer.segment(), e, "lease");
+    detail::check_env_id(segment_of(buffer), e, "lease");
     if (local_[e] != 0) {
       throw Error(Errc::invalid_argument,
                   fmt::format("cannot lease envs of '{}': env {} is listed twice (positions {} and {})", name, e,
@@ -55,7 +55,7 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
     }
     local_[e] = static_cast<uint32_t>(i + 1);
   }
-  global_ = &buffer.segment().global_control();
+  global_ = &segment_of(buffer).global_control();
   lease_word_ = detail::self_lease_word();
   fork_generation_ = detail::fork_generation();
   // Before the first push: whether this process may leave out the fence of notify_waiters (the learner's heavy
@@ -64,7 +64,7 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
   envs_.reserve(env_ids.size());
   for (const uint64_t e : env_ids) {
     const detail::LeaseResult r =
-        detail::try_take_lease(detail::env_lease_words(buffer.segment().env_control(e)), lease_word_);
+        detail::try_take_lease(detail::env_lease_words(segment_of(buffer).env_control(e)), lease_word_);
     if (std::string problem = detail::env_lease_problem(name, e, r); !problem.empty()) {
       release_all();  // all or nothing
       throw Error(Errc::lease_held, std::move(problem));
@@ -77,7 +77,7 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
   priorities_.reserve(envs_.size());
   reserved_.assign(envs_.size(), 0);
   for (const uint64_t e : envs_) {
-    control_.push_back(&buffer.segment().env_control(e));
+    control_.push_back(&segment_of(buffer).env_control(e));
     // Only the lease holder moves head, so from here on the cursor follows it (advanced in publish).
     next_slot_.push_back(control_.back()->head.load(std::memory_order_relaxed) % buffer.capacity());
   }
@@ -86,44 +86,28 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
   detail::withdraw(control_);
   detail::forget_dead_waiting(control_);
   admit_envs_.reserve(envs_.size());
+  // The kinds other than the plain ring go on after each env's newest published step (detail/storage/).
+  auto staged = std::make_unique<detail::StagedKinds>(segment_of(buffer), envs_, detail::KindWriterMode::writer,
+                                                      /*all_kinds=*/false);
   for (std::size_t f = 0; f < buffer.schema().size(); ++f) {
-    field_base_.push_back(buffer.segment().field_data(f));
+    const bool plain = !staged->staged(f);
+    field_base_.push_back(plain ? segment_of(buffer).field_data(f) : nullptr);
     field_bytes_.push_back(buffer.schema()[f].bytes());
-    if (!buffer.schema()[f].stacked()) plain_fields_.push_back(static_cast<uint32_t>(f));
+    if (plain) plain_fields_.push_back(static_cast<uint32_t>(f));
   }
-  if (buffer.segment().has_stacks()) {
-    // Each env's frames go on after its newest published step's (a predecessor's unpublished frames are written
-    // again); stacks.hpp.
-    stacks_ = std::make_unique<detail::WriterStacks>();
-    const auto& stacks = buffer.segment().stacks();
-    stacks_->staging_of_field.assign(buffer.schema().size(), detail::WriterStacks::kNotStaged);
-    for (const StackGeometry& st : stacks) {
-      stacks_->fields.push_back(st.field);
-      stacks_->staging_of_field[st.field] = stacks_->staging_bytes;
-      stacks_->staging_bytes += buffer.schema()[st.field].bytes();
-    }
-    stacks_->sources.resize(stacks.size());
-    stacks_->staging.resize(envs_.size());
-    stacks_->pushed.assign(envs_.size(), 0);
-    for (std::size_t l = 0; l < envs_.size(); ++l) {
-      const uint64_t head = control_[l]->head.load(std::memory_order_acquire);  // pairs with publish_step's release
-      for (std::size_t i = 0; i < stacks.size(); ++i) {
-        stacks_->cursors.push_back(detail::resume_stack(buffer.segment(), i, envs_[l], head));
-      }
-    }
-  }
+  if (staged->any()) staged_ = std::move(staged);
   if (buffer.has_episodes()) {
-    roles_ = std::make_unique<detail::EpisodeRoles>(buffer.segment());
-    for (const uint64_t e : envs_) detail::recover_env(buffer.segment(), e);
+    roles_ = std::make_unique<detail::EpisodeRoles>(segment_of(buffer));
+    for (const uint64_t e : envs_) detail::recover_env(segment_of(buffer), e);
   }
   if (buffer.has_priorities()) {
     // A predecessor killed between its claim and its head store may have died inside the walk of the slot it was
     // writing: redo that walk (priorities.hpp). Outside a write (claimed == head) its last walk was complete.
     for (const uint64_t e : envs_) {
-      const layout::EnvControl& c = buffer.segment().env_control(e);
+      const layout::EnvControl& c = segment_of(buffer).env_control(e);
       const uint64_t head = c.head.load(std::memory_order_acquire);  // pairs with publish_step's release store
       if ((c.claimed.load(std::memory_order_relaxed) & layout::kClaimMask) != head) {
-        detail::walk(detail::priority_tree_of(buffer.segment(), e), head % buffer.capacity());
+        detail::walk(detail::priority_tree_of(segment_of(buffer), e), head % buffer.capacity());
       }
     }
   }
@@ -155,7 +139,7 @@ Writer::Writer(Writer&& other) noexcept
       light_notify_(other.light_notify_),
       takeovers_(other.takeovers_),
       roles_(std::move(other.roles_)),
-      stacks_(std::move(other.stacks_)),
+      staged_(std::move(other.staged_)),
       options_(other.options_),
       admit_envs_(std::move(other.admit_envs_)) {
   other.envs_.clear();
@@ -170,17 +154,17 @@ void Writer::release_all() noexcept {
     return;
   }
   for (const uint64_t e : envs_) {
-    detail::release_lease(detail::env_lease_words(buffer_->segment().env_control(e)), lease_word_);
+    detail::release_lease(detail::env_lease_words(segment_of(*buffer_).env_control(e)), lease_word_);
   }
   envs_.clear();
 }
 
 uint64_t Writer::head(uint64_t env_id) const noexcept {
   assert(env_id < local_.size() && local_[env_id] != 0);
-  return buffer_->segment().env_control(env_id).head.load(std::memory_order_relaxed);
+  return segment_of(*buffer_).env_control(env_id).head.load(std::memory_order_relaxed);
 }
 
-uint64_t Writer::stack_flagless_restarts() const noexcept { return stacks_ ? stacks_->flagless_restarts : 0; }
+uint64_t Writer::stack_flagless_restarts() const noexcept { return staged_ ? staged_->flagless_restarts() : 0; }
 
 // Refuses a Writer copied into a forked child: its leases belong to the parent, which may still be pushing.
 void Writer::check_process(const char* op) const {
@@ -191,7 +175,7 @@ void Writer::check_process(const char* op) const {
 
 // Cold: env_id is out of range, or in range and not leased by this Writer.
 void Writer::throw_not_leased(uint64_t env_id, const char* op) const {
-  detail::check_env_id(buffer_->segment(), env_id, op);
+  detail::check_env_id(segment_of(*buffer_), env_id, op);
   throw Error(Errc::not_leased,
               fmt::format("cannot {} env {} of '{}': this Writer does not lease it (it leases {} env{}: {}{})", op,
                           env_id, buffer_->name(), envs_.size(), envs_.size() == 1 ? "" : "s",

@@ -25,7 +25,7 @@
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "detail/protocol/seqlock.hpp"
-#include "detail/protocol/stacks.hpp"
+#include "detail/storage/staged_kinds.hpp"
 #include "detail/protocol/wake.hpp"
 #include "shmreplay/error.hpp"
 
@@ -54,10 +54,9 @@ StepSlot::~StepSlot() {
 std::span<std::byte> StepSlot::field(std::size_t index) const noexcept {
   assert(writer_ != nullptr && index < writer_->field_base_.size());
   const uint64_t bytes = writer_->field_bytes_[index];
-  if (writer_->stacks_ && writer_->stacks_->staging_of_field[index] != detail::WriterStacks::kNotStaged) {
-    // A stacked field: filled in the Writer's staging area, stored as frames at commit.
-    detail::WriterStacks& w = *writer_->stacks_;
-    return {w.staging[local_].data() + w.staging_of_field[index], static_cast<std::size_t>(bytes)};
+  if (writer_->staged_ && writer_->staged_->staged(index)) {
+    // A field of a staged kind (a stacked field): filled in the Writer's staging area, stored at commit.
+    return {writer_->staged_->staging(local_, index), static_cast<std::size_t>(bytes)};
   }
   const uint64_t cap = writer_->buffer_->capacity();
   return {writer_->field_base_[index] + (env_ * cap + step_ % cap) * bytes, static_cast<std::size_t>(bytes)};
@@ -69,17 +68,13 @@ void StepSlot::commit() {
                 fmt::format("step {} of env {} was already committed or abandoned", step_, env_));
   }
   writer_->check_process("commit a step of");
-  if (writer_->stacks_) {  // the stacked fields, from the staging area they were filled in
-    detail::WriterStacks& w = *writer_->stacks_;
-    for (std::size_t i = 0; i < w.fields.size(); ++i) {
-      w.sources[i] = w.staging[local_].data() + w.staging_of_field[w.fields[i]];
-    }
-    writer_->store_step_stacks(local_, env_, step_);
+  if (writer_->staged_) {  // the staged kinds' fields, from the staging area they were filled in
+    writer_->staged_->store_staged(local_, env_, step_, writer_->step_ends_episode(env_, step_));
   }
   const bool record_due = writer_->roles_ && writer_->stage_episode(env_, step_);
   writer_->set_priority(env_, step_, priority_);
   writer_->publish(local_, step_, detail::coarse_realtime_ns());
-  if (record_due) detail::emit_record(writer_->buffer_->segment(), env_, step_ + 1);
+  if (record_due) detail::emit_record(segment_of(*writer_->buffer_), env_, step_ + 1);
   writer_->reserved_[local_] = 0;
   writer_->notify();
   writer_ = nullptr;
@@ -112,7 +107,7 @@ SHMREPLAY_ALWAYS_INLINE uint32_t Writer::local_of(uint64_t env_id, const char* o
 
 // Claims the next step of leased env `local` (detail::claim_step: the seqlock's "write begins").
 SHMREPLAY_ALWAYS_INLINE uint64_t Writer::claim(uint32_t local) noexcept {
-  return detail::claim_step(*control_[local], buffer_->segment());
+  return detail::claim_step(*control_[local], segment_of(*buffer_));
 }
 
 // Publishes `step` (detail::publish_step: "write ends") and advances the env's slot cursor.
@@ -121,30 +116,17 @@ SHMREPLAY_ALWAYS_INLINE void Writer::publish(uint32_t local, uint64_t step, uint
   detail::publish_step(*control_[local], step, now_ns);
 }
 
-void Writer::store_step_stacks(uint32_t l, uint64_t env, uint64_t step) noexcept {
-  detail::WriterStacks& w = *stacks_;
-  Segment& seg = buffer_->segment();
-  const detail::ContinuityTest t = detail::continuity_test(seg, env, step, w.pushed[l] != 0, [&] {
-    // The step's own end flags (not its reward), from the ring slot as written, as stage_episode reads them.
-    if (!roles_) return false;
-    const uint64_t slot = env * buffer_->capacity() + step % buffer_->capacity();
-    const int flags[3] = {roles_->done, roles_->terminated, roles_->truncated};
-    for (int k = 0; k < 3; ++k) {
-      const auto f = static_cast<std::size_t>(flags[k]);
-      if (flags[k] >= 0 && detail::flag_set(field_base_[f] + slot * field_bytes_[f], roles_->flag_bytes[k])) {
-        return true;
-      }
-    }
-    return false;
-  });
-  const bool restarted = detail::store_stacks(seg, env, step, w.sources.data(),
-                                              w.cursors.data() + l * w.fields.size(), t.may_continue, t.compare);
-  if (t.audit && restarted) {
-    ++w.flagless_restarts;
-    // The env's count, for the Inspector, `info` and the metrics (one writer per env: a relaxed add, rarely taken).
-    seg.env_control(env).stack_flagless_restarts.fetch_add(1, std::memory_order_relaxed);
+bool Writer::step_ends_episode(uint64_t env, uint64_t step) const noexcept {
+  // The step's own end flags (not its reward), from the ring slot as written, as stage_episode reads them; only the
+  // frame ring's episodes rule asks.
+  if (!roles_ || buffer_->stack_continuity() != StackContinuity::episodes) return false;
+  const uint64_t slot = env * buffer_->capacity() + step % buffer_->capacity();
+  const int flags[3] = {roles_->done, roles_->terminated, roles_->truncated};
+  for (int k = 0; k < 3; ++k) {
+    const auto f = static_cast<std::size_t>(flags[k]);
+    if (flags[k] >= 0 && detail::flag_set(field_base_[f] + slot * field_bytes_[f], roles_->flag_bytes[k])) return true;
   }
-  w.pushed[l] = 1;
+  return false;
 }
 
 bool Writer::stage_episode(uint64_t env, uint64_t step) noexcept {
@@ -153,7 +135,7 @@ bool Writer::stage_episode(uint64_t env, uint64_t step) noexcept {
   const uint64_t slot = env * buffer_->capacity() + step % buffer_->capacity();
   const detail::StepFlags flags = detail::read_step_flags(
       *roles_, [&](std::size_t f) -> const std::byte* { return field_base_[f] + slot * field_bytes_[f]; });
-  return detail::stage_step(buffer_->segment(), env, step, flags);
+  return detail::stage_step(segment_of(*buffer_), env, step, flags);
 }
 
 SHMREPLAY_ALWAYS_INLINE void Writer::notify() noexcept { detail::notify_waiters(*global_, !light_notify_); }
@@ -193,13 +175,13 @@ const float* Writer::copy_priorities(std::size_t count, std::span<const float> p
 // A negative priority means the running maximum. The priority was checked (priority_fits) by the caller.
 void Writer::set_priority(uint64_t env, uint64_t step, double priority) noexcept {
   if (!buffer_->has_priorities()) return;
-  layout::GlobalControl& g = buffer_->segment().global_control();
+  layout::GlobalControl& g = segment_of(*buffer_).global_control();
   if (priority < 0) {
     priority = detail::max_priority(g.max_priority);
   } else {
     detail::raise_max_priority(g.max_priority, priority);
   }
-  detail::set_new_priority(detail::priority_tree_of(buffer_->segment(), env), step,
+  detail::set_new_priority(detail::priority_tree_of(segment_of(*buffer_), env), step,
                            detail::priority_weight(priority, buffer_->priority_exponent()));
 }
 
@@ -280,17 +262,15 @@ SHMREPLAY_ALWAYS_INLINE void Writer::write_step(uint32_t l, uint64_t env, std::s
     __builtin_prefetch(reinterpret_cast<const void*>(next), 1, 3);
     __builtin_prefetch(reinterpret_cast<const void*>(next + b - 1), 1, 3);
   }
-  if (stacks_) [[unlikely]] {  // the stacked fields as frames (detail/protocol/stacks.hpp)
-    detail::WriterStacks& w = *stacks_;
-    for (std::size_t i = 0; i < w.fields.size(); ++i) {
-      w.sources[i] = static_cast<const std::byte*>(fields[w.fields[i]].data) + row * field_bytes_[w.fields[i]];
-    }
-    store_step_stacks(l, env, step);
+  if (staged_) [[unlikely]] {  // the other kinds' fields (a stacked field's frames: detail/storage/)
+    staged_->store(l, env, step, step_ends_episode(env, step), [&](std::size_t f) {
+      return static_cast<const std::byte*>(fields[f].data) + row * field_bytes_[f];
+    });
   }
   const bool record_due = roles_ && stage_episode(env, step);
   if (buffer_->has_priorities()) set_priority(env, step, priority);  // (no call per step without)
   publish(l, step, now);
-  if (record_due) detail::emit_record(buffer_->segment(), env, step + 1);
+  if (record_due) detail::emit_record(segment_of(*buffer_), env, step + 1);
 }
 
 void Writer::push(std::span<const int32_t> env_ids, std::span<const FieldBytes> fields) {
@@ -342,10 +322,9 @@ StepSlot Writer::reserve(uint64_t env_id) {
     admit_envs_.assign(1, control_[l]);
     wait_for_rate_limit("reserve a step of");
   }
-  if (stacks_) {  // where the stacked fields are filled until the commit stores them as frames (before the claim:
-                  // it may throw bad_alloc)
-    stacks_->staging[l].resize(static_cast<std::size_t>(stacks_->staging_bytes));
-  }
+  // Where the staged kinds' fields are filled until the commit stores them (before the claim: it may throw
+  // bad_alloc).
+  if (staged_) staged_->prepare_staging(l);
   const uint64_t step = claim(l);
   reserved_[l] = 1;
   return StepSlot(this, env_id, step, l);

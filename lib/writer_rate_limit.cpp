@@ -66,10 +66,10 @@ std::string learner_state_text(const Segment& segment) {
 
 void Writer::wait_for_rate_limit(const char* op) {
   if (admit_envs_.empty()) return;  // a push of no steps inserts nothing
-  layout::GlobalControl& g = buffer_->segment().global_control();
+  layout::GlobalControl& g = segment_of(*buffer_).global_control();
   auto settings = detail::load_rate_limit(g);
   if (!settings) return;
-  detail::RateLimitVerdict verdict = detail::try_admit(buffer_->segment(), *settings, admit_envs_);
+  detail::RateLimitVerdict verdict = detail::try_admit(segment_of(*buffer_), *settings, admit_envs_);
   if (verdict.allowed()) return;
   g.writers_limited.fetch_add(1, std::memory_order_relaxed);
   const auto deadline = deadline_after_ms(options_.rate_limit_timeout_ms);
@@ -84,7 +84,7 @@ void Writer::wait_for_rate_limit(const char* op) {
         [&] {
           settings = detail::load_rate_limit(g);
           if (!settings) return true;  // the limiter was removed meanwhile
-          verdict = detail::try_admit(buffer_->segment(), *settings, admit_envs_);
+          verdict = detail::try_admit(segment_of(*buffer_), *settings, admit_envs_);
           return verdict.allowed();
         });
   }
@@ -109,7 +109,7 @@ void Writer::wait_for_rate_limit(const char* op) {
                           "timeout): {}; {}. Nothing was written. To go on without waiting, set the writer's "
                           "wait_for_rate_limit to false",
                           op, buffer_->name(), k, k == 1 ? "" : "s", options_.rate_limit_timeout_ms, why,
-                          learner_state_text(buffer_->segment())));
+                          learner_state_text(segment_of(*buffer_))));
 }
 
 }  // namespace shmreplay

@@ -79,7 +79,8 @@ function(shmreplay_docs_cpp doc all)
       add_test(NAME ${name}
                COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:${name}> -DNAME=${name}
                        -P ${CMAKE_CURRENT_SOURCE_DIR}/docs_cpp.cmake)
-      set_tests_properties(${name} PROPERTIES TIMEOUT 180 LABELS docs)
+      set_tests_properties(${name} PROPERTIES TIMEOUT 180)
+      shmreplay_test_component(${name} docs ${name})
     endif()
     math(EXPR skip "${body_start} + ${end} + 4")
     math(EXPR consumed "${consumed} + ${skip}")

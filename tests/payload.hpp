@@ -16,8 +16,9 @@
 
 #include <fmt/format.h>
 
+#include "shmreplay/internal/segment.hpp"
 #include "shmreplay/buffer.hpp"
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/layout.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/schema.hpp"
 #include "shmreplay/writer.hpp"
@@ -156,7 +157,7 @@ struct PayloadPusher {
     for (const int32_t e : ids) {
       const auto env = static_cast<uint64_t>(e);
       // Not writer.head(env): a test may list an env the writer does not lease, to see the push refused.
-      const Payload p = make_payload(env, writer.buffer().segment().env_control(env).head.load(std::memory_order_relaxed), 0);
+      const Payload p = make_payload(env, segment_of(writer.buffer()).env_control(env).head.load(std::memory_order_relaxed), 0);
       hdr.insert(hdr.end(), p.hdr, p.hdr + 4);
       body.insert(body.end(), p.body, p.body + kBody);
       tail.insert(tail.end(), p.tail, p.tail + kTail);
@@ -200,7 +201,7 @@ inline std::string stored_step(const Buffer& b, uint64_t env, uint64_t step) {
   const uint64_t cap = b.capacity();
   for (std::size_t f = 0; f < b.schema().size(); ++f) {
     const uint64_t bytes = b.schema()[f].bytes();
-    const auto* p = reinterpret_cast<const char*>(b.segment().field_data(f) + (env * cap + step % cap) * bytes);
+    const auto* p = reinterpret_cast<const char*>(segment_of(b).field_data(f) + (env * cap + step % cap) * bytes);
     out.append(p, bytes);
   }
   return out;
@@ -228,7 +229,7 @@ inline std::optional<uint64_t> stored_version(const Buffer& b, uint64_t env, uin
 
 // Checks every step in env's replay view is the payload of (env, step); returns the first violation or "".
 inline std::string check_env_payloads(const Buffer& b, uint64_t env) {
-  const layout::EnvControl& c = b.segment().env_control(env);
+  const layout::EnvControl& c = segment_of(b).env_control(env);
   const uint64_t head = c.head.load();
   const uint64_t claimed = c.claimed.load() & layout::kClaimMask;
   const uint64_t lo = claimed > b.capacity() ? claimed - b.capacity() : 0;

@@ -6,10 +6,11 @@
 
 #include <fstream>
 
+#include "shmreplay/internal/segment.hpp"
 #include "detail/os/process.hpp"
 #include "shmreplay/inspector.hpp"
 #include "shmreplay/sampler.hpp"
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/layout.hpp"
 #include "support.hpp"
 
 using namespace shmreplay;
@@ -52,22 +53,22 @@ TEST_CASE("a snapshot derives lengths from the counters and judges owners by pid
   Buffer b = Buffer::create(name, 3, 10, kSchema);
   // env 0: 4 steps, online queue reset after step 1. env 1: wrapped (25 steps into a ring of 10), online
   // queue reset long ago. env 2: owned by a process that has exited.
-  b.segment().env_control(0).head.store(4);
-  b.segment().env_control(0).claimed.store(4);
-  b.segment().env_control(0).online_start.store(1);
-  b.segment().env_control(1).head.store(25);
-  b.segment().env_control(1).claimed.store(26);
-  b.segment().env_control(1).online_start.store(3);
+  segment_of(b).env_control(0).head.store(4);
+  segment_of(b).env_control(0).claimed.store(4);
+  segment_of(b).env_control(0).online_start.store(1);
+  segment_of(b).env_control(1).head.store(25);
+  segment_of(b).env_control(1).claimed.store(26);
+  segment_of(b).env_control(1).online_start.store(3);
   const uint64_t me = static_cast<uint64_t>(::getpid());
   const uint64_t my_start = detail::self_start_ticks();
-  b.segment().env_control(0).owner_start_ticks.store(my_start);
-  b.segment().env_control(0).lease.store(layout::pack_owner(me, my_start));
-  b.segment().env_control(1).lease.store(layout::pack_owner(me, my_start));
+  segment_of(b).env_control(0).owner_start_ticks.store(my_start);
+  segment_of(b).env_control(0).lease.store(layout::pack_owner(me, my_start));
+  segment_of(b).env_control(1).lease.store(layout::pack_owner(me, my_start));
   const pid_t child = ::fork();
   if (child == 0) ::_exit(0);
   const uint64_t child_start = detail::process_start_ticks(child);  // a zombie or gone: 0 either way
   ::waitpid(child, nullptr, 0);
-  b.segment().env_control(2).lease.store(layout::pack_owner(static_cast<uint64_t>(child), child_start + 1));
+  segment_of(b).env_control(2).lease.store(layout::pack_owner(static_cast<uint64_t>(child), child_start + 1));
   // The same pid with a different start time is another process: dead for this lease.
   const SegmentInfo s = Inspector(name).snapshot();
   REQUIRE(s.envs.size() == 3);
@@ -101,7 +102,7 @@ TEST_CASE("a snapshot derives lengths from the counters and judges owners by pid
   CHECK(Inspector(name).snapshot().learner.state == OwnerState::none);
 
   // A pid that is alive but started at another time (pid reuse) is dead for the lease.
-  b.segment().env_control(0).lease.store(layout::pack_owner(me, my_start + 1));
+  segment_of(b).env_control(0).lease.store(layout::pack_owner(me, my_start + 1));
   CHECK(Inspector(name).snapshot().envs[0].owner == OwnerState::dead);
 }
 
@@ -151,8 +152,8 @@ TEST_CASE("read_steps refuses an env whose counters claim more steps than it hol
   const std::string name = unique_name("insp-dmg");
   SegmentGuard guard(name);
   Buffer b = Buffer::create(name, 1, 8, Schema::parse("x:u8[4096]"));
-  b.segment().env_control(0).head.store(uint64_t{1} << 40);  // damaged: head far above claimed
-  b.segment().env_control(0).claimed.store(5);
+  segment_of(b).env_control(0).head.store(uint64_t{1} << 40);  // damaged: head far above claimed
+  segment_of(b).env_control(0).claimed.store(5);
   const Inspector insp(name);
   std::string message;
   CHECK(test::error_of([&] { (void)insp.read_steps(0, 0, uint64_t{1} << 41); }, &message) ==

@@ -1,6 +1,6 @@
 // Pins the segment layout to its version constant. If a check here fails, the bytes of the segment changed:
 // bump layout::kLayoutMajor (incompatible change) or kLayoutMinor (appended sections/fields only), then update
-// the expected values below and the diagram in include/shmreplay/layout.hpp and docs/design/segment.md.
+// the expected values below and the diagram in include/shmreplay/internal/layout.hpp and docs/design/segment.md.
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -12,8 +12,9 @@
 #include <optional>
 #include <string>
 
+#include "shmreplay/internal/segment.hpp"
 #include "shmreplay/buffer.hpp"
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/layout.hpp"
 #include "support.hpp"
 
 using namespace shmreplay;
@@ -243,23 +244,23 @@ TEST_CASE("a segment with several learner slots places them between the global s
   test::SegmentGuard guard(name);
   const Schema schema = Schema::parse("obs:f32[3] done:bool action:i64[2]");
   const Buffer b = Buffer::create(name, 5, 7, schema, {.max_learners = 4});
-  const SegmentHeader& h = b.segment().header();
+  const SegmentHeader& h = segment_of(b).header();
   CHECK(h.max_learners == 4);
   CHECK(b.max_learners() == 4);
   // The global section ends at 320 + 3 * 192 + 5 * 192 + 576 = 2432; three slots of 192 bytes, then their online
   // starts, 3 slots x 5 envs x 8 bytes.
   CHECK(h.sections[kSectionLearners].offset == 2432);
   CHECK(h.sections[kSectionLearners].bytes == 3 * 192 + 3 * 5 * 8);
-  CHECK(reinterpret_cast<const std::byte*>(b.segment().learner_slot(1)) ==
+  CHECK(reinterpret_cast<const std::byte*>(segment_of(b).learner_slot(1)) ==
         reinterpret_cast<const std::byte*>(&h) + 2432);
-  CHECK(reinterpret_cast<const std::byte*>(b.segment().learner_online_starts(2)) ==
+  CHECK(reinterpret_cast<const std::byte*>(segment_of(b).learner_online_starts(2)) ==
         reinterpret_cast<const std::byte*>(&h) + 2432 + 3 * 192 + 5 * 8);
   // Layout 1.8: every slot's statistics after the learner section, 2432 + 696 = 3128 rounded up to 3136; four
   // slots of 128 bytes, slot 0's first.
   CHECK(h.sections[kSectionLearnerStats].offset == 3136);
   CHECK(h.sections[kSectionLearnerStats].bytes == 4 * 128);
   for (uint64_t r = 0; r < 4; ++r) {
-    CHECK(reinterpret_cast<const std::byte*>(b.segment().learner_stats(r)) ==
+    CHECK(reinterpret_cast<const std::byte*>(segment_of(b).learner_stats(r)) ==
           reinterpret_cast<const std::byte*>(&h) + 3136 + r * 128);
   }
   CHECK(h.sections[kSectionData].offset == 4096);  // still the next page
@@ -267,13 +268,13 @@ TEST_CASE("a segment with several learner slots places them between the global s
   const std::string one = test::unique_name("layout-one-learner");
   test::SegmentGuard guard_one(one);
   const Buffer c = Buffer::create(one, 5, 7, schema);
-  const SegmentHeader& ch = c.segment().header();
+  const SegmentHeader& ch = segment_of(c).header();
   CHECK(ch.max_learners == 1);
   CHECK(ch.sections[kSectionLearners].bytes == 0);
   CHECK(ch.sections[kSectionLearners].offset == 0);
   CHECK(ch.sections[kSectionLearnerStats].offset == 2432);
   CHECK(ch.sections[kSectionLearnerStats].bytes == 128);
-  CHECK(reinterpret_cast<const std::byte*>(c.segment().learner_stats(0)) ==
+  CHECK(reinterpret_cast<const std::byte*>(segment_of(c).learner_stats(0)) ==
         reinterpret_cast<const std::byte*>(&ch) + 2432);
   CHECK(ch.sections[kSectionData].offset == 4096);
 }
@@ -350,7 +351,7 @@ TEST_CASE("a created segment places its sections as the layout says") {
   test::SegmentGuard guard(name);
   const Schema schema = Schema::parse("obs:f32[3] done:bool action:i64[2]");
   const Buffer b = Buffer::create(name, 5, 7, schema);
-  const SegmentHeader& h = b.segment().header();
+  const SegmentHeader& h = segment_of(b).header();
   CHECK(h.magic == kMagic);
   CHECK(h.layout_major == kLayoutMajor);
   CHECK(h.layout_minor == kLayoutMinor);
@@ -367,7 +368,7 @@ TEST_CASE("a created segment places its sections as the layout says") {
   CHECK(h.sections[kSectionGlobal].bytes == 576);
   CHECK(h.sections[kSectionData].offset == 4096);
   // Each field's storage is [5 envs][7 steps][bytes], 64-byte aligned, in schema order.
-  const auto& offs = b.segment().field_offsets();
+  const auto& offs = segment_of(b).field_offsets();
   REQUIRE(offs.size() == 3);
   CHECK(offs[0] == 4096);
   CHECK(offs[1] == 4096 + 448);           // 5*7*12 = 420, rounded up to 448
@@ -393,7 +394,7 @@ TEST_CASE("a segment with episode fields places the episode sections after the d
   test::SegmentGuard guard(name);
   const Schema schema = Schema::parse("obs:f32[3] done:bool action:i64[2] reward:f32");
   const Buffer b = Buffer::create(name, 5, 7, schema, {.episodes = {.done = "done", .reward = "reward"}});
-  const SegmentHeader& h = b.segment().header();
+  const SegmentHeader& h = segment_of(b).header();
   CHECK(h.num_sections == 10);
   CHECK(h.episode_queue_capacity == 128);
   // Data: 448 + 64 + 576 (5*7*16 = 560 rounded) + 5*7*4 = 140 -> [4096, 5324); the episode sections follow, each
@@ -418,32 +419,32 @@ TEST_CASE("a segment with episode fields places the episode sections after the d
   CHECK(b.episode_fields().reward == std::optional<std::size_t>(3));
   CHECK_FALSE(b.episode_fields().terminated);
   // A fresh env: journal slot 0 is the state for head 0, slot 1 holds nothing.
-  CHECK(b.segment().episode_control(0).journal[0].for_head.load() == 0);
-  CHECK(b.segment().episode_control(0).journal[1].for_head.load() == kJournalWriting);
+  CHECK(segment_of(b).episode_control(0).journal[0].for_head.load() == 0);
+  CHECK(segment_of(b).episode_control(0).journal[1].for_head.load() == kJournalWriting);
 }
 
 TEST_CASE("a segment with priorities places one sum tree per env after the episode queues and records alpha") {
   const std::string name = test::unique_name("layout-prio");
   test::SegmentGuard guard(name);
   const Buffer b = Buffer::create(name, 3, 5, Schema::parse("x:u8"), {.priority_exponent = 0.5});
-  const SegmentHeader& h = b.segment().header();
+  const SegmentHeader& h = segment_of(b).header();
   CHECK(std::bit_cast<double>(h.priority_exponent_bits) == 0.5);
   CHECK(h.sections[kSectionPriorities].bytes == 3 * 2 * 8 * 8);  // leaves = bit_ceil(5) = 8, 2 x 8 words per env
   CHECK(h.sections[kSectionPriorities].offset % kCacheLineBytes == 0);
   CHECK(h.sections[kSectionPriorities].offset >= h.sections[kSectionData].offset + h.sections[kSectionData].bytes);
   CHECK(b.priority_leaves() == 8);
-  CHECK(std::bit_cast<double>(b.segment().global_control().max_priority.load()) == 1.0);
+  CHECK(std::bit_cast<double>(segment_of(b).global_control().max_priority.load()) == 1.0);
   const std::string zero = test::unique_name("layout-prio0");
   test::SegmentGuard zero_guard(zero);
   const Buffer z = Buffer::create(zero, 1, 4, Schema::parse("x:u8"), {.priority_exponent = 0.0});
-  CHECK(z.segment().header().priority_exponent_bits != 0);  // -0.0: alpha 0 is still "with priorities"
+  CHECK(segment_of(z).header().priority_exponent_bits != 0);  // -0.0: alpha 0 is still "with priorities"
   CHECK(z.has_priorities());
   CHECK(Buffer::open(zero).priority_exponent() == 0.0);
   const std::string none = test::unique_name("layout-noprio");
   test::SegmentGuard none_guard(none);
   const Buffer n = Buffer::create(none, 1, 4, Schema::parse("x:u8"));
-  CHECK(n.segment().header().priority_exponent_bits == 0);
-  CHECK(n.segment().header().sections[kSectionPriorities].bytes == 0);
+  CHECK(segment_of(n).header().priority_exponent_bits == 0);
+  CHECK(segment_of(n).header().sections[kSectionPriorities].bytes == 0);
 }
 
 TEST_CASE("layout 1.6: a stacked field's frame rings never have the bytes of an unstacked field's storage, so a 1.5 "
@@ -472,7 +473,7 @@ TEST_CASE("layout 1.6: a stacked field's frame rings never have the bytes of an 
     test::SegmentGuard guard(name);
     const Schema schema = Schema::parse(c.spec);
     const Buffer b = Buffer::create(name, 3, c.capacity, schema, {.stack_restarts = c.restarts});
-    const SegmentHeader& h = b.segment().header();
+    const SegmentHeader& h = segment_of(b).header();
     const auto* table = reinterpret_cast<const FieldDesc*>(reinterpret_cast<const std::byte*>(&h) +
                                                            h.sections[kSectionFields].offset);
     const Field& f = schema[0];
@@ -481,8 +482,8 @@ TEST_CASE("layout 1.6: a stacked field's frame rings never have the bytes of an 
     CHECK(table[0].stack_frames == c.frames);
     CHECK(table[0].data_bytes == 3 * c.frames * f.frame_bytes());
     CHECK(table[0].data_bytes != 3 * c.capacity * table[0].step_bytes);  // what a 1.5 library requires
-    REQUIRE(b.segment().stacks().size() == 1);
-    CHECK(b.segment().stacks()[0].frames == c.frames);
-    CHECK(Buffer::open(name).segment().stacks()[0].frames == c.frames);  // and this library accepts it
+    REQUIRE(segment_of(b).stacks().size() == 1);
+    CHECK(segment_of(b).stacks()[0].frames == c.frames);
+    CHECK(segment_of(Buffer::open(name)).stacks()[0].frames == c.frames);  // and this library accepts it
   }
 }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "shmreplay/internal/segment.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
@@ -116,7 +117,7 @@ TEST_CASE("once warmed up, sampling, peek, try_update, online resets and pushes 
   const auto fill = [&] {  // the next payload of each env of all_ids, in place
     for (std::size_t i = 0; i < all_ids.size(); ++i) {
       const auto e = static_cast<uint64_t>(all_ids[i]);
-      const Payload p = make_payload(e, buf.segment().env_control(e).head.load(), 0);
+      const Payload p = make_payload(e, segment_of(buf).env_control(e).head.load(), 0);
       std::memcpy(&hdr[4 * i], p.hdr, sizeof p.hdr);
       std::memcpy(&body[kBody * i], p.body, sizeof p.body);
       std::memcpy(&tail[kTail * i], p.tail, sizeof p.tail);
@@ -135,7 +136,7 @@ TEST_CASE("once warmed up, sampling, peek, try_update, online resets and pushes 
   const auto round = [&](uint64_t i) {
     fill();
     writer.push(all_ids, batch_fields);
-    single = make_payload(1, buf.segment().env_control(1).head.load(), 0);
+    single = make_payload(1, segment_of(buf).env_control(1).head.load(), 0);
     writer.push_one(1, single_fields);
     {
       StepSlot slot = writer.reserve(3);

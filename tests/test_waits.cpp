@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "shmreplay/internal/segment.hpp"
 #include "detail/os/futex.hpp"
 #include "detail/os/membarrier.hpp"
 #include "detail/protocol/wake.hpp"
@@ -256,7 +257,7 @@ TEST_CASE("an InterruptCheck that throws ends a waiting push, a waiting sample c
     CHECK(interrupted);
     CHECK(counter.calls == 3);
     CHECK(w.head(0) == 5);  // nothing written
-    CHECK(b.segment().env_control(0).limiter_reserved.load() == 5);  // nothing admitted
+    CHECK(segment_of(b).env_control(0).limiter_reserved.load() == 5);  // nothing admitted
     CHECK(b.rate_limit_state().writer_waiters == 0);  // and not counted as waiting
     CHECK(b.rate_limit_state().writer_timeouts == 0);
     // The learner's waits: a sample call held back (min_diff -3: 8 rows would take the error to -3 - ...).
@@ -281,7 +282,7 @@ TEST_CASE("an InterruptCheck that throws ends a waiting push, a waiting sample c
       interrupted = true;
     }
     CHECK(interrupted);
-    CHECK(b.segment().global_control().waiters.load() == 0);
+    CHECK(segment_of(b).global_control().waiters.load() == 0);
   }
   // Without the check the same push times out as before, and a nested check is restored when the inner one goes.
   w.set_options({.wait_for_rate_limit = true, .rate_limit_timeout_ms = 60});
@@ -323,16 +324,16 @@ TEST_CASE("a writer SIGKILLed while it waits for the limiter is not counted as w
   Sampler learner(b);
   Rng rng(3);
   SampleBatch batch;
-  const uint64_t seq = b.segment().global_control().writer_wake_seq.load();
+  const uint64_t seq = segment_of(b).global_control().writer_wake_seq.load();
   learner.sample_transitions(View::replay, 1, rng, batch, timeout_options(0));
   learner.sample_transitions(View::replay, 1, rng, batch, timeout_options(0));
-  CHECK(b.segment().global_control().writer_wake_seq.load() == seq);
+  CHECK(segment_of(b).global_control().writer_wake_seq.load() == seq);
   CHECK(sh->failures.load() == 0);
   // A new owner of the dead writer's env clears its mark.
-  CHECK(b.segment().env_control(0).limiter_waiting_since_ns.load() != 0);
+  CHECK(segment_of(b).env_control(0).limiter_waiting_since_ns.load() != 0);
   Writer taker(b, {0});
   CHECK(taker.takeovers() == 1);
-  CHECK(b.segment().env_control(0).limiter_waiting_since_ns.load() == 0);
+  CHECK(segment_of(b).env_control(0).limiter_waiting_since_ns.load() == 0);
   ::munmap(sh, sizeof(Shared));
 }
 
@@ -454,7 +455,7 @@ TEST_CASE("a learner whose membarrier is refused says so and re-checks its condi
     if (detail::heavy_fence()) return false;  // the barrier was refused: it must not be reported as done
     int checks = 0;
     const auto deadline = Clock::now() + std::chrono::milliseconds(200);
-    (void)detail::sleep_until(detail::learner_wake(b.segment().global_control()), deadline, [&] {
+    (void)detail::sleep_until(detail::learner_wake(segment_of(b).global_control()), deadline, [&] {
       ++checks;
       return false;
     });

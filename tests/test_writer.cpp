@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "shmreplay/internal/segment.hpp"
 #include "detail/os/process.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
@@ -52,9 +53,9 @@ std::vector<FieldBytes> step_fields(const Step& st) {
 Step stored(const Buffer& b, uint64_t e, uint64_t s) {
   Step st{};
   const uint64_t slot = e * b.capacity() + s % b.capacity();
-  std::memcpy(st.obs, b.segment().field_data(0) + slot * 12, 12);
-  std::memcpy(&st.action, b.segment().field_data(1) + slot * 4, 4);
-  std::memcpy(&st.done, b.segment().field_data(2) + slot, 1);
+  std::memcpy(st.obs, segment_of(b).field_data(0) + slot * 12, 12);
+  std::memcpy(&st.action, segment_of(b).field_data(1) + slot * 4, 4);
+  std::memcpy(&st.done, segment_of(b).field_data(2) + slot, 1);
   return st;
 }
 
@@ -123,8 +124,8 @@ TEST_CASE("a batched push writes one step per listed env, in any order, and publ
   }
   CHECK(w.head(2) == 3);
   CHECK(same(stored(f.buf, 2, 2), make_step(2, 2)));
-  CHECK(f.buf.segment().env_control(2).claimed.load() == 3);
-  CHECK(f.buf.segment().env_control(2).last_push_ns.load() > 0);
+  CHECK(segment_of(f.buf).env_control(2).claimed.load() == 3);
+  CHECK(segment_of(f.buf).env_control(2).last_push_ns.load() > 0);
 }
 
 TEST_CASE("heads count steps since creation and the ring slot is the count modulo capacity") {
@@ -149,7 +150,7 @@ TEST_CASE("a reserved step is written in place and becomes visible only at commi
     slot.as<int32_t>(1)[0] = st.action;
     slot.as<uint8_t>(2)[0] = st.done;
     CHECK(learner.sizes(1).head == 0);  // not published yet
-    CHECK(f.buf.segment().env_control(1).claimed.load() == 1);
+    CHECK(segment_of(f.buf).env_control(1).claimed.load() == 1);
     slot.commit();
     CHECK(slot.committed());
     std::string msg;
@@ -167,10 +168,10 @@ TEST_CASE("an abandoned reservation publishes nothing and the next push reuses i
     std::memset(slot.field(0).data(), 0xff, 12);
   }  // destroyed without commit
   CHECK(w.head(0) == 0);
-  CHECK(f.buf.segment().env_control(0).claimed.load() == 1);  // the claim stays raised: head <= claimed <= head + 1
+  CHECK(segment_of(f.buf).env_control(0).claimed.load() == 1);  // the claim stays raised: head <= claimed <= head + 1
   w.push_one(0, step_fields(make_step(0, 0)));
   CHECK(w.head(0) == 1);
-  CHECK(f.buf.segment().env_control(0).claimed.load() == 1);
+  CHECK(segment_of(f.buf).env_control(0).claimed.load() == 1);
   CHECK(same(stored(f.buf, 0, 0), make_step(0, 0)));
 }
 
@@ -230,8 +231,8 @@ TEST_CASE("a push is validated before anything is written, and each error says w
 
   // Nothing above was written: every head and claim is still 0.
   for (uint64_t e = 0; e < 4; ++e) {
-    CHECK(f.buf.segment().env_control(e).head.load() == 0);
-    CHECK(f.buf.segment().env_control(e).claimed.load() == 0);
+    CHECK(segment_of(f.buf).env_control(e).head.load() == 0);
+    CHECK(segment_of(f.buf).env_control(e).claimed.load() == 0);
   }
 
   // A pending reservation blocks pushes and a second reservation of the same env.
@@ -258,8 +259,8 @@ TEST_CASE("leasing checks env ids and takes all or none") {
   CHECK(error_of([&] { Writer w(f.buf, {0, 1, 2}); }, &msg) == static_cast<int>(Errc::lease_held));
   CHECK(msg.find("env 2") != std::string::npos);
   CHECK(msg.find("this process") != std::string::npos);
-  CHECK(f.buf.segment().env_control(0).lease.load() == 0);
-  CHECK(f.buf.segment().env_control(1).lease.load() == 0);
+  CHECK(segment_of(f.buf).env_control(0).lease.load() == 0);
+  CHECK(segment_of(f.buf).env_control(1).lease.load() == 0);
   Writer second(f.buf, {0, 1});  // disjoint envs: fine
   CHECK(second.takeovers() == 0);
 }
@@ -272,7 +273,7 @@ TEST_CASE("a second writer for an env leased by a live process gets an error nam
   CHECK(msg.find("env 2") != std::string::npos);
   CHECK(msg.find(fmt::format("pid {}", holder.pid)) != std::string::npos);
   CHECK(msg.find("alive") != std::string::npos);
-  CHECK(f.buf.segment().env_control(0).lease.load() == 0);  // all or nothing
+  CHECK(segment_of(f.buf).env_control(0).lease.load() == 0);  // all or nothing
 }
 
 TEST_CASE("the lease of a dead process is taken over and the env stream continues") {
@@ -284,10 +285,10 @@ TEST_CASE("the lease of a dead process is taken over and the env stream continue
   LeaseHolder holder(f.guard.name(), {3});
   CHECK(error_of([&] { Writer w(f.buf, {3}); }) == static_cast<int>(Errc::lease_held));
   holder.kill();  // SIGKILL: it never releases its lease
-  CHECK(layout::owner_pid(f.buf.segment().env_control(3).lease.load()) != 0);
+  CHECK(layout::owner_pid(segment_of(f.buf).env_control(3).lease.load()) != 0);
   Writer w(f.buf, {3});
   CHECK(w.takeovers() == 1);
-  CHECK(f.buf.segment().env_control(3).lease_takeovers.load() == 1);
+  CHECK(segment_of(f.buf).env_control(3).lease_takeovers.load() == 1);
   CHECK(w.head(3) == 3);
   w.push_one(3, step_fields(make_step(3, 3)));
   CHECK(w.head(3) == 4);
@@ -299,7 +300,7 @@ TEST_CASE("a pid reused by another process does not keep a dead owner's lease") 
   // Forge a lease held by this process's pid but with a different start time: the pid is alive, the owner
   // (that pid at that start time) is not.
   const uint64_t me = static_cast<uint64_t>(::getpid());
-  f.buf.segment().env_control(0).lease.store(layout::pack_owner(me, 12345));
+  segment_of(f.buf).env_control(0).lease.store(layout::pack_owner(me, 12345));
   Writer w(f.buf, {0});
   CHECK(w.takeovers() == 1);
 }
@@ -336,13 +337,13 @@ TEST_CASE("a Writer or Sampler copied into a forked child refuses to act and lea
       return ok;
     });
     CHECK(code == 0);
-    CHECK(f.buf.segment().env_control(0).lease.load() == me);  // still the parent's
-    CHECK(f.buf.segment().global_control().learner_lease.load() == me);
-    CHECK(f.buf.segment().env_control(1).head.load() == 1);
+    CHECK(segment_of(f.buf).env_control(0).lease.load() == me);  // still the parent's
+    CHECK(segment_of(f.buf).global_control().learner_lease.load() == me);
+    CHECK(segment_of(f.buf).env_control(1).head.load() == 1);
     writer->push_one(0, step_fields(make_step(0, 1)));  // the parent goes on
     CHECK(writer->head(0) == 2);
   }
-  CHECK(f.buf.segment().env_control(0).lease.load() == 0);  // released by the parent's own destructor
+  CHECK(segment_of(f.buf).env_control(0).lease.load() == 0);  // released by the parent's own destructor
 }
 
 TEST_CASE("a writer releases its leases when destroyed, and a moved-from writer releases nothing") {
@@ -351,10 +352,10 @@ TEST_CASE("a writer releases its leases when destroyed, and a moved-from writer 
     Writer a(f.buf, {0, 1});
     Writer b(std::move(a));
     CHECK(b.env_ids().size() == 2);
-    CHECK(f.buf.segment().env_control(0).lease.load() != 0);
+    CHECK(segment_of(f.buf).env_control(0).lease.load() != 0);
   }
-  CHECK(f.buf.segment().env_control(0).lease.load() == 0);
-  CHECK(f.buf.segment().env_control(1).lease.load() == 0);
+  CHECK(segment_of(f.buf).env_control(0).lease.load() == 0);
+  CHECK(segment_of(f.buf).env_control(1).lease.load() == 0);
   Writer again(f.buf, {0, 1});
   CHECK(again.takeovers() == 0);
 }
@@ -379,7 +380,7 @@ TEST_CASE("one learner at a time: a live learner's lease is refused, a dead one'
   CHECK(msg.find(fmt::format("pid {}", holder.pid)) != std::string::npos);
   holder.kill();
   Sampler s(f.buf);
-  CHECK(f.buf.segment().global_control().learner_takeovers.load() == 1);
+  CHECK(segment_of(f.buf).global_control().learner_takeovers.load() == 1);
 }
 
 TEST_CASE("a learner that died holding an env's update lock does not block the writer or the next learner") {
@@ -390,7 +391,7 @@ TEST_CASE("a learner that died holding an env's update lock does not block the w
   // update sequence is odd.
   LeaseHolder dead(f.guard.name(), {}, /*learner=*/true);
   dead.kill();
-  layout::EnvControl& c = f.buf.segment().env_control(0);
+  layout::EnvControl& c = segment_of(f.buf).env_control(0);
   c.claimed.store(c.claimed.load() | layout::kUpdateLockBit);
   c.update_seq.store(1);
   w.push_one(0, step_fields(make_step(0, 1)));  // breaks the dead learner's lock after ~1 ms
@@ -434,8 +435,8 @@ TEST_CASE("a push uses the env ids and priorities it validated, whatever the cal
   SampleBatch batch;
   learner.sample_transitions(View::replay, 4, rng, batch, {.rate_limit_timeout_ms = 0});  // lets the push in
   pusher.join();
-  CHECK(b.segment().env_control(0).head.load() == 4);
-  CHECK(b.segment().env_control(1).head.load() == 3);
+  CHECK(segment_of(b).env_control(0).head.load() == 4);
+  CHECK(segment_of(b).env_control(1).head.load() == 3);
   CHECK(same(stored(b, 0, 3), marker));
   CHECK(same(stored(b, 1, 3), Step{}));  // env 1's next slot, never written
   double weight[1] = {0};

@@ -24,7 +24,7 @@
 #include <boost/interprocess/mapped_region.hpp>
 
 #include "cartpole.hpp"
-#include "shmreplay/segment.hpp"
+#include "shmreplay/vocabulary.hpp"  // shm_directory
 
 namespace cartpole {
 

@@ -21,18 +21,19 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "shmreplay/layout.hpp"
 #include "shmreplay/rate_limit.hpp"
 #include "shmreplay/schema.hpp"
-#include "shmreplay/segment.hpp"     // IWYU pragma: export (the Segment a Buffer maps)
 #include "shmreplay/vocabulary.hpp"  // IWYU pragma: export (EpisodeFields, EpisodeEnd, EpisodeFieldIndices: were declared here)
 
 namespace shmreplay {
+
+class Segment;  // one process's mapping of a segment (shmreplay/internal/segment.hpp: not part of the API)
 
 /// Whether create() faults the segment's pages into its own mapping before it returns (CreateOptions::populate).
 /// Otherwise the first write of each 4 KiB page (usually a writer's prefill) takes a page fault that zeroes it.
@@ -174,7 +175,7 @@ class Buffer {
   /// Whether a file called `name` exists in shm_directory() (whatever it holds).
   static bool exists(std::string_view name);
 
-  /// Takes over the other Buffer's mapping.
+  /// Takes over the other Buffer's mapping; the other may then only be destroyed or assigned to.
   Buffer(Buffer&&) noexcept;
   /// Unmaps this Buffer's mapping, then takes over the other's.
   Buffer& operator=(Buffer&&) noexcept;
@@ -185,40 +186,40 @@ class Buffer {
   // -- Properties (of the segment, validated by create()/open() and kept in this process) --
 
   /// The segment's name.
-  const std::string& name() const noexcept { return segment_.name(); }
+  const std::string& name() const noexcept;
   /// Its file: shm_directory()/name.
   const std::string& path() const noexcept { return path_; }
   /// The fields of a step.
-  const Schema& schema() const noexcept { return segment_.schema(); }
+  const Schema& schema() const noexcept;
   /// Envs (one ring of steps each).
-  uint64_t num_envs() const noexcept { return segment_.num_envs(); }
+  uint64_t num_envs() const noexcept;
   /// Steps kept per env.
-  uint64_t capacity() const noexcept { return segment_.capacity(); }
+  uint64_t capacity() const noexcept;
   /// The size of the segment's file.
-  uint64_t total_bytes() const noexcept { return segment_.total_bytes(); }
+  uint64_t total_bytes() const noexcept;
   /// Whether this process mapped it read-only (OpenOptions::read_only).
-  bool read_only() const noexcept { return segment_.read_only(); }
+  bool read_only() const noexcept;
   /// The segment file's permission bits (st_mode & 07777) when this process created or opened it. A checkpoint
   /// saved from the segment gets its read/write bits, so saving a private buffer gives a private file.
   uint32_t mode() const noexcept { return mode_; }
   /// The uid that owns the segment file (fstat's st_uid when this process created or opened it).
   uint32_t owner_uid() const noexcept { return owner_uid_; }
   /// The episode fields the buffer was created with (schema indices), and whether it records episodes.
-  const EpisodeFieldIndices& episode_fields() const noexcept { return segment_.episode_fields(); }
+  const EpisodeFieldIndices& episode_fields() const noexcept;
   /// Whether it records episodes (it has a done, terminated or truncated field).
-  bool has_episodes() const noexcept { return segment_.has_episodes(); }
+  bool has_episodes() const noexcept;
   /// Records per env's completed-episode queue; 0 when the buffer has no episode fields.
-  uint64_t episode_queue_capacity() const noexcept { return segment_.episode_queue_capacity(); }
+  uint64_t episode_queue_capacity() const noexcept;
   /// Whether the buffer has priorities, and their exponent alpha (0 without).
-  bool has_priorities() const noexcept { return segment_.has_priorities(); }
+  bool has_priorities() const noexcept;
   /// Learner processes that may sample at once, one per learner slot (CreateOptions::max_learners; layout 1.7).
-  uint64_t max_learners() const noexcept { return segment_.max_learners(); }
+  uint64_t max_learners() const noexcept;
   /// How writers tell that a stacked field's stack continues the previous step's (CreateOptions::stack_continuity).
-  StackContinuity stack_continuity() const noexcept { return segment_.stack_continuity(); }
+  StackContinuity stack_continuity() const noexcept;
   /// Alpha, the priority exponent (a sampling weight is priority^alpha); 0 without priorities.
-  double priority_exponent() const noexcept { return segment_.priority_exponent(); }
+  double priority_exponent() const noexcept;
   /// Leaves of each env's priority tree: bit_ceil(capacity), 0 without priorities.
-  uint64_t priority_leaves() const noexcept { return segment_.priority_leaves(); }
+  uint64_t priority_leaves() const noexcept;
 
   /// The rate limiter's settings now (nullopt: none). Read from the segment at each call (they can change).
   std::optional<RateLimit> rate_limit() const noexcept;
@@ -230,17 +231,16 @@ class Buffer {
   /// that cannot work: see RateLimit) and read_only.
   void set_rate_limit(const std::optional<RateLimit>& limit);
 
-  /// The mapped segment: its words, for shmreplay's own roles (writer, sampler, inspector, checkpoints), tools and
-  /// tests (shmreplay/segment.hpp). The mutable one requires a writable mapping to be written through.
-  const Segment& segment() const noexcept { return segment_; }
-  /// The same, writable.
-  Segment& segment() noexcept { return segment_; }
-
  private:
+  // The mapped segment's words are not part of the API: shmreplay's own roles, tools and tests reach them through
+  // segment_of() (shmreplay/internal/segment.hpp).
+  friend Segment& segment_of(Buffer& buffer) noexcept;
+  friend const Segment& segment_of(const Buffer& buffer) noexcept;
+
   Buffer() = default;
   void close_unnamed() noexcept;
 
-  Segment segment_;  // the mapping and its geometry; unmapped by the destructor
+  std::unique_ptr<Segment> segment_;  // the mapping and its geometry; unmapped by the destructor; never null
   std::string path_;
   uint32_t mode_ = 0;
   uint32_t owner_uid_ = 0;

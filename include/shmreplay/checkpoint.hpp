@@ -32,7 +32,7 @@
 // Thread safety: the functions are independent; a save and a load of the same segment may run at once in
 // different processes (the save then sees the load as a rewrite and copies again).
 //
-// -- What a checkpoint holds (format 2.0; shmreplay/checkpoint_format.hpp has the bytes) -------------------------
+// -- What a checkpoint holds (format 2.0; shmreplay/internal/checkpoint_format.hpp has the bytes) -------------------------
 //
 // Everything the segment holds that a run needs to go on: per env its window of steps (every field, stacked fields
 // as whole stacks), head, claim, online-queue start, every stored step's priority weight, and the completed-episode
@@ -112,7 +112,6 @@
 #include <vector>
 
 #include "shmreplay/buffer.hpp"
-#include "shmreplay/checkpoint_format.hpp"
 #include "shmreplay/rate_limit.hpp"
 #include "shmreplay/schema.hpp"
 

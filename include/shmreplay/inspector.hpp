@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "shmreplay/buffer.hpp"
+#include "shmreplay/sample_age.hpp"
 
 namespace shmreplay {
 

@@ -14,6 +14,9 @@
 
 namespace shmreplay {
 
+/// The directory that holds segment files: $SHMREPLAY_SHM_DIR when set and non-empty, else "/dev/shm".
+std::string shm_directory();
+
 // -- Views and sample options (the learner's calls: shmreplay/sampler.hpp) --
 
 /// Which steps a sample draws from (shmreplay/sampler.hpp, "Views").
@@ -159,5 +162,21 @@ inline Rng rank_rng(uint64_t seed, uint64_t rank) {
                     static_cast<uint32_t>(rank >> 32)};
   return Rng(seq);
 }
+
+/// A stacked field's frame rings and frame-index words, and the shape of its stacks (layout 1.6; the field is
+/// Field::stacked(); docs/design/stacks.md). Step s of env e has a stack of `depth` frames, frames
+/// [index - depth + 1, index] of the env's frame ring, where index is the step's frame-index word; frame f lies in
+/// ring slot f % frames.
+struct StackGeometry {
+  std::size_t field = 0;       ///< the field's schema index
+  uint64_t depth = 0;          ///< K, frames per stack (the stacked axis's dimension)
+  uint64_t frames = 0;         ///< frames per env ring
+  uint64_t frame_bytes = 0;    ///< bytes of one frame (the field's bytes / depth)
+  uint64_t outer = 1;          ///< the product of the dimensions before the stacked axis (1 for axis 0)
+  uint64_t inner_bytes = 0;    ///< bytes of the dimensions after the stacked axis: a frame is `outer` runs of them,
+                               ///< and a stack interleaves them: [outer][depth][inner_bytes]
+  uint64_t frames_offset = 0;  ///< the frame rings, [num_envs][frames][frame_bytes]
+  uint64_t index_offset = 0;   ///< the frame-index words, [num_envs][capacity] u64
+};
 
 }  // namespace shmreplay

@@ -47,9 +47,14 @@
 
 namespace shmreplay {
 
+namespace layout {
+struct EnvControl;     // shmreplay/internal/layout.hpp
+struct GlobalControl;  // idem
+}  // namespace layout
+
 namespace detail {
 struct EpisodeRoles;
-struct WriterStacks;
+class StagedKinds;
 }
 
 class Writer;
@@ -223,9 +228,9 @@ class Writer {
   // Episode bookkeeping of step `step` of `env` before its head store, its flags read from the ring slot as written
   // (never from the caller's arrays a second time). Returns whether a record is due after the head store.
   bool stage_episode(uint64_t env, uint64_t step) noexcept;
-  // The stacked fields of step `step` of leased env `env` (local index `l`), from stacks_->sources, as frames
-  // (detail/protocol/stacks.hpp), after its plain fields are in the ring slot (the episodes rule reads its flags).
-  void store_step_stacks(uint32_t l, uint64_t env, uint64_t step) noexcept;
+  // Whether step `step` of `env`'s own flags end its episode, read from the ring slot as written (the frame ring's
+  // episodes rule asks; false without episode fields or under another rule).
+  bool step_ends_episode(uint64_t env, uint64_t step) const noexcept;
   void notify() noexcept;
   void release_all() noexcept;
   // With options_.wait_for_rate_limit: waits until the limiter admits one step of each env in admit_envs_ (or
@@ -239,9 +244,9 @@ class Writer {
   std::vector<uint8_t> reserved_;      // per leased env: a StepSlot is outstanding
   std::vector<layout::EnvControl*> control_;  // per leased env: its control block in the mapping
   std::vector<uint64_t> next_slot_;    // per leased env: head % capacity, the ring slot of its next step
-  std::vector<std::byte*> field_base_; // start of each field's storage (a stacked field's: its frame rings)
+  std::vector<std::byte*> field_base_; // start of each plain-ring field's storage (null for a staged field)
   std::vector<uint64_t> field_bytes_;  // bytes per step of each field
-  std::vector<uint32_t> plain_fields_;  // the fields stored as pushed (not stacked), in schema order
+  std::vector<uint32_t> plain_fields_;  // the plain-ring fields, stored inline (plain_ring.hpp), in schema order
   layout::GlobalControl* global_ = nullptr;  // the buffer's, in the mapping
   std::vector<uint32_t> locals_;       // per position of the current push call: its env's index in envs_
   std::vector<float> priorities_;      // the current push call's priorities, copied once and checked
@@ -251,7 +256,9 @@ class Writer {
   bool light_notify_ = false;          // this process registered for the learner's heavy fence: no fence per push
   uint64_t takeovers_ = 0;
   std::unique_ptr<detail::EpisodeRoles> roles_;  // the buffer's episode fields; null without any
-  std::unique_ptr<detail::WriterStacks> stacks_;  // the buffer's stacked fields' cursors; null without any
+  // The fields of the storage kinds other than the plain ring (stacked fields' frame rings: their cursors and
+  // staging; detail/storage/staged_kinds.hpp); null without any.
+  std::unique_ptr<detail::StagedKinds> staged_;
   WriterOptions options_;
   std::vector<layout::EnvControl*> admit_envs_;  // the envs of the push being admitted by the rate limiter
 };

@@ -17,6 +17,7 @@
 #include "checkpoint/chain_dir.hpp"
 #include "checkpoint/internal.hpp"
 #include "shmreplay/error.hpp"
+#include "shmreplay/internal/segment.hpp"
 
 namespace shmreplay {
 namespace {
@@ -151,7 +152,7 @@ detail::LinkPlan previous_link(const Buffer& source, const ChainDir& dir, const 
     if (!links[n].info) continue;
     const CheckpointInfo& prev = *links[n].info;
     if (prev.source_name != source.name() ||
-        prev.source_creation_time_ns != source.segment().header().creation_time_ns ||
+        prev.source_creation_time_ns != segment_of(source).header().creation_time_ns ||
         prev.num_envs != source.num_envs() || prev.capacity != source.capacity() || !(prev.schema == source.schema())) {
       break;  // another buffer (or a recreated one): start a new chain
     }

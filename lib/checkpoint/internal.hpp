@@ -19,7 +19,7 @@
 #include "detail/os/file.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/checkpoint.hpp"
-#include "shmreplay/checkpoint_format.hpp"
+#include "shmreplay/internal/checkpoint_format.hpp"
 
 namespace shmreplay::detail {
 

@@ -17,6 +17,7 @@
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/stacks.hpp"
+#include "detail/storage/staged_kinds.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
@@ -86,6 +87,13 @@ void check_state(const Buffer& target, const CheckpointInfo& info, const LoadOpt
   notes.push_back("loaded despite differences (allow_mismatch): " + listed);
 }
 
+// 0, 1, ..., n - 1.
+std::vector<uint64_t> all_envs(uint64_t n) {
+  std::vector<uint64_t> envs(static_cast<std::size_t>(n));
+  for (uint64_t e = 0; e < n; ++e) envs[static_cast<std::size_t>(e)] = e;
+  return envs;
+}
+
 // The env rewriter of one load: each env's records, from the files that hold them, into its ring slots, a block
 // at a time; then its counters and extras from the newest file.
 class EnvWriter {
@@ -93,19 +101,19 @@ class EnvWriter {
   EnvWriter(Buffer& target, const detail::LoadSources& sources, detail::Progress& progress)
       : target_(target), sources_(sources), progress_(progress), schema_(target.schema()),
         sb_(schema_.step_bytes()), cap_(target.capacity()), offsets_(detail::record_field_offsets(schema_)),
-        per_block_(detail::block_steps(sb_, cap_)), block_(static_cast<std::size_t>(per_block_ * sb_)) {
-    for (std::size_t f = 0; f < schema_.size(); ++f) rings_.push_back(target.segment().field_data(f));
-  }
+        per_block_(detail::block_steps(sb_, cap_)), block_(static_cast<std::size_t>(per_block_ * sb_)),
+        envs_(all_envs(target.num_envs())),
+        stores_(segment_of(target), envs_, detail::KindWriterMode::load, /*all_kinds=*/true) {}
 
   // Writes env `env`'s window (as the newest file describes it) into its slots: each step from the newest file
   // that holds it, in step order. Each file's records of the env are read whole, so that their checksum is checked
-  // again (a file changed since it was verified is caught). A stacked field's stacks are stored as frames, step
-  // after step, as a writer stores them (detail/protocol/stacks.hpp), from fresh cursors: the env's frames start
-  // over at the first loaded step.
+  // again (a file changed since it was verified is caught). Every field is stored through its storage kind, step
+  // after step, as a writer stores it (detail/storage/; a stacked field's stacks as frames), from a fresh start:
+  // the env's frames start over at the first loaded step.
   void write_records(uint64_t env) {
     const CheckpointEnv& last = sources_.infos.back()->envs[env];
-    Segment& seg = target_.segment();
-    cursors_.assign(seg.stacks().size(), detail::StackCursor{0, last.first_step});
+    Segment& seg = segment_of(target_);
+    stores_.restart(env, last.first_step);  // every kind starts over at the first loaded step
     // The view starts at the first loaded step: with stacked fields the bound is that step (the frames start over
     // there); without, it is needed only when the saved window began above claimed - capacity (a dead updater's
     // torn step had left the view), and stays 0 otherwise, as in a buffer that never lost a step.
@@ -120,7 +128,7 @@ class EnvWriter {
       const uint64_t lo = std::max(last.first_step, fe.data_from);
       if (lo >= hi && k + 1 < sources_.files.size()) continue;  // nothing of this file is needed for this env
       if (lo < hi && lo != next) gap(env, next, lo);
-      copy_file(*sources_.files[k], *sources_.infos[k], fe, lo, std::max(lo, hi), last.first_step);
+      copy_file(*sources_.files[k], *sources_.infos[k], fe, lo, std::max(lo, hi));
       if (lo < hi) next = hi;
     }
     if (next < last.head) gap(env, next, last.head);
@@ -137,9 +145,7 @@ class EnvWriter {
 
   // Reads `fe`'s records of one file (all of them, for the checksum) and writes those of steps [lo, hi).
   void copy_file(const detail::InFile& in, const CheckpointInfo& info, const CheckpointEnv& fe, uint64_t lo,
-                 uint64_t hi, uint64_t first_loaded) {
-    Segment& seg = target_.segment();
-    std::vector<const std::byte*> sources(seg.stacks().size());
+                 uint64_t hi) {
     uint32_t crc = 0;
     for (uint64_t done = 0; done < fe.steps;) {
       const uint64_t n = std::min(per_block_, fe.steps - done);
@@ -149,16 +155,8 @@ class EnvWriter {
         const uint64_t step = fe.data_from + done + i;
         if (step < lo || step >= hi) continue;
         const std::byte* record = block_.data() + i * sb_;
-        if (seg.has_stacks()) {
-          for (std::size_t k = 0; k < sources.size(); ++k) sources[k] = record + offsets_[seg.stacks()[k].field];
-          detail::store_stacks(seg, fe.env, step, sources.data(), cursors_.data(),
-                               /*may_continue=*/step > first_loaded, /*compare=*/true);
-        }
-        for (std::size_t f = 0; f < schema_.size(); ++f) {
-          if (schema_[f].stacked()) continue;
-          const uint64_t b = schema_[f].bytes();
-          std::memcpy(rings_[f] + (fe.env * cap_ + step % cap_) * b, record + offsets_[f], b);
-        }
+        stores_.store(fe.env, fe.env, step, /*ends_episode=*/false,
+                      [&](std::size_t f) -> const std::byte* { return record + offsets_[f]; });
       }
       done += n;
       progress_.add(n * sb_);
@@ -179,8 +177,8 @@ class EnvWriter {
   const std::vector<uint64_t> offsets_;
   const uint64_t per_block_;
   std::vector<std::byte> block_;
-  std::vector<std::byte*> rings_;
-  std::vector<detail::StackCursor> cursors_;
+  const std::vector<uint64_t> envs_;  // every env: the load's stores, local index = env id
+  detail::StagedKinds stores_;        // every field's stores, through its kind (detail/storage/staged_kinds.hpp)
 };
 
 // The steps of a load that the target keeps, and those left out because their frames do not fit its frame rings (a
@@ -209,7 +207,7 @@ class LeftOut {
     notes.push_back(fmt::format(
         "{} of the checkpoint's {} steps were left out: their frames do not fit the segment's frame rings (a stack "
         "restart reserve of {} per env, the checkpoint's {}): {}{}",
-        left_, window_, detail::stack_restarts_of(target_.segment()),
+        left_, window_, detail::stack_restarts_of(segment_of(target_)),
         info_.holds_state() ? fmt::format("{}", info_.stack_restarts) : std::string("not recorded"), listed_,
         envs_ > kNamed ? fmt::format(", and {} more envs", envs_ - kNamed) : std::string()));
   }
@@ -240,7 +238,7 @@ uint64_t load_into(Buffer& target, const LoadSources& sources, const LoadOptions
   EnvWriter writer(target, sources, progress);
   LeftOut left_out(target, last);
   for (const CheckpointEnv& e : last.envs) {
-    layout::EnvControl& c = target.segment().env_control(e.env);
+    layout::EnvControl& c = segment_of(target).env_control(e.env);
     // This process is the learner now, the only writer of update_seq: the env is rewritten inside an update
     // section, as try_update does, so that readers that copy meanwhile (dump, save) reject their copies. It ends
     // on success and on error alike.
@@ -251,7 +249,7 @@ uint64_t load_into(Buffer& target, const LoadSources& sources, const LoadOptions
     // Weights and the waiting episode records; then the episode bookkeeping (step meta, the writer's journal),
     // which follows from the steps' flags and rewards and counts the queue's records as done.
     load_env_extras(target, *sources.files.back(), last, e, notes);
-    if (target.has_episodes()) rebuild_env(target.segment(), e.env);
+    if (target.has_episodes()) rebuild_env(segment_of(target), e.env);
   }
   load_global_state(target, last, created, notes);
   progress.finish();

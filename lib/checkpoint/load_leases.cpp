@@ -76,7 +76,7 @@ std::string lease_in_the_way(const LeaseResult& r, const std::string& what, cons
 }  // namespace
 
 void LoadLeases::take_learner() {
-  Segment& segment = target_.segment();
+  Segment& segment = segment_of(target_);
   const uint64_t slots = segment.max_learners();
   for (uint64_t s = 0; s < slots; ++s) {
     const LeaseResult r = try_take_lease(learner_slot(segment, s).lease, me_);
@@ -90,7 +90,7 @@ void LoadLeases::take_learner() {
 
 void LoadLeases::take_envs() {
   for (uint64_t e = 0; e < target_.num_envs(); ++e) {
-    const LeaseResult r = try_take_lease(env_lease_words(target_.segment().env_control(e)), me_);
+    const LeaseResult r = try_take_lease(env_lease_words(segment_of(target_).env_control(e)), me_);
     if (const std::string problem = lease_in_the_way(r, fmt::format("env {}", e), "writer", "Writer"); !problem.empty()) {
       refuse(problem);
     }
@@ -98,16 +98,16 @@ void LoadLeases::take_envs() {
   }
   // The rate limiter's new-owner steps, as every Writer does them (the top of this file says why).
   std::vector<layout::EnvControl*> control;
-  for (uint64_t e = 0; e < target_.num_envs(); ++e) control.push_back(&target_.segment().env_control(e));
+  for (uint64_t e = 0; e < target_.num_envs(); ++e) control.push_back(&segment_of(target_).env_control(e));
   withdraw(control);
   forget_dead_waiting(control);
 }
 
 void LoadLeases::release() noexcept {
   // The envs first, then the learner: the order a Writer's and then a Sampler's destruction released them.
-  for (uint64_t e = 0; e < envs_held_; ++e) release_lease(env_lease_words(target_.segment().env_control(e)), me_);
+  for (uint64_t e = 0; e < envs_held_; ++e) release_lease(env_lease_words(segment_of(target_).env_control(e)), me_);
   envs_held_ = 0;
-  for (uint64_t s = 0; s < learners_held_; ++s) release_lease(learner_slot(target_.segment(), s).lease, me_);
+  for (uint64_t s = 0; s < learners_held_; ++s) release_lease(learner_slot(segment_of(target_), s).lease, me_);
   learners_held_ = 0;
 }
 

@@ -53,9 +53,9 @@ CheckpointInfo source_info(const Buffer& source, const std::string& path) {
   info.format_major = checkpoint_format::kFormatMajor;
   info.format_minor = checkpoint_format::kFormatMinor;
   info.source_name = source.name();
-  info.source_layout_major = source.segment().header().layout_major;
-  info.source_layout_minor = source.segment().header().layout_minor;
-  info.source_creation_time_ns = source.segment().header().creation_time_ns;
+  info.source_layout_major = segment_of(source).header().layout_major;
+  info.source_layout_minor = segment_of(source).header().layout_minor;
+  info.source_creation_time_ns = segment_of(source).header().creation_time_ns;
   info.num_envs = source.num_envs();
   info.capacity = source.capacity();
   info.schema = source.schema();
@@ -69,7 +69,7 @@ CheckpointInfo source_info(const Buffer& source, const std::string& path) {
 uint64_t estimate_bytes(const Buffer& source, const detail::LinkPlan& link) {
   uint64_t estimate = 0;
   for (uint64_t e = 0; e < source.num_envs(); ++e) {
-    const detail::StepRange r = detail::view_range(source.segment().env_control(e), View::replay, source.capacity());
+    const detail::StepRange r = detail::view_range(segment_of(source).env_control(e), View::replay, source.capacity());
     const uint64_t from = std::max(r.lo, e < link.envs.size() ? std::min(link.envs[e].skip_below, r.hi) : 0);
     estimate += (r.hi - from) * source.schema().step_bytes();
   }

@@ -13,6 +13,7 @@
 
 #include "checkpoint/internal.hpp"
 #include "detail/protocol/seqlock.hpp"
+#include "detail/storage/field_storage.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay::detail {
@@ -27,15 +28,16 @@ class WindowCopy {
  public:
   WindowCopy(const Buffer& b, uint64_t env, OutFile& out, uint64_t data_start, std::vector<std::byte>& staging,
              const std::vector<uint64_t>& offsets, Progress& progress, uint32_t max_rounds, const EnvCopyPlan& plan)
-      : b_(b), env_(env), c_(b.segment().env_control(env)), cap_(b.capacity()), sb_(b.schema().step_bytes()),
+      : b_(b), env_(env), c_(segment_of(b).env_control(env)), cap_(b.capacity()), sb_(b.schema().step_bytes()),
         chunk_(staging.size() / std::max<uint64_t>(sb_, 1)), out_(out), data_start_(data_start), staging_(staging),
         offsets_(offsets), progress_(progress), max_rounds_(max_rounds), plan_(plan),
-        stacked_(b.segment().has_stacks()) {}
+        stacked_(segment_of(b).has_stacks()), storages_(segment_of(b)),
+        copy_(segment_of(b), storages_, offsets, staging.data()) {}
 
   SavedEnv run() {
     for (;;) {  // one attempt from a fresh snapshot
       // The counters, none of them from an update or a load in progress.
-      const std::optional<EnvCounters> counters = read_counters_stable(b_.segment(), c_);
+      const std::optional<EnvCounters> counters = read_counters_stable(segment_of(b_), c_);
       if (counters && attempt(*counters)) break;
       spoil();
     }
@@ -86,7 +88,7 @@ class WindowCopy {
   // Copies the next chunk of [t, h) and appends its intact steps to the run.
   Next copy_chunk() {
     const uint64_t n = std::min({h_ - t_, chunk_, cap_ - (t_ - s_)});
-    const CopyResult r = copy_records(b_.segment(), env_, t_, n, offsets_, staging_.data());
+    const CopyResult r = copy_records(segment_of(b_), env_, t_, n, copy_);
     if (r.outcome == CopyOutcome::raced) {
       spoil();
       return Next::more;
@@ -154,7 +156,7 @@ class WindowCopy {
   // the rule above (the bound is 0, and a claim that passes s means t - s = capacity).
   bool run_is_view() {
     const uint64_t claimed = c_.claimed.load(std::memory_order_relaxed) & layout::kClaimMask;
-    const uint64_t bound = settled_intact_from(b_.segment(), c_);  // past a dead updater's torn step too
+    const uint64_t bound = settled_intact_from(segment_of(b_), c_);  // past a dead updater's torn step too
     // acquire fence: keeps the two loads above before the head's below (load order only; no store pairs with it)
     std::atomic_thread_fence(std::memory_order_acquire);
     if (c_.head.load(std::memory_order_relaxed) != t_) return false;
@@ -223,6 +225,8 @@ class WindowCopy {
   const uint32_t max_rounds_;
   const EnvCopyPlan plan_;
   const bool stacked_;        // the buffer has stacked fields: the frames' bound may move the run's start
+  const StorageSet storages_;  // where the fields' bytes live (detail/storage/field_storage.hpp)
+  const RecordCopy copy_;      // copy_records' copy into the staging records
   uint32_t spoilt_ = 0;
   uint64_t skip_ = 0;         // the attempt's steps below this are in earlier links (0: none skipped)
   uint64_t update_seq_ = 0;   // update_seq at the attempt's snapshot

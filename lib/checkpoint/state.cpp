@@ -95,7 +95,7 @@ std::string limit_text(const std::optional<RateLimit>& limit) {
 
 uint64_t save_env_extras(const Buffer& b, uint64_t env, const SavedEnv& saved, OutFile& out, uint64_t at,
                          EnvSection& section) {
-  const Segment& seg = b.segment();
+  const Segment& seg = segment_of(b);
   uint32_t crc = 0;
   uint64_t bytes = 0;
   section.weights = 0;
@@ -140,7 +140,7 @@ uint64_t stack_restarts_of(const Segment& seg) noexcept {
 }
 
 void read_source_state(const Buffer& b, CheckpointInfo& info) {
-  const Segment& seg = b.segment();
+  const Segment& seg = segment_of(b);
   const layout::GlobalControl& g = seg.global_control();
   info.stack_continuity = seg.stack_continuity();
   info.stack_restarts = stack_restarts_of(seg);
@@ -223,12 +223,12 @@ std::vector<std::string> state_mismatches(const Buffer& target, const Checkpoint
                               "would be lost)",
                               target.max_learners(), info.max_learners));
   }
-  if (target.segment().has_stacks() && target.stack_continuity() != info.stack_continuity) {
+  if (segment_of(target).has_stacks() && target.stack_continuity() != info.stack_continuity) {
     out.push_back(fmt::format("stack continuity: the segment's rule is {}, the checkpoint's {}",
                               to_string(target.stack_continuity()), to_string(info.stack_continuity)));
   }
-  const uint64_t held = stack_restarts_of(target.segment());
-  if (target.segment().has_stacks() && held < info.stack_restarts) {
+  const uint64_t held = stack_restarts_of(segment_of(target));
+  if (segment_of(target).has_stacks() && held < info.stack_restarts) {
     out.push_back(fmt::format("stack restart reserve: the segment holds {} restart{} per env, the checkpoint {} (the "
                               "saved steps whose frames do not fit the segment's rings would be left out)",
                               held, held == 1 ? "" : "s", info.stack_restarts));
@@ -238,7 +238,7 @@ std::vector<std::string> state_mismatches(const Buffer& target, const Checkpoint
 
 void load_env_extras(Buffer& target, const InFile& in, const CheckpointInfo& info, const CheckpointEnv& e,
                      std::vector<std::string>& notes) {
-  Segment& seg = target.segment();
+  Segment& seg = segment_of(target);
   const auto note_once = [&](const std::string& text) {
     if (std::find(notes.begin(), notes.end(), text) == notes.end()) notes.push_back(text);
   };
@@ -320,7 +320,7 @@ void load_env_extras(Buffer& target, const InFile& in, const CheckpointInfo& inf
 }
 
 void load_global_state(Buffer& target, const CheckpointInfo& info, bool created, std::vector<std::string>& notes) {
-  Segment& seg = target.segment();
+  Segment& seg = segment_of(target);
   layout::GlobalControl& g = seg.global_control();
   if (!info.holds_state()) {
     notes.push_back(fmt::format("checkpoint '{}' has format {}.{}, which holds no priorities, rate limiter, learner "

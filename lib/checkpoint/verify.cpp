@@ -22,7 +22,7 @@
 #include "detail/os/file.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "shmreplay/error.hpp"
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/layout.hpp"
 
 namespace shmreplay {
 namespace detail {

@@ -1,7 +1,7 @@
 // detail/copy_bytes.hpp: memcpy of a small run-time size, inline.
 //
 // The writer copies each field of a step (lib/writer_push.cpp, write_step) and the sampler's gather each field of a
-// row (detail/sampling/gather.hpp) with sizes known only at run time; glibc's memcpy through the PLT costs a call
+// row (detail/storage/gather.hpp) with sizes known only at run time; glibc's memcpy through the PLT costs a call
 // and a size dispatch per field, which dominates for fields of a few bytes (a reward, a done flag). copy_bytes
 // does n <= 128 with two possibly overlapping loads and stores of a power-of-two width: a few predictable
 // branches on n (the same n comes back for the same field) and no call.
@@ -16,7 +16,7 @@ namespace shmreplay::detail {
 
 /// memcpy(d, s, n) for k <= n <= 2k: the first and the last k bytes, two loads and two stores of a fixed width
 /// (they overlap when n < 2k). The building block of copy_bytes, and of the sampler's gather, which picks k once
-/// per field (detail/sampling/gather.hpp).
+/// per field (detail/storage/gather.hpp).
 template <std::size_t k>
 SHMREPLAY_ALWAYS_INLINE void copy_ends(std::byte* d, const std::byte* s, std::size_t n) noexcept {
   static_assert(k > 0);

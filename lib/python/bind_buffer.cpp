@@ -1,4 +1,5 @@
 // lib/python/bind_buffer.cpp: the Python Buffer.
+#include "shmreplay/internal/segment.hpp"
 #include "bindings.hpp"
 #include "objects.hpp"
 
@@ -141,7 +142,7 @@ void bind_buffer(py::module_& m) {
             py::array_t<int64_t> out(static_cast<py::ssize_t>(b.num_envs()));
             for (uint64_t e = 0; e < b.num_envs(); ++e) {
               // acquire: pairs with the writer's release store of head (a step counted here is published)
-              out.mutable_data()[e] = static_cast<int64_t>(b.segment().env_control(e).head.load(std::memory_order_acquire));
+              out.mutable_data()[e] = static_cast<int64_t>(segment_of(b).env_control(e).head.load(std::memory_order_acquire));
             }
             return out;
           },

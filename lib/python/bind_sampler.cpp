@@ -1,4 +1,5 @@
 // lib/python/bind_sampler.cpp: the Python learner's side: Sampler (its outputs are bound in bind_batch.cpp).
+#include "shmreplay/internal/layout.hpp"
 #include "bindings.hpp"
 #include "objects.hpp"
 

@@ -28,7 +28,7 @@
 
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/error.hpp"
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/layout.hpp"
 #include "support.hpp"
 
 using namespace shmreplay;

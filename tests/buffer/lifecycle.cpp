@@ -1,6 +1,7 @@
 // tests/buffer/lifecycle.cpp: create, open and remove across processes: an existing name, unnamed segments,
 // concurrent creates, half-made segments, modes, bad names, counts and sizes.
 // Part of test_buffer (tests/CMakeLists.txt); its helpers are in buffer_helpers.hpp.
+#include "shmreplay/internal/segment.hpp"
 #include "buffer_helpers.hpp"
 
 TEST_CASE("a created segment opens with the same schema, sizes and a zeroed control block") {
@@ -17,8 +18,8 @@ TEST_CASE("a created segment opens with the same schema, sizes and a zeroed cont
   CHECK(b.num_envs() == 4);
   CHECK(b.capacity() == 100);
   CHECK(b.total_bytes() == created.total_bytes());
-  CHECK(b.segment().field_offsets() == created.segment().field_offsets());
-  const SegmentHeader& h = b.segment().header();
+  CHECK(segment_of(b).field_offsets() == segment_of(created).field_offsets());
+  const SegmentHeader& h = segment_of(b).header();
   CHECK(h.state.load() == kStateReady);
   CHECK(h.creator_pid == static_cast<uint64_t>(::getpid()));
   CHECK(h.creator_start_ticks > 0);
@@ -27,7 +28,7 @@ TEST_CASE("a created segment opens with the same schema, sizes and a zeroed cont
   CHECK(created_ns >= before_ns);
   CHECK(created_ns < before_ns + 60'000'000'000LL);
   for (uint64_t e = 0; e < 4; ++e) {
-    const EnvControl& c = b.segment().env_control(e);
+    const EnvControl& c = segment_of(b).env_control(e);
     CHECK(c.head.load() == 0);
     CHECK(c.claimed.load() == 0);
     CHECK(c.online_start.load() == 0);
@@ -35,8 +36,8 @@ TEST_CASE("a created segment opens with the same schema, sizes and a zeroed cont
   }
   // Both mappings see the same bytes.
   Buffer& writable = const_cast<Buffer&>(created);
-  std::memset(writable.segment().field_data(2), 0x5a, 4);
-  CHECK(std::to_integer<int>(b.segment().field_data(2)[3]) == 0x5a);
+  std::memset(segment_of(writable).field_data(2), 0x5a, 4);
+  CHECK(std::to_integer<int>(segment_of(b).field_data(2)[3]) == 0x5a);
   // A leading '/' (shm_open style) names the same segment.
   CHECK_NOTHROW((void)Buffer::open("/" + name));
 }
@@ -46,38 +47,38 @@ TEST_CASE("a segment created in one process is opened and read in another, and o
   SegmentGuard guard(name);
   {
     Buffer b = Buffer::create(name, 2, 8, kSchema);
-    b.segment().env_control(1).head.store(42);
-    auto* obs = reinterpret_cast<float*>(b.segment().field_data(0));
+    segment_of(b).env_control(1).head.store(42);
+    auto* obs = reinterpret_cast<float*>(segment_of(b).field_data(0));
     obs[(1 * 8 + 3) * 4 + 2] = 3.5f;  // env 1, slot 3, element 2
   }
   const int status = run_in_child([&] {
     Buffer b = Buffer::open(name, {.expected_schema = kSchema});
-    const auto* obs = reinterpret_cast<const float*>(b.segment().field_data(0));
-    if (b.segment().env_control(1).head.load() != 42 || obs[(1 * 8 + 3) * 4 + 2] != 3.5f) return false;
-    b.segment().env_control(0).head.store(7);  // a write the parent must see
+    const auto* obs = reinterpret_cast<const float*>(segment_of(b).field_data(0));
+    if (segment_of(b).env_control(1).head.load() != 42 || obs[(1 * 8 + 3) * 4 + 2] != 3.5f) return false;
+    segment_of(b).env_control(0).head.store(7);  // a write the parent must see
     return true;
   });
   CHECK(status == 0);
-  CHECK(Buffer::open(name).segment().env_control(0).head.load() == 7);
+  CHECK(segment_of(Buffer::open(name)).env_control(0).head.load() == 7);
 
   // The other way round: a child creates, fills and exits; the parent opens what it left.
   const std::string name2 = unique_name("fork2");
   SegmentGuard guard2(name2);
   CHECK(run_in_child([&] {
           Buffer b = Buffer::create(name2, 3, 5, kSchema);
-          b.segment().env_control(2).head.store(5);
+          segment_of(b).env_control(2).head.store(5);
           return true;
         }) == 0);
   const Buffer b2 = Buffer::open(name2, {.expected_schema = kSchema});
-  CHECK(b2.segment().env_control(2).head.load() == 5);
-  CHECK(b2.segment().header().creator_pid != static_cast<uint64_t>(::getpid()));
+  CHECK(segment_of(b2).env_control(2).head.load() == 5);
+  CHECK(segment_of(b2).header().creator_pid != static_cast<uint64_t>(::getpid()));
 }
 
 TEST_CASE("creating a name that exists fails and leaves the existing segment untouched unless replacing") {
   const std::string name = unique_name("exists");
   SegmentGuard guard(name);
   Buffer first = Buffer::create(name, 2, 8, kSchema);
-  first.segment().env_control(0).head.store(11);
+  segment_of(first).env_control(0).head.store(11);
   std::string message;
   CHECK(error_of([&] { (void)Buffer::create(name, 5, 5, Schema::parse("x:u8")); }, &message) ==
         code(Errc::already_exists));
@@ -86,7 +87,7 @@ TEST_CASE("creating a name that exists fails and leaves the existing segment unt
   {
     const Buffer still = Buffer::open(name);
     CHECK(still.schema() == kSchema);
-    CHECK(still.segment().env_control(0).head.load() == 11);
+    CHECK(segment_of(still).env_control(0).head.load() == 11);
   }
   // A file that is not a segment also blocks the name.
   const std::string foreign = unique_name("foreign");
@@ -99,7 +100,7 @@ TEST_CASE("creating a name that exists fails and leaves the existing segment unt
   const Schema other = Schema::parse("x:u8[3]");
   const Buffer replaced = Buffer::create(name, 5, 5, other, {.replace = true});
   CHECK(Buffer::open(name).schema() == other);
-  CHECK(first.segment().env_control(0).head.load() == 11);
+  CHECK(segment_of(first).env_control(0).head.load() == 11);
   CHECK(first.schema() == kSchema);
 }
 
@@ -112,7 +113,7 @@ TEST_CASE("an unnamed segment is usable but invisible until published, vanishes 
     CHECK_FALSE(hidden.published());
     CHECK(hidden.name() == name);
     CHECK(hidden.path() == guard.path());
-    hidden.segment().env_control(1).head.store(5);
+    segment_of(hidden).env_control(1).head.store(5);
     CHECK_FALSE(Buffer::exists(name));
     CHECK(test::entries_containing(shm_directory(), name).empty());  // not even a hidden temporary name
     CHECK(error_of([&] { (void)Buffer::open(name); }) == code(Errc::not_found));
@@ -121,10 +122,10 @@ TEST_CASE("an unnamed segment is usable but invisible until published, vanishes 
 
   // Published: the name appears with everything written before, and a second publish is refused.
   Buffer made = Buffer::create_unnamed(name, 2, 8, kSchema);
-  made.segment().env_control(1).head.store(7);
+  segment_of(made).env_control(1).head.store(7);
   made.publish();
   CHECK(made.published());
-  CHECK(Buffer::open(name).segment().env_control(1).head.load() == 7);
+  CHECK(segment_of(Buffer::open(name)).env_control(1).head.load() == 7);
   std::string m;
   CHECK(error_of([&] { made.publish(); }, &m) == code(Errc::invalid_argument));
   CHECK(contains(m, "already has its name"));
@@ -135,12 +136,12 @@ TEST_CASE("an unnamed segment is usable but invisible until published, vanishes 
   Buffer late = Buffer::create_unnamed(raced, 1, 4, kSchema);
   {
     Buffer first = Buffer::create(raced, 3, 3, Schema::parse("x:u8"));
-    first.segment().env_control(2).head.store(9);
+    segment_of(first).env_control(2).head.store(9);
   }
   CHECK(error_of([&] { late.publish(); }, &m) == code(Errc::already_exists));
   CHECK(contains(m, raced));
   CHECK_FALSE(late.published());
-  CHECK(Buffer::open(raced).segment().env_control(2).head.load() == 9);
+  CHECK(segment_of(Buffer::open(raced)).env_control(2).head.load() == 9);
   Buffer replacing = Buffer::create_unnamed(raced, 1, 4, kSchema, {.replace = true});
   replacing.publish();
   CHECK(Buffer::open(raced).schema() == kSchema);
@@ -311,8 +312,8 @@ TEST_CASE("remove deletes the name; attached processes keep working and new open
     // Attached before the removal; keeps writing after it.
     Buffer mine = Buffer::open(name);
     ::raise(SIGSTOP);
-    mine.segment().env_control(1).head.store(99);
-    std::memset(mine.segment().field_data(0), 0x11, 16);
+    segment_of(mine).env_control(1).head.store(99);
+    std::memset(segment_of(mine).field_data(0), 0x11, 16);
     ::_exit(0);
   }
   int status = 0;
@@ -324,8 +325,8 @@ TEST_CASE("remove deletes the name; attached processes keep working and new open
   REQUIRE(::waitpid(child, &status, 0) == child);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
-  CHECK(b.segment().env_control(1).head.load() == 99);
-  CHECK(std::to_integer<int>(b.segment().field_data(0)[15]) == 0x11);
+  CHECK(segment_of(b).env_control(1).head.load() == 99);
+  CHECK(std::to_integer<int>(segment_of(b).field_data(0)[15]) == 0x11);
   std::string m;
   CHECK(error_of([&] { (void)Buffer::open(name); }, &m) == code(Errc::not_found));
   CHECK(error_of([&] { Buffer::remove(name); }, &m) == code(Errc::not_found));

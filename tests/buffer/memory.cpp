@@ -1,6 +1,7 @@
 // tests/buffer/memory.cpp: the segment's memory: a full /dev/shm, a failure while reserving, and populate always,
 // never and automatic with its progress callback.
 // Part of test_buffer (tests/CMakeLists.txt); its helpers are in buffer_helpers.hpp.
+#include "shmreplay/internal/segment.hpp"
 #include "buffer_helpers.hpp"
 
 TEST_CASE("a full /dev/shm fails at create with the bytes needed and free, leaves no file, and never SIGBUSes") {
@@ -34,7 +35,7 @@ TEST_CASE("a full /dev/shm fails at create with the bytes needed and free, leave
     }
     if (Buffer::exists("second")) return fail("the failed second segment left a file");
     for (std::size_t f = 0; f < atari.size(); ++f) {
-      std::memset(first.segment().field_data(f), 0xab, 4 * 380 * atari[f].bytes());  // would SIGBUS without fallocate
+      std::memset(segment_of(first).field_data(f), 0xab, 4 * 380 * atari[f].bytes());  // would SIGBUS without fallocate
     }
     DIR* d = ::opendir(shm_directory().c_str());
     int files = 0;
@@ -74,7 +75,7 @@ TEST_CASE("populate always, never and automatic give the same segment; always fa
   SegmentGuard never_guard(never_name);
   const Buffer never = Buffer::create(never_name, envs, capacity, schema, {.populate = Populate::never});
   // Only the header and control pages that create() writes are resident; the rings are not.
-  const int64_t never_rss = mapping_rss_bytes(&never.segment().header());
+  const int64_t never_rss = mapping_rss_bytes(&segment_of(never).header());
   REQUIRE(never_rss >= 0);
   CHECK(static_cast<uint64_t>(never_rss) < never.total_bytes() / 2);
 
@@ -86,7 +87,7 @@ TEST_CASE("populate always, never and automatic give the same segment; always fa
       {.populate = Populate::always, .populate_progress = [&](uint64_t done, uint64_t total) {
          calls.emplace_back(done, total);
        }});
-  const int64_t always_rss = mapping_rss_bytes(&always.segment().header());
+  const int64_t always_rss = mapping_rss_bytes(&segment_of(always).header());
   CHECK(static_cast<uint64_t>(always_rss) >= always.total_bytes());
   REQUIRE(!calls.empty());
   CHECK(calls.back().first == always.total_bytes());
@@ -103,18 +104,18 @@ TEST_CASE("populate always, never and automatic give the same segment; always fa
   // Same layout and, past the header (which holds the creation time and pid), the same bytes.
   for (const Buffer* b : {&always, &automatic}) {
     CHECK(b->total_bytes() == never.total_bytes());
-    CHECK(b->segment().field_offsets() == never.segment().field_offsets());
-    const auto* x = reinterpret_cast<const std::byte*>(&b->segment().header());
-    const auto* y = reinterpret_cast<const std::byte*>(&never.segment().header());
+    CHECK(segment_of(*b).field_offsets() == segment_of(never).field_offsets());
+    const auto* x = reinterpret_cast<const std::byte*>(&segment_of(*b).header());
+    const auto* y = reinterpret_cast<const std::byte*>(&segment_of(never).header());
     CHECK(std::memcmp(x + sizeof(SegmentHeader), y + sizeof(SegmentHeader),
                       never.total_bytes() - sizeof(SegmentHeader)) == 0);
     const Buffer reopened = Buffer::open(b->name(), {.expected_schema = schema});
     CHECK(reopened.total_bytes() == never.total_bytes());
   }
   // A populated segment works: a write through it is seen by another mapping.
-  std::memset(const_cast<Buffer&>(always).segment().field_data(0), 0x7f, 16);
+  std::memset(segment_of(const_cast<Buffer&>(always)).field_data(0), 0x7f, 16);
   const Buffer reader = Buffer::open(always_name, {.read_only = true});
-  CHECK(std::to_integer<int>(reader.segment().field_data(0)[15]) == 0x7f);
+  CHECK(std::to_integer<int>(segment_of(reader).field_data(0)[15]) == 0x7f);
 }
 
 TEST_CASE("the populate progress callback is not called when nothing is populated, and its exception aborts create "

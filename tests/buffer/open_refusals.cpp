@@ -2,6 +2,7 @@
 // directories and symlinks, another user's segment, truncated copies, other versions, segments not ready, corrupt
 // headers and field tables, and an expected schema that differs.
 // Part of test_buffer (tests/CMakeLists.txt); its helpers are in buffer_helpers.hpp.
+#include "shmreplay/internal/segment.hpp"
 #include "buffer_helpers.hpp"
 
 TEST_CASE("open of a missing name says it does not exist") {
@@ -257,10 +258,10 @@ TEST_CASE("random corruption of a real segment's header and field table gives an
       // Whatever opened must be usable to its last byte: touch every field's storage and every env.
       for (std::size_t i = 0; i < b.schema().size(); ++i) {
         const uint64_t n = b.num_envs() * b.capacity() * b.schema()[i].bytes();
-        volatile std::byte sink = b.segment().field_data(i)[n - 1];
+        volatile std::byte sink = segment_of(b).field_data(i)[n - 1];
         (void)sink;
       }
-      (void)b.segment().env_control(b.num_envs() - 1).head.load();
+      (void)segment_of(b).env_control(b.num_envs() - 1).head.load();
       ++opened;
     } catch (const Error&) {
       ++refused;

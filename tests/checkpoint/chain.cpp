@@ -66,8 +66,8 @@ std::string state_difference(const Buffer& a, const Buffer& b) {
     for (uint64_t s = lo; s < ca.head; ++s) {
       if (stored_step(a, e, s) != stored_step(b, e, s)) return fmt::format("env {} step {}: other bytes", e, s);
       if (!a.has_priorities()) continue;
-      const double wa = detail::step_weight(detail::priority_tree_of(a.segment(), e), a.segment().env_control(e), s);
-      const double wb = detail::step_weight(detail::priority_tree_of(b.segment(), e), b.segment().env_control(e), s);
+      const double wa = detail::step_weight(detail::priority_tree_of(segment_of(a), e), segment_of(a).env_control(e), s);
+      const double wb = detail::step_weight(detail::priority_tree_of(segment_of(b), e), segment_of(b).env_control(e), s);
       if (wa != wb) return fmt::format("env {} step {}: priority weight {} against {}", e, s, wa, wb);
     }
   }
@@ -204,7 +204,7 @@ TEST_CASE("a chain's first link is whole, each later link holds only the steps p
       CAPTURE(e.env);
       const CheckpointEnv& before = previous.info.envs[e.env];
       CHECK(e.head == before.head + rounds[round][e.env]);
-      CHECK(e.head == b.segment().env_control(e.env).head.load());
+      CHECK(e.head == segment_of(b).env_control(e.env).head.load());
       if (rounds[round][e.env] >= 64) {  // lapped: its whole window, the previous link holding none of it
         CHECK(e.first_step == e.head - 64);
         CHECK(e.data_from == e.first_step);
@@ -370,7 +370,7 @@ TEST_CASE("save_link killed at random moments while writer processes push: the d
   const Buffer reader = Buffer::open(source.name(), {.read_only = true});
   std::vector<pid_t> writers = {payload_writer(source.name(), {0, 1}), payload_writer(source.name(), {2, 3})};
   for (uint64_t e = 0; e < 4; ++e) {
-    while (reader.segment().env_control(e).head.load() < 2 * kCap) ::usleep(1000);
+    while (segment_of(reader).env_control(e).head.load() < 2 * kCap) ::usleep(1000);
   }
   ChainOptions options;
   options.keep = 2;  // so that kills land in pruning too
@@ -411,8 +411,8 @@ TEST_CASE("save_link killed at random moments while writer processes push: the d
     const Buffer loaded = Buffer::open(copy.name(), {.read_only = true});
     CHECK(payload_violation(loaded) == "");
     for (uint64_t e = 0; e < 4; ++e) {
-      CHECK(loaded.segment().env_control(e).head.load() == info.envs[e].head);
-      CHECK(info.envs[e].head <= reader.segment().env_control(e).head.load());
+      CHECK(segment_of(loaded).env_control(e).head.load() == info.envs[e].head);
+      CHECK(info.envs[e].head <= segment_of(reader).env_control(e).head.load());
       CHECK(info.envs[e].head - info.envs[e].first_step >= kCap - 1);  // a full window (127: a write in progress)
     }
   }
@@ -461,7 +461,7 @@ TEST_CASE("save_link that runs out of file size or disk space fails with Errc::n
     const LoadResult r = load_chain(dir, copy.name());
     CHECK(r.info.link_seq == 1);
     const Buffer loaded = Buffer::open(copy.name(), {.read_only = true});
-    CHECK(loaded.segment().env_control(0).head.load() == 20);
+    CHECK(segment_of(loaded).env_control(0).head.load() == 20);
     CHECK(payload_violation(loaded) == "");
   };
 
@@ -569,7 +569,7 @@ TEST_CASE("verify_chain and load_chain skip a damaged newest link with a note an
   CHECK(r.notes == notes);
   {
     const Buffer a = Buffer::open(restored.name(), {.read_only = true});
-    for (uint64_t e = 0; e < 2; ++e) CHECK(a.segment().env_control(e).head.load() == good.envs[e].head);
+    for (uint64_t e = 0; e < 2; ++e) CHECK(segment_of(a).env_control(e).head.load() == good.envs[e].head);
     CHECK(payload_violation(a) == "");
   }
 

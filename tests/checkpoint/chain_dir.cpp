@@ -128,7 +128,7 @@ TEST_CASE("load_chain and verify_chain skip a link of another user, naming it, a
   CHECK(r.info.link_seq == 2);
   CHECK(r.notes == notes);
   const Buffer loaded = Buffer::open(restored.name(), {.read_only = true});  // const: the read-only accessors
-  CHECK(loaded.segment().env_control(0).head.load() == 20);
+  CHECK(segment_of(loaded).env_control(0).head.load() == 20);
 
   // A save numbers past the planted file, names it, and neither builds on it nor removes it.
   push_steps(source.writer, {0, 1}, 5);

@@ -71,7 +71,7 @@ struct EnvCounters {
 };
 
 inline EnvCounters counters(const shmreplay::Buffer& b, uint64_t env) {
-  const shmreplay::layout::EnvControl& c = b.segment().env_control(env);
+  const shmreplay::layout::EnvControl& c = segment_of(b).env_control(env);
   return {c.head.load(), c.claimed.load(), c.online_start.load()};
 }
 
@@ -188,7 +188,7 @@ struct State {
 };
 
 inline State state_of(const Buffer& b) {
-  const Segment& seg = b.segment();
+  const Segment& seg = segment_of(b);
   State s;
   for (uint64_t e = 0; e < b.num_envs(); ++e) {
     const layout::EnvControl& c = seg.env_control(e);

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "shmreplay/internal/checkpoint_format.hpp"
 #include "detail/os/crc32.hpp"
 #include "shmreplay/checkpoint.hpp"
 #include "shmreplay/inspector.hpp"

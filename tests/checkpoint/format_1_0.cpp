@@ -40,8 +40,8 @@ void check_fixture_steps(const Buffer& b) {
   const uint64_t firsts[2] = {3, 0};
   for (uint64_t e = 0; e < 2; ++e) {
     CAPTURE(e);
-    CHECK(b.segment().env_control(e).head.load() == heads[e]);
-    CHECK(b.segment().env_control(e).online_start.load() == 0);
+    CHECK(segment_of(b).env_control(e).head.load() == heads[e]);
+    CHECK(segment_of(b).env_control(e).online_start.load() == 0);
     const StepRecords r = read_steps(b, e, 0, heads[e]);
     CHECK(r.first_step == firsts[e]);
     REQUIRE(r.count == heads[e] - firsts[e]);

@@ -144,10 +144,10 @@ TEST_CASE("load into an existing segment with the same schema replaces its envs 
     CHECK(check_env_payloads(dst, e) == "");
   }
   // The learner counters are the checkpoint's (format 2.0): the source sampled nothing, the target had 8 rows.
-  CHECK(dst.segment().global_control().rows_sampled.load() == src.segment().global_control().rows_sampled.load());
-  CHECK(dst.segment().global_control().rows_sampled.load() == 0);
-  CHECK(dst.segment().env_control(0).lease.load() == 0);  // the leases taken for the load are released
-  CHECK(dst.segment().global_control().learner_lease.load() == 0);
+  CHECK(segment_of(dst).global_control().rows_sampled.load() == segment_of(src).global_control().rows_sampled.load());
+  CHECK(segment_of(dst).global_control().rows_sampled.load() == 0);
+  CHECK(segment_of(dst).env_control(0).lease.load() == 0);  // the leases taken for the load are released
+  CHECK(segment_of(dst).global_control().learner_lease.load() == 0);
 
   // load_checkpoint_into does the same on an open Buffer.
   const CheckpointInfo info = load_checkpoint_into(dst, file.path());
@@ -225,8 +225,8 @@ TEST_CASE("load refuses a segment whose writer or learner is alive in another pr
     CHECK(test::error_of([&] { load_checkpoint(file.path(), source.name()); }, &message) ==
           static_cast<int>(Errc::lease_held));
     CHECK(message.find(fmt::format("pid {}", child)) != std::string::npos);
-    CHECK(b.segment().env_control(0).lease.load() == 0);  // nothing half-taken is left behind
-    CHECK((b.segment().global_control().learner_lease.load() == 0) == !learner);
+    CHECK(segment_of(b).env_control(0).lease.load() == 0);  // nothing half-taken is left behind
+    CHECK((segment_of(b).global_control().learner_lease.load() == 0) == !learner);
     ::close(release[1]);
     ::close(ready[0]);
     ::waitpid(child, nullptr, 0);
@@ -279,10 +279,10 @@ TEST_CASE("a buffer with episode fields keeps them through save and load, and it
     CHECK(counters(dst, e) == counters(src, e));
     // Every stored step's meta word (its episode's first step, whether it ends one) is the source's: env 0's
     // window [12, 20) starts an episode and env 1's holds all of its one, so nothing starts before a window.
-    const uint64_t head = dst.segment().env_control(e).head.load();
+    const uint64_t head = segment_of(dst).env_control(e).head.load();
     for (uint64_t step = head > 8 ? head - 8 : 0; step < head; ++step) {
       CAPTURE(step);
-      CHECK(dst.segment().step_meta(e)[step % 8].load() == src.segment().step_meta(e)[step % 8].load());
+      CHECK(segment_of(dst).step_meta(e)[step % 8].load() == segment_of(src).step_meta(e)[step % 8].load());
     }
   }
   const SegmentInfo a = Inspector(Buffer::open(source.name(), {.read_only = true})).snapshot();
@@ -332,16 +332,16 @@ TEST_CASE("a load runs no writer's recovery: a dead writer's record of a step it
     push(w, 3, true);  // an episode of 3 steps ends: its record is queued
   }
   // Its writer "died" after publishing the episode's last step and before pushing the record: unpush it.
-  layout::EpisodeControl& ec = dst.segment().episode_control(0);
+  layout::EpisodeControl& ec = segment_of(dst).episode_control(0);
   REQUIRE(ec.queue_tail.load() == 1);
   ec.queue_tail.store(0);
 
   load_checkpoint_into(dst, file.path());
   CHECK(ec.queue_tail.load() == 0);  // no record of the overwritten episode
   CHECK(ec.records_dropped.load() == 0);
-  CHECK(dst.segment().env_control(0).head.load() == 2);
-  CHECK(dst.segment().env_control(0).lease.load() == 0);
-  CHECK(dst.segment().global_control().learner_lease.load() == 0);
+  CHECK(segment_of(dst).env_control(0).head.load() == 2);
+  CHECK(segment_of(dst).env_control(0).lease.load() == 0);
+  CHECK(segment_of(dst).global_control().learner_lease.load() == 0);
   Sampler learner(dst);
   std::vector<EpisodeRecord> records(4);
   CHECK(learner.pop_episodes(records) == 0);
@@ -364,7 +364,7 @@ TEST_CASE("a load that takes over a dead learner's lease repairs what that learn
     ::_exit(0);  // dies holding the learner lease
   }
   REQUIRE(::waitpid(child, nullptr, 0) == child);
-  layout::GlobalControl& g = b.segment().global_control();
+  layout::GlobalControl& g = segment_of(b).global_control();
   REQUIRE(g.learner_lease.load() != 0);
   g.waiters.store(1);               // it died asleep on the wake word (counted in its slot too) ...
   g.slot0_waiters.store(1);

@@ -76,7 +76,7 @@ TEST_CASE("read_steps while writers push returns only whole, consecutive steps o
     test::PayloadPusher pusher;
     while (!stop.load(std::memory_order_relaxed)) pusher.push(w, {0, 1});
   });
-  while (b.segment().env_control(1).head.load() < 16) std::this_thread::yield();
+  while (segment_of(b).env_control(1).head.load() < 16) std::this_thread::yield();
   const Inspector insp(guard.name());
   uint64_t steps_seen = 0;
   std::string violation;

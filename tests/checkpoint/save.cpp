@@ -51,7 +51,7 @@ TEST_CASE("saves taken while writer threads push hold, per env, a full window of
   }
   const auto lapped = [&] {
     for (uint64_t e = 0; e < 4; ++e) {
-      if (b.segment().env_control(e).head.load() < 200) return false;
+      if (segment_of(b).env_control(e).head.load() < 200) return false;
     }
     return true;
   };
@@ -64,13 +64,13 @@ TEST_CASE("saves taken while writer threads push hold, per env, a full window of
     const CheckpointInfo saved = save_checkpoint(reader, file.path());
     for (const CheckpointEnv& e : saved.envs) {
       CHECK(e.steps == (e.claimed == e.head ? 64u : 63u));  // every env is past its first lap
-      CHECK(e.head <= b.segment().env_control(e.env).head.load());
+      CHECK(e.head <= segment_of(b).env_control(e.env).head.load());
     }
     load_checkpoint(file.path(), copy.name());
     const Buffer loaded = Buffer::open(copy.name(), {.read_only = true});
     for (uint64_t e = 0; e < 4; ++e) {
       CHECK(check_env_payloads(loaded, e) == "");
-      CHECK(loaded.segment().env_control(e).head.load() == saved.envs[e].head);
+      CHECK(segment_of(loaded).env_control(e).head.load() == saved.envs[e].head);
     }
   }
   stop = true;

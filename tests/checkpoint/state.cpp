@@ -133,10 +133,10 @@ TEST_CASE("a checkpoint of a stacked buffer carries its restart reserve and cont
   CHECK(r.notes.empty());
   const Buffer dst = Buffer::open(loaded.name());
   CHECK(dst.stack_continuity() == StackContinuity::episodes);
-  REQUIRE(dst.segment().stacks().size() == 1);
-  CHECK(dst.segment().stacks()[0].depth == src.segment().stacks()[0].depth);
-  CHECK(dst.segment().stacks()[0].frames == src.segment().stacks()[0].frames);
-  CHECK(dst.segment().stacks()[0].frames == 8 + 2 * (1 + 2));  // capacity + (K - 1) x (1 + restarts)
+  REQUIRE(segment_of(dst).stacks().size() == 1);
+  CHECK(segment_of(dst).stacks()[0].depth == segment_of(src).stacks()[0].depth);
+  CHECK(segment_of(dst).stacks()[0].frames == segment_of(src).stacks()[0].frames);
+  CHECK(segment_of(dst).stacks()[0].frames == 8 + 2 * (1 + 2));  // capacity + (K - 1) x (1 + restarts)
   check_same_state(before, state_of(dst));
   CHECK(before.steps[0].count == 8);  // every stored step of the wrapped env kept its frames
 
@@ -187,7 +187,7 @@ TEST_CASE("a checkpoint loaded into an existing buffer with the same settings re
 
   // The other way round: a target whose running maximum is smaller takes the file's.
   Buffer low = Buffer::open(target.name());
-  low.segment().global_control().max_priority.store(std::bit_cast<uint64_t>(2.0));
+  segment_of(low).global_control().max_priority.store(std::bit_cast<uint64_t>(2.0));
   load_checkpoint_into(low, file.path());
   CHECK(max_priority_of(state_of(low)) == 40.0);
 }
@@ -365,7 +365,7 @@ TEST_CASE("a save keeps only the waiting episode records of episodes that ended 
   REQUIRE(saved.envs.size() == 1);
   CHECK(saved.envs[0].head == 10);      // the window the copy saw
   CHECK(saved.envs[0].queued == 1);     // the record of steps 0-4 only; not that of 5-12, which ends at 12
-  CHECK(src.segment().episode_control(0).queue_tail.load() == 2);  // both records wait in the source
+  CHECK(segment_of(src).episode_control(0).queue_tail.load() == 2);  // both records wait in the source
 
   load_checkpoint(file.path(), loaded.name());
   Buffer dst = Buffer::open(loaded.name());
@@ -425,8 +425,8 @@ TEST_CASE("a checkpoint of a buffer with several learner slots gives back each s
     CHECK(s1.size(View::online) == 6);
     CHECK(s1.sizes(2).online == 0);
     CHECK(s2.size(View::online) == 16 * 3);
-    CHECK(detail::learner_slot(dst.segment(), 1).rows_sampled.load() == 7);
-    CHECK(detail::learner_slot(dst.segment(), 2).sample_calls.load() == 2);
+    CHECK(detail::learner_slot(segment_of(dst), 1).rows_sampled.load() == 7);
+    CHECK(detail::learner_slot(segment_of(dst), 2).sample_calls.load() == 2);
   }
   // Into a buffer with one slot: refused, naming the slots; allowed, slot 0 loads and a note says what is lost.
   Buffer one = Buffer::create(small.name(), 3, 16, kPayloadSchema);

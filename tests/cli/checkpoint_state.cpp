@@ -43,7 +43,7 @@ TEST_CASE("load of a format 1.0 checkpoint prints a note line on stderr naming w
   CHECK(contains(r.err, "the new segment has none of them"));
   CHECK(contains(r.out, fmt::format("into new segment '{}'", fresh)));
   const Buffer loaded = Buffer::open(fresh, {.read_only = true});  // const: the read-only accessors
-  CHECK(loaded.segment().env_control(0).head.load() == 11);
+  CHECK(segment_of(loaded).env_control(0).head.load() == 11);
 
   const CliResult j = run_cli({"load", kFixture, json_name, "--json"});
   REQUIRE(j.exit_code == 0);

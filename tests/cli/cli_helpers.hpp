@@ -38,7 +38,7 @@
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/checkpoint.hpp"
 #include "shmreplay/inspector.hpp"
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/layout.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/version.hpp"
 #include "shmreplay/writer.hpp"
@@ -275,7 +275,7 @@ class WriterProcess {
   }
   /// Waits until env `env` of `b` has published at least `steps` steps.
   void wait_for_env(const Buffer& b, uint64_t env, uint64_t steps) const {
-    while (b.segment().env_control(env).head.load() < steps) {
+    while (segment_of(b).env_control(env).head.load() < steps) {
       REQUIRE(::waitpid(pid_, nullptr, WNOHANG) == 0);
       ::usleep(1000);
     }

@@ -101,7 +101,7 @@ TEST_CASE("a crash of every process and of /dev/shm while `save --every 1` runs:
   std::vector<std::pair<uint64_t, std::vector<uint64_t>>> seen;
   const auto look = [&] {
     std::vector<uint64_t> heads;
-    for (uint64_t e = 0; e < kEnvs; ++e) heads.push_back(source.segment().env_control(e).head.load());
+    for (uint64_t e = 0; e < kEnvs; ++e) heads.push_back(segment_of(source).env_control(e).head.load());
     seen.emplace_back(realtime_ns(), std::move(heads));
     ::usleep(5000);
   };
@@ -122,7 +122,7 @@ TEST_CASE("a crash of every process and of /dev/shm while `save --every 1` runs:
   CHECK(saver.finish(SIGKILL) == 128 + SIGKILL);
   CHECK(crew.crash());
   std::vector<uint64_t> published;
-  for (uint64_t e = 0; e < kEnvs; ++e) published.push_back(source.segment().env_control(e).head.load());
+  for (uint64_t e = 0; e < kEnvs; ++e) published.push_back(segment_of(source).env_control(e).head.load());
   Buffer::remove(name);  // /dev/shm is gone, as after a reboot
   REQUIRE_FALSE(Buffer::exists(name));
 
@@ -151,7 +151,7 @@ TEST_CASE("a crash of every process and of /dev/shm while `save --every 1` runs:
   const double elapsed_s = static_cast<double>(crash_ns - started_ns) / 1e9;
   for (uint64_t e = 0; e < kEnvs; ++e) {
     CAPTURE(e);
-    const uint64_t head = restored.segment().env_control(e).head.load();
+    const uint64_t head = segment_of(restored).env_control(e).head.load();
     CHECK(head == link.envs[e].head);
     CHECK(head <= published[e]);
     CHECK(head >= before_save[e]);

@@ -265,8 +265,8 @@ TEST_CASE("create of a stacked schema with --stack-restarts prints the bytes per
       fmt::format("created '{}': 2 envs x 16 steps, 52 bytes as pushed, 36.0 stored per step, ", name)));
   {
     const Buffer b = Buffer::open(name, {.read_only = true});
-    REQUIRE(b.segment().stacks().size() == 1);
-    CHECK(b.segment().stacks()[0].frames == 24);
+    REQUIRE(segment_of(b).stacks().size() == 1);
+    CHECK(segment_of(b).stacks()[0].frames == 24);
     CHECK(b.schema() == Schema::parse(kStackedSpec));
   }
 

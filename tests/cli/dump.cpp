@@ -157,8 +157,8 @@ TEST_CASE("dump of an env whose counters are damaged fails with one error line n
   }
   {
     Buffer b = Buffer::open(name);  // a stray write: head far beyond claimed, which no writer leaves
-    b.segment().env_control(1).head.store(uint64_t{1} << 62);
-    b.segment().env_control(1).claimed.store(5);
+    segment_of(b).env_control(1).head.store(uint64_t{1} << 62);
+    segment_of(b).env_control(1).claimed.store(5);
   }
   for (const std::vector<std::string>& args : {std::vector<std::string>{"dump", name},
                                                std::vector<std::string>{"dump", name, "--json", "--env", "1"},

@@ -48,10 +48,10 @@ TEST_CASE("load into a new name killed or interrupted at any moment leaves no se
   const auto check_complete = [&] {  // the kill came after the load finished: the segment must be whole
     const Buffer b = Buffer::open(target, {.read_only = true});
     for (uint64_t e = 0; e < 8; ++e) {
-      CHECK(b.segment().env_control(e).head.load() == 1024);
-      CHECK(b.segment().env_control(e).lease.load() == 0);
+      CHECK(segment_of(b).env_control(e).head.load() == 1024);
+      CHECK(segment_of(b).env_control(e).lease.load() == 0);
     }
-    CHECK(b.segment().global_control().learner_lease.load() == 0);
+    CHECK(segment_of(b).global_control().learner_lease.load() == 0);
     Buffer::remove(target);
   };
   for (int after_lines = 1; after_lines <= 24; ++after_lines) {

@@ -238,7 +238,7 @@ TEST_CASE("info reports an env's lease holder as alive, idle when it stopped pus
   Buffer b = Buffer::open(name);
   const uint64_t me = static_cast<uint64_t>(::getpid());
   const uint64_t ticks = own_start_ticks();
-  layout::EnvControl& env0 = b.segment().env_control(0);
+  layout::EnvControl& env0 = segment_of(b).env_control(0);
   const auto now_ns = [] {
     return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                      std::chrono::system_clock::now().time_since_epoch())

@@ -1,6 +1,7 @@
 // tests/cli/save_load.cpp: `shmreplay save` and `shmreplay load`: under a writer that keeps pushing, progress,
 // refused checkpoints and segments, file modes, and replacing a file.
 // Part of test_cli (tests/CMakeLists.txt); its helpers are in cli_helpers.hpp.
+#include "shmreplay/internal/checkpoint_format.hpp"
 #include "cli_helpers.hpp"
 
 TEST_CASE("save while a writer process keeps pushing, then load: every restored step is the one its writer published") {
@@ -31,7 +32,7 @@ TEST_CASE("save while a writer process keeps pushing, then load: every restored 
     // A full window: claimed = head holds the last 128 steps; claimed = head + 1 (a write in progress), 127.
     CHECK(e["steps"].get<uint64_t>() == (e["claimed"] == e["head"] ? 128u : 127u));
     CHECK(e["first_step"].get<uint64_t>() + e["steps"].get<uint64_t>() == e["head"].get<uint64_t>());
-    CHECK(e["head"].get<uint64_t>() <= source.segment().env_control(e["env"].get<uint64_t>()).head.load());
+    CHECK(e["head"].get<uint64_t>() <= segment_of(source).env_control(e["env"].get<uint64_t>()).head.load());
     total += e["steps"].get<uint64_t>();
   }
   CHECK(s["total_steps"] == total);
@@ -50,8 +51,8 @@ TEST_CASE("save while a writer process keeps pushing, then load: every restored 
   for (uint64_t e = 0; e < 4; ++e) {
     CAPTURE(e);
     const json& saved_env = s["envs"][e];
-    CHECK(restored.segment().env_control(e).head.load() == saved_env["head"].get<uint64_t>());
-    CHECK(restored.segment().env_control(e).claimed.load() == saved_env["claimed"].get<uint64_t>());
+    CHECK(segment_of(restored).env_control(e).head.load() == saved_env["head"].get<uint64_t>());
+    CHECK(segment_of(restored).env_control(e).claimed.load() == saved_env["claimed"].get<uint64_t>());
     CHECK(check_env_payloads(restored, e) == "");
   }
 
@@ -96,9 +97,9 @@ TEST_CASE("save and load of a stacked buffer: the checkpoint holds whole stacks,
   {
     const Buffer restored = Buffer::open(copy, {.read_only = true});
     CHECK(restored.schema() == Schema::parse(kStackedSpec));
-    REQUIRE(restored.segment().stacks().size() == 1);
-    CHECK(restored.segment().stacks()[0].frames == 20);  // the default reserve, as the source's
-    CHECK(restored.segment().env_control(0).stacks_intact_from.load() == 4);
+    REQUIRE(segment_of(restored).stacks().size() == 1);
+    CHECK(segment_of(restored).stacks()[0].frames == 20);  // the default reserve, as the source's
+    CHECK(segment_of(restored).env_control(0).stacks_intact_from.load() == 4);
     for (uint64_t e = 0; e < 2; ++e) {
       CAPTURE(e);
       const StepRecords r = read_steps(restored, e, 0, 100);
@@ -256,7 +257,7 @@ TEST_CASE("load refuses a segment with a live writer, and rm refuses it unless -
   }
   // A dead writer does not hold the segment: load and rm proceed (the load takes the dead lease over).
   CHECK(run_cli({"load", file.path, name}).exit_code == 0);
-  CHECK(b.segment().env_control(1).head.load() == 5);  // the checkpoint's head, taken over from the dead writer
+  CHECK(segment_of(b).env_control(1).head.load() == 5);  // the checkpoint's head, taken over from the dead writer
   const CliResult rm = run_cli({"rm", name});
   CHECK(rm.exit_code == 0);
   CHECK_FALSE(Buffer::exists(name));

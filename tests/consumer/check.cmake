@@ -12,6 +12,17 @@ function(run)
 endfunction()
 
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix} --config ${CONFIG})
+# A shared build (-DBUILD_SHARED_LIBS=ON) installs libshmreplay.so.VERSION, and its soname link
+# libshmreplay.so.SOVERSION (the library target's properties, passed in); a static build installs libshmreplay.a.
+file(GLOB_RECURSE shared_libs ${prefix}/libshmreplay.so*)
+if(shared_libs)
+  list(TRANSFORM shared_libs REPLACE ".*/" "")
+  foreach(expected libshmreplay.so.${VERSION} libshmreplay.so.${SOVERSION})
+    if(NOT expected IN_LIST shared_libs)
+      message(FATAL_ERROR "the install has no ${expected}, only ${shared_libs}")
+    endif()
+  endforeach()
+endif()
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -DCMAKE_PREFIX_PATH=${prefix}
     -DCMAKE_BUILD_TYPE=${CONFIG})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)

@@ -1,6 +1,11 @@
 // Creates, opens and removes a segment through the installed package; exits 0 when all of it works.
 #include <shmreplay/shmreplay.hpp>
 
+// The segment's bytes are not part of the API: the install leaves the internal headers out.
+#if __has_include(<shmreplay/internal/segment.hpp>)
+#error "the installed package holds shmreplay/internal/: internal headers must not be installed"
+#endif
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -19,8 +24,7 @@ int main() {
     }
     const bool ok = same_version && opened.num_envs() == 2 && opened.capacity() == 16 && opened.schema() == schema;
     shmreplay::Buffer::remove(name);
-    std::printf("consumer: shmreplay %s, layout %u.%u, %s\n", shmreplay::kVersion, shmreplay::layout::kLayoutMajor,
-                shmreplay::layout::kLayoutMinor, ok ? "ok" : "MISMATCH");
+    std::printf("consumer: shmreplay %s, %s\n", shmreplay::kVersion, ok ? "ok" : "MISMATCH");
     return ok ? 0 : 1;
   } catch (const shmreplay::Error& e) {
     std::fprintf(stderr, "consumer: %s\n", e.what());

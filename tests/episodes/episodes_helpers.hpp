@@ -39,6 +39,7 @@
 #include "shmreplay/writer.hpp"
 #include "payload.hpp"
 #include "support.hpp"
+#include "views_model.hpp"
 
 using namespace shmreplay;
 using test::error_of;
@@ -109,36 +110,14 @@ inline std::array<FieldBytes, 6> fields_of(const Step& s) {
           value_bytes(s.term),           value_bytes(s.trunc), value_bytes(s.reward)};
 }
 
-struct Window {
-  uint64_t lo;
-  uint64_t hi;
-};
+using test::Window;
 
 // The reference model: per env every pushed step with its flags; the views; the episode structure computed by
 // scanning flags (what the library must never do).
-struct Model {
+struct Model : test::ViewsModel<Step> {
   Flavor flavor;
-  uint64_t capacity;
-  std::vector<std::vector<Step>> steps;
-  std::vector<uint64_t> online_start;
 
-  Model(Flavor f, uint64_t num_envs, uint64_t cap) : flavor(f), capacity(cap), steps(num_envs), online_start(num_envs) {}
-  uint64_t num_envs() const { return steps.size(); }
-  uint64_t head(uint64_t e) const { return steps[e].size(); }
-  Window window(View view, uint64_t e) const {
-    const uint64_t h = head(e);
-    uint64_t lo = h > capacity ? h - capacity : 0;
-    if (view == View::online) lo = std::max(lo, online_start[e]);
-    return {std::min(lo, h), h};
-  }
-  uint64_t size(View view) const {
-    uint64_t n = 0;
-    for (uint64_t e = 0; e < num_envs(); ++e) n += window(view, e).hi - window(view, e).lo;
-    return n;
-  }
-  void reset_online() {
-    for (uint64_t e = 0; e < num_envs(); ++e) online_start[e] = head(e);
-  }
+  Model(Flavor f, uint64_t num_envs, uint64_t cap) : ViewsModel(num_envs, cap), flavor(f) {}
   // Steps from p to the end of p's episode or the head, whichever comes first.
   uint64_t rem_in_episode(uint64_t e, uint64_t p, uint64_t hi) const {
     for (uint64_t s = p; s < hi; ++s) {

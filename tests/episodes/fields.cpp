@@ -56,7 +56,7 @@ TEST_CASE("open refuses a field table whose episode roles are corrupt") {
   const std::string name = unique_name("ep-corrupt");
   SegmentGuard guard(name);
   auto table_of = [](Buffer& b) {
-    auto& h = const_cast<layout::SegmentHeader&>(b.segment().header());
+    auto& h = const_cast<layout::SegmentHeader&>(segment_of(b).header());
     return reinterpret_cast<layout::FieldDesc*>(reinterpret_cast<std::byte*>(&h) +
                                                 h.sections[layout::kSectionFields].offset);
   };

@@ -19,7 +19,7 @@ namespace {
     Rng rng(seed);
     for (;;) {
       const uint64_t env = envs[rng() % envs.size()];
-      const uint64_t step = buf.segment().env_control(env).head.load(std::memory_order_relaxed);
+      const uint64_t step = segment_of(buf).env_control(env).head.load(std::memory_order_relaxed);
       const uint64_t hdr[2] = {env, step};
       const uint8_t term = rng() % 9 == 0 ? 1 : 0;
       const uint8_t trunc = rng() % 13 == 0 ? 1 : 0;
@@ -86,15 +86,15 @@ std::string check_episode_row(const SampleBatch& b, std::size_t row, Episodes mo
 std::string check_meta_against_data(const Buffer& buf) {
   const uint64_t cap = buf.capacity();
   for (uint64_t e = 0; e < buf.num_envs(); ++e) {
-    const uint64_t head = buf.segment().env_control(e).head.load();
-    const uint64_t claimed = buf.segment().env_control(e).claimed.load() & layout::kClaimMask;
+    const uint64_t head = segment_of(buf).env_control(e).head.load();
+    const uint64_t claimed = segment_of(buf).env_control(e).claimed.load() & layout::kClaimMask;
     const uint64_t lo = std::min(claimed > cap ? claimed - cap : 0, head);
     std::optional<uint64_t> start;  // known once an end was seen in the window
     for (uint64_t s = lo; s < head; ++s) {
-      const std::byte* rec_term = buf.segment().field_data(1) + (e * cap + s % cap);
-      const std::byte* rec_trunc = buf.segment().field_data(2) + (e * cap + s % cap);
+      const std::byte* rec_term = segment_of(buf).field_data(1) + (e * cap + s % cap);
+      const std::byte* rec_trunc = segment_of(buf).field_data(2) + (e * cap + s % cap);
       const bool end = *rec_term != std::byte{0} || *rec_trunc != std::byte{0};
-      const uint64_t meta = buf.segment().step_meta(e)[s % cap].load();
+      const uint64_t meta = segment_of(buf).step_meta(e)[s % cap].load();
       const uint64_t meta_start = meta & layout::kMetaStartMask;
       if (((meta & layout::kMetaEndsEpisode) != 0) != end) return fmt::format("env {} step {}: end bit wrong", e, s);
       if (start ? meta_start != *start : meta_start > lo) {

@@ -137,17 +137,17 @@ TEST_CASE("a learner killed inside pop_episodes with records in hand has exactly
 TEST_CASE("records taken by a learner killed between its take and its hand-over, or while it repairs a dead one's "
           "lock, are counted lost exactly once; those it handed over are not") {
   PopRig rig("ep-lost-steps", 4);  // 4 records per env
-  Segment& seg = rig.buf.segment();
+  Segment& seg = segment_of(rig.buf);
   // Child 1: takes 3 records of env 0 and hands them over, takes 2 of env 1 and is killed holding them.
   Pipe delivered;
   pid_t child = spawn([&] {
     Buffer b = Buffer::open(rig.guard.name());
     const uint64_t me = detail::self_lease_word();
     EpisodeRecord out[3];
-    if (detail::take_records(b.segment(), 0, out, me) != 3) ::_exit(2);
-    detail::hand_over_records(b.segment(), 0, me, /*delivered=*/true);
+    if (detail::take_records(segment_of(b), 0, out, me) != 3) ::_exit(2);
+    detail::hand_over_records(segment_of(b), 0, me, /*delivered=*/true);
     delivered.put(out, sizeof out);
-    if (detail::take_records(b.segment(), 1, std::span(out, 2), me) != 2) ::_exit(2);
+    if (detail::take_records(segment_of(b), 1, std::span(out, 2), me) != 2) ::_exit(2);
     ::raise(SIGKILL);
   });
   const std::vector<EpisodeRecord> handed = as_records(delivered.drain());
@@ -158,7 +158,7 @@ TEST_CASE("records taken by a learner killed between its take and its hand-over,
   child = spawn([&] {
     Buffer b = Buffer::open(rig.guard.name());
     EpisodeRecord out[1];
-    if (detail::take_records(b.segment(), 1, out, detail::self_lease_word()) != 1) ::_exit(2);
+    if (detail::take_records(segment_of(b), 1, out, detail::self_lease_word()) != 1) ::_exit(2);
     ::raise(SIGKILL);
   });
   REQUIRE(killed_itself(child));

@@ -95,16 +95,16 @@ TEST_CASE("a writer that dies between the steps of a publish leaves boundaries a
   Buffer& buf = rig.buf;
   auto stage_without_head = [&](bool done) {
     // Claim step head, write its bytes with `done`, stage its meta and journal, and "die" before the head store.
-    layout::EnvControl& c = buf.segment().env_control(0);
+    layout::EnvControl& c = segment_of(buf).env_control(0);
     const uint64_t step = c.head.load();
     c.claimed.store(step + 1);
     const Step s = make_step(0, step, done, false, false);
     const auto f = fields_of(s);
     for (std::size_t k = 0; k < f.size(); ++k) {
-      std::memcpy(buf.segment().field_data(k) + (step % 4) * kSchema[k].bytes(), f[k].data, f[k].bytes);
+      std::memcpy(segment_of(buf).field_data(k) + (step % 4) * kSchema[k].bytes(), f[k].data, f[k].bytes);
     }
-    detail::EpisodeRoles roles(buf.segment());
-    return detail::stage_step(buf.segment(), 0, step, detail::read_step_flags(roles, [&](std::size_t k) {
+    detail::EpisodeRoles roles(segment_of(buf));
+    return detail::stage_step(segment_of(buf), 0, step, detail::read_step_flags(roles, [&](std::size_t k) {
       return static_cast<const std::byte*>(f[k].data);
     }));
   };
@@ -133,7 +133,7 @@ TEST_CASE("a writer that dies between the steps of a publish leaves boundaries a
     Writer gone = std::move(w2);
   }
   CHECK(stage_without_head(true));
-  buf.segment().env_control(0).head.store(buf.segment().env_control(0).head.load() + 1);  // published; the record push never ran
+  segment_of(buf).env_control(0).head.store(segment_of(buf).env_control(0).head.load() + 1);  // published; the record push never ran
   m.steps[0].push_back(make_step(0, 6, true, false, false));
   CHECK(rig.s.pop_episodes(rec) == 0);
   {
@@ -164,10 +164,10 @@ TEST_CASE("after a tool rewrites an env wholesale, rebuild_env restores boundari
   EpisodeRecord rec[32];
   const std::size_t before = rig.s.pop_episodes(rec);
   CHECK(before == rig.m.records(0).size());
-  layout::EpisodeControl& c = rig.buf.segment().episode_control(0);
+  layout::EpisodeControl& c = segment_of(rig.buf).episode_control(0);
   for (auto& j : c.journal) j.for_head.store(12345);  // stale: no slot is for the head
-  for (uint64_t s = 0; s < 8; ++s) rig.buf.segment().step_meta(0)[s].store(0);
-  detail::rebuild_env(rig.buf.segment(), 0);
+  for (uint64_t s = 0; s < 8; ++s) segment_of(rig.buf).step_meta(0)[s].store(0);
+  detail::rebuild_env(segment_of(rig.buf), 0);
   Rng rng(3);
   SampleBatch out;
   for (const Episodes mode : {Episodes::stop, Episodes::within}) {
@@ -199,7 +199,7 @@ TEST_CASE("consumers racing for one env's record queue take each record exactly 
       std::vector<EpisodeRecord> out(1 + k % 3);
       for (;;) {
         const bool last_round = !writing.load(std::memory_order_acquire);
-        const std::size_t n = detail::pop_records(rig.buf.segment(), 0, out);
+        const std::size_t n = detail::pop_records(segment_of(rig.buf), 0, out);
         taken[k].insert(taken[k].end(), out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n));
         if (n == 0 && last_round) return;
         if (n == 0) std::this_thread::yield();
@@ -208,7 +208,7 @@ TEST_CASE("consumers racing for one env's record queue take each record exactly 
   }
   // Episodes of 1 to 3 steps, each record distinct (its first step). The writer waits for room before an episode's
   // last step, so that no record is dropped and the consumers keep racing for a queue that is rarely empty.
-  const layout::EpisodeControl& q = rig.buf.segment().episode_control(0);
+  const layout::EpisodeControl& q = segment_of(rig.buf).episode_control(0);
   for (int e = 0; e < kEpisodes; ++e) {
     for (int i = 0; i <= e % 3; ++i) {
       while (i == e % 3 && q.queue_tail.load() - q.queue_head.load() >= 8) std::this_thread::yield();

@@ -30,7 +30,7 @@ uint32_t struct_crc(T copy, uint32_t T::*field) {
 }
 
 // Rewrites what a writer computes from the rest of a file of format 2.0 (Header, Section as in
-// shmreplay/checkpoint_format.hpp) or 1.0 (checkpoint_format::v1): file_bytes, the meta CRC, each env section's CRCs
+// shmreplay/internal/checkpoint_format.hpp) or 1.0 (checkpoint_format::v1): file_bytes, the meta CRC, each env section's CRCs
 // (walking the sections as the loader does, as far as they fit: records, then in 2.0 weights and queued episode
 // records), the totals, the trailer's and the header's CRC.
 template <class Header, class Section>
@@ -125,7 +125,7 @@ void check_round_trip(const std::string& name, const CheckpointInfo& loaded) {
   const Buffer b = Buffer::open(name, {.read_only = true});
   const CheckpointInfo saved = save_checkpoint(b, again);
   const CheckpointInfo verified = verify_checkpoint(again);
-  const bool stacked = !b.segment().stacks().empty();
+  const bool stacked = !segment_of(b).stacks().empty();
   if (saved.envs.size() != loaded.envs.size() || (!stacked && verified.total_steps != loaded.total_steps) ||
       !(verified.schema == loaded.schema) || !(verified.episode_fields == loaded.episode_fields)) {
     std::abort();

@@ -207,10 +207,10 @@ int main(int argc, char** argv) {
             fields.push_back(fixed ? FieldBytes{} : FieldBytes{bytes.data() + at, b.schema()[f].bytes()});
             at += b.schema()[f].bytes();
           }
-          (void)learner.try_update(0, b.segment().env_control(0).head.load() - 1, fields);
+          (void)learner.try_update(0, segment_of(b).env_control(0).head.load() - 1, fields);
         }
         if (b.has_priorities()) {  // some priorities the learner set, and a running maximum above 1
-          const uint64_t head = b.segment().env_control(0).head.load();
+          const uint64_t head = segment_of(b).env_control(0).head.load();
           const std::vector<uint64_t> envs = {0, 0};
           const std::vector<uint64_t> which = {head - 1, head > 1 ? head - 2 : head - 1};
           const std::vector<float> prios = {3.5f, 0.0f};

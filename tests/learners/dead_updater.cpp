@@ -71,7 +71,7 @@ Buffer with_dead_updater(const std::string& name, uint64_t step) {
   Buffer b = Buffer::create(name, 1, kCap, kTwoFields, {.max_learners = 3});
   fill(b, 1, kCap);
   kill_inside_update(b, 1, 0, step);
-  REQUIRE((b.segment().env_control(0).update_seq.load() & 1) == 1);
+  REQUIRE((segment_of(b).env_control(0).update_seq.load() & 1) == 1);
   return b;
 }
 
@@ -199,26 +199,26 @@ TEST_CASE("while one process repairs a dead updater's lock, a second repairer do
   const std::string name = unique_name("dead-updater-race");
   SegmentGuard guard(name);
   Buffer b = with_dead_updater(name, 30);
-  layout::EnvControl& c = b.segment().env_control(0);
+  layout::EnvControl& c = segment_of(b).env_control(0);
   const uint64_t seq = c.update_seq.load();
   // This process holds slot 1's lease now, as the first repairer does between its takeover and its repair.
-  const detail::LearnerSlotWords slot = detail::learner_slot(b.segment(), 1);
+  const detail::LearnerSlotWords slot = detail::learner_slot(segment_of(b), 1);
   const detail::LeaseResult taken = detail::try_take_lease(slot.lease, detail::self_lease_word());
   REQUIRE(taken.outcome == detail::LeaseOutcome::taken_over);
   // A second repairer in another process finds the lock's slot held by a live process: it repairs nothing.
-  CHECK(run_in_child([&] { return !detail::repair_dead_updater(b.segment(), c); }) == 0);
+  CHECK(run_in_child([&] { return !detail::repair_dead_updater(segment_of(b), c); }) == 0);
   CHECK(c.update_seq.load() == seq);
   CHECK(c.stacks_intact_from.load() == 0);
   CHECK((c.claimed.load() & layout::kUpdateLockBit) != 0);
   // The first repairer's repair, then its release of the slot.
-  detail::repair_dead_learner(b.segment(), 1);
+  detail::repair_dead_learner(segment_of(b), 1);
   detail::release_lease(slot.lease, detail::self_lease_word());
   CHECK(c.update_seq.load() == seq + 1);
   CHECK(c.stacks_intact_from.load() == 31);
   CHECK((c.claimed.load() & layout::kUpdateLockBit) == 0);
   // A new learner of slot 1 takes the lock and opens a section; a stale repair call finds nothing to do.
   Sampler live(b, {.rank = 1});
-  CHECK(!detail::repair_dead_updater(b.segment(), c));
+  CHECK(!detail::repair_dead_updater(segment_of(b), c));
 }
 
 namespace {
@@ -244,14 +244,14 @@ TEST_CASE("the repair of a dead checkpoint load's open section takes the lock fi
   SegmentGuard guard(name);
   Buffer b = Buffer::create(name, 1, kCap, kTwoFields, {.max_learners = 3});
   fill(b, 1, kCap);
-  layout::EnvControl& c = b.segment().env_control(0);
+  layout::EnvControl& c = segment_of(b).env_control(0);
   c.update_seq.fetch_add(1);  // the dead load's open section
   const uint64_t dead_seq = c.update_seq.load();
   Sampler live(b, {.rank = 0});
   g_env = &c;
-  g_segment = &b.segment();
+  g_segment = &segment_of(b);
   detail::test_hooks::in_dead_load_repair.store(&live_learner_takes_the_lock);
-  const detail::LearnerSlotWords slot = detail::learner_slot(b.segment(), 2);
+  const detail::LearnerSlotWords slot = detail::learner_slot(segment_of(b), 2);
   REQUIRE(detail::try_take_lease(slot.lease, detail::self_lease_word()).outcome == detail::LeaseOutcome::taken);
   detail::release_dead_update_lock(c, 2, kCap);  // slot 2's successor repairs what the load left
   detail::release_lease(slot.lease, detail::self_lease_word());
@@ -282,7 +282,7 @@ TEST_CASE("two repairers that both judged a dead updater's slot dead: the one th
   const std::string name = unique_name("dead-updater-lease-race");
   SegmentGuard guard(name);
   Buffer b = with_dead_updater(name, 30);
-  layout::EnvControl& c = b.segment().env_control(0);
+  layout::EnvControl& c = segment_of(b).env_control(0);
   const uint64_t seq = c.update_seq.load();
   int to_parent[2], from_parent[2];
   REQUIRE(::pipe(to_parent) == 0);
@@ -291,11 +291,11 @@ TEST_CASE("two repairers that both judged a dead updater's slot dead: the one th
     g_to_parent = to_parent[1];
     g_from_parent = from_parent[0];
     detail::test_hooks::before_repair_lease.store(&pause_before_repair_lease);
-    ::_exit(detail::repair_dead_updater(b.segment(), c) ? 1 : 0);
+    ::_exit(detail::repair_dead_updater(segment_of(b), c) ? 1 : 0);
   });
   char ch = 0;
   REQUIRE(::read(to_parent[0], &ch, 1) == 1);  // B judged the slot dead and waits before its lease CAS
-  const detail::LearnerSlotWords slot = detail::learner_slot(b.segment(), 1);
+  const detail::LearnerSlotWords slot = detail::learner_slot(segment_of(b), 1);
   REQUIRE(detail::try_take_lease(slot.lease, detail::self_lease_word()).outcome == detail::LeaseOutcome::taken_over);
   REQUIRE(::write(from_parent[1], &ch, 1) == 1);
   int status = 0;
@@ -304,7 +304,7 @@ TEST_CASE("two repairers that both judged a dead updater's slot dead: the one th
   CHECK(WEXITSTATUS(status) == 0);  // B repaired nothing
   CHECK(c.update_seq.load() == seq);
   CHECK((c.claimed.load() & layout::kUpdateLockBit) != 0);
-  detail::repair_dead_learner(b.segment(), 1);
+  detail::repair_dead_learner(segment_of(b), 1);
   detail::release_lease(slot.lease, detail::self_lease_word());
   CHECK(c.update_seq.load() == seq + 1);
   for (const int fd : {to_parent[0], to_parent[1], from_parent[0], from_parent[1]}) ::close(fd);

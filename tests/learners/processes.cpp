@@ -162,7 +162,7 @@ inline void check_batch(const Buffer& buf, const SampleBatch& batch, const std::
                         Report* report, uint64_t max_updaters) {
   for (std::size_t row = 0; row < batch.rows(); ++row) {
     const uint64_t env = batch.env_ids()[row];
-    const uint64_t head_after = buf.segment().env_control(env).head.load(std::memory_order_acquire);
+    const uint64_t head_after = segment_of(buf).env_control(env).head.load(std::memory_order_acquire);
     std::string v = check_row(batch, row, head_after, heads_before[env]);
     for (std::size_t t = 0; v.empty() && t < batch.sequence_length() && batch.valid(row, t); ++t) {
       uint64_t version = 0;
@@ -180,7 +180,7 @@ inline void check_batch(const Buffer& buf, const SampleBatch& batch, const std::
 // The heads of every env now (before a sample call: check_row's lower bound on each row's length).
 inline void read_heads(const Buffer& buf, std::vector<uint64_t>& heads) {
   heads.resize(buf.num_envs());
-  for (uint64_t e = 0; e < heads.size(); ++e) heads[e] = buf.segment().env_control(e).head.load(std::memory_order_acquire);
+  for (uint64_t e = 0; e < heads.size(); ++e) heads[e] = segment_of(buf).env_control(e).head.load(std::memory_order_acquire);
 }
 
 // try_update of (env, step) to payload version `version`, marked in the report for the learner process `index` while
@@ -236,7 +236,7 @@ inline std::string unexcused(const Report* report, const std::set<StepKey>& excu
 inline std::string verify_stored(const Buffer& buf, const std::set<StepKey>& excused, uint64_t* skipped) {
   const uint64_t cap = buf.capacity();
   for (uint64_t e = 0; e < buf.num_envs(); ++e) {
-    const layout::EnvControl& c = buf.segment().env_control(e);
+    const layout::EnvControl& c = segment_of(buf).env_control(e);
     const uint64_t head = c.head.load();
     const uint64_t claimed = c.claimed.load() & layout::kClaimMask;
     const uint64_t from = std::max(claimed > cap ? claimed - cap : 0, c.stacks_intact_from.load());
@@ -259,7 +259,7 @@ inline std::string verify_stored(const Buffer& buf, const std::set<StepKey>& exc
 // The tree of env `env` against a rebuild from its leaves in private memory: every internal node bit for bit, "" when
 // they agree. Then every stored step's leaf is its own (tagged with the step).
 inline std::string tree_vs_rebuild(const Buffer& buf, uint64_t env) {
-  const detail::PriorityTree t = detail::priority_tree_of(buf.segment(), env);
+  const detail::PriorityTree t = detail::priority_tree_of(segment_of(buf), env);
   std::vector<std::atomic<uint64_t>> words(2 * t.leaves);
   for (uint64_t i = 0; i < words.size(); ++i) words[i].store(t.words[i].load());
   const detail::PriorityTree copy{words.data(), t.leaves, t.capacity};
@@ -273,7 +273,7 @@ inline std::string tree_vs_rebuild(const Buffer& buf, uint64_t env) {
   for (uint64_t n = t.leaves + t.capacity; n < 2 * t.leaves; ++n) {
     if (t.words[n].load() != 0) return fmt::format("env {}: leaf {} past the capacity is not 0", env, n - t.leaves);
   }
-  const layout::EnvControl& c = buf.segment().env_control(env);
+  const layout::EnvControl& c = segment_of(buf).env_control(env);
   const uint64_t head = c.head.load();
   const uint64_t claimed = c.claimed.load() & layout::kClaimMask;
   for (uint64_t s = claimed > t.capacity ? claimed - t.capacity : 0; s < head; ++s) {
@@ -430,8 +430,8 @@ struct PrioritizedPusher {
 
 // The slot whose lease `pid` holds, if any (the pid is dead and reaped: its lease words no longer move).
 inline std::optional<uint64_t> slot_of(const Buffer& buf, pid_t pid) {
-  for (uint64_t r = 0; r < buf.segment().max_learners(); ++r) {
-    if (layout::owner_pid(detail::learner_slot(buf.segment(), r).lease.lease.load()) == static_cast<uint64_t>(pid)) {
+  for (uint64_t r = 0; r < segment_of(buf).max_learners(); ++r) {
+    if (layout::owner_pid(detail::learner_slot(segment_of(buf), r).lease.lease.load()) == static_cast<uint64_t>(pid)) {
       return r;
     }
   }
@@ -510,10 +510,10 @@ TEST_CASE("learner processes and writer processes SIGKILLed at random on one buf
   std::vector<uint64_t> every_env(num_envs);
   for (uint64_t e = 0; e < num_envs; ++e) every_env[e] = e;
   const Writer all(buf, every_env);
-  const layout::GlobalControl& g = buf.segment().global_control();
+  const layout::GlobalControl& g = segment_of(buf).global_control();
   uint64_t takeovers_total = 0;
   for (uint64_t r = 0; r < slots; ++r) {
-    const detail::LearnerSlotWords w = detail::learner_slot(buf.segment(), r);
+    const detail::LearnerSlotWords w = detail::learner_slot(segment_of(buf), r);
     CAPTURE(r);
     // At least one takeover per dead holder seen at its kill, and at most one per death: a repairer of a dead
     // updater (or a new learner taking the first dead slot) may take the slot over between the kill and this test's
@@ -526,7 +526,7 @@ TEST_CASE("learner processes and writer processes SIGKILLed at random on one buf
   }
   CHECK(g.waiters.load() == 0);  // every dead learner's sleepers were taken back, nobody else's
   for (uint64_t e = 0; e < num_envs; ++e) {
-    const layout::EnvControl& c = buf.segment().env_control(e);
+    const layout::EnvControl& c = segment_of(buf).env_control(e);
     CAPTURE(e);
     CHECK((c.claimed.load() & ~layout::kClaimMask) == 0);  // no update lock left held
     CHECK(c.update_seq.load() % 2 == 0);                  // no update section left open
@@ -627,7 +627,7 @@ TEST_CASE("three learner processes and waiting writers under a rate limiter, lea
   Shared<Report> report;
   Buffer buf = Buffer::create(guard.name(), num_envs, 1024, kPayloadSchema,
                               {.rate_limit = limit, .max_learners = slots});
-  const layout::GlobalControl& g = buf.segment().global_control();
+  const layout::GlobalControl& g = segment_of(buf).global_control();
   uint64_t seed = 100;
   std::vector<std::vector<uint64_t>> slices = {{0, 1}, {2, 3}, {4, 5}};
   std::vector<pid_t> writers, learners;
@@ -647,7 +647,7 @@ TEST_CASE("three learner processes and waiting writers under a rate limiter, lea
   const auto read = [&](uint64_t& inserts, uint64_t& samples) {
     for (int tries = 0; tries < 100; ++tries) {
       samples = g.samples.load(std::memory_order_seq_cst);
-      inserts = detail::count_inserts(buf.segment()).inserts;
+      inserts = detail::count_inserts(segment_of(buf)).inserts;
       if (g.samples.load(std::memory_order_seq_cst) == samples) return true;
     }
     return false;
@@ -657,7 +657,7 @@ TEST_CASE("three learner processes and waiting writers under a rate limiter, lea
     CHECK_MESSAGE(kill_and_reap(learners[r]), "a learner process exited on its own (see its stderr)");
     ++learner_kills;
     // The dead learner's waiting mark stays as it died: rows waiting for the limiter, or 0.
-    if (detail::learner_slot(buf.segment(), r).waiting_rows.load() != 0) {
+    if (detail::learner_slot(segment_of(buf), r).waiting_rows.load() != 0) {
       ++killed_waiting;
     } else if (in_call) {
       ++killed_in_call;  // drawing, checking, or between its reservation and its draw
@@ -705,12 +705,12 @@ TEST_CASE("three learner processes and waiting writers under a rate limiter, lea
   }
   // Live after the kills: the new learners and writers make progress (no wait left hanging on a dead learner's
   // reservation, sleeper count or waiting mark).
-  const uint64_t samples_at_end = g.samples.load(), inserts_at_end = detail::count_inserts(buf.segment()).inserts;
+  const uint64_t samples_at_end = g.samples.load(), inserts_at_end = detail::count_inserts(segment_of(buf)).inserts;
   bool live = false;
   for (const auto give_up = Clock::now() + std::chrono::seconds(20); !live && Clock::now() < give_up;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     live = g.samples.load() >= samples_at_end + 8 * kLimitedBatch &&
-           detail::count_inserts(buf.segment()).inserts >= inserts_at_end + 4 * kLimitedBatch;
+           detail::count_inserts(segment_of(buf)).inserts >= inserts_at_end + 4 * kLimitedBatch;
   }
   CHECK_MESSAGE(live, "no progress after the last kill");
   for (uint64_t r = 0; r < slots; ++r) kill_learner(r);
@@ -818,7 +818,7 @@ TEST_CASE("two learners set the priorities of the same steps at once, while a th
     sync.arrive_and_wait();
     sync.arrive_and_wait();
     for (std::size_t i = 0; i < n; ++i) {
-      const detail::PriorityTree t = detail::priority_tree_of(buf.segment(), envs[i]);
+      const detail::PriorityTree t = detail::priority_tree_of(segment_of(buf), envs[i]);
       const double w = detail::slot_weight(t, steps[i]);
       const double wa = static_cast<float>(detail::priority_weight(value(0, k, i), alpha));
       const double wb = static_cast<float>(detail::priority_weight(value(1, k, i), alpha));
@@ -864,7 +864,7 @@ TEST_CASE("two learners set the priorities of the same steps at once, while a th
     Rng rng(seed);
     for (uint64_t k = 1; report->stop.load() == 0; ++k) {
       const uint64_t env = rng() % 4 == 0 ? 1 : 0;
-      const uint64_t head = buf.segment().env_control(env).head.load(std::memory_order_acquire);
+      const uint64_t head = segment_of(buf).env_control(env).head.load(std::memory_order_acquire);
       if (head > 4) marked_update(s, report, static_cast<std::size_t>(rank), env, head - 1 - rng() % 4, ((rank + 1) << 40) | k);
       if (k % 64 == 0) ::usleep(100);
     }
@@ -926,10 +926,10 @@ TEST_CASE("two learner processes rewrite the same steps while a writer pushes, a
   const Sampler last(buf, {.rank = 2});  // takes the last victim's slot over: releases its lock, if it held one
   // At least one takeover per victim that held the slot at its kill, at most one per kill (a repairer of the dead
   // victim's lock may take the slot over before this test looks at who held it).
-  CHECK(detail::learner_slot(buf.segment(), 2).lease.takeovers.load() >= victim_holders);
-  CHECK(detail::learner_slot(buf.segment(), 2).lease.takeovers.load() <= victim_kills);
+  CHECK(detail::learner_slot(segment_of(buf), 2).lease.takeovers.load() >= victim_holders);
+  CHECK(detail::learner_slot(segment_of(buf), 2).lease.takeovers.load() <= victim_kills);
   for (uint64_t e = 0; e < 2; ++e) {
-    const layout::EnvControl& c = buf.segment().env_control(e);
+    const layout::EnvControl& c = segment_of(buf).env_control(e);
     CHECK((c.claimed.load() & ~layout::kClaimMask) == 0);
     CHECK(c.update_seq.load() % 2 == 0);
   }
@@ -961,7 +961,7 @@ TEST_CASE("a learner's try_update of an env whose update lock a SIGKILLed learne
     Rng rng(1);
     for (int i = 0; i < 8; ++i) pusher.push(w, {0}, rng);
   }  // the writer is gone: nobody will push to env 0
-  layout::EnvControl& c = buf.segment().env_control(0);
+  layout::EnvControl& c = segment_of(buf).env_control(0);
   // Kill a learner of slot 1 that rewrites step 3 in a loop until one dies holding the lock (a few tries: it holds
   // it for most of each call).
   bool held = false;

@@ -74,7 +74,7 @@ void push(Writer& w, PayloadPusher& pusher, const std::vector<int32_t>& envs, st
 
 std::vector<uint64_t> heads_of(const Buffer& b) {
   std::vector<uint64_t> heads;
-  for (uint64_t e = 0; e < b.num_envs(); ++e) heads.push_back(b.segment().env_control(e).head.load());
+  for (uint64_t e = 0; e < b.num_envs(); ++e) heads.push_back(segment_of(b).env_control(e).head.load());
   return heads;
 }
 
@@ -121,14 +121,14 @@ TEST_CASE("each learner slot counts the ages of the rows it returned, exactly: h
   const uint64_t ids[] = {0, 2, 2, 1};
   a.peek(ids, out);
   for (int i = 0; i < 4; ++i) want_a.add(0);
-  CHECK(Ages::of(detail::learner_slot(buf.segment(), 0).stats) == want_a);
-  CHECK(Ages::of(detail::learner_slot(buf.segment(), 1).stats) == want_b);
+  CHECK(Ages::of(detail::learner_slot(segment_of(buf), 0).stats) == want_a);
+  CHECK(Ages::of(detail::learner_slot(segment_of(buf), 1).stats) == want_b);
   CHECK(want_a.buckets[0] > 0);   // rows ending at the head (the peek's, and rows cut short by it)
   CHECK(want_a.buckets[6] > 0);   // ages in (256, 1024]: env 0's oldest rows
   CHECK(want_a.rows == 4 * 200 + 100 + 4);
   CHECK(want_b.rows == 4 * 50 + 40);
   // Every row returned is counted: the histogram's count is the slot's rows.
-  CHECK(detail::learner_slot(buf.segment(), 0).rows_sampled.load() == want_a.rows);
+  CHECK(detail::learner_slot(segment_of(buf), 0).rows_sampled.load() == want_a.rows);
   // The Inspector reads each slot's, and sums them.
   const SegmentInfo info = inspect(guard.name());
   CHECK(Ages::of(info.learners[0]) == want_a);
@@ -150,7 +150,7 @@ TEST_CASE("a peek counts ages 0, an env without steps included") {
   SampleBatch out;
   const uint64_t ids[] = {0, 1, 0};
   s.peek(ids, out);
-  const layout::LearnerStats& st = *buf.segment().learner_stats(0);
+  const layout::LearnerStats& st = *segment_of(buf).learner_stats(0);
   CHECK(st.age_rows.load() == 3);
   CHECK(st.age_buckets[0].load() == 3);
   CHECK(st.age_sum_steps.load() == 0);
@@ -176,11 +176,11 @@ TEST_CASE("a learner's sample call that gives up waiting for the rate limiter co
   SampleOptions briefly;
   briefly.rate_limit_timeout_ms = 20;
   CHECK(error_of([&] { b.sample(View::replay, 4, 1, 0.0, rng, out, briefly); }) == code(Errc::rate_limited));
-  CHECK(buf.segment().learner_stats(2)->limiter_timeouts.load() == 2);
-  CHECK(buf.segment().learner_stats(0)->limiter_timeouts.load() == 0);
-  CHECK(buf.segment().learner_stats(1)->limiter_timeouts.load() == 0);
+  CHECK(segment_of(buf).learner_stats(2)->limiter_timeouts.load() == 2);
+  CHECK(segment_of(buf).learner_stats(0)->limiter_timeouts.load() == 0);
+  CHECK(segment_of(buf).learner_stats(1)->limiter_timeouts.load() == 0);
   // The refused calls returned no rows: slot 2 counted no ages.
-  CHECK(buf.segment().learner_stats(2)->age_rows.load() == 0);
+  CHECK(segment_of(buf).learner_stats(2)->age_rows.load() == 0);
   const RateLimitState st = buf.rate_limit_state();
   CHECK(st.learner_limited == 2);
   CHECK(st.learner_timeouts == 2);
@@ -217,25 +217,25 @@ TEST_CASE("a takeover of a dead learner's slot keeps its statistics; a checkpoin
   REQUIRE(::waitpid(child, &status, 0) == child);
   REQUIRE(WIFEXITED(status));
   Buffer buf = Buffer::open(guard.name());
-  const Ages left = Ages::of(*buf.segment().learner_stats(1));
+  const Ages left = Ages::of(*segment_of(buf).learner_stats(1));
   CHECK(left.rows == 16);
   {
     Sampler heir(buf, {.rank = 1});  // takes the dead child's slot over
-    CHECK(Ages::of(*buf.segment().learner_stats(1)) == left);
+    CHECK(Ages::of(*segment_of(buf).learner_stats(1)) == left);
     Sampler first(buf, {.rank = 0});
     Rng rng(2);
     SampleBatch out;
     first.sample(View::replay, 8, 1, 0.0, rng, out);
-    CHECK(buf.segment().learner_stats(0)->age_rows.load() == 8);
+    CHECK(segment_of(buf).learner_stats(0)->age_rows.load() == 8);
   }
   (void)save_checkpoint(buf, file);
   (void)load_checkpoint_into(buf, file);
   for (uint64_t r = 0; r < 2; ++r) {
     CAPTURE(r);
-    CHECK(Ages::of(*buf.segment().learner_stats(r)) == Ages{});
-    CHECK(buf.segment().learner_stats(r)->limiter_timeouts.load() == 0);
+    CHECK(Ages::of(*segment_of(buf).learner_stats(r)) == Ages{});
+    CHECK(segment_of(buf).learner_stats(r)->limiter_timeouts.load() == 0);
   }
   // The counters the checkpoint holds came back.
-  CHECK(detail::learner_slot(buf.segment(), 1).rows_sampled.load() == 16);
-  CHECK(detail::learner_slot(buf.segment(), 0).rows_sampled.load() == 8);
+  CHECK(detail::learner_slot(segment_of(buf), 1).rows_sampled.load() == 16);
+  CHECK(detail::learner_slot(segment_of(buf), 0).rows_sampled.load() == 8);
 }

@@ -47,7 +47,7 @@ struct SlotsRig {
   void push(std::size_t rounds) {
     for (std::size_t i = 0; i < rounds; ++i) pusher.push(writer, all);
   }
-  detail::LearnerSlotWords slot(uint64_t r) { return detail::learner_slot(buf.segment(), r); }
+  detail::LearnerSlotWords slot(uint64_t r) { return detail::learner_slot(segment_of(buf), r); }
   // A child process takes learner slot `rank` and exits without releasing it (its Sampler's destructor never runs):
   // the slot is left held by a dead learner. Returns the child's pid, reaped.
   pid_t die_holding(uint64_t rank) {
@@ -106,7 +106,7 @@ TEST_CASE("a one-learner buffer keeps its single learner's words and messages") 
   Sampler s(rig.buf);
   CHECK(s.rank() == 0);
   CHECK(rig.buf.max_learners() == 1);
-  CHECK(rig.buf.segment().global_control().learner_lease.load() == detail::self_lease_word());
+  CHECK(segment_of(rig.buf).global_control().learner_lease.load() == detail::self_lease_word());
   std::string msg;
   CHECK(error_of([&] { Sampler t(rig.buf); }, &msg) == code(Errc::lease_held));
   CHECK(contains(msg, "a buffer has one learner at a time"));
@@ -148,7 +148,7 @@ TEST_CASE("each learner keeps its own counters and its own online view") {
   CHECK(info.learners[0].rows_sampled == 80);
   CHECK(info.learners[1].rows_sampled == 10);
   // Every learner's samples count once for the rate limiter's total.
-  CHECK(rig.buf.segment().global_control().samples.load() == 16 + 64 + 10);
+  CHECK(segment_of(rig.buf).global_control().samples.load() == 16 + 64 + 10);
 }
 
 TEST_CASE("a takeover of a dead learner's slot repairs that slot only: its locks, its sleepers, its waiting mark") {
@@ -160,15 +160,15 @@ TEST_CASE("a takeover of a dead learner's slot repairs that slot only: its locks
   REQUIRE(layout::owner_pid(dead.lease.lease.load()) == static_cast<uint64_t>(child));
   // What it left, as if it died inside try_update of env 0, asleep on the wake word and waiting for the limiter;
   // and what the live learner holds at the same time: the lock of env 1 (mid-update) and one sleeper.
-  layout::EnvControl& e0 = rig.buf.segment().env_control(0);
-  layout::EnvControl& e1 = rig.buf.segment().env_control(1);
+  layout::EnvControl& e0 = segment_of(rig.buf).env_control(0);
+  layout::EnvControl& e1 = segment_of(rig.buf).env_control(1);
   const uint64_t claimed0 = e0.claimed.load();
   const uint64_t claimed1 = e1.claimed.load();
   e0.claimed.store(claimed0 | layout::update_lock_bits(1));
   e0.update_seq.store(e0.update_seq.load() + 1);  // odd: its section never ended
   e1.claimed.store(claimed1 | layout::update_lock_bits(0));
   e1.update_seq.store(e1.update_seq.load() + 1);  // the live learner's section, in progress
-  layout::GlobalControl& g = rig.buf.segment().global_control();
+  layout::GlobalControl& g = segment_of(rig.buf).global_control();
   g.waiters.store(3);  // the dead learner slept twice over (counted in its slot), the live one once
   dead.waiters.store(2);
   rig.slot(0).waiters.store(1);
@@ -201,7 +201,7 @@ TEST_CASE("a writer waiting on an update lock frees it when the slot named in th
   SlotsRig rig("slots-writer-lock", 1, 16, 2);
   rig.push(3);
   rig.die_holding(1);
-  layout::EnvControl& c = rig.buf.segment().env_control(0);
+  layout::EnvControl& c = segment_of(rig.buf).env_control(0);
   Sampler live(rig.buf, {.rank = 0});
   // A live learner's lock (slot 0, this process) holds the writer until it is released.
   const uint64_t claimed = c.claimed.load();
@@ -229,7 +229,7 @@ TEST_CASE("two learners' in-place updates of one env exclude each other, and eac
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> other{0};
   std::thread watcher([&] {  // reads the lock word: it names one of the two slots, or no one
-    layout::EnvControl& c = rig.buf.segment().env_control(0);
+    layout::EnvControl& c = segment_of(rig.buf).env_control(0);
     while (!stop.load()) {
       const uint64_t w = c.claimed.load();
       if ((w & layout::kUpdateLockBit) != 0 && layout::update_lock_owner(w) > 1) ++other;
@@ -252,8 +252,8 @@ TEST_CASE("two learners' in-place updates of one env exclude each other, and eac
   stop = true;
   watcher.join();
   CHECK(other.load() == 0);
-  CHECK((rig.buf.segment().env_control(0).claimed.load() & ~layout::kClaimMask) == 0);
-  CHECK(rig.buf.segment().env_control(0).update_seq.load() % 2 == 0);
+  CHECK((segment_of(rig.buf).env_control(0).claimed.load() & ~layout::kClaimMask) == 0);
+  CHECK(segment_of(rig.buf).env_control(0).update_seq.load() % 2 == 0);
   // Every step is one updater's whole payload: its version is 1 or 2, and every byte is that version's.
   for (uint64_t step = 0; step < 32; ++step) {
     CAPTURE(step);
@@ -292,7 +292,7 @@ TEST_CASE("learners sampling at once under a rate limiter never pass on one marg
           s.sample(View::replay, kRows, 1, 0.0, rng, out, {.rate_limit_timeout_ms = 0});
           drawn += kRows;
           // samples before inserts: both only grow, so samples read first can never pass inserts read later
-          const uint64_t sampled = rig.buf.segment().global_control().samples.load();
+          const uint64_t sampled = segment_of(rig.buf).global_control().samples.load();
           if (sampled > rig.buf.rate_limit_state().inserts) ++violations;
         } catch (const Error& e) {
           if (e.code() != make_error_code(Errc::rate_limited) && e.code() != make_error_code(Errc::empty_view)) {
@@ -305,7 +305,7 @@ TEST_CASE("learners sampling at once under a rate limiter never pass on one marg
   // Bursts of steps, each pushed once the learners have taken the last one's margin (fewer than kRows steps left):
   // at the end of every burst the three learners race for its last calls.
   std::vector<int32_t> one(1);
-  const std::atomic<uint64_t>& samples = rig.buf.segment().global_control().samples;
+  const std::atomic<uint64_t>& samples = segment_of(rig.buf).global_control().samples;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (uint64_t i = 0; i < kPushes; ++i) {
     one[0] = static_cast<int32_t>(i % kEnvs);
@@ -328,9 +328,9 @@ TEST_CASE("learners sampling at once under a rate limiter never pass on one marg
   Sampler s(rig.buf);
   Rng rng(1);
   SampleBatch out;
-  const uint64_t before = rig.buf.segment().global_control().samples.load();
+  const uint64_t before = segment_of(rig.buf).global_control().samples.load();
   CHECK(error_of([&] {
           s.sample(View::replay, kRows, 1, 0.0, rng, out, {.min_steps = 1u << 20, .rate_limit_timeout_ms = 0});
         }) == code(Errc::empty_view));
-  CHECK(rig.buf.segment().global_control().samples.load() == before);
+  CHECK(segment_of(rig.buf).global_control().samples.load() == before);
 }

@@ -11,7 +11,7 @@ TEST_CASE("a walk left half done by a killed writer or learner is redone by whoe
     Writer w(buf, std::vector<uint64_t>{0, 1});
     for (int i = 0; i < 20; ++i) push(w, buf, static_cast<uint64_t>(i % 2), static_cast<float>(i % 5));
   }
-  const detail::PriorityTree tree{buf.segment().priority_tree(0), buf.priority_leaves(), buf.capacity()};
+  const detail::PriorityTree tree{segment_of(buf).priority_tree(0), buf.priority_leaves(), buf.capacity()};
   const auto scribble_path = [&](uint64_t slot) {  // what a walk killed before its first store leaves: stale sums
     for (uint64_t n = (tree.leaves + slot) / 2; n >= 1; n /= 2) tree.words[n].store(std::bit_cast<uint64_t>(1e9));
   };
@@ -23,8 +23,8 @@ TEST_CASE("a walk left half done by a killed writer or learner is redone by whoe
     StepSlot slot = w.reserve(0);
     for (;;) ::pause();
   });
-  const uint64_t head = buf.segment().env_control(0).head.load();
-  while ((buf.segment().env_control(0).claimed.load() & layout::kClaimMask) != head + 1) std::this_thread::yield();
+  const uint64_t head = segment_of(buf).env_control(0).head.load();
+  while ((segment_of(buf).env_control(0).claimed.load() & layout::kClaimMask) != head + 1) std::this_thread::yield();
   scribble_path(head % cap);
   REQUIRE(kill_and_reap(child));
   CHECK(check_sums(tree) != "");
@@ -39,15 +39,15 @@ TEST_CASE("a walk left half done by a killed writer or learner is redone by whoe
     Sampler s(b);
     for (;;) ::pause();
   });
-  while (buf.segment().global_control().learner_lease.load() == 0) std::this_thread::yield();
+  while (segment_of(buf).global_control().learner_lease.load() == 0) std::this_thread::yield();
   scribble_path(3);
-  buf.segment().global_control().priority_walk.store((1ull << 40) | 3);  // env 0, slot 3
+  segment_of(buf).global_control().priority_walk.store((1ull << 40) | 3);  // env 0, slot 3
   REQUIRE(kill_and_reap(doomed));
   CHECK(check_sums(tree) != "");
   {
     Sampler next(buf);
     CHECK(check_sums(tree) == "");
-    CHECK(buf.segment().global_control().priority_walk.load() == 0);
+    CHECK(segment_of(buf).global_control().priority_walk.load() == 0);
   }
   // A damaged word (an env past the buffer) left by a dead learner is cleared without a walk.
   const pid_t damaged = spawn([&] {
@@ -55,11 +55,11 @@ TEST_CASE("a walk left half done by a killed writer or learner is redone by whoe
     Sampler s(b);
     for (;;) ::pause();
   });
-  while (buf.segment().global_control().learner_lease.load() == 0) std::this_thread::yield();
-  buf.segment().global_control().priority_walk.store((7ull << 40) | 3);  // env 6 of 2
+  while (segment_of(buf).global_control().learner_lease.load() == 0) std::this_thread::yield();
+  segment_of(buf).global_control().priority_walk.store((7ull << 40) | 3);  // env 6 of 2
   REQUIRE(kill_and_reap(damaged));
   Sampler after(buf);
-  CHECK(buf.segment().global_control().priority_walk.load() == 0);
+  CHECK(segment_of(buf).global_control().priority_walk.load() == 0);
   CHECK(check_sums(tree) == "");
 }
 
@@ -133,7 +133,7 @@ TEST_CASE("writer processes pushing with priorities are SIGKILLed while the lear
   // The last writers died unreplaced, possibly inside a walk: their replacement is what repairs it.
   Writer all(buf, std::vector<uint64_t>{0, 1, 2, 3, 4, 5});
   for (uint64_t e = 0; e < num_envs; ++e) {
-    const detail::PriorityTree tree{buf.segment().priority_tree(e), buf.priority_leaves(), buf.capacity()};
+    const detail::PriorityTree tree{segment_of(buf).priority_tree(e), buf.priority_leaves(), buf.capacity()};
     CHECK(check_sums(tree) == "");
     double leaves = 0;
     for (uint64_t s = 0; s < cap; ++s) leaves += detail::slot_weight(tree, s);

@@ -66,7 +66,7 @@ const Schema kSchema = Schema::parse("env:u64 step:u64");
 
 // Pushes one step of env `e` with priority p (its fields are its own env and step).
 inline void push(Writer& w, Buffer& b, uint64_t e, float p) {
-  const uint64_t step = b.segment().env_control(e).head.load();
+  const uint64_t step = segment_of(b).env_control(e).head.load();
   const uint64_t ids[1] = {e};
   const float prio[1] = {p};
   const FieldBytes fields[2] = {field_bytes(std::span<const uint64_t>(&e, 1)),

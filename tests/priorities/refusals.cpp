@@ -34,7 +34,7 @@ TEST_CASE("priorities refuse what they cannot do, with clear errors") {
   Writer w(buf, std::vector<uint64_t>{0, 1});
   CHECK(error_of([&] { push(w, buf, 0, -1.0f); }, &m) == static_cast<int>(Errc::invalid_argument));
   CHECK(m.find("priority -1 (position 0) is not a finite number >= 0") != std::string::npos);
-  CHECK(buf.segment().env_control(0).head.load() == 0);  // nothing was pushed
+  CHECK(segment_of(buf).env_control(0).head.load() == 0);  // nothing was pushed
   push(w, buf, 0, 1.0f);
   Sampler s(buf);
   Rng rng(1);
@@ -64,7 +64,7 @@ TEST_CASE("priorities refuse what they cannot do, with clear errors") {
   CHECK(m.find("never published") != std::string::npos);
   CHECK(error_of([&] { s.update_priorities(envs, steps, std::span<const float>(prios.data(), 1)); }, &m) ==
         static_cast<int>(Errc::size_mismatch));
-  CHECK(buf.segment().global_control().priority_updates.load() == 0);  // nothing was set
+  CHECK(segment_of(buf).global_control().priority_updates.load() == 0);  // nothing was set
 }
 
 TEST_CASE("a priority whose weight priority^alpha is past the largest f32 is refused, as given, at push, "
@@ -79,7 +79,7 @@ TEST_CASE("a priority whose weight priority^alpha is past the largest f32 is ref
   CHECK(error_of([&] { push(w, buf, 0, 1e27f); }, &m) == static_cast<int>(Errc::invalid_argument));
   CHECK(m.find("priority 1e+27 (position 0)") != std::string::npos);
   CHECK(m.find("priority^alpha") != std::string::npos);
-  CHECK(buf.segment().env_control(0).head.load() == 1);  // nothing was pushed
+  CHECK(segment_of(buf).env_control(0).head.load() == 1);  // nothing was pushed
   push(w, buf, 0, 4e25f);                      // 4e25^1.5 = 2.5e38: fits
   {
     StepSlot slot = w.reserve(0);
@@ -98,8 +98,8 @@ TEST_CASE("a priority whose weight priority^alpha is past the largest f32 is ref
   const std::vector<float> prios = {1.0f, 1e27f};
   CHECK(error_of([&] { s.update_priorities(envs, steps, prios); }, &m) == static_cast<int>(Errc::invalid_argument));
   CHECK(m.find("priority 1e+27 (position 1, env 0 step 2)") != std::string::npos);
-  CHECK(buf.segment().global_control().priority_updates.load() == 0);  // nothing was set
-  CHECK(detail::max_priority(buf.segment().global_control().max_priority) == doctest::Approx(4e25));
+  CHECK(segment_of(buf).global_control().priority_updates.load() == 0);  // nothing was set
+  CHECK(detail::max_priority(segment_of(buf).global_control().max_priority) == doctest::Approx(4e25));
   Rng rng(1);
   SampleBatch b;
   s.sample(View::replay, 64, 1, 0.0, rng, b, {.prioritized = true});
@@ -168,7 +168,7 @@ TEST_CASE("a sum tree holding a weight that is not finite is reported as corrupt
     Writer w(buf, std::vector<uint64_t>{0, 1});
     for (int i = 0; i < 3; ++i) push(w, buf, 0, 1.0f);
     push(w, buf, 1, 1.0f);
-    const detail::PriorityTree tree{buf.segment().priority_tree(0), buf.priority_leaves(), buf.capacity()};
+    const detail::PriorityTree tree{segment_of(buf).priority_tree(0), buf.priority_leaves(), buf.capacity()};
     tree.words[tree.leaves + 1].store(detail::make_leaf(1, bad));
     detail::rebuild(tree);
     Sampler s(buf, {.max_retry_rounds = 100});

@@ -17,7 +17,7 @@ TEST_CASE("prioritized samples draw starts by priority^alpha (chi-square, and a 
   std::map<std::pair<uint64_t, uint64_t>, double> priority;  // the model: (env, step) -> priority
   const auto push_random = [&](uint64_t e) {
     const float p = static_cast<float>(gen() % 9) * 0.5f;
-    priority[{e, buf.segment().env_control(e).head.load()}] = p;
+    priority[{e, segment_of(buf).env_control(e).head.load()}] = p;
     push(w, buf, e, p);
   };
   for (int i = 0; i < 13; ++i) push_random(0);  // env 0 wraps
@@ -142,9 +142,9 @@ TEST_CASE("a priority update for a step that was overwritten since it was sample
   const PriorityUpdateResult r = learner.update_priorities(envs, steps, prios);
   CHECK(r.applied == 1);
   CHECK(r.dropped == 1);
-  CHECK(buf.segment().global_control().priority_updates.load() == 1);
-  CHECK(buf.segment().global_control().priority_updates_dropped.load() == 1);
-  const detail::PriorityTree tree{buf.segment().priority_tree(0), buf.priority_leaves(), buf.capacity()};
+  CHECK(segment_of(buf).global_control().priority_updates.load() == 1);
+  CHECK(segment_of(buf).global_control().priority_updates_dropped.load() == 1);
+  const detail::PriorityTree tree{segment_of(buf).priority_tree(0), buf.priority_leaves(), buf.capacity()};
   CHECK(detail::slot_weight(tree, 4) == 2.0);  // step 4 kept its own priority
   CHECK(detail::slot_weight(tree, 1) == 3.0);
   CHECK(detail::range_weight(tree, 1, 5) == 2.0 + 3.0 + 1.0 + 1.0);
@@ -158,7 +158,7 @@ TEST_CASE("steps pushed without a priority enter at the running maximum") {
   SegmentGuard guard(unique_name("priomax"));
   Buffer buf = Buffer::create(guard.name(), 1, 8, kSchema, {.priority_exponent = 0.5});
   Writer w(buf, std::vector<uint64_t>{0});
-  const detail::PriorityTree tree{buf.segment().priority_tree(0), buf.priority_leaves(), buf.capacity()};
+  const detail::PriorityTree tree{segment_of(buf).priority_tree(0), buf.priority_leaves(), buf.capacity()};
   const uint64_t zero = 0;
   w.push_one(0, {field_bytes(std::span<const uint64_t>(&zero, 1)), field_bytes(std::span<const uint64_t>(&zero, 1))});
   CHECK(detail::slot_weight(tree, 0) == 1.0);  // max starts at 1
@@ -207,11 +207,11 @@ TEST_CASE("a checkpoint loaded into a buffer with priorities restores every stor
   const std::unique_ptr<const char, void (*)(const char*)> rm(path.c_str(), [](const char* p) { ::unlink(p); });
   // The weight of every stored step (priority^1 = the step's value pushed), to compare after the load.
   const auto weights = [&](uint64_t e) {
-    const detail::PriorityTree tree{buf.segment().priority_tree(e), buf.priority_leaves(), buf.capacity()};
+    const detail::PriorityTree tree{segment_of(buf).priority_tree(e), buf.priority_leaves(), buf.capacity()};
     std::vector<double> out;
-    const uint64_t head = buf.segment().env_control(e).head.load();
+    const uint64_t head = segment_of(buf).env_control(e).head.load();
     for (uint64_t s = head - std::min<uint64_t>(head, 8); s < head; ++s) {
-      out.push_back(detail::step_weight(tree, buf.segment().env_control(e), s));
+      out.push_back(detail::step_weight(tree, segment_of(buf).env_control(e), s));
     }
     return out;
   };
@@ -219,19 +219,19 @@ TEST_CASE("a checkpoint loaded into a buffer with priorities restores every stor
   save_checkpoint(buf, path);
   // Overwrite every weight, so that the load must restore them.
   for (uint64_t e = 0; e < 2; ++e) {
-    const detail::PriorityTree tree{buf.segment().priority_tree(e), buf.priority_leaves(), buf.capacity()};
+    const detail::PriorityTree tree{segment_of(buf).priority_tree(e), buf.priority_leaves(), buf.capacity()};
     for (uint64_t s = 0; s < tree.leaves; ++s) tree.words[tree.leaves + s].store(0);
     detail::rebuild(tree);
   }
   load_checkpoint_into(buf, path);
-  const double max = detail::max_priority(buf.segment().global_control().max_priority);
+  const double max = detail::max_priority(segment_of(buf).global_control().max_priority);
   CHECK(max == 10.0);
   CHECK(weights(0) == before0);
   CHECK(weights(1) == before1);
   CHECK(before0.size() == 6);
   CHECK(before0.back() == 10.0);
   for (uint64_t e = 0; e < 2; ++e) {
-    const detail::PriorityTree tree{buf.segment().priority_tree(e), buf.priority_leaves(), buf.capacity()};
+    const detail::PriorityTree tree{segment_of(buf).priority_tree(e), buf.priority_leaves(), buf.capacity()};
     CHECK(check_sums(tree) == "");
   }
 }

@@ -1,5 +1,6 @@
 // tests/processes/bad_actors.cpp: a matrix of bad actors: each gets a clear error and leaves the buffer intact.
 // Part of test_processes (tests/CMakeLists.txt); its helpers are in processes_helpers.hpp.
+#include "shmreplay/internal/segment.hpp"
 #include "processes_helpers.hpp"
 
 TEST_CASE("bad actors get clear errors and leave the buffer intact") {
@@ -17,7 +18,7 @@ TEST_CASE("bad actors get clear errors and leave the buffer intact") {
             const int code = error_of([&] { Writer w(b, {2, 1}); }, &msg);
             return code == static_cast<int>(Errc::lease_held) &&
                    msg.find(fmt::format("pid {}", owner)) != std::string::npos &&
-                   b.segment().env_control(2).lease.load() == 0;
+                   segment_of(b).env_control(2).lease.load() == 0;
           }) == 0);
   }
   SUBCASE("a process pushing to an env it does not own is refused and writes nothing") {
@@ -25,10 +26,10 @@ TEST_CASE("bad actors get clear errors and leave the buffer intact") {
             Buffer b = Buffer::open(name);
             Writer w(b, {3});
             PayloadPusher p;
-            const uint64_t head0 = b.segment().env_control(0).head.load();
+            const uint64_t head0 = segment_of(b).env_control(0).head.load();
             const int code = error_of([&] { p.push(w, {3, 0}); });
-            return code == static_cast<int>(Errc::not_leased) && b.segment().env_control(3).head.load() == 0 &&
-                   b.segment().env_control(0).head.load() >= head0;
+            return code == static_cast<int>(Errc::not_leased) && segment_of(b).env_control(3).head.load() == 0 &&
+                   segment_of(b).env_control(0).head.load() >= head0;
           }) == 0);
   }
   SUBCASE("a process attaching with a different schema is refused with every difference") {

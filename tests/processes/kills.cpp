@@ -1,6 +1,7 @@
 // tests/processes/kills.cpp: processes killed at chosen instructions: a writer inside a half-filled reservation
 // and inside the copy of a batched push, a learner mid-sample; what survives and who takes over.
 // Part of test_processes (tests/CMakeLists.txt); its helpers are in processes_helpers.hpp.
+#include "shmreplay/internal/segment.hpp"
 #include "processes_helpers.hpp"
 
 namespace {
@@ -55,7 +56,7 @@ TEST_CASE("a writer killed inside a half-filled reservation: its step is never s
   REQUIRE(kill_and_reap(child));
 
   // Killed between the claim and the head store: the slot is half-written and out of every view.
-  const layout::EnvControl& ctl = buf.segment().env_control(env);
+  const layout::EnvControl& ctl = segment_of(buf).env_control(env);
   CHECK(ctl.head.load() == pushed);
   CHECK((ctl.claimed.load() & layout::kClaimMask) == pushed + 1);
   const std::string slot_bytes = stored_step(buf, env, pushed);
@@ -154,8 +155,8 @@ TEST_CASE("a writer killed in the middle of a batched push: earlier envs of the 
   }
   REQUIRE(kill_and_reap(child));
 
-  const auto head_of = [&](uint64_t e) { return buf.segment().env_control(e).head.load(); };
-  const auto claimed_of = [&](uint64_t e) { return buf.segment().env_control(e).claimed.load() & layout::kClaimMask; };
+  const auto head_of = [&](uint64_t e) { return segment_of(buf).env_control(e).head.load(); };
+  const auto claimed_of = [&](uint64_t e) { return segment_of(buf).env_control(e).claimed.load() & layout::kClaimMask; };
   // Env 2 (first in the batch) was published whole; env 0 was claimed and half-copied; env 1 was not in it.
   CHECK(head_of(2) == before[2] + 1);
   CHECK(claimed_of(2) == before[2] + 1);
@@ -214,8 +215,8 @@ TEST_CASE("a learner killed mid-sample leaves the writers untouched, and a new l
   });
   // Let it sample for a while, then kill it wherever it is.
   const auto until = Clock::now() + std::chrono::milliseconds(300);
-  while (Clock::now() < until && buf.segment().global_control().sample_calls.load() < 50) std::this_thread::yield();
-  CHECK(buf.segment().global_control().sample_calls.load() > 0);
+  while (Clock::now() < until && segment_of(buf).global_control().sample_calls.load() < 50) std::this_thread::yield();
+  CHECK(segment_of(buf).global_control().sample_calls.load() > 0);
   CHECK(kill_and_reap(doomed));
   // The writer keeps pushing.
   const uint64_t before = total_heads(buf);
@@ -224,8 +225,8 @@ TEST_CASE("a learner killed mid-sample leaves the writers untouched, and a new l
   CHECK(total_heads(buf) >= before + 1000);
   // A new learner takes the dead one's lease and samples sound rows.
   Sampler learner(buf);
-  CHECK(buf.segment().global_control().learner_takeovers.load() == 1);
-  CHECK(layout::owner_pid(buf.segment().global_control().learner_lease.load()) == static_cast<uint64_t>(::getpid()));
+  CHECK(segment_of(buf).global_control().learner_takeovers.load() == 1);
+  CHECK(layout::owner_pid(segment_of(buf).global_control().learner_lease.load()) == static_cast<uint64_t>(::getpid()));
   Rng rng(5);
   SampleBatch batch;
   uint64_t rows = 0;

@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "shmreplay/internal/segment.hpp"
 #include "shmreplay/inspector.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
@@ -94,7 +95,7 @@ inline uint64_t verify_ring(const Buffer& buf, std::string* first_bad) {
   uint64_t bad = 0;
   const uint64_t cap = buf.capacity();
   for (uint64_t e = 0; e < buf.num_envs(); ++e) {
-    const layout::EnvControl& c = buf.segment().env_control(e);
+    const layout::EnvControl& c = segment_of(buf).env_control(e);
     const uint64_t head = c.head.load();
     const uint64_t claimed = c.claimed.load() & layout::kClaimMask;
     for (uint64_t s = claimed > cap ? claimed - cap : 0; s < head; ++s) {
@@ -102,9 +103,9 @@ inline uint64_t verify_ring(const Buffer& buf, std::string* first_bad) {
       uint64_t hdr[4];
       float body[kBody];
       uint8_t tail[kTail];
-      std::memcpy(hdr, buf.segment().field_data(0) + slot * sizeof hdr, sizeof hdr);
-      std::memcpy(body, buf.segment().field_data(1) + slot * sizeof body, sizeof body);
-      std::memcpy(tail, buf.segment().field_data(2) + slot * sizeof tail, sizeof tail);
+      std::memcpy(hdr, segment_of(buf).field_data(0) + slot * sizeof hdr, sizeof hdr);
+      std::memcpy(body, segment_of(buf).field_data(1) + slot * sizeof body, sizeof body);
+      std::memcpy(tail, segment_of(buf).field_data(2) + slot * sizeof tail, sizeof tail);
       if (hdr[0] != e || hdr[1] != s || hdr[3] != checksum(hdr, body, tail)) {
         if (bad++ == 0 && first_bad) *first_bad = fmt::format("env {} step {}: header {} {}", e, s, hdr[0], hdr[1]);
       }
@@ -115,7 +116,7 @@ inline uint64_t verify_ring(const Buffer& buf, std::string* first_bad) {
 
 inline uint64_t total_heads(const Buffer& buf) {
   uint64_t n = 0;
-  for (uint64_t e = 0; e < buf.num_envs(); ++e) n += buf.segment().env_control(e).head.load();
+  for (uint64_t e = 0; e < buf.num_envs(); ++e) n += segment_of(buf).env_control(e).head.load();
   return n;
 }
 

@@ -2,6 +2,7 @@
 // process samples and checks every row; learner processes killed and replaced. CI runs the torture case for two
 // seconds; SHMREPLAY_SOAK_SECONDS=N runs it for N seconds (checked by the last test here, in a child).
 // Part of test_processes (tests/CMakeLists.txt); its helpers are in processes_helpers.hpp.
+#include "shmreplay/internal/segment.hpp"
 #include "processes_helpers.hpp"
 
 constexpr const char* kTortureName =
@@ -70,7 +71,7 @@ TEST_CASE(kTortureName) {
                      static_cast<unsigned long long>(violations));
       }
       for (uint64_t e = 0; e < num_envs; ++e) {
-        if (buf.segment().env_control(e).head.load() < floor[e]) {
+        if (segment_of(buf).env_control(e).head.load() < floor[e]) {
           if (violations++ == 0 && first.empty()) first = fmt::format("env {}'s head went backwards", e);
         }
       }
@@ -82,7 +83,7 @@ TEST_CASE(kTortureName) {
         // stored intact (up to capacity), the views hold exactly those steps, and the newest one can be peeked.
         bool left_claimed = false;
         for (const uint64_t e : slices[w]) {
-          const layout::EnvControl& c = buf.segment().env_control(e);
+          const layout::EnvControl& c = segment_of(buf).env_control(e);
           const uint64_t head = c.head.load();
           const uint64_t claimed = c.claimed.load() & layout::kClaimMask;
           floor[e] = head;
@@ -132,10 +133,10 @@ TEST_CASE(kTortureName) {
     for (const pid_t pid : writers) CHECK(kill_and_reap(pid));
     retries = learner.retries();
     pushes = total_heads(buf);
-    for (uint64_t e = 0; e < num_envs; ++e) CHECK(buf.segment().env_control(e).head.load() >= floor[e]);
+    for (uint64_t e = 0; e < num_envs; ++e) CHECK(segment_of(buf).env_control(e).head.load() >= floor[e]);
     std::string bad;
     CHECK_MESSAGE(verify_ring(buf, &bad) == 0, bad);
-    CHECK(buf.segment().global_control().learner_takeovers.load() == 0);
+    CHECK(segment_of(buf).global_control().learner_takeovers.load() == 0);
   }
   MESSAGE(fmt::format("{} writer processes, {} kills: {} pushes, {} sample calls, {} rows checked, {} retries, {} "
                       "violations; the torture ran for {:.3f} s",
@@ -234,7 +235,7 @@ TEST_CASE(kLearnerTortureName) {
         kills_in_sample += tally->in_sample.load(std::memory_order_relaxed);
         CHECK_MESSAGE(kill_and_reap(learner), "a learner process exited on its own (see its stderr)");
         ++learner_kills;
-        holder_kills += layout::owner_pid(buf.segment().global_control().learner_lease.load()) == static_cast<uint64_t>(learner);
+        holder_kills += layout::owner_pid(segment_of(buf).global_control().learner_lease.load()) == static_cast<uint64_t>(learner);
         learner = spawn([&, s = seed++] { learner_main(guard.name(), s, tally); });
       } else {
         const std::size_t w = rng() % num_writers;
@@ -254,14 +255,14 @@ TEST_CASE(kLearnerTortureName) {
     ran_s = std::chrono::duration<double>(Clock::now() - start).count();
     CHECK(kill_and_reap(learner));
     ++learner_kills;
-    holder_kills += layout::owner_pid(buf.segment().global_control().learner_lease.load()) == static_cast<uint64_t>(learner);
+    holder_kills += layout::owner_pid(segment_of(buf).global_control().learner_lease.load()) == static_cast<uint64_t>(learner);
     for (const pid_t pid : writers) CHECK(kill_and_reap(pid));
     std::string bad;
     CHECK_MESSAGE(verify_ring(buf, &bad) == 0, bad);
     // A last learner here: it takes the last child's lease over and samples sound rows from what is left.
     Sampler last(buf);
-    takeovers = buf.segment().global_control().learner_takeovers.load();
-    retries = buf.segment().global_control().retries.load();
+    takeovers = segment_of(buf).global_control().learner_takeovers.load();
+    retries = segment_of(buf).global_control().retries.load();
     Rng mine(99);
     SampleBatch batch;
     uint64_t rows = 0, violations = 0;

@@ -1,6 +1,7 @@
 // tests/processes/waits.cpp: blocking waits across processes: the learner woken by a writer in another process, the
 // segment's futex word, and a writer that stops cannot hold the learner past its timeout.
 // Part of test_processes (tests/CMakeLists.txt); its helpers are in processes_helpers.hpp.
+#include "shmreplay/internal/segment.hpp"
 #include "processes_helpers.hpp"
 
 TEST_CASE("a learner blocked in wait() is woken by a writer in another process") {
@@ -13,7 +14,7 @@ TEST_CASE("a learner blocked in wait() is woken by a writer in another process")
         static_cast<int>(Errc::invalid_argument));
   CHECK(msg.find("at most 32") != std::string::npos);
 
-  const uint64_t wakes_before = buf.segment().global_control().wake_seq.load();
+  const uint64_t wakes_before = segment_of(buf).global_control().wake_seq.load();
   // The writer starts after the learner is asleep, and pushes slowly.
   const pid_t writer = spawn([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -21,15 +22,15 @@ TEST_CASE("a learner blocked in wait() is woken by a writer in another process")
   });
   CHECK(learner.wait(View::online, 20, 30'000));
   CHECK(learner.size(View::online) >= 20);
-  CHECK(buf.segment().global_control().wake_seq.load() > wakes_before);  // woken through the futex, not by polling
-  CHECK(buf.segment().global_control().waiters.load() == 0);
+  CHECK(segment_of(buf).global_control().wake_seq.load() > wakes_before);  // woken through the futex, not by polling
+  CHECK(segment_of(buf).global_control().waiters.load() == 0);
   CHECK(kill_and_reap(writer));
 }
 
 TEST_CASE("the segment's futex word wakes a waiter in another process, and a wait that nobody wakes times out") {
   SegmentGuard guard(unique_name("futex"));
   Buffer buf = Buffer::create(guard.name(), 1, 4, kPayloadSchema);
-  std::atomic<uint64_t>& word = buf.segment().global_control().wake_seq;
+  std::atomic<uint64_t>& word = segment_of(buf).global_control().wake_seq;
   const auto seq = static_cast<uint32_t>(word.load());
 
   // Nobody wakes it: it sleeps the whole timeout (the kernel never shortens one), and no longer than a few
@@ -56,7 +57,7 @@ TEST_CASE("the segment's futex word wakes a waiter in another process, and a wai
       Buffer b = Buffer::open(guard.name());
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       for (int i = 0; i < 500; ++i) {
-        detail::futex_wake_all(b.segment().global_control().wake_seq);
+        detail::futex_wake_all(segment_of(b).global_control().wake_seq);
         pollfd p{done[0], POLLIN, 0};
         if (::poll(&p, 1, 20) != 0) break;
       }
@@ -76,7 +77,7 @@ TEST_CASE("the segment's futex word wakes a waiter in another process, and a wai
 TEST_CASE("a push in another process wakes a futex waiter on the wake word directly, without the 50 ms re-check") {
   SegmentGuard guard(unique_name("futexpush"));
   Buffer buf = Buffer::create(guard.name(), 1, 4, kPayloadSchema);
-  layout::GlobalControl& g = buf.segment().global_control();
+  layout::GlobalControl& g = segment_of(buf).global_control();
   // Stand in for a learner in wait(): announce a waiter, then sleep on the word for up to 10 s.
   g.waiters.fetch_add(1);
   const auto seq = static_cast<uint32_t>(g.wake_seq.load());
@@ -98,7 +99,7 @@ TEST_CASE("a push in another process wakes a futex waiter on the wake word direc
   CHECK(waited >= 100);
   CHECK(waited < 2'000);
   CHECK(static_cast<uint32_t>(g.wake_seq.load()) != seq);  // the push bumped the word
-  CHECK(buf.segment().env_control(0).head.load() == 1);
+  CHECK(segment_of(buf).env_control(0).head.load() == 1);
 }
 
 TEST_CASE("a writer that stops cannot hold the learner past its timeout") {
@@ -113,5 +114,5 @@ TEST_CASE("a writer that stops cannot hold the learner past its timeout") {
   CHECK_FALSE(learner.wait(View::online, 1, 200));
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
   CHECK(waited >= 200);
-  CHECK(buf.segment().global_control().waiters.load() == 0);
+  CHECK(segment_of(buf).global_control().waiters.load() == 0);
 }

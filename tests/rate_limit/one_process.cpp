@@ -73,7 +73,7 @@ TEST_CASE("a waiting writer is held back above max_diff and gives up at its time
   CHECK(m.find("no learner is attached") != std::string::npos);
   CHECK(m.find("Nothing was written") != std::string::npos);
   CHECK(w.head(0) == 3);
-  CHECK(b.segment().env_control(0).limiter_reserved.load() == 3);  // the admission attempt was withdrawn
+  CHECK(segment_of(b).env_control(0).limiter_reserved.load() == 3);  // the admission attempt was withdrawn
   const RateLimitState s = b.rate_limit_state();
   CHECK(s.writers_limited == 1);
   CHECK(s.writer_timeouts == 1);
@@ -102,7 +102,7 @@ TEST_CASE("an abandoned reservation gives its admission back") {
   push_steps(w, {0});
   push_steps(w, {0});
   { StepSlot abandoned = w.reserve(0); }  // admitted (3rd step), then abandoned
-  CHECK(b.segment().env_control(0).limiter_reserved.load() == 2);
+  CHECK(segment_of(b).env_control(0).limiter_reserved.load() == 2);
   push_steps(w, {0});  // the 3rd step is admitted again
   CHECK(error_of([&] { push_steps(w, {0}); }) == static_cast<int>(Errc::rate_limited));
 }

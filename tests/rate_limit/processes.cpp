@@ -200,16 +200,16 @@ TEST_CASE("a waiting writer killed after its admission leaves a reservation that
   SegmentGuard guard(name);
   Buffer b = Buffer::create(name, 2, 1024, kSchema, {.rate_limit = RateLimit::ratio(1.0, 1, 4.0)});  // max_diff 5
   // What a writer killed between its admission and its head store leaves: reservations above the heads.
-  b.segment().env_control(0).limiter_reserved.store(3);
-  b.segment().env_control(1).limiter_reserved.store(2);
-  CHECK(detail::count_admitted(b.segment()) == 5);
+  segment_of(b).env_control(0).limiter_reserved.store(3);
+  segment_of(b).env_control(1).limiter_reserved.store(2);
+  CHECK(detail::count_admitted(segment_of(b)) == 5);
   Writer other(b, {1}, {.wait_for_rate_limit = true, .rate_limit_timeout_ms = 50});
-  CHECK(b.segment().env_control(1).limiter_reserved.load() == 0);  // taking the lease withdrew env 1's
-  CHECK(detail::count_admitted(b.segment()) == 3);
+  CHECK(segment_of(b).env_control(1).limiter_reserved.load() == 0);  // taking the lease withdrew env 1's
+  CHECK(detail::count_admitted(segment_of(b)) == 3);
   push_steps(other, {1});
   push_steps(other, {1});
   CHECK(error_of([&] { push_steps(other, {1}); }) == static_cast<int>(Errc::rate_limited));  // 3 + 2 + 1 > 5
   Writer taker(b, {0});
-  CHECK(detail::count_admitted(b.segment()) == 2);
+  CHECK(detail::count_admitted(segment_of(b)) == 2);
   push_steps(other, {1});
 }

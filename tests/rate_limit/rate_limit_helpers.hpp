@@ -58,10 +58,10 @@ struct ErrorReading {
   uint64_t samples;
 };
 inline ErrorReading read_error(const Buffer& b) {
-  const layout::GlobalControl& g = b.segment().global_control();
+  const layout::GlobalControl& g = segment_of(b).global_control();
   for (;;) {
     const uint64_t s0 = g.samples.load(std::memory_order_seq_cst);
-    const uint64_t inserts = detail::count_inserts(b.segment()).inserts;
+    const uint64_t inserts = detail::count_inserts(segment_of(b)).inserts;
     if (g.samples.load(std::memory_order_seq_cst) == s0) return {inserts, s0};
   }
 }

@@ -88,7 +88,7 @@ TEST_CASE("a rewriter of the settings killed halfway leaves the settings in forc
   const std::string name = unique_name("rl-rewriter");
   SegmentGuard guard(name);
   Buffer b = Buffer::create(name, 2, 64, kSchema, {.rate_limit = RateLimit::ratio(2.0, 4, 8.0)});
-  layout::GlobalControl& g = b.segment().global_control();
+  layout::GlobalControl& g = segment_of(b).global_control();
   // What a `shmreplay limit` killed while filling the spare slot leaves: its lease, and a half-written slot.
   const pid_t dead = spawn([] {});
   int status = 0;

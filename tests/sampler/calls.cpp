@@ -1,6 +1,7 @@
 // tests/sampler/calls.cpp: the calls around the draw: argument errors with their numbers, an owned batch's storage,
 // try_update, and a moved Sampler's learner lease.
 // Part of test_sampler (tests/CMakeLists.txt); its helpers are in sampler_helpers.hpp.
+#include "shmreplay/internal/segment.hpp"
 #include "sampler_helpers.hpp"
 
 TEST_CASE("bad arguments, empty views and too-small borrowed arrays throw errors that give the numbers") {
@@ -218,7 +219,7 @@ TEST_CASE("try_update rewrites a stored step, refuses an overwritten one and rej
 TEST_CASE("a moved Sampler keeps the learner lease, and a moved-from one releases nothing") {
   SegmentGuard guard(unique_name("sampler-move"));
   Buffer buf = Buffer::create(guard.name(), 2, 8, kSchema);
-  const auto lease = [&] { return buf.segment().global_control().learner_lease.load(); };
+  const auto lease = [&] { return segment_of(buf).global_control().learner_lease.load(); };
   std::optional<Sampler> later;
   {
     Sampler first(buf);

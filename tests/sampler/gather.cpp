@@ -1,6 +1,7 @@
 // tests/sampler/gather.cpp: the batched gather: every row through it with few control-word loads, counters corrupted
 // to a view longer than the ring, and fields of every size copied byte for byte.
 // Part of test_sampler (tests/CMakeLists.txt); its helpers are in sampler_helpers.hpp.
+#include "shmreplay/internal/segment.hpp"
 #include "sampler_helpers.hpp"
 
 TEST_CASE("every sampled and peeked row goes through the batched gather, validated with at most 3 control-word "
@@ -59,7 +60,7 @@ TEST_CASE("counters corrupted to a view longer than the ring are sampled inside 
   const uint64_t cap = 8;
   Rig r("corrupt-view", 2, cap);
   for (uint64_t k = 0; k < 3 * cap; ++k) push_envs(r.w, r.m, {0, 1}, 0);
-  layout::EnvControl& c = r.buf.segment().env_control(0);
+  layout::EnvControl& c = segment_of(r.buf).env_control(0);
   c.head.store(1000);
   c.claimed.store(20);  // claimed - cap = 12: without the bound, the view would be [12, 1000) in a ring of 8
   Rng rng(3);
@@ -78,7 +79,7 @@ TEST_CASE("total_weight of counters corrupted to a view longer than the ring wei
   for (uint64_t k = 0; k < 3 * cap; ++k) push_envs(r.w, r.m, {0, 1}, 0);
   const double healthy = r.s.total_weight(View::replay, 3, 1.0, {});
   CHECK(healthy == 2 * (6 * 3 + 2 + 1));  // per env: 6 starts with 3 steps left, then 2 and 1
-  layout::EnvControl& c = r.buf.segment().env_control(0);
+  layout::EnvControl& c = segment_of(r.buf).env_control(0);
   c.head.store(1000);
   c.claimed.store(20);  // unbounded, env 0's view would be [12, 1000): 988 starts
   CHECK(r.s.total_weight(View::replay, 1, 0.0, {}) == 2 * cap);

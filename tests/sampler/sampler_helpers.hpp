@@ -24,6 +24,7 @@
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
 #include "support.hpp"
+#include "views_model.hpp"
 
 using namespace shmreplay;
 using test::chi_square;
@@ -62,35 +63,9 @@ inline std::array<FieldBytes, 3> fields_of(const Step& s) {
   return {FieldBytes{s.id, sizeof s.id}, FieldBytes{s.x, sizeof s.x}, value_bytes(s.flag)};
 }
 
-struct Window {
-  uint64_t lo;
-  uint64_t hi;
-};
-
 // The reference model: per env every pushed step, and the head at the last reset_online_queue().
-struct Model {
-  uint64_t capacity;
-  std::vector<std::vector<Step>> steps;
-  std::vector<uint64_t> online_start;
-
-  Model(uint64_t num_envs, uint64_t cap) : capacity(cap), steps(num_envs), online_start(num_envs, 0) {}
-  uint64_t num_envs() const { return steps.size(); }
-  uint64_t head(uint64_t e) const { return steps[e].size(); }
-  Window window(View view, uint64_t e) const {
-    const uint64_t h = head(e);
-    uint64_t lo = h > capacity ? h - capacity : 0;
-    if (view == View::online) lo = std::max(lo, online_start[e]);
-    return {std::min(lo, h), h};
-  }
-  uint64_t size(View view) const {
-    uint64_t total = 0;
-    for (uint64_t e = 0; e < num_envs(); ++e) total += window(view, e).hi - window(view, e).lo;
-    return total;
-  }
-  void reset_online() {
-    for (uint64_t e = 0; e < num_envs(); ++e) online_start[e] = head(e);
-  }
-};
+using Model = test::ViewsModel<Step>;
+using test::Window;
 
 // A buffer with every env leased by one Writer, the learner, and the reference model that mirrors them.
 struct Rig {

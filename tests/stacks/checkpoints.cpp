@@ -130,11 +130,11 @@ TEST_CASE("a stacked checkpoint is refused by a buffer with a smaller restart re
         static_cast<int>(Errc::schema_mismatch));
   CHECK_MESSAGE(contains(message, "stack restart reserve: the segment holds 1 restart per env, the checkpoint 15"),
                 message);
-  CHECK(dst.segment().env_control(0).head.load() == 0);  // untouched
+  CHECK(segment_of(dst).env_control(0).head.load() == 0);  // untouched
 
   const LoadResult r = load_checkpoint(file.path, target.name(), {.allow_mismatch = true});
   CHECK(r.steps_restored == 5);
-  const uint64_t kept_from = dst.segment().env_control(0).stacks_intact_from.load();
+  const uint64_t kept_from = segment_of(dst).env_control(0).stacks_intact_from.load();
   CHECK(kept_from == 11);
   std::string notes;
   for (const std::string& n : r.notes) notes += n + "\n";
@@ -150,5 +150,5 @@ TEST_CASE("a stacked checkpoint is refused by a buffer with a smaller restart re
   std::vector<std::string> none;
   load_checkpoint_into(larger, file.path, {}, &none);
   CHECK(none.empty());
-  CHECK(larger.segment().env_control(0).stacks_intact_from.load() == 0);
+  CHECK(segment_of(larger).env_control(0).stacks_intact_from.load() == 0);
 }

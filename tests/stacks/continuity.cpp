@@ -126,7 +126,7 @@ TEST_CASE("with stack_continuity = episodes a flagless restart on a spot-checked
   push_steps(rig.w, rig.m, {0}, {rig.m.next(0, Move::jump, false)}, PushPath::batch64);  // step `due`
   CHECK(check_read_steps(rig.buf, rig.m, 0) == "");
   CHECK(rig.w.stack_flagless_restarts() == 1);
-  CHECK(rig.buf.segment().env_control(0).stack_flagless_restarts.load() == 1);  // the Inspector's, info's, metrics'
+  CHECK(segment_of(rig.buf).env_control(0).stack_flagless_restarts.load() == 1);  // the Inspector's, info's, metrics'
   for (uint64_t s = due + 1; s < not_due; ++s) {
     push_steps(rig.w, rig.m, {0}, {rig.m.next(0, Move::cont, false)}, PushPath::one);
   }
@@ -167,7 +167,7 @@ TEST_CASE("stack_continuity = episodes is refused without episode fields or with
   {
     Buffer b = Buffer::create(guard.name(), 1, 8, Schema::parse("obs:u8[4,3]:stack=0 done:bool"), o);
     CHECK(Buffer::open(guard.name()).stack_continuity() == StackContinuity::episodes);
-    const_cast<layout::SegmentHeader&>(b.segment().header()).stack_continuity = 7;
+    const_cast<layout::SegmentHeader&>(segment_of(b).header()).stack_continuity = 7;
   }
   try {
     (void)Buffer::open(guard.name());

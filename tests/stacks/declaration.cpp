@@ -7,7 +7,8 @@
 #include <fstream>
 #include <iterator>
 
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/segment.hpp"
+#include "shmreplay/internal/layout.hpp"
 #include "stacks_helpers.hpp"
 
 namespace {
@@ -27,8 +28,8 @@ std::vector<char> file_bytes(const std::string& path) {
 
 // The field table of a mapped segment (the header starts the mapping).
 const layout::FieldDesc* field_table(const Buffer& b) {
-  const auto* base = reinterpret_cast<const std::byte*>(&b.segment().header());
-  const uint64_t table = b.segment().header().sections[layout::kSectionFields].offset;
+  const auto* base = reinterpret_cast<const std::byte*>(&segment_of(b).header());
+  const uint64_t table = segment_of(b).header().sections[layout::kSectionFields].offset;
   return reinterpret_cast<const layout::FieldDesc*>(base + table);
 }
 
@@ -137,7 +138,7 @@ TEST_CASE("create places one frame ring per env of capacity + (K-1)(1 + restarts
       CAPTURE(reopen);
       const Buffer b = reopen ? Buffer::open(guard.name(), {.read_only = true}) : Buffer::open(guard.name());
       CHECK(b.schema() == schema);
-      const auto& stacks = b.segment().stacks();
+      const auto& stacks = segment_of(b).stacks();
       REQUIRE(stacks.size() == 3);
       const std::size_t fields[3] = {1, 3, 4};
       const uint64_t depth[3] = {4, 2, 4}, outer[3] = {1, 3, 12}, inner[3] = {30, 10, 4};
@@ -162,7 +163,7 @@ TEST_CASE("create places one frame ring per env of capacity + (K-1)(1 + restarts
         CHECK(d.stack_index_offset % 64 == 0);
         // Rings, then the index words, [num_envs][capacity] u64, inside the data section.
         CHECK(d.stack_index_offset >= d.data_offset + d.data_bytes);
-        const layout::SectionDesc data = b.segment().header().sections[layout::kSectionData];
+        const layout::SectionDesc data = segment_of(b).header().sections[layout::kSectionData];
         CHECK(d.stack_index_offset + envs * c.cap * 8 <= data.offset + data.bytes);
       }
       // The plain fields have no stack words.

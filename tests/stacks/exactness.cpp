@@ -5,6 +5,7 @@
 // schema; every push path; every sampling mode (sequences with masks, transitions, mixed, prioritized, episodes
 // within / stop / cross, n-step returns, peek); in-place updates of the other fields; Inspector::read_steps.
 // Part of test_stacks (tests/CMakeLists.txt); its helpers are in stacks_helpers.hpp.
+#include "shmreplay/internal/segment.hpp"
 #include "shmreplay/nstep.hpp"
 #include "stacks_helpers.hpp"
 
@@ -104,7 +105,7 @@ TEST_CASE("an env that only continues its stack loses no step, and stores one fr
     for (uint64_t e = 0; e < 2; ++e) {
       for (std::size_t i = 0; i < rig.m.sch.stacks.size(); ++i) {
         for (uint64_t s = rig.m.head(e) - cap; s < rig.m.head(e); ++s) {
-          CHECK(rig.buf.segment().frame_index(i, e)[s % cap].load() == rig.m.envs[e].index[i][s]);
+          CHECK(segment_of(rig.buf).frame_index(i, e)[s % cap].load() == rig.m.envs[e].index[i][s]);
         }
       }
     }

@@ -47,7 +47,7 @@ TEST_CASE("the views' lower bound equals the reference model's for any pattern o
           total += rig.m.head(e) - rig.m.lo(e);
           // The env control word itself: the oldest step whose frames are intact (a lower bound the writer raises
           // past every lost step, never past a stored intact one).
-          const uint64_t intact = rig.buf.segment().env_control(e).stacks_intact_from.load();
+          const uint64_t intact = segment_of(rig.buf).env_control(e).stacks_intact_from.load();
           REQUIRE(intact <= rig.m.lo(e));
           if (rig.m.lost(e) > 0) REQUIRE(intact == rig.m.lo(e));
         }

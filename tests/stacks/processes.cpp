@@ -167,7 +167,7 @@ std::string check_torture_row(const StackSchema& sch, const SampleBatch& b, std:
 Model torture_model(const Buffer& buf, uint64_t restarts) {
   Model m(stack_schema(kTortureStacks), buf.num_envs(), buf.capacity(), restarts);
   for (uint64_t e = 0; e < buf.num_envs(); ++e) {
-    const uint64_t head = buf.segment().env_control(e).head.load();
+    const uint64_t head = segment_of(buf).env_control(e).head.load();
     for (uint64_t s = 0; s < head; ++s) m.record(e, torture_step(m.sch, e, s));
   }
   return m;
@@ -237,7 +237,7 @@ TEST_CASE("writer processes pushing stacked steps, SIGKILLed at random moments a
         ++kills;
         // Nothing moves on the dead writer's envs now: what read_steps copies of them is exact, up to the head.
         for (const uint64_t e : slices[w]) {
-          const uint64_t head = buf.segment().env_control(e).head.load();
+          const uint64_t head = segment_of(buf).env_control(e).head.load();
           const StepRecords r = read_steps(buf, e, 0, head);
           CHECK(r.first_step + r.count == head);
           for (uint64_t i = 0; i < r.count; ++i) {
@@ -291,7 +291,7 @@ TEST_CASE("writer processes pushing stacked steps, SIGKILLed at random moments a
       }
     }
     Model m = torture_model(buf, restarts);
-    for (uint64_t e = 0; e < num_envs; ++e) m.envs[e].online_start = buf.segment().env_control(e).online_start.load();
+    for (uint64_t e = 0; e < num_envs; ++e) m.envs[e].online_start = segment_of(buf).env_control(e).online_start.load();
     CHECK(check_sizes(learner, m) == "");
     for (uint64_t e = 0; e < num_envs; ++e) {
       CHECK(check_read_steps(buf, m, e) == "");
@@ -361,9 +361,9 @@ TEST_CASE("a checkpoint of a stacked buffer with lost steps loads into a new seg
   };
   const auto check_loaded = [&](Buffer& b, const Model& l) {
     for (uint64_t e = 0; e < num_envs; ++e) {
-      CHECK(b.segment().env_control(e).stacks_intact_from.load() == m.lo(e));
+      CHECK(segment_of(b).env_control(e).stacks_intact_from.load() == m.lo(e));
       CAPTURE(e);
-      CHECK(b.segment().env_control(e).head.load() == m.head(e));
+      CHECK(segment_of(b).env_control(e).head.load() == m.head(e));
       CHECK(l.lo(e) == m.lo(e));  // the same reserve holds every saved step
       CHECK(check_read_steps(b, l, e) == "");
     }

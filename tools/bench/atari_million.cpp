@@ -20,7 +20,7 @@
 
 #include "atari_steps.hpp"
 #include "bench_support.hpp"
-#include "detail/sampling/gather.hpp"
+#include "detail/storage/gather.hpp"
 #include "detail/segment/rules.hpp"
 #include "median_rate.hpp"
 #include "plain_store.hpp"
@@ -120,7 +120,7 @@ int run_atari_million(const AtariMillionConfig& c, const std::string& command) {
   const double refill_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
   const uint64_t rss_full = proc_kb(read_text("/proc/self/status"), "VmRSS:");
-  const uint64_t seg_rss = mapping_rss(&buf.segment().header());
+  const uint64_t seg_rss = mapping_rss(&segment_of(buf).header());
   const uint64_t shm_full = shm_used_bytes();
 
   Sampler sampler(buf);
@@ -130,8 +130,8 @@ int run_atari_million(const AtariMillionConfig& c, const std::string& command) {
   SampleBatch out;
   // The reference: memcpy of the same output bytes (a stack's 4 frames per step) from random places of the
   // segment's frame rings: 256 stacks, or 32 runs of 8 stacks' bytes.
-  const StackGeometry& st = buf.segment().stacks()[0];
-  const std::byte* rings = buf.segment().frame_data(0);
+  const StackGeometry& st = segment_of(buf).stacks()[0];
+  const std::byte* rings = segment_of(buf).frame_data(0);
   std::vector<std::byte> ref(kTransitions * kDepth * kFrameBytes);
   SplitMix mix{9};
   auto memcpy_ref = [&](std::size_t rows, std::size_t length) {

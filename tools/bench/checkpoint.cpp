@@ -35,6 +35,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench_cli.hpp"
 #include "bodies.hpp"
 #include "harness.hpp"
 #include "median_rate.hpp"
@@ -381,25 +382,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(-20, 19));
   app.add_flag("--only-costs", o.only_costs, "Only part 1: incremental against whole");
   app.add_flag("--only-rates", o.only_rates, "Only part 2: rates while a checkpoint runs");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  if (o.quick) {
-    if (app.count("--gb") == 0) o.gb = 0.016;
-    if (app.count("--seconds") == 0) o.seconds = 0.05;
-    if (app.count("--trials") == 0) o.trials = 1;
-    if (app.count("--rounds") == 0) o.rounds = 1;
-    if (app.count("--dir") == 0) o.dir = fs::temp_directory_path().string();
-  }
-  std::string command = "shmreplay_bench_checkpoint";
-  for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
-  try {
-    return run(o, command);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "\nshmreplay_bench_checkpoint: error: {}\n", e.what());
-    return 1;
-  }
+  return shmreplay::bench::bench_main(
+      app, argc, argv,
+      [&](const shmreplay::bench::QuickDefaults& quick) {
+        quick("--gb", o.gb, 0.016);
+        quick("--seconds", o.seconds, 0.05);
+        quick("--trials", o.trials, 1);
+        quick("--rounds", o.rounds, 1);
+        quick("--dir", o.dir, fs::temp_directory_path().string());
+      },
+      [&](const std::string& command) { return run(o, command); });
 }

@@ -22,6 +22,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench_cli.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/writer.hpp"
 
@@ -136,20 +137,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 24));
   app.add_option("--trials", o.trials, "Trials per figure; the median is reported (default 3)")
       ->check(CLI::Range(1u, 101u));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  if (o.quick) {
-    if (app.count("--envs") == 0) o.envs = 2;
-    if (app.count("--capacity") == 0) o.capacity = 64;
-    if (app.count("--trials") == 0) o.trials = 1;
-  }
-  try {
-    return run(o);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "shmreplay_bench_create_prefill: error: {}\n", e.what());
-    return 1;
-  }
+  return shmreplay::bench::bench_main(
+      app, argc, argv,
+      [&](const shmreplay::bench::QuickDefaults& quick) {
+        quick("--envs", o.envs, 2);
+        quick("--capacity", o.capacity, 64);
+        quick("--trials", o.trials, 1);
+      },
+      [&](const std::string&) { return run(o); });
 }

@@ -1,4 +1,5 @@
 // tools/bench/fleet.cpp: shmreplay_bench_scaling's runs of writer and learner processes on one buffer (fleet.hpp).
+#include "shmreplay/internal/segment.hpp"
 #include "fleet.hpp"
 
 #include <sys/mman.h>
@@ -68,7 +69,7 @@ class Logs {
 
 std::vector<const std::byte*> field_bases(const Buffer& buffer, std::size_t fields) {
   std::vector<const std::byte*> v;
-  for (std::size_t f = 0; f < fields; ++f) v.push_back(buffer.segment().field_data(f));
+  for (std::size_t f = 0; f < fields; ++f) v.push_back(segment_of(buffer).field_data(f));
   return v;
 }
 
@@ -81,7 +82,7 @@ std::vector<std::size_t> field_bytes(const Schema& schema) {
 Body learner_body(const FleetBuffer& b, const FleetRun& r, uint64_t rank, LearnerLog* log, uint32_t trials) {
   return [b, r, rank, log, trials](Worker& worker) {
     Buffer buffer = Buffer::open(b.name, {.expected_schema = b.schema});
-    populate(&buffer.segment().header(), static_cast<std::size_t>(buffer.total_bytes()));
+    populate(&segment_of(buffer).header(), static_cast<std::size_t>(buffer.total_bytes()));
     const uint64_t seed = r.seed * 1000 + rank;
     std::optional<Sampler> sampler;
     std::optional<PlainSample> plain;
@@ -139,7 +140,7 @@ Body writer_body(const FleetBuffer& b, const FleetRun& r, uint64_t first_env) {
     const std::vector<std::size_t> bytes = field_bytes(b.schema);
     std::vector<std::byte*> fields;
     for (std::size_t f = 0; f < bytes.size(); ++f) {
-      fields.push_back(buffer.segment().field_data(f));
+      fields.push_back(segment_of(buffer).field_data(f));
       populate(fields.back() + first_env * b.capacity * bytes[f], k * b.capacity * bytes[f]);  // its own envs' rows
     }
     const Staging in(b.schema, k);

@@ -40,6 +40,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "bench_cli.hpp"
+#include "shmreplay/internal/segment.hpp"
 #include "bench_support.hpp"
 #include "bodies.hpp"
 #include "harness.hpp"
@@ -75,7 +77,7 @@ Body learner_body(const Geometry& g, const std::string& name, std::size_t batch,
                   uint64_t seed) {
   return [g, name, batch, length, rank, seed](Worker& worker) {
     Buffer buffer = Buffer::open(name, {.expected_schema = g.schema});
-    populate(&buffer.segment().header(), static_cast<std::size_t>(buffer.total_bytes()));
+    populate(&segment_of(buffer).header(), static_cast<std::size_t>(buffer.total_bytes()));
     Sampler sampler(buffer, {.rank = rank});
     Rng rng(seed);
     SampleBatch out;
@@ -92,12 +94,12 @@ Body learner_body(const Geometry& g, const std::string& name, std::size_t batch,
 Body memcpy_body(const Geometry& g, const std::string& name, std::size_t batch, std::size_t length, uint64_t seed) {
   return [g, name, batch, length, seed](Worker& worker) {
     const Buffer buffer = Buffer::open(name, {.expected_schema = g.schema});
-    populate(&buffer.segment().header(), static_cast<std::size_t>(buffer.total_bytes()));
+    populate(&segment_of(buffer).header(), static_cast<std::size_t>(buffer.total_bytes()));
     const std::size_t nf = g.schema.size();
     std::vector<const std::byte*> base(nf);
     std::vector<std::size_t> bytes(nf);
     for (std::size_t f = 0; f < nf; ++f) {
-      base[f] = buffer.segment().field_data(f);
+      base[f] = segment_of(buffer).field_data(f);
       bytes[f] = static_cast<std::size_t>(g.schema[f].bytes());
     }
     Rows out(g.schema, batch, length);
@@ -409,29 +411,19 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(16u, 1u << 24));
   app.add_option("--batch", o.batch, "Rows per sample call (default 256)")->check(CLI::Range(1u, 65536u));
   app.add_flag("!--no-large", o.large, "Leave out the large steps");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  if (o.envs % 2 != 0) {
-    fmt::print(stderr, "shmreplay_bench_learners: --envs must be even (two writers, half each)\n");
-    return 2;
-  }
-  if (o.quick) {
-    if (app.count("--capacity") == 0) o.capacity = 1024;
-    if (app.count("--large-capacity") == 0) o.large_capacity = 64;
-    if (app.count("--seconds") == 0) o.seconds = 0.05;
-    if (app.count("--trials") == 0) o.trials = 1;
-    if (app.count("--rounds") == 0) o.rounds = 1;
-  }
-  std::string command = "shmreplay_bench_learners";
-  for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
-  try {
-    return run(o, command);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "\nshmreplay_bench_learners: error: {}\n", e.what());
-    return 1;
-  }
+  app.get_option("--envs")->check(
+      [](const std::string& text) {
+        return std::stoul(text) % 2 == 0 ? std::string() : std::string("must be even (two writers, half each)");
+      },
+      "EVEN");
+  return shmreplay::bench::bench_main(
+      app, argc, argv,
+      [&](const shmreplay::bench::QuickDefaults& quick) {
+        quick("--capacity", o.capacity, 1024);
+        quick("--large-capacity", o.large_capacity, 64);
+        quick("--seconds", o.seconds, 0.05);
+        quick("--trials", o.trials, 1);
+        quick("--rounds", o.rounds, 1);
+      },
+      [&](const std::string& command) { return run(o, command); });
 }

@@ -26,6 +26,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench_cli.hpp"
 #include "harness.hpp"
 #include "atari_million.hpp"
 #include "pixels.hpp"
@@ -210,31 +211,22 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(uint64_t{16}, uint64_t{1} << 30));
   app.add_flag("--atari-lazy", o.atari_lazy,
                "With --atari-1e6: create without populating the pages (the first pass of the fill faults them in)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help is 0; a usage error is 2, as for the shmreplay CLI
-  }
-  if (o.quick) {
-    if (app.count("--seconds") == 0) o.seconds = 0.01;
-    if (app.count("--trials") == 0) o.trials = 1;
-    o.batch = 32;
-  }
-  std::string command = "shmreplay_bench";
-  for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
-  try {
-    if (o.atari_1e6) {
-      return run_atari_million({.capacity = o.atari_capacity,
-                                .seconds = app.count("--seconds") ? o.seconds : 0.5,
-                                .trials = o.trials,
-                                .json = o.json,
-                                .populate = !o.atari_lazy},
-                               command);
-    }
-    return run(o, command);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "\nshmreplay_bench: error: {}\n", e.what());
-    return 1;
-  }
+  return shmreplay::bench::bench_main(
+      app, argc, argv,
+      [&](const shmreplay::bench::QuickDefaults& quick) {
+        quick("--seconds", o.seconds, 0.01);
+        quick("--trials", o.trials, 1);
+        o.batch = 32;
+      },
+      [&](const std::string& command) {
+        if (o.atari_1e6) {
+          return run_atari_million({.capacity = o.atari_capacity,
+                                    .seconds = app.count("--seconds") ? o.seconds : 0.5,
+                                    .trials = o.trials,
+                                    .json = o.json,
+                                    .populate = !o.atari_lazy},
+                                   command);
+        }
+        return run(o, command);
+      });
 }

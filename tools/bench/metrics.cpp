@@ -30,6 +30,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench_cli.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/inspector.hpp"
 #include "shmreplay/sampler.hpp"
@@ -129,29 +130,10 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app("shmreplay_bench_metrics: push and sample rates with `shmreplay metrics` scraped every second "
-               "against without, in one run");
-  bool quick = false;
-  unsigned rounds = 3;
-  double seconds = 5.0;
-  app.add_flag("--quick", quick, "One round of 2 x 1.2 s: a smoke run");
-  app.add_option("--rounds", rounds, "Rounds (default 3)")->check(CLI::Range(1u, 100u));
-  app.add_option("--seconds", seconds, "Seconds per configuration and round (default 5)")->check(CLI::Range(0.5, 600.0));
-  CLI11_PARSE(app, argc, argv);
-  if (quick) {
-    rounds = 1;
-    seconds = 1.2;
-  }
-
+int run(unsigned rounds, double seconds) {
   const std::string name = fmt::format("bench_metrics_{}", ::getpid());
   Buffer::create(name, kEnvs, kCapacity, Schema::parse(kSchema));
-  struct Remove {
-    std::string name;
-    ~Remove() { Buffer::remove(name); }
-  } remove{name};
+  const bench::RemoveBuffer remove{name};
 
   const pid_t writer = fork_child([&] {
     Buffer b = Buffer::open(name);
@@ -213,4 +195,24 @@ int main(int argc, char** argv) {
   fmt::print("| scraped every 1 s | {:.3f} | {:.3f} | {:.3f} | {:.3f} |\n", median(push_with) * 1e-6,
              median(sample_with) * 1e-6, median(push_ratio), median(sample_ratio));
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("shmreplay_bench_metrics: push and sample rates with `shmreplay metrics` scraped every second "
+               "against without, in one run");
+  bool quick = false;
+  unsigned rounds = 3;
+  double seconds = 5.0;
+  app.add_flag("--quick", quick, "One round of 2 x 1.2 s: a smoke run");
+  app.add_option("--rounds", rounds, "Rounds (default 3)")->check(CLI::Range(1u, 100u));
+  app.add_option("--seconds", seconds, "Seconds per configuration and round (default 5)")->check(CLI::Range(0.5, 600.0));
+  return shmreplay::bench::bench_main(
+      app, argc, argv,
+      [&](const shmreplay::bench::QuickDefaults& q) {
+        q("--rounds", rounds, 1);
+        q("--seconds", seconds, 1.2);
+      },
+      [&](const std::string&) { return run(rounds, seconds); });
 }

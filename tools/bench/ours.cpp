@@ -4,6 +4,7 @@
 #include <span>
 #include <vector>
 
+#include "shmreplay/internal/segment.hpp"
 #include "bodies.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/sampler.hpp"
@@ -15,7 +16,7 @@ namespace shmreplay::bench {
 Body ours_push(const Geometry& g, const std::string& name, PushMode mode, uint64_t first_env) {
   return [g, name, mode, first_env](Worker& worker) {
     Buffer buffer = Buffer::open(name, {.expected_schema = g.schema});
-    populate(&buffer.segment().header(), static_cast<std::size_t>(buffer.total_bytes()));
+    populate(&segment_of(buffer).header(), static_cast<std::size_t>(buffer.total_bytes()));
     const std::vector<uint64_t> envs = env_range(first_env, g.envs_per_writer);
     Writer writer(buffer, envs);
     const std::size_t k = envs.size();
@@ -43,7 +44,7 @@ Body ours_sample(const Geometry& g, const std::string& name, std::size_t batch, 
                  uint64_t seed) {
   return [g, name, batch, length, seed](Worker& worker) {
     Buffer buffer = Buffer::open(name, {.expected_schema = g.schema});
-    populate(&buffer.segment().header(), static_cast<std::size_t>(buffer.total_bytes()));
+    populate(&segment_of(buffer).header(), static_cast<std::size_t>(buffer.total_bytes()));
     Sampler sampler(buffer);
     Rng rng(seed);
     SampleBatch out;

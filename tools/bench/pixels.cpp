@@ -20,7 +20,7 @@
 
 #include "atari_steps.hpp"
 #include "bench_support.hpp"
-#include "detail/sampling/gather.hpp"
+#include "detail/storage/gather.hpp"
 #include "detail/segment/rules.hpp"
 #include "median_rate.hpp"
 #include "plain_sample.hpp"  // PlainSample, the sampling references

@@ -2,7 +2,7 @@
 // section, shmreplay_bench_scaling): rows of `length` steps at uniform random (env, start) positions (splitmix64)
 // of field arrays laid out as a segment's ([env][capacity][bytes] per field: a PlainStore's, or a segment's own
 // while nothing writes), copied per field with memcpy row by row, or all drawn first and copied by the Sampler's
-// own gather loop (lib/detail/sampling/gather.hpp: prefetching ahead, fixed-width moves for small rows). Rows never
+// own gather loop (lib/detail/storage/gather.hpp: prefetching ahead, fixed-width moves for small rows). Rows never
 // wrap at the ring's end. Not thread-safe; one per thread.
 #pragma once
 
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "bench_support.hpp"
-#include "detail/sampling/gather.hpp"
+#include "detail/storage/gather.hpp"
 #include "plain_store.hpp"
 
 namespace shmreplay::bench {

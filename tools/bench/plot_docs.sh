@@ -8,14 +8,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 py=${1:-.venv/bin/python}
 plot=("$py" tools/bench/plot_tables.py)
 
-"${plot[@]}" docs/benchmarks/core.md --after "## A later run: the summary table" --columns "ours/memcpy" \
+"${plot[@]}" docs/benchmarks/core.md --after "## The current table" --columns "ours/memcpy" \
   --reference 100 "memcpy" --title "shmreplay_bench: shmreplay as a share of memcpy of the same bytes" \
   --xlabel "ours / memcpy, %" --size 900x420 --out docs/img/bench_core_memcpy.png
 "${plot[@]}" docs/benchmarks/checkpoints.md --after "### Incremental against whole" \
   --columns "time / whole" "bytes / whole" --reference 1 "whole save" \
   --title "Checkpoints of a 1 GB buffer: a link against a whole save (2026-11-28)" \
   --xlabel "fraction of a whole save" --size 900x420 --out docs/img/bench_checkpoints.png
-"${plot[@]}" docs/benchmarks/learners.md --after "### On a nearly quiet machine" --columns "2 / 1" "memcpy 2 / 1" \
+"${plot[@]}" docs/benchmarks/learners.md --after "## The current run" --columns "2 / 1" "memcpy 2 / 1" \
   --reference 1.7 "issue 34's 1.7x" --reference 2 "2x" \
   --title "2 learner processes against 1 on one buffer: rows/s ratio (2026-11-28, 2 cores)" \
   --xlabel "rows/s of 2 processes over 1" --out docs/img/bench_learners.png

@@ -26,6 +26,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench_cli.hpp"
 #include "median_rate.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
@@ -35,11 +36,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace shmreplay;
 
-struct Options {
-  bool quick = false;
-  double seconds = 0.2;
-  uint32_t trials = 5;
-};
+using Options = bench::TrialOptions;
 
 double rate(const Options& o, const std::function<uint64_t()>& op) {
   return bench::median_rate(o.seconds, o.trials, std::chrono::milliseconds(o.quick ? 1 : 20), op);
@@ -47,16 +44,96 @@ double rate(const Options& o, const std::function<uint64_t()>& op) {
 
 std::string mega(double per_s) { return fmt::format("{:.2f} M", per_s / 1e6); }
 
-// Removes a benchmark buffer however the scope ends.
-struct Remove {
-  std::string name;
-  ~Remove() {
-    try {
-      Buffer::remove(name);
-    } catch (...) {
-    }
+const Schema kSchema = Schema::parse("obs:f32[17] action:f32[6] reward:f32 done:bool");
+constexpr uint64_t kEnvs = 16;
+
+// Measures a buffer of `size` stored steps and prints its row of the table.
+void measure_size(const Options& o, uint64_t size, std::mt19937_64& gen) {
+  const Schema& schema = kSchema;
+  const uint64_t envs = kEnvs;
+  const uint64_t cap = size / envs;
+  const std::string name = fmt::format("bench-prio-{}-{}", ::getpid(), size);
+  const bench::RemoveBuffer remove{name};
+  Buffer buf = Buffer::create(name, envs, cap, schema, {.priority_exponent = 0.6});
+  std::vector<uint64_t> ids(envs);
+  for (uint64_t e = 0; e < envs; ++e) ids[e] = e;
+  Writer w(buf, ids);
+  std::vector<float> obs(envs * 17, 0.5f), action(envs * 6, 0.1f), reward(envs, 1.0f), prio(envs);
+  std::vector<uint8_t> done(envs, 0);
+  const FieldBytes fields[4] = {field_bytes(std::span<const float>(obs)), field_bytes(std::span<const float>(action)),
+                                field_bytes(std::span<const float>(reward)),
+                                field_bytes(std::span<const uint8_t>(done))};
+  const auto fill_prio = [&] {
+    for (float& p : prio) p = static_cast<float>(gen() % 1000) / 100.0f;
+  };
+  // Fill every slot with random priorities first, so that the trees and rings are full.
+  for (uint64_t s = 0; s < cap; ++s) {
+    fill_prio();
+    w.push(std::span<const uint64_t>(ids), fields, std::span<const float>(prio));
   }
-};
+  double plain_push = 0;
+  {
+    const std::string plain_name = name + "-plain";
+    const bench::RemoveBuffer remove_plain{plain_name};
+    Buffer plain = Buffer::create(plain_name, envs, cap, schema);
+    Writer pw(plain, ids);
+    plain_push = rate(o, [&] {
+      pw.push(std::span<const uint64_t>(ids), fields);
+      return envs;
+    });
+  }
+  const double push = rate(o, [&] {
+    w.push(std::span<const uint64_t>(ids), fields);
+    return envs;
+  });
+  const double push_prio = rate(o, [&] {
+    w.push(std::span<const uint64_t>(ids), fields, std::span<const float>(prio));
+    return envs;
+  });
+  Sampler s(buf);
+  Rng rng(7);
+  SampleBatch batch;
+  const double uniform = rate(o, [&] {
+    s.sample_transitions(View::replay, 256, rng, batch);
+    return uint64_t{256};
+  });
+  const SampleOptions po{.prioritized = true, .importance_exponent = 0.4};
+  const double prioritized = rate(o, [&] {
+    s.sample_transitions(View::replay, 256, rng, batch, po);
+    return uint64_t{256};
+  });
+  SampleBatch seq;
+  const double sequences = rate(o, [&] {
+    s.sample(View::replay, 32, 16, 0.0, rng, seq, po);
+    return uint64_t{32};
+  });
+  s.sample_transitions(View::replay, 256, rng, batch, po);
+  std::vector<float> fresh(256);
+  for (float& p : fresh) p = static_cast<float>(gen() % 1000) / 100.0f;
+  const double updates = rate(o, [&] {
+    s.update_priorities(batch.env_ids(), batch.start_steps(), fresh);
+    return uint64_t{256};
+  });
+  fmt::print("| {} | {} | {} | {} | {} | {} | {:.2f} | {} | {} |\n", size, mega(plain_push), mega(push),
+             mega(push_prio), mega(uniform), mega(prioritized), prioritized / uniform, mega(sequences),
+             mega(updates));
+  std::fflush(stdout);
+}
+
+int run(const Options& o, const std::string& command) {
+  std::vector<uint64_t> sizes = {1000, 10'000, 100'000, 1'000'000, 10'000'000};
+  if (o.quick) sizes.resize(2);
+  fmt::print("### Priorities\n\n`{}`; {} trial(s) of {} s per figure, median; {} envs, a {}-byte step ({}), one "
+             "process, no writer running. Rates in millions per second; `prio/uniform` is prioritized over uniform "
+             "flat sampling in the same run.\n\n",
+             command, o.trials, o.seconds, kEnvs, kSchema.step_bytes(), kSchema.to_string());
+  fmt::print("| stored steps | plain push steps/s | push steps/s | push+prio steps/s | uniform rows/s | "
+             "prioritized rows/s | prio/uniform | seq 32x16 prio rows/s | updates/s |\n");
+  fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::mt19937_64 gen(1);
+  for (const uint64_t size : sizes) measure_size(o, size, gen);
+  return 0;
+}
 
 }  // namespace
 
@@ -64,101 +141,8 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app("shmreplay_bench_priorities: prioritized sampling and priority updates against uniform sampling, "
                "at stored sizes 10^3 to 10^7 steps");
-  app.add_flag("--quick", o.quick, "Sizes 10^3 and 10^4, one 10 ms trial: a smoke run for CI");
-  app.add_option("--seconds", o.seconds, "Duration of one trial (default 0.2)")->check(CLI::Range(0.001, 60.0));
-  app.add_option("--trials", o.trials, "Trials per figure; the median is reported (default 5)")
-      ->check(CLI::Range(1u, 64u));
-  CLI11_PARSE(app, argc, argv);
-  if (o.quick) {
-    if (app.count("--seconds") == 0) o.seconds = 0.01;
-    if (app.count("--trials") == 0) o.trials = 1;
-  }
-  const Schema schema = Schema::parse("obs:f32[17] action:f32[6] reward:f32 done:bool");
-  const uint64_t envs = 16;
-  std::vector<uint64_t> sizes = {1000, 10'000, 100'000, 1'000'000, 10'000'000};
-  if (o.quick) sizes.resize(2);
-
-  fmt::print("### Priorities\n\n`{}`; {} trial(s) of {} s per figure, median; 16 envs, a {}-byte step ({}), one "
-             "process, no writer running. Rates in millions per second; `prio/uniform` is prioritized over uniform "
-             "flat sampling in the same run.\n\n",
-             fmt::join(std::vector<std::string>(argv, argv + argc), " "), o.trials, o.seconds, schema.step_bytes(),
-             schema.to_string());
-  fmt::print("| stored steps | plain push steps/s | push steps/s | push+prio steps/s | uniform rows/s | "
-             "prioritized rows/s | prio/uniform | seq 32x16 prio rows/s | updates/s |\n");
-  fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  std::mt19937_64 gen(1);
-  for (const uint64_t size : sizes) {
-    const uint64_t cap = size / envs;
-    const std::string name = fmt::format("bench-prio-{}-{}", ::getpid(), size);
-    const Remove remove{name};
-    Buffer buf = Buffer::create(name, envs, cap, schema, {.priority_exponent = 0.6});
-    Writer w(buf, [&] {
-      std::vector<uint64_t> ids(envs);
-      for (uint64_t e = 0; e < envs; ++e) ids[e] = e;
-      return ids;
-    }());
-    std::vector<uint64_t> ids(envs);
-    for (uint64_t e = 0; e < envs; ++e) ids[e] = e;
-    std::vector<float> obs(envs * 17, 0.5f), action(envs * 6, 0.1f), reward(envs, 1.0f), prio(envs);
-    std::vector<uint8_t> done(envs, 0);
-    const FieldBytes fields[4] = {field_bytes(std::span<const float>(obs)), field_bytes(std::span<const float>(action)),
-                                  field_bytes(std::span<const float>(reward)),
-                                  field_bytes(std::span<const uint8_t>(done))};
-    const auto fill_prio = [&] {
-      for (float& p : prio) p = static_cast<float>(gen() % 1000) / 100.0f;
-    };
-    // Fill every slot with random priorities first, so that the trees and rings are full.
-    for (uint64_t s = 0; s < cap; ++s) {
-      fill_prio();
-      w.push(std::span<const uint64_t>(ids), fields, std::span<const float>(prio));
-    }
-    double plain_push = 0;
-    {
-      const std::string plain_name = name + "-plain";
-      const Remove remove_plain{plain_name};
-      Buffer plain = Buffer::create(plain_name, envs, cap, schema);
-      Writer pw(plain, ids);
-      plain_push = rate(o, [&] {
-        pw.push(std::span<const uint64_t>(ids), fields);
-        return envs;
-      });
-    }
-    const double push = rate(o, [&] {
-      w.push(std::span<const uint64_t>(ids), fields);
-      return envs;
-    });
-    const double push_prio = rate(o, [&] {
-      w.push(std::span<const uint64_t>(ids), fields, std::span<const float>(prio));
-      return envs;
-    });
-    Sampler s(buf);
-    Rng rng(7);
-    SampleBatch batch;
-    const double uniform = rate(o, [&] {
-      s.sample_transitions(View::replay, 256, rng, batch);
-      return uint64_t{256};
-    });
-    const SampleOptions po{.prioritized = true, .importance_exponent = 0.4};
-    const double prioritized = rate(o, [&] {
-      s.sample_transitions(View::replay, 256, rng, batch, po);
-      return uint64_t{256};
-    });
-    SampleBatch seq;
-    const double sequences = rate(o, [&] {
-      s.sample(View::replay, 32, 16, 0.0, rng, seq, po);
-      return uint64_t{32};
-    });
-    s.sample_transitions(View::replay, 256, rng, batch, po);
-    std::vector<float> fresh(256);
-    for (float& p : fresh) p = static_cast<float>(gen() % 1000) / 100.0f;
-    const double updates = rate(o, [&] {
-      s.update_priorities(batch.env_ids(), batch.start_steps(), fresh);
-      return uint64_t{256};
-    });
-    fmt::print("| {} | {} | {} | {} | {} | {} | {:.2f} | {} | {} |\n", size, mega(plain_push), mega(push),
-               mega(push_prio), mega(uniform), mega(prioritized), prioritized / uniform, mega(sequences),
-               mega(updates));
-    std::fflush(stdout);
-  }
-  return 0;
+  o.add_to(app, "Sizes 10^3 and 10^4, one 10 ms trial: a smoke run for CI");
+  return shmreplay::bench::bench_main(
+      app, argc, argv, [&](const shmreplay::bench::QuickDefaults& quick) { o.quick_defaults(quick); },
+      [&](const std::string& command) { return run(o, command); });
 }

@@ -26,6 +26,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench_cli.hpp"
 #include "bench_support.hpp"
 #include "median_rate.hpp"
 #include "plain_store.hpp"
@@ -153,19 +154,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 101u));
   app.add_option("--calls", o.calls, "Steps per case with --callgrind (default 20000)")
       ->check(CLI::Range(1u, 10000000u));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  if (o.quick) {
-    if (app.count("--seconds") == 0) o.seconds = 0.01;
-    if (app.count("--trials") == 0) o.trials = 1;
-  }
-  try {
-    return run(o);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "shmreplay_bench_push_cost: error: {}\n", e.what());
-    return 1;
-  }
+  return shmreplay::bench::bench_main(
+      app, argc, argv,
+      [&](const shmreplay::bench::QuickDefaults& quick) {
+        quick("--seconds", o.seconds, 0.01);
+        quick("--trials", o.trials, 1);
+      },
+      [&](const std::string&) { return run(o); });
 }

@@ -25,6 +25,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench_cli.hpp"
 #include "median_rate.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
@@ -34,11 +35,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace shmreplay;
 
-struct Options {
-  bool quick = false;
-  double seconds = 0.2;
-  uint32_t trials = 5;
-};
+using Options = bench::TrialOptions;
 
 double rate(const Options& o, const std::function<uint64_t()>& op) {
   return bench::median_rate(o.seconds, o.trials, std::chrono::milliseconds(o.quick ? 1 : 20), op);
@@ -99,19 +96,7 @@ Row measure(const Options& o, uint64_t envs) {
 
 std::string mega(double per_s) { return fmt::format("{:.2f} M", per_s / 1e6); }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options o;
-  CLI::App app("shmreplay_bench_rate_limit: the rate limiter's cost against the same calls without one");
-  app.add_flag("--quick", o.quick, "a smoke run: small sizes, one 10 ms trial");
-  app.add_option("--seconds", o.seconds, "seconds per trial");
-  app.add_option("--trials", o.trials, "trials per figure (the median is printed)");
-  CLI11_PARSE(app, argc, argv);
-  if (o.quick) {
-    o.seconds = 0.01;
-    o.trials = 1;
-  }
+int run(const Options& o) {
   const std::vector<uint64_t> sizes = o.quick ? std::vector<uint64_t>{16, 256} : std::vector<uint64_t>{16, 256, 4096};
   fmt::print("rate limiter cost: 97-byte steps, pushes of 16 envs, samples of 256 rows; median of {} x {} s\n\n",
              o.trials, o.seconds);
@@ -125,4 +110,15 @@ int main(int argc, char** argv) {
   }
   fmt::print("\nsteps/s for pushes, rows/s for samples; ratio: with the limiter over without\n");
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app("shmreplay_bench_rate_limit: the rate limiter's cost against the same calls without one");
+  o.add_to(app, "16 and 256 envs, one 10 ms trial: a smoke run for CI");
+  return shmreplay::bench::bench_main(
+      app, argc, argv, [&](const shmreplay::bench::QuickDefaults& quick) { o.quick_defaults(quick); },
+      [&](const std::string&) { return run(o); });
 }

@@ -41,8 +41,10 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench_cli.hpp"
+#include "shmreplay/internal/segment.hpp"
 #include "bench_support.hpp"
-#include "detail/sampling/gather.hpp"
+#include "detail/storage/gather.hpp"
 #include "median_rate.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
@@ -163,7 +165,7 @@ int run(const Options& o) {
     std::vector<const std::byte*> base(nf);
     std::vector<std::size_t> bytes(nf);
     for (std::size_t f = 0; f < nf; ++f) {
-      base[f] = buf.segment().field_data(f);
+      base[f] = segment_of(buf).field_data(f);
       bytes[f] = static_cast<std::size_t>(schema[f].bytes());
     }
     std::vector<std::vector<std::byte>> ref_out(nf);
@@ -234,21 +236,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 4096u));
   app.add_option("--writers", o.writers, "Writer processes pushing at full speed during the measurement (default 0)")
       ->check(CLI::Range(0u, 16u));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  if (o.quick) {
-    if (app.count("--seconds") == 0) o.seconds = 0.01;
-    if (app.count("--trials") == 0) o.trials = 1;
-    if (o.sizes.empty()) o.sizes = {1000, 10000};
-  }
-  if (o.sizes.empty()) o.sizes = {1000, 10000, 100000, 1000000, 10000000};
-  try {
-    return run(o);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "shmreplay_bench_sample_cost: error: {}\n", e.what());
-    return 1;
-  }
+  return shmreplay::bench::bench_main(
+      app, argc, argv,
+      [&](const shmreplay::bench::QuickDefaults& quick) {
+        quick("--seconds", o.seconds, 0.01);
+        quick("--trials", o.trials, 1);
+        quick("--size", o.sizes, std::vector<uint64_t>{1000, 10000});
+      },
+      [&](const std::string&) {
+        if (o.sizes.empty()) o.sizes = {1000, 10000, 100000, 1000000, 10000000};
+        return run(o);
+      });
 }

@@ -34,6 +34,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "bench_cli.hpp"
 #include "harness.hpp"
 #include "perf_probe.hpp"
 #include "sched_stat.hpp"
@@ -210,30 +211,19 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.001, 4096.0));
   app.add_option("--plot-dir", o.plot_dir, "Write scaling.md and the figures (PNG, matplotlib) into this folder");
   app.add_option("--python", o.python, "The Python with matplotlib for --plot-dir (default: .venv's, else python3)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  if (o.quick) {
-    if (app.count("--max-steps") == 0) o.max_steps = 1e4;
-    if (app.count("--max-atari-steps") == 0) o.max_atari_steps = 1e3;
-    if (app.count("--seconds") == 0) o.seconds = 0.01;
-    if (app.count("--trials") == 0) o.trials = 1;
-    if (app.count("--max-writers") == 0) o.max_writers = 2;
-    if (app.count("--max-learners") == 0) o.max_learners = 2;
-    if (app.count("--fleet-steps") == 0) o.fleet_steps = 16384;
-    if (app.count("--fleet-seconds") == 0) o.fleet_seconds = 0.03;
-    if (app.count("--fleet-trials") == 0) o.fleet_trials = 1;
-    if (app.count("--rounds") == 0) o.rounds = 1;
-  }
-  std::string command = "shmreplay_bench_scaling";
-  for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
-  try {
-    return run(o, command);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "\nshmreplay_bench_scaling: error: {}\n", e.what());
-    return 1;
-  }
+  return shmreplay::bench::bench_main(
+      app, argc, argv,
+      [&](const shmreplay::bench::QuickDefaults& quick) {
+        quick("--max-steps", o.max_steps, 1e4);
+        quick("--max-atari-steps", o.max_atari_steps, 1e3);
+        quick("--seconds", o.seconds, 0.01);
+        quick("--trials", o.trials, 1);
+        quick("--max-writers", o.max_writers, 2);
+        quick("--max-learners", o.max_learners, 2);
+        quick("--fleet-steps", o.fleet_steps, 16384);
+        quick("--fleet-seconds", o.fleet_seconds, 0.03);
+        quick("--fleet-trials", o.fleet_trials, 1);
+        quick("--rounds", o.rounds, 1);
+      },
+      [&](const std::string& command) { return run(o, command); });
 }

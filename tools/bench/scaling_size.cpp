@@ -118,7 +118,7 @@ SizeRow measure_small(SizeRow row, const SizeConfig& c, const Schema& schema, ui
   std::vector<std::byte*> fields;
   std::vector<std::size_t> bytes;
   for (std::size_t f = 0; f < schema.size(); ++f) {
-    fields.push_back(buf.segment().field_data(f));
+    fields.push_back(segment_of(buf).field_data(f));
     bases.push_back(fields.back());
     bytes.push_back(static_cast<std::size_t>(schema[f].bytes()));
   }
@@ -168,8 +168,8 @@ SizeRow measure_atari(SizeRow row, const SizeConfig& c, const Schema& schema, ui
   row.fill_s = seconds_since(t0);
   fmt::print(stderr, "  created in {:.1f} s, filled in {:.1f} s; measuring\n", row.create_s, row.fill_s);
 
-  const StackGeometry& st = buf.segment().stacks()[0];
-  const std::vector<const std::byte*> rings = {buf.segment().frame_data(0)};
+  const StackGeometry& st = segment_of(buf).stacks()[0];
+  const std::vector<const std::byte*> rings = {segment_of(buf).frame_data(0)};
   const std::vector<std::size_t> frame = {static_cast<std::size_t>(st.frame_bytes)};
   PlainSample flat(rings, frame, st.frames, kEnvs, kTransitions, kDepth, 3);
   PlainSample seq(rings, frame, st.frames, kEnvs, kSequences, kSequenceLength * kDepth, 5);

@@ -1,3 +1,4 @@
+#include "shmreplay/internal/segment.hpp"
 #include "commands.hpp"
 #include "info_forms.hpp"
 
@@ -94,7 +95,7 @@ int run_create(const CreateArgs& args) {
   info.capacity = b.capacity();
   info.step_bytes = schema.step_bytes();
   info.data_bytes = stored_data_bytes(b);
-  info.stacks = b.segment().stacks();
+  info.stacks = segment_of(b).stacks();
   fmt::print("created '{}': {} x {}, {} per step, {} ({})\n", b.name(), counted(b.num_envs(), "env", "envs"),
              counted(b.capacity(), "step", "steps"), step_bytes_text(info), human_bytes(b.total_bytes()), b.path());
   warn_if_world_writable(b.name(), args.mode);

@@ -26,8 +26,10 @@
 
 #include "commands.hpp"
 #include "detail/elements.hpp"
+#include "detail/protocol/env_ids.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/inspector.hpp"
+#include "shmreplay/internal/segment.hpp"
 #include "shmreplay/schema.hpp"
 #include "text.hpp"
 
@@ -292,12 +294,7 @@ int run_dump(const DumpArgs& args) {
   if (envs.empty()) {
     for (uint64_t e = 0; e < b.num_envs(); ++e) envs.push_back(e);
   }
-  for (const uint64_t e : envs) {
-    if (e >= b.num_envs()) {
-      throw Error(Errc::env_out_of_range, fmt::format("cannot dump env {} of '{}': env ids run from 0 to {}", e,
-                                                      b.name(), b.num_envs() - 1));
-    }
-  }
+  for (const uint64_t e : envs) detail::check_env_id(segment_of(b), e, "dump");
   StepRange range;
   if (!args.steps.empty()) {
     const auto parsed = parse_step_range(args.steps);

@@ -40,7 +40,7 @@
 #include "commands.hpp"
 #include "detail/os/file.hpp"
 #include "shmreplay/buffer.hpp"
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/layout.hpp"
 #include "shmreplay/version.hpp"
 
 namespace {

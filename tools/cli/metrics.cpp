@@ -25,7 +25,7 @@
 #include "shmreplay/error.hpp"
 #include "shmreplay/inspector.hpp"
 #include "shmreplay/sample_age.hpp"
-#include "shmreplay/segment.hpp"
+#include "shmreplay/internal/segment.hpp"
 
 namespace shmreplay::cli {
 namespace {

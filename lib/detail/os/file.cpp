@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "shmreplay/segment.hpp"
+#include "shmreplay/internal/segment.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay::detail {

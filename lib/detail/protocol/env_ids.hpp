@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "shmreplay/segment.hpp"
+#include "shmreplay/internal/segment.hpp"
 
 namespace shmreplay::detail {
 

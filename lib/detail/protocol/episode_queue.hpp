@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <span>
 
-#include "shmreplay/layout.hpp"
-#include "shmreplay/segment.hpp"
+#include "shmreplay/internal/layout.hpp"
+#include "shmreplay/internal/segment.hpp"
 #include "shmreplay/vocabulary.hpp"
 
 namespace shmreplay::detail {

@@ -14,8 +14,8 @@
 #include <span>
 
 #include "detail/elements.hpp"
-#include "shmreplay/segment.hpp"
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/segment.hpp"
+#include "shmreplay/internal/layout.hpp"
 #include "shmreplay/vocabulary.hpp"
 #include "shmreplay/schema.hpp"
 

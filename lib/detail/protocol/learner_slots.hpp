@@ -13,8 +13,8 @@
 #include <cstdint>
 
 #include "detail/protocol/lease.hpp"
-#include "shmreplay/layout.hpp"
-#include "shmreplay/segment.hpp"
+#include "shmreplay/internal/layout.hpp"
+#include "shmreplay/internal/segment.hpp"
 
 namespace shmreplay::detail {
 

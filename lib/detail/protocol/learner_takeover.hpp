@@ -10,7 +10,7 @@
 #include <string>
 
 #include "detail/protocol/lease.hpp"
-#include "shmreplay/segment.hpp"
+#include "shmreplay/internal/segment.hpp"
 
 namespace shmreplay::detail {
 

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "detail/os/process.hpp"
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/layout.hpp"
 
 namespace shmreplay::detail {
 

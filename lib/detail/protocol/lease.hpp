@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/layout.hpp"
 
 namespace shmreplay::detail {
 

@@ -33,8 +33,8 @@
 #include <limits>
 #include <string>
 
-#include "shmreplay/layout.hpp"
-#include "shmreplay/segment.hpp"
+#include "shmreplay/internal/layout.hpp"
+#include "shmreplay/internal/segment.hpp"
 
 namespace shmreplay::detail {
 

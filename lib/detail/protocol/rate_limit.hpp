@@ -43,8 +43,8 @@
 #include <optional>
 #include <span>
 
-#include "shmreplay/segment.hpp"
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/segment.hpp"
+#include "shmreplay/internal/layout.hpp"
 #include "shmreplay/rate_limit.hpp"
 
 namespace shmreplay::detail {

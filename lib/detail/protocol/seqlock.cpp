@@ -8,7 +8,6 @@
 #include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/lease.hpp"
-#include "detail/protocol/stacks.hpp"
 
 namespace shmreplay::detail {
 namespace {
@@ -55,11 +54,9 @@ std::vector<uint64_t> record_field_offsets(const Schema& schema) {
 }
 
 CopyResult copy_records(const Segment& buffer, uint64_t env, uint64_t first, uint64_t count,
-                        const std::vector<uint64_t>& record_offsets, std::byte* dst) noexcept {
+                        const StepCopier& copy) noexcept {
   const layout::EnvControl& c = buffer.env_control(env);
   const uint64_t cap = buffer.capacity();
-  const Schema& schema = buffer.schema();
-  const uint64_t record_bytes = schema.step_bytes();
   // Loaded before the head, so that a load that ends before this point shows its new head, and one that ends
   // after it changes update_seq.
   const uint64_t u0 = read_begin(c);
@@ -70,21 +67,7 @@ CopyResult copy_records(const Segment& buffer, uint64_t env, uint64_t first, uin
   // acquire: pairs with the writer's release store of head in publish_step: every step below it is written.
   const uint64_t head = c.head.load(std::memory_order_acquire);
   if (head < first + count) return {CopyOutcome::reset, 0};
-  std::size_t stack = 0;  // the next stacked field's index in buffer.stacks()
-  for (std::size_t f = 0; f < schema.size(); ++f) {
-    const uint64_t b = schema[f].bytes();
-    std::byte* out = dst + record_offsets[f];
-    if (schema[f].stacked()) {  // layout 1.6: each step's stack rebuilt from the frames (stacks.hpp)
-      copy_step_stacks(buffer, stack++, env, first, count, out, record_bytes);
-      continue;
-    }
-    const std::byte* ring = buffer.field_data(f) + env * cap * b;
-    uint64_t slot = first % cap;
-    for (uint64_t i = 0; i < count; ++i) {
-      std::memcpy(out + i * record_bytes, ring + slot * b, b);
-      if (++slot == cap) slot = 0;
-    }
-  }
+  copy.copy(env, first, count);
   const ReadEnd end = read_end(c);
   if (end.update_seq != u0) return {CopyOutcome::raced, 0};
   return {CopyOutcome::ok, std::max(intact_from(end, cap), dead_bound)};

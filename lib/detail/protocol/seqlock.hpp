@@ -44,8 +44,8 @@
 #include "detail/protocol/learner_takeover.hpp"
 #include "detail/protocol/stacks.hpp"
 #include "detail/test_hooks.hpp"
-#include "shmreplay/segment.hpp"
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/segment.hpp"
+#include "shmreplay/internal/layout.hpp"
 #include "shmreplay/vocabulary.hpp"
 
 namespace shmreplay::detail {
@@ -400,7 +400,7 @@ inline uint64_t intact_from(const ReadEnd& end, uint64_t capacity) noexcept {
 }
 
 /// The batched reader: the validation of many copies at once, a chunk of rows at a time (the Sampler's gather,
-/// lib/sampler_rounds.cpp, which copies the rows with detail/sampling/gather.hpp; docs/design/seqlock.md, "The batched
+/// lib/sampler_rounds.cpp, which copies the rows with detail/storage/gather.hpp; docs/design/seqlock.md, "The batched
 /// gather"). Per chunk: begin_chunk(); add() for each row before any copy of the chunk (the first row of an env in
 /// the chunk takes its read_begin); the copies; then validate(), which takes end_copies() once and read_end_loads()
 /// once per env of the chunk. The validation is per env, not per row: copy_intact(begin, end, first) depends on a
@@ -479,14 +479,25 @@ struct CopyResult {
   uint64_t intact_from = 0;  ///< for ok: the oldest step whose slot no writer had reclaimed by the end of the copy
 };
 
+/// What copy_records copies between its validation loads: steps [first, first + count) of env `env`, out of the
+/// segment's storage into the caller's records (detail/storage/field_storage.hpp: RecordCopy). Its bytes are valid
+/// only when copy_records' validation passes.
+class StepCopier {
+ public:
+  virtual void copy(uint64_t env, uint64_t first, uint64_t count) const noexcept = 0;
+
+ protected:
+  ~StepCopier() = default;
+};
+
 /// The validated copy of readers that are not the learner and may map the segment read-only
 /// (Inspector::read_steps, save_checkpoint): the Sampler's validation with two additions that make it safe
 /// against a checkpoint being loaded into the segment meanwhile: update_seq is loaded before the head, and a head
-/// that went down is reported instead of trusted. Copies steps [first, first + count) of `env` into `dst` (count
-/// records of schema.step_bytes() each). The records of steps >= intact_from are exactly what their writers
-/// published; the others must be dropped. Preconditions: env < num_envs, count >= 1, and first + count <= a head
-/// of the env that the caller loaded with acquire. O(count * num_fields); never blocks, never writes.
+/// that went down is reported instead of trusted. Copies steps [first, first + count) of `env` with `copy`. The
+/// records of steps >= intact_from are exactly what their writers published; the others must be dropped.
+/// Preconditions: env < num_envs, count >= 1, and first + count <= a head of the env that the caller loaded with
+/// acquire. O(count * num_fields); never blocks, never writes.
 CopyResult copy_records(const Segment& buffer, uint64_t env, uint64_t first, uint64_t count,
-                        const std::vector<uint64_t>& record_offsets, std::byte* dst) noexcept;
+                        const StepCopier& copy) noexcept;
 
 }  // namespace shmreplay::detail

@@ -30,8 +30,8 @@
 #include <cstring>
 #include <vector>
 
-#include "shmreplay/layout.hpp"
-#include "shmreplay/segment.hpp"
+#include "shmreplay/internal/layout.hpp"
+#include "shmreplay/internal/segment.hpp"
 
 namespace shmreplay::detail {
 
@@ -86,7 +86,7 @@ inline void copy_step_stacks(const Segment& seg, std::size_t stack, uint64_t env
   }
 }
 
-/// The gather of a stacked field for a chunk of rows (the Sampler's; detail/sampling/gather.hpp has the rows):
+/// The gather of a stacked field for a chunk of rows (the Sampler's; detail/storage/gather.hpp has the rows):
 /// each row's steps' stacks into `out` ([rows][length][bytes]), then zeros up to `length` steps. The next row's
 /// first stack is prefetched while a row is copied.
 template <class Row>

@@ -38,7 +38,7 @@
 #include "detail/os/futex.hpp"
 #include "detail/os/membarrier.hpp"
 #include "detail/os/process.hpp"
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/layout.hpp"
 #include "shmreplay/wait.hpp"
 
 namespace shmreplay::detail {

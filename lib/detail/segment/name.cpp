@@ -12,7 +12,7 @@
 
 #include "detail/os/owner.hpp"
 #include "shmreplay/error.hpp"
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/layout.hpp"
 
 namespace shmreplay::detail {
 

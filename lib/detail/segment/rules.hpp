@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "shmreplay/error.hpp"
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/layout.hpp"
 #include "shmreplay/rate_limit.hpp"
 #include "shmreplay/schema.hpp"
-#include "shmreplay/segment.hpp"
+#include "shmreplay/internal/segment.hpp"
 #include "shmreplay/vocabulary.hpp"
 
 namespace shmreplay::detail {

@@ -1,7 +1,8 @@
 """shmreplay: a replay buffer for reinforcement learning that lives in POSIX shared memory.
 
-Env worker processes push steps with a :class:`Writer`; one learner process samples sequences with a
-:class:`Sampler`; both attach to the same named :class:`Buffer`. Arrays go in and out as NumPy arrays::
+Env worker processes push steps with a :class:`Writer`; learner processes sample sequences with a
+:class:`Sampler`, one per learner slot (``max_learners`` of :meth:`Buffer.create`, 1 by default); all attach to the
+same named :class:`Buffer`. Arrays go in and out as NumPy arrays::
 
     import numpy as np, shmreplay
 

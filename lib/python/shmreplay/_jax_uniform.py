@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from ._pytree import TreeSchema
 from ._shmreplay import Buffer, Sampler, Writer
-from .jax import array as _jax_array
+from ._jax_arrays import array as _jax_array
 
 __all__ = ["UniformBuffer", "key_seed"]
 

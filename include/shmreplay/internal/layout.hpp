@@ -1,4 +1,4 @@
-// shmreplay/layout.hpp: the only file that declares bytes in the shared-memory segment.
+// shmreplay/internal/layout.hpp: the only file that declares bytes in the shared-memory segment.
 //
 // One buffer is one file, /dev/shm/<name> (the directory can be changed with SHMREPLAY_SHM_DIR), laid out as:
 //

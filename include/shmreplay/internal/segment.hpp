@@ -1,9 +1,9 @@
-// shmreplay/segment.hpp: one process's mapping of a validated segment: its geometry, its section offsets, and
-// accessors to the words of each section (the structs of shmreplay/layout.hpp).
+// shmreplay/internal/segment.hpp: one process's mapping of a validated segment: its geometry, its section offsets, and
+// accessors to the words of each section (the structs of shmreplay/internal/layout.hpp).
 //
 // Who makes one: Buffer::create (from create's placement rule) and Buffer::open (from open's acceptance rule),
 // both in lib/detail/segment/; nothing else. Who uses one: the roles (Writer, Sampler, Inspector, checkpoints)
-// through Buffer::segment(), and the protocol code under lib/detail/protocol, which takes a Segment (the words it
+// through segment_of(buffer), and the protocol code under lib/detail/protocol, which takes a Segment (the words it
 // works on), never a role object. Tools and tests reach the words the same way.
 //
 // Every value here was validated by create or open and is kept in this process, so a stranger scribbling on the
@@ -22,30 +22,13 @@
 #include <string>
 #include <vector>
 
-#include "shmreplay/layout.hpp"
+#include "shmreplay/internal/layout.hpp"
 #include "shmreplay/schema.hpp"
 #include "shmreplay/vocabulary.hpp"
 
 namespace shmreplay {
 
-/// The directory that holds segment files: $SHMREPLAY_SHM_DIR when set and non-empty, else "/dev/shm".
-std::string shm_directory();
-
-/// A stacked field's frame rings and frame-index words, and the shape of its stacks (layout 1.6; the field is
-/// Field::stacked(); docs/design/stacks.md). Step s of env e has a stack of `depth` frames, frames
-/// [index - depth + 1, index] of the env's frame ring, where index is the step's frame-index word; frame f lies in
-/// ring slot f % frames.
-struct StackGeometry {
-  std::size_t field = 0;       ///< the field's schema index
-  uint64_t depth = 0;          ///< K, frames per stack (the stacked axis's dimension)
-  uint64_t frames = 0;         ///< frames per env ring
-  uint64_t frame_bytes = 0;    ///< bytes of one frame (the field's bytes / depth)
-  uint64_t outer = 1;          ///< the product of the dimensions before the stacked axis (1 for axis 0)
-  uint64_t inner_bytes = 0;    ///< bytes of the dimensions after the stacked axis: a frame is `outer` runs of them,
-                               ///< and a stack interleaves them: [outer][depth][inner_bytes]
-  uint64_t frames_offset = 0;  ///< the frame rings, [num_envs][frames][frame_bytes]
-  uint64_t index_offset = 0;   ///< the frame-index words, [num_envs][capacity] u64
-};
+class Buffer;  // shmreplay/buffer.hpp
 
 /// Where everything is in a segment, as create placed it or open accepted it (byte offsets from the start of the
 /// mapping). A section a segment does not have (episodes, priorities) has offset 0.
@@ -76,7 +59,7 @@ struct SegmentGeometry {
 };
 
 /// One process's mapping of a validated segment: its geometry and the accessors to its sections' words (see the
-/// top of this file). Made by Buffer::create and Buffer::open only; reached through Buffer::segment().
+/// top of this file). Made by Buffer::create and Buffer::open only; reached through segment_of(buffer).
 class Segment {
  public:
   /// An empty Segment (no mapping): what a moved-from one is.
@@ -193,5 +176,11 @@ class Segment {
   bool read_only_ = false;
   SegmentGeometry g_;
 };
+
+/// The Segment a Buffer maps: its words, for shmreplay's own roles (writer, sampler, inspector, checkpoints), the
+/// tools and the tests; not part of the API. The mutable one requires a writable mapping to be written through.
+Segment& segment_of(Buffer& buffer) noexcept;
+/// The same, read-only.
+const Segment& segment_of(const Buffer& buffer) noexcept;
 
 }  // namespace shmreplay

@@ -1,4 +1,4 @@
-// shmreplay/checkpoint_format.hpp: the bytes of a checkpoint file, format 2.1 (what save_checkpoint and
+// shmreplay/internal/checkpoint_format.hpp: the bytes of a checkpoint file, format 2.1 (what save_checkpoint and
 // save_link write; 2.0 is 2.1 without learner slots) and format 1.0 (what earlier releases wrote, which load_checkpoint still reads).
 //
 // Who reads it: lib/checkpoint/ (save.cpp, save_env.cpp, verify.cpp), tests that damage files on purpose, fuzzers.

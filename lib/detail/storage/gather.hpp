@@ -1,4 +1,4 @@
-// detail/sampling/gather.hpp: the copy of a sample's rows out of the rings, many rows at a time.
+// detail/storage/gather.hpp: the copy of a sample's rows out of the rings, many rows at a time.
 //
 // A random gather of small rows is bound by memory latency: each row touches a cache line (or two) per field in
 // a random place, and a loop that copies row by row keeps only as many misses in flight as the core finds on its

@@ -1,55 +1,9 @@
-"""Node buffers served to a remote learner through Ray (``pip install shmreplay[ray]``).
-
-Each machine keeps its own buffer in shared memory: its env actors push there and never leave the machine. One
-:class:`NodeServer` Ray actor per machine is that buffer's learner-side :class:`shmreplay.Sampler`; the learner
-holds a :class:`ClusterSampler`, which samples every node's buffer as if it were one::
-
-    import ray, shmreplay.ray as sr
-    servers = {f"node{i}": sr.NodeServer.options(name=f"shmreplay-node{i}", resources={f"node{i}": 1})
-                                        .remote("replay", shm_dir=None) for i in range(3)}
-    learner = sr.ClusterSampler(servers, seed=0)
-    batch = learner.sample("replay", 256, 16, power=1.0)   # batch["obs"], batch.mask, batch.node_ids, ...
-    learner.update_priorities(batch.node_ids, batch.env_ids, batch.starts, new_priorities)
-    pending = learner.sample_async("replay", 256, 16)       # sent now; pending.result() is the batch
-    for batch in learner.batches("replay", 256, 16, prefetch=2):  # two batches in flight while this one trains
-        ...
-
-Sampling: the client splits the rows among the nodes by one multinomial draw over their views' total weights for
-the request (``Sampler.total_weight``: the sum of min(steps left, L)**power, of 1 for episodes="within", or of
-priority**alpha), asks every node for its share in parallel, and concatenates. A row is then (node k, start p) with
-probability w(k, p) / sum_j T_j: the distribution of one buffer holding every node's steps. One round trip per
-batch: each node's answer carries its total after its draw, and the next batch is split by those totals (so is a
-batch after ``update_priorities`` or ``reset_online_queue``, whose answers carry them too); the first batch of a
-request, and any batch while a node has no total yet (it just came back), asks for the totals first. Exact on a
-quiescent buffer; while writers push, a node's share drifts by about the fraction of its view rewritten since the
-totals were read (docs/design/ray.md). ``ClusterSampler(..., exact_split=True)`` asks for the totals before every
-batch (two round trips; the drift of one round trip).
-
-Pipelining: :meth:`ClusterSampler.sample_async` sends a batch's calls and returns a :class:`PendingBatch` at once;
-:meth:`ClusterSampler.batches` keeps ``prefetch`` of them in flight. A batch sees every priority update and online
-reset the learner made before it was requested, and none made after.
-
-A node whose actor dies drops out of the draw with a :class:`NodeLostWarning`; the rows it owed are redrawn among
-the others by their totals (which leaves every row distributed as w / sum over the live nodes: sampling
-conditioned on the live nodes), and the learner goes on. A lost node is looked up again (by its actor name, or
-through the same handle when Ray restarts the actor) at most every ``retry_interval`` seconds and rejoins the draw
-when it answers.
-
-Transfer: a node's part of up to 4 MiB comes back in pieces of 96 KiB, each under Ray's limit for a value carried
-inside the call's reply (``max_direct_call_object_size``, 100 KiB by default), so that it bypasses the object
-stores; a larger part comes back as one object through them, and ray.get maps its arrays without a copy. The one
-copy on the learner's side is the concatenation of the nodes' parts into the batch.
-
-Prioritized batches: ``weights`` are the global importance weights (N P)**-beta over the batch's largest, N the
-steps in every node's view and P = priority**alpha / (sum of the totals), from each row's weight as its node reads
-it right after the draw (``Sampler.priority_weights``): what one buffer holding every node's steps would give.
-"""
+"""ClusterSampler: the learner's sampler over every node's buffer (the package's docstring says how it draws)."""
 from __future__ import annotations
 
 import collections
 import concurrent.futures
 import math
-import os
 import threading
 import time
 import warnings
@@ -59,8 +13,9 @@ import numpy as np
 import ray
 
 import shmreplay
+from shmreplay.ray._cluster_batch import _ROW_KEYS, ClusterBatch
+from shmreplay.ray._pending_batch import PendingBatch, _Request
 
-__all__ = ["ClusterBatch", "ClusterSampler", "NodeLostWarning", "NodeServer", "NodeServerImpl", "PendingBatch"]
 
 # A part of at most _INLINE_PART_BYTES travels as pieces of at most _PIECE_BYTES: each under Ray's
 # max_direct_call_object_size (100 KiB by default), so Ray carries it inside the call's reply instead of putting it
@@ -75,170 +30,6 @@ class NodeLostWarning(RuntimeWarning):
     """A node's server stopped answering; it is out of the draw until it answers again."""
 
 
-class NodeServerImpl:
-    """The learner side of one node's buffer (wrapped as the Ray actor :data:`NodeServer`).
-
-    ``shm_dir`` sets ``SHMREPLAY_SHM_DIR`` in the actor's process before the buffer is opened (each node of a test
-    cluster on one machine gets its own directory). ``create`` makes the buffer first (keyword arguments of
-    ``shmreplay.Buffer.create``) unless it exists; otherwise the buffer must exist. The server takes the buffer's
-    learner lease (a server that died leaves a dead lease, which its replacement takes over). Ray runs one actor's
-    calls one at a time, in the order each caller sent them."""
-
-    def __init__(self, buffer_name: str, *, shm_dir: Optional[str] = None, create: Optional[Mapping[str, Any]] = None,
-                 seed: Optional[int] = None):
-        if shm_dir is not None:
-            os.environ["SHMREPLAY_SHM_DIR"] = shm_dir
-        self._name = buffer_name
-        if create is not None:
-            try:
-                self._buffer = shmreplay.Buffer.create(buffer_name, **create)
-            except shmreplay.AlreadyExists:
-                self._buffer = shmreplay.Buffer.open(buffer_name)
-        else:
-            self._buffer = shmreplay.Buffer.open(buffer_name)
-        self._sampler = shmreplay.Sampler(self._buffer, seed=seed)
-        self._out: Dict[Tuple[int, int], shmreplay.Batch] = {}
-
-    def info(self) -> Dict[str, Any]:
-        """The buffer's name, envs, capacity and schema, and this actor's pid and host."""
-        return {"name": self._name, "num_envs": self._buffer.num_envs, "capacity": self._buffer.capacity,
-                "schema": str(self._buffer.schema), "pid": os.getpid(), "host": os.uname().nodename}
-
-    def total_weight(self, view: str, sequence_length: int, power: float = 0.0, **options: Any) -> float:
-        """``Sampler.total_weight`` of this node's buffer."""
-        return self._sampler.total_weight(view, sequence_length, power, **options)
-
-    def weigh(self, view: str, sequence_length: int, power: float = 0.0, **options: Any) -> Tuple[float, int]:
-        """(total_weight, size of the view): what the client splits a batch by, and N of importance weights."""
-        return self._sampler.total_weight(view, sequence_length, power, **options), self._sampler.size(view)
-
-    def sample(self, view: str, batch_size: int, sequence_length: int, power: float = 0.0,
-               **options: Any) -> Optional[Dict[str, np.ndarray]]:
-        """``batch_size`` rows as a dict of arrays (the fields, then "mask", "env_ids", "starts", "weights"; with
-        ``prioritized``, "priority_weights": each row's priority**alpha); None when the view has become empty since
-        its total was read (the client redraws those rows elsewhere)."""
-        key = (batch_size, sequence_length)
-        out = self._out.get(key)
-        if out is None:
-            out = self._out[key] = self._sampler.new_batch(batch_size, sequence_length)
-        try:
-            b = self._sampler.sample(view, batch_size, sequence_length, power, out=out, **options)
-        except shmreplay.EmptyView:
-            return None
-        # Ray copies the arrays out (into the reply or the object store) as this call returns, so `out` is free
-        # again after it.
-        part = dict(b.fields)
-        part["mask"] = b.mask
-        part["env_ids"] = b.env_ids
-        part["starts"] = b.starts
-        part["weights"] = b.weights
-        if options.get("prioritized"):  # each row's priority**alpha, for the client's global importance weights
-            part["priority_weights"] = self._sampler.priority_weights(b.env_ids, b.starts)
-        return part
-
-    def draw(self, view: str, batch_size: int, sequence_length: int, power: float, options: Mapping[str, Any],
-             beta: float, pieces: int = 1) -> Any:
-        """The client's call for one node's part of a batch: :meth:`sample` of ``batch_size`` rows (none when 0),
-        then this node's total and view size for the same request, read after the draw (the client splits its
-        next batch by them). Returns a header dict (``total``, ``size``, ``bytes``: the part's bytes, ``part``:
-        the arrays or None) when ``pieces`` is 1; otherwise the header (its ``layout``: name, dtype, shape and
-        offset of each array) followed by the part's bytes cut into ``pieces`` pieces (``ClusterSampler`` asks for
-        pieces small enough for Ray to carry inside the reply)."""
-        part = self.sample(view, batch_size, sequence_length, power, beta=beta, **options) if batch_size > 0 else None
-        header: Dict[str, Any] = {"total": self._sampler.total_weight(view, sequence_length, power, **options),
-                                  "size": self._sampler.size(view),
-                                  "bytes": sum(a.nbytes for a in part.values()) if part is not None else 0}
-        if pieces <= 1:
-            header["part"] = part
-            return header
-        if part is None:
-            header["layout"] = None
-            return (header, *([b""] * pieces))
-        layout, offset = [], 0
-        for name, a in part.items():
-            layout.append((name, a.dtype.str, a.shape, offset))
-            offset += a.nbytes
-        blob = np.empty(offset, np.uint8)
-        for (name, _, _, at), a in zip(layout, part.values()):
-            blob[at:at + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-        header["layout"] = layout
-        step = -(-offset // pieces)
-        return (header, *(blob[i * step:(i + 1) * step].tobytes() for i in range(pieces)))
-
-    def update_priorities(self, env_ids: np.ndarray, steps: np.ndarray, priorities: np.ndarray) -> Tuple[int, int]:
-        """``Sampler.update_priorities`` of this node's buffer: (updated, dropped)."""
-        return self._sampler.update_priorities(env_ids, steps, priorities)
-
-    def reset_online_queue(self) -> None:
-        """``Sampler.reset_online_queue`` of this node's buffer."""
-        self._sampler.reset_online_queue()
-
-    def size(self, view: str) -> int:
-        """``Sampler.size``: the steps in this node's view."""
-        return self._sampler.size(view)
-
-    def ping(self) -> bool:
-        """True: the client's liveness check of a node."""
-        return True
-
-    def close(self, remove: bool = False) -> None:
-        """Release the learner lease; with ``remove`` also remove the buffer's segment."""
-        self._sampler.close()
-        if remove:
-            shmreplay.Buffer.remove(self._name)
-
-
-NodeServer = ray.remote(num_cpus=0)(NodeServerImpl)
-"""The Ray actor class of :class:`NodeServerImpl` (``NodeServer.options(...).remote(...)``). It asks for no CPU,
-so that it fits beside a node's env actors; pin it to its node with a custom resource or a scheduling strategy."""
-
-
-class ClusterBatch:
-    """A batch sampled across nodes: per field an array ``[rows, sequence_length, *shape]``, ``mask``, ``env_ids``,
-    ``starts``, ``weights`` (as :class:`shmreplay.Batch`), and ``node_ids`` (int32 [rows], indices into
-    ``nodes``, the node names)."""
-
-    __slots__ = ("fields", "mask", "env_ids", "starts", "weights", "node_ids", "nodes")
-
-    def __init__(self, fields, mask, env_ids, starts, weights, node_ids, nodes):
-        #: ``{name: array [rows, sequence_length, *shape]}``, in schema order
-        self.fields: Dict[str, np.ndarray] = fields
-        #: bool ``[rows, sequence_length]``: True where the step exists
-        self.mask: np.ndarray = mask
-        #: int64 ``[rows]``: each row's env in its node's buffer
-        self.env_ids: np.ndarray = env_ids
-        #: int64 ``[rows]``: the global step index of each row's first step
-        self.starts: np.ndarray = starts
-        #: float32 ``[rows]``: the global importance weights of a prioritized sample; 1 otherwise
-        self.weights: np.ndarray = weights
-        #: int32 ``[rows]``: each row's node, an index into :attr:`nodes`
-        self.node_ids: np.ndarray = node_ids
-        #: the node names
-        self.nodes: Tuple[str, ...] = nodes
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.fields[name]
-
-    def keys(self) -> List[str]:
-        """The field names, in schema order."""
-        return list(self.fields)
-
-    @property
-    def rows(self) -> int:
-        """Rows of the batch."""
-        return int(self.mask.shape[0])
-
-    def nbytes(self) -> int:
-        """Bytes of every array of the batch."""
-        return sum(a.nbytes for a in self.fields.values()) + sum(
-            a.nbytes for a in (self.mask, self.env_ids, self.starts, self.weights, self.node_ids))
-
-    def __repr__(self) -> str:
-        return f"<shmreplay.ray.ClusterBatch {self.rows} rows from {len(self.nodes)} nodes: {', '.join(self.fields)}>"
-
-
-_ROW_KEYS = ("mask", "env_ids", "starts", "weights")
-
 
 class _Node:
     __slots__ = ("name", "handle", "actor_name", "namespace", "alive", "next_probe")
@@ -251,61 +42,6 @@ class _Node:
         self.alive = True
         self.next_probe = 0.0
 
-
-class _Request:
-    """One batch on its way: what was asked, the split, and the calls sent for it."""
-
-    def __init__(self, view, batch_size, sequence_length, power, options, beta):
-        self.view, self.batch_size, self.sequence_length, self.power = view, batch_size, sequence_length, power
-        self.options, self.beta = options, beta
-        # the request's totals depend on these, not on beta
-        self.key = (view, sequence_length, float(power), options["episodes"], options["period"],
-                    options["min_steps"], options["prioritized"])
-        self.sent = threading.Event()  # set once every first-round call is sent (or sending failed)
-        self.job: Optional[concurrent.futures.Future] = None
-        self.error: Optional[BaseException] = None
-        self.single = False  # one live node: nothing to split, its own importance weights are the global ones
-        self.split: Dict[str, Tuple[float, int]] = {}  # node -> (total, size) the rows were split by
-        self.calls: List[Tuple[_Node, int, int, List[Any]]] = []  # (node, rows, seq, object refs)
-        self.batch: Optional[ClusterBatch] = None
-
-
-class PendingBatch:
-    """A batch requested with :meth:`ClusterSampler.sample_async` (or kept in flight by
-    :meth:`ClusterSampler.batches`): its calls are on their way to the nodes; :meth:`result` waits for them."""
-
-    __slots__ = ("_sampler", "_request")
-
-    def __init__(self, sampler: "ClusterSampler", request) -> None:  # request: a private _Request
-        self._sampler = sampler
-        self._request = request
-
-    def result(self) -> ClusterBatch:
-        """The batch, once every node has answered (each wait bounded by the sampler's ``timeout``; a node that
-        does not answer is lost and its rows are redrawn among the others). Raises what sampling raised
-        (shmreplay.EmptyView when no live node holds a start with a positive weight). Later calls return the same
-        batch."""
-        r = self._request
-        if r.batch is None:
-            if r.error is not None:
-                raise r.error
-            try:
-                r.batch = self._sampler._finish(r)
-            except BaseException as e:
-                r.error = e
-                raise
-        return r.batch
-
-    def done(self) -> bool:
-        """Whether every node's answer has arrived (:meth:`result` then waits for nothing but a redraw, should a
-        node have given fewer rows than asked)."""
-        r = self._request
-        if r.batch is not None or r.error is not None:
-            return True
-        if not r.sent.is_set():
-            return False
-        refs = [ref for _, _, _, refs in r.calls for ref in refs]
-        return not refs or len(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) == len(refs)
 
 
 class ClusterSampler:

@@ -1,0 +1,93 @@
+#include "detail/storage/frame_ring.hpp"
+
+#include <cassert>
+
+#include <fmt/format.h>
+
+#include "detail/protocol/stacks.hpp"
+
+namespace shmreplay::detail {
+namespace {
+
+// The stores of one Writer (or one load) into the frame rings of its envs: a cursor per (env, stacked field), and
+// per env whether a step was stored (stacks.hpp: StackCursor, continuity_test, store_stacks).
+class FrameRingWriter final : public KindWriter {
+ public:
+  FrameRingWriter(Segment& seg, std::span<const uint64_t> envs, KindWriterMode mode)
+      : seg_(&seg), fields_(seg.stacks().size()), mode_(mode), pushed_(envs.size(), 0) {
+    cursors_.reserve(envs.size() * fields_);
+    for (const uint64_t env : envs) {
+      // A Writer goes on after the newest published step's frames (a predecessor's unpublished frames are written
+      // again); a load restarts each env before its first step (restart()).
+      // acquire: pairs with publish_step's release store of head
+      const uint64_t head = mode == KindWriterMode::writer ? seg.env_control(env).head.load(std::memory_order_acquire)
+                                                           : 0;
+      for (std::size_t i = 0; i < fields_; ++i) cursors_.push_back(resume_stack(seg, i, env, head));
+    }
+  }
+
+  void store(std::size_t local, uint64_t env, uint64_t step, const std::byte* const* sources,
+             bool ends_episode) noexcept override {
+    // A load compares every step after its first (nothing of the file is trusted); a Writer as the segment's
+    // continuity rule says.
+    const ContinuityTest t = mode_ == KindWriterMode::load
+                                 ? ContinuityTest{pushed_[local] != 0, true, false}
+                                 : continuity_test(*seg_, env, step, pushed_[local] != 0, [&] { return ends_episode; });
+    const bool restarted =
+        store_stacks(*seg_, env, step, sources, cursors_.data() + local * fields_, t.may_continue, t.compare);
+    if (t.audit && restarted) {
+      ++flagless_restarts_;
+      // The env's count, for the Inspector, `info` and the metrics (one writer per env: a relaxed add, rarely taken).
+      seg_->env_control(env).stack_flagless_restarts.fetch_add(1, std::memory_order_relaxed);
+    }
+    pushed_[local] = 1;
+  }
+
+  void restart(std::size_t local, uint64_t first_step) noexcept override {
+    for (std::size_t i = 0; i < fields_; ++i) cursors_[local * fields_ + i] = StackCursor{0, first_step};
+    pushed_[local] = 0;
+  }
+
+  uint64_t flagless_restarts() const noexcept override { return flagless_restarts_; }
+
+ private:
+  Segment* seg_;  // a Buffer's Segment does not move (the Buffer holds it on the heap)
+  std::size_t fields_;
+  KindWriterMode mode_;
+  std::vector<StackCursor> cursors_;  // [env][stacked field]
+  std::vector<uint8_t> pushed_;       // [env]: a step was stored (the episodes rule compares the first all the same)
+  uint64_t flagless_restarts_ = 0;
+};
+
+}  // namespace
+
+FrameRing::FrameRing(const Segment& seg, std::vector<std::size_t> fields) : FieldStorage(std::move(fields)) {
+  assert(this->fields().size() == seg.stacks().size());
+  for (std::size_t i = 0; i < this->fields().size(); ++i) assert(seg.stacks()[i].field == this->fields()[i]);
+  (void)seg;
+}
+
+void FrameRing::copy_steps(const Segment& seg, uint64_t env, uint64_t first, uint64_t count, std::byte* const* outs,
+                           uint64_t stride) const noexcept {
+  for (std::size_t i = 0; i < fields().size(); ++i) copy_step_stacks(seg, i, env, first, count, outs[i], stride);
+}
+
+void FrameRing::gather(const Segment& seg, std::byte* const* outs, std::size_t length, const GatherRow* rows,
+                       std::size_t count, bool /*all_whole*/) const noexcept {
+  for (std::size_t i = 0; i < fields().size(); ++i) {
+    gather_stacks(seg, i, outs[i], seg.schema()[fields()[i]].bytes(), length, rows, count);
+  }
+}
+
+std::string FrameRing::why_not_direct(const Schema& schema, std::size_t i) const {
+  const Field& f = schema[fields()[i]];
+  return fmt::format("field '{}' ({}) is stacked, and its frames are shared with the steps before and after it",
+                     f.name, f.to_string());
+}
+
+std::unique_ptr<KindWriter> FrameRing::writer(Segment& seg, std::span<const uint64_t> envs,
+                                              KindWriterMode mode) const {
+  return std::make_unique<FrameRingWriter>(seg, envs, mode);
+}
+
+}  // namespace shmreplay::detail

@@ -1,0 +1,65 @@
+#include "detail/storage/plain_ring.hpp"
+
+#include <cassert>
+#include <cstring>
+
+namespace shmreplay::detail {
+namespace {
+
+// A checkpoint load's store of plain fields (the Writer's push path stores them inline: plain_ring.hpp).
+class PlainRingWriter final : public KindWriter {
+ public:
+  PlainRingWriter(Segment& seg, const std::vector<std::size_t>& fields) : seg_(&seg), fields_(fields) {}
+  void store(std::size_t /*local*/, uint64_t env, uint64_t step, const std::byte* const* sources,
+             bool /*ends_episode*/) noexcept override {
+    const uint64_t cap = seg_->capacity();
+    for (std::size_t i = 0; i < fields_.size(); ++i) {
+      const uint64_t b = seg_->schema()[fields_[i]].bytes();
+      std::memcpy(plain_slot(seg_->field_data(fields_[i]), b, cap, env, step), sources[i], b);
+    }
+  }
+
+ private:
+  Segment* seg_;  // a Buffer's Segment does not move (the Buffer holds it on the heap)
+  std::vector<std::size_t> fields_;
+};
+
+}  // namespace
+
+PlainRing::PlainRing(const Segment& seg, std::vector<std::size_t> fields) : FieldStorage(std::move(fields)) {
+  for (const std::size_t f : this->fields()) bytes_.push_back(static_cast<std::size_t>(seg.schema()[f].bytes()));
+}
+
+void PlainRing::copy_steps(const Segment& seg, uint64_t env, uint64_t first, uint64_t count, std::byte* const* outs,
+                           uint64_t stride) const noexcept {
+  const uint64_t cap = seg.capacity();
+  for (std::size_t i = 0; i < fields().size(); ++i) {
+    const uint64_t b = bytes_[i];
+    const std::byte* ring = seg.field_data(fields()[i]) + env * cap * b;
+    uint64_t slot = first % cap;
+    for (uint64_t k = 0; k < count; ++k) {
+      std::memcpy(outs[i] + k * stride, ring + slot * b, b);
+      if (++slot == cap) slot = 0;
+    }
+  }
+}
+
+void PlainRing::gather(const Segment& seg, std::byte* const* outs, std::size_t length, const GatherRow* rows,
+                       std::size_t count, bool all_whole) const noexcept {
+  const std::byte* bases[kMaxFields];
+  const std::size_t n = fields().size();
+  assert(n <= kMaxFields);
+  for (std::size_t i = 0; i < n; ++i) bases[i] = seg.field_data(fields()[i]);
+  gather_fields(bases, outs, bytes_.data(), n, length, seg.capacity(), rows, count, all_whole);
+}
+
+std::byte* PlainRing::direct_bytes(Segment& seg, std::size_t i, uint64_t env, uint64_t step) const noexcept {
+  return plain_slot(seg.field_data(fields()[i]), bytes_[i], seg.capacity(), env, step);
+}
+
+std::unique_ptr<KindWriter> PlainRing::writer(Segment& seg, std::span<const uint64_t> /*envs*/,
+                                              KindWriterMode /*mode*/) const {
+  return std::make_unique<PlainRingWriter>(seg, fields());
+}
+
+}  // namespace shmreplay::detail
