@@ -85,11 +85,16 @@ def test_limits_md_gives_the_schema_and_env_bounds_of_the_code():
         envs, constant(schema, "kMaxFields"), constant(schema, "kMaxDims"))
 
 
-def test_limits_md_names_the_layout_version_of_this_library():
+@pytest.mark.parametrize("doc, pattern", [
+    ("docs/limits.md", r"This library \(layout (\d+\.\d+)\)"),
+    ("docs/design/segment.md", r"The layout version is (\d+\.\d+)"),
+    ("docs/design/README.md", r"the segment's bytes \(layout (\d+\.\d+)\)"),
+])
+def test_the_docs_name_the_layout_version_of_this_library(doc, pattern):
     layout = header("layout.hpp")
     version = f"{constant(layout, 'kLayoutMajor')}.{constant(layout, 'kLayoutMinor')}"
-    m = re.search(r"This library \(layout (\d+\.\d+)\)", flat("docs/limits.md"))
-    assert m and m.group(1) == version, f"limits.md says layout {m and m.group(1)}, layout.hpp {version}"
+    m = re.search(pattern, flat(doc))
+    assert m and m.group(1) == version, f"{doc} says layout {m and m.group(1)}, layout.hpp {version}"
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/cpp.md", "docs/python.md", "lib/python/shmreplay/__init__.py"])

@@ -279,7 +279,7 @@ TEST_CASE("open refuses a corrupted stacked field table with Errc::corrupt, sayi
   corrupt([&](auto& b) { poke64(b, at(2, frames_at), 20); }, "field 3 'r' is not stacked but has stack_frames 20");
   corrupt([&](auto& b) { poke64(b, at(0, index_at), obs.stack_index_offset); },
           fmt::format("is not stacked but has stack_frames 0 and stack_index_offset {}", obs.stack_index_offset));
-  corrupt([&](auto& b) { poke32(b, at(1, stack_at), 0); }, "field 2 'obs' is not stacked but has stack_frames");
+  corrupt([&](auto& b) { poke32(b, at(1, stack_at), 0); }, "field 2 'obs' (obs:u8[4,6,5]) is stored as kind frame_ring, expected plain_ring");
   // A stack axis that is no axis, or another one than the storage was made for.
   corrupt([&](auto& b) { poke32(b, at(1, stack_at), 4); }, "stack axis 3 is not an axis");
   corrupt([&](auto& b) { poke32(b, at(1, stack_at), 0xffffffffu); }, "is not an axis");

@@ -127,6 +127,9 @@
 //   spot check. Episode queues (1.9): EpisodeControl's line 3 takes three padding words, the taker lock and the delivered and
 //   lost counts of pop_episodes (docs/design/episodes.md, point 5). Nothing moves; a 1.8 library opens a 1.9
 //   segment but records no update_step and takes records without the taker lock: do not mix them in one job.
+// - 1.10 names each field's storage kind in FieldDesc::storage_kind (half of a reserved word): the plain ring (0) or
+//   the frame ring (1, the stacked fields of 1.6), chosen by the kind table (lib/detail/storage/storage_kinds.cpp),
+//   whose rows also place and accept the field's storage. Nothing moves; open refuses a kind code it does not know.
 // The layout-pinning test (tests/test_layout.cpp) fixes every size and offset below to kLayoutMajor.kLayoutMinor:
 // change one and that test tells you to bump the version.
 #pragma once
@@ -143,7 +146,7 @@ namespace shmreplay::layout {
 inline constexpr uint64_t kMagic = 0x59414c50524d4853ull;  ///< the bytes "SHMRPLAY" read as little-endian u64
 /// The layout's major version: open() refuses a segment of another (Errc::version_mismatch).
 inline constexpr uint32_t kLayoutMajor = 1;
-inline constexpr uint32_t kLayoutMinor = 9;  ///< 1.1 added the global section and update_seq; 1.2 the episode
+inline constexpr uint32_t kLayoutMinor = 10;  ///< 1.1 added the global section and update_seq; 1.2 the episode
                                              ///< sections, FieldDesc::role, episode_queue_capacity; 1.3 the
                                              ///< priority trees, priority_exponent_bits, the priority line; 1.4
                                              ///< the rate limiter (GlobalControl lines 4-8, EnvControl's
@@ -158,7 +161,7 @@ inline constexpr uint32_t kLayoutMinor = 9;  ///< 1.1 added the global section a
                                              ///< limiter timeouts); 1.9 EnvControl's update_step and
                                              ///< steps_lost_to_dead_updates (a dead updater's step leaves
                                              ///< the view) and stack_flagless_restarts, EpisodeControl's queue_taker, records_delivered
-                                             ///< and records_lost
+                                             ///< and records_lost; 1.10 FieldDesc::storage_kind
 
 /// SegmentHeader::state while the creator initialises the segment (open() waits, then throws not_ready).
 inline constexpr uint64_t kStateInitializing = 0;
@@ -245,8 +248,16 @@ struct FieldDesc {
   uint64_t stack_frames;        ///< (1.6) frames per env ring of a stacked field; 0 otherwise
   uint64_t stack_index_offset;  ///< (1.6) a stacked field's frame-index words, [num_envs][capacity] u64: the
                                 ///< newest frame of the step in each ring slot; 0 otherwise
-  uint64_t reserved0;  ///< reserved for a later minor version; zero
+  uint32_t storage_kind;  ///< (1.10) the field's storage kind: its row id in detail/storage/storage_kinds.cpp
+                          ///< (kStoragePlainRing, kStorageFrameRing); open refuses a code it does not know
+  uint32_t reserved0;     ///< reserved for a later minor version; zero
 };
+
+/// FieldDesc::storage_kind (1.10): where a field's bytes live. Stored in the segment: never renumber. Codes from
+/// kStorageTestKinds up are kinds that only tests register (tests/storage/).
+inline constexpr uint32_t kStoragePlainRing = 0;  ///< [num_envs][capacity][step_bytes] at data_offset
+inline constexpr uint32_t kStorageFrameRing = 1;  ///< a stacked field's frame rings and frame-index words (1.6)
+inline constexpr uint32_t kStorageTestKinds = 0x7e570000;
 
 /// FieldDesc::role: which field holds the episode-end flags and the reward. Identity data, set at creation
 /// (CreateOptions::episodes). Stored in the segment: never renumber.

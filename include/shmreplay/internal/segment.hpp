@@ -46,6 +46,7 @@ struct SegmentGeometry {
   uint64_t learner_stats_offset = 0;  ///< LearnerStats[max_learners], slot 0's first (layout::kSectionLearnerStats;
                                       ///< layout 1.8)
   std::vector<uint64_t> field_offsets;  ///< each field's storage, in schema order (a stacked field's frame rings)
+  std::vector<uint32_t> field_kinds;    ///< each field's storage kind (FieldDesc::storage_kind, layout 1.10)
   std::vector<StackGeometry> stacks;    ///< the stacked fields, in schema order (layout 1.6); empty without
   StackContinuity stack_continuity = StackContinuity::compare;  ///< how writers tell a continuing stack (1.6)
   EpisodeFieldIndices episode_fields;   ///< the episode fields' schema indices (none: no episode bookkeeping)
@@ -99,6 +100,8 @@ class Segment {
   double priority_exponent() const noexcept { return g_.priority_exponent; }
   /// Leaves of each env's priority tree: bit_ceil(capacity), 0 without priorities.
   uint64_t priority_leaves() const noexcept { return g_.priority_leaves; }
+  /// Field `field`'s storage kind (layout::kStoragePlainRing, ...; lib/detail/storage/storage_kinds.cpp).
+  uint32_t field_kind(std::size_t field) const noexcept { return g_.field_kinds[field]; }
   /// Byte offset of each field's storage in the segment, in schema order.
   const std::vector<uint64_t>& field_offsets() const noexcept { return g_.field_offsets; }
 

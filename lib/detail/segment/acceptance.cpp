@@ -22,6 +22,7 @@
 
 #include "detail/os/process.hpp"
 #include "detail/segment/rules.hpp"
+#include "detail/storage/storage_kinds.hpp"
 #include "shmreplay/wait.hpp"
 
 namespace shmreplay::detail {
@@ -240,8 +241,21 @@ Field accept_field(const FieldDesc& entry, uint64_t i, const Sections& s, uint64
     v.fail(Errc::corrupt, fmt::format("{} ({}) says {} bytes per step, expected {}", what, f.to_string(),
                                       d.step_bytes, f.bytes()));
   }
-  // Storage inside the data section, aligned, apart from the rest (checked together by the caller).
-  const auto place = [&](const std::string& part, uint64_t offset, uint64_t bytes) {
+  // The field's storage, as its kind accepts it (lib/detail/storage/storage_kinds.cpp): inside the data section,
+  // aligned, apart from the rest (checked together by the caller).
+  const StorageKindRow* kind = storage_kind(d.storage_kind);
+  if (kind == nullptr) {
+    v.fail(Errc::corrupt, fmt::format("{} has storage kind code {:#x}, which this library does not know (a newer "
+                                      "shmreplay, or a kind only its tests define)",
+                                      what, d.storage_kind));
+  }
+  FieldAcceptor a;
+  a.num_envs = num_envs;
+  a.capacity = capacity;
+  a.steps = steps;
+  a.what = what;
+  a.fail = [&](Errc code, const std::string& message) { v.fail(code, message); };
+  a.place = [&](const std::string& part, uint64_t offset, uint64_t bytes) {
     v.check_range(part, offset, bytes, header_bytes, kDataAlignBytes);
     if (offset < data_sec.offset || offset + bytes > data_sec.offset + data_sec.bytes) {
       v.fail(Errc::corrupt, fmt::format("{} [{}, {}) lies outside the data section [{}, {})", part, offset,
@@ -249,37 +263,13 @@ Field accept_field(const FieldDesc& entry, uint64_t i, const Sections& s, uint64
     }
     storage.emplace_back(SectionDesc{offset, bytes}, part);
   };
-  uint64_t bytes = 0;
-  if (d.stack == 0) {
-    if (d.stack_frames != 0 || d.stack_index_offset != 0) {
-      v.fail(Errc::corrupt, fmt::format("{} is not stacked but has stack_frames {} and stack_index_offset {}", what,
-                                        d.stack_frames, d.stack_index_offset));
-    }
-    if (__builtin_mul_overflow(steps, f.bytes(), &bytes) || d.data_bytes != bytes) {
-      v.fail(Errc::corrupt, fmt::format("{} has {} bytes of storage, expected {} envs x {} steps x {} bytes", what,
-                                        d.data_bytes, num_envs, capacity, f.bytes()));
-    }
-  } else {
-    // Layout 1.6: frame rings of at least the smallest reserve create makes, and one index word per ring slot.
-    StackGeometry st = stack_shape(f, static_cast<std::size_t>(i));
-    const uint64_t least = stack_ring_frames(capacity, st.depth, 1);
-    if (d.stack_frames < least) {
-      v.fail(Errc::corrupt, fmt::format("{} ({}) has {} frames per env, expected at least {}", what, f.to_string(),
-                                        d.stack_frames, least));
-    }
-    st.frames = d.stack_frames;
-    uint64_t index_bytes = 0;
-    if (__builtin_mul_overflow(num_envs, st.frames, &bytes) || __builtin_mul_overflow(bytes, st.frame_bytes, &bytes) ||
-        d.data_bytes != bytes || __builtin_mul_overflow(steps, sizeof(uint64_t), &index_bytes)) {
-      v.fail(Errc::corrupt, fmt::format("{} has {} bytes of frames, expected {} envs x {} frames x {} bytes", what,
-                                        d.data_bytes, num_envs, st.frames, st.frame_bytes));
-    }
-    place(fmt::format("the frame-index words of {}", what), d.stack_index_offset, index_bytes);
-    st.frames_offset = d.data_offset;
-    st.index_offset = d.stack_index_offset;
-    g.stacks.push_back(st);
+  if (const StorageKindRow& expected = storage_kind_for(f); expected.id != kind->id) {
+    v.fail(Errc::corrupt, fmt::format("{} ({}) is stored as kind {}, expected {}", what, f.to_string(), kind->name,
+                                      expected.name));
   }
-  place(fmt::format("the storage of {}", what), d.data_offset, d.data_bytes);
+  kind->accept(d, f, static_cast<std::size_t>(i), a, g);
+  g.field_kinds.push_back(kind->id);
+  g.field_offsets.push_back(d.data_offset);  // accepted by the kind
   if (d.role >= kRoleCount) {
     v.fail(Errc::corrupt, fmt::format("{} has episode role code {}, which is unknown", what, d.role));
   }
@@ -368,6 +358,7 @@ LayoutVersion accept_prefix(int fd, const OpenCheck& check) {
         "learner slots",                                                            // 1.6
         "sample ages and the learners' limiter timeouts",                           // 1.7
         "the step a learner rewrites, which the repair of a dead one needs",        // 1.8
+        "the fields' storage kinds",                                                // 1.9
     };
     static_assert(std::size(kLacks) == kLayoutMinor, "one entry per older minor version");
     check.fail(Errc::version_mismatch,
@@ -420,7 +411,6 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
   if (__builtin_mul_overflow(num_envs, capacity, &steps)) v.fail(Errc::corrupt, "num_envs x capacity overflows");
   for (uint64_t i = 0; i < num_fields; ++i) {
     Field f = accept_field(table[i], i, s, steps, v, storage, roles, g);
-    g.field_offsets.push_back(storage.back().first.offset);  // the field's storage (or frame rings), placed last
     fields.push_back(std::move(f));
   }
   v.check_disjoint(storage);

@@ -17,6 +17,8 @@
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "detail/segment/rules.hpp"
+#include "detail/storage/frame_ring.hpp"
+#include "detail/storage/storage_kinds.hpp"
 
 namespace shmreplay::detail {
 namespace {
@@ -71,31 +73,10 @@ SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& sch
   at = round_up(at, kPageBytes);
   const uint64_t data_start = at;
   const uint64_t steps = checked_mul(num_envs, capacity, num_envs, capacity, "the number of steps");
-  for (std::size_t i = 0; i < schema.size(); ++i) {
-    const Field& f = schema[i];
-    const std::string what = fmt::format("the storage of field '{}' ({} bytes per step)", f.name, f.bytes());
-    if (!f.stacked()) {
-      const uint64_t bytes = checked_mul(steps, f.bytes(), num_envs, capacity, what);
-      at = round_up(at, kDataAlignBytes);
-      p.field_offsets.push_back(at);
-      at = checked_add(at, bytes, num_envs, capacity, "the segment's size");
-      continue;
-    }
-    // Layout 1.6: a stacked field's frame rings, then its frame-index words, each 64-byte aligned.
-    StackGeometry st = stack_shape(f, i);
-    st.frames = stack_ring_frames(capacity, st.depth, stack_restarts);
-    const uint64_t ring_bytes =
-        checked_mul(checked_mul(num_envs, st.frames, num_envs, capacity, what), st.frame_bytes, num_envs, capacity,
-                    what);
-    at = round_up(at, kDataAlignBytes);
-    st.frames_offset = at;
-    p.field_offsets.push_back(at);
-    at = round_up(checked_add(at, ring_bytes, num_envs, capacity, "the segment's size"), kDataAlignBytes);
-    st.index_offset = at;
-    at = checked_add(at, checked_mul(steps, sizeof(uint64_t), num_envs, capacity, what), num_envs, capacity,
-                     "the segment's size");
-    p.stacks.push_back(st);
-  }
+  // Each field's storage, as its kind places it (lib/detail/storage/storage_kinds.cpp).
+  FieldPlacer placer(num_envs, capacity, stack_restarts, at);
+  for (std::size_t i = 0; i < schema.size(); ++i) p.fields.push_back(storage_kind_for(schema[i]).place(schema[i], i, placer));
+  at = placer.at();
   p.sections[kSectionData] = {data_start, at - data_start};
   // Layout 1.2: the episode sections follow the data (so everything before is placed as in 1.1); all three are
   // empty in a buffer without episode fields.
@@ -162,19 +143,12 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
     d->ndim = static_cast<uint32_t>(f.shape.size());
     std::copy(f.shape.begin(), f.shape.end(), d->dims);
     d->step_bytes = f.bytes();
-    d->data_offset = p.field_offsets[i];
-    d->data_bytes = num_envs * capacity * f.bytes();
+    d->data_offset = p.fields[i].data_offset;
+    d->data_bytes = p.fields[i].data_bytes;
     d->role = roles.of_field[i];
-  }
-  // Layout 1.6: the stacked fields' rings (fallocate zeroed the frames and the index words).
-  for (const StackGeometry& st : p.stacks) {
-    FieldDesc* d = table + st.field;
-    d->stack = *schema[st.field].stack_axis + 1;
-    d->stack_frames = st.frames;
-    d->stack_index_offset = st.index_offset;
-    d->data_bytes = num_envs * st.frames * st.frame_bytes;
-    auto* index = reinterpret_cast<std::atomic<uint64_t>*>(base + st.index_offset);
-    for (uint64_t i = 0; i < num_envs * capacity; ++i) new (index + i) std::atomic<uint64_t>(0);
+    d->stack = f.stack_axis ? *f.stack_axis + 1 : 0;  // (1.6) the field's stacked axis + 1
+    d->storage_kind = p.fields[i].kind;               // (1.10)
+    storage_kind(p.fields[i].kind)->write(p.fields[i], *d, base, num_envs, capacity);
   }
   auto* envs = reinterpret_cast<EnvControl*>(base + p.sections[kSectionEnvs].offset);
   for (uint64_t e = 0; e < num_envs; ++e) new (envs + e) EnvControl{};
@@ -229,8 +203,11 @@ SegmentGeometry planned_geometry(const std::string& name, uint64_t num_envs, uin
   g.learner_slots_offset = plan.sections[kSectionLearners].offset;
   g.learner_online_offset = plan.learner_online_offset;
   g.learner_stats_offset = plan.sections[kSectionLearnerStats].offset;
-  g.field_offsets = plan.field_offsets;
-  g.stacks = plan.stacks;
+  for (const PlacedField& f : plan.fields) {
+    g.field_offsets.push_back(f.data_offset);
+    g.field_kinds.push_back(f.kind);
+    if (f.stack) g.stacks.push_back(*f.stack);
+  }
   g.stack_continuity = stack_continuity;
   g.episode_fields = roles.indices;
   g.episode_queue_capacity = roles.queue_capacity;

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "detail/storage/field_geometry.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/internal/layout.hpp"
 #include "shmreplay/rate_limit.hpp"
@@ -41,29 +42,13 @@ std::string episode_role_problem(const Schema& schema, const EpisodeFieldIndices
 FieldRoles resolve_field_roles(const std::string& name, const Schema& schema, const EpisodeFields& fields,
                                uint64_t episode_queue_capacity);
 
-// -- Stacked fields (stack_rules.cpp) --
-
-/// The stack shape of stacked field `field` (schema index `index`): depth, frame_bytes, outer and inner_bytes of
-/// its StackGeometry; the offsets and ring size are left 0. Precondition: the field is validated and stacked.
-StackGeometry stack_shape(const Field& field, std::size_t index) noexcept;
-
-/// Non-continuing stacks per env ring that create's default reserve holds at no loss: 1 + capacity / 128.
-uint64_t default_stack_restarts(uint64_t capacity) noexcept;
-
-/// Frames per env ring of a stacked field of `depth` frames: capacity + (depth - 1) x (1 + restarts) (one frame per
-/// stored step, the depth - 1 older frames of the oldest stored step, and depth - 1 more for each of `restarts`
-/// stacks that do not continue their predecessor's), one more when that is depth x capacity (so that an older
-/// library never takes the rings for an unstacked field's storage). Throws Error(invalid_argument) when it
-/// overflows.
-uint64_t stack_ring_frames(uint64_t capacity, uint64_t depth, uint64_t restarts);
 
 // -- Create's placement rule (placement.cpp) --
 
 /// Where everything goes in a segment of the given shape.
 struct SegmentPlan {
   layout::SectionDesc sections[layout::kSectionsUsed] = {};
-  std::vector<uint64_t> field_offsets;
-  std::vector<StackGeometry> stacks;  ///< the stacked fields' rings and index words (layout 1.6)
+  std::vector<PlacedField> fields;   ///< each field's storage, by its kind (detail/storage/field_geometry.hpp)
   uint64_t max_learners = 1;          ///< learner slots (layout 1.7)
   uint64_t learner_online_offset = 0;  ///< slots 1.. online starts, inside the learner section (0 with one slot)
   uint64_t total_bytes = 0;

@@ -1,6 +1,8 @@
 #include "detail/storage/frame_ring.hpp"
 
+#include <atomic>
 #include <cassert>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -88,6 +90,62 @@ std::string FrameRing::why_not_direct(const Schema& schema, std::size_t i) const
 std::unique_ptr<KindWriter> FrameRing::writer(Segment& seg, std::span<const uint64_t> envs,
                                               KindWriterMode mode) const {
   return std::make_unique<FrameRingWriter>(seg, envs, mode);
+}
+
+}  // namespace shmreplay::detail
+
+namespace shmreplay::detail {
+
+PlacedField place_frame_ring(const Field& field, std::size_t index, FieldPlacer& placer) {
+  const std::string what = fmt::format("the storage of field '{}' ({} bytes per step)", field.name, field.bytes());
+  StackGeometry st = stack_shape(field, index);
+  st.frames = stack_ring_frames(placer.capacity(), st.depth, placer.stack_restarts());
+  PlacedField p;
+  p.kind = layout::kStorageFrameRing;
+  p.data_bytes = placer.mul(placer.mul(placer.num_envs(), st.frames, what), st.frame_bytes, what);
+  p.data_offset = placer.take(p.data_bytes);
+  st.frames_offset = p.data_offset;
+  st.index_offset = placer.take(placer.mul(placer.steps(), sizeof(uint64_t), what));
+  p.stack = st;
+  return p;
+}
+
+void write_frame_ring(const PlacedField& placed, layout::FieldDesc& d, std::byte* base, uint64_t num_envs,
+                      uint64_t capacity) {
+  const StackGeometry& st = *placed.stack;
+  d.stack_frames = st.frames;
+  d.stack_index_offset = st.index_offset;
+  // The file came from fallocate (zero bytes): construct the index words in place.
+  auto* index = reinterpret_cast<std::atomic<uint64_t>*>(base + st.index_offset);
+  for (uint64_t i = 0; i < num_envs * capacity; ++i) new (index + i) std::atomic<uint64_t>(0);
+}
+
+void accept_frame_ring(const layout::FieldDesc& d, const Field& f, std::size_t index, const FieldAcceptor& a,
+                       SegmentGeometry& g) {
+  if (d.stack == 0) {  // the kind of a stacked field with the field's stacked axis gone
+    a.fail(Errc::corrupt, fmt::format("{} is not stacked but has stack_frames {} and stack_index_offset {}", a.what,
+                                      d.stack_frames, d.stack_index_offset));
+  }
+  // Frame rings of at least the smallest reserve create makes, and one index word per ring slot.
+  StackGeometry st = stack_shape(f, index);
+  const uint64_t least = stack_ring_frames(a.capacity, st.depth, 1);
+  if (d.stack_frames < least) {
+    a.fail(Errc::corrupt, fmt::format("{} ({}) has {} frames per env, expected at least {}", a.what, f.to_string(),
+                                      d.stack_frames, least));
+  }
+  st.frames = d.stack_frames;
+  uint64_t bytes = 0;
+  uint64_t index_bytes = 0;
+  if (__builtin_mul_overflow(a.num_envs, st.frames, &bytes) || __builtin_mul_overflow(bytes, st.frame_bytes, &bytes) ||
+      d.data_bytes != bytes || __builtin_mul_overflow(a.steps, sizeof(uint64_t), &index_bytes)) {
+    a.fail(Errc::corrupt, fmt::format("{} has {} bytes of frames, expected {} envs x {} frames x {} bytes", a.what,
+                                      d.data_bytes, a.num_envs, st.frames, st.frame_bytes));
+  }
+  a.place(fmt::format("the frame-index words of {}", a.what), d.stack_index_offset, index_bytes);
+  a.place(fmt::format("the storage of {}", a.what), d.data_offset, d.data_bytes);
+  st.frames_offset = d.data_offset;
+  st.index_offset = d.stack_index_offset;
+  g.stacks.push_back(st);
 }
 
 }  // namespace shmreplay::detail

@@ -3,6 +3,8 @@
 #include <cassert>
 #include <cstring>
 
+#include <fmt/format.h>
+
 namespace shmreplay::detail {
 namespace {
 
@@ -60,6 +62,36 @@ std::byte* PlainRing::direct_bytes(Segment& seg, std::size_t i, uint64_t env, ui
 std::unique_ptr<KindWriter> PlainRing::writer(Segment& seg, std::span<const uint64_t> /*envs*/,
                                               KindWriterMode /*mode*/) const {
   return std::make_unique<PlainRingWriter>(seg, fields());
+}
+
+}  // namespace shmreplay::detail
+
+namespace shmreplay::detail {
+
+PlacedField place_plain_ring(const Field& field, std::size_t /*index*/, FieldPlacer& placer) {
+  PlacedField p;
+  p.kind = layout::kStoragePlainRing;
+  p.data_bytes = placer.mul(placer.steps(), field.bytes(),
+                            fmt::format("the storage of field '{}' ({} bytes per step)", field.name, field.bytes()));
+  p.data_offset = placer.take(p.data_bytes);
+  return p;
+}
+
+void write_plain_ring(const PlacedField& /*placed*/, layout::FieldDesc& /*desc*/, std::byte* /*base*/,
+                      uint64_t /*num_envs*/, uint64_t /*capacity*/) {}
+
+void accept_plain_ring(const layout::FieldDesc& d, const Field& f, std::size_t /*index*/, const FieldAcceptor& a,
+                       SegmentGeometry& /*g*/) {
+  if (d.stack_frames != 0 || d.stack_index_offset != 0) {
+    a.fail(Errc::corrupt, fmt::format("{} is not stacked but has stack_frames {} and stack_index_offset {}", a.what,
+                                      d.stack_frames, d.stack_index_offset));
+  }
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(a.steps, f.bytes(), &bytes) || d.data_bytes != bytes) {
+    a.fail(Errc::corrupt, fmt::format("{} has {} bytes of storage, expected {} envs x {} steps x {} bytes", a.what,
+                                      d.data_bytes, a.num_envs, a.capacity, f.bytes()));
+  }
+  a.place(fmt::format("the storage of {}", a.what), d.data_offset, d.data_bytes);
 }
 
 }  // namespace shmreplay::detail

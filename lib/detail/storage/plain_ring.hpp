@@ -7,6 +7,7 @@
 // through the FieldStorage interface (field_storage.hpp).
 #pragma once
 
+#include "detail/storage/field_geometry.hpp"
 #include "detail/storage/field_storage.hpp"
 
 namespace shmreplay::detail {
@@ -34,5 +35,16 @@ class PlainRing final : public FieldStorage {
  private:
   std::vector<std::size_t> bytes_;  // per field of the kind: bytes per step
 };
+
+// -- The plain ring's geometry (its row of storage_kinds.cpp) --
+
+/// Placement: [num_envs][capacity][bytes], kDataAlignBytes-aligned.
+PlacedField place_plain_ring(const Field& field, std::size_t index, FieldPlacer& placer);
+/// Nothing beyond the generic FieldDesc words (the file is zero).
+void write_plain_ring(const PlacedField& placed, layout::FieldDesc& desc, std::byte* base, uint64_t num_envs,
+                      uint64_t capacity);
+/// Acceptance: no frame words, and num_envs x capacity x bytes of storage.
+void accept_plain_ring(const layout::FieldDesc& desc, const Field& field, std::size_t index, const FieldAcceptor& a,
+                       SegmentGeometry& g);
 
 }  // namespace shmreplay::detail

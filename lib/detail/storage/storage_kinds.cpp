@@ -1,6 +1,9 @@
 #include "detail/storage/storage_kinds.hpp"
 
+#include <algorithm>
 #include <cassert>
+
+#include <fmt/format.h>
 
 #include "detail/storage/frame_ring.hpp"
 #include "detail/storage/plain_ring.hpp"
@@ -14,35 +17,70 @@ std::unique_ptr<FieldStorage> make(const Segment& seg, std::vector<std::size_t> 
 }
 
 constexpr StorageKindRow kKinds[] = {
-    {"frame_ring", [](const Field& f) { return f.stacked(); }, make<FrameRing>},
-    {"plain_ring", [](const Field&) { return true; }, make<PlainRing>},  // last: every field the others leave
+    {layout::kStorageFrameRing, "frame_ring", [](const Field& f) { return f.stacked(); }, place_frame_ring,
+     write_frame_ring, accept_frame_ring, make<FrameRing>},
+    // Last: every field the others leave.
+    {layout::kStoragePlainRing, "plain_ring", [](const Field&) { return true; }, place_plain_ring, write_plain_ring,
+     accept_plain_ring, make<PlainRing>},
 };
+
+std::vector<StorageKindRow>& test_kinds() {
+  static std::vector<StorageKindRow> rows;
+  return rows;
+}
 
 }  // namespace
 
-std::span<const StorageKindRow> storage_kinds() noexcept { return kKinds; }
+std::vector<const StorageKindRow*> storage_kinds() {
+  std::vector<const StorageKindRow*> rows;
+  for (const StorageKindRow& r : test_kinds()) rows.push_back(&r);
+  for (const StorageKindRow& r : kKinds) rows.push_back(&r);
+  return rows;
+}
+
+const StorageKindRow* storage_kind(uint32_t id) {
+  for (const StorageKindRow* r : storage_kinds()) {
+    if (r->id == id) return r;
+  }
+  return nullptr;
+}
+
+const StorageKindRow& storage_kind_for(const Field& field) {
+  for (const StorageKindRow* r : storage_kinds()) {
+    if (r->claims(field)) return *r;
+  }
+  return kKinds[std::size(kKinds) - 1];  // unreachable: the last row claims every field
+}
+
+void add_test_storage_kind(const StorageKindRow& row) {
+  if (row.id < layout::kStorageTestKinds || storage_kind(row.id) != nullptr) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot add storage kind '{}': its id {:#x} is {}", row.name, row.id,
+                            row.id < layout::kStorageTestKinds ? "below the test kinds' codes" : "taken"));
+  }
+  test_kinds().push_back(row);
+}
 
 StorageSet::StorageSet(const Segment& seg) {
   const Schema& schema = seg.schema();
   kind_index_.assign(schema.size(), 0);
   index_in_kind_.assign(schema.size(), 0);
-  const auto rows = storage_kinds();
-  std::vector<std::vector<std::size_t>> taken(rows.size());
-  std::vector<std::size_t> row_of(schema.size());
+  // Each field's kind as the segment names it (FieldDesc::storage_kind: create chose it, open accepted it).
+  std::vector<const StorageKindRow*> row_of_kind;  // kinds_[k]'s row
+  std::vector<std::vector<std::size_t>> taken;      // kinds_[k]'s fields
   for (std::size_t f = 0; f < schema.size(); ++f) {
-    std::size_t r = 0;
-    while (!rows[r].claims(schema[f])) ++r;  // the last row claims every field
-    row_of[f] = r;
-    index_in_kind_[f] = taken[r].size();
-    taken[r].push_back(f);
+    const StorageKindRow* row = storage_kind(seg.field_kind(f));
+    const auto at = std::find(row_of_kind.begin(), row_of_kind.end(), row);
+    const auto k = static_cast<std::size_t>(at - row_of_kind.begin());
+    if (at == row_of_kind.end()) {
+      row_of_kind.push_back(row);
+      taken.emplace_back();
+    }
+    kind_index_[f] = k;
+    index_in_kind_[f] = taken[k].size();
+    taken[k].push_back(f);
   }
-  std::vector<std::size_t> kind_of_row(rows.size(), SIZE_MAX);
-  for (std::size_t r = 0; r < rows.size(); ++r) {
-    if (taken[r].empty()) continue;
-    kind_of_row[r] = kinds_.size();
-    kinds_.push_back(rows[r].make(seg, std::move(taken[r])));
-  }
-  for (std::size_t f = 0; f < schema.size(); ++f) kind_index_[f] = kind_of_row[row_of[f]];
+  for (std::size_t k = 0; k < taken.size(); ++k) kinds_.push_back(row_of_kind[k]->make(seg, std::move(taken[k])));
   all_plain_ = kinds_.size() == 1 && dynamic_cast<const PlainRing*>(kinds_[0].get()) != nullptr;
 }
 

@@ -1,9 +1,9 @@
-// detail/segment/stack_rules.cpp: the shape of a stacked field's storage (layout 1.6), which create's placement
-// rule (placement.cpp) and open's acceptance rule (acceptance.cpp) both derive from the field: how many frames a
-// stack has, how a frame sits in it, and how many frames each env's ring holds (docs/design/stacks.md).
+// detail/storage/frame_rules.cpp: the shape of a stacked field's storage (layout 1.6), which the frame ring's
+// placement and acceptance (frame_ring.cpp) both derive from the field: how many frames a stack has, how a frame
+// sits in it, and how many frames each env's ring holds (docs/design/stacks.md).
 #include <fmt/format.h>
 
-#include "detail/segment/rules.hpp"
+#include "detail/storage/frame_ring.hpp"
 
 namespace shmreplay::detail {
 
