@@ -1,8 +1,12 @@
 // Schema: the text form, validation and comparison.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstring>
 #include <string>
+#include <type_traits>
 
+#include "detail/elements.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/schema.hpp"
 #include "support.hpp"
@@ -182,4 +186,65 @@ TEST_CASE("differences lists each mismatch field by field") {
   const auto s = Schema::differences(Schema::parse("x:f32"), Schema::parse("x:f32[1]"));
   REQUIRE(s.size() == 1);
   CHECK(s[0] == "field 'x': expected shape scalar, actual [1]");
+}
+
+// detail/elements.hpp: the element types of the dtypes and the f16/bf16 decoders that episodes, dump and the
+// Python module share.
+
+TEST_CASE("every f16 bit pattern widens to its sign, exponent and mantissa's value, subnormals, inf and NaN too") {
+  for (uint32_t bits = 0; bits <= 0xffff; ++bits) {
+    const int exponent = static_cast<int>(bits >> 10) & 0x1f;
+    const double mantissa = static_cast<double>(bits & 0x3ff);
+    const double sign = (bits & 0x8000) != 0 ? -1.0 : 1.0;
+    const float got = detail::to_float(detail::Float16{static_cast<uint16_t>(bits)});
+    if (exponent == 31 && mantissa != 0) {
+      CHECK_MESSAGE(std::isnan(got), "bits ", bits);
+      continue;
+    }
+    const double expected = exponent == 31  ? sign * HUGE_VAL
+                            : exponent == 0 ? sign * std::ldexp(mantissa, -24)
+                                            : sign * std::ldexp(1024.0 + mantissa, exponent - 25);
+    CHECK_MESSAGE(static_cast<double>(got) == expected, "bits ", bits);
+    CHECK(std::signbit(got) == (sign < 0));
+  }
+}
+
+TEST_CASE("every bf16 bit pattern widens to the float whose upper half it is") {
+  for (uint32_t bits = 0; bits <= 0xffff; ++bits) {
+    const uint32_t wide = bits << 16;
+    float expected = 0;
+    std::memcpy(&expected, &wide, sizeof expected);
+    const float got = detail::to_float(detail::BFloat16{static_cast<uint16_t>(bits)});
+    CHECK_MESSAGE(std::memcmp(&got, &expected, sizeof got) == 0, "bits ", bits);
+  }
+}
+
+TEST_CASE("with_dtype gives each dtype an element type of its size, and element_as_double reads its bytes") {
+  for (uint32_t raw = 1; is_dtype(raw); ++raw) {
+    const auto dtype = static_cast<DType>(raw);
+    const std::size_t size = detail::with_dtype(dtype, [](auto tag) -> std::size_t {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_void_v<T>) {
+        return 0;
+      } else {
+        return sizeof(T);
+      }
+    });
+    CHECK_MESSAGE(size == dtype_bytes(dtype), dtype_name(dtype));
+  }
+  const auto read = [](DType dtype, auto value) {
+    std::byte bytes[16] = {};
+    std::memcpy(bytes + 1, &value, sizeof value);  // unaligned on purpose
+    return detail::element_as_double(dtype, bytes + 1);
+  };
+  CHECK(read(DType::i8, int8_t{-3}) == -3.0);
+  CHECK(read(DType::u64, uint64_t{1} << 40) == std::ldexp(1.0, 40));
+  CHECK(read(DType::f16, uint16_t{0xbc00}) == -1.0);
+  CHECK(read(DType::bf16, uint16_t{0x4049}) == 3.140625);
+  CHECK(read(DType::f64, 0.1) == 0.1);
+  CHECK(read(DType::boolean, uint8_t{2}) == 1.0);
+  CHECK(read(static_cast<DType>(0), uint8_t{7}) == 0.0);  // not a dtype
+  CHECK(detail::with_dtype(static_cast<DType>(99), [](auto tag) {
+    return std::is_void_v<typename decltype(tag)::type>;
+  }));
 }

@@ -155,16 +155,11 @@ quick_loop() {
   cmake --build build -j "$jobs" --target "${targets[@]}"
   if ctest --test-dir build -N -L "$labels" -L '^wheel$' 2>/dev/null | grep -q '^ *Test *#'; then
     stage "wheel: built and installed into .venv and .venv-numpy1 (the Python tests run the installed package)"
-    if [[ -x tools/build_wheel.sh ]]; then
-      tools/build_wheel.sh
-    else
-      rm -rf build/wheelhouse
-      "$venv/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps -w build/wheelhouse .
-      for env in .venv .venv-numpy1; do
-        [[ ! -x $env/bin/python ]] ||
-          "$env/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps build/wheelhouse/shmreplay-*.whl
-      done
-    fi
+    tools/build_wheel.sh --python "$venv/bin/python"  # build/wheelhouse, with the Boost headers hidden as root
+    for env in .venv .venv-numpy1; do
+      [[ ! -x $env/bin/python ]] ||
+        "$env/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps build/wheelhouse/shmreplay-*.whl
+    done
     SHMREPLAY_PIP_WHEEL=$(echo "$PWD"/build/wheelhouse/shmreplay-*.whl)
     export SHMREPLAY_PIP_WHEEL
   fi
@@ -194,8 +189,8 @@ fi
 
 stage --quiet "Python package (the wheel)"
 echo "== Python package: pip builds the wheel from this clone and installs it into .venv and .venv-numpy1 (at ${SECONDS} s)" >&2
-rm -rf build/wheelhouse
-"$venv/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps -w build/wheelhouse .
+# build/wheelhouse; as root, with the Boost headers hidden (the package declares none: tools/build_wheel.sh)
+tools/build_wheel.sh --python "$venv/bin/python"
 wheels=(build/wheelhouse/shmreplay-*.whl)
 for env in .venv .venv-numpy1; do
   "$env/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "${wheels[0]}"

@@ -4,6 +4,7 @@
 #include "aliases.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <array>
 #include <memory>
@@ -12,38 +13,30 @@
 #include <string>
 #include <vector>
 
+#include "sample_options.hpp"
+
 namespace shmreplay::python {
 
 namespace py = pybind11;
 
 namespace {
 
-enum class Kind {
-  name,     // another spelling of the same thing: "shmreplay's Python name for it is '{python}' ({origin})"
-  seconds,  // a millisecond count: "Python takes seconds: {python}=... ({origin} is in milliseconds)"
-  other,    // origin is the whole hint
-};
+using Kind = AliasKind;
 
 struct Alias {
   bool attribute;      // an attribute of a class (else a keyword of a call)
-  const char* where;   // the calls ("Sampler.sample Sampler.sample_mixed") or the class ("Batch")
+  std::string_view where;  // the calls ("Sampler.sample Sampler.sample_mixed") or the class ("Batch")
   const char* alias;   // the name a user tries
   const char* python;  // the Python name to use (a keyword, an attribute, or the builtin: "__len__")
   Kind kind;
   const char* origin;  // where the alias comes from, or the hint (Kind::other)
 };
 
-constexpr const char* kSampleCalls = "Sampler.sample Sampler.sample_mixed Sampler.sample_transitions";
 constexpr const char* kWriterCalls = "Writer Writer.range";
 
 constexpr std::array kAliases = {
     // keywords
-    Alias{false, kSampleCalls, "importance_exponent", "beta", Kind::name, "C++: SampleOptions::importance_exponent"},
-    Alias{false, kSampleCalls, "rate_limit_timeout_ms", "rate_limit_timeout", Kind::seconds,
-          "C++: SampleOptions::rate_limit_timeout_ms"},
-    Alias{false, kSampleCalls, "timeout_ms", "rate_limit_timeout", Kind::seconds,
-          "C++: SampleOptions::rate_limit_timeout_ms"},
-    Alias{false, kSampleCalls, "timeout", "rate_limit_timeout", Kind::name, "the wait for the rate limiter"},
+    // (the sample options' rows come from their table: sample_options.hpp, all_aliases below)
     Alias{false, "Sampler.sample Sampler.sample_mixed Sampler.total_weight", "distribution_power", "power",
           Kind::name, "C++: the distribution_power argument"},
     Alias{false, "Sampler.wait", "timeout_ms", "timeout", Kind::seconds, "C++: Sampler::wait's timeout_ms"},
@@ -91,6 +84,28 @@ constexpr std::array kAliases = {
     Alias{true, "Field", "to_string", "__str__", Kind::other, "Python uses str(field) (C++: Field::to_string())"},
 };
 
+// The rows above, then those of the sample options' table (made once: their `where` lists the calls each option
+// is taken by, from the table's bits).
+const std::vector<Alias>& all_aliases() {
+  static const std::vector<Alias> rows = [] {
+    static std::vector<std::string> wheres;  // the strings the rows' `where` point into
+    wheres.reserve(kSampleOptions.size());
+    std::vector<Alias> out(kAliases.begin(), kAliases.end());
+    for (const SampleOption& o : kSampleOptions) {
+      std::vector<std::string> calls;
+      for (std::size_t c = 0; c < kSampleCalls.size(); ++c) {
+        if ((o.calls & kSampleCalls[c]) != 0) calls.emplace_back(kSampleCallNames[c]);
+      }
+      wheres.push_back(fmt::format("{}", fmt::join(calls, " ")));
+      for (const OptionAlias& a : o.aliases) {
+        if (a.alias != nullptr) out.push_back(Alias{false, wheres.back(), a.alias, o.name, a.kind, a.origin});
+      }
+    }
+    return out;
+  }();
+  return rows;
+}
+
 // Whether `name` is one of the space-separated names of `where`, or (for a vectorcall method, which names itself
 // "sample") the part after a dot of one of them.
 bool lists(std::string_view where, std::string_view name) {
@@ -105,7 +120,7 @@ bool lists(std::string_view where, std::string_view name) {
 }
 
 std::optional<std::string> hint(bool attribute, std::string_view where, std::string_view alias) {
-  for (const Alias& a : kAliases) {
+  for (const Alias& a : all_aliases()) {
     if (a.attribute != attribute || alias != a.alias || !lists(a.where, where)) continue;
     switch (a.kind) {
       case Kind::name: return fmt::format("shmreplay's Python name for it is '{}' ({})", a.python, a.origin);
@@ -211,7 +226,7 @@ std::optional<std::string> keyword_alias_message(std::string_view function, std:
 
 void add_alias_hints(py::module_& m) {
   std::set<std::string> done;
-  for (const Alias& a : kAliases) {
+  for (const Alias& a : all_aliases()) {
     for (const std::string& where : split(a.where)) {
       if (!done.insert(where).second) continue;
       const std::size_t dot = where.find('.');
@@ -235,7 +250,7 @@ void add_alias_hints(py::module_& m) {
 
 py::list alias_rows() {
   py::list rows;
-  for (const Alias& a : kAliases) {
+  for (const Alias& a : all_aliases()) {
     for (const std::string& where : split(a.where)) {
       rows.append(py::make_tuple(a.attribute ? "attribute" : "keyword", where, a.alias, a.python));
     }

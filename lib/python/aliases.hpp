@@ -17,6 +17,13 @@
 
 namespace shmreplay::python {
 
+/// How a row's hint reads.
+enum class AliasKind {
+  name,     ///< another spelling of the same thing: "shmreplay's Python name for it is '{python}' ({origin})"
+  seconds,  ///< a millisecond count: "Python takes seconds: {python}=... ({origin} is in milliseconds)"
+  other,    ///< origin is the whole hint
+};
+
 /// The message for a call of `function` ("sample", or "Buffer.open" for a wrapped method) with a keyword it does not
 /// take, when the table lists that keyword for it: "{function}() got an unexpected keyword argument '{keyword}';
 /// {hint}". nullopt for any other keyword.
@@ -30,7 +37,8 @@ std::optional<std::string> keyword_alias_message(std::string_view function, std:
 /// once by module.cpp, after every class is bound.
 void add_alias_hints(pybind11::module_& m);
 
-/// The table, as (kind, where, alias, python name) tuples, kind "keyword" or "attribute" (the module's _aliases(),
+/// The table (its own rows, and those of the sample options: sample_options.hpp), as (kind, where, alias, python
+/// name) tuples, kind "keyword" or "attribute" (the module's _aliases(),
 /// for tests/python/test_naming.py, which checks it against docs/naming.md).
 pybind11::list alias_rows();
 

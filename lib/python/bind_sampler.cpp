@@ -44,24 +44,6 @@ void bind_sampler(py::module_& m) {
       "Reseed the sampler's random generator (its rank's stream of that seed): the next samples are deterministic "
       "for a given buffer state.")
       .def(
-          "total_weight",
-          [](PySampler& s, const std::string& view, Int<"Sampler.total_weight(): sequence_length", std::size_t> sequence_length,
-             double power, const std::string& episodes, Int<"Sampler.total_weight(): period"> period,
-             Int<"Sampler.total_weight(): min_steps"> min_steps, bool prioritized) {
-            const View v = parse_view(view);
-            const SampleOptions o = sample_options(episodes, period, min_steps, prioritized, 0.0);
-            const std::shared_ptr<Sampler> smp = s.get("total_weight");
-            py::gil_scoped_release release;
-            std::lock_guard lock(s.mu);
-            return smp->total_weight(v, sequence_length, power, o);
-          },
-          "view"_a, "sequence_length"_a, "power"_a = 0.0, py::kw_only(), "episodes"_a = "cross", "period"_a = 1,
-          "min_steps"_a = 0, "prioritized"_a = false,
-          "The total weight of the view's starts for sample() with these arguments (the sum of min(steps left, "
-          "sequence_length)**power, of 1 for episodes='within', of priority**alpha with prioritized=True and "
-          "power 0): sample draws a start with probability weight / total. 0.0 for an empty view or one below "
-          "min_steps. What shmreplay.ray splits a batch among buffers by.")
-      .def(
           "priority_weights",
           [](PySampler& s, py::object env_ids, py::object steps) {
             const std::shared_ptr<Sampler> smp = s.get("priority_weights");
@@ -251,7 +233,7 @@ void bind_sampler(py::module_& m) {
         s.close();
         return false;
       });
-  add_sample_methods(sampler);  // sample, sample_mixed and sample_transitions (sample_call.cpp)
+  add_sample_methods(sampler);  // sample, sample_mixed, sample_transitions and total_weight (sample_call.cpp)
 }
 
 }  // namespace shmreplay::python

@@ -16,7 +16,10 @@ void bind_buffer(pybind11::module_& m);   // bind_buffer.cpp: Buffer
 void bind_writer(pybind11::module_& m);   // bind_writer.cpp: StepSlot, Writer
 // push_call.cpp: Writer.push and push_one, and the module's _push_repeated (their C++ baseline)
 void add_push_methods(pybind11::module_& m, pybind11::handle writer_class);
-void add_sample_methods(pybind11::handle sampler_class);  // sample_call.cpp: Sampler.sample and its kin
+void add_sample_methods(pybind11::handle sampler_class);  // sample_call.cpp: Sampler.sample, its kin, total_weight
+/// The sample options' table (sample_options.hpp) as (keyword, [calls], default as Python writes it, doc) tuples:
+/// the module's _sample_options(), for tests/python/test_sample_call.py.
+pybind11::list sample_option_rows();
 void bind_batch(pybind11::module_& m);    // bind_batch.cpp: Batch, EnvSizes, EpisodeRecord (the learner's outputs)
 void bind_sampler(pybind11::module_& m);  // bind_sampler.cpp: Sampler
 // bind_checkpoint.cpp: save, load, verify, save_link, list_links, Buffer.save, and their result classes

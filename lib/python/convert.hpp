@@ -24,6 +24,8 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shmreplay/buffer.hpp"
@@ -34,6 +36,7 @@
 #include "shmreplay/version.hpp"
 #include "shmreplay/wait.hpp"
 #include "shmreplay/writer.hpp"
+#include "detail/elements.hpp"
 #include "int_arg.hpp"
 
 namespace shmreplay::python {
@@ -43,30 +46,30 @@ namespace py = pybind11;
 // ---------------------------------------------------------------------------------------------------------------
 // dtypes and shapes
 
+// The NumPy dtype of each DType (through detail::with_dtype, the one switch over the element types): f16 as
+// numpy.float16, bf16 as numpy.uint16 holding the bfloat16 bits (NumPy has no bfloat16), bool as numpy.bool_.
 inline py::dtype make_numpy_dtype(DType d) {
-  switch (d) {
-    case DType::u8: return py::dtype::of<uint8_t>();
-    case DType::i8: return py::dtype::of<int8_t>();
-    case DType::u16: return py::dtype::of<uint16_t>();
-    case DType::i16: return py::dtype::of<int16_t>();
-    case DType::u32: return py::dtype::of<uint32_t>();
-    case DType::i32: return py::dtype::of<int32_t>();
-    case DType::u64: return py::dtype::of<uint64_t>();
-    case DType::i64: return py::dtype::of<int64_t>();
-    case DType::f16: return py::dtype("float16");
-    case DType::bf16: return py::dtype::of<uint16_t>();  // the bits; numpy has no bfloat16
-    case DType::f32: return py::dtype::of<float>();
-    case DType::f64: return py::dtype::of<double>();
-    case DType::boolean: return py::dtype::of<bool>();
-  }
-  throw Error(Errc::invalid_argument, "unknown dtype");
+  return detail::with_dtype(d, [d](auto tag) -> py::dtype {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_void_v<T>) {
+      throw Error(Errc::invalid_argument, fmt::format("unknown dtype {}", static_cast<uint32_t>(d)));
+    } else if constexpr (std::is_same_v<T, detail::Float16>) {
+      return py::dtype("float16");
+    } else if constexpr (std::is_same_v<T, detail::BFloat16>) {
+      return py::dtype::of<uint16_t>();
+    } else {
+      return py::dtype::of<T>();
+    }
+  });
 }
 
-// The dtype objects, made once (at import) and kept for the process: a push compares against them per field.
-inline std::array<py::handle, 14> g_dtypes;
+// The dtype objects, made once (at import) and kept for the process: a push compares against them per field. By
+// DType's value (1 to DType::boolean; 0 is none).
+inline constexpr std::size_t kDTypeSlots = static_cast<std::size_t>(DType::boolean) + 1;
+inline std::array<py::handle, kDTypeSlots> g_dtypes;
 
 // The NumPy scalar type of each dtype (numpy.float32, ...; bf16's is numpy.uint16), for push_one's scalar values.
-inline std::array<py::handle, 14> g_scalar_types;
+inline std::array<py::handle, kDTypeSlots> g_scalar_types;
 
 // The int32 and int64 dtypes, for the env id fast path.
 inline py::handle g_int32;
@@ -349,12 +352,31 @@ inline Populate parse_populate(const std::string& v) {
               fmt::format("unknown populate mode '{}': expected 'never', 'always' or 'auto'", v));
 }
 
+// The episodes modes' Python names (SampleOptions::episodes).
+inline constexpr std::array<std::pair<Episodes, const char*>, 3> kEpisodesNames = {
+    {{Episodes::cross, "cross"}, {Episodes::stop, "stop"}, {Episodes::within, "within"}}};
+
+inline const char* episodes_name(Episodes e) {
+  for (const auto& [mode, name] : kEpisodesNames) {
+    if (mode == e) return name;
+  }
+  return "?";
+}
+
 inline Episodes parse_episodes(const std::string& v) {
-  if (v == "cross") return Episodes::cross;
-  if (v == "stop") return Episodes::stop;
-  if (v == "within") return Episodes::within;
+  for (const auto& [mode, name] : kEpisodesNames) {
+    if (v == name) return mode;
+  }
   throw Error(Errc::invalid_argument,
               fmt::format("unknown episodes mode '{}': expected 'cross', 'stop' or 'within'", v));
+}
+
+// A float as Python's repr writes it (0.4, 10.0, inf): a signature's default.
+inline std::string python_float_text(double v) {
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::string text = fmt::format("{}", v);
+  if (text.find_first_of(".en") == std::string::npos) text += ".0";
+  return text;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -364,9 +386,12 @@ inline Field make_field(const std::string& name, const std::string& dtype, std::
                         std::optional<int64_t> stack_axis) {
   const auto d = parse_dtype(dtype);
   if (!d) {
-    throw Error(Errc::invalid_schema, fmt::format("field '{}': unknown dtype '{}' (expected one of u8 i8 u16 i16 "
-                                                  "u32 i32 u64 i64 f16 bf16 f32 f64 bool)",
-                                                  name, dtype));
+    std::vector<std::string_view> names;  // every dtype's spelling (schema.hpp), in DType order
+    for (uint32_t raw = 0; raw < g_dtypes.size(); ++raw) {
+      if (is_dtype(raw)) names.push_back(dtype_name(static_cast<DType>(raw)));
+    }
+    throw Error(Errc::invalid_schema, fmt::format("field '{}': unknown dtype '{}' (expected one of {})", name, dtype,
+                                                  fmt::join(names, " ")));
   }
   Field f{name, *d, std::move(shape), std::nullopt};
   if (stack_axis) {  // -1 is the last axis, as in NumPy; the Schema checks the rest
@@ -417,16 +442,6 @@ inline uint64_t timeout_ms(const char* what, double seconds) {
 // The other way, for properties: kWaitForever reads as float('inf').
 inline double timeout_seconds(uint64_t ms) {
   return ms == kWaitForever ? std::numeric_limits<double>::infinity() : static_cast<double>(ms) / 1e3;
-}
-
-inline SampleOptions sample_options(const std::string& episodes, uint64_t period, uint64_t min_steps, bool prioritized,
-                                    double beta, double rate_limit_timeout = 10.0) {
-  return SampleOptions{.episodes = parse_episodes(episodes),
-                       .period = period,
-                       .min_steps = min_steps,
-                       .prioritized = prioritized,
-                       .importance_exponent = beta,
-                       .rate_limit_timeout_ms = timeout_ms("rate_limit_timeout", rate_limit_timeout)};
 }
 
 inline WriterOptions writer_options(bool wait_for_rate_limit, double rate_limit_timeout) {

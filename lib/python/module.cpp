@@ -49,8 +49,7 @@ void set_python_error(const Error& e) {
 
 PYBIND11_MODULE(_shmreplay, m) {
   m.doc() = "shmreplay's C++ core; import shmreplay, not this module";
-  m.attr("__version__") = fmt::format("{}.{}.{}", SHMREPLAY_VERSION_MAJOR, SHMREPLAY_VERSION_MINOR,
-                                      SHMREPLAY_VERSION_PATCH);
+  m.attr("__version__") = kVersion;  // shmreplay/version.hpp: the CLI's --version prints the same constant
 
   // Errors: shmreplay::Error -> the class of its code, from shmreplay/_errors.py (kept alive for the process).
   init_dtypes();
@@ -79,6 +78,8 @@ PYBIND11_MODULE(_shmreplay, m) {
   add_alias_hints(m);
   m.def("_aliases", &alias_rows,
         "the rejected aliases as (kind, where, alias, python name) tuples (for the tests: docs/naming.md lists them)");
+  m.def("_sample_options", &sample_option_rows,
+        "the sample options as (keyword, calls, default, doc) tuples (for the tests: lib/python/sample_options.hpp)");
 }
 
 }  // namespace shmreplay::python

@@ -2,10 +2,9 @@
 // holds (the library object, its buffer, a mutex taken with the GIL released) and the calls the bindings share.
 #pragma once
 
-#include <boost/container/small_vector.hpp>
-
 #include "convert.hpp"
 #include "interrupt.hpp"
+#include "small_vector.hpp"
 
 namespace shmreplay::python {
 
@@ -219,7 +218,7 @@ struct PySlot {
   // with the slot's Python object as their base: kept here, they would make a cycle with it that the garbage
   // collector never sees (pybind11's objects are not tracked), and every reservation would keep its Writer (and
   // the leases) to the end of the process.
-  boost::container::small_vector<std::byte*, 16> field_data;
+  SmallVector<std::byte*, 16> field_data;
   // A stacked field's bytes are this slot's own (zeros at first), copied into the Writer's staging area at commit
   // (StepSlot::field of a stacked field), which stores them as frames. The staging area is the Writer's and goes
   // with it at close(), while an array kept past the commit still points where its base (this slot) says: the

@@ -8,8 +8,6 @@
 //   that never waits for the rate limiter: such a push takes a few hundred nanoseconds, less than handing the GIL
 //   to another thread and taking it back. A larger push, or one that may wait, releases the GIL as before.
 // The conversions and errors are convert.hpp's, the same as every other call's.
-#include <boost/container/small_vector.hpp>
-
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -17,6 +15,7 @@
 
 #include "bindings.hpp"
 #include "objects.hpp"
+#include "small_vector.hpp"
 #include "vectorcall.hpp"
 
 namespace shmreplay::python {
@@ -27,9 +26,9 @@ namespace {
 
 // The field arrays of one call in schema order (converted ones owned here), and the bytes the Writer reads.
 struct PushFields {
-  boost::container::small_vector<py::object, 16> arrays;
-  boost::container::small_vector<FieldBytes, 16> bytes;
-  boost::container::small_vector<uint64_t, 16> scalars;  // a one-value field's value, converted (scalar_bytes)
+  SmallVector<py::object, 16> arrays;
+  SmallVector<FieldBytes, 16> bytes;
+  SmallVector<uint64_t, 16> scalars;  // a one-value field's value, converted (scalar_bytes)
   std::size_t total = 0;
 };
 

@@ -1,8 +1,11 @@
 """The package under test is the one it should be: when ctest runs the suite against a pip-installed package
 (SHMREPLAY_EXPECT_INSTALLED=1), it imports from the environment's site-packages, its version is the wheel's, and
-the environment's `shmreplay` CLI prints the same version; SHMREPLAY_EXPECT_NUMPY=1 asserts the NumPy 1 pass."""
+the environment's `shmreplay` CLI prints the same version; SHMREPLAY_EXPECT_NUMPY=1 asserts the NumPy 1 pass. In
+every mode, shmreplay.__version__ is the library's kVersion: what include/shmreplay/version.hpp says and what the
+CLI (the build's, SHMREPLAY_CLI, else the installed one) prints for --version."""
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 
@@ -29,6 +32,27 @@ def test_the_environments_cli_and_python_m_shmreplay_print_the_packages_version(
         out = subprocess.run(command, capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stderr
         assert out.stdout.startswith(f"shmreplay {shmreplay.__version__} "), out.stdout
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_the_modules_version_is_version_hpps_and_the_clis():
+    header = open(os.path.join(ROOT, "include", "shmreplay", "version.hpp")).read()
+    parts = [re.search(rf"#define SHMREPLAY_VERSION_{p} (\d+)", header).group(1) for p in ("MAJOR", "MINOR", "PATCH")]
+    assert shmreplay.__version__ == ".".join(parts)
+    cli = os.environ.get("SHMREPLAY_CLI")
+    if not cli:
+        from shmreplay.__main__ import cli_path
+        try:
+            cli = cli_path()
+        except SystemExit:
+            pytest.skip("no shmreplay CLI: SHMREPLAY_CLI is not set and none is installed with the package")
+    out = subprocess.run([cli, "--version"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    m = re.match(r"shmreplay (\S+) \(segment layout", out.stdout)
+    assert m, out.stdout
+    assert m.group(1) == shmreplay.__version__
 
 
 def test_numpy_is_the_version_this_pass_is_for():

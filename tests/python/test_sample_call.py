@@ -1,5 +1,8 @@
-"""Sampler.sample, sample_mixed and sample_transitions as vectorcall methods (lib/python/sample_call.cpp): their
-signatures, Python's argument rules (keyword-only options), pybind11's conversions, the defaults, and out=."""
+"""Sampler.sample, sample_mixed, sample_transitions and total_weight as vectorcall methods (lib/python/sample_call.cpp):
+their signatures, Python's argument rules (keyword-only options), pybind11's conversions, the defaults, and out=.
+The options come from one table (lib/python/sample_options.hpp), which the module shows as _sample_options(): the
+tests read it, so a new option is checked without a line here."""
+import ast
 import inspect
 import os
 import types
@@ -8,17 +11,33 @@ import numpy as np
 import pytest
 
 import shmreplay
+from shmreplay import _shmreplay
 from conftest import check_batch, payload
 
-METHODS = {
-    "sample": ["self", "view", "batch_size", "sequence_length", "power", "episodes", "period", "min_steps",
-               "prioritized", "beta", "rate_limit_timeout", "out"],
-    "sample_mixed": ["self", "replay_batch", "online_batch", "sequence_length", "power", "episodes", "period",
-                     "min_steps", "prioritized", "beta", "rate_limit_timeout", "out"],
-    "sample_transitions": ["self", "view", "batch_size", "prioritized", "beta", "rate_limit_timeout", "out"],
+OPTIONS = _shmreplay._sample_options()  # (keyword, calls, default as Python writes it, doc)
+LEADING = {
+    "sample": ["view", "batch_size", "sequence_length", "power"],
+    "sample_mixed": ["replay_batch", "online_batch", "sequence_length", "power"],
+    "sample_transitions": ["view", "batch_size"],
+    "total_weight": ["view", "sequence_length", "power"],
 }
 
 
+def options_of(method):
+    return [(name, default) for name, calls, default, _doc in OPTIONS if f"Sampler.{method}" in calls]
+
+
+def parameters(method):
+    return ["self"] + LEADING[method] + [n for n, _ in options_of(method)] + (["out"] if method != "total_weight"
+                                                                               else [])
+
+
+def test_the_option_table_names_only_the_sampling_calls_and_documents_each_option():
+    assert OPTIONS
+    for name, calls, default, doc in OPTIONS:
+        assert calls and set(calls) <= {f"Sampler.{m}" for m in LEADING}, name
+        assert default == "inf" or ast.literal_eval(default) is not None, name  # a Python literal
+        assert doc.endswith("."), name
 @pytest.fixture
 def filled(buffer):
     w = shmreplay.Writer(buffer, [0, 1, 2, 3])
@@ -28,13 +47,47 @@ def filled(buffer):
 
 
 def test_the_sampling_calls_are_method_descriptors_with_their_signatures():
-    for name, params in METHODS.items():
+    for name in LEADING:
         assert isinstance(shmreplay.Sampler.__dict__[name], types.MethodDescriptorType), name
         sig = inspect.signature(getattr(shmreplay.Sampler, name))
-        assert list(sig.parameters) == params, name
+        assert list(sig.parameters) == parameters(name), name
         keyword_only = [p for p, v in sig.parameters.items() if v.kind is inspect.Parameter.KEYWORD_ONLY]
-        assert keyword_only == [p for p in params if p in ("episodes", "period", "min_steps", "prioritized", "beta",
-                                                           "rate_limit_timeout", "out")], name
+        assert keyword_only == [p for p in parameters(name) if p not in LEADING[name] + ["self"]], name
+
+
+def test_every_option_has_the_tables_default_and_line_in_the_signature_and_docstring():
+    for method in LEADING:
+        fn = getattr(shmreplay.Sampler, method)
+        sig = inspect.signature(fn)
+        for option, default in options_of(method):
+            expected = float(default) if default == "inf" else ast.literal_eval(default)
+            assert sig.parameters[option].default == expected, (method, option)
+            assert f"``{option}={default}``: " in fn.__doc__, (method, option)
+
+
+def test_every_option_given_its_default_samples_what_the_call_without_it_does(filled):
+    for method, call in (("sample", lambda s, **kw: s.sample("replay", 8, 4, **kw)),
+                         ("sample_mixed", lambda s, **kw: s.sample_mixed(4, 2, 3, **kw)),
+                         ("sample_transitions", lambda s, **kw: s.sample_transitions("replay", 8, **kw))):
+        defaults = {o: float(d) if d == "inf" else ast.literal_eval(d) for o, d in options_of(method)}
+        runs = []
+        for kw in ({}, defaults):
+            with shmreplay.Sampler(filled, seed=5) as s:
+                b = call(s, **kw)
+            runs.append((b.env_ids.tolist(), b.starts.tolist()))
+        assert runs[0] == runs[1], method
+    with shmreplay.Sampler(filled) as s:
+        defaults = {o: ast.literal_eval(d) for o, d in options_of("total_weight")}
+        assert s.total_weight("replay", 3, **defaults) == s.total_weight("replay", 3) > 0
+
+
+def test_an_option_of_the_wrong_type_is_a_type_error_naming_the_call_and_the_option(filled):
+    with shmreplay.Sampler(filled, seed=1) as s:
+        for method, call in (("sample", lambda **kw: s.sample("replay", 8, 4, **kw)),
+                             ("total_weight", lambda **kw: s.total_weight("replay", 4, **kw))):
+            for option, _ in options_of(method):
+                with pytest.raises(TypeError, match=rf"{method}\(\): argument '{option}' must be "):
+                    call(**{option: object()})
 
 
 def test_defaults_are_the_signatures_and_keywords_bind_like_positions(filled):

@@ -16,6 +16,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "detail/elements.hpp"
 #include "detail/protocol/env_ids.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/inspector.hpp"
@@ -40,35 +42,6 @@ using Align = Table::Align;
 constexpr uint64_t kInlineElements = 8;  // arrays up to this many elements are printed whole
 constexpr uint64_t kFirstValues = 4;     // values a summary shows
 
-template <class T>
-T load(const std::byte* p) noexcept {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-float half_to_float(uint16_t h) noexcept {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu;
-  const uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0) {  // zero or subnormal: mantissa x 2^-24
-    const float v = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign != 0 ? -v : v;
-  }
-  const uint32_t bits = exponent == 0x1f ? sign | 0x7f800000u | (mantissa << 13)  // inf, nan
-                                         : sign | ((exponent + 112) << 23) | (mantissa << 13);
-  float v;
-  std::memcpy(&v, &bits, sizeof v);
-  return v;
-}
-
-float bf16_to_float(uint16_t b) noexcept {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float v;
-  std::memcpy(&v, &bits, sizeof v);
-  return v;
-}
-
 // A float as the double with the float's shortest decimal form (0.77f is 0.77, not 0.7699999809265137), as
 // numpy prints float32.
 double short_double(float v) {
@@ -76,54 +49,36 @@ double short_double(float v) {
   return std::strtod(fmt::format("{}", v).c_str(), nullptr);
 }
 
-// One element of `dtype` at `p`, as a JSON value (integers stay exact) and as a double (for statistics).
+// One element of `dtype` at `p`, as a JSON value (integers stay exact) and as text (detail/elements.hpp reads
+// it; detail::element_as_double gives it as a double, for statistics).
 Json element_json(DType dtype, const std::byte* p) {
-  switch (dtype) {
-    case DType::u8: return load<uint8_t>(p);
-    case DType::i8: return load<int8_t>(p);
-    case DType::u16: return load<uint16_t>(p);
-    case DType::i16: return load<int16_t>(p);
-    case DType::u32: return load<uint32_t>(p);
-    case DType::i32: return load<int32_t>(p);
-    case DType::u64: return load<uint64_t>(p);
-    case DType::i64: return load<int64_t>(p);
-    case DType::f16: return short_double(half_to_float(load<uint16_t>(p)));
-    case DType::bf16: return short_double(bf16_to_float(load<uint16_t>(p)));
-    case DType::f32: return short_double(load<float>(p));
-    case DType::f64: return load<double>(p);
-    case DType::boolean: return load<uint8_t>(p) != 0;
-  }
-  return nullptr;
-}
-
-double element_double(DType dtype, const std::byte* p) {
-  switch (dtype) {
-    case DType::u8: return load<uint8_t>(p);
-    case DType::i8: return load<int8_t>(p);
-    case DType::u16: return load<uint16_t>(p);
-    case DType::i16: return load<int16_t>(p);
-    case DType::u32: return load<uint32_t>(p);
-    case DType::i32: return load<int32_t>(p);
-    case DType::u64: return static_cast<double>(load<uint64_t>(p));
-    case DType::i64: return static_cast<double>(load<int64_t>(p));
-    case DType::f16: return half_to_float(load<uint16_t>(p));
-    case DType::bf16: return bf16_to_float(load<uint16_t>(p));
-    case DType::f32: return load<float>(p);
-    case DType::f64: return load<double>(p);
-    case DType::boolean: return load<uint8_t>(p) != 0 ? 1.0 : 0.0;
-  }
-  return 0.0;
+  return detail::with_dtype(dtype, [p](auto tag) -> Json {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_void_v<T>) {
+      return nullptr;
+    } else if constexpr (std::is_integral_v<T> || std::is_same_v<T, double>) {  // bool included
+      return detail::load_element<T>(p);
+    } else if constexpr (std::is_same_v<T, float>) {
+      return short_double(detail::load_element<float>(p));
+    } else {  // f16, bf16
+      return short_double(detail::to_float(detail::load_element<T>(p)));
+    }
+  });
 }
 
 std::string element_text(DType dtype, const std::byte* p) {
-  switch (dtype) {
-    case DType::f16: return fmt::format("{}", half_to_float(load<uint16_t>(p)));
-    case DType::bf16: return fmt::format("{}", bf16_to_float(load<uint16_t>(p)));
-    case DType::f32: return fmt::format("{}", load<float>(p));
-    case DType::f64: return fmt::format("{}", load<double>(p));
-    case DType::boolean: return load<uint8_t>(p) != 0 ? "true" : "false";
-    default: return element_json(dtype, p).dump();
-  }
+  return detail::with_dtype(dtype, [&](auto tag) -> std::string {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, bool>) {
+      return detail::load_element<bool>(p) ? "true" : "false";
+    } else if constexpr (std::is_floating_point_v<T>) {
+      return fmt::format("{}", detail::load_element<T>(p));
+    } else if constexpr (std::is_same_v<T, detail::Float16> || std::is_same_v<T, detail::BFloat16>) {
+      return fmt::format("{}", detail::to_float(detail::load_element<T>(p)));
+    } else {
+      return element_json(dtype, p).dump();
+    }
+  });
 }
 
 // The elements of dimension `dim` onwards, starting at element `first`, nested by the shape.
@@ -167,7 +122,7 @@ Summary summarise(const Field& f, const std::byte* data) {
   double sum = 0.0;
   uint64_t counted = 0;
   for (uint64_t i = 0; i < f.elements(); ++i) {
-    const double v = element_double(f.dtype, data + i * eb);
+    const double v = detail::element_as_double(f.dtype, data + i * eb);
     if (std::isnan(v)) {
       ++s.nan;
       continue;

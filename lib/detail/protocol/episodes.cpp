@@ -36,28 +36,6 @@ bool advance(Segment& seg, uint64_t env, uint64_t step, const StepFlags& f, Jour
   return ends;
 }
 
-template <class T>
-T load_as(const std::byte* p) noexcept {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-double half_to_double(uint16_t h) noexcept {
-  const int sign = (h >> 15) != 0 ? -1 : 1;
-  const int exponent = (h >> 10) & 0x1f;
-  const int mantissa = h & 0x3ff;
-  double v = 0.0;
-  if (exponent == 0) {
-    v = static_cast<double>(mantissa) * 0x1p-24;  // subnormal
-  } else if (exponent == 31) {
-    v = mantissa == 0 ? __builtin_inf() : __builtin_nan("");
-  } else {
-    v = (1.0 + static_cast<double>(mantissa) * 0x1p-10) * static_cast<double>(1u << exponent) * 0x1p-15;
-  }
-  return sign * v;
-}
-
 // The state a journal slot holds, copied out with relaxed loads (the caller ordered them).
 JournalState load_slot(const EpisodeJournal& j) noexcept {
   JournalState s;
@@ -106,25 +84,6 @@ JournalState derive_state(const Segment& seg, uint64_t env, uint64_t head) noexc
 }
 
 }  // namespace
-
-double element_as_double(DType dtype, const std::byte* p) noexcept {
-  switch (dtype) {
-    case DType::u8: return static_cast<double>(load_as<uint8_t>(p));
-    case DType::i8: return static_cast<double>(load_as<int8_t>(p));
-    case DType::u16: return static_cast<double>(load_as<uint16_t>(p));
-    case DType::i16: return static_cast<double>(load_as<int16_t>(p));
-    case DType::u32: return static_cast<double>(load_as<uint32_t>(p));
-    case DType::i32: return static_cast<double>(load_as<int32_t>(p));
-    case DType::u64: return static_cast<double>(load_as<uint64_t>(p));
-    case DType::i64: return static_cast<double>(load_as<int64_t>(p));
-    case DType::f16: return half_to_double(load_as<uint16_t>(p));
-    case DType::bf16: return static_cast<double>(std::bit_cast<float>(uint32_t{load_as<uint16_t>(p)} << 16));
-    case DType::f32: return static_cast<double>(load_as<float>(p));
-    case DType::f64: return load_as<double>(p);
-    case DType::boolean: return load_as<uint8_t>(p) != 0 ? 1.0 : 0.0;
-  }
-  return 0.0;
-}
 
 EpisodeRoles::EpisodeRoles(const Segment& seg) {
   const EpisodeFieldIndices& f = seg.episode_fields();

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <span>
 
+#include "detail/elements.hpp"
 #include "shmreplay/internal/segment.hpp"
 #include "shmreplay/internal/layout.hpp"
 #include "shmreplay/vocabulary.hpp"
@@ -23,9 +24,7 @@ namespace shmreplay::detail {
 inline double f64_of(uint64_t bits) noexcept { return std::bit_cast<double>(bits); }
 inline uint64_t bits_of(double value) noexcept { return std::bit_cast<uint64_t>(value); }
 
-/// The value of one element of a numeric dtype at `p` (unaligned is fine), as a double. bool reads 0 or 1;
-/// f16 and bf16 are widened exactly.
-double element_as_double(DType dtype, const std::byte* p) noexcept;
+// element_as_double (detail/elements.hpp): a reward field's element as a double.
 
 /// Whether a flag field's bytes are set: any nonzero byte.
 inline bool flag_set(const std::byte* p, std::size_t bytes) noexcept {

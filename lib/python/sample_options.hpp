@@ -1,0 +1,173 @@
+// lib/python/sample_options.hpp: the sample options of the Python binding, one row each (kSampleOptions): the
+// keyword, which sampling calls take it, how its value converts into SampleOptions (and so its default: the
+// field's value in SampleOptions{}), one sentence for the docstrings, and the other interfaces' names for it that
+// the module rejects with a message naming the keyword (aliases.hpp). Everything else is driven from the rows:
+// the calls' argument names, their parsing and their text signatures and docstrings (sample_call.cpp), the
+// aliases (aliases.cpp), and the checks of the stubs (tests/python/test_stubs.py, test_sample_call.py).
+//
+// A new sample option: its field in SampleOptions (include/shmreplay/vocabulary.hpp), its row here, its keyword
+// in the stubs (shmreplay/_shmreplay.pyi) and its row in docs/naming.md's table (test_naming.py asks for both).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+
+#include "aliases.hpp"
+#include "convert.hpp"
+#include "vectorcall.hpp"
+
+namespace shmreplay::python {
+
+/// The sampling calls, as bits: a row's `calls` says which take the option (keyword-only, in table order,
+/// between the call's own arguments and out=).
+enum SampleCall : unsigned {
+  kSample = 1,              ///< Sampler.sample
+  kSampleMixed = 2,         ///< Sampler.sample_mixed
+  kSampleTransitions = 4,   ///< Sampler.sample_transitions (single steps: no sequence options)
+  kTotalWeight = 8,         ///< Sampler.total_weight (what changes the weights only)
+};
+inline constexpr std::array<SampleCall, 4> kSampleCalls = {kSample, kSampleMixed, kSampleTransitions, kTotalWeight};
+inline constexpr std::array<const char*, 4> kSampleCallNames = {"Sampler.sample", "Sampler.sample_mixed",
+                                                                "Sampler.sample_transitions", "Sampler.total_weight"};
+
+/// Another interface's name for an option (null `alias`: none), rejected with a message naming the keyword.
+struct OptionAlias {
+  const char* alias = nullptr;
+  AliasKind kind = AliasKind::name;
+  const char* origin = nullptr;  ///< where the alias comes from ("C++: SampleOptions::importance_exponent")
+};
+
+/// One sample option.
+struct SampleOption {
+  const char* name;  ///< the Python keyword
+  unsigned calls;    ///< SampleCall bits
+  /// Converts `value` (given for the keyword by a call of `function`) into its field of `o`; TypeError or
+  /// InvalidArgument naming the function and the keyword for a value it does not take.
+  void (*set)(const char* function, const char* name, PyObject* value, SampleOptions& o);
+  /// The default, as Python writes it: SampleOptions{}'s value (the signatures' and docstrings' default).
+  std::string (*default_text)();
+  const char* doc;  ///< one sentence (docstrings)
+  std::array<OptionAlias, 3> aliases;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Conversions: a Python value into a field's type (the errors are argument()'s), and a field's value as Python
+// writes it.
+
+struct CountOption {
+  static uint64_t from(const char* f, const char* n, PyObject* v) { return argument<uint64_t>(f, n, v); }
+  static std::string text(uint64_t v) { return std::to_string(v); }
+};
+struct FlagOption {
+  static bool from(const char* f, const char* n, PyObject* v) { return argument<bool>(f, n, v); }
+  static std::string text(bool v) { return v ? "True" : "False"; }
+};
+struct NumberOption {
+  static double from(const char* f, const char* n, PyObject* v) { return argument<double>(f, n, v); }
+  static std::string text(double v) { return python_float_text(v); }
+};
+/// Seconds in Python, whole milliseconds in SampleOptions (timeout_ms: rounded; inf waits without end).
+struct SecondsOption {
+  static uint64_t from(const char* f, const char* n, PyObject* v) { return timeout_ms(n, argument<double>(f, n, v)); }
+  static std::string text(uint64_t ms) { return python_float_text(timeout_seconds(ms)); }
+};
+struct EpisodesOption {
+  static Episodes from(const char* f, const char* n, PyObject* v) {
+    return parse_episodes(argument<std::string>(f, n, v));
+  }
+  static std::string text(Episodes e) { return fmt::format("'{}'", episodes_name(e)); }
+};
+
+template <auto Member, class Conversion>
+void set_option(const char* function, const char* name, PyObject* value, SampleOptions& o) {
+  o.*Member = Conversion::from(function, name, value);
+}
+template <auto Member, class Conversion>
+std::string option_default() {
+  return Conversion::text(SampleOptions{}.*Member);
+}
+template <auto Member, class Conversion>
+constexpr SampleOption option(const char* name, unsigned calls, const char* doc,
+                              std::array<OptionAlias, 3> aliases = {}) {
+  return {name, calls, &set_option<Member, Conversion>, &option_default<Member, Conversion>, doc, aliases};
+}
+
+inline constexpr unsigned kSequenceCalls = kSample | kSampleMixed | kTotalWeight;  // options of sequences' starts
+inline constexpr unsigned kDrawCalls = kSample | kSampleMixed | kSampleTransitions;  // options of a draw
+inline constexpr const char* kRateLimitOrigin = "C++: SampleOptions::rate_limit_timeout_ms";
+
+// ---------------------------------------------------------------------------------------------------------------
+// The table
+
+inline constexpr std::array kSampleOptions = {
+    option<&SampleOptions::episodes, EpisodesOption>(
+        "episodes", kSequenceCalls,
+        "how rows treat episode ends: 'cross' (rows run across them), 'stop' (a row's mask ends at its episode's "
+        "end) or 'within' (rows lie inside one episode); stop and within need a buffer with episode fields."),
+    option<&SampleOptions::period, CountOption>(
+        "period", kSequenceCalls, "starts every period steps, counted from each env's oldest step in the view."),
+    option<&SampleOptions::min_steps, CountOption>(
+        "min_steps", kSequenceCalls,
+        "EmptyView unless the view holds at least this many steps (all envs together)."),
+    option<&SampleOptions::prioritized, FlagOption>(
+        "prioritized", kDrawCalls | kTotalWeight,
+        "draw starts by priority**alpha (a buffer with priorities; power must be 0); batch.weights holds the "
+        "importance weights."),
+    option<&SampleOptions::importance_exponent, NumberOption>(
+        "beta", kDrawCalls,
+        "the importance-sampling exponent of a prioritized sample (finite, >= 0): weights in [0, 1] for any beta.",
+        {{{"importance_exponent", AliasKind::name, "C++: SampleOptions::importance_exponent"}}}),
+    option<&SampleOptions::rate_limit_timeout_ms, SecondsOption>(
+        "rate_limit_timeout", kDrawCalls,
+        "in a buffer with a rate limiter, the seconds the call waits for it (0: RateLimited at once when it holds "
+        "the call back; inf: no timeout; Ctrl-C raises KeyboardInterrupt within 50 ms).",
+        {{{"rate_limit_timeout_ms", AliasKind::seconds, kRateLimitOrigin},
+          {"timeout_ms", AliasKind::seconds, kRateLimitOrigin},
+          {"timeout", AliasKind::name, "the wait for the rate limiter"}}}),
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// What the calls make of the table
+
+/// How many options `call` takes.
+constexpr std::size_t option_count(SampleCall call) {
+  std::size_t n = 0;
+  for (const SampleOption& o : kSampleOptions) n += (o.calls & call) != 0;
+  return n;
+}
+
+/// The argument names of `call` for bind_arguments: its own (`lead`), its options, then "out" when `out`.
+template <SampleCall Call, bool Out, std::size_t Lead>
+constexpr auto argument_names(const std::array<const char*, Lead>& lead) {
+  std::array<const char*, Lead + option_count(Call) + (Out ? 1 : 0)> names{};
+  std::size_t i = 0;
+  for (const char* name : lead) names[i++] = name;
+  for (const SampleOption& o : kSampleOptions) {
+    if ((o.calls & Call) != 0) names[i++] = o.name;
+  }
+  if (Out) names[i] = "out";
+  return names;
+}
+
+/// The SampleOptions of a call of `call` whose bound arguments (bind_arguments) hold its options from `first` on:
+/// each given one converted by its row, the others SampleOptions{}'s.
+template <std::size_t N>
+SampleOptions options_of(SampleCall call, const char* function, const std::array<PyObject*, N>& args,
+                         std::size_t first) {
+  SampleOptions o;
+  std::size_t i = first;
+  for (const SampleOption& row : kSampleOptions) {
+    if ((row.calls & call) == 0) continue;
+    if (args[i] != nullptr) row.set(function, row.name, args[i], o);
+    ++i;
+  }
+  return o;
+}
+
+/// The text signature and docstring of a call (CPython's "name($self, ...)\n--\n\n" form, which inspect.signature
+/// reads): `lead` its own parameters, then its options with their defaults (keyword-only), then out=None when
+/// `out`; `body` the description, followed by one line per option.
+std::string sample_call_doc(const char* method, SampleCall call, const char* lead, bool out, const char* body);
+
+}  // namespace shmreplay::python
