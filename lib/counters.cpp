@@ -36,27 +36,6 @@ std::atomic<uint64_t>& stats_word(const LearnerSlotWords& w) noexcept {
 
 uint64_t flag(bool b) noexcept { return b ? 1 : 0; }
 
-// The bytes env `env`'s steps in `range` occupy in the segment, per storage kind: the plain ring's one slot per step
-// of its fields; a stacked field's frame-index word per step and the frames its stacks span (frames [index(first) -
-// K + 1, index(last)], at most the ring). From words a writer may be changing: exact when the env is quiet.
-uint64_t env_stored_bytes(const Segment& seg, uint64_t env, StepRange range) noexcept {
-  if (range.hi <= range.lo) return 0;
-  const uint64_t steps = range.hi - range.lo;
-  uint64_t bytes = 0;
-  for (const Field& f : seg.schema().fields()) {
-    if (!f.stacked()) bytes += steps * f.bytes();  // the plain ring: one slot per step
-  }
-  for (std::size_t k = 0; k < seg.stacks().size(); ++k) {  // the frame ring: an index word per step, shared frames
-    const StackGeometry& st = seg.stacks()[k];
-    const std::atomic<uint64_t>* index = seg.frame_index(k, env);
-    const uint64_t first = relaxed(index[range.lo % seg.capacity()]);
-    const uint64_t last = relaxed(index[(range.hi - 1) % seg.capacity()]);
-    const uint64_t frames = last >= first ? std::min(last - first + st.depth, st.frames) : std::min(st.depth, st.frames);
-    bytes += steps * sizeof(uint64_t) + frames * st.frame_bytes;
-  }
-  return bytes;
-}
-
 // clang-format off
 const EnvCounterRow kEnvRows[] = {
     {{"head", "shmreplay_steps_published_total", Type::counter, "steps",
@@ -123,7 +102,7 @@ const EnvCounterRow kEnvRows[] = {
     {{"stored_bytes", "shmreplay_env_stored_bytes", Type::gauge, "bytes",
       "Bytes the env's replay view occupies in the segment's step storage, each storage kind's share", kEnv, {}, {},
       true, "STORED"},
-     [](const EnvReading& r) noexcept { return env_stored_bytes(r.seg, r.env, r.replay); }},
+     [](const EnvReading& r) noexcept { return r.storages.stored_bytes(r.seg, r.env, r.replay.lo, r.replay.hi); }},
 };
 
 const LearnerCounterRow kLearnerRows[] = {

@@ -14,6 +14,7 @@
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/seqlock.hpp"
+#include "detail/storage/field_storage.hpp"
 #include "shmreplay/checkpoint.hpp"
 #include "shmreplay/counters.hpp"
 #include "shmreplay/inspector.hpp"
@@ -34,6 +35,7 @@ struct EnvReading {
   JournalState journal{};  ///< the episode journal (zeros without episode fields)
   QueueAccounts queue{};   ///< the episode queue's depth and lost records (zeros without episode fields)
   const EnvInfo& info;
+  const StorageSet& storages;  ///< the segment's storage kinds (detail/storage/field_storage.hpp), made once per snapshot
 };
 
 /// One env row: its description, how its value is read, and the typed fields it also fills.

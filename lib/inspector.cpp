@@ -48,14 +48,15 @@ OpenOptions read_only(OpenOptions options) {
 }
 
 // Env `e`'s state and counters; `alive` caches lease holders' liveness (each owner's /proc entry is read once).
-EnvInfo env_info(const Buffer& b, uint64_t e, std::map<uint64_t, bool>& alive, SegmentInfo& s) {
+EnvInfo env_info(const Buffer& b, uint64_t e, std::map<uint64_t, bool>& alive, SegmentInfo& s,
+                 const detail::StorageSet& storages) {
   const Segment& seg = segment_of(b);
   const layout::EnvControl& c = seg.env_control(e);
   EnvInfo i;
   i.env = e;
   // The same views as the Sampler's (each read is its own snapshot, which is fine for display).
   detail::EnvReading r{seg, e, c, detail::view_range(c, View::replay, b.capacity()),
-                       detail::view_range(c, View::online, b.capacity()), 0, {}, {}, i};
+                       detail::view_range(c, View::online, b.capacity()), 0, {}, {}, i, storages};
   const detail::UpdateLockHolder lock = detail::update_lock_holder(seg, c);
   i.update_lock = !lock.held ? OwnerState::none : lock.dead ? OwnerState::dead : OwnerState::alive;
   i.update_lock_slot = lock.slot;
@@ -157,7 +158,8 @@ SegmentInfo Inspector::snapshot() const {
 
   std::map<uint64_t, bool> alive;  // lease word -> liveness, so each owner's /proc entry is read once
   s.envs.reserve(b.num_envs());
-  for (uint64_t e = 0; e < b.num_envs(); ++e) s.envs.push_back(env_info(b, e, alive, s));
+  const detail::StorageSet storages(segment_of(b));
+  for (uint64_t e = 0; e < b.num_envs(); ++e) s.envs.push_back(env_info(b, e, alive, s, storages));
   s.live_writers = static_cast<uint64_t>(std::count_if(alive.begin(), alive.end(), [](const auto& kv) { return kv.second; }));
 
   const layout::GlobalControl& g = segment_of(b).global_control();

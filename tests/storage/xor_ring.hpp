@@ -47,6 +47,12 @@ class XorRing final : public shmreplay::detail::FieldStorage {
     }
   }
 
+  uint64_t stored_bytes(const shmreplay::Segment& seg, uint64_t, uint64_t lo, uint64_t hi) const noexcept override {
+    uint64_t step_bytes = 0;
+    for (const std::size_t f : fields()) step_bytes += seg.schema()[f].bytes();
+    return hi > lo ? (hi - lo) * step_bytes : 0;
+  }
+
   std::string why_not_direct(const shmreplay::Schema& schema, std::size_t i) const override {
     return fmt::format("field '{}' is stored by the test kind xor_ring, which keeps no pushed bytes to rewrite",
                        schema[fields()[i]].name);

@@ -80,6 +80,10 @@ class FieldStorage {
   virtual void gather(const Segment& seg, std::byte* const* outs, std::size_t length, const GatherRow* rows,
                       std::size_t count, bool all_whole) const noexcept = 0;
 
+  /// The bytes steps [lo, hi) of env `env` occupy in the kind's storage (its fields together): what `info` and the
+  /// metrics show as stored_bytes. From words a writer may be changing: exact when the env is quiet. Never blocks.
+  virtual uint64_t stored_bytes(const Segment& seg, uint64_t env, uint64_t lo, uint64_t hi) const noexcept = 0;
+
   /// Where the bytes of the kind's field i of step `step` of env `env` sit in the segment, for a kind that keeps
   /// each step's bytes apart; nullptr for one that does not (then a reserved step's field is staged and stored at
   /// commit, and an in-place update of it is refused with why_not_direct()).
@@ -118,6 +122,12 @@ class StorageSet {
   /// dst + k * record_bytes + record_offsets[f]. Reader side (FieldStorage::copy_steps); no allocation.
   void copy_records(const Segment& seg, uint64_t env, uint64_t first, uint64_t count,
                     const std::vector<uint64_t>& record_offsets, uint64_t record_bytes, std::byte* dst) const noexcept;
+  /// The bytes steps [lo, hi) of env `env` occupy, every kind's share (FieldStorage::stored_bytes).
+  uint64_t stored_bytes(const Segment& seg, uint64_t env, uint64_t lo, uint64_t hi) const noexcept {
+    uint64_t bytes = 0;
+    for (const auto& kind : kinds_) bytes += kind->stored_bytes(seg, env, lo, hi);
+    return bytes;
+  }
   /// The Sampler's gather of a chunk into the batch's arrays `outs` (one per schema field). No allocation.
   void gather(const Segment& seg, std::byte* const* outs, std::size_t length, const GatherRow* rows,
               std::size_t count, bool all_whole) const noexcept;

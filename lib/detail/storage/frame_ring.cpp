@@ -1,5 +1,6 @@
 #include "detail/storage/frame_ring.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cassert>
 #include <new>
@@ -79,6 +80,22 @@ void FrameRing::gather(const Segment& seg, std::byte* const* outs, std::size_t l
   for (std::size_t i = 0; i < fields().size(); ++i) {
     gather_stacks(seg, i, outs[i], seg.schema()[fields()[i]].bytes(), length, rows, count);
   }
+}
+
+uint64_t FrameRing::stored_bytes(const Segment& seg, uint64_t env, uint64_t lo, uint64_t hi) const noexcept {
+  if (hi <= lo) return 0;
+  // Per field: an index word per step, and the frames the steps' stacks span (frames [index(lo) - K + 1,
+  // index(hi - 1)], at most the ring).
+  uint64_t bytes = 0;
+  for (std::size_t k = 0; k < seg.stacks().size(); ++k) {
+    const StackGeometry& st = seg.stacks()[k];
+    const std::atomic<uint64_t>* index = seg.frame_index(k, env);
+    const uint64_t first = index[lo % seg.capacity()].load(std::memory_order_relaxed);
+    const uint64_t last = index[(hi - 1) % seg.capacity()].load(std::memory_order_relaxed);
+    const uint64_t frames = last >= first ? std::min(last - first + st.depth, st.frames) : std::min(st.depth, st.frames);
+    bytes += (hi - lo) * sizeof(uint64_t) + frames * st.frame_bytes;
+  }
+  return bytes;
 }
 
 std::string FrameRing::why_not_direct(const Schema& schema, std::size_t i) const {

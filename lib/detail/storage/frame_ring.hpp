@@ -24,6 +24,7 @@ class FrameRing final : public FieldStorage {
   void gather(const Segment& seg, std::byte* const* outs, std::size_t length, const GatherRow* rows,
               std::size_t count, bool all_whole) const noexcept override;
   std::string why_not_direct(const Schema& schema, std::size_t i) const override;
+  uint64_t stored_bytes(const Segment& seg, uint64_t env, uint64_t lo, uint64_t hi) const noexcept override;
   std::unique_ptr<KindWriter> writer(Segment& seg, std::span<const uint64_t> envs,
                                      KindWriterMode mode) const override;
 };

@@ -59,6 +59,13 @@ std::byte* PlainRing::direct_bytes(Segment& seg, std::size_t i, uint64_t env, ui
   return plain_slot(seg.field_data(fields()[i]), bytes_[i], seg.capacity(), env, step);
 }
 
+uint64_t PlainRing::stored_bytes(const Segment& /*seg*/, uint64_t /*env*/, uint64_t lo, uint64_t hi) const noexcept {
+  if (hi <= lo) return 0;
+  uint64_t step_bytes = 0;
+  for (const std::size_t b : bytes_) step_bytes += b;
+  return (hi - lo) * step_bytes;  // one slot per step
+}
+
 std::unique_ptr<KindWriter> PlainRing::writer(Segment& seg, std::span<const uint64_t> /*envs*/,
                                               KindWriterMode /*mode*/) const {
   return std::make_unique<PlainRingWriter>(seg, fields());

@@ -29,6 +29,7 @@ class PlainRing final : public FieldStorage {
               std::size_t count, bool all_whole) const noexcept override;
   std::byte* direct_bytes(Segment& seg, std::size_t i, uint64_t env, uint64_t step) const noexcept override;
   bool direct() const noexcept override { return true; }
+  uint64_t stored_bytes(const Segment& seg, uint64_t env, uint64_t lo, uint64_t hi) const noexcept override;
   std::unique_ptr<KindWriter> writer(Segment& seg, std::span<const uint64_t> envs,
                                      KindWriterMode mode) const override;
 
