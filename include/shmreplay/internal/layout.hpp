@@ -88,49 +88,9 @@
 // - A newer minor version may append sections or grow the header; it never moves what is here. A different
 //   major version is refused by open(), and so is an older minor version (1.0 lacks the learner lease, 1.1 the
 //   episode bookkeeping): "recreate the segment".
-// - Episode bookkeeping (1.2) exists only in a buffer created with episode fields: the field table's `role`
-//   words name them, and the three episode sections are empty (0 bytes) otherwise, so a buffer without episode
-//   fields has exactly the size and placement it had in 1.1.
-// - Priorities (1.3) exist only in a buffer created with a priority exponent (header priority_exponent_bits != 0
-//   and a nonempty priority section); a buffer without has exactly the size and placement it had in 1.2.
-// - The rate limiter (1.4) lives in GlobalControl lines 4-8 and one word of each EnvControl's writer line; a
-//   buffer without a limiter has zeros there (slot 0 in force, not enabled). The data section stays where 1.3
-//   put it.
-// - 1.5 counts the writers waiting for the rate limiter per env (EnvControl::limiter_waiting_since_ns, a padding
-//   word before) and wakes them by promise (GlobalControl::writer_recheck_by_ns, which was the waiter count
-//   writer_waiters): a waiting writer that dies is then neither counted nor woken. Nothing moves.
-// - 1.6 stores a stacked field (FieldDesc::stack != 0) as one frame ring per env, [num_envs][stack_frames]
-//   [frame bytes], at data_offset, and one frame-index word per ring slot at stack_index_offset (inside the data
-//   section, 64-byte aligned, apart from every other field's storage): step s's stack is frames
-//   [index - K + 1, index] of its env's ring, frame f in slot f % stack_frames. EnvControl::stacks_intact_from
-//   (a padding word before) bounds the steps whose frames are intact. A buffer without stacked fields has exactly
-//   the size and placement it had in 1.5 (docs/design/stacks.md).
-// - 1.7 admits up to max_learners learner processes (docs/design/learners.md). Learner slot 0 is the 1.6 learner's
-//   words (GlobalControl's lease, counters, priority_walk, learner_waiting_*, and EnvControl::online_start), slot 0's
-//   own sleeper count is GlobalControl::slot0_waiters; slots 1 to max_learners - 1 live in the learner section. The
-//   update lock names its holder: bits 56-62 of `claimed` hold the slot (kUpdateOwnerShift), the step count keeps
-//   the low 56 bits (kClaimMask). The header grew by one cache line (the section table's ninth entry and
-//   max_learners), and num_sections is 9, which a 1.6 library refuses (it reads at most 8): a 1.6 learner or writer
-//   would neither respect another slot's lock nor see the owner bits.
-// - 1.8 adds the learner statistics section (kSectionLearnerStats): one LearnerStats per learner slot, slot 0's
-//   included, written by the slot's learner only (relaxed; informational): the age of the rows it sampled (how far
-//   behind its env's head each row ended, a histogram with the bounds of age_bucket_le()) and its sample calls that
-//   gave up waiting for the rate limiter. The section table's tenth entry takes two of the header's reserved words,
-//   so max_learners moved from offset 272 to 288 and the header stays 320 bytes; num_sections is 10, which a 1.7
-//   library refuses (it reads at most 9). The section lies after the learner section (or the global section), before
-//   the data, which starts on the next page as before.
-// - 1.9 takes two padding words of EnvControl's learner line: update_step, the step the update lock's holder is
-//   rewriting (stored before update_seq goes odd), and steps_lost_to_dead_updates. The repair of a learner that
-//   died inside its update section raises stacks_intact_from (which bounds every view already) past that step, so
-//   a half-rewritten step is never read as valid (docs/design/seqlock.md, "A learner killed while it rewrites").
-//   The writer's line gives a padding word to stack_flagless_restarts, the count of the stack continuity rule's
-//   spot check. Episode queues (1.9): EpisodeControl's line 3 takes three padding words, the taker lock and the delivered and
-//   lost counts of pop_episodes (docs/design/episodes.md, point 5). Nothing moves; a 1.8 library opens a 1.9
-//   segment but records no update_step and takes records without the taker lock: do not mix them in one job.
-// - 1.10 names each field's storage kind in FieldDesc::storage_kind (half of a reserved word): the plain ring (0) or
-//   the frame ring (1, the stacked fields of 1.6), chosen by the kind table (lib/detail/storage/storage_kinds.cpp),
-//   whose rows also place and accept the field's storage. Nothing moves; open refuses a kind code it does not know.
-// The layout-pinning test (tests/test_layout.cpp) fixes every size and offset below to kLayoutMajor.kLayoutMinor:
+// - What each minor version added, and what older libraries do with a newer segment: CHANGELOG.md, "Segment layout
+//   history" (the design of each part: docs/design/).
+// The layout-pinning test (tests/layout/pins.cpp) fixes every size and offset below to kLayoutMajor.kLayoutMinor:
 // change one and that test tells you to bump the version.
 #pragma once
 
@@ -146,22 +106,7 @@ namespace shmreplay::layout {
 inline constexpr uint64_t kMagic = 0x59414c50524d4853ull;  ///< the bytes "SHMRPLAY" read as little-endian u64
 /// The layout's major version: open() refuses a segment of another (Errc::version_mismatch).
 inline constexpr uint32_t kLayoutMajor = 1;
-inline constexpr uint32_t kLayoutMinor = 10;  ///< 1.1 added the global section and update_seq; 1.2 the episode
-                                             ///< sections, FieldDesc::role, episode_queue_capacity; 1.3 the
-                                             ///< priority trees, priority_exponent_bits, the priority line; 1.4
-                                             ///< the rate limiter (GlobalControl lines 4-8, EnvControl's
-                                             ///< limiter_reserved); 1.5 the waiting writers' marks and
-                                             ///< re-check promise (limiter_waiting_since_ns,
-                                             ///< writer_recheck_by_ns); 1.6 stacked fields (FieldDesc::stack,
-                                             ///< stack_frames, stack_index_offset; EnvControl's
-                                             ///< stacks_intact_from); 1.7 learner slots
-                                             ///< (SegmentHeader::max_learners, the learner section,
-                                             ///< LearnerSlot, the update lock's owner bits, slot0_waiters);
-                                             ///< 1.8 the learner statistics (LearnerStats: sample ages,
-                                             ///< limiter timeouts); 1.9 EnvControl's update_step and
-                                             ///< steps_lost_to_dead_updates (a dead updater's step leaves
-                                             ///< the view) and stack_flagless_restarts, EpisodeControl's queue_taker, records_delivered
-                                             ///< and records_lost; 1.10 FieldDesc::storage_kind
+inline constexpr uint32_t kLayoutMinor = 10;  ///< CHANGELOG.md, "Segment layout history", says what each added
 
 /// SegmentHeader::state while the creator initialises the segment (open() waits, then throws not_ready).
 inline constexpr uint64_t kStateInitializing = 0;
