@@ -11,7 +11,8 @@ import pytest
 import shmreplay
 
 # The framework each optional module needs; a module whose framework is not installed is skipped.
-NEEDS = {"jax": "jax", "_jax_arrays": "jax", "_jax_uniform": "jax", "_jax_functional": "jax", "torch": "torch",
+NEEDS = {"jax": "jax", "_jax_arrays": "jax", "_jax_uniform": "jax", "_jax_functional": "jax", "_pytree": "jax",
+         "torch": "torch",
          "ray": "ray"}
 
 
