@@ -18,9 +18,10 @@
 // the same shape as `claimed` before a slot's stores (detail/protocol/seqlock.hpp, claim_step). A reader that finds
 // stacks_intact_from <= its first step after its copy (acquire fence, seqlock.hpp end_copies) read intact frames.
 //
-// Who calls what: the writer side (StackCursor, resume_stack, store_stacks) from the Writer's push paths and a
-// checkpoint load, for an env whose lease the caller holds; the reader side (copy_stack, copy_step_stacks) from the
-// Sampler's gather, copy_records (dump, save) and anyone with a mapping, read-only too.
+// Who calls what: the frame ring's face on the storage seam (detail/storage/frame_ring.cpp) calls both sides: the
+// writer side (StackCursor, resume_stack, store_stacks) from its KindWriter (a Writer's push paths, a checkpoint
+// load), for an env whose lease the caller holds; the reader side (copy_stack, copy_step_stacks, gather_stacks) from
+// its copy_steps and gather (the Sampler, copy_records for dump and saves), on any mapping, read-only too.
 #pragma once
 
 #include <algorithm>
@@ -118,23 +119,6 @@ inline void gather_stacks(const Segment& seg, std::size_t stack, std::byte* out,
 struct StackCursor {
   uint64_t next_frame = 0;   ///< the frame the next step's newest frame follows: index of the newest + 1
   uint64_t intact_from = 0;  ///< the oldest step whose frames this field still holds (a lower bound)
-};
-
-/// A Writer's state for the stacked fields of the envs it leases: a cursor per (env, stacked field), and per env a
-/// staging area that a reserved step's stacked fields are filled into (StepSlot::field) until its commit stores
-/// them as frames.
-struct WriterStacks {
-  std::vector<std::size_t> fields;           ///< the stacked fields' schema indices, in Segment::stacks() order
-  std::vector<StackCursor> cursors;          ///< [leased env][stacked field]
-  std::vector<std::vector<std::byte>> staging;  ///< [leased env]: the stacked fields of a reserved step, in order
-  std::vector<uint64_t> staging_of_field;    ///< [schema field]: where a stacked field starts in a staging area,
-                                             ///< kNotStaged for a field stored as pushed
-  uint64_t staging_bytes = 0;                ///< a staging area's size: every stacked field's bytes
-  static constexpr uint64_t kNotStaged = UINT64_MAX;
-  std::vector<const std::byte*> sources;     ///< [stacked field]: the stacks of the step being stored
-  std::vector<uint8_t> pushed;               ///< [leased env]: this Writer stored a step of it (episodes rule: the
-                                             ///< first step is compared all the same)
-  uint64_t flagless_restarts = 0;            ///< Writer::stack_flagless_restarts
 };
 
 /// StackContinuity::episodes spot-checks one step in kStackAuditOneIn of those it trusts: it compares it as the
