@@ -36,12 +36,12 @@ enum class CounterForm : uint8_t { number, since_ns };
 struct Counter {
   std::string_view name;    ///< the key in `info --json` (and `watch --json` when it has a column), snake_case
   std::string_view metric;  ///< the Prometheus family (`shmreplay_...`), "" when not exported
-  CounterType type = CounterType::gauge;
+  CounterType type = CounterType::gauge;  ///< its family's Prometheus type
   std::string_view unit;    ///< what it counts: "steps", "rows", "calls", "bytes", "ns", "0 or 1", ...
   std::string_view help;    ///< the family's HELP text
-  CounterScope scope = CounterScope::env;
-  CounterPresence presence = CounterPresence::always;
-  CounterForm form = CounterForm::number;
+  CounterScope scope = CounterScope::env;              ///< whose value it is: the buffer's, an env's, a slot's
+  CounterPresence presence = CounterPresence::always;  ///< when its family is exported
+  CounterForm form = CounterForm::number;              ///< a number, or a time the exporter turns into an age
   bool in_json = true;      ///< a key of `info --json` (false: a 0/1 gauge the JSON says as a state string)
   std::string_view column;  ///< the header of its column in `info`'s and `watch`'s env tables, and a key of `watch
                             ///< --json`'s envs; "" when it has none (the tables' usual columns are written by hand)
