@@ -34,15 +34,15 @@ std::string RateLimit::to_string() const {
 }
 
 std::optional<RateLimit> Buffer::rate_limit() const noexcept {
-  const auto settings = detail::load_rate_limit(segment_->global_control());
+  const auto settings = detail::load_rate_limit(segment_of(*this).global_control());
   return settings ? std::optional<RateLimit>(settings->limit) : std::nullopt;
 }
 
 RateLimitState Buffer::rate_limit_state() const {
-  const layout::GlobalControl& g = segment_->global_control();
+  const layout::GlobalControl& g = segment_of(*this).global_control();
   RateLimitState s;
   const auto settings = detail::load_rate_limit(g);
-  const detail::InsertCounts counts = detail::count_inserts(*segment_);
+  const detail::InsertCounts counts = detail::count_inserts(segment_of(*this));
   s.inserts = counts.inserts;
   s.stored = counts.stored;
   s.samples = g.samples.load(std::memory_order_relaxed);
@@ -51,8 +51,8 @@ RateLimitState Buffer::rate_limit_state() const {
     s.error = detail::limiter_error(*settings, s.inserts, s.samples);
   }
   // Every learner slot's waiting call (layout 1.7): the rows together, since the earliest.
-  for (uint64_t slot = 0; slot < segment_->max_learners(); ++slot) {
-    const detail::LearnerSlotWords me = detail::learner_slot((*segment_), slot);
+  for (uint64_t slot = 0; slot < segment_of(*this).max_learners(); ++slot) {
+    const detail::LearnerSlotWords me = detail::learner_slot(segment_of(*this), slot);
     s.learner_timeouts += me.stats.limiter_timeouts.load(std::memory_order_relaxed);  // layout 1.8
     const uint64_t rows = me.waiting_rows.load(std::memory_order_relaxed);
     if (rows == 0) continue;
@@ -61,7 +61,7 @@ RateLimitState Buffer::rate_limit_state() const {
     const uint64_t since = me.waiting_since_ns.load(std::memory_order_relaxed);
     if (s.learner_waiting_since_ns == 0 || since < s.learner_waiting_since_ns) s.learner_waiting_since_ns = since;
   }
-  const detail::WaitingWriters waiting = detail::count_waiting_writers(*segment_);
+  const detail::WaitingWriters waiting = detail::count_waiting_writers(segment_of(*this));
   s.writer_waiters = waiting.count;
   s.writer_waiting_since_ns = waiting.since_ns;
   s.last_sample_ns = g.last_sample_ns.load(std::memory_order_relaxed);
