@@ -16,6 +16,9 @@
 #include <filesystem>
 #include <string>
 
+#include "shmreplay/internal/checkpoint_format.hpp"
+#include "shmreplay/internal/layout.hpp"
+#include "shmreplay/internal/segment.hpp"
 #include "shmreplay/shmreplay.hpp"
 
 namespace shmreplay::fuzz {

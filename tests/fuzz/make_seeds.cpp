@@ -21,6 +21,9 @@
 #include <fmt/format.h>
 
 #include "detail/os/crc32.hpp"
+#include "shmreplay/internal/checkpoint_format.hpp"
+#include "shmreplay/internal/layout.hpp"
+#include "shmreplay/internal/segment.hpp"
 #include "shmreplay/shmreplay.hpp"
 
 namespace {
