@@ -36,7 +36,8 @@ namespace shmreplay {
 // Writer
 
 Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOptions& options)
-    : buffer_(&buffer), options_(options) {
+    : buffer_(&buffer), seg_(&segment_of(buffer)), capacity_(buffer.capacity()),
+      has_priorities_(buffer.has_priorities()), options_(options) {
   const std::string& name = buffer.name();
   if (buffer.read_only()) {
     throw Error(Errc::read_only, fmt::format("cannot lease envs of '{}': the buffer is mapped read-only", name));
@@ -107,6 +108,9 @@ Writer Writer::range(Buffer& buffer, uint64_t first, uint64_t count, const Write
 
 Writer::Writer(Writer&& other) noexcept
     : buffer_(std::exchange(other.buffer_, nullptr)),
+      seg_(other.seg_),
+      capacity_(other.capacity_),
+      has_priorities_(other.has_priorities_),
       envs_(std::move(other.envs_)),
       local_(std::move(other.local_)),
       seen_(std::move(other.seen_)),

@@ -104,12 +104,12 @@ SHMREPLAY_ALWAYS_INLINE uint32_t Writer::local_of(uint64_t env_id, const char* o
 
 // Claims the next step of leased env `local` (detail::claim_step: the seqlock's "write begins").
 SHMREPLAY_ALWAYS_INLINE uint64_t Writer::claim(uint32_t local) noexcept {
-  return detail::claim_step(*control_[local], segment_of(*buffer_));
+  return detail::claim_step(*control_[local], *seg_);
 }
 
 // Publishes `step` (detail::publish_step: "write ends") and advances the env's slot cursor.
 SHMREPLAY_ALWAYS_INLINE void Writer::publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept {
-  if (++next_slot_[local] == buffer_->capacity()) next_slot_[local] = 0;  // the slot of step + 1
+  if (++next_slot_[local] == capacity_) next_slot_[local] = 0;  // the slot of step + 1
   detail::publish_step(*control_[local], step, now_ns);
 }
 
@@ -119,16 +119,16 @@ SHMREPLAY_ALWAYS_INLINE void Writer::publish(uint32_t local, uint64_t step, uint
 SHMREPLAY_ALWAYS_INLINE void Writer::finish_step(uint32_t l, uint64_t env, uint64_t step, double priority,
                                                   uint64_t now_ns) noexcept {
   const bool record_due = roles_ && stage_episode(env, step);
-  if (buffer_->has_priorities()) set_priority(env, step, priority);  // (no call per step without)
+  if (has_priorities_) set_priority(env, step, priority);  // (no call per step without)
   publish(l, step, now_ns);
-  if (record_due) detail::emit_record(segment_of(*buffer_), env, step + 1);
+  if (record_due) detail::emit_record(*seg_, env, step + 1);
 }
 
 bool Writer::step_ends_episode(uint64_t env, uint64_t step) const noexcept {
   // The step's own end flags (not its reward), from the ring slot as written, as stage_episode reads them; only the
   // frame ring's episodes rule asks.
   if (!roles_ || buffer_->stack_continuity() != StackContinuity::episodes) return false;
-  const uint64_t slot = env * buffer_->capacity() + step % buffer_->capacity();
+  const uint64_t slot = env * capacity_ + step % capacity_;
   const int flags[3] = {roles_->done, roles_->terminated, roles_->truncated};
   for (int k = 0; k < 3; ++k) {
     const auto f = static_cast<std::size_t>(flags[k]);
@@ -140,10 +140,10 @@ bool Writer::step_ends_episode(uint64_t env, uint64_t step) const noexcept {
 bool Writer::stage_episode(uint64_t env, uint64_t step) noexcept {
   // The flags are read from the step as stored (just written, so in cache), never from the caller's arrays again:
   // another thread may change those after the copy, and the record must agree with the bytes samplers read.
-  const uint64_t slot = env * buffer_->capacity() + step % buffer_->capacity();
+  const uint64_t slot = env * capacity_ + step % capacity_;
   const detail::StepFlags flags = detail::read_step_flags(
       *roles_, [&](std::size_t f) -> const std::byte* { return field_base_[f] + slot * field_bytes_[f]; });
-  return detail::stage_step(segment_of(*buffer_), env, step, flags);
+  return detail::stage_step(*seg_, env, step, flags);
 }
 
 SHMREPLAY_ALWAYS_INLINE void Writer::notify() noexcept { detail::notify_waiters(*global_, !light_notify_); }
@@ -253,8 +253,8 @@ void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> 
 SHMREPLAY_ALWAYS_INLINE void Writer::write_step(uint32_t l, uint64_t env, std::span<const FieldBytes> fields,
                                                  std::size_t row, double priority, uint64_t now) noexcept {
   const uint64_t step = claim(l);
-  assert(next_slot_[l] == step % buffer_->capacity());
-  const uint64_t slot = env * buffer_->capacity() + next_slot_[l];  // step % cap, without a division
+  assert(next_slot_[l] == step % capacity_);
+  const uint64_t slot = env * capacity_ + next_slot_[l];  // step % cap, without a division
   for (const uint32_t f : plain_fields_) {
     const uint64_t b = field_bytes_[f];
     std::byte* dst = field_base_[f] + slot * b;

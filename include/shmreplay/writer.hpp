@@ -240,6 +240,11 @@ class Writer {
   void wait_for_rate_limit(const char* op);
 
   Buffer* buffer_ = nullptr;
+  // The push path's copies of the buffer's mapping and shape (Buffer's getters are out of line: the Segment is not
+  // part of the API). A Buffer's Segment does not move (it is on the heap), so the pointer survives a moved Buffer.
+  Segment* seg_ = nullptr;
+  uint64_t capacity_ = 0;
+  bool has_priorities_ = false;
   std::vector<uint64_t> envs_;         // leased env ids
   std::vector<uint32_t> local_;        // env id -> index in envs_ + 1; 0 when not leased
   std::vector<uint64_t> seen_;         // per leased env: the push call that last listed it (duplicate check)
