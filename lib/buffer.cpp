@@ -319,19 +319,19 @@ void Buffer::close_unnamed() noexcept {
 Segment& segment_of(Buffer& buffer) noexcept { return *buffer.segment_; }
 const Segment& segment_of(const Buffer& buffer) noexcept { return *buffer.segment_; }
 
-const std::string& Buffer::name() const noexcept { return segment_->name(); }
-const Schema& Buffer::schema() const noexcept { return segment_->schema(); }
-uint64_t Buffer::num_envs() const noexcept { return segment_->num_envs(); }
-uint64_t Buffer::capacity() const noexcept { return segment_->capacity(); }
-uint64_t Buffer::total_bytes() const noexcept { return segment_->total_bytes(); }
-bool Buffer::read_only() const noexcept { return segment_->read_only(); }
-const EpisodeFieldIndices& Buffer::episode_fields() const noexcept { return segment_->episode_fields(); }
-bool Buffer::has_episodes() const noexcept { return segment_->has_episodes(); }
-uint64_t Buffer::episode_queue_capacity() const noexcept { return segment_->episode_queue_capacity(); }
-bool Buffer::has_priorities() const noexcept { return segment_->has_priorities(); }
-uint64_t Buffer::max_learners() const noexcept { return segment_->max_learners(); }
-StackContinuity Buffer::stack_continuity() const noexcept { return segment_->stack_continuity(); }
-double Buffer::priority_exponent() const noexcept { return segment_->priority_exponent(); }
-uint64_t Buffer::priority_leaves() const noexcept { return segment_->priority_leaves(); }
+const std::string& Buffer::name() const noexcept { return segment_of(*this).name(); }
+const Schema& Buffer::schema() const noexcept { return segment_of(*this).schema(); }
+uint64_t Buffer::num_envs() const noexcept { return segment_of(*this).num_envs(); }
+uint64_t Buffer::capacity() const noexcept { return segment_of(*this).capacity(); }
+uint64_t Buffer::total_bytes() const noexcept { return segment_of(*this).total_bytes(); }
+bool Buffer::read_only() const noexcept { return segment_of(*this).read_only(); }
+const EpisodeFieldIndices& Buffer::episode_fields() const noexcept { return segment_of(*this).episode_fields(); }
+bool Buffer::has_episodes() const noexcept { return segment_of(*this).has_episodes(); }
+uint64_t Buffer::episode_queue_capacity() const noexcept { return segment_of(*this).episode_queue_capacity(); }
+bool Buffer::has_priorities() const noexcept { return segment_of(*this).has_priorities(); }
+uint64_t Buffer::max_learners() const noexcept { return segment_of(*this).max_learners(); }
+StackContinuity Buffer::stack_continuity() const noexcept { return segment_of(*this).stack_continuity(); }
+double Buffer::priority_exponent() const noexcept { return segment_of(*this).priority_exponent(); }
+uint64_t Buffer::priority_leaves() const noexcept { return segment_of(*this).priority_leaves(); }
 
 }  // namespace shmreplay

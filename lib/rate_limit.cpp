@@ -80,8 +80,9 @@ void Buffer::set_rate_limit(const std::optional<RateLimit>& limit) {
     detail::check_rate_limit(*limit, num_envs() * capacity(),
                              fmt::format("cannot set the rate limit of '{}' to {}", name(), limit->to_string()));
   }
-  layout::GlobalControl& g = segment_->global_control();
-  if (!detail::store_rate_limit(g, limit, detail::count_inserts(*segment_).inserts, detail::self_lease_word(), 5000)) {
+  layout::GlobalControl& g = segment_of(*this).global_control();
+  if (!detail::store_rate_limit(g, limit, detail::count_inserts(segment_of(*this)).inserts, detail::self_lease_word(),
+                                5000)) {
     throw Error(Errc::timeout,
                 fmt::format("cannot set the rate limit of '{}': another process ({}) has been changing it for 5 s",
                             name(), detail::holder_text(g.limiter_writer.load(std::memory_order_relaxed), 0)));

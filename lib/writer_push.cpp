@@ -127,7 +127,7 @@ SHMREPLAY_ALWAYS_INLINE void Writer::finish_step(uint32_t l, uint64_t env, uint6
 bool Writer::step_ends_episode(uint64_t env, uint64_t step) const noexcept {
   // The step's own end flags (not its reward), from the ring slot as written, as stage_episode reads them; only the
   // frame ring's episodes rule asks.
-  if (!roles_ || buffer_->stack_continuity() != StackContinuity::episodes) return false;
+  if (!roles_ || seg_->stack_continuity() != StackContinuity::episodes) return false;
   const uint64_t slot = env * capacity_ + step % capacity_;
   const int flags[3] = {roles_->done, roles_->terminated, roles_->truncated};
   for (int k = 0; k < 3; ++k) {
@@ -182,15 +182,15 @@ const float* Writer::copy_priorities(std::size_t count, std::span<const float> p
 // The writer half of the priority protocol for a claimed step: its leaf and the walk, before the head store.
 // A negative priority means the running maximum. The priority was checked (priority_fits) by the caller.
 void Writer::set_priority(uint64_t env, uint64_t step, double priority) noexcept {
-  if (!buffer_->has_priorities()) return;
-  layout::GlobalControl& g = segment_of(*buffer_).global_control();
+  if (!has_priorities_) return;
+  layout::GlobalControl& g = seg_->global_control();
   if (priority < 0) {
     priority = detail::max_priority(g.max_priority);
   } else {
     detail::raise_max_priority(g.max_priority, priority);
   }
-  detail::set_new_priority(detail::priority_tree_of(segment_of(*buffer_), env), step,
-                           detail::priority_weight(priority, buffer_->priority_exponent()));
+  detail::set_new_priority(detail::priority_tree_of(*seg_, env), step,
+                           detail::priority_weight(priority, seg_->priority_exponent()));
 }
 
 template <class Id>

@@ -240,7 +240,10 @@ class Buffer {
   Buffer() = default;
   void close_unnamed() noexcept;
 
-  std::unique_ptr<Segment> segment_;  // the mapping and its geometry; unmapped by the destructor; never null
+  // The mapping and its geometry; unmapped by the destructor; null only in a moved-from Buffer. Read it through
+  // segment_of(*this), never segment_->: a unique_ptr does not carry const, and a const method must reach the
+  // Segment's const accessors (a read-only mapping's mutable ones assert).
+  std::unique_ptr<Segment> segment_;
   std::string path_;
   uint32_t mode_ = 0;
   uint32_t owner_uid_ = 0;

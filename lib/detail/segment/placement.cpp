@@ -25,21 +25,15 @@ namespace {
 
 using namespace layout;
 
-[[noreturn]] void too_large(uint64_t num_envs, uint64_t capacity, const std::string& what) {
-  throw Error(Errc::invalid_argument,
-              fmt::format("a buffer of {} envs x {} steps is too large: {} overflows 64 bits", num_envs, capacity,
-                          what));
-}
-
 uint64_t checked_mul(uint64_t a, uint64_t b, uint64_t num_envs, uint64_t capacity, const std::string& what) {
   uint64_t r = 0;
-  if (__builtin_mul_overflow(a, b, &r)) too_large(num_envs, capacity, what);
+  if (__builtin_mul_overflow(a, b, &r)) throw_too_large(num_envs, capacity, what);
   return r;
 }
 
 uint64_t checked_add(uint64_t a, uint64_t b, uint64_t num_envs, uint64_t capacity, const std::string& what) {
   uint64_t r = 0;
-  if (__builtin_add_overflow(a, b, &r) || r > UINT64_MAX - kPageBytes) too_large(num_envs, capacity, what);
+  if (__builtin_add_overflow(a, b, &r) || r > UINT64_MAX - kPageBytes) throw_too_large(num_envs, capacity, what);
   return r;
 }
 
@@ -102,7 +96,7 @@ SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& sch
   p.sections[kSectionPriorities] = {at, tree_bytes};
   at = checked_add(at, tree_bytes, num_envs, capacity, "the segment's size");
   p.total_bytes = round_up(at, kPageBytes);
-  if (p.total_bytes > static_cast<uint64_t>(SIZE_MAX / 2)) too_large(num_envs, capacity, "the segment's size");
+  if (p.total_bytes > static_cast<uint64_t>(SIZE_MAX / 2)) throw_too_large(num_envs, capacity, "the segment's size");
   return p;
 }
 

@@ -112,6 +112,8 @@ class StorageSet {
 
   /// The kinds the schema uses, in the table's order.
   const std::vector<std::unique_ptr<FieldStorage>>& kinds() const noexcept { return kinds_; }
+  /// The code of kinds()[k] (layout::kStoragePlainRing, ...: its row of the kind table).
+  uint32_t kind_id(std::size_t k) const noexcept { return kind_ids_[k]; }
   /// The kind that stores field `field`, and the field's index among that kind's fields.
   const FieldStorage& kind_of(std::size_t field) const noexcept { return *kinds_[kind_index_[field]]; }
   std::size_t index_in_kind(std::size_t field) const noexcept { return index_in_kind_[field]; }
@@ -134,6 +136,7 @@ class StorageSet {
 
  private:
   std::vector<std::unique_ptr<FieldStorage>> kinds_;
+  std::vector<uint32_t> kind_ids_;          // kinds_[k]'s code
   std::vector<std::size_t> kind_index_;     // per schema field: its kind's index in kinds_
   std::vector<std::size_t> index_in_kind_;  // per schema field: its index among its kind's fields
   bool all_plain_ = false;

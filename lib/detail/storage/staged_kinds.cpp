@@ -2,15 +2,15 @@
 
 #include <algorithm>
 
-#include "detail/storage/plain_ring.hpp"
 
 namespace shmreplay::detail {
 
 StagedKinds::StagedKinds(Segment& seg, std::span<const uint64_t> envs, KindWriterMode mode, bool all_kinds)
     : storages_(seg), staging_of_field_(seg.schema().size(), kNotStaged), staging_(envs.size()) {
   std::size_t most = 0;
-  for (const auto& kind : storages_.kinds()) {
-    if (!all_kinds && dynamic_cast<const PlainRing*>(kind.get()) != nullptr) continue;
+  for (std::size_t k = 0; k < storages_.kinds().size(); ++k) {
+    const auto& kind = storages_.kinds()[k];
+    if (!all_kinds && storages_.kind_id(k) == layout::kStoragePlainRing) continue;  // the Writer stores it inline
     for (const std::size_t f : kind->fields()) {
       staging_of_field_[f] = staging_bytes_;
       staging_bytes_ += seg.schema()[f].bytes();

@@ -80,8 +80,11 @@ StorageSet::StorageSet(const Segment& seg) {
     index_in_kind_[f] = taken[k].size();
     taken[k].push_back(f);
   }
-  for (std::size_t k = 0; k < taken.size(); ++k) kinds_.push_back(row_of_kind[k]->make(seg, std::move(taken[k])));
-  all_plain_ = kinds_.size() == 1 && dynamic_cast<const PlainRing*>(kinds_[0].get()) != nullptr;
+  for (std::size_t k = 0; k < taken.size(); ++k) {
+    kinds_.push_back(row_of_kind[k]->make(seg, std::move(taken[k])));
+    kind_ids_.push_back(row_of_kind[k]->id);
+  }
+  all_plain_ = kinds_.size() == 1 && kind_ids_[0] == layout::kStoragePlainRing;
 }
 
 void StorageSet::copy_records(const Segment& seg, uint64_t env, uint64_t first, uint64_t count,
