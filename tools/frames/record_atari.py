@@ -38,9 +38,10 @@ def make_env(game, envs, seed):
                         img_width=84)
 
 
-def record(game, envs, steps, seed=0, sticky=0.25):
+def record(game, envs, steps, seed=0, sticky=0.25, on_step=None):
     """Steps `envs` envs of `game` `steps` times; returns (frames u8[envs, steps, 84, 84, 1], flags u8[envs,
-    steps]). Raises RuntimeError where an observed stack is not the one the frames and flags rebuild."""
+    steps]). Raises RuntimeError where an observed stack is not the one the frames and flags rebuild. `on_step`,
+    when given, is called with each step's index and observations (u8[envs, 4, 84, 84], envpool's own array)."""
     env = make_env(game, envs, seed)
     rng = np.random.default_rng(seed)
     actions = env.action_space.n
@@ -56,6 +57,8 @@ def record(game, envs, steps, seed=0, sticky=0.25):
             obs, _, terminated, truncated, info = env.step(action, np.arange(envs))
             flags[:, t] |= np.where(terminated | truncated, frames_file.DONE, 0).astype(np.uint8)
         ids = np.asarray(info["env_id"])
+        if on_step:
+            on_step(t, obs)
         if not np.array_equal(ids, np.arange(envs)):
             raise RuntimeError(f"{game}: envpool returned envs {ids.tolist()} in sync mode, expected 0..{envs - 1}")
         first = np.asarray(info["elapsed_step"]) == 0
