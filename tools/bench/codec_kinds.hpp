@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -144,26 +145,42 @@ inline const char* delta_name(Delta d) noexcept {
   return d == Delta::none ? "none" : d == Delta::xor_bytes ? "xor" : "sub";
 }
 
-/// out = frame (op) ref, byte by byte (the compiler vectorises both loops).
+namespace detail {
+// 16 bytes as one GCC/Clang vector: XOR and subtraction act on each byte lane, so a delta runs 16 bytes at a time at
+// any optimisation level (a byte loop is left scalar at -O2 by GCC 12).
+using Bytes16 = uint8_t __attribute__((vector_size(16)));
+
+template <class Op>
+void bytewise(const std::byte* a, const std::byte* b, std::byte* out, std::size_t n, Op op) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    Bytes16 x, y;
+    std::memcpy(&x, a + i, 16);
+    std::memcpy(&y, b + i, 16);
+    const Bytes16 z = op(x, y);
+    std::memcpy(out + i, &z, 16);
+  }
+  for (; i < n; ++i) {
+    out[i] = static_cast<std::byte>(op(static_cast<uint8_t>(a[i]), static_cast<uint8_t>(b[i])));
+  }
+}
+}  // namespace detail
+
+/// out = frame (op) ref, byte by byte (XOR, or subtraction modulo 256). `out` may be `frame` (in place).
 inline void apply_delta(Delta d, const std::byte* frame, const std::byte* ref, std::byte* out, std::size_t n) {
-  const auto* a = reinterpret_cast<const uint8_t*>(frame);
-  const auto* b = reinterpret_cast<const uint8_t*>(ref);
-  auto* o = reinterpret_cast<uint8_t*>(out);
   if (d == Delta::xor_bytes) {
-    for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<uint8_t>(a[i] ^ b[i]);
+    detail::bytewise(frame, ref, out, n, [](auto x, auto y) { return x ^ y; });
   } else {
-    for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<uint8_t>(a[i] - b[i]);
+    detail::bytewise(frame, ref, out, n, [](auto x, auto y) { return x - y; });
   }
 }
 
 /// Undoes apply_delta in place: frame = delta (inverse op) ref.
 inline void undo_delta(Delta d, std::byte* frame, const std::byte* ref, std::size_t n) {
-  auto* a = reinterpret_cast<uint8_t*>(frame);
-  const auto* b = reinterpret_cast<const uint8_t*>(ref);
   if (d == Delta::xor_bytes) {
-    for (std::size_t i = 0; i < n; ++i) a[i] = static_cast<uint8_t>(a[i] ^ b[i]);
+    detail::bytewise(frame, ref, frame, n, [](auto x, auto y) { return x ^ y; });
   } else {
-    for (std::size_t i = 0; i < n; ++i) a[i] = static_cast<uint8_t>(a[i] + b[i]);
+    detail::bytewise(frame, ref, frame, n, [](auto x, auto y) { return x + y; });
   }
 }
 
