@@ -103,7 +103,9 @@ class Lz4Hc final : public Codec {
 class Zstd final : public Codec {
  public:
   explicit Zstd(int level)
-      : Codec(fmt::format("zstd {}", level)), cctx_(ZSTD_createCCtx(), ZSTD_freeCCtx), dctx_(ZSTD_createDCtx(), ZSTD_freeDCtx) {
+      : Codec(fmt::format("zstd {}", level)),
+        cctx_(ZSTD_createCCtx(), ZSTD_freeCCtx),
+        dctx_(ZSTD_createDCtx(), ZSTD_freeDCtx) {
     if (!cctx_ || !dctx_) throw std::runtime_error("zstd: ZSTD_createCCtx or ZSTD_createDCtx failed");
     const std::size_t rc = ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_compressionLevel, level);
     if (ZSTD_isError(rc)) throw std::runtime_error(fmt::format("zstd: level {}: {}", level, ZSTD_getErrorName(rc)));

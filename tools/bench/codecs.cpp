@@ -3,7 +3,8 @@
 // 84x84 gray; dm_control's 64x64 RGB), per codec (lz4, lz4 accel 4, lz4hc 4 and 9, zstd -1, 1, 3, 5), per record
 // unit (a frame, 4 consecutive frames, the stack as pushed) and delta (none, or each frame XOR or minus the env's
 // previous frame, an episode's first frame raw): compressed bytes per step (mean, p99, max), the ratio, and ns per
-// step to compress and to decompress, against memcpy of one frame in the same run (trials interleaved, medians).
+// step to compress and to decompress (CPU time of the thread), against memcpy of one frame in the same run (trials
+// interleaved, medians).
 // Every record is decoded once and compared with its frames before anything is timed.
 //
 //   shmreplay_bench_codecs [--frames build/frames] [--seconds 0.05] [--trials 5] [--per-source]
@@ -219,8 +220,11 @@ void measure_source(const Options& o, const Recording& rec, const std::vector<st
     ops.emplace_back([&c] { return c->compress_chunk(); });
     ops.emplace_back([&c] { return c->decompress_chunk(); });
   }
-  const auto rates = interleaved_rates(o.trials.seconds, o.trials.trials,
-                                       std::chrono::milliseconds(o.trials.quick ? 1 : 20), ops);
+  // Per second of this thread's CPU time, not of the wall clock: on a machine shared with other busy processes the
+  // wall-clock rates count the time the thread waited for a core.
+  std::vector<std::vector<double>> rates;
+  interleaved_rates(o.trials.seconds, o.trials.trials, std::chrono::milliseconds(o.trials.quick ? 1 : 20), ops,
+                    &rates);
   const bool atari = rec.depth > 1;
   baselines.push_back({rec.name, atari, fb, 1e9 / median(rates[0])});
   for (std::size_t i = 0; i < coded.size(); ++i) {

@@ -117,10 +117,11 @@ void per_game_table(const std::vector<Baseline>& baselines, const std::vector<Fi
 
 void frames_table(const std::vector<Group>& groups, const std::vector<Figures>& figures,
                   const std::vector<std::string>& codecs) {
-  fmt::print("### Codecs on frame records\n\nOne frame per record, no delta: compressed bytes per frame (mean, p99, max), "
-             "the ratio of the raw frame to the mean, and ns per frame to compress and to decompress, each also as "
-             "a multiple of memcpy of the frame.\n\n| frames | codec | mean B | p99 B | max B | ratio | compress ns "
-             "| x memcpy | decompress ns | x memcpy |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  fmt::print("### Codecs on frame records\n\nOne frame per record, no delta: compressed bytes per frame (mean, p99, "
+             "max), the ratio of the raw frame to the mean, and ns per frame to compress and to decompress, each "
+             "also as a multiple of memcpy of the frame.\n\n| frames | codec | mean B | p99 B | max B | ratio | "
+             "compress ns | x memcpy | decompress ns | x memcpy |\n"
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Group& g : groups) {
     fmt::print("| {} | memcpy | {} | {} | {} | 1 | {:.0f} | 1.0x | {:.0f} | 1.0x |\n", g.label, g.frame_bytes,
                g.frame_bytes, g.frame_bytes, g.memcpy_ns, g.memcpy_ns);
@@ -211,7 +212,8 @@ void print_codec_tables(const std::string& command, const std::vector<Baseline>&
     if (f.codec == codecs.front() && f.unit == Unit::frame && f.delta == Delta::none) steps += f.step_bytes.size();
   }
   fmt::print("## Codecs on real frames\n\n`{}`; {} sources, {} frames in all; {} trial(s) of {} s per operation, "
-             "interleaved, medians; ns per frame (per step); one process, one thread; zstd {}, lz4 {}.\n\n",
+             "interleaved, medians; ns of the thread's CPU time per frame (per step); one process, one thread; "
+             "zstd {}, lz4 {}.\n\n",
              command, baselines.size(), steps, trials, seconds, ZSTD_versionString(), LZ4_versionString());
   per_game_table(baselines, figures, codecs);
   const std::vector<Group> groups = groups_of(baselines, per_source);

@@ -54,7 +54,9 @@ inline Recording read_recording(const std::string& path) {
     return v;
   };
   Recording r;
-  if (u32(8) != 64) throw std::runtime_error(fmt::format("frames file {}: header of {} bytes, expected 64", path, u32(8)));
+  if (u32(8) != 64) {
+    throw std::runtime_error(fmt::format("frames file {}: header of {} bytes, expected 64", path, u32(8)));
+  }
   r.height = u32(12), r.width = u32(16), r.channels = u32(20), r.envs = u32(24), r.steps = u32(28), r.depth = u32(32);
   r.name.assign(reinterpret_cast<const char*>(head + 40), strnlen(reinterpret_cast<const char*>(head + 40), 24));
   if (r.frames() == 0 || r.frame_bytes() == 0 || r.depth == 0) {
