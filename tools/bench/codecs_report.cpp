@@ -64,7 +64,9 @@ std::vector<Group> groups_of(const std::vector<Baseline>& baselines, bool per_so
     }
     if (per_source || g.sources.empty()) continue;
     g.memcpy_ns /= static_cast<double>(g.sources.size());
-    g.label = fmt::format("{} ({} {})", atari ? "Atari" : "DMC", g.sources.size(), atari ? "games" : "tasks");
+    const bool one = g.sources.size() == 1;
+    g.label = fmt::format("{} ({} {})", atari ? "Atari" : "DMC", g.sources.size(),
+                          atari ? (one ? "game" : "games") : (one ? "task" : "tasks"));
     out.push_back(std::move(g));
   }
   return out;
