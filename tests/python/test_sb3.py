@@ -74,41 +74,22 @@ def test_timeout_bootstraps_from_the_terminal_observation_sb3_934(buffers):
 
 
 def test_the_newest_transition_of_a_full_buffer_has_its_own_next_observation_sb3_1853(buffers):
+    """SB3 #1853: once the buffer is full, the transition added last is drawn with its own next observation."""
     venv = make_venv(1, max_steps=1000, p_end=0.0)
     rb = make(shmreplay.sb3.ReplayBuffer, venv, 8, optimize_memory_usage=True, handle_timeout_termination=False)
     buffers.append(rb)
-    added, order = drive(rb, venv, 3)
-    for step in range(40):  # full after 8: every add, the newest transition is drawn with its own next obs
-        more, more_order = drive_one(rb, venv)
-        added.update(more)
-        order[0] += more_order[0]
+    added, order = {}, [[]]
+    obs = venv.reset()
+    for step in range(40):  # full after 8; after every add the newest transition is drawn, and right
+        new_obs, rewards, dones, infos = venv.step(np.zeros(1, np.int64))
+        rb.add(obs, new_obs, np.zeros(1), rewards, dones, infos)
+        added[key(obs[0])] = dict(action=0, reward=float(rewards[0]), next_obs=new_obs[0].copy(), done=False,
+                                  truncated=False)
+        order[0].append(key(obs[0]))
+        obs = new_obs
         s = rb.sample(256)
         assert check(s, added, False, set(order[0][-8:])) == []
-        assert key(order[0][-1]) in {key(o) for o in s.observations.numpy()} or order[0][-1] in \
-            {key(o) for o in s.observations.numpy()}
-
-
-_last_obs = {}
-
-
-def drive_one(rb, venv):
-    """One more step of `venv` into `rb`, continuing from the env's last observation."""
-    import numpy as np
-    obs = _last_obs.get(id(venv))
-    if obs is None:
-        obs = venv.reset()
-    actions = np.zeros(venv.num_envs, np.int64)
-    new_obs, rewards, dones, infos = venv.step(actions)
-    next_obs = new_obs.copy()
-    for i, d in enumerate(dones):
-        if d:
-            next_obs[i] = infos[i]["terminal_observation"]
-    rb.add(obs, next_obs, actions, rewards, dones, infos)
-    _last_obs[id(venv)] = new_obs
-    added = {key(obs[i]): dict(obs=obs[i].copy(), action=0, reward=float(rewards[i]), next_obs=next_obs[i].copy(),
-                               done=bool(dones[i]), truncated=False, env_done=bool(dones[i]))
-             for i in range(venv.num_envs)}
-    return added, [[key(obs[i])] for i in range(venv.num_envs)]
+        assert order[0][-1] in {key(o) for o in s.observations.numpy()}
 
 
 def test_cleanrl_truncations_keep_their_final_observation_cleanrl_460(buffers):
@@ -286,3 +267,93 @@ def test_a_buffer_never_closed_leaves_nothing_in_dev_shm_when_its_process_ends(h
     while (os.path.exists(path) or os.path.exists(path + "+sb3")) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not os.path.exists(path) and not os.path.exists(path + "+sb3")
+
+
+@pytest.mark.parametrize("algo,env_id", [("DQN", "CartPole-v1"), ("SAC", "Pendulum-v1"), ("TD3", "Pendulum-v1")])
+def test_sb3_algorithms_learn_from_it_as_replay_buffer_class(buffers, algo, env_id):
+    import stable_baselines3
+    cls = getattr(stable_baselines3, algo)
+    model = cls("MlpPolicy", env_id, buffer_size=1000, learning_starts=64, batch_size=32, seed=0, device="cpu",
+                policy_kwargs=dict(net_arch=[16]), replay_buffer_class=shmreplay.sb3.ReplayBuffer)
+    buffers.append(model.replay_buffer)
+    model.learn(200)
+    assert isinstance(model.replay_buffer, shmreplay.sb3.ReplayBuffer) and model.replay_buffer.size() >= 200
+    assert model.logger.name_to_value.get("train/n_updates", 1) > 0
+
+
+def test_n_step_through_replay_buffer_kwargs_and_a_second_learn_with_optimize_memory_usage(buffers):
+    from stable_baselines3 import DQN
+    model = DQN("MlpPolicy", "CartPole-v1", buffer_size=1000, learning_starts=32, seed=0, device="cpu",
+                policy_kwargs=dict(net_arch=[16]), replay_buffer_class=shmreplay.sb3.NStepReplayBuffer,
+                replay_buffer_kwargs=dict(n_steps=3, gamma=0.95))
+    buffers.append(model.replay_buffer)
+    model.learn(100)
+    assert model.replay_buffer.n_steps == 3 and model.replay_buffer.sample(8).discounts is not None
+    model = DQN("MlpPolicy", "CartPole-v1", buffer_size=1000, learning_starts=32, seed=0, device="cpu",
+                optimize_memory_usage=True, replay_buffer_kwargs=dict(handle_timeout_termination=False),
+                policy_kwargs=dict(net_arch=[16]), replay_buffer_class=shmreplay.sb3.ReplayBuffer)
+    buffers.append(model.replay_buffer)
+    model.learn(100)
+    model.learn(100)  # SB3 marks the last trajectory ended (dones[pos] = True): the next add starts afresh
+
+
+def test_dict_observations_are_stored_once_per_key_and_sampled_as_added(buffers):
+    from gymnasium import spaces
+    from stable_baselines3.common.vec_env import VecEnvWrapper
+
+    class AsDict(VecEnvWrapper):  # {"x": the counter observation, "y": its step as int64}
+        def __init__(self, venv):
+            space = spaces.Dict({"x": venv.observation_space, "y": spaces.Box(0, 10**6, (1,), np.int64)})
+            super().__init__(venv, observation_space=space)
+
+        def to_dict(self, obs):
+            return {"x": obs, "y": obs[:, 2:3].astype(np.int64) * 7}
+
+        def reset(self):
+            return self.to_dict(self.venv.reset())
+
+        def step_wait(self):
+            obs, rewards, dones, infos = self.venv.step_wait()
+            for info in infos:
+                if "terminal_observation" in info:
+                    info["terminal_observation"] = {k: v[0] for k, v in
+                                                    self.to_dict(info["terminal_observation"][None]).items()}
+            return self.to_dict(obs), rewards, dones, infos
+
+    venv = AsDict(make_venv(2))
+    rb = make(shmreplay.sb3.DictReplayBuffer, venv, 2 * 40)
+    buffers.append(rb)
+    obs = venv.reset()
+    truth = {}
+    for _ in range(100):
+        new_obs, rewards, dones, infos = venv.step(np.ones(2, np.int64))
+        next_obs = {k: v.copy() for k, v in new_obs.items()}
+        for i, d in enumerate(dones):
+            if d:
+                for k in next_obs:
+                    next_obs[k][i] = infos[i]["terminal_observation"][k]
+        rb.add(obs, next_obs, np.ones(2), rewards, dones, infos)
+        for i in range(2):
+            truth[key(obs["x"][i])] = (next_obs["x"][i].copy(), next_obs["y"][i].copy(), float(rewards[i]))
+        obs = new_obs
+    s = rb.sample(256)
+    for r in range(256):
+        nx, ny, reward = truth[key(s.observations["x"][r].numpy())]
+        assert np.array_equal(s.next_observations["x"][r].numpy(), nx)
+        assert np.array_equal(s.next_observations["y"][r].numpy(), ny) and s.rewards[r, 0].item() == reward
+        assert s.observations["y"][r].item() == s.observations["x"][r, 2].item() * 7
+
+
+def test_frame_stacks_of_sb3s_atari_wrappers_are_stored_one_frame_per_step(buffers):
+    """VecFrameStack then VecTransposeImage, as SB3 wraps Atari: (4, 8, 8) stacks, stacked on axis 0."""
+    from stable_baselines3.common.vec_env import VecFrameStack, VecTransposeImage
+    venv = VecTransposeImage(VecFrameStack(make_venv(2, max_steps=30, p_end=0.02, frames=True), 4))
+    assert venv.observation_space.shape == (4, 8, 8)
+    rb = make(shmreplay.sb3.ReplayBuffer, venv, 2 * 200, stack_axis=0)
+    flat = make(shmreplay.sb3.ReplayBuffer, venv, 2 * 200)
+    buffers += [rb, flat]
+    added, order = drive(rb, venv, 300)
+    assert rb.buffer.schema["obs"].stack_depth == 4
+    assert rb.buffer.stored_data_bytes < 0.5 * flat.buffer.stored_data_bytes
+    for _ in range(5):
+        assert check(rb.sample(256), added, True, window(order, rb)) == []

@@ -220,7 +220,8 @@ class ReplayBuffer(sb3_buffers.ReplayBuffer):
                         first=np.ones(n, bool))
             writer.push(self._ids[fresh], data)
         data = dict(zip(names, nxt))
-        data.update(action=np.asarray(action).reshape(self.n_envs, self.action_dim),
+        action = np.asarray(action).reshape(self.n_envs, self.action_dim)  # cast as SB3's array assignment does
+        data.update(action=action.astype(self._buffer.schema["action"].numpy_dtype, copy=False),
                     reward=np.asarray(reward, np.float32).reshape(self.n_envs), done=done, timeout=timeout,
                     first=np.zeros(self.n_envs, bool))
         writer.push(self._ids, data)
