@@ -1,4 +1,4 @@
-"""Stable-Baselines3's replay buffers on a shmreplay segment: ``DQN(..., replay_buffer_class=shmreplay.sb3.ReplayBuffer)``
+"""Stable-Baselines3's replay buffers on a shmreplay segment: ``replay_buffer_class=shmreplay.sb3.ReplayBuffer``
 (SAC, TD3 and the other off-policy algorithms alike; CleanRL and SBX, which import SB3's ``ReplayBuffer``, import
 this one instead)::
 

@@ -6,6 +6,7 @@ import tempfile
 import weakref
 
 import numpy as np
+import torch as th
 from stable_baselines3.common import buffers as sb3_buffers
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
@@ -85,10 +86,15 @@ class ReplayBuffer(sb3_buffers.ReplayBuffer):
         """The observation as SB3 returns it, from one array per field."""
         return arrays[0]
 
+    def _tensor(self, array):
+        """A tensor of its own: one NumPy copy of the (strided) rows, shared by the tensor on the CPU (torch's own
+        copy of a strided uint8 array is several times slower than NumPy's)."""
+        return th.as_tensor(np.array(array, order="C"), device=self.device)
+
     def _samples(self, obs, actions, next_obs, dones, rewards, discounts=None):
-        return ReplayBufferSamples(self.to_torch(obs), self.to_torch(actions), self.to_torch(next_obs),
-                                   self.to_torch(dones), self.to_torch(rewards),
-                                   None if discounts is None else self.to_torch(discounts))
+        t = self._tensor
+        return ReplayBufferSamples(t(obs), t(actions), t(next_obs), t(dones), t(rewards),
+                                   None if discounts is None else t(discounts))
 
     # -- the segment ------------------------------------------------------------------------------------------
 

@@ -69,7 +69,7 @@ class DictReplayBuffer(ReplayBuffer):
         return {key: a for (key, _), a in zip(self._obs_keys(), arrays)}
 
     def _samples(self, obs, actions, next_obs, dones, rewards, discounts=None):
+        t = self._tensor
         return DictReplayBufferSamples(
-            observations={k: self.to_torch(v) for k, v in obs.items()}, actions=self.to_torch(actions),
-            next_observations={k: self.to_torch(v) for k, v in next_obs.items()}, dones=self.to_torch(dones),
-            rewards=self.to_torch(rewards))
+            observations={k: t(v) for k, v in obs.items()}, actions=t(actions),
+            next_observations={k: t(v) for k, v in next_obs.items()}, dones=t(dones), rewards=t(rewards))
