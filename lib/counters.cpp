@@ -10,6 +10,7 @@ namespace {
 
 using Type = CounterType;
 constexpr auto kEpisodes = CounterPresence::episodes;
+constexpr auto kCompressed = CounterPresence::compressed;
 constexpr auto kSince = CounterForm::since_ns;
 constexpr auto kEnv = CounterScope::env;
 constexpr auto kLearner = CounterScope::learner;
@@ -26,6 +27,33 @@ uint64_t env_word(const EnvReading& r) noexcept {
 template <std::atomic<uint64_t> layout::EpisodeControl::*Word>
 uint64_t episode_word(const EnvReading& r) noexcept {
   return r.seg.has_episodes() ? relaxed(r.seg.episode_control(r.env).*Word) : 0;
+}
+
+/// A PackedEnvControl word summed over the compressed fields (0 without).
+template <std::atomic<uint64_t> layout::PackedEnvControl::*Word>
+uint64_t packed_sum(const EnvReading& r) noexcept {
+  uint64_t v = 0;
+  for (std::size_t p = 0; p < r.seg.packed().size(); ++p) v += relaxed(r.seg.packed_control(p, r.env).*Word);
+  return v;
+}
+
+/// The compressed fields' frames as pushed, in bytes: each field's frames times its frame's bytes.
+uint64_t packed_frame_bytes(const EnvReading& r) noexcept {
+  uint64_t v = 0;
+  for (std::size_t p = 0; p < r.seg.packed().size(); ++p) {
+    v += relaxed(r.seg.packed_control(p, r.env).frames) * r.seg.packed()[p].stack.frame_bytes;
+  }
+  return v;
+}
+
+/// Steps the byte budget made leave the view: the field that lost most (each field counts the steps its own
+/// records' overwrites took; a step two fields lost is one step).
+uint64_t packed_budget_lost(const EnvReading& r) noexcept {
+  uint64_t v = 0;
+  for (std::size_t p = 0; p < r.seg.packed().size(); ++p) {
+    v = std::max(v, relaxed(r.seg.packed_control(p, r.env).budget_lost));
+  }
+  return v;
 }
 
 /// A LearnerStats word of the slot.
@@ -102,7 +130,26 @@ const EnvCounterRow kEnvRows[] = {
     {{"stored_bytes", "shmreplay_env_stored_bytes", Type::gauge, "bytes",
       "Bytes the env's replay view occupies in the segment's step storage, each storage kind's share", kEnv, {}, {},
       true, "STORED"},
-     [](const EnvReading& r) noexcept { return r.storages.stored_bytes(r.seg, r.env, r.replay.lo, r.replay.hi); }},
+     [](const EnvReading& r) noexcept { return r.storages.stored_bytes(r.seg, r.env, r.replay.lo, r.replay.hi); },
+     nullptr, &SegmentInfo::stored_bytes},
+    // Compressed fields (layout 1.10; docs/design/compression.md): the writers' counters, summed over the fields.
+    {{"compressed_frames", "shmreplay_env_compressed_frames_total", Type::counter, "frames",
+      "Frames the env's writers stored in its compressed fields since creation (a continuing stack adds one a step)",
+      kEnv, kCompressed},
+     packed_sum<&layout::PackedEnvControl::frames>},
+    {{"compressed_frame_bytes", "shmreplay_env_compressed_frame_bytes_total", Type::counter, "bytes",
+      "Bytes of those frames as pushed", kEnv, kCompressed},
+     packed_frame_bytes},
+    {{"compressed_record_bytes", "shmreplay_env_compressed_record_bytes_total", Type::counter, "bytes",
+      "Bytes of their records: compressed, or as pushed where the codec did not shrink a frame", kEnv, kCompressed},
+     packed_sum<&layout::PackedEnvControl::record_bytes>},
+    {{"compressed_raw_frames", "shmreplay_env_compressed_raw_frames_total", Type::counter, "frames",
+      "Frames stored as pushed because the codec did not shrink them", kEnv, kCompressed},
+     packed_sum<&layout::PackedEnvControl::raw_frames>},
+    {{"steps_lost_to_budget", "shmreplay_env_steps_lost_to_budget_total", Type::counter, "steps",
+      "Steps that left the env's view because its compressed frames outgrew their byte budget before the steps' "
+      "slots were reclaimed", kEnv, kCompressed, {}, true, "LOST TO BUDGET"},
+     packed_budget_lost, &EnvInfo::steps_lost_to_budget, &SegmentInfo::steps_lost_to_budget},
 };
 
 const LearnerCounterRow kLearnerRows[] = {

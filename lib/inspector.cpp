@@ -127,7 +127,42 @@ LearnerInfo every_learner(const std::vector<LearnerInfo>& slots, const layout::G
   return all;
 }
 
+// The compressed fields (layout 1.10): geometry, and their writers' counters summed over the envs.
+std::vector<CompressedFieldInfo> compressed_fields(const Segment& seg) {
+  std::vector<CompressedFieldInfo> out;
+  for (std::size_t p = 0; p < seg.packed().size(); ++p) {
+    const PackedGeometry& g = seg.packed()[p];
+    CompressedFieldInfo f{g.stack.field, g.codec, g.level, g.stack.depth, g.stack.frame_bytes, g.ring_bytes};
+    for (uint64_t e = 0; e < seg.num_envs(); ++e) {
+      const layout::PackedEnvControl& c = seg.packed_control(p, e);
+      f.frames += c.frames.load(std::memory_order_relaxed);  // relaxed: informational counters
+      f.record_bytes += c.record_bytes.load(std::memory_order_relaxed);
+      f.raw_frames += c.raw_frames.load(std::memory_order_relaxed);
+      f.budget_lost += c.budget_lost.load(std::memory_order_relaxed);
+    }
+    out.push_back(f);
+  }
+  return out;
+}
+
 }  // namespace
+
+double CompressedFieldInfo::ratio() const noexcept {
+  return record_bytes == 0 ? 0.0 : static_cast<double>(frames * frame_bytes) / static_cast<double>(record_bytes);
+}
+
+bool counter_applies(const Counter& row, const SegmentInfo& info) noexcept {
+  switch (row.presence) {
+    case CounterPresence::episodes: return info.episode_queue_capacity > 0;
+    case CounterPresence::compressed: return !info.compressed.empty();
+    default: return true;
+  }
+}
+
+double stored_bytes_per_step(const SegmentInfo& info) noexcept {
+  return info.replay_steps == 0 ? 0.0
+                                : static_cast<double>(info.stored_bytes) / static_cast<double>(info.replay_steps);
+}
 
 Inspector::Inspector(std::string_view name, OpenOptions options)
     : buffer_(Buffer::open(name, read_only(std::move(options)))) {}
@@ -160,6 +195,7 @@ SegmentInfo Inspector::snapshot() const {
   s.envs.reserve(b.num_envs());
   const detail::StorageSet storages(segment_of(b));
   for (uint64_t e = 0; e < b.num_envs(); ++e) s.envs.push_back(env_info(b, e, alive, s, storages));
+  s.compressed = compressed_fields(segment_of(b));
   s.live_writers = static_cast<uint64_t>(std::count_if(alive.begin(), alive.end(), [](const auto& kv) { return kv.second; }));
 
   const layout::GlobalControl& g = segment_of(b).global_control();
@@ -191,7 +227,11 @@ StepRecords Inspector::read_steps(uint64_t env, uint64_t first_step, uint64_t co
 uint64_t stored_data_bytes(const Buffer& b) noexcept {
   uint64_t bytes = 0;
   for (const Field& f : b.schema().fields()) {
-    if (!f.stacked()) bytes += b.num_envs() * b.capacity() * f.bytes();
+    if (!f.stacked() && !f.compressed()) bytes += b.num_envs() * b.capacity() * f.bytes();
+  }
+  for (const PackedGeometry& g : segment_of(b).packed()) {  // layout 1.10: counters, descriptors, rings, index words
+    bytes += b.num_envs() * (sizeof(layout::PackedEnvControl) + g.stack.frames * sizeof(layout::PackedFrameDesc) +
+                             g.ring_bytes + b.capacity() * sizeof(uint64_t));
   }
   for (const StackGeometry& st : segment_of(b).stacks()) {  // layout 1.6: the frame rings and the frame-index words
     bytes += b.num_envs() * (st.frames * st.frame_bytes + b.capacity() * sizeof(uint64_t));

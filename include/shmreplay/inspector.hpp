@@ -59,6 +59,9 @@ struct EnvInfo {
   /// (layout 1.9) Under stack_continuity "episodes": steps whose stack the rule's spot check found not to continue
   /// the previous step's though no flag said so (the env restarts stacks without flags; use "compare").
   uint64_t stack_flagless_restarts = 0;
+  /// (layout 1.10, compressed fields; 0 without) Steps that left the replay view because the env's compressed
+  /// frames outgrew their byte budget before the steps' ring slots were reclaimed: of the field that lost most.
+  uint64_t steps_lost_to_budget = 0;
   // Episodes (all 0 in a buffer without episode fields):
   uint64_t episodes_completed = 0;       ///< episodes whose last step was published, since creation
   uint64_t episode_records_dropped = 0;  ///< records lost because the queue was full when the episode ended
@@ -106,6 +109,23 @@ struct LearnerInfo {
   std::vector<uint64_t> counters;
 };
 
+/// One compressed field (":lz4", ":zstd=LEVEL"; layout 1.10, docs/design/compression.md): its codec, its share of
+/// the byte budget, and its writers' counters summed over the envs.
+struct CompressedFieldInfo {
+  std::size_t field = 0;        ///< its schema index
+  Codec codec = Codec::none;    ///< lz4 or zstd
+  int32_t level = 0;            ///< zstd's level (0 for lz4)
+  uint64_t depth = 1;           ///< frames per step (1 for an unstacked field)
+  uint64_t frame_bytes = 0;     ///< bytes of one frame as pushed
+  uint64_t ring_bytes = 0;      ///< bytes of one env's record ring: its share of the byte budget
+  uint64_t frames = 0;          ///< frames stored since creation (a continuing stack adds one per step)
+  uint64_t record_bytes = 0;    ///< bytes of their records
+  uint64_t raw_frames = 0;      ///< frames stored as pushed: the codec did not shrink them
+  uint64_t budget_lost = 0;     ///< steps that left a view because the field's records outgrew its ring
+  /// The achieved ratio: the frames' bytes as pushed over their records' bytes (0 before a frame was stored).
+  double ratio() const noexcept;
+};
+
 /// Everything Inspector::snapshot() reads from a segment: geometry, creation record, per-env and learner state,
 /// episode, priority and rate-limiter counters (what `shmreplay info` prints).
 struct SegmentInfo {
@@ -120,6 +140,7 @@ struct SegmentInfo {
   uint64_t data_bytes = 0;      ///< bytes of the steps as stored: num_envs * capacity * step_bytes, but for a
                                 ///< stacked field its frame rings and frame-index words instead of its share
   std::vector<StackGeometry> stacks;  ///< the stacked fields (layout 1.6), in schema order; empty without
+  std::vector<CompressedFieldInfo> compressed;  ///< the compressed fields (layout 1.10), in schema order; empty without
   StackContinuity stack_continuity = StackContinuity::compare;  ///< how writers tell a continuing stack (1.6)
   Schema schema;                ///< the fields of a step
   uint32_t owner_uid = 0;       ///< the uid that owns the segment file
@@ -132,6 +153,8 @@ struct SegmentInfo {
   uint64_t replay_steps = 0;   ///< sum of lengths
   uint64_t online_steps = 0;   ///< sum of online lengths
   uint64_t live_writers = 0;   ///< distinct alive lease holders
+  uint64_t stored_bytes = 0;   ///< sum of the envs' stored_bytes rows: the bytes the replay views occupy
+  uint64_t steps_lost_to_budget = 0;  ///< sum of EnvInfo::steps_lost_to_budget (compressed fields)
   /// Every learner together: counters summed over the slots; state, pid, start_ticks and since_ns of the first
   /// slot held by a live learner (else the first held slot, else none); slot that slot's. In a one-learner buffer,
   /// exactly its learner.
@@ -206,9 +229,17 @@ class Inspector {
 StepRecords read_steps(const Buffer& buffer, uint64_t env, uint64_t first_step, uint64_t count);
 
 /// Bytes of `buffer`'s step storage (SegmentInfo::data_bytes): num_envs x capacity x each field's bytes, and for a
-/// stacked field (layout 1.6) its frame rings and frame-index words instead. From the geometry open accepted; O(1)
+/// stacked field (layout 1.6) its frame rings and frame-index words instead, for a compressed field (layout 1.10)
+/// its env counters, frame descriptors, record rings and frame-index words. From the geometry open accepted; O(1)
 /// per field.
 uint64_t stored_data_bytes(const Buffer& buffer) noexcept;
+
+/// Whether counter-table row `row` applies to the segment `info` describes (CounterPresence): its family is
+/// exported and its column shown only then.
+bool counter_applies(const Counter& row, const SegmentInfo& info) noexcept;
+
+/// Bytes per step the replay views occupy (stored_bytes over replay_steps; 0 when nothing is stored).
+double stored_bytes_per_step(const SegmentInfo& info) noexcept;
 
 /// One entry of list_segments(): a file whose first bytes are shmreplay's magic.
 struct ListedSegment {

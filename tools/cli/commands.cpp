@@ -85,6 +85,8 @@ int run_create(const CreateArgs& args) {
        .rate_limit = args.rate_limit.limit(),
        .stack_restarts = args.stack_restarts,
        .stack_continuity = args.stack_continuity == "episodes" ? StackContinuity::episodes : StackContinuity::compare,
+       .compressed_bytes = args.compressed_bytes,
+       .expected_compression = args.expected_compression,
        .max_learners = args.learners,
        .populate = args.populate,
        .populate_progress = [&bar, &args](uint64_t done, uint64_t total) {
@@ -98,6 +100,11 @@ int run_create(const CreateArgs& args) {
   info.stacks = segment_of(b).stacks();
   fmt::print("created '{}': {} x {}, {} per step, {} ({})\n", b.name(), counted(b.num_envs(), "env", "envs"),
              counted(b.capacity(), "step", "steps"), step_bytes_text(info), human_bytes(b.total_bytes()), b.path());
+  for (const PackedGeometry& g : segment_of(b).packed()) {  // the byte budget each compressed field got
+    fmt::print("  {} ({}): {} per env for its records, {} in all; {} of frames as pushed per env\n",
+               schema[g.stack.field].name, codec_text(g.codec, g.level), human_bytes(g.ring_bytes),
+               human_bytes(g.ring_bytes * b.num_envs()), human_bytes(g.stack.frame_bytes * b.capacity()));
+  }
   warn_if_world_writable(b.name(), args.mode);
   return kExitOk;
 }
@@ -147,7 +154,7 @@ int run_info(const InfoArgs& args) {
   }
   print_info_summary(info);
   print_schema_table(info.schema);
-  print_env_table(info.envs, info.episode_queue_capacity > 0);
+  print_env_table(info);
   return kExitOk;
 }
 

@@ -58,6 +58,8 @@ struct CreateArgs {
   uint64_t stack_restarts = 0;  ///< stacked fields' reserve of non-continuing stacks per env; 0: the default
   std::string stack_continuity = "compare";  ///< --stack-continuity compare|episodes
   uint64_t learners = 1;  ///< --learners: learner processes that may sample at once (max_learners)
+  uint64_t compressed_bytes = 0;      ///< --compressed-bytes: compressed fields' byte budget; 0: by the ratio
+  double expected_compression = 0;    ///< --expected-compression: the ratio the budget assumes; 0: the default
   RateLimitArgs rate_limit;
   shmreplay::Populate populate = shmreplay::Populate::never;  ///< --populate auto|always|never
   bool progress = false;  ///< a populate progress bar on stderr whatever the size, even when not a terminal
@@ -170,7 +172,8 @@ std::string owner_text(const SegmentInfo& info);
 /// Bytes the segment stores per step slot: data_bytes / (num_envs x capacity). With stacked fields it is less than
 /// step_bytes (a stacked field keeps about one frame per step, plus its frame-index word); otherwise equal.
 double stored_step_bytes(const SegmentInfo& info);
-/// A step's bytes for display: "25 bytes", or with stacked fields "28233 bytes as pushed, 7279.7 stored".
+/// A step's bytes for display: "25 bytes", or with stacked or compressed fields "28233 bytes as pushed, 7279.7
+/// stored" (compressed: the byte budget's share).
 std::string step_bytes_text(const SegmentInfo& info);
 /// The restarts (steps whose stack does not continue the previous step's) that a stacked field's frame rings hold
 /// per env at no loss: (frames - capacity) / (K - 1) - 1, rounded down.
@@ -182,8 +185,19 @@ struct EnvColumn {
   std::size_t index = 0;
   const Counter* row = nullptr;
 };
-/// Those rows, in row order; both tables put them last, so that the usual columns keep their places.
-std::vector<EnvColumn> env_columns();
+/// Those rows that apply to the segment `info` describes (counter_applies), in row order; both tables put them
+/// last, so that the usual columns keep their places.
+std::vector<EnvColumn> env_columns(const SegmentInfo& info);
+
+// -- Compressed fields (compression.cpp) --
+
+/// A codec as the schema writes it: "lz4", "zstd=3" ("none" for Codec::none).
+std::string codec_text(Codec codec, int32_t level);
+/// The summary lines of `info` and `watch` for the compressed fields (key, text): one per field, then the bytes per
+/// stored step; none without compressed fields.
+std::vector<std::pair<std::string, std::string>> compressed_lines(const SegmentInfo& info);
+/// Every compressed field's frames as pushed over their records' bytes; 0 without (or before a frame was stored).
+double compression_ratio(const SegmentInfo& info);
 /// A counter's cell in a text table: its value, in human units for a row in bytes ("1.2 KiB").
 std::string counter_cell(const Counter& c, uint64_t value);
 

@@ -48,7 +48,8 @@ Json schema_json(const Schema& schema) {
                       {"dtype", dtype_name(f.dtype)},
                       {"shape", f.shape},
                       {"bytes", f.bytes()},
-                      {"stack_axis", f.stack_axis ? Json(*f.stack_axis) : Json(nullptr)}});
+                      {"stack_axis", f.stack_axis ? Json(*f.stack_axis) : Json(nullptr)},
+                      {"codec", f.compressed() ? Json(codec_text(f.codec, f.codec_level)) : Json(nullptr)}});
   }
   return fields;
 }
@@ -125,6 +126,8 @@ Json listed_json(const ListedSegment& s) {
       {"capacity", i.capacity},
       {"step_bytes", i.step_bytes},
       {"stored_step_bytes", stored_step_bytes(i)},
+      {"compression_ratio", i.compressed.empty() ? Json(nullptr) : Json(compression_ratio(i))},
+      {"steps_lost_to_budget", i.compressed.empty() ? Json(nullptr) : Json(i.steps_lost_to_budget)},
       {"total_bytes", i.total_bytes},
       {"replay_steps", i.replay_steps},
       {"online_steps", i.online_steps},
@@ -209,6 +212,7 @@ Json info_json(const SegmentInfo& i) {
       {"data_bytes", i.data_bytes},
       {"stacks", stacks_json(i)},
       {"stack_continuity", i.stacks.empty() ? Json(nullptr) : Json(std::string(to_string(i.stack_continuity)))},
+      {"compressed", compressed_json(i)},
       {"owner_uid", i.owner_uid},
       {"owner_user", owner_user_json(i)},
       {"owned_by_you", i.owner_uid == static_cast<uint32_t>(::geteuid())},
@@ -268,6 +272,7 @@ void print_info_summary(const SegmentInfo& i) {
                                  ? "compare (each pushed stack checked against the previous step's, byte for byte)"
                                  : "episodes (a stack continues unless the previous step ended an episode)");
   }
+  for (const auto& [key, text] : compressed_lines(i)) print_pair(key, text);
   print_pair("size", fmt::format("{} ({} bytes; step data {} bytes)", human_bytes(i.total_bytes), i.total_bytes,
                                  i.data_bytes));
   print_pair("owner", owner_text(i));
@@ -329,6 +334,9 @@ void print_schema_table(const Schema& schema) {
                                    [](const Field& f) { return f.stacked(); });
   std::vector<Table::Column> columns{{"#", Align::right}, {"NAME"}, {"DTYPE"}, {"SHAPE"}, {"BYTES", Align::right}};
   if (stacked) columns.push_back({"STACKED"});  // only for a schema with a stacked field (layout 1.6)
+  const bool compressed = std::any_of(schema.fields().begin(), schema.fields().end(),
+                                      [](const Field& f) { return f.compressed(); });
+  if (compressed) columns.push_back({"CODEC"});  // only for a schema with a compressed field (layout 1.10)
   Table t(std::move(columns));
   for (std::size_t k = 0; k < schema.size(); ++k) {
     const Field& f = schema[k];
@@ -339,12 +347,15 @@ void print_schema_table(const Schema& schema) {
                                               f.frame_bytes())
                                 : std::string("-"));
     }
+    if (compressed) row.push_back(f.compressed() ? codec_text(f.codec, f.codec_level) : std::string("-"));
     t.add_row(std::move(row));
   }
   fmt::print("{}", t.render("  "));
 }
 
-void print_env_table(const std::vector<EnvInfo>& envs, bool episodes) {
+void print_env_table(const SegmentInfo& i) {
+  const std::vector<EnvInfo>& envs = i.envs;
+  const bool episodes = i.episode_queue_capacity > 0;
   fmt::print("\nenvs:\n");
   std::vector<Table::Column> columns{{"ENV", Align::right},   {"HEAD", Align::right},  {"CLAIMED", Align::right},
                                      {"LENGTH", Align::right}, {"ONLINE", Align::right}, {"OWNER", Align::right},
@@ -353,7 +364,7 @@ void print_env_table(const std::vector<EnvInfo>& envs, bool episodes) {
     columns.push_back({"EPISODES", Align::right});
     columns.push_back({"LAST EPISODE"});
   }
-  const std::vector<EnvColumn> extra = env_columns();  // the counter table's rows with a column, last
+  const std::vector<EnvColumn> extra = env_columns(i);  // the counter table's rows with a column, last
   for (const EnvColumn& c : extra) columns.push_back({std::string(c.row->column), Align::right});
   Table t(std::move(columns));
   const std::size_t shown = std::min(envs.size(), kMaxEnvRowsShown);
@@ -396,7 +407,8 @@ double stored_step_bytes(const SegmentInfo& i) {
 }
 
 std::string step_bytes_text(const SegmentInfo& i) {
-  if (i.stacks.empty()) return counted(i.step_bytes, "byte", "bytes");
+  // Stacked and compressed fields store less than a step's bytes per slot (plain ones exactly them).
+  if (i.data_bytes == i.num_envs * i.capacity * i.step_bytes) return counted(i.step_bytes, "byte", "bytes");
   return fmt::format("{} bytes as pushed, {:.1f} stored", i.step_bytes, stored_step_bytes(i));
 }
 
@@ -405,11 +417,11 @@ uint64_t stack_restarts_held(const StackGeometry& st, uint64_t capacity) {
   return (st.frames - capacity) / (st.depth - 1) - 1;
 }
 
-std::vector<EnvColumn> env_columns() {
+std::vector<EnvColumn> env_columns(const SegmentInfo& info) {
   std::vector<EnvColumn> out;
   const std::span<const Counter> rows = counters(CounterScope::env);
   for (std::size_t k = 0; k < rows.size(); ++k) {
-    if (!rows[k].column.empty()) out.push_back({k, &rows[k]});
+    if (!rows[k].column.empty() && counter_applies(rows[k], info)) out.push_back({k, &rows[k]});
   }
   return out;
 }

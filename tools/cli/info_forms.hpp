@@ -21,6 +21,9 @@ std::string counted(uint64_t n, std::string_view singular, std::string_view plur
 /// The rows of the counter table's `scope` that `info --json` shows (Counter::in_json), as keys of `j` with their
 /// values (EnvInfo::counters, LearnerInfo::counters), in row order.
 void add_counter_keys(Json& j, CounterScope scope, const std::vector<uint64_t>& values);
+/// `info --json`'s "compressed": each compressed field's codec, budget and counters, the bytes per stored step and
+/// the steps lost to the budget; null without compressed fields (compression.cpp).
+Json compressed_json(const SegmentInfo& i);
 /// `info --json`: everything SegmentInfo holds.
 Json info_json(const SegmentInfo& i);
 /// One buffer of `ls --json`.
@@ -30,6 +33,6 @@ std::string owner_cell(const SegmentInfo& i);
 /// `info`'s text: the summary lines, the schema table, the env table.
 void print_info_summary(const SegmentInfo& i);
 void print_schema_table(const Schema& schema);
-void print_env_table(const std::vector<EnvInfo>& envs, bool episodes);
+void print_env_table(const SegmentInfo& i);
 
 }  // namespace shmreplay::cli

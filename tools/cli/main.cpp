@@ -170,6 +170,16 @@ CLI::App* add_create(CLI::App& app, CreateArgs& args, CreateText& raw) {
                   "the previous one's (episode starts) that the frame rings hold at no loss; default 1 + capacity/128")
       ->check(kCount)
       ->type_name("N");
+  cmd->add_option("--compressed-bytes", args.compressed_bytes,
+                  "With a compressed field (NAME:DTYPE[SHAPE]:lz4 or :zstd=LEVEL): the bytes of their records, every "
+                  "compressed field and env together (1073741824, 1GiB, 512M); when frames compress worse, an env's "
+                  "oldest steps leave the view. Default: the frames' bytes as pushed over --expected-compression")
+      ->transform(CLI::AsSizeValue(false))
+      ->type_name("BYTES");
+  cmd->add_option("--expected-compression", args.expected_compression,
+                  "With a compressed field and no --compressed-bytes: the ratio (bytes as pushed over bytes stored) "
+                  "the byte budget assumes, at least 1; default 4")
+      ->type_name("RATIO");
   cmd->add_option("--stack-continuity", args.stack_continuity,
                   "With a stacked field: compare (each pushed stack checked against the previous step's, byte for "
                   "byte; the default) or episodes (trust the episode flags: a push reads and writes one frame)")

@@ -121,7 +121,7 @@ void Writer::rows(CounterScope scope) {
     if (c.metric.empty()) continue;
     x_.family(c.metric, c.type == CounterType::counter ? Type::counter : Type::gauge, c.help);
     for (const Scraped& b : buffers_) {
-      if (!b.info || (c.presence == CounterPresence::episodes && b.info->episode_queue_capacity == 0)) continue;
+      if (!b.info || !counter_applies(c, *b.info)) continue;
       if (scope == CounterScope::env) {
         for (const EnvInfo& e : b.info->envs) {
           row_sample(c, {{"buffer", b.name}, {label, std::to_string(e.env)}}, e.counters[k]);

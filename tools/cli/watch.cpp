@@ -254,7 +254,8 @@ std::vector<std::string> frame_lines(const WatchArgs& args, const SegmentInfo& s
   if (!bar_width) {
     const std::vector<std::string> narrow = frame_lines(args, s, r, removed, max_env_rows, 0, columns, interactive);
     std::size_t widest = 0;
-    for (std::size_t k = 9; k < narrow.size(); ++k) widest = std::max(widest, narrow[k].size());  // the table
+    const auto table = std::find(narrow.begin(), narrow.end(), std::string());  // the table follows the blank line
+    for (auto it = table; it != narrow.end(); ++it) widest = std::max(widest, it->size());
     bar_width = std::clamp<std::size_t>(columns > widest ? columns - widest - 1 : 0, 5, 30);
   }
   std::vector<std::string> lines;
@@ -281,6 +282,7 @@ std::vector<std::string> frame_lines(const WatchArgs& args, const SegmentInfo& s
     pair("learners", learners_text(s, r));
   }
   if (s.rate_limit.limit) pair("rate limit", rate_limit_text(s.rate_limit));
+  for (const auto& [key, text] : compressed_lines(s)) pair(key, text);
   lines.emplace_back();
 
   std::vector<Table::Column> headers{{"ENV", Align::right},    {"FILL"},
@@ -288,7 +290,7 @@ std::vector<std::string> frame_lines(const WatchArgs& args, const SegmentInfo& s
                                      {"ONLINE", Align::right}, {"HEAD", Align::right},
                                      {"PUSH/S", Align::right}, {"OWNER", Align::right},
                                      {"STATE"},                {"LAST PUSH"}};
-  const std::vector<EnvColumn> extra = env_columns();  // the counter table's rows with a column, last
+  const std::vector<EnvColumn> extra = env_columns(s);  // the counter table's rows with a column, last
   for (const EnvColumn& c : extra) headers.push_back({std::string(c.row->column), Align::right});
   Table t(std::move(headers));
   const std::size_t shown = std::min(s.envs.size(), max_env_rows);
@@ -336,7 +338,7 @@ Json learners_json(const SegmentInfo& s, const Rates& r) {
 
 Json frame_json(const SegmentInfo& s, const Rates& r, bool removed) {
   const auto rate = [](double v) { return v < 0.0 ? Json(nullptr) : Json(v); };
-  const std::vector<EnvColumn> columns = env_columns();  // the counter table's rows with a column
+  const std::vector<EnvColumn> columns = env_columns(s);  // the counter table's rows with a column
   Json envs = Json::array();
   for (std::size_t k = 0; k < s.envs.size(); ++k) {
     const EnvInfo& e = s.envs[k];
