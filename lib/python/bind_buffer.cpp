@@ -20,7 +20,8 @@ void bind_buffer(py::module_& m) {
              std::optional<double> priority_exponent, std::optional<RateLimit> rate_limit,
              const std::string& populate, py::object populate_progress,
              Int<"Buffer.create(): stack_restarts"> stack_restarts, const std::string& stack_continuity,
-             Int<"Buffer.create(): max_learners", uint64_t, 1, layout::kMaxLearners> max_learners) {
+             Int<"Buffer.create(): max_learners", uint64_t, 1, layout::kMaxLearners> max_learners,
+             Int<"Buffer.create(): compressed_bytes"> compressed_bytes, double expected_compression) {
             const Schema s = py::isinstance<py::str>(schema) ? Schema::parse(schema.cast<std::string>())
                                                              : schema.cast<Schema>();
             CreateOptions o{.mode = mode, .replace = replace};
@@ -30,6 +31,8 @@ void bind_buffer(py::module_& m) {
             o.rate_limit = rate_limit;
             o.stack_restarts = stack_restarts;
             o.max_learners = max_learners;
+            o.compressed_bytes = compressed_bytes;
+            o.expected_compression = expected_compression;
             if (stack_continuity == "episodes") {
               o.stack_continuity = StackContinuity::episodes;
             } else if (stack_continuity != "compare") {
@@ -59,7 +62,8 @@ void bind_buffer(py::module_& m) {
           "done"_a = py::none(), "terminated"_a = py::none(), "truncated"_a = py::none(), "reward"_a = py::none(),
           "episode_queue_capacity"_a = 0, "priority_exponent"_a = py::none(), "rate_limit"_a = py::none(),
           "populate"_a = "never", "populate_progress"_a = py::none(), "stack_restarts"_a = 0,
-          "stack_continuity"_a = "compare", "max_learners"_a = 1,
+          "stack_continuity"_a = "compare", "max_learners"_a = 1, "compressed_bytes"_a = 0,
+          "expected_compression"_a = 0.0,
           "Create a buffer of num_envs rings of capacity steps; schema is a Schema or its text form. With "
           "priority_exponent=alpha every stored step has a priority and prioritized samples draw starts with "
           "probability proportional to priority**alpha. With rate_limit=RateLimit.ratio(...) or "
@@ -71,7 +75,10 @@ void bind_buffer(py::module_& m) {
           "whose stack does not continue the previous one's (episode starts) its frame rings hold at no loss. "
           "stack_continuity='compare' (the default) checks each pushed stack against the previous step's byte for "
           "byte; 'episodes' trusts the episode flags instead (a push then reads and writes one frame). max_learners "
-          "(1 to 64) learner processes may sample it at once, one Sampler per rank (Sampler(buffer, rank=r)).")
+          "(1 to 64) learner processes may sample it at once, one Sampler per rank (Sampler(buffer, rank=r)). "
+          "Compressed fields (NAME:DTYPE[SHAPE]:lz4 or :zstd=LEVEL) keep their records in compressed_bytes bytes, "
+          "every compressed field and env together (0: their frames' bytes as pushed over expected_compression, "
+          "0 meaning 4); an env whose frames compress worse loses its oldest steps from the view.")
       .def_static(
           "open",
           [](const std::string& name, std::optional<py::object> schema, bool read_only, double ready_timeout,

@@ -7,7 +7,7 @@
 #
 #   --runs N       inputs per target (default 10000)
 #   --seconds S    run each target for S seconds instead
-#   --target NAME  fuzz_schema, fuzz_segment or fuzz_checkpoint (repeatable; default: all three)
+#   --target NAME  fuzz_schema, fuzz_segment, fuzz_checkpoint or fuzz_packed (repeatable; default: all four)
 #   --coverage     then replay each target's corpus through a clang source-coverage build and print the line and
 #                  region coverage of lib/ (llvm-profdata, llvm-cov)
 #   --build-dir D  default: build-fuzz (and D-cov for --coverage)
@@ -33,7 +33,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "$0: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-[[ ${#targets[@]} -gt 0 ]] || targets=(fuzz_schema fuzz_segment fuzz_checkpoint)
+[[ ${#targets[@]} -gt 0 ]] || targets=(fuzz_schema fuzz_segment fuzz_checkpoint fuzz_packed)
 jobs=$(nproc)
 
 if ! command -v clang++ >/dev/null; then
@@ -68,6 +68,7 @@ seeds_of() {
     fuzz_schema) echo "$build/fuzz-seeds/schema" ;;
     fuzz_segment) echo "$build/fuzz-seeds/segment" ;;
     fuzz_checkpoint) echo "$build/fuzz-seeds/checkpoint" ;;
+    fuzz_packed) mkdir -p "$build/fuzz-seeds/packed" && echo "$build/fuzz-seeds/packed" ;;  # from nothing
   esac
 }
 
