@@ -60,7 +60,8 @@ inline uint64_t frame_stamp(uint64_t field, uint64_t env, uint64_t serial) {
 inline std::byte frame_byte(uint64_t stamp, uint64_t i) {
   if (stamp == 0) return std::byte{0};
   if (i < 8) return static_cast<std::byte>(stamp >> (8 * i));
-  return static_cast<std::byte>(test::mix(stamp * 0x9e3779b97f4a7c15ull + i * 0xc2b2ae3d27d4eb4full) >> 11);
+  // Runs of 16 equal bytes: distinct frames still differ everywhere, and a codec shrinks them (compressed stacks).
+  return static_cast<std::byte>(test::mix(stamp * 0x9e3779b97f4a7c15ull + (i / 16) * 0xc2b2ae3d27d4eb4full) >> 11);
 }
 
 inline std::string describe_stamp(uint64_t stamp) {
@@ -250,6 +251,7 @@ struct Model {
     std::vector<std::vector<uint64_t>> index;   ///< per stacked field, per step: its newest frame
     uint64_t online_start = 0;
     uint64_t first_loaded = 0;                  ///< a checkpoint load's first step: frames start over there
+    bool fresh = false;  ///< the next step is a new writer's first in a compressed field: K frames whatever it is
   };
   std::vector<Env> envs;
 
@@ -319,7 +321,7 @@ struct Model {
     for (std::size_t i = 0; i < sch.stacks.size(); ++i) {
       const std::size_t off = stamp_offset(i);
       const uint64_t K = sch.stacks[i].depth;
-      bool c = step > env.first_loaded;
+      bool c = step > env.first_loaded && !env.fresh;
       if (c) {
         const std::vector<uint64_t>& prev = env.steps.back().stamps;
         c = std::equal(s.stamps.data() + off, s.stamps.data() + off + K - 1, prev.data() + off + 1);
@@ -328,7 +330,11 @@ struct Model {
       env.index[i].push_back(env.written[i] - 1);
     }
     env.steps.push_back(std::move(s));
+    env.fresh = false;
   }
+  /// A new writer takes env `e` with compressed stacks: it keeps no copy of the newest frames (the segment holds them
+  /// compressed), so its first step stores all K frames (docs/design/compression.md, "Writing").
+  void new_writer(uint64_t e) { envs[e].fresh = true; }
 
   /// Whether step `s` of env `e` still has its frames in every stacked field's ring.
   bool frames_intact(uint64_t e, uint64_t s) const {
