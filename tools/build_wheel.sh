@@ -63,7 +63,8 @@ elif ! err=$(unshare --mount true 2>&1); then
   why="unshare --mount failed: ${err:-no message}"
 fi
 if [[ -n $why ]]; then
-  echo "tools/build_wheel.sh: the build with the Boost headers hidden was skipped: $why; building the wheel normally" >&2
+  echo "tools/build_wheel.sh: the build with the Boost headers hidden was skipped: $why; building the wheel" \
+       "normally" >&2
   "${pip_wheel[@]}"
 else
   empty=$(mktemp -d)
@@ -93,7 +94,7 @@ if ! PATH="$bin:$PATH" "$python" -m auditwheel repair --plat auto --wheel-dir bu
   exit 1
 fi
 wheel=$(echo build/wheelhouse/shmreplay-*.whl)
-grafted=$("$python" -m zipfile -l "$wheel" | awk '$1 ~ /^shmreplay[.]libs[/]./ {sub(/^shmreplay[.]libs[/]/, "", $1); print $1}' |
-          paste -sd ' ')
+grafted=$("$python" -m zipfile -l "$wheel" |
+          awk '$1 ~ /^shmreplay[.]libs[/]./ {sub(/^shmreplay[.]libs[/]/, "", $1); print $1}' | paste -sd ' ')
 echo "tools/build_wheel.sh: $wheel: repaired by auditwheel; libraries copied in: ${grafted:-none}" \
      "(the manylinux policy allows the rest)" >&2
