@@ -1,6 +1,7 @@
 """The release configuration, read without building (no container runs here; docs/packaging.md): pyproject.toml's
 [tool.cibuildwheel] is valid under cibuildwheel's own schema, selects a manylinux x86_64 build for each CPython
-from requires-python's minimum up, and names scripts that exist; tools/install_cxx_deps.sh (its before-all) pins the
+from requires-python's minimum up, names scripts that exist, and its image's tag is the one docs/packaging.md
+states; tools/install_cxx_deps.sh (its before-all) pins the
 versions of the C++ libraries that Debian 12's packages have, which the test suite builds with; and
 .github/workflows/wheels.yml is a valid GitHub Actions workflow that builds with the cibuildwheel version tools/setup.sh
 installs and publishes only tags, by trusted publishing.
@@ -71,6 +72,13 @@ def test_the_cibuildwheel_table_is_valid_under_its_schema_and_names_scripts_that
     assert len(scripts) == len(commands), commands
     for script in scripts:
         assert os.path.isfile(script), f"{script}, named in [tool.cibuildwheel], does not exist"
+
+
+def test_docs_packaging_states_the_tag_that_the_release_image_gives_the_wheels():
+    image = pyproject()["tool"]["cibuildwheel"]["manylinux-x86_64-image"]
+    assert re.fullmatch(r"manylinux_2_\d+", image), f"not a PEP 600 image name: {image}"
+    assert f"`{image}_x86_64`" in read("docs", "packaging.md"), \
+        f"docs/packaging.md does not state the release wheels' tag {image}_x86_64"
 
 
 def test_the_before_all_script_pins_the_cxx_libraries_at_the_versions_debian_12_packages():
