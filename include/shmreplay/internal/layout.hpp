@@ -3,13 +3,13 @@
 // One buffer is one file, /dev/shm/<name> (the directory can be changed with SHMREPLAY_SHM_DIR), laid out as:
 //
 //   offset 0 ---------> +--------------------------------------------------+
-//                       | SegmentHeader                          320 bytes |
+//                       | SegmentHeader                          448 bytes |
 //                       |   magic "SHMRPLAY", layout major.minor,          |
 //                       |   header_bytes, total_bytes, state (ready last), |
 //                       |   num_envs, capacity, num_fields, step_bytes,    |
 //                       |   creator pid + start ticks, creation time,      |
 //                       |   section table: {offset, bytes} x kMaxSections, |
-//                       |   max_learners (1.7; at offset 288 since 1.8)    |
+//                       |   max_learners (1.7; at offset 384 since 1.10)   |
 //   sections[kFields] > +--------------------------------------------------+
 //                       | FieldDesc[num_fields]              192 bytes each |
 //                       |   name, dtype, shape, step bytes, data offset    |
@@ -137,7 +137,7 @@ enum SectionIndex : uint32_t {
   kSectionLearnerStats = 9,   ///< LearnerStats[max_learners], slot 0's first (since 1.8; every buffer)
   kSectionsUsed = 10,  ///< sections this minor version defines; the rest of the table is zero
 };
-inline constexpr std::size_t kMaxSections = 10;  ///< entries of the section table
+inline constexpr std::size_t kMaxSections = 16;  ///< entries of the section table (1.10: room for six more)
 inline constexpr uint64_t kMaxLearners = 64;    ///< learner slots of a segment, at most (1.7)
 
 /// One entry of the section table: where a section lies in the segment.
@@ -146,7 +146,7 @@ struct SectionDesc {
   uint64_t bytes;   ///< its length (0 for a section this segment does not have)
 };
 
-/// The segment's first 320 bytes: identity, geometry, the creation record and the section table.
+/// The segment's first 448 bytes: identity, geometry, the creation record and the section table.
 struct SegmentHeader {
   // -- cache line 0: identity and geometry, written once before `state` turns ready --
   uint64_t magic;                ///< kMagic
@@ -169,12 +169,12 @@ struct SegmentHeader {
                                     ///< (1.3; alpha = 0 is stored as -0.0, so 0 always means "none")
   uint64_t stack_continuity;  ///< (1.6) a StackContinuity code: how writers tell that a stacked field's stack
                               ///< continues the previous step's (0, compare, also in a buffer without stacks)
-  // -- cache lines 2-4: the section table (1.7: nine entries, the header grew by a line; 1.8: ten, in two of the
-  //    reserved words), then the learner count --
+  // -- cache lines 2-5: the section table (1.7: nine entries, the header grew by a line; 1.8: ten, in two of the
+  //    reserved words; 1.10: sixteen, the header grew by two lines), then the learner count --
   SectionDesc sections[kMaxSections];  ///< indexed by SectionIndex; entries past num_sections are zero
   uint64_t max_learners;  ///< (1.7) learner slots: learner processes that may sample at once, 1 to kMaxLearners
-                          ///< (offset 272 in 1.7, 288 since 1.8)
-  uint64_t reserved[3];   ///< reserved for a later minor version; zero
+                          ///< (offset 272 in 1.7, 288 in 1.8 and 1.9, 384 since 1.10)
+  uint64_t reserved[7];   ///< reserved for a later minor version; zero
 };
 
 /// One entry of the field table. Unused dims are 0; the name is NUL-padded.
@@ -498,13 +498,13 @@ struct EpisodeRecordSlot {
 inline constexpr uint64_t kDefaultEpisodeQueueCapacity = 128;  ///< records per env, when not given
 inline constexpr uint64_t kMaxEpisodeQueueCapacity = 1ull << 24;  ///< records per env, at most
 
-static_assert(sizeof(SegmentHeader) == 320, "SegmentHeader is 5 cache lines; changing it changes the layout");
+static_assert(sizeof(SegmentHeader) == 448, "SegmentHeader is 7 cache lines; changing it changes the layout");
 static_assert(sizeof(LearnerSlot) == 3 * kCacheLineBytes && offsetof(LearnerSlot, rows_sampled) == kCacheLineBytes &&
                   offsetof(LearnerSlot, priority_walk) == 2 * kCacheLineBytes,
               "a learner slot is 3 cache lines: its lease, its counters, its walk and waits");
 static_assert(offsetof(SegmentHeader, sections) % kCacheLineBytes == 0, "the section table starts a cache line");
-static_assert(offsetof(SegmentHeader, max_learners) == 288 && sizeof(SegmentHeader::reserved) == 3 * sizeof(uint64_t),
-              "1.8: the section table's tenth entry took two reserved words; the header stays 5 cache lines");
+static_assert(offsetof(SegmentHeader, max_learners) == 384 && sizeof(SegmentHeader::reserved) == 7 * sizeof(uint64_t),
+              "1.10: a section table of 16 entries; the header grew to 7 cache lines");
 static_assert(sizeof(LearnerStats) == 2 * kCacheLineBytes && alignof(LearnerStats) == kCacheLineBytes &&
                   offsetof(LearnerStats, limiter_timeouts) == 2 * kCacheLineBytes - sizeof(uint64_t),
               "a slot's statistics are 2 cache lines of its own: ages, buckets, then the limiter's timeouts");
