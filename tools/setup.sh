@@ -7,8 +7,8 @@
 # - The project's virtual environment .venv (in the clone), made with the machine's python3 (SHMREPLAY_PYTHON to
 #   choose another), holding what the Python side builds and tests with, from PyPI: scikit-build-core and pybind11
 #   (the package's build), NumPy 2, pytest, PyTorch 2, JAX, envpool, Ray, Stable-Baselines3, Gymnasium, PufferLib,
-#   TorchRL and Sphinx (its extras torch, jax, envpool, ray, sb3, gymnasium, pufferlib, torchrl, test and docs), and tensorboard (the envpool job's --logdir; matplotlib
-#   for --plot comes with envpool).
+#   TorchRL and Sphinx (its extras torch, jax, envpool, ray, sb3, gymnasium, pufferlib, torchrl, test and docs),
+#   and tensorboard (the envpool job's --logdir; matplotlib for --plot comes with envpool).
 # - .venv-numpy1, a second environment with the oldest NumPy the package declares (1.24), for the test suite's
 #   NumPy 1 pass. `tools/setup.sh --no-numpy1` skips it (tools/demo.sh does).
 #
