@@ -68,6 +68,11 @@ def test_every_sampled_item_is_the_step_added_also_after_wrap_around(storages, c
         assert check(sample, 16, newest=[39, 39, 39]) == []
         seen |= {(int(o[0]), int(o[1])) for o in sample["observation"]}
     assert {(e, 39) for e in range(3)} <= seen, "the newest steps were never drawn"
+    kept = rb.sample()
+    copy = kept.clone()
+    for _ in range(4):
+        rb.sample()   # a sample shares the buffer's batch arrays: later draws must not fill the ones it holds
+    assert (kept == copy).all()
     assert check(rb[index].reshape(-1), 16) == []   # reading by index, as TorchRL's rb[index] does
 
 

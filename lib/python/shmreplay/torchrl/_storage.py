@@ -182,10 +182,12 @@ class SharedStorage(StoreStorage):
         return index
 
     def _tensordict(self, fields, shape):
+        """The rows as a TensorDict of tensors sharing the arrays (no copy: a Batch's arrays that a tensor holds
+        are never filled again by the Sampler, which makes a new batch while anything refers to them)."""
         flat = {}
         for name, value in fields.items():
             flat[tuple(name.split(".")) if "." in name else name] = torch.from_numpy(
-                np.array(value).reshape(*shape, *np.shape(value)[1:]))
+                np.ascontiguousarray(value).reshape(*shape, *np.shape(value)[1:]))
         td = TensorDict({}, batch_size=shape)
         for key, value in flat.items():
             td.set(key, value)
