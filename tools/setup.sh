@@ -16,6 +16,8 @@
 #   (cpprb, TorchRL, flashbax, dejax: the peers tools/bench/peers/run.py measures), and .venv-reverb with
 #   dm-reverb[tensorflow] (TensorFlow 2.15 needs NumPy 1.x, which cannot share an environment with current JAX).
 #   A peer that fails to install is reported and skipped: run.py then prints its row with the import error.
+#   And .venv-dmc with dm-control and the MuJoCo it supports (tools/frames/record_dmc.py's DMC pixels, rendered
+#   off-screen through EGL).
 #
 # PyTorch is pinned to SHMREPLAY_TORCH (default 2.13.0: on the project's machines a CPU build of it lies on disk;
 # elsewhere pip takes PyPI's build). Nothing is cached outside the clone by this script.
@@ -48,6 +50,7 @@ packages=(
   clang libclang-rt-14-dev        # libFuzzer, for the fuzz targets (tools/fuzz/run.sh)
   doxygen                         # the C++ API reference (tools/docs.sh) and its warnings test, api_reference
   prometheus curl                 # test_cli_metrics: promtool, a real Prometheus scraping the exporter, its HTTP API
+  liblz4-dev libzstd-dev          # the frame codecs (shmreplay_bench_codecs; docs/design/testing.md says why each)
 )
 # Debian's own python3 needs its venv module and headers as packages; another interpreter (pyenv, conda) has them.
 if [[ $(command -v "$python" || true) == /usr/bin/* ]]; then
@@ -138,6 +141,9 @@ if ((bench)); then
   pip_missing .venv-peers flashbax,jax "flashbax>=0.1.3" "jax>=0.4.26" || echo "shmreplay setup: flashbax did not install" >&2
   pip_missing .venv-peers dejax "dejax>=0.1.3" || echo "shmreplay setup: dejax did not install" >&2
   pip_missing .venv-peers pytest "pytest>=7"
+  make_venv .venv-dmc
+  pip_missing .venv-dmc dm_control,numpy "dm-control==1.0.50" "mujoco==3.17.0" numpy ||
+    echo "shmreplay setup: dm-control did not install (record_dmc.py will not run)" >&2
   make_venv .venv-reverb
   pip_missing .venv-reverb reverb,tensorflow "dm-reverb[tensorflow]" || echo "shmreplay setup: dm-reverb did not install" >&2
 fi

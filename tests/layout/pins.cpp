@@ -81,7 +81,7 @@ TEST_CASE("layout 1.2: FieldDesc sizes and offsets are pinned") {
   CHECK(offsetof(FieldDesc, stack_frames) == 168);        // 1.6: was reserved0[0]
   CHECK(offsetof(FieldDesc, stack_index_offset) == 176);  // 1.6: was reserved0[1]
   CHECK(offsetof(FieldDesc, storage_kind) == 184);  // 1.10: was half of reserved0
-  CHECK(offsetof(FieldDesc, reserved0) == 188);
+  CHECK(offsetof(FieldDesc, codec) == 188);  // 1.10: was the other half of reserved0
   CHECK(kStoragePlainRing == 0);  // FieldDesc::storage_kind codes are stored in segments
   CHECK(kStorageFrameRing == 1);
   // The episode role codes are stored in the field table.

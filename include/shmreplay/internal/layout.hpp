@@ -195,13 +195,18 @@ struct FieldDesc {
                                 ///< newest frame of the step in each ring slot; 0 otherwise
   uint32_t storage_kind;  ///< (1.10) the field's storage kind: its row id in detail/storage/storage_kinds.cpp
                           ///< (kStoragePlainRing, kStorageFrameRing); open refuses a code it does not know
-  uint32_t reserved0;     ///< reserved for a later minor version; zero
+  uint32_t codec;         ///< (1.10) a compressed field's Codec (bits 0-7) and zstd level (bits 8-15, two's
+                          ///< complement); 0 for a field stored as pushed
 };
 
 /// FieldDesc::storage_kind (1.10): where a field's bytes live. Stored in the segment: never renumber. Codes from
 /// kStorageTestKinds up are kinds that only tests register (tests/storage/).
 inline constexpr uint32_t kStoragePlainRing = 0;  ///< [num_envs][capacity][step_bytes] at data_offset
 inline constexpr uint32_t kStorageFrameRing = 1;  ///< a stacked field's frame rings and frame-index words (1.6)
+/// A compressed field's frames (1.10; detail/protocol/packed_frames.hpp): at data_offset, per env a control line,
+/// then per env stack_frames frame descriptors, then per env a byte ring of compressed records; a frame-index word
+/// per step at stack_index_offset.
+inline constexpr uint32_t kStorageCompressed = 2;
 inline constexpr uint32_t kStorageTestKinds = 0x7e570000;
 
 /// FieldDesc::role: which field holds the episode-end flags and the reward. Identity data, set at creation
@@ -495,6 +500,30 @@ struct EpisodeRecordSlot {
   std::atomic<uint64_t> end;             ///< an EpisodeEnd code
 };
 
+/// A compressed field's frame descriptor (1.10; kStorageCompressed): where frame n of an env's byte ring lies,
+/// descriptor n % stack_frames. Written by the env's writer before the step's frame-index word, covered by the step
+/// seqlock like the step's other bytes (detail/protocol/packed_frames.hpp).
+struct PackedFrameDesc {
+  std::atomic<uint64_t> pos;   ///< the record's first byte, counted from the env's ring start since creation
+                               ///< (monotonic; the byte at pos lies at ring offset pos % ring_bytes)
+  std::atomic<uint64_t> meta;  ///< bits 0-31: the record's length; bit 32: stored as pushed (not compressed);
+                               ///< bits 33-63: zero; see kPackedRaw
+  std::atomic<uint64_t> crc;   ///< CRC-32C of the record's bytes (low 32 bits)
+  std::atomic<uint64_t> frame; ///< the frame number this descriptor holds (a reader checks it is the one it wants)
+};
+inline constexpr uint64_t kPackedRaw = 1ull << 32;  ///< PackedFrameDesc::meta: the record is the frame as pushed
+
+/// A compressed field's counters of one env (1.10), one cache line per env, written by the env's writer only
+/// (relaxed: informational, read by the Inspector).
+struct alignas(kCacheLineBytes) PackedEnvControl {
+  std::atomic<uint64_t> frames;        ///< frames stored since creation
+  std::atomic<uint64_t> record_bytes;  ///< bytes of their records (compressed, or as pushed)
+  std::atomic<uint64_t> raw_frames;    ///< frames stored as pushed because the codec did not shrink them
+  std::atomic<uint64_t> budget_lost;   ///< steps that left the view because their frames' bytes were overwritten
+                                       ///< before their ring slot was reclaimed (the byte budget, not the capacity)
+  uint64_t pad[4];
+};
+
 inline constexpr uint64_t kDefaultEpisodeQueueCapacity = 128;  ///< records per env, when not given
 inline constexpr uint64_t kMaxEpisodeQueueCapacity = 1ull << 24;  ///< records per env, at most
 
@@ -526,6 +555,8 @@ static_assert(offsetof(EpisodeControl, queue_tail) == 2 * kCacheLineBytes &&
                   offsetof(EpisodeControl, queue_head) == 3 * kCacheLineBytes,
               "the queue's producer and consumer indices must not share a cache line with each other or the journal");
 static_assert(sizeof(EpisodeRecordSlot) == 32, "a record slot is four words");
+static_assert(sizeof(PackedFrameDesc) == 32 && sizeof(PackedEnvControl) == kCacheLineBytes,
+              "a frame descriptor is four words; a compressed field's env counters one cache line");
 static_assert(offsetof(GlobalControl, max_priority) == 3 * kCacheLineBytes, "the priority line is line 3");
 static_assert(offsetof(GlobalControl, limiter_index) == 4 * kCacheLineBytes &&
                   offsetof(GlobalControl, samples) == 5 * kCacheLineBytes &&

@@ -31,6 +31,18 @@ namespace shmreplay {
 
 class Buffer;  // shmreplay/buffer.hpp
 
+/// A compressed field's storage (layout 1.10; detail/protocol/packed_frames.hpp), as create placed it or open
+/// accepted it.
+struct PackedGeometry {
+  StackGeometry stack;  ///< the frames: depth (1 for an unstacked field), frame_bytes, outer, inner_bytes; `frames`
+                        ///< descriptors per env at frames_offset; the frame-index words at index_offset
+  uint64_t controls_offset = 0;  ///< layout::PackedEnvControl[num_envs]
+  uint64_t rings_offset = 0;     ///< the byte rings, [num_envs][ring_bytes]
+  uint64_t ring_bytes = 0;       ///< bytes of one env's ring (a multiple of 64)
+  Codec codec = Codec::none;
+  int32_t level = 0;             ///< zstd's level
+};
+
 /// Where everything is in a segment, as create placed it or open accepted it (byte offsets from the start of the
 /// mapping).
 struct SegmentGeometry {
@@ -49,6 +61,7 @@ struct SegmentGeometry {
   std::vector<uint64_t> field_offsets;  ///< each field's storage, in schema order (a stacked field's frame rings)
   std::vector<uint32_t> field_kinds;    ///< each field's storage kind (FieldDesc::storage_kind, layout 1.10)
   std::vector<StackGeometry> stacks;    ///< the stacked fields, in schema order (layout 1.6); empty without
+  std::vector<PackedGeometry> packed;   ///< the compressed fields, in schema order (layout 1.10); empty without
   StackContinuity stack_continuity = StackContinuity::compare;  ///< how writers tell a continuing stack (1.6)
   EpisodeFieldIndices episode_fields;   ///< the episode fields' schema indices (none: no episode bookkeeping)
   uint64_t episode_queue_capacity = 0;  ///< 0 without episode fields
@@ -116,6 +129,49 @@ class Segment {
   /// Atomics, so a read-only mapping reads them through the same pointer; only the env's writer (and a checkpoint
   /// load) stores to them.
   std::atomic<uint64_t>* frame_index(std::size_t stack, uint64_t env) const noexcept;
+
+  /// The compressed fields (layout 1.10), in schema order; empty when the schema has none.
+  const std::vector<PackedGeometry>& packed() const noexcept { return g_.packed; }
+  /// Compressed field `p`'s (an index into packed()) frame descriptors of env `env`: packed()[p].stack.frames of them.
+  const layout::PackedFrameDesc* packed_descs(std::size_t p, uint64_t env) const noexcept {
+    return std::launder(reinterpret_cast<const layout::PackedFrameDesc*>(base_ + g_.packed[p].stack.frames_offset)) +
+           env * g_.packed[p].stack.frames;
+  }
+  /// The same, writable (a writable mapping only).
+  layout::PackedFrameDesc* packed_descs(std::size_t p, uint64_t env) noexcept {
+    assert(!read_only_);
+    return std::launder(reinterpret_cast<layout::PackedFrameDesc*>(base_ + g_.packed[p].stack.frames_offset)) +
+           env * g_.packed[p].stack.frames;
+  }
+  /// Compressed field `p`'s byte ring of env `env`: packed()[p].ring_bytes bytes.
+  const std::byte* packed_ring(std::size_t p, uint64_t env) const noexcept {
+    return base_ + g_.packed[p].rings_offset + env * g_.packed[p].ring_bytes;
+  }
+  /// The same, writable (a writable mapping only).
+  std::byte* packed_ring(std::size_t p, uint64_t env) noexcept {
+    assert(!read_only_);
+    return base_ + g_.packed[p].rings_offset + env * g_.packed[p].ring_bytes;
+  }
+  /// Compressed field `p`'s frame-index words of env `env`: `capacity` words, slot s % capacity for step s.
+  const std::atomic<uint64_t>* packed_index(std::size_t p, uint64_t env) const noexcept {
+    return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + g_.packed[p].stack.index_offset)) +
+           env * g_.capacity;
+  }
+  /// The same, writable (a writable mapping only).
+  std::atomic<uint64_t>* packed_index(std::size_t p, uint64_t env) noexcept {
+    assert(!read_only_);
+    return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + g_.packed[p].stack.index_offset)) +
+           env * g_.capacity;
+  }
+  /// Compressed field `p`'s counters of env `env`.
+  const layout::PackedEnvControl& packed_control(std::size_t p, uint64_t env) const noexcept {
+    return std::launder(reinterpret_cast<const layout::PackedEnvControl*>(base_ + g_.packed[p].controls_offset))[env];
+  }
+  /// The same, writable (a writable mapping only).
+  layout::PackedEnvControl& packed_control(std::size_t p, uint64_t env) noexcept {
+    assert(!read_only_);
+    return std::launder(reinterpret_cast<layout::PackedEnvControl*>(base_ + g_.packed[p].controls_offset))[env];
+  }
 
   /// The header (read it only for what open did not copy out: state, creator, limiter words live elsewhere).
   const layout::SegmentHeader& header() const noexcept;

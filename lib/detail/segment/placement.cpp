@@ -35,7 +35,7 @@ uint64_t checked_add(uint64_t a, uint64_t b, uint64_t num_envs, uint64_t capacit
 }  // namespace
 
 SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& schema, uint64_t queue_capacity,
-                         bool priorities, uint64_t stack_restarts, uint64_t max_learners) {
+                         bool priorities, uint64_t stack_restarts, uint64_t max_learners, CompressionBudget budget) {
   if (stack_restarts == 0) stack_restarts = default_stack_restarts(capacity);
   SegmentPlan p;
   p.counts = {num_envs, capacity, schema.size(), queue_capacity, max_learners, priorities};
@@ -45,7 +45,7 @@ SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& sch
     at = round_up(at, row.place_align);  // no overflow: checked_add keeps `at` a page below UINT64_MAX
     if (row.size == SectionSize::placed_by_kinds) {
       // Each field's storage, as its kind places it (lib/detail/storage/storage_kinds.cpp).
-      FieldPlacer placer(num_envs, capacity, stack_restarts, at);
+      FieldPlacer placer(num_envs, capacity, stack_restarts, at, schema, budget);
       for (std::size_t i = 0; i < schema.size(); ++i) {
         p.fields.push_back(storage_kind_for(schema[i]).place(schema[i], i, placer));
       }
@@ -106,6 +106,7 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
     d->data_bytes = p.fields[i].data_bytes;
     d->role = roles.of_field[i];
     d->stack = f.stack_axis ? *f.stack_axis + 1 : 0;  // (1.6) the field's stacked axis + 1
+    d->codec = static_cast<uint32_t>(f.codec) | (static_cast<uint32_t>(static_cast<uint8_t>(f.codec_level)) << 8);  // (1.10)
     d->storage_kind = p.fields[i].kind;               // (1.10)
     storage_kind(p.fields[i].kind)->write(p.fields[i], *d, base, num_envs, capacity);
   }
@@ -138,6 +139,7 @@ SegmentGeometry planned_geometry(const std::string& name, uint64_t num_envs, uin
     g.field_offsets.push_back(f.data_offset);
     g.field_kinds.push_back(f.kind);
     if (f.stack) g.stacks.push_back(*f.stack);
+    if (f.packed) g.packed.push_back(*f.packed);
   }
   g.stack_continuity = stack_continuity;
   g.episode_fields = roles.indices;
