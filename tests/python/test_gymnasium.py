@@ -54,14 +54,6 @@ def check_buffer(buf, last, first=0, extra=True, cuts=None):
     return problems
 
 
-@pytest.fixture
-def closing():
-    made = []
-    yield made
-    for x in made:
-        x.close()
-
-
 @pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
 def test_every_stored_step_and_sampled_transition_is_what_the_env_produced(closing, name, kind, mode):

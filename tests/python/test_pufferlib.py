@@ -39,14 +39,6 @@ def run(vecenv, recvs, extra=True):
     return last
 
 
-@pytest.fixture
-def closing():
-    made = []
-    yield made
-    for x in made:
-        x.close()
-
-
 @pytest.mark.parametrize("backend", ["Serial", "Multiprocessing"])
 def test_every_stored_step_and_sampled_transition_is_what_the_env_produced(closing, name, backend):
     kw = dict(num_workers=2, batch_size=2) if backend == "Multiprocessing" else {}

@@ -46,18 +46,10 @@ def check(sample, capacity=None, newest=None):
     return problems
 
 
-@pytest.fixture
-def storages():
-    made = []
-    yield made
-    for s in made:
-        s.close()
-
-
 @pytest.mark.parametrize("cls", [ReplayBuffer, TensorDictReplayBuffer])
-def test_every_sampled_item_is_the_step_added_also_after_wrap_around(storages, cls):
+def test_every_sampled_item_is_the_step_added_also_after_wrap_around(closing, cls):
     s = st.SharedStorage(3 * 16, num_envs=3)
-    storages.append(s)
+    closing.append(s)
     rb = cls(storage=s, writer=st.SharedWriter(), sampler=RandomSampler(), batch_size=64)
     for t0 in range(0, 40, 4):
         index = rb.extend(steps(3, t0, t0 + 4))
@@ -76,9 +68,9 @@ def test_every_sampled_item_is_the_step_added_also_after_wrap_around(storages, c
     assert check(rb[index].reshape(-1), 16) == []   # reading by index, as TorchRL's rb[index] does
 
 
-def test_a_vector_step_goes_one_row_per_env(storages):
+def test_a_vector_step_goes_one_row_per_env(closing):
     s = st.SharedStorage(2 * 32, num_envs=2)
-    storages.append(s)
+    closing.append(s)
     rb = TensorDictReplayBuffer(storage=s, writer=st.SharedWriter(), batch_size=32)
     for t in range(10):
         rb.extend(steps(2, t, t + 1)[:, 0])
@@ -86,9 +78,9 @@ def test_a_vector_step_goes_one_row_per_env(storages):
     assert check(rb.sample(), 32) == []
 
 
-def test_slices_are_consecutive_steps_of_one_env_inside_one_episode(storages):
+def test_slices_are_consecutive_steps_of_one_env_inside_one_episode(closing):
     s = st.SharedStorage(2 * 64, num_envs=2)
-    storages.append(s)
+    closing.append(s)
     rb = TensorDictReplayBuffer(storage=s, writer=st.SharedWriter(), sampler=st.SliceSampler(slice_len=3),
                                 batch_size=30)
     rb.extend(steps(2, 0, 50))
@@ -100,9 +92,9 @@ def test_slices_are_consecutive_steps_of_one_env_inside_one_episode(storages):
         assert not sample["next", "done"].reshape(10, 3)[:, :-1].any(), "a slice crosses an episode end"
 
 
-def test_prioritized_draws_follow_updated_priorities_with_importance_weights(storages):
+def test_prioritized_draws_follow_updated_priorities_with_importance_weights(closing):
     s = st.SharedStorage(2 * 64, num_envs=2, priority_exponent=1.0)
-    storages.append(s)
+    closing.append(s)
     sampler = st.PrioritizedSampler(beta=1.0)
     rb = TensorDictReplayBuffer(storage=s, writer=st.SharedWriter(), sampler=sampler, batch_size=256,
                                 priority_key="td_error")
@@ -118,16 +110,16 @@ def test_prioritized_draws_follow_updated_priorities_with_importance_weights(sto
     assert torch.all(weights[sample["index"] == favourite] < weights[sample["index"] != favourite].min())
 
 
-def test_state_dict_and_dumps_carry_the_steps_to_another_storage(storages, tmp_path):
+def test_state_dict_and_dumps_carry_the_steps_to_another_storage(closing, tmp_path):
     s = st.SharedStorage(2 * 32, num_envs=2)
-    storages.append(s)
+    closing.append(s)
     rb = TensorDictReplayBuffer(storage=s, writer=st.SharedWriter(), batch_size=64)
     rb.extend(steps(2, 0, 12))
     state = rb.state_dict()
     rb.dumps(tmp_path / "rb")
     for restore in ("state_dict", "dumps"):
         other = st.SharedStorage(2 * 32, num_envs=2)
-        storages.append(other)
+        closing.append(other)
         rb2 = TensorDictReplayBuffer(storage=other, writer=st.SharedWriter(), batch_size=64)
         if restore == "state_dict":
             rb2.load_state_dict(state)
@@ -138,9 +130,9 @@ def test_state_dict_and_dumps_carry_the_steps_to_another_storage(storages, tmp_p
         assert check(rb2.sample(), 32, newest=[11, 11]) == []
 
 
-def test_a_second_storage_opened_by_name_writes_its_own_env_ids(storages):
-    s = st.SharedStorage(4 * 16, num_envs=2, name=f"torchrl-test-{id(storages)}")
-    storages.append(s)
+def test_a_second_storage_opened_by_name_writes_its_own_env_ids(closing):
+    s = st.SharedStorage(4 * 16, num_envs=2, name=f"torchrl-test-{id(closing)}")
+    closing.append(s)
     rb = TensorDictReplayBuffer(storage=s, writer=st.SharedWriter(), batch_size=64)
     rb.extend(steps(2, 0, 5))
     with pytest.raises(shmreplay.LeaseHeld):

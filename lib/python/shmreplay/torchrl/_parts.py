@@ -6,7 +6,27 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.writers import Writer
 
 
-class SharedWriter(Writer):
+class _Stateless:
+    """What TorchRL's writers and samplers keep and save: nothing here (the buffer holds the state, and a
+    storage's checkpoint carries it)."""
+
+    def _empty(self, *args, **kwargs):
+        pass
+
+    def dumps(self, path):
+        pass
+
+    def loads(self, path):
+        pass
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state_dict):
+        pass
+
+
+class SharedWriter(_Stateless, Writer):
     """TorchRL's Writer for a SharedStorage: ``add``/``extend`` append the rows to the storage's env streams and
     return their indices (ring slots), also written into a TensorDict's ``"index"`` as TorchRL's TensorDict
     writers do."""
@@ -19,42 +39,14 @@ class SharedWriter(Writer):
         self._mark_update_entities(index)
         return index
 
-    def _empty(self, empty_write_count=True):
-        pass
-
-    def dumps(self, path):
-        pass
-
-    def loads(self, path):
-        pass
-
-    def state_dict(self):
-        return {}
-
-    def load_state_dict(self, state_dict):
-        pass
-
     def _mark_update_entities(self, index):
         for entity in self._storage._attached_entities_iter():
             if hasattr(entity, "mark_update"):
                 entity.mark_update(index)
 
 
-class _SharedSampler(Sampler):
-    def _empty(self):
-        pass
-
-    def dumps(self, path):
-        pass
-
-    def loads(self, path):
-        pass
-
-    def state_dict(self):
-        return {}
-
-    def load_state_dict(self, state_dict):
-        pass
+class _SharedSampler(_Stateless, Sampler):
+    pass
 
 
 class PrioritizedSampler(_SharedSampler):
