@@ -248,101 +248,120 @@ uint64_t encode_new_frames(const PackedGeometry& g, std::size_t p, const std::by
 
 }  // namespace
 
+namespace {
+
+// store_packed's first half for field `p`: its continuity, its new records (encoded into the scratch), the oldest
+// frame and step still intact after them (into the cursor; the steps lost into s.lost[p]). Returns whether a stack
+// that may continue was found not to.
+bool plan_packed_field(Segment& seg, std::size_t p, uint64_t env, uint64_t step, const std::byte* pushed,
+                       PackedWriterEnv& w, PackedScratch& s, bool may_continue, bool compare) noexcept {
+  const PackedGeometry& g = seg.packed()[p];
+  const StackGeometry& st = g.stack;
+  PackedCursor& cur = w.cursors[p];
+  const uint64_t cap = seg.capacity();
+  // The previous step's stack is frames [next - K, next - 1]; this one continues it when its frames 0..K-2 are
+  // that one's 1..K-1 (the raw copy holds them while it is whole).
+  bool continues = st.depth > 1 && may_continue && cur.raw_valid;
+  if (continues && compare) {
+    for (uint64_t k = 0; k + 1 < st.depth && continues; ++k) {
+      const uint64_t frame = cur.next_frame - st.depth + 1 + k;
+      continues = frame_equals(st, pushed, k, w.raw[p].data() + (frame % st.depth) * st.frame_bytes);
+    }
+  }
+  s.first_new[p] = continues ? st.depth - 1 : 0;
+  // The frame before the step's first new one, whole: the writer's raw copy (none before its first stack).
+  const std::byte* prev_raw =
+      cur.raw_valid ? w.raw[p].data() + ((cur.next_frame - 1) % st.depth) * st.frame_bytes : nullptr;
+  const uint64_t byte_end = encode_new_frames(g, p, pushed, cur, prev_raw, s);
+  const uint64_t next = cur.next_frame + (st.depth - s.first_new[p]);
+  // After this step's records and descriptors, the intact frames are those at least `lowest`: within the
+  // descriptor ring, and whose record starts at most a ring behind the new end.
+  uint64_t lowest = std::max(cur.oldest_frame, next > st.frames ? next - st.frames : 0);
+  const PackedFrameDesc* descs = seg.packed_descs(p, env);
+  while (lowest < cur.next_frame &&
+         descs[lowest % st.frames].pos.load(std::memory_order_relaxed) + g.ring_bytes < byte_end) {
+    ++lowest;
+  }
+  cur.oldest_frame = lowest;
+  // The older steps that need a frame below `lowest` lose their stacks: a step needs its oldest frame (index - K
+  // + 1) and the frames it is coded against, back to a key frame, at the latest the multiple of kPackedKeyEvery at
+  // or below it.
+  const std::atomic<uint64_t>* index = seg.packed_index(p, env);
+  const uint64_t from = std::max(cur.intact_from, step + 1 > cap ? step + 1 - cap : 0);
+  uint64_t x = from;
+  while (x < step) {
+    const uint64_t oldest = index[x % cap].load(std::memory_order_relaxed) + 1 - st.depth;
+    if (oldest / kPackedKeyEvery * kPackedKeyEvery >= lowest) break;
+    ++x;
+  }
+  s.lost[p] = x - from;
+  cur.intact_from = x;
+  return st.depth > 1 && may_continue && cur.raw_valid && !continues;
+}
+
+// store_packed's second half for field `p`, after the fence: the records, their descriptors, the raw copy, the
+// step's index word and the env's counters.
+void write_packed_field(Segment& seg, std::size_t p, uint64_t env, uint64_t step, const std::byte* pushed,
+                        PackedWriterEnv& w, const PackedScratch& s) noexcept {
+  const PackedGeometry& g = seg.packed()[p];
+  const StackGeometry& st = g.stack;
+  PackedCursor& cur = w.cursors[p];
+  std::byte* ring = seg.packed_ring(p, env);
+  PackedFrameDesc* descs = seg.packed_descs(p, env);
+  uint64_t bytes = 0;
+  uint64_t raws = 0;
+  for (uint64_t k = s.first_new[p]; k < st.depth; ++k) {
+    const PackedRecord& r = s.records[p][k];
+    std::memcpy(ring + r.pos % g.ring_bytes, s.encoded[p].data() + k * st.frame_bytes, r.len);
+    // Covered by the step seqlock, as the step's other bytes: stored between the claim and the head store.
+    PackedFrameDesc& d = descs[cur.next_frame % st.frames];
+    d.pos.store(r.pos, std::memory_order_relaxed);
+    d.meta.store(r.len | (r.raw ? layout::kPackedRaw : 0) | (r.key ? layout::kPackedKey : 0),
+                 std::memory_order_relaxed);
+    d.crc.store(r.crc, std::memory_order_relaxed);
+    d.frame.store(cur.next_frame, std::memory_order_relaxed);
+    // The raw copy for the next step's compare and dictionary: frame n at slot n % K.
+    std::byte* keep = w.raw[p].data() + (cur.next_frame % st.depth) * st.frame_bytes;
+    if (st.outer == 1) {
+      std::memcpy(keep, pushed + k * st.frame_bytes, st.frame_bytes);
+    } else {
+      get_frame(st, pushed, k, keep);
+    }
+    cur.byte_end = r.pos + r.len;
+    ++cur.next_frame;
+    bytes += r.len;
+    raws += r.raw ? 1 : 0;
+  }
+  cur.raw_valid = true;
+  seg.packed_index(p, env)[step % seg.capacity()].store(cur.next_frame - 1, std::memory_order_relaxed);
+  layout::PackedEnvControl& pc = seg.packed_control(p, env);
+  // relaxed: informational counters, written by the env's writer only
+  const auto add = [](std::atomic<uint64_t>& word, uint64_t n) {
+    word.store(word.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  };
+  add(pc.frames, st.depth - s.first_new[p]);
+  add(pc.record_bytes, bytes);
+  add(pc.raw_frames, raws);
+  add(pc.budget_lost, s.lost[p]);
+}
+
+}  // namespace
+
 bool store_packed(Segment& seg, uint64_t env, uint64_t step, const std::byte* const* fields, PackedWriterEnv& w,
                   PackedScratch& s, bool may_continue, bool compare) noexcept {
-  const uint64_t cap = seg.capacity();
-  const uint64_t oldest_slot_step = step + 1 > cap ? step + 1 - cap : 0;  // older steps' slots are reclaimed
   layout::EnvControl& c = seg.env_control(env);
   uint64_t bound = c.stacks_intact_from.load(std::memory_order_relaxed);  // also raised by a repair
   bool restarted = false;
   const std::size_t n = seg.packed().size();
   for (std::size_t p = 0; p < n; ++p) {
-    const PackedGeometry& g = seg.packed()[p];
-    const StackGeometry& st = g.stack;
-    PackedCursor& cur = w.cursors[p];
-    // The previous step's stack is frames [next - K, next - 1]; this one continues it when its frames 0..K-2 are
-    // that one's 1..K-1 (the raw copy holds them while it is whole).
-    bool continues = st.depth > 1 && may_continue && cur.raw_valid;
-    if (continues && compare) {
-      for (uint64_t k = 0; k + 1 < st.depth && continues; ++k) {
-        const uint64_t frame = cur.next_frame - st.depth + 1 + k;
-        continues = frame_equals(st, fields[p], k, w.raw[p].data() + (frame % st.depth) * st.frame_bytes);
-      }
-    }
-    restarted |= st.depth > 1 && may_continue && cur.raw_valid && !continues;
-    s.first_new[p] = continues ? st.depth - 1 : 0;
-    // The frame before the step's first new one, whole: the writer's raw copy (none before its first stack).
-    const std::byte* prev_raw =
-        cur.raw_valid ? w.raw[p].data() + ((cur.next_frame - 1) % st.depth) * st.frame_bytes : nullptr;
-    const uint64_t byte_end = encode_new_frames(g, p, fields[p], cur, prev_raw, s);
-    const uint64_t next = cur.next_frame + (st.depth - s.first_new[p]);
-    // After this step's records and descriptors, the intact frames are those at least `lowest`: within the
-    // descriptor ring, and whose record starts at most a ring behind the new end.
-    uint64_t lowest = std::max(cur.oldest_frame, next > st.frames ? next - st.frames : 0);
-    const PackedFrameDesc* descs = seg.packed_descs(p, env);
-    while (lowest < cur.next_frame &&
-           descs[lowest % st.frames].pos.load(std::memory_order_relaxed) + g.ring_bytes < byte_end) {
-      ++lowest;
-    }
-    cur.oldest_frame = lowest;
-    // The older steps that need a frame below `lowest` lose their stacks: a step needs its oldest frame (index - K
-    // + 1) and the frames it is coded against, back to a key frame, at the latest the multiple of kPackedKeyEvery at
-    // or below it.
-    const std::atomic<uint64_t>* index = seg.packed_index(p, env);
-    const uint64_t from = std::max(cur.intact_from, oldest_slot_step);
-    uint64_t x = from;
-    while (x < step) {
-      const uint64_t oldest = index[x % cap].load(std::memory_order_relaxed) + 1 - st.depth;
-      if (oldest / kPackedKeyEvery * kPackedKeyEvery >= lowest) break;
-      ++x;
-    }
-    s.lost[p] = x - from;
-    cur.intact_from = x;
-    bound = std::max(bound, x);
+    restarted |= plan_packed_field(seg, p, env, step, fields[p], w, s, may_continue, compare);
+    bound = std::max(bound, w.cursors[p].intact_from);
   }
   (void)raise_intact_from(c, bound);  // a CAS, and only when it moves (stacks.hpp)
   // release fence: orders the raised stacks_intact_from before the record and descriptor stores; pairs with the
   // readers' acquire fence in end_copies (seqlock.hpp), between their copy and their load of stacks_intact_from.
   std::atomic_thread_fence(std::memory_order_release);
-  for (std::size_t p = 0; p < n; ++p) {
-    const PackedGeometry& g = seg.packed()[p];
-    const StackGeometry& st = g.stack;
-    PackedCursor& cur = w.cursors[p];
-    std::byte* ring = seg.packed_ring(p, env);
-    PackedFrameDesc* descs = seg.packed_descs(p, env);
-    uint64_t bytes = 0;
-    uint64_t raws = 0;
-    for (uint64_t k = s.first_new[p]; k < st.depth; ++k) {
-      const PackedRecord& r = s.records[p][k];
-      std::memcpy(ring + r.pos % g.ring_bytes, s.encoded[p].data() + k * st.frame_bytes, r.len);
-      // Covered by the step seqlock, as the step's other bytes: stored between the claim and the head store.
-      PackedFrameDesc& d = descs[cur.next_frame % st.frames];
-      d.pos.store(r.pos, std::memory_order_relaxed);
-      d.meta.store(r.len | (r.raw ? layout::kPackedRaw : 0) | (r.key ? layout::kPackedKey : 0),
-                   std::memory_order_relaxed);
-      d.crc.store(r.crc, std::memory_order_relaxed);
-      d.frame.store(cur.next_frame, std::memory_order_relaxed);
-      // The raw copy for the next step's compare: frame n at slot n % K.
-      std::byte* keep = w.raw[p].data() + (cur.next_frame % st.depth) * st.frame_bytes;
-      if (st.outer == 1) {
-        std::memcpy(keep, fields[p] + k * st.frame_bytes, st.frame_bytes);
-      } else {
-        get_frame(st, fields[p], k, keep);
-      }
-      cur.byte_end = r.pos + r.len;
-      ++cur.next_frame;
-      bytes += r.len;
-      raws += r.raw ? 1 : 0;
-    }
-    cur.raw_valid = true;
-    seg.packed_index(p, env)[step % seg.capacity()].store(cur.next_frame - 1, std::memory_order_relaxed);
-    layout::PackedEnvControl& pc = seg.packed_control(p, env);
-    // relaxed: informational counters, written by the env's writer only
-    pc.frames.store(pc.frames.load(std::memory_order_relaxed) + (st.depth - s.first_new[p]), std::memory_order_relaxed);
-    pc.record_bytes.store(pc.record_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
-    pc.raw_frames.store(pc.raw_frames.load(std::memory_order_relaxed) + raws, std::memory_order_relaxed);
-    pc.budget_lost.store(pc.budget_lost.load(std::memory_order_relaxed) + s.lost[p], std::memory_order_relaxed);
-  }
+  for (std::size_t p = 0; p < n; ++p) write_packed_field(seg, p, env, step, fields[p], w, s);
   return restarted;
 }
 
