@@ -1,7 +1,8 @@
 // Fuzz target: the compressed fields' decoding path (docs/design/compression.md, "Reading"). The first byte picks
 // what the rest is:
-//   - a record through decode_frame (lz4 or zstd, an output size from the input): it must never write past the
-//     output (an exactly sized vector under AddressSanitizer), allocate by the input's size or crash;
+//   - a record through decode_frame (lz4 or zstd, an output size from the input, with or without a dictionary):
+//     it must never write past the output (an exactly sized vector under AddressSanitizer), allocate by the
+//     input's size or crash;
 //   - bytes written over a compressed buffer's byte ring and records' lengths (a corrupt or truncated segment):
 //     read_steps and a sample must then either refuse the copy with shmreplay::Error or return exactly the steps
 //     pushed, never bytes that did not pass the record checks.
@@ -45,7 +46,10 @@ void decode_record(const uint8_t* data, std::size_t size) {
   const Codec codec = data[0] % 2 == 0 ? Codec::lz4 : Codec::zstd;
   const std::size_t n = 1 + (static_cast<std::size_t>(data[1]) << 8 | data[2]);  // at most 64 KiB
   std::vector<std::byte> out(n);
-  (void)detail::decode_frame(codec, reinterpret_cast<const std::byte*>(data + 3), size - 3, out.data(), n);
+  // Against a dictionary of n bytes (a frame coded against its predecessor) when the first byte says so.
+  std::vector<std::byte> dict(data[0] & 2 ? n : 0, std::byte{7});
+  (void)detail::decode_frame(codec, reinterpret_cast<const std::byte*>(data + 3), size - 3,
+                             dict.empty() ? nullptr : dict.data(), out.data(), n);
 }
 
 // Every step read_steps returned must be the pushed one (abort: a finding).
