@@ -78,6 +78,8 @@ struct StackShape {
   uint64_t outer = 1;
   uint64_t inner_bytes = 0;
   uint64_t frames = 0;    ///< frames per env ring, as create places them (frames_per_env)
+  uint64_t key_every = 1; ///< a compressed field's key-frame period (kPackedKeyEvery): a step needs its frames back to
+                          ///< the multiple of it at or below its oldest; 1 for the frame ring
 
   uint64_t frame_bytes() const { return outer * inner_bytes; }
   uint64_t bytes() const { return depth * frame_bytes(); }
@@ -91,6 +93,7 @@ inline StackShape shape_of(const Field& f, std::size_t index) {
   for (uint32_t d = 0; d < axis; ++d) s.outer *= f.shape[d];
   s.inner_bytes = dtype_bytes(f.dtype);
   for (std::size_t d = axis + 1; d < f.shape.size(); ++d) s.inner_bytes *= f.shape[d];
+  if (f.compressed()) s.key_every = 4;  // docs/design/compression.md
   return s;
 }
 
@@ -251,13 +254,15 @@ struct Model {
     std::vector<std::vector<uint64_t>> index;   ///< per stacked field, per step: its newest frame
     uint64_t online_start = 0;
     uint64_t first_loaded = 0;                  ///< a checkpoint load's first step: frames start over there
-    bool fresh = false;  ///< the next step is a new writer's first in a compressed field: K frames whatever it is
   };
   std::vector<Env> envs;
 
   Model(StackSchema s, uint64_t num_envs, uint64_t cap, uint64_t restarts)
       : sch(std::move(s)), capacity(cap), envs(num_envs) {
-    for (StackShape& st : sch.stacks) st.frames = frames_per_env(cap, st.depth, restarts);
+    for (StackShape& st : sch.stacks) {
+      // A compressed field has key_every - 1 descriptors more: the frames its oldest step's are coded against.
+      st.frames = frames_per_env(cap, st.depth, restarts) + st.key_every - 1;
+    }
     for (Env& e : envs) {
       e.window.resize(sch.stacks.size());
       e.written.assign(sch.stacks.size(), 0);
@@ -321,7 +326,7 @@ struct Model {
     for (std::size_t i = 0; i < sch.stacks.size(); ++i) {
       const std::size_t off = stamp_offset(i);
       const uint64_t K = sch.stacks[i].depth;
-      bool c = step > env.first_loaded && !env.fresh;
+      bool c = step > env.first_loaded;
       if (c) {
         const std::vector<uint64_t>& prev = env.steps.back().stamps;
         c = std::equal(s.stamps.data() + off, s.stamps.data() + off + K - 1, prev.data() + off + 1);
@@ -330,18 +335,14 @@ struct Model {
       env.index[i].push_back(env.written[i] - 1);
     }
     env.steps.push_back(std::move(s));
-    env.fresh = false;
   }
-  /// A new writer takes env `e` with compressed stacks: it keeps no copy of the newest frames (the segment holds them
-  /// compressed), so its first step stores all K frames (docs/design/compression.md, "Writing").
-  void new_writer(uint64_t e) { envs[e].fresh = true; }
 
   /// Whether step `s` of env `e` still has its frames in every stacked field's ring.
   bool frames_intact(uint64_t e, uint64_t s) const {
     const Env& env = envs[e];
     for (std::size_t i = 0; i < sch.stacks.size(); ++i) {
       const StackShape& st = sch.stacks[i];
-      const uint64_t oldest = env.index[i][s] + 1 - st.depth;
+      const uint64_t oldest = (env.index[i][s] + 1 - st.depth) / st.key_every * st.key_every;
       if (env.written[i] > st.frames && oldest < env.written[i] - st.frames) return false;
     }
     return true;

@@ -190,8 +190,24 @@ PackedCursor resume_packed(const Segment& seg, std::size_t p, uint64_t env, uint
 PackedWriterEnv make_packed_env(const Segment& seg, uint64_t env, uint64_t head) {
   PackedWriterEnv w;
   for (std::size_t p = 0; p < seg.packed().size(); ++p) {
-    w.cursors.push_back(resume_packed(seg, p, env, head));
-    w.raw.emplace_back(seg.packed()[p].stack.depth * seg.packed()[p].stack.frame_bytes);
+    const StackGeometry& st = seg.packed()[p].stack;
+    PackedCursor c = resume_packed(seg, p, env, head);
+    std::vector<std::byte> raw(st.depth * st.frame_bytes);
+    // The newest published step's frames, decoded into the raw copy, so that the next step may continue its stack
+    // (a new Writer then stores one frame, as its predecessor would have). The env is this writer's (it holds the
+    // lease): nobody rewrites them meanwhile; a step that does not decode (lost to the budget, or a corrupt record)
+    // leaves the copy empty, and the first step stores all K frames.
+    if (head > 0 && head - 1 >= c.intact_from) {
+      std::vector<std::byte> stack(st.depth * st.frame_bytes);
+      if (copy_packed_steps(seg, p, env, head - 1, 1, stack.data(), stack.size()).fault == FrameFault::none) {
+        for (uint64_t k = 0; k < st.depth; ++k) {
+          get_frame(st, stack.data(), k, raw.data() + ((c.next_frame - st.depth + k) % st.depth) * st.frame_bytes);
+        }
+        c.raw_valid = true;
+      }
+    }
+    w.cursors.push_back(c);
+    w.raw.push_back(std::move(raw));
   }
   return w;
 }

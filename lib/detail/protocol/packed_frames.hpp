@@ -85,8 +85,7 @@ struct PackedCursor {
 };
 
 /// Where the writer of env `env` goes on in compressed field `p` after taking the env's lease at `head`: after the
-/// newest published step's frames and record. Its copy of the newest frames is empty, so its first step stores
-/// all K frames.
+/// newest published step's frames and record (its raw copy empty: make_packed_env fills it).
 PackedCursor resume_packed(const Segment& seg, std::size_t p, uint64_t env, uint64_t head) noexcept;
 
 /// One writer's state of every compressed field for one env: its cursors and the raw newest K frames of each field
@@ -118,7 +117,9 @@ struct PackedScratch {
   std::vector<uint64_t> lost;                           ///< per field: steps the step's records made leave the view
 };
 
-/// Makes a writer's state for env `env` at `head` (resume_packed for each field; raw copies sized, empty).
+/// Makes a writer's state for env `env` at `head`: resume_packed for each field, and its raw copy of the newest
+/// published step's frames decoded (left empty where they do not decode), so that a new Writer's first step may
+/// continue the stack. May allocate.
 PackedWriterEnv make_packed_env(const Segment& seg, uint64_t env, uint64_t head);
 
 /// Stores the compressed fields of step `step` of env `env`, which the caller claimed and publishes after:
