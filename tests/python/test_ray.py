@@ -14,7 +14,6 @@ flight drops out of them.
 Short by default (about a minute, most of it starting Ray's nodes); SHMREPLAY_RAY_LONG=1 samples ten times as many
 rows and runs the writers longer. Skipped where Ray is not installed, and under the sanitizer pass (Ray's own
 binaries would start with ASan's runtime preloaded)."""
-import collections
 import os
 import sys
 import tempfile
@@ -35,47 +34,17 @@ cluster_utils = pytest.importorskip("ray.cluster_utils")
 import conftest  # noqa: E402
 import shmreplay  # noqa: E402
 import shmreplay.ray as sr  # noqa: E402
-from conftest import PAYLOAD_SCHEMA, check_batch, payload  # noqa: E402
 import stamped  # noqa: E402
+import ray_nodes  # noqa: E402
+from ray_nodes import (FIRST_PUSH, L, NODES, calls_since, cells_of, check_rows, close_all, counting_nodes,  # noqa: E402
+                       push_steps, same_batch, start_server)
 
 # Ray pickles the writer functions for its workers, which cannot import this directory's modules: send them by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 ray.cloudpickle.register_pickle_by_value(conftest)
+ray.cloudpickle.register_pickle_by_value(ray_nodes)
 
 LONG = os.environ.get("SHMREPLAY_RAY_LONG", "") not in ("", "0")
-NODES = 3
-CAPACITY = 64
-L = 4
-# Steps each env of each node holds (per node: two envs); some wrap the ring, and the nodes differ in size.
-FIRST_PUSH = [[40, 84], [10, 30], [100, 5]]
-
-
-def body_of(env_ids, steps, node):
-    """The body field of steps pushed by `node`: payload() salted with the node, so a row's payload names its node."""
-    return payload(env_ids, steps, salt=1000 * node)["body"]
-
-
-def push_steps(shm_dir, buffer_name, node, counts, seconds=0.0):
-    """A writer on a node: pushes counts[e] steps to env e (priority 1 + step % 3), then, for `seconds`, one step to
-    every env at a time. Returns the steps pushed per env."""
-    os.environ["SHMREPLAY_SHM_DIR"] = shm_dir
-    buf = shmreplay.Buffer.open(buffer_name)
-    pushed = [0] * len(counts)
-    with shmreplay.Writer(buf, list(range(len(counts)))) as w:
-        def one(envs):
-            steps = [w.head(e) for e in envs]
-            data = payload(envs, steps, salt=1000 * node)
-            w.push(envs, data, priorities=np.array([1 + s % 3 for s in steps], np.float32))
-            for e in envs:
-                pushed[e] += 1
-        for e, c in enumerate(counts):
-            for _ in range(c):
-                one([e])
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            one(list(range(len(counts))))
-            time.sleep(0.001)
-    return pushed
 
 
 @pytest.fixture(scope="module")
@@ -99,42 +68,6 @@ def cluster():
             for f in os.listdir(d):
                 os.unlink(os.path.join(d, f))
             os.rmdir(d)
-
-
-def start_server(dirs, name, k, create=True, wait=True):
-    handle = sr.NodeServer.options(name=f"{name}-node{k}", resources={f"node{k}": 1}).remote(
-        name, shm_dir=dirs[k], seed=k,
-        create={"num_envs": 2, "capacity": CAPACITY, "schema": PAYLOAD_SCHEMA, "priority_exponent": 1.0}
-        if create else None)
-    if wait:
-        ray.get(handle.ping.remote())
-    return handle
-
-
-def cells_of(heads, power):
-    """Every start of the replay view of every node's envs, (node, env, start), with its weight min(r, L)**power."""
-    cells, weights = [], []
-    for k, node_heads in enumerate(heads):
-        for e, h in enumerate(node_heads):
-            for p in range(max(0, h - CAPACITY), h):
-                cells.append((k, e, p))
-                weights.append(min(h - p, L) ** power)
-    return cells, np.array(weights, float)
-
-
-def check_rows(batch, heads=None):
-    """Every row's payload: whole, its env's, steps start.., and salted with the node it says it came from."""
-    assert check_batch(batch) == []
-    for k in np.unique(batch.node_ids):
-        rows = np.flatnonzero(batch.node_ids == k)
-        steps = batch.starts[rows, None] + np.arange(L)[None, :]
-        env = np.repeat(batch.env_ids[rows, None], L, axis=1)
-        expected = body_of(env.ravel(), steps.ravel(), int(k)).reshape(len(rows), L, -1)
-        mask = batch.mask[rows]
-        assert np.array_equal(batch["body"][rows][mask], expected[mask]), f"node {k}: a row's body is not its node's"
-        if heads is not None:
-            h = np.array(heads[int(k)])[batch.env_ids[rows]]
-            assert np.all(batch.starts[rows] + mask.sum(axis=1) <= h)
 
 
 def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_survives_a_lost_node(cluster):
@@ -313,70 +246,6 @@ def test_a_learner_samples_stacked_fields_of_every_node_byte_for_byte(cluster):
     ray.get([h.close.remote(remove=True) for h in servers.values()])
 
 
-class CountingServerImpl(sr.NodeServerImpl):
-    """A node server that counts its calls and the rows its draws are asked for, can be reseeded, and can be kept
-    busy (the calls sent after a stall wait behind it: Ray runs an actor's calls one at a time)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.calls = collections.Counter()
-
-    def weigh(self, *args, **kwargs):
-        self.calls["weigh"] += 1
-        return super().weigh(*args, **kwargs)
-
-    def draw(self, view, batch_size, *args, **kwargs):
-        self.calls["draw"] += 1
-        self.calls["rows"] += batch_size
-        return super().draw(view, batch_size, *args, **kwargs)
-
-    def update_priorities(self, *args, **kwargs):
-        self.calls["update"] += 1
-        return super().update_priorities(*args, **kwargs)
-
-    def counts(self):
-        return dict(self.calls)
-
-    def reseed(self, seed):
-        self._sampler.seed(seed)
-
-    def stall(self, seconds):
-        time.sleep(seconds)
-        return True
-
-
-CountingServer = ray.remote(num_cpus=0)(CountingServerImpl)
-
-
-def counting_nodes(cluster, suffix):
-    """A counting server on each node over a fresh buffer that writers fill with FIRST_PUSH (then quiescent):
-    (buffer name, {node name: handle})."""
-    _, dirs = cluster
-    name = f"shmreplay-ray-{suffix}-{os.getpid()}"
-    servers = {f"node{k}": CountingServer.options(name=f"{name}-node{k}", resources={f"node{k}": 1}).remote(
-        name, shm_dir=dirs[k], seed=k,
-        create={"num_envs": 2, "capacity": CAPACITY, "schema": PAYLOAD_SCHEMA, "priority_exponent": 1.0})
-        for k in range(NODES)}
-    ray.get([h.ping.remote() for h in servers.values()])
-    assert ray.get([ray.remote(push_steps).options(resources={f"node{k}": 1}, num_cpus=0).remote(
-        dirs[k], name, k, FIRST_PUSH[k]) for k in range(NODES)]) == FIRST_PUSH
-    return name, servers
-
-
-def calls_since(servers, before=None):
-    """Each server's call counts, less `before`'s."""
-    now = {n: collections.Counter(c) for n, c in zip(servers, ray.get([h.counts.remote() for h in servers.values()]))}
-    if before is None:
-        return now
-    return {n: {key: now[n][key] - before[n][key] for key in ("weigh", "draw", "rows", "update")} for n in servers}
-
-
-def close_all(servers):
-    ray.get([h.close.remote(remove=True) for h in servers.values()])
-    for h in servers.values():
-        ray.kill(h)
-
-
 def test_a_batch_costs_one_call_per_node_once_the_totals_are_known_and_updates_and_resets_bring_fresh_ones(cluster):
     name, servers = counting_nodes(cluster, "calls")
     learner = sr.ClusterSampler(servers, seed=3)
@@ -434,14 +303,6 @@ def test_a_batch_costs_one_call_per_node_once_the_totals_are_known_and_updates_a
         learner.close()
         exact.close()
         close_all(servers)
-
-
-def same_batch(a, b):
-    assert a.keys() == b.keys()
-    for key in a.keys():
-        assert np.array_equal(a[key], b[key]), key
-    for key in ("mask", "env_ids", "starts", "weights", "node_ids"):
-        assert np.array_equal(getattr(a, key), getattr(b, key)), key
 
 
 def test_a_batch_requested_ahead_is_the_one_a_synchronous_call_draws_and_misses_later_priority_updates(cluster):
