@@ -84,21 +84,23 @@ def check_rows(batch, heads=None):
 
 
 class CountingServerImpl(sr.NodeServerImpl):
-    """A node server that counts its calls and the rows its draws are asked for, can be reseeded, and can be kept
-    busy (the calls sent after a stall wait behind it: Ray runs an actor's calls one at a time)."""
+    """A node server that counts its calls and the rows its draws are asked for, keeps the options of its last draw,
+    can be reseeded, and can be kept busy (the calls sent after a stall wait behind it: Ray runs an actor's calls one at a time)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.calls = collections.Counter()
+        self.options_seen = None
 
     def weigh(self, *args, **kwargs):
         self.calls["weigh"] += 1
         return super().weigh(*args, **kwargs)
 
-    def draw(self, view, batch_size, *args, **kwargs):
+    def draw(self, view, batch_size, sequence_length, power, options, beta, *args, **kwargs):
         self.calls["draw"] += 1
         self.calls["rows"] += batch_size
-        return super().draw(view, batch_size, *args, **kwargs)
+        self.options_seen = {**options, "beta": beta}
+        return super().draw(view, batch_size, sequence_length, power, options, beta, *args, **kwargs)
 
     def update_priorities(self, *args, **kwargs):
         self.calls["update"] += 1
@@ -106,6 +108,10 @@ class CountingServerImpl(sr.NodeServerImpl):
 
     def counts(self):
         return dict(self.calls)
+
+    def last_draw_options(self):
+        """The sample options of the last draw (beta included)."""
+        return self.options_seen
 
     def reseed(self, seed):
         self._sampler.seed(seed)

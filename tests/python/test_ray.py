@@ -14,6 +14,8 @@ flight drops out of them.
 Short by default (about a minute, most of it starting Ray's nodes); SHMREPLAY_RAY_LONG=1 samples ten times as many
 rows and runs the writers longer. Skipped where Ray is not installed, and under the sanitizer pass (Ray's own
 binaries would start with ASan's runtime preloaded)."""
+import ast
+import inspect
 import os
 import sys
 import tempfile
@@ -244,6 +246,34 @@ def test_a_learner_samples_stacked_fields_of_every_node_byte_for_byte(cluster):
     assert seen == {(k, e, s) for k in nodes for e, s in models[k].sampleable()}
     learner.close()
     ray.get([h.close.remote(remove=True) for h in servers.values()])
+
+
+def test_the_cluster_sampler_takes_every_sample_option_of_the_bindings_table_and_hands_each_to_the_nodes(cluster):
+    """The options come from the binding's table (lib/python/sample_options.hpp): a new one needs no edit in
+    shmreplay.ray. Each is in the signatures with the table's default, and given to sample or sample_async it
+    reaches every node's draw with its value."""
+    table = {n: default for n, calls, default, _ in shmreplay._shmreplay._sample_options() if "Sampler.sample" in calls}
+    assert {"episodes", "prioritized", "beta"} <= set(table)
+    for method in (sr.ClusterSampler.sample, sr.ClusterSampler.sample_async):
+        params = inspect.signature(method).parameters
+        assert {n: repr(params[n].default) for n in table if n in params} == table, method.__name__
+    _, servers = counting_nodes(cluster, "options")
+    learner = sr.ClusterSampler(servers, seed=5)
+    try:
+        defaults = {n: ast.literal_eval(d) if d not in ("inf", "nan") else float(d) for n, d in table.items()}
+        for name, value in defaults.items():
+            for call in (learner.sample, lambda *a, **k: learner.sample_async(*a, **k).result()):
+                check_rows(call("replay", 60, L, 0.0, **{name: value}), FIRST_PUSH)
+                seen = ray.get([h.last_draw_options.remote() for h in servers.values()])
+                assert all(s == defaults for s in seen), (name, seen)
+        check_rows(learner.sample("replay", 60, L, 0.0, min_steps=1, beta=0.7, period=2), FIRST_PUSH)
+        seen = ray.get([h.last_draw_options.remote() for h in servers.values()])
+        assert all(s == {**defaults, "min_steps": 1, "beta": 0.7, "period": 2} for s in seen), seen
+        with pytest.raises(TypeError, match="unexpected keyword argument 'no_such_option'"):
+            learner.sample("replay", 60, L, no_such_option=1)
+    finally:
+        learner.close()
+        close_all(servers)
 
 
 def test_a_batch_costs_one_call_per_node_once_the_totals_are_known_and_updates_and_resets_bring_fresh_ones(cluster):
