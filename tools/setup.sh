@@ -7,8 +7,8 @@
 # - The project's virtual environment .venv (in the clone), made with the machine's python3 (SHMREPLAY_PYTHON to
 #   choose another), holding what the Python side builds and tests with, from PyPI: scikit-build-core and pybind11
 #   (the package's build), NumPy 2, pytest, PyTorch 2, JAX, envpool, Ray and Sphinx (its extras torch, jax,
-#   envpool, ray, test and docs), and tensorboard (the envpool job's --logdir; matplotlib for --plot comes with
-#   envpool).
+#   envpool, ray, test and docs), tensorboard (the envpool job's --logdir; matplotlib for --plot comes with
+#   envpool) and lizard (tools/check_sizes.py, the size rule's check).
 # - .venv-numpy1, a second environment with the oldest NumPy the package declares (1.24), for the test suite's
 #   NumPy 1 pass. `tools/setup.sh --no-numpy1` skips it (tools/demo.sh does).
 #
@@ -99,6 +99,9 @@ pip_missing .venv torch "$torch_spec"
 pip_missing .venv numpy,pytest,scipy,jax "numpy>=2" "pytest>=7" scipy "jax>=0.4.26"
 pip_missing .venv envpool "envpool>=1.2"
 pip_missing .venv ray "ray>=2.9"   # shmreplay.ray and its multi-node test (about 40 s and 240 MB)
+# The size rule's check (tools/check_sizes.py, ctest test_sizes): lizard measures each C++ and Python function
+# without a compiler. Pinned as the others that a test depends on.
+pip_missing .venv lizard "lizard==1.24.3"
 # The envpool job's TensorBoard event files (examples/envpool/run.py --logdir, ctest test_python_charts). Pinned as
 # the others that a test depends on; 2.21.0 takes the protobuf 7 and NumPy 2 already here and adds grpcio, Markdown,
 # Werkzeug and tensorboard-data-server.
