@@ -33,11 +33,11 @@ FILES: dict[str, str] = {
 # Functions allowed past MAX_FUNCTION_LINES: (path, name as lizard gives it) -> why.
 FUNCTIONS: dict[tuple[str, str], str] = {
     ("lib/detail/segment/placement.cpp", "shmreplay::detail::write_segment"):
-        "create's one pass over the new segment's header words, in the order layout.hpp declares them, with "
-        "ready published last: split, the order of the writes would be spread over several functions",
+        "create's construction of every section in place, header first and the ready state's release store "
+        "last: one function shows that nothing is written after the store that publishes it (1 line over)",
     ("tools/cli/dump.cpp", "shmreplay::cli::run_dump"):
-        "dump's one loop over the chosen envs, steps and fields, in the order it prints them (text, --json and "
-        "--raw side by side, so that the three forms stay one listing)",
+        "dump from its arguments to its last row, read top to bottom: the checks of its fields, envs and step "
+        "range, then the chunked listing in its text and --json forms side by side (3 lines over)",
 }
 
 
