@@ -131,103 +131,128 @@ inline std::optional<uint64_t> slot_of(const Buffer& buf, pid_t pid) {
   return std::nullopt;
 }
 
-TEST_CASE("learner processes and writer processes SIGKILLed at random on one buffer with priorities: no torn row, "
-          "one takeover per dead slot holder, exact trees, no lock held and no update_seq odd afterwards") {
-  const auto start = Clock::now();
-  const uint64_t num_envs = 8;
-  const uint64_t capacity = 64;
-  const uint64_t slots = 3;
-  const std::size_t num_writers = 2;
-  SegmentGuard guard(unique_name("lproc-torture"));
-  Shared<Report> report;
-  std::vector<std::vector<uint64_t>> slices(num_writers);
-  for (uint64_t e = 0; e < num_envs; ++e) slices[e % num_writers].push_back(e);
-
-  Buffer buf = Buffer::create(guard.name(), num_envs, capacity, kPayloadSchema,
-                              {.priority_exponent = 0.6, .max_learners = slots});
+// The torture's processes and what the parent counts of their kills.
+struct Torture {
+  static constexpr uint64_t kEnvs = 8;
+  static constexpr uint64_t kSlots = 3;
+  static constexpr std::size_t kWriters = 2;
+  const std::string name;
+  Report* report;
+  const Buffer& buf;
+  std::vector<std::vector<uint64_t>> slices = std::vector<std::vector<uint64_t>>(kWriters);
+  std::vector<pid_t> writers = std::vector<pid_t>(kWriters), learners = std::vector<pid_t>(kSlots);
   uint64_t seed = 1;
-  std::vector<pid_t> writers(num_writers), learners(slots);
-  for (std::size_t w = 0; w < num_writers; ++w) {
-    writers[w] = spawn([&, w, s = seed++] { torture_writer(guard.name(), slices[w], s, report.get()); });
-  }
-  {
-    Sampler first(buf);  // the learners start once every env has steps (the parent's slot is released after)
-    REQUIRE(first.wait(View::replay, num_envs * 8, 10'000));
-  }
-  for (std::size_t i = 0; i < slots; ++i) {
-    learners[i] = spawn([&, i, s = seed++] { torture_learner(guard.name(), i, i, s, report.get()); });
+  std::vector<uint64_t> holder_kills = std::vector<uint64_t>(kSlots, 0);  // kills of the slot's lease holder
+  std::set<StepKey> excused;  // steps a killed learner may have left mixed (documented)
+  uint64_t learner_kills = 0, writer_kills = 0, kills_in_call = 0, kills_in_update = 0;
+  Rng rng{17};
+
+  Torture(std::string n, Report* r, Buffer& b) : name(std::move(n)), report(r), buf(b) {
+    for (uint64_t e = 0; e < kEnvs; ++e) slices[e % kWriters].push_back(e);
+    for (std::size_t w = 0; w < kWriters; ++w) {
+      writers[w] = spawn([&, w, s = seed++] { torture_writer(name, slices[w], s, report); });
+    }
+    {
+      Sampler first(b);  // the learners start once every env has steps (the parent's slot is released after)
+      REQUIRE(first.wait(View::replay, kEnvs * 8, 10'000));
+    }
+    for (std::size_t i = 0; i < kSlots; ++i) {
+      learners[i] = spawn([&, i, s = seed++] { torture_learner(name, i, i, s, report); });
+    }
   }
 
-  std::vector<uint64_t> holder_kills(slots, 0);  // kills of the process that held the slot's lease
-  std::set<StepKey> excused;                     // steps a killed learner may have left mixed (documented)
-  uint64_t learner_kills = 0, writer_kills = 0, kills_in_call = 0, kills_in_update = 0;
-  const auto kill_learner = [&](std::size_t i) {
+  // Kills learner process i; the slot its lease held, if any.
+  std::optional<uint64_t> kill_learner(std::size_t i) {
     kills_in_call += report->in_call[i].load();
     kills_in_update += report->updating[i].load() != 0;
     CHECK_MESSAGE(kill_and_reap(learners[i]), "a learner process exited on its own (see its stderr)");
     ++learner_kills;
-    excuse_marked(report.get(), i, excused);
+    excuse_marked(report, i, excused);
     report->in_call[i].store(0);
     const std::optional<uint64_t> held = slot_of(buf, learners[i]);
     if (held) ++holder_kills[*held];
     return held;
-  };
-  Rng rng(17);
-  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(run_seconds(3.0)));
-  while (Clock::now() < deadline || learner_kills < 3 || writer_kills == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(15 + rng() % 60));
+  }
+
+  // Kills a learner (2 times in 3) or a writer, and starts its successor.
+  void kill_one() {
     if (rng() % 3 != 0) {
-      const std::size_t i = rng() % slots;
+      const std::size_t i = rng() % kSlots;
       const std::optional<uint64_t> held = kill_learner(i);
       // Half of the new learners ask for the dead one's slot by rank, half take the first free (or dead) slot.
       std::optional<uint64_t> preferred;
       if (rng() % 2 == 0) preferred = held ? *held : i;
-      learners[i] = spawn([&, i, preferred, s = seed++] {
-        torture_learner(guard.name(), i, preferred, s, report.get());
-      });
+      learners[i] = spawn([&, i, preferred, s = seed++] { torture_learner(name, i, preferred, s, report); });
     } else {
-      const std::size_t w = rng() % num_writers;
+      const std::size_t w = rng() % kWriters;
       CHECK_MESSAGE(kill_and_reap(writers[w]), "a writer process exited on its own (see its stderr)");
       ++writer_kills;
-      writers[w] = spawn([&, w, s = seed++] { torture_writer(guard.name(), slices[w], s, report.get()); });
+      writers[w] = spawn([&, w, s = seed++] { torture_writer(name, slices[w], s, report); });
     }
   }
-  const double ran_s = std::chrono::duration<double>(Clock::now() - start).count();
-  for (std::size_t i = 0; i < slots; ++i) kill_learner(i);
-  for (const pid_t pid : writers) CHECK(kill_and_reap(pid));
 
-  // A new Sampler of every slot: each takes its dead holder's lease over and repairs what it left (locks, walks,
-  // sleepers); a Writer of every env does the same for the writers (a walk of the slot being written).
-  std::vector<Sampler> mine;
-  for (uint64_t r = 0; r < slots; ++r) mine.emplace_back(buf, SamplerOptions{.rank = r});
-  std::vector<uint64_t> every_env(num_envs);
-  for (uint64_t e = 0; e < num_envs; ++e) every_env[e] = e;
-  const Writer all(buf, every_env);
+  void kill_all() {
+    for (std::size_t i = 0; i < kSlots; ++i) kill_learner(i);
+    for (const pid_t pid : writers) CHECK(kill_and_reap(pid));
+  }
+};
+
+// After the torture, with a new Sampler of every slot and a Writer of every env (each took its dead holder's lease
+// over and repaired what it left: locks, walks, sleepers): at least one takeover per dead holder, none without a
+// death, no walk, sleeper or lock left, no update section open, every tree exact. The takeovers in all.
+uint64_t check_repaired(const Buffer& buf, const Torture& t) {
   const layout::GlobalControl& g = segment_of(buf).global_control();
   uint64_t takeovers_total = 0;
-  for (uint64_t r = 0; r < slots; ++r) {
+  for (uint64_t r = 0; r < Torture::kSlots; ++r) {
     const detail::LearnerSlotWords w = detail::learner_slot(segment_of(buf), r);
     CAPTURE(r);
     // At least one takeover per dead holder seen at its kill, and at most one per death: a repairer of a dead
     // updater (or a new learner taking the first dead slot) may take the slot over between the kill and this test's
     // look at who held it, and a repairer killed while it held a slot is a dead holder of that slot too.
-    CHECK(w.lease.takeovers.load() >= holder_kills[r]);
+    CHECK(w.lease.takeovers.load() >= t.holder_kills[r]);
     takeovers_total += w.lease.takeovers.load();
     CHECK(w.priority_walk.load() == 0);
     CHECK(w.waiters.load() == 0);
     CHECK(w.waiting_rows.load() == 0);
   }
   CHECK(g.waiters.load() == 0);  // every dead learner's sleepers were taken back, nobody else's
-  for (uint64_t e = 0; e < num_envs; ++e) {
+  for (uint64_t e = 0; e < Torture::kEnvs; ++e) {
     const layout::EnvControl& c = segment_of(buf).env_control(e);
     CAPTURE(e);
     CHECK((c.claimed.load() & ~layout::kClaimMask) == 0);  // no update lock left held
     CHECK(c.update_seq.load() % 2 == 0);                  // no update section left open
     CHECK(tree_vs_rebuild(buf, e) == "");
   }
+  CHECK(takeovers_total <= t.learner_kills + t.writer_kills);  // no takeover without a death
+  return takeovers_total;
+}
+
+TEST_CASE("learner processes and writer processes SIGKILLed at random on one buffer with priorities: no torn row, "
+          "one takeover per dead slot holder, exact trees, no lock held and no update_seq odd afterwards") {
+  const auto start = Clock::now();
+  const uint64_t slots = Torture::kSlots;
+  SegmentGuard guard(unique_name("lproc-torture"));
+  Shared<Report> report;
+  Buffer buf = Buffer::create(guard.name(), Torture::kEnvs, 64, kPayloadSchema,
+                              {.priority_exponent = 0.6, .max_learners = slots});
+  Torture t(guard.name(), report.get(), buf);
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(run_seconds(3.0)));
+  while (Clock::now() < deadline || t.learner_kills < 3 || t.writer_kills == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(15 + t.rng() % 60));
+    t.kill_one();
+  }
+  const double ran_s = std::chrono::duration<double>(Clock::now() - start).count();
+  t.kill_all();
+
+  std::vector<Sampler> mine;
+  for (uint64_t r = 0; r < slots; ++r) mine.emplace_back(buf, SamplerOptions{.rank = r});
+  std::vector<uint64_t> every_env(Torture::kEnvs);
+  for (uint64_t e = 0; e < Torture::kEnvs; ++e) every_env[e] = e;
+  const Writer all(buf, every_env);
+  check_repaired(buf, t);
   uint64_t excused_stored = 0, excused_rows = 0;
-  CHECK(verify_stored(buf, excused, &excused_stored) == "");
-  const std::string bad = unexcused(report.get(), excused, &excused_rows);
+  CHECK(verify_stored(buf, t.excused, &excused_stored) == "");
+  const std::string bad = unexcused(report.get(), t.excused, &excused_rows);
 
   // The parent's learners sample sound rows (by priority too) from what is left.
   Rng mine_rng(99);
@@ -242,11 +267,11 @@ TEST_CASE("learner processes and writer processes SIGKILLed at random on one buf
                       "writer kills; new learners: {} by rank, {} first free; {} calls, {} rows checked, {} "
                       "try_update ({} applied), {} priorities set, {} dropped, {} waits; {} excused mixed steps "
                       "({} rows, {} stored); the torture ran for {:.3f} s",
-                      learner_kills, kills_in_call, kills_in_update, holder_kills[0], holder_kills[1],
-                      holder_kills[2], writer_kills, report->ranked.load(), report->first_free.load(),
+                      t.learner_kills, t.kills_in_call, t.kills_in_update, t.holder_kills[0], t.holder_kills[1],
+                      t.holder_kills[2], t.writer_kills, report->ranked.load(), report->first_free.load(),
                       report->calls.load(), report->rows.load(), report->updates.load(),
                       report->updates_applied.load(), report->prio_applied.load(), report->prio_dropped.load(),
-                      report->waits.load(), excused.size(), excused_rows, excused_stored, ran_s));
+                      report->waits.load(), t.excused.size(), excused_rows, excused_stored, ran_s));
   CHECK_MESSAGE(bad == "", bad);
   CHECK(excused_rows == 0);    // no sampled row ever showed a killed learner's mixed step
   CHECK(excused_stored == 0);  // and none is left inside a view
@@ -254,8 +279,7 @@ TEST_CASE("learner processes and writer processes SIGKILLed at random on one buf
   CHECK(report->rows.load() > 0);
   CHECK(report->updates_applied.load() > 0);
   CHECK(report->prio_applied.load() > 0);
-  CHECK(holder_kills[0] + holder_kills[1] + holder_kills[2] > 0);
-  CHECK(takeovers_total <= learner_kills + writer_kills);  // no takeover without a death
+  CHECK(t.holder_kills[0] + t.holder_kills[1] + t.holder_kills[2] > 0);
 }
 
 }  // namespace shmreplay::test::learner_processes

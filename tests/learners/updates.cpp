@@ -8,42 +8,41 @@ namespace shmreplay::test::learner_processes {
 // ---------------------------------------------------------------------------------------------------------------
 // 3. Two learners' update_priorities of the same steps
 
-TEST_CASE("two learners set the priorities of the same steps at once, while a third rewrites them: each leaf ends "
-          "with one of the two values, nothing is dropped, and every tree equals its rebuild") {
-  const uint64_t num_envs = 2;
-  const uint64_t capacity = 64;
-  SegmentGuard guard(unique_name("lproc-prio"));
-  Buffer buf = Buffer::create(guard.name(), num_envs, capacity, kPayloadSchema,
-                              {.priority_exponent = 0.7, .max_learners = 3});
-  {
-    Writer w(buf, std::vector<uint64_t>{0, 1});
-    PrioritizedPusher pusher;
-    Rng rng(1);
-    for (uint64_t i = 0; i < capacity; ++i) pusher.push(w, {0, 1}, rng);  // full rings; nothing is overwritten after
-  }
-  std::vector<uint64_t> envs, steps;
-  for (uint64_t e = 0; e < num_envs; ++e) {
-    for (uint64_t s = 0; s < capacity; ++s) {
-      envs.push_back(e);
-      steps.push_back(s);
-    }
-  }
-  const std::size_t n = envs.size();
-  const int rounds = 150;
-  // Round k's values: learner A's and B's differ at every step, so the leaf tells whose update was last.
-  const auto value = [](int learner, int k, std::size_t i) {
-    const auto round = static_cast<std::size_t>(k);
-    return static_cast<float>(learner == 0 ? 1 + (round * 7 + i) % 50 : 100 + (round * 5 + i) % 50) / 4.0f;
-  };
-  std::barrier sync(3);
+// Two learners (slots 0 and 1) setting the priorities of every step of a full buffer in rounds, and a third (slot 2)
+// rewriting the same steps meanwhile; the main thread checks each leaf and tree between two rounds.
+struct PriorityRace {
+  static constexpr int kRounds = 150;
+  static constexpr double kAlpha = 0.7;
+  Buffer& buf;
+  std::vector<uint64_t> envs, steps;  // every stored step
+  std::barrier<> sync{3};
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> dropped{0}, unweighted{0}, rewrites{0};
-  const auto learner = [&](int who) {
+  uint64_t last_a = 0, last_b = 0, bad_leaves = 0;
+  std::string first_bad;
+
+  explicit PriorityRace(Buffer& b) : buf(b) {
+    for (uint64_t e = 0; e < buf.num_envs(); ++e) {
+      for (uint64_t s = 0; s < buf.capacity(); ++s) {
+        envs.push_back(e);
+        steps.push_back(s);
+      }
+    }
+  }
+
+  // Round k's values: learner A's and B's differ at every step, so the leaf tells whose update was last.
+  static float value(int learner, int k, std::size_t i) {
+    const auto round = static_cast<std::size_t>(k);
+    return static_cast<float>(learner == 0 ? 1 + (round * 7 + i) % 50 : 100 + (round * 5 + i) % 50) / 4.0f;
+  }
+
+  void learner(int who) {
     Sampler s(buf, {.rank = static_cast<uint64_t>(who)});
+    const std::size_t n = envs.size();
     std::vector<uint64_t> my_envs(n), my_steps(n);
     std::vector<float> prios(n);
     std::vector<double> weights(n);
-    for (int k = 0; k < rounds; ++k) {
+    for (int k = 0; k < kRounds; ++k) {
       // Even rounds in the same order (each leaf contended), odd ones in opposite orders (they cross mid-way).
       for (std::size_t i = 0; i < n; ++i) {
         const std::size_t j = who == 1 && k % 2 == 1 ? n - 1 - i : i;
@@ -58,32 +57,29 @@ TEST_CASE("two learners set the priorities of the same steps at once, while a th
       for (const double w : weights) unweighted += w < 0;
       sync.arrive_and_wait();  // the round is over: the main thread checks
     }
-  };
-  // A third learner (slot 2) rewrites the same steps meanwhile: its update lock, bits 63 and 56-62 of claimed, must
-  // not make a stored step look overwritten to the others.
-  std::thread rewriter([&] {
+  }
+
+  // The third learner (slot 2): its update lock, bits 63 and 56-62 of claimed, must not make a stored step look
+  // overwritten to the others.
+  void rewriter() {
     Sampler s(buf, {.rank = 2});
     Rng rng(5);
     for (uint64_t k = 1; !stop.load(); ++k) {
-      const uint64_t e = rng() % num_envs, step = rng() % capacity;
+      const uint64_t e = rng() % buf.num_envs(), step = rng() % buf.capacity();
       const Payload p = make_payload(e, step, (3ull << 40) | k);
       rewrites += s.try_update(e, step, {field_bytes(std::span<const uint64_t>(p.hdr, 4)),
                                          field_bytes(std::span<const float>(p.body, kBody)),
                                          field_bytes(std::span<const uint8_t>(p.tail, kTail))});
     }
-  });
-  std::thread a(learner, 0), b(learner, 1);
-  uint64_t last_a = 0, last_b = 0, bad_leaves = 0;
-  std::string first_bad;
-  const double alpha = 0.7;
-  for (int k = 0; k < rounds; ++k) {
-    sync.arrive_and_wait();
-    sync.arrive_and_wait();
-    for (std::size_t i = 0; i < n; ++i) {
+  }
+
+  // Between two rounds: each leaf holds A's or B's value of round k, and each tree equals its rebuild.
+  void check_round(int k) {
+    for (std::size_t i = 0; i < envs.size(); ++i) {
       const detail::PriorityTree t = detail::priority_tree_of(segment_of(buf), envs[i]);
       const double w = detail::slot_weight(t, steps[i]);
-      const double wa = static_cast<float>(detail::priority_weight(value(0, k, i), alpha));
-      const double wb = static_cast<float>(detail::priority_weight(value(1, k, i), alpha));
+      const double wa = static_cast<float>(detail::priority_weight(value(0, k, i), kAlpha));
+      const double wb = static_cast<float>(detail::priority_weight(value(1, k, i), kAlpha));
       last_a += w == wa;
       last_b += w == wb;
       if (w != wa && w != wb && bad_leaves++ == 0) {
@@ -91,24 +87,46 @@ TEST_CASE("two learners set the priorities of the same steps at once, while a th
                                 wa, wb);
       }
     }
-    for (uint64_t e = 0; e < num_envs; ++e) {
+    for (uint64_t e = 0; e < buf.num_envs(); ++e) {
       const std::string t = tree_vs_rebuild(buf, e);
       if (!t.empty() && bad_leaves++ == 0) first_bad = fmt::format("round {}: {}", k, t);
     }
   }
+};
+
+TEST_CASE("two learners set the priorities of the same steps at once, while a third rewrites them: each leaf ends "
+          "with one of the two values, nothing is dropped, and every tree equals its rebuild") {
+  const uint64_t capacity = 64;
+  SegmentGuard guard(unique_name("lproc-prio"));
+  Buffer buf = Buffer::create(guard.name(), 2, capacity, kPayloadSchema,
+                              {.priority_exponent = PriorityRace::kAlpha, .max_learners = 3});
+  {
+    Writer w(buf, std::vector<uint64_t>{0, 1});
+    PrioritizedPusher pusher;
+    Rng rng(1);
+    for (uint64_t i = 0; i < capacity; ++i) pusher.push(w, {0, 1}, rng);  // full rings; nothing is overwritten after
+  }
+  PriorityRace race(buf);
+  std::thread rewriter([&] { race.rewriter(); });
+  std::thread a([&] { race.learner(0); }), b([&] { race.learner(1); });
+  for (int k = 0; k < PriorityRace::kRounds; ++k) {
+    race.sync.arrive_and_wait();
+    race.sync.arrive_and_wait();
+    race.check_round(k);
+  }
   a.join();
   b.join();
-  stop = true;
+  race.stop = true;
   rewriter.join();
   MESSAGE(fmt::format("{} rounds of {} steps: the last value was A's {} times and B's {} times; {} rewrites by a "
                       "third learner meanwhile",
-                      rounds, n, last_a, last_b, rewrites.load()));
-  CHECK_MESSAGE(bad_leaves == 0, first_bad);
-  CHECK(dropped.load() == 0);     // no writer ran: no step was overwritten, so no update may be dropped
-  CHECK(unweighted.load() == 0);  // ... nor any stored step be reported as not stored
-  CHECK(last_a > 0);
-  CHECK(last_b > 0);
-  CHECK(rewrites.load() > 0);
+                      PriorityRace::kRounds, race.envs.size(), race.last_a, race.last_b, race.rewrites.load()));
+  CHECK_MESSAGE(race.bad_leaves == 0, race.first_bad);
+  CHECK(race.dropped.load() == 0);     // no writer ran: no step was overwritten, so no update may be dropped
+  CHECK(race.unweighted.load() == 0);  // ... nor any stored step be reported as not stored
+  CHECK(race.last_a > 0);
+  CHECK(race.last_b > 0);
+  CHECK(race.rewrites.load() > 0);
   std::set<StepKey> none;
   uint64_t unused = 0;
   CHECK(verify_stored(buf, none, &unused) == "");
