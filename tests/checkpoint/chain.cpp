@@ -3,6 +3,34 @@
 // (tests/CMakeLists.txt); its helpers are in checkpoint_helpers.hpp and chain_helpers.hpp.
 #include "checkpoint/chain_helpers.hpp"
 
+namespace {
+
+// `link`, the link saved after `previous` once env e of `b` got pushed[e] more steps (a ring of 64): the next link
+// of the chain, each env's records from the previous link's head on (its whole window where the env lapped it).
+void check_next_link(const Buffer& b, const LinkResult& previous, const LinkResult& link,
+                     const std::vector<uint64_t>& pushed) {
+  CHECK_FALSE(link.whole);
+  CHECK(link.info.link_seq == previous.info.link_seq + 1);
+  CHECK(link.removed.empty());  // keep = 3, and each link is needed
+  for (const CheckpointEnv& e : link.info.envs) {
+    CAPTURE(e.env);
+    const CheckpointEnv& before = previous.info.envs[e.env];
+    CHECK(e.head == before.head + pushed[e.env]);
+    CHECK(e.head == segment_of(b).env_control(e.env).head.load());
+    if (pushed[e.env] >= 64) {  // lapped: its whole window, the previous link holding none of it
+      CHECK(e.first_step == e.head - 64);
+      CHECK(e.data_from == e.first_step);
+    } else {
+      CHECK(e.first_step == before.first_step);
+      CHECK(e.data_from == before.head);
+    }
+    CHECK(e.steps == e.head - e.data_from);
+  }
+  CHECK(link.chain_bytes == link.info.file_bytes + previous.chain_bytes);
+}
+
+}  // namespace
+
 TEST_CASE("a chain's first link is whole, each later link holds only the steps published since the previous one, "
           "and the newest restores exactly what a whole save of the same instant holds") {
   SegmentGuard source(unique_name("chain-src"));
@@ -48,27 +76,10 @@ TEST_CASE("a chain's first link is whole, each later link holds only the steps p
     CHECK(learner.update_priorities(envs, steps, prios).applied == 2);
 
     const LinkResult link = save_link(reader, dir.path());
-    CHECK_FALSE(link.whole);
-    CHECK(link.info.link_seq == previous.info.link_seq + 1);
     CHECK(link.info.chain_id == first.info.chain_id);
-    CHECK(link.removed.empty());  // keep = 3, and each link is needed
-    for (const CheckpointEnv& e : link.info.envs) {
-      CAPTURE(e.env);
-      const CheckpointEnv& before = previous.info.envs[e.env];
-      CHECK(e.head == before.head + rounds[round][e.env]);
-      CHECK(e.head == segment_of(b).env_control(e.env).head.load());
-      if (rounds[round][e.env] >= 64) {  // lapped: its whole window, the previous link holding none of it
-        CHECK(e.first_step == e.head - 64);
-        CHECK(e.data_from == e.first_step);
-      } else {
-        CHECK(e.first_step == before.first_step);
-        CHECK(e.data_from == before.head);
-      }
-      CHECK(e.steps == e.head - e.data_from);
-    }
+    check_next_link(b, previous, link, rounds[round]);
     CHECK(link.record_bytes == new_steps * sb);
     CHECK(link.info.total_steps == new_steps);
-    CHECK(link.chain_bytes == link.info.file_bytes + previous.chain_bytes);
     previous = link;
   }
 
