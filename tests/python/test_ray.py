@@ -72,24 +72,8 @@ def cluster():
             os.rmdir(d)
 
 
-def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_survives_a_lost_node(cluster):
-    c, dirs = cluster
-    name = f"shmreplay-ray-{os.getpid()}"
-    servers = {f"node{k}": start_server(dirs, name, k, wait=False) for k in range(NODES)}  # they start in parallel
-    ray.get([h.ping.remote() for h in servers.values()])
-    # Writers on their own nodes fill the buffers; then the buffers are quiescent for the exactness checks.
-    pushed = ray.get([ray.remote(push_steps).options(resources={f"node{k}": 1}, num_cpus=0).remote(
-        dirs[k], name, k, FIRST_PUSH[k]) for k in range(NODES)])
-    assert pushed == FIRST_PUSH
-    # Nothing is shared: each node's buffer is a file in its own directory only.
-    for k in range(NODES):
-        assert os.listdir(dirs[k]) == [name]
-    heads = [list(h) for h in FIRST_PUSH]
-
-    learner = sr.ClusterSampler({n: f"{name}-{n}" for n in servers}, seed=1, retry_interval=0.0, timeout=60.0)
-    assert learner.nodes == ("node0", "node1", "node2")
-
-    # Totals: each node's is the sum of its starts' weights, for uniform, length^power and priority sampling.
+def check_totals(learner, heads):
+    """Each node's total is the sum of its starts' weights, for uniform, length^power and priority sampling."""
     for power in (0.0, 1.0, 2.0):
         cells, w = cells_of(heads, power)
         totals = learner.total_weights("replay", L, power)
@@ -102,9 +86,11 @@ def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_su
         expected = sum(1 + p % 3 for (kk, _, p) in prio_cells if kk == k)  # alpha = 1
         assert prio_totals[f"node{k}"] == pytest.approx(expected, rel=1e-12)
 
-    # Exactness: every (node, env, start) cell is drawn in proportion to its weight over all nodes (chi-square);
-    # the same counts reject the distribution of another power, so the test can fail. Both splits: by the totals
-    # the last answers brought (the default: one round trip per batch) and by totals read before each batch.
+
+def check_exact_draws(learner, servers, name, heads):
+    """Every (node, env, start) cell is drawn in proportion to its weight over all nodes (chi-square); the
+    same counts reject the distribution of another power, so the test can fail. Both splits: by the totals the last
+    answers brought (the default: one round trip per batch) and by totals read before each batch."""
     power = 1.0
     cells, w = cells_of(heads, power)
     index = {cell: i for i, cell in enumerate(cells)}
@@ -127,13 +113,18 @@ def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_su
         assert stats.chisquare(per_node, node_w / node_w.sum() * n).pvalue > 1e-4, sampler.exact_split
     exact.close()
 
-    # Priority updates go to the nodes that own the rows: afterwards each node's prioritized total is its model's.
+
+def check_priority_updates(learner, heads):
+    """Priority updates go to the nodes that own the rows: afterwards each node's prioritized total is its
+    model's; importance weights are the global ones, (N P)**-beta over the batch's largest, as one buffer holding
+    every node's steps gives them (not each node's own)."""
     batch = learner.sample("replay", 300, L, prioritized=True)
     check_rows(batch, heads)
     assert set(batch.node_ids.tolist()) == {0, 1, 2}
     applied, dropped = learner.update_priorities(batch.node_ids, batch.env_ids, batch.starts,
                                                  np.full(batch.rows, 7.0, np.float32))
     assert (applied, dropped) == (300, 0)
+    prio_cells, _ = cells_of(heads, 0.0)
     model = {cell: 1 + cell[2] % 3 for cell in prio_cells}
     for k, e, p in zip(batch.node_ids, batch.env_ids, batch.starts):
         model[(int(k), int(e), int(p))] = 7
@@ -147,14 +138,11 @@ def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_su
     expected = (len(model) * w / sum(model.values())) ** -0.5
     np.testing.assert_allclose(batch.weights, expected / expected.max(), rtol=1e-5)
 
-    # Online resets go to every node: the online view is empty everywhere, then fills again as writers push.
-    learner.reset_online_queue()
-    assert learner.size("online") == 0
-    with pytest.raises(shmreplay.EmptyView):
-        learner.sample("online", 10, L)
 
-    # Writers push on every node while the learner samples; node1's server is killed mid-run. The learner warns and
-    # goes on with the other two; a replacement server under the same name brings node1 back into the draw.
+def sample_through_a_lost_node(learner, servers, dirs, name):
+    """Writers push on every node while the learner samples; node1's server is killed mid-run. The learner
+    warns and goes on with the other two; a replacement server under the same name brings node1 back into the draw.
+    Returns what the writers pushed, the warnings' messages, and the rows per node after the kill and after the return."""
     seconds = 20.0 if LONG else 4.0
     writers = [ray.remote(push_steps).options(resources={f"node{k}": 1}, num_cpus=0).remote(
         dirs[k], name, k, [0, 0], seconds) for k in range(NODES)]
@@ -176,7 +164,7 @@ def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_su
             if killed and not replaced and now >= back_at and after_kill.sum() >= 1000:
                 servers["node1"] = start_server(dirs, name, 1, create=False)
                 replaced = True
-            batch = learner.sample("online", 500, L, power)
+            batch = learner.sample("online", 500, L, 1.0)
             check_rows(batch)
             rows = np.bincount(batch.node_ids, minlength=NODES)
             seen += rows
@@ -184,9 +172,38 @@ def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_su
                 after_back += rows
             elif killed and "node1" not in learner.live_nodes():
                 after_kill += rows
-    pushed = ray.get(writers)
+    return ray.get(writers), [str(w.message) for w in caught if issubclass(w.category, sr.NodeLostWarning)], after_kill, after_back
+
+
+def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_survives_a_lost_node(cluster):
+    c, dirs = cluster
+    name = f"shmreplay-ray-{os.getpid()}"
+    servers = {f"node{k}": start_server(dirs, name, k, wait=False) for k in range(NODES)}  # they start in parallel
+    ray.get([h.ping.remote() for h in servers.values()])
+    # Writers on their own nodes fill the buffers; then the buffers are quiescent for the exactness checks.
+    pushed = ray.get([ray.remote(push_steps).options(resources={f"node{k}": 1}, num_cpus=0).remote(
+        dirs[k], name, k, FIRST_PUSH[k]) for k in range(NODES)])
+    assert pushed == FIRST_PUSH
+    # Nothing is shared: each node's buffer is a file in its own directory only.
+    for k in range(NODES):
+        assert os.listdir(dirs[k]) == [name]
+    heads = [list(h) for h in FIRST_PUSH]
+
+    learner = sr.ClusterSampler({n: f"{name}-{n}" for n in servers}, seed=1, retry_interval=0.0, timeout=60.0)
+    assert learner.nodes == ("node0", "node1", "node2")
+
+    check_totals(learner, heads)
+    check_exact_draws(learner, servers, name, heads)
+    check_priority_updates(learner, heads)
+
+    # Online resets go to every node: the online view is empty everywhere, then fills again as writers push.
+    learner.reset_online_queue()
+    assert learner.size("online") == 0
+    with pytest.raises(shmreplay.EmptyView):
+        learner.sample("online", 10, L)
+
+    pushed, messages, after_kill, after_back = sample_through_a_lost_node(learner, servers, dirs, name)
     assert all(sum(p) > 0 for p in pushed)
-    messages = [str(w.message) for w in caught if issubclass(w.category, sr.NodeLostWarning)]
     assert any("'node1' is out of the draw" in m for m in messages), messages
     assert any("'node1' answers again" in m for m in messages), messages
     assert after_kill[1] == 0 and after_kill[0] > 0 and after_kill[2] > 0

@@ -401,19 +401,8 @@ std::string usage_message(const CLI::App& app, const CLI::ParseError& e) {
   return fmt::format("{}; run '{}'", message, help);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app("shmreplay: create, list, inspect, watch, dump, save, load, rate-limit, export metrics of and remove "
-               "replay buffers in POSIX shared memory",
-               "shmreplay");
-  app.set_version_flag("--version", fmt::format("shmreplay {} (segment layout {}.{})", shmreplay::kVersion,
-                                                shmreplay::layout::kLayoutMajor, shmreplay::layout::kLayoutMinor));
-  app.require_subcommand(1);
-  app.footer(fmt::format("Segments live in {} ($SHMREPLAY_SHM_DIR, else /dev/shm). Exit codes: 0 success, 1 error, "
-                         "2 usage error.\nRun 'shmreplay SUBCOMMAND --help' for a subcommand's options.",
-                         shmreplay::shm_directory()));
-
+// Every subcommand of the CLI and its arguments, as CLI11 fills them; run() runs the one parsed.
+struct Subcommands {
   CreateArgs create_args;
   CreateText create_raw;
   LsArgs ls_args;
@@ -426,29 +415,33 @@ int main(int argc, char** argv) {
   SaveArgs save_args;
   LoadArgs load_args;
   std::string load_mode = "0600";
-  CLI::App* create = add_create(app, create_args, create_raw);
-  CLI::App* ls = add_ls(app, ls_args);
-  CLI::App* info = add_info(app, info_args);
-  CLI::App* watch = add_watch(app, watch_args, watch_raw);
-  CLI::App* dump = add_dump(app, dump_args, dump_raw);
-  CLI::App* save = add_save(app, save_args);
-  CLI::App* load = add_load(app, load_args, load_mode);
-  CLI::App* rm = add_rm(app, rm_args);
   LimitArgs limit_args;
-  CLI::App* limit = add_limit(app, limit_args);
   MetricsArgs metrics_args;
-  CLI::App* metrics = add_metrics(app, metrics_args);
+  CLI::App* create;
+  CLI::App* ls;
+  CLI::App* info;
+  CLI::App* watch;
+  CLI::App* dump;
+  CLI::App* save;
+  CLI::App* load;
+  CLI::App* rm;
+  CLI::App* limit;
+  CLI::App* metrics;
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help, --version
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    print_error(usage_message(app, e));
-    return kExitUsage;
-  }
+  explicit Subcommands(CLI::App& app)
+      : create(add_create(app, create_args, create_raw)),
+        ls(add_ls(app, ls_args)),
+        info(add_info(app, info_args)),
+        watch(add_watch(app, watch_args, watch_raw)),
+        dump(add_dump(app, dump_args, dump_raw)),
+        save(add_save(app, save_args)),
+        load(add_load(app, load_args, load_mode)),
+        rm(add_rm(app, rm_args)),
+        limit(add_limit(app, limit_args)),
+        metrics(add_metrics(app, metrics_args)) {}
 
-  try {
+  // Runs the parsed subcommand (its exit code), after the conversions its arguments still need.
+  int run() {
     if (create->parsed()) {
       create_args.num_envs = *parse_unsigned(create_raw.envs, 10);
       create_args.capacity = *parse_unsigned(create_raw.capacity, 10);
@@ -479,10 +472,39 @@ int main(int argc, char** argv) {
       load_args.mode = static_cast<uint32_t>(*parse_unsigned(load_mode, 8));
       return run_load(load_args);
     }
+    print_error("no subcommand; run 'shmreplay --help'");  // unreachable: require_subcommand(1)
+    return kExitUsage;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("shmreplay: create, list, inspect, watch, dump, save, load, rate-limit, export metrics of and remove "
+               "replay buffers in POSIX shared memory",
+               "shmreplay");
+  app.set_version_flag("--version", fmt::format("shmreplay {} (segment layout {}.{})", shmreplay::kVersion,
+                                                shmreplay::layout::kLayoutMajor, shmreplay::layout::kLayoutMinor));
+  app.require_subcommand(1);
+  app.footer(fmt::format("Segments live in {} ($SHMREPLAY_SHM_DIR, else /dev/shm). Exit codes: 0 success, 1 error, "
+                         "2 usage error.\nRun 'shmreplay SUBCOMMAND --help' for a subcommand's options.",
+                         shmreplay::shm_directory()));
+
+  Subcommands commands(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    print_error(usage_message(app, e));
+    return kExitUsage;
+  }
+
+  try {
+    return commands.run();
   } catch (const std::exception& e) {
     print_error(e.what());
     return kExitFailure;
   }
-  print_error("no subcommand; run 'shmreplay --help'");  // unreachable: require_subcommand(1)
-  return kExitUsage;
 }
