@@ -45,7 +45,7 @@ def plant(root: pathlib.Path, rel: str, text: str) -> None:
 
 def cpp_function(name: str, lines: int) -> str:
     """A C++ function of `lines` lines from its name to its closing brace."""
-    body = "".join(f"  x += {i};\n" for i in range(lines - 3))
+    body = "".join(f"  x += {i};\n" for i in range(lines - 4))
     return f"int {name}() {{\n  int x = 0;\n{body}  return x;\n}}\n"
 
 
