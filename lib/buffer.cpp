@@ -73,6 +73,20 @@ detail::FieldRoles check_create_arguments(const std::string& name, uint64_t num_
                             "stacked field (declare one as NAME:DTYPE[SHAPE]:stack=AXIS)",
                             name, options.stack_restarts));
   }
+  const bool compressed =
+      std::any_of(schema.fields().begin(), schema.fields().end(), [](const Field& f) { return f.compressed(); });
+  if ((options.compressed_bytes != 0 || options.expected_compression != 0) && !compressed) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot create shmreplay segment '{}': {} is given, but the schema has no compressed field "
+                            "(declare one as NAME:DTYPE[SHAPE]:lz4 or :zstd=LEVEL)",
+                            name, options.compressed_bytes != 0 ? "compressed_bytes" : "expected_compression"));
+  }
+  if (options.expected_compression != 0 && !(options.expected_compression >= 1 && options.expected_compression <= 1e6)) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot create shmreplay segment '{}': expected_compression is {}, expected 1 to 1e6 (bytes "
+                            "as pushed over bytes stored), or 0 for the default {}",
+                            name, options.expected_compression, kDefaultExpectedCompression));
+  }
   if (options.stack_continuity != StackContinuity::compare) {
     if (options.stack_continuity != StackContinuity::episodes) {
       throw Error(Errc::invalid_argument,
@@ -152,7 +166,8 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
   const detail::FieldRoles roles = check_create_arguments(name, num_envs, capacity, schema, options);
   const detail::SegmentPlan plan = detail::plan_segment(num_envs, capacity, schema, roles.queue_capacity,
                                                        options.priority_exponent.has_value(), options.stack_restarts,
-                                                       options.max_learners);
+                                                       options.max_learners,
+                                                       {options.compressed_bytes, options.expected_compression});
   // An early, clear answer for the common case; publish_name() still settles races atomically.
   struct stat existing {};
   if (!options.replace && ::lstat(path.c_str(), &existing) == 0) detail::already_exists(name, path);

@@ -228,8 +228,10 @@ StepRecords read_steps(const Buffer& b, uint64_t env, uint64_t first_step, uint6
     }
     out.bytes.resize(static_cast<std::size_t>((hi - lo) * out.record_bytes));
     const detail::RecordCopy copy(segment_of(b), storages, out.field_offsets, out.bytes.data());
+    detail::clear_storage_faults();
     const detail::CopyResult r = detail::copy_records(segment_of(b), env, lo, hi - lo, copy);
     if (r.outcome != detail::CopyOutcome::ok) continue;
+    detail::check_storage_faults(segment_of(b), r.intact_from);  // a fault in an intact step: the segment is corrupt
     // Steps below intact_from were overwritten during the copy: keep the newer part.
     const uint64_t keep_from = std::clamp(r.intact_from, lo, hi);
     const auto dropped = static_cast<std::ptrdiff_t>((keep_from - lo) * out.record_bytes);

@@ -77,7 +77,12 @@ class ChunkGather {
   // updated the env during the chunk) are appended to `failed`, in row order, and counted in the return value. The
   // validation is per env (BatchedReader::validate); only a chunk with an env that fails looks at its rows one by
   // one.
-  std::size_t run(std::byte* const* outs, uint8_t* mask, std::vector<uint32_t>& failed, SamplerStats& stats) noexcept {
+  //
+  // A kind that checks its bytes (the compressed kind) notes a fault for a row it could not read
+  // (field_storage.hpp, StorageFault): a row that fails validation is copied again as any other; a faulted row that
+  // passes it means the segment is corrupt, and run throws Error(corrupt) instead of returning it. Past
+  // StorageFaults::kMax faults in one chunk, every row is copied again.
+  std::size_t run(std::byte* const* outs, uint8_t* mask, std::vector<uint32_t>& failed, SamplerStats& stats) {
     const std::size_t n = size_;
     if (n == 0) return 0;
     const detail::GatherRow* rows = chunk_.data();
@@ -85,15 +90,20 @@ class ChunkGather {
     detail::gather_mask(mask, length_, rows, n);
     const bool intact = read_.validate(ControlOf{seg_}, capacity_);
     stats.control_loads += 3 * read_.chunk_envs();  // read_begin (add); claimed and update_seq (validate)
+    const detail::StorageFaults& faults = detail::thread_storage_faults();
     std::size_t count = 0;
-    if (!intact) [[unlikely]] {
+    if (!intact || faults.size != 0) [[unlikely]] {
       for (std::size_t k = 0; k < n; ++k) {
         const detail::GatherRow& r = rows[k];
-        if (r.steps > 0 && !read_.row_intact(r.env, r.start, capacity_)) {
+        const bool row_ok = intact || r.steps == 0 || read_.row_intact(r.env, r.start, capacity_);
+        if (row_ok && !faults.overflow) {
+          check_faults(r);
+        } else if (r.steps > 0) {
           failed.push_back(static_cast<uint32_t>(r.row));
           ++count;
         }
       }
+      detail::clear_storage_faults();
     }
     stats.rows_gathered += n;
     ++stats.gather_chunks;
@@ -101,6 +111,19 @@ class ChunkGather {
   }
 
  private:
+  // Throws Error(corrupt) when a noted fault lies in row `r`, which passed validation.
+  void check_faults(const detail::GatherRow& r) const {
+    const detail::StorageFaults& faults = detail::thread_storage_faults();
+    for (std::size_t i = 0; i < faults.size; ++i) {
+      const detail::StorageFault& f = faults.list[i];
+      if (f.env == r.env && f.step >= r.start && f.step < r.start + r.steps) {
+        const detail::StorageFault copy = f;
+        detail::clear_storage_faults();
+        detail::throw_storage_fault(seg_->name(), seg_->schema(), copy);
+      }
+    }
+  }
+
   const Segment* seg_;
   const detail::StorageSet* storages_;    // where each field's bytes live, and their gather
   uint64_t capacity_;

@@ -95,6 +95,17 @@ uint64_t validate_field(const Field& f, const std::string& where) {
                        where, axis, f.shape_string(), f.shape[axis]));
     }
   }
+  const auto codec = static_cast<uint32_t>(f.codec);
+  if (codec > static_cast<uint32_t>(Codec::zstd)) {
+    fail(fmt::format("schema {}: codec {} is not one of 0 (none), 1 (lz4), 2 (zstd)", where, codec));
+  }
+  if (f.codec == Codec::zstd ? f.codec_level == 0 || f.codec_level < kMinZstdLevel || f.codec_level > kMaxZstdLevel
+                             : f.codec_level != 0) {
+    fail(fmt::format("schema {}: codec level {} {}", where, f.codec_level,
+                     f.codec == Codec::zstd ? fmt::format("is not a zstd level this library writes ({} to {}, not 0)",
+                                                          kMinZstdLevel, kMaxZstdLevel)
+                                            : std::string("is given for a codec without levels; expected 0")));
+  }
   return bytes;
 }
 
@@ -152,15 +163,13 @@ bool is_token_char(char c) { return name_char(c, false); }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_word_char(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
-// ":stack=AXIS" after a field's shape (the cursor is at the ':'); AXIS may be negative, counted from the end.
+// ":stack=AXIS" after a field's shape, past its "stack" (the cursor is at the '='); AXIS may be negative, counted
+// from the end.
 template <class Where>
 void parse_stack_axis(Cursor& cur, Field& field, const Where& where) {
-  cur.advance();
-  const std::string at = where();
-  const std::string_view word = cur.take_while(is_word_char);
-  if (word != "stack" || cur.peek() != '=') {
-    fail(fmt::format("{}: expected 'stack=AXIS' after ':' (as in {}:stack=0), found '{}'", at,
-                     field.to_string(), std::string(word) + (cur.done() ? std::string() : std::string(1, cur.peek()))));
+  if (cur.peek() != '=') {
+    fail(fmt::format("{}: expected 'stack=AXIS' (as in {}:stack=0), found 'stack{}'", where(), field.name,
+                     cur.done() ? std::string() : std::string(1, cur.peek())));
   }
   cur.advance();
   const std::string axis_at = where();
@@ -179,6 +188,56 @@ void parse_stack_axis(Cursor& cur, Field& field, const Where& where) {
                      field.shape_string()));
   }
   field.stack_axis = static_cast<uint32_t>(negative ? ndim - axis : axis);
+}
+
+// ":zstd" or ":zstd=LEVEL" past its "zstd" (the cursor is after the word); LEVEL may be negative.
+template <class Where>
+void parse_zstd_level(Cursor& cur, Field& field, const Where& where) {
+  field.codec = Codec::zstd;
+  field.codec_level = kDefaultZstdLevel;
+  if (cur.peek() != '=') return;
+  cur.advance();
+  const std::string level_at = where();
+  const bool negative = cur.peek() == '-';
+  if (negative) cur.advance();
+  const std::string_view digits = cur.take_while(is_digit);
+  int32_t level = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), level);
+  if (digits.empty() || ec != std::errc{} || end != digits.data() + digits.size() || level == 0 ||
+      (negative ? -level < kMinZstdLevel : level > kMaxZstdLevel)) {
+    fail(fmt::format("{}: expected a zstd level, {} to {} but not 0, found {}{}", level_at, kMinZstdLevel,
+                     kMaxZstdLevel, negative ? "-" : "", digits.empty() ? cur.found() : std::string(digits)));
+  }
+  field.codec_level = negative ? -level : level;
+}
+
+// The options after a field's shape, each ":WORD" or ":WORD=VALUE", each at most once (the cursor is at the first
+// ':'): "stack=AXIS", "lz4", "zstd", "zstd=LEVEL".
+template <class Where>
+void parse_field_options(Cursor& cur, Field& field, const Where& where) {
+  bool stack_seen = false;
+  while (cur.peek() == ':') {
+    cur.advance();
+    const std::string at = where();
+    const std::string_view word = cur.take_while([](char c) { return is_word_char(c) || is_digit(c); });
+    const bool codec_word = word == "lz4" || word == "zstd";
+    if ((word == "stack" && stack_seen) || (codec_word && field.compressed())) {
+      fail(fmt::format("{}: '{}' {}", at, word,
+                       word == "stack" ? "is given twice" : "follows another codec; a field has at most one"));
+    }
+    if (word == "stack") {
+      stack_seen = true;
+      parse_stack_axis(cur, field, where);
+    } else if (word == "lz4") {
+      field.codec = Codec::lz4;
+    } else if (word == "zstd") {
+      parse_zstd_level(cur, field, where);
+    } else {
+      fail(fmt::format("{}: expected an option after ':' (stack=AXIS, lz4 or zstd=LEVEL, as in {}:stack=0:lz4), "
+                       "found '{}'",
+                       at, field.name, std::string(word) + (cur.done() ? std::string() : std::string(1, cur.peek()))));
+    }
+  }
 }
 
 }  // namespace
@@ -215,9 +274,12 @@ std::string Field::shape_string() const {
 }
 
 std::string Field::to_string() const {
-  if (shape.empty()) return fmt::format("{}:{}", name, dtype_name(dtype));
-  if (stack_axis) return fmt::format("{}:{}[{}]:stack={}", name, dtype_name(dtype), fmt::join(shape, ","), *stack_axis);
-  return fmt::format("{}:{}[{}]", name, dtype_name(dtype), fmt::join(shape, ","));
+  std::string s = shape.empty() ? fmt::format("{}:{}", name, dtype_name(dtype))
+                                : fmt::format("{}:{}[{}]", name, dtype_name(dtype), fmt::join(shape, ","));
+  if (stack_axis) s += fmt::format(":stack={}", *stack_axis);
+  if (codec == Codec::lz4) s += ":lz4";
+  if (codec == Codec::zstd) s += fmt::format(":zstd={}", codec_level);
+  return s;
 }
 
 Schema::Schema(std::vector<Field> fields) : fields_(std::move(fields)) {
@@ -295,7 +357,7 @@ Schema Schema::parse(std::string_view spec) {
         fail(fmt::format("{}: expected ',' or ']' in the shape, found {}", where(), cur.found()));
       }
     }
-    if (cur.peek() == ':') parse_stack_axis(cur, field, where);
+    if (cur.peek() == ':') parse_field_options(cur, field, where);
     if (!cur.done()) {
       const char c = cur.peek();
       if (c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != ';' && c != '#') {
@@ -349,6 +411,13 @@ std::vector<std::string> Schema::differences(const Schema& expected, const Schem
         return f.stack_axis ? fmt::format("stacked on axis {}", *f.stack_axis) : std::string("not stacked");
       };
       out.push_back(fmt::format("field '{}': expected {}, actual {}", want.name, stacking(want), stacking(have)));
+    }
+    if (want.codec != have.codec || want.codec_level != have.codec_level) {
+      const auto keeping = [](const Field& f) {
+        return f.codec == Codec::none ? std::string("stored as pushed")
+                                      : fmt::format("compressed with {}", f.to_string().substr(f.to_string().rfind(':') + 1));
+      };
+      out.push_back(fmt::format("field '{}': expected {}, actual {}", want.name, keeping(want), keeping(have)));
     }
     if (*at != i) {
       out.push_back(fmt::format("field '{}': expected at position {}, actual position {}", want.name, i + 1, *at + 1));

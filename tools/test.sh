@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what is missing (tools/setup.sh), builds, and runs every test:
-# 1. pip builds the Python package's wheel from this clone (scikit-build-core, the project's CMake) and installs it
-#    into .venv (NumPy 2, PyTorch 2, JAX) and .venv-numpy1 (NumPy 1.24);
+# 1. tools/build_wheel.sh builds the Python package's wheel from this clone (pip: scikit-build-core, the project's
+#    CMake; then auditwheel makes it self-contained) and it is installed into .venv (NumPy 2, PyTorch 2, JAX) and
+#    .venv-numpy1 (NumPy 1.24);
 # 2. an optimised build and its tests: the C++ tests, the benchmarks' smoke runs, find_package(shmreplay) from an
 #    install tree, the Python suite against the package pip installed (in both environments), and a fresh virtual
-#    environment that pip installs the clone's wheel into (the one from step 1) and runs processes and the CLI from;
+#    environment that pip installs the clone's wheel into (the one from step 1) and runs processes and the CLI from,
+#    and another where the compilers and -dev files are hidden (test_wheel_without_compiler);
 #    and the API reference built with no warnings (api_reference: tools/docs.sh --check, Doxygen and Sphinx);
 # 3. the library, the CLI, the examples, the C++ tests and the Python module again under AddressSanitizer +
 #    UndefinedBehaviorSanitizer (the Python suite against the sanitized module in the build tree, with .venv's

@@ -82,6 +82,15 @@ struct CreateOptions {
   /// the bytes (the default: exact whatever the env does), or trust the episode flags (needs episode fields; a
   /// push then reads and writes one frame of each stack). Only with a stacked field.
   StackContinuity stack_continuity = StackContinuity::compare;
+  /// Compressed fields (layout 1.10; Field::codec, ":lz4" or ":zstd=LEVEL"): the bytes of their records, every
+  /// compressed field and env together. Each field's share follows its frames' bytes as pushed, and each env has
+  /// an equal part of it (a byte ring). When an env's frames compress worse than its part holds, its oldest steps
+  /// leave the views before their slots are reclaimed (counted per env). 0 means the frames' bytes as pushed divided
+  /// by expected_compression. Only with a compressed field.
+  uint64_t compressed_bytes = 0;
+  /// The ratio (bytes as pushed over bytes stored) the budget assumes when compressed_bytes is 0; 0 means
+  /// kDefaultExpectedCompression. Only with a compressed field; at least 1.
+  double expected_compression = 0;
   /// Learner processes that may sample the buffer at once (layout 1.7), 1 to layout::kMaxLearners (64): one learner
   /// slot each, which a Sampler takes (SamplerOptions::rank: a GPU rank's slot). Each slot costs 192 bytes and 8
   /// bytes per env; 1, the default, is the buffer a single learner has always had.

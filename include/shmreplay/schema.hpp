@@ -17,6 +17,15 @@
 // step whose stack does not continue its predecessor's) and rebuilds every stack when it is read
 // (docs/design/stacks.md).
 //
+// A pixel field, stacked or not, can be kept compressed by appending ":lz4" or ":zstd=LEVEL" (":zstd" alone for
+// kDefaultZstdLevel); a stacked field compresses each frame on its own:
+//
+//     obs:u8[4,84,84]:stack=0:lz4 action:i32 reward:f32 done:bool
+//     pixels:u8[64,64,3]:zstd=1
+//
+// The buffer stores each frame as a compressed record and decompresses it when it is read, byte-exact
+// (docs/design/compression.md).
+//
 // Schema objects are plain values: immutable after construction, safe to share between threads.
 #pragma once
 
@@ -44,6 +53,19 @@ inline constexpr std::size_t kMaxNameBytes = 63;      ///< bytes of a field's na
 inline constexpr std::size_t kMaxFields = 256;        ///< fields of a schema, at most
 inline constexpr uint64_t kMaxStepBytes = 1ull << 32; ///< bytes of one step (all fields together), at most
 
+/// How a field's frames are kept in the segment. The numeric values are stored in the segment's field table: never
+/// renumber them.
+enum class Codec : uint32_t {
+  none = 0,  ///< as pushed (the default)
+  lz4 = 1,   ///< LZ4 (":lz4"), its default acceleration: the fastest to write and read
+  zstd = 2,  ///< Zstandard at Field::codec_level (":zstd=LEVEL"): smaller, slower to write
+};
+inline constexpr int32_t kDefaultZstdLevel = 3;  ///< ":zstd" without a level
+inline constexpr int32_t kMinZstdLevel = -7;     ///< zstd's fast levels, -7 to -1, trade ratio for speed
+inline constexpr int32_t kMaxZstdLevel = 19;     ///< levels above 19 need far more memory to write
+/// The ratio a compressed field's byte budget assumes by default (CreateOptions::expected_compression).
+inline constexpr double kDefaultExpectedCompression = 4.0;
+
 /// Bytes of one element of `dtype`; 0 for a value that is not a DType.
 std::size_t dtype_bytes(DType dtype) noexcept;
 /// The text form's spelling ("u8", "bool", ...); "?" for a value that is not a DType.
@@ -61,6 +83,10 @@ struct Field {
   /// The axis of `shape` that stacks the last K = shape[axis] frames, newest last (":stack=AXIS" in the text
   /// form); nullopt for a field stored as pushed. A stacked axis has at least 2 frames.
   std::optional<uint32_t> stack_axis;
+  /// How the field's frames are kept (":lz4", ":zstd=LEVEL"); Codec::none for a field stored as pushed.
+  Codec codec = Codec::none;
+  /// zstd's level, kMinZstdLevel to kMaxZstdLevel but not 0, for Codec::zstd; 0 otherwise.
+  int32_t codec_level = 0;
 
   /// Elements per step: the product of the shape (1 for a scalar). Assumes a validated field.
   uint64_t elements() const noexcept;
@@ -72,12 +98,15 @@ struct Field {
   uint64_t stack_depth() const noexcept { return stacked() ? shape[*stack_axis] : 1; }
   /// Bytes of one frame: bytes() / stack_depth() (bytes() for a field that is not stacked).
   uint64_t frame_bytes() const noexcept { return bytes() / stack_depth(); }
-  /// The text form, e.g. "obs:u8[84,84,4]", or "obs:u8[4,84,84]:stack=0" for a stacked field.
+  /// Whether the field is compressed (codec is not Codec::none).
+  bool compressed() const noexcept { return codec != Codec::none; }
+  /// The text form, e.g. "obs:u8[84,84,4]", "obs:u8[4,84,84]:stack=0" for a stacked field, with ":lz4" or
+  /// ":zstd=LEVEL" last for a compressed one.
   std::string to_string() const;
   /// The shape alone: "[84,84,4]", or "scalar".
   std::string shape_string() const;
 
-  /// Equal when name, dtype, shape and stack axis are.
+  /// Equal when name, dtype, shape, stack axis and codec (with its level) are.
   friend bool operator==(const Field&, const Field&) = default;
 };
 

@@ -88,7 +88,9 @@ class WindowCopy {
   // Copies the next chunk of [t, h) and appends its intact steps to the run.
   Next copy_chunk() {
     const uint64_t n = std::min({h_ - t_, chunk_, cap_ - (t_ - s_)});
+    clear_storage_faults();
     const CopyResult r = copy_records(segment_of(b_), env_, t_, n, copy_);
+    if (r.outcome == CopyOutcome::ok) check_storage_faults(segment_of(b_), r.intact_from);  // corrupt: never saved
     if (r.outcome == CopyOutcome::raced) {
       spoil();
       return Next::more;

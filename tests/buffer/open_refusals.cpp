@@ -211,7 +211,7 @@ TEST_CASE("inconsistent headers and field tables are reported as corrupt, naming
   // Layout 1.8: the learners' statistics, one LearnerStats per slot, in range, aligned, apart from the rest.
   const std::size_t stats_off = offsetof(SegmentHeader, sections) + kSectionLearnerStats * sizeof(SectionDesc);
   corrupt([&](auto& b) { poke<uint64_t>(b, stats_off + 8, 64); },
-          "the learner statistics section is 64 bytes, expected 1 learner slots x 128 bytes");
+          "the learner statistics section is 64 bytes, expected 128: 1 learner slots x 128 bytes");
   corrupt([&](auto& b) { poke<uint64_t>(b, stats_off, h.sections[kSectionGlobal].offset); }, "overlaps");
   corrupt([&](auto& b) { poke<uint64_t>(b, stats_off, h.sections[kSectionLearnerStats].offset + 8); }, "not aligned");
   corrupt([&](auto& b) { poke<uint64_t>(b, stats_off, uint64_t{1} << 40); }, "ends beyond the file");

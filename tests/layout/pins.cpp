@@ -29,8 +29,8 @@ TEST_CASE("the layout version is 1.10 and its magic spells SHMRPLAY") {
   for (int i = 0; i < 8; ++i) CHECK(static_cast<char>((kMagic >> (8 * i)) & 0xff) == expected[i]);
 }
 
-TEST_CASE("layout 1.8: SegmentHeader sizes and offsets are pinned") {
-  CHECK(sizeof(SegmentHeader) == 320);  // 1.7: one line more, for the ninth section and max_learners; 1.8: the same
+TEST_CASE("layout 1.10: SegmentHeader sizes and offsets are pinned") {
+  CHECK(sizeof(SegmentHeader) == 448);  // 1.7: 320, for the ninth section and max_learners; 1.10: 16 sections
   CHECK(offsetof(SegmentHeader, magic) == 0);
   CHECK(offsetof(SegmentHeader, layout_major) == 8);
   CHECK(offsetof(SegmentHeader, layout_minor) == 12);
@@ -49,11 +49,11 @@ TEST_CASE("layout 1.8: SegmentHeader sizes and offsets are pinned") {
   CHECK(offsetof(SegmentHeader, priority_exponent_bits) == 112);
   CHECK(offsetof(SegmentHeader, stack_continuity) == 120);  // 1.6: was reserved0
   CHECK(offsetof(SegmentHeader, sections) == 128);
-  CHECK(offsetof(SegmentHeader, max_learners) == 288);  // 1.7: 272; 1.8: after the tenth section entry
-  CHECK(offsetof(SegmentHeader, reserved) == 296);
-  CHECK(sizeof(SegmentHeader::reserved) == 3 * 8);  // 1.8: two of 1.7's five words went to the tenth entry
+  CHECK(offsetof(SegmentHeader, max_learners) == 384);  // 1.7: 272; 1.8: 288; 1.10: after the sixteenth entry
+  CHECK(offsetof(SegmentHeader, reserved) == 392);
+  CHECK(sizeof(SegmentHeader::reserved) == 7 * 8);
   CHECK(sizeof(SectionDesc) == 16);
-  CHECK(kMaxSections == 10);
+  CHECK(kMaxSections == 16);
   CHECK(kSectionFields == 0);
   CHECK(kSectionEnvs == 1);
   CHECK(kSectionData == 2);
@@ -81,7 +81,7 @@ TEST_CASE("layout 1.2: FieldDesc sizes and offsets are pinned") {
   CHECK(offsetof(FieldDesc, stack_frames) == 168);        // 1.6: was reserved0[0]
   CHECK(offsetof(FieldDesc, stack_index_offset) == 176);  // 1.6: was reserved0[1]
   CHECK(offsetof(FieldDesc, storage_kind) == 184);  // 1.10: was half of reserved0
-  CHECK(offsetof(FieldDesc, reserved0) == 188);
+  CHECK(offsetof(FieldDesc, codec) == 188);  // 1.10: was the other half of reserved0
   CHECK(kStoragePlainRing == 0);  // FieldDesc::storage_kind codes are stored in segments
   CHECK(kStorageFrameRing == 1);
   // The episode role codes are stored in the field table.
@@ -232,21 +232,21 @@ TEST_CASE("a segment with several learner slots places them between the global s
   const SegmentHeader& h = segment_of(b).header();
   CHECK(h.max_learners == 4);
   CHECK(b.max_learners() == 4);
-  // The global section ends at 320 + 3 * 192 + 5 * 192 + 576 = 2432; three slots of 192 bytes, then their online
+  // The global section ends at 448 + 3 * 192 + 5 * 192 + 576 = 2560; three slots of 192 bytes, then their online
   // starts, 3 slots x 5 envs x 8 bytes.
-  CHECK(h.sections[kSectionLearners].offset == 2432);
+  CHECK(h.sections[kSectionLearners].offset == 2560);
   CHECK(h.sections[kSectionLearners].bytes == 3 * 192 + 3 * 5 * 8);
   CHECK(reinterpret_cast<const std::byte*>(segment_of(b).learner_slot(1)) ==
-        reinterpret_cast<const std::byte*>(&h) + 2432);
+        reinterpret_cast<const std::byte*>(&h) + 2560);
   CHECK(reinterpret_cast<const std::byte*>(segment_of(b).learner_online_starts(2)) ==
-        reinterpret_cast<const std::byte*>(&h) + 2432 + 3 * 192 + 5 * 8);
-  // Layout 1.8: every slot's statistics after the learner section, 2432 + 696 = 3128 rounded up to 3136; four
+        reinterpret_cast<const std::byte*>(&h) + 2560 + 3 * 192 + 5 * 8);
+  // Layout 1.8: every slot's statistics after the learner section, 2560 + 696 = 3256 rounded up to 3264; four
   // slots of 128 bytes, slot 0's first.
-  CHECK(h.sections[kSectionLearnerStats].offset == 3136);
+  CHECK(h.sections[kSectionLearnerStats].offset == 3264);
   CHECK(h.sections[kSectionLearnerStats].bytes == 4 * 128);
   for (uint64_t r = 0; r < 4; ++r) {
     CHECK(reinterpret_cast<const std::byte*>(segment_of(b).learner_stats(r)) ==
-          reinterpret_cast<const std::byte*>(&h) + 3136 + r * 128);
+          reinterpret_cast<const std::byte*>(&h) + 3264 + r * 128);
   }
   CHECK(h.sections[kSectionData].offset == 4096);  // still the next page
   // One learner: an empty learner section, and slot 0's statistics right after the global section.
@@ -257,10 +257,10 @@ TEST_CASE("a segment with several learner slots places them between the global s
   CHECK(ch.max_learners == 1);
   CHECK(ch.sections[kSectionLearners].bytes == 0);
   CHECK(ch.sections[kSectionLearners].offset == 0);
-  CHECK(ch.sections[kSectionLearnerStats].offset == 2432);
+  CHECK(ch.sections[kSectionLearnerStats].offset == 2560);
   CHECK(ch.sections[kSectionLearnerStats].bytes == 128);
   CHECK(reinterpret_cast<const std::byte*>(segment_of(c).learner_stats(0)) ==
-        reinterpret_cast<const std::byte*>(&ch) + 2432);
+        reinterpret_cast<const std::byte*>(&ch) + 2560);
   CHECK(ch.sections[kSectionData].offset == 4096);
 }
 
@@ -322,11 +322,11 @@ TEST_CASE("a created segment places its sections as the layout says") {
   CHECK(h.step_bytes == 12 + 1 + 16);
   // Field table right after the header; env table and global block on the next cache lines; data on the next
   // page.
-  CHECK(h.sections[kSectionFields].offset == 320);
+  CHECK(h.sections[kSectionFields].offset == 448);
   CHECK(h.sections[kSectionFields].bytes == 3 * 192);
-  CHECK(h.sections[kSectionEnvs].offset == 320 + 3 * 192);
+  CHECK(h.sections[kSectionEnvs].offset == 448 + 3 * 192);
   CHECK(h.sections[kSectionEnvs].bytes == 5 * 192);
-  CHECK(h.sections[kSectionGlobal].offset == 320 + 3 * 192 + 5 * 192);
+  CHECK(h.sections[kSectionGlobal].offset == 448 + 3 * 192 + 5 * 192);
   CHECK(h.sections[kSectionGlobal].bytes == 576);
   CHECK(h.sections[kSectionData].offset == 4096);
   // Each field's storage is [5 envs][7 steps][bytes], 64-byte aligned, in schema order.
@@ -338,10 +338,10 @@ TEST_CASE("a created segment places its sections as the layout says") {
   CHECK(h.sections[kSectionData].bytes == 448 + 64 + 5 * 7 * 16);
   CHECK(h.total_bytes == 8192);
   CHECK(b.total_bytes() == 8192);
-  // Without episode fields the 1.2 sections are empty, placed after the data, and no field has a role.
+  // Without episode fields the 1.2 sections are absent ({0, 0}), and no field has a role.
   CHECK(h.episode_queue_capacity == 0);
   for (const SectionIndex i : {kSectionEpisodes, kSectionStepMeta, kSectionEpisodeQueues}) {
-    CHECK(h.sections[i].offset == 4096 + 1088);  // the data's end, 5168, rounded up to a cache line
+    CHECK(h.sections[i].offset == 0);
     CHECK(h.sections[i].bytes == 0);
   }
   CHECK_FALSE(b.has_episodes());

@@ -24,12 +24,6 @@ using namespace shmreplay::layout;
 
 namespace {
 
-// The bytes of the segment file at `path`.
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
 // Rewrites the segment `name` (file `path`, `bytes`) as layout 1.`minor` and opens it: the open must be refused with
 // version_mismatch; returns its message.
 std::string open_as_minor(const std::string& name, const std::string& path, std::string bytes, uint32_t minor) {
@@ -46,7 +40,7 @@ TEST_CASE("layout 1.10: a 1.9 segment is refused, naming the storage kinds") {
   const std::string name = test::unique_name("layout-1-9");
   test::SegmentGuard guard(name);
   (void)Buffer::create(name, 2, 8, Schema::parse("x:f32[2]"));
-  const std::string bytes = read_bytes(guard.path());
+  const std::string bytes = test::read_file(guard.path());
   const std::string m = open_as_minor(name, guard.path(), bytes, 9);
   CHECK(test::contains(m, "segment layout 1.9, library 1.10"));
   CHECK(test::contains(m, "the fields' storage kinds"));
@@ -56,7 +50,7 @@ TEST_CASE("layout 1.10: a field whose storage kind code is unknown, or not its k
   const std::string name = test::unique_name("layout-kind");
   test::SegmentGuard guard(name);
   (void)Buffer::create(name, 2, 8, Schema::parse("x:f32[2] obs:u8[4,3]:stack=0"));
-  const std::string bytes = read_bytes(guard.path());
+  const std::string bytes = test::read_file(guard.path());
   SegmentHeader h{};
   std::memcpy(static_cast<void*>(&h), bytes.data(), sizeof h);
   const uint64_t table = h.sections[kSectionFields].offset;
@@ -83,7 +77,7 @@ TEST_CASE("layout 1.9: a 1.8 segment is refused, naming the step a learner rewri
   const std::string name = test::unique_name("layout-1-8");
   test::SegmentGuard guard(name);
   (void)Buffer::create(name, 2, 8, Schema::parse("x:f32[2]"));
-  const std::string bytes = read_bytes(guard.path());
+  const std::string bytes = test::read_file(guard.path());
   const std::string m = open_as_minor(name, guard.path(), bytes, 8);
   CHECK(test::contains(m, "segment layout 1.8, library 1.10"));
   CHECK(test::contains(m, "the step a learner rewrites"));
@@ -94,7 +88,7 @@ TEST_CASE("layout 1.8: a 1.7 segment is refused naming what it lacks, and a 1.8 
   const std::string name = test::unique_name("layout-1-7");
   test::SegmentGuard guard(name);
   (void)Buffer::create(name, 2, 8, Schema::parse("x:f32[2]"));
-  const std::string bytes = read_bytes(guard.path());
+  const std::string bytes = test::read_file(guard.path());
   SegmentHeader h{};
   REQUIRE(bytes.size() >= sizeof h);
   std::memcpy(static_cast<void*>(&h), bytes.data(), sizeof h);

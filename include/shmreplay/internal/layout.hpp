@@ -3,13 +3,13 @@
 // One buffer is one file, /dev/shm/<name> (the directory can be changed with SHMREPLAY_SHM_DIR), laid out as:
 //
 //   offset 0 ---------> +--------------------------------------------------+
-//                       | SegmentHeader                          320 bytes |
+//                       | SegmentHeader                          448 bytes |
 //                       |   magic "SHMRPLAY", layout major.minor,          |
 //                       |   header_bytes, total_bytes, state (ready last), |
 //                       |   num_envs, capacity, num_fields, step_bytes,    |
 //                       |   creator pid + start ticks, creation time,      |
 //                       |   section table: {offset, bytes} x kMaxSections, |
-//                       |   max_learners (1.7; at offset 288 since 1.8)    |
+//                       |   max_learners (1.7; at offset 384 since 1.10)   |
 //   sections[kFields] > +--------------------------------------------------+
 //                       | FieldDesc[num_fields]              192 bytes each |
 //                       |   name, dtype, shape, step bytes, data offset    |
@@ -137,7 +137,7 @@ enum SectionIndex : uint32_t {
   kSectionLearnerStats = 9,   ///< LearnerStats[max_learners], slot 0's first (since 1.8; every buffer)
   kSectionsUsed = 10,  ///< sections this minor version defines; the rest of the table is zero
 };
-inline constexpr std::size_t kMaxSections = 10;  ///< entries of the section table
+inline constexpr std::size_t kMaxSections = 16;  ///< entries of the section table (1.10: room for six more)
 inline constexpr uint64_t kMaxLearners = 64;    ///< learner slots of a segment, at most (1.7)
 
 /// One entry of the section table: where a section lies in the segment.
@@ -146,7 +146,7 @@ struct SectionDesc {
   uint64_t bytes;   ///< its length (0 for a section this segment does not have)
 };
 
-/// The segment's first 320 bytes: identity, geometry, the creation record and the section table.
+/// The segment's first 448 bytes: identity, geometry, the creation record and the section table.
 struct SegmentHeader {
   // -- cache line 0: identity and geometry, written once before `state` turns ready --
   uint64_t magic;                ///< kMagic
@@ -169,12 +169,12 @@ struct SegmentHeader {
                                     ///< (1.3; alpha = 0 is stored as -0.0, so 0 always means "none")
   uint64_t stack_continuity;  ///< (1.6) a StackContinuity code: how writers tell that a stacked field's stack
                               ///< continues the previous step's (0, compare, also in a buffer without stacks)
-  // -- cache lines 2-4: the section table (1.7: nine entries, the header grew by a line; 1.8: ten, in two of the
-  //    reserved words), then the learner count --
+  // -- cache lines 2-5: the section table (1.7: nine entries, the header grew by a line; 1.8: ten, in two of the
+  //    reserved words; 1.10: sixteen, the header grew by two lines), then the learner count --
   SectionDesc sections[kMaxSections];  ///< indexed by SectionIndex; entries past num_sections are zero
   uint64_t max_learners;  ///< (1.7) learner slots: learner processes that may sample at once, 1 to kMaxLearners
-                          ///< (offset 272 in 1.7, 288 since 1.8)
-  uint64_t reserved[3];   ///< reserved for a later minor version; zero
+                          ///< (offset 272 in 1.7, 288 in 1.8 and 1.9, 384 since 1.10)
+  uint64_t reserved[7];   ///< reserved for a later minor version; zero
 };
 
 /// One entry of the field table. Unused dims are 0; the name is NUL-padded.
@@ -195,13 +195,18 @@ struct FieldDesc {
                                 ///< newest frame of the step in each ring slot; 0 otherwise
   uint32_t storage_kind;  ///< (1.10) the field's storage kind: its row id in detail/storage/storage_kinds.cpp
                           ///< (kStoragePlainRing, kStorageFrameRing); open refuses a code it does not know
-  uint32_t reserved0;     ///< reserved for a later minor version; zero
+  uint32_t codec;         ///< (1.10) a compressed field's Codec (bits 0-7) and zstd level (bits 8-15, two's
+                          ///< complement); 0 for a field stored as pushed
 };
 
 /// FieldDesc::storage_kind (1.10): where a field's bytes live. Stored in the segment: never renumber. Codes from
 /// kStorageTestKinds up are kinds that only tests register (tests/storage/).
 inline constexpr uint32_t kStoragePlainRing = 0;  ///< [num_envs][capacity][step_bytes] at data_offset
 inline constexpr uint32_t kStorageFrameRing = 1;  ///< a stacked field's frame rings and frame-index words (1.6)
+/// A compressed field's frames (1.10; detail/protocol/packed_frames.hpp): at data_offset, per env a control line,
+/// then per env stack_frames frame descriptors, then per env a byte ring of compressed records; a frame-index word
+/// per step at stack_index_offset.
+inline constexpr uint32_t kStorageCompressed = 2;
 inline constexpr uint32_t kStorageTestKinds = 0x7e570000;
 
 /// FieldDesc::role: which field holds the episode-end flags and the reward. Identity data, set at creation
@@ -495,16 +500,40 @@ struct EpisodeRecordSlot {
   std::atomic<uint64_t> end;             ///< an EpisodeEnd code
 };
 
+/// A compressed field's frame descriptor (1.10; kStorageCompressed): where frame n of an env's byte ring lies,
+/// descriptor n % stack_frames. Written by the env's writer before the step's frame-index word, covered by the step
+/// seqlock like the step's other bytes (detail/protocol/packed_frames.hpp).
+struct PackedFrameDesc {
+  std::atomic<uint64_t> pos;   ///< the record's first byte, counted from the env's ring start since creation
+                               ///< (monotonic; the byte at pos lies at ring offset pos % ring_bytes)
+  std::atomic<uint64_t> meta;  ///< bits 0-31: the record's length; bit 32: stored as pushed (not compressed);
+                               ///< bits 33-63: zero; see kPackedRaw
+  std::atomic<uint64_t> crc;   ///< CRC-32C of the record's bytes (low 32 bits)
+  std::atomic<uint64_t> frame; ///< the frame number this descriptor holds (a reader checks it is the one it wants)
+};
+inline constexpr uint64_t kPackedRaw = 1ull << 32;  ///< PackedFrameDesc::meta: the record is the frame as pushed
+
+/// A compressed field's counters of one env (1.10), one cache line per env, written by the env's writer only
+/// (relaxed: informational, read by the Inspector).
+struct alignas(kCacheLineBytes) PackedEnvControl {
+  std::atomic<uint64_t> frames;        ///< frames stored since creation
+  std::atomic<uint64_t> record_bytes;  ///< bytes of their records (compressed, or as pushed)
+  std::atomic<uint64_t> raw_frames;    ///< frames stored as pushed because the codec did not shrink them
+  std::atomic<uint64_t> budget_lost;   ///< steps that left the view because their frames' bytes were overwritten
+                                       ///< before their ring slot was reclaimed (the byte budget, not the capacity)
+  uint64_t pad[4];
+};
+
 inline constexpr uint64_t kDefaultEpisodeQueueCapacity = 128;  ///< records per env, when not given
 inline constexpr uint64_t kMaxEpisodeQueueCapacity = 1ull << 24;  ///< records per env, at most
 
-static_assert(sizeof(SegmentHeader) == 320, "SegmentHeader is 5 cache lines; changing it changes the layout");
+static_assert(sizeof(SegmentHeader) == 448, "SegmentHeader is 7 cache lines; changing it changes the layout");
 static_assert(sizeof(LearnerSlot) == 3 * kCacheLineBytes && offsetof(LearnerSlot, rows_sampled) == kCacheLineBytes &&
                   offsetof(LearnerSlot, priority_walk) == 2 * kCacheLineBytes,
               "a learner slot is 3 cache lines: its lease, its counters, its walk and waits");
 static_assert(offsetof(SegmentHeader, sections) % kCacheLineBytes == 0, "the section table starts a cache line");
-static_assert(offsetof(SegmentHeader, max_learners) == 288 && sizeof(SegmentHeader::reserved) == 3 * sizeof(uint64_t),
-              "1.8: the section table's tenth entry took two reserved words; the header stays 5 cache lines");
+static_assert(offsetof(SegmentHeader, max_learners) == 384 && sizeof(SegmentHeader::reserved) == 7 * sizeof(uint64_t),
+              "1.10: a section table of 16 entries; the header grew to 7 cache lines");
 static_assert(sizeof(LearnerStats) == 2 * kCacheLineBytes && alignof(LearnerStats) == kCacheLineBytes &&
                   offsetof(LearnerStats, limiter_timeouts) == 2 * kCacheLineBytes - sizeof(uint64_t),
               "a slot's statistics are 2 cache lines of its own: ages, buckets, then the limiter's timeouts");
@@ -526,6 +555,8 @@ static_assert(offsetof(EpisodeControl, queue_tail) == 2 * kCacheLineBytes &&
                   offsetof(EpisodeControl, queue_head) == 3 * kCacheLineBytes,
               "the queue's producer and consumer indices must not share a cache line with each other or the journal");
 static_assert(sizeof(EpisodeRecordSlot) == 32, "a record slot is four words");
+static_assert(sizeof(PackedFrameDesc) == 32 && sizeof(PackedEnvControl) == kCacheLineBytes,
+              "a frame descriptor is four words; a compressed field's env counters one cache line");
 static_assert(offsetof(GlobalControl, max_priority) == 3 * kCacheLineBytes, "the priority line is line 3");
 static_assert(offsetof(GlobalControl, limiter_index) == 4 * kCacheLineBytes &&
                   offsetof(GlobalControl, samples) == 5 * kCacheLineBytes &&

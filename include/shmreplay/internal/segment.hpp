@@ -14,6 +14,7 @@
 // lib/detail/protocol. Mutable accessors require a writable mapping (read_only() false).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cassert>
 #include <cstddef>
@@ -30,31 +31,40 @@ namespace shmreplay {
 
 class Buffer;  // shmreplay/buffer.hpp
 
+/// A compressed field's storage (layout 1.10; detail/protocol/packed_frames.hpp), as create placed it or open
+/// accepted it.
+struct PackedGeometry {
+  StackGeometry stack;  ///< the frames: depth (1 for an unstacked field), frame_bytes, outer, inner_bytes; `frames`
+                        ///< descriptors per env at frames_offset; the frame-index words at index_offset
+  uint64_t controls_offset = 0;  ///< layout::PackedEnvControl[num_envs]
+  uint64_t rings_offset = 0;     ///< the byte rings, [num_envs][ring_bytes]
+  uint64_t ring_bytes = 0;       ///< bytes of one env's ring (a multiple of 64)
+  Codec codec = Codec::none;
+  int32_t level = 0;             ///< zstd's level
+};
+
 /// Where everything is in a segment, as create placed it or open accepted it (byte offsets from the start of the
-/// mapping). A section a segment does not have (episodes, priorities) has offset 0.
+/// mapping).
 struct SegmentGeometry {
   std::string name;  ///< the segment's name (for messages)
   Schema schema;     ///< the fields of a step
   uint64_t num_envs = 0;     ///< envs (rings)
   uint64_t capacity = 0;     ///< steps per env ring
   uint64_t total_bytes = 0;  ///< the file's size
-  uint64_t envs_offset = 0;    ///< the EnvControl array (layout::kSectionEnvs)
-  uint64_t global_offset = 0;  ///< the GlobalControl block (layout::kSectionGlobal)
+  /// Every section, indexed by layout::SectionIndex (lib/detail/segment/section_table.cpp); {0, 0} for a section
+  /// the segment does not have (episodes without episode fields, priorities without priorities, the learner
+  /// section with one learner).
+  std::array<layout::SectionDesc, layout::kMaxSections> sections{};
   uint64_t max_learners = 1;          ///< learner slots (layout 1.7)
-  uint64_t learner_slots_offset = 0;  ///< LearnerSlot[max_learners - 1] (layout::kSectionLearners; 0 with one slot)
-  uint64_t learner_online_offset = 0; ///< their online starts, [max_learners - 1][num_envs] u64 (0 with one slot)
-  uint64_t learner_stats_offset = 0;  ///< LearnerStats[max_learners], slot 0's first (layout::kSectionLearnerStats;
-                                      ///< layout 1.8)
+  uint64_t learner_online_offset = 0; ///< slots 1..'s online starts, [max_learners - 1][num_envs] u64, inside the
+                                      ///< learner section (0 with one slot)
   std::vector<uint64_t> field_offsets;  ///< each field's storage, in schema order (a stacked field's frame rings)
   std::vector<uint32_t> field_kinds;    ///< each field's storage kind (FieldDesc::storage_kind, layout 1.10)
   std::vector<StackGeometry> stacks;    ///< the stacked fields, in schema order (layout 1.6); empty without
+  std::vector<PackedGeometry> packed;   ///< the compressed fields, in schema order (layout 1.10); empty without
   StackContinuity stack_continuity = StackContinuity::compare;  ///< how writers tell a continuing stack (1.6)
   EpisodeFieldIndices episode_fields;   ///< the episode fields' schema indices (none: no episode bookkeeping)
   uint64_t episode_queue_capacity = 0;  ///< 0 without episode fields
-  uint64_t episodes_offset = 0;    ///< the EpisodeControl array (layout::kSectionEpisodes)
-  uint64_t step_meta_offset = 0;   ///< the step meta words (layout::kSectionStepMeta)
-  uint64_t queues_offset = 0;      ///< the completed-episode queues (layout::kSectionEpisodeQueues)
-  uint64_t priorities_offset = 0;  ///< the priority trees (layout::kSectionPriorities)
   uint64_t priority_leaves = 0;     ///< bit_ceil(capacity) with priorities, else 0
   double priority_exponent = 0.0;  ///< alpha; 0 without priorities
 };
@@ -120,17 +130,60 @@ class Segment {
   /// load) stores to them.
   std::atomic<uint64_t>* frame_index(std::size_t stack, uint64_t env) const noexcept;
 
+  /// The compressed fields (layout 1.10), in schema order; empty when the schema has none.
+  const std::vector<PackedGeometry>& packed() const noexcept { return g_.packed; }
+  /// Compressed field `p`'s (an index into packed()) frame descriptors of env `env`: packed()[p].stack.frames of them.
+  const layout::PackedFrameDesc* packed_descs(std::size_t p, uint64_t env) const noexcept {
+    return std::launder(reinterpret_cast<const layout::PackedFrameDesc*>(base_ + g_.packed[p].stack.frames_offset)) +
+           env * g_.packed[p].stack.frames;
+  }
+  /// The same, writable (a writable mapping only).
+  layout::PackedFrameDesc* packed_descs(std::size_t p, uint64_t env) noexcept {
+    assert(!read_only_);
+    return std::launder(reinterpret_cast<layout::PackedFrameDesc*>(base_ + g_.packed[p].stack.frames_offset)) +
+           env * g_.packed[p].stack.frames;
+  }
+  /// Compressed field `p`'s byte ring of env `env`: packed()[p].ring_bytes bytes.
+  const std::byte* packed_ring(std::size_t p, uint64_t env) const noexcept {
+    return base_ + g_.packed[p].rings_offset + env * g_.packed[p].ring_bytes;
+  }
+  /// The same, writable (a writable mapping only).
+  std::byte* packed_ring(std::size_t p, uint64_t env) noexcept {
+    assert(!read_only_);
+    return base_ + g_.packed[p].rings_offset + env * g_.packed[p].ring_bytes;
+  }
+  /// Compressed field `p`'s frame-index words of env `env`: `capacity` words, slot s % capacity for step s.
+  const std::atomic<uint64_t>* packed_index(std::size_t p, uint64_t env) const noexcept {
+    return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + g_.packed[p].stack.index_offset)) +
+           env * g_.capacity;
+  }
+  /// The same, writable (a writable mapping only).
+  std::atomic<uint64_t>* packed_index(std::size_t p, uint64_t env) noexcept {
+    assert(!read_only_);
+    return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + g_.packed[p].stack.index_offset)) +
+           env * g_.capacity;
+  }
+  /// Compressed field `p`'s counters of env `env`.
+  const layout::PackedEnvControl& packed_control(std::size_t p, uint64_t env) const noexcept {
+    return std::launder(reinterpret_cast<const layout::PackedEnvControl*>(base_ + g_.packed[p].controls_offset))[env];
+  }
+  /// The same, writable (a writable mapping only).
+  layout::PackedEnvControl& packed_control(std::size_t p, uint64_t env) noexcept {
+    assert(!read_only_);
+    return std::launder(reinterpret_cast<layout::PackedEnvControl*>(base_ + g_.packed[p].controls_offset))[env];
+  }
+
   /// The header (read it only for what open did not copy out: state, creator, limiter words live elsewhere).
   const layout::SegmentHeader& header() const noexcept;
   /// Precondition: env < num_envs(). Inline: the sampler reads every env's control block per call.
   const layout::EnvControl& env_control(uint64_t env) const noexcept {
     assert(env < g_.num_envs);
-    return std::launder(reinterpret_cast<const layout::EnvControl*>(base_ + g_.envs_offset))[env];
+    return std::launder(reinterpret_cast<const layout::EnvControl*>(base_ + g_.sections[layout::kSectionEnvs].offset))[env];
   }
   /// The same, writable (a writable mapping only).
   layout::EnvControl& env_control(uint64_t env) noexcept {
     assert(!read_only_ && env < g_.num_envs);
-    return std::launder(reinterpret_cast<layout::EnvControl*>(base_ + g_.envs_offset))[env];
+    return std::launder(reinterpret_cast<layout::EnvControl*>(base_ + g_.sections[layout::kSectionEnvs].offset))[env];
   }
   /// Learner slots: learner processes that may sample at once (layout 1.7; 1 for a one-learner buffer).
   uint64_t max_learners() const noexcept { return g_.max_learners; }

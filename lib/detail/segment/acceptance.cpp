@@ -1,9 +1,9 @@
 // detail/segment/acceptance.cpp: open's acceptance rule: what a file must be before anything of it is trusted
 // (accept_prefix, read with pread before mapping), a creator's "ready" awaited (await_ready), then every count,
-// section and field of the header checked and copied out once (accept_segment; the learner sections in
-// learner_acceptance.cpp). Create's placement rule, beside it
-// in placement.cpp, places sections so that they pass.
+// section and field of the header checked and copied out once (accept_segment, over the rows of the section table,
+// section_table.cpp). Create's placement rule, beside it in placement.cpp, places sections so that they pass.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -22,6 +22,7 @@
 
 #include "detail/os/process.hpp"
 #include "detail/segment/rules.hpp"
+#include "detail/segment/section_table.hpp"
 #include "detail/storage/storage_kinds.hpp"
 #include "shmreplay/wait.hpp"
 
@@ -44,23 +45,18 @@ std::string creator_text(const SegmentHeader& h) {
   return fmt::format("pid {}, {}", h.creator_pid, alive ? "still running" : "no longer running");
 }
 
-// The header's sections, checked against the file and each other.
+// The header's counts and sections, checked against the file and each other.
 struct Sections {
   uint64_t header_bytes = 0;
-  uint64_t num_envs = 0;
-  uint64_t capacity = 0;
-  uint64_t num_fields = 0;
-  uint64_t queue_capacity = 0;
-  SectionDesc fields, envs, data, global, episodes, meta, queues, priorities;
-  LearnerSections learners;  // layout 1.7 and 1.8 (learner_acceptance.cpp)
-  bool has_episodes = false;
-  bool has_priorities = false;
+  SectionCounts counts;  // read once from the header, checked
   double alpha = 0.0;
+  std::array<SectionDesc, kMaxSections> sec{};  // each section as accepted; {0, 0} where absent
 };
 
 using Placed = std::vector<std::pair<SectionDesc, std::string>>;  // sections checked so far, for the overlap check
 
-// The header's own sizes and the counts. Everything is read once, checked, and kept in this process.
+// The header's own sizes and the counts every section's size follows from. Everything is read once, checked, and
+// kept in this process.
 Sections accept_counts(const SegmentHeader& h, LayoutVersion version, const OpenCheck& v) {
   const uint32_t major = version.major;
   const uint32_t minor = version.minor;
@@ -80,129 +76,53 @@ Sections accept_counts(const SegmentHeader& h, LayoutVersion version, const Open
     v.fail(Errc::truncated, fmt::format("it is truncated: the file is {} bytes, shorter than its {}-byte header",
                                         file_bytes, header_bytes));
   }
-  const uint64_t num_envs = s.num_envs = h.num_envs;
-  const uint64_t capacity = s.capacity = h.capacity;
-  const uint64_t num_fields = s.num_fields = h.num_fields;
-  if (num_envs < 1 || num_envs > kMaxEnvs) {
-    v.fail(Errc::corrupt, fmt::format("num_envs is {}, expected 1 to {}", num_envs, kMaxEnvs));
-  }
-  if (capacity < 1 || capacity > kMaxCapacity) {
-    v.fail(Errc::corrupt, fmt::format("capacity is {}, expected 1 to {}", capacity, kMaxCapacity));
-  }
-  if (num_fields < 1 || num_fields > kMaxFields) {
-    v.fail(Errc::corrupt, fmt::format("num_fields is {}, expected 1 to {}", num_fields, kMaxFields));
-  }
+  SectionCounts& c = s.counts;
+  const auto in_range = [&](const char* what, uint64_t value, uint64_t low, uint64_t high) {
+    if (value < low || value > high) v.fail(Errc::corrupt, fmt::format("{} is {}, expected {} to {}", what, value, low, high));
+    return value;
+  };
+  c.num_envs = in_range("num_envs", h.num_envs, 1, kMaxEnvs);
+  c.capacity = in_range("capacity", h.capacity, 1, kMaxCapacity);
+  c.num_fields = in_range("num_fields", h.num_fields, 1, kMaxFields);
+  c.queue_capacity = in_range("episode_queue_capacity", h.episode_queue_capacity, 0, kMaxEpisodeQueueCapacity);
+  c.max_learners = in_range("max_learners", h.max_learners, 1, kMaxLearners);  // (1.7)
   if (h.num_sections < kSectionsUsed || h.num_sections > kMaxSections) {
     v.fail(Errc::corrupt, fmt::format("num_sections is {}, expected {} to {} for layout {}.{}", h.num_sections,
                                       kSectionsUsed, kMaxSections, major, minor));
   }
+  // (1.3) alpha's bits; 0 means no priorities (alpha = 0 is stored as -0.0).
+  const uint64_t exponent_bits = h.priority_exponent_bits;
+  c.priorities = exponent_bits != 0;
+  const double alpha = s.alpha = std::bit_cast<double>(exponent_bits);
+  if (c.priorities && !(std::isfinite(alpha) && alpha >= 0)) {
+    v.fail(Errc::corrupt, fmt::format("the priority exponent is {}, expected a finite number >= 0", alpha));
+  }
   return s;
 }
 
-// The sections every segment has: the field table, the env table, the data and the global section.
-void accept_core_sections(const SegmentHeader& h, Sections& s, const OpenCheck& v, Placed& placed) {
-  const uint64_t header_bytes = s.header_bytes;
-  const SectionDesc fields_sec = s.fields = h.sections[kSectionFields];
-  const SectionDesc envs_sec = s.envs = h.sections[kSectionEnvs];
-  const SectionDesc data_sec = s.data = h.sections[kSectionData];
-  const SectionDesc global_sec = s.global = h.sections[kSectionGlobal];
-  if (fields_sec.bytes != s.num_fields * sizeof(FieldDesc)) {
-    v.fail(Errc::corrupt, fmt::format("the field table is {} bytes, expected {} fields x {} bytes",
-                                      fields_sec.bytes, s.num_fields, sizeof(FieldDesc)));
-  }
-  if (envs_sec.bytes != s.num_envs * sizeof(EnvControl)) {
-    v.fail(Errc::corrupt, fmt::format("the env table is {} bytes, expected {} envs x {} bytes", envs_sec.bytes,
-                                      s.num_envs, sizeof(EnvControl)));
-  }
-  v.check_range("the field table", fields_sec.offset, fields_sec.bytes, header_bytes, alignof(FieldDesc));
-  v.check_range("the env table", envs_sec.offset, envs_sec.bytes, header_bytes, kCacheLineBytes);
-  if (global_sec.bytes < sizeof(GlobalControl)) {
-    v.fail(Errc::corrupt, fmt::format("the global section is {} bytes, expected at least {}", global_sec.bytes,
-                                      sizeof(GlobalControl)));
-  }
-  v.check_range("the data section", data_sec.offset, data_sec.bytes, header_bytes, kDataAlignBytes);
-  v.check_range("the global section", global_sec.offset, global_sec.bytes, header_bytes, kCacheLineBytes);
-  placed = {{fields_sec, "the field table"},
-            {envs_sec, "the env table"},
-            {data_sec, "the data section"},
-            {global_sec, "the global section"}};
-}
-
-// Layout 1.2: the episode sections, empty (0 bytes, offset ignored) in a buffer without episode fields.
-void accept_episode_sections(const SegmentHeader& h, Sections& s, const OpenCheck& v, Placed& placed) {
-  const uint64_t header_bytes = s.header_bytes;
-  const uint64_t num_envs = s.num_envs;
-  const uint64_t capacity = s.capacity;
-  const uint64_t queue_capacity = s.queue_capacity = h.episode_queue_capacity;
-  const SectionDesc episodes_sec = s.episodes = h.sections[kSectionEpisodes];
-  const SectionDesc meta_sec = s.meta = h.sections[kSectionStepMeta];
-  const SectionDesc queues_sec = s.queues = h.sections[kSectionEpisodeQueues];
-  if (queue_capacity > kMaxEpisodeQueueCapacity) {
-    v.fail(Errc::corrupt, fmt::format("episode_queue_capacity is {}, expected 0 to {}", queue_capacity,
-                                      kMaxEpisodeQueueCapacity));
-  }
-  const bool episodes = s.has_episodes = queue_capacity != 0;
-  uint64_t expect_meta = 0;
-  uint64_t expect_queues = 0;
-  if (episodes && (__builtin_mul_overflow(num_envs * capacity, sizeof(uint64_t), &expect_meta) ||
-                   __builtin_mul_overflow(num_envs * queue_capacity, sizeof(EpisodeRecordSlot), &expect_queues))) {
-    v.fail(Errc::corrupt, "the episode sections' sizes overflow");
-  }
-  const uint64_t expect_episodes = episodes ? num_envs * sizeof(EpisodeControl) : 0;
-  if (episodes_sec.bytes != expect_episodes || meta_sec.bytes != expect_meta || queues_sec.bytes != expect_queues) {
-    v.fail(Errc::corrupt,
-           fmt::format("the episode sections are {}, {} and {} bytes, expected {}, {} and {} for {} envs x {} steps "
-                       "and {} records per queue",
-                       episodes_sec.bytes, meta_sec.bytes, queues_sec.bytes, expect_episodes, expect_meta,
-                       expect_queues, num_envs, capacity, queue_capacity));
-  }
-  if (episodes) {
-    v.check_range("the episode control section", episodes_sec.offset, episodes_sec.bytes, header_bytes,
-                  kCacheLineBytes);
-    v.check_range("the step meta section", meta_sec.offset, meta_sec.bytes, header_bytes, kCacheLineBytes);
-    v.check_range("the episode queue section", queues_sec.offset, queues_sec.bytes, header_bytes, kCacheLineBytes);
-    placed.emplace_back(episodes_sec, "the episode control section");
-    placed.emplace_back(meta_sec, "the step meta section");
-    placed.emplace_back(queues_sec, "the episode queue section");
-  }
-}
-
-// Layout 1.3: the priority trees, empty (0 bytes, offset ignored) without priorities.
-void accept_priority_section(const SegmentHeader& h, Sections& s, const OpenCheck& v, Placed& placed) {
-  const uint64_t num_envs = s.num_envs;
-  const uint64_t capacity = s.capacity;
-  const SectionDesc prio_sec = s.priorities = h.sections[kSectionPriorities];
-  const uint64_t exponent_bits = h.priority_exponent_bits;
-  const bool priorities = s.has_priorities = exponent_bits != 0;
-  const double alpha = s.alpha = std::bit_cast<double>(exponent_bits);
-  if (priorities && !(std::isfinite(alpha) && alpha >= 0)) {
-    v.fail(Errc::corrupt, fmt::format("the priority exponent is {}, expected a finite number >= 0", alpha));
-  }
-  uint64_t expect_trees = 0;
-  if (priorities && (capacity > kMaxCapacity ||
-                     __builtin_mul_overflow(num_envs, 2 * std::bit_ceil(capacity) * sizeof(uint64_t), &expect_trees))) {
-    v.fail(Errc::corrupt, "the priority section's size overflows");
-  }
-  if (prio_sec.bytes != expect_trees) {
-    v.fail(Errc::corrupt, fmt::format("the priority section is {} bytes, expected {} for {} envs x {} steps {}",
-                                      prio_sec.bytes, expect_trees, num_envs, capacity,
-                                      priorities ? "with priorities" : "without priorities"));
-  }
-  if (priorities) {
-    v.check_range("the priority section", prio_sec.offset, prio_sec.bytes, s.header_bytes, kCacheLineBytes);
-    placed.emplace_back(prio_sec, "the priority section");
-  }
-}
-
-// Every section: its size for the counts, its bounds and alignment in the file, and no two overlapping.
-Sections accept_sections(const SegmentHeader& h, LayoutVersion version, const OpenCheck& check) {
-  Sections s = accept_counts(h, version, check);
+// Every section, as its row of the section table says (section_table.cpp): its size for the counts, its bounds and
+// alignment in the file, and no two overlapping. A section of this version's minor or older that the counts make
+// empty is absent: 0 bytes, its offset ignored.
+Sections accept_sections(const SegmentHeader& h, LayoutVersion version, const OpenCheck& v) {
+  Sections s = accept_counts(h, version, v);
   Placed placed;
-  accept_core_sections(h, s, check, placed);
-  accept_episode_sections(h, s, check, placed);
-  accept_priority_section(h, s, check, placed);
-  s.learners = accept_learner_sections(h, s.num_envs, s.header_bytes, check, placed);
-  check.check_disjoint(placed);
+  for (const SectionRow& row : section_rows()) {
+    const SectionDesc sec = h.sections[row.id];  // read once
+    if (row.size != SectionSize::placed_by_kinds) {
+      const std::optional<uint64_t> expect = row.bytes(s.counts);
+      if (!expect) v.fail(Errc::corrupt, fmt::format("the size of {} overflows 64 bits ({})", row.name, row.explain(s.counts)));
+      if (row.size == SectionSize::at_least ? sec.bytes < *expect : sec.bytes != *expect) {
+        v.fail(Errc::corrupt, fmt::format("{} is {} bytes, expected {}{}: {}", row.name, sec.bytes,
+                                          row.size == SectionSize::at_least ? "at least " : "", *expect,
+                                          row.explain(s.counts)));
+      }
+      if (*expect == 0) continue;  // absent
+    }
+    v.check_range(row.name, sec.offset, sec.bytes, s.header_bytes, row.align);
+    placed.emplace_back(sec, row.name);
+    s.sec[row.id] = sec;
+  }
+  v.check_disjoint(placed);
   return s;
 }
 
@@ -214,9 +134,9 @@ Field accept_field(const FieldDesc& entry, uint64_t i, const Sections& s, uint64
   FieldDesc d;
   std::memcpy(&d, &entry, sizeof d);
   const uint64_t header_bytes = s.header_bytes;
-  const uint64_t num_envs = s.num_envs;
-  const uint64_t capacity = s.capacity;
-  const SectionDesc data_sec = s.data;
+  const uint64_t num_envs = s.counts.num_envs;
+  const uint64_t capacity = s.counts.capacity;
+  const SectionDesc data_sec = s.sec[kSectionData];
   const auto* nul = static_cast<const uint8_t*>(std::memchr(d.name, 0, sizeof d.name));
   if (nul == nullptr) v.fail(Errc::corrupt, fmt::format("field {}'s name is not NUL-terminated", i + 1));
   Field f;
@@ -231,6 +151,10 @@ Field accept_field(const FieldDesc& entry, uint64_t i, const Sections& s, uint64
   f.dtype = static_cast<DType>(d.dtype);
   f.shape.assign(d.dims, d.dims + d.ndim);
   if (d.stack != 0) f.stack_axis = d.stack - 1;  // layout 1.6: checked below, as the Schema checks any field
+  // Layout 1.10: the codec and its level, checked below as the Schema checks any field.
+  if ((d.codec >> 16) != 0) v.fail(Errc::corrupt, fmt::format("{} has codec word {:#x}, whose bits 16-31 are not 0", what, d.codec));
+  f.codec = static_cast<Codec>(d.codec & 0xff);
+  f.codec_level = static_cast<int8_t>((d.codec >> 8) & 0xff);
   // Schema validation below rejects zero and overflowing dims; check them here first so bytes() is exact.
   try {
     (void)Schema({f});
@@ -396,14 +320,15 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
   const auto& h = *std::launder(reinterpret_cast<const SegmentHeader*>(base));
   const Sections s = accept_sections(h, version, check);
   // The counts as accept_sections checked them (read once: the header may change under us).
-  const uint64_t num_envs = s.num_envs;
-  const uint64_t capacity = s.capacity;
-  const uint64_t num_fields = s.num_fields;
-  const bool episodes = s.has_episodes;
-  const uint64_t queue_capacity = s.queue_capacity;
+  const uint64_t num_envs = s.counts.num_envs;
+  const uint64_t capacity = s.counts.capacity;
+  const uint64_t num_fields = s.counts.num_fields;
+  const uint64_t queue_capacity = s.counts.queue_capacity;
+  const bool episodes = queue_capacity != 0;
+  const bool priorities = s.counts.priorities;
   SegmentGeometry g;
   // The schema table: every entry must describe a valid field whose storage lies inside the data section.
-  const auto* table = std::launder(reinterpret_cast<const FieldDesc*>(base + s.fields.offset));
+  const auto* table = std::launder(reinterpret_cast<const FieldDesc*>(base + s.sec[kSectionFields].offset));
   std::vector<Field> fields;
   std::vector<std::pair<SectionDesc, std::string>> storage;
   EpisodeFieldIndices roles;
@@ -454,20 +379,13 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
   g.num_envs = num_envs;
   g.capacity = capacity;
   g.total_bytes = check.file_bytes();
-  g.envs_offset = s.envs.offset;
-  g.global_offset = s.global.offset;
-  g.max_learners = s.learners.max_learners;
-  g.learner_slots_offset = s.learners.slots.offset;
-  g.learner_online_offset = s.learners.online_offset;
-  g.learner_stats_offset = s.learners.stats.offset;
+  g.sections = s.sec;
+  g.max_learners = s.counts.max_learners;
+  g.learner_online_offset = g.max_learners > 1 ? s.sec[kSectionLearners].offset + learner_online_starts_at(g.max_learners) : 0;
   g.episode_fields = roles;
   g.episode_queue_capacity = queue_capacity;
-  g.episodes_offset = s.episodes.offset;
-  g.step_meta_offset = s.meta.offset;
-  g.queues_offset = s.queues.offset;
-  g.priorities_offset = s.priorities.offset;
-  g.priority_leaves = s.has_priorities ? std::bit_ceil(capacity) : 0;
-  g.priority_exponent = s.has_priorities ? std::abs(s.alpha) : 0.0;
+  g.priority_leaves = priorities ? std::bit_ceil(capacity) : 0;
+  g.priority_exponent = priorities ? std::abs(s.alpha) : 0.0;
   return g;
 }
 

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "detail/segment/section_table.hpp"
 #include "detail/storage/field_geometry.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/internal/layout.hpp"
@@ -49,16 +50,18 @@ FieldRoles resolve_field_roles(const std::string& name, const Schema& schema, co
 struct SegmentPlan {
   layout::SectionDesc sections[layout::kSectionsUsed] = {};
   std::vector<PlacedField> fields;   ///< each field's storage, by its kind (detail/storage/field_geometry.hpp)
-  uint64_t max_learners = 1;          ///< learner slots (layout 1.7)
+  SectionCounts counts;               ///< what the sections' sizes follow from (section_table.hpp)
   uint64_t learner_online_offset = 0;  ///< slots 1.. online starts, inside the learner section (0 with one slot)
   uint64_t total_bytes = 0;
 };
 
 /// Places every section; throws Error(invalid_argument) when a size overflows. `stack_restarts`: the reserve of
 /// each stacked field's frame rings (CreateOptions::stack_restarts; 0 for default_stack_restarts). `max_learners`:
-/// the learner slots (CreateOptions::max_learners, 1 to layout::kMaxLearners; layout 1.7).
+/// the learner slots (CreateOptions::max_learners, 1 to layout::kMaxLearners; layout 1.7). `budget`: the compressed
+/// fields' byte rings (CreateOptions::compressed_bytes, expected_compression; layout 1.10).
 SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& schema, uint64_t queue_capacity,
-                         bool priorities, uint64_t stack_restarts, uint64_t max_learners = 1);
+                         bool priorities, uint64_t stack_restarts, uint64_t max_learners = 1,
+                         CompressionBudget budget = {});
 
 /// Writes the header, the field table and every control block into `base` (a fresh, zero-filled file of
 /// plan.total_bytes), then publishes the state "ready" last (release).
@@ -106,22 +109,6 @@ LayoutVersion accept_prefix(int fd, const OpenCheck& check);
 /// Waits up to `timeout_ms` for a creator that has not yet published the segment as ready, running the thread's
 /// InterruptCheck every 50 polls; throws Error(not_ready) naming the creator.
 void await_ready(const layout::SegmentHeader& header, uint64_t timeout_ms, const OpenCheck& check);
-
-/// The learner sections as open accepted them (layouts 1.7 and 1.8).
-struct LearnerSections {
-  uint64_t max_learners = 1;   ///< learner slots, 1 to layout::kMaxLearners
-  layout::SectionDesc slots;   ///< LearnerSlot[max_learners - 1] and their online starts; {0, 0} with one slot
-  uint64_t online_offset = 0;  ///< where the online starts begin inside it; 0 with one slot
-  layout::SectionDesc stats;   ///< LearnerStats[max_learners], slot 0's first (1.8)
-};
-
-/// Open's rule for the learner sections (learner_acceptance.cpp): max_learners (read once) 1 to kMaxLearners; a
-/// learner section of exactly max_learners - 1 slots and their online starts (1.7; empty with one slot); a statistics
-/// section of exactly max_learners LearnerStats (1.8); each inside the file, past the header and aligned, and added
-/// to `placed` for the caller's overlap check. Throws Error(corrupt) through `check`.
-LearnerSections accept_learner_sections(const layout::SegmentHeader& h, uint64_t num_envs, uint64_t header_bytes,
-                                        const OpenCheck& check,
-                                        std::vector<std::pair<layout::SectionDesc, std::string>>& placed);
 
 /// The acceptance rule proper, over a ready segment mapped at `base` (the whole file): the header's sizes and
 /// counts, every section's bounds, alignment and size, no overlaps, the field table, the episode roles and, when

@@ -10,8 +10,10 @@ void throw_too_large(uint64_t num_envs, uint64_t capacity, const std::string& wh
                           what));
 }
 
-FieldPlacer::FieldPlacer(uint64_t num_envs, uint64_t capacity, uint64_t stack_restarts, uint64_t at)
-    : num_envs_(num_envs), capacity_(capacity), steps_(0), stack_restarts_(stack_restarts), at_(at) {
+FieldPlacer::FieldPlacer(uint64_t num_envs, uint64_t capacity, uint64_t stack_restarts, uint64_t at,
+                         const Schema& schema, CompressionBudget budget)
+    : num_envs_(num_envs), capacity_(capacity), steps_(0), stack_restarts_(stack_restarts), at_(at),
+      schema_(&schema), budget_(budget) {
   steps_ = mul(num_envs, capacity, "the number of steps");
 }
 

@@ -12,16 +12,29 @@
 
 #include "shmreplay/error.hpp"
 #include "shmreplay/internal/layout.hpp"
+#include "shmreplay/internal/segment.hpp"
+#include "shmreplay/schema.hpp"
 #include "shmreplay/vocabulary.hpp"
 
 namespace shmreplay::detail {
+
+/// What create was asked of compressed fields' byte rings (CreateOptions::compressed_bytes, expected_compression).
+struct CompressionBudget {
+  uint64_t bytes = 0;          ///< every compressed field's rings together, all envs; 0: from the ratio
+  double expected_ratio = 0;   ///< the frames' bytes as pushed over their records'; 0: kDefaultExpectedCompression
+};
 
 /// Create's cursor through the data section: the buffer's shape, and checked arithmetic whose overflow throws
 /// Error(invalid_argument) naming the buffer's size.
 class FieldPlacer {
  public:
   /// `at`: the first free byte of the data section. Throws when num_envs x capacity overflows.
-  FieldPlacer(uint64_t num_envs, uint64_t capacity, uint64_t stack_restarts, uint64_t at);
+  FieldPlacer(uint64_t num_envs, uint64_t capacity, uint64_t stack_restarts, uint64_t at, const Schema& schema,
+              CompressionBudget budget = {});
+  /// The whole schema (a kind that shares a budget among its fields reads the others).
+  const Schema& schema() const noexcept { return *schema_; }
+  /// The compressed fields' budget as create was asked.
+  const CompressionBudget& compression_budget() const noexcept { return budget_; }
   uint64_t num_envs() const noexcept { return num_envs_; }
   uint64_t capacity() const noexcept { return capacity_; }
   uint64_t steps() const noexcept { return steps_; }  ///< num_envs x capacity
@@ -41,6 +54,8 @@ class FieldPlacer {
   uint64_t steps_;
   uint64_t stack_restarts_;
   uint64_t at_;
+  const Schema* schema_;
+  CompressionBudget budget_;
 };
 
 /// [[noreturn]] Error(invalid_argument): a buffer of num_envs x capacity is too large, `what` overflows 64 bits.
@@ -52,6 +67,7 @@ struct PlacedField {
   uint64_t data_offset = 0;                   ///< FieldDesc::data_offset
   uint64_t data_bytes = 0;                    ///< FieldDesc::data_bytes
   std::optional<StackGeometry> stack;         ///< a frame ring's geometry (layout 1.6)
+  std::optional<PackedGeometry> packed;       ///< a compressed field's geometry (layout 1.10)
 };
 
 /// Open's checks of one field's storage, as acceptance.cpp hands them to the field's kind.

@@ -35,6 +35,53 @@
 
 namespace shmreplay::detail {
 
+/// A reader's fault in a kind whose bytes it checks (the compressed kind: a record that fails its checksum or does
+/// not decode): which field, env, step and frame, and why. A fault in a copy that the step seqlock then rejects is a
+/// torn read (copy again); in a copy it accepts, the segment's bytes are corrupt, and the caller throws
+/// Error(corrupt) instead of returning them (check_storage_fault).
+struct StorageFault {
+  std::size_t field = 0;
+  uint64_t env = 0;
+  uint64_t step = 0;
+  uint64_t frame = 0;
+  const char* why = nullptr;  ///< nullptr: no fault
+};
+
+/// This thread's faults since the last clear_storage_faults(): the first kMax of them, and whether there were more.
+struct StorageFaults {
+  static constexpr std::size_t kMax = 16;
+  StorageFault list[kMax];
+  std::size_t size = 0;
+  bool overflow = false;  ///< more faults than the list holds (the caller copies every row again)
+  StorageFault newest;    ///< of every fault, the one with the largest step (a record copy's check)
+};
+inline StorageFaults& thread_storage_faults() noexcept {
+  thread_local StorageFaults faults;
+  return faults;
+}
+/// Notes a fault for this thread's caller (a reader of a kind that checks its bytes).
+inline void note_storage_fault(const StorageFault& f) noexcept {
+  StorageFaults& t = thread_storage_faults();
+  if (t.newest.why == nullptr || f.step > t.newest.step) t.newest = f;
+  if (t.size < StorageFaults::kMax) {
+    t.list[t.size++] = f;
+  } else {
+    t.overflow = true;
+  }
+}
+/// Forgets this thread's faults: before a copy that will be validated.
+inline void clear_storage_faults() noexcept {
+  StorageFaults& t = thread_storage_faults();
+  t.size = 0;
+  t.overflow = false;
+  t.newest = {};
+}
+/// After a copy that validated with steps from `intact_from` on intact: throws Error(corrupt) when a noted fault
+/// lies in one of those steps (a fault in an older step is a torn read of a step the copy drops); forgets the faults.
+void check_storage_faults(const Segment& seg, uint64_t intact_from);
+/// [[noreturn]] Error(corrupt): a validated copy of segment `name` met fault `f` (schema field names from `schema`).
+[[noreturn]] void throw_storage_fault(const std::string& name, const Schema& schema, const StorageFault& f);
+
 /// How a KindWriter goes on in each env: as a Writer that took the env's lease (after the newest published step,
 /// from the segment's words), or as a checkpoint load that rewrites the env from a first step (restart()).
 enum class KindWriterMode { writer, load };

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "detail/storage/frame_ring.hpp"
+#include "detail/storage/packed_ring.hpp"
 #include "detail/storage/plain_ring.hpp"
 
 namespace shmreplay::detail {
@@ -17,6 +18,8 @@ std::unique_ptr<FieldStorage> make(const Segment& seg, std::vector<std::size_t> 
 }
 
 constexpr StorageKindRow kKinds[] = {
+    {layout::kStorageCompressed, "compressed", [](const Field& f) { return f.compressed(); }, place_packed_ring,
+     write_packed_ring, accept_packed_ring, make<PackedRing>},
     {layout::kStorageFrameRing, "frame_ring", [](const Field& f) { return f.stacked(); }, place_frame_ring,
      write_frame_ring, accept_frame_ring, make<FrameRing>},
     // Last: every field the others leave.
@@ -109,6 +112,19 @@ void StorageSet::gather(const Segment& seg, std::byte* const* outs, std::size_t 
     for (std::size_t i = 0; i < kind->fields().size(); ++i) kind_outs[i] = outs[kind->fields()[i]];
     kind->gather(seg, kind_outs, length, rows, count, all_whole);
   }
+}
+
+void check_storage_faults(const Segment& seg, uint64_t intact_from) {
+  const StorageFault f = thread_storage_faults().newest;
+  clear_storage_faults();
+  if (f.why != nullptr && f.step >= intact_from) throw_storage_fault(seg.name(), seg.schema(), f);
+}
+
+void throw_storage_fault(const std::string& name, const Schema& schema, const StorageFault& f) {
+  throw Error(Errc::corrupt,
+              fmt::format("shmreplay segment '{}' is corrupt: field '{}' of env {} step {} (frame {}) cannot be "
+                          "read: {}; nothing of it was returned",
+                          name, schema[f.field].name, f.env, f.step, f.frame, f.why));
 }
 
 }  // namespace shmreplay::detail

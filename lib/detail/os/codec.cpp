@@ -1,0 +1,71 @@
+#include "detail/os/codec.hpp"
+
+#include <new>
+
+#include <lz4.h>
+#include <zstd.h>
+
+namespace shmreplay::detail {
+namespace {
+
+struct DCtxFree {
+  void operator()(ZSTD_DCtx* c) const noexcept { ZSTD_freeDCtx(c); }
+};
+
+// This thread's zstd decompression context, made on its first zstd frame (nullptr when that fails).
+ZSTD_DCtx* thread_dctx() noexcept {
+  thread_local std::unique_ptr<ZSTD_DCtx, DCtxFree> ctx(ZSTD_createDCtx());
+  return ctx.get();
+}
+
+}  // namespace
+
+FrameEncoder::FrameEncoder(Codec codec, int32_t level) : codec_(codec), level_(level) {
+  if (codec_ == Codec::zstd) {
+    auto* c = ZSTD_createCCtx();
+    if (c == nullptr) throw std::bad_alloc();
+    zstd_ = c;
+    // The record's length and checksum are kept beside it (packed_frames.hpp): the frame need not repeat them.
+    ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, level_);
+    ZSTD_CCtx_setParameter(c, ZSTD_c_contentSizeFlag, 0);
+    ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 0);
+    ZSTD_CCtx_setParameter(c, ZSTD_c_dictIDFlag, 0);
+  } else if (codec_ == Codec::lz4) {
+    lz4_state_.resize(static_cast<std::size_t>(LZ4_sizeofState()));
+  }
+}
+
+FrameEncoder::~FrameEncoder() {
+  if (zstd_ != nullptr) ZSTD_freeCCtx(static_cast<ZSTD_CCtx*>(zstd_));
+}
+
+std::size_t FrameEncoder::encode(const std::byte* src, std::size_t n, std::byte* dst, std::size_t cap) noexcept {
+  if (codec_ == Codec::lz4) {
+    const int r = LZ4_compress_fast_extState(lz4_state_.data(), reinterpret_cast<const char*>(src),
+                                             reinterpret_cast<char*>(dst), static_cast<int>(n), static_cast<int>(cap),
+                                             1);
+    return r > 0 ? static_cast<std::size_t>(r) : 0;
+  }
+  if (codec_ == Codec::zstd) {
+    const std::size_t r = ZSTD_compress2(static_cast<ZSTD_CCtx*>(zstd_), dst, cap, src, n);
+    return ZSTD_isError(r) ? 0 : r;
+  }
+  return 0;
+}
+
+bool decode_frame(Codec codec, const std::byte* src, std::size_t len, std::byte* dst, std::size_t n) noexcept {
+  if (codec == Codec::lz4) {
+    const int r = LZ4_decompress_safe(reinterpret_cast<const char*>(src), reinterpret_cast<char*>(dst),
+                                      static_cast<int>(len), static_cast<int>(n));
+    return r >= 0 && static_cast<std::size_t>(r) == n;
+  }
+  if (codec == Codec::zstd) {
+    ZSTD_DCtx* ctx = thread_dctx();
+    if (ctx == nullptr) return false;
+    const std::size_t r = ZSTD_decompressDCtx(ctx, dst, n, src, len);
+    return !ZSTD_isError(r) && r == n;
+  }
+  return false;
+}
+
+}  // namespace shmreplay::detail

@@ -1,0 +1,292 @@
+// detail/protocol/packed_frames.cpp: both halves of the compressed fields' protocol (packed_frames.hpp).
+#include "detail/protocol/packed_frames.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "detail/os/crc32.hpp"
+#include "detail/protocol/stacks.hpp"
+
+namespace shmreplay::detail {
+namespace {
+
+using layout::PackedFrameDesc;
+
+// A frame is `outer` runs of inner_bytes; a stack interleaves K frames as [outer][K][inner_bytes] (stacks.hpp). For
+// outer == 1 (the stacked axis first, or an unstacked field) frame k is one run at k * frame_bytes.
+
+// Copies frame `frame` ([outer][inner]) into stack position k of `stack`.
+void put_frame(const StackGeometry& st, std::byte* stack, uint64_t k, const std::byte* frame) noexcept {
+  for (uint64_t o = 0; o < st.outer; ++o) {
+    std::memcpy(stack + (o * st.depth + k) * st.inner_bytes, frame + o * st.inner_bytes, st.inner_bytes);
+  }
+}
+
+// Copies stack position k of `stack` into `frame` ([outer][inner]).
+void get_frame(const StackGeometry& st, const std::byte* stack, uint64_t k, std::byte* frame) noexcept {
+  for (uint64_t o = 0; o < st.outer; ++o) {
+    std::memcpy(frame + o * st.inner_bytes, stack + (o * st.depth + k) * st.inner_bytes, st.inner_bytes);
+  }
+}
+
+// Copies position `from` of stack `src` into position `to` of stack `dst`.
+void move_frame(const StackGeometry& st, std::byte* dst, uint64_t to, const std::byte* src, uint64_t from) noexcept {
+  for (uint64_t o = 0; o < st.outer; ++o) {
+    std::memcpy(dst + (o * st.depth + to) * st.inner_bytes, src + (o * st.depth + from) * st.inner_bytes,
+                st.inner_bytes);
+  }
+}
+
+// Whether position k of `stack` equals `frame` ([outer][inner]).
+bool frame_equals(const StackGeometry& st, const std::byte* stack, uint64_t k, const std::byte* frame) noexcept {
+  for (uint64_t o = 0; o < st.outer; ++o) {
+    if (std::memcmp(stack + (o * st.depth + k) * st.inner_bytes, frame + o * st.inner_bytes, st.inner_bytes) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Frame `frame` of one env's ring into `dst` (frame_bytes), checked: the descriptor is the frame's, the record lies
+// inside the ring and is at most a frame, its CRC-32 matches, it decodes to exactly a frame.
+FrameFault read_frame(const PackedGeometry& g, const PackedFrameDesc* descs, const std::byte* ring, uint64_t frame,
+                      std::byte* dst) noexcept {
+  const PackedFrameDesc& d = descs[frame % g.stack.frames];
+  if (d.frame.load(std::memory_order_relaxed) != frame) return FrameFault::stale;
+  const uint64_t pos = d.pos.load(std::memory_order_relaxed);
+  const uint64_t meta = d.meta.load(std::memory_order_relaxed);
+  const auto crc = static_cast<uint32_t>(d.crc.load(std::memory_order_relaxed));
+  const uint64_t len = meta & 0xffffffffu;
+  const bool raw = (meta & layout::kPackedRaw) != 0;
+  const uint64_t at = pos % g.ring_bytes;
+  if (len == 0 || len > g.stack.frame_bytes || at + len > g.ring_bytes || (raw && len != g.stack.frame_bytes) ||
+      (meta >> 33) != 0) {
+    return FrameFault::stale;
+  }
+  const std::byte* src = ring + at;
+  if (crc32(0, src, len) != crc) return FrameFault::checksum;
+  if (raw) {
+    std::memcpy(dst, src, len);
+    return FrameFault::none;
+  }
+  return decode_frame(g.codec, src, len, dst, g.stack.frame_bytes) ? FrameFault::none : FrameFault::decode;
+}
+
+// This thread's frame buffer for an interleaved stack's decode (grown once, to the largest frame).
+std::byte* thread_frame(uint64_t bytes) {
+  thread_local std::vector<std::byte> buffer;
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  return buffer.data();
+}
+
+}  // namespace
+
+const char* frame_fault_text(FrameFault fault) noexcept {
+  switch (fault) {
+    case FrameFault::none: return "no fault";
+    case FrameFault::stale: return "its descriptor names another frame or a record outside the ring";
+    case FrameFault::checksum: return "its record's bytes do not match their CRC-32";
+    case FrameFault::decode: return "its record does not decode to exactly one frame";
+  }
+  return "?";
+}
+
+PackedFault copy_packed_steps(const Segment& seg, std::size_t p, uint64_t env, uint64_t first, uint64_t count,
+                              std::byte* out, uint64_t stride) noexcept {
+  const PackedGeometry& g = seg.packed()[p];
+  const StackGeometry& st = g.stack;
+  const uint64_t depth = st.depth;
+  const PackedFrameDesc* descs = seg.packed_descs(p, env);
+  const std::byte* ring = seg.packed_ring(p, env);
+  const std::atomic<uint64_t>* index = seg.packed_index(p, env);
+  const uint64_t cap = seg.capacity();
+  std::byte* frame_buf = st.outer == 1 ? nullptr : thread_frame(st.frame_bytes);
+  PackedFault fault;
+  const auto note = [&](FrameFault f, uint64_t step, uint64_t frame) {
+    if (fault.fault == FrameFault::none) fault = {f, step, frame};
+  };
+  const std::byte* prev = nullptr;  // the previous step's bytes, and its stack's oldest frame
+  uint64_t prev_oldest = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t step = first + i;
+    std::byte* dst = out + i * stride;
+    const uint64_t newest = index[(step % cap)].load(std::memory_order_relaxed);
+    if (newest + 1 < depth) {  // no stack ends there: a torn or corrupt word
+      note(FrameFault::stale, step, newest);
+      prev = nullptr;
+      continue;
+    }
+    const uint64_t oldest = newest + 1 - depth;
+    for (uint64_t k = 0; k < depth; ++k) {
+      const uint64_t frame = oldest + k;
+      if (prev != nullptr && frame >= prev_oldest && frame < prev_oldest + depth) {  // decoded for the step before
+        move_frame(st, dst, k, prev, frame - prev_oldest);
+        continue;
+      }
+      std::byte* into = st.outer == 1 ? dst + k * st.frame_bytes : frame_buf;
+      const FrameFault f = read_frame(g, descs, ring, frame, into);
+      if (f != FrameFault::none) note(f, step, frame);
+      if (st.outer != 1) put_frame(st, dst, k, frame_buf);
+    }
+    prev = dst;
+    prev_oldest = oldest;
+  }
+  return fault;
+}
+
+PackedCursor resume_packed(const Segment& seg, std::size_t p, uint64_t env, uint64_t head) noexcept {
+  const PackedGeometry& g = seg.packed()[p];
+  PackedCursor c;
+  c.intact_from = seg.env_control(env).stacks_intact_from.load(std::memory_order_relaxed);
+  if (head == 0) return c;
+  const uint64_t newest = seg.packed_index(p, env)[(head - 1) % seg.capacity()].load(std::memory_order_relaxed);
+  const PackedFrameDesc& d = seg.packed_descs(p, env)[newest % g.stack.frames];
+  c.next_frame = newest + 1;
+  c.byte_end = d.pos.load(std::memory_order_relaxed) + (d.meta.load(std::memory_order_relaxed) & 0xffffffffu);
+  c.oldest_frame = c.next_frame > g.stack.frames ? c.next_frame - g.stack.frames : 0;
+  return c;
+}
+
+PackedWriterEnv make_packed_env(const Segment& seg, uint64_t env, uint64_t head) {
+  PackedWriterEnv w;
+  for (std::size_t p = 0; p < seg.packed().size(); ++p) {
+    w.cursors.push_back(resume_packed(seg, p, env, head));
+    w.raw.emplace_back(seg.packed()[p].stack.depth * seg.packed()[p].stack.frame_bytes);
+  }
+  return w;
+}
+
+PackedScratch::PackedScratch(const Segment& seg) {
+  for (const PackedGeometry& g : seg.packed()) {
+    encoders.push_back(std::make_unique<FrameEncoder>(g.codec, g.level));
+    encoded.emplace_back(g.stack.depth * g.stack.frame_bytes);
+    frame.emplace_back(g.stack.frame_bytes);
+    records.emplace_back(g.stack.depth);
+  }
+  first_new.resize(seg.packed().size());
+  lost.resize(seg.packed().size());
+}
+
+namespace {
+
+// Encodes frames [first_new, K) of the pushed stack `stack` of field `p` into the scratch's records, each placed
+// after the cursor's newest record (never across the ring's end: a record that would be is placed at the ring's
+// next start). Returns the cursor's byte_end after them.
+uint64_t encode_new_frames(const PackedGeometry& g, std::size_t p, const std::byte* stack, uint64_t byte_end,
+                           PackedScratch& s) noexcept {
+  const StackGeometry& st = g.stack;
+  for (uint64_t k = s.first_new[p]; k < st.depth; ++k) {
+    const std::byte* frame = stack + k * st.frame_bytes;
+    if (st.outer != 1) {
+      get_frame(st, stack, k, s.frame[p].data());
+      frame = s.frame[p].data();
+    }
+    std::byte* rec = s.encoded[p].data() + k * st.frame_bytes;
+    PackedRecord& r = s.records[p][k];
+    r.len = s.encoders[p]->encode(frame, st.frame_bytes, rec, st.frame_bytes - 1);
+    r.raw = r.len == 0;
+    if (r.raw) {
+      std::memcpy(rec, frame, st.frame_bytes);
+      r.len = st.frame_bytes;
+    }
+    r.crc = crc32(0, rec, r.len);
+    uint64_t pos = (byte_end + 7) / 8 * 8;
+    if (pos % g.ring_bytes + r.len > g.ring_bytes) pos += g.ring_bytes - pos % g.ring_bytes;
+    r.pos = pos;
+    byte_end = pos + r.len;
+  }
+  return byte_end;
+}
+
+}  // namespace
+
+bool store_packed(Segment& seg, uint64_t env, uint64_t step, const std::byte* const* fields, PackedWriterEnv& w,
+                  PackedScratch& s, bool may_continue, bool compare) noexcept {
+  const uint64_t cap = seg.capacity();
+  const uint64_t oldest_slot_step = step + 1 > cap ? step + 1 - cap : 0;  // older steps' slots are reclaimed
+  layout::EnvControl& c = seg.env_control(env);
+  uint64_t bound = c.stacks_intact_from.load(std::memory_order_relaxed);  // also raised by a repair
+  bool restarted = false;
+  const std::size_t n = seg.packed().size();
+  for (std::size_t p = 0; p < n; ++p) {
+    const PackedGeometry& g = seg.packed()[p];
+    const StackGeometry& st = g.stack;
+    PackedCursor& cur = w.cursors[p];
+    // The previous step's stack is frames [next - K, next - 1]; this one continues it when its frames 0..K-2 are
+    // that one's 1..K-1 (the raw copy holds them while it is whole).
+    bool continues = st.depth > 1 && may_continue && cur.raw_valid;
+    if (continues && compare) {
+      for (uint64_t k = 0; k + 1 < st.depth && continues; ++k) {
+        const uint64_t frame = cur.next_frame - st.depth + 1 + k;
+        continues = frame_equals(st, fields[p], k, w.raw[p].data() + (frame % st.depth) * st.frame_bytes);
+      }
+    }
+    restarted |= st.depth > 1 && may_continue && cur.raw_valid && !continues;
+    s.first_new[p] = continues ? st.depth - 1 : 0;
+    const uint64_t byte_end = encode_new_frames(g, p, fields[p], cur.byte_end, s);
+    const uint64_t next = cur.next_frame + (st.depth - s.first_new[p]);
+    // After this step's records and descriptors, the intact frames are those at least `lowest`: within the
+    // descriptor ring, and whose record starts at most a ring behind the new end.
+    uint64_t lowest = std::max(cur.oldest_frame, next > st.frames ? next - st.frames : 0);
+    const PackedFrameDesc* descs = seg.packed_descs(p, env);
+    while (lowest < cur.next_frame &&
+           descs[lowest % st.frames].pos.load(std::memory_order_relaxed) + g.ring_bytes < byte_end) {
+      ++lowest;
+    }
+    cur.oldest_frame = lowest;
+    // The older steps whose oldest frame (index - K + 1) is below `lowest` lose their stacks.
+    const std::atomic<uint64_t>* index = seg.packed_index(p, env);
+    const uint64_t from = std::max(cur.intact_from, oldest_slot_step);
+    uint64_t x = from;
+    while (x < step && index[x % cap].load(std::memory_order_relaxed) + 1 < lowest + st.depth) ++x;
+    s.lost[p] = x - from;
+    cur.intact_from = x;
+    bound = std::max(bound, x);
+  }
+  (void)raise_intact_from(c, bound);  // a CAS, and only when it moves (stacks.hpp)
+  // release fence: orders the raised stacks_intact_from before the record and descriptor stores; pairs with the
+  // readers' acquire fence in end_copies (seqlock.hpp), between their copy and their load of stacks_intact_from.
+  std::atomic_thread_fence(std::memory_order_release);
+  for (std::size_t p = 0; p < n; ++p) {
+    const PackedGeometry& g = seg.packed()[p];
+    const StackGeometry& st = g.stack;
+    PackedCursor& cur = w.cursors[p];
+    std::byte* ring = seg.packed_ring(p, env);
+    PackedFrameDesc* descs = seg.packed_descs(p, env);
+    uint64_t bytes = 0;
+    uint64_t raws = 0;
+    for (uint64_t k = s.first_new[p]; k < st.depth; ++k) {
+      const PackedRecord& r = s.records[p][k];
+      std::memcpy(ring + r.pos % g.ring_bytes, s.encoded[p].data() + k * st.frame_bytes, r.len);
+      // Covered by the step seqlock, as the step's other bytes: stored between the claim and the head store.
+      PackedFrameDesc& d = descs[cur.next_frame % st.frames];
+      d.pos.store(r.pos, std::memory_order_relaxed);
+      d.meta.store(r.len | (r.raw ? layout::kPackedRaw : 0), std::memory_order_relaxed);
+      d.crc.store(r.crc, std::memory_order_relaxed);
+      d.frame.store(cur.next_frame, std::memory_order_relaxed);
+      // The raw copy for the next step's compare: frame n at slot n % K.
+      std::byte* keep = w.raw[p].data() + (cur.next_frame % st.depth) * st.frame_bytes;
+      if (st.outer == 1) {
+        std::memcpy(keep, fields[p] + k * st.frame_bytes, st.frame_bytes);
+      } else {
+        get_frame(st, fields[p], k, keep);
+      }
+      cur.byte_end = r.pos + r.len;
+      ++cur.next_frame;
+      bytes += r.len;
+      raws += r.raw ? 1 : 0;
+    }
+    cur.raw_valid = true;
+    seg.packed_index(p, env)[step % seg.capacity()].store(cur.next_frame - 1, std::memory_order_relaxed);
+    layout::PackedEnvControl& pc = seg.packed_control(p, env);
+    // relaxed: informational counters, written by the env's writer only
+    pc.frames.store(pc.frames.load(std::memory_order_relaxed) + (st.depth - s.first_new[p]), std::memory_order_relaxed);
+    pc.record_bytes.store(pc.record_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+    pc.raw_frames.store(pc.raw_frames.load(std::memory_order_relaxed) + raws, std::memory_order_relaxed);
+    pc.budget_lost.store(pc.budget_lost.load(std::memory_order_relaxed) + s.lost[p], std::memory_order_relaxed);
+  }
+  return restarted;
+}
+
+}  // namespace shmreplay::detail

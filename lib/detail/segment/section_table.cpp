@@ -1,0 +1,178 @@
+// detail/segment/section_table.cpp: the rows of the section table (section_table.hpp), in the order create places
+// them. Placement (placement.cpp) and acceptance (acceptance.cpp) iterate these rows; neither names a section.
+#include "detail/segment/section_table.hpp"
+
+#include <array>
+#include <atomic>
+#include <bit>
+#include <new>
+
+#include <fmt/format.h>
+
+#include "detail/os/file.hpp"
+
+namespace shmreplay::detail {
+namespace {
+
+using namespace layout;
+
+std::optional<uint64_t> mul(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+
+std::optional<uint64_t> mul(std::optional<uint64_t> a, uint64_t b) { return a ? mul(*a, b) : std::nullopt; }
+
+// `n` words, each constructed as a zero atomic.
+void zero_atomics(std::byte* start, uint64_t n) {
+  auto* words = reinterpret_cast<std::atomic<uint64_t>*>(start);
+  for (uint64_t i = 0; i < n; ++i) new (words + i) std::atomic<uint64_t>(0);
+}
+
+template <typename Block>
+void construct_blocks(std::byte* start, uint64_t n) {
+  auto* blocks = reinterpret_cast<Block*>(start);
+  for (uint64_t i = 0; i < n; ++i) new (blocks + i) Block{};
+}
+
+// -- the field table and the env table (1.0) --
+
+std::optional<uint64_t> field_table_bytes(const SectionCounts& c) { return mul(c.num_fields, sizeof(FieldDesc)); }
+std::string field_table_explain(const SectionCounts& c) {
+  return fmt::format("{} fields x {} bytes", c.num_fields, sizeof(FieldDesc));
+}
+
+std::optional<uint64_t> env_table_bytes(const SectionCounts& c) { return mul(c.num_envs, sizeof(EnvControl)); }
+std::string env_table_explain(const SectionCounts& c) {
+  return fmt::format("{} envs x {} bytes", c.num_envs, sizeof(EnvControl));
+}
+void env_table_construct(std::byte* start, const SectionCounts& c) { construct_blocks<EnvControl>(start, c.num_envs); }
+
+// -- the global section (1.1): at least this version's GlobalControl; a newer minor may grow it --
+
+std::optional<uint64_t> global_bytes(const SectionCounts&) { return sizeof(GlobalControl); }
+std::string global_explain(const SectionCounts&) { return fmt::format("one GlobalControl of {} bytes", sizeof(GlobalControl)); }
+void global_construct(std::byte* start, const SectionCounts&) { new (start) GlobalControl{}; }
+
+// -- the learner sections: slots 1.. and their online starts (1.7; absent with one learner), every slot's
+//    statistics (1.8) --
+
+std::optional<uint64_t> learner_bytes(const SectionCounts& c) {
+  if (c.max_learners <= 1) return 0;
+  const std::optional<uint64_t> online = mul(mul(c.max_learners - 1, c.num_envs), sizeof(uint64_t));
+  if (!online) return std::nullopt;
+  return learner_online_starts_at(c.max_learners) + *online;  // bounded by kMaxLearners x kMaxEnvs: no overflow
+}
+std::string learner_explain(const SectionCounts& c) {
+  return fmt::format("{} learner slots and {} envs", c.max_learners, c.num_envs);
+}
+void learner_construct(std::byte* start, const SectionCounts& c) {
+  construct_blocks<LearnerSlot>(start, c.max_learners - 1);
+  zero_atomics(start + learner_online_starts_at(c.max_learners), (c.max_learners - 1) * c.num_envs);
+}
+
+std::optional<uint64_t> stats_bytes(const SectionCounts& c) { return mul(c.max_learners, sizeof(LearnerStats)); }
+std::string stats_explain(const SectionCounts& c) {
+  return fmt::format("{} learner slots x {} bytes", c.max_learners, sizeof(LearnerStats));
+}
+void stats_construct(std::byte* start, const SectionCounts& c) {
+  construct_blocks<LearnerStats>(start, c.max_learners);
+}
+
+// -- the episode sections (1.2): absent without episode fields --
+
+std::optional<uint64_t> episodes_bytes(const SectionCounts& c) {
+  return c.queue_capacity == 0 ? 0 : mul(c.num_envs, sizeof(EpisodeControl));
+}
+std::string episodes_explain(const SectionCounts& c) {
+  return fmt::format("{} envs x {} bytes with episode fields, 0 without (episode queue capacity {})", c.num_envs,
+                     sizeof(EpisodeControl), c.queue_capacity);
+}
+void episodes_construct(std::byte* start, const SectionCounts& c) {
+  // Journal slot 0 holds the state for head 0 (episode 0 starts at step 0, nothing completed); slot 1 holds
+  // nothing yet (detail/protocol/episodes.cpp).
+  construct_blocks<EpisodeControl>(start, c.num_envs);
+  auto* blocks = reinterpret_cast<EpisodeControl*>(start);
+  for (uint64_t e = 0; e < c.num_envs; ++e) blocks[e].journal[1].for_head.store(kJournalWriting, std::memory_order_relaxed);
+}
+
+std::optional<uint64_t> meta_bytes(const SectionCounts& c) {
+  return c.queue_capacity == 0 ? 0 : mul(mul(c.num_envs, c.capacity), sizeof(uint64_t));
+}
+std::string meta_explain(const SectionCounts& c) {
+  return fmt::format("{} envs x {} steps x 8 bytes with episode fields, 0 without", c.num_envs, c.capacity);
+}
+void meta_construct(std::byte* start, const SectionCounts& c) { zero_atomics(start, c.num_envs * c.capacity); }
+
+std::optional<uint64_t> queues_bytes(const SectionCounts& c) {
+  return mul(mul(c.num_envs, c.queue_capacity), sizeof(EpisodeRecordSlot));
+}
+std::string queues_explain(const SectionCounts& c) {
+  return fmt::format("{} envs x {} records x {} bytes", c.num_envs, c.queue_capacity, sizeof(EpisodeRecordSlot));
+}
+void queues_construct(std::byte* start, const SectionCounts& c) {
+  construct_blocks<EpisodeRecordSlot>(start, c.num_envs * c.queue_capacity);
+}
+
+// -- the priority trees (1.3): one sum tree of 2 x bit_ceil(capacity) words per env; absent without priorities --
+
+std::optional<uint64_t> priorities_bytes(const SectionCounts& c) {
+  if (!c.priorities) return 0;
+  if (c.capacity > kMaxCapacity) return std::nullopt;  // bit_ceil would overflow
+  return mul(mul(c.num_envs, 2 * std::bit_ceil(c.capacity)), sizeof(uint64_t));
+}
+std::string priorities_explain(const SectionCounts& c) {
+  return fmt::format("{} envs x {} steps {}", c.num_envs, c.capacity,
+                     c.priorities ? "with priorities" : "without priorities");
+}
+void priorities_construct(std::byte* start, const SectionCounts& c) {
+  zero_atomics(start, c.num_envs * 2 * std::bit_ceil(c.capacity));
+}
+
+constexpr SectionSize kExact = SectionSize::exact;
+
+// Placement order. Rows: id, name, since, size rule, open's alignment, create's alignment, bytes, explain, construct.
+constexpr std::array<SectionRow, kSectionsUsed> kRows = {{
+    {kSectionFields, "the field table", 0, kExact, alignof(FieldDesc), kCacheLineBytes, field_table_bytes,
+     field_table_explain, nullptr},  // written field by field by write_segment
+    {kSectionEnvs, "the env table", 0, kExact, kCacheLineBytes, kCacheLineBytes, env_table_bytes, env_table_explain,
+     env_table_construct},
+    {kSectionGlobal, "the global section", 1, SectionSize::at_least, kCacheLineBytes, kCacheLineBytes, global_bytes,
+     global_explain, global_construct},
+    {kSectionLearners, "the learner section", 7, kExact, kCacheLineBytes, kCacheLineBytes, learner_bytes,
+     learner_explain, learner_construct},
+    {kSectionLearnerStats, "the learner statistics section", 8, kExact, alignof(LearnerStats), kCacheLineBytes,
+     stats_bytes, stats_explain, stats_construct},
+    {kSectionData, "the data section", 0, SectionSize::placed_by_kinds, kDataAlignBytes, kPageBytes, nullptr,
+     nullptr, nullptr},
+    {kSectionEpisodes, "the episode control section", 2, kExact, kCacheLineBytes, kCacheLineBytes, episodes_bytes,
+     episodes_explain, episodes_construct},
+    {kSectionStepMeta, "the step meta section", 2, kExact, kCacheLineBytes, kCacheLineBytes, meta_bytes,
+     meta_explain, meta_construct},
+    {kSectionEpisodeQueues, "the episode queue section", 2, kExact, kCacheLineBytes, kCacheLineBytes, queues_bytes,
+     queues_explain, queues_construct},
+    {kSectionPriorities, "the priority section", 3, kExact, kCacheLineBytes, kCacheLineBytes, priorities_bytes,
+     priorities_explain, priorities_construct},
+}};
+
+// Every index of this minor version has exactly one row.
+constexpr bool every_section_once() {
+  for (uint32_t id = 0; id < kSectionsUsed; ++id) {
+    int rows = 0;
+    for (const SectionRow& r : kRows) rows += r.id == id ? 1 : 0;
+    if (rows != 1) return false;
+  }
+  return true;
+}
+static_assert(every_section_once(), "one row per SectionIndex below kSectionsUsed");
+
+}  // namespace
+
+std::span<const SectionRow> section_rows() noexcept { return kRows; }
+
+uint64_t learner_online_starts_at(uint64_t max_learners) noexcept {
+  return max_learners <= 1 ? 0 : round_up((max_learners - 1) * sizeof(LearnerSlot), kCacheLineBytes);
+}
+
+}  // namespace shmreplay::detail
