@@ -235,7 +235,7 @@ void parse_field_options(Cursor& cur, Field& field, const Where& where) {
     } else {
       fail(fmt::format("{}: expected an option after ':' (stack=AXIS, lz4 or zstd=LEVEL, as in {}:stack=0:lz4), "
                        "found '{}'",
-                       at, field.name, std::string(word) + (cur.done() ? std::string() : std::string(1, cur.peek()))));
+                       at, field.to_string(), std::string(word) + (cur.done() ? std::string() : std::string(1, cur.peek()))));
     }
   }
 }

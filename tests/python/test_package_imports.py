@@ -13,7 +13,8 @@ import shmreplay
 # The framework each optional module needs; a module whose framework is not installed is skipped.
 NEEDS = {"jax": "jax", "_jax_arrays": "jax", "_jax_uniform": "jax", "_jax_functional": "jax", "_pytree": "jax",
          "torch": "torch",
-         "ray": "ray", "sb3": "stable_baselines3"}
+         "ray": "ray", "sb3": "stable_baselines3", "gymnasium": "gymnasium", "pufferlib": "pufferlib",
+         "torchrl": "torchrl"}
 
 
 def package_modules():

@@ -506,12 +506,13 @@ struct EpisodeRecordSlot {
 struct PackedFrameDesc {
   std::atomic<uint64_t> pos;   ///< the record's first byte, counted from the env's ring start since creation
                                ///< (monotonic; the byte at pos lies at ring offset pos % ring_bytes)
-  std::atomic<uint64_t> meta;  ///< bits 0-31: the record's length; bit 32: stored as pushed (not compressed);
-                               ///< bits 33-63: zero; see kPackedRaw
+  std::atomic<uint64_t> meta;  ///< bits 0-31: the record's length; bit 32: stored as pushed (kPackedRaw); bit 33:
+                               ///< coded alone (kPackedKey), else against the frame before; bits 34-63: zero
   std::atomic<uint64_t> crc;   ///< CRC-32C of the record's bytes (low 32 bits)
   std::atomic<uint64_t> frame; ///< the frame number this descriptor holds (a reader checks it is the one it wants)
 };
 inline constexpr uint64_t kPackedRaw = 1ull << 32;  ///< PackedFrameDesc::meta: the record is the frame as pushed
+inline constexpr uint64_t kPackedKey = 1ull << 33;  ///< PackedFrameDesc::meta: the record decodes alone
 
 /// A compressed field's counters of one env (1.10), one cache line per env, written by the env's writer only
 /// (relaxed: informational, read by the Inspector).

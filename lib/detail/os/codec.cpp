@@ -32,37 +32,61 @@ FrameEncoder::FrameEncoder(Codec codec, int32_t level) : codec_(codec), level_(l
     ZSTD_CCtx_setParameter(c, ZSTD_c_dictIDFlag, 0);
   } else if (codec_ == Codec::lz4) {
     lz4_state_.resize(static_cast<std::size_t>(LZ4_sizeofState()));
+    lz4_stream_ = LZ4_createStream();
+    if (lz4_stream_ == nullptr) throw std::bad_alloc();
   }
 }
 
 FrameEncoder::~FrameEncoder() {
   if (zstd_ != nullptr) ZSTD_freeCCtx(static_cast<ZSTD_CCtx*>(zstd_));
+  if (lz4_stream_ != nullptr) LZ4_freeStream(static_cast<LZ4_stream_t*>(lz4_stream_));
 }
 
-std::size_t FrameEncoder::encode(const std::byte* src, std::size_t n, std::byte* dst, std::size_t cap) noexcept {
+std::size_t FrameEncoder::encode(const std::byte* src, std::size_t n, const std::byte* dict, std::byte* dst,
+                                 std::size_t cap) noexcept {
+  const auto* in = reinterpret_cast<const char*>(src);
+  auto* out = reinterpret_cast<char*>(dst);
   if (codec_ == Codec::lz4) {
-    const int r = LZ4_compress_fast_extState(lz4_state_.data(), reinterpret_cast<const char*>(src),
-                                             reinterpret_cast<char*>(dst), static_cast<int>(n), static_cast<int>(cap),
-                                             1);
+    int r = 0;
+    if (dict == nullptr) {
+      r = LZ4_compress_fast_extState(lz4_state_.data(), in, out, static_cast<int>(n), static_cast<int>(cap), 1);
+    } else {
+      // The dictionary is the previous frame, at most 2^30 bytes (the compressed kind's limit); LZ4 uses its last
+      // 64 KiB.
+      auto* stream = static_cast<LZ4_stream_t*>(lz4_stream_);
+      LZ4_resetStream_fast(stream);
+      LZ4_loadDict(stream, reinterpret_cast<const char*>(dict), static_cast<int>(n));
+      r = LZ4_compress_fast_continue(stream, in, out, static_cast<int>(n), static_cast<int>(cap), 1);
+    }
     return r > 0 ? static_cast<std::size_t>(r) : 0;
   }
   if (codec_ == Codec::zstd) {
-    const std::size_t r = ZSTD_compress2(static_cast<ZSTD_CCtx*>(zstd_), dst, cap, src, n);
+    auto* c = static_cast<ZSTD_CCtx*>(zstd_);
+    // A prefix is used by the next frame only.
+    if (dict != nullptr && ZSTD_isError(ZSTD_CCtx_refPrefix(c, dict, n))) return 0;
+    const std::size_t r = ZSTD_compress2(c, dst, cap, src, n);
     return ZSTD_isError(r) ? 0 : r;
   }
   return 0;
 }
 
-bool decode_frame(Codec codec, const std::byte* src, std::size_t len, std::byte* dst, std::size_t n) noexcept {
+bool decode_frame(Codec codec, const std::byte* src, std::size_t len, const std::byte* dict, std::byte* dst,
+                  std::size_t n) noexcept {
+  const auto* in = reinterpret_cast<const char*>(src);
+  auto* out = reinterpret_cast<char*>(dst);
   if (codec == Codec::lz4) {
-    const int r = LZ4_decompress_safe(reinterpret_cast<const char*>(src), reinterpret_cast<char*>(dst),
-                                      static_cast<int>(len), static_cast<int>(n));
+    const int r = dict == nullptr
+                      ? LZ4_decompress_safe(in, out, static_cast<int>(len), static_cast<int>(n))
+                      : LZ4_decompress_safe_usingDict(in, out, static_cast<int>(len), static_cast<int>(n),
+                                                      reinterpret_cast<const char*>(dict), static_cast<int>(n));
     return r >= 0 && static_cast<std::size_t>(r) == n;
   }
   if (codec == Codec::zstd) {
     ZSTD_DCtx* ctx = thread_dctx();
     if (ctx == nullptr) return false;
+    if (dict != nullptr && ZSTD_isError(ZSTD_DCtx_refPrefix(ctx, dict, n))) return false;
     const std::size_t r = ZSTD_decompressDCtx(ctx, dst, n, src, len);
+    if (ZSTD_isError(r)) ZSTD_DCtx_reset(ctx, ZSTD_reset_session_and_parameters);  // drop an unused prefix
     return !ZSTD_isError(r) && r == n;
   }
   return false;

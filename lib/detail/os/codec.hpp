@@ -27,19 +27,25 @@ class FrameEncoder {
   FrameEncoder(const FrameEncoder&) = delete;
   FrameEncoder& operator=(const FrameEncoder&) = delete;
 
-  /// Compresses the `n` bytes at `src` into `dst`, at most `cap` bytes. Returns the bytes written, or 0 when the
-  /// result would not fit in `cap` (then the caller stores the frame as it is). Never throws, never allocates.
-  std::size_t encode(const std::byte* src, std::size_t n, std::byte* dst, std::size_t cap) noexcept;
+  /// Compresses the `n` bytes at `src` into `dst`, at most `cap` bytes, against the `n` bytes at `dict` when it is
+  /// not nullptr (the previous frame: the codec finds the parts that did not change there). Returns the bytes
+  /// written, or 0 when the result would not fit in `cap` (then the caller stores the frame as it is). Never throws,
+  /// never allocates.
+  std::size_t encode(const std::byte* src, std::size_t n, const std::byte* dict, std::byte* dst,
+                     std::size_t cap) noexcept;
 
  private:
   Codec codec_;
   int32_t level_;
   void* zstd_ = nullptr;          // ZSTD_CCtx*
+  void* lz4_stream_ = nullptr;    // LZ4_stream_t*, for a frame coded against a dictionary
   std::vector<char> lz4_state_;   // LZ4_compress_fast_extState's state
 };
 
-/// Decodes the `len` bytes at `src` into exactly `n` bytes at `dst`; false when they do not decode to exactly `n`
-/// bytes (torn or corrupt). Never writes past dst + n; never throws.
-bool decode_frame(Codec codec, const std::byte* src, std::size_t len, std::byte* dst, std::size_t n) noexcept;
+/// Decodes the `len` bytes at `src` into exactly `n` bytes at `dst`, against the `n` bytes at `dict` when the frame
+/// was encoded against a dictionary (else nullptr); false when they do not decode to exactly `n` bytes (torn or
+/// corrupt). Never writes past dst + n; never throws.
+bool decode_frame(Codec codec, const std::byte* src, std::size_t len, const std::byte* dict, std::byte* dst,
+                  std::size_t n) noexcept;
 
 }  // namespace shmreplay::detail

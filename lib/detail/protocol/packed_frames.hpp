@@ -37,6 +37,12 @@
 
 namespace shmreplay::detail {
 
+/// Every kPackedKeyEvery-th frame of an env (frame numbers divisible by it) is coded alone (a key frame); the others
+/// against the frame before them, which the codec finds mostly unchanged. A reader decodes a frame after the ones
+/// it is coded against, back to the key frame before it: at most kPackedKeyEvery - 1 more, and none in a sequence,
+/// whose frames it decodes in order.
+inline constexpr uint64_t kPackedKeyEvery = 4;
+
 // ---------------------------------------------------------------------------------------------------------------
 // Reader side.
 
@@ -95,6 +101,7 @@ struct PackedRecord {
   uint64_t pos = 0;  ///< its first byte's position in the env's ring (monotonic)
   uint64_t len = 0;
   bool raw = false;  ///< the frame as pushed
+  bool key = false;  ///< coded alone (kPackedKey), else against the frame before
   uint32_t crc = 0;
 };
 
@@ -104,7 +111,8 @@ struct PackedScratch {
   explicit PackedScratch(const Segment& seg);
   std::vector<std::unique_ptr<FrameEncoder>> encoders;  ///< per field
   std::vector<std::vector<std::byte>> encoded;          ///< per field: K records of at most a frame each
-  std::vector<std::vector<std::byte>> frame;            ///< per field: one frame, gathered from an interleaved stack
+  std::vector<std::vector<std::byte>> frame;            ///< per field: two frames, gathered from an interleaved
+                                                        ///< stack (frame n at n % 2: the next one's dictionary)
   std::vector<std::vector<PackedRecord>> records;       ///< per field: K
   std::vector<uint64_t> first_new;                      ///< per field: the first frame of the step's stack that is new
   std::vector<uint64_t> lost;                           ///< per field: steps the step's records made leave the view

@@ -142,7 +142,8 @@ StackGeometry packed_shape(const Field& field, std::size_t index) noexcept {
 }
 
 uint64_t packed_frames(uint64_t capacity, uint64_t depth, uint64_t restarts) {
-  return depth > 1 ? stack_ring_frames(capacity, depth, restarts) : capacity + 1;
+  // kPackedKeyEvery - 1 more: the oldest step's frames may be coded against as many older ones.
+  return (depth > 1 ? stack_ring_frames(capacity, depth, restarts) : capacity + 1) + kPackedKeyEvery - 1;
 }
 
 uint64_t packed_min_ring(const StackGeometry& st) noexcept {

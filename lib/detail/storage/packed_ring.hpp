@@ -35,7 +35,8 @@ class PackedRing final : public FieldStorage {
 StackGeometry packed_shape(const Field& field, std::size_t index) noexcept;
 
 /// Frame descriptors per env of a compressed field of `depth` frames per step: a stacked field's frame-ring count
-/// (stack_ring_frames), capacity + 1 for an unstacked one.
+/// (stack_ring_frames), capacity + 1 for an unstacked one, and kPackedKeyEvery - 1 more (the frames the oldest
+/// step's are coded against).
 uint64_t packed_frames(uint64_t capacity, uint64_t depth, uint64_t restarts);
 
 /// The least byte ring an env may have: two steps' frames as pushed, with their alignment.
