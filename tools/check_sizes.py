@@ -35,9 +35,6 @@ FUNCTIONS: dict[tuple[str, str], str] = {
     ("lib/buffer.cpp", "shmreplay::check_create_arguments"):
         "create's argument checks, one after the other in the order CreateOptions declares them, each with its own "
         "message, before anything is made (5 lines over)",
-    ("lib/detail/protocol/packed_frames.cpp", "shmreplay::detail::store_packed"):
-        "a compressed step's store: the stacks lost, then the release fence, then the records and descriptors; "
-        "one function keeps the fence between the two passes in sight",
     ("tools/cli/dump.cpp", "shmreplay::cli::run_dump"):
         "dump from its arguments to its last row, read top to bottom: the checks of its fields, envs and step "
         "range, then the chunked listing in its text and --json forms side by side (3 lines over)",
