@@ -97,24 +97,35 @@ TEST_CASE("the counting allocator sees allocations (the zero-allocation test bel
   CHECK(counter.count() >= 2);
 }
 
-TEST_CASE("once warmed up, sampling, peek, try_update, online resets and pushes make no heap allocation") {
-  const uint64_t num_envs = 4;
-  const uint64_t capacity = 32;
-  SegmentGuard guard(unique_name("alloc"));
-  Buffer buf = Buffer::create(guard.name(), num_envs, capacity, kPayloadSchema);
-  Writer writer = Writer::range(buf, 0, num_envs);
-  Sampler learner(buf);
-  Rng rng(5);
+// A buffer, its writer and learner, and everything the measured rounds use, built before them: ids, field arrays,
+// one payload per env.
+struct AllocRig {
+  static constexpr uint64_t kEnvs = 4;
+  static constexpr uint64_t kCapacity = 32;
+  static constexpr std::size_t kL = 8;
+  static constexpr std::size_t kRows = 64;
+  Buffer& buf;
+  Writer writer = Writer::range(buf, 0, kEnvs);
+  Sampler learner{buf};
+  Rng rng{5};
   SampleBatch batch;
-  // Everything the measured region uses is built here: ids, field arrays, one payload per env.
   const std::vector<int32_t> all_ids = {3, 0, 2, 1};
   const std::vector<uint64_t> peek_ids = {0, 1, 2, 3, 1};
   const uint64_t one_env[1] = {2};
-  std::vector<uint64_t> hdr(4 * num_envs);
-  std::vector<float> body(kBody * num_envs);
-  std::vector<uint8_t> tail(kTail * num_envs);
+  std::vector<uint64_t> hdr = std::vector<uint64_t>(4 * kEnvs);
+  std::vector<float> body = std::vector<float>(kBody * kEnvs);
+  std::vector<uint8_t> tail = std::vector<uint8_t>(kTail * kEnvs);
   const std::array<FieldBytes, 3> batch_fields = {field_bytes(hdr), field_bytes(body), field_bytes(tail)};
-  const auto fill = [&] {  // the next payload of each env of all_ids, in place
+  Payload single{};
+  const std::array<FieldBytes, 3> single_fields = {FieldBytes{single.hdr, sizeof single.hdr},
+                                                   FieldBytes{single.body, sizeof single.body},
+                                                   FieldBytes{single.tail, sizeof single.tail}};
+  const SampleOptions with_period{.period = 3, .min_steps = 8};
+
+  explicit AllocRig(Buffer& b) : buf(b) {}
+
+  // The next payload of each env of all_ids, in place.
+  void fill() {
     for (std::size_t i = 0; i < all_ids.size(); ++i) {
       const auto e = static_cast<uint64_t>(all_ids[i]);
       const Payload p = make_payload(e, segment_of(buf).env_control(e).head.load(), 0);
@@ -122,18 +133,11 @@ TEST_CASE("once warmed up, sampling, peek, try_update, online resets and pushes 
       std::memcpy(&body[kBody * i], p.body, sizeof p.body);
       std::memcpy(&tail[kTail * i], p.tail, sizeof p.tail);
     }
-  };
-  Payload single{};
-  const std::array<FieldBytes, 3> single_fields = {FieldBytes{single.hdr, sizeof single.hdr},
-                                                   FieldBytes{single.body, sizeof single.body},
-                                                   FieldBytes{single.tail, sizeof single.tail}};
-  const SampleOptions with_period{.period = 3, .min_steps = 8};
-  constexpr std::size_t kL = 8;
-  constexpr std::size_t kRows = 64;
+  }
 
   // One round of every operation, in the shapes the measured rounds use (no doctest assertion inside: doctest
   // may allocate). Returns whether try_update rewrote its step.
-  const auto round = [&](uint64_t i) {
+  bool round(uint64_t i) {
     fill();
     writer.push(all_ids, batch_fields);
     single = make_payload(1, segment_of(buf).env_control(1).head.load(), 0);
@@ -158,35 +162,41 @@ TEST_CASE("once warmed up, sampling, peek, try_update, online resets and pushes 
                                              FieldBytes{p.tail, sizeof p.tail}});
     learner.reset_online_queue();
     return updated;
-  };
+  }
+};
 
+TEST_CASE("once warmed up, sampling, peek, try_update, online resets and pushes make no heap allocation") {
+  SegmentGuard guard(unique_name("alloc"));
+  Buffer buf = Buffer::create(guard.name(), AllocRig::kEnvs, AllocRig::kCapacity, kPayloadSchema);
+  AllocRig rig(buf);
   // Warm up: fill every ring past its capacity, then run each operation once.
-  for (uint64_t i = 0; i < capacity + 4; ++i) {
-    fill();
-    writer.push(all_ids, batch_fields);
+  for (uint64_t i = 0; i < AllocRig::kCapacity + 4; ++i) {
+    rig.fill();
+    rig.writer.push(rig.all_ids, rig.batch_fields);
   }
   {
     // The counter sees the library's own allocations: a cold batch grows its storage.
     AllocationCounter counter;
-    learner.sample(View::replay, kRows, kL, 1.0, rng, batch);
+    rig.learner.sample(View::replay, AllocRig::kRows, AllocRig::kL, 1.0, rig.rng, rig.batch);
     CHECK(counter.count() > 0);
   }
-  REQUIRE(round(0));
+  REQUIRE(rig.round(0));
 
   uint64_t allocations = 0;
   uint64_t updates = 0;
   {
     AllocationCounter counter;
     for (uint64_t i = 1; i <= 50; ++i) {
-      if (round(i)) ++updates;
+      if (rig.round(i)) ++updates;
     }
     allocations = counter.count();
   }
   CHECK(updates == 50);
   CHECK_MESSAGE(allocations == 0, allocations << " heap allocation(s) in 50 warmed-up rounds");
   // The rounds did real work: the last batch is a sound peek, and the rings hold intact steps.
+  const SampleBatch& batch = rig.batch;
   for (std::size_t row = 0; row < batch.rows(); ++row) {
-    CHECK(check_row(batch, row, learner.sizes(batch.env_ids()[row]).head) == "");
+    CHECK(check_row(batch, row, rig.learner.sizes(batch.env_ids()[row]).head) == "");
   }
-  for (uint64_t e = 1; e < num_envs; ++e) CHECK(check_env_payloads(buf, e) == "");  // env 0 has updated steps
+  for (uint64_t e = 1; e < AllocRig::kEnvs; ++e) CHECK(check_env_payloads(buf, e) == "");  // env 0: updated steps
 }

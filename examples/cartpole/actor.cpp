@@ -48,12 +48,35 @@ struct PushBatch {
   std::vector<uint8_t> done, truncated;
   std::vector<float> ret;
   std::vector<std::array<uint64_t, 3>> stamp;
-};
 
-template <class T>
-shmreplay::FieldBytes first_rows(const std::vector<T>& v, std::size_t n) {
-  return {v.data(), n * sizeof(T)};
-}
+  // Row n: the step of `env` that began when `p` was sent and ended with `r`, which the push will give index `step`.
+  void set(std::size_t n, uint64_t env, uint64_t step, const Pending& p, const EnvResult& r) {
+    ids[n] = env;
+    obs[n] = p.obs;
+    action[n] = p.action;
+    logprob[n] = p.logprob;
+    reward[n] = r.reward;
+    value[n] = p.value;
+    done[n] = r.done;
+    truncated[n] = r.truncated;
+    ret[n] = r.done ? r.episode_return : 0.0f;
+    stamp[n] = {env, step,
+                step_checksum(env, step, p.obs.data(), p.action, p.logprob, r.reward, p.value, done[n], truncated[n],
+                              ret[n])};
+  }
+
+  // Pushes the first n rows in one call.
+  void push(shmreplay::Writer& writer, std::size_t n) const {
+    writer.push(std::span<const uint64_t>(ids.data(), n),
+                {rows(obs, n), rows(action, n), rows(logprob, n), rows(reward, n), rows(value, n), rows(done, n),
+                 rows(truncated, n), rows(ret, n), rows(stamp, n)});
+  }
+
+  template <class T>
+  static shmreplay::FieldBytes rows(const std::vector<T>& v, std::size_t n) {
+    return {v.data(), n * sizeof(T)};
+  }
+};
 
 int run(const Options& o) {
   shmreplay::Buffer buffer = shmreplay::Buffer::open(o.buffer, {.expected_schema = shmreplay::Schema::parse(kSchema)});
@@ -89,20 +112,7 @@ int run(const Options& o) {
       Pending& p = pending[r.env_id];
       if (p.valid) {  // the step that began when p was sent is complete: queue it for the push
         const uint64_t env = o.first + r.env_id;
-        batch.ids[n] = env;
-        batch.obs[n] = p.obs;
-        batch.action[n] = p.action;
-        batch.logprob[n] = p.logprob;
-        batch.reward[n] = r.reward;
-        batch.value[n] = p.value;
-        batch.done[n] = r.done;
-        batch.truncated[n] = r.truncated;
-        batch.ret[n] = r.done ? r.episode_return : 0.0f;
-        const uint64_t step = writer.head(env);  // the index this push gives the step
-        batch.stamp[n] = {env, step,
-                          step_checksum(env, step, p.obs.data(), p.action, p.logprob, r.reward, p.value, batch.done[n],
-                                        batch.truncated[n], batch.ret[n])};
-        ++n;
+        batch.set(n++, env, writer.head(env), p, r);  // head: the index this push gives the step
       }
       if (r.done) {
         ++episodes;
@@ -118,10 +128,7 @@ int run(const Options& o) {
       send_actions.push_back(action);
     }
     if (n > 0) {
-      writer.push(std::span<const uint64_t>(batch.ids.data(), n),
-                  {first_rows(batch.obs, n), first_rows(batch.action, n), first_rows(batch.logprob, n),
-                   first_rows(batch.reward, n), first_rows(batch.value, n), first_rows(batch.done, n),
-                   first_rows(batch.truncated, n), first_rows(batch.ret, n), first_rows(batch.stamp, n)});
+      batch.push(writer, n);
       steps += n;
     }
     pool.send(send_ids, send_actions);

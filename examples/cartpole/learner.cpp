@@ -136,6 +136,57 @@ void row_gradient(const shmreplay::SampleBatch& b, std::size_t row, std::size_t 
   stats.trained += m;
 }
 
+// The gradient of one sampled batch (every row's that checks, into `grad`), and its statistics: rows trained, value
+// loss, violations, and the returns of the episodes that ended in its online rows (the freshest episodes).
+UpdateStats batch_gradient(const shmreplay::SampleBatch& batch, shmreplay::Sampler& learner, const Options& o,
+                           const Params& params, Params& grad) {
+  UpdateStats stats;
+  for (std::size_t row = 0; row < batch.rows(); ++row) {
+    const int64_t n = check_row(batch, row, learner.sizes(batch.env_ids()[row]).head);
+    if (n < 0) {
+      ++stats.violations;
+      continue;
+    }
+    row_gradient(batch, row, static_cast<std::size_t>(n), params, o.entropy, grad, stats);
+    if (row >= o.replay_batch) {  // online rows: the freshest episodes
+      for (int64_t t = 0; t < n; ++t) {
+        if (std::to_integer<int>(*batch.step(kDone, row, static_cast<std::size_t>(t))) != 0) {
+          float ret;
+          std::memcpy(&ret, batch.step(kEpisodeReturn, row, static_cast<std::size_t>(t)), sizeof ret);
+          stats.returns.push_back(ret);
+        }
+      }
+    }
+  }
+  return stats;
+}
+
+// The run's last lines: its totals, and the value loss and episode return over its first and last tenth (at least
+// one update, at most 100 of them; 200 episodes), as text and as an @report line.
+void report_run(const std::vector<double>& losses, const std::vector<float>& all_returns, uint64_t updates,
+                uint64_t rows, uint64_t violations, const shmreplay::Sampler& learner, double secs, uint64_t pushed) {
+  // First and last tenth of the run (at least one update, at most 100).
+  const std::size_t k = std::clamp<std::size_t>(losses.size() / 10, 1, 100);
+  const auto mean_of = [](auto first, auto last) {
+    return first == last ? 0.0 : std::accumulate(first, last, 0.0) / static_cast<double>(last - first);
+  };
+  const std::size_t kr = std::clamp<std::size_t>(all_returns.size() / 10, 1, 200);
+  const double loss_first = mean_of(losses.begin(), losses.begin() + static_cast<std::ptrdiff_t>(std::min(k, losses.size())));
+  const double loss_last = mean_of(losses.end() - static_cast<std::ptrdiff_t>(std::min(k, losses.size())), losses.end());
+  const double ret_first = mean_of(all_returns.begin(), all_returns.begin() + static_cast<std::ptrdiff_t>(std::min(kr, all_returns.size())));
+  const double ret_last = mean_of(all_returns.end() - static_cast<std::ptrdiff_t>(std::min(kr, all_returns.size())), all_returns.end());
+  say(fmt::format("{} updates, {} rows sampled ({:.0f}/s), {} retries, {} violations; value loss {:.3f} -> {:.3f}; "
+             "episode return {:.1f} -> {:.1f}",
+             updates, rows, static_cast<double>(rows) / secs, learner.retries(), violations, loss_first, loss_last,
+             ret_first, ret_last));
+  const nlohmann::json report = {
+      {"role", "learner"},        {"updates", updates},         {"rows_sampled", rows},
+      {"retries", learner.retries()}, {"violations", violations}, {"loss_first", loss_first},
+      {"loss_last", loss_last},   {"return_first", ret_first},  {"return_last", ret_last},
+      {"seconds", secs},          {"pushed", pushed}};
+  say("@report " + report.dump());
+}
+
 int run(const Options& o) {
   shmreplay::Buffer buffer = shmreplay::Buffer::open(o.buffer, {.expected_schema = shmreplay::Schema::parse(kSchema)});
   shmreplay::Sampler learner(buffer);
@@ -167,25 +218,8 @@ int run(const Options& o) {
     if (learner.wait(shmreplay::View::online, o.min_online, 100)) {
       learner.sample_mixed(o.replay_batch, o.online_batch, o.length, o.power, rng, batch);
       learner.reset_online_queue();
-      UpdateStats stats;
       Params grad{};
-      for (std::size_t row = 0; row < batch.rows(); ++row) {
-        const int64_t n = check_row(batch, row, learner.sizes(batch.env_ids()[row]).head);
-        if (n < 0) {
-          ++stats.violations;
-          continue;
-        }
-        row_gradient(batch, row, static_cast<std::size_t>(n), params, o.entropy, grad, stats);
-        if (row >= o.replay_batch) {  // online rows: the freshest episodes
-          for (int64_t t = 0; t < n; ++t) {
-            if (std::to_integer<int>(*batch.step(kDone, row, static_cast<std::size_t>(t))) != 0) {
-              float ret;
-              std::memcpy(&ret, batch.step(kEpisodeReturn, row, static_cast<std::size_t>(t)), sizeof ret);
-              stats.returns.push_back(ret);
-            }
-          }
-        }
-      }
+      const UpdateStats stats = batch_gradient(batch, learner, o, params, grad);
       if (stats.trained > 0) {
         for (double& g : grad) g /= static_cast<double>(stats.trained);
         adam.step(params, grad);
@@ -222,27 +256,7 @@ int run(const Options& o) {
     }
   }
 
-  // First and last tenth of the run (at least one update, at most 100).
-  const std::size_t k = std::clamp<std::size_t>(losses.size() / 10, 1, 100);
-  const auto mean_of = [](auto first, auto last) {
-    return first == last ? 0.0 : std::accumulate(first, last, 0.0) / static_cast<double>(last - first);
-  };
-  const std::size_t kr = std::clamp<std::size_t>(all_returns.size() / 10, 1, 200);
-  const double loss_first = mean_of(losses.begin(), losses.begin() + static_cast<std::ptrdiff_t>(std::min(k, losses.size())));
-  const double loss_last = mean_of(losses.end() - static_cast<std::ptrdiff_t>(std::min(k, losses.size())), losses.end());
-  const double ret_first = mean_of(all_returns.begin(), all_returns.begin() + static_cast<std::ptrdiff_t>(std::min(kr, all_returns.size())));
-  const double ret_last = mean_of(all_returns.end() - static_cast<std::ptrdiff_t>(std::min(kr, all_returns.size())), all_returns.end());
-  const double secs = elapsed();
-  say(fmt::format("{} updates, {} rows sampled ({:.0f}/s), {} retries, {} violations; value loss {:.3f} -> {:.3f}; "
-             "episode return {:.1f} -> {:.1f}",
-             updates, rows, static_cast<double>(rows) / secs, learner.retries(), violations, loss_first, loss_last,
-             ret_first, ret_last));
-  const nlohmann::json report = {
-      {"role", "learner"},        {"updates", updates},         {"rows_sampled", rows},
-      {"retries", learner.retries()}, {"violations", violations}, {"loss_first", loss_first},
-      {"loss_last", loss_last},   {"return_first", ret_first},  {"return_last", ret_last},
-      {"seconds", secs},          {"pushed", total_pushed()}};
-  say("@report " + report.dump());
+  report_run(losses, all_returns, updates, rows, violations, learner, elapsed(), total_pushed());
   return 0;
 }
 

@@ -158,6 +158,96 @@ std::string exit_text(int status) {
   return "unknown";
 }
 
+// The run's summary: the buffer's own counters (read through the read-only inspector), the learner's report, the
+// actors' returns, every process's exit; ok only if every process exited cleanly and on time, none is left running,
+// and the learner saw no violation.
+json summarize(const Options& o, const std::vector<Child>& children, double seconds, bool interrupted,
+               bool early_exit) {
+  const uint64_t num_envs = uint64_t{o.workers} * o.envs_per_worker;
+  // The buffer's own counters, read through the read-only inspector.
+  const shmreplay::SegmentInfo info = shmreplay::Inspector(o.name).snapshot();
+  uint64_t pushes = 0;
+  for (const shmreplay::EnvInfo& e : info.envs) pushes += e.head;
+
+  json summary = {{"seconds", seconds}, {"interrupted", interrupted}, {"workers", o.workers},
+                  {"envs", num_envs},   {"pushes", pushes},           {"pushes_per_s", static_cast<double>(pushes) / seconds}};
+  const json empty = json::object();
+  const json& lr = children[0].report ? *children[0].report : empty;
+  summary["learner_report"] = children[0].report.has_value();
+  for (const char* key : {"updates", "rows_sampled", "retries", "violations", "loss_first", "loss_last",
+                          "eval_return_first", "eval_return_last", "eval_return_best"}) {
+    summary[key] = lr.value(key, json());
+  }
+  summary["samples_per_s"] = lr.value("rows_sampled", 0.0) / seconds;
+  summary["loss_falling"] = lr.contains("loss_first") && lr["loss_last"].get<double>() < lr["loss_first"].get<double>();
+  double ret_first = 0, ret_last = 0, actor_steps = 0;
+  json processes = json::array();
+  bool clean = true;
+  int reports = 0;
+  for (const Child& c : children) {
+    const bool ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0 && c.report.has_value();
+    clean = clean && ok;
+    processes.push_back({{"role", c.label}, {"pid", c.pid}, {"status", exit_text(c.status)}, {"clean", ok}});
+    if (c.label != "learner" && c.report) {
+      ret_first += c.report->value("return_first", 0.0);
+      ret_last += c.report->value("return_last", 0.0);
+      actor_steps += c.report->value("steps", 0.0);
+      ++reports;
+    }
+  }
+  int left_running = 0;
+  for (const Child& c : children) left_running += ::kill(c.pid, 0) == 0 ? 1 : 0;
+  summary["return_first"] = reports ? ret_first / reports : 0.0;
+  summary["return_last"] = reports ? ret_last / reports : 0.0;
+  summary["processes"] = processes;
+  summary["left_running"] = left_running;
+  summary["segment"] = {{"name", o.name}, {"kept", o.keep}};
+  const bool ok = clean && !early_exit && left_running == 0 && lr.value("violations", 1) == 0;
+  summary["ok"] = ok;
+  return summary;
+}
+
+// The summary as JSON (--json) or as text.
+void print_summary(const Options& o, const std::vector<Child>& children, const json& summary) {
+  const json empty = json::object();
+  const json& lr = children[0].report ? *children[0].report : empty;
+  const double seconds = summary["seconds"].get<double>();
+  const bool interrupted = summary["interrupted"].get<bool>();
+  const uint64_t pushes = summary["pushes"].get<uint64_t>();
+  double actor_steps = 0;
+  for (const Child& c : children) {
+    if (c.label != "learner" && c.report) actor_steps += c.report->value("steps", 0.0);
+  }
+  const int left_running = summary["left_running"].get<int>();
+  if (o.json) {
+    fmt::print("{}\n", summary.dump(2));
+    return;
+  }
+  fmt::print("\nsummary: {:.1f} s{}, {} actors x {} envs\n", seconds, interrupted ? " (interrupted)" : "", o.workers,
+             o.envs_per_worker);
+  fmt::print("  steps pushed     {:>12}  ({:.0f}/s; actors report {:.0f})\n", pushes, static_cast<double>(pushes) / seconds, actor_steps);
+  fmt::print("  rows sampled     {:>12}  ({:.0f}/s) in {} updates, {} retries\n", lr.value("rows_sampled", 0),
+             lr.value("rows_sampled", 0.0) / seconds, lr.value("updates", 0), lr.value("retries", 0));
+  fmt::print("  learner loss     {:>12.3f}  -> {:.3f} ({})\n", lr.value("loss_first", 0.0), lr.value("loss_last", 0.0),
+             lr.contains("eval_return_last")               ? "TD loss: it need not fall"
+             : summary["loss_falling"].get<bool>() ? "falling"
+                                                   : "NOT falling");
+  if (lr.contains("eval_return_last")) {
+    fmt::print("  greedy return    {:>12.1f}  -> {:.1f}, best {:.1f} (the learner's own evaluation)\n",
+               lr.value("eval_return_first", 0.0), lr.value("eval_return_last", 0.0),
+               lr.value("eval_return_best", 0.0));
+  }
+  fmt::print("  episode return   {:>12.1f}  -> {:.1f} (actors' first and last 100 episodes)\n",
+             summary["return_first"].get<double>(), summary["return_last"].get<double>());
+  fmt::print("  violations       {:>12}  (every sampled step's stamp checked by the learner)\n",
+             lr.contains("violations") ? std::to_string(lr["violations"].get<uint64_t>()) : "no report");
+  for (const Child& c : children) {
+    fmt::print("  {:<16} pid {:<8} {}\n", c.label, c.pid, exit_text(c.status));
+  }
+  fmt::print("  processes left   {:>12}\n", left_running);
+  fmt::print("  buffer           {}\n", o.keep ? fmt::format("kept: '{}' (shmreplay info {})", o.name, o.name) : "removed");
+}
+
 int run(const Options& o) {
   using namespace cartpole;
   const std::filesystem::path dir = std::filesystem::read_symlink("/proc/self/exe").parent_path();
@@ -208,75 +298,9 @@ int run(const Options& o) {
   stop(children, o, /*learner=*/true, std::chrono::seconds(5));
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
-  // The buffer's own counters, read through the read-only inspector.
-  const shmreplay::SegmentInfo info = shmreplay::Inspector(o.name).snapshot();
-  uint64_t pushes = 0;
-  for (const shmreplay::EnvInfo& e : info.envs) pushes += e.head;
-
-  json summary = {{"seconds", seconds}, {"interrupted", interrupted}, {"workers", o.workers},
-                  {"envs", num_envs},   {"pushes", pushes},           {"pushes_per_s", static_cast<double>(pushes) / seconds}};
-  const json empty = json::object();
-  const json& lr = children[0].report ? *children[0].report : empty;
-  summary["learner_report"] = children[0].report.has_value();
-  for (const char* key : {"updates", "rows_sampled", "retries", "violations", "loss_first", "loss_last",
-                          "eval_return_first", "eval_return_last", "eval_return_best"}) {
-    summary[key] = lr.value(key, json());
-  }
-  summary["samples_per_s"] = lr.value("rows_sampled", 0.0) / seconds;
-  summary["loss_falling"] = lr.contains("loss_first") && lr["loss_last"].get<double>() < lr["loss_first"].get<double>();
-  double ret_first = 0, ret_last = 0, actor_steps = 0;
-  json processes = json::array();
-  bool clean = true;
-  int reports = 0;
-  for (const Child& c : children) {
-    const bool ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0 && c.report.has_value();
-    clean = clean && ok;
-    processes.push_back({{"role", c.label}, {"pid", c.pid}, {"status", exit_text(c.status)}, {"clean", ok}});
-    if (c.label != "learner" && c.report) {
-      ret_first += c.report->value("return_first", 0.0);
-      ret_last += c.report->value("return_last", 0.0);
-      actor_steps += c.report->value("steps", 0.0);
-      ++reports;
-    }
-  }
-  int left_running = 0;
-  for (const Child& c : children) left_running += ::kill(c.pid, 0) == 0 ? 1 : 0;
-  summary["return_first"] = reports ? ret_first / reports : 0.0;
-  summary["return_last"] = reports ? ret_last / reports : 0.0;
-  summary["processes"] = processes;
-  summary["left_running"] = left_running;
-  summary["segment"] = {{"name", o.name}, {"kept", o.keep}};
-  const bool ok = clean && !early_exit && left_running == 0 && lr.value("violations", 1) == 0;
-  summary["ok"] = ok;
-
-  if (o.json) {
-    fmt::print("{}\n", summary.dump(2));
-  } else {
-    fmt::print("\nsummary: {:.1f} s{}, {} actors x {} envs\n", seconds, interrupted ? " (interrupted)" : "", o.workers,
-               o.envs_per_worker);
-    fmt::print("  steps pushed     {:>12}  ({:.0f}/s; actors report {:.0f})\n", pushes, static_cast<double>(pushes) / seconds, actor_steps);
-    fmt::print("  rows sampled     {:>12}  ({:.0f}/s) in {} updates, {} retries\n", lr.value("rows_sampled", 0),
-               lr.value("rows_sampled", 0.0) / seconds, lr.value("updates", 0), lr.value("retries", 0));
-    fmt::print("  learner loss     {:>12.3f}  -> {:.3f} ({})\n", lr.value("loss_first", 0.0), lr.value("loss_last", 0.0),
-               lr.contains("eval_return_last")               ? "TD loss: it need not fall"
-               : summary["loss_falling"].get<bool>() ? "falling"
-                                                     : "NOT falling");
-    if (lr.contains("eval_return_last")) {
-      fmt::print("  greedy return    {:>12.1f}  -> {:.1f}, best {:.1f} (the learner's own evaluation)\n",
-                 lr.value("eval_return_first", 0.0), lr.value("eval_return_last", 0.0),
-                 lr.value("eval_return_best", 0.0));
-    }
-    fmt::print("  episode return   {:>12.1f}  -> {:.1f} (actors' first and last 100 episodes)\n",
-               summary["return_first"].get<double>(), summary["return_last"].get<double>());
-    fmt::print("  violations       {:>12}  (every sampled step's stamp checked by the learner)\n",
-               lr.contains("violations") ? std::to_string(lr["violations"].get<uint64_t>()) : "no report");
-    for (const Child& c : children) {
-      fmt::print("  {:<16} pid {:<8} {}\n", c.label, c.pid, exit_text(c.status));
-    }
-    fmt::print("  processes left   {:>12}\n", left_running);
-    fmt::print("  buffer           {}\n", o.keep ? fmt::format("kept: '{}' (shmreplay info {})", o.name, o.name) : "removed");
-  }
-  return ok ? 0 : 1;
+  const json summary = summarize(o, children, seconds, interrupted, early_exit);
+  print_summary(o, children, summary);
+  return summary["ok"].get<bool>() ? 0 : 1;
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ from common import NUM_PARAMS, Status, StopFlag, act, checksum, params_path, rea
 PROGRESS_EVERY = 10.0  # seconds between @progress lines
 
 
-def main():
+def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--buffer", required=True)
     p.add_argument("--task", default="CartPole-v1")
@@ -33,7 +33,25 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--wait-for-rate-limit", action="store_true",
                    help="pushes wait while the buffer's rate limiter says the actors are ahead of the learner")
-    a = p.parse_args()
+    return p.parse_args()
+
+
+def push_until_taken(writer, env_ids, fields, status, stop, pushed):
+    """Pushes the steps, retrying while the rate limiter holds them back (the learner is behind: wait for it);
+    False when asked to stop first."""
+    while True:
+        try:
+            writer.push(env_ids, fields)
+            return True
+        except shmreplay.RateLimited as err:
+            status.set("held back by the rate limiter", pushed=pushed, why=str(err))
+            status.answer()
+            if stop:
+                return False
+
+
+def main():
+    a = parse_args()
 
     stop = StopFlag()
     status = Status(f"actor {a.first_env // max(a.num_envs, 1)}")
@@ -80,17 +98,7 @@ def main():
             stamp = np.stack([e.astype(np.uint64) + np.uint64(a.first_env), steps[e],
                               checksum(e.astype(np.uint64) + np.uint64(a.first_env), steps[e], fields)], axis=1)
             fields["stamp"] = stamp
-            held_back = True
-            while held_back:
-                try:
-                    writer.push(e.astype(np.int32) + a.first_env, fields)
-                    held_back = False
-                except shmreplay.RateLimited as err:  # the learner is behind: wait for it, unless asked to stop
-                    status.set("held back by the rate limiter", pushed=pushed, why=str(err))
-                    status.answer()
-                    if stop:
-                        break
-            if held_back:
+            if not push_until_taken(writer, e.astype(np.int32) + a.first_env, fields, status, stop, pushed):
                 break
             steps[e] += 1
             pushed += len(e)

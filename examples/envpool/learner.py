@@ -33,7 +33,7 @@ from common import Status, StopFlag, params_path, publish
 from vtrace import check_rows
 
 
-def main():
+def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--buffer", required=True)
     p.add_argument("--seconds", type=float, default=0, help="stop after this long (0: until SIGTERM)")
@@ -48,7 +48,33 @@ def main():
                         "push after one update's sample)")
     p.add_argument("--quiet", action="store_true", help="no per-second lines")
     p.add_argument("--framework", choices=("torch", "jax"), default="torch", help="the learner's framework")
-    a = p.parse_args()
+    return p.parse_args()
+
+
+def sample_one_batch(s, batch, replay_rows, online_rows, length, min_online, status, updates):
+    """One mixed sample into batch once the online view holds min_online steps, then the reset of the online view
+    to what it drew. False when there was nothing to train on yet (too few online steps, or the rate limiter held
+    the sample back)."""
+    if not s.wait("online", min_online, timeout=0.5):
+        status.set("waiting for online steps", have=s.size("online"), need=min_online, updates=updates)
+        return False
+    try:  # with a rate limiter, wait while the learners are ahead of the actors (checking for SIGTERM)
+        s.sample_mixed(replay_rows, online_rows, length, 1.0, rate_limit_timeout=0.5, out=batch)
+    except shmreplay.RateLimited as e:
+        status.set("held back by the rate limiter", online=s.size("online"), updates=updates, why=str(e))
+        return False
+    status.set("training", online=s.size("online"), updates=updates)
+    # Only the steps this sample could draw leave the online view: the actors' steps published since (the
+    # limiter let them in when the sample counted) stay. Resetting to the heads of now dropped them, and a
+    # learner descheduled here long enough for the actors to fill the limiter's budget then waited for online
+    # steps the limiter held back, while the actors waited for samples (docs/design/rate_limiter.md, "The
+    # online queue and the limiter"). Each rank resets its own slot's online view only.
+    s.reset_online_queue(to="sampled")
+    return True
+
+
+def main():
+    a = parse_args()
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     role = "learner" if world == 1 else f"learner {rank}"
@@ -88,21 +114,8 @@ def main():
                 if group is not None:
                     group.agree(0, stopping=True)  # the others learn it in their next update's all-reduce
                 break
-            if not s.wait("online", min_online, timeout=0.5):
-                status.set("waiting for online steps", have=s.size("online"), need=min_online, updates=updates)
+            if not sample_one_batch(s, batch, replay_rows, online_rows, a.length, min_online, status, updates):
                 continue
-            try:  # with a rate limiter, wait while the learners are ahead of the actors (checking for SIGTERM)
-                s.sample_mixed(replay_rows, online_rows, a.length, 1.0, rate_limit_timeout=0.5, out=batch)
-            except shmreplay.RateLimited as e:
-                status.set("held back by the rate limiter", online=s.size("online"), updates=updates, why=str(e))
-                continue
-            status.set("training", online=s.size("online"), updates=updates)
-            # Only the steps this sample could draw leave the online view: the actors' steps published since (the
-            # limiter let them in when the sample counted) stay. Resetting to the heads of now dropped them, and a
-            # learner descheduled here long enough for the actors to fill the limiter's budget then waited for online
-            # steps the limiter held back, while the actors waited for samples (docs/design/rate_limiter.md, "The
-            # online queue and the limiter"). Each rank resets its own slot's online view only.
-            s.reset_online_queue(to="sampled")
             violations += check_rows(batch, buf.heads())  # heads only grow: a row past them now was past then
             rows += batch.rows
             if group is None:

@@ -48,7 +48,8 @@ from common import SCHEMA, params_path
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def main():
+def parse_args():
+    """The options, checked (argparse's error and exit on a bad one); the PNG's size."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=120)
     p.add_argument("--workers", type=int, default=2, help="actor processes")
@@ -89,25 +90,13 @@ def main():
     if a.learners > 1 and a.learner != "torch":
         p.error(f"--learners {a.learners} needs --learner torch: the ranks are a torch.distributed group with "
                 "DistributedDataParallel; the JAX learner runs as one process")
-    out = sys.stderr if a.json else sys.stdout
-    envs = a.workers * a.envs_per_worker
-    limit = (shmreplay.RateLimit.ratio(a.samples_per_insert, a.min_replay, a.error_buffer)
-             if a.samples_per_insert > 0 else None)
+    return a, plot_size
+
+
+def start_processes(a, limit):
+    """The learner process(es) (K ranks of one torch.distributed group with --learners K) and the actors:
+    [(role, Popen)], learners first."""
     k = a.learners
-    buf = shmreplay.Buffer.create(a.name, envs, a.capacity, SCHEMA, replace=True, rate_limit=limit, max_learners=k)
-    learners = "1 learner" if k == 1 else f"{k} learner ranks (torch.distributed, gloo)"
-    print(f"buffer '{a.name}': {envs} envs x {a.capacity} steps; {learners} and {a.workers} envpool actors for "
-          f"{a.seconds:g} s (Ctrl-C stops); rate limit: {limit if limit else 'none'}", file=out, flush=True)
-    curve = []              # (t, mean return of the episodes that ended in the bucket, episodes), once every actor
-                            # reported
-    lock = threading.Lock()
-    try:
-        chart = charts.Charts(buf, curve, lock, a.logdir, f"{a.name}-{int(time.time())}")
-    except OSError as e:  # before any process starts: only the buffer to remove
-        shmreplay.Buffer.remove(a.name)
-        sys.exit(f"--logdir {a.logdir}: cannot write the event files there: {e}")
-    if chart.run_dir:
-        print(f"TensorBoard event files: {chart.run_dir} (tensorboard --logdir {a.logdir})", file=out, flush=True)
     py = sys.executable
     roles = ["learner"] if k == 1 else [f"learner {r}" for r in range(k)]
     port = free_port() if k > 1 else None
@@ -125,53 +114,63 @@ def main():
              "--num-envs", str(a.envs_per_worker), "--batch-size", str(a.batch_size), "--seed", str(w)]
             + (["--wait-for-rate-limit"] if limit else []),
             stdout=subprocess.PIPE, text=True)))
-    print("processes: " + ", ".join(f"{role} pid {pr.pid}" for role, pr in procs), file=out, flush=True)
-    reports, ready = {}, set()
-    answered = {}           # role -> time of its last @state line
-    progress = {}           # 10 s bucket -> [actors reported, episodes, sum of returns]
+    return procs
 
-    def on_progress(line):
+
+class Forwarder:
+    """Reads each process's lines on a thread of its own: @ready, @progress (the actors' learning curve, once every
+    actor reported a 10 s bucket), @report and @state lines are kept; the rest is forwarded unless --quiet."""
+
+    def __init__(self, a, out, curve, lock):
+        self.a, self.out, self.curve, self.lock = a, out, curve, lock
+        self.reports, self.ready = {}, set()
+        self.answered = {}      # role -> time of its last @state line
+        self.progress = {}      # 10 s bucket -> [actors reported, episodes, sum of returns]
+
+    def on_progress(self, line):
+        a, out = self.a, self.out
         p = json.loads(line[len("@progress "):])
         bucket = round(p["t"] / 10) * 10
-        with lock:
-            entry = progress.setdefault(bucket, [0, 0, 0.0])
+        with self.lock:
+            entry = self.progress.setdefault(bucket, [0, 0, 0.0])
             entry[0] += 1
             entry[1] += p["episodes"]
             entry[2] += p["return_sum"]
             if entry[0] == a.workers and entry[1] > 0:
-                curve.append((bucket, entry[2] / entry[1], entry[1]))
+                self.curve.append((bucket, entry[2] / entry[1], entry[1]))
                 if not a.quiet:
                     print(f"[actors]  t {bucket:6.1f}s  mean return {entry[2] / entry[1]:7.1f}  over {entry[1]} "
                           "episodes that ended in the last 10 s", file=out, flush=True)
 
-    def forward(role, proc):
+    def forward(self, role, proc):
         for line in proc.stdout:
             if line.startswith("@ready"):
-                ready.add(role)
+                self.ready.add(role)
             elif line.startswith("@progress "):
-                on_progress(line)
+                self.on_progress(line)
             elif line.startswith("@report "):
-                reports[role] = json.loads(line[len("@report "):])
+                self.reports[role] = json.loads(line[len("@report "):])
             elif line.startswith("@state "):
-                answered[role] = time.monotonic()
-                print(f"[watchdog] {state_text(role, json.loads(line[len('@state '):]))}", file=out, flush=True)
-            elif not a.quiet:
-                print(line, end="", file=out, flush=True)
+                self.answered[role] = time.monotonic()
+                print(f"[watchdog] {state_text(role, json.loads(line[len('@state '):]))}", file=self.out, flush=True)
+            elif not self.a.quiet:
+                print(line, end="", file=self.out, flush=True)
 
-    threads = [threading.Thread(target=forward, args=pr, daemon=True) for pr in procs]
-    for t in threads:
-        t.start()
+
+def run_for(a, buf, procs, fwd, chart, out):
+    """--seconds of work: the clock starts once every process has made its env pool or sampler (importing envpool
+    and torch takes seconds, many more on a busy machine), or after --ready-timeout; the watchdog asks every process
+    for its state (SIGUSR1) while neither side progresses. (seconds run, whether Ctrl-C ended it)."""
+    ready = fwd.ready
     interrupted = False
     started = time.monotonic()
     try:
-        # --seconds of work: the clock starts once every process has made its env pool or sampler (importing
-        # envpool and torch takes seconds, many more on a busy machine), or after --ready-timeout
         while len(ready) < len(procs) and time.monotonic() - started < a.ready_timeout and \
                 all(pr.poll() is None for _, pr in procs):
             time.sleep(0.1)
         started = time.monotonic()
         chart.start()
-        watchdog = Watchdog(buf, a.watchdog, out, k)
+        watchdog = Watchdog(buf, a.watchdog, out, a.learners)
         while time.monotonic() - started < a.seconds and all(pr.poll() is None for _, pr in procs):
             time.sleep(0.2)
             chart.tick(time.monotonic() - started)
@@ -180,14 +179,20 @@ def main():
                 for role, pr in procs:
                     if role in ready and pr.poll() is None:
                         pr.send_signal(signal.SIGUSR1)  # Status in common.py: one @state line within ~0.5 s
-                timer = threading.Timer(2.0, report_silent, (procs, ready, answered, asked, out))
+                timer = threading.Timer(2.0, report_silent, (procs, ready, fwd.answered, asked, out))
                 timer.daemon = True
                 timer.start()
     except KeyboardInterrupt:
         interrupted = True
-    wall = time.monotonic() - started
-    for _, pr in procs[k:] + procs[:k]:        # actors first, then the learners; the ranks agree to stop after
-        if pr.poll() is None:                  # the same update (learner.py), so none waits for a collective
+    return time.monotonic() - started, interrupted
+
+
+def stop_processes(procs, k, out):
+    """SIGTERM to every process still running, actors first, then the learners (the ranks agree to stop after the
+    same update, learner.py, so none waits for a collective); one killed if it still runs 15 s later. The exit
+    codes by role."""
+    for _, pr in procs[k:] + procs[:k]:
+        if pr.poll() is None:
             pr.send_signal(signal.SIGTERM)
     status = {}
     for role, pr in procs:
@@ -199,21 +204,14 @@ def main():
             pr.kill()
             code = pr.wait()
         status[role] = code
-    for t in threads:
-        t.join(timeout=5)
-    state = buf.rate_limit_state()
-    chart.finish(wall)
-    if a.plot:
-        chart.plot(a.plot, plot_size, f"{a.workers} envpool actors x {a.envs_per_worker} CartPoles, "
-                   f"{'1 learner' if k == 1 else f'{k} learner ranks'} ({a.learner}), "
-                   f"rate limit {a.samples_per_insert:g} rows per step")
-    if not a.keep:
-        shmreplay.Buffer.remove(a.name)
-    try:
-        os.remove(params_path(a.name))
-    except FileNotFoundError:
-        pass
+    return status
 
+
+def make_summary(a, procs, fwd, status, curve, state, wall, interrupted, chart):
+    """The run's summary: the actors' and the learners' totals, the learning curve, the rate limiter's counts and
+    every process's exit and report; ok only if every process exited cleanly and no violation was seen."""
+    k, envs, reports = a.learners, a.workers * a.envs_per_worker, fwd.reports
+    roles = [role for role, _ in procs[:k]]
     actors = [reports.get(f"actor {w}", {}) for w in range(a.workers)]
     ranks = [reports.get(role, {}) for role in roles]
     learner = ranks[0]
@@ -246,6 +244,12 @@ def main():
         "logdir": chart.run_dir, "plot": a.plot,
     }
     summary["ok"] = all(pr["clean"] for pr in summary["processes"]) and summary["violations"] == 0
+    return summary
+
+
+def print_summary(a, summary, wall, out):
+    """The summary as text (on `out`), or as JSON on stdout with --json."""
+    k = a.learners
     if a.json:
         print(json.dumps(summary, indent=1))
     else:
@@ -274,6 +278,53 @@ def main():
                        + (f" ({r.get('rows_per_update', '?')} per update)" if k > 1 else ""))
             print(f"  {pr['role']:<9} exit {pr['exit']}  {figures}", file=out)
         print(f"  buffer            {'kept' if a.keep else 'removed'}", file=out)
+
+
+def main():
+    a, plot_size = parse_args()
+    out = sys.stderr if a.json else sys.stdout
+    envs = a.workers * a.envs_per_worker
+    limit = (shmreplay.RateLimit.ratio(a.samples_per_insert, a.min_replay, a.error_buffer)
+             if a.samples_per_insert > 0 else None)
+    k = a.learners
+    buf = shmreplay.Buffer.create(a.name, envs, a.capacity, SCHEMA, replace=True, rate_limit=limit, max_learners=k)
+    learners = "1 learner" if k == 1 else f"{k} learner ranks (torch.distributed, gloo)"
+    print(f"buffer '{a.name}': {envs} envs x {a.capacity} steps; {learners} and {a.workers} envpool actors for "
+          f"{a.seconds:g} s (Ctrl-C stops); rate limit: {limit if limit else 'none'}", file=out, flush=True)
+    curve = []              # (t, mean return of the episodes that ended in the bucket, episodes), once every actor
+                            # reported
+    lock = threading.Lock()
+    try:
+        chart = charts.Charts(buf, curve, lock, a.logdir, f"{a.name}-{int(time.time())}")
+    except OSError as e:  # before any process starts: only the buffer to remove
+        shmreplay.Buffer.remove(a.name)
+        sys.exit(f"--logdir {a.logdir}: cannot write the event files there: {e}")
+    if chart.run_dir:
+        print(f"TensorBoard event files: {chart.run_dir} (tensorboard --logdir {a.logdir})", file=out, flush=True)
+    procs = start_processes(a, limit)
+    print("processes: " + ", ".join(f"{role} pid {pr.pid}" for role, pr in procs), file=out, flush=True)
+    fwd = Forwarder(a, out, curve, lock)
+    threads = [threading.Thread(target=fwd.forward, args=pr, daemon=True) for pr in procs]
+    for t in threads:
+        t.start()
+    wall, interrupted = run_for(a, buf, procs, fwd, chart, out)
+    status = stop_processes(procs, k, out)
+    for t in threads:
+        t.join(timeout=5)
+    state = buf.rate_limit_state()
+    chart.finish(wall)
+    if a.plot:
+        chart.plot(a.plot, plot_size, f"{a.workers} envpool actors x {a.envs_per_worker} CartPoles, "
+                   f"{'1 learner' if k == 1 else f'{k} learner ranks'} ({a.learner}), "
+                   f"rate limit {a.samples_per_insert:g} rows per step")
+    if not a.keep:
+        shmreplay.Buffer.remove(a.name)
+    try:
+        os.remove(params_path(a.name))
+    except FileNotFoundError:
+        pass
+    summary = make_summary(a, procs, fwd, status, curve, state, wall, interrupted, chart)
+    print_summary(a, summary, wall, out)
     return 0 if summary["ok"] else 1
 
 

@@ -2,8 +2,9 @@
 // reading and writing (InFile, OutFile, TempFile: file_io.cpp), the save's care for its path (check_replaceable,
 // remove_stale_temporaries: file_io.cpp), progress reports, the format's helpers (struct_crc, block_steps,
 // printable_bytes), the copy of one env's window (save_env: save_env.cpp), and the validation of an open file
-// (verify_file: verify.cpp), which a load runs before it writes a byte. Who calls it: the files of lib/checkpoint/
-// (save.cpp, save_env.cpp, verify.cpp, load.cpp, load_leases.cpp). Nothing here is shared across threads.
+// (verify_file: verify.cpp; read_header, read_meta: verify_header.cpp), which a load runs before it writes a byte.
+// Who calls it: the files of lib/checkpoint/ (save.cpp, save_env.cpp, verify.cpp, verify_header.cpp, load.cpp,
+// load_leases.cpp). Nothing here is shared across threads.
 #pragma once
 
 #include <algorithm>
@@ -222,6 +223,12 @@ inline CheckpointEnv env_of(const checkpoint_format::EnvSection& s, uint64_t off
 /// Throws Errc::corrupt: "checkpoint '<path>' is corrupt: <what>".
 [[noreturn]] void corrupt(const std::string& path, const std::string& what);
 
+/// verify_header.cpp: `in`'s header, checked (magic, version, checksum, sizes that fit the file); a format 1.0
+/// header is returned in the 2.0 struct. Throws Errc::truncated, not_a_segment, version_mismatch or corrupt.
+checkpoint_format::CheckpointHeader read_header(const InFile& in);
+/// verify_header.cpp: what the checked header `h` and its meta block (name, schema, buffer-wide state; checked
+/// here) say: all but the envs. Throws Errc::corrupt.
+CheckpointInfo read_meta(const InFile& in, const checkpoint_format::CheckpointHeader& h);
 /// Reads and validates the whole of `in` (every checksum) and returns what it holds; verify_checkpoint and the
 /// loads call it. Throws as verify_checkpoint says.
 CheckpointInfo verify_file(const InFile& in, const CheckpointProgressFn& progress);

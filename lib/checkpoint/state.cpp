@@ -230,26 +230,17 @@ std::vector<std::string> state_mismatches(const Buffer& target, const Checkpoint
   return out;
 }
 
-void load_env_extras(Buffer& target, const InFile& in, const CheckpointInfo& info, const CheckpointEnv& e,
-                     std::vector<std::string>& notes) {
-  Segment& seg = segment_of(target);
-  const auto note_once = [&](const std::string& text) {
-    if (std::find(notes.begin(), notes.end(), text) == notes.end()) notes.push_back(text);
-  };
-  // The extras follow the records; the second read's checksum catches a file changed since it was verified.
-  std::vector<float> weights(static_cast<std::size_t>(e.weights));
-  std::vector<EpisodeRecordBytes> queued(static_cast<std::size_t>(e.queued));
-  const uint64_t at = e.records_offset + e.steps * info.schema.step_bytes();
-  in.read_at(at, weights.data(), weights.size() * sizeof(float));
-  in.read_at(at + weights.size() * sizeof(float), queued.data(), queued.size() * sizeof(EpisodeRecordBytes));
-  uint32_t crc = crc32(0, weights.data(), weights.size() * sizeof(float));
-  crc = crc32(crc, queued.data(), queued.size() * sizeof(EpisodeRecordBytes));
-  if (info.holds_state() && crc != e.extra_crc) {
-    throw Error(Errc::corrupt, fmt::format("checkpoint '{}' changed while it was loaded into '{}': env {}'s "
-                                           "weights and episode records no longer match their checksum",
-                                           info.path, target.name(), e.env));
-  }
+namespace {
 
+// Adds `text` to `notes` unless it is there (one note per kind of difference, however many envs show it).
+void note_once(std::vector<std::string>& notes, const std::string& text) {
+  if (std::find(notes.begin(), notes.end(), text) == notes.end()) notes.push_back(text);
+}
+
+// Env e's priority tree from the file's `weights` (converted to the segment's alpha; the running maximum for steps
+// without one), or a note that the segment has no priorities for the file's.
+void load_env_weights(Segment& seg, const CheckpointInfo& info, const CheckpointEnv& e,
+                      const std::vector<float>& weights, std::vector<std::string>& notes) {
   if (seg.has_priorities()) {
     const PriorityTree tree = priority_tree_of(seg, e.env);
     const double alpha = seg.priority_exponent();
@@ -260,14 +251,14 @@ void load_env_extras(Buffer& target, const InFile& in, const CheckpointInfo& inf
     const double fallback = priority_weight(max_p, alpha);
     const std::optional<double> file_alpha = info.priority_exponent;
     if (!file_alpha) {
-      note_once(info.holds_state() ? "priorities: the checkpoint has none; every loaded step has the running maximum"
-                                   : "priorities: a format 1.0 checkpoint has none; every loaded step has the running "
-                                     "maximum");
+      note_once(notes, info.holds_state()
+                           ? "priorities: the checkpoint has none; every loaded step has the running maximum"
+                           : "priorities: a format 1.0 checkpoint has none; every loaded step has the running maximum");
     } else if (*file_alpha != alpha) {
-      note_once(*file_alpha > 0 ? fmt::format("priorities: weights converted from alpha {} to alpha {}", *file_alpha,
-                                              alpha)
-                                : fmt::format("priorities: the checkpoint's alpha is 0 (every weight 1), so its "
-                                              "priorities are unknown; every loaded step has the running maximum"));
+      note_once(notes, *file_alpha > 0
+                           ? fmt::format("priorities: weights converted from alpha {} to alpha {}", *file_alpha, alpha)
+                           : fmt::format("priorities: the checkpoint's alpha is 0 (every weight 1), so its "
+                                         "priorities are unknown; every loaded step has the running maximum"));
     }
     for (uint64_t s = 0; s < tree.leaves; ++s) tree.words[tree.leaves + s].store(0);
     for (uint64_t step = e.first_step; step < e.head; ++step) {
@@ -284,8 +275,30 @@ void load_env_extras(Buffer& target, const InFile& in, const CheckpointInfo& inf
     }
     rebuild(tree);
   } else if (info.priority_exponent) {
-    note_once("priorities: the segment has none; the checkpoint's are left out");
+    note_once(notes, "priorities: the segment has none; the checkpoint's are left out");
   }
+}
+
+}  // namespace
+
+void load_env_extras(Buffer& target, const InFile& in, const CheckpointInfo& info, const CheckpointEnv& e,
+                     std::vector<std::string>& notes) {
+  Segment& seg = segment_of(target);
+  // The extras follow the records; the second read's checksum catches a file changed since it was verified.
+  std::vector<float> weights(static_cast<std::size_t>(e.weights));
+  std::vector<EpisodeRecordBytes> queued(static_cast<std::size_t>(e.queued));
+  const uint64_t at = e.records_offset + e.steps * info.schema.step_bytes();
+  in.read_at(at, weights.data(), weights.size() * sizeof(float));
+  in.read_at(at + weights.size() * sizeof(float), queued.data(), queued.size() * sizeof(EpisodeRecordBytes));
+  uint32_t crc = crc32(0, weights.data(), weights.size() * sizeof(float));
+  crc = crc32(crc, queued.data(), queued.size() * sizeof(EpisodeRecordBytes));
+  if (info.holds_state() && crc != e.extra_crc) {
+    throw Error(Errc::corrupt, fmt::format("checkpoint '{}' changed while it was loaded into '{}': env {}'s "
+                                           "weights and episode records no longer match their checksum",
+                                           info.path, target.name(), e.env));
+  }
+
+  load_env_weights(seg, info, e, weights, notes);
 
   if (seg.has_episodes() && info.holds_state()) {
     layout::EpisodeControl& c = seg.episode_control(e.env);
@@ -293,9 +306,9 @@ void load_env_extras(Buffer& target, const InFile& in, const CheckpointInfo& inf
     const uint64_t cap = seg.episode_queue_capacity();
     const uint64_t keep = std::min<uint64_t>(queued.size(), cap);
     if (keep < queued.size()) {
-      note_once(fmt::format("episode records: the segment's queues hold {} records, the checkpoint's up to {}; the "
-                            "oldest waiting records are counted as dropped",
-                            cap, info.episode_queue_capacity));
+      note_once(notes, fmt::format("episode records: the segment's queues hold {} records, the checkpoint's up to "
+                                   "{}; the oldest waiting records are counted as dropped",
+                                   cap, info.episode_queue_capacity));
     }
     for (uint64_t k = 0; k < keep; ++k) {
       const EpisodeRecordBytes& r = queued[static_cast<std::size_t>(queued.size() - keep + k)];

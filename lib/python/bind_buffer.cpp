@@ -7,10 +7,13 @@ namespace shmreplay::python {
 
 using namespace py::literals;
 
-void bind_buffer(py::module_& m) {
-  // ----- Buffer
-  py::class_<Buffer, std::shared_ptr<Buffer>>(m, "Buffer", "A named replay buffer in POSIX shared memory.")
-      .def_static(
+using BufferClass = py::class_<Buffer, std::shared_ptr<Buffer>>;
+
+namespace {
+
+// Buffer.create: a new segment from its geometry, schema and options.
+void def_buffer_create(BufferClass& c) {
+  c.def_static(
           "create",
           [](const std::string& name, Int<"Buffer.create(): num_envs"> num_envs,
              Int<"Buffer.create(): capacity"> capacity, py::object schema, Int<"Buffer.create(): mode", uint32_t> mode,
@@ -78,8 +81,12 @@ void bind_buffer(py::module_& m) {
           "(1 to 64) learner processes may sample it at once, one Sampler per rank (Sampler(buffer, rank=r)). "
           "Compressed fields (NAME:DTYPE[SHAPE]:lz4 or :zstd=LEVEL) keep their records in compressed_bytes bytes, "
           "every compressed field and env together (0: their frames' bytes as pushed over expected_compression, "
-          "0 meaning 4); an env whose frames compress worse loses its oldest steps from the view.")
-      .def_static(
+          "0 meaning 4); an env whose frames compress worse loses its oldest steps from the view.");
+}
+
+// Buffer.open, remove, exists, and the buffer's properties.
+void def_buffer_properties(BufferClass& c) {
+  c.def_static(
           "open",
           [](const std::string& name, std::optional<py::object> schema, bool read_only, double ready_timeout,
              bool allow_other_owner) {
@@ -131,8 +138,12 @@ void bind_buffer(py::module_& m) {
                                if (!b.has_priorities()) return std::nullopt;
                                return b.priority_exponent();
                              },
-                             "alpha of a buffer with priorities, None without")
-      .def_property(
+                             "alpha of a buffer with priorities, None without");
+}
+
+// The buffer's rate limiter, heads, and read_steps (a copy of stored steps without the learner lease).
+void def_buffer_reads(BufferClass& c) {
+  c.def_property(
           "rate_limit", [](const Buffer& b) { return b.rate_limit(); },
           [](Buffer& b, std::optional<RateLimit> limit) {
             py::gil_scoped_release release;
@@ -181,11 +192,21 @@ void bind_buffer(py::module_& m) {
           "env"_a, "first_step"_a, "count"_a,
           "Copies stored steps first_step .. first_step + count - 1 of env out (those still stored: the range is cut "
           "to what the ring holds), validated like a sample, without the learner lease. Returns (the first step "
-          "copied, {field: array ``[steps, *shape]``}).")
-      .def("__repr__", [](const Buffer& b) {
-        return fmt::format("<shmreplay.Buffer '{}': {} envs x {} steps of {} bytes; {}>", b.name(), b.num_envs(),
-                           b.capacity(), b.schema().step_bytes(), b.schema().to_string());
-      });
+          "copied, {field: array ``[steps, *shape]``}).");
+}
+
+}  // namespace
+
+void bind_buffer(py::module_& m) {
+  // ----- Buffer
+  auto buffer = BufferClass(m, "Buffer", "A named replay buffer in POSIX shared memory.");
+  def_buffer_create(buffer);
+  def_buffer_properties(buffer);
+  def_buffer_reads(buffer);
+  buffer.def("__repr__", [](const Buffer& b) {
+    return fmt::format("<shmreplay.Buffer '{}': {} envs x {} steps of {} bytes; {}>", b.name(), b.num_envs(),
+                       b.capacity(), b.schema().step_bytes(), b.schema().to_string());
+  });
 }
 
 }  // namespace shmreplay::python

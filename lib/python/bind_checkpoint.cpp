@@ -340,11 +340,10 @@ void bind_results(py::module_& m) {
 
 }  // namespace
 
-void bind_checkpoint(py::module_& m) {
-  bind_info_parts(m);
-  bind_info(m);
-  bind_results(m);
+namespace {
 
+// save(), and Buffer.save (added to the Buffer class bound by bind_buffer).
+void bind_save(py::module_& m) {
   m.def(
       "save",
       [](py::object buffer, const std::filesystem::path& path, bool force, bool allow_other_owner,
@@ -372,7 +371,10 @@ void bind_checkpoint(py::module_& m) {
                   "path"_a, py::kw_only(), "force"_a = false, "progress"_a = py::none(),
                   "Save this buffer to the checkpoint file path: shmreplay.save(self, path, ...). Returns its "
                   "CheckpointInfo."));
+}
 
+// load() and verify(), of a checkpoint file or a chain directory.
+void bind_load_verify(py::module_& m) {
   m.def(
       "load",
       [](const std::filesystem::path& path, std::optional<std::string> name, Int<"load(): mode", uint32_t> mode,
@@ -422,7 +424,10 @@ void bind_checkpoint(py::module_& m) {
       "the newer links skipped and every file not taken; a chain directory of another user only with "
       "allow_other_owner=True). Raises NotFound, NotASegment, VersionMismatch, Truncated or Corrupt, saying "
       "where and what.");
+}
 
+// save_link() and list_links(): chains of incremental checkpoints in a directory.
+void bind_chain_calls(py::module_& m) {
   m.def(
       "save_link",
       [](py::object buffer, const std::filesystem::path& dir, Int<"save_link(): keep", uint32_t, 1> keep,
@@ -466,6 +471,17 @@ void bind_checkpoint(py::module_& m) {
       "whose headers fail, of another user or of a chain the directory does not list is listed with its error). "
       "Raises NotFound when dir does not exist, PermissionDenied for another user's directory unless "
       "allow_other_owner=True.");
+}
+
+}  // namespace
+
+void bind_checkpoint(py::module_& m) {
+  bind_info_parts(m);
+  bind_info(m);
+  bind_results(m);
+  bind_save(m);
+  bind_load_verify(m);
+  bind_chain_calls(m);
 }
 
 }  // namespace shmreplay::python

@@ -7,43 +7,13 @@ namespace shmreplay::python {
 
 using namespace py::literals;
 
-void bind_sampler(py::module_& m) {
-  // ----- Sampler
-  auto sampler = py::class_<PySampler, std::shared_ptr<PySampler>>(
-      m, "Sampler", "A learner's view (one per learner slot: max_learners of a buffer at a time): samples "
-                    "sequences from the replay view, the online queue, or both.")
-      .def(py::init([](std::shared_ptr<Buffer> buffer, py::object seed,
-                       Int<"Sampler(): max_retry_rounds", uint32_t> max_retry_rounds,
-                       std::optional<Int<"Sampler(): rank", uint64_t, 0, layout::kMaxLearners - 1>> rank) {
-             auto s = std::make_shared<PySampler>();
-             s->buffer = buffer;
-             s->schema = std::make_shared<const Schema>(buffer->schema());
-             const uint64_t seed_value = seed_from("Sampler(): seed", seed);
-             {
-               py::gil_scoped_release release;
-               s->sampler = std::make_shared<Sampler>(
-                   *buffer, SamplerOptions{.max_retry_rounds = max_retry_rounds,
-                                           .rank = rank ? std::optional<uint64_t>(*rank) : std::nullopt});
-             }
-             // The rank's own stream (rank 0: Rng(seed), as a single learner's), from the slot actually taken.
-             s->rng = rank_rng(seed_value, s->sampler->rank());
-             return s;
-           }),
-           "buffer"_a, py::kw_only(), "seed"_a = py::none(), "max_retry_rounds"_a = 10000, "rank"_a = py::none(),
-           "Take a learner slot of the buffer: rank=r takes slot r (0 to buffer.max_learners - 1: a GPU rank's), "
-           "None the first free one (LeaseHeld if live learners hold it, or all). With seed=, samples are "
-           "deterministic for a given buffer state, and ranks sharing one seed draw unrelated streams.")
-      .def_property_readonly("rank", [](PySampler& s) { return s.get("rank")->rank(); },
-                             "The learner slot it holds (0 in a one-learner buffer)")
-      .def("seed", [](PySampler& s, Int<"Sampler.seed(): seed"> seed) {
-        const uint64_t rank = s.get("seed")->rank();
-        py::gil_scoped_release release;
-        std::lock_guard lock(s.mu);  // the sample calls use rng under mu
-        s.rng = rank_rng(seed, rank);
-      }, "seed"_a,
-      "Reseed the sampler's random generator (its rank's stream of that seed): the next samples are deterministic "
-      "for a given buffer state.")
-      .def(
+using SamplerClass = py::class_<PySampler, std::shared_ptr<PySampler>>;
+
+namespace {
+
+// Sampler's priority calls: priority_weights, update_priorities.
+void def_sampler_priorities(SamplerClass& c) {
+  c.def(
           "priority_weights",
           [](PySampler& s, py::object env_ids, py::object steps) {
             const std::shared_ptr<Sampler> smp = s.get("priority_weights");
@@ -82,8 +52,12 @@ void bind_sampler(py::module_& m) {
           "Set the priorities of stored steps (pass batch.env_ids and batch.starts of a sample, with the new "
           "priorities: each a finite float32 >= 0 whose priority**alpha is a finite float32, else InvalidArgument "
           "naming the value as given, before anything is set). Returns (applied, dropped): an update for a step a "
-          "writer has overwritten since is dropped.")
-      .def(
+          "writer has overwritten since is dropped.");
+}
+
+// Sampler's reads that are not samples: peek, new_batch, and the blocking wait.
+void def_sampler_reads(SamplerClass& c) {
+  c.def(
           "peek",
           [](PySampler& s, py::object env_ids, py::object out) {
             std::vector<uint64_t> ids;
@@ -137,8 +111,12 @@ void bind_sampler(py::module_& m) {
           },
           "view"_a, "min_steps"_a, "timeout"_a,
           "Block until view holds at least min_steps steps (True) or timeout seconds pass (False; inf: no "
-          "timeout); woken by writers in any process. Ctrl-C raises KeyboardInterrupt within 100 ms.")
-      .def("reset_online_queue", [](PySampler& s, const std::string& to) {
+          "timeout); woken by writers in any process. Ctrl-C raises KeyboardInterrupt within 100 ms.");
+}
+
+// Sampler's online reset, rate-limit verdict, sizes, retries and buffer.
+void def_sampler_state(SamplerClass& c) {
+  c.def("reset_online_queue", [](PySampler& s, const std::string& to) {
         const std::shared_ptr<Sampler> smp = s.get("reset_online_queue");
         const OnlineReset where = parse_online_reset(to);
         py::gil_scoped_release release;
@@ -160,8 +138,12 @@ void bind_sampler(py::module_& m) {
            "The step counts of one env (head, replay and online view sizes) as an EnvSizes.")
       .def_property_readonly("retries", [](PySampler& s) { return s.get("retries")->retries(); },
                              "rows redrawn because a writer overwrote them while they were copied")
-      .def_property_readonly("buffer", [](PySampler& s) { return s.buffer; }, "the Buffer it samples")
-      .def(
+      .def_property_readonly("buffer", [](PySampler& s) { return s.buffer; }, "the Buffer it samples");
+}
+
+// Sampler's in-place rewrites of stored steps (try_update, update) and its episode records.
+void def_sampler_rewrites(SamplerClass& c) {
+  c.def(
           "try_update",
           [](PySampler& s, Int<"Sampler.try_update(): env"> env, Int<"Sampler.try_update(): step"> step,
              const py::dict& data) {
@@ -225,7 +207,47 @@ void bind_sampler(py::module_& m) {
           },
           "max"_a = 1024, "Completed episodes queued by the writers, oldest first per env (buffers with episode "
                           "fields). Each record reaches one learner at most once; the records a process killed inside "
-                          "this call had taken are counted lost (`shmreplay info`: episode_records_lost).")
+                          "this call had taken are counted lost (`shmreplay info`: episode_records_lost).");
+}
+
+}  // namespace
+
+void bind_sampler(py::module_& m) {
+  // ----- Sampler
+  auto sampler = SamplerClass(
+      m, "Sampler", "A learner's view (one per learner slot: max_learners of a buffer at a time): samples "
+                    "sequences from the replay view, the online queue, or both.")
+      .def(py::init([](std::shared_ptr<Buffer> buffer, py::object seed,
+                       Int<"Sampler(): max_retry_rounds", uint32_t> max_retry_rounds,
+                       std::optional<Int<"Sampler(): rank", uint64_t, 0, layout::kMaxLearners - 1>> rank) {
+             auto s = std::make_shared<PySampler>();
+             s->buffer = buffer;
+             s->schema = std::make_shared<const Schema>(buffer->schema());
+             const uint64_t seed_value = seed_from("Sampler(): seed", seed);
+             {
+               py::gil_scoped_release release;
+               s->sampler = std::make_shared<Sampler>(
+                   *buffer, SamplerOptions{.max_retry_rounds = max_retry_rounds,
+                                           .rank = rank ? std::optional<uint64_t>(*rank) : std::nullopt});
+             }
+             // The rank's own stream (rank 0: Rng(seed), as a single learner's), from the slot actually taken.
+             s->rng = rank_rng(seed_value, s->sampler->rank());
+             return s;
+           }),
+           "buffer"_a, py::kw_only(), "seed"_a = py::none(), "max_retry_rounds"_a = 10000, "rank"_a = py::none(),
+           "Take a learner slot of the buffer: rank=r takes slot r (0 to buffer.max_learners - 1: a GPU rank's), "
+           "None the first free one (LeaseHeld if live learners hold it, or all). With seed=, samples are "
+           "deterministic for a given buffer state, and ranks sharing one seed draw unrelated streams.")
+      .def_property_readonly("rank", [](PySampler& s) { return s.get("rank")->rank(); },
+                             "The learner slot it holds (0 in a one-learner buffer)")
+      .def("seed", [](PySampler& s, Int<"Sampler.seed(): seed"> seed) {
+        const uint64_t rank = s.get("seed")->rank();
+        py::gil_scoped_release release;
+        std::lock_guard lock(s.mu);  // the sample calls use rng under mu
+        s.rng = rank_rng(seed, rank);
+      }, "seed"_a,
+      "Reseed the sampler's random generator (its rank's stream of that seed): the next samples are deterministic "
+      "for a given buffer state.")
       .def("close", &PySampler::close,
            "Release the learner role now (also done when the Sampler is garbage-collected).")
       .def("__enter__", [](py::object self) { return self; })
@@ -233,6 +255,10 @@ void bind_sampler(py::module_& m) {
         s.close();
         return false;
       });
+  def_sampler_priorities(sampler);
+  def_sampler_reads(sampler);
+  def_sampler_state(sampler);
+  def_sampler_rewrites(sampler);
   add_sample_methods(sampler);  // sample, sample_mixed, sample_transitions and total_weight (sample_call.cpp)
 }
 

@@ -6,8 +6,12 @@ namespace shmreplay::python {
 
 using namespace py::literals;
 
-void bind_writer(py::module_& m) {
-  // ----- Writer
+using WriterClass = py::class_<PyWriter, std::shared_ptr<PyWriter>>;
+
+namespace {
+
+// StepSlot: a reserved step, filled in place and committed (Writer.reserve).
+void bind_step_slot(py::module_& m) {
   py::class_<PySlot>(m, "StepSlot",
                      "A reserved step: fill its arrays in place (they are views of the shared memory), then "
                      "commit. As a context manager it commits on a normal exit and abandons on an exception.")
@@ -55,25 +59,11 @@ void bind_writer(py::module_& m) {
         }
         return false;
       });
+}
 
-  auto writer = py::class_<PyWriter, std::shared_ptr<PyWriter>>(
-      m, "Writer", "An env worker's view: it leases env ids for this process and pushes their steps.")
-      .def(py::init([](std::shared_ptr<Buffer> buffer, py::object env_ids, bool wait_for_rate_limit,
-                       double rate_limit_timeout) {
-             auto w = std::make_shared<PyWriter>();
-             w->buffer = buffer;
-             const std::vector<uint64_t> ids = env_id_vector("Writer", env_ids, buffer->num_envs());
-             const WriterOptions o = writer_options(wait_for_rate_limit, rate_limit_timeout);
-             py::gil_scoped_release release;
-             w->writer.emplace(*buffer, ids, o);
-             return w;
-           }),
-           "buffer"_a, "env_ids"_a, py::kw_only(), "wait_for_rate_limit"_a = false, "rate_limit_timeout"_a = 10.0,
-           "Lease env_ids; LeaseHeld names the owner's pid when another process has one. With "
-           "wait_for_rate_limit=True, pushes wait (up to rate_limit_timeout seconds, then RateLimited; inf: no "
-           "timeout; Ctrl-C raises KeyboardInterrupt within 50 ms, with nothing pushed) while the buffer's rate "
-           "limiter holds inserts back; by default a writer never waits.")
-      .def_static(
+// Writer.range, the limiter's settings, and the writer's envs, buffer, takeovers, restarts and heads.
+void def_writer_properties(WriterClass& c) {
+  c.def_static(
           "range",
           [](std::shared_ptr<Buffer> buffer, Int<"Writer.range(): first"> first, Int<"Writer.range(): count"> count,
              bool wait_for_rate_limit,
@@ -125,8 +115,12 @@ void bind_writer(py::module_& m) {
           "in 256) found not to continue the previous step's though no flag said so; above 0, the env restarts "
           "stacks without flags and some stacks between the checks were stored wrong (use 'compare')")
       .def("head", [](PyWriter& w, Int<"Writer.head(): env"> env) { return w.get("head").head(env); }, "env"_a,
-           "Steps this env has published.")
-      .def(
+           "Steps this env has published.");
+}
+
+// Writer.reserve: a step to fill in place.
+void def_writer_reserve(WriterClass& c) {
+  c.def(
           "reserve",
           [](std::shared_ptr<PyWriter> w, Int<"Writer.reserve(): env", int64_t> env_arg) {
             const int64_t env = env_arg;
@@ -166,7 +160,32 @@ void bind_writer(py::module_& m) {
           "Reserve the env's next step for zero-copy filling: fill slot[name][...] in place, then commit(). "
           "Do not keep the arrays past the commit: they are views of the ring slot (a stacked field's: of the "
           "slot's own memory, stored as frames at commit). A close() from another thread that overtakes the "
-          "reservation makes it raise InvalidArgument (this Writer is closed).")
+          "reservation makes it raise InvalidArgument (this Writer is closed).");
+}
+
+}  // namespace
+
+void bind_writer(py::module_& m) {
+  bind_step_slot(m);
+
+  // ----- Writer
+  auto writer = WriterClass(
+      m, "Writer", "An env worker's view: it leases env ids for this process and pushes their steps.")
+      .def(py::init([](std::shared_ptr<Buffer> buffer, py::object env_ids, bool wait_for_rate_limit,
+                       double rate_limit_timeout) {
+             auto w = std::make_shared<PyWriter>();
+             w->buffer = buffer;
+             const std::vector<uint64_t> ids = env_id_vector("Writer", env_ids, buffer->num_envs());
+             const WriterOptions o = writer_options(wait_for_rate_limit, rate_limit_timeout);
+             py::gil_scoped_release release;
+             w->writer.emplace(*buffer, ids, o);
+             return w;
+           }),
+           "buffer"_a, "env_ids"_a, py::kw_only(), "wait_for_rate_limit"_a = false, "rate_limit_timeout"_a = 10.0,
+           "Lease env_ids; LeaseHeld names the owner's pid when another process has one. With "
+           "wait_for_rate_limit=True, pushes wait (up to rate_limit_timeout seconds, then RateLimited; inf: no "
+           "timeout; Ctrl-C raises KeyboardInterrupt within 50 ms, with nothing pushed) while the buffer's rate "
+           "limiter holds inserts back; by default a writer never waits.")
       .def("close", &PyWriter::close,
            "Release the leases now (also done when the Writer is garbage-collected); open reservations are "
            "abandoned.")
@@ -175,6 +194,8 @@ void bind_writer(py::module_& m) {
         w.close();
         return false;
       });
+  def_writer_properties(writer);
+  def_writer_reserve(writer);
   add_push_methods(m, writer);  // push and push_one (push_call.cpp)
 }
 

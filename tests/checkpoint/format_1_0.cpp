@@ -66,6 +66,37 @@ void check_fixture_steps(const Buffer& b) {
   }
 }
 
+// Whether a load's notes name everything a format 1.0 file lacks.
+bool names_what_it_lacks(const std::vector<std::string>& notes) {
+  return std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+    return test::contains(n, "format 1.0") && test::contains(n, "priorities") && test::contains(n, "rate limiter") &&
+           test::contains(n, "learner counters") && test::contains(n, "episode records") &&
+           test::contains(n, "stack settings");
+  });
+}
+
+// A buffer of the fixture's shape with priorities and a limiter, steps in both envs, a priority update and a
+// sample: state of its own for a 1.0 load to keep.
+Buffer target_with_state(const std::string& name) {
+  CreateOptions o = state_options();
+  o.episode_queue_capacity = 0;  // the default, as the generator's
+  Buffer dst = Buffer::create(name, 2, 8, kStateSchema, o);
+  {
+    Writer w = Writer::range(dst, 0, 2);
+    push_env(w, 0, 3, 0);
+    push_env(w, 1, 2, 0);
+    Sampler s(dst);
+    const std::vector<uint64_t> envs = {1};
+    const std::vector<uint64_t> steps = {1};
+    const std::vector<float> priorities = {9.0f};
+    REQUIRE(s.update_priorities(envs, steps, priorities).applied == 1);
+    Rng rng(3);
+    SampleBatch batch;
+    s.sample(View::replay, 6, 1, 0.0, rng, batch);
+  }
+  return dst;
+}
+
 TEST_CASE("the format 1.0 checkpoint of the previous release verifies as 1.0 and loads with its steps and notes "
           "that name what it lacks") {
   const CheckpointInfo info = verify_checkpoint(kFixture);
@@ -84,14 +115,6 @@ TEST_CASE("the format 1.0 checkpoint of the previous release verifies as 1.0 and
   CHECK(info.envs[1].head == 5);
   CHECK(info.total_steps == 8 + 5);
 
-  const auto names_what_it_lacks = [](const std::vector<std::string>& notes) {
-    return std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
-      return test::contains(n, "format 1.0") && test::contains(n, "priorities") &&
-             test::contains(n, "rate limiter") && test::contains(n, "learner counters") &&
-             test::contains(n, "episode records") && test::contains(n, "stack settings");
-    });
-  };
-
   SUBCASE("into a new name") {
     SegmentGuard loaded(unique_name("ckst-v1"));
     const LoadResult r = load_checkpoint(kFixture, loaded.name());
@@ -109,22 +132,7 @@ TEST_CASE("the format 1.0 checkpoint of the previous release verifies as 1.0 and
   SUBCASE("into an existing buffer with priorities and a limiter: each step at the running maximum, the target's "
           "counters and limiter kept") {
     SegmentGuard target(unique_name("ckst-v1-into"));
-    CreateOptions o = state_options();
-    o.episode_queue_capacity = 0;  // the default, as the generator's
-    Buffer dst = Buffer::create(target.name(), 2, 8, kStateSchema, o);
-    {
-      Writer w = Writer::range(dst, 0, 2);
-      push_env(w, 0, 3, 0);
-      push_env(w, 1, 2, 0);
-      Sampler s(dst);
-      const std::vector<uint64_t> envs = {1};
-      const std::vector<uint64_t> steps = {1};
-      const std::vector<float> priorities = {9.0f};
-      REQUIRE(s.update_priorities(envs, steps, priorities).applied == 1);
-      Rng rng(3);
-      SampleBatch batch;
-      s.sample(View::replay, 6, 1, 0.0, rng, batch);
-    }
+    Buffer dst = target_with_state(target.name());
     const State own = state_of(dst);
     REQUIRE(max_priority_of(own) == 12.0);  // env 1's step 1 was pushed with 1 + 1 + 10 x 1
     std::vector<std::string> notes;

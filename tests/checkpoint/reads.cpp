@@ -144,6 +144,32 @@ std::size_t first_usable_cpu() {
   return 0;
 }
 
+// A save of `b` (one env of the words schema) loaded into a new buffer: the first step whose words are not all of one
+// version of it, as text ("" when every step is whole).
+std::string saved_violation(const Buffer& b) {
+  FileGuard file(temp_path("ckpt-update"));
+  SegmentGuard copy(unique_name("ckpt-update-copy"));
+  save_checkpoint(b, file.path());
+  load_checkpoint(file.path(), copy.name());
+  const Buffer loaded = Buffer::open(copy.name(), {.read_only = true});
+  for (uint64_t s = 0; s < loaded.capacity(); ++s) {
+    const std::string got = stored_step(loaded, 0, s);
+    const std::string violation = check_words(reinterpret_cast<const std::byte*>(got.data()), s);
+    if (!violation.empty()) return "saved: " + violation;
+  }
+  return "";
+}
+
+// The same of env 0's steps as read_steps reads them.
+std::string dumped_violation(const Inspector& insp) {
+  const StepRecords r = insp.read_steps(0, 0, insp.buffer().capacity());
+  for (uint64_t k = 0; k < r.count; ++k) {
+    const std::string violation = check_words(r.bytes.data() + k * r.record_bytes, r.first_step + k);
+    if (!violation.empty()) return "dumped: " + violation;
+  }
+  return "";
+}
+
 }  // namespace
 
 TEST_CASE("read_steps and saves taken while the learner rewrites steps in place see each step old or new, never a mix") {
@@ -200,23 +226,10 @@ TEST_CASE("read_steps and saves taken while the learner rewrites steps in place 
       if (elapsed() >= test::run_seconds(0.5) && reads > 0 && saves > 0) break;
       try {
         if (i % 16 == 15 && saves < 8) {
-          FileGuard file(temp_path("ckpt-update"));
-          SegmentGuard copy(unique_name("ckpt-update-copy"));
-          save_checkpoint(b, file.path());
-          load_checkpoint(file.path(), copy.name());
-          const Buffer loaded = Buffer::open(copy.name(), {.read_only = true});
-          for (uint64_t s = 0; s < kSteps && violation.empty(); ++s) {
-            const std::string got = stored_step(loaded, 0, s);
-            violation = check_words(reinterpret_cast<const std::byte*>(got.data()), s);
-            if (!violation.empty()) violation = "saved: " + violation;
-          }
+          violation = saved_violation(b);
           ++saves;
         } else {
-          const StepRecords r = insp.read_steps(0, 0, kSteps);
-          for (uint64_t k = 0; k < r.count && violation.empty(); ++k) {
-            violation = check_words(r.bytes.data() + k * r.record_bytes, r.first_step + k);
-            if (!violation.empty()) violation = "dumped: " + violation;
-          }
+          violation = dumped_violation(insp);
           ++reads;
         }
       } catch (const Error& e) {

@@ -246,6 +246,31 @@ TEST_CASE("a load into a buffer whose priorities, limiter or stack rule differ i
   }
 }
 
+// The load with allow_mismatch of `file` (saved from a buffer whose state was `before`, alpha 0.6) into a target of
+// alpha 0.3: every weight w becomes w^(0.3 / 0.6), the steps and the limiter's error as they were.
+void check_alpha_converted(const std::string& file, const State& before) {
+  const LoadOptions allow{.allow_mismatch = true};
+  SegmentGuard target(unique_name("ckst-a03"));
+  Buffer dst = Buffer::create(target.name(), kStateEnvs, kStateCapacity, kStateSchema, state_options(0.3));
+  fill_state(dst, 1, 90.0f);
+  const LoadResult r = load_checkpoint(file, target.name(), allow);
+  REQUIRE(r.notes.size() == 2);
+  CHECK(test::contains(r.notes[0], "allow_mismatch"));
+  CHECK(test::contains(r.notes[1], "weights converted from alpha 0.6 to alpha 0.3"));
+  const State after = state_of(dst);
+  for (std::size_t e = 0; e < kStateEnvs; ++e) {
+    CAPTURE(e);
+    REQUIRE(after.weights[e].size() == before.weights[e].size());
+    for (std::size_t i = 0; i < before.weights[e].size(); ++i) {
+      CAPTURE(i);
+      CHECK(after.weights[e][i] == doctest::Approx(std::pow(before.weights[e][i], 0.5)).epsilon(1e-6));
+    }
+    CHECK(after.steps[e].bytes == before.steps[e].bytes);
+  }
+  CHECK(max_priority_of(after) == 90.0);  // a priority, not a weight: the larger one, unconverted
+  CHECK(after.limiter.error == before.limiter.error);  // the limiter was the same: its error carries over
+}
+
 TEST_CASE("with allow_mismatch a load converts the weights to the target's alpha, keeps the target's limiter with "
           "its error restarted at the middle, and says so in its notes") {
   SegmentGuard source(unique_name("ckst-src"));
@@ -264,27 +289,7 @@ TEST_CASE("with allow_mismatch a load converts the weights to the target's alpha
   }
   const LoadOptions allow{.allow_mismatch = true};
 
-  SUBCASE("another alpha: every weight w becomes w^(0.3 / 0.6)") {
-    SegmentGuard target(unique_name("ckst-a03"));
-    Buffer dst = Buffer::create(target.name(), kStateEnvs, kStateCapacity, kStateSchema, state_options(0.3));
-    fill_state(dst, 1, 90.0f);
-    const LoadResult r = load_checkpoint(file.path(), target.name(), allow);
-    REQUIRE(r.notes.size() == 2);
-    CHECK(test::contains(r.notes[0], "allow_mismatch"));
-    CHECK(test::contains(r.notes[1], "weights converted from alpha 0.6 to alpha 0.3"));
-    const State after = state_of(dst);
-    for (std::size_t e = 0; e < kStateEnvs; ++e) {
-      CAPTURE(e);
-      REQUIRE(after.weights[e].size() == before.weights[e].size());
-      for (std::size_t i = 0; i < before.weights[e].size(); ++i) {
-        CAPTURE(i);
-        CHECK(after.weights[e][i] == doctest::Approx(std::pow(before.weights[e][i], 0.5)).epsilon(1e-6));
-      }
-      CHECK(after.steps[e].bytes == before.steps[e].bytes);
-    }
-    CHECK(max_priority_of(after) == 90.0);  // a priority, not a weight: the larger one, unconverted
-    CHECK(after.limiter.error == before.limiter.error);  // the limiter was the same: its error carries over
-  }
+  SUBCASE("another alpha: every weight w becomes w^(0.3 / 0.6)") { check_alpha_converted(file.path(), before); }
   SUBCASE("another limiter: the target's settings, the file's counts, the error at the middle of the bounds") {
     SegmentGuard target(unique_name("ckst-lim"));
     const RateLimit mine = RateLimit::ratio(0.5, 4, 500.0);

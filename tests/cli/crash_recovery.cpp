@@ -79,6 +79,41 @@ std::size_t links_in(const std::string& dir) {
   }
 }
 
+// What the crash test saw of the heads: (realtime ns, each env's head), each list read before its time was taken.
+using Looks = std::vector<std::pair<uint64_t, std::vector<uint64_t>>>;
+
+// Each env's restored head (of `restored`, from the link `link`) is at least its head before the restored link's save
+// began, and at most what its writer had published at the crash; every restored step is the one its writer
+// published. Adds the steps lost to *lost_total; a line per env for the message: what was lost, and the age of the
+// restored steps (the env's head was still at most the restored one when the test last saw it so, which was this
+// long before the crash, to the 5 ms between looks). `times`: the start and the crash, realtime ns.
+std::string check_restored_envs(const Buffer& restored, const CheckpointInfo& link,
+                                const std::vector<uint64_t>& published, const std::vector<uint64_t>& before_save,
+                                const Looks& seen, std::pair<uint64_t, uint64_t> times, uint64_t* lost_total) {
+  const auto [started_ns, crash_ns] = times;
+  const double elapsed_s = static_cast<double>(crash_ns - started_ns) / 1e9;
+  std::string table;
+  for (uint64_t e = 0; e < restored.num_envs(); ++e) {
+    CAPTURE(e);
+    const uint64_t head = segment_of(restored).env_control(e).head.load();
+    CHECK(head == link.envs[e].head);
+    CHECK(head <= published[e]);
+    CHECK(head >= before_save[e]);
+    CHECK(check_env_payloads(restored, e) == "");
+    const uint64_t lost = published[e] - std::min(head, published[e]);
+    *lost_total += lost;
+    uint64_t last_below_ns = started_ns;
+    for (const auto& [time_ns, heads] : seen) {
+      if (heads[e] <= head) last_below_ns = time_ns;
+    }
+    table += fmt::format("\n  env {}: published {:6}, restored {:6}: lost {:5} steps, the last {:.2f} s ({:.0f} "
+                         "steps/s on average)",
+                         e, published[e], head, lost, static_cast<double>(crash_ns - last_below_ns) / 1e9,
+                         static_cast<double>(published[e]) / elapsed_s);
+  }
+  return table;
+}
+
 }  // namespace
 
 TEST_CASE("a crash of every process and of /dev/shm while `save --every 1` runs: `load DIR` restores every step as "
@@ -98,7 +133,7 @@ TEST_CASE("a crash of every process and of /dev/shm while `save --every 1` runs:
   RunningCli saver({"save", name, dir.path(), "--every", "1"});
 
   // The heads as this test saw them, each list read before its time was taken.
-  std::vector<std::pair<uint64_t, std::vector<uint64_t>>> seen;
+  Looks seen;
   const auto look = [&] {
     std::vector<uint64_t> heads;
     for (uint64_t e = 0; e < kEnvs; ++e) heads.push_back(segment_of(source).env_control(e).head.load());
@@ -146,29 +181,10 @@ TEST_CASE("a crash of every process and of /dev/shm while `save --every 1` runs:
     if (time_ns < link.save_started_ns) before_save = heads;
   }
   const Buffer restored = Buffer::open(name, {.read_only = true});
-  std::string table;
-  uint64_t lost_total = 0;
   const double elapsed_s = static_cast<double>(crash_ns - started_ns) / 1e9;
-  for (uint64_t e = 0; e < kEnvs; ++e) {
-    CAPTURE(e);
-    const uint64_t head = segment_of(restored).env_control(e).head.load();
-    CHECK(head == link.envs[e].head);
-    CHECK(head <= published[e]);
-    CHECK(head >= before_save[e]);
-    CHECK(check_env_payloads(restored, e) == "");
-    const uint64_t lost = published[e] - std::min(head, published[e]);
-    lost_total += lost;
-    // The age of the restored steps: the env's head was still at most the restored one when this test last saw it
-    // so, which was this long before the crash (to the 5 ms between looks).
-    uint64_t last_below_ns = started_ns;
-    for (const auto& [time_ns, heads] : seen) {
-      if (heads[e] <= head) last_below_ns = time_ns;
-    }
-    table += fmt::format("\n  env {}: published {:6}, restored {:6}: lost {:5} steps, the last {:.2f} s ({:.0f} "
-                         "steps/s on average)",
-                         e, published[e], head, lost, static_cast<double>(crash_ns - last_below_ns) / 1e9,
-                         static_cast<double>(published[e]) / elapsed_s);
-  }
+  uint64_t lost_total = 0;
+  const std::string table = check_restored_envs(restored, link, published, before_save, seen,
+                                                {started_ns, crash_ns}, &lost_total);
   MESSAGE(fmt::format("crash {:.2f} s after the start, {} links complete ({} kept in the directory); restored link {}, "
                       "whose save began {:.3f} s before the crash and took {:.3f} s; {} steps lost in all, {} priority "
                       "updates restored{}",

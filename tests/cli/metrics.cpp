@@ -116,6 +116,138 @@ pid_t spawn_program(const std::vector<std::string>& argv, const std::string& log
   });
 }
 
+// A Prometheus server scraping the exporter of buffer `name` (its port `port`), and the counts the test compares its
+// series with.
+struct PromScrapes {
+  int port;
+  std::string name;
+  std::string dir;  // its configuration, data and log
+  const Inspector& inspector;
+  std::string sel = fmt::format("{{buffer=\"{}\"}}", name);
+
+  std::pair<uint64_t, uint64_t> counts() const {  // (steps pushed, rows sampled) now
+    const SegmentInfo i = inspector.snapshot();
+    return std::make_pair(i.total_pushed, i.learner.rows_sampled);
+  }
+};
+
+// Starts Prometheus (`prometheus`) on `prom_port`, scraping 127.0.0.1:`exporter_port` every second; its files in dir.
+pid_t start_prometheus(const std::string& prometheus, const std::string& dir, int exporter_port, int prom_port) {
+  std::filesystem::create_directories(dir);
+  replace_file(dir + "/prometheus.yml",
+               fmt::format("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+                           "  - job_name: shmreplay\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
+                           exporter_port));
+  return spawn_program({prometheus, "--config.file=" + dir + "/prometheus.yml", "--storage.tsdb.path=" + dir + "/data",
+                        fmt::format("--web.listen-address=127.0.0.1:{}", prom_port)},
+                       dir + "/log");
+}
+
+// While the writer pushes and the learner samples: Prometheus's counters lie between the counts before and after its
+// scrape, the per-env and per-learner series add up, up is 1 and the rates are positive. The median sample age over
+// the last 5 s.
+double check_live_series(const PromScrapes& p, pid_t prom, std::chrono::steady_clock::time_point deadline) {
+  const int prom_port = p.port;
+  const std::string& sel = p.sel;
+  const std::string& name = p.name;
+  const std::string& dir = p.dir;
+  const Inspector& inspector = p.inspector;
+  const auto [inserts_before, samples_before] = p.counts();
+  const double before_s = now_s();
+
+  // Until Prometheus holds a scrape taken after the counts above, and five scrapes over all (60 s at most).
+  std::optional<std::pair<double, double>> inserts;
+  std::optional<std::pair<double, double>> samples;
+  for (;;) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, whole_file(dir + "/log"));
+    REQUIRE(::waitpid(prom, nullptr, WNOHANG) == 0);
+    ::usleep(500'000);
+    const auto scrapes = first_value(prom_query(prom_port, "count_over_time(up{job=\"shmreplay\"}[1m])"));
+    inserts = first_value(prom_query(prom_port, "shmreplay_inserts_total" + sel));
+    samples = first_value(prom_query(prom_port, "shmreplay_samples_total" + sel));
+    if (scrapes && scrapes->first >= 5 && inserts && inserts->second > before_s && samples &&
+        samples->second > before_s) {
+      break;
+    }
+  }
+  const auto [inserts_after, samples_after] = p.counts();
+  INFO("inserts ", inserts_before, " <= ", inserts->first, " <= ", inserts_after);
+  INFO("samples ", samples_before, " <= ", samples->first, " <= ", samples_after);
+  CHECK(static_cast<double>(inserts_before) <= inserts->first);
+  CHECK(inserts->first <= static_cast<double>(inserts_after));
+  CHECK(static_cast<double>(samples_before) <= samples->first);
+  CHECK(samples->first <= static_cast<double>(samples_after));
+  CHECK(samples->first > 0);
+
+  // The per-env and per-learner series add up the same way; up is 1; rates over the last 5 s are positive.
+  const auto env_sum = first_value(prom_query(prom_port, "sum(shmreplay_steps_published_total" + sel + ")"));
+  REQUIRE(env_sum);
+  CHECK(env_sum->first <= static_cast<double>(inspector.snapshot().total_pushed));
+  CHECK(env_sum->first >= static_cast<double>(inserts_before));
+  const auto learner0 = first_value(prom_query(
+      prom_port, fmt::format("shmreplay_learner_rows_sampled_total{{buffer=\"{}\",learner=\"0\"}}", name)));
+  REQUIRE(learner0);
+  CHECK(learner0->first >= static_cast<double>(samples_before));
+  const auto up = first_value(prom_query(prom_port, "up{job=\"shmreplay\"}"));
+  REQUIRE(up);
+  CHECK(up->first == 1.0);
+  const auto insert_rate = first_value(prom_query(prom_port, "rate(shmreplay_inserts_total" + sel + "[5s])"));
+  const auto sample_rate = first_value(prom_query(prom_port, "rate(shmreplay_samples_total" + sel + "[5s])"));
+  REQUIRE(insert_rate);
+  REQUIRE(sample_rate);
+  MESSAGE("Prometheus: ", inserts->first, " inserts, ", samples->first, " sampled rows; rate over 5 s ",
+          insert_rate->first, " steps/s, ", sample_rate->first, " rows/s");
+  CHECK(insert_rate->first > 0);
+  CHECK(sample_rate->first > 0);
+  // The median age of the rows sampled over the last 5 s, from the per-slot histograms (layout 1.8).
+  const auto median_rate = first_value(prom_query(
+      prom_port, "histogram_quantile(0.5, sum by (le) (rate(shmreplay_learner_sample_age_steps_bucket" + sel +
+                     "[5s])))"));
+  REQUIRE(median_rate);
+  CHECK(std::isfinite(median_rate->first));
+  CHECK(median_rate->first >= 0);
+
+  return median_rate->first;
+}
+
+// After the learner stopped sampling (its rows now `stopped_rows`), once Prometheus holds a scrape taken after that:
+// the histograms' counts add up to the rows sampled, exactly, and their median is a number.
+void check_stopped_series(const PromScrapes& p, uint64_t stopped_rows, double median_rate,
+                          std::chrono::steady_clock::time_point deadline) {
+  const int prom_port = p.port;
+  const std::string& sel = p.sel;
+  const std::string& name = p.name;
+  const std::string& dir = p.dir;
+  const Inspector& inspector = p.inspector;
+  const double stopped_s = now_s();
+  std::optional<std::pair<double, double>> scraped;
+  for (;;) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline + std::chrono::seconds(30), whole_file(dir + "/log"));
+    ::usleep(300'000);
+    scraped = first_value(prom_query(prom_port, "timestamp(shmreplay_samples_total" + sel + ")"));
+    if (scraped && scraped->first > stopped_s) break;
+  }
+  const auto sampled = first_value(prom_query(prom_port, "shmreplay_samples_total" + sel));
+  const auto age_count = first_value(prom_query(prom_port, "sum(shmreplay_learner_sample_age_steps_count" + sel + ")"));
+  const auto inf_bucket = first_value(prom_query(
+      prom_port, fmt::format("sum(shmreplay_learner_sample_age_steps_bucket{{buffer=\"{}\",le=\"+Inf\"}})", name)));
+  const auto median = first_value(prom_query(
+      prom_port, "histogram_quantile(0.5, sum by (le) (shmreplay_learner_sample_age_steps_bucket" + sel + "))"));
+  REQUIRE(sampled);
+  REQUIRE(age_count);
+  REQUIRE(inf_bucket);
+  REQUIRE(median);
+  MESSAGE("Prometheus: ", sampled->first, " rows sampled, ", age_count->first, " ages counted; median age ",
+          median->first, " steps (", median_rate, " over the last 5 s of sampling)");
+  CHECK(sampled->first == static_cast<double>(stopped_rows));
+  CHECK(age_count->first == sampled->first);
+  CHECK(inf_bucket->first == sampled->first);
+  CHECK(static_cast<double>(inspector.snapshot().learner.age_rows) == age_count->first);
+  CHECK(std::isfinite(median->first));
+  CHECK(median->first >= 0);
+
+}
+
 }  // namespace
 
 TEST_CASE("metrics --once: Prometheus's parser accepts the text, with every learner slot and env") {
@@ -240,116 +372,23 @@ TEST_CASE("metrics --listen: a real Prometheus scrapes it while a writer pushes 
   const pid_t learner = spawn_learner(name, stop);
 
   RunningCli exporter({"metrics", name, "--listen", "127.0.0.1:0"});
-  const int exporter_port = serving_port(exporter);
-  const int prom_port = free_port();
-  const std::string dir = fmt::format("/tmp/{}.prometheus", name);
-  std::filesystem::create_directories(dir);
-  replace_file(dir + "/prometheus.yml",
-               fmt::format("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
-                           "  - job_name: shmreplay\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
-                           exporter_port));
-  const pid_t prom = spawn_program({prometheus, "--config.file=" + dir + "/prometheus.yml",
-                                    "--storage.tsdb.path=" + dir + "/data",
-                                    fmt::format("--web.listen-address=127.0.0.1:{}", prom_port)},
-                                   dir + "/log");
-
-  const auto counts = [&] {
-    const SegmentInfo i = inspector.snapshot();
-    return std::make_pair(i.total_pushed, i.learner.rows_sampled);
-  };
-  const auto [inserts_before, samples_before] = counts();
-  const double before_s = now_s();
-
+  const PromScrapes p{free_port(), name, fmt::format("/tmp/{}.prometheus", name), inspector};
+  const pid_t prom = start_prometheus(prometheus, p.dir, serving_port(exporter), p.port);
   // Until Prometheus holds a scrape taken after the counts above, and five scrapes over all (60 s at most).
-  const std::string sel = fmt::format("{{buffer=\"{}\"}}", name);
-  std::optional<std::pair<double, double>> inserts;
-  std::optional<std::pair<double, double>> samples;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (;;) {
-    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, whole_file(dir + "/log"));
-    REQUIRE(::waitpid(prom, nullptr, WNOHANG) == 0);
-    ::usleep(500'000);
-    const auto scrapes = first_value(prom_query(prom_port, "count_over_time(up{job=\"shmreplay\"}[1m])"));
-    inserts = first_value(prom_query(prom_port, "shmreplay_inserts_total" + sel));
-    samples = first_value(prom_query(prom_port, "shmreplay_samples_total" + sel));
-    if (scrapes && scrapes->first >= 5 && inserts && inserts->second > before_s && samples &&
-        samples->second > before_s) {
-      break;
-    }
-  }
-  const auto [inserts_after, samples_after] = counts();
-  INFO("inserts ", inserts_before, " <= ", inserts->first, " <= ", inserts_after);
-  INFO("samples ", samples_before, " <= ", samples->first, " <= ", samples_after);
-  CHECK(static_cast<double>(inserts_before) <= inserts->first);
-  CHECK(inserts->first <= static_cast<double>(inserts_after));
-  CHECK(static_cast<double>(samples_before) <= samples->first);
-  CHECK(samples->first <= static_cast<double>(samples_after));
-  CHECK(samples->first > 0);
-
-  // The per-env and per-learner series add up the same way; up is 1; rates over the last 5 s are positive.
-  const auto env_sum = first_value(prom_query(prom_port, "sum(shmreplay_steps_published_total" + sel + ")"));
-  REQUIRE(env_sum);
-  CHECK(env_sum->first <= static_cast<double>(inspector.snapshot().total_pushed));
-  CHECK(env_sum->first >= static_cast<double>(inserts_before));
-  const auto learner0 = first_value(prom_query(
-      prom_port, fmt::format("shmreplay_learner_rows_sampled_total{{buffer=\"{}\",learner=\"0\"}}", name)));
-  REQUIRE(learner0);
-  CHECK(learner0->first >= static_cast<double>(samples_before));
-  const auto up = first_value(prom_query(prom_port, "up{job=\"shmreplay\"}"));
-  REQUIRE(up);
-  CHECK(up->first == 1.0);
-  const auto insert_rate = first_value(prom_query(prom_port, "rate(shmreplay_inserts_total" + sel + "[5s])"));
-  const auto sample_rate = first_value(prom_query(prom_port, "rate(shmreplay_samples_total" + sel + "[5s])"));
-  REQUIRE(insert_rate);
-  REQUIRE(sample_rate);
-  MESSAGE("Prometheus: ", inserts->first, " inserts, ", samples->first, " sampled rows; rate over 5 s ",
-          insert_rate->first, " steps/s, ", sample_rate->first, " rows/s");
-  CHECK(insert_rate->first > 0);
-  CHECK(sample_rate->first > 0);
-  // The median age of the rows sampled over the last 5 s, from the per-slot histograms (layout 1.8).
-  const auto median_rate = first_value(prom_query(
-      prom_port, "histogram_quantile(0.5, sum by (le) (rate(shmreplay_learner_sample_age_steps_bucket" + sel +
-                     "[5s])))"));
-  REQUIRE(median_rate);
-  CHECK(std::isfinite(median_rate->first));
-  CHECK(median_rate->first >= 0);
+  const double median_rate = check_live_series(p, prom, deadline);
 
   // The learner stops sampling; once Prometheus holds a scrape taken after that, the histograms' counts add up to the
   // rows sampled, exactly, and their median is a number.
   replace_file(stop, "");
-  uint64_t stopped_rows = counts().second;
+  uint64_t stopped_rows = p.counts().second;
   for (;;) {  // until the count stays put for 200 ms (the learner saw the file)
     ::usleep(200'000);
-    const uint64_t now_rows = counts().second;
+    const uint64_t now_rows = p.counts().second;
     if (now_rows == stopped_rows) break;
     stopped_rows = now_rows;
   }
-  const double stopped_s = now_s();
-  std::optional<std::pair<double, double>> scraped;
-  for (;;) {
-    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline + std::chrono::seconds(30), whole_file(dir + "/log"));
-    ::usleep(300'000);
-    scraped = first_value(prom_query(prom_port, "timestamp(shmreplay_samples_total" + sel + ")"));
-    if (scraped && scraped->first > stopped_s) break;
-  }
-  const auto sampled = first_value(prom_query(prom_port, "shmreplay_samples_total" + sel));
-  const auto age_count = first_value(prom_query(prom_port, "sum(shmreplay_learner_sample_age_steps_count" + sel + ")"));
-  const auto inf_bucket = first_value(prom_query(
-      prom_port, fmt::format("sum(shmreplay_learner_sample_age_steps_bucket{{buffer=\"{}\",le=\"+Inf\"}})", name)));
-  const auto median = first_value(prom_query(
-      prom_port, "histogram_quantile(0.5, sum by (le) (shmreplay_learner_sample_age_steps_bucket" + sel + "))"));
-  REQUIRE(sampled);
-  REQUIRE(age_count);
-  REQUIRE(inf_bucket);
-  REQUIRE(median);
-  MESSAGE("Prometheus: ", sampled->first, " rows sampled, ", age_count->first, " ages counted; median age ",
-          median->first, " steps (", median_rate->first, " over the last 5 s of sampling)");
-  CHECK(sampled->first == static_cast<double>(stopped_rows));
-  CHECK(age_count->first == sampled->first);
-  CHECK(inf_bucket->first == sampled->first);
-  CHECK(static_cast<double>(inspector.snapshot().learner.age_rows) == age_count->first);
-  CHECK(std::isfinite(median->first));
-  CHECK(median->first >= 0);
+  check_stopped_series(p, stopped_rows, median_rate, deadline);
 
   CHECK(test::kill_and_reap(learner));
   std::filesystem::remove(stop);
@@ -357,5 +396,5 @@ TEST_CASE("metrics --listen: a real Prometheus scrapes it while a writer pushes 
   ::kill(prom, SIGTERM);
   ::waitpid(prom, nullptr, 0);
   CHECK(exporter.finish(SIGTERM) == 0);  // a stop signal ends the exporter cleanly
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(p.dir);
 }

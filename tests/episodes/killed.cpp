@@ -5,11 +5,6 @@
 
 namespace {
 
-
-}  // namespace
-
-namespace {
-
 // A writer process: pushes steps {env, step} with random flags (so that a step republished after a kill may get
 // other flags than the dead writer staged) and reward reward_of(env, step), by every push path, until killed.
 [[noreturn]] void episode_writer_main(const std::string& name, std::vector<uint64_t> envs, uint64_t seed) {
@@ -107,39 +102,22 @@ std::string check_meta_against_data(const Buffer& buf) {
   return "";
 }
 
-}  // namespace
-
-TEST_CASE("writers SIGKILLed at random moments and replaced: stop and within rows never cross a boundary, "
-          "boundaries agree with the published steps, and every episode's record arrives exactly once") {
-  const uint64_t num_envs = 6;
-  const uint64_t capacity = 48;
-  const std::size_t num_writers = 3;
-  SegmentGuard guard(unique_name("ep-kill"));
-  std::vector<std::vector<uint64_t>> slices(num_writers);
-  for (uint64_t e = 0; e < num_envs; ++e) slices[e % num_writers].push_back(e);
-  Buffer buf = Buffer::create(guard.name(), num_envs, capacity, kKillSchema, kill_options());
-  std::vector<pid_t> writers(num_writers);
-  uint64_t seed = 100;
-  for (std::size_t w = 0; w < num_writers; ++w) {
-    writers[w] = spawn([&, w, s = seed++] { episode_writer_main(guard.name(), slices[w], s); });
-  }
-  Sampler learner(buf);
-  REQUIRE(learner.wait(View::replay, num_envs * 8, 20'000));
-  Rng rng(9);
+// The sampling side of the kill test: calls in every episodes mode (cycling), each row checked, the retries counted
+// per mode.
+struct EpisodeSampling {
+  Sampler& learner;
+  Rng& rng;
   SampleBatch batch;
-  std::map<uint64_t, std::vector<EpisodeRecord>> records;
-  std::vector<EpisodeRecord> popped(256);
-  auto pop_all = [&] {
-    for (std::size_t n; (n = learner.pop_episodes(popped)) > 0;) {
-      for (std::size_t k = 0; k < n; ++k) records[popped[k].env].push_back(popped[k]);
-    }
-  };
-  uint64_t rows = 0, kills = 0, violations = 0, calls = 0;
+  uint64_t rows = 0, violations = 0, calls = 0;
   std::array<uint64_t, 3> mode_retries = {0, 0, 0};
   std::string first;
-  const std::array<Episodes, 3> modes = {Episodes::cross, Episodes::stop, Episodes::within};
-  auto sample_and_check = [&](bool strict) {
-    const Episodes mode = modes[calls % 3];
+
+  EpisodeSampling(Sampler& s, Rng& r) : learner(s), rng(r) {}
+
+  // One call; `strict`: no writer runs (check_episode_row's strict).
+  void sample_and_check(bool strict) {
+    static constexpr std::array<Episodes, 3> kModes = {Episodes::cross, Episodes::stop, Episodes::within};
+    const Episodes mode = kModes[calls % 3];
     const std::size_t L = 1 + rng() % 12;
     const SampleOptions o{.episodes = mode, .period = 1 + rng() % 3};
     ++calls;
@@ -166,13 +144,70 @@ TEST_CASE("writers SIGKILLed at random moments and replaced: stop and within row
       if (!v.empty() && violations++ == 0) first = v;
     }
     if (calls % 5 == 0) learner.reset_online_queue();
+  }
+};
+
+// Every env's records (popped, per env) against the inspector's `info`: none dropped or queued, one per completed
+// episode, exactly once and in order (they tile the env's steps from 0 up to the episode in progress), each with
+// its return and end. The records in all.
+uint64_t check_records(const SegmentInfo& info, std::map<uint64_t, std::vector<EpisodeRecord>>& records) {
+  uint64_t total_records = 0;
+  for (uint64_t e = 0; e < info.envs.size(); ++e) {
+    CAPTURE(e);
+    const auto& rs = records[e];
+    total_records += rs.size();
+    CHECK(info.envs[e].episode_records_dropped == 0);
+    CHECK(info.envs[e].episode_queue_depth == 0);
+    CHECK(info.envs[e].episodes_completed == rs.size());
+    uint64_t next = 0;
+    for (const EpisodeRecord& r : rs) {
+      REQUIRE(r.first_step == next);
+      REQUIRE(r.length >= 1);
+      double ret = 0.0;
+      for (uint64_t s = r.first_step; s < r.first_step + r.length; ++s) ret += static_cast<double>(reward_of(e, s));
+      REQUIRE(r.episode_return == ret);
+      REQUIRE((r.end == EpisodeEnd::terminated || r.end == EpisodeEnd::truncated));
+      next = r.first_step + r.length;
+    }
+    CHECK(info.envs[e].episode_start == next);
+  }
+  return total_records;
+}
+
+}  // namespace
+
+TEST_CASE("writers SIGKILLed at random moments and replaced: stop and within rows never cross a boundary, "
+          "boundaries agree with the published steps, and every episode's record arrives exactly once") {
+  const uint64_t num_envs = 6;
+  const uint64_t capacity = 48;
+  const std::size_t num_writers = 3;
+  SegmentGuard guard(unique_name("ep-kill"));
+  std::vector<std::vector<uint64_t>> slices(num_writers);
+  for (uint64_t e = 0; e < num_envs; ++e) slices[e % num_writers].push_back(e);
+  Buffer buf = Buffer::create(guard.name(), num_envs, capacity, kKillSchema, kill_options());
+  std::vector<pid_t> writers(num_writers);
+  uint64_t seed = 100;
+  for (std::size_t w = 0; w < num_writers; ++w) {
+    writers[w] = spawn([&, w, s = seed++] { episode_writer_main(guard.name(), slices[w], s); });
+  }
+  Sampler learner(buf);
+  REQUIRE(learner.wait(View::replay, num_envs * 8, 20'000));
+  Rng rng(9);
+  std::map<uint64_t, std::vector<EpisodeRecord>> records;
+  std::vector<EpisodeRecord> popped(256);
+  auto pop_all = [&] {
+    for (std::size_t n; (n = learner.pop_episodes(popped)) > 0;) {
+      for (std::size_t k = 0; k < n; ++k) records[popped[k].env].push_back(popped[k]);
+    }
   };
+  EpisodeSampling sampling(learner, rng);
+  uint64_t kills = 0;
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(test::run_seconds(1.5));
   auto next_kill = std::chrono::steady_clock::now() + std::chrono::milliseconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
-    sample_and_check(false);
-    if (calls % 8 == 0) pop_all();
+    sampling.sample_and_check(false);
+    if (sampling.calls % 8 == 0) pop_all();
     if (std::chrono::steady_clock::now() >= next_kill) {
       const std::size_t w = rng() % num_writers;
       CHECK_MESSAGE(kill_and_reap(writers[w]), "a writer exited on its own (see its stderr)");
@@ -187,38 +222,19 @@ TEST_CASE("writers SIGKILLed at random moments and replaced: stop and within row
     Writer last = Writer::range(buf, 0, num_envs);
     const std::string meta_problem = check_meta_against_data(buf);
     CHECK_MESSAGE(meta_problem.empty(), meta_problem);
-    for (int i = 0; i < 300; ++i) sample_and_check(true);
+    for (int i = 0; i < 300; ++i) sampling.sample_and_check(true);
   }
   pop_all();
   const SegmentInfo info = Inspector(guard.name()).snapshot();
-  uint64_t total_records = 0;
-  for (uint64_t e = 0; e < num_envs; ++e) {
-    CAPTURE(e);
-    const auto& rs = records[e];
-    total_records += rs.size();
-    CHECK(info.envs[e].episode_records_dropped == 0);
-    CHECK(info.envs[e].episode_queue_depth == 0);
-    CHECK(info.envs[e].episodes_completed == rs.size());
-    // Exactly once, in order: the records tile the env's steps from 0 up to the episode in progress.
-    uint64_t next = 0;
-    for (const EpisodeRecord& r : rs) {
-      REQUIRE(r.first_step == next);
-      REQUIRE(r.length >= 1);
-      double ret = 0.0;
-      for (uint64_t s = r.first_step; s < r.first_step + r.length; ++s) ret += static_cast<double>(reward_of(e, s));
-      REQUIRE(r.episode_return == ret);
-      REQUIRE((r.end == EpisodeEnd::terminated || r.end == EpisodeEnd::truncated));
-      next = r.first_step + r.length;
-    }
-    CHECK(info.envs[e].episode_start == next);
-  }
+  const uint64_t total_records = check_records(info, records);
   uint64_t pushes = 0;
   for (const EnvInfo& env : info.envs) pushes += env.head;
   MESSAGE(fmt::format("{} writer processes, {} kills: {} pushes, {} sample calls, {} rows checked, {} records, "
                       "retries {} (cross {}, stop {}, within {}), {} violations",
-                      num_writers, kills, pushes, calls, rows, total_records, learner.retries(), mode_retries[0],
-                      mode_retries[1], mode_retries[2], violations));
-  CHECK_MESSAGE(violations == 0, first);
+                      num_writers, kills, pushes, sampling.calls, sampling.rows, total_records, learner.retries(),
+                      sampling.mode_retries[0], sampling.mode_retries[1], sampling.mode_retries[2],
+                      sampling.violations));
+  CHECK_MESSAGE(sampling.violations == 0, sampling.first);
   CHECK(kills > 0);
   CHECK(total_records > 0);
 }

@@ -145,6 +145,45 @@ std::string as_format_1_0(const std::string& v2) {
   return out + body;
 }
 
+// What a learner leaves in a buffer with steps: an online reset, a step rewritten in place, priorities set (and a
+// running maximum above 1), counters and limiter counts that moved, and a completed-episode record taken (others
+// left waiting).
+void use_as_a_learner(Buffer& b, uint64_t steps) {
+  Sampler learner(b);
+  learner.reset_online_queue();
+  fill(b, 1, 2);
+  if (b.schema()[0].bytes() > 0) {
+    std::vector<std::byte> bytes(b.schema().step_bytes(), std::byte{0x55});
+    std::vector<FieldBytes> fields;
+    std::size_t at = 0;
+    const EpisodeFieldIndices& roles = b.episode_fields();
+    for (std::size_t f = 0; f < b.schema().size(); ++f) {
+      // episode flags are set at push, a stacked field's frames shared with other steps: never rewritten
+      const bool fixed =
+          roles.done == f || roles.terminated == f || roles.truncated == f || b.schema()[f].stacked();
+      fields.push_back(fixed ? FieldBytes{} : FieldBytes{bytes.data() + at, b.schema()[f].bytes()});
+      at += b.schema()[f].bytes();
+    }
+    (void)learner.try_update(0, segment_of(b).env_control(0).head.load() - 1, fields);
+  }
+  if (b.has_priorities()) {  // some priorities the learner set, and a running maximum above 1
+    const uint64_t head = segment_of(b).env_control(0).head.load();
+    const std::vector<uint64_t> envs = {0, 0};
+    const std::vector<uint64_t> which = {head - 1, head > 1 ? head - 2 : head - 1};
+    const std::vector<float> prios = {3.5f, 0.0f};
+    (void)learner.update_priorities(envs, which, prios);
+  }
+  // Counters and limiter counts that moved, and a completed-episode record taken (others left waiting).
+  Rng rng(steps);
+  SampleBatch batch;
+  try {
+    learner.sample(View::replay, 4, 1, 0.0, rng, batch, {.rate_limit_timeout_ms = 0});
+  } catch (const Error&) {  // the limiter may hold a small buffer back
+  }
+  EpisodeRecord record[1];
+  (void)learner.pop_episodes(record);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -194,41 +233,7 @@ int main(int argc, char** argv) {
                                  .rate_limit = shape.rate_limit,
                                  .stack_continuity = shape.stack_continuity});
       fill(b, steps, 3);
-      if (steps > 0) {
-        Sampler learner(b);
-        learner.reset_online_queue();
-        fill(b, 1, 2);
-        if (b.schema()[0].bytes() > 0) {
-          std::vector<std::byte> bytes(b.schema().step_bytes(), std::byte{0x55});
-          std::vector<FieldBytes> fields;
-          std::size_t at = 0;
-          const EpisodeFieldIndices& roles = b.episode_fields();
-          for (std::size_t f = 0; f < b.schema().size(); ++f) {
-            // episode flags are set at push, a stacked field's frames shared with other steps: never rewritten
-            const bool fixed =
-                roles.done == f || roles.terminated == f || roles.truncated == f || b.schema()[f].stacked();
-            fields.push_back(fixed ? FieldBytes{} : FieldBytes{bytes.data() + at, b.schema()[f].bytes()});
-            at += b.schema()[f].bytes();
-          }
-          (void)learner.try_update(0, segment_of(b).env_control(0).head.load() - 1, fields);
-        }
-        if (b.has_priorities()) {  // some priorities the learner set, and a running maximum above 1
-          const uint64_t head = segment_of(b).env_control(0).head.load();
-          const std::vector<uint64_t> envs = {0, 0};
-          const std::vector<uint64_t> which = {head - 1, head > 1 ? head - 2 : head - 1};
-          const std::vector<float> prios = {3.5f, 0.0f};
-          (void)learner.update_priorities(envs, which, prios);
-        }
-        // Counters and limiter counts that moved, and a completed-episode record taken (others left waiting).
-        Rng rng(steps);
-        SampleBatch batch;
-        try {
-          learner.sample(View::replay, 4, 1, 0.0, rng, batch, {.rate_limit_timeout_ms = 0});
-        } catch (const Error&) {  // the limiter may hold a small buffer back
-        }
-        EpisodeRecord record[1];
-        (void)learner.pop_episodes(record);
-      }
+      if (steps > 0) use_as_a_learner(b, steps);
       if (steps == 3) {  // an abandoned reservation: claimed = head + 1
         Writer w(b, {0});
         StepSlot slot = w.reserve(0);

@@ -4,6 +4,104 @@
 // Part of test_priorities (tests/CMakeLists.txt); its helpers are in priorities_helpers.hpp.
 #include "priorities_helpers.hpp"
 
+namespace {
+
+using PriorityModel = std::map<std::pair<uint64_t, uint64_t>, double>;  // (env, step) -> priority
+
+// priority_weights: each stored step's priority^alpha (f32 leaves); -1 for overwritten and unpublished steps.
+void check_priority_weights(Sampler& learner, const PriorityModel& priority, double alpha) {
+  std::vector<uint64_t> es, ss;
+  std::vector<double> expected;
+  for (const auto& [cell, p] : priority) {
+    const EnvSizes sz = learner.sizes(cell.first);
+    es.push_back(cell.first);
+    ss.push_back(cell.second);
+    expected.push_back(cell.second + sz.replay >= sz.head ? std::pow(p, alpha) : -1.0);
+  }
+  es.push_back(1);
+  ss.push_back(learner.sizes(1).head);  // not published yet
+  expected.push_back(-1.0);
+  std::vector<double> got(es.size());
+  learner.priority_weights(es, ss, got);
+  CHECK(std::count(expected.begin(), expected.end(), -1.0) == 7);  // env 0's 6 overwritten steps, one unpublished
+  for (std::size_t i = 0; i < es.size(); ++i) {
+    CAPTURE(es[i]);
+    CAPTURE(ss[i]);
+    CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-6));
+  }
+  std::vector<double> short_out(1);
+  CHECK(error_of([&] { learner.priority_weights(es, ss, short_out); }) == static_cast<int>(Errc::size_mismatch));
+}
+
+// Prioritized samples of `view` draw starts by priority^alpha (chi-square against the model, and against alpha = 1),
+// with exact importance weights and rows of their own env's steps; total_weight is the sum.
+void check_prioritized_draws(Sampler& learner, const PriorityModel& priority, double alpha, View view) {
+  CAPTURE(to_string(view));
+  // The model's cells: every step of the view with its probability.
+  std::vector<std::pair<uint64_t, uint64_t>> cells;
+  std::vector<double> weight;
+  for (uint64_t e = 0; e < 3; ++e) {
+    const EnvSizes sz = learner.sizes(e);
+    const uint64_t n = view == View::replay ? sz.replay : sz.online;
+    for (uint64_t s = sz.head - n; s < sz.head; ++s) {
+      cells.emplace_back(e, s);
+      weight.push_back(std::pow(priority.at({e, s}), alpha));
+    }
+  }
+  double total = 0;
+  for (const double x : weight) total += x;
+  // total_weight is this sum: the normaliser of the draws checked below (stop changes a row's length, not its
+  // weight), to the f32 precision of the tree's leaves.
+  CHECK(learner.total_weight(view, 3, 0.0, {.prioritized = true}) == doctest::Approx(total).epsilon(1e-6));
+  std::vector<double> prob, wrong;
+  double wrong_total = 0;
+  for (std::size_t i = 0; i < cells.size(); ++i) wrong_total += std::pow(priority.at(cells[i]), 1.0);
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    prob.push_back(weight[i] / total);
+    wrong.push_back(std::pow(priority.at(cells[i]), 1.0) / wrong_total);
+  }
+  std::vector<uint64_t> counts(cells.size());
+  Rng rng(11);
+  SampleBatch batch;
+  const SampleOptions opts{.prioritized = true, .importance_exponent = 0.5};
+  const std::size_t rows = 500;
+  const int calls = 100;
+  for (int c = 0; c < calls; ++c) {
+    learner.sample(view, rows, 3, 0.0, rng, batch, opts);
+    double largest = 0;
+    for (std::size_t row = 0; row < rows; ++row) {
+      const auto cell = std::find(cells.begin(), cells.end(),
+                                  std::pair{batch.env_ids()[row], batch.start_steps()[row]});
+      REQUIRE(cell != cells.end());
+      const std::size_t i = static_cast<std::size_t>(cell - cells.begin());
+      REQUIRE(prob[i] > 0);  // a zero priority is never drawn
+      ++counts[i];
+      largest = std::max(largest, std::pow(static_cast<double>(cells.size()) * prob[i], -0.5));
+      // The row's data is its own env's steps from the start on, masked at the head.
+      const uint64_t head = learner.sizes(cell->first).head;
+      for (std::size_t t = 0; t < 3; ++t) {
+        const bool valid = cell->second + t < head;
+        CHECK(batch.valid(row, t) == valid);
+        if (valid) CHECK(batch.field_as<uint64_t>(1)[row * 3 + t] == cell->second + t);
+      }
+    }
+    for (std::size_t row = 0; row < rows; ++row) {
+      const auto cell = std::find(cells.begin(), cells.end(),
+                                  std::pair{batch.env_ids()[row], batch.start_steps()[row]});
+      const double nP = static_cast<double>(cells.size()) * prob[static_cast<std::size_t>(cell - cells.begin())];
+      CHECK(batch.weights()[row] == doctest::Approx(std::pow(nP, -0.5) / largest).epsilon(1e-5));
+    }
+  }
+  const double n = static_cast<double>(rows) * calls;
+  std::size_t df = 0;
+  for (const double p : prob) df += p > 0;
+  const double bound = chi_square_bound(static_cast<double>(df - 1));
+  CHECK(chi_square(counts, prob, n) < bound);
+  CHECK(chi_square(counts, wrong, n) > bound);  // alpha = 1 instead of 0.7: the test can tell
+}
+
+}  // namespace
+
 TEST_CASE("prioritized samples draw starts by priority^alpha (chi-square, and a wrong alpha is rejected), with "
           "exact importance weights; total_weight is the sum of priority^alpha, priority_weights each step's") {
   SegmentGuard guard(unique_name("prio"));
@@ -14,7 +112,7 @@ TEST_CASE("prioritized samples draw starts by priority^alpha (chi-square, and a 
   CHECK(buf.priority_exponent() == alpha);
   Writer w(buf, std::vector<uint64_t>{0, 1, 2});
   std::mt19937_64 gen(5);
-  std::map<std::pair<uint64_t, uint64_t>, double> priority;  // the model: (env, step) -> priority
+  PriorityModel priority;  // the model
   const auto push_random = [&](uint64_t e) {
     const float p = static_cast<float>(gen() % 9) * 0.5f;
     priority[{e, segment_of(buf).env_control(e).head.load()}] = p;
@@ -34,94 +132,8 @@ TEST_CASE("prioritized samples draw starts by priority^alpha (chi-square, and a 
   CHECK(r.applied == 3);
   CHECK(r.dropped == 0);
   for (std::size_t i = 0; i < envs.size(); ++i) priority[{envs[i], steps[i]}] = prios[i];
-  {  // priority_weights: each stored step's priority^alpha (f32 leaves); -1 for overwritten and unpublished steps
-    std::vector<uint64_t> es, ss;
-    std::vector<double> expected;
-    for (const auto& [cell, p] : priority) {
-      const EnvSizes sz = learner.sizes(cell.first);
-      es.push_back(cell.first);
-      ss.push_back(cell.second);
-      expected.push_back(cell.second + sz.replay >= sz.head ? std::pow(p, alpha) : -1.0);
-    }
-    es.push_back(1);
-    ss.push_back(learner.sizes(1).head);  // not published yet
-    expected.push_back(-1.0);
-    std::vector<double> got(es.size());
-    learner.priority_weights(es, ss, got);
-    CHECK(std::count(expected.begin(), expected.end(), -1.0) == 7);  // env 0's 6 overwritten steps, one unpublished
-    for (std::size_t i = 0; i < es.size(); ++i) {
-      CAPTURE(es[i]);
-      CAPTURE(ss[i]);
-      CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-6));
-    }
-    std::vector<double> short_out(1);
-    CHECK(error_of([&] { learner.priority_weights(es, ss, short_out); }) == static_cast<int>(Errc::size_mismatch));
-  }
-
-  for (const View view : {View::replay, View::online}) {
-    CAPTURE(to_string(view));
-    // The model's cells: every step of the view with its probability.
-    std::vector<std::pair<uint64_t, uint64_t>> cells;
-    std::vector<double> weight;
-    for (uint64_t e = 0; e < 3; ++e) {
-      const EnvSizes sz = learner.sizes(e);
-      const uint64_t n = view == View::replay ? sz.replay : sz.online;
-      for (uint64_t s = sz.head - n; s < sz.head; ++s) {
-        cells.emplace_back(e, s);
-        weight.push_back(std::pow(priority.at({e, s}), alpha));
-      }
-    }
-    double total = 0;
-    for (const double x : weight) total += x;
-    // total_weight is this sum: the normaliser of the draws checked below (stop changes a row's length, not its
-    // weight), to the f32 precision of the tree's leaves.
-    CHECK(learner.total_weight(view, 3, 0.0, {.prioritized = true}) == doctest::Approx(total).epsilon(1e-6));
-    std::vector<double> prob, wrong;
-    double wrong_total = 0;
-    for (std::size_t i = 0; i < cells.size(); ++i) wrong_total += std::pow(priority.at(cells[i]), 1.0);
-    for (std::size_t i = 0; i < cells.size(); ++i) {
-      prob.push_back(weight[i] / total);
-      wrong.push_back(std::pow(priority.at(cells[i]), 1.0) / wrong_total);
-    }
-    std::vector<uint64_t> counts(cells.size());
-    Rng rng(11);
-    SampleBatch batch;
-    const SampleOptions opts{.prioritized = true, .importance_exponent = 0.5};
-    const std::size_t rows = 500;
-    const int calls = 100;
-    for (int c = 0; c < calls; ++c) {
-      learner.sample(view, rows, 3, 0.0, rng, batch, opts);
-      double largest = 0;
-      for (std::size_t row = 0; row < rows; ++row) {
-        const auto cell = std::find(cells.begin(), cells.end(),
-                                    std::pair{batch.env_ids()[row], batch.start_steps()[row]});
-        REQUIRE(cell != cells.end());
-        const std::size_t i = static_cast<std::size_t>(cell - cells.begin());
-        REQUIRE(prob[i] > 0);  // a zero priority is never drawn
-        ++counts[i];
-        largest = std::max(largest, std::pow(static_cast<double>(cells.size()) * prob[i], -0.5));
-        // The row's data is its own env's steps from the start on, masked at the head.
-        const uint64_t head = learner.sizes(cell->first).head;
-        for (std::size_t t = 0; t < 3; ++t) {
-          const bool valid = cell->second + t < head;
-          CHECK(batch.valid(row, t) == valid);
-          if (valid) CHECK(batch.field_as<uint64_t>(1)[row * 3 + t] == cell->second + t);
-        }
-      }
-      for (std::size_t row = 0; row < rows; ++row) {
-        const auto cell = std::find(cells.begin(), cells.end(),
-                                    std::pair{batch.env_ids()[row], batch.start_steps()[row]});
-        const double nP = static_cast<double>(cells.size()) * prob[static_cast<std::size_t>(cell - cells.begin())];
-        CHECK(batch.weights()[row] == doctest::Approx(std::pow(nP, -0.5) / largest).epsilon(1e-5));
-      }
-    }
-    const double n = static_cast<double>(rows) * calls;
-    std::size_t df = 0;
-    for (const double p : prob) df += p > 0;
-    const double bound = chi_square_bound(static_cast<double>(df - 1));
-    CHECK(chi_square(counts, prob, n) < bound);
-    CHECK(chi_square(counts, wrong, n) > bound);  // alpha = 1 instead of 0.7: the test can tell
-  }
+  check_priority_weights(learner, priority, alpha);
+  for (const View view : {View::replay, View::online}) check_prioritized_draws(learner, priority, alpha, view);
   // An unprioritized sample of the same buffer has weights of 1.
   Rng rng(1);
   SampleBatch batch;

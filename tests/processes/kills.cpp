@@ -16,6 +16,58 @@ void stop_inside_copy(int) {
   for (;;) ::pause();
 }
 
+// After the writer of `env` was killed inside a reservation of step `pushed`: a replacement takes its lease over
+// and rewrites step `pushed` in full, and the learner then samples it (and only whole steps).
+void check_replacement_rewrites(Buffer& buf, Sampler& learner, Rng& rng, uint64_t env, uint64_t pushed) {
+  const uint64_t capacity = buf.capacity();
+  const layout::EnvControl& ctl = segment_of(buf).env_control(env);
+  std::set<std::pair<uint64_t, uint64_t>> seen;
+  // A replacement takes the dead writer's lease over and rewrites step `pushed` in full.
+  Writer replacement(buf, {env});
+  CHECK(replacement.takeovers() == 1);
+  CHECK(layout::owner_pid(ctl.lease.load()) == static_cast<uint64_t>(::getpid()));
+  CHECK(replacement.head(env) == pushed);
+  PayloadPusher pusher;
+  pusher.push(replacement, {static_cast<int32_t>(env)});
+  CHECK(ctl.head.load() == pushed + 1);
+  CHECK((ctl.claimed.load() & layout::kClaimMask) == pushed + 1);
+  CHECK(stored_step(buf, env, pushed) == payload_bytes(env, pushed));
+  CHECK(learner.sizes(env).replay == capacity);
+  for (uint64_t i = 0; i < capacity / 2; ++i) pusher.push(replacement, {static_cast<int32_t>(env)});
+  CHECK(ctl.head.load() == pushed + 1 + capacity / 2);
+  CHECK(check_env_payloads(buf, env) == "");
+  CHECK(sample_quietly(learner, rng, 200, &seen) == "");
+  CHECK(seen == replay_view(learner));
+  CHECK(seen.count({env, pushed}) == 1);
+}
+
+// The batched push of the kill test below, by a child whose envs 0, 1, 2 have `before` steps: the batch [2, 0], whose
+// tail array ends 8 bytes into env 0's row, in front of a page with no access: the push publishes env 2, claims
+// env 0, copies its hdr and body, and faults inside the copy of its tail. The SIGSEGV handler writes to `stopped_fd`
+// and waits to be killed right there.
+void push_stopping_inside_copy(Writer& w, const uint64_t (&before)[3], int stopped_fd) {
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  auto* pages = static_cast<uint8_t*>(::mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE,
+                                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (pages == MAP_FAILED || ::mprotect(pages + page, page, PROT_NONE) != 0) ::_exit(6);
+  uint8_t* tail = pages + page - kTail - 8;
+  const Payload p2 = make_payload(2, before[2], 0);
+  const Payload p0 = make_payload(0, before[0], 0);
+  std::vector<uint64_t> hdr(p2.hdr, p2.hdr + 4);
+  hdr.insert(hdr.end(), p0.hdr, p0.hdr + 4);
+  std::vector<float> body(p2.body, p2.body + kBody);
+  body.insert(body.end(), p0.body, p0.body + kBody);
+  std::memcpy(tail, p2.tail, kTail);
+  std::memcpy(tail + kTail, p0.tail, 8);
+  g_stopped_fd = stopped_fd;
+  struct sigaction sa {};
+  sa.sa_handler = stop_inside_copy;
+  ::sigemptyset(&sa.sa_mask);
+  if (::sigaction(SIGSEGV, &sa, nullptr) != 0 || ::sigaction(SIGBUS, &sa, nullptr) != 0) ::_exit(7);
+  const std::vector<int32_t> ids = {2, 0};
+  w.push(ids, {field_bytes(hdr), field_bytes(body), FieldBytes{tail, 2 * kTail}});
+}
+
 }  // namespace
 
 TEST_CASE("a writer killed inside a half-filled reservation: its step is never sampled, and a replacement takes the "
@@ -81,24 +133,7 @@ TEST_CASE("a writer killed inside a half-filled reservation: its step is never s
   CHECK(seen == replay_view(learner));
   CHECK(seen.count({env, pushed}) == 0);
 
-  // A replacement takes the dead writer's lease over and rewrites step `pushed` in full.
-  Writer replacement(buf, {env});
-  CHECK(replacement.takeovers() == 1);
-  CHECK(layout::owner_pid(ctl.lease.load()) == static_cast<uint64_t>(::getpid()));
-  CHECK(replacement.head(env) == pushed);
-  PayloadPusher pusher;
-  pusher.push(replacement, {static_cast<int32_t>(env)});
-  CHECK(ctl.head.load() == pushed + 1);
-  CHECK((ctl.claimed.load() & layout::kClaimMask) == pushed + 1);
-  CHECK(stored_step(buf, env, pushed) == payload_bytes(env, pushed));
-  CHECK(learner.sizes(env).replay == capacity);
-  for (uint64_t i = 0; i < capacity / 2; ++i) pusher.push(replacement, {static_cast<int32_t>(env)});
-  CHECK(ctl.head.load() == pushed + 1 + capacity / 2);
-  CHECK(check_env_payloads(buf, env) == "");
-  seen.clear();
-  CHECK(sample_quietly(learner, rng, 200, &seen) == "");
-  CHECK(seen == replay_view(learner));
-  CHECK(seen.count({env, pushed}) == 1);
+  check_replacement_rewrites(buf, learner, rng, env, pushed);
 }
 
 TEST_CASE("a writer killed in the middle of a batched push: earlier envs of the batch are published, the env being "
@@ -120,29 +155,7 @@ TEST_CASE("a writer killed in the middle of a batched push: earlier envs of the 
       for (uint64_t e = 0; e < num_envs; ++e) {
         for (uint64_t i = 0; i < before[e]; ++i) pusher.push(w, {static_cast<int32_t>(e)});
       }
-      // The batch [2, 0]. The tail array ends 8 bytes into env 0's row, in front of a page with no access: the
-      // push publishes env 2, claims env 0, copies its hdr and body, and faults inside the copy of its tail. The
-      // SIGSEGV handler tells the parent, which kills this process right there.
-      const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-      auto* pages = static_cast<uint8_t*>(::mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE,
-                                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-      if (pages == MAP_FAILED || ::mprotect(pages + page, page, PROT_NONE) != 0) ::_exit(6);
-      uint8_t* tail = pages + page - kTail - 8;
-      const Payload p2 = make_payload(2, before[2], 0);
-      const Payload p0 = make_payload(0, before[0], 0);
-      std::vector<uint64_t> hdr(p2.hdr, p2.hdr + 4);
-      hdr.insert(hdr.end(), p0.hdr, p0.hdr + 4);
-      std::vector<float> body(p2.body, p2.body + kBody);
-      body.insert(body.end(), p0.body, p0.body + kBody);
-      std::memcpy(tail, p2.tail, kTail);
-      std::memcpy(tail + kTail, p0.tail, 8);
-      g_stopped_fd = stopped[1];
-      struct sigaction sa {};
-      sa.sa_handler = stop_inside_copy;
-      ::sigemptyset(&sa.sa_mask);
-      if (::sigaction(SIGSEGV, &sa, nullptr) != 0 || ::sigaction(SIGBUS, &sa, nullptr) != 0) ::_exit(7);
-      const std::vector<int32_t> ids = {2, 0};
-      w.push(ids, {field_bytes(hdr), field_bytes(body), FieldBytes{tail, 2 * kTail}});
+      push_stopping_inside_copy(w, before, stopped[1]);
       ::_exit(8);  // the copy did not fault: the parent reports it
     });
   });

@@ -8,6 +8,155 @@
 constexpr const char* kTortureName =
     "writer processes killed at random moments lose nothing published and never expose a torn step";
 
+// Whether every env's lease is held by a live writer.
+inline bool all_alive(const SegmentInfo& info) {
+  return std::all_of(info.envs.begin(), info.envs.end(),
+                     [](const EnvInfo& env) { return env.owner == OwnerState::alive; });
+}
+
+// The segment once every env's lease is held by a live writer and every writer counts (at most 20 s; never a timed
+// assertion: the caller checks what it returns).
+inline SegmentInfo settled(const std::string& name, std::size_t num_writers) {
+  SegmentInfo info = Inspector(name).snapshot();
+  for (const auto give_up = Clock::now() + std::chrono::seconds(20);
+       !(all_alive(info) && info.live_writers == num_writers) && Clock::now() < give_up;
+       info = Inspector(name).snapshot()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return info;
+}
+
+// Right after a writer's kill, before its replacement starts, nothing moves on its envs `envs`: every step it
+// committed is still stored intact (up to capacity), the views hold exactly those steps, and the newest one can be
+// peeked. Raises each env's `floor` to its head; counts in *claimed_envs the envs it left claimed but not
+// published; whether there was one.
+inline bool check_dead_writers_envs(const Buffer& buf, Sampler& learner, const std::vector<uint64_t>& envs,
+                                    std::vector<uint64_t>& floor, uint64_t* claimed_envs) {
+  const uint64_t capacity = buf.capacity();
+  SampleBatch newest;
+  bool left_claimed = false;
+  for (const uint64_t e : envs) {
+    const layout::EnvControl& c = segment_of(buf).env_control(e);
+    const uint64_t head = c.head.load();
+    const uint64_t claimed = c.claimed.load() & layout::kClaimMask;
+    floor[e] = head;
+    CHECK_MESSAGE((claimed == head || claimed == head + 1), fmt::format("env {}: head {}, claimed {}", e, head,
+                                                                        claimed));
+    // claimed = head + 1: killed between the claim and the head store (inside a push, or inside or after an
+    // abandoned reservation); the slot being reclaimed holds step head - capacity, which leaves the view.
+    if (claimed == head + 1) {
+      left_claimed = true;
+      ++*claimed_envs;
+    }
+    CHECK(check_env_payloads(buf, e) == "");
+    const EnvSizes sz = learner.sizes(e);
+    CHECK(sz.head == head);
+    CHECK_MESSAGE(sz.replay == std::min(head, claimed == head ? capacity : capacity - 1),
+                  fmt::format("env {}: head {}, claimed {}, replay {}", e, head, claimed, sz.replay));
+    if (head > 0) {
+      const uint64_t one[1] = {e};
+      learner.peek(one, newest);
+      CHECK(newest.valid(0, 0));
+      CHECK(newest.start_steps()[0] == head - 1);
+      CHECK(check_row(newest, 0, head, head) == "");
+    }
+  }
+  return left_claimed;
+}
+
+// The dead writer's envs show as dead in the inspector until the replacement takes them over; their owner is the
+// killed writer or the holder before it (a writer killed while it was starting, before it took the leases over,
+// leaves them with its dead predecessor). The holder now.
+inline pid_t check_dead_owner(const std::string& name, const std::vector<uint64_t>& envs, pid_t killed,
+                              pid_t holder_before) {
+  const SegmentInfo info = Inspector(name).snapshot();
+  const uint64_t holder = info.envs[envs[0]].owner_pid;
+  CHECK((holder == static_cast<uint64_t>(killed) || holder == static_cast<uint64_t>(holder_before)));
+  for (const uint64_t e : envs) {
+    CHECK(info.envs[e].owner == OwnerState::dead);
+    CHECK(info.envs[e].owner_pid == holder);
+  }
+  return static_cast<pid_t>(holder);
+}
+
+// What the writer torture counts.
+struct TortureTotals {
+  uint64_t rows = 0, calls = 0, violations = 0, kills = 0, retries = 0, pushes = 0;
+  uint64_t claimed_kills = 0, claimed_envs = 0;  // kills that left an env between its claim and its head store
+  std::string first;
+  double torture_s = 0;
+};
+
+// The writer torture on a new buffer of `name`: writer processes killed and replaced at random moments for
+// run_seconds(2.0) from `start` (at least one kill), while this process samples and checks every row; then every
+// writer stopped and the ring verified.
+inline TortureTotals run_writer_torture(const std::string& name, const std::vector<std::vector<uint64_t>>& slices,
+                                        uint64_t num_envs, uint64_t capacity, Clock::time_point start) {
+  TortureTotals t;
+  Buffer buf = Buffer::create(name, num_envs, capacity, kPayloadSchema);
+  const std::size_t num_writers = slices.size();
+  std::vector<pid_t> writers(num_writers);
+  uint64_t seed = 1;
+  for (std::size_t w = 0; w < num_writers; ++w) {
+    writers[w] = spawn([&, w, s = seed++] { writer_main(name, slices[w], s, false); });
+  }
+  Sampler learner(buf);
+  REQUIRE(learner.wait(View::replay, num_envs, 10'000));
+  // Every first writer holds its leases before the first kill (num_envs steps can come from fewer writers than
+  // all: a writer still starting would be killed holding nothing, and its envs show no owner at all).
+  REQUIRE(all_alive(settled(name, num_writers)));
+  std::vector<pid_t> holders = writers;  // per writer slot, the process that holds its envs' leases
+  Rng rng(7);
+  SampleBatch batch;
+  std::vector<uint64_t> floor(num_envs, 0);  // heads seen after each kill: published steps never go away
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(run_seconds(2.0)));
+  auto next_kill = Clock::now() + std::chrono::milliseconds(50);
+  // A long soak reports its running totals every minute on stderr, so that a soak cut short still has figures.
+  const bool soak = run_seconds(2.0) >= 60;
+  auto next_report = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < deadline || t.kills == 0) {  // at least one kill, however short the soak
+    t.violations += sample_and_check(learner, rng, batch, t.calls++, &t.rows, &t.first);
+    if (soak && Clock::now() >= next_report) {
+      next_report += std::chrono::seconds(60);
+      std::fprintf(stderr, "soak %.0f s: %llu kills, %llu sample calls, %llu rows checked, %llu retries, %llu "
+                   "violations\n", std::chrono::duration<double>(Clock::now() - start).count(),
+                   static_cast<unsigned long long>(t.kills), static_cast<unsigned long long>(t.calls),
+                   static_cast<unsigned long long>(t.rows), static_cast<unsigned long long>(learner.retries()),
+                   static_cast<unsigned long long>(t.violations));
+    }
+    for (uint64_t e = 0; e < num_envs; ++e) {
+      if (segment_of(buf).env_control(e).head.load() < floor[e]) {
+        if (t.violations++ == 0 && t.first.empty()) t.first = fmt::format("env {}'s head went backwards", e);
+      }
+    }
+    if (Clock::now() >= next_kill) {
+      const std::size_t w = rng() % num_writers;
+      CHECK_MESSAGE(kill_and_reap(writers[w]), "a writer process exited on its own (see its stderr)");
+      ++t.kills;
+      if (check_dead_writers_envs(buf, learner, slices[w], floor, &t.claimed_envs)) ++t.claimed_kills;
+      holders[w] = check_dead_owner(name, slices[w], writers[w], holders[w]);
+      writers[w] = spawn([&, w, s = seed++] { writer_main(name, slices[w], s, false); });
+      next_kill = Clock::now() + std::chrono::milliseconds(20 + rng() % 120);
+    }
+  }
+  t.torture_s = std::chrono::duration<double>(Clock::now() - start).count();
+  // The last replacement may not have taken its leases over yet: give it time (never a timed assertion).
+  const SegmentInfo live = settled(name, num_writers);
+  for (const EnvInfo& env : live.envs) {
+    CHECK(env.owner == OwnerState::alive);
+    CHECK(env.last_push_ns > 0);
+  }
+  CHECK(live.live_writers == num_writers);
+  for (const pid_t pid : writers) CHECK(kill_and_reap(pid));
+  t.retries = learner.retries();
+  t.pushes = total_heads(buf);
+  for (uint64_t e = 0; e < num_envs; ++e) CHECK(segment_of(buf).env_control(e).head.load() >= floor[e]);
+  std::string bad;
+  CHECK_MESSAGE(verify_ring(buf, &bad) == 0, bad);
+  CHECK(segment_of(buf).global_control().learner_takeovers.load() == 0);
+  return t;
+}
+
 TEST_CASE(kTortureName) {
   const auto start = Clock::now();  // the torture runs run_seconds(2.0) from here, setup included
   const uint64_t num_envs = 12;
@@ -16,140 +165,19 @@ TEST_CASE(kTortureName) {
   SegmentGuard guard(unique_name("torture"));
   std::vector<std::vector<uint64_t>> slices(num_writers);
   for (uint64_t e = 0; e < num_envs; ++e) slices[e % num_writers].push_back(e);
-
-  uint64_t rows = 0, calls = 0, violations = 0, kills = 0, retries = 0, pushes = 0;
-  uint64_t claimed_kills = 0, claimed_envs = 0;  // kills that left an env between its claim and its head store
-  std::string first;
-  double torture_s = 0;
-  {
-    Buffer buf = Buffer::create(guard.name(), num_envs, capacity, kPayloadSchema);
-    std::vector<pid_t> writers(num_writers);
-    uint64_t seed = 1;
-    for (std::size_t w = 0; w < num_writers; ++w) {
-      writers[w] = spawn([&, w, s = seed++] { writer_main(guard.name(), slices[w], s, false); });
-    }
-    Sampler learner(buf);
-    REQUIRE(learner.wait(View::replay, num_envs, 10'000));
-    // Every first writer holds its leases before the first kill (num_envs steps can come from fewer writers than
-    // all: a writer still starting would be killed holding nothing, and its envs show no owner at all).
-    const auto all_alive = [](const SegmentInfo& info) {
-      return std::all_of(info.envs.begin(), info.envs.end(),
-                         [](const EnvInfo& env) { return env.owner == OwnerState::alive; });
-    };
-    // The segment once every env's lease is held by a live writer and every writer counts (at most 20 s; never a
-    // timed assertion: the caller checks what it returns).
-    const auto settled = [&] {
-      SegmentInfo info = Inspector(guard.name()).snapshot();
-      for (const auto give_up = Clock::now() + std::chrono::seconds(20);
-           !(all_alive(info) && info.live_writers == num_writers) && Clock::now() < give_up;
-           info = Inspector(guard.name()).snapshot()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-      return info;
-    };
-    REQUIRE(all_alive(settled()));
-    // Per writer slot, the process that holds its envs' leases: a writer killed while it was starting, before it
-    // took the leases over, leaves them with its dead predecessor.
-    std::vector<pid_t> holders = writers;
-    Rng rng(7);
-    SampleBatch batch;
-    SampleBatch newest;  // peeks right after a kill
-    std::vector<uint64_t> floor(num_envs, 0);  // heads seen after each kill: published steps never go away
-    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(run_seconds(2.0)));
-    auto next_kill = Clock::now() + std::chrono::milliseconds(50);
-    // A long soak reports its running totals every minute on stderr, so that a soak cut short still has figures.
-    const bool soak = run_seconds(2.0) >= 60;
-    auto next_report = Clock::now() + std::chrono::seconds(60);
-    while (Clock::now() < deadline || kills == 0) {  // at least one kill, however short the soak
-      violations += sample_and_check(learner, rng, batch, calls++, &rows, &first);
-      if (soak && Clock::now() >= next_report) {
-        next_report += std::chrono::seconds(60);
-        std::fprintf(stderr, "soak %.0f s: %llu kills, %llu sample calls, %llu rows checked, %llu retries, %llu "
-                     "violations\n", std::chrono::duration<double>(Clock::now() - start).count(),
-                     static_cast<unsigned long long>(kills), static_cast<unsigned long long>(calls),
-                     static_cast<unsigned long long>(rows), static_cast<unsigned long long>(learner.retries()),
-                     static_cast<unsigned long long>(violations));
-      }
-      for (uint64_t e = 0; e < num_envs; ++e) {
-        if (segment_of(buf).env_control(e).head.load() < floor[e]) {
-          if (violations++ == 0 && first.empty()) first = fmt::format("env {}'s head went backwards", e);
-        }
-      }
-      if (Clock::now() >= next_kill) {
-        const std::size_t w = rng() % num_writers;
-        CHECK_MESSAGE(kill_and_reap(writers[w]), "a writer process exited on its own (see its stderr)");
-        ++kills;
-        // Before the replacement starts nothing moves on the dead writer's envs: every step it committed is still
-        // stored intact (up to capacity), the views hold exactly those steps, and the newest one can be peeked.
-        bool left_claimed = false;
-        for (const uint64_t e : slices[w]) {
-          const layout::EnvControl& c = segment_of(buf).env_control(e);
-          const uint64_t head = c.head.load();
-          const uint64_t claimed = c.claimed.load() & layout::kClaimMask;
-          floor[e] = head;
-          CHECK_MESSAGE((claimed == head || claimed == head + 1), fmt::format("env {}: head {}, claimed {}", e,
-                                                                              head, claimed));
-          // claimed = head + 1: killed between the claim and the head store (inside a push, or inside or after an
-          // abandoned reservation); the slot being reclaimed holds step head - capacity, which leaves the view.
-          if (claimed == head + 1) {
-            left_claimed = true;
-            ++claimed_envs;
-          }
-          CHECK(check_env_payloads(buf, e) == "");
-          const EnvSizes sz = learner.sizes(e);
-          CHECK(sz.head == head);
-          CHECK_MESSAGE(sz.replay == std::min(head, claimed == head ? capacity : capacity - 1),
-                        fmt::format("env {}: head {}, claimed {}, replay {}", e, head, claimed, sz.replay));
-          if (head > 0) {
-            const uint64_t one[1] = {e};
-            learner.peek(one, newest);
-            CHECK(newest.valid(0, 0));
-            CHECK(newest.start_steps()[0] == head - 1);
-            CHECK(check_row(newest, 0, head, head) == "");
-          }
-        }
-        if (left_claimed) ++claimed_kills;
-        // The dead writer's envs show as dead in the inspector until the replacement takes them over.
-        const SegmentInfo info = Inspector(guard.name()).snapshot();
-        const uint64_t holder = info.envs[slices[w][0]].owner_pid;
-        CHECK((holder == static_cast<uint64_t>(writers[w]) || holder == static_cast<uint64_t>(holders[w])));
-        holders[w] = static_cast<pid_t>(holder);
-        for (const uint64_t e : slices[w]) {
-          CHECK(info.envs[e].owner == OwnerState::dead);
-          CHECK(info.envs[e].owner_pid == holder);
-        }
-        writers[w] = spawn([&, w, s = seed++] { writer_main(guard.name(), slices[w], s, false); });
-        next_kill = Clock::now() + std::chrono::milliseconds(20 + rng() % 120);
-      }
-    }
-    torture_s = std::chrono::duration<double>(Clock::now() - start).count();
-    // The last replacement may not have taken its leases over yet: give it time (never a timed assertion).
-    const SegmentInfo live = settled();
-    for (const EnvInfo& env : live.envs) {
-      CHECK(env.owner == OwnerState::alive);
-      CHECK(env.last_push_ns > 0);
-    }
-    CHECK(live.live_writers == num_writers);
-    for (const pid_t pid : writers) CHECK(kill_and_reap(pid));
-    retries = learner.retries();
-    pushes = total_heads(buf);
-    for (uint64_t e = 0; e < num_envs; ++e) CHECK(segment_of(buf).env_control(e).head.load() >= floor[e]);
-    std::string bad;
-    CHECK_MESSAGE(verify_ring(buf, &bad) == 0, bad);
-    CHECK(segment_of(buf).global_control().learner_takeovers.load() == 0);
-  }
+  const TortureTotals t = run_writer_torture(guard.name(), slices, num_envs, capacity, start);
   MESSAGE(fmt::format("{} writer processes, {} kills: {} pushes, {} sample calls, {} rows checked, {} retries, {} "
                       "violations; the torture ran for {:.3f} s",
-                      num_writers, kills, pushes, calls, rows, retries, violations, torture_s));
+                      num_writers, t.kills, t.pushes, t.calls, t.rows, t.retries, t.violations, t.torture_s));
   MESSAGE(fmt::format("{} of {} kills left {} env(s) claimed but not published (killed inside a push or a "
                       "reservation, or after abandoning one)",
-                      claimed_kills, kills, claimed_envs));
-  CHECK_MESSAGE(violations == 0, first);
-  CHECK(kills > 0);
+                      t.claimed_kills, t.kills, t.claimed_envs));
+  CHECK_MESSAGE(t.violations == 0, t.first);
+  CHECK(t.kills > 0);
 
   // Every process that used the segment is gone; it is still there, with its data.
   Buffer again = Buffer::open(guard.name(), {.expected_schema = kPayloadSchema});
-  CHECK(total_heads(again) == pushes);
+  CHECK(total_heads(again) == t.pushes);
   std::string bad;
   CHECK_MESSAGE(verify_ring(again, &bad) == 0, bad);
   Sampler learner(again);  // the old learner released its lease

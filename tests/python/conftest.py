@@ -84,3 +84,12 @@ def name():
 def buffer(name):
     """A payload buffer of 4 envs x 16 steps."""
     return shmreplay.Buffer.create(name, 4, 16, PAYLOAD_SCHEMA)
+
+
+@pytest.fixture
+def copy_name(name):
+    """A second unique buffer name (the load's target), removed afterwards."""
+    n = name + "-copy"
+    yield n
+    if shmreplay.Buffer.exists(n):
+        shmreplay.Buffer.remove(n)

@@ -14,7 +14,8 @@ flight drops out of them.
 Short by default (about a minute, most of it starting Ray's nodes); SHMREPLAY_RAY_LONG=1 samples ten times as many
 rows and runs the writers longer. Skipped where Ray is not installed, and under the sanitizer pass (Ray's own
 binaries would start with ASan's runtime preloaded)."""
-import collections
+import ast
+import inspect
 import os
 import sys
 import tempfile
@@ -35,47 +36,17 @@ cluster_utils = pytest.importorskip("ray.cluster_utils")
 import conftest  # noqa: E402
 import shmreplay  # noqa: E402
 import shmreplay.ray as sr  # noqa: E402
-from conftest import PAYLOAD_SCHEMA, check_batch, payload  # noqa: E402
 import stamped  # noqa: E402
+import ray_nodes  # noqa: E402
+from ray_nodes import (FIRST_PUSH, L, NODES, calls_since, cells_of, check_rows, close_all, counting_nodes,  # noqa: E402
+                       push_steps, same_batch, start_server)
 
 # Ray pickles the writer functions for its workers, which cannot import this directory's modules: send them by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 ray.cloudpickle.register_pickle_by_value(conftest)
+ray.cloudpickle.register_pickle_by_value(ray_nodes)
 
 LONG = os.environ.get("SHMREPLAY_RAY_LONG", "") not in ("", "0")
-NODES = 3
-CAPACITY = 64
-L = 4
-# Steps each env of each node holds (per node: two envs); some wrap the ring, and the nodes differ in size.
-FIRST_PUSH = [[40, 84], [10, 30], [100, 5]]
-
-
-def body_of(env_ids, steps, node):
-    """The body field of steps pushed by `node`: payload() salted with the node, so a row's payload names its node."""
-    return payload(env_ids, steps, salt=1000 * node)["body"]
-
-
-def push_steps(shm_dir, buffer_name, node, counts, seconds=0.0):
-    """A writer on a node: pushes counts[e] steps to env e (priority 1 + step % 3), then, for `seconds`, one step to
-    every env at a time. Returns the steps pushed per env."""
-    os.environ["SHMREPLAY_SHM_DIR"] = shm_dir
-    buf = shmreplay.Buffer.open(buffer_name)
-    pushed = [0] * len(counts)
-    with shmreplay.Writer(buf, list(range(len(counts)))) as w:
-        def one(envs):
-            steps = [w.head(e) for e in envs]
-            data = payload(envs, steps, salt=1000 * node)
-            w.push(envs, data, priorities=np.array([1 + s % 3 for s in steps], np.float32))
-            for e in envs:
-                pushed[e] += 1
-        for e, c in enumerate(counts):
-            for _ in range(c):
-                one([e])
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            one(list(range(len(counts))))
-            time.sleep(0.001)
-    return pushed
 
 
 @pytest.fixture(scope="module")
@@ -101,60 +72,8 @@ def cluster():
             os.rmdir(d)
 
 
-def start_server(dirs, name, k, create=True, wait=True):
-    handle = sr.NodeServer.options(name=f"{name}-node{k}", resources={f"node{k}": 1}).remote(
-        name, shm_dir=dirs[k], seed=k,
-        create={"num_envs": 2, "capacity": CAPACITY, "schema": PAYLOAD_SCHEMA, "priority_exponent": 1.0}
-        if create else None)
-    if wait:
-        ray.get(handle.ping.remote())
-    return handle
-
-
-def cells_of(heads, power):
-    """Every start of the replay view of every node's envs, (node, env, start), with its weight min(r, L)**power."""
-    cells, weights = [], []
-    for k, node_heads in enumerate(heads):
-        for e, h in enumerate(node_heads):
-            for p in range(max(0, h - CAPACITY), h):
-                cells.append((k, e, p))
-                weights.append(min(h - p, L) ** power)
-    return cells, np.array(weights, float)
-
-
-def check_rows(batch, heads=None):
-    """Every row's payload: whole, its env's, steps start.., and salted with the node it says it came from."""
-    assert check_batch(batch) == []
-    for k in np.unique(batch.node_ids):
-        rows = np.flatnonzero(batch.node_ids == k)
-        steps = batch.starts[rows, None] + np.arange(L)[None, :]
-        env = np.repeat(batch.env_ids[rows, None], L, axis=1)
-        expected = body_of(env.ravel(), steps.ravel(), int(k)).reshape(len(rows), L, -1)
-        mask = batch.mask[rows]
-        assert np.array_equal(batch["body"][rows][mask], expected[mask]), f"node {k}: a row's body is not its node's"
-        if heads is not None:
-            h = np.array(heads[int(k)])[batch.env_ids[rows]]
-            assert np.all(batch.starts[rows] + mask.sum(axis=1) <= h)
-
-
-def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_survives_a_lost_node(cluster):
-    c, dirs = cluster
-    name = f"shmreplay-ray-{os.getpid()}"
-    servers = {f"node{k}": start_server(dirs, name, k, wait=False) for k in range(NODES)}  # they start in parallel
-    ray.get([h.ping.remote() for h in servers.values()])
-    # Writers on their own nodes fill the buffers; then the buffers are quiescent for the exactness checks.
-    pushed = ray.get([ray.remote(push_steps).options(resources={f"node{k}": 1}, num_cpus=0).remote(
-        dirs[k], name, k, FIRST_PUSH[k]) for k in range(NODES)])
-    assert pushed == FIRST_PUSH
-    # Nothing is shared: each node's buffer is a file in its own directory only.
-    for k in range(NODES):
-        assert os.listdir(dirs[k]) == [name]
-    heads = [list(h) for h in FIRST_PUSH]
-
-    learner = sr.ClusterSampler({n: f"{name}-{n}" for n in servers}, seed=1, retry_interval=0.0, timeout=60.0)
-    assert learner.nodes == ("node0", "node1", "node2")
-
-    # Totals: each node's is the sum of its starts' weights, for uniform, length^power and priority sampling.
+def check_totals(learner, heads):
+    """Each node's total is the sum of its starts' weights, for uniform, length^power and priority sampling."""
     for power in (0.0, 1.0, 2.0):
         cells, w = cells_of(heads, power)
         totals = learner.total_weights("replay", L, power)
@@ -167,9 +86,11 @@ def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_su
         expected = sum(1 + p % 3 for (kk, _, p) in prio_cells if kk == k)  # alpha = 1
         assert prio_totals[f"node{k}"] == pytest.approx(expected, rel=1e-12)
 
-    # Exactness: every (node, env, start) cell is drawn in proportion to its weight over all nodes (chi-square);
-    # the same counts reject the distribution of another power, so the test can fail. Both splits: by the totals
-    # the last answers brought (the default: one round trip per batch) and by totals read before each batch.
+
+def check_exact_draws(learner, servers, name, heads):
+    """Every (node, env, start) cell is drawn in proportion to its weight over all nodes (chi-square); the
+    same counts reject the distribution of another power, so the test can fail. Both splits: by the totals the last
+    answers brought (the default: one round trip per batch) and by totals read before each batch."""
     power = 1.0
     cells, w = cells_of(heads, power)
     index = {cell: i for i, cell in enumerate(cells)}
@@ -192,13 +113,18 @@ def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_su
         assert stats.chisquare(per_node, node_w / node_w.sum() * n).pvalue > 1e-4, sampler.exact_split
     exact.close()
 
-    # Priority updates go to the nodes that own the rows: afterwards each node's prioritized total is its model's.
+
+def check_priority_updates(learner, heads):
+    """Priority updates go to the nodes that own the rows: afterwards each node's prioritized total is its
+    model's; importance weights are the global ones, (N P)**-beta over the batch's largest, as one buffer holding
+    every node's steps gives them (not each node's own)."""
     batch = learner.sample("replay", 300, L, prioritized=True)
     check_rows(batch, heads)
     assert set(batch.node_ids.tolist()) == {0, 1, 2}
     applied, dropped = learner.update_priorities(batch.node_ids, batch.env_ids, batch.starts,
                                                  np.full(batch.rows, 7.0, np.float32))
     assert (applied, dropped) == (300, 0)
+    prio_cells, _ = cells_of(heads, 0.0)
     model = {cell: 1 + cell[2] % 3 for cell in prio_cells}
     for k, e, p in zip(batch.node_ids, batch.env_ids, batch.starts):
         model[(int(k), int(e), int(p))] = 7
@@ -212,14 +138,11 @@ def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_su
     expected = (len(model) * w / sum(model.values())) ** -0.5
     np.testing.assert_allclose(batch.weights, expected / expected.max(), rtol=1e-5)
 
-    # Online resets go to every node: the online view is empty everywhere, then fills again as writers push.
-    learner.reset_online_queue()
-    assert learner.size("online") == 0
-    with pytest.raises(shmreplay.EmptyView):
-        learner.sample("online", 10, L)
 
-    # Writers push on every node while the learner samples; node1's server is killed mid-run. The learner warns and
-    # goes on with the other two; a replacement server under the same name brings node1 back into the draw.
+def sample_through_a_lost_node(learner, servers, dirs, name):
+    """Writers push on every node while the learner samples; node1's server is killed mid-run. The learner
+    warns and goes on with the other two; a replacement server under the same name brings node1 back into the draw.
+    Returns what the writers pushed, the warnings' messages, and the rows per node after the kill and after the return."""
     seconds = 20.0 if LONG else 4.0
     writers = [ray.remote(push_steps).options(resources={f"node{k}": 1}, num_cpus=0).remote(
         dirs[k], name, k, [0, 0], seconds) for k in range(NODES)]
@@ -241,7 +164,7 @@ def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_su
             if killed and not replaced and now >= back_at and after_kill.sum() >= 1000:
                 servers["node1"] = start_server(dirs, name, 1, create=False)
                 replaced = True
-            batch = learner.sample("online", 500, L, power)
+            batch = learner.sample("online", 500, L, 1.0)
             check_rows(batch)
             rows = np.bincount(batch.node_ids, minlength=NODES)
             seen += rows
@@ -249,9 +172,38 @@ def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_su
                 after_back += rows
             elif killed and "node1" not in learner.live_nodes():
                 after_kill += rows
-    pushed = ray.get(writers)
+    return ray.get(writers), [str(w.message) for w in caught if issubclass(w.category, sr.NodeLostWarning)], after_kill, after_back
+
+
+def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_survives_a_lost_node(cluster):
+    c, dirs = cluster
+    name = f"shmreplay-ray-{os.getpid()}"
+    servers = {f"node{k}": start_server(dirs, name, k, wait=False) for k in range(NODES)}  # they start in parallel
+    ray.get([h.ping.remote() for h in servers.values()])
+    # Writers on their own nodes fill the buffers; then the buffers are quiescent for the exactness checks.
+    pushed = ray.get([ray.remote(push_steps).options(resources={f"node{k}": 1}, num_cpus=0).remote(
+        dirs[k], name, k, FIRST_PUSH[k]) for k in range(NODES)])
+    assert pushed == FIRST_PUSH
+    # Nothing is shared: each node's buffer is a file in its own directory only.
+    for k in range(NODES):
+        assert os.listdir(dirs[k]) == [name]
+    heads = [list(h) for h in FIRST_PUSH]
+
+    learner = sr.ClusterSampler({n: f"{name}-{n}" for n in servers}, seed=1, retry_interval=0.0, timeout=60.0)
+    assert learner.nodes == ("node0", "node1", "node2")
+
+    check_totals(learner, heads)
+    check_exact_draws(learner, servers, name, heads)
+    check_priority_updates(learner, heads)
+
+    # Online resets go to every node: the online view is empty everywhere, then fills again as writers push.
+    learner.reset_online_queue()
+    assert learner.size("online") == 0
+    with pytest.raises(shmreplay.EmptyView):
+        learner.sample("online", 10, L)
+
+    pushed, messages, after_kill, after_back = sample_through_a_lost_node(learner, servers, dirs, name)
     assert all(sum(p) > 0 for p in pushed)
-    messages = [str(w.message) for w in caught if issubclass(w.category, sr.NodeLostWarning)]
     assert any("'node1' is out of the draw" in m for m in messages), messages
     assert any("'node1' answers again" in m for m in messages), messages
     assert after_kill[1] == 0 and after_kill[0] > 0 and after_kill[2] > 0
@@ -313,68 +265,32 @@ def test_a_learner_samples_stacked_fields_of_every_node_byte_for_byte(cluster):
     ray.get([h.close.remote(remove=True) for h in servers.values()])
 
 
-class CountingServerImpl(sr.NodeServerImpl):
-    """A node server that counts its calls and the rows its draws are asked for, can be reseeded, and can be kept
-    busy (the calls sent after a stall wait behind it: Ray runs an actor's calls one at a time)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.calls = collections.Counter()
-
-    def weigh(self, *args, **kwargs):
-        self.calls["weigh"] += 1
-        return super().weigh(*args, **kwargs)
-
-    def draw(self, view, batch_size, *args, **kwargs):
-        self.calls["draw"] += 1
-        self.calls["rows"] += batch_size
-        return super().draw(view, batch_size, *args, **kwargs)
-
-    def update_priorities(self, *args, **kwargs):
-        self.calls["update"] += 1
-        return super().update_priorities(*args, **kwargs)
-
-    def counts(self):
-        return dict(self.calls)
-
-    def reseed(self, seed):
-        self._sampler.seed(seed)
-
-    def stall(self, seconds):
-        time.sleep(seconds)
-        return True
-
-
-CountingServer = ray.remote(num_cpus=0)(CountingServerImpl)
-
-
-def counting_nodes(cluster, suffix):
-    """A counting server on each node over a fresh buffer that writers fill with FIRST_PUSH (then quiescent):
-    (buffer name, {node name: handle})."""
-    _, dirs = cluster
-    name = f"shmreplay-ray-{suffix}-{os.getpid()}"
-    servers = {f"node{k}": CountingServer.options(name=f"{name}-node{k}", resources={f"node{k}": 1}).remote(
-        name, shm_dir=dirs[k], seed=k,
-        create={"num_envs": 2, "capacity": CAPACITY, "schema": PAYLOAD_SCHEMA, "priority_exponent": 1.0})
-        for k in range(NODES)}
-    ray.get([h.ping.remote() for h in servers.values()])
-    assert ray.get([ray.remote(push_steps).options(resources={f"node{k}": 1}, num_cpus=0).remote(
-        dirs[k], name, k, FIRST_PUSH[k]) for k in range(NODES)]) == FIRST_PUSH
-    return name, servers
-
-
-def calls_since(servers, before=None):
-    """Each server's call counts, less `before`'s."""
-    now = {n: collections.Counter(c) for n, c in zip(servers, ray.get([h.counts.remote() for h in servers.values()]))}
-    if before is None:
-        return now
-    return {n: {key: now[n][key] - before[n][key] for key in ("weigh", "draw", "rows", "update")} for n in servers}
-
-
-def close_all(servers):
-    ray.get([h.close.remote(remove=True) for h in servers.values()])
-    for h in servers.values():
-        ray.kill(h)
+def test_the_cluster_sampler_takes_every_sample_option_of_the_bindings_table_and_hands_each_to_the_nodes(cluster):
+    """The options come from the binding's table (lib/python/sample_options.hpp): a new one needs no edit in
+    shmreplay.ray. Each is in the signatures with the table's default, and given to sample or sample_async it
+    reaches every node's draw with its value."""
+    table = {n: default for n, calls, default, _ in shmreplay._shmreplay._sample_options() if "Sampler.sample" in calls}
+    assert {"episodes", "prioritized", "beta"} <= set(table)
+    for method in (sr.ClusterSampler.sample, sr.ClusterSampler.sample_async):
+        params = inspect.signature(method).parameters
+        assert {n: repr(params[n].default) for n in table if n in params} == table, method.__name__
+    _, servers = counting_nodes(cluster, "options")
+    learner = sr.ClusterSampler(servers, seed=5)
+    try:
+        defaults = {n: ast.literal_eval(d) if d not in ("inf", "nan") else float(d) for n, d in table.items()}
+        for name, value in defaults.items():
+            for call in (learner.sample, lambda *a, **k: learner.sample_async(*a, **k).result()):
+                check_rows(call("replay", 60, L, 0.0, **{name: value}), FIRST_PUSH)
+                seen = ray.get([h.last_draw_options.remote() for h in servers.values()])
+                assert all(s == defaults for s in seen), (name, seen)
+        check_rows(learner.sample("replay", 60, L, 0.0, min_steps=1, beta=0.7, period=2), FIRST_PUSH)
+        seen = ray.get([h.last_draw_options.remote() for h in servers.values()])
+        assert all(s == {**defaults, "min_steps": 1, "beta": 0.7, "period": 2} for s in seen), seen
+        with pytest.raises(TypeError, match="unexpected keyword argument 'no_such_option'"):
+            learner.sample("replay", 60, L, no_such_option=1)
+    finally:
+        learner.close()
+        close_all(servers)
 
 
 def test_a_batch_costs_one_call_per_node_once_the_totals_are_known_and_updates_and_resets_bring_fresh_ones(cluster):
@@ -434,14 +350,6 @@ def test_a_batch_costs_one_call_per_node_once_the_totals_are_known_and_updates_a
         learner.close()
         exact.close()
         close_all(servers)
-
-
-def same_batch(a, b):
-    assert a.keys() == b.keys()
-    for key in a.keys():
-        assert np.array_equal(a[key], b[key]), key
-    for key in ("mask", "env_ids", "starts", "weights", "node_ids"):
-        assert np.array_equal(getattr(a, key), getattr(b, key)), key
 
 
 def test_a_batch_requested_ahead_is_the_one_a_synchronous_call_draws_and_misses_later_priority_updates(cluster):

@@ -20,16 +20,59 @@ Shared* map_shared() {
   return new (p) Shared{};
 }
 
+// A case of the speeds test: whether the writers wait for the limiter, and how long each side sleeps per call.
+struct SpeedCase {
+  const char* what;
+  bool writers_wait;
+  int writer_sleep_us;
+  int learner_sleep_us;
+};
+
+// Three writer processes (envs 0-1, 2-3, 4-5) and a learner on `name` at the speeds of `c`, until sh->stop.
+std::vector<pid_t> spawn_at_speeds(const std::string& name, const SpeedCase& c, Shared* sh) {
+  std::vector<pid_t> children;
+  for (uint64_t w = 0; w < 3; ++w) {
+    children.push_back(spawn([&, w] {
+      try {
+        Buffer mine = Buffer::open(name);
+        Writer writer(mine, {2 * w, 2 * w + 1},
+                      {.wait_for_rate_limit = c.writers_wait, .rate_limit_timeout_ms = 60'000});
+        while (sh->stop.load() == 0) {
+          push_steps(writer, {2 * w, 2 * w + 1});
+          sh->pushes += 2;
+          if (c.writer_sleep_us) ::usleep(static_cast<useconds_t>(c.writer_sleep_us));
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "writer: %s\n", e.what());
+        sh->failures += 1;
+      }
+    }));
+  }
+  children.push_back(spawn([&] {
+    try {
+      Buffer mine = Buffer::open(name);
+      Sampler learner(mine);
+      Rng rng(5);
+      SampleBatch batch;
+      SampleOptions o;
+      o.rate_limit_timeout_ms = 60'000;
+      while (sh->stop.load() == 0) {
+        learner.sample_transitions(View::replay, 32, rng, batch, o);
+        sh->rows += 32;
+        if (c.learner_sleep_us) ::usleep(static_cast<useconds_t>(c.learner_sleep_us));
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "learner: %s\n", e.what());
+      sh->failures += 1;
+    }
+  }));
+  return children;
+}
+
 }  // namespace
 
 TEST_CASE("three writer processes and a learner at different speeds keep the ratio within the error buffer") {
-  struct Case {
-    const char* what;
-    bool writers_wait;
-    int writer_sleep_us;
-    int learner_sleep_us;
-  };
-  const Case cases[] = {
+  const SpeedCase cases[] = {
       {"waiting writers, a slow learner", true, 0, 2000},
       {"waiting writers, a fast learner", true, 500, 0},
       {"waiting writers, both fast", true, 0, 0},
@@ -37,48 +80,13 @@ TEST_CASE("three writer processes and a learner at different speeds keep the rat
   };
   const double seconds = env_seconds("SHMREPLAY_RATE_SECONDS", 1.0);
   const RateLimit limit = RateLimit::ratio(2.0, 64, 96.0);  // bounds 32 .. 224
-  for (const Case& c : cases) {
+  for (const SpeedCase& c : cases) {
     CAPTURE(std::string(c.what));
     const std::string name = unique_name("rl-procs");
     SegmentGuard guard(name);
     Buffer b = Buffer::create(name, 6, 4096, kSchema, {.rate_limit = limit});
     Shared* sh = map_shared();
-    std::vector<pid_t> children;
-    for (uint64_t w = 0; w < 3; ++w) {
-      children.push_back(spawn([&, w] {
-        try {
-          Buffer mine = Buffer::open(name);
-          Writer writer(mine, {2 * w, 2 * w + 1},
-                        {.wait_for_rate_limit = c.writers_wait, .rate_limit_timeout_ms = 60'000});
-          while (sh->stop.load() == 0) {
-            push_steps(writer, {2 * w, 2 * w + 1});
-            sh->pushes += 2;
-            if (c.writer_sleep_us) ::usleep(static_cast<useconds_t>(c.writer_sleep_us));
-          }
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "writer: %s\n", e.what());
-          sh->failures += 1;
-        }
-      }));
-    }
-    children.push_back(spawn([&] {
-      try {
-        Buffer mine = Buffer::open(name);
-        Sampler learner(mine);
-        Rng rng(5);
-        SampleBatch batch;
-        SampleOptions o;
-        o.rate_limit_timeout_ms = 60'000;
-        while (sh->stop.load() == 0) {
-          learner.sample_transitions(View::replay, 32, rng, batch, o);
-          sh->rows += 32;
-          if (c.learner_sleep_us) ::usleep(static_cast<useconds_t>(c.learner_sleep_us));
-        }
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "learner: %s\n", e.what());
-        sh->failures += 1;
-      }
-    }));
+    const std::vector<pid_t> children = spawn_at_speeds(name, c, sh);
     uint64_t readings = 0, below = 0, above = 0;
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     while (std::chrono::steady_clock::now() < end) {

@@ -4,28 +4,11 @@
 #include "shmreplay/internal/segment.hpp"
 #include "sampler_helpers.hpp"
 
-TEST_CASE("bad arguments, empty views and too-small borrowed arrays throw errors that give the numbers") {
-  Rig rig("err", 3, 8);
-  Writer& w = rig.w;
-  Sampler& s = rig.s;
-  Model& m = rig.m;
-  Rng rng(3);
-  SampleBatch out;
+namespace {
+
+// The sample calls' argument checks, on a sampler of capacity 8 with steps in its replay view.
+void check_argument_errors(Sampler& s, Rng& rng, SampleBatch& out) {
   std::string msg;
-
-  // Empty views: nothing pushed yet, then nothing since the last reset.
-  CHECK(error_of([&] { s.sample(View::replay, 4, 2, 1.0, rng, out); }, &msg) == code(Errc::empty_view));
-  CHECK(contains(msg, "replay"));
-  push_envs(w, m, {1, 0}, 1);
-  push_env(w, m, 2, 10);
-  CHECK(error_of([&] { s.sample(View::replay, 4, 2, 1.0, rng, out); }) == 0);
-  s.reset_online_queue();
-  m.reset_online();
-  CHECK(error_of([&] { s.sample(View::online, 4, 2, 1.0, rng, out); }, &msg) == code(Errc::empty_view));
-  CHECK(contains(msg, "online"));
-  CHECK(error_of([&] { s.sample_mixed(4, 1, 2, 1.0, rng, out); }) == code(Errc::empty_view));
-  CHECK(error_of([&] { s.sample_mixed(4, 0, 2, 1.0, rng, out); }) == 0);
-
   // Argument checks.
   CHECK(error_of([&] { s.sample(View::replay, 0, 2, 1.0, rng, out); }, &msg) == code(Errc::invalid_argument));
   CHECK(contains(msg, "batch size is 0"));
@@ -55,15 +38,12 @@ TEST_CASE("bad arguments, empty views and too-small borrowed arrays throw errors
         code(Errc::invalid_argument));
   CHECK(error_of([&] { Sampler::check_batch_shape(s.buffer(), "sample", 4, 8); }) == 0);
   CHECK(error_of([&] { Sampler::check_batch_shape(s.buffer(), "sample", 4, 9); }) == code(Errc::invalid_argument));
+}
 
-  // Peek and sizes.
-  const std::vector<uint64_t> bad = {0, 7};
-  CHECK(error_of([&] { s.peek(bad, out); }, &msg) == code(Errc::env_out_of_range));
-  CHECK((contains(msg, "env 7") && contains(msg, "0 to 2")));
-  CHECK(error_of([&] { s.peek({}, out); }) == code(Errc::invalid_argument));
-  CHECK(error_of([&] { (void)s.sizes(3); }, &msg) == code(Errc::env_out_of_range));
-  CHECK(contains(msg, "env 3"));
-
+// Borrowed arrays too small for a batch are refused, naming the array and both sizes; a borrowed batch filled
+// correctly holds what an owned batch holds for the same seed, in the caller's arrays.
+void check_borrowed_arrays(Sampler& s, const Model& m, Rng& rng, SampleBatch& out) {
+  std::string msg;
   // Borrowed arrays: 4 rows x 3 steps need id 192 bytes, x 144, flag 12, mask 12, ids and starts 4 each.
   std::vector<uint64_t> ids(24);
   std::vector<float> xs(36);
@@ -105,6 +85,43 @@ TEST_CASE("bad arguments, empty views and too-small borrowed arrays throw errors
     CHECK(std::ranges::equal(out.env_ids(), envs));
     CHECK(std::ranges::equal(out.start_steps(), starts));
   }
+}
+
+}  // namespace
+
+TEST_CASE("bad arguments, empty views and too-small borrowed arrays throw errors that give the numbers") {
+  Rig rig("err", 3, 8);
+  Writer& w = rig.w;
+  Sampler& s = rig.s;
+  Model& m = rig.m;
+  Rng rng(3);
+  SampleBatch out;
+  std::string msg;
+
+  // Empty views: nothing pushed yet, then nothing since the last reset.
+  CHECK(error_of([&] { s.sample(View::replay, 4, 2, 1.0, rng, out); }, &msg) == code(Errc::empty_view));
+  CHECK(contains(msg, "replay"));
+  push_envs(w, m, {1, 0}, 1);
+  push_env(w, m, 2, 10);
+  CHECK(error_of([&] { s.sample(View::replay, 4, 2, 1.0, rng, out); }) == 0);
+  s.reset_online_queue();
+  m.reset_online();
+  CHECK(error_of([&] { s.sample(View::online, 4, 2, 1.0, rng, out); }, &msg) == code(Errc::empty_view));
+  CHECK(contains(msg, "online"));
+  CHECK(error_of([&] { s.sample_mixed(4, 1, 2, 1.0, rng, out); }) == code(Errc::empty_view));
+  CHECK(error_of([&] { s.sample_mixed(4, 0, 2, 1.0, rng, out); }) == 0);
+
+  check_argument_errors(s, rng, out);
+
+  // Peek and sizes.
+  const std::vector<uint64_t> bad = {0, 7};
+  CHECK(error_of([&] { s.peek(bad, out); }, &msg) == code(Errc::env_out_of_range));
+  CHECK((contains(msg, "env 7") && contains(msg, "0 to 2")));
+  CHECK(error_of([&] { s.peek({}, out); }) == code(Errc::invalid_argument));
+  CHECK(error_of([&] { (void)s.sizes(3); }, &msg) == code(Errc::env_out_of_range));
+  CHECK(contains(msg, "env 3"));
+
+  check_borrowed_arrays(s, m, rng, out);
 }
 
 TEST_CASE("an owned batch keeps its storage across calls of the same or a smaller shape") {

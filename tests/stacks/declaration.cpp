@@ -210,99 +210,125 @@ TEST_CASE("create refuses stack_restarts without a stacked field, and a reserve 
   CHECK_FALSE(Buffer::exists(guard.name()));
 }
 
-TEST_CASE("open refuses a corrupted stacked field table with Errc::corrupt, saying what is wrong") {
-  SegmentGuard src(unique_name("stk-src"));
-  const uint64_t envs = 2, cap = 16;
-  const Schema schema = Schema::parse("id:u64[2] obs:u8[4,6,5]:stack=0 r:f32 mid:u16[3,2,5]:stack=1");
-  (void)Buffer::create(src.name(), envs, cap, schema, {.stack_restarts = 2});
-  const std::vector<char> good = file_bytes(src.path());
-  layout::SegmentHeader h{};
-  std::memcpy(static_cast<void*>(&h), good.data(), sizeof h);
-  const std::size_t table = h.sections[layout::kSectionFields].offset;
-  const auto at = [&](std::size_t field, std::size_t member) {
-    return table + field * sizeof(layout::FieldDesc) + member;
-  };
-  layout::FieldDesc obs{};
-  std::memcpy(static_cast<void*>(&obs), good.data() + at(1, 0), sizeof obs);
-  layout::FieldDesc mid{};
-  std::memcpy(static_cast<void*>(&mid), good.data() + at(3, 0), sizeof mid);
-  REQUIRE(obs.stack == 1);
-  REQUIRE(obs.stack_frames == cap + 3 * 3);
-  REQUIRE(mid.stack == 2);
+namespace {
 
-  const auto opens = [&](const std::vector<char>& bytes, std::string* m) {
+// A segment file of stacked fields (id, obs stacked on axis 0, r, mid stacked on axis 1), its header and its
+// stacked fields' descriptors, and how a damaged copy of it opens.
+struct StackedFile {
+  static constexpr uint64_t kEnvs = 2, kCap = 16;
+  SegmentGuard src{unique_name("stk-src")};
+  std::vector<char> good;
+  layout::SegmentHeader h{};
+  std::size_t table = 0;
+  layout::FieldDesc obs{}, mid{};
+
+  StackedFile() {
+    const Schema schema = Schema::parse("id:u64[2] obs:u8[4,6,5]:stack=0 r:f32 mid:u16[3,2,5]:stack=1");
+    (void)Buffer::create(src.name(), kEnvs, kCap, schema, {.stack_restarts = 2});
+    good = file_bytes(src.path());
+    std::memcpy(static_cast<void*>(&h), good.data(), sizeof h);
+    table = h.sections[layout::kSectionFields].offset;
+    std::memcpy(static_cast<void*>(&obs), good.data() + at(1, 0), sizeof obs);
+    std::memcpy(static_cast<void*>(&mid), good.data() + at(3, 0), sizeof mid);
+  }
+  // Where byte `member` of field `field`'s descriptor is in the file.
+  std::size_t at(std::size_t field, std::size_t member) const {
+    return table + field * sizeof(layout::FieldDesc) + member;
+  }
+  // The Errc of opening a segment of `bytes` (0 when it opens), its message into *m.
+  static int opens(const std::vector<char>& bytes, std::string* m) {
     SegmentGuard g(unique_name("stk-bad"));
     test::write_file(g.path(), std::string_view(bytes.data(), bytes.size()));
     return error_of([&] { (void)Buffer::open(g.name()); }, m);
-  };
-  std::string m;
-  REQUIRE(opens(good, &m) == 0);
-  const auto corrupt = [&](auto mutate, const std::string& needle) {
+  }
+  // A copy damaged by `mutate` is refused with Errc::corrupt and a message that contains `needle`.
+  template <class Mutate>
+  void corrupt(Mutate mutate, const std::string& needle) const {
     std::vector<char> bytes = good;
     mutate(bytes);
     CAPTURE(needle);
+    std::string m;
     CHECK(opens(bytes, &m) == code(Errc::corrupt));
     CAPTURE(m);
     CHECK(contains(m, needle));
-  };
-  const auto poke64 = [](std::vector<char>& b, std::size_t off, uint64_t v) { std::memcpy(b.data() + off, &v, 8); };
-  const auto poke32 = [](std::vector<char>& b, std::size_t off, uint32_t v) { std::memcpy(b.data() + off, &v, 4); };
+  }
+};
+
+void poke64(std::vector<char>& b, std::size_t off, uint64_t v) { std::memcpy(b.data() + off, &v, 8); }
+void poke32(std::vector<char>& b, std::size_t off, uint32_t v) { std::memcpy(b.data() + off, &v, 4); }
+
+// Random damage to the storage and stack words of f's table, 300 times: each an error or a valid open, never a
+// crash. How many opened.
+int open_random_damage(const StackedFile& f) {
+  std::mt19937_64 gen(32);
+  int opened = 0;
+  std::string m;
+  for (int round = 0; round < 300; ++round) {
+    std::vector<char> bytes = f.good;
+    const std::size_t field = gen() % 4;
+    // a 4-byte word from data_offset on: the storage's and the stack's words
+    const std::size_t from = offsetof(layout::FieldDesc, data_offset);
+    const std::size_t member = from + (gen() % (sizeof(layout::FieldDesc) - from)) / 4 * 4;
+    const uint64_t values[] = {0, 1, 2, 3, UINT64_MAX, f.obs.stack_frames, f.obs.stack_index_offset,
+                               f.obs.data_offset, uint64_t{1} << 40, gen()};
+    poke32(bytes, f.at(field, member), static_cast<uint32_t>(values[gen() % std::size(values)]));
+    const int c = StackedFile::opens(bytes, &m);
+    CHECK_MESSAGE((c == 0 || c == code(Errc::corrupt)), m);
+    opened += c == 0;
+  }
+  return opened;
+}
+
+}  // namespace
+
+TEST_CASE("open refuses a corrupted stacked field table with Errc::corrupt, saying what is wrong") {
+  const StackedFile f;
+  REQUIRE(f.obs.stack == 1);
+  REQUIRE(f.obs.stack_frames == StackedFile::kCap + 3 * 3);
+  REQUIRE(f.mid.stack == 2);
+  std::string m;
+  REQUIRE(StackedFile::opens(f.good, &m) == 0);
   const std::size_t frames_at = offsetof(layout::FieldDesc, stack_frames);
   const std::size_t bytes_at = offsetof(layout::FieldDesc, data_bytes);
   const std::size_t index_at = offsetof(layout::FieldDesc, stack_index_offset);
   const std::size_t stack_at = offsetof(layout::FieldDesc, stack);
   // Fewer frames than the smallest reserve (capacity + 2 (K - 1)), with data_bytes to match: refused on the frames.
-  corrupt([&](auto& b) {
-    poke64(b, at(1, frames_at), cap + 5);
-    poke64(b, at(1, bytes_at), envs * (cap + 5) * 30);
-  }, fmt::format("has {} frames per env, expected at least {}", cap + 5, cap + 6));
-  corrupt([&](auto& b) { poke64(b, at(1, frames_at), 0); }, "has 0 frames per env");
+  f.corrupt([&](auto& b) {
+    poke64(b, f.at(1, frames_at), StackedFile::kCap + 5);
+    poke64(b, f.at(1, bytes_at), StackedFile::kEnvs * (StackedFile::kCap + 5) * 30);
+  }, fmt::format("has {} frames per env, expected at least {}", StackedFile::kCap + 5, StackedFile::kCap + 6));
+  f.corrupt([&](auto& b) { poke64(b, f.at(1, frames_at), 0); }, "has 0 frames per env");
   // data_bytes that is not envs x frames x frame bytes, either way.
-  corrupt([&](auto& b) { poke64(b, at(1, bytes_at), obs.data_bytes + 64); },
-          fmt::format("has {} bytes of frames, expected 2 envs x {} frames x 30 bytes", obs.data_bytes + 64,
-                      obs.stack_frames));
-  corrupt([&](auto& b) { poke64(b, at(1, frames_at), obs.stack_frames + 1); }, "bytes of frames, expected");
+  f.corrupt([&](auto& b) { poke64(b, f.at(1, bytes_at), f.obs.data_bytes + 64); },
+          fmt::format("has {} bytes of frames, expected 2 envs x {} frames x 30 bytes", f.obs.data_bytes + 64,
+                      f.obs.stack_frames));
+  f.corrupt([&](auto& b) { poke64(b, f.at(1, frames_at), f.obs.stack_frames + 1); }, "bytes of frames, expected");
   // More frames, with data_bytes to match: the rings run into the index words.
-  corrupt([&](auto& b) {
-    poke64(b, at(1, frames_at), obs.stack_frames + 2);
-    poke64(b, at(1, bytes_at), envs * (obs.stack_frames + 2) * 30);
+  f.corrupt([&](auto& b) {
+    poke64(b, f.at(1, frames_at), f.obs.stack_frames + 2);
+    poke64(b, f.at(1, bytes_at), StackedFile::kEnvs * (f.obs.stack_frames + 2) * 30);
   }, "overlaps");
   // Index words outside the data section, unaligned, over another field's storage, beyond the file.
-  corrupt([&](auto& b) { poke64(b, at(1, index_at), h.sections[layout::kSectionData].offset +
-                                                        h.sections[layout::kSectionData].bytes); },
+  f.corrupt([&](auto& b) { poke64(b, f.at(1, index_at), f.h.sections[layout::kSectionData].offset +
+                                                        f.h.sections[layout::kSectionData].bytes); },
           "lies outside the data section");
-  corrupt([&](auto& b) { poke64(b, at(1, index_at), 64); }, "frame-index words of field 2 'obs'");
-  corrupt([&](auto& b) { poke64(b, at(1, index_at), obs.stack_index_offset + 8); }, "not aligned");
-  corrupt([&](auto& b) { poke64(b, at(3, index_at), obs.stack_index_offset); }, "overlaps");
-  corrupt([&](auto& b) { poke64(b, at(1, index_at), uint64_t{1} << 62); }, "ends beyond the file");
-  corrupt([&](auto& b) { poke64(b, at(1, index_at), UINT64_MAX - 63); }, "frame-index words");
+  f.corrupt([&](auto& b) { poke64(b, f.at(1, index_at), 64); }, "frame-index words of field 2 'obs'");
+  f.corrupt([&](auto& b) { poke64(b, f.at(1, index_at), f.obs.stack_index_offset + 8); }, "not aligned");
+  f.corrupt([&](auto& b) { poke64(b, f.at(3, index_at), f.obs.stack_index_offset); }, "overlaps");
+  f.corrupt([&](auto& b) { poke64(b, f.at(1, index_at), uint64_t{1} << 62); }, "ends beyond the file");
+  f.corrupt([&](auto& b) { poke64(b, f.at(1, index_at), UINT64_MAX - 63); }, "frame-index words");
   // Stack words on a field that is not stacked.
-  corrupt([&](auto& b) { poke64(b, at(2, frames_at), 20); }, "field 3 'r' is not stacked but has stack_frames 20");
-  corrupt([&](auto& b) { poke64(b, at(0, index_at), obs.stack_index_offset); },
-          fmt::format("is not stacked but has stack_frames 0 and stack_index_offset {}", obs.stack_index_offset));
-  corrupt([&](auto& b) { poke32(b, at(1, stack_at), 0); }, "field 2 'obs' (obs:u8[4,6,5]) is stored as kind frame_ring, expected plain_ring");
+  f.corrupt([&](auto& b) { poke64(b, f.at(2, frames_at), 20); }, "field 3 'r' is not stacked but has stack_frames 20");
+  f.corrupt([&](auto& b) { poke64(b, f.at(0, index_at), f.obs.stack_index_offset); },
+          fmt::format("is not stacked but has stack_frames 0 and stack_index_offset {}", f.obs.stack_index_offset));
+  f.corrupt([&](auto& b) { poke32(b, f.at(1, stack_at), 0); }, "field 2 'obs' (obs:u8[4,6,5]) is stored as kind frame_ring, expected plain_ring");
   // A stack axis that is no axis, or another one than the storage was made for.
-  corrupt([&](auto& b) { poke32(b, at(1, stack_at), 4); }, "stack axis 3 is not an axis");
-  corrupt([&](auto& b) { poke32(b, at(1, stack_at), 0xffffffffu); }, "is not an axis");
-  corrupt([&](auto& b) { poke32(b, at(1, stack_at), 2); }, "field 2 'obs'");   // K = 6, frames of 20 bytes
-  corrupt([&](auto& b) { poke32(b, at(3, stack_at), 1); }, "field 4 'mid'");   // K = 3, frames of 20 bytes
-  corrupt([&](auto& b) { poke32(b, at(0, stack_at), 1); }, "field 1 'id'");    // a plain field made stacked
+  f.corrupt([&](auto& b) { poke32(b, f.at(1, stack_at), 4); }, "stack axis 3 is not an axis");
+  f.corrupt([&](auto& b) { poke32(b, f.at(1, stack_at), 0xffffffffu); }, "is not an axis");
+  f.corrupt([&](auto& b) { poke32(b, f.at(1, stack_at), 2); }, "field 2 'obs'");   // K = 6, frames of 20 bytes
+  f.corrupt([&](auto& b) { poke32(b, f.at(3, stack_at), 1); }, "field 4 'mid'");   // K = 3, frames of 20 bytes
+  f.corrupt([&](auto& b) { poke32(b, f.at(0, stack_at), 1); }, "field 1 'id'");    // a plain field made stacked
   // The untouched copy still opens; and random damage to the table is an error or a valid open, never a crash.
-  CHECK(opens(good, &m) == 0);
-  std::mt19937_64 gen(32);
-  int opened = 0;
-  for (int round = 0; round < 300; ++round) {
-    std::vector<char> bytes = good;
-    const std::size_t field = gen() % 4;
-    // a 4-byte word from data_offset on: the storage's and the stack's words
-    const std::size_t from = offsetof(layout::FieldDesc, data_offset);
-    const std::size_t member = from + (gen() % (sizeof(layout::FieldDesc) - from)) / 4 * 4;
-    const uint64_t values[] = {0, 1, 2, 3, UINT64_MAX, obs.stack_frames, obs.stack_index_offset, obs.data_offset,
-                               uint64_t{1} << 40, gen()};
-    poke32(bytes, at(field, member), static_cast<uint32_t>(values[gen() % std::size(values)]));
-    const int c = opens(bytes, &m);
-    CHECK_MESSAGE((c == 0 || c == code(Errc::corrupt)), m);
-    opened += c == 0;
-  }
-  CHECK(opened < 300);
+  CHECK(StackedFile::opens(f.good, &m) == 0);
+  CHECK(open_random_damage(f) < 300);
 }

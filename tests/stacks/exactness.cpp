@@ -175,6 +175,48 @@ TEST_CASE("the stacked fields of an abandoned reservation leave no trace, and re
   for (uint64_t e = 0; e < 2; ++e) CHECK(check_read_steps(rig.buf, rig.m, e) == "");
 }
 
+namespace {
+
+// The n-step returns (n = 3, gamma 0.5) of rows sampled with sequence length L: the model's rewards, stopping after a
+// done step and at the mask.
+void check_nstep_rows(StackRig& rig, Rng& rng, SampleBatch& batch, std::size_t L) {
+  rig.s.sample(View::replay, 8, L, 0.0, rng, batch, {.episodes = Episodes::cross});
+  for (std::size_t row = 0; row < batch.rows(); ++row) {
+    const uint64_t e = batch.env_ids()[row];
+    const uint64_t p = batch.start_steps()[row];
+    const NStep g = nstep(batch, row, 0, 3, 0.5);
+    double sum = 0;
+    std::size_t steps = 0;
+    bool terminated = false;
+    while (steps < 3 && steps < L && batch.valid(row, steps)) {
+      sum += std::pow(0.5, static_cast<double>(steps)) * reward_of(e, p + steps);
+      terminated = rig.m.envs[e].steps[p + steps].done;
+      ++steps;
+      if (terminated) break;
+    }
+    CHECK(g.reward_sum == sum);
+    CHECK(g.steps == steps);
+    CHECK(g.terminated == terminated);
+    const bool boot = !terminated && steps < L && batch.valid(row, steps);
+    CHECK(g.bootstrap.has_value() == boot);
+    if (boot) CHECK(*g.bootstrap == steps);
+  }
+}
+
+// The learner reprioritizes rows it sampled by priority; the model follows.
+void reprioritize_sampled(StackRig& rig, std::mt19937_64& gen, Rng& rng, SampleBatch& batch) {
+  rig.s.sample(View::replay, 8, 1, 0.0, rng, batch, {.prioritized = true});
+  std::vector<uint64_t> envs(batch.env_ids().begin(), batch.env_ids().end());
+  std::vector<uint64_t> starts(batch.start_steps().begin(), batch.start_steps().end());
+  std::vector<float> prios;
+  for (std::size_t i = 0; i < envs.size(); ++i) prios.push_back(static_cast<float>(gen() % 5) + 0.5f);
+  const PriorityUpdateResult r = rig.s.update_priorities(envs, starts, prios);
+  CHECK(r.applied == envs.size());
+  for (std::size_t i = 0; i < envs.size(); ++i) rig.m.envs[envs[i]].steps[starts[i]].priority = prios[i];
+}
+
+}  // namespace
+
 TEST_CASE("every sampling mode returns exact stacks: sequences with masks, transitions, mixed, prioritized, episodes "
           "within / stop / cross with a period, n-step returns and peek") {
   const double alpha = 0.6;
@@ -239,39 +281,8 @@ TEST_CASE("every sampling mode returns exact stacks: sequences with masks, trans
         REQUIRE(check_rows(batch, rig.m, View::replay, row, 1) == "");
       }
     }
-    {  // n-step returns over sampled rows: the model's rewards, stopping after a done step and at the mask
-      rig.s.sample(View::replay, 8, L, 0.0, rng, batch, {.episodes = Episodes::cross});
-      for (std::size_t row = 0; row < batch.rows(); ++row) {
-        const uint64_t e = batch.env_ids()[row];
-        const uint64_t p = batch.start_steps()[row];
-        const NStep g = nstep(batch, row, 0, 3, 0.5);
-        double sum = 0;
-        std::size_t steps = 0;
-        bool terminated = false;
-        while (steps < 3 && steps < L && batch.valid(row, steps)) {
-          sum += std::pow(0.5, static_cast<double>(steps)) * reward_of(e, p + steps);
-          terminated = rig.m.envs[e].steps[p + steps].done;
-          ++steps;
-          if (terminated) break;
-        }
-        CHECK(g.reward_sum == sum);
-        CHECK(g.steps == steps);
-        CHECK(g.terminated == terminated);
-        const bool boot = !terminated && steps < L && batch.valid(row, steps);
-        CHECK(g.bootstrap.has_value() == boot);
-        if (boot) CHECK(*g.bootstrap == steps);
-      }
-    }
-    if (round % 5 == 0) {  // the learner reprioritizes what it sampled: the model follows
-      rig.s.sample(View::replay, 8, 1, 0.0, rng, batch, {.prioritized = true});
-      std::vector<uint64_t> envs(batch.env_ids().begin(), batch.env_ids().end());
-      std::vector<uint64_t> starts(batch.start_steps().begin(), batch.start_steps().end());
-      std::vector<float> prios;
-      for (std::size_t i = 0; i < envs.size(); ++i) prios.push_back(static_cast<float>(gen() % 5) + 0.5f);
-      const PriorityUpdateResult r = rig.s.update_priorities(envs, starts, prios);
-      CHECK(r.applied == envs.size());
-      for (std::size_t i = 0; i < envs.size(); ++i) rig.m.envs[envs[i]].steps[starts[i]].priority = prios[i];
-    }
+    check_nstep_rows(rig, rng, batch, L);  // n-step returns over sampled rows
+    if (round % 5 == 0) reprioritize_sampled(rig, gen, rng, batch);  // the model follows
   }
   CHECK(checked > 10000);
   uint64_t lost = 0;

@@ -133,6 +133,47 @@ std::size_t nonzero(const std::vector<double>& p) {
   return static_cast<std::size_t>(std::count_if(p.begin(), p.end(), [](double x) { return x > 0; }));
 }
 
+// A sampling mode of the chi-square test.
+struct ChiMode {
+  const char* name;
+  std::size_t L;
+  double power;
+  bool prioritized;
+};
+
+// Gives every lost step whose slot is still stored priority 50 (in the buffer and the model).
+void raise_lost_priorities(StackRig& rig) {
+  std::vector<uint64_t> es, ss;
+  std::vector<float> ps;
+  for (const uint64_t e : rig.all) {
+    for (uint64_t p = rig.m.lo_ignoring_frames(e); p < rig.m.lo(e); ++p) {
+      es.push_back(e);
+      ss.push_back(p);
+      ps.push_back(50.0f);
+    }
+  }
+  const PriorityUpdateResult r = rig.s.update_priorities(es, ss, ps);
+  CHECK(r.applied + r.dropped == es.size());
+  for (std::size_t i = 0; i < es.size(); ++i) rig.m.envs[es[i]].steps[ss[i]].priority = ps[i];
+}
+
+// Counts each row's start of `batch` in its cell of `counts`; the rows that start outside the model's sampleable
+// steps (a lost step, or past the head), which it returns.
+uint64_t count_starts(const SampleBatch& batch, const Model& m, const LostCells& cells,
+                      std::vector<uint64_t>& counts) {
+  uint64_t outside = 0;
+  for (std::size_t row = 0; row < batch.rows(); ++row) {
+    const uint64_t e = batch.env_ids()[row];
+    const uint64_t p = batch.start_steps()[row];
+    if (p < m.lo(e) || p >= m.head(e)) {
+      ++outside;
+      continue;
+    }
+    ++counts[cells.offset[e] + (p - m.lo_ignoring_frames(e))];
+  }
+  return outside;
+}
+
 }  // namespace
 
 TEST_CASE("the planners draw exactly from the steps whose stacks can be rebuilt (chi-square against the frame-ring "
@@ -156,33 +197,13 @@ TEST_CASE("the planners draw exactly from the steps whose stacks can be rebuilt 
   REQUIRE(lost >= 6);  // enough steps left out for the wrong model to be told apart
   // Lost steps whose slots are still stored get the largest priorities: a planner that drew from them would draw
   // them most.
-  {
-    std::vector<uint64_t> es, ss;
-    std::vector<float> ps;
-    for (const uint64_t e : rig.all) {
-      for (uint64_t p = rig.m.lo_ignoring_frames(e); p < rig.m.lo(e); ++p) {
-        es.push_back(e);
-        ss.push_back(p);
-        ps.push_back(50.0f);
-      }
-    }
-    const PriorityUpdateResult r = rig.s.update_priorities(es, ss, ps);
-    CHECK(r.applied + r.dropped == es.size());
-    for (std::size_t i = 0; i < es.size(); ++i) rig.m.envs[es[i]].steps[ss[i]].priority = ps[i];
-  }
-
-  struct Mode {
-    const char* name;
-    std::size_t L;
-    double power;
-    bool prioritized;
-  };
-  const Mode modes[] = {{"uniform, L 1", 1, 0.0, false},   {"uniform, L 6", 6, 0.0, false},
+  raise_lost_priorities(rig);
+  const ChiMode modes[] = {{"uniform, L 1", 1, 0.0, false},   {"uniform, L 6", 6, 0.0, false},
                         {"power 1, L 6", 6, 1.0, false},   {"power 2, L 9", 9, 2.0, false},
                         {"prioritized, L 3", 3, 0.0, true}};
   Rng rng(123);
   SampleBatch batch;
-  for (const Mode& mode : modes) {
+  for (const ChiMode& mode : modes) {
     CAPTURE(mode.name);
     const auto weight = [&](uint64_t e, uint64_t p) {
       if (mode.prioritized) return std::pow(static_cast<double>(rig.m.envs[e].steps[p].priority), alpha);
@@ -202,15 +223,7 @@ TEST_CASE("the planners draw exactly from the steps whose stacks can be rebuilt 
     for (std::size_t call = 0; call < calls; ++call) {
       rig.s.sample(View::replay, rows, mode.L, mode.power, rng, batch, opts);
       REQUIRE(check_rows(batch, rig.m, View::replay, 0, rows) == "");
-      for (std::size_t row = 0; row < rows; ++row) {
-        const uint64_t e = batch.env_ids()[row];
-        const uint64_t p = batch.start_steps()[row];
-        if (p < rig.m.lo(e) || p >= rig.m.head(e)) {
-          ++outside;
-          continue;
-        }
-        ++counts[cells.offset[e] + (p - rig.m.lo_ignoring_frames(e))];
-      }
+      outside += count_starts(batch, rig.m, cells, counts);
     }
     CHECK(outside == 0);  // never a lost step
     for (std::size_t i = 0; i < counts.size(); ++i) {

@@ -199,267 +199,290 @@ std::string check_stored_from(const Buffer& buf, const StackSchema& sch, const M
 
 }  // namespace
 
+namespace {
+
+// Pushes step s of env e of the torture's stream with push_one.
+void push_torture_step(Writer& w, const StackSchema& sch, uint64_t e, uint64_t s, uint64_t as_env) {
+  const auto v = torture_values(sch, as_env, s);
+  std::vector<FieldBytes> fields;
+  for (const auto& a : v) fields.push_back({a.data(), a.size()});
+  w.push_one(e, fields);
+}
+
+// What the stacked-field torture counts; the first violation's text.
+struct StackTortureTotals {
+  uint64_t rows = 0, calls = 0, violations = 0, kills = 0, lost = 0, save_dropped = 0;
+  double save_s = 0;
+  std::string first;
+  void violation(const std::string& v, const char* where = "") {
+    if (!v.empty() && violations++ == 0) first = where + v;
+  }
+};
+
+// Right after a writer's kill nothing moves on its envs `envs`: what read_steps copies of them is exact, up to the
+// head.
+void check_killed_writers_envs(const Buffer& buf, const StackSchema& sch, const std::vector<uint64_t>& envs,
+                               StackTortureTotals& t) {
+  for (const uint64_t e : envs) {
+    const uint64_t head = segment_of(buf).env_control(e).head.load();
+    const StepRecords r = read_steps(buf, e, 0, head);
+    CHECK(r.first_step + r.count == head);
+    for (uint64_t i = 0; i < r.count; ++i) {
+      const uint64_t s = r.first_step + i;
+      t.violation(check_step_value(sch, e, s, torture_step(sch, e, s),
+                                   [&](std::size_t f) { return r.field(i, f).data(); }),
+                  "after a kill: ");
+    }
+  }
+}
+
+// A save while the writers push: each env's section is a state the env was in, every step of it exact.
+void check_save_while_pushing(const Buffer& buf, const StackSchema& sch, uint64_t restarts, StackTortureTotals& t) {
+  const std::string path = fmt::format("{}/stk-torture-{}.ckpt", std::filesystem::temp_directory_path().string(),
+                                       ::getpid());
+  SegmentGuard loaded(unique_name("stk-torture-load"));
+  const auto t0 = TortureClock::now();
+  const CheckpointInfo info = save_checkpoint(buf, path);
+  t.save_s = std::chrono::duration<double>(TortureClock::now() - t0).count();
+  (void)load_checkpoint(path, loaded.name());
+  std::remove(path.c_str());
+  // The load rebuilds the frames from the first saved step and leaves out the steps they do not fit: a full
+  // window copied while its oldest steps' frames were intact may hold steps whose frames were overwritten by the
+  // instant the window describes; the load leaves them out again (with the same reserve: as the source did then).
+  const Buffer b = Buffer::open(loaded.name());
+  Model l(sch, buf.num_envs(), buf.capacity(), restarts);
+  for (uint64_t e = 0; e < buf.num_envs(); ++e) {
+    l.start_at(e, info.envs[e].first_step);
+    for (uint64_t s = info.envs[e].first_step; s < info.envs[e].head; ++s) l.record(e, torture_step(sch, e, s));
+    CAPTURE(e);
+    CAPTURE(info.envs[e].first_step);
+    CAPTURE(info.envs[e].head);
+    CHECK(info.envs[e].steps > 0);
+    t.violation(check_read_steps(b, l, e), "a save while writers push: ");
+    t.save_dropped += l.lo(e) - info.envs[e].first_step;
+  }
+}
+
+// The torture's writer processes on `buf`, killed at random and replaced, while `learner` samples every way and
+// checks each row, for run_seconds(2.0) from `start` and at least 3 kills; then a save while they push.
+void run_stack_torture(Buffer& buf, Sampler& learner, const std::vector<std::string>& stacks, uint64_t restarts,
+                       TortureClock::time_point start, StackTortureTotals& t) {
+  const StackSchema sch = stack_schema(stacks);
+  const uint64_t num_envs = buf.num_envs();
+  const std::size_t num_writers = 3;
+  std::vector<std::vector<uint64_t>> slices(num_writers);
+  for (uint64_t e = 0; e < num_envs; ++e) slices[e % num_writers].push_back(e);
+  std::vector<pid_t> writers(num_writers);
+  uint64_t seed = 1;
+  for (std::size_t w = 0; w < num_writers; ++w) {
+    writers[w] = test::spawn([&, w, s = seed++] { stack_writer_main(buf.name(), stacks, slices[w], s); });
+  }
+  REQUIRE(learner.wait(View::replay, num_envs, 10'000));
+  Rng rng(7);
+  SampleBatch batch;
+  const auto deadline = start + std::chrono::duration_cast<TortureClock::duration>(
+                                    std::chrono::duration<double>(test::run_seconds(2.0)));
+  auto next_kill = TortureClock::now() + std::chrono::milliseconds(50);
+  while (TortureClock::now() < deadline || t.kills < 3) {
+    const std::size_t L = 1 + rng() % buf.capacity();
+    const int kind = static_cast<int>(t.calls++ % 7);
+    if (!torture_sample(learner, rng, batch, kind, L, num_envs)) continue;
+    for (std::size_t row = 0; row < batch.rows(); ++row) {
+      ++t.rows;
+      if (kind == 6 && !batch.valid(row, 0)) continue;  // peek of an env with no step yet
+      t.violation(check_torture_row(sch, batch, row, learner.sizes(batch.env_ids()[row]).head, kind == 4 || kind == 5));
+    }
+    if (t.calls % 11 == 0) learner.reset_online_queue();
+    if (TortureClock::now() >= next_kill) {
+      const std::size_t w = rng() % num_writers;
+      CHECK_MESSAGE(test::kill_and_reap(writers[w]), "a writer process exited on its own (see its stderr)");
+      ++t.kills;
+      check_killed_writers_envs(buf, sch, slices[w], t);
+      writers[w] = test::spawn([&, w, s = seed++] { stack_writer_main(buf.name(), stacks, slices[w], s); });
+      next_kill = TortureClock::now() + std::chrono::milliseconds(20 + rng() % 120);
+    }
+  }
+  check_save_while_pushing(buf, sch, restarts, t);
+  for (const pid_t pid : writers) CHECK(test::kill_and_reap(pid));
+}
+
+}  // namespace
+
+namespace {
+
+// The torture on one set of stacked fields (`stacks`: kTortureStacks, or kCompressedStacks in a byte budget that
+// holds every frame the descriptors do).
+void stack_torture(const std::vector<std::string>& stacks) {
+  const bool compressed = &stacks == &kCompressedStacks;
+  const auto start = TortureClock::now();
+  const uint64_t num_envs = 6, capacity = 16, restarts = 1;
+  const StackSchema sch = stack_schema(stacks);
+  SegmentGuard guard(unique_name("stk-torture"));
+  StackTortureTotals t;
+  {
+    Buffer buf = Buffer::create(guard.name(), num_envs, capacity, sch.schema,
+                                {.episodes = {.done = "done", .reward = "reward"}, .stack_restarts = restarts,
+                                 .compressed_bytes = compressed ? kCompressedBudget : 0});
+    Sampler learner(buf);
+    run_stack_torture(buf, learner, stacks, restarts, start, t);
+    // A last writer takes every lease over and pushes one step per env, so that no env is left claimed mid-write:
+    // then the views are exactly the model's (a killed write of step h raised the bound exactly as the replacement's
+    // write of the same step does, the stacks being a function of the step).
+    {
+      Writer last = Writer::range(buf, 0, num_envs);
+      for (uint64_t e = 0; e < num_envs; ++e) push_torture_step(last, sch, e, last.head(e), e);
+    }
+    Model m = torture_model(buf, stacks, restarts);
+    for (uint64_t e = 0; e < num_envs; ++e) m.envs[e].online_start = segment_of(buf).env_control(e).online_start.load();
+    if (!compressed) CHECK(check_sizes(learner, m) == "");
+    uint64_t pushes = 0;
+    for (uint64_t e = 0; e < num_envs; ++e) {
+      CHECK((compressed ? check_stored_from(buf, sch, m, e) : check_read_steps(buf, m, e)) == "");
+      t.lost += m.lost(e);
+      pushes += m.head(e);
+    }
+    MESSAGE(fmt::format("3 writer processes, {} kills: {} pushes, {} sample calls, {} rows checked, {} retries, {} "
+                        "steps lost to overwritten frames at the end, {} violations; {:.3f} s; a save while they "
+                        "pushed took {:.3f} s, its load left out {} steps",
+                        t.kills, pushes, t.calls, t.rows, learner.retries(), t.lost, t.violations,
+                        std::chrono::duration<double>(TortureClock::now() - start).count(), t.save_s,
+                        t.save_dropped));
+  }
+  CHECK_MESSAGE(t.violations == 0, t.first);
+  CHECK(t.kills >= 3);
+  CHECK(t.rows > 1000);
+}
+
+}  // namespace
+
 TEST_CASE("writer processes pushing stacked steps, compressed or not, SIGKILLed at random moments and replaced: every "
           "sampled stack is exact, and afterwards every stored step and the views' bound are the frame-ring model's") {
   for (const std::vector<std::string>* stacks : {&kTortureStacks, &kCompressedStacks}) {
     CAPTURE(stacks->front());
-    const bool compressed = stacks == &kCompressedStacks;
-    const auto start = TortureClock::now();
-    const uint64_t num_envs = 6, capacity = 16, restarts = 1;
-    const std::size_t num_writers = 3;
-    const StackSchema sch = stack_schema(*stacks);
-    SegmentGuard guard(unique_name("stk-torture"));
-    std::vector<std::vector<uint64_t>> slices(num_writers);
-    for (uint64_t e = 0; e < num_envs; ++e) slices[e % num_writers].push_back(e);
-    uint64_t rows = 0, calls = 0, violations = 0, kills = 0, lost = 0;
-    double save_s = 0;
-    uint64_t save_dropped = 0;
-    std::string first;
-    {
-      Buffer buf = Buffer::create(guard.name(), num_envs, capacity, sch.schema,
-                                  {.episodes = {.done = "done", .reward = "reward"}, .stack_restarts = restarts,
-                                   .compressed_bytes = compressed ? kCompressedBudget : 0});
-      std::vector<pid_t> writers(num_writers);
-      uint64_t seed = 1;
-      for (std::size_t w = 0; w < num_writers; ++w) {
-        writers[w] = test::spawn([&, w, s = seed++] { stack_writer_main(guard.name(), *stacks, slices[w], s); });
-      }
-      Sampler learner(buf);
-      REQUIRE(learner.wait(View::replay, num_envs, 10'000));
-      Rng rng(7);
-      SampleBatch batch;
-      const double seconds = test::run_seconds(2.0);
-      const auto deadline = start + std::chrono::duration_cast<TortureClock::duration>(
-                                        std::chrono::duration<double>(seconds));
-      auto next_kill = TortureClock::now() + std::chrono::milliseconds(50);
-      while (TortureClock::now() < deadline || kills < 3) {
-        const std::size_t L = 1 + rng() % capacity;
-        const int kind = static_cast<int>(calls++ % 7);
-        try {
-          if (kind == 0) learner.sample(View::replay, 64, L, static_cast<double>(rng() % 3), rng, batch);
-          if (kind == 1) learner.sample_mixed(48, 16, L, 1.0, rng, batch);
-          if (kind == 2) learner.sample(View::online, 32, L, 0.0, rng, batch);
-          if (kind == 3) learner.sample_transitions(View::replay, 128, rng, batch);
-          if (kind == 4) learner.sample(View::replay, 64, L, 1.0, rng, batch, {.episodes = Episodes::stop});
-          if (kind == 5) learner.sample(View::replay, 32, 1 + L % 3, 0.0, rng, batch, {.episodes = Episodes::within});
-          if (kind == 6) {
-            std::vector<uint64_t> all(num_envs);
-            for (uint64_t e = 0; e < num_envs; ++e) all[e] = e;
-            learner.peek(all, batch);
-          }
-        } catch (const Error& e) {
-          if (e.errc() != Errc::empty_view) throw;
-          continue;
-        }
-        for (std::size_t row = 0; row < batch.rows(); ++row) {
-          ++rows;
-          if (kind == 6 && !batch.valid(row, 0)) continue;  // peek of an env with no step yet
-          const std::string v =
-              check_torture_row(sch, batch, row, learner.sizes(batch.env_ids()[row]).head, kind == 4 || kind == 5);
-          if (!v.empty() && violations++ == 0) first = v;
-        }
-        if (calls % 11 == 0) learner.reset_online_queue();
-        if (TortureClock::now() >= next_kill) {
-          const std::size_t w = rng() % num_writers;
-          CHECK_MESSAGE(test::kill_and_reap(writers[w]), "a writer process exited on its own (see its stderr)");
-          ++kills;
-          // Nothing moves on the dead writer's envs now: what read_steps copies of them is exact, up to the head.
-          for (const uint64_t e : slices[w]) {
-            const uint64_t head = segment_of(buf).env_control(e).head.load();
-            const StepRecords r = read_steps(buf, e, 0, head);
-            CHECK(r.first_step + r.count == head);
-            for (uint64_t i = 0; i < r.count; ++i) {
-              const uint64_t s = r.first_step + i;
-              const std::string v = check_step_value(sch, e, s, torture_step(sch, e, s),
-                                                     [&](std::size_t f) { return r.field(i, f).data(); });
-              if (!v.empty() && violations++ == 0) first = "after a kill: " + v;
-            }
-          }
-          writers[w] = test::spawn([&, w, s = seed++] { stack_writer_main(guard.name(), *stacks, slices[w], s); });
-          next_kill = TortureClock::now() + std::chrono::milliseconds(20 + rng() % 120);
-        }
-      }
-      {  // a save while the writers push: each env's section is a state the env was in, every step of it exact
-        const std::string path = fmt::format("{}/stk-torture-{}.ckpt", std::filesystem::temp_directory_path().string(),
-                                             ::getpid());
-        SegmentGuard loaded(unique_name("stk-torture-load"));
-        const auto t0 = TortureClock::now();
-        const CheckpointInfo info = save_checkpoint(buf, path);
-        save_s = std::chrono::duration<double>(TortureClock::now() - t0).count();
-        (void)load_checkpoint(path, loaded.name());
-        std::remove(path.c_str());
-        // The load rebuilds the frames from the first saved step and leaves out the steps they do not fit: a full
-        // window copied while its oldest steps' frames were intact may hold steps whose frames were overwritten by the
-        // instant the window describes; the load leaves them out again (with the same reserve: as the source did then).
-        const Buffer b = Buffer::open(loaded.name());
-        Model l(sch, num_envs, capacity, restarts);
-        for (uint64_t e = 0; e < num_envs; ++e) {
-          l.start_at(e, info.envs[e].first_step);
-          for (uint64_t s = info.envs[e].first_step; s < info.envs[e].head; ++s) l.record(e, torture_step(sch, e, s));
-          CAPTURE(e);
-          CAPTURE(info.envs[e].first_step);
-          CAPTURE(info.envs[e].head);
-          CHECK(info.envs[e].steps > 0);
-          const std::string v = check_read_steps(b, l, e);
-          if (!v.empty() && violations++ == 0) first = "a save while writers push: " + v;
-          save_dropped += l.lo(e) - info.envs[e].first_step;
-        }
-      }
-      for (const pid_t pid : writers) CHECK(test::kill_and_reap(pid));
-      // A last writer takes every lease over and pushes one step per env, so that no env is left claimed mid-write:
-      // then the views are exactly the model's (a killed write of step h raised the bound exactly as the replacement's
-      // write of the same step does, the stacks being a function of the step).
-      {
-        Writer last = Writer::range(buf, 0, num_envs);
-        for (uint64_t e = 0; e < num_envs; ++e) {
-          const auto v = torture_values(sch, e, last.head(e));
-          std::vector<FieldBytes> fields;
-          for (const auto& a : v) fields.push_back({a.data(), a.size()});
-          last.push_one(e, fields);
-        }
-      }
-      Model m = torture_model(buf, *stacks, restarts);
-      for (uint64_t e = 0; e < num_envs; ++e) {
-        m.envs[e].online_start = segment_of(buf).env_control(e).online_start.load();
-      }
-      // Compressed: each replacement writer's first step stored K frames (the model does not know where they were),
-      // so the views may start later than the model's, never earlier, and what they hold is exact.
-      if (!compressed) CHECK(check_sizes(learner, m) == "");
-      for (uint64_t e = 0; e < num_envs; ++e) {
-        CHECK((compressed ? check_stored_from(buf, sch, m, e) : check_read_steps(buf, m, e)) == "");
-        lost += m.lost(e);
-      }
-      MESSAGE(fmt::format("{} writer processes, {} kills: {} pushes, {} sample calls, {} rows checked, {} retries, {} "
-                          "steps lost to overwritten frames at the end, {} violations; {:.3f} s; a save while they "
-                          "pushed took {:.3f} s, its load left out {} steps",
-                          num_writers, kills, [&] {
-                            uint64_t n = 0;
-                            for (uint64_t e = 0; e < num_envs; ++e) n += m.head(e);
-                            return n;
-                          }(),
-                          calls, rows, learner.retries(), lost, violations,
-                          std::chrono::duration<double>(TortureClock::now() - start).count(), save_s, save_dropped));
-    }
-    CHECK_MESSAGE(violations == 0, first);
-    CHECK(kills >= 3);
-    CHECK(rows > 1000);
+    stack_torture(*stacks);
   }
 }
+
+namespace {
+
+// The model of a load of a save of the buffer `m` models: each env's steps from its first saved step, frames
+// starting over there, with `restarts`.
+Model loaded_model(const Model& m, uint64_t restarts) {
+  Model l(m.sch, m.envs.size(), m.capacity, restarts);
+  for (uint64_t e = 0; e < m.envs.size(); ++e) {
+    l.start_at(e, m.lo(e));
+    for (uint64_t s = m.lo(e); s < m.head(e); ++s) l.record(e, torture_step(m.sch, e, s));
+  }
+  return l;
+}
+
+// `b`, loaded from a save of the buffer `m` models: its stored steps, sizes and sampled rows are `l`'s.
+void check_loaded(Buffer& b, const Model& m, const Model& l) {
+  for (uint64_t e = 0; e < m.envs.size(); ++e) {
+    CHECK(segment_of(b).env_control(e).stacks_intact_from.load() == m.lo(e));
+    CAPTURE(e);
+    CHECK(segment_of(b).env_control(e).head.load() == m.head(e));
+    CHECK(l.lo(e) == m.lo(e));  // the same reserve holds every saved step
+    CHECK(check_read_steps(b, l, e) == "");
+  }
+  Sampler s(b);
+  CHECK(check_sizes(s, l) == "");
+  Rng rng(4);
+  SampleBatch batch;
+  for (int c = 0; c < 50; ++c) {
+    s.sample(View::replay, 64, 1 + static_cast<std::size_t>(c) % b.capacity(), 1.0, rng, batch);
+    const std::string v = check_rows(batch, l, View::replay, 0, batch.rows());
+    REQUIRE_MESSAGE(v == "", v);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The checkpoint case on one set of stacked fields.
+void stack_checkpoint(const std::vector<std::string>& stacks) {
+  const uint64_t num_envs = 4, capacity = 16, restarts = 1;
+  const StackSchema sch = stack_schema(stacks);
+  SegmentGuard source(unique_name("stk-ckpt"));
+  const std::string path = fmt::format("{}/stk-ckpt-{}.ckpt", std::filesystem::temp_directory_path().string(),
+                                       ::getpid());
+  struct FileGuard {
+    std::string path;
+    ~FileGuard() { std::remove(path.c_str()); }
+  } file{path};
+  Buffer buf = Buffer::create(source.name(), num_envs, capacity, sch.schema,
+                              {.episodes = {.done = "done", .reward = "reward"}, .stack_restarts = restarts});
+  {  // uneven heads: env e has 5 + 13 e steps (env 0 never wrapped)
+    Writer w = Writer::range(buf, 0, num_envs);
+    for (uint64_t e = 0; e < num_envs; ++e) {
+      for (uint64_t s = 0; s < 5 + 13 * e; ++s) push_torture_step(w, sch, e, s, e);
+    }
+  }
+  const Model m = torture_model(buf, stacks, restarts);
+  uint64_t lost = 0;
+  for (uint64_t e = 0; e < num_envs; ++e) lost += m.lost(e);
+  REQUIRE(lost > 0);
+  const CheckpointInfo saved = save_checkpoint(buf, path);
+  CHECK(contains(saved.schema.to_string(), stacks.front()));  // a compressed field's codec with it
+  CHECK(saved.schema == sch.schema);
+  for (uint64_t e = 0; e < num_envs; ++e) {
+    CAPTURE(e);
+    CHECK(saved.envs[e].first_step == m.lo(e));  // the lost steps are not in the file
+    CHECK(saved.envs[e].steps == m.head(e) - m.lo(e));
+    CHECK(saved.envs[e].head == m.head(e));
+  }
+  {  // into a new name: created with the file's schema and geometry
+    SegmentGuard fresh(unique_name("stk-load"));
+    const LoadResult r = load_checkpoint(path, fresh.name());
+    CHECK(r.created);
+    Buffer b = Buffer::open(fresh.name());
+    CHECK(b.schema() == sch.schema);
+    Model l = loaded_model(m, 0);
+    check_loaded(b, m, l);
+    // Writers go on from the loaded frames: a step that continues the last loaded one stores one frame.
+    Writer w = Writer::range(b, 0, num_envs);
+    for (uint64_t i = 0; i < 3 * capacity; ++i) {
+      const uint64_t e = i % num_envs;
+      const uint64_t s = w.head(e);
+      push_torture_step(w, sch, e, s, e);
+      l.record(e, torture_step(sch, e, s));
+    }
+    for (uint64_t e = 0; e < num_envs; ++e) CHECK(check_read_steps(b, l, e) == "");
+  }
+  {  // into an existing buffer that holds other steps, with a larger reserve
+    SegmentGuard existing(unique_name("stk-load"));
+    Buffer b = Buffer::create(existing.name(), num_envs, capacity, sch.schema,
+                              {.episodes = {.done = "done", .reward = "reward"}, .stack_restarts = 3});
+    {
+      Writer w = Writer::range(b, 0, num_envs);
+      for (uint64_t e = 0; e < num_envs; ++e) {
+        for (uint64_t s = 0; s < 40; ++s) {  // other envs' steps (env e + 1's), at other steps
+          push_torture_step(w, sch, e, s + 3, (e + 1) % num_envs);
+        }
+      }
+    }
+    const CheckpointInfo info = load_checkpoint_into(b, path);
+    CHECK(info.total_steps == saved.total_steps);
+    check_loaded(b, m, loaded_model(m, 3));
+    // And saved again from there: the same steps.
+    const std::string again = path + ".again";
+    FileGuard file2{again};
+    const CheckpointInfo resaved = save_checkpoint(b, again);
+    for (uint64_t e = 0; e < num_envs; ++e) {
+      CHECK(resaved.envs[e].first_step == saved.envs[e].first_step);
+      CHECK(resaved.envs[e].steps == saved.envs[e].steps);
+      CHECK(resaved.envs[e].data_crc == saved.envs[e].data_crc);
+    }
+  }
+}
+
+}  // namespace
 
 TEST_CASE("a checkpoint of a stacked buffer with lost steps, compressed or not, loads into a new segment and into an "
           "existing one with every loaded stack exact and the lost steps absent") {
   for (const std::vector<std::string>* stacks : {&kTortureStacks, &kCompressedStacks}) {
     CAPTURE(stacks->front());
-    const uint64_t num_envs = 4, capacity = 16, restarts = 1;
-    const StackSchema sch = stack_schema(*stacks);
-    SegmentGuard source(unique_name("stk-ckpt"));
-    const std::string path = fmt::format("{}/stk-ckpt-{}.ckpt", std::filesystem::temp_directory_path().string(),
-                                         ::getpid());
-    struct FileGuard {
-      std::string path;
-      ~FileGuard() { std::remove(path.c_str()); }
-    } file{path};
-    Buffer buf = Buffer::create(source.name(), num_envs, capacity, sch.schema,
-                                {.episodes = {.done = "done", .reward = "reward"}, .stack_restarts = restarts});
-    {  // uneven heads: env e has 5 + 13 e steps (env 0 never wrapped)
-      Writer w = Writer::range(buf, 0, num_envs);
-      for (uint64_t e = 0; e < num_envs; ++e) {
-        for (uint64_t s = 0; s < 5 + 13 * e; ++s) {
-          const auto v = torture_values(sch, e, s);
-          std::vector<FieldBytes> fields;
-          for (const auto& a : v) fields.push_back({a.data(), a.size()});
-          w.push_one(e, fields);
-        }
-      }
-    }
-    const Model m = torture_model(buf, *stacks, restarts);
-    uint64_t lost = 0;
-    for (uint64_t e = 0; e < num_envs; ++e) lost += m.lost(e);
-    REQUIRE(lost > 0);
-    const CheckpointInfo saved = save_checkpoint(buf, path);
-    CHECK(contains(saved.schema.to_string(), stacks->front()));  // a compressed field's codec with it
-    CHECK(saved.schema == sch.schema);
-    for (uint64_t e = 0; e < num_envs; ++e) {
-      CAPTURE(e);
-      CHECK(saved.envs[e].first_step == m.lo(e));  // the lost steps are not in the file
-      CHECK(saved.envs[e].steps == m.head(e) - m.lo(e));
-      CHECK(saved.envs[e].head == m.head(e));
-    }
-    // The model of a load: each env's steps from its first saved step, frames starting over there.
-    const auto loaded_model = [&](uint64_t target_restarts) {
-      Model l(sch, num_envs, capacity, target_restarts);
-      for (uint64_t e = 0; e < num_envs; ++e) {
-        l.start_at(e, m.lo(e));
-        for (uint64_t s = m.lo(e); s < m.head(e); ++s) l.record(e, torture_step(sch, e, s));
-      }
-      return l;
-    };
-    const auto check_loaded = [&](Buffer& b, const Model& l) {
-      for (uint64_t e = 0; e < num_envs; ++e) {
-        CHECK(segment_of(b).env_control(e).stacks_intact_from.load() == m.lo(e));
-        CAPTURE(e);
-        CHECK(segment_of(b).env_control(e).head.load() == m.head(e));
-        CHECK(l.lo(e) == m.lo(e));  // the same reserve holds every saved step
-        CHECK(check_read_steps(b, l, e) == "");
-      }
-      Sampler s(b);
-      CHECK(check_sizes(s, l) == "");
-      Rng rng(4);
-      SampleBatch batch;
-      for (int c = 0; c < 50; ++c) {
-        s.sample(View::replay, 64, 1 + static_cast<std::size_t>(c) % capacity, 1.0, rng, batch);
-        const std::string v = check_rows(batch, l, View::replay, 0, batch.rows());
-        REQUIRE_MESSAGE(v == "", v);
-      }
-    };
-    {  // into a new name: created with the file's schema and geometry
-      SegmentGuard fresh(unique_name("stk-load"));
-      const LoadResult r = load_checkpoint(path, fresh.name());
-      CHECK(r.created);
-      Buffer b = Buffer::open(fresh.name());
-      CHECK(b.schema() == sch.schema);
-      Model l = loaded_model(0);
-      check_loaded(b, l);
-      // Writers go on from the loaded frames: a step that continues the last loaded one stores one frame.
-      Writer w = Writer::range(b, 0, num_envs);
-      for (uint64_t i = 0; i < 3 * capacity; ++i) {
-        const uint64_t e = i % num_envs;
-        const uint64_t s = w.head(e);
-        const auto v = torture_values(sch, e, s);
-        std::vector<FieldBytes> fields;
-        for (const auto& a : v) fields.push_back({a.data(), a.size()});
-        w.push_one(e, fields);
-        l.record(e, torture_step(sch, e, s));
-      }
-      for (uint64_t e = 0; e < num_envs; ++e) CHECK(check_read_steps(b, l, e) == "");
-    }
-    {  // into an existing buffer that holds other steps, with a larger reserve
-      SegmentGuard existing(unique_name("stk-load"));
-      Buffer b = Buffer::create(existing.name(), num_envs, capacity, sch.schema,
-                                {.episodes = {.done = "done", .reward = "reward"}, .stack_restarts = 3});
-      {
-        Writer w = Writer::range(b, 0, num_envs);
-        for (uint64_t e = 0; e < num_envs; ++e) {
-          for (uint64_t s = 0; s < 40; ++s) {  // other envs' steps (env e + 1's), at other steps
-            const auto v = torture_values(sch, (e + 1) % num_envs, s + 3);
-            std::vector<FieldBytes> fields;
-            for (const auto& a : v) fields.push_back({a.data(), a.size()});
-            w.push_one(e, fields);
-          }
-        }
-      }
-      const CheckpointInfo info = load_checkpoint_into(b, path);
-      CHECK(info.total_steps == saved.total_steps);
-      check_loaded(b, loaded_model(3));
-      // And saved again from there: the same steps.
-      const std::string again = path + ".again";
-      FileGuard file2{again};
-      const CheckpointInfo resaved = save_checkpoint(b, again);
-      for (uint64_t e = 0; e < num_envs; ++e) {
-        CHECK(resaved.envs[e].first_step == saved.envs[e].first_step);
-        CHECK(resaved.envs[e].steps == saved.envs[e].steps);
-        CHECK(resaved.envs[e].data_crc == saved.envs[e].data_crc);
-      }
-    }
+    stack_checkpoint(*stacks);
   }
-  }
+}

@@ -21,6 +21,51 @@ from timing import timed
 SCHEMA = "obs:u8[84,84,4] action:i32 reward:f32 done:bool"
 
 
+def torch_figures(batch, seconds, trials):
+    """The PyTorch hand-overs of `batch`: (what, copies, seconds) each, or one row saying PyTorch is missing."""
+    figures = []
+    try:
+        import torch
+
+        import shmreplay.torch as st
+        torch.set_num_threads(1)
+        figures.append(("PyTorch: shmreplay.torch.as_tensors (shared)", "no copy",
+                        timed(lambda: st.as_tensors(batch), seconds, trials)))
+        figures.append(("PyTorch: torch.from_numpy(array).clone() of each array", "one copy, into new memory",
+                        timed(lambda: {k: torch.from_numpy(v).clone() for k, v in batch.fields.items()},
+                              seconds, trials)))
+        if torch.cuda.is_available():
+            def to_cuda():
+                st.as_tensors(batch, device="cuda")
+                torch.cuda.synchronize()
+            figures.append(("PyTorch: as_tensors(device='cuda')", "one copy to the GPU",
+                            timed(to_cuda, seconds, trials)))
+    except ImportError as e:
+        figures.append((f"PyTorch: not installed ({e})", "-", float("nan")))
+    return figures
+
+
+def jax_figures(batch, seconds, trials):
+    """The JAX hand-overs of `batch`, as torch_figures."""
+    figures = []
+    try:
+        import jax
+
+        import shmreplay.jax as sj
+        figures.append(("JAX: shmreplay.jax.as_arrays (DLPack, shared)", "no copy",
+                        timed(lambda: jax.block_until_ready(sj.as_arrays(batch)), seconds, trials)))
+        figures.append(("JAX: as_arrays(copy=True)", "one copy, into new memory",
+                        timed(lambda: jax.block_until_ready(sj.as_arrays(batch, copy=True)), seconds, trials)))
+        gpus = [d for d in jax.devices() if d.platform != "cpu"] if jax.default_backend() != "cpu" else []
+        if gpus:
+            figures.append(("JAX: as_arrays(device=GPU)", "one copy to the GPU",
+                            timed(lambda: jax.block_until_ready(sj.as_arrays(batch, device=gpus[0])), seconds,
+                                  trials)))
+    except ImportError as e:
+        figures.append((f"JAX: not installed ({e})", "-", float("nan")))
+    return figures
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="a smoke run: a 16 x 4 batch, short trials")
@@ -51,39 +96,7 @@ def main():
                 np.copyto(dst, src)
 
         figures = [("one copy of the same bytes (np.copyto)", "baseline", timed(copy_all, seconds, trials))]
-        try:
-            import torch
-
-            import shmreplay.torch as st
-            torch.set_num_threads(1)
-            figures.append(("PyTorch: shmreplay.torch.as_tensors (shared)", "no copy",
-                            timed(lambda: st.as_tensors(batch), seconds, trials)))
-            figures.append(("PyTorch: torch.from_numpy(array).clone() of each array", "one copy, into new memory",
-                            timed(lambda: {k: torch.from_numpy(v).clone() for k, v in batch.fields.items()},
-                                  seconds, trials)))
-            if torch.cuda.is_available():
-                def to_cuda():
-                    st.as_tensors(batch, device="cuda")
-                    torch.cuda.synchronize()
-                figures.append(("PyTorch: as_tensors(device='cuda')", "one copy to the GPU",
-                                timed(to_cuda, seconds, trials)))
-        except ImportError as e:
-            figures.append((f"PyTorch: not installed ({e})", "-", float("nan")))
-        try:
-            import jax
-
-            import shmreplay.jax as sj
-            figures.append(("JAX: shmreplay.jax.as_arrays (DLPack, shared)", "no copy",
-                            timed(lambda: jax.block_until_ready(sj.as_arrays(batch)), seconds, trials)))
-            figures.append(("JAX: as_arrays(copy=True)", "one copy, into new memory",
-                            timed(lambda: jax.block_until_ready(sj.as_arrays(batch, copy=True)), seconds, trials)))
-            gpus = [d for d in jax.devices() if d.platform != "cpu"] if jax.default_backend() != "cpu" else []
-            if gpus:
-                figures.append(("JAX: as_arrays(device=GPU)", "one copy to the GPU",
-                                timed(lambda: jax.block_until_ready(sj.as_arrays(batch, device=gpus[0])), seconds,
-                                      trials)))
-        except ImportError as e:
-            figures.append((f"JAX: not installed ({e})", "-", float("nan")))
+        figures += torch_figures(batch, seconds, trials) + jax_figures(batch, seconds, trials)
     finally:
         shmreplay.Buffer.remove(name)
 

@@ -247,9 +247,8 @@ std::string on_free_cores(const Cell (&k)[2], const std::vector<double>& r) {
   return fmt::format("{:.2f} ({} of {})", median(kept), kept.size(), r.size());
 }
 
-int run(const Options& o, const std::string& command) {
-  install_signal_handlers();
-  const MachineInfo machine = describe_machine();
+// The shapes measured: small steps, and with --large large ones.
+std::vector<Shape> make_shapes(const Options& o) {
   std::vector<Shape> shapes;
   shapes.push_back({"small", {}, fmt::format("shmreplay-bench-learners-small-{}", ::getpid())});
   shapes[0].g.schema = Schema::parse(kSmallSchema);
@@ -259,40 +258,39 @@ int run(const Options& o, const std::string& command) {
     shapes[1].g.schema = Schema::parse(kLargeSchema);
     shapes[1].g.capacity = o.large_capacity;
   }
-  std::vector<std::string> paths;
-  for (Shape& s : shapes) {
-    s.g.label = s.label;
-    s.g.num_envs = o.envs;
-    paths.push_back(shm_directory() + "/" + s.name);
-  }
-  const Janitor janitor(paths);
-  for (const std::string& p : paths) register_segment_file(p);
+  return shapes;
+}
 
-  fmt::print("## shmreplay_bench_learners\n\n`{}` on {} ({} cores online, {}, {:.1f} GiB), {}, {}, {} build, "
-             "load average {} at the start.\n\n",
-             command, machine.cpu, machine.cores_online, machine.caches, machine.memory_gib, machine.kernel,
-             machine.virtualization, machine.build_type, load_now());
-  for (const Shape& s : shapes) {
-    fmt::print(stderr, "shmreplay_bench_learners: creating and filling {}: {} envs x {} steps of {} B ({:.1f} MB)\n",
-               s.label, s.g.num_envs, s.g.capacity, s.g.schema.step_bytes(),
-               static_cast<double>(s.g.data_bytes()) * 1e-6);
-    Buffer buf = Buffer::create(s.name, s.g.num_envs, s.g.capacity, s.g.schema,
-                                {.max_learners = 2, .populate = Populate::always});
-    const std::vector<uint64_t> ids = env_range(0, s.g.num_envs);
-    Writer w(buf, ids);
-    const Staging in(s.g.schema, s.g.num_envs);
-    for (uint64_t step = 0; step < s.g.capacity; ++step) {
-      w.push(std::span<const uint64_t>(ids), std::span<const FieldBytes>(in.all));
-    }
+// Creates the shape's buffer (max_learners 2, its pages populated) and fills every ring.
+void fill(const Shape& s) {
+  fmt::print(stderr, "shmreplay_bench_learners: creating and filling {}: {} envs x {} steps of {} B ({:.1f} MB)\n",
+             s.label, s.g.num_envs, s.g.capacity, s.g.schema.step_bytes(),
+             static_cast<double>(s.g.data_bytes()) * 1e-6);
+  Buffer buf = Buffer::create(s.name, s.g.num_envs, s.g.capacity, s.g.schema,
+                              {.max_learners = 2, .populate = Populate::always});
+  const std::vector<uint64_t> ids = env_range(0, s.g.num_envs);
+  Writer w(buf, ids);
+  const Staging in(s.g.schema, s.g.num_envs);
+  for (uint64_t step = 0; step < s.g.capacity; ++step) {
+    w.push(std::span<const uint64_t>(ids), std::span<const FieldBytes>(in.all));
   }
+}
 
+// The configurations: (shape, sequence length, writers) for 0 and kWriters writers.
+std::vector<Config> make_configs(const Options& o) {
   std::vector<Config> configs;
   for (const uint64_t writers : {uint64_t{0}, kWriters}) {
     configs.push_back({0, 1, writers});
     configs.push_back({0, 10, writers});
     if (o.large) configs.push_back({1, 1, writers});
   }
-  std::vector<Figures> figures(configs.size());
+  return configs;
+}
+
+// Every configuration's runs (ours and memcpy, 1 and 2 processes) in each round, every other round backwards, into
+// `figures`. The load average at the start of each round.
+std::vector<std::string> run_rounds(const Options& o, const std::vector<Shape>& shapes,
+                                    const std::vector<Config>& configs, std::vector<Figures>& figures) {
   struct Run {
     std::size_t config;
     Kind kind;
@@ -319,18 +317,12 @@ int run(const Options& o, const std::string& command) {
                  c.writers > 0 ? fmt::format(", push {:.2f} M steps/s", cell.push.back() * 1e-6) : "");
     }
   }
+  return loads;
+}
 
-  fmt::print("Buffers (max_learners 2, every ring full before the run): ");
-  for (std::size_t i = 0; i < shapes.size(); ++i) {
-    const Shape& s = shapes[i];
-    fmt::print("{}{} `{}`, {} B per step, {} envs x {} steps ({:.0f} MB)", i ? "; " : "", s.label, s.g.schema.to_string(),
-               s.g.schema.step_bytes(), s.g.num_envs, s.g.capacity, static_cast<double>(s.g.data_bytes()) * 1e-6);
-  }
-  fmt::print(". Learners: {} rows per call from the replay view, power 0 (uniform over starts), each its own "
-             "Sampler and rank. Writers: {} processes, each pushing its half of the envs (batched) at full speed. "
-             "{} rounds; each run {} trials of {:g} s after a warm-up, its processes forked anew. Rates are medians "
-             "over rounds; each ratio is taken within its round, then the median.\n\n",
-             o.batch, kWriters, o.rounds, o.trials, o.seconds);
+// The table of rows per second, one learner against two.
+void print_scaling_table(const std::vector<Shape>& shapes, const std::vector<Config>& configs,
+                         const std::vector<Figures>& figures) {
   fmt::print("### Rows per second, one learner against two\n\n");
   fmt::print("| configuration | 1 learner, M rows/s | 2 learners, M rows/s | 2 / 1 | memcpy 2 / 1 | "
              "ours 2/1 over memcpy 2/1 | 2 / 1 on free cores, ours | 2 / 1 on free cores, memcpy | "
@@ -360,6 +352,11 @@ int run(const Options& o, const std::string& command) {
              "cores between them (cores used >= 1.8) and the one process a whole core (>= 0.9), with the count of "
              "such rounds: what the cores allowed when other tenants left them free.{}\n\n",
              any_late ? " Some worker missed a trial boundary (starved): its whole run was used instead." : "");
+}
+
+// The table of where it goes: bandwidth, CPU, retries.
+void print_cost_table(const std::vector<Shape>& shapes, const std::vector<Config>& configs,
+                      const std::vector<Figures>& figures) {
   fmt::print("### Where it goes: bandwidth, CPU, retries\n\n");
   fmt::print("| configuration | row GB/s, ours 1 / 2 | row GB/s, memcpy 1 / 2 | rows per CPU-s 2 / 1, ours | "
              "rows per CPU-s 2 / 1, memcpy | cores used, ours 1 / 2 | cores used, memcpy 1 / 2 | "
@@ -382,6 +379,44 @@ int run(const Options& o, const std::string& command) {
                median(k[kOurs][1].cores), median(k[kMemcpy][0].cores), median(k[kMemcpy][1].cores),
                per_m(k[kOurs][0]), per_m(k[kOurs][1]));
   }
+}
+
+int run(const Options& o, const std::string& command) {
+  install_signal_handlers();
+  const MachineInfo machine = describe_machine();
+  std::vector<Shape> shapes = make_shapes(o);
+  std::vector<std::string> paths;
+  for (Shape& s : shapes) {
+    s.g.label = s.label;
+    s.g.num_envs = o.envs;
+    paths.push_back(shm_directory() + "/" + s.name);
+  }
+  const Janitor janitor(paths);
+  for (const std::string& p : paths) register_segment_file(p);
+
+  fmt::print("## shmreplay_bench_learners\n\n`{}` on {} ({} cores online, {}, {:.1f} GiB), {}, {}, {} build, "
+             "load average {} at the start.\n\n",
+             command, machine.cpu, machine.cores_online, machine.caches, machine.memory_gib, machine.kernel,
+             machine.virtualization, machine.build_type, load_now());
+  for (const Shape& s : shapes) fill(s);
+
+  const std::vector<Config> configs = make_configs(o);
+  std::vector<Figures> figures(configs.size());
+  const std::vector<std::string> loads = run_rounds(o, shapes, configs, figures);
+
+  fmt::print("Buffers (max_learners 2, every ring full before the run): ");
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const Shape& s = shapes[i];
+    fmt::print("{}{} `{}`, {} B per step, {} envs x {} steps ({:.0f} MB)", i ? "; " : "", s.label, s.g.schema.to_string(),
+               s.g.schema.step_bytes(), s.g.num_envs, s.g.capacity, static_cast<double>(s.g.data_bytes()) * 1e-6);
+  }
+  fmt::print(". Learners: {} rows per call from the replay view, power 0 (uniform over starts), each its own "
+             "Sampler and rank. Writers: {} processes, each pushing its half of the envs (batched) at full speed. "
+             "{} rounds; each run {} trials of {:g} s after a warm-up, its processes forked anew. Rates are medians "
+             "over rounds; each ratio is taken within its round, then the median.\n\n",
+             o.batch, kWriters, o.rounds, o.trials, o.seconds);
+  print_scaling_table(shapes, configs, figures);
+  print_cost_table(shapes, configs, figures);
   fmt::print("\nRow GB/s: rows/s x L x step bytes (the bytes a row holds, not the memory traffic). Rows per CPU-s: "
              "the processes' rows over their own CPU time, two against one, within each round: what a row costs "
              "whatever share of a core each process got (1.00: no dearer with a second learner). Cores used: the "

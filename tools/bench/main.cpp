@@ -83,21 +83,12 @@ bool wanted(const Options& o, const char* what) {
   return o.only.empty() || std::find(o.only.begin(), o.only.end(), what) != o.only.end();
 }
 
-int run(const Options& o, const std::string& command) {
-  install_signal_handlers();
-  const MachineInfo machine = describe_machine();
-  Config cfg;
-  if (wanted(o, "push") || wanted(o, "sample") || wanted(o, "contention")) cfg.geometries = make_geometries(o);
-  cfg.batch = o.batch;
-  cfg.trials = o.trials;
-  cfg.trial_s = o.seconds;
-  cfg.warmup_s = std::max(o.seconds / 2, o.quick ? 0.005 : 0.1);
-  cfg.patience_s = std::max(5 * o.seconds, o.quick ? 0.05 : 0.5);
-  std::vector<std::string> steps;
-  for (const Geometry& g : cfg.geometries) steps.push_back(g.label);
-
+// Runs the measurements of one run, each a Team of bodies, and keeps their results.
+struct Measurer {
+  const Config& cfg;
   std::vector<Result> results;
-  auto measure = [&](Result r, std::vector<Body> bodies, std::vector<std::string> names) {
+
+  void measure(Result r, std::vector<Body> bodies, std::vector<std::string> names) {
     fmt::print(stderr, "shmreplay_bench: {} {} {} writers={}{} {} ...", r.section, r.step, r.mode, r.writers,
                r.section == "sample" ? fmt::format(" seq={}", r.length) : "", to_string(r.impl));
     std::fflush(stderr);
@@ -113,7 +104,66 @@ int run(const Options& o, const std::string& command) {
       fmt::print(stderr, " {} GB/s\n", num(r.sample_gbs.median));
     }
     results.push_back(std::move(r));
-  };
+  }
+};
+
+// The push section of geometry g: batched and single pushes by 1 and 2 writers, each implementation.
+void measure_pushes(Measurer& m, const Geometry& g, const Stores& stores) {
+  for (const PushMode mode : {PushMode::batched, PushMode::single}) {
+    for (const uint32_t writers : {1u, 2u}) {
+      for (const Impl impl : kImpls) {
+        Result r{.section = "push", .step = g.label, .mode = to_string(mode), .writers = writers, .impl = impl,
+                 .step_bytes = g.schema.step_bytes()};
+        std::vector<Body> bodies;
+        std::vector<std::string> names;
+        for (uint32_t w = 0; w < writers; ++w) {
+          bodies.push_back(push_body(impl, g, stores, mode, w * g.envs_per_writer));
+          names.push_back(fmt::format("{} writer {}", to_string(impl), w));
+        }
+        m.measure(std::move(r), std::move(bodies), std::move(names));
+      }
+    }
+  }
+}
+
+// The sample section of geometry g (without writers when `sample`; beside 2 writers, the contention section):
+// sequences of 1 and 64 steps, each sampling implementation.
+void measure_samples(Measurer& m, const Geometry& g, const Stores& stores, bool sample, uint64_t& seed) {
+  for (const uint32_t length : {1u, 64u}) {
+    for (const uint32_t writers : {0u, 2u}) {
+      if (writers == 0 && !sample) continue;
+      for (const Impl impl : kSampleImpls) {
+        Result r{.section = "sample", .step = g.label, .mode = "batched", .writers = writers, .length = length,
+                 .impl = impl, .step_bytes = g.schema.step_bytes()};
+        std::vector<Body> bodies;
+        std::vector<std::string> names;
+        for (uint32_t w = 0; w < writers; ++w) {
+          const Impl writer = impl == Impl::gather ? Impl::memcpy : impl;  // gather reads memcpy's store
+          bodies.push_back(push_body(writer, g, stores, PushMode::batched, w * g.envs_per_writer));
+          names.push_back(fmt::format("{} writer {}", to_string(writer), w));
+        }
+        bodies.push_back(sample_body(impl, g, stores, m.cfg.batch, length, seed++));
+        names.push_back(fmt::format("{} sampler", to_string(impl)));
+        m.measure(std::move(r), std::move(bodies), std::move(names));
+      }
+    }
+  }
+}
+
+int run(const Options& o, const std::string& command) {
+  install_signal_handlers();
+  const MachineInfo machine = describe_machine();
+  Config cfg;
+  if (wanted(o, "push") || wanted(o, "sample") || wanted(o, "contention")) cfg.geometries = make_geometries(o);
+  cfg.batch = o.batch;
+  cfg.trials = o.trials;
+  cfg.trial_s = o.seconds;
+  cfg.warmup_s = std::max(o.seconds / 2, o.quick ? 0.005 : 0.1);
+  cfg.patience_s = std::max(5 * o.seconds, o.quick ? 0.05 : 0.5);
+  std::vector<std::string> steps;
+  for (const Geometry& g : cfg.geometries) steps.push_back(g.label);
+
+  Measurer m{cfg};
 
   const std::string prefix = fmt::format("shmreplay-bench-{}", ::getpid());
   std::vector<std::string> all_paths;
@@ -126,45 +176,9 @@ int run(const Options& o, const std::string& command) {
     fmt::print(stderr, "shmreplay_bench: creating and filling the {} stores ({:.1f} MB each)\n", g.label,
                static_cast<double>(g.data_bytes()) * 1e-6);
     const Stores stores(g, fmt::format("{}-{}", prefix, g.label));  // removes its segments when it goes
-    if (wanted(o, "push") && !g.sample_only) {
-      for (const PushMode mode : {PushMode::batched, PushMode::single}) {
-        for (const uint32_t writers : {1u, 2u}) {
-          for (const Impl impl : kImpls) {
-            Result r{.section = "push", .step = g.label, .mode = to_string(mode), .writers = writers, .impl = impl,
-                     .step_bytes = g.schema.step_bytes()};
-            std::vector<Body> bodies;
-            std::vector<std::string> names;
-            for (uint32_t w = 0; w < writers; ++w) {
-              bodies.push_back(push_body(impl, g, stores, mode, w * g.envs_per_writer));
-              names.push_back(fmt::format("{} writer {}", to_string(impl), w));
-            }
-            measure(std::move(r), std::move(bodies), std::move(names));
-          }
-        }
-      }
-    }
+    if (wanted(o, "push") && !g.sample_only) measure_pushes(m, g, stores);
     const bool sample = wanted(o, "sample");
-    if (sample || wanted(o, "contention")) {
-      for (const uint32_t length : {1u, 64u}) {
-        for (const uint32_t writers : {0u, 2u}) {
-          if (writers == 0 && !sample) continue;
-          for (const Impl impl : kSampleImpls) {
-            Result r{.section = "sample", .step = g.label, .mode = "batched", .writers = writers, .length = length,
-                     .impl = impl, .step_bytes = g.schema.step_bytes()};
-            std::vector<Body> bodies;
-            std::vector<std::string> names;
-            for (uint32_t w = 0; w < writers; ++w) {
-              const Impl writer = impl == Impl::gather ? Impl::memcpy : impl;  // gather reads memcpy's store
-              bodies.push_back(push_body(writer, g, stores, PushMode::batched, w * g.envs_per_writer));
-              names.push_back(fmt::format("{} writer {}", to_string(writer), w));
-            }
-            bodies.push_back(sample_body(impl, g, stores, cfg.batch, length, seed++));
-            names.push_back(fmt::format("{} sampler", to_string(impl)));
-            measure(std::move(r), std::move(bodies), std::move(names));
-          }
-        }
-      }
-    }
+    if (sample || wanted(o, "contention")) measure_samples(m, g, stores, sample, seed);
   }
   std::optional<PixelReport> pixels;
   const PixelConfig pixel_cfg{.quick = o.quick, .seconds = o.seconds, .trials = o.trials};
@@ -175,6 +189,7 @@ int run(const Options& o, const std::string& command) {
     pixels = measure_pixels(pixel_cfg);
     fmt::print(stderr, " done\n");
   }
+  const std::vector<Result>& results = m.results;
   const std::vector<Target> targets = evaluate(results, steps);
   if (o.json) {
     print_json(command, machine, cfg, results, targets, pixels ? pixels_json(*pixels) : nlohmann::json());

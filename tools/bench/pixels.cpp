@@ -123,6 +123,134 @@ std::chrono::milliseconds warm_ms(const PixelConfig& c) { return std::chrono::mi
 
 }  // namespace
 
+namespace {
+
+// The stores the pixels section measures, every slot written once (the rings full, their frames wrapped), so that
+// every store starts full and warm.
+struct PixelStores {
+  OursStore ours_stacked, ours_unstacked, ours_frame, ours_trusted, ours_unstacked_episodes;
+  PlainPush plain, plain_frame;
+
+  PixelStores(const std::string& prefix, const PixelReport& rep, const AtariSteps& steps)
+      : ours_stacked(prefix + "-stacked", Schema::parse(kStacked), rep.envs, rep.capacity, Populate::always),
+        ours_unstacked(prefix + "-unstacked", Schema::parse(kUnstacked), rep.envs, rep.capacity, Populate::always),
+        ours_frame(prefix + "-frame", Schema::parse(kFrame), rep.envs, rep.capacity, Populate::always),
+        ours_trusted(prefix + "-trusted", Schema::parse(kStacked), rep.envs, rep.capacity, Populate::always, true),
+        ours_unstacked_episodes(prefix + "-unstacked-episodes", Schema::parse(kUnstacked), rep.envs, rep.capacity,
+                                Populate::always, true),
+        plain(Schema::parse(kUnstacked), rep.envs, rep.capacity),
+        plain_frame(Schema::parse(kFrame), rep.envs, rep.capacity) {
+    const std::size_t cycle = steps.steps();
+    for (uint64_t s = 0; s < rep.capacity + rep.cycle_steps; ++s) {
+      ours_stacked.push(steps.batch(ours_stacked.t), cycle);
+      ours_unstacked.push(steps.batch(ours_unstacked.t), cycle);
+      ours_frame.push(steps.batch(ours_frame.t, true), cycle);
+      ours_trusted.push(steps.batch(ours_trusted.t), cycle);
+      ours_unstacked_episodes.push(steps.batch(ours_unstacked_episodes.t), cycle);
+      plain.push(steps.batch(plain.t), rep.envs, cycle);
+      plain_frame.push(steps.batch(plain_frame.t, true), rep.envs, cycle);
+    }
+  }
+};
+
+// The push rows: every store's push, batched, single and batched from memory, interleaved.
+void measure_pixel_pushes(const PixelConfig& c, PixelReport& rep, const AtariSteps& steps, PixelStores& st) {
+  const std::size_t cycle = steps.steps();
+  Staged stack_in(steps, false), frame_in(steps, true);
+  const std::size_t envs = rep.envs;
+  for (const char* mode : {"batched", "single", "batched, input from memory"}) {
+    const bool single = std::string(mode) == "single";
+    const bool cold = std::string(mode) != "batched" && !single;
+    // Each case's input: its store's next cycle step, staged (in cache) or straight from the cycle (which is far
+    // larger than the caches: every input byte comes from memory).
+    auto in = [&](Staged& staged, std::size_t t, bool newest) {
+      return cold ? steps.batch(t, newest) : staged.batch();
+    };
+    auto prep = [&](Staged& staged, const std::size_t& t) -> std::function<void()> {
+      if (cold) return [] {};
+      return [&staged, &t, &steps] { staged.load(steps, t); };
+    };
+    auto ours = [&](OursStore& store, Staged& staged, bool newest) -> std::function<uint64_t()> {
+      return [&, newest] {
+        const auto b = in(staged, store.t, newest);
+        return single ? store.push_each(b, cycle) : store.push(b, cycle);
+      };
+    };
+    const std::vector<PreparedOp> ops = {
+        {prep(stack_in, st.ours_stacked.t), ours(st.ours_stacked, stack_in, false)},
+        {prep(stack_in, st.ours_unstacked.t), ours(st.ours_unstacked, stack_in, false)},
+        {prep(stack_in, st.plain.t), [&] { return st.plain.push(in(stack_in, st.plain.t, false), envs, cycle); }},
+        {prep(frame_in, st.ours_frame.t), ours(st.ours_frame, frame_in, true)},
+        {prep(frame_in, st.plain_frame.t),
+         [&] { return st.plain_frame.push(in(frame_in, st.plain_frame.t, true), envs, cycle); }},
+        {prep(stack_in, st.ours_trusted.t), ours(st.ours_trusted, stack_in, false)},
+        {prep(stack_in, st.ours_unstacked_episodes.t), ours(st.ours_unstacked_episodes, stack_in, false)},
+    };
+    const auto r = interleaved_prepared_rates(c.seconds, c.trials, warm_ms(c), ops);  // steps/s
+    PixelPush p;
+    p.mode = mode;
+    p.stacked_ns = 1e9 / median(r[0]);
+    p.unstacked_ns = 1e9 / median(r[1]);
+    p.memcpy_ns = 1e9 / median(r[2]);
+    p.frame_ns = 1e9 / median(r[3]);
+    p.memcpy_frame_ns = 1e9 / median(r[4]);
+    p.trusted_ns = 1e9 / median(r[5]);
+    p.trusted_over_unstacked = median(ratios(r[1], r[5]));
+    p.unstacked_episodes_ns = 1e9 / median(r[6]);
+    p.trusted_over_unstacked_episodes = median(ratios(r[6], r[5]));
+    // Time over time = rate over rate, the other way round.
+    p.stacked_over_unstacked = median(ratios(r[1], r[0]));
+    p.stacked_over_memcpy = median(ratios(r[2], r[0]));
+    p.stacked_over_frame = median(ratios(r[3], r[0]));
+    p.stacked_over_memcpy_frame = median(ratios(r[4], r[0]));
+    rep.push.push_back(p);
+  }
+}
+
+// The sample rows: transitions and sequences from the stacked and unstacked stores, against memcpy and the gather.
+void measure_pixel_samples(const PixelConfig& c, PixelReport& rep, PixelStores& st) {
+  Sampler s_stacked(st.ours_stacked.buffer);
+  Sampler s_unstacked(st.ours_unstacked.buffer);
+  Rng rng_stacked(1), rng_unstacked(1);
+  SampleBatch out_stacked, out_unstacked;
+  for (const bool sequences : {false, true}) {
+    const std::size_t rows = sequences ? kSequences : kTransitions;
+    const std::size_t length = sequences ? kSequenceLength : 1;
+    PlainSample ref(st.plain.store, rep.envs, rows, length, 3);
+    auto ours = [&](Sampler& s, Rng& rng, SampleBatch& out) {
+      s.sample(View::replay, rows, length, sequences ? 1.0 : 0.0, rng, out);
+      return uint64_t{rows};
+    };
+    std::vector<std::function<uint64_t()>> ops = {
+        [&] { return ours(s_stacked, rng_stacked, out_stacked); },
+        [&] { return ours(s_unstacked, rng_unstacked, out_unstacked); },
+        [&] { return ref.memcpy_rows(); },
+        [&] { return ref.gather_rows(); },
+    };
+    const auto r = interleaved_rates(c.seconds, c.trials, warm_ms(c), ops);  // rows/s
+    PixelSample p;
+    p.kind = sequences ? "sequences" : "transitions";
+    p.rows = rows;
+    p.length = length;
+    p.stacked = median(r[0]);
+    p.unstacked = median(r[1]);
+    p.memcpy = median(r[2]);
+    p.gather = median(r[3]);
+    p.stacked_over_memcpy = median(ratios(r[0], r[2]));
+    p.stacked_over_unstacked = median(ratios(r[0], r[1]));
+    p.stacked_over_gather = median(ratios(r[0], r[3]));
+    p.unstacked_over_memcpy = median(ratios(r[1], r[2]));
+    rep.sample.push_back(p);
+  }
+  for (uint64_t e = 0; e < rep.envs; ++e) {
+    const EnvSizes z = s_stacked.sizes(e);
+    rep.stacked_sampleable += z.replay;
+    rep.stacked_stored += std::min(z.head, rep.capacity);
+  }
+}
+
+}  // namespace
+
 PixelReport measure_pixels(const PixelConfig& c) {
   PixelReport rep;
   rep.envs = c.quick ? 4 : 8;  // one writer's envs in shmreplay_bench; a batched push writes all of them
@@ -144,122 +272,11 @@ PixelReport measure_pixels(const PixelConfig& c) {
   // Per step: its new frames (1, or 4 at a restart), its frame-index word and its other fields.
   rep.stored_bytes_per_step = (1 + (kDepth - 1) * rep.restarts_per_step) * kFrameBytes + 8 +
                               static_cast<double>(frame.step_bytes() - kFrameBytes);
-
-  const std::string prefix = fmt::format("shmreplay-bench-{}-pixels", ::getpid());
-  OursStore ours_stacked(prefix + "-stacked", stacked, rep.envs, rep.capacity, Populate::always);
-  OursStore ours_unstacked(prefix + "-unstacked", unstacked, rep.envs, rep.capacity, Populate::always);
-  OursStore ours_frame(prefix + "-frame", frame, rep.envs, rep.capacity, Populate::always);
-  OursStore ours_trusted(prefix + "-trusted", stacked, rep.envs, rep.capacity, Populate::always, true);
-  OursStore ours_unstacked_episodes(prefix + "-unstacked-episodes", unstacked, rep.envs, rep.capacity,
-                                    Populate::always, true);
-  PlainPush plain(unstacked, rep.envs, rep.capacity);
-  PlainPush plain_frame(frame, rep.envs, rep.capacity);
-  rep.stacked_segment_bytes = ours_stacked.buffer.total_bytes();
-  rep.unstacked_segment_bytes = ours_unstacked.buffer.total_bytes();
-  // Every slot written once (the rings full, their frames wrapped), so that every store starts full and warm.
-  const std::size_t cycle = steps.steps();
-  for (uint64_t s = 0; s < rep.capacity + rep.cycle_steps; ++s) {
-    ours_stacked.push(steps.batch(ours_stacked.t), cycle);
-    ours_unstacked.push(steps.batch(ours_unstacked.t), cycle);
-    ours_frame.push(steps.batch(ours_frame.t, true), cycle);
-    ours_trusted.push(steps.batch(ours_trusted.t), cycle);
-    ours_unstacked_episodes.push(steps.batch(ours_unstacked_episodes.t), cycle);
-    plain.push(steps.batch(plain.t), rep.envs, cycle);
-    plain_frame.push(steps.batch(plain_frame.t, true), rep.envs, cycle);
-  }
-
-  if (c.push) {
-    Staged stack_in(steps, false), frame_in(steps, true);
-    const std::size_t envs = rep.envs;
-    for (const char* mode : {"batched", "single", "batched, input from memory"}) {
-      const bool single = std::string(mode) == "single";
-      const bool cold = std::string(mode) != "batched" && !single;
-      // Each case's input: its store's next cycle step, staged (in cache) or straight from the cycle (which is far
-      // larger than the caches: every input byte comes from memory).
-      auto in = [&](Staged& staged, std::size_t t, bool newest) {
-        return cold ? steps.batch(t, newest) : staged.batch();
-      };
-      auto prep = [&](Staged& staged, const std::size_t& t) -> std::function<void()> {
-        if (cold) return [] {};
-        return [&staged, &t, &steps] { staged.load(steps, t); };
-      };
-      auto ours = [&](OursStore& store, Staged& staged, bool newest) -> std::function<uint64_t()> {
-        return [&, newest] {
-          const auto b = in(staged, store.t, newest);
-          return single ? store.push_each(b, cycle) : store.push(b, cycle);
-        };
-      };
-      const std::vector<PreparedOp> ops = {
-          {prep(stack_in, ours_stacked.t), ours(ours_stacked, stack_in, false)},
-          {prep(stack_in, ours_unstacked.t), ours(ours_unstacked, stack_in, false)},
-          {prep(stack_in, plain.t), [&] { return plain.push(in(stack_in, plain.t, false), envs, cycle); }},
-          {prep(frame_in, ours_frame.t), ours(ours_frame, frame_in, true)},
-          {prep(frame_in, plain_frame.t),
-           [&] { return plain_frame.push(in(frame_in, plain_frame.t, true), envs, cycle); }},
-          {prep(stack_in, ours_trusted.t), ours(ours_trusted, stack_in, false)},
-          {prep(stack_in, ours_unstacked_episodes.t), ours(ours_unstacked_episodes, stack_in, false)},
-      };
-      const auto r = interleaved_prepared_rates(c.seconds, c.trials, warm_ms(c), ops);  // steps/s
-      PixelPush p;
-      p.mode = mode;
-      p.stacked_ns = 1e9 / median(r[0]);
-      p.unstacked_ns = 1e9 / median(r[1]);
-      p.memcpy_ns = 1e9 / median(r[2]);
-      p.frame_ns = 1e9 / median(r[3]);
-      p.memcpy_frame_ns = 1e9 / median(r[4]);
-      p.trusted_ns = 1e9 / median(r[5]);
-      p.trusted_over_unstacked = median(ratios(r[1], r[5]));
-      p.unstacked_episodes_ns = 1e9 / median(r[6]);
-      p.trusted_over_unstacked_episodes = median(ratios(r[6], r[5]));
-      // Time over time = rate over rate, the other way round.
-      p.stacked_over_unstacked = median(ratios(r[1], r[0]));
-      p.stacked_over_memcpy = median(ratios(r[2], r[0]));
-      p.stacked_over_frame = median(ratios(r[3], r[0]));
-      p.stacked_over_memcpy_frame = median(ratios(r[4], r[0]));
-      rep.push.push_back(p);
-    }
-  }
-
-  if (c.sample) {
-    Sampler s_stacked(ours_stacked.buffer);
-    Sampler s_unstacked(ours_unstacked.buffer);
-    Rng rng_stacked(1), rng_unstacked(1);
-    SampleBatch out_stacked, out_unstacked;
-    for (const bool sequences : {false, true}) {
-      const std::size_t rows = sequences ? kSequences : kTransitions;
-      const std::size_t length = sequences ? kSequenceLength : 1;
-      PlainSample ref(plain.store, rep.envs, rows, length, 3);
-      auto ours = [&](Sampler& s, Rng& rng, SampleBatch& out) {
-        s.sample(View::replay, rows, length, sequences ? 1.0 : 0.0, rng, out);
-        return uint64_t{rows};
-      };
-      std::vector<std::function<uint64_t()>> ops = {
-          [&] { return ours(s_stacked, rng_stacked, out_stacked); },
-          [&] { return ours(s_unstacked, rng_unstacked, out_unstacked); },
-          [&] { return ref.memcpy_rows(); },
-          [&] { return ref.gather_rows(); },
-      };
-      const auto r = interleaved_rates(c.seconds, c.trials, warm_ms(c), ops);  // rows/s
-      PixelSample p;
-      p.kind = sequences ? "sequences" : "transitions";
-      p.rows = rows;
-      p.length = length;
-      p.stacked = median(r[0]);
-      p.unstacked = median(r[1]);
-      p.memcpy = median(r[2]);
-      p.gather = median(r[3]);
-      p.stacked_over_memcpy = median(ratios(r[0], r[2]));
-      p.stacked_over_unstacked = median(ratios(r[0], r[1]));
-      p.stacked_over_gather = median(ratios(r[0], r[3]));
-      p.unstacked_over_memcpy = median(ratios(r[1], r[2]));
-      rep.sample.push_back(p);
-    }
-    for (uint64_t e = 0; e < rep.envs; ++e) {
-      const EnvSizes z = s_stacked.sizes(e);
-      rep.stacked_sampleable += z.replay;
-      rep.stacked_stored += std::min(z.head, rep.capacity);
-    }
-  }
+  PixelStores st(fmt::format("shmreplay-bench-{}-pixels", ::getpid()), rep, steps);
+  rep.stacked_segment_bytes = st.ours_stacked.buffer.total_bytes();
+  rep.unstacked_segment_bytes = st.ours_unstacked.buffer.total_bytes();
+  if (c.push) measure_pixel_pushes(c, rep, steps, st);
+  if (c.sample) measure_pixel_samples(c, rep, st);
   return rep;
 }
 

@@ -50,6 +50,39 @@ struct Case {
   std::function<uint64_t()> op;  // returns the steps it pushed
 };
 
+// The rows of k envs' steps, field by field: per field [k][bytes] (a batched push's arrays), and per env its rows.
+struct Rows {
+  std::vector<std::vector<std::byte>> data;
+  std::vector<FieldBytes> fields;               // per field: [k][bytes]
+  std::vector<std::vector<FieldBytes>> one;     // per env, per field: its row
+  std::vector<int32_t> ids;                     // 0 .. k - 1
+
+  Rows(const Schema& schema, std::size_t k) : one(k), ids(k) {
+    data.reserve(schema.size());
+    for (std::size_t f = 0; f < schema.size(); ++f) {
+      const auto b = static_cast<std::size_t>(schema[f].bytes());
+      data.emplace_back(k * b);
+      for (std::size_t i = 0; i < data.back().size(); ++i) data.back()[i] = static_cast<std::byte>(i * 7 + f);
+      fields.push_back({data.back().data(), data.back().size()});
+      for (std::size_t r = 0; r < k; ++r) one[r].push_back({data.back().data() + r * b, b});
+    }
+    for (std::size_t i = 0; i < k; ++i) ids[i] = static_cast<int32_t>(i);
+  }
+};
+
+// Each case's op run `ops` times under callgrind's instrumentation, its counts dumped under the case's name.
+int run_instrumented(std::vector<Case>& cases, uint64_t ops) {
+  for (Case& c : cases) {
+    uint64_t steps = 0;
+    CALLGRIND_START_INSTRUMENTATION;
+    for (uint64_t i = 0; i < ops; ++i) steps += c.op();
+    CALLGRIND_DUMP_STATS_AT(c.name);
+    CALLGRIND_STOP_INSTRUMENTATION;
+    fmt::print("{}: {} steps pushed while instrumented\n", c.name, steps);
+  }
+  return 0;
+}
+
 int run(const Options& o) {
   const Schema schema = Schema::parse("obs:f32[17] action:f32[6] reward:f32 done:bool");
   const uint64_t envs = 16;
@@ -61,18 +94,10 @@ int run(const Options& o) {
   Writer w = Writer::range(buf, 0, k);
   bench::PlainStore plain(schema, envs, cap);
 
-  std::vector<std::vector<std::byte>> data;
-  std::vector<FieldBytes> fields;      // per field: [k][bytes]
-  std::vector<std::vector<FieldBytes>> one(k);  // per env, per field: its row
-  for (std::size_t f = 0; f < schema.size(); ++f) {
-    const auto b = static_cast<std::size_t>(schema[f].bytes());
-    data.emplace_back(k * b);
-    for (std::size_t i = 0; i < data.back().size(); ++i) data.back()[i] = static_cast<std::byte>(i * 7 + f);
-    fields.push_back({data.back().data(), data.back().size()});
-    for (std::size_t r = 0; r < k; ++r) one[r].push_back({data.back().data() + r * b, b});
-  }
-  std::vector<int32_t> ids(k);
-  for (std::size_t i = 0; i < k; ++i) ids[i] = static_cast<int32_t>(i);
+  const Rows rows(schema, k);
+  const std::vector<FieldBytes>& fields = rows.fields;
+  const std::vector<std::vector<FieldBytes>>& one = rows.one;
+  const std::vector<int32_t>& ids = rows.ids;
   // Every slot written once, so that both stores start full and warm alike.
   for (uint64_t s = 0; s < cap; ++s) {
     w.push(std::span<const int32_t>(ids), fields);
@@ -113,17 +138,7 @@ int run(const Options& o) {
        }},
   };
 
-  if (o.callgrind) {
-    for (Case& c : cases) {
-      uint64_t steps = 0;
-      CALLGRIND_START_INSTRUMENTATION;
-      for (uint32_t i = 0; i < o.calls / per_call + 1; ++i) steps += c.op();
-      CALLGRIND_DUMP_STATS_AT(c.name);
-      CALLGRIND_STOP_INSTRUMENTATION;
-      fmt::print("{}: {} steps pushed while instrumented\n", c.name, steps);
-    }
-    return 0;
-  }
+  if (o.callgrind) return run_instrumented(cases, o.calls / per_call + 1);
   std::vector<std::function<uint64_t()>> ops;
   for (const Case& c : cases) ops.push_back(c.op);
   const auto rates =

@@ -111,6 +111,82 @@ def in_flight(submit, depth):
     return step
 
 
+BARE1, BARE2 = "bare, 1 actor", "bare, 2 actors"
+
+
+def measure_bare(bare1, bare2, nbytes, seconds, trials):
+    """The baselines: an empty actor call, and actors that return arrays of the batch's shapes (whole, or in pieces
+    as shmreplay.ray sends a part of at most 4 MiB). (path, seconds per batch, bytes, None) each."""
+    ping = bare1.ping
+    results = [("(a Ray actor call that returns nothing)", median_s(lambda: ray.get(ping.remote()), seconds, trials),
+                0, None)]
+    results.append((BARE1, median_s(lambda: ray.get(bare1.get.remote()), seconds, trials), nbytes, None))
+    results.append((BARE2, median_s(lambda: ray.get([h.get.remote() for h in bare2]), seconds, trials), nbytes,
+                    None))
+    results.append((f"{BARE2}, 2 calls in flight", median_s(in_flight(lambda: [h.get.remote() for h in bare2], 2),
+                                                            seconds, trials), nbytes, None))
+    if nbytes <= 4 << 20:  # what shmreplay.ray sends such a part as
+        n1, n2 = math.ceil(nbytes / PIECE_BYTES), math.ceil(nbytes / 2 / PIECE_BYTES)
+        f1, f2 = bare1.pieces.options(num_returns=n1), [h.pieces.options(num_returns=n2) for h in bare2]
+        results.append((f"{BARE1}, in 96 KiB pieces", median_s(lambda: ray.get(f1.remote(n1)), seconds, trials),
+                        nbytes, None))
+        results.append((f"{BARE2}, in 96 KiB pieces", median_s(lambda: ray.get([x for f in f2 for x in f.remote(n2)]),
+                                                                seconds, trials), nbytes, None))
+    return results
+
+
+def measure_cluster(servers, rows, length, nbytes, seconds, trials):
+    """ClusterSampler over one node and over two (cached totals, exact_split, prefetch), and a learner that trains
+    TRAIN_S per batch (a sleep: the GIL is free, as during a GPU step): sampling in turn with training, and with two
+    batches in flight meanwhile. (path, seconds per batch, bytes, baseline path) each."""
+    results = []
+    one = sr.ClusterSampler({"node1": servers["node1"]}, seed=0)
+    results.append(("ray, 1 node", median_s(lambda: one.sample("replay", rows, length, 1.0), seconds, trials),
+                    nbytes, BARE1))
+    cached = sr.ClusterSampler(servers, seed=0)
+    exact = sr.ClusterSampler(servers, seed=0, exact_split=True)
+    for label, learner in (("cached totals", cached), ("exact_split", exact)):
+        results.append((f"ray, 2 nodes, {label}", median_s(lambda: learner.sample("replay", rows, length, 1.0),
+                                                            seconds, trials), nbytes, BARE2))
+    for label, learner in (("cached totals", cached), ("exact_split", exact)):
+        it = learner.batches("replay", rows, length, 1.0, prefetch=2)
+        results.append((f"ray, 2 nodes, {label}, prefetch 2", median_s(lambda: next(it), seconds, trials), nbytes,
+                        f"{BARE2}, 2 calls in flight"))
+
+    def train_then_sample():
+        time.sleep(TRAIN_S)
+        cached.sample("replay", rows, length, 1.0)
+    train = f"learner trains {TRAIN_S * 1e3:.0f} ms per batch"
+    results.append((f"ray, 2 nodes, cached totals, {train}", median_s(train_then_sample, seconds, trials), nbytes,
+                    "training alone"))
+    it = cached.batches("replay", rows, length, 1.0, prefetch=2)
+
+    def train_prefetched():
+        time.sleep(TRAIN_S)
+        next(it)
+    results.append((f"ray, 2 nodes, cached totals, prefetch 2, {train}", median_s(train_prefetched, seconds,
+                                                                                    trials), nbytes,
+                    "training alone"))
+    for learner in (one, cached, exact):
+        learner.close()
+    return results
+
+
+def table_rows(kind, rows, length, results):
+    """The results as the table's rows, each with its ratio to its baseline (and to the pieces' baseline)."""
+    per_batch = {label: t for label, t, _, _ in results}
+    per_batch["training alone"] = TRAIN_S
+    out = []
+    for label, t, nbytes, base in results:
+        in_pieces = f"{base}, in 96 KiB pieces" if base in (BARE1, BARE2) and f"{base}, in 96 KiB pieces" in per_batch \
+            else None
+        out.append({"step": kind, "rows": rows, "length": length, "path": label, "batch_mb": nbytes / 1e6,
+                    "batches_per_s": 1.0 / t, "mb_per_s": nbytes / t / 1e6, "baseline": base,
+                    "vs_baseline": per_batch[base] / t if base else None,
+                    "vs_pieces": per_batch[in_pieces] / t if in_pieces else None})
+    return out
+
+
 def measure(kind, dirs, seconds, trials):
     schema, envs, capacity, rows, length = STEPS[kind]
     name = f"shmreplay-raybench-{os.getpid()}-{kind}"
@@ -135,58 +211,8 @@ def measure(kind, dirs, seconds, trials):
         bare1 = Bare.options(resources={"node1": 1}).remote(spec, 1)
         bare2 = [Bare.options(resources={f"node{k}": 1}).remote(half, k) for k in (1, 2)]
         ray.get([h.ping.remote() for h in [*servers.values(), bare1, *bare2]])
-
-        ping = bare1.ping
-        results.append(("(a Ray actor call that returns nothing)", median_s(lambda: ray.get(ping.remote()), seconds,
-                                                                             trials), 0, None))
-        b1, b2 = "bare, 1 actor", "bare, 2 actors"
-        results.append((b1, median_s(lambda: ray.get(bare1.get.remote()), seconds, trials), nbytes, None))
-        results.append((b2, median_s(lambda: ray.get([h.get.remote() for h in bare2]), seconds, trials), nbytes,
-                        None))
-        results.append((f"{b2}, 2 calls in flight", median_s(in_flight(lambda: [h.get.remote() for h in bare2], 2),
-                                                             seconds, trials), nbytes, None))
-        pieces = nbytes <= 4 << 20  # what shmreplay.ray sends such a part as
-        if pieces:
-            n1, n2 = math.ceil(nbytes / PIECE_BYTES), math.ceil(nbytes / 2 / PIECE_BYTES)
-            f1, f2 = bare1.pieces.options(num_returns=n1), [h.pieces.options(num_returns=n2) for h in bare2]
-            results.append((f"{b1}, in 96 KiB pieces", median_s(lambda: ray.get(f1.remote(n1)), seconds, trials),
-                            nbytes, None))
-            results.append((f"{b2}, in 96 KiB pieces", median_s(lambda: ray.get([x for f in f2 for x in f.remote(n2)]),
-                                                                 seconds, trials), nbytes, None))
-
-        one = sr.ClusterSampler({"node1": servers["node1"]}, seed=0)
-        results.append(("ray, 1 node", median_s(lambda: one.sample("replay", rows, length, 1.0), seconds, trials),
-                        nbytes, b1))
-        cached = sr.ClusterSampler(servers, seed=0)
-        exact = sr.ClusterSampler(servers, seed=0, exact_split=True)
-        for label, learner in (("cached totals", cached), ("exact_split", exact)):
-            results.append((f"ray, 2 nodes, {label}", median_s(lambda: learner.sample("replay", rows, length, 1.0),
-                                                                seconds, trials), nbytes, b2))
-        it = cached.batches("replay", rows, length, 1.0, prefetch=2)
-        results.append(("ray, 2 nodes, cached totals, prefetch 2", median_s(lambda: next(it), seconds, trials), nbytes,
-                        f"{b2}, 2 calls in flight"))
-        it = exact.batches("replay", rows, length, 1.0, prefetch=2)
-        results.append(("ray, 2 nodes, exact_split, prefetch 2", median_s(lambda: next(it), seconds, trials), nbytes,
-                        f"{b2}, 2 calls in flight"))
-
-        # A learner that trains TRAIN_S per batch (a sleep: the GIL is free, as during a GPU step): sampling in
-        # turn with training, and with two batches in flight meanwhile.
-        def train_then_sample():
-            time.sleep(TRAIN_S)
-            cached.sample("replay", rows, length, 1.0)
-        train = f"learner trains {TRAIN_S * 1e3:.0f} ms per batch"
-        results.append((f"ray, 2 nodes, cached totals, {train}", median_s(train_then_sample, seconds, trials), nbytes,
-                        "training alone"))
-        it = cached.batches("replay", rows, length, 1.0, prefetch=2)
-
-        def train_prefetched():
-            time.sleep(TRAIN_S)
-            next(it)
-        results.append((f"ray, 2 nodes, cached totals, prefetch 2, {train}", median_s(train_prefetched, seconds,
-                                                                                        trials), nbytes,
-                        "training alone"))
-        for learner in (one, cached, exact):
-            learner.close()
+        results += measure_bare(bare1, bare2, nbytes, seconds, trials)
+        results += measure_cluster(servers, rows, length, nbytes, seconds, trials)
         ray.get([h.close.remote() for h in servers.values()])
         for h in [*servers.values(), bare1, *bare2]:
             ray.kill(h)
@@ -195,17 +221,7 @@ def measure(kind, dirs, seconds, trials):
             os.environ["SHMREPLAY_SHM_DIR"] = dirs[k]
             if shmreplay.Buffer.exists(name):
                 shmreplay.Buffer.remove(name)
-    per_batch = {label: t for label, t, _, _ in results}
-    per_batch["training alone"] = TRAIN_S
-    out = []
-    for label, t, nbytes, base in results:
-        in_pieces = f"{base}, in 96 KiB pieces" if base in (b1, b2) and f"{base}, in 96 KiB pieces" in per_batch \
-            else None
-        out.append({"step": kind, "rows": rows, "length": length, "path": label, "batch_mb": nbytes / 1e6,
-                    "batches_per_s": 1.0 / t, "mb_per_s": nbytes / t / 1e6, "baseline": base,
-                    "vs_baseline": per_batch[base] / t if base else None,
-                    "vs_pieces": per_batch[in_pieces] / t if in_pieces else None})
-    return out
+    return table_rows(kind, rows, length, results)
 
 
 def main():

@@ -39,8 +39,10 @@ std::string ratio(double ours, double other, bool times) {
   return times ? fmt::format("{:.1f}x", x) : fmt::format("{:.0f}%", x * 100);
 }
 
-void print_markdown(const std::string& command, const MachineInfo& m, const Config& cfg,
-                    const std::vector<Result>& results, const std::vector<Target>& targets) {
+namespace {
+
+// The run's header: the command, the machine, the method and the geometries.
+void print_header(const std::string& command, const MachineInfo& m, const Config& cfg) {
   fmt::print("## shmreplay_bench\n\n");
   fmt::print("- command: `{}`\n", command);
   fmt::print("- cpu: {}; {} cores online ({} configured); {}; {}\n", m.cpu, m.cores_online, m.cores_configured,
@@ -63,7 +65,10 @@ void print_markdown(const std::string& command, const MachineInfo& m, const Conf
              "same length from fresh uniform random positions (splitmix64); the mutex baseline holds its lock for "
              "each whole push or sample call\n\n",
              cfg.batch);
+}
 
+// The push table (writers alone), when the run has push results.
+void print_push_table(const std::vector<Result>& results) {
   bool any_push = false;
   for (const Result& r : results) any_push = any_push || r.section == "push";
   if (any_push) {
@@ -86,7 +91,35 @@ void print_markdown(const std::string& command, const MachineInfo& m, const Conf
     }
     fmt::print("\n");
   }
+}
 
+// The contention table: 2 writer processes and 1 sampler at once, both sides.
+void print_contention_table(const std::vector<Result>& results) {
+  fmt::print("### Contention: 2 writer processes (batched) and 1 sampler at once, both sides\n\n");
+  fmt::print("Progress: each side's rate as a fraction of its rate alone (the 2-writer push without a sampler, "
+             "the sampler without writers), summed; 2 would mean that neither side slowed the other.\n\n");
+  fmt::print("| step | seq len | ours sampler GB/s | mutex sampler GB/s | ours/mutex | ours writer ns/step | "
+             "mutex writer ns/step | ours/mutex | ours progress | mutex progress | ours/mutex |\n");
+  fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Result& o : results) {
+    if (o.section != "sample" || o.impl != Impl::ours || o.writers != 2) continue;
+    const Result* x = find(results, "sample", o.step, o.mode, o.writers, o.length, Impl::mutex);
+    if (!x) continue;
+    const auto po = progress(results, o);
+    const auto px = progress(results, *x);
+    fmt::print("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", o.step, o.length,
+               with_spread(o.sample_gbs, o.sampler_late), with_spread(x->sample_gbs, x->sampler_late),
+               ratio(o.sample_gbs.median, x->sample_gbs.median, true),
+               with_spread(o.ns_per_step, o.writers_late), with_spread(x->ns_per_step, x->writers_late),
+               ratio(o.steps_per_s.median, x->steps_per_s.median, true),
+               po ? fmt::format("{:.2f}", *po) : "n/a", px ? fmt::format("{:.2f}", *px) : "n/a",
+               po && px ? ratio(*po, *px, true) : "n/a");
+  }
+  fmt::print("\n");
+}
+
+// The sample table (with 0 or 2 writers pushing), then the contention table, when the run has sample results.
+void print_sample_tables(const std::vector<Result>& results, const Config& cfg) {
   bool any_sample = false;
   for (const Result& r : results) any_sample = any_sample || r.section == "sample";
   if (any_sample) {
@@ -113,30 +146,17 @@ void print_markdown(const std::string& command, const MachineInfo& m, const Conf
                  pct(x->sampler_on_cpu.median), ratio(o.rows_per_cpu_s.median, c->rows_per_cpu_s.median, false));
     }
     fmt::print("\n");
-
-    fmt::print("### Contention: 2 writer processes (batched) and 1 sampler at once, both sides\n\n");
-    fmt::print("Progress: each side's rate as a fraction of its rate alone (the 2-writer push without a sampler, "
-               "the sampler without writers), summed; 2 would mean that neither side slowed the other.\n\n");
-    fmt::print("| step | seq len | ours sampler GB/s | mutex sampler GB/s | ours/mutex | ours writer ns/step | "
-               "mutex writer ns/step | ours/mutex | ours progress | mutex progress | ours/mutex |\n");
-    fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (const Result& o : results) {
-      if (o.section != "sample" || o.impl != Impl::ours || o.writers != 2) continue;
-      const Result* x = find(results, "sample", o.step, o.mode, o.writers, o.length, Impl::mutex);
-      if (!x) continue;
-      const auto po = progress(results, o);
-      const auto px = progress(results, *x);
-      fmt::print("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", o.step, o.length,
-                 with_spread(o.sample_gbs, o.sampler_late), with_spread(x->sample_gbs, x->sampler_late),
-                 ratio(o.sample_gbs.median, x->sample_gbs.median, true),
-                 with_spread(o.ns_per_step, o.writers_late), with_spread(x->ns_per_step, x->writers_late),
-                 ratio(o.steps_per_s.median, x->steps_per_s.median, true),
-                 po ? fmt::format("{:.2f}", *po) : "n/a", px ? fmt::format("{:.2f}", *px) : "n/a",
-                 po && px ? ratio(*po, *px, true) : "n/a");
-    }
-    fmt::print("\n");
+    print_contention_table(results);
   }
+}
 
+}  // namespace
+
+void print_markdown(const std::string& command, const MachineInfo& m, const Config& cfg,
+                    const std::vector<Result>& results, const std::vector<Target>& targets) {
+  print_header(command, m, cfg);
+  print_push_table(results);
+  print_sample_tables(results, cfg);
   if (!targets.empty()) {
     fmt::print("### Targets\n\n| target | case | measured | verdict |\n|---|---|---:|---|\n");
     for (const Target& t : targets) {

@@ -105,6 +105,72 @@ class WriterProcesses {
   std::vector<pid_t> pids_;
 };
 
+// The references (see the top of the file), over the buffer's own field arrays: the prefetching gather and a plain
+// memcpy of `batch` rows from uniform random starts (splitmix64).
+struct References {
+  std::size_t batch;
+  uint64_t envs, cap;
+  std::size_t nf;
+  std::vector<const std::byte*> base;
+  std::vector<std::size_t> bytes;
+  std::vector<std::vector<std::byte>> ref_out;
+  std::vector<std::byte*> outs;
+  std::vector<detail::GatherRow> rows;
+  bench::SplitMix mix{1};
+
+  References(const Buffer& buf, std::size_t batch_rows)
+      : batch(batch_rows), envs(buf.num_envs()), cap(buf.capacity()), nf(buf.schema().size()), base(nf), bytes(nf),
+        ref_out(nf), outs(nf), rows(batch_rows) {
+    for (std::size_t f = 0; f < nf; ++f) {
+      base[f] = segment_of(buf).field_data(f);
+      bytes[f] = static_cast<std::size_t>(buf.schema()[f].bytes());
+      ref_out[f].resize(batch * 64 * bytes[f]);
+      outs[f] = ref_out[f].data();
+    }
+  }
+
+  uint64_t gather(std::size_t length) {
+    for (std::size_t r = 0; r < batch; ++r) {
+      const uint64_t env = mix.below(envs);
+      const uint64_t start = mix.below(cap - length + 1);
+      rows[r] = {start, env, env * cap + start, start, length, r};
+    }
+    detail::gather_fields(base.data(), outs.data(), bytes.data(), nf, length, cap, rows.data(), batch, true);
+    bench::clobber(ref_out[0].data());
+    return uint64_t{batch};
+  }
+
+  uint64_t memcpy_rows(std::size_t length) {
+    for (std::size_t r = 0; r < batch; ++r) {
+      const uint64_t env = mix.below(envs);
+      const uint64_t start = mix.below(cap - length + 1);
+      for (std::size_t f = 0; f < nf; ++f) {
+        std::memcpy(ref_out[f].data() + r * length * bytes[f], base[f] + (env * cap + start) * bytes[f],
+                    length * bytes[f]);
+      }
+    }
+    bench::clobber(ref_out[0].data());
+    return uint64_t{batch};
+  }
+};
+
+// --callgrind: `calls` calls of each sampling case between CALLGRIND_START/STOP_INSTRUMENTATION, one profile part per
+// case (`stored`: the buffer's steps, for the line printed).
+void run_instrumented(const std::function<uint64_t()>& flat, const std::function<uint64_t()>& seq, uint32_t calls,
+                      uint64_t stored) {
+  flat();
+  seq();  // sizes the output for both
+  for (const auto& [label, op] : {std::pair<const char*, std::function<uint64_t()>>{"transitions", flat},
+                                  std::pair<const char*, std::function<uint64_t()>>{"sequences-64", seq}}) {
+    uint64_t rows = 0;
+    CALLGRIND_START_INSTRUMENTATION;
+    for (uint32_t c = 0; c < calls; ++c) rows += op();
+    CALLGRIND_DUMP_STATS_AT(label);  // one profile part per case
+    CALLGRIND_STOP_INSTRUMENTATION;
+    fmt::print("{} stored steps, {}: {} rows sampled while instrumented\n", stored, label, rows);
+  }
+}
+
 int run(const Options& o) {
   const Schema schema = Schema::parse("obs:f32[17] action:f32[6] reward:f32 done:bool");
   const uint64_t kEnvs = o.envs;
@@ -147,63 +213,16 @@ int run(const Options& o) {
       return uint64_t{kBatch};
     };
     if (o.callgrind) {
-      flat();
-      seq();  // sizes the output for both
-      for (const auto& [label, op] : {std::pair<const char*, std::function<uint64_t()>>{"transitions", flat},
-                                      std::pair<const char*, std::function<uint64_t()>>{"sequences-64", seq}}) {
-        uint64_t rows = 0;
-        CALLGRIND_START_INSTRUMENTATION;
-        for (uint32_t c = 0; c < o.calls; ++c) rows += op();
-        CALLGRIND_DUMP_STATS_AT(label);  // one profile part per case
-        CALLGRIND_STOP_INSTRUMENTATION;
-        fmt::print("{} stored steps, {}: {} rows sampled while instrumented\n", kEnvs * cap, label, rows);
-      }
+      run_instrumented(flat, seq, o.calls, kEnvs * cap);
       continue;
     }
-    // The references (see the top of the file), over the buffer's own field arrays.
-    const std::size_t nf = schema.size();
-    std::vector<const std::byte*> base(nf);
-    std::vector<std::size_t> bytes(nf);
-    for (std::size_t f = 0; f < nf; ++f) {
-      base[f] = segment_of(buf).field_data(f);
-      bytes[f] = static_cast<std::size_t>(schema[f].bytes());
-    }
-    std::vector<std::vector<std::byte>> ref_out(nf);
-    std::vector<std::byte*> outs(nf);
-    for (std::size_t f = 0; f < nf; ++f) {
-      ref_out[f].resize(kBatch * 64 * bytes[f]);
-      outs[f] = ref_out[f].data();
-    }
-    std::vector<detail::GatherRow> rows(kBatch);
-    bench::SplitMix mix{1};
-    auto gather = [&](std::size_t length) {
-      for (std::size_t r = 0; r < kBatch; ++r) {
-        const uint64_t env = mix.below(kEnvs);
-        const uint64_t start = mix.below(cap - length + 1);
-        rows[r] = {start, env, env * cap + start, start, length, r};
-      }
-      detail::gather_fields(base.data(), outs.data(), bytes.data(), nf, length, cap, rows.data(), kBatch, true);
-      bench::clobber(ref_out[0].data());
-      return uint64_t{kBatch};
-    };
-    auto memcpy_rows = [&](std::size_t length) {
-      for (std::size_t r = 0; r < kBatch; ++r) {
-        const uint64_t env = mix.below(kEnvs);
-        const uint64_t start = mix.below(cap - length + 1);
-        for (std::size_t f = 0; f < nf; ++f) {
-          std::memcpy(ref_out[f].data() + r * length * bytes[f], base[f] + (env * cap + start) * bytes[f],
-                      length * bytes[f]);
-        }
-      }
-      bench::clobber(ref_out[0].data());
-      return uint64_t{kBatch};
-    };
+    References ref(buf, kBatch);
     auto push = [&] {
       w->push(std::span<const uint64_t>(ids), fields);
       return kEnvs;
     };
-    std::vector<std::function<uint64_t()>> cases = {flat, [&] { return gather(1); }, seq, [&] { return gather(64); },
-                                                    [&] { return memcpy_rows(64); }};
+    std::vector<std::function<uint64_t()>> cases = {flat, [&] { return ref.gather(1); }, seq,
+                                                    [&] { return ref.gather(64); }, [&] { return ref.memcpy_rows(64); }};
     if (w) cases.push_back(push);
     std::vector<std::vector<double>> cpu;
     const auto rates =

@@ -86,6 +86,37 @@ std::vector<uint64_t> doublings(uint64_t max) {
   return v;
 }
 
+// The size sweep's settings from the options (its sizes are set per step kind).
+SizeConfig size_config(const Options& o) {
+  const uint64_t gb = 1'000'000'000ull;
+  SizeConfig size;
+  size.trial_s = o.seconds;
+  size.trials = o.trials;
+  size.warm = std::chrono::milliseconds(o.quick ? 1 : 50);
+  size.budget_bytes = static_cast<uint64_t>(o.max_memory_gb * static_cast<double>(gb));
+  size.spare_bytes = static_cast<uint64_t>(o.spare_gb * static_cast<double>(gb));
+  size.ref_store_bytes = static_cast<uint64_t>(o.ref_gb * static_cast<double>(gb));
+  size.quick = o.quick;
+  return size;
+}
+
+// The process sweeps' settings from the options; `sweeps` says which of them run.
+FleetConfig fleet_config(const Options& o, const std::set<std::string>& sweeps) {
+  FleetConfig fleet;
+  fleet.envs_per_writer = o.envs_per_writer;
+  fleet.steps = static_cast<uint64_t>(o.fleet_steps);
+  fleet.writer_counts = doublings(o.max_writers);
+  fleet.env_rate = o.env_rate;
+  for (uint64_t m = 1; m <= o.max_learners; ++m) fleet.learner_counts.push_back(m);
+  fleet.latency_writers = o.latency_writers;
+  fleet.timing = {o.quick ? 0.02 : 0.3, o.fleet_seconds, o.fleet_trials};
+  fleet.rounds = o.rounds;
+  fleet.writers = sweeps.count("writers") > 0;
+  fleet.learners = sweeps.count("learners") > 0;
+  fleet.latency = sweeps.count("latency") > 0;
+  return fleet;
+}
+
 int run(Options o, const std::string& command) {
   const auto start = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
@@ -104,29 +135,8 @@ int run(Options o, const std::string& command) {
   }
   std::sort(o.latency_writers.begin(), o.latency_writers.end());
   o.latency_writers.erase(std::unique(o.latency_writers.begin(), o.latency_writers.end()), o.latency_writers.end());
-  const uint64_t gb = 1'000'000'000ull;
-
-  SizeConfig size;
-  size.trial_s = o.seconds;
-  size.trials = o.trials;
-  size.warm = std::chrono::milliseconds(o.quick ? 1 : 50);
-  size.budget_bytes = static_cast<uint64_t>(o.max_memory_gb * static_cast<double>(gb));
-  size.spare_bytes = static_cast<uint64_t>(o.spare_gb * static_cast<double>(gb));
-  size.ref_store_bytes = static_cast<uint64_t>(o.ref_gb * static_cast<double>(gb));
-  size.quick = o.quick;
-
-  FleetConfig fleet;
-  fleet.envs_per_writer = o.envs_per_writer;
-  fleet.steps = static_cast<uint64_t>(o.fleet_steps);
-  fleet.writer_counts = doublings(o.max_writers);
-  fleet.env_rate = o.env_rate;
-  for (uint64_t m = 1; m <= o.max_learners; ++m) fleet.learner_counts.push_back(m);
-  fleet.latency_writers = o.latency_writers;
-  fleet.timing = {o.quick ? 0.02 : 0.3, o.fleet_seconds, o.fleet_trials};
-  fleet.rounds = o.rounds;
-  fleet.writers = sweeps.count("writers") > 0;
-  fleet.learners = sweeps.count("learners") > 0;
-  fleet.latency = sweeps.count("latency") > 0;
+  SizeConfig size = size_config(o);
+  const FleetConfig fleet = fleet_config(o, sweeps);
 
   Markdown md;
   RunInfo info;

@@ -199,6 +199,112 @@ void print_size_tables(Markdown& md, StepKind kind, const SizeConfig& c, const s
   md.print("\n");
 }
 
+namespace {
+
+// The writers' tables: at full speed, and at a fixed rate per env.
+void print_writers_tables(Markdown& md, const FleetConfig& c, const FleetResults& r) {
+  const auto w_push = &FleetFigures::push;
+  const auto w_rows = &FleetFigures::rows;
+  md.print("### Writers at full speed\n\nOne learner process samples 256 transitions per call meanwhile.\n\n");
+  md.print("| writers | envs written | push M steps/s | per writer M steps/s | push per writer-core M steps/s | plain "
+           "push M steps/s | push ours/plain | writers' cores | learner M rows/s | plain learner M rows/s | sample "
+           "ours/plain | p50 µs | p99 µs | p99.9 µs | p99/p50 | learner cores | learner waited for a CPU | calls "
+           "preempted |\n");
+  md.print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const WritersRow& w : r.writers) {
+    const Paired& p = w.full;
+    const LatencyStats l = p.ours_latency();
+    const double push = p.ours_median(w_push);
+    md.print("| {} | {} | {} | {} | {} | {} | {} | {:.2f} | {} | {} | {} | {} | {} | {} | {} | {:.2f} | {} | {} |\n",
+             w.writers, w.writers * r.envs_per_writer, mrate(push), mrate(push / static_cast<double>(w.writers)),
+             mrate(per(push, p.ours_median(&FleetFigures::push_cores))), mrate(p.plain_median(w_push)),
+             pct(p.ratio(w_push)), p.ours_median(&FleetFigures::push_cores), mrate(p.ours_median(w_rows)),
+             mrate(p.plain_median(w_rows)), pct(p.ratio(w_rows)), us(l.p50_us), us(l.p99_us), us(l.p999_us),
+             times(per(l.p99_us, l.p50_us)), p.ours_median(&FleetFigures::learner_cores),
+             share(p.ours_median(&FleetFigures::learner_wait)), share(l.preempted_share));
+  }
+  md.print("\nPush per writer-core: the writers' steps per CPU second of theirs: flat while the total stops growing "
+           "means the cores, not the buffer, set the total.\n\n");
+  md.print("### Writers at a fixed rate ({} steps/s per env)\n\nEach writer pushes its {} envs once per {:.0f} µs on "
+           "an absolute schedule; one learner samples 256 transitions per call meanwhile. Plain: as many memcpy "
+           "writers at the same rate, beside the gather.\n\n",
+           c.env_rate, r.envs_per_writer, 1e6 / c.env_rate);
+  md.print("| writers | envs written | target M steps/s | push M steps/s | push/target | writers' cores | learner M "
+           "rows/s | plain learner M rows/s | sample ours/plain | p50 µs | p99 µs | p99.9 µs | p99/p50 | learner "
+           "waited for a CPU | calls preempted |\n");
+  md.print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const WritersRow& w : r.writers) {
+    const Paired& p = w.fixed;
+    const LatencyStats l = p.ours_latency();
+    const double target = c.env_rate * static_cast<double>(w.writers * r.envs_per_writer);
+    md.print("| {} | {} | {} | {} | {} | {:.2f} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", w.writers,
+             w.writers * r.envs_per_writer, mrate(target), mrate(p.ours_median(w_push)),
+             pct(per(p.ours_median(w_push), target)), p.ours_median(&FleetFigures::push_cores),
+             mrate(p.ours_median(w_rows)), mrate(p.plain_median(w_rows)), pct(p.ratio(w_rows)), us(l.p50_us),
+             us(l.p99_us), us(l.p999_us), times(per(l.p99_us, l.p50_us)),
+             share(p.ours_median(&FleetFigures::learner_wait)), share(l.preempted_share));
+  }
+  md.print("\n");
+}
+
+// The learners' table: 1 to 4 learner processes, no writer.
+void print_learners_table(Markdown& md, const FleetResults& r, unsigned cores) {
+  const auto w_rows = &FleetFigures::rows;
+  md.print("### Learners\n\n1 to 4 learner processes on the buffer, no writer; each its own `Sampler` (rank 0 to "
+           "3), 256 rows per call. Plain: the gather in as many processes.\n\n");
+  md.print("| learners | seq len | ours M rows/s | per learner M rows/s | ours n/1 | plain M rows/s | plain n/1 | "
+           "ours/plain | p50 µs | p99 µs | p99.9 µs | p99/p50 | learners' cores | waited for a CPU |\n");
+  md.print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const LearnersRow& row : r.learners) {
+    const LearnersRow* one = nullptr;
+    for (const LearnersRow& x : r.learners) {
+      if (x.length == row.length && x.learners == 1) one = &x;
+    }
+    const Paired& p = row.run;
+    const LatencyStats l = p.ours_latency();
+    const double ours = p.ours_median(w_rows), plain = p.plain_median(w_rows);
+    md.print("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f} | {} |\n", row.learners,
+             row.length, mrate(ours), mrate(ours / static_cast<double>(row.learners)),
+             one ? times(per(ours, one->run.ours_median(w_rows))) : "-", mrate(plain),
+             one ? times(per(plain, one->run.plain_median(w_rows))) : "-", pct(p.ratio(w_rows)), us(l.p50_us),
+             us(l.p99_us), us(l.p999_us), times(per(l.p99_us, l.p50_us)),
+             p.ours_median(&FleetFigures::learner_cores), share(p.ours_median(&FleetFigures::learner_wait)));
+  }
+  md.print("\nn/1: the rate of n learners over one's, for ours and for plain: beyond {} learners the processes "
+           "share {} cores (learners' cores), and both stop growing there.\n\n",
+           cores, cores);
+}
+
+// The latency of a sample call beside writers at full speed, against the gather's under the same load.
+void print_latency_table(Markdown& md, const FleetResults& r, unsigned cores) {
+  md.print("### Latency of a sample call beside writers at full speed\n\nOne learner, 256 rows per call; the "
+           "writers (ours) push at full speed. The goal (issue 36): p99 within 2x of p50. Gather: the prefetching "
+           "gather's calls beside the same writers, the machine's limit for the same rows under the same load.\n\n");
+  md.print("| writers | seq len | processes / cores | p50 µs | p99 µs | p99.9 µs | p99/p50 | p99 <= 2x p50 | calls "
+           "preempted | calls with a page fault | not preempted p99/p50 | learner waited for a CPU | gather p50 µs | "
+           "gather p99 µs | gather p99/p50 | gather not preempted p99/p50 |\n");
+  md.print("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::vector<std::string> notes;
+  for (const LatencyRow& row : r.latency) {
+    const LatencyStats o = row.run.ours_latency();
+    const LatencyStats g = row.run.plain_latency();
+    const double wait = row.run.ours_median(&FleetFigures::learner_wait);
+    md.print("| {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+             row.writers, row.length, row.writers + 1, cores, us(o.p50_us), us(o.p99_us), us(o.p999_us),
+             times(per(o.p99_us, o.p50_us)), o.tail_met() ? "met" : "**missed**", share(o.preempted_share),
+             share(o.faulted_share),
+             times(per(o.quiet_p99_us, o.quiet_p50_us)), share(wait), us(g.p50_us), us(g.p99_us),
+             times(per(g.p99_us, g.p50_us)), times(per(g.quiet_p99_us, g.quiet_p50_us)));
+    notes.push_back(fmt::format("- {} writers, L {}: {}.", row.writers, row.length,
+                                latency_reading(o, g, wait, row.writers + 1, cores)));
+  }
+  md.print("\nNot preempted: the calls during which the learner kept its core (no involuntary context switch).\n\n");
+  for (const std::string& n : notes) md.print("{}\n", n);
+  md.print("\n");
+}
+
+}  // namespace
+
 void print_fleet_tables(Markdown& md, const FleetConfig& c, const FleetResults& r, unsigned cores) {
   md.print("### Processes: the buffer\n\n`{}`, {} envs x {} steps = {} steps ({:.2f} GB), created with max_learners "
            "4 and its pages populated, every ring full. Writer w leases envs [{}w, {}w + {}) and pushes all of them per "
@@ -213,101 +319,9 @@ void print_fleet_tables(Markdown& md, const FleetConfig& c, const FleetResults& 
            "obs:f32[17] action:f32[6] reward:f32 done:bool", r.envs, r.capacity, commas(r.envs * r.capacity),
            static_cast<double>(r.segment_bytes) * 1e-9, r.envs_per_writer, r.envs_per_writer, r.envs_per_writer,
            c.rounds, c.timing.warmup_s, c.timing.trials, c.timing.trial_s, cores);
-  const auto w_push = &FleetFigures::push;
-  const auto w_rows = &FleetFigures::rows;
-  if (!r.writers.empty()) {
-    md.print("### Writers at full speed\n\nOne learner process samples 256 transitions per call meanwhile.\n\n");
-    md.print("| writers | envs written | push M steps/s | per writer M steps/s | push per writer-core M steps/s | plain "
-             "push M steps/s | push ours/plain | writers' cores | learner M rows/s | plain learner M rows/s | sample "
-             "ours/plain | p50 µs | p99 µs | p99.9 µs | p99/p50 | learner cores | learner waited for a CPU | calls "
-             "preempted |\n");
-    md.print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (const WritersRow& w : r.writers) {
-      const Paired& p = w.full;
-      const LatencyStats l = p.ours_latency();
-      const double push = p.ours_median(w_push);
-      md.print("| {} | {} | {} | {} | {} | {} | {} | {:.2f} | {} | {} | {} | {} | {} | {} | {} | {:.2f} | {} | {} |\n",
-               w.writers, w.writers * r.envs_per_writer, mrate(push), mrate(push / static_cast<double>(w.writers)),
-               mrate(per(push, p.ours_median(&FleetFigures::push_cores))), mrate(p.plain_median(w_push)),
-               pct(p.ratio(w_push)), p.ours_median(&FleetFigures::push_cores), mrate(p.ours_median(w_rows)),
-               mrate(p.plain_median(w_rows)), pct(p.ratio(w_rows)), us(l.p50_us), us(l.p99_us), us(l.p999_us),
-               times(per(l.p99_us, l.p50_us)), p.ours_median(&FleetFigures::learner_cores),
-               share(p.ours_median(&FleetFigures::learner_wait)), share(l.preempted_share));
-    }
-    md.print("\nPush per writer-core: the writers' steps per CPU second of theirs: flat while the total stops growing "
-             "means the cores, not the buffer, set the total.\n\n");
-    md.print("### Writers at a fixed rate ({} steps/s per env)\n\nEach writer pushes its {} envs once per {:.0f} µs on "
-             "an absolute schedule; one learner samples 256 transitions per call meanwhile. Plain: as many memcpy "
-             "writers at the same rate, beside the gather.\n\n",
-             c.env_rate, r.envs_per_writer, 1e6 / c.env_rate);
-    md.print("| writers | envs written | target M steps/s | push M steps/s | push/target | writers' cores | learner M "
-             "rows/s | plain learner M rows/s | sample ours/plain | p50 µs | p99 µs | p99.9 µs | p99/p50 | learner "
-             "waited for a CPU | calls preempted |\n");
-    md.print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (const WritersRow& w : r.writers) {
-      const Paired& p = w.fixed;
-      const LatencyStats l = p.ours_latency();
-      const double target = c.env_rate * static_cast<double>(w.writers * r.envs_per_writer);
-      md.print("| {} | {} | {} | {} | {} | {:.2f} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", w.writers,
-               w.writers * r.envs_per_writer, mrate(target), mrate(p.ours_median(w_push)),
-               pct(per(p.ours_median(w_push), target)), p.ours_median(&FleetFigures::push_cores),
-               mrate(p.ours_median(w_rows)), mrate(p.plain_median(w_rows)), pct(p.ratio(w_rows)), us(l.p50_us),
-               us(l.p99_us), us(l.p999_us), times(per(l.p99_us, l.p50_us)),
-               share(p.ours_median(&FleetFigures::learner_wait)), share(l.preempted_share));
-    }
-    md.print("\n");
-  }
-  if (!r.learners.empty()) {
-    md.print("### Learners\n\n1 to 4 learner processes on the buffer, no writer; each its own `Sampler` (rank 0 to "
-             "3), 256 rows per call. Plain: the gather in as many processes.\n\n");
-    md.print("| learners | seq len | ours M rows/s | per learner M rows/s | ours n/1 | plain M rows/s | plain n/1 | "
-             "ours/plain | p50 µs | p99 µs | p99.9 µs | p99/p50 | learners' cores | waited for a CPU |\n");
-    md.print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (const LearnersRow& row : r.learners) {
-      const LearnersRow* one = nullptr;
-      for (const LearnersRow& x : r.learners) {
-        if (x.length == row.length && x.learners == 1) one = &x;
-      }
-      const Paired& p = row.run;
-      const LatencyStats l = p.ours_latency();
-      const double ours = p.ours_median(w_rows), plain = p.plain_median(w_rows);
-      md.print("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f} | {} |\n", row.learners,
-               row.length, mrate(ours), mrate(ours / static_cast<double>(row.learners)),
-               one ? times(per(ours, one->run.ours_median(w_rows))) : "-", mrate(plain),
-               one ? times(per(plain, one->run.plain_median(w_rows))) : "-", pct(p.ratio(w_rows)), us(l.p50_us),
-               us(l.p99_us), us(l.p999_us), times(per(l.p99_us, l.p50_us)),
-               p.ours_median(&FleetFigures::learner_cores), share(p.ours_median(&FleetFigures::learner_wait)));
-    }
-    md.print("\nn/1: the rate of n learners over one's, for ours and for plain: beyond {} learners the processes "
-             "share {} cores (learners' cores), and both stop growing there.\n\n",
-             cores, cores);
-  }
-  if (!r.latency.empty()) {
-    md.print("### Latency of a sample call beside writers at full speed\n\nOne learner, 256 rows per call; the "
-             "writers (ours) push at full speed. The goal (issue 36): p99 within 2x of p50. Gather: the prefetching "
-             "gather's calls beside the same writers, the machine's limit for the same rows under the same load.\n\n");
-    md.print("| writers | seq len | processes / cores | p50 µs | p99 µs | p99.9 µs | p99/p50 | p99 <= 2x p50 | calls "
-             "preempted | calls with a page fault | not preempted p99/p50 | learner waited for a CPU | gather p50 µs | "
-             "gather p99 µs | gather p99/p50 | gather not preempted p99/p50 |\n");
-    md.print("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    std::vector<std::string> notes;
-    for (const LatencyRow& row : r.latency) {
-      const LatencyStats o = row.run.ours_latency();
-      const LatencyStats g = row.run.plain_latency();
-      const double wait = row.run.ours_median(&FleetFigures::learner_wait);
-      md.print("| {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-               row.writers, row.length, row.writers + 1, cores, us(o.p50_us), us(o.p99_us), us(o.p999_us),
-               times(per(o.p99_us, o.p50_us)), o.tail_met() ? "met" : "**missed**", share(o.preempted_share),
-               share(o.faulted_share),
-               times(per(o.quiet_p99_us, o.quiet_p50_us)), share(wait), us(g.p50_us), us(g.p99_us),
-               times(per(g.p99_us, g.p50_us)), times(per(g.quiet_p99_us, g.quiet_p50_us)));
-      notes.push_back(fmt::format("- {} writers, L {}: {}.", row.writers, row.length,
-                                  latency_reading(o, g, wait, row.writers + 1, cores)));
-    }
-    md.print("\nNot preempted: the calls during which the learner kept its core (no involuntary context switch).\n\n");
-    for (const std::string& n : notes) md.print("{}\n", n);
-    md.print("\n");
-  }
+  if (!r.writers.empty()) print_writers_tables(md, c, r);
+  if (!r.learners.empty()) print_learners_table(md, r, cores);
+  if (!r.latency.empty()) print_latency_table(md, r, cores);
 }
 
 }  // namespace shmreplay::bench

@@ -20,7 +20,7 @@
 // Exit codes: 0 success; 1 a runtime error (one `shmreplay: error: ...` line on stderr); 2 a usage error (the
 // same kind of line). This file only parses the command line (an option another interface spells differently is
 // answered by aliases.cpp, which names the right one: docs/naming.md); commands.cpp, watch.cpp, dump.cpp and
-// save_load.cpp do the work. Every command but create, load and rm maps the segment read-only. The display commands
+// save_load.cpp do the work; option_checks.cpp has the validators of its option values. Every command but create, load and rm maps the segment read-only. The display commands
 // (ls, info, watch, dump, limit without settings) show a segment of another user, with its owner; save, load and
 // limit with settings refuse one unless --allow-other-owner.
 #include <charconv>
@@ -38,6 +38,7 @@
 
 #include "aliases.hpp"
 #include "commands.hpp"
+#include "option_checks.hpp"
 #include "detail/os/file.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/internal/layout.hpp"
@@ -47,60 +48,11 @@ namespace {
 
 using namespace shmreplay::cli;
 
-// Parses all of `text` as an unsigned integer in `base`; nullopt when it is not one or does not fit.
-std::optional<uint64_t> parse_unsigned(const std::string& text, int base) {
-  uint64_t value = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value, base);
-  if (text.empty() || ec != std::errc() || ptr != end) return std::nullopt;
-  return value;
-}
-
-// CLI11's own integer parsing accepts "-1" (as 2^64-1) and reads "010" as octal; counts here are plain decimal.
-const CLI::Validator kCount(
-    [](std::string& text) {
-      return parse_unsigned(text, 10) ? std::string() : fmt::format("'{}' is not a non-negative decimal integer", text);
-    },
-    "", "count");
-
-// A count of at least 1 (`--count 0` would mean "no end" to a reader and to the code alike).
-const CLI::Validator kPositiveCount(
-    [](std::string& text) {
-      const auto n = parse_unsigned(text, 10);
-      return n && *n >= 1 ? std::string() : fmt::format("'{}' is not a decimal integer of at least 1", text);
-    },
-    "", "count");
-
-// A segment's mode: octal, and read/write bits only (the library's rule, checked here too so that a bad --mode
-// is a usage error, exit code 2, before anything is read or created).
-const CLI::Validator kOctalMode(
-    [](std::string& text) {
-      const auto mode = parse_unsigned(text, 8);
-      if (!mode || *mode > 07777) return fmt::format("'{}' is not an octal file mode (0 to 0666, e.g. 0600)", text);
-      const std::string problem = shmreplay::detail::segment_mode_problem(static_cast<uint32_t>(*mode));
-      if (problem.empty()) return std::string();
-      return fmt::format("mode {} is not allowed: a segment's mode may have only read and write bits (expected a "
-                         "subset of {:04o}, e.g. 0600 or 0660), and {}",
-                         text, shmreplay::detail::kSegmentModeBits, problem);
-    },
-    "", "octal mode");
-
 // --allow-other-owner, for the commands that take a segment's data or write to it (OpenOptions::allow_other_owner).
 void add_allow_other_owner(CLI::App* cmd, bool& flag, const std::string& what) {
   cmd->add_flag("--allow-other-owner", flag,
                 what + " (refused by default: another user may have made it to read your steps or feed your learner)");
 }
-
-// A finite number (CLI11 would take "inf" and "nan", which no rate-limit setting means).
-const CLI::Validator kFiniteNumber(
-    [](std::string& text) {
-      double v = 0.0;
-      const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      return ec == std::errc() && ptr == text.data() + text.size() && std::isfinite(v)
-                 ? std::string()
-                 : fmt::format("'{}' is not a finite number", text);
-    },
-    "", "finite number");
 
 // The rate limiter's options (create and limit). In `limit`, an option not given keeps its current value.
 void add_rate_limit_options(CLI::App* cmd, RateLimitArgs& args) {
@@ -411,19 +363,8 @@ std::string usage_message(const CLI::App& app, const CLI::ParseError& e) {
   return fmt::format("{}; run '{}'", message, help);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app("shmreplay: create, list, inspect, watch, dump, save, load, rate-limit, export metrics of and remove "
-               "replay buffers in POSIX shared memory",
-               "shmreplay");
-  app.set_version_flag("--version", fmt::format("shmreplay {} (segment layout {}.{})", shmreplay::kVersion,
-                                                shmreplay::layout::kLayoutMajor, shmreplay::layout::kLayoutMinor));
-  app.require_subcommand(1);
-  app.footer(fmt::format("Segments live in {} ($SHMREPLAY_SHM_DIR, else /dev/shm). Exit codes: 0 success, 1 error, "
-                         "2 usage error.\nRun 'shmreplay SUBCOMMAND --help' for a subcommand's options.",
-                         shmreplay::shm_directory()));
-
+// Every subcommand of the CLI and its arguments, as CLI11 fills them; run() runs the one parsed.
+struct Subcommands {
   CreateArgs create_args;
   CreateText create_raw;
   LsArgs ls_args;
@@ -436,29 +377,33 @@ int main(int argc, char** argv) {
   SaveArgs save_args;
   LoadArgs load_args;
   std::string load_mode = "0600";
-  CLI::App* create = add_create(app, create_args, create_raw);
-  CLI::App* ls = add_ls(app, ls_args);
-  CLI::App* info = add_info(app, info_args);
-  CLI::App* watch = add_watch(app, watch_args, watch_raw);
-  CLI::App* dump = add_dump(app, dump_args, dump_raw);
-  CLI::App* save = add_save(app, save_args);
-  CLI::App* load = add_load(app, load_args, load_mode);
-  CLI::App* rm = add_rm(app, rm_args);
   LimitArgs limit_args;
-  CLI::App* limit = add_limit(app, limit_args);
   MetricsArgs metrics_args;
-  CLI::App* metrics = add_metrics(app, metrics_args);
+  CLI::App* create;
+  CLI::App* ls;
+  CLI::App* info;
+  CLI::App* watch;
+  CLI::App* dump;
+  CLI::App* save;
+  CLI::App* load;
+  CLI::App* rm;
+  CLI::App* limit;
+  CLI::App* metrics;
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help, --version
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    print_error(usage_message(app, e));
-    return kExitUsage;
-  }
+  explicit Subcommands(CLI::App& app)
+      : create(add_create(app, create_args, create_raw)),
+        ls(add_ls(app, ls_args)),
+        info(add_info(app, info_args)),
+        watch(add_watch(app, watch_args, watch_raw)),
+        dump(add_dump(app, dump_args, dump_raw)),
+        save(add_save(app, save_args)),
+        load(add_load(app, load_args, load_mode)),
+        rm(add_rm(app, rm_args)),
+        limit(add_limit(app, limit_args)),
+        metrics(add_metrics(app, metrics_args)) {}
 
-  try {
+  // Runs the parsed subcommand (its exit code), after the conversions its arguments still need.
+  int run() {
     if (create->parsed()) {
       create_args.num_envs = *parse_unsigned(create_raw.envs, 10);
       create_args.capacity = *parse_unsigned(create_raw.capacity, 10);
@@ -489,10 +434,39 @@ int main(int argc, char** argv) {
       load_args.mode = static_cast<uint32_t>(*parse_unsigned(load_mode, 8));
       return run_load(load_args);
     }
+    print_error("no subcommand; run 'shmreplay --help'");  // unreachable: require_subcommand(1)
+    return kExitUsage;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("shmreplay: create, list, inspect, watch, dump, save, load, rate-limit, export metrics of and remove "
+               "replay buffers in POSIX shared memory",
+               "shmreplay");
+  app.set_version_flag("--version", fmt::format("shmreplay {} (segment layout {}.{})", shmreplay::kVersion,
+                                                shmreplay::layout::kLayoutMajor, shmreplay::layout::kLayoutMinor));
+  app.require_subcommand(1);
+  app.footer(fmt::format("Segments live in {} ($SHMREPLAY_SHM_DIR, else /dev/shm). Exit codes: 0 success, 1 error, "
+                         "2 usage error.\nRun 'shmreplay SUBCOMMAND --help' for a subcommand's options.",
+                         shmreplay::shm_directory()));
+
+  Subcommands commands(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    print_error(usage_message(app, e));
+    return kExitUsage;
+  }
+
+  try {
+    return commands.run();
   } catch (const std::exception& e) {
     print_error(e.what());
     return kExitFailure;
   }
-  print_error("no subcommand; run 'shmreplay --help'");  // unreachable: require_subcommand(1)
-  return kExitUsage;
 }

@@ -286,6 +286,52 @@ def order(m: Mutant | None, all_tests: bool) -> list[str]:
     return first + rest
 
 
+def run_baseline(build: Path, mutants: list[Mutant], all_tests: bool, args: argparse.Namespace) -> None:
+    """Builds and runs every test the mutants will run, on the unmutated tree: each must pass (else a kill would
+    mean nothing)."""
+    specs = list(dict.fromkeys(t for m in mutants for t in order(m, all_tests)))
+    ok, secs, log = build_targets(build, list(dict.fromkeys(target_of(s) for s in specs)), args.jobs)
+    if not ok:
+        fail(f"the unmutated tree does not build:\n{log[-4000:]}", 1)
+    print(f"baseline: built in {secs:.0f} s", file=sys.stderr)
+    for spec in specs:
+        passed, secs, what, _ = run_test(build, spec, args.timeout, args.python)
+        print(f"baseline: {spec} {'passed' if passed else 'FAILED'} in {secs:.1f} s", file=sys.stderr)
+        if not passed:
+            fail(f"the unmutated tree fails {what}: a kill would mean nothing; fix that first", 1)
+
+
+def run_mutant(tree: Tree, build: Path, m: Mutant, all_tests: bool, args: argparse.Namespace) -> Outcome:
+    """Applies `m`, builds and runs its tests (then the rest, with all_tests) until one fails, restores the tree."""
+    o = Outcome(m)
+    tree.apply(m)
+    try:
+        for spec in order(m, all_tests):
+            ok, secs, log = build_targets(build, [target_of(spec)], args.jobs)
+            o.build_s += secs
+            if not ok:
+                o.result = "build error"
+                o.details.append(log[-3000:])
+                break
+            passed, secs, what, out = run_test(build, spec, m.timeout_s or args.timeout, args.python)
+            o.detect_s += secs
+            print(f"   {spec}: {'passed' if passed else 'FAILED: ' + what} ({secs:.1f} s)", file=sys.stderr)
+            if not passed:
+                o.result = "killed"
+                o.killer = what
+                log_path = build / "mutation-logs" / f"{m.id}.log"
+                log_path.parent.mkdir(exist_ok=True)
+                log_path.write_text(out)
+                break
+        else:
+            o.result = "survived"
+    finally:
+        tree.restore()
+    if o.result == "build error":
+        print(f"   build error:\n{o.details[-1]}", file=sys.stderr)
+    return o
+
+
 # ---------------------------------------------------------------------------------------------------------------
 
 def main() -> int:
@@ -330,45 +376,10 @@ def main() -> int:
     try:
         configure(build, args.python)
         if not args.no_baseline:
-            specs = list(dict.fromkeys(t for m in mutants for t in order(m, all_tests)))
-            ok, secs, log = build_targets(build, list(dict.fromkeys(target_of(s) for s in specs)), args.jobs)
-            if not ok:
-                fail(f"the unmutated tree does not build:\n{log[-4000:]}", 1)
-            print(f"baseline: built in {secs:.0f} s", file=sys.stderr)
-            for spec in specs:
-                passed, secs, what, _ = run_test(build, spec, args.timeout, args.python)
-                print(f"baseline: {spec} {'passed' if passed else 'FAILED'} in {secs:.1f} s", file=sys.stderr)
-                if not passed:
-                    fail(f"the unmutated tree fails {what}: a kill would mean nothing; fix that first", 1)
+            run_baseline(build, mutants, all_tests, args)
         for m in mutants:
-            o = Outcome(m)
-            outcomes.append(o)
             print(f"== {m.id} ({m.file}:{m.line}): {m.what}", file=sys.stderr)
-            tree.apply(m)
-            try:
-                for spec in order(m, all_tests):
-                    ok, secs, log = build_targets(build, [target_of(spec)], args.jobs)
-                    o.build_s += secs
-                    if not ok:
-                        o.result = "build error"
-                        o.details.append(log[-3000:])
-                        break
-                    passed, secs, what, out = run_test(build, spec, m.timeout_s or args.timeout, args.python)
-                    o.detect_s += secs
-                    print(f"   {spec}: {'passed' if passed else 'FAILED: ' + what} ({secs:.1f} s)", file=sys.stderr)
-                    if not passed:
-                        o.result = "killed"
-                        o.killer = what
-                        log_path = build / "mutation-logs" / f"{m.id}.log"
-                        log_path.parent.mkdir(exist_ok=True)
-                        log_path.write_text(out)
-                        break
-                else:
-                    o.result = "survived"
-            finally:
-                tree.restore()
-            if o.result == "build error":
-                print(f"   build error:\n{o.details[-1]}", file=sys.stderr)
+            outcomes.append(run_mutant(tree, build, m, all_tests, args))
     except Interrupted as e:
         kill_child()
         tree.restore()

@@ -13,6 +13,7 @@ import numpy as np
 import ray
 
 import shmreplay
+from shmreplay.ray import _options
 from shmreplay.ray._cluster_batch import _ROW_KEYS, ClusterBatch
 from shmreplay.ray._pending_batch import PendingBatch, _Request
 
@@ -185,25 +186,25 @@ class ClusterSampler:
                 self._remember(key, n, seq_of[n.name], total, size)
         return out
 
-    def sample(self, view: str, batch_size: int, sequence_length: int, power: float = 0.0, *,
-               episodes: str = "cross", period: int = 1, min_steps: int = 0, prioritized: bool = False,
-               beta: float = 0.4) -> ClusterBatch:
+    @_options.with_sample_options
+    def sample(self, view: str, batch_size: int, sequence_length: int, power: float = 0.0,
+               **options: Any) -> ClusterBatch:
         """``batch_size`` rows drawn as ``Sampler.sample`` draws them from one buffer holding every live node's
-        steps (min_steps applies to each node's view: a node below it weighs 0). Raises shmreplay.EmptyView when
-        no live node has a start with a positive weight."""
-        return self._request(view, batch_size, sequence_length, power, episodes, period, min_steps, prioritized, beta,
+        steps, with its sample options (min_steps applies to each node's view: a node below it weighs 0). Raises
+        shmreplay.EmptyView when no live node has a start with a positive weight."""
+        return self._request("ClusterSampler.sample", view, batch_size, sequence_length, power, options,
                              background=False).result()
 
-    def sample_async(self, view: str, batch_size: int, sequence_length: int, power: float = 0.0, *,
-                     episodes: str = "cross", period: int = 1, min_steps: int = 0, prioritized: bool = False,
-                     beta: float = 0.4) -> PendingBatch:
+    @_options.with_sample_options
+    def sample_async(self, view: str, batch_size: int, sequence_length: int, power: float = 0.0,
+                     **options: Any) -> PendingBatch:
         """:meth:`sample`, sent now and returned as a :class:`PendingBatch` whose ``result()`` is the batch: the
         learner trains on one batch while the next ones travel. The batch is drawn as :meth:`sample` would draw it
         at this moment: it reflects every ``update_priorities`` and ``reset_online_queue`` made before this call
         and none made after it (Ray runs a node's calls in the order they were sent; with ``exact_split`` the
         totals are read on a background thread, and those two calls wait until every earlier request has been
         sent). Rows a node cannot give are redrawn when ``result()`` finds that out (docs/design/ray.md)."""
-        return self._request(view, batch_size, sequence_length, power, episodes, period, min_steps, prioritized, beta,
+        return self._request("ClusterSampler.sample_async", view, batch_size, sequence_length, power, options,
                              background=True)
 
     def batches(self, view: str, batch_size: int, sequence_length: int, power: float = 0.0, *, prefetch: int = 1,
@@ -223,11 +224,11 @@ class ClusterSampler:
             pending.append(self.sample_async(view, batch_size, sequence_length, power, **options))
             yield batch
 
-    def _request(self, view, batch_size, sequence_length, power, episodes, period, min_steps, prioritized, beta,
-                 background) -> PendingBatch:
+    def _request(self, function, view, batch_size, sequence_length, power, options, background) -> PendingBatch:
+        options = _options.request_options(function, options)
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
-        options = {"episodes": episodes, "period": period, "min_steps": min_steps, "prioritized": prioritized}
+        beta = options.pop("beta")  # the client's: the global importance weights (each node's draw gets it too)
         r = _Request(view, batch_size, sequence_length, power, options, beta)
         if self.exact_split:
             with self._lock:
@@ -255,7 +256,7 @@ class ClusterSampler:
             known = self._totals.get(r.key, {})
             weighed_now = False
             if self.exact_split or any(n.name not in known for n in live):
-                self._weigh(r.view, r.sequence_length, r.power, r.options, key=r.key)
+                self._weigh(r.view, r.sequence_length, r.power, r.weigh_options, key=r.key)
                 weighed_now = True
             with self._lock:
                 known = self._totals.get(r.key, {})
@@ -263,7 +264,7 @@ class ClusterSampler:
                 if not weighed_now and not any(known[n.name][1] > 0 for n in live):
                     live = None  # every kept total is 0: read them afresh before calling the view empty
             if live is None:
-                self._weigh(r.view, r.sequence_length, r.power, r.options, key=r.key)
+                self._weigh(r.view, r.sequence_length, r.power, r.weigh_options, key=r.key)
                 with self._lock:
                     known = self._totals.get(r.key, {})
                     live = [n for n in self._nodes if n.alive and n.name in known]
@@ -413,7 +414,7 @@ class ClusterSampler:
             sent = []
             for node, ref in calls:
                 weighs = [(k, self._next_seq(), node.handle.weigh.remote(
-                    k[0], k[1], k[2], episodes=k[3], period=k[4], min_steps=k[5], prioritized=k[6])) for k in keys]
+                    k[0], k[1], k[2], **dict(zip(_options.WEIGH_OPTIONS, k[3:])))) for k in keys]
                 sent.append((node, ref, weighs))
         got = self._gather([(node, [ref, *(w for _, _, w in weighs)]) for node, ref, weighs in sent])
         answers = dict((node.name, values) for node, values in got)

@@ -7,6 +7,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import numpy as np
 
 import shmreplay
+from shmreplay.ray import _options
 
 
 class NodeServerImpl:
@@ -77,9 +78,11 @@ class NodeServerImpl:
         next batch by them). Returns a header dict (``total``, ``size``, ``bytes``: the part's bytes, ``part``:
         the arrays or None) when ``pieces`` is 1; otherwise the header (its ``layout``: name, dtype, shape and
         offset of each array) followed by the part's bytes cut into ``pieces`` pieces (``ClusterSampler`` asks for
-        pieces small enough for Ray to carry inside the reply)."""
+        pieces small enough for Ray to carry inside the reply). ``options``: the sample options but ``beta`` (the
+        total is read with those ``Sampler.total_weight`` takes)."""
         part = self.sample(view, batch_size, sequence_length, power, beta=beta, **options) if batch_size > 0 else None
-        header: Dict[str, Any] = {"total": self._sampler.total_weight(view, sequence_length, power, **options),
+        header: Dict[str, Any] = {"total": self._sampler.total_weight(view, sequence_length, power,
+                                                                      **_options.weigh_options(options)),
                                   "size": self._sampler.size(view),
                                   "bytes": sum(a.nbytes for a in part.values()) if part is not None else 0}
         if pieces <= 1:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import ray
 
+from shmreplay.ray import _options
 from shmreplay.ray._cluster_batch import ClusterBatch
 
 if TYPE_CHECKING:
@@ -18,10 +19,10 @@ class _Request:
 
     def __init__(self, view, batch_size, sequence_length, power, options, beta):
         self.view, self.batch_size, self.sequence_length, self.power = view, batch_size, sequence_length, power
-        self.options, self.beta = options, beta
-        # the request's totals depend on these, not on beta
-        self.key = (view, sequence_length, float(power), options["episodes"], options["period"],
-                    options["min_steps"], options["prioritized"])
+        self.options, self.beta = options, beta  # options: every sample option but beta (the table's order)
+        # the request's totals depend on these, not on beta or the other options of a draw only
+        self.weigh_options = _options.weigh_options(options)
+        self.key = (view, sequence_length, float(power), *self.weigh_options.values())
         self.sent = threading.Event()  # set once every first-round call is sent (or sending failed)
         self.job: Optional[concurrent.futures.Future] = None
         self.error: Optional[BaseException] = None
