@@ -58,7 +58,7 @@ uint64_t packed_budget_lost(const EnvReading& r) noexcept {
 
 /// A LearnerStats word of the slot.
 template <std::atomic<uint64_t> layout::LearnerStats::*Word>
-std::atomic<uint64_t>& stats_word(const LearnerSlotWords& w) noexcept {
+const std::atomic<uint64_t>& stats_word(const LearnerSlotReadWords& w) noexcept {
   return w.stats.*Word;
 }
 
@@ -155,27 +155,27 @@ const EnvCounterRow kEnvRows[] = {
 const LearnerCounterRow kLearnerRows[] = {
     {{"rows_sampled", "shmreplay_learner_rows_sampled_total", Type::counter, "rows",
       "Rows returned by the learner slot's sample calls", kLearner},
-     [](const LearnerSlotWords& w) noexcept -> std::atomic<uint64_t>& { return w.rows_sampled; }, nullptr,
+     [](const LearnerSlotReadWords& w) noexcept -> const std::atomic<uint64_t>& { return w.rows_sampled; }, nullptr,
      &LearnerInfo::rows_sampled, LearnerTotal::sum, &CheckpointLearner::rows_sampled},
     {{"sample_calls", "shmreplay_learner_sample_calls_total", Type::counter, "calls",
       "Sample calls and peeks of the learner slot", kLearner},
-     [](const LearnerSlotWords& w) noexcept -> std::atomic<uint64_t>& { return w.sample_calls; }, nullptr,
+     [](const LearnerSlotReadWords& w) noexcept -> const std::atomic<uint64_t>& { return w.sample_calls; }, nullptr,
      &LearnerInfo::sample_calls, LearnerTotal::sum, &CheckpointLearner::sample_calls},
     {{"retries", "shmreplay_learner_sample_retries_total", Type::counter, "rows",
       "Rows the learner slot redrew because a writer overwrote them during the copy (torn reads)", kLearner},
-     [](const LearnerSlotWords& w) noexcept -> std::atomic<uint64_t>& { return w.retries; }, nullptr,
+     [](const LearnerSlotReadWords& w) noexcept -> const std::atomic<uint64_t>& { return w.retries; }, nullptr,
      &LearnerInfo::retries, LearnerTotal::sum, &CheckpointLearner::retries},
     {{"online_resets", "shmreplay_learner_online_resets_total", Type::counter, "calls",
       "Online-queue resets by the learner slot", kLearner},
-     [](const LearnerSlotWords& w) noexcept -> std::atomic<uint64_t>& { return w.online_resets; }, nullptr,
+     [](const LearnerSlotReadWords& w) noexcept -> const std::atomic<uint64_t>& { return w.online_resets; }, nullptr,
      &LearnerInfo::online_resets, LearnerTotal::sum, &CheckpointLearner::online_resets},
     {{"steps_updated", "shmreplay_learner_steps_updated_total", Type::counter, "steps",
       "Steps rewritten by the learner slot", kLearner},
-     [](const LearnerSlotWords& w) noexcept -> std::atomic<uint64_t>& { return w.steps_updated; }, nullptr,
+     [](const LearnerSlotReadWords& w) noexcept -> const std::atomic<uint64_t>& { return w.steps_updated; }, nullptr,
      &LearnerInfo::steps_updated, LearnerTotal::sum, &CheckpointLearner::steps_updated},
     {{"takeovers", "shmreplay_learner_takeovers_total", Type::counter, "leases", "Dead learners of the slot replaced",
       kLearner},
-     [](const LearnerSlotWords& w) noexcept -> std::atomic<uint64_t>& { return w.lease.takeovers; }, nullptr,
+     [](const LearnerSlotReadWords& w) noexcept -> const std::atomic<uint64_t>& { return w.lease.takeovers; }, nullptr,
      &LearnerInfo::takeovers},
     {{"lease_held", "shmreplay_learner_lease_held", Type::gauge, "0 or 1",
       "1 while a learner holds the slot (alive or dead), 0 when none", kLearner, {}, {}, false},
@@ -191,11 +191,11 @@ const LearnerCounterRow kLearnerRows[] = {
      &LearnerInfo::since_ns, LearnerTotal::named_slot},
     {{"waiters", "shmreplay_learner_waiting", Type::gauge, "learners",
       "Learners of the slot blocked now in wait() or on the rate limiter", kLearner},
-     [](const LearnerSlotWords& w) noexcept -> std::atomic<uint64_t>& { return w.waiters; }, nullptr,
+     [](const LearnerSlotReadWords& w) noexcept -> const std::atomic<uint64_t>& { return w.waiters; }, nullptr,
      &LearnerInfo::waiters},
     {{"waiting_rows", "shmreplay_learner_waiting_rows", Type::gauge, "rows",
       "Rows of the slot's sample call waiting for the rate limiter", kLearner},
-     [](const LearnerSlotWords& w) noexcept -> std::atomic<uint64_t>& { return w.waiting_rows; }, nullptr,
+     [](const LearnerSlotReadWords& w) noexcept -> const std::atomic<uint64_t>& { return w.waiting_rows; }, nullptr,
      &LearnerInfo::waiting_rows},
     {{"limiter_timeouts", "", Type::counter, "calls",
       "Sample calls the rate limiter held back that gave up at their timeout", kLearner},
@@ -259,15 +259,20 @@ void sum_learner_counters(std::span<const LearnerInfo> slots, LearnerInfo& all) 
   }
 }
 
-void save_learner_counters(const LearnerSlotWords& words, CheckpointLearner& out) noexcept {
+void save_learner_counters(const LearnerSlotReadWords& words, CheckpointLearner& out) noexcept {
   for (const LearnerCounterRow& row : kLearnerRows) {
     if (row.saved != nullptr) out.*row.saved = relaxed(row.word(words));
   }
 }
 
 void load_learner_counters(const CheckpointLearner& saved, const LearnerSlotWords& words) noexcept {
+  const LearnerSlotReadWords read = words.read();
   for (const LearnerCounterRow& row : kLearnerRows) {
-    if (row.saved != nullptr) row.word(words).store(saved.*row.saved, std::memory_order_relaxed);
+    // The row names the word read-only; `words` is the writable view of the same slot (a writable mapping, the
+    // load holds the slot's lease), so the word may be stored to.
+    if (row.saved != nullptr) {
+      const_cast<std::atomic<uint64_t>&>(row.word(read)).store(saved.*row.saved, std::memory_order_relaxed);
+    }
   }
 }
 

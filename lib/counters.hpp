@@ -51,7 +51,7 @@ enum class LearnerTotal : uint8_t { sum, named_slot };
 
 /// What the Inspector read of one learner slot before its rows. `info` holds the slot's state already.
 struct LearnerReading {
-  const LearnerSlotWords& words;
+  const LearnerSlotReadWords& words;
   uint64_t lease = 0;  ///< the slot's lease word (0: free), loaded with acquire
   const LearnerInfo& info;
 };
@@ -59,7 +59,9 @@ struct LearnerReading {
 /// One learner row: its description, its word (or how it is derived), and where else it goes.
 struct LearnerCounterRow {
   Counter row;
-  std::atomic<uint64_t>& (*word)(const LearnerSlotWords& w) noexcept;  ///< the slot's word; nullptr: derived
+  /// The slot's word (read-only: the rows are read by the Inspector and saves; a load stores through the word it
+  /// names, load_learner_counters); nullptr: derived.
+  const std::atomic<uint64_t>& (*word)(const LearnerSlotReadWords& w) noexcept;
   uint64_t (*derive)(const LearnerReading& r) noexcept;                 ///< when there is no word
   uint64_t LearnerInfo::*field = nullptr;                               ///< the LearnerInfo field, if any
   LearnerTotal total = LearnerTotal::sum;
@@ -77,7 +79,7 @@ void fill_learner_counters(const LearnerReading& r, LearnerInfo& info);
 void sum_learner_counters(std::span<const LearnerInfo> slots, LearnerInfo& all);
 
 /// The learner rows a checkpoint holds, from a slot's words into `out` (relaxed loads: informational counters).
-void save_learner_counters(const LearnerSlotWords& words, CheckpointLearner& out) noexcept;
+void save_learner_counters(const LearnerSlotReadWords& words, CheckpointLearner& out) noexcept;
 /// ... and back into a slot's words (relaxed: the load publishes them with its lease releases).
 void load_learner_counters(const CheckpointLearner& saved, const LearnerSlotWords& words) noexcept;
 

@@ -90,7 +90,7 @@ EnvInfo env_info(const Buffer& b, uint64_t e, std::map<uint64_t, bool>& alive, S
 
 // Learner slot `slot`'s state and counters (layout 1.7).
 LearnerInfo learner_info(const Segment& seg, uint64_t slot) {
-  const detail::LearnerSlotWords me = detail::learner_slot(seg, slot);
+  const detail::LearnerSlotReadWords me = detail::learner_slot(seg, slot);
   LearnerInfo l;
   l.slot = slot;
   // Acquire pairs with the release of the compare-and-swap that took the slot's lease.

@@ -52,7 +52,7 @@ RateLimitState Buffer::rate_limit_state() const {
   }
   // Every learner slot's waiting call (layout 1.7): the rows together, since the earliest.
   for (uint64_t slot = 0; slot < segment_of(*this).max_learners(); ++slot) {
-    const detail::LearnerSlotWords me = detail::learner_slot(segment_of(*this), slot);
+    const auto me = detail::learner_slot(segment_of(*this), slot);
     s.learner_timeouts += me.stats.limiter_timeouts.load(std::memory_order_relaxed);  // layout 1.8
     const uint64_t rows = me.waiting_rows.load(std::memory_order_relaxed);
     if (rows == 0) continue;

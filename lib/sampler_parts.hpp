@@ -57,7 +57,7 @@ class SegmentEpisodeStarts final : public detail::EpisodeStarts {
 class SegmentPriorityTrees final : public detail::PriorityTrees {
  public:
   explicit SegmentPriorityTrees(const Segment& seg) : seg_(&seg) {}
-  detail::PriorityTree tree(std::size_t env) const noexcept override { return detail::priority_tree_of(*seg_, env); }
+  detail::PriorityTreeView tree(std::size_t env) const noexcept override { return detail::priority_tree_of(*seg_, env); }
 
  private:
   const Segment* seg_;
@@ -155,7 +155,7 @@ namespace shmreplay {
 // moved Sampler takes it along (the planners and the gather point into it and into the segment, never into the
 // Sampler).
 struct Sampler::Scratch {
-  Scratch(const Buffer& buffer, uint64_t rank)
+  Scratch(Buffer& buffer, uint64_t rank)
       : slot(detail::learner_slot(segment_of(buffer), rank)),
         storages(segment_of(buffer)),
         snapshot(static_cast<std::size_t>(buffer.num_envs())),

@@ -3,6 +3,7 @@
 // (A prioritized batch's importance weights are the sample call's last stage: finish_weights, sampler_sample.cpp.)
 //
 // Who calls it: the learner (total_weight, priority_weights; shmreplay.ray through the Python module).
+#include <utility>
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -67,7 +68,7 @@ void Sampler::priority_weights(std::span<const uint64_t> env_ids, std::span<cons
     const uint64_t step = steps[i];
     detail::check_env_id(segment_of(*buffer_), e, "read priorities of");
     const EnvControl& c = segment_of(*buffer_).env_control(e);
-    const detail::PriorityTree tree = detail::priority_tree_of(segment_of(*buffer_), e);
+    const detail::PriorityTreeView tree = detail::priority_tree_of(std::as_const(segment_of(*buffer_)), e);
     out[i] = step < detail::load_head(c) ? detail::step_weight(tree, c, step) : -1.0;
   }
 }

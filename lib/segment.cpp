@@ -58,25 +58,49 @@ EpisodeControl& Segment::episode_control(uint64_t env) noexcept {
   return std::launder(reinterpret_cast<EpisodeControl*>(base_ + g_.sections[kSectionEpisodes].offset))[env];
 }
 
-std::atomic<uint64_t>* Segment::priority_tree(uint64_t env) const noexcept {
+const std::atomic<uint64_t>* Segment::priority_tree(uint64_t env) const noexcept {
   assert(has_priorities() && env < g_.num_envs);
+  return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + g_.sections[kSectionPriorities].offset)) +
+         env * 2 * g_.priority_leaves;
+}
+
+std::atomic<uint64_t>* Segment::priority_tree(uint64_t env) noexcept {
+  assert(!read_only_ && has_priorities() && env < g_.num_envs);
   return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + g_.sections[kSectionPriorities].offset)) +
          env * 2 * g_.priority_leaves;
 }
 
-layout::LearnerSlot* Segment::learner_slot(uint64_t slot) const noexcept {
+const layout::LearnerSlot* Segment::learner_slot(uint64_t slot) const noexcept {
   assert(slot >= 1 && slot < g_.max_learners);
+  return std::launder(reinterpret_cast<const layout::LearnerSlot*>(base_ + g_.sections[kSectionLearners].offset)) +
+         (slot - 1);
+}
+
+layout::LearnerSlot* Segment::learner_slot(uint64_t slot) noexcept {
+  assert(!read_only_ && slot >= 1 && slot < g_.max_learners);
   return std::launder(reinterpret_cast<layout::LearnerSlot*>(base_ + g_.sections[kSectionLearners].offset)) + (slot - 1);
 }
 
-std::atomic<uint64_t>* Segment::learner_online_starts(uint64_t slot) const noexcept {
+const std::atomic<uint64_t>* Segment::learner_online_starts(uint64_t slot) const noexcept {
   assert(slot >= 1 && slot < g_.max_learners);
+  return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + g_.learner_online_offset)) +
+         (slot - 1) * g_.num_envs;
+}
+
+std::atomic<uint64_t>* Segment::learner_online_starts(uint64_t slot) noexcept {
+  assert(!read_only_ && slot >= 1 && slot < g_.max_learners);
   return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + g_.learner_online_offset)) +
          (slot - 1) * g_.num_envs;
 }
 
-layout::LearnerStats* Segment::learner_stats(uint64_t slot) const noexcept {
+const layout::LearnerStats* Segment::learner_stats(uint64_t slot) const noexcept {
   assert(slot < g_.max_learners);
+  return std::launder(reinterpret_cast<const layout::LearnerStats*>(base_ + g_.sections[kSectionLearnerStats].offset)) +
+         slot;
+}
+
+layout::LearnerStats* Segment::learner_stats(uint64_t slot) noexcept {
+  assert(!read_only_ && slot < g_.max_learners);
   return std::launder(reinterpret_cast<layout::LearnerStats*>(base_ + g_.sections[kSectionLearnerStats].offset)) + slot;
 }
 
@@ -106,8 +130,14 @@ std::byte* Segment::frame_data(std::size_t stack) noexcept {
   return base_ + g_.stacks[stack].frames_offset;
 }
 
-std::atomic<uint64_t>* Segment::frame_index(std::size_t stack, uint64_t env) const noexcept {
+const std::atomic<uint64_t>* Segment::frame_index(std::size_t stack, uint64_t env) const noexcept {
   assert(stack < g_.stacks.size() && env < g_.num_envs);
+  return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + g_.stacks[stack].index_offset)) +
+         env * g_.capacity;
+}
+
+std::atomic<uint64_t>* Segment::frame_index(std::size_t stack, uint64_t env) noexcept {
+  assert(!read_only_ && stack < g_.stacks.size() && env < g_.num_envs);
   return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + g_.stacks[stack].index_offset)) +
          env * g_.capacity;
 }

@@ -32,7 +32,7 @@ std::string learner_state_text(const Segment& segment) {
   uint64_t dead = 0;  // a dead holder's lease word
   uint64_t live = 0;
   for (uint64_t slot = 0; slot < segment.max_learners(); ++slot) {
-    const detail::LearnerSlotWords me = detail::learner_slot(segment, slot);
+    const auto me = detail::learner_slot(segment, slot);
     const uint64_t l = me.lease.lease.load(std::memory_order_relaxed);
     if (l == 0) continue;
     if (!detail::lease_holder_alive(l)) {

@@ -104,7 +104,7 @@ uint64_t save_env_extras(const Buffer& b, uint64_t env, const SavedEnv& saved, O
   if (seg.has_priorities()) {
     // Each step's weight while its slot's leaf is tagged with it; a step whose slot a writer has since given to a
     // newer step (the window describes an earlier instant) gets the running maximum's, as a pushed step does.
-    const PriorityTree tree = priority_tree_of(seg, env);
+    const PriorityTreeView tree = priority_tree_of(seg, env);
     const layout::EnvControl& c = seg.env_control(env);
     const double fallback = running_max_weight(seg);
     std::vector<float> weights;
@@ -165,7 +165,7 @@ void read_source_state(const Buffer& b, CheckpointInfo& info) {
   info.max_learners = seg.max_learners();
   info.learner_slots.clear();
   for (uint64_t r = 1; r < seg.max_learners(); ++r) {
-    const LearnerSlotWords me = learner_slot(seg, r);
+    const auto me = learner_slot(seg, r);
     CheckpointLearnerSlot slot;
     save_learner_counters(me, slot.counters);
     for (const CheckpointEnv& e : info.envs) {
@@ -346,7 +346,7 @@ void load_global_state(Buffer& target, const CheckpointInfo& info, bool created,
   // Layout 1.7: learner slots 1.. as saved (the load holds every slot's lease: nobody reads them meanwhile); slots
   // the file does not have start as a new buffer's; slots the segment does not have are dropped (allowed mismatch).
   for (uint64_t r = 1; r < seg.max_learners(); ++r) {
-    const LearnerSlotWords me = learner_slot(seg, r);
+    const auto me = learner_slot(seg, r);
     const CheckpointLearnerSlot none;
     const CheckpointLearnerSlot& slot = r - 1 < info.learner_slots.size() ? info.learner_slots[r - 1] : none;
     load_learner_counters(slot.counters, me);

@@ -197,7 +197,7 @@ inline State state_of(const Buffer& b) {
     s.steps.push_back(read_steps(b, e, 0, head));  // clamped to the replay view
     std::vector<double> w;
     if (seg.has_priorities()) {
-      const detail::PriorityTree tree = detail::priority_tree_of(seg, e);
+      const detail::PriorityTreeView tree = detail::priority_tree_of(seg, e);
       for (uint64_t step = s.steps.back().first_step; step < head; ++step) {
         w.push_back(detail::step_weight(tree, c, step));
       }

@@ -34,9 +34,9 @@ TEST_CASE("info --json reports the geometry, the schema and empty envs") {
 
   const json& schema = j["schema"];
   REQUIRE(schema.size() == 4);
-  CHECK(schema[0] == json{{"name", "obs"}, {"dtype", "f32"}, {"shape", {4}}, {"bytes", 16}, {"stack_axis", nullptr}});
+  CHECK(schema[0] == json{{"name", "obs"}, {"dtype", "f32"}, {"shape", {4}}, {"bytes", 16}, {"stack_axis", nullptr}, {"codec", nullptr}});
   CHECK(schema[1] ==
-        json{{"name", "action"}, {"dtype", "i32"}, {"shape", json::array()}, {"bytes", 4}, {"stack_axis", nullptr}});
+        json{{"name", "action"}, {"dtype", "i32"}, {"shape", json::array()}, {"bytes", 4}, {"stack_axis", nullptr}, {"codec", nullptr}});
   CHECK(schema[3]["dtype"] == "bool");
 
   const json& envs = j["envs"];
@@ -69,7 +69,7 @@ TEST_CASE("info of a stacked buffer: each stacked field's K, axis, frames and fr
   CHECK(j["stored_step_bytes"] == 32.0);                              // 1024 bytes / 32 step slots
   CHECK(j["schema_spec"] == kStackedSpec);
   CHECK(j["schema"][0] ==
-        json{{"name", "obs"}, {"dtype", "u8"}, {"shape", {3, 4, 4}}, {"bytes", 48}, {"stack_axis", 0}});
+        json{{"name", "obs"}, {"dtype", "u8"}, {"shape", {3, 4, 4}}, {"bytes", 48}, {"stack_axis", 0}, {"codec", nullptr}});
   CHECK(j["schema"][1]["stack_axis"].is_null());
   REQUIRE(j["stacks"].size() == 1);
   CHECK(j["stacks"][0] == json{{"field", "obs"},

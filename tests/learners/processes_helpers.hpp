@@ -265,7 +265,7 @@ inline std::string verify_stored(const Buffer& buf, const std::set<StepKey>& exc
 // The tree of env `env` against a rebuild from its leaves in private memory: every internal node bit for bit, "" when
 // they agree. Then every stored step's leaf is its own (tagged with the step).
 inline std::string tree_vs_rebuild(const Buffer& buf, uint64_t env) {
-  const detail::PriorityTree t = detail::priority_tree_of(segment_of(buf), env);
+  const auto t = detail::priority_tree_of(segment_of(buf), env);
   std::vector<std::atomic<uint64_t>> words(2 * t.leaves);
   for (uint64_t i = 0; i < words.size(); ++i) words[i].store(t.words[i].load());
   const detail::PriorityTree copy{words.data(), t.leaves, t.capacity};

@@ -76,7 +76,7 @@ struct PriorityRace {
   // Between two rounds: each leaf holds A's or B's value of round k, and each tree equals its rebuild.
   void check_round(int k) {
     for (std::size_t i = 0; i < envs.size(); ++i) {
-      const detail::PriorityTree t = detail::priority_tree_of(segment_of(buf), envs[i]);
+      const auto t = detail::priority_tree_of(segment_of(buf), envs[i]);
       const double w = detail::slot_weight(t, steps[i]);
       const double wa = static_cast<float>(detail::priority_weight(value(0, k, i), kAlpha));
       const double wb = static_cast<float>(detail::priority_weight(value(1, k, i), kAlpha));

@@ -78,7 +78,7 @@ TEST_CASE("the planner table picks, for every combination of options, the planne
 
   // Planners made as the Sampler makes them; no planner is prepared here, so the trees are never read.
   struct NoTrees final : detail::PriorityTrees {
-    detail::PriorityTree tree(std::size_t) const noexcept override { return {}; }
+    detail::PriorityTreeView tree(std::size_t) const noexcept override { return {}; }
   };
   SamplerStats stats;
   const TableStarts starts;

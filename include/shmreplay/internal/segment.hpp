@@ -126,9 +126,10 @@ class Segment {
   /// The same, writable (a writable mapping only).
   std::byte* frame_data(std::size_t stack) noexcept;
   /// The frame-index words of stacked field `stack` for env `env`: `capacity` words, slot s % capacity for step s.
-  /// Atomics, so a read-only mapping reads them through the same pointer; only the env's writer (and a checkpoint
-  /// load) stores to them.
-  std::atomic<uint64_t>* frame_index(std::size_t stack, uint64_t env) const noexcept;
+  /// Only the env's writer (and a checkpoint load) stores to them, through the mutable overload.
+  const std::atomic<uint64_t>* frame_index(std::size_t stack, uint64_t env) const noexcept;
+  /// The same, writable (a writable mapping only).
+  std::atomic<uint64_t>* frame_index(std::size_t stack, uint64_t env) noexcept;
 
   /// The compressed fields (layout 1.10), in schema order; empty when the schema has none.
   const std::vector<PackedGeometry>& packed() const noexcept { return g_.packed; }
@@ -188,15 +189,21 @@ class Segment {
   /// Learner slots: learner processes that may sample at once (layout 1.7; 1 for a one-learner buffer).
   uint64_t max_learners() const noexcept { return g_.max_learners; }
   /// Learner slot `slot`'s block, for slots 1 to max_learners() - 1 (slot 0's words are in GlobalControl:
-  /// detail/protocol/learner_slots.hpp reads any slot's). Atomics, so a read-only mapping reads them through the
-  /// same pointer; only the slot's learner (and a checkpoint load) stores to them.
-  layout::LearnerSlot* learner_slot(uint64_t slot) const noexcept;
+  /// detail/protocol/learner_slots.hpp reads any slot's). Only the slot's learner (and a checkpoint load) stores to
+  /// them, through the mutable overload.
+  const layout::LearnerSlot* learner_slot(uint64_t slot) const noexcept;
+  /// The same, writable (a writable mapping only).
+  layout::LearnerSlot* learner_slot(uint64_t slot) noexcept;
   /// Learner slot `slot`'s online start of env 0 (1 <= slot < max_learners()); env e's is e words further.
-  std::atomic<uint64_t>* learner_online_starts(uint64_t slot) const noexcept;
+  const std::atomic<uint64_t>* learner_online_starts(uint64_t slot) const noexcept;
+  /// The same, writable (a writable mapping only).
+  std::atomic<uint64_t>* learner_online_starts(uint64_t slot) noexcept;
   /// Learner slot `slot`'s statistics (layout 1.8: sample ages, limiter timeouts), for every slot 0 to
-  /// max_learners() - 1. Atomics, so a read-only mapping reads them through the same pointer; only the slot's learner
-  /// (and a checkpoint load, which zeroes them) stores to them.
-  layout::LearnerStats* learner_stats(uint64_t slot) const noexcept;
+  /// max_learners() - 1. Only the slot's learner (and a checkpoint load, which zeroes them) stores to them, through
+  /// the mutable overload.
+  const layout::LearnerStats* learner_stats(uint64_t slot) const noexcept;
+  /// The same, writable (a writable mapping only).
+  layout::LearnerStats* learner_stats(uint64_t slot) noexcept;
   /// The segment-wide control block (learner slot 0's lease and counters, wake word, limiter).
   const layout::GlobalControl& global_control() const noexcept;
   /// The same, writable (a writable mapping only).
@@ -220,9 +227,11 @@ class Segment {
   /// The same, writable (a writable mapping only).
   layout::EpisodeRecordSlot* episode_queue(uint64_t env) noexcept;
   /// The env's priority tree words, 2 * priority_leaves() of them (layout 1.3; detail/protocol/priorities.hpp).
-  /// Precondition: has_priorities() and env < num_envs(). The words are atomics, so a read-only mapping reads them
-  /// through the same pointer (the Inspector); only writers and the learner store to them.
-  std::atomic<uint64_t>* priority_tree(uint64_t env) const noexcept;
+  /// Precondition: has_priorities() and env < num_envs(). Writers and the learner store to them through the mutable
+  /// overload; readers (the Inspector) load them through this one.
+  const std::atomic<uint64_t>* priority_tree(uint64_t env) const noexcept;
+  /// The same, writable (a writable mapping only).
+  std::atomic<uint64_t>* priority_tree(uint64_t env) noexcept;
 
  private:
   void unmap() noexcept;

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 
 #include "shmreplay/internal/layout.hpp"
 #include "shmreplay/internal/segment.hpp"
@@ -26,21 +27,26 @@
 
 namespace shmreplay::detail {
 
-/// The consumer words of an env's queue, all on EpisodeControl line 3 (the learners' line).
-struct QueueConsumerWords {
-  std::atomic<uint64_t>& head;       ///< queue_head: records taken from the queue since creation
-  std::atomic<uint64_t>& taker;      ///< the taker lock: the lease word (pack_owner) of the process whose learner
-                                     ///< holds records of this queue in hand; 0 when none
-  std::atomic<uint64_t>& delivered;  ///< records handed to a caller of pop_episodes (written by the lock holder)
-  std::atomic<uint64_t>& lost;       ///< records taken by a learner that died holding them, or whose delivery
-                                     ///< threw (written by the lock holder, or whoever takes a dead holder's lock)
+/// The consumer words of an env's queue, all on EpisodeControl line 3 (the learners' line): writable (`Word` =
+/// std::atomic<uint64_t>, from a mutable Segment) or read-only (const, from a const one: the Inspector).
+template <class Word>
+struct QueueConsumerWordsOf {
+  Word& head;       ///< queue_head: records taken from the queue since creation
+  Word& taker;      ///< the taker lock: the lease word (pack_owner) of the process whose learner holds records of
+                    ///< this queue in hand; 0 when none
+  Word& delivered;  ///< records handed to a caller of pop_episodes (written by the lock holder)
+  Word& lost;       ///< records taken by a learner that died holding them, or whose delivery threw (written by the
+                    ///< lock holder, or whoever takes a dead holder's lock)
 };
+using QueueConsumerWords = QueueConsumerWordsOf<std::atomic<uint64_t>>;
 
-/// The consumer words of `env`'s queue. Precondition: the buffer has episode fields and, for a caller that stores,
-/// a writable mapping.
-inline QueueConsumerWords queue_consumer(const Segment& seg, uint64_t env) noexcept {
-  auto& c = const_cast<layout::EpisodeControl&>(seg.episode_control(env));
-  return {c.queue_head, c.queue_taker, c.records_delivered, c.records_lost};
+/// The consumer words of `env`'s queue: writable from a mutable Segment (a writable mapping), read-only from a const
+/// one. Precondition: the buffer has episode fields.
+template <class Seg>
+inline auto queue_consumer(Seg& seg, uint64_t env) noexcept {
+  auto& c = seg.episode_control(env);
+  return QueueConsumerWordsOf<std::remove_reference_t<decltype((c.queue_head))>>{c.queue_head, c.queue_taker,
+                                                                               c.records_delivered, c.records_lost};
 }
 
 /// A learner's first half: takes `env`'s taker lock for lease word `me` (first counting as lost what a dead holder
@@ -67,7 +73,7 @@ struct QueueAccounts {
 /// `alive(lease)` judges a lock holder's liveness (the Inspector caches it per process).
 template <class Alive>
 QueueAccounts queue_accounts(const Segment& seg, uint64_t env, Alive&& alive) noexcept {
-  const QueueConsumerWords w = queue_consumer(seg, env);
+  const auto w = queue_consumer(seg, env);
   const uint64_t head = w.head.load(std::memory_order_relaxed);
   const uint64_t tail = seg.episode_control(env).queue_tail.load(std::memory_order_relaxed);
   const uint64_t lost = w.lost.load(std::memory_order_relaxed);

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "detail/protocol/lease.hpp"
 #include "shmreplay/internal/layout.hpp"
@@ -18,42 +19,54 @@
 
 namespace shmreplay::detail {
 
-/// One learner slot's words.
-struct LearnerSlotWords {
-  LeaseWords lease;                      ///< the slot's lease (taken by its Sampler, or a load)
-  std::atomic<uint64_t>& rows_sampled;   ///< the slot's counters, written by its learner only
-  std::atomic<uint64_t>& sample_calls;
-  std::atomic<uint64_t>& retries;
-  std::atomic<uint64_t>& online_resets;
-  std::atomic<uint64_t>& steps_updated;
-  std::atomic<uint64_t>& priority_walk;     ///< the slot's tree walk in progress (priorities.hpp)
-  std::atomic<uint64_t>& waiting_rows;      ///< rows its sample call waits for the limiter to admit; 0 when none
-  std::atomic<uint64_t>& waiting_since_ns;  ///< when that wait began
-  std::atomic<uint64_t>& waiters;           ///< the slot's sleepers on wake_seq (also counted in GlobalControl)
-  std::atomic<uint64_t>* online_starts;     ///< env e's online start is online_starts[e * online_stride]
+/// One learner slot's words: writable (LearnerSlotWords, from a mutable Segment: the slot's learner, a load, a
+/// takeover's repair) or read-only (LearnerSlotReadWords, from a const one: the Inspector, a waiting writer).
+template <bool Writable>
+struct SlotWordsOf {
+  using Word = std::conditional_t<Writable, std::atomic<uint64_t>, const std::atomic<uint64_t>>;
+  using Stats = std::conditional_t<Writable, layout::LearnerStats, const layout::LearnerStats>;
+  LeaseWordsOf<Word> lease;   ///< the slot's lease (taken by its Sampler, or a load)
+  Word& rows_sampled;         ///< the slot's counters, written by its learner only
+  Word& sample_calls;
+  Word& retries;
+  Word& online_resets;
+  Word& steps_updated;
+  Word& priority_walk;        ///< the slot's tree walk in progress (priorities.hpp)
+  Word& waiting_rows;         ///< rows its sample call waits for the limiter to admit; 0 when none
+  Word& waiting_since_ns;     ///< when that wait began
+  Word& waiters;              ///< the slot's sleepers on wake_seq (also counted in GlobalControl)
+  Word* online_starts;        ///< env e's online start is online_starts[e * online_stride]
   uint64_t online_stride;
-  layout::LearnerStats& stats;              ///< the slot's sample ages and limiter timeouts (layout 1.8), written by
-                                            ///< its learner only; informational
+  Stats& stats;               ///< the slot's sample ages and limiter timeouts (layout 1.8), written by its learner
+                              ///< only; informational
 
   /// The slot's online start of env `env` (EnvControl::online_start for slot 0).
-  std::atomic<uint64_t>& online_start(uint64_t env) const noexcept { return online_starts[env * online_stride]; }
+  Word& online_start(uint64_t env) const noexcept { return online_starts[env * online_stride]; }
+  /// The same words, read-only.
+  SlotWordsOf<false> read() const noexcept {
+    return {{lease.lease, lease.start_ticks, lease.since_ns, lease.takeovers}, rows_sampled, sample_calls, retries,
+            online_resets, steps_updated, priority_walk, waiting_rows, waiting_since_ns, waiters, online_starts,
+            online_stride, stats};
+  }
 };
+using LearnerSlotWords = SlotWordsOf<true>;
+using LearnerSlotReadWords = SlotWordsOf<false>;
 
-/// The words of learner slot `slot` of `seg`. Precondition: slot < seg.max_learners() and, for a slot the
-/// caller will store to, a writable mapping.
-inline LearnerSlotWords learner_slot(const Segment& seg, uint64_t slot) noexcept {
+/// The words of learner slot `slot` of `seg`: writable from a mutable Segment (which needs a writable mapping),
+/// read-only from a const one. Precondition: slot < seg.max_learners().
+template <class Seg>
+inline SlotWordsOf<!std::is_const_v<Seg>> learner_slot(Seg& seg, uint64_t slot) noexcept {
   if (slot == 0) {
-    // Slot 0's words are the one-learner buffer's: const only because the accessor is; atomics are stored to only
-    // through a writable mapping (the precondition).
-    auto& g = const_cast<layout::GlobalControl&>(seg.global_control());
-    auto& env0 = const_cast<layout::EnvControl&>(seg.env_control(0));
+    // Slot 0's words are the one-learner buffer's: GlobalControl lines 0-2 and each EnvControl's online_start.
+    auto& g = seg.global_control();
+    auto& env0 = seg.env_control(0);
     return {{g.learner_lease, g.learner_start_ticks, g.learner_since_ns, g.learner_takeovers},
             g.rows_sampled, g.sample_calls, g.retries, g.online_resets, g.steps_updated,
             g.priority_walk, g.learner_waiting_rows, g.learner_waiting_since_ns, g.slot0_waiters,
             &env0.online_start, sizeof(layout::EnvControl) / sizeof(std::atomic<uint64_t>),
             *seg.learner_stats(0)};
   }
-  layout::LearnerSlot& s = *seg.learner_slot(slot);
+  auto& s = *seg.learner_slot(slot);
   return {{s.lease, s.start_ticks, s.since_ns, s.takeovers},
           s.rows_sampled, s.sample_calls, s.retries, s.online_resets, s.steps_updated,
           s.priority_walk, s.waiting_rows, s.waiting_since_ns, s.waiters,

@@ -63,7 +63,7 @@ SlotTaken take_learner_slot(Segment& seg, std::optional<uint64_t> rank, uint64_t
 
 void repair_dead_learner(Segment& seg, uint64_t slot) noexcept {
   layout::GlobalControl& g = seg.global_control();
-  const LearnerSlotWords me = learner_slot(seg, slot);
+  const auto me = learner_slot(seg, slot);
   for (uint64_t e = 0; e < seg.num_envs(); ++e) {
     release_dead_update_lock(seg.env_control(e), slot, seg.capacity());
   }
@@ -102,7 +102,7 @@ bool repair_dead_updater(Segment& seg, const layout::EnvControl& c) noexcept {
   const UpdateLockHolder h = update_lock_holder(seg, c);
   if (!h.held || !h.dead) return false;
   const uint64_t me = self_lease_word();
-  const LearnerSlotWords slot = learner_slot(seg, h.slot);
+  const auto slot = learner_slot(seg, h.slot);
   test_hooks::call(test_hooks::before_repair_lease);  // a test's pause: another repairer may take the slot here
   const LeaseResult r = try_take_lease(slot.lease, me);
   if (r.outcome != LeaseOutcome::taken && r.outcome != LeaseOutcome::taken_over) return false;

@@ -16,12 +16,16 @@
 namespace shmreplay::detail {
 
 /// The four lease words, in the order both EnvControl (line 2) and GlobalControl (line 0) declare them.
-struct LeaseWords {
-  std::atomic<uint64_t>& lease;
-  std::atomic<uint64_t>& start_ticks;
-  std::atomic<uint64_t>& since_ns;
-  std::atomic<uint64_t>& takeovers;
+/// A lease's four words, writable (`Word` = std::atomic<uint64_t>: LeaseWords) or read-only (const: the Inspector).
+template <class Word>
+struct LeaseWordsOf {
+  Word& lease;
+  Word& start_ticks;
+  Word& since_ns;
+  Word& takeovers;
 };
+using LeaseWords = LeaseWordsOf<std::atomic<uint64_t>>;
+using LeaseReadWords = LeaseWordsOf<const std::atomic<uint64_t>>;
 
 /// An env's lease words (EnvControl line 2): taken by its Writer, judged by the Inspector.
 inline LeaseWords env_lease_words(layout::EnvControl& c) noexcept {

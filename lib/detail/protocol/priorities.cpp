@@ -15,16 +15,16 @@ namespace {
 
 constexpr uint64_t kWeightMask = 0xffffffffull;
 
-double node_value(const PriorityTree& t, uint64_t n, uint64_t word) noexcept {
+double node_value(const PriorityTreeView& t, uint64_t n, uint64_t word) noexcept {
   return n >= t.leaves ? leaf_weight(word) : std::bit_cast<double>(word);
 }
 
-double value(const PriorityTree& t, uint64_t n) noexcept {
+double value(const PriorityTreeView& t, uint64_t n) noexcept {
   return node_value(t, n, t.words[n].load(std::memory_order_seq_cst));
 }
 
 // The sum of the leaves of slots [0, x), x <= leaves: a root-to-leaf path, adding each left sibling passed.
-double prefix(const PriorityTree& t, uint64_t x) noexcept {
+double prefix(const PriorityTreeView& t, uint64_t x) noexcept {
   if (x >= t.leaves) return value(t, 1);
   double sum = 0;
   uint64_t n = 1;
@@ -43,7 +43,7 @@ double prefix(const PriorityTree& t, uint64_t x) noexcept {
 }
 
 // The slot where the running sum from slot 0 first exceeds `target`: one root-to-leaf descent.
-uint64_t descend(const PriorityTree& t, double target) noexcept {
+uint64_t descend(const PriorityTreeView& t, double target) noexcept {
   uint64_t n = 1;
   while (n < t.leaves) {
     const double left = value(t, 2 * n);
@@ -160,9 +160,9 @@ double max_priority(const std::atomic<uint64_t>& max_word) noexcept {
 
 // -- readers -------------------------------------------------------------------------------------------------------
 
-double slot_weight(const PriorityTree& t, uint64_t step) noexcept { return value(t, t.leaves + step % t.capacity); }
+double slot_weight(const PriorityTreeView& t, uint64_t step) noexcept { return value(t, t.leaves + step % t.capacity); }
 
-double step_weight(const PriorityTree& t, const layout::EnvControl& env, uint64_t step) noexcept {
+double step_weight(const PriorityTreeView& t, const layout::EnvControl& env, uint64_t step) noexcept {
   const uint64_t word = t.words[t.leaves + step % t.capacity].load(std::memory_order_seq_cst);
   if ((word >> 32) != (step & kWeightMask)) return -1;  // the slot holds another step
   // acquire: pairs with the writer's claim (claim_step), as in update_priority: a claim past step + capacity means
@@ -175,7 +175,7 @@ double step_weight(const PriorityTree& t, const layout::EnvControl& env, uint64_
 
 // A range of steps is one run of slots, or two when it wraps the ring. The sum of all slots is the root: leaves past
 // the capacity are 0.
-double range_weight(const PriorityTree& t, uint64_t lo, uint64_t hi) noexcept {
+double range_weight(const PriorityTreeView& t, uint64_t lo, uint64_t hi) noexcept {
   if (hi <= lo) return 0;
   if (hi - lo >= t.capacity) return value(t, 1);  // the whole ring
   const uint64_t a = lo % t.capacity;
@@ -185,7 +185,7 @@ double range_weight(const PriorityTree& t, uint64_t lo, uint64_t hi) noexcept {
   return std::max(w, 0.0);
 }
 
-uint64_t find_step(const PriorityTree& t, uint64_t lo, uint64_t hi, double u) noexcept {
+uint64_t find_step(const PriorityTreeView& t, uint64_t lo, uint64_t hi, double u) noexcept {
   const uint64_t cap = t.capacity;
   const uint64_t a = lo % cap;
   const uint64_t b = a + (hi - lo);

@@ -38,15 +38,28 @@
 
 namespace shmreplay::detail {
 
-/// One env's tree in a mapping (or, in tests, in private memory): 2 * leaves words.
-struct PriorityTree {
-  std::atomic<uint64_t>* words = nullptr;
+/// One env's tree in a mapping (or, in tests, in private memory), read-only: 2 * leaves words. What the readers take.
+struct PriorityTreeView {
+  const std::atomic<uint64_t>* words = nullptr;
   uint64_t leaves = 0;    ///< bit_ceil(capacity)
   uint64_t capacity = 0;  ///< ring slots: the slot of step s is s % capacity
 };
 
-/// Env `env`'s tree in `seg`. Precondition: seg.has_priorities() and env < seg.num_envs().
-inline PriorityTree priority_tree_of(const Segment& seg, uint64_t env) noexcept {
+/// The same tree, writable: what the writer and learner halves take (and, read-only, the readers).
+struct PriorityTree {
+  std::atomic<uint64_t>* words = nullptr;
+  uint64_t leaves = 0;    ///< bit_ceil(capacity)
+  uint64_t capacity = 0;  ///< ring slots: the slot of step s is s % capacity
+  operator PriorityTreeView() const noexcept { return {words, leaves, capacity}; }
+};
+
+/// Env `env`'s tree in `seg`, writable (a writable mapping). Precondition: seg.has_priorities() and
+/// env < seg.num_envs().
+inline PriorityTree priority_tree_of(Segment& seg, uint64_t env) noexcept {
+  return {seg.priority_tree(env), seg.priority_leaves(), seg.capacity()};
+}
+/// The same, read-only.
+inline PriorityTreeView priority_tree_of(const Segment& seg, uint64_t env) noexcept {
   return {seg.priority_tree(env), seg.priority_leaves(), seg.capacity()};
 }
 
@@ -118,20 +131,20 @@ double max_priority(const std::atomic<uint64_t>& max_word) noexcept;
 // -- readers --------------------------------------------------------------------------------------------------
 
 /// The weight of the leaf of the slot of `step` (whatever step it now holds).
-double slot_weight(const PriorityTree& tree, uint64_t step) noexcept;
+double slot_weight(const PriorityTreeView& tree, uint64_t step) noexcept;
 
 /// The weight of step `step` while its slot's leaf holds it (tagged with the step, and `env` has not claimed the
 /// slot for a later step); -1 when the slot holds or is being given another step. O(1).
-double step_weight(const PriorityTree& tree, const layout::EnvControl& env, uint64_t step) noexcept;
+double step_weight(const PriorityTreeView& tree, const layout::EnvControl& env, uint64_t step) noexcept;
 
 /// The total weight of steps [lo, hi) (hi - lo <= capacity). O(log capacity); never negative.
-double range_weight(const PriorityTree& tree, uint64_t lo, uint64_t hi) noexcept;
+double range_weight(const PriorityTreeView& tree, uint64_t lo, uint64_t hi) noexcept;
 
 /// The step p in [lo, hi) where the running sum of weights from lo first exceeds `u` (0 <= u < range_weight):
 /// a draw proportional to the weights when u is uniform. A range of the whole ring is summed from the ring's slot 0
 /// instead (one descent from the root; the same distribution). Clamped to [lo, hi) when sums move underneath.
 /// O(log capacity).
-uint64_t find_step(const PriorityTree& tree, uint64_t lo, uint64_t hi, double u) noexcept;
+uint64_t find_step(const PriorityTreeView& tree, uint64_t lo, uint64_t hi, double u) noexcept;
 
 /// Recomputes every internal node from the leaves (no party may be walking): checkpoint load, tests. O(leaves).
 void rebuild(const PriorityTree& tree) noexcept;

@@ -31,7 +31,7 @@ Shortfall PriorityPlanner::shortfall(bool scan) const noexcept {
   bool any = false;
   bool positive = false;
   for (std::size_t e = 0; e < views_.size(); ++e) {
-    const PriorityTree tree = trees_->tree(e);
+    const PriorityTreeView tree = trees_->tree(e);
     for (uint64_t p = views_[e].lo; p < views_[e].hi; ++p) {
       const double w = slot_weight(tree, p);
       if (!(w >= 0) || std::isinf(w)) return Shortfall::not_finite;
@@ -67,7 +67,7 @@ std::optional<Draw> PriorityPlanner::draw(Rng& rng) {
     const auto env = static_cast<std::size_t>(it - cumulative_.begin());
     const double below = env == 0 ? 0.0 : cumulative_[env - 1];
     const EnvView v = views_[env];
-    const PriorityTree tree = trees_->tree(env);
+    const PriorityTreeView tree = trees_->tree(env);
     const uint64_t start = find_step(tree, v.lo, v.hi, u - below);
     const double w = slot_weight(tree, start);
     if (!(w > 0)) continue;

@@ -28,7 +28,7 @@ namespace shmreplay::detail {
 class PriorityTrees {
  public:
   virtual ~PriorityTrees() = default;
-  virtual PriorityTree tree(std::size_t env) const noexcept = 0;
+  virtual PriorityTreeView tree(std::size_t env) const noexcept = 0;
 };
 
 class PriorityPlanner final : public Planner {
