@@ -15,15 +15,10 @@ import numpy as np
 
 import shmreplay
 
-# numpy dtype -> shmreplay dtype name
-_DTYPES = {np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8", np.dtype(np.uint16): "u16", np.dtype(np.int16): "i16",
-           np.dtype(np.uint32): "u32", np.dtype(np.int32): "i32", np.dtype(np.uint64): "u64",
-           np.dtype(np.int64): "i64", np.dtype(np.float16): "f16", np.dtype(np.float32): "f32",
-           np.dtype(np.float64): "f64", np.dtype(np.bool_): "bool"}
+from . import _dtypes, _step_pairs
 
 # The fields every step has besides the observation, the action and the caller's extra fields.
 FLAGS = ("reward", "terminated", "truncated", "first")
-_MAX_ROUNDS = 64  # sample calls that may each give no transition before a draw is refused
 
 
 def space_field(name, space, what, stack_axis=None):
@@ -33,11 +28,7 @@ def space_field(name, space, what, stack_axis=None):
     if shape is None or dtype is None:
         raise TypeError(f"shmreplay: the {what} {space!r} has no fixed shape and dtype; expected a Box, Discrete, "
                         f"MultiDiscrete or MultiBinary space")
-    try:
-        kind = _DTYPES[np.dtype(dtype)]
-    except KeyError:
-        raise TypeError(f"shmreplay: the {what} {space!r} has dtype {np.dtype(dtype)}, expected one of "
-                        f"{', '.join(str(d) for d in _DTYPES)}") from None
+    kind = _dtypes.dtype_name(dtype, f"the {what} {space!r}")
     return shmreplay.Field(name, kind, tuple(int(s) for s in shape), stack_axis=stack_axis)
 
 
@@ -81,21 +72,17 @@ class StepPusher:
 
     def reset(self, rows, obs):
         """Reset steps for ``rows`` (indices into this pusher's envs), ``obs`` their first observations."""
-        rows = np.asarray(rows, np.int64)
-        if len(rows) == 0:
-            return
-        n = len(rows)
-        data = {"obs": obs, "action": np.zeros((n, *self._action.shape), self._action.numpy_dtype),
-                "reward": np.zeros(n, np.float32), "terminated": np.zeros(n, bool),
-                "truncated": np.zeros(n, bool), "first": np.ones(n, bool)}
-        for name in self._extra:
-            f = self.buffer.schema[name]
-            data[name] = np.zeros((n, *f.shape), f.numpy_dtype)
-        self.writer.push(self.ids[rows], data)
+        n = len(np.asarray(rows).reshape(-1))
+        no = np.zeros(n, bool)
+        self._push(rows, obs, np.zeros((n, *self._action.shape), self._action.numpy_dtype), np.zeros(n, np.float32),
+                   no, no, None, first=True)
 
     def step(self, rows, obs, action, reward, terminated, truncated, extra=None):
         """The steps of ``rows``: ``obs`` the observations the actions led to (the final one where an episode
         ended), ``extra`` the caller's extra fields (missing ones are zeros)."""
+        self._push(rows, obs, action, reward, terminated, truncated, extra, first=False)
+
+    def _push(self, rows, obs, action, reward, terminated, truncated, extra, first):
         rows = np.asarray(rows, np.int64)
         if len(rows) == 0:
             return
@@ -103,7 +90,7 @@ class StepPusher:
         data = {"obs": obs, "action": np.asarray(action).reshape(n, *self._action.shape),
                 "reward": np.asarray(reward, np.float32).reshape(n),
                 "terminated": np.asarray(terminated, bool).reshape(n),
-                "truncated": np.asarray(truncated, bool).reshape(n), "first": np.zeros(n, bool)}
+                "truncated": np.asarray(truncated, bool).reshape(n), "first": np.full(n, first)}
         for name in self._extra:
             f = self.buffer.schema[name]
             data[name] = (np.asarray(extra[name]).reshape(n, *f.shape) if extra and name in extra
@@ -111,6 +98,7 @@ class StepPusher:
         self.writer.push(self.ids[rows], data)
 
     def close(self):
+        """Releases the writer's env ids."""
         self.writer.close()
 
 
@@ -128,7 +116,10 @@ class Transitions:
         self.sampler = shmreplay.Sampler(buffer, seed=seed, rank=rank)
 
     def sample(self, batch_size):
-        fields, env_ids, starts = self._draw(int(batch_size))
+        """``batch_size`` transitions drawn uniformly over the stored ones, as a dict of arrays (the class says
+        which)."""
+        fields, _, env_ids, starts = _step_pairs.draw(self.sampler, int(batch_size), 2, episodes="within",
+                                                      where=self.buffer.name)
         out = {"obs": fields["obs"][:, 0], "next_obs": fields["obs"][:, 1]}
         for name in self.buffer.schema.names:
             if name not in ("obs", "first"):
@@ -136,25 +127,6 @@ class Transitions:
         out["env_ids"], out["steps"] = env_ids, starts
         return out
 
-    def _draw(self, batch_size):
-        """Rows of two steps of one env whose second is not a reset step. A row whose pair is no transition (it
-        crosses an end, or reaches past the newest step) is drawn again, so the accepted rows stay uniform."""
-        batch = self.sampler.sample("replay", batch_size, 2, 0.0, episodes="within")
-        fields = {k: np.array(v) for k, v in batch.fields.items()}
-        env_ids, starts = np.array(batch.env_ids), np.array(batch.starts)
-        bad = np.flatnonzero(~(batch.mask[:, 1] & ~fields["first"][:, 1]))
-        for _ in range(_MAX_ROUNDS):
-            if len(bad) == 0:
-                return fields, env_ids, starts
-            more = self.sampler.sample("replay", len(bad), 2, 0.0, episodes="within")
-            good = np.flatnonzero(more.mask[:, 1] & ~more["first"][:, 1])[:len(bad)]
-            into = bad[:len(good)]
-            for key in fields:
-                fields[key][into] = more[key][good]
-            env_ids[into], starts[into] = more.env_ids[good], more.starts[good]
-            bad = bad[len(good):]
-        raise shmreplay.EmptyView(f"shmreplay: buffer '{self.buffer.name}' holds no transition "
-                                  f"({_MAX_ROUNDS} draws found none)")
-
     def close(self):
+        """Releases this process's learner slot."""
         self.sampler.close()

@@ -9,12 +9,8 @@ import re
 import jax
 import numpy as np
 
+from ._dtypes import DTYPES
 from ._shmreplay import Field, Schema
-
-_DTYPES = {np.dtype(numpy_name): shm_name for numpy_name, shm_name in (
-    ("uint8", "u8"), ("int8", "i8"), ("uint16", "u16"), ("int16", "i16"), ("uint32", "u32"), ("int32", "i32"),
-    ("uint64", "u64"), ("int64", "i64"), ("float16", "f16"), ("float32", "f32"), ("float64", "f64"),
-    ("bool", "bool"))}
 
 
 def _key_text(key):
@@ -36,10 +32,10 @@ def shm_dtype(dtype):
     dtype = np.dtype(dtype)
     if dtype.name == "bfloat16":
         return "bf16"
-    if dtype not in _DTYPES:
+    if dtype not in DTYPES:
         raise TypeError(f"a leaf of dtype {dtype} cannot be stored: shmreplay stores u8 i8 u16 i16 u32 i32 u64 i64 "
                         "f16 bf16 f32 f64 and bool")
-    return _DTYPES[dtype]
+    return DTYPES[dtype]
 
 
 class TreeSchema:

@@ -12,9 +12,8 @@ from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
 import shmreplay
 
+from .. import _step_pairs
 from . import _segment
-
-_MAX_ROUNDS = 64  # sample calls that may each give no transition before a sample is refused
 
 
 class _TruncateMarks:
@@ -58,6 +57,11 @@ class ReplayBuffer(sb3_buffers.ReplayBuffer):
         buf = shmreplay.Buffer.create(name or _segment.private_name(), num_envs=n_envs * self.writers,
                                       capacity=capacity, schema=self._schema(), done="done",
                                       stack_restarts=stack_restarts)
+        self._own(buf)
+
+    def _own(self, buf):
+        """Opens ``buf``, a segment this process made, writes its description (what ``attach`` reads) and has both
+        removed when this process ends."""
         self._open(buf, self._description())
         _segment.write_description(_segment.description_path(buf.path), self._description())
         self._owner = _segment.Owner(buf.name, [buf.path, _segment.description_path(buf.path)])
@@ -249,23 +253,10 @@ class ReplayBuffer(sb3_buffers.ReplayBuffer):
     def _draw(self, batch_size, length):
         """``batch_size`` rows of ``length`` steps of one env each whose first two steps are a transition, drawn
         uniformly over the stored transitions: a dict of arrays [rows, length, ...] and the mask."""
-        episodes = "within" if length == 2 else "stop"
-        sampler = self._learner()
-        batch = sampler.sample("replay", batch_size, length, 0.0, episodes=episodes)
-        fields, mask = dict(batch.fields), batch.mask
-        bad = np.flatnonzero(~(mask[:, 1] & ~fields["first"][:, 1]))
-        for _ in range(_MAX_ROUNDS):
-            if len(bad) == 0:
-                return fields, mask
-            # Rows refused (a pair across an unflagged reset) are drawn again: accepted draws stay uniform.
-            more = sampler.sample("replay", len(bad), length, 0.0, episodes=episodes)
-            good = np.flatnonzero(more.mask[:, 1] & ~more["first"][:, 1])[:len(bad)]
-            for key in fields:
-                fields[key][bad[:len(good)]] = more[key][good]
-            mask[bad[:len(good)]] = more.mask[good]
-            bad = bad[len(good):]
-        raise shmreplay.EmptyView(f"shmreplay.sb3: buffer '{self.name}' holds no transition "
-                                  f"({_MAX_ROUNDS} draws found none)")
+        fields, mask, _, _ = _step_pairs.draw(self._learner(), batch_size, length,
+                                              episodes="within" if length == 2 else "stop", where=self.name,
+                                              module="shmreplay.sb3")
+        return fields, mask
 
     def _obs_at(self, fields, steps):
         """The observation of each row at its step ``steps`` (an int, or one per row)."""
@@ -329,7 +320,4 @@ class ReplayBuffer(sb3_buffers.ReplayBuffer):
             pathlib.Path(path).write_bytes(checkpoint)
             loaded = shmreplay.load(path, _segment.private_name())
         buf = shmreplay.Buffer.open(loaded.name)
-        self._open(buf, self._description())
-        _segment.write_description(_segment.description_path(buf.path), self._description())
-        self._owner = _segment.Owner(buf.name, [buf.path, _segment.description_path(buf.path)])
-        self._finalizer = weakref.finalize(self, self._owner.release)
+        self._own(buf)

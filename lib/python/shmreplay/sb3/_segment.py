@@ -15,29 +15,16 @@ import subprocess
 import sys
 import uuid
 
-import numpy as np
-
 import shmreplay
 
-# numpy dtype -> shmreplay dtype name
-_DTYPES = {np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8", np.dtype(np.uint16): "u16", np.dtype(np.int16): "i16",
-           np.dtype(np.uint32): "u32", np.dtype(np.int32): "i32", np.dtype(np.uint64): "u64",
-           np.dtype(np.int64): "i64", np.dtype(np.float16): "f16", np.dtype(np.float32): "f32",
-           np.dtype(np.float64): "f64", np.dtype(np.bool_): "bool"}
+from .. import _dtypes
 
 DESCRIPTION_VERSION = 1
 
 
-def dtype_name(dtype, what):
-    try:
-        return _DTYPES[np.dtype(dtype)]
-    except KeyError:
-        raise TypeError(f"shmreplay.sb3: {what} has dtype {np.dtype(dtype)}, expected one of "
-                        f"{', '.join(str(d) for d in _DTYPES)}") from None
-
-
 def field(name, dtype, shape, what, stack_axis=None):
-    return shmreplay.Field(name, dtype_name(dtype, what), tuple(int(s) for s in shape), stack_axis=stack_axis)
+    return shmreplay.Field(name, _dtypes.dtype_name(dtype, what, "shmreplay.sb3"), tuple(int(s) for s in shape),
+                           stack_axis=stack_axis)
 
 
 def schema(obs_fields, action_dtype, action_dim):
