@@ -20,9 +20,12 @@ html_title = "shmreplay: the Python API"
 html_static_path = []
 templates_path = []
 
-# The optional-dependency modules (shmreplay.torch, shmreplay.jax, shmreplay.ray) are documented from the real
-# module; only one whose framework does not import here is mocked (its docstrings are then still read).
-autodoc_mock_imports = [m for m in ("torch", "jax", "ml_dtypes", "ray") if importlib.util.find_spec(m) is None]
+# The optional-dependency modules (shmreplay.torch, .jax, .ray, .sb3, .gymnasium, .pufferlib, .torchrl) are
+# documented from the real module; only one whose framework does not import here is mocked (its docstrings are then
+# still read).
+_FRAMEWORKS = ("torch", "jax", "ml_dtypes", "ray", "stable_baselines3", "gymnasium", "pufferlib", "torchrl",
+               "tensordict")
+autodoc_mock_imports = [m for m in _FRAMEWORKS if importlib.util.find_spec(m) is None]
 autodoc_default_options = {"members": True, "undoc-members": True, "show-inheritance": True,
                            "member-order": "bysource"}
 autodoc_typehints = "signature"
@@ -33,6 +36,9 @@ autodoc_docstring_signature = True
 # NumPy's, the frameworks' and the standard library's classes are not resolved; every name of shmreplay is.
 nitpick_ignore_regex = [
     ("py:class", r"(numpy|np|npt|torch|jax|jaxlib|ml_dtypes|ray|typing|collections\.abc|concurrent\.futures)(\..*)?"),
+    ("py:class", r"(stable_baselines3|gymnasium|pufferlib|torchrl|tensordict)(\..*)?"),
+    # a class's private base (shmreplay.torchrl._parts._SharedSampler): not part of the reference
+    ("py:class", r"shmreplay(\.\w+)*\._\w+"),
     ("py:class", r"(Any|Callable|Dict|Iterator|List|Mapping|Optional|Sequence|Tuple|Union|NamedTuple)"),
     ("py:class", r"(int|float|str|bool|bytes|object|dict|list|tuple|type|None|ndarray|os\.PathLike)"),
     ("py:class", r"(Exception|ValueError|TimeoutError|FileExistsError|FileNotFoundError|IndexError|PermissionError)"),

@@ -70,6 +70,7 @@ class ReplayWriter(VectorWrapper):
 
     @property
     def buffer(self):
+        """The ``shmreplay.Buffer`` the steps go to."""
         return self.pusher.buffer
 
     def reset(self, *, seed=None, options=None):

@@ -72,13 +72,17 @@ class ReplayWriter:
 
     @property
     def buffer(self):
+        """The ``shmreplay.Buffer`` the steps go to."""
         return self.pusher.buffer
 
     def async_reset(self, seed=0):
+        """The vecenv's ``async_reset``; each agent's next ``recv`` returns a reset observation (a reset step)."""
         self._reset_next[:] = True
         return self.vecenv.async_reset(seed)
 
     def recv(self):
+        """The vecenv's ``recv``, its live agents' steps pushed: a reset step after a reset or an episode's end, else
+        the step the agent's last ``send`` led to."""
         out = self.vecenv.recv()
         obs, rewards, terminals, truncations, _teacher, _infos, ids, masks = out
         ids = np.asarray(ids, np.int64)
@@ -97,6 +101,8 @@ class ReplayWriter:
         return out
 
     def send(self, actions, extra=None):
+        """The vecenv's ``send``; ``actions`` (and ``extra``: field name to one row per agent of the last ``recv``)
+        are stored with the steps the next ``recv`` returns."""
         if self._ids is None:
             raise RuntimeError("shmreplay.pufferlib.ReplayWriter: recv() before send()")
         actions = np.asarray(actions)
@@ -109,16 +115,20 @@ class ReplayWriter:
         return self.vecenv.send(actions)
 
     def reset(self, seed=42):
+        """PufferLib's synchronous reset: ``async_reset`` then ``recv``; returns ``(obs, infos)``."""
         self.async_reset(seed)
         obs, _r, _d, _t, _ta, infos, _ids, _m = self.recv()
         return obs, infos
 
     def step(self, actions, extra=None):
+        """PufferLib's synchronous step: ``send`` then ``recv``; returns ``(obs, rewards, terminals, truncations,
+        infos)``."""
         self.send(actions, extra)
         obs, rewards, terminals, truncations, _ta, infos, _ids, _m = self.recv()
         return obs, rewards, terminals, truncations, infos
 
     def close(self):
+        """Releases the env ids and closes the vecenv."""
         self.pusher.close()
         return self.vecenv.close()
 

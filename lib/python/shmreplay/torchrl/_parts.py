@@ -14,10 +14,10 @@ class _Stateless:
         pass
 
     def dumps(self, path):
-        pass
+        """Nothing to save (the storage's checkpoint carries the state)."""
 
     def loads(self, path):
-        pass
+        """Nothing to load (the storage's checkpoint carries the state)."""
 
     def state_dict(self):
         return {}
@@ -61,12 +61,14 @@ class PrioritizedSampler(_SharedSampler):
         self.beta = float(beta)
 
     def sample(self, storage, batch_size):
+        """``(index, info)``: ``batch_size`` steps drawn by priority, ``info["priority_weight"]`` their weights."""
         batch = storage.learner().sample_transitions("replay", int(batch_size), prioritized=True, beta=self.beta)
         index = storage.stash(batch.env_ids, batch.starts, {k: v[:, 0] for k, v in batch.fields.items()})
         self._last = (index, np.array(batch.env_ids), np.array(batch.starts))
         return index, {"priority_weight": torch.from_numpy(np.array(batch.weights))}
 
     def update_priority(self, index, priority, *, storage=None):
+        """Sets the priorities of the steps at ``index`` (one priority, or one per index) that are still stored."""
         storage = storage or self._storage_of(index)
         index = torch.as_tensor(index).reshape(-1).cpu().numpy().astype(np.int64)
         priority = torch.as_tensor(priority, dtype=torch.float32).reshape(-1).expand(len(index)).cpu().numpy()
@@ -83,6 +85,7 @@ class PrioritizedSampler(_SharedSampler):
         return storage
 
     def mark_update(self, index, *, storage=None):
+        """Nothing to do: the buffer gives new steps its running maximum priority when they are pushed."""
         pass  # new steps get the buffer's running maximum priority when pushed
 
 
@@ -97,6 +100,8 @@ class SliceSampler(_SharedSampler):
         self.slice_len = int(slice_len)
 
     def sample(self, storage, batch_size):
+        """``(index, info)``: ``batch_size // slice_len`` slices of ``slice_len`` steps, flat; ``info`` has no
+        entries."""
         if batch_size % self.slice_len:
             raise ValueError(f"shmreplay.torchrl.SliceSampler: batch_size {batch_size} is not a multiple of "
                              f"slice_len {self.slice_len}")

@@ -52,10 +52,12 @@ class SharedCheckpointer(StorageCheckpointerBase):
     FILE = "shmreplay.shmrckpt"
 
     def dumps(self, storage, path):
+        """Saves the storage's buffer as ``path``/shmreplay.shmrckpt (a folder, made if missing)."""
         os.makedirs(path, exist_ok=True)
         shmreplay.save(storage.buffer, os.path.join(path, self.FILE), force=True)
 
     def loads(self, storage, path):
+        """Loads ``path``/shmreplay.shmrckpt into the storage's buffer."""
         storage._load_checkpoint(os.path.join(path, self.FILE))
 
 
@@ -86,6 +88,8 @@ class SharedStorage(StoreStorage):
 
     @classmethod
     def open(cls, name, *, first_env=0, num_envs=None, device="cpu"):
+        """A storage on the existing buffer ``name``, writing to env ids ``[first_env, first_env + num_envs)`` (all
+        from ``first_env`` on when None)."""
         buf = shmreplay.Buffer.open(name)
         self = cls(buf.num_envs * buf.capacity, name=name, device=device, first_env=first_env,
                    num_envs=num_envs if num_envs is not None else buf.num_envs - first_env)
@@ -124,6 +128,8 @@ class SharedStorage(StoreStorage):
         return self.push(data)
 
     def push(self, data):
+        """Appends the rows of ``data`` (a TensorDict ``[N]`` or ``[num_envs, T]``) to this storage's env streams;
+        returns their indices (ring slots)."""
         writer = self._writer or self._lease()
         ids = np.arange(self._first_env, self._first_env + self._num_envs, dtype=np.int32)
         if data.batch_dims == 2:
@@ -194,6 +200,7 @@ class SharedStorage(StoreStorage):
         return td.to(self.device) if self.device not in (None, "cpu") else td
 
     def get(self, index):
+        """The steps at ``index`` (ring slots, as ``sample`` and ``push`` return them), as a TensorDict."""
         if self.buffer is None:
             raise RuntimeError("shmreplay.torchrl: the storage holds nothing yet")
         stash, self._stash = self._stash, None
