@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -45,3 +47,22 @@ def test_the_sample_reuse_benchmark_prints_a_row_per_schema_and_length():
     rows = [line.split() for line in out.stdout.splitlines()[1:]]
     assert [(r[0], r[1], r[3]) for r in rows] == [(tag, "256", length) for tag in ("atari", "atari-stacked")
                                                   for length in ("1", "2")], out.stdout
+
+
+def test_the_actor_benchmark_prints_both_rates_for_every_adapter_and_env():
+    pytest.importorskip("gymnasium")
+    pytest.importorskip("pufferlib")
+    bench = os.path.join(ROOT, "tools", "bench", "actors_bench.py")
+    out = subprocess.run([sys.executable, bench, "--steps", "8", "--trials", "1", "--envs", "2"],
+                         capture_output=True, text=True, env=os.environ, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.stdout.splitlines() if line.startswith("| ")]
+    assert [r[:2] for r in rows[1:]] == [["Gymnasium SyncVectorEnv", "CartPole-v1"],
+                                         ["Gymnasium AsyncVectorEnv", "CartPole-v1"],
+                                         ["PufferLib Serial", "CartPole-v1"], ["Gymnasium SyncVectorEnv", "Breakout"],
+                                         ["PufferLib Serial", "Breakout"]], out.stdout
+    for r in rows[1:]:
+        if r[3].startswith("not run"):  # Breakout without ale-py (the atari extra)
+            assert r[1] == "Breakout" and "ale_py" in r[3], r
+        else:
+            assert float(r[3].replace(",", "")) > 0 and float(r[4].replace(",", "")) > 0, r

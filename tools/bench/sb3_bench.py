@@ -3,15 +3,17 @@
 Pendulum-v1: the mean return of the last evaluation, same budget), the memory of a 10^6-step Atari DQN buffer, and the
 time of ``sample`` (batch 32 and 256, Atari and small observations). Prints Markdown tables (docs/benchmarks/sb3.md).
 
-    .venv/bin/python tools/bench/sb3_bench.py [--dqn-steps 20000] [--sac-steps 5000] [--seeds 0 1 2] [--only NAME]
+    .venv/bin/python tools/bench/sb3_bench.py [--dqn-steps 50000] [--sac-steps 10000] [--seeds 0 1 2] [--only NAME]
 
-A run by hand (minutes); CI runs none of it.
+A run by hand (the learning table: about 20 minutes on 2 cores); CI runs none of it. Torch runs one thread
+(--threads): on a shared 2-core machine more threads made the small networks' updates several times slower.
 """
 import argparse
 import statistics
 import time
 
 import numpy as np
+import torch
 from gymnasium import spaces
 
 import shmreplay
@@ -35,7 +37,8 @@ def learn(algo, env_id, steps, seed, buffer_class, **kw):
 
 
 def learning_table(args):
-    # rl-baselines3-zoo's hyperparameters for CartPole-v1 (DQN) and Pendulum-v1 (SAC, with its smaller budget)
+    # rl-baselines3-zoo's hyperparameters for CartPole-v1 (DQN, its budget 5e4 steps) and Pendulum-v1 (SAC, its budget
+    # 2e4 steps; the default here is half of that)
     dqn = dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
                target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
                exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]))
@@ -43,12 +46,11 @@ def learning_table(args):
     print(f"\n### Learning: mean evaluation return (10 episodes, deterministic) after the same budget\n")
     print("| task | budget | buffer | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean | seconds |")
     print("|---|---|---|" + "---|" * (len(args.seeds) + 2))
-    for task, algo, env_id, steps, kw, seeds in (("DQN CartPole-v1", DQN, "CartPole-v1", args.dqn_steps, dqn, args.seeds),
-                                                 ("SAC Pendulum-v1", SAC, "Pendulum-v1", args.sac_steps, sac,
-                                                  args.seeds[:1])):
+    for task, algo, env_id, steps, kw in (("DQN CartPole-v1", DQN, "CartPole-v1", args.dqn_steps, dqn),
+                                          ("SAC Pendulum-v1", SAC, "Pendulum-v1", args.sac_steps, sac)):
         for label, cls in BUFFERS.items():
-            runs = [learn(algo, env_id, steps, s, cls, **kw) for s in seeds]
-            returns = [f"{r:.1f}" for r, _ in runs] + [""] * (len(args.seeds) - len(runs))
+            runs = [learn(algo, env_id, steps, s, cls, **kw) for s in args.seeds]
+            returns = [f"{r:.1f}" for r, _ in runs]
             print(f"| {task} | {steps} steps | {label} | " + " | ".join(returns) +
                   f" | {statistics.mean(r for r, _ in runs):.1f} | {sum(t for _, t in runs):.0f} |", flush=True)
 
@@ -126,14 +128,16 @@ def speed_table(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dqn-steps", type=int, default=20_000)
-    parser.add_argument("--sac-steps", type=int, default=5_000)
+    parser.add_argument("--dqn-steps", type=int, default=50_000)
+    parser.add_argument("--sac-steps", type=int, default=10_000)
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--atari-partial", type=int, default=50_000, help="steps of the Atari buffer filled")
     parser.add_argument("--fill", type=int, default=5_000, help="adds before timing sample (each of n_envs envs)")
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--only", choices=["learning", "memory", "speed"])
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     for name, table in (("speed", speed_table), ("memory", memory_table), ("learning", learning_table)):
         if args.only in (None, name):
             table(args)
