@@ -225,3 +225,31 @@ TEST_CASE("a compressed field's declaration round-trips and bad ones are refused
   REQUIRE(diffs.size() == 1);
   CHECK(test::contains(diffs[0], "compressed with lz4"));
 }
+
+TEST_CASE("a compressed stack under the episodes continuity rule opens again and reads back exact") {
+  const std::string name = test::unique_name("compressed-episodes");
+  test::SegmentGuard guard(name);
+  CreateOptions options;
+  options.episodes = {.done = "done"};
+  options.stack_continuity = StackContinuity::episodes;
+  options.stack_restarts = 16;
+  Buffer b = Buffer::create(name, 1, 64, Schema::parse("obs:u8[4,16,16]:stack=0:lz4 done:bool"), options);
+  const std::vector<std::array<uint64_t, kDepth>> eps = make_episodes(0, 200);
+  {
+    Writer w(b, {0});
+    for (std::size_t s = 0; s < eps.size(); ++s) {
+      const std::vector<uint8_t> obs = step_bytes(0, eps[s], Shape::first_axis, false);
+      // The step ends its episode when the next one starts with padding (make_episodes' resets).
+      const bool done = s + 1 < eps.size() && eps[s + 1][0] == 0 && eps[s + 1][kDepth - 2] == 0;
+      w.push_one(0, {{obs.data(), obs.size()}, {&done, 1}});
+    }
+  }
+  const Buffer again = Buffer::open(name);  // open accepts a compressed stack as the rule's stacked field
+  CHECK(again.stack_continuity() == StackContinuity::episodes);
+  const StepRecords r = read_steps(again, 0, 0, 200);
+  CHECK(r.first_step == 200 - 64);
+  for (uint64_t i = 0; i < r.count; ++i) {
+    const std::vector<uint8_t> want = step_bytes(0, eps[r.first_step + i], Shape::first_axis, false);
+    REQUIRE(std::memcmp(r.field(i, 0).data(), want.data(), want.size()) == 0);
+  }
+}
