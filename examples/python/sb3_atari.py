@@ -19,6 +19,7 @@ Needs ``pip install "shmreplay[sb3,atari]"`` (Stable-Baselines3 and ale-py). Exi
 import argparse
 import multiprocessing as mp
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -117,20 +118,23 @@ def main():
     added = [ctx.Value("q", 0) for _ in range(args.actors)]
     actors = [ctx.Process(target=actor, args=(rb.name, args.game, args.envs, args.seed + 1 + k, policy_path,
                                               args.epsilon, stop, added[k])) for k in range(args.actors)]
-    for p in actors:
-        p.start()
-    deadline = time.monotonic() + 300
-    while not all(a.value for a in added) and time.monotonic() < deadline:  # until every actor has added
-        if not all(p.is_alive() for p in actors):
-            break
-        time.sleep(0.1)
-    before = [a.value for a in added]
-    start = time.perf_counter()
-    model.learn(args.steps, callback=SavePolicy())
-    seconds = time.perf_counter() - start
-    stop.set()
-    for p in actors:
-        p.join()
+    try:
+        for p in actors:
+            p.start()
+        deadline = time.monotonic() + 300
+        while not all(a.value for a in added) and time.monotonic() < deadline:  # until every actor has added
+            if not all(p.is_alive() for p in actors):
+                break
+            time.sleep(0.1)
+        before = [a.value for a in added]
+        start = time.perf_counter()
+        model.learn(args.steps, callback=SavePolicy())
+        seconds = time.perf_counter() - start
+    finally:  # the actors stop however the learner ends
+        stop.set()
+        for p in actors:
+            p.join()
+        shutil.rmtree(work, ignore_errors=True)
 
     returns = [e["r"] for e in model.ep_info_buffer]
     stored = int(rb.buffer.heads().sum())  # steps pushed by every process: transitions and episode starts

@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """The actor adapters' cost: env steps per second of a vector env wrapped in shmreplay.gymnasium.ReplayWriter or
 shmreplay.pufferlib.ReplayWriter (every step pushed into a buffer) against the same vector env bare, in one process
-and one run. Trials alternate bare and wrapped (each starting with an unseeded reset), and each rate is the median of the
-trials; the actions are drawn before timing, so neither loop pays for them. Prints a Markdown table
+and one run. Trials alternate bare and wrapped (each starting with an unseeded reset), and each rate is the median
+of the trials; the actions are drawn before timing, so neither loop pays for them. Prints a Markdown table
 (docs/benchmarks/actors.md).
 
     .venv/bin/python tools/bench/actors_bench.py [--steps 2000] [--trials 5] [--envs 8]
 
 Cases: CartPole-v1 (obs f32[4]) under Gymnasium's SyncVectorEnv and AsyncVectorEnv and PufferLib's Serial backend;
 Breakout (ALE, Gymnasium's AtariPreprocessing and 4 frames stacked: obs u8[4,84,84], stored with stack_axis=0, one
-frame per step) under SyncVectorEnv and PufferLib's Serial backend, when ale-py is installed
-(``pip install "shmreplay[atari]"``; without it those rows say so). A run by hand (a minute or two); CI runs none of it.
+frame per step) under SyncVectorEnv and PufferLib's Serial backend, when the atari extra is installed
+(``pip install "shmreplay[atari]"``: ale-py, and OpenCV for AtariPreprocessing; without them those rows say so).
+A run by hand (a minute or two); CI runs only a smoke run (tests/python/test_bench.py).
 """
 import argparse
 import os
@@ -117,8 +118,8 @@ def main():
         steps = args.steps if env == "CartPole-v1" else max(args.steps // 4, 1)
         try:
             writer, buf, (bare, wrapped) = case(args.envs, stack_axis, f"actors-bench-{os.getpid()}-{k}")
-        except ImportError as e:
-            print(f"| {adapter} | {env} | {obs} | not run: {e} | | |", flush=True)
+        except (ImportError, gym.error.DependencyNotInstalled) as e:  # ale-py, or OpenCV for AtariPreprocessing
+            print(f"| {adapter} | {env} | {obs} | not run: {str(e).splitlines()[0]} | | |", flush=True)
             continue
         try:
             bare_rates, wrapped_rates = [], []
