@@ -13,6 +13,7 @@
 //   shmreplay_bench_compressed [--frames build/frames] [--games Pong,MsPacman] [--envs 16] [--capacity 8192]
 //                              [--seconds 0.2] [--trials 5]
 //   shmreplay_bench_compressed --atari-1e6 [--budget-bytes 1000000000] ...   the goal figure (compressed_million.cpp)
+//   shmreplay_bench_compressed --seed-scale [--writers 6] [--codec lz4] ...   the seed's run (compressed_seed.cpp)
 //   shmreplay_bench_compressed --quick      2 envs x 64 steps, one 10 ms trial: a smoke run for CI
 #include <unistd.h>
 
@@ -29,6 +30,7 @@
 
 #include "bench_cli.hpp"
 #include "bench_support.hpp"
+#include "compressed_seed.hpp"
 #include "compressed_store.hpp"
 #include "median_rate.hpp"
 #include "shmreplay/internal/segment.hpp"
@@ -205,7 +207,7 @@ void print_table(const Options& o, const std::string& command, const std::vector
                vs(r.seq, stacked.seq, false), vs(r.seq, copy.seq, false), rate(median(r.flat)),
                vs(r.flat, stacked.flat, false), vs(r.flat, copy.flat, false));
   }
-  fmt::print("\nratio: stacked only, the steps' bytes as pushed over the bytes stored. Every storage's newest 4 steps "
+  fmt::print("\nratio: the steps' bytes as pushed (every field) over B/step stored. Every storage's newest 4 steps "
              "of every env were read back and compared with the file's stacks before the trials.\n");
 }
 
@@ -223,6 +225,7 @@ int main(int argc, char** argv) {
   using namespace shmreplay::bench;
   Options o;
   MillionOptions m;
+  SeedOptions seed;
   CLI::App app{"shmreplay_bench_compressed: the compressed storage kind on real Atari frames against stacked-only "
                "storage and memcpy"};
   o.trials.add_to(app, "2 envs x 64 steps, one 10 ms trial: a smoke run for CI");
@@ -231,6 +234,7 @@ int main(int argc, char** argv) {
   app.add_option("--envs", o.envs, "Envs per buffer (default 16)")->check(CLI::Range(1, 4096));
   app.add_option("--capacity", o.capacity, "Steps per env (default 8192)")->check(CLI::Range(64, 1 << 24));
   m.add_to(app);
+  seed.add_to(app);
   return bench_main(
       app, argc, argv,
       [&](const QuickDefaults& given) {
@@ -238,9 +242,11 @@ int main(int argc, char** argv) {
         given("--envs", o.envs, 2);
         given("--capacity", o.capacity, 64);
         m.quick_defaults(given);
+        seed.quick_defaults(given);
       },
       [&](const std::string& command) {
         if (m.enabled) return run_million(m, o.frames, o.games, command);
+        if (seed.enabled) return run_seed_scale(seed, o.frames, command);
         return run(o, command);
       });
 }

@@ -15,7 +15,6 @@
 #include <fmt/format.h>
 
 #include "compressed_store.hpp"
-#include "detail/segment/rules.hpp"
 #include "median_rate.hpp"
 #include "proc_memory.hpp"
 #include "shmreplay/internal/segment.hpp"
@@ -33,22 +32,10 @@ struct MillionRow {
   uint64_t seg_rss = 0, rss = 0, rss_before = 0;
 };
 
-// The byte budget that makes the segment of `schema` at most `segment_bytes` (0 when nothing fits).
-uint64_t budget_for(const MillionOptions& o, const Schema& schema) {
-  const auto total = [&](uint64_t b) {
-    return detail::plan_segment(o.envs, o.capacity, schema, 0, false, 0, 1, {.bytes = b}).total_bytes;
-  };
-  const uint64_t probe = o.envs << 20;
-  const uint64_t fixed = total(probe) - std::min(total(probe), probe);
-  uint64_t b = o.segment_bytes > fixed ? o.segment_bytes - fixed : 0;
-  while (b > 0 && total(b) > o.segment_bytes) b -= std::min<uint64_t>(b, o.envs * 4096);
-  return b;
-}
-
 MillionRow measure(const MillionOptions& o, const Recording& rec, const std::string& codec) {
   MillionRow r{.game = rec.name, .codec = codec};
   const std::string schema = recorded_schema(rec, ":" + codec);
-  r.budget = budget_for(o, Schema::parse(schema));
+  r.budget = budget_for_segment(o.envs, o.capacity, Schema::parse(schema), o.segment_bytes);
   r.rss_before = process_rss();
   const std::string name = fmt::format("shmreplay-bench-{}-compressed-1e6", ::getpid());
   fmt::print(stderr, "shmreplay_bench_compressed --atari-1e6: {} {}: creating {} x {} steps, budget {:.3f} GB\n",

@@ -3,7 +3,10 @@
 // newest steps against the file's stacks, and its counters. Also the --atari-1e6 mode's options (compressed_million).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <functional>
 #include <cstdint>
 #include <span>
 #include <stdexcept>
@@ -14,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "bench_cli.hpp"
+#include "detail/segment/rules.hpp"
 #include "recorded_feed.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/inspector.hpp"
@@ -21,6 +25,19 @@
 #include "shmreplay/writer.hpp"
 
 namespace shmreplay::bench {
+
+/// The compressed fields' byte budget (CreateOptions::compressed_bytes) that makes a segment of `envs` x `capacity`
+/// steps of `schema` at most `segment_bytes` long (0 when not even its other sections fit), from the segment's plan.
+inline uint64_t budget_for_segment(uint64_t envs, uint64_t capacity, const Schema& schema, uint64_t segment_bytes) {
+  const auto total = [&](uint64_t b) {
+    return detail::plan_segment(envs, capacity, schema, 0, false, 0, 1, {.bytes = b}).total_bytes;
+  };
+  const uint64_t probe = envs << 20;
+  const uint64_t fixed = total(probe) - std::min(total(probe), probe);
+  uint64_t b = segment_bytes > fixed ? segment_bytes - fixed : 0;
+  while (b > 0 && total(b) > segment_bytes) b -= std::min<uint64_t>(b, envs * 4096);
+  return b;
+}
 
 /// How a RecordedStore's buffer is created.
 struct StoreOptions {

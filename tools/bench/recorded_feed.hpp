@@ -34,13 +34,15 @@ inline std::string recorded_schema(const Recording& rec, const std::string& obs_
                      obs_options);
 }
 
-/// Steps of `envs` envs replayed from `recordings` (all of one frame shape and depth; none with channels), as a
+/// Steps of envs [first_env, first_env + envs) of `total_envs` (0: `envs`) replayed from `recordings` (all of one frame shape and depth; none with channels), as a
 /// batched push takes them: next() makes every env's next step, batch() is it. The action is the step's place in its
 /// file modulo 18 and the reward 0 (the recorder keeps neither); done is the file's DONE flag. Not thread-safe;
 /// one per Writer.
 class RecordedFeed {
  public:
-  RecordedFeed(const std::vector<const Recording*>& recordings, uint64_t envs) : envs_(envs) {
+  RecordedFeed(const std::vector<const Recording*>& recordings, uint64_t envs, uint64_t first_env = 0,
+               uint64_t total_envs = 0)
+      : envs_(envs) {
     if (recordings.empty()) throw std::invalid_argument("RecordedFeed: no recordings");
     const Recording& a = *recordings.front();
     for (const Recording* r : recordings) {
@@ -54,10 +56,11 @@ class RecordedFeed {
     }
     frame_bytes_ = a.frame_bytes();
     depth_ = a.depth;
-    const uint64_t per_source = (envs + sources_.size() - 1) / sources_.size();
-    for (uint64_t e = 0; e < envs; ++e) {
-      const Source& s = sources_[e % sources_.size()];
-      starts_.push_back((e / sources_.size()) * s.rec->steps / per_source);
+    const uint64_t total = total_envs == 0 ? envs : total_envs;
+    const uint64_t per_source = (total + sources_.size() - 1) / sources_.size();
+    for (uint64_t e = first_env; e < first_env + envs; ++e) {
+      at_.push_back(sources_[e % sources_.size()]);
+      starts_.push_back((e / sources_.size()) * at_.back().rec->steps / per_source);
     }
     obs_.resize(envs * step_obs_bytes());
     action_.resize(envs);
@@ -70,15 +73,15 @@ class RecordedFeed {
   /// Steps made per env so far (next() calls).
   uint64_t made() const noexcept { return t_; }
 
-  /// Env `env`'s obs at its step `t` (its stack, oldest frame first) into `out` (step_obs_bytes()).
+  /// Env `env`'s (0 is first_env) obs at its step `t` (its stack, oldest frame first) into `out` (step_obs_bytes()).
   void stack(uint64_t env, uint64_t t, std::byte* out) const noexcept {
-    const Source& s = sources_[env % sources_.size()];
+    const Source& s = at_[env];
     const std::size_t i = std::size_t{s.env} * s.rec->steps + (starts_[env] + t) % s.rec->steps;
     for (std::size_t k = 0; k < depth_; ++k) std::memcpy(out + k * frame_bytes_, s.rec->stack_frame(i, k), frame_bytes_);
   }
   /// Env `env`'s flags at its step `t` (Recording::kFirst, kDone).
   uint8_t flags(uint64_t env, uint64_t t) const noexcept {
-    const Source& s = sources_[env % sources_.size()];
+    const Source& s = at_[env];
     return s.rec->flags[std::size_t{s.env} * s.rec->steps + (starts_[env] + t) % s.rec->steps];
   }
 
@@ -86,7 +89,7 @@ class RecordedFeed {
   void next() noexcept {
     for (uint64_t e = 0; e < envs_; ++e) {
       stack(e, t_, obs_.data() + e * step_obs_bytes());
-      const Source& s = sources_[e % sources_.size()];
+      const Source& s = at_[e];
       action_[e] = static_cast<int32_t>((starts_[e] + t_) % s.rec->steps % 18);
       done_[e] = (flags(e, t_) & Recording::kDone) != 0 ? 1 : 0;
     }
@@ -107,8 +110,9 @@ class RecordedFeed {
   uint64_t envs_;
   std::size_t frame_bytes_ = 0, depth_ = 0;
   uint64_t t_ = 0;
-  std::vector<Source> sources_;
-  std::vector<uint64_t> starts_;  // per env
+  std::vector<Source> sources_;  // every env of every recording
+  std::vector<Source> at_;       // per env of this feed (0 is first_env): its source
+  std::vector<uint64_t> starts_;  // per env of this feed
   std::vector<std::byte> obs_;
   std::vector<int32_t> action_;
   std::vector<float> reward_;
