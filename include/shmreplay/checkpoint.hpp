@@ -204,6 +204,9 @@ struct CheckpointInfo {
   CheckpointLimiter limiter;             ///< the rate limiter (format 2.0)
   CheckpointLearner learner;             ///< learner slot 0's counters, and the priority updates (format 2.0)
   uint64_t max_learners = 1;             ///< the source's learner slots (format 2.1; 1 in older files)
+  double expected_compression = 0;       ///< a ratio (CreateOptions::expected_compression) that gives each of the
+                                         ///< source's compressed fields at least its byte ring: what a load into a new
+                                         ///< segment creates it with; 0 without compressed fields
   std::vector<CheckpointLearnerSlot> learner_slots;  ///< slots 1 to max_learners - 1 (format 2.1)
   uint64_t chain_id = 0;                 ///< a chain's id (save_link); 0 for a self-contained checkpoint
   uint64_t link_seq = 0;                 ///< the link's number in its chain directory; 0 for save_checkpoint

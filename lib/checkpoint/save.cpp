@@ -165,6 +165,7 @@ CheckpointHeader make_header(const CheckpointInfo& info, const std::string& meta
   h.link_seq = info.link_seq;
   h.save_started_ns = info.save_started_ns;
   h.stack_restarts = info.stack_restarts;
+  h.expected_compression_bits = std::bit_cast<uint64_t>(info.expected_compression);
   h.stack_continuity = static_cast<uint64_t>(info.stack_continuity);
   // alpha = 0 as -0.0, as the segment stores it, so that 0 bits mean "no priorities".
   h.priority_exponent_bits =

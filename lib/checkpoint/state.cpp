@@ -16,6 +16,7 @@
 
 #include "checkpoint/internal.hpp"
 #include "counters.hpp"
+#include "detail/protocol/packed_frames.hpp"
 #include "detail/protocol/episode_queue.hpp"
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/learner_slots.hpp"
@@ -136,9 +137,29 @@ uint64_t save_env_extras(const Buffer& b, uint64_t env, const SavedEnv& saved, O
 }
 
 uint64_t stack_restarts_of(const Segment& seg) noexcept {
-  if (!seg.has_stacks() || seg.stacks()[0].depth < 2) return 0;
-  const StackGeometry& s = seg.stacks()[0];  // frames = capacity + (depth - 1) x (1 + restarts), maybe one more
-  return (s.frames - seg.capacity()) / (s.depth - 1) - 1;
+  // frames = capacity + (depth - 1) x (1 + restarts), maybe one more; a compressed field's kPackedKeyEvery - 1 more
+  // (detail/storage/packed_ring.cpp, packed_frames)
+  if (seg.has_stacks() && seg.stacks()[0].depth >= 2) {
+    const StackGeometry& s = seg.stacks()[0];
+    return (s.frames - seg.capacity()) / (s.depth - 1) - 1;
+  }
+  for (const PackedGeometry& p : seg.packed()) {
+    if (p.stack.depth < 2) continue;
+    return (p.stack.frames - (kPackedKeyEvery - 1) - seg.capacity()) / (p.stack.depth - 1) - 1;
+  }
+  return 0;
+}
+
+// A ratio that gives each compressed field of `seg` at least its byte ring when a load creates a segment with it
+// (packed_ring.cpp: a ring is max(least, frames' bytes / ratio) rounded down to 64 bytes): the smallest of the
+// fields' ratios, a hair less, and at least 1. 0 without compressed fields.
+double expected_compression_of(const Segment& seg) noexcept {
+  double ratio = 0;
+  for (const PackedGeometry& p : seg.packed()) {
+    const double r = static_cast<double>(p.stack.frames * p.stack.frame_bytes) / static_cast<double>(p.ring_bytes);
+    ratio = ratio == 0 ? r : std::min(ratio, r);
+  }
+  return ratio == 0 ? 0 : std::clamp(ratio * (1 - 1e-9), 1.0, 1e6);
 }
 
 void read_source_state(const Buffer& b, CheckpointInfo& info) {
@@ -146,6 +167,7 @@ void read_source_state(const Buffer& b, CheckpointInfo& info) {
   const layout::GlobalControl& g = seg.global_control();
   info.stack_continuity = seg.stack_continuity();
   info.stack_restarts = stack_restarts_of(seg);
+  info.expected_compression = expected_compression_of(seg);
   info.priority_exponent = exponent_of(b);
   info.max_priority = seg.has_priorities() ? max_priority(g.max_priority) : 1.0;
   const std::optional<LimiterSettings> settings = load_rate_limit(g);
@@ -196,6 +218,7 @@ CreateOptions create_options_of(const CheckpointInfo& info, uint32_t mode) {
       create.stack_restarts = info.stack_restarts;
       create.stack_continuity = info.stack_continuity;
     }
+    create.expected_compression = info.expected_compression;  // each field's ring at least the source's
   }
   return create;
 }

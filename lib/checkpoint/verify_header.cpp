@@ -62,6 +62,10 @@ void read_state(const std::string& path, const CheckpointHeader& h, CheckpointIn
   info.chain_id = h.chain_id;
   info.link_seq = h.link_seq;
   info.stack_restarts = h.stack_restarts;
+  info.expected_compression = std::bit_cast<double>(h.expected_compression_bits);
+  if (!(info.expected_compression == 0 || (info.expected_compression >= 1 && info.expected_compression <= 1e6))) {
+    info.expected_compression = 0;  // a damaged word: the load falls back to the default budget
+  }
   if (h.stack_continuity > static_cast<uint64_t>(StackContinuity::episodes)) {
     corrupt(path, fmt::format("its stack continuity code is {}, expected 0 (compare) or 1 (episodes)",
                               h.stack_continuity));

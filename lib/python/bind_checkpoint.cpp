@@ -249,6 +249,9 @@ void bind_info(py::module_& m) {
                     "loaded with it")
       .def_readonly("stack_restarts", &CheckpointInfo::stack_restarts,
                     "the source's stack restart reserve (0 without stacked fields or in a 1.0 file)")
+      .def_readonly("expected_compression", &CheckpointInfo::expected_compression,
+                    "a ratio that gives each of the source's compressed fields at least its byte ring: what a load "
+                    "into a new buffer creates it with; 0 without compressed fields")
       .def_property_readonly("stack_continuity",
                              [](const CheckpointInfo& i) { return std::string(to_string(i.stack_continuity)); },
                              "the source's stack continuity rule, 'compare' or 'episodes'")

@@ -225,3 +225,88 @@ TEST_CASE("a compressed field's declaration round-trips and bad ones are refused
   REQUIRE(diffs.size() == 1);
   CHECK(test::contains(diffs[0], "compressed with lz4"));
 }
+
+TEST_CASE("a compressed stack under the episodes continuity rule opens again and reads back exact") {
+  const std::string name = test::unique_name("compressed-episodes");
+  test::SegmentGuard guard(name);
+  CreateOptions options;
+  options.episodes = {.done = "done"};
+  options.stack_continuity = StackContinuity::episodes;
+  options.stack_restarts = 16;
+  Buffer b = Buffer::create(name, 1, 64, Schema::parse("obs:u8[4,16,16]:stack=0:lz4 done:bool"), options);
+  const std::vector<std::array<uint64_t, kDepth>> eps = make_episodes(0, 200);
+  {
+    Writer w(b, {0});
+    for (std::size_t s = 0; s < eps.size(); ++s) {
+      const std::vector<uint8_t> obs = step_bytes(0, eps[s], Shape::first_axis, false);
+      // The step ends its episode when the next one starts with padding (make_episodes' resets).
+      const bool done = s + 1 < eps.size() && eps[s + 1][0] == 0 && eps[s + 1][kDepth - 2] == 0;
+      w.push_one(0, {{obs.data(), obs.size()}, {&done, 1}});
+    }
+  }
+  const Buffer again = Buffer::open(name);  // open accepts a compressed stack as the rule's stacked field
+  CHECK(again.stack_continuity() == StackContinuity::episodes);
+  const StepRecords r = read_steps(again, 0, 0, 200);
+  CHECK(r.first_step == 200 - 64);
+  for (uint64_t i = 0; i < r.count; ++i) {
+    const std::vector<uint8_t> want = step_bytes(0, eps[r.first_step + i], Shape::first_axis, false);
+    REQUIRE(std::memcmp(r.field(i, 0).data(), want.data(), want.size()) == 0);
+  }
+}
+
+TEST_CASE("the planners' draws over views that lost steps to the budget follow their weights (chi-square)") {
+  // Two envs of incompressible frames in a budget far below the slots, one with twice the other's steps pushed: the
+  // views start where the budget, not the capacity, puts them; starts of sequences of 4 at power 1 are drawn in
+  // proportion to the steps left in the view, and transitions uniformly over the stored steps.
+  const std::string name = test::unique_name("compressed-chi");
+  test::SegmentGuard guard(name);
+  CreateOptions options;
+  options.compressed_bytes = 2 * 24 * kFrame * 2;
+  Buffer b = Buffer::create(name, 2, 64, Schema::parse("obs:u8[4,16,16]:stack=0:lz4"), options);
+  {
+    Writer w(b, {0, 1});
+    for (uint64_t e = 0; e < 2; ++e) {
+      const auto eps = make_episodes(e, 150 * (e + 1));
+      for (const auto& ids : eps) {
+        const std::vector<uint8_t> obs = step_bytes(e, ids, Shape::first_axis, true);
+        w.push_one(e, {{obs.data(), obs.size()}});
+      }
+    }
+  }
+  Sampler s(b);
+  uint64_t lo[2], hi[2];
+  for (uint64_t e = 0; e < 2; ++e) {
+    hi[e] = s.sizes(e).head;
+    lo[e] = hi[e] - s.sizes(e).replay;
+    REQUIRE(hi[e] - lo[e] < 64);  // the budget bounds the view
+    REQUIRE(hi[e] - lo[e] > 8);
+  }
+  const auto cell = [&](uint64_t e, uint64_t step) { return (e == 0 ? 0 : hi[0] - lo[0]) + step - lo[e]; };
+  const std::size_t cells = (hi[0] - lo[0]) + (hi[1] - lo[1]);
+  Rng rng(11);
+  SampleBatch batch;
+  for (const std::size_t length : {std::size_t{1}, std::size_t{4}}) {
+    CAPTURE(length);
+    std::vector<uint64_t> counts(cells, 0);
+    std::vector<double> prob(cells, 0.0);
+    double total = 0;
+    for (uint64_t e = 0; e < 2; ++e) {
+      for (uint64_t p = lo[e]; p < hi[e]; ++p) {
+        prob[cell(e, p)] = static_cast<double>(std::min<uint64_t>(hi[e] - p, length));  // remaining length ^ 1
+        total += prob[cell(e, p)];
+      }
+    }
+    for (double& q : prob) q /= total;
+    const int calls = 400;
+    for (int c = 0; c < calls; ++c) {
+      s.sample(View::replay, 64, length, 1.0, rng, batch);
+      for (std::size_t row = 0; row < 64; ++row) {
+        const uint64_t e = batch.env_ids()[row];
+        REQUIRE(batch.start_steps()[row] >= lo[e]);  // never a step the budget lost
+        ++counts[cell(e, batch.start_steps()[row])];
+      }
+    }
+    const double chi = test::chi_square(counts, prob, 64.0 * calls);
+    CHECK(chi < test::chi_square_bound(static_cast<double>(cells - 1)));
+  }
+}

@@ -156,7 +156,9 @@ struct CheckpointHeader {
   uint64_t max_learners;             ///< (2.1) the source's learner slots when more than one; 0 for one (and in 2.0)
   uint64_t learner_bytes;            ///< (2.1) bytes of the learner block before the trailer; 0 with one slot
   uint64_t learner_crc;              ///< (2.1) CRC-32 of the learner block (in the low 32 bits); 0 with one slot
-  uint64_t reserved[14];             ///< zero
+  uint64_t expected_compression_bits;  ///< f64 bits of the ratio that gives each of the source's compressed fields
+                                       ///< (layout 1.10) at least its byte ring; 0 without
+  uint64_t reserved[13];             ///< zero
   uint32_t meta_crc;                 ///< CRC-32 of the meta block
   uint32_t header_crc;               ///< CRC-32 of this header with header_crc = 0
 };

@@ -127,7 +127,7 @@ const char* frame_fault_text(FrameFault fault) noexcept {
 }
 
 PackedFault copy_packed_steps(const Segment& seg, std::size_t p, uint64_t env, uint64_t first, uint64_t count,
-                              std::byte* out, uint64_t stride) noexcept {
+                              std::byte* out, uint64_t stride, const std::byte* before) noexcept {
   const PackedGeometry& g = seg.packed()[p];
   const StackGeometry& st = g.stack;
   const uint64_t depth = st.depth;
@@ -144,6 +144,14 @@ PackedFault copy_packed_steps(const Segment& seg, std::size_t p, uint64_t env, u
   Decoded last;
   const std::byte* prev = nullptr;  // the previous step's bytes, and its stack's oldest frame
   uint64_t prev_oldest = 0;
+  if (before != nullptr && first > 0) {  // step first - 1, rebuilt by the caller: its frames need no decode
+    const uint64_t newest = index[(first - 1) % cap].load(std::memory_order_relaxed);
+    if (newest + 1 >= depth) {
+      prev = before;
+      prev_oldest = newest + 1 - depth;
+      if (st.outer == 1) last = {newest, before + (depth - 1) * st.frame_bytes};
+    }
+  }
   for (uint64_t i = 0; i < count; ++i) {
     const uint64_t step = first + i;
     std::byte* dst = out + i * stride;

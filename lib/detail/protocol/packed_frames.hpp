@@ -65,11 +65,12 @@ struct PackedFault {
 
 /// The fields of steps [first, first + count) of env `env` of compressed field `p` into `out`, one step every
 /// `stride` bytes, each frame decoded once (a frame shared by consecutive steps' stacks is copied from the step
-/// before). Returns the first fault (the other steps are still written; a faulted step's bytes are unspecified).
-/// Reader side: its bytes are valid when the caller's validation of the copy passes; a fault in a copy that
-/// validates means the segment's bytes are corrupt.
+/// before). `before`: step first - 1's bytes when the caller has rebuilt them already (another row of the same
+/// call), else nullptr. Returns the first fault (the other steps are still written; a faulted step's bytes are
+/// unspecified). Reader side: its bytes are valid when the caller's validation of the copy passes; a fault in a copy
+/// that validates means the segment's bytes are corrupt.
 PackedFault copy_packed_steps(const Segment& seg, std::size_t p, uint64_t env, uint64_t first, uint64_t count,
-                              std::byte* out, uint64_t stride) noexcept;
+                              std::byte* out, uint64_t stride, const std::byte* before = nullptr) noexcept;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Writer side.

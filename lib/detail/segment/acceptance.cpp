@@ -360,9 +360,11 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
     if (rule != static_cast<uint64_t>(StackContinuity::episodes)) {
       v.fail(Errc::corrupt, fmt::format("stack_continuity is {}, expected 0 (compare) or 1 (episodes)", rule));
     }
-    if (g.stacks.empty() || !roles.any_flag()) {
+    const bool stacked = std::any_of(g.schema.fields().begin(), g.schema.fields().end(),
+                                     [](const Field& f) { return f.stacked(); });  // frame ring or compressed
+    if (!stacked || !roles.any_flag()) {
       v.fail(Errc::corrupt, fmt::format("stack_continuity is 1 (episodes), but the segment has {}",
-                                        g.stacks.empty() ? "no stacked field" : "no episode flag field"));
+                                        !stacked ? "no stacked field" : "no episode flag field"));
     }
     g.stack_continuity = StackContinuity::episodes;
   }

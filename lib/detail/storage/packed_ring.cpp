@@ -16,6 +16,10 @@
 namespace shmreplay::detail {
 namespace {
 
+// The most rows a gather sorts (the Sampler's chunks hold at most 256: sampler_gather.hpp); more are copied in
+// their own order.
+constexpr std::size_t kMaxGatherRows = 256;
+
 // The stores of one Writer (or one load) into the compressed fields of its envs: per env its cursors and raw
 // copies, and one scratch (packed_frames.hpp: PackedWriterEnv, PackedScratch, store_packed).
 class PackedRingWriter final : public KindWriter {
@@ -81,16 +85,35 @@ void PackedRing::copy_steps(const Segment& seg, uint64_t env, uint64_t first, ui
 
 void PackedRing::gather(const Segment& seg, std::byte* const* outs, std::size_t length, const GatherRow* rows,
                         std::size_t count, bool /*all_whole*/) const noexcept {
+  // The rows in (env, start) order, so that a row that overlaps an earlier one of its env (overlapping sequences of
+  // one call) copies the steps they share from that row's bytes and decodes only the rest.
+  uint16_t order[kMaxGatherRows];
+  const std::size_t n = std::min(count, kMaxGatherRows);
+  for (std::size_t k = 0; k < n; ++k) order[k] = static_cast<uint16_t>(k);
+  std::sort(order, order + n, [&](uint16_t a, uint16_t b) {
+    return rows[a].env != rows[b].env ? rows[a].env < rows[b].env : rows[a].start < rows[b].start;
+  });
   for (std::size_t i = 0; i < fields().size(); ++i) {
     const uint64_t bytes = seg.schema()[fields()[i]].bytes();
-    for (std::size_t k = 0; k < count; ++k) {
-      const GatherRow& r = rows[k];
+    const GatherRow* prev = nullptr;  // the row before in that order
+    for (std::size_t j = 0; j < count; ++j) {
+      const GatherRow& r = rows[j < n ? order[j] : j];
       std::byte* dst = outs[i] + r.row * length * bytes;
-      const PackedFault f = copy_packed_steps(seg, i, r.env, r.start, r.steps, dst, bytes);
-      if (f.fault != FrameFault::none) {
-        note_storage_fault({fields()[i], r.env, f.step, f.frame, frame_fault_text(f.fault)});
+      uint64_t shared = 0;  // leading steps of r that `prev` holds
+      if (prev != nullptr && prev->env == r.env && r.start >= prev->start && r.start < prev->start + prev->steps) {
+        shared = std::min(prev->start + prev->steps - r.start, r.steps);
+        std::memcpy(dst, outs[i] + (prev->row * length + (r.start - prev->start)) * bytes, shared * bytes);
+      }
+      if (shared < r.steps) {
+        const PackedFault f = copy_packed_steps(seg, i, r.env, r.start + shared, r.steps - shared,
+                                                dst + shared * bytes, bytes,
+                                                shared > 0 ? dst + (shared - 1) * bytes : nullptr);
+        if (f.fault != FrameFault::none) {
+          note_storage_fault({fields()[i], r.env, f.step, f.frame, frame_fault_text(f.fault)});
+        }
       }
       if (r.steps < length) std::memset(dst + r.steps * bytes, 0, (length - r.steps) * bytes);
+      if (prev == nullptr || prev->env != r.env || r.start + r.steps > prev->start + prev->steps) prev = &r;
     }
   }
 }
