@@ -20,7 +20,6 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -58,7 +57,7 @@ struct Row {
 // memcpy of what a push hands over: every env's step as pushed into a 64 MiB ring.
 class CopyPush {
  public:
-  explicit CopyPush(std::size_t step_bytes) : step_bytes_(step_bytes), ring_(std::size_t{64} << 20) {}
+  CopyPush() : ring_(std::size_t{64} << 20) {}
   uint64_t operator()(const RecordedFeed& feed) {
     for (const FieldBytes& f : feed.batch()) {
       if (at_ + f.bytes > ring_.size()) at_ = 0;
@@ -70,7 +69,7 @@ class CopyPush {
   }
 
  private:
-  std::size_t step_bytes_, at_ = 0;
+  std::size_t at_ = 0;
   std::vector<std::byte> ring_;
 };
 
@@ -135,7 +134,7 @@ void measure_game(const Options& o, const Recording& rec, std::vector<Row>& rows
     out.push_back(std::move(r));
   }
   RecordedFeed copy_feed({&rec}, o.envs);
-  CopyPush copy_push(copy_feed.step_bytes());
+  CopyPush copy_push;
   std::vector<PreparedOp> push_ops;
   for (auto& s : stores) push_ops.push_back({[&s] { s->feed().next(); }, [&s] { return s->push(); }});
   push_ops.push_back({[&] { copy_feed.next(); }, [&] { return copy_push(copy_feed); }});

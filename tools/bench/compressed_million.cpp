@@ -43,7 +43,9 @@ MillionRow measure(const MillionOptions& o, const Recording& rec, const std::str
   RecordedStore store(name, schema, o.envs, o.capacity, {&rec}, {.compressed_bytes = r.budget});
   const uint64_t tenth = std::max<uint64_t>(o.capacity / 10, 1);
   r.fill_steps_s = store.fill(o.capacity, [&](uint64_t done) {
-    if (done / tenth != (done - 4096) / tenth) fmt::print(stderr, "  filled {} of {} steps per env\n", done, o.capacity);
+    if (done / tenth != (done - 4096) / tenth) {
+      fmt::print(stderr, "  filled {} of {} steps per env\n", done, o.capacity);
+    }
   });
   store.check_newest(4);
   r.c = store.counters();

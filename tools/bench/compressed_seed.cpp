@@ -61,7 +61,8 @@ struct WriterReport {
     r.fill_s = since(t0);
     r.fill_steps = feed.made() * ids.size();
     if (::write(fd, "filled\n", 7) != 7) throw std::runtime_error("the pipe to the learner closed");
-    const auto interval = std::chrono::duration<double>(o.inflow > 0 ? static_cast<double>(o.writers * ids.size()) / o.inflow : 0);
+    const double per_batch_s = o.inflow > 0 ? static_cast<double>(o.writers * ids.size()) / o.inflow : 0;
+    const auto interval = std::chrono::duration<double>(per_batch_s);
     t0 = Clock::now();
     for (auto next = t0; g_stop == 0;) {
       if (o.inflow > 0) {
@@ -126,6 +127,11 @@ uint64_t shm_used_bytes() {
   return (s.f_blocks - s.f_bfree) * s.f_frsize;
 }
 
+// The online rows of a call: online_share of the rows, at least 1.
+std::size_t online_rows(const SeedOptions& o) {
+  return std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(o.rows) * o.online_share + 0.5));
+}
+
 // The learner's figures.
 struct LearnerFigures {
   std::vector<double> latency_s;  // per call
@@ -137,8 +143,7 @@ LearnerFigures learn(const SeedOptions& o, Buffer& buf) {
   Sampler sampler(buf);
   Rng rng(1);
   SampleBatch batch;
-  const auto online = std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(o.rows) * o.online_share + 0.5));
-  const std::size_t replay = o.rows - online;
+  const std::size_t online = online_rows(o), replay = o.rows - online;
   LearnerFigures f;
   sampler.reset_online_queue(OnlineReset::now);
   const auto t0 = Clock::now();
@@ -157,21 +162,26 @@ LearnerFigures learn(const SeedOptions& o, Buffer& buf) {
 
 double gb(uint64_t b) { return static_cast<double>(b) * 1e-9; }
 double quantile(const std::vector<double>& sorted, double q) {
-  return sorted.empty() ? 0.0 : sorted[std::min(sorted.size() - 1, static_cast<std::size_t>(q * static_cast<double>(sorted.size())))];
+  if (sorted.empty()) return 0.0;
+  const auto at = static_cast<std::size_t>(q * static_cast<double>(sorted.size()));
+  return sorted[std::min(sorted.size() - 1, at)];
 }
 
 void print_seed(const SeedOptions& o, const std::string& command, const std::string& schema, uint64_t budget,
                 const StoreCounters& c, uint64_t shm_growth, double fill_s, const LearnerFigures& l,
                 const std::vector<Child>& kids) {
-  const uint64_t envs = o.writers * o.envs_per_writer, online = std::max<uint64_t>(1, static_cast<uint64_t>(static_cast<double>(o.rows) * o.online_share + 0.5));
+  const uint64_t envs = o.writers * o.envs_per_writer, online = online_rows(o);
   double run_steps = 0, run_s = 0;
-  for (const Child& k : kids) run_steps += static_cast<double>(k.report.run_steps), run_s = std::max(run_s, k.report.run_s);
+  for (const Child& k : kids) {
+    run_steps += static_cast<double>(k.report.run_steps);
+    run_s = std::max(run_s, k.report.run_s);
+  }
   double total_latency = 0;
   for (double x : l.latency_s) total_latency += x;
   fmt::print("## shmreplay_bench_compressed --seed-scale\n\n- command: `{}`\n", command);
-  fmt::print("- `{}`, {} envs x {} steps ({} frames), {} writer processes of {} envs fed from the recorded Atari frames "
-             "(every game's file; each env replays one recorded env cyclically: envpool would take hours to fill "
-             "this on 2 cores); the learner samples {} replay + {} online sequences of {} at length^{:g} weights "
+  fmt::print("- `{}`, {} envs x {} steps ({} frames), {} writer processes of {} envs fed from the recorded Atari "
+             "frames (every game's file; each env replays one recorded env cyclically: envpool would take hours to "
+             "fill this on 2 cores); the learner samples {} replay + {} online sequences of {} at length^{:g} weights "
              "(sample_mixed), resetting the online queue after each call, for {:g} s while the writers push at "
              "{} steps/s\n\n",
              schema, envs, o.capacity, envs * o.capacity, o.writers, o.envs_per_writer, o.rows - online, online,

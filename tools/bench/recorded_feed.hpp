@@ -34,10 +34,10 @@ inline std::string recorded_schema(const Recording& rec, const std::string& obs_
                      obs_options);
 }
 
-/// Steps of envs [first_env, first_env + envs) of `total_envs` (0: `envs`) replayed from `recordings` (all of one frame shape and depth; none with channels), as a
-/// batched push takes them: next() makes every env's next step, batch() is it. The action is the step's place in its
-/// file modulo 18 and the reward 0 (the recorder keeps neither); done is the file's DONE flag. Not thread-safe;
-/// one per Writer.
+/// Steps of envs [first_env, first_env + envs) of `total_envs` (0: `envs`) replayed from `recordings` (all of one
+/// frame shape and depth, gray), as a batched push takes them: next() makes every env's next step, batch() is it.
+/// The action is the step's place in its file modulo 18 and the reward 0 (the recorder keeps neither); done is the
+/// file's DONE flag. Not thread-safe; one per Writer.
 class RecordedFeed {
  public:
   RecordedFeed(const std::vector<const Recording*>& recordings, uint64_t envs, uint64_t first_env = 0,
@@ -77,7 +77,9 @@ class RecordedFeed {
   void stack(uint64_t env, uint64_t t, std::byte* out) const noexcept {
     const Source& s = at_[env];
     const std::size_t i = std::size_t{s.env} * s.rec->steps + (starts_[env] + t) % s.rec->steps;
-    for (std::size_t k = 0; k < depth_; ++k) std::memcpy(out + k * frame_bytes_, s.rec->stack_frame(i, k), frame_bytes_);
+    for (std::size_t k = 0; k < depth_; ++k) {
+      std::memcpy(out + k * frame_bytes_, s.rec->stack_frame(i, k), frame_bytes_);
+    }
   }
   /// Env `env`'s flags at its step `t` (Recording::kFirst, kDone).
   uint8_t flags(uint64_t env, uint64_t t) const noexcept {

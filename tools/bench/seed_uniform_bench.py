@@ -6,7 +6,8 @@ machine holds; batches per second, call latencies, and the process's memory. The
 The seed file is a web page's text whose indentation was lost; this script takes its code from the file as it is
 (from `IntScalar = chex.Array` to the page's footer), puts the indentation back by the block structure (a line
 ending in ':' opens a block, a completed `return` closes one, `class` and its decorators are at the top), adds the
-imports the gist left out, and runs it unchanged otherwise but for one keyword JAX renamed since (PATCHES). The buffer's items are the seed script's Storage (obs
+imports the gist left out, and runs it unchanged otherwise but for one keyword JAX renamed since (PATCHES). The
+buffer's items are the seed script's Storage (obs
 u8[4,84,84], action, logprob, reward, value, done), obs from the recorded Atari frames (tools/frames/), stacks rebuilt
 per env and replayed cyclically. The seed's push copies the whole buffer (a functional `.at[].set` without
 donation), so the buffer is filled by building its arrays directly, and a few pushes are timed on their own.
@@ -28,8 +29,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tools", "frames"))
 
 # The one change to the seed's code: jnp.clip's a_max keyword was renamed max (deprecated in JAX 0.4.27, removed since).
-PATCHES = [("jnp.clip(corresponding_row - x, a_max=length_cutoff)", "jnp.clip(corresponding_row - x, max=length_cutoff)")]
-HEADER = "from __future__ import annotations\nfrom functools import partial\nimport chex\nimport jax\nimport jax.numpy as jnp\n"
+PATCHES = [("jnp.clip(corresponding_row - x, a_max=length_cutoff)",
+            "jnp.clip(corresponding_row - x, max=length_cutoff)")]
+HEADER = ("from __future__ import annotations\nfrom functools import partial\n"
+          "import chex\nimport jax\nimport jax.numpy as jnp\n")
 
 
 def reindent(lines):
@@ -110,7 +113,8 @@ def recorded_obs(frames_dir, envs, size):
             if rec.frames.shape[2:] == (84, 84, 1) and rec.depth == 4:  # Atari (not DMC's RGB)
                 sources += [rec.stacks(e).reshape(rec.steps, 4, 84, 84) for e in range(rec.envs)]
     if not sources:
-        raise SystemExit(f"no Atari frames file in {frames_dir}: python tools/frames/record_atari.py --out {frames_dir}")
+        raise SystemExit(f"no Atari frames file in {frames_dir}: "
+                         f"python tools/frames/record_atari.py --out {frames_dir}")
     steps = min(s.shape[0] for s in sources)
     src = jnp.asarray(np.stack([s[:steps] for s in sources]))
     rows = jnp.arange(envs) % len(sources)
