@@ -24,13 +24,14 @@ constexpr uint64_t kFrame = kSide * kSide;
 constexpr uint64_t kDepth = 4;
 
 // Frame `id` of env `env`: a mostly flat picture with a block whose place and shade follow the id (compressible, as
-// an Atari frame is); `noisy`: every byte from a hash (incompressible). Id 0 is the zero padding frame.
-void make_frame(uint64_t env, uint64_t id, bool noisy, uint8_t* out) {
+// an Atari frame is); `noisy` 1: every byte from a hash (incompressible); 2: every third frame so (a frame the codec
+// cannot shrink between frames coded against their predecessor). Id 0 is the zero padding frame.
+void make_frame(uint64_t env, uint64_t id, int noisy, uint8_t* out) {
   if (id == 0) {
     std::memset(out, 0, kFrame);
     return;
   }
-  if (noisy) {
+  if (noisy == 1 || (noisy == 2 && id % 3 == 0)) {
     std::mt19937_64 g(env * 1000003 + id);
     for (uint64_t i = 0; i < kFrame; i += 8) {
       const uint64_t v = g();
@@ -63,7 +64,7 @@ std::vector<std::array<uint64_t, kDepth>> make_episodes(uint64_t env, uint64_t s
 
 // The field's bytes of a step: [4][16][16] (axis 0), [16][16][4] (axis 2), or one frame [16][16].
 enum class Shape { first_axis, last_axis, single };
-std::vector<uint8_t> step_bytes(uint64_t env, const std::array<uint64_t, kDepth>& ids, Shape shape, bool noisy) {
+std::vector<uint8_t> step_bytes(uint64_t env, const std::array<uint64_t, kDepth>& ids, Shape shape, int noisy) {
   std::vector<uint8_t> frames(kDepth * kFrame);
   for (uint64_t k = 0; k < kDepth; ++k) make_frame(env, ids[k], noisy, frames.data() + k * kFrame);
   if (shape == Shape::first_axis) return frames;
@@ -82,7 +83,7 @@ struct Case {
 
 // Pushes `steps` steps into each of `envs` envs of a fresh buffer of capacity `cap` whose field `obs` is `c`, then
 // checks read_steps and sample against the pushed bytes; returns the buffer's views' lower bounds per env.
-std::vector<uint64_t> push_and_check(const Case& c, uint64_t envs, uint64_t cap, uint64_t steps, bool noisy,
+std::vector<uint64_t> push_and_check(const Case& c, uint64_t envs, uint64_t cap, uint64_t steps, int noisy,
                                      const CreateOptions& options = {}) {
   const std::string name = test::unique_name("compressed");
   test::SegmentGuard guard(name);
@@ -156,6 +157,19 @@ TEST_CASE("compressed fields are read back byte-exact over episode resets, resta
     if (c.shape != Shape::single) options.stack_restarts = 16;
     const std::vector<uint64_t> lows = push_and_check(c, 3, 64, 400, false, options);
     for (const uint64_t lo : lows) CHECK(lo == 400 - 64);
+  }
+}
+
+TEST_CASE("frames the codec cannot shrink, among frames coded against their predecessor, are stored as pushed and read back exact") {
+  // Every third frame is noise: the codec's output does not fit, the frame is stored raw, and the next frames are
+  // coded against it (or alone, at a key frame) as if nothing happened; a failed zstd frame leaves no prefix behind.
+  for (const char* spec : {"obs:u8[4,16,16]:stack=0:zstd=3", "obs:u8[4,16,16]:stack=0:lz4"}) {
+    CAPTURE(spec);
+    CreateOptions options;
+    options.stack_restarts = 16;
+    options.expected_compression = 1;
+    const std::vector<uint64_t> lows = push_and_check({spec, Shape::first_axis}, 2, 64, 300, 2, options);
+    for (const uint64_t lo : lows) CHECK(lo == 300 - 64);
   }
 }
 

@@ -65,7 +65,13 @@ std::size_t FrameEncoder::encode(const std::byte* src, std::size_t n, const std:
     // A prefix is used by the next frame only.
     if (dict != nullptr && ZSTD_isError(ZSTD_CCtx_refPrefix(c, dict, n))) return 0;
     const std::size_t r = ZSTD_compress2(c, dst, cap, src, n);
-    return ZSTD_isError(r) ? 0 : r;
+    if (ZSTD_isError(r)) {
+      // A frame that does not fit (the caller stores it as pushed) may leave the prefix referenced: drop it with the
+      // session, or the next frame, a key frame, would be coded against it (the parameters stay).
+      ZSTD_CCtx_reset(c, ZSTD_reset_session_only);
+      return 0;
+    }
+    return r;
   }
   return 0;
 }
