@@ -6,9 +6,11 @@ hands each batch to PyTorch (no copy), as a training step would take it. Prints 
 steps/s and bytes pushed/s per actor, rows sampled/s, bytes/s and batches/s for the learner, and each one's
 resident memory) and the buffer's: bytes per step as pushed and as stored, the segment's size and resident pages,
 and how many stored steps can be sampled. --layout pushed stores obs as pushed (the layout before stacked
-fields); --layout both runs the two one after the other.
+fields); --layout both runs the two one after the other. --compress lz4 or --compress zstd=LEVEL keeps obs's frames
+compressed (obs:u8[4,84,84]:stack=0:lz4; docs/design/compression.md): pushed and sampled as before, byte-exact.
 
     .venv/bin/python examples/envpool/throughput.py --seconds 30 --layout both
+    .venv/bin/python examples/envpool/throughput.py --seconds 30 --compress zstd=3
 """
 import argparse
 import ctypes
@@ -28,6 +30,22 @@ from common import StopFlag
 SCHEMAS = {"stacked": "obs:u8[4,84,84]:stack=0 action:i32 reward:f32 done:bool",
            "pushed": "obs:u8[4,84,84] action:i32 reward:f32 done:bool"}
 stop = False  # a StopFlag once main() runs
+
+
+def schema(layout, compress):
+    """The buffer's schema: SCHEMAS[layout], obs compressed with `compress` ("lz4", "zstd=LEVEL") unless None."""
+    if not compress:
+        return SCHEMAS[layout]
+    obs, rest = SCHEMAS[layout].split(" ", 1)
+    return f"{obs}:{compress} {rest}"
+
+
+def codec_option(text):
+    """--compress's value, checked: lz4, zstd, or zstd=LEVEL (an integer; the library checks its range)."""
+    codec, _, level = text.partition("=")
+    if text == "lz4" or (codec == "zstd" and (not level or level.lstrip("-").isdigit())):
+        return text
+    raise argparse.ArgumentTypeError(f"expected lz4, zstd or zstd=LEVEL, got {text!r}")
 
 
 def memory():
@@ -135,7 +153,7 @@ def learner(a):
 def run(a, layout):
     envs = a.workers * a.envs_per_worker
     name = f"envpool-atari-{os.getpid()}"
-    buf = shmreplay.Buffer.create(name, envs, a.capacity, SCHEMAS[layout], replace=True,
+    buf = shmreplay.Buffer.create(name, envs, a.capacity, schema(layout, a.compress), replace=True,
                                   stack_restarts=a.stack_restarts if layout == "stacked" else 0)
     me = [sys.executable, os.path.abspath(__file__), "--buffer", name, "--task", a.task,
           "--envs-per-worker", str(a.envs_per_worker), "--batch-size", str(a.batch_size),
@@ -154,7 +172,7 @@ def run(a, layout):
         out, _ = p.communicate(timeout=60)
         reports += [json.loads(line[8:]) for line in out.splitlines() if line.startswith("@report ")]
     slots = envs * a.capacity
-    reports.append({"role": "buffer", "schema": SCHEMAS[layout], "num_envs": envs, "capacity": a.capacity,
+    reports.append({"role": "buffer", "schema": schema(layout, a.compress), "num_envs": envs, "capacity": a.capacity,
                     "step_bytes_pushed": buf.step_bytes, "segment_bytes": buf.total_bytes,
                     "segment_bytes_per_step": buf.total_bytes / slots, "resident_bytes": resident_bytes(buf.path),
                     "segment_bytes_as_pushed": buf.step_bytes * slots})
@@ -171,7 +189,7 @@ def mb(n):
 
 def print_table(a, layout, reports):
     print(f"{a.task}, {layout}: {a.workers} envpool actors x {a.envs_per_worker} envs (batch {a.batch_size}), "
-          f"{a.seconds:g} s, rows of 16 steps of {SCHEMAS[layout]}\n")
+          f"{a.seconds:g} s, rows of 16 steps of {schema(layout, a.compress)}\n")
     print("| process | figure | resident memory |\n|---|---|---|")
     for r in reports:
         m = r.get("memory", {})
@@ -222,6 +240,8 @@ def main():
                    help="obs as a stacked field (one frame stored per step), as pushed, or one run of each")
     p.add_argument("--stack-restarts", type=int, default=0,
                    help="episode starts per env the frame rings hold at no loss (0: 1 + capacity / 128)")
+    p.add_argument("--compress", type=codec_option, metavar="lz4|zstd=N",
+                   help="keep obs's frames compressed with this codec (default: as the layout stores them)")
     p.add_argument("--replay-rows", type=int, default=16)
     p.add_argument("--online-rows", type=int, default=16)
     p.add_argument("--json", action="store_true")

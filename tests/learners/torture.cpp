@@ -204,7 +204,7 @@ uint64_t check_repaired(const Buffer& buf, const Torture& t) {
   const layout::GlobalControl& g = segment_of(buf).global_control();
   uint64_t takeovers_total = 0;
   for (uint64_t r = 0; r < Torture::kSlots; ++r) {
-    const detail::LearnerSlotWords w = detail::learner_slot(segment_of(buf), r);
+    const auto w = detail::learner_slot(segment_of(buf), r);
     CAPTURE(r);
     // At least one takeover per dead holder seen at its kill, and at most one per death: a repairer of a dead
     // updater (or a new learner taking the first dead slot) may take the slot over between the kill and this test's

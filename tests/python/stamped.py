@@ -102,7 +102,13 @@ class Model:
         self.dtypes = {f.name: f.numpy_dtype for f in self.schema.fields}
         restarts = stack_restarts if stack_restarts else 1 + self.cap // 128
         # one frame more where that is exactly K x capacity (create's rule, so that a 1.5 library refuses the segment)
+        # A compressed field (docs/design/compression.md) codes each frame against the one before it, with a key frame
+        # every 4: a step needs its frames back to the multiple of 4 at or below its oldest, and the field has 3
+        # descriptors more than the frame ring's frames.
+        codecs = {f.name: f.codec for f in self.schema.fields}
+        self.key_every = {name: 4 if codecs[name] else 1 for name in self.fields}
         self.frames_of = {name: self.cap + (depth - 1) * (1 + restarts) + (restarts == self.cap - 1)
+                          + self.key_every[name] - 1
                           for name, (_, depth, _) in self.fields.items()}
         self.rng = np.random.default_rng(seed)
         n = buffer.num_envs
@@ -157,7 +163,8 @@ class Model:
                 continue
             end = index[-1] + 1  # frames stored so far
             first_kept = end - self.frames_of[name]
-            while lo < head and index[lo] - (depth - 1) < first_kept:
+            k = self.key_every[name]
+            while lo < head and (index[lo] - (depth - 1)) // k * k < first_kept:
                 lo += 1
         return lo
 

@@ -89,6 +89,31 @@ def test_the_atari_throughput_run_reports_every_process():
     assert buffer["resident_bytes"] is None or buffer["resident_bytes"] <= buffer["segment_bytes"], buffer
 
 
+def test_the_atari_throughput_run_with_compress_keeps_obs_frames_compressed():
+    """--compress lz4: obs is a compressed stacked field; its segment takes well under one raw frame per step (the
+    default budget: a quarter of the frames' bytes), and the actors and the learner run on it as on the stacked one."""
+    run = os.path.join(ROOT, "examples", "envpool", "throughput.py")
+    out = subprocess.run([sys.executable, run, "--seconds", "4", "--json", "--workers", "1", "--envs-per-worker", "2",
+                          "--batch-size", "1", "--capacity", "128", "--replay-rows", "4", "--online-rows", "4",
+                          "--compress", "lz4"],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    reports = {r["role"]: r for r in json.loads(out.stdout)}
+    assert set(reports) == {"learner", "actor 0", "buffer"}, reports
+    assert reports["actor 0"]["env_steps"] > 0, reports
+    buffer = reports["buffer"]
+    assert buffer["schema"].startswith("obs:u8[4,84,84]:stack=0:lz4 "), buffer
+    assert buffer["step_bytes_pushed"] == 4 * 84 * 84 + 9
+    assert buffer["segment_bytes_per_step"] < 84 * 84 / 2, buffer
+    assert reports["learner"]["replay_steps"] <= reports["learner"]["stored_steps"] <= 2 * 128
+
+
+def test_the_atari_throughput_run_refuses_an_unknown_codec_before_anything_starts():
+    run = os.path.join(ROOT, "examples", "envpool", "throughput.py")
+    out = subprocess.run([sys.executable, run, "--compress", "gzip"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "expected lz4, zstd or zstd=LEVEL, got 'gzip'" in out.stderr, out.stderr
+
+
 def test_the_watchdog_prints_every_process_state_while_the_learner_is_stopped(name):
     """SIGSTOP the learner once it trains: the actors fill the limiter's budget and wait, nothing progresses, and the
     launcher (watchdog 1 s) prints the limiter's state, the actors' answers (held back by the limiter) and the

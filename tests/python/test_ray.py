@@ -220,15 +220,20 @@ def test_a_learner_samples_every_nodes_buffer_exactly_routes_updates_back_and_su
         ray.get(servers[f"node{k}"].close.remote(remove=True))
 
 
-def test_a_learner_samples_stacked_fields_of_every_node_byte_for_byte(cluster):
-    # Each node's buffer keeps one frame per step; its server rebuilds the stacks and the learner gets them whole:
-    # every row's every step is the stack pushed on its node (the nodes' frames are stamped apart), and every
-    # step each node's replay view holds is drawn.
+@pytest.mark.parametrize("codec", ["", ":lz4"])
+def test_a_learner_samples_stacked_fields_of_every_node_byte_for_byte(cluster, codec):
+    # Each node's buffer keeps one frame per step (compressed, with `codec`); its server rebuilds the stacks and the
+    # learner gets them whole: every row's every step is the stack pushed on its node (the nodes' frames are stamped
+    # apart), and every step each node's replay view holds is drawn.
     c, dirs = cluster
-    name = f"shmreplay-ray-stacks-{os.getpid()}"
+    name = f"shmreplay-ray-stacks{codec[1:]}-{os.getpid()}"
     nodes = (0, 1)
+    schema = stamped.SCHEMA.replace(":stack=0", ":stack=0" + codec)
+    create = {"num_envs": 2, "capacity": 16, "schema": schema, "done": "done"}
+    if codec:
+        create["compressed_bytes"] = 2 * 4096  # 128 records of a 30-byte frame per env: no step leaves for the budget
     servers = {f"node{k}": sr.NodeServer.options(name=f"{name}-node{k}", resources={f"node{k}": 1}).remote(
-        name, shm_dir=dirs[k], seed=k, create={"num_envs": 2, "capacity": 16, "schema": stamped.SCHEMA, "done": "done"})
+        name, shm_dir=dirs[k], seed=k, create=create)
         for k in nodes}
     ray.get([h.ping.remote() for h in servers.values()])
     models = {}

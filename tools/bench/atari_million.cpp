@@ -24,6 +24,7 @@
 #include "detail/segment/rules.hpp"
 #include "median_rate.hpp"
 #include "plain_store.hpp"
+#include "proc_memory.hpp"
 #include "report.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/sampler.hpp"
@@ -34,40 +35,6 @@ namespace shmreplay::bench {
 // -- --atari-1e6 ----------------------------------------------------------------------------------------------------
 
 namespace {
-
-// A "Key:   N kB" line of a /proc file, in bytes (0 when absent).
-uint64_t proc_kb(const std::string& text, const std::string& key) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(key, 0) == 0) return std::stoull(line.substr(key.size())) * 1024;
-  }
-  return 0;
-}
-
-std::string read_text(const char* path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-// The Rss of the mapping that starts at `base`, from /proc/self/smaps.
-uint64_t mapping_rss(const void* base) {
-  std::ifstream f("/proc/self/smaps");
-  const std::string start = fmt::format("{:x}-", reinterpret_cast<uintptr_t>(base));
-  std::string line;
-  bool in = false;
-  while (std::getline(f, line)) {
-    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') != std::string::npos &&
-        line.find(' ') > line.find('-')) {
-      in = line.rfind(start, 0) == 0;
-      continue;
-    }
-    if (in && line.rfind("Rss:", 0) == 0) return std::stoull(line.substr(4)) * 1024;
-  }
-  return 0;
-}
 
 uint64_t shm_used_bytes() {
   struct statvfs s {};
@@ -211,7 +178,7 @@ int run_atari_million(const AtariMillionConfig& c, const std::string& command) {
   ::statvfs(shm_directory().c_str(), &shm);
   f.shm_size = shm.f_blocks * shm.f_frsize;
 
-  f.rss_before = proc_kb(read_text("/proc/self/status"), "VmRSS:");
+  f.rss_before = process_rss();
   const uint64_t shm_before = shm_used_bytes();
   const std::string name = fmt::format("shmreplay-bench-{}-atari1e6", ::getpid());
   fmt::print(stderr, "shmreplay_bench: --atari-1e6: creating {} x {} steps with `{}`\n", c.envs, c.capacity, f.schema);
@@ -241,7 +208,7 @@ int run_atari_million(const AtariMillionConfig& c, const std::string& command) {
     }
     f.refill_s = std::chrono::duration<double>(Clock::now() - t0).count();
   }
-  f.rss_full = proc_kb(read_text("/proc/self/status"), "VmRSS:");
+  f.rss_full = process_rss();
   f.seg_rss = mapping_rss(&segment_of(buf).header());
   f.shm_growth = shm_used_bytes() - shm_before;
   sample_figures(c, buf, f);

@@ -247,43 +247,8 @@ void measure_source(const Options& o, const Recording& rec, const std::vector<st
   }
 }
 
-// The frames files of `dir`, the stacked (Atari) ones first, each by name; at most `max_steps` steps per env.
-std::vector<Recording> load_sources(const std::string& dir, uint32_t max_steps) {
-  std::vector<std::string> paths;
-  if (std::filesystem::is_directory(dir)) {
-    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-      if (entry.path().extension() == ".frames") paths.push_back(entry.path().string());
-    }
-  }
-  if (paths.empty()) {
-    throw std::runtime_error(fmt::format("no frames files (*.frames) in {}: make them with `python "
-                                         "tools/frames/record_atari.py --out {}` (and record_dmc.py for DMC pixels)",
-                                         dir, dir));
-  }
-  std::vector<Recording> out;
-  for (const auto& p : paths) out.push_back(read_recording(p));
-  for (Recording& r : out) {
-    if (max_steps == 0 || r.steps <= max_steps) continue;
-    Recording cut = r;
-    cut.steps = max_steps;
-    cut.flags.clear();
-    cut.data.clear();
-    for (std::size_t e = 0; e < r.envs; ++e) {
-      const auto from = static_cast<std::ptrdiff_t>(e * r.steps), n = static_cast<std::ptrdiff_t>(max_steps);
-      const auto fb = static_cast<std::ptrdiff_t>(r.frame_bytes());
-      cut.flags.insert(cut.flags.end(), r.flags.begin() + from, r.flags.begin() + from + n);
-      cut.data.insert(cut.data.end(), r.data.begin() + from * fb, r.data.begin() + (from + n) * fb);
-    }
-    r = std::move(cut);
-  }
-  std::stable_sort(out.begin(), out.end(), [](const Recording& a, const Recording& b) {
-    return a.depth != b.depth ? a.depth > b.depth : a.name < b.name;
-  });
-  return out;
-}
-
 int run(const Options& o, const std::string& command) {
-  const std::vector<Recording> sources = load_sources(o.frames, o.max_steps);
+  const std::vector<Recording> sources = load_recordings(o.frames, o.max_steps);
   const std::vector<std::unique_ptr<Codec>> codecs = make_codecs();
   std::vector<Baseline> baselines;
   std::vector<Figures> figures;

@@ -1,10 +1,13 @@
 // tools/bench/frames_file.hpp: reads a frames file (real Atari or DMC frames recorded by tools/frames/record_*.py;
-// the layout is documented in tools/frames/frames_file.py) for the codec benchmark (codecs.cpp).
+// the layout is documented in tools/frames/frames_file.py) for the codec benchmark (codecs.cpp) and the compressed
+// storage benchmark (compressed.cpp).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -75,6 +78,42 @@ inline Recording read_recording(const std::string& path) {
   }
   for (uint32_t e = 0; e < r.envs; ++e) r.flags[std::size_t{e} * r.steps] |= Recording::kFirst;
   return r;
+}
+
+/// Every frames file (*.frames) of `dir`, the stacked (Atari) ones first, each by name; at most `max_steps` steps per
+/// env (0: all). Throws std::runtime_error, saying how to make them, when `dir` holds none.
+inline std::vector<Recording> load_recordings(const std::string& dir, uint32_t max_steps) {
+  std::vector<std::string> paths;
+  if (std::filesystem::is_directory(dir)) {
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      if (entry.path().extension() == ".frames") paths.push_back(entry.path().string());
+    }
+  }
+  if (paths.empty()) {
+    throw std::runtime_error(fmt::format("no frames files (*.frames) in {}: make them with `python "
+                                         "tools/frames/record_atari.py --out {}` (and record_dmc.py for DMC pixels)",
+                                         dir, dir));
+  }
+  std::vector<Recording> out;
+  for (const auto& p : paths) out.push_back(read_recording(p));
+  for (Recording& r : out) {
+    if (max_steps == 0 || r.steps <= max_steps) continue;
+    Recording cut = r;
+    cut.steps = max_steps;
+    cut.flags.clear();
+    cut.data.clear();
+    for (std::size_t e = 0; e < r.envs; ++e) {
+      const auto from = static_cast<std::ptrdiff_t>(e * r.steps), n = static_cast<std::ptrdiff_t>(max_steps);
+      const auto fb = static_cast<std::ptrdiff_t>(r.frame_bytes());
+      cut.flags.insert(cut.flags.end(), r.flags.begin() + from, r.flags.begin() + from + n);
+      cut.data.insert(cut.data.end(), r.data.begin() + from * fb, r.data.begin() + (from + n) * fb);
+    }
+    r = std::move(cut);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Recording& a, const Recording& b) {
+    return a.depth != b.depth ? a.depth > b.depth : a.name < b.name;
+  });
+  return out;
 }
 
 }  // namespace shmreplay::bench
