@@ -43,27 +43,33 @@ class Codec {
   std::string name_;
 };
 
-/// LZ4's block format, LZ4_compress_fast_extState at `acceleration` (1 is LZ4_compress_default's).
-class Lz4 final : public Codec {
+/// LZ4's block format, whichever compressor wrote it: its bound and its one decoder (LZ4_decompress_safe).
+class Lz4Block : public Codec {
  public:
-  explicit Lz4(int acceleration)
-      : Codec(acceleration == 1 ? "lz4" : fmt::format("lz4 accel {}", acceleration)),
-        acceleration_(acceleration),
-        state_(static_cast<std::size_t>(LZ4_sizeofState())) {}
+  using Codec::Codec;
   std::size_t bound(std::size_t bytes) const override {
     return static_cast<std::size_t>(LZ4_compressBound(static_cast<int>(bytes)));
   }
+  void decompress(const std::byte* src, std::size_t compressed, std::byte* dst, std::size_t bytes) override {
+    const int n = LZ4_decompress_safe(reinterpret_cast<const char*>(src), reinterpret_cast<char*>(dst),
+                                      static_cast<int>(compressed), static_cast<int>(bytes));
+    if (n != static_cast<int>(bytes)) fail("decompression", bytes, fmt::format("LZ4_decompress_safe returned {}", n));
+  }
+};
+
+/// LZ4's block format, LZ4_compress_fast_extState at `acceleration` (1 is LZ4_compress_default's).
+class Lz4 final : public Lz4Block {
+ public:
+  explicit Lz4(int acceleration)
+      : Lz4Block(acceleration == 1 ? "lz4" : fmt::format("lz4 accel {}", acceleration)),
+        acceleration_(acceleration),
+        state_(static_cast<std::size_t>(LZ4_sizeofState())) {}
   std::size_t compress(const std::byte* src, std::size_t bytes, std::byte* dst, std::size_t capacity) override {
     const int n = LZ4_compress_fast_extState(state_.data(), reinterpret_cast<const char*>(src),
                                              reinterpret_cast<char*>(dst), static_cast<int>(bytes),
                                              static_cast<int>(capacity), acceleration_);
     if (n <= 0) fail("compression", bytes, "LZ4_compress_fast_extState returned 0");
     return static_cast<std::size_t>(n);
-  }
-  void decompress(const std::byte* src, std::size_t compressed, std::byte* dst, std::size_t bytes) override {
-    const int n = LZ4_decompress_safe(reinterpret_cast<const char*>(src), reinterpret_cast<char*>(dst),
-                                      static_cast<int>(compressed), static_cast<int>(bytes));
-    if (n != static_cast<int>(bytes)) fail("decompression", bytes, fmt::format("LZ4_decompress_safe returned {}", n));
   }
 
  private:
@@ -73,24 +79,16 @@ class Lz4 final : public Codec {
 
 /// LZ4HC at `level` (LZ4_compress_HC_extStateHC: its state made once); the same block format as Lz4, so the same
 /// decoder.
-class Lz4Hc final : public Codec {
+class Lz4Hc final : public Lz4Block {
  public:
   explicit Lz4Hc(int level)
-      : Codec(fmt::format("lz4hc {}", level)), level_(level), state_(static_cast<std::size_t>(LZ4_sizeofStateHC())) {}
-  std::size_t bound(std::size_t bytes) const override {
-    return static_cast<std::size_t>(LZ4_compressBound(static_cast<int>(bytes)));
-  }
+      : Lz4Block(fmt::format("lz4hc {}", level)), level_(level), state_(static_cast<std::size_t>(LZ4_sizeofStateHC())) {}
   std::size_t compress(const std::byte* src, std::size_t bytes, std::byte* dst, std::size_t capacity) override {
     const int n = LZ4_compress_HC_extStateHC(state_.data(), reinterpret_cast<const char*>(src),
                                              reinterpret_cast<char*>(dst), static_cast<int>(bytes),
                                              static_cast<int>(capacity), level_);
     if (n <= 0) fail("compression", bytes, "LZ4_compress_HC_extStateHC returned 0");
     return static_cast<std::size_t>(n);
-  }
-  void decompress(const std::byte* src, std::size_t compressed, std::byte* dst, std::size_t bytes) override {
-    const int n = LZ4_decompress_safe(reinterpret_cast<const char*>(src), reinterpret_cast<char*>(dst),
-                                      static_cast<int>(compressed), static_cast<int>(bytes));
-    if (n != static_cast<int>(bytes)) fail("decompression", bytes, fmt::format("LZ4_decompress_safe returned {}", n));
   }
 
  private:
