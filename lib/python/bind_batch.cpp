@@ -18,6 +18,10 @@ void bind_batch(py::module_& m) {
       .def_readonly("starts", &Batch::starts, "the global step index of each row's first step")
       .def_readonly("weights", &Batch::weights,
                     "float32 [rows]: the importance weights (N * P)**-beta / max of a prioritized sample; 1 otherwise")
+      .def_readonly("policy_version", &Batch::policy_version,
+                    "the policy version the learners had published when this batch was sampled (0 before any)")
+      .def_readonly("policy_floor", &Batch::policy_floor,
+                    "the oldest policy version the sample's window admitted; None when it had no window")
       .def_readonly("rows", &Batch::rows, "rows of the last sample into this batch")
       .def_readonly("sequence_length", &Batch::length, "steps per row")
       .def("__getitem__", &Batch::field)
