@@ -7,7 +7,10 @@
 //
 //   shmreplay_bench_policy            6 s per pacing mode; cost: 11 interleaved trials of 0.2 s
 //   shmreplay_bench_policy --quick    0.5 s per pacing mode, 3 trials of 10 ms: a smoke run for CI
+//   shmreplay_bench_policy --sweep 5,20,60,150,400 --seconds 4
+//                                     the pacing table's summary for each number of batches between version moves
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -23,6 +26,7 @@ struct Options {
   bool quick = false;
   bool pacing_only = false;
   bool cost_only = false;
+  std::vector<uint32_t> sweep;
   policy::PacingOptions pacing;
   policy::CostOptions cost;
 };
@@ -31,6 +35,8 @@ void add_options(CLI::App& app, Options& o) {
   app.add_flag("--quick", o.quick, "0.5 s per pacing mode, 3 cost trials of 10 ms: a smoke run for CI");
   app.add_flag("--pacing-only", o.pacing_only, "Only the pacing table");
   app.add_flag("--cost-only", o.cost_only, "Only the cost table");
+  app.add_option("--sweep", o.sweep, "Also the pacing table's summary for each of these batches per version")
+      ->delimiter(',');
   policy::PacingOptions& p = o.pacing;
   app.add_option("--seconds", p.seconds, "Length of each pacing mode's run")->check(CLI::Range(0.1, 600.0));
   app.add_option("--fast-envs", p.fast_envs, "Envs of the fast group")->check(CLI::Range(1u, 64u));
@@ -63,6 +69,7 @@ int main(int argc, char** argv) {
       [&](const std::string& command) {
         fmt::print("# shmreplay_bench_policy\n\n`{}`\n\n", command);
         if (!o.cost_only) policy::print_pacing(o.pacing);
+        if (!o.cost_only && !o.sweep.empty()) policy::print_pacing_sweep(o.pacing, o.sweep);
         if (!o.pacing_only) policy::print_cost(o.cost);
         return 0;
       });

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace shmreplay::bench::policy {
 
@@ -35,6 +36,9 @@ struct CostOptions {
 
 /// Runs both modes and prints their tables (Markdown).
 void print_pacing(const PacingOptions& o);
+/// The same for each number of batches between version moves: one row per value, the slow group's bias in each
+/// mode against the window's span in slow episodes.
+void print_pacing_sweep(const PacingOptions& o, const std::vector<uint32_t>& batches_per_version);
 /// Measures and prints the cost table (Markdown).
 void print_cost(const CostOptions& o);
 

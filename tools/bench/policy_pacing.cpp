@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -251,6 +252,13 @@ void print_learner(const std::vector<ModeResult>& results) {
   }
 }
 
+// How many slow episodes the window spans in time: (max_staleness + 1) version moves at the mode's rate.
+double span_in_slow_episodes(const PacingOptions& o, const ModeResult& m) {
+  if (m.moves == 0) return 0;
+  const double window_s = static_cast<double>(o.max_staleness + 1) * m.seconds / static_cast<double>(m.moves);
+  return window_s / (o.episode_steps * o.fast_step_ms * o.speed_ratio / 1000.0);
+}
+
 }  // namespace
 
 void print_pacing(const PacingOptions& o) {
@@ -269,6 +277,39 @@ void print_pacing(const PacingOptions& o) {
   print_learner(results);
   fmt::print("\nvs discard: version moves/s over the discard baseline's (pacing holds the learner back while a slow "
              "actor would fall out of the window)\n\n");
+  const ModeResult& paced = results.front();
+  double worst = 0;
+  for (std::size_t g = 0; g < 2; ++g) {
+    worst = std::max(worst, std::abs(share(paced.sampled, g) / share(paced.inserted, g) - 1.0));
+  }
+  fmt::print("goal: with admission control each group's sampled share within 5 % of its inserted share: {} (worst "
+             "{:.1f} %); the window spans {:.1f} slow episodes\n\n",
+             worst <= 0.05 ? "met" : "NOT met", 100 * worst, span_in_slow_episodes(o, paced));
+}
+
+void print_pacing_sweep(const PacingOptions& o, const std::vector<uint32_t>& batches_per_version) {
+  fmt::print("## Pacing against discard, by the learner's speed\n\n");
+  fmt::print("as above ({:g} s per mode), for each number of batches between version moves; window span: "
+             "(max_staleness + 1) version moves, in slow episodes ({} x {:g} ms)\n\n",
+             o.seconds, o.episode_steps, o.fast_step_ms * o.speed_ratio);
+  fmt::print("| batches per version | paced: moves/s | paced: span | paced: slow bias | paced: fast bias | "
+             "discard: moves/s | discard: span | discard: slow steps dropped | discard: slow bias vs produced | "
+             "discard: vs inserted |\n");
+  fmt::print("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+  for (const uint32_t n : batches_per_version) {
+    PacingOptions p = o;
+    p.batches_per_version = n;
+    const ModeResult a = run_mode(p, Mode::paced);
+    const ModeResult d = run_mode(p, Mode::discard);
+    const double dropped =
+        d.produced[1] == 0 ? 0.0 : static_cast<double>(d.discarded[1]) / static_cast<double>(d.produced[1]);
+    fmt::print("| {} | {:.1f} | {:.1f} | {} | {} | {:.1f} | {:.1f} | {:.1f} % | {} | {} |\n", n,
+               static_cast<double>(a.moves) / a.seconds, span_in_slow_episodes(p, a),
+               bias(share(a.sampled, 1), share(a.inserted, 1)), bias(share(a.sampled, 0), share(a.inserted, 0)),
+               static_cast<double>(d.moves) / d.seconds, span_in_slow_episodes(p, d), 100 * dropped,
+               bias(share(d.sampled, 1), share(d.produced, 1)), bias(share(d.sampled, 1), share(d.inserted, 1)));
+  }
+  fmt::print("\nbias: sampled share / inserted share - 1 (the discard baseline: also against the produced share)\n\n");
 }
 
 }  // namespace shmreplay::bench::policy
