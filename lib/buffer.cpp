@@ -23,6 +23,7 @@
 #include "detail/segment/name.hpp"
 #include "detail/segment/rules.hpp"
 #include "shmreplay/error.hpp"
+#include "shmreplay/internal/caps_layout.hpp"
 #include "shmreplay/internal/segment.hpp"
 
 namespace shmreplay {
@@ -115,6 +116,12 @@ detail::FieldRoles check_create_arguments(const std::string& name, uint64_t num_
                             "processes that sample it at once)",
                             name, options.max_learners, layout::kMaxLearners));
   }
+  if (options.max_times_sampled > layout::kMaxTimesSampled) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot create shmreplay segment '{}': max_times_sampled is {}, expected 0 (no cap) to {} "
+                            "(deliveries per stored step)",
+                            name, options.max_times_sampled, layout::kMaxTimesSampled));
+  }
   if (options.rate_limit) {
     detail::check_rate_limit(*options.rate_limit, num_envs * capacity,
                              fmt::format("cannot create shmreplay segment '{}' with rate limit {}", name,
@@ -168,7 +175,8 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
   const detail::SegmentPlan plan = detail::plan_segment(num_envs, capacity, schema, roles.queue_capacity,
                                                        options.priority_exponent.has_value(), options.stack_restarts,
                                                        options.max_learners,
-                                                       {options.compressed_bytes, options.expected_compression});
+                                                       {options.compressed_bytes, options.expected_compression},
+                                                       options.max_times_sampled);
   // An early, clear answer for the common case; publish_name() still settles races atomically.
   struct stat existing {};
   if (!options.replace && ::lstat(path.c_str(), &existing) == 0) detail::already_exists(name, path);
@@ -346,6 +354,7 @@ bool Buffer::has_episodes() const noexcept { return segment_of(*this).has_episod
 uint64_t Buffer::episode_queue_capacity() const noexcept { return segment_of(*this).episode_queue_capacity(); }
 bool Buffer::has_priorities() const noexcept { return segment_of(*this).has_priorities(); }
 uint64_t Buffer::max_learners() const noexcept { return segment_of(*this).max_learners(); }
+uint64_t Buffer::max_times_sampled() const noexcept { return segment_of(*this).max_times_sampled(); }
 StackContinuity Buffer::stack_continuity() const noexcept { return segment_of(*this).stack_continuity(); }
 double Buffer::priority_exponent() const noexcept { return segment_of(*this).priority_exponent(); }
 uint64_t Buffer::priority_leaves() const noexcept { return segment_of(*this).priority_leaves(); }

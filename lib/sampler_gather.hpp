@@ -72,6 +72,9 @@ class ChunkGather {
     read_.add(ControlOf{seg_}, env, start, steps);  // the env's read_begin, at its first row in the chunk
   }
 
+  // The chunk's rows, as added (the sample caps' claim walks them after run).
+  std::span<const detail::GatherRow> rows() const noexcept { return {chunk_.data(), size_}; }
+
   // Copies the chunk's rows into the batch's field arrays `outs` and its `mask` (each row's steps, zeros and mask 0
   // up to the length), then validates them; the rows that fail (a writer reclaimed a copied slot, or a learner
   // updated the env during the chunk) are appended to `failed`, in row order, and counted in the return value. The

@@ -33,6 +33,7 @@
 #include "detail/sampling/planner_table.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/sampler.hpp"
+#include "sampler_caps.hpp"
 #include "sampler_gather.hpp"
 
 namespace shmreplay::sampler_parts {
@@ -184,7 +185,8 @@ struct Sampler::Scratch {
         snapshot(static_cast<std::size_t>(buffer.num_envs())),
         planning(segment_of(buffer), stats),
         gather(segment_of(buffer), storages),
-        online(static_cast<std::size_t>(buffer.num_envs())) {}
+        online(static_cast<std::size_t>(buffer.num_envs())),
+        caps(segment_of(buffer), rank) {}
 
   detail::LearnerSlotWords slot;  // the words of the Sampler's learner slot
   SamplerStats stats;             // the planners' and the gather's work counters (Sampler::stats)
@@ -196,6 +198,7 @@ struct Sampler::Scratch {
   sampler_parts::OnlineMarks online;
   sampler_parts::UpdateCopy update;
   sampler_parts::Window window;
+  sampler_parts::Caps caps;  // the sample caps (sampler_caps.hpp); off without
 };
 
 }  // namespace shmreplay

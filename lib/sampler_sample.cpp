@@ -243,6 +243,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
   r.failed.resize(count);
   std::iota(r.failed.begin(), r.failed.end(), static_cast<uint32_t>(first_row));
   planner.begin_call();
+  z.caps.begin_call(count, view);
   // `round` counts the rounds that made no clean progress (rows overwritten during their copy, or a view that was
   // momentarily unusable); it is what max_retry_rounds limits.
   uint32_t round = 0;
@@ -299,10 +300,12 @@ std::size_t Sampler::draw_round(Plan& planner, std::size_t length, Rng& rng, Sam
   const uint64_t step_bytes = buffer_->schema().step_bytes();
   // A row has at most `length` steps, so the chunk's row count keeps it within its bytes (one row at least).
   const uint64_t row_bytes = std::max<uint64_t>(length * step_bytes, 1);
+  sampler_parts::Caps& caps = z.caps;
   std::size_t overwritten = 0;
   uint64_t copied = 0;
   std::size_t i = 0;
-  while (i < r.redraw.size() && copied < kResnapshotBytes && !stalled) {
+  bool resnapshot = false;  // the sample caps found new steps to draw from (note_rejection): defer the rest
+  while (i < r.redraw.size() && copied < kResnapshotBytes && !stalled && !resnapshot) {
     g.begin(length);
     const uint64_t chunk_budget = std::min(sampler_parts::kGatherBytes, kResnapshotBytes - copied);
     const std::size_t chunk_end = std::min(
@@ -314,6 +317,15 @@ std::size_t Sampler::draw_round(Plan& planner, std::size_t length, Rng& rng, Sam
         stalled = true;
         break;
       }
+      // The start's slot without a division: a start in the view is in [hi - cap, hi) (the snapshot's views are at
+      // most the ring), so it is at most one lap before the step in slot 0 of hi's lap.
+      const uint64_t base = z.snapshot.hi_base[d->env];
+      const uint64_t slot = d->start >= base ? d->start - base : d->start + cap - base;
+      if (caps.on() && caps.refused(d->env * cap + slot, d->start)) {  // capped: rejected, drawn again
+        resnapshot = caps.note_rejection(segment_of(*buffer_), z.snapshot.views);
+        if (resnapshot) break;
+        continue;
+      }
       const uint32_t row = r.redraw[i++];
       out.env_ids_[row] = d->env;
       out.starts_[row] = d->start;
@@ -321,16 +333,15 @@ std::size_t Sampler::draw_round(Plan& planner, std::size_t length, Rng& rng, Sam
       // is at most the head; a redraw of the row overwrites the entry.
       r.ages[row] = z.snapshot.views[d->env].hi - (d->start + d->steps);
       out.weights_[row] = static_cast<float>(d->relative_probability);  // 1, or N * P (finish_weights)
-      // The start's slot without a division: a start in the view is in [hi - cap, hi) (the snapshot's views are at
-      // most the ring), so it is at most one lap before the step in slot 0 of hi's lap.
-      const uint64_t base = z.snapshot.hi_base[d->env];
-      const uint64_t slot = d->start >= base ? d->start - base : d->start + cap - base;
       g.add(d->env, d->start, slot, d->steps, row);
       chunk_steps += d->steps;
     }
     copied += chunk_steps * step_bytes;
+    const std::size_t failed_before = r.failed.size();
     overwritten += g.run(out.field_ptr_.data(), out.mask_, r.failed, z.stats);
+    if (caps.on()) caps.claim(g.rows(), r.failed, failed_before);  // one delivery per row kept, or redrawn
   }
+  caps.flush();
   r.failed.insert(r.failed.end(), r.redraw.begin() + static_cast<std::ptrdiff_t>(i), r.redraw.end());  // deferred
   return overwritten;
 }

@@ -137,6 +137,30 @@ layout::PolicyEnv& Segment::policy_env(uint64_t env) noexcept {
                                                            layout::policy_envs_at(g_.max_learners)))[env];
 }
 
+const std::atomic<uint64_t>* Segment::cap_words(uint64_t env) const noexcept {
+  assert(g_.max_times_sampled != 0 && env < g_.num_envs);
+  return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(
+             base_ + g_.sections[kSectionSampleCaps].offset + layout::cap_words_at(g_.max_learners))) +
+         env * g_.capacity;
+}
+
+std::atomic<uint64_t>* Segment::cap_words(uint64_t env) noexcept {
+  assert(!read_only_ && g_.max_times_sampled != 0 && env < g_.num_envs);
+  return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + g_.sections[kSectionSampleCaps].offset +
+                                                               layout::cap_words_at(g_.max_learners))) +
+         env * g_.capacity;
+}
+
+const layout::CapLearner& Segment::cap_learner(uint64_t slot) const noexcept {
+  assert(g_.max_times_sampled != 0 && slot < g_.max_learners);
+  return std::launder(reinterpret_cast<const layout::CapLearner*>(base_ + g_.sections[kSectionSampleCaps].offset))[slot];
+}
+
+layout::CapLearner& Segment::cap_learner(uint64_t slot) noexcept {
+  assert(!read_only_ && g_.max_times_sampled != 0 && slot < g_.max_learners);
+  return std::launder(reinterpret_cast<layout::CapLearner*>(base_ + g_.sections[kSectionSampleCaps].offset))[slot];
+}
+
 const std::atomic<uint64_t>* Segment::step_meta(uint64_t env) const noexcept {
   assert(has_episodes() && env < g_.num_envs);
   return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + g_.sections[kSectionStepMeta].offset)) + env * g_.capacity;

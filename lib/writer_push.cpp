@@ -23,6 +23,7 @@
 #include "detail/os/process.hpp"
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/priorities.hpp"
+#include "shmreplay/internal/caps_layout.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/storage/staged_kinds.hpp"
@@ -124,6 +125,12 @@ SHMREPLAY_ALWAYS_INLINE void Writer::finish_step(uint32_t l, uint64_t env, uint6
                                                   uint64_t now_ns) noexcept {
   const bool record_due = roles_ && stage_episode(env, step);
   if (has_priorities_) set_priority(env, step, priority);  // (no call per step without)
+  // The sample cap's count word (layout 1.11): step's tag, count 0; the head store's release publishes it with the
+  // step (docs/design/sample_caps.md).
+  if (cap_words_ != nullptr) {
+    assert(next_slot_[l] == step % capacity_);
+    cap_words_[env * capacity_ + next_slot_[l]].store(layout::cap_word(step, 0), std::memory_order_relaxed);
+  }
   publish(l, step, now_ns);
   if (record_due) detail::emit_record(*seg_, env, step + 1);
 }

@@ -101,6 +101,11 @@ struct CreateOptions {
   /// slot each, which a Sampler takes (SamplerOptions::rank: a GPU rank's slot). Each slot costs 192 bytes and 8
   /// bytes per env; 1, the default, is the buffer a single learner has always had.
   uint64_t max_learners = 1;
+  /// Sample caps (layout 1.11; docs/design/sample_caps.md): with N (1 to layout::kMaxTimesSampled, 255), a stored
+  /// step is delivered as the start of a sampled row at most N times in total, by all learners together, whatever
+  /// their races and deaths; a step sampled N times leaves the views (sample calls draw from the steps not yet
+  /// capped). Costs 8 bytes per stored step and 64 per learner slot. 0, the default: no cap.
+  uint64_t max_times_sampled = 0;
   /// Fault the segment's pages in at creation (see Populate): madvise(MADV_POPULATE_WRITE) in 64 MiB chunks, or,
   /// on kernels without it (before Linux 5.14), a write of zero to each page. Done before the segment is linked
   /// under its name, so it changes no guarantee of create(); it moves the page-zeroing cost from the first writer to
@@ -229,6 +234,8 @@ class Buffer {
   bool has_priorities() const noexcept;
   /// Learner processes that may sample at once, one per learner slot (CreateOptions::max_learners; layout 1.7).
   uint64_t max_learners() const noexcept;
+  /// The sample cap (CreateOptions::max_times_sampled; layout 1.11): deliveries per stored step; 0 without.
+  uint64_t max_times_sampled() const noexcept;
   /// How writers tell that a stacked field's stack continues the previous step's (CreateOptions::stack_continuity).
   StackContinuity stack_continuity() const noexcept;
   /// Alpha, the priority exponent (a sampling weight is priority^alpha); 0 without priorities.

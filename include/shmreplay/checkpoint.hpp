@@ -213,6 +213,10 @@ struct CheckpointInfo {
   uint64_t policy_version = 0;
   /// Their window (format 2.2): a load publishes it with the version; nullopt when none (and in older files).
   std::optional<uint64_t> policy_max_staleness;
+  /// The source's sample cap (format 2.2; layout 1.11, CreateOptions::max_times_sampled): a load into a new segment
+  /// creates it with the cap; every loaded step starts with no deliveries counted (the counts are not saved). 0
+  /// without (and in older files).
+  uint64_t max_times_sampled = 0;
   uint64_t chain_id = 0;                 ///< a chain's id (save_link); 0 for a self-contained checkpoint
   uint64_t link_seq = 0;                 ///< the link's number in its chain directory; 0 for save_checkpoint
   uint64_t file_bytes = 0;               ///< the file's size

@@ -35,6 +35,7 @@
 //   w.push(ids, {shmreplay::field_bytes(obs), shmreplay::field_bytes(act), ...});  // fields in schema order
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -255,6 +256,7 @@ class Writer {
   Segment* seg_ = nullptr;
   uint64_t capacity_ = 0;
   bool has_priorities_ = false;
+  std::atomic<uint64_t>* cap_words_ = nullptr;  // the sample caps' count words, [num_envs][capacity] (null without)
   std::vector<uint64_t> envs_;         // leased env ids
   std::vector<uint32_t> local_;        // env id -> index in envs_ + 1; 0 when not leased
   std::vector<uint64_t> seen_;         // per leased env: the push call that last listed it (duplicate check)

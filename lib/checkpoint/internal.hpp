@@ -177,6 +177,9 @@ CreateOptions create_options_of(const CheckpointInfo& info, uint32_t mode);
 /// `info` (save); published in the target, with each env's newest version read from its newest loaded step (load).
 void read_policy_state(const Buffer& b, CheckpointInfo& info);
 void load_policy_state(Buffer& target, const CheckpointInfo& info);
+/// Sample caps (format 2.2 keeps the cap, read_policy_state saves it): each loaded step's count word, tagged with its
+/// step and no delivery counted (the counts are not saved).
+void load_cap_words(Buffer& target);
 
 /// The leases a load holds on its target (load_leases.cpp, which says which words it repairs and why no others):
 /// the learner lease and every env's lease, taken all or none by the constructor (Errc::lease_held naming a live

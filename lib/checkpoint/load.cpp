@@ -253,6 +253,7 @@ uint64_t load_into(Buffer& target, const LoadSources& sources, const LoadOptions
   }
   load_global_state(target, last, created, notes);
   load_policy_state(target, last);
+  load_cap_words(target);
   progress.finish();
   left_out.note(notes);
   return left_out.kept();

@@ -1,7 +1,9 @@
 // lib/checkpoint/policy_state.cpp: policy versions in a checkpoint (format 2.2; layout 1.11, docs/design/policy.md):
 // the version the learners had published and their window are saved, and a load publishes them in the target, and
 // gives each env the newest version of its newest loaded step, so that its next writer goes on from it (an env's
-// versions never decrease) and pacing learners see where each env stands.
+// versions never decrease) and pacing learners see where each env stands. The sample cap (format 2.2, layout 1.11)
+// is saved beside them; a load tags each loaded step's count word with its step, no delivery counted
+// (docs/design/sample_caps.md).
 //
 // Who calls it: read_source_state (save) and load_into (load), which holds every env's and slot's lease.
 #include <atomic>
@@ -16,6 +18,22 @@ void read_policy_state(const Buffer& b, CheckpointInfo& info) {
   const PolicyWindow w = load_policy_window(segment_of(b).policy_control());
   info.policy_version = w.version;
   info.policy_max_staleness = w.on() ? std::optional<uint64_t>(w.max_staleness) : std::nullopt;
+  info.max_times_sampled = b.max_times_sampled();
+}
+
+void load_cap_words(Buffer& target) {
+  Segment& seg = segment_of(target);
+  if (seg.max_times_sampled() == 0) return;
+  const uint64_t cap = target.capacity();
+  for (uint64_t e = 0; e < target.num_envs(); ++e) {
+    std::atomic<uint64_t>* words = seg.cap_words(e);
+    const uint64_t head = load_head(seg.env_control(e));
+    // relaxed: the load holds every lease; a learner's snapshot of the heads (acquire) comes after the leases'
+    // release. Each loaded step starts with no delivery counted.
+    for (uint64_t s = head > cap ? head - cap : 0; s < head; ++s) {
+      words[s % cap].store(layout::cap_word(s, 0), std::memory_order_relaxed);
+    }
+  }
 }
 
 void load_policy_state(Buffer& target, const CheckpointInfo& info) {

@@ -204,6 +204,7 @@ CreateOptions create_options_of(const CheckpointInfo& info, uint32_t mode) {
   CreateOptions create;
   create.mode = mode;
   create.max_learners = info.max_learners;
+  create.max_times_sampled = info.max_times_sampled;
   if (info.episode_fields.any_flag()) {
     const auto name = [&](const std::optional<std::size_t>& i) { return i ? info.schema[*i].name : std::string(); };
     create.episodes = {name(info.episode_fields.done), name(info.episode_fields.terminated),
@@ -236,6 +237,10 @@ std::vector<std::string> state_mismatches(const Buffer& target, const Checkpoint
   if (target.rate_limit() != info.limiter.limit) {
     out.push_back(fmt::format("rate limiter: the segment has {}, the checkpoint {}", limit_text(target.rate_limit()),
                               limit_text(info.limiter.limit)));
+  }
+  if (target.max_times_sampled() != info.max_times_sampled) {
+    out.push_back(fmt::format("sample cap: the segment has max_times_sampled {}, the checkpoint {}",
+                              target.max_times_sampled(), info.max_times_sampled));
   }
   if (target.max_learners() < info.max_learners) {
     out.push_back(fmt::format("learner slots: the segment has {}, the checkpoint {} (the slots past the segment's "

@@ -16,6 +16,7 @@
 #include "detail/os/file.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "shmreplay/error.hpp"
+#include "shmreplay/internal/caps_layout.hpp"
 #include "shmreplay/internal/layout.hpp"
 
 namespace shmreplay::detail {
@@ -71,6 +72,11 @@ void read_state(const std::string& path, const CheckpointHeader& h, CheckpointIn
   if (h.policy_field != 0) info.episode_fields.policy_version = h.policy_field - 1;
   info.policy_version = h.policy_version;
   if (h.policy_window != 0) info.policy_max_staleness = h.policy_window - 1;
+  if (h.max_times_sampled > layout::kMaxTimesSampled) {
+    corrupt(path, fmt::format("its sample cap max_times_sampled is {}, expected 0 to {}", h.max_times_sampled,
+                              layout::kMaxTimesSampled));
+  }
+  info.max_times_sampled = h.max_times_sampled;
   if (!(info.expected_compression == 0 || (info.expected_compression >= 1 && info.expected_compression <= 1e6))) {
     info.expected_compression = 0;  // a damaged word: the load falls back to the default budget
   }

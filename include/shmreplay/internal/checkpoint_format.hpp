@@ -161,7 +161,8 @@ struct CheckpointHeader {
   uint64_t policy_field;             ///< (2.2) the policy-version field's schema index + 1; 0 without one
   uint64_t policy_version;           ///< (2.2) the version the learners had published (PolicyControl::version)
   uint64_t policy_window;            ///< (2.2) their window max_staleness + 1; 0 when none
-  uint64_t reserved[10];             ///< zero
+  uint64_t max_times_sampled;        ///< (2.2) the source's sample cap (layout 1.11); 0 without
+  uint64_t reserved[9];              ///< zero
   uint32_t meta_crc;                 ///< CRC-32 of the meta block
   uint32_t header_crc;               ///< CRC-32 of this header with header_crc = 0
 };

@@ -137,9 +137,12 @@ enum SectionIndex : uint32_t {
   kSectionLearnerStats = 9,   ///< LearnerStats[max_learners], slot 0's first (since 1.8; every buffer)
   kSectionPolicy = 10,       ///< PolicyControl, PolicyLearner[max_learners], PolicyEnv[num_envs] (since 1.11;
                               ///< every buffer; internal/policy_layout.hpp)
-  kSectionsUsed = 11,  ///< sections this minor version defines; the rest of the table is zero
+  kSectionSampleCaps = 11,    ///< CapLearner[max_learners], then std::atomic<uint64_t>[num_envs][capacity] sample
+                              ///< counts (since 1.11; 0 bytes without a cap; internal/caps_layout.hpp)
+  kSectionsUsed = 12,  ///< sections this minor version defines; the rest of the table is zero
 };
-inline constexpr std::size_t kMaxSections = 16;  ///< entries of the section table (1.10: room for six more)
+inline constexpr std::size_t kMaxSections = 16;  ///< entries of the section table (1.10: room for six more; 1.11
+                                                 ///< took two)
 inline constexpr uint64_t kMaxLearners = 64;    ///< learner slots of a segment, at most (1.7)
 
 /// One entry of the section table: where a section lies in the segment.
@@ -176,7 +179,9 @@ struct SegmentHeader {
   SectionDesc sections[kMaxSections];  ///< indexed by SectionIndex; entries past num_sections are zero
   uint64_t max_learners;  ///< (1.7) learner slots: learner processes that may sample at once, 1 to kMaxLearners
                           ///< (offset 272 in 1.7, 288 in 1.8 and 1.9, 384 since 1.10)
-  uint64_t reserved[7];   ///< reserved for a later minor version; zero
+  uint64_t max_times_sampled;  ///< (1.11) the sample cap: deliveries per stored step, 1 to kMaxTimesSampled; 0
+                               ///< without (then the sample-caps section is empty)
+  uint64_t reserved[6];   ///< reserved for a later minor version; zero
 };
 
 /// One entry of the field table. Unused dims are 0; the name is NUL-padded.
@@ -536,8 +541,9 @@ static_assert(sizeof(LearnerSlot) == 3 * kCacheLineBytes && offsetof(LearnerSlot
                   offsetof(LearnerSlot, priority_walk) == 2 * kCacheLineBytes,
               "a learner slot is 3 cache lines: its lease, its counters, its walk and waits");
 static_assert(offsetof(SegmentHeader, sections) % kCacheLineBytes == 0, "the section table starts a cache line");
-static_assert(offsetof(SegmentHeader, max_learners) == 384 && sizeof(SegmentHeader::reserved) == 7 * sizeof(uint64_t),
-              "1.10: a section table of 16 entries; the header grew to 7 cache lines");
+static_assert(offsetof(SegmentHeader, max_learners) == 384 && offsetof(SegmentHeader, max_times_sampled) == 392 &&
+                  sizeof(SegmentHeader::reserved) == 6 * sizeof(uint64_t),
+              "1.10: a section table of 16 entries; the header grew to 7 cache lines; 1.11 took a reserved word");
 static_assert(sizeof(LearnerStats) == 2 * kCacheLineBytes && alignof(LearnerStats) == kCacheLineBytes &&
                   offsetof(LearnerStats, limiter_timeouts) == 2 * kCacheLineBytes - sizeof(uint64_t),
               "a slot's statistics are 2 cache lines of its own: ages, buckets, then the limiter's timeouts");

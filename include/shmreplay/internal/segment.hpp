@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "shmreplay/internal/caps_layout.hpp"
 #include "shmreplay/internal/layout.hpp"
 #include "shmreplay/internal/policy_layout.hpp"
 #include "shmreplay/schema.hpp"
@@ -57,6 +58,7 @@ struct SegmentGeometry {
   /// section with one learner).
   std::array<layout::SectionDesc, layout::kMaxSections> sections{};
   uint64_t max_learners = 1;          ///< learner slots (layout 1.7)
+  uint64_t max_times_sampled = 0;     ///< the sample cap (layout 1.11); 0 without
   uint64_t learner_online_offset = 0; ///< slots 1..'s online starts, [max_learners - 1][num_envs] u64, inside the
                                       ///< learner section (0 with one slot)
   std::vector<uint64_t> field_offsets;  ///< each field's storage, in schema order (a stacked field's frame rings)
@@ -218,6 +220,17 @@ class Segment {
   const layout::PolicyEnv& policy_env(uint64_t env) const noexcept;
   /// The same, writable (a writable mapping only).
   layout::PolicyEnv& policy_env(uint64_t env) noexcept;
+  /// The sample cap (layout 1.11; internal/caps_layout.hpp): deliveries per stored step; 0 without.
+  uint64_t max_times_sampled() const noexcept { return g_.max_times_sampled; }
+  /// Env `env`'s count words, [capacity], one per ring slot (a buffer with a sample cap only). Learners CAS them and
+  /// writers store them through the mutable overload.
+  const std::atomic<uint64_t>* cap_words(uint64_t env) const noexcept;
+  /// The same, writable (a writable mapping only).
+  std::atomic<uint64_t>* cap_words(uint64_t env) noexcept;
+  /// Learner slot `slot`'s cap counters (a buffer with a sample cap only).
+  const layout::CapLearner& cap_learner(uint64_t slot) const noexcept;
+  /// The same, writable (a writable mapping only).
+  layout::CapLearner& cap_learner(uint64_t slot) noexcept;
   /// The segment-wide control block (learner slot 0's lease and counters, wake word, limiter).
   const layout::GlobalControl& global_control() const noexcept;
   /// The same, writable (a writable mapping only).

@@ -24,6 +24,7 @@
 #include "detail/segment/rules.hpp"
 #include "detail/segment/section_table.hpp"
 #include "detail/storage/storage_kinds.hpp"
+#include "shmreplay/internal/caps_layout.hpp"
 #include "shmreplay/wait.hpp"
 
 namespace shmreplay::detail {
@@ -90,6 +91,7 @@ Sections accept_counts(const SegmentHeader& h, LayoutVersion version, const Open
     v.fail(Errc::corrupt, fmt::format("num_sections is {}, expected {} to {} for layout {}.{}", h.num_sections,
                                       kSectionsUsed, kMaxSections, major, minor));
   }
+  c.max_times_sampled = in_range("max_times_sampled", h.max_times_sampled, 0, kMaxTimesSampled);  // (1.11)
   // (1.3) alpha's bits; 0 means no priorities (alpha = 0 is stored as -0.0).
   const uint64_t exponent_bits = h.priority_exponent_bits;
   c.priorities = exponent_bits != 0;
@@ -385,6 +387,7 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
   g.total_bytes = check.file_bytes();
   g.sections = s.sec;
   g.max_learners = s.counts.max_learners;
+  g.max_times_sampled = s.counts.max_times_sampled;
   g.learner_online_offset = g.max_learners > 1 ? s.sec[kSectionLearners].offset + learner_online_starts_at(g.max_learners) : 0;
   g.episode_fields = roles;
   g.episode_queue_capacity = queue_capacity;

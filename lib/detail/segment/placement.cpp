@@ -35,10 +35,11 @@ uint64_t checked_add(uint64_t a, uint64_t b, uint64_t num_envs, uint64_t capacit
 }  // namespace
 
 SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& schema, uint64_t queue_capacity,
-                         bool priorities, uint64_t stack_restarts, uint64_t max_learners, CompressionBudget budget) {
+                         bool priorities, uint64_t stack_restarts, uint64_t max_learners, CompressionBudget budget,
+                         uint64_t max_times_sampled) {
   if (stack_restarts == 0) stack_restarts = default_stack_restarts(capacity);
   SegmentPlan p;
-  p.counts = {num_envs, capacity, schema.size(), queue_capacity, max_learners, priorities};
+  p.counts = {num_envs, capacity, schema.size(), queue_capacity, max_learners, priorities, max_times_sampled};
   uint64_t at = sizeof(SegmentHeader);
   // Every section, as its row sizes and aligns it (section_table.cpp); a section of 0 bytes is absent ({0, 0}).
   for (const SectionRow& row : section_rows()) {
@@ -92,6 +93,7 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
   h->stack_continuity = static_cast<uint64_t>(stack_continuity);
   for (uint32_t s = 0; s < kSectionsUsed; ++s) h->sections[s] = p.sections[s];
   h->max_learners = p.counts.max_learners;
+  h->max_times_sampled = p.counts.max_times_sampled;
 
   auto* table = reinterpret_cast<FieldDesc*>(base + p.sections[kSectionFields].offset);
   for (std::size_t i = 0; i < schema.size(); ++i) {
@@ -134,6 +136,7 @@ SegmentGeometry planned_geometry(const std::string& name, uint64_t num_envs, uin
   g.total_bytes = plan.total_bytes;
   std::copy(std::begin(plan.sections), std::end(plan.sections), g.sections.begin());
   g.max_learners = plan.counts.max_learners;
+  g.max_times_sampled = plan.counts.max_times_sampled;
   g.learner_online_offset = plan.learner_online_offset;
   for (const PlacedField& f : plan.fields) {
     g.field_offsets.push_back(f.data_offset);

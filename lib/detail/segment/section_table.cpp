@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "detail/os/file.hpp"
+#include "shmreplay/internal/caps_layout.hpp"
 #include "shmreplay/internal/policy_layout.hpp"
 
 namespace shmreplay::detail {
@@ -151,6 +152,24 @@ void policy_construct(std::byte* start, const SectionCounts& c) {
   for (uint64_t e = 0; e < c.num_envs; ++e) envs[e].newest.store(kNoPolicyVersion, std::memory_order_relaxed);
 }
 
+// -- the sample-caps section (1.11): only with a cap --
+
+std::optional<uint64_t> caps_bytes(const SectionCounts& c) {
+  if (c.max_times_sampled == 0) return 0;
+  const std::optional<uint64_t> slots = mul(c.num_envs, c.capacity);
+  if (!slots || *slots > UINT64_MAX / 8 - cap_words_at(c.max_learners)) return std::nullopt;
+  return cap_words_at(c.max_learners) + *slots * 8;
+}
+std::string caps_explain(const SectionCounts& c) {
+  if (c.max_times_sampled == 0) return "none without a sample cap";
+  return fmt::format("{} learner slots x {} bytes and {} envs x {} steps x 8 bytes", c.max_learners,
+                     sizeof(CapLearner), c.num_envs, c.capacity);
+}
+void caps_construct(std::byte* start, const SectionCounts& c) {
+  construct_blocks<CapLearner>(start, c.max_learners);
+  zero_atomics(start + cap_words_at(c.max_learners), c.num_envs * c.capacity);  // step 0's word: cap_word(0, 0)
+}
+
 constexpr SectionSize kExact = SectionSize::exact;
 
 // Placement order. Rows: id, name, since, size rule, open's alignment, create's alignment, bytes, explain, construct.
@@ -177,6 +196,8 @@ constexpr std::array<SectionRow, kSectionsUsed> kRows = {{
      priorities_explain, priorities_construct},
     {kSectionPolicy, "the policy section", 11, kExact, kCacheLineBytes, kCacheLineBytes, policy_bytes, policy_explain,
      policy_construct},
+    {kSectionSampleCaps, "the sample-caps section", 11, kExact, kCacheLineBytes, kCacheLineBytes, caps_bytes,
+     caps_explain, caps_construct},
 }};
 
 // Every index of this minor version has exactly one row.

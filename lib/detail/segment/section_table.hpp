@@ -26,6 +26,7 @@ struct SectionCounts {
   uint64_t queue_capacity = 0;  ///< records per env's episode queue; 0 without episode fields
   uint64_t max_learners = 1;
   bool priorities = false;
+  uint64_t max_times_sampled = 0;  ///< the sample cap (1.11); 0 without (no sample-caps section)
 };
 
 /// How open checks a section's size against SectionRow::bytes.

@@ -1,0 +1,83 @@
+// lib/sampler_caps.hpp: the learner's half of sample caps (layout 1.11, CreateOptions::max_times_sampled;
+// docs/design/sample_caps.md): the draw-time check that skips a start already capped, the claim of one delivery
+// per validated row (a CAS on the start's count word), and the emptiness check when rejections pile up. The
+// writer's half is one store in Writer::finish_step (lib/writer_push.cpp).
+//
+// Who calls it: the sample rounds (lib/sampler_sample.cpp, draw_round), on the Sampler's thread. Private to
+// lib/sampler*.cpp; nothing here allocates.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "detail/always_inline.hpp"
+#include "detail/sampling/planner.hpp"
+#include "detail/storage/gather.hpp"
+#include "shmreplay/internal/caps_layout.hpp"
+#include "shmreplay/internal/segment.hpp"
+#include "shmreplay/vocabulary.hpp"
+
+namespace shmreplay::sampler_parts {
+
+// Draw-time rejections in one call before the first check that some start is still uncapped: a base plus this
+// many per row; each check doubles the budget (so the checks cost O(stored steps) per doubling of the rejections).
+inline constexpr uint64_t kCapCheckBase = 64;
+inline constexpr uint64_t kCapCheckPerRow = 16;
+// Rejections in one call past which the call gives up (Errc::empty_view): the starts left uncapped weigh too
+// little under the call's distribution (or none of them can start a row under its options).
+inline constexpr uint64_t kCapMaxRejections = uint64_t{1} << 26;
+
+// A Sampler's sample-cap state: the count words and its slot's counters in the mapping, and one call's rejections.
+class Caps {
+ public:
+  Caps(Segment& seg, uint64_t rank) noexcept;
+
+  bool on() const noexcept { return words_ != nullptr; }
+
+  // Before a view's rows are drawn (sample_with): resets the rejection budget for `rows` rows of `view`.
+  void begin_call(std::size_t rows, View view) noexcept {
+    view_ = view;
+    rejections_ = 0;
+    next_check_ = kCapCheckBase + kCapCheckPerRow * rows;
+  }
+
+  // Whether a draw of `start`, in ring slot index `index` (env * capacity + slot), must be refused now: its count
+  // word counts another step (overwritten since the snapshot) or reached the cap. Counts only grow, so a start
+  // refused here would be refused by claim too: skipping it before the copy keeps the draw exact.
+  SHMREPLAY_ALWAYS_INLINE bool refused(uint64_t index, uint64_t start) const noexcept {
+    const uint64_t w = words_[index].load(std::memory_order_relaxed);
+    return !layout::cap_word_for(w, start) || layout::cap_word_count(w) >= cap_;
+  }
+
+  // Counts a refused draw. At each doubling of the call's rejections, checks the snapshot's `views`: returns true
+  // (take a fresh snapshot) when a writer published steps since it; throws Error(empty_view) when every start of
+  // the views is capped, or past kCapMaxRejections.
+  bool note_rejection(const Segment& seg, std::span<const detail::EnvView> views);
+
+  // Claims one delivery for each row of `rows` (a gathered chunk) that passed its validation: the rows from
+  // failed[failed_before] on are the chunk's failed ones, in chunk order. A row whose claim fails (its start was
+  // capped or overwritten meanwhile) is appended to `failed`, to be redrawn. Returns the rows refused.
+  std::size_t claim(std::span<const detail::GatherRow> rows, std::vector<uint32_t>& failed,
+                    std::size_t failed_before) noexcept;
+
+  // Adds the counts kept since the last flush to the learner slot's counters (once per round).
+  void flush() noexcept;
+
+ private:
+  std::atomic<uint64_t>* words_ = nullptr;  // env 0's count words; env e's start at e * capacity
+  layout::CapLearner* mine_ = nullptr;      // this learner slot's counters
+  uint64_t cap_ = 0;
+  uint64_t capacity_ = 0;
+  View view_ = View::replay;  // the view being drawn from (for messages)
+  uint64_t rejections_ = 0;  // this call's, draw-time and claim-time
+  uint64_t next_check_ = 0;
+  uint64_t rejected_ = 0;    // since the last flush
+  uint64_t claimed_ = 0;
+  uint64_t retired_ = 0;
+};
+
+}  // namespace shmreplay::sampler_parts
