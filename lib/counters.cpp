@@ -12,6 +12,7 @@ using Type = CounterType;
 constexpr auto kEpisodes = CounterPresence::episodes;
 constexpr auto kCompressed = CounterPresence::compressed;
 constexpr auto kPolicy = CounterPresence::policy;
+constexpr auto kCaps = CounterPresence::caps;
 constexpr auto kSince = CounterForm::since_ns;
 constexpr auto kEnv = CounterScope::env;
 constexpr auto kLearner = CounterScope::learner;
@@ -252,6 +253,17 @@ const LearnerCounterRow kLearnerRows[] = {
     {{"version_age_sum", "shmreplay_learner_version_age_sum_total", Type::counter, "versions",
       "The sum of those rows' version ages (current version - the row's first step's version)", kLearner, kPolicy},
      policy_learner_word<&layout::PolicyLearner::age_sum>, nullptr},
+    {{"cap_claimed", "shmreplay_learner_cap_claimed_total", Type::counter, "rows",
+      "Deliveries the slot claimed against the sample cap (rows returned, each start's count raised once)", kLearner,
+      kCaps},
+     nullptr, [](const LearnerReading& r) noexcept { return r.info.cap_claimed; }, &LearnerInfo::cap_claimed},
+    {{"cap_rejected", "shmreplay_learner_cap_rejected_total", Type::counter, "rows",
+      "Rows the slot drew again because their start had been sampled max_times_sampled times (or overwritten)",
+      kLearner, kCaps},
+     nullptr, [](const LearnerReading& r) noexcept { return r.info.cap_rejected; }, &LearnerInfo::cap_rejected},
+    {{"cap_retired", "shmreplay_learner_cap_retired_total", Type::counter, "steps",
+      "Steps whose last allowed delivery the slot claimed (they left the views)", kLearner, kCaps},
+     nullptr, [](const LearnerReading& r) noexcept { return r.info.cap_retired; }, &LearnerInfo::cap_retired},
 };
 // clang-format on
 

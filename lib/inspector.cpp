@@ -106,6 +106,12 @@ LearnerInfo learner_info(const Segment& seg, uint64_t slot) {
   for (uint32_t k = 0; k < layout::kAgeBuckets; ++k) {
     l.age_buckets[k] = me.stats.age_buckets[k].load(std::memory_order_relaxed);
   }
+  if (seg.max_times_sampled() != 0) {  // layout 1.11's sample caps: the slot's counters
+    const layout::CapLearner& caps = seg.cap_learner(slot);
+    l.cap_claimed = caps.claimed.load(std::memory_order_relaxed);
+    l.cap_rejected = caps.rejected.load(std::memory_order_relaxed);
+    l.cap_retired = caps.retired.load(std::memory_order_relaxed);
+  }
   detail::fill_learner_counters({me, lease, l}, l);  // the counter table's learner rows
   return l;
 }
@@ -172,6 +178,7 @@ bool counter_applies(const Counter& row, const SegmentInfo& info) noexcept {
     case CounterPresence::episodes: return info.episode_queue_capacity > 0;
     case CounterPresence::compressed: return !info.compressed.empty();
     case CounterPresence::policy: return !info.policy.field.empty();
+    case CounterPresence::caps: return info.max_times_sampled != 0;
     default: return true;
   }
 }
@@ -207,6 +214,7 @@ SegmentInfo Inspector::snapshot() const {
   s.creation_time_ns = h.creation_time_ns;
   s.episode_fields = b.episode_fields();
   s.episode_queue_capacity = b.episode_queue_capacity();
+  s.max_times_sampled = b.max_times_sampled();
 
   std::map<uint64_t, bool> alive;  // lease word -> liveness, so each owner's /proc entry is read once
   s.envs.reserve(b.num_envs());

@@ -27,7 +27,7 @@ bool Caps::note_rejection(const Segment& seg, std::span<const detail::EnvView> v
   uint64_t stored = 0;
   for (std::size_t e = 0; e < views.size(); ++e) {
     for (uint64_t s = views[e].lo; s < views[e].hi; ++s) {
-      uncapped += refused(e * capacity_ + s % capacity_, s) ? 0 : 1;
+      uncapped += refused(e * capacity_ + s % capacity_, s) ? 0u : 1u;
     }
     stored += views[e].hi - views[e].lo;
   }

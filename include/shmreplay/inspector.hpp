@@ -102,6 +102,10 @@ struct LearnerInfo {
   // Counted since the segment's creation or its last checkpoint load (a load starts them at 0).
   uint64_t age_rows = 0;       ///< rows counted: the histogram's count (+Inf bucket); at least the buckets' sum
   uint64_t age_sum_steps = 0;  ///< the sum of their ages
+  // Sample caps (layout 1.11; docs/design/sample_caps.md), 0 in a buffer without a cap.
+  uint64_t cap_claimed = 0;   ///< deliveries the slot claimed: rows its sample calls returned, each counted once
+  uint64_t cap_rejected = 0;  ///< rows it drew and redrew because their start was capped (or overwritten)
+  uint64_t cap_retired = 0;   ///< starts whose last delivery (the cap's N-th) it claimed
   /// Rows per age bucket, not cumulative: bucket k holds the ages in (layout::age_bucket_le(k - 1),
   /// layout::age_bucket_le(k)] (bucket 0: age 0); rows older than the last bound are in age_rows only.
   std::array<uint64_t, layout::kAgeBuckets> age_buckets{};
@@ -189,6 +193,7 @@ struct SegmentInfo {
   // The rate limiter (layout 1.4): its settings (limit is nullopt without one), counts and waits.
   RateLimitState rate_limit;  ///< the rate limiter's settings (limit: nullopt without one), counts and waits
   PolicyInfo policy;          ///< policy versions (layout 1.11): the published version and window, the holds
+  uint64_t max_times_sampled = 0;  ///< the sample cap (layout 1.11): deliveries per stored step; 0 without
 };
 
 /// Consecutive published steps of one env, copied out of the segment (Inspector::read_steps). Each record is one

@@ -109,7 +109,7 @@ TEST_CASE("docs/cli.md's metric table lists every family the exporter writes, wi
   Buffer b = Buffer::create(name, 2, 16, Schema::parse("obs:f32[2] reward:f32 done:bool pix:u8[8,8]:lz4 version:u32"),
                             {.episodes = {.done = "done", .reward = "reward"}, .policy_version = "version",
                              .priority_exponent = 0.5,
-                             .rate_limit = RateLimit::ratio(1.0, 4, 100), .max_learners = 2});
+                             .rate_limit = RateLimit::ratio(1.0, 4, 100), .max_learners = 2, .max_times_sampled = 3});
   Writer w(b, {0});
   const float obs[2] = {1, 2};
   const float reward = 1;

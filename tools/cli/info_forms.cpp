@@ -258,6 +258,7 @@ Json info_json(const SegmentInfo& i) {
                                          : Json(nullptr)},
       {"rate_limit", rate_limit_json(i.rate_limit)},
       {"policy", policy_json(i.policy)},
+      {"max_times_sampled", i.max_times_sampled},
       {"schema_spec", i.schema.to_string()},
       {"schema", schema_json(i.schema)},
       {"envs", std::move(envs)},
@@ -345,6 +346,10 @@ void print_info_summary(const SegmentInfo& i) {
   }
   if (i.rate_limit.limit) print_pair("rate limit", rate_limit_text(i.rate_limit));
   if (!i.policy.field.empty() || i.policy.publishes != 0) print_pair("policy", policy_text(i.policy));  // 1.11
+  if (i.max_times_sampled != 0) {  // 1.11
+    print_pair("sample cap", fmt::format("max_times_sampled {}; {} delivered, {} steps retired, {} rows redrawn (capped)",
+                                         i.max_times_sampled, l.cap_claimed, l.cap_retired, l.cap_rejected));
+  }
   print_pair("sampled", fmt::format("{} in {}, {} retried, {} updated, {} online resets",
                                     counted(l.rows_sampled, "row", "rows"), counted(l.sample_calls, "call", "calls"),
                                     l.retries, counted(l.steps_updated, "step", "steps"), l.online_resets));
