@@ -38,12 +38,14 @@ bool Caps::note_rejection(const Segment& seg, std::span<const detail::EnvView> v
         return true;
       }
     }
+    flush();
     throw Error(Errc::empty_view,
                 fmt::format("cannot sample the {} view of '{}': every stored step was sampled max_times_sampled = {} "
                             "times ({} steps, all capped)",
                             to_string(view_), seg.name(), cap_, stored));
   }
   if (rejections_ >= kCapMaxRejections) {
+    flush();
     throw Error(Errc::empty_view,
                 fmt::format("cannot sample the {} view of '{}': {} draws in one call found only starts sampled "
                             "max_times_sampled = {} times; the {} of {} stored steps not yet capped weigh too little "
