@@ -77,6 +77,14 @@
 //                       |   internal sums (f64 bits), [leaves, 2 leaves)   |
 //                       |   one leaf per ring slot: priority^alpha (f32)   |
 //                       |   and the low 32 bits of the step it belongs to  |
+//                       +--------------------------------------------------+ 64-byte aligned
+//   Since 1.11, in every buffer (internal/policy_layout.hpp):
+//   sections[kPolicy] --> PolicyControl, PolicyLearner[max_learners], PolicyEnv[num_envs]
+//   Since 1.11, only in a buffer created with max_times_sampled; 0 bytes otherwise (internal/caps_layout.hpp):
+//   sections[kSampleCaps] +------------------------------------------------+ 64-byte aligned
+//                       | CapLearner[max_learners]           64 B each     |
+//                       | count words [num_envs][capacity] u64: ring slot  |
+//                       |   s % capacity holds (step << 8) | deliveries    |
 //                       +--------------------------------------------------+ total_bytes (page multiple)
 //
 // Rules that every reader relies on:
