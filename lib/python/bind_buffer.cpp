@@ -25,7 +25,8 @@ void def_buffer_create(BufferClass& c) {
              Int<"Buffer.create(): stack_restarts"> stack_restarts, const std::string& stack_continuity,
              Int<"Buffer.create(): max_learners", uint64_t, 1, layout::kMaxLearners> max_learners,
              Int<"Buffer.create(): compressed_bytes"> compressed_bytes, double expected_compression,
-             std::optional<std::string> policy_version) {
+             std::optional<std::string> policy_version,
+             Int<"Buffer.create(): max_times_sampled"> max_times_sampled) {
             const Schema s = py::isinstance<py::str>(schema) ? Schema::parse(schema.cast<std::string>())
                                                              : schema.cast<Schema>();
             CreateOptions o{.mode = mode, .replace = replace};
@@ -38,6 +39,7 @@ void def_buffer_create(BufferClass& c) {
             o.compressed_bytes = compressed_bytes;
             o.expected_compression = expected_compression;
             o.policy_version = policy_version.value_or("");
+            o.max_times_sampled = max_times_sampled;
             if (stack_continuity == "episodes") {
               o.stack_continuity = StackContinuity::episodes;
             } else if (stack_continuity != "compare") {
@@ -68,7 +70,7 @@ void def_buffer_create(BufferClass& c) {
           "episode_queue_capacity"_a = 0, "priority_exponent"_a = py::none(), "rate_limit"_a = py::none(),
           "populate"_a = "never", "populate_progress"_a = py::none(), "stack_restarts"_a = 0,
           "stack_continuity"_a = "compare", "max_learners"_a = 1, "compressed_bytes"_a = 0,
-          "expected_compression"_a = 0.0, "policy_version"_a = py::none(),
+          "expected_compression"_a = 0.0, "policy_version"_a = py::none(), "max_times_sampled"_a = 0,
           "Create a buffer of num_envs rings of capacity steps; schema is a Schema or its text form. With "
           "priority_exponent=alpha every stored step has a priority and prioritized samples draw starts with "
           "probability proportional to priority**alpha. With rate_limit=RateLimit.ratio(...) or "
@@ -86,7 +88,9 @@ void def_buffer_create(BufferClass& c) {
           "0 meaning 4); an env whose frames compress worse loses its oldest steps from the view. policy_version names a "
           "scalar integer field holding the version of the policy that produced each step (non-decreasing per env): "
           "learners then publish a version and a staleness window (Sampler.publish_policy) and sample inside it "
-          "(max_staleness=), and writers the window left behind wait instead of being discarded.");
+          "(max_staleness=), and writers the window left behind wait instead of being discarded. With "
+          "max_times_sampled=N (1 to 255; 0, the default, for none) a stored step starts at most N sampled rows in "
+          "total, over every learner, and then leaves the views.");
 }
 
 // Buffer.open, remove, exists, and the buffer's properties.
@@ -150,7 +154,10 @@ void def_buffer_properties(BufferClass& c) {
                                if (!f) return std::nullopt;
                                return b.schema()[*f].name;
                              },
-                             "the policy-version field's name (policy_version= of create), None without");
+                             "the policy-version field's name (policy_version= of create), None without")
+      .def_property_readonly("max_times_sampled", &Buffer::max_times_sampled,
+                             "the sample cap: sampled rows a stored step may start, over every learner "
+                             "(max_times_sampled= of create); 0 without");
 }
 
 // The buffer's rate limiter, heads, and read_steps (a copy of stored steps without the learner lease).
