@@ -92,7 +92,7 @@ inline constexpr uint64_t kMagic = 0x54504b43524d4853ull;         ///< "SHMRCKPT
 inline constexpr uint64_t kEnvMagic = 0x32564e45524d4853ull;      ///< "SHMRENV2" (format 2)
 inline constexpr uint64_t kTrailerMagic = 0x444e4543524d4853ull;  ///< "SHMRCEND"
 inline constexpr uint32_t kFormatMajor = 2;  ///< the format this library writes
-inline constexpr uint32_t kFormatMinor = 2;  ///< ... minor (2.1: learner slots; 2.2: policy versions)
+inline constexpr uint32_t kFormatMinor = 2;  ///< ... minor (2.1: learner slots; 2.2: policy versions, the sample cap)
 inline constexpr uint64_t kMaxMetaBytes = 1ull << 20;  ///< bound on the name + schema text a loader accepts
 inline constexpr uint32_t kNoField = 0xffffffffu;      ///< an episode field index meaning "none"
 
