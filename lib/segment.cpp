@@ -153,7 +153,8 @@ std::atomic<uint64_t>* Segment::cap_words(uint64_t env) noexcept {
 
 const layout::CapLearner& Segment::cap_learner(uint64_t slot) const noexcept {
   assert(g_.max_times_sampled != 0 && slot < g_.max_learners);
-  return std::launder(reinterpret_cast<const layout::CapLearner*>(base_ + g_.sections[kSectionSampleCaps].offset))[slot];
+  return std::launder(
+      reinterpret_cast<const layout::CapLearner*>(base_ + g_.sections[kSectionSampleCaps].offset))[slot];
 }
 
 layout::CapLearner& Segment::cap_learner(uint64_t slot) noexcept {

@@ -347,8 +347,9 @@ void print_info_summary(const SegmentInfo& i) {
   if (i.rate_limit.limit) print_pair("rate limit", rate_limit_text(i.rate_limit));
   if (!i.policy.field.empty() || i.policy.publishes != 0) print_pair("policy", policy_text(i.policy));  // 1.11
   if (i.max_times_sampled != 0) {  // 1.11
-    print_pair("sample cap", fmt::format("max_times_sampled {}; {} delivered, {} steps retired, {} rows redrawn (capped)",
-                                         i.max_times_sampled, l.cap_claimed, l.cap_retired, l.cap_rejected));
+    print_pair("sample cap",
+               fmt::format("max_times_sampled {}; {} delivered, {} steps retired, {} rows redrawn (capped)",
+                           i.max_times_sampled, l.cap_claimed, l.cap_retired, l.cap_rejected));
   }
   print_pair("sampled", fmt::format("{} in {}, {} retried, {} updated, {} online resets",
                                     counted(l.rows_sampled, "row", "rows"), counted(l.sample_calls, "call", "calls"),

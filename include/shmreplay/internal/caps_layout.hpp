@@ -29,7 +29,9 @@ constexpr uint64_t cap_word(uint64_t step, uint64_t count) noexcept { return (st
 constexpr uint64_t cap_word_tag(uint64_t word) noexcept { return word >> kCapCountBits; }
 constexpr uint64_t cap_word_count(uint64_t word) noexcept { return word & ((uint64_t{1} << kCapCountBits) - 1); }
 /// Whether `word` counts for step `step`.
-constexpr bool cap_word_for(uint64_t word, uint64_t step) noexcept { return cap_word_tag(word) == (step & kCapTagMask); }
+constexpr bool cap_word_for(uint64_t word, uint64_t step) noexcept {
+  return cap_word_tag(word) == (step & kCapTagMask);
+}
 
 /// One learner slot's counters, one cache line, written by the slot's learner only (relaxed; informational).
 struct alignas(kCacheLineBytes) CapLearner {
