@@ -78,6 +78,7 @@ std::size_t Caps::claim(std::span<const detail::GatherRow> rows, std::vector<uin
       }
     }
     if (got) {
+      held_.push_back({r.index, r.start});  // within the reserve of begin_call: a batch row claims once
       ++claimed_;
       if (layout::cap_word_count(w) + 1 == cap_) ++retired_;
     } else {
@@ -88,6 +89,22 @@ std::size_t Caps::claim(std::span<const detail::GatherRow> rows, std::vector<uin
     }
   }
   return refused_rows;
+}
+
+void Caps::release() noexcept {
+  for (const Held& h : held_) {
+    std::atomic<uint64_t>& word = words_[h.index];
+    uint64_t w = word.load(std::memory_order_relaxed);
+    while (layout::cap_word_for(w, h.start) && layout::cap_word_count(w) > 0) {
+      if (word.compare_exchange_weak(w, w - 1, std::memory_order_relaxed)) {
+        --claimed_;  // may wrap below 0 within a flush: the slot's counter adds it back modulo 2^64
+        if (layout::cap_word_count(w) == cap_) --retired_;
+        break;
+      }
+    }
+  }
+  held_.clear();
+  flush();
 }
 
 void Caps::flush() noexcept {

@@ -38,8 +38,14 @@ class Caps {
 
   bool on() const noexcept { return words_ != nullptr; }
 
-  // Before a view's rows are drawn (sample_with): resets the rejection budget for `rows` rows of `view`.
-  void begin_call(std::size_t rows, View view) noexcept {
+  // At the start of a call's first rows (sample_rows with first_row 0): forgets the claims of the previous call,
+  // whose rows were returned (see release).
+  void forget_claims() noexcept { held_.clear(); }
+
+  // Before a view's rows are drawn (sample_with): resets the rejection budget for rows [first_row, first_row + rows)
+  // of the batch, drawn from `view`.
+  void begin_call(std::size_t rows, View view, std::size_t first_row) {
+    held_.reserve(first_row + rows);  // no allocation once warmed up
     view_ = view;
     rejections_ = 0;
     next_check_ = kCapCheckBase + kCapCheckPerRow * rows;
@@ -64,6 +70,10 @@ class Caps {
   std::size_t claim(std::span<const detail::GatherRow> rows, std::vector<uint32_t>& failed,
                     std::size_t failed_before) noexcept;
 
+  // Gives back every delivery this call claimed (a call that throws returns no row): each count goes down by one
+  // while its word still counts the same step. Safe for the bound: a delivery given back was never returned.
+  void release() noexcept;
+
   // Adds the counts kept since the last flush to the learner slot's counters (once per round).
   void flush() noexcept;
 
@@ -75,6 +85,11 @@ class Caps {
   View view_ = View::replay;  // the view being drawn from (for messages)
   uint64_t rejections_ = 0;  // this call's, draw-time and claim-time
   uint64_t next_check_ = 0;
+  struct Held {
+    uint64_t index;  // env * capacity + slot
+    uint64_t start;
+  };
+  std::vector<Held> held_;   // the deliveries this call claimed, until it returns
   uint64_t rejected_ = 0;    // since the last flush
   uint64_t claimed_ = 0;
   uint64_t retired_ = 0;

@@ -145,9 +145,15 @@ void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, s
   }
   // The planner the table chooses (detail/sampling/planner_table.hpp), as its own type: sample_with is a template
   // over it, so that the per-row draw is a direct call.
-  z.planning.planners.with(o, length, [&](auto& planner) {
-    sample_with(planner, view, first_row, count, length, power, o, rng, out);
-  });
+  if (first_row == 0) z.caps.forget_claims();
+  try {
+    z.planning.planners.with(o, length, [&](auto& planner) {
+      sample_with(planner, view, first_row, count, length, power, o, rng, out);
+    });
+  } catch (...) {
+    if (z.caps.on()) z.caps.release();  // a call that throws returns no row: its claimed deliveries go back
+    throw;
+  }
   if (view == View::online) {  // sample_with's last round: its snapshot's heads are the latest it drew under
     const std::vector<detail::EnvView>& views = z.snapshot.views;
     sampler_parts::OnlineMarks& marks = z.online;
@@ -243,7 +249,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
   r.failed.resize(count);
   std::iota(r.failed.begin(), r.failed.end(), static_cast<uint32_t>(first_row));
   planner.begin_call();
-  z.caps.begin_call(count, view);
+  z.caps.begin_call(count, view, first_row);
   // `round` counts the rounds that made no clean progress (rows overwritten during their copy, or a view that was
   // momentarily unusable); it is what max_retry_rounds limits.
   uint32_t round = 0;

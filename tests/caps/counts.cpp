@@ -68,9 +68,17 @@ TEST_CASE("a step is delivered exactly max_times_sampled times, then it leaves t
     CHECK(batch.field_as<uint64_t>(0)[r] == 1);
     CHECK(batch.field_as<uint64_t>(1)[r] == 2);
   }
-  // A batch larger than the deliveries left cannot be filled: empty_view, not a row past the cap.
+  // A batch larger than the deliveries left cannot be filled: empty_view, not a row past the cap; and the call
+  // that threw gives back the deliveries it had claimed, so all three are there for the next call.
   push_tagged(w, 0);
   CHECK(error_of([&] { s.sample_transitions(View::replay, 4, rng, batch); }) == static_cast<int>(Errc::empty_view));
+  s.sample_transitions(View::replay, 3, rng, batch);
+  for (std::size_t r = 0; r < 3; ++r) {
+    CHECK(batch.field_as<uint64_t>(0)[r] == 0);
+    CHECK(batch.field_as<uint64_t>(1)[r] == 2);
+  }
+  CHECK(learner_counter(rig.guard.name(), "cap_claimed") == 18);
+  CHECK(learner_counter(rig.guard.name(), "cap_retired") == 6);
 }
 
 TEST_CASE("draws under a sample cap are uniform over the starts not yet capped (chi-square), and a model that "
