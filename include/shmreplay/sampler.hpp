@@ -311,6 +311,7 @@ class Sampler {
   std::size_t draw_round(Plan& planner, std::size_t length, Rng& rng, SampleBatch& out, bool& stalled);
   void check_args(const char* op, std::size_t rows, std::size_t length, double power,
                   const SampleOptions& options = {}) const;
+  void check_recency(const char* op, std::size_t length, const SampleOptions& options) const;
   static void finish_weights(SampleBatch& out, double beta) noexcept;
   // The learner half of the rate limiter (lib/sampler_rate_limit.cpp). In a buffer with a limiter: waits until it
   // admits `rows` rows and reserves them (or throws rate_limited); returns whether it reserved them (false without

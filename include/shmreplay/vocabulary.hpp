@@ -55,6 +55,15 @@ struct SampleOptions {
   /// beta, the importance-sampling exponent of a prioritized sample (finite, >= 0; 0 gives weights of 1). Any
   /// such beta gives weights in [0, 1]: they are computed as (smallest N * P / N * P)^beta.
   double importance_exponent = 0.4;
+  /// Recency sampling, in steps (0: off, the default): a start p of an env whose view ends at head h is drawn with
+  /// weight min(r, L)^distribution_power * 2^(-age / recency_half_life), where age = h - 1 - p (the env's newest
+  /// step has age 0; each env's age counts its own steps) and r the steps left (as without it): a start half a
+  /// half-life older weighs 2^-0.5 as much. Exact (closed form per env, O(num_envs) per call and O(log) per row).
+  /// Finite and >= 0 (invalid_argument otherwise). Works with episodes = cross and period 1 (stop and within only
+  /// with sequence_length 1, where they are cross); a period above 1, stop or within with longer sequences, and
+  /// prioritized are refused (invalid_argument): the closed form is over every step of a view, and a prioritized
+  /// draw's weight is the priority's alone. weights() stay 1 (the decay is the distribution asked for).
+  double recency_half_life = 0.0;
   /// In a buffer with a rate limiter (shmreplay/rate_limit.hpp): how long the call waits while the limiter holds
   /// it back (too few steps stored, or the learner ahead of the writers), woken by writers across processes, before
   /// it throws Error(rate_limited) naming the reason. 0: never wait, throw at once ("not now"). The whole batch

@@ -24,6 +24,7 @@
 #include "detail/sampling/episode_planners.hpp"
 #include "detail/sampling/planner_table.hpp"
 #include "detail/sampling/priority_planner.hpp"
+#include "detail/sampling/recency_planner.hpp"
 #include "detail/sampling/ring_mod.hpp"
 #include "shmreplay/sampler.hpp"
 
@@ -152,9 +153,9 @@ double bound(const std::vector<Cell>& cells) {
 // Prepares `planner`, draws `draws` rows and checks them against the model: all in it, with its steps, in its
 // proportions, each with relative_probability 1 (the model's planners draw what the call asked for: no importance
 // weight corrects them). Returns the tally for further checks.
-Tally check_distribution(detail::Planner& planner, const std::vector<EnvView>& views, const TableStarts* starts,
-                         uint64_t length, double power, const PlanOptions& o, uint64_t seed, uint64_t draws = 60000) {
-  const std::vector<Cell> cells = reference(views, starts, length, power, o);
+// check_distribution against given cells (a model of the caller's).
+Tally check_cells(detail::Planner& planner, const std::vector<EnvView>& views, const std::vector<Cell>& cells,
+                  uint64_t length, double power, const PlanOptions& o, uint64_t seed, uint64_t draws = 60000) {
   REQUIRE(cells.size() >= 2);
   planner.begin_call();
   REQUIRE(planner.prepare(views, length, power, o));
@@ -168,6 +169,11 @@ Tally check_distribution(detail::Planner& planner, const std::vector<EnvView>& v
   CAPTURE(cells.size());
   CHECK(x < bound(cells));
   return t;
+}
+
+Tally check_distribution(detail::Planner& planner, const std::vector<EnvView>& views, const TableStarts* starts,
+                         uint64_t length, double power, const PlanOptions& o, uint64_t seed, uint64_t draws = 60000) {
+  return check_cells(planner, views, reference(views, starts, length, power, o), length, power, o, seed, draws);
 }
 
 // Views of four envs: never wrapped, wrapped, short, and empty.
