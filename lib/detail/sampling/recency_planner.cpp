@@ -42,12 +42,21 @@ bool RecencyPlanner::prepare(std::span<const EnvView> views, std::size_t length,
   ensure_table(length, power, r_max);
   // A start with L steps left exists only where r_max = L, so its power factor is 1.
   full_ = r_max == L ? std::exp(-static_cast<double>(L - 1) * c_) : 0.0;
+  inverse_full_ = full_ > 0.0 ? 1.0 / full_ : 0.0;
+  older_.ensure(half_life_);
+  minus_inverse_c_ = -1.0 / c_;
   double* cumulative = envs_.reset(views.size());
   double total = 0.0;
+  uint64_t last_m = 0;  // full rings share one m: their series is computed once (an expm1 costs ~20 ns)
+  double last_older = 0.0;
   for (std::size_t e = 0; e < views.size(); ++e) {
     const uint64_t n = views[e].hi - views[e].lo;
     const uint64_t m = n >= L ? n - L + 1 : 0;
-    total += r_[static_cast<std::size_t>(std::min<uint64_t>(n, L - 1))] + (m > 0 ? full_ * series(m) : 0.0);
+    if (m != last_m) {
+      last_m = m;
+      last_older = full_ * series(m);
+    }
+    total += r_[static_cast<std::size_t>(std::min<uint64_t>(n, L - 1))] + last_older;
     cumulative[e] = total;
   }
   envs_.build();

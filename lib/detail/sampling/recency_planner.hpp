@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "detail/sampling/env_pick.hpp"
+#include "detail/sampling/geometric_table.hpp"
 #include "detail/sampling/planner.hpp"
 
 namespace shmreplay::detail {
@@ -23,7 +24,8 @@ namespace shmreplay::detail {
 /// scale); the m = max(0, n - L + 1) older ones (L steps left, ages L-1..n-1) are a geometric series,
 /// L^power q^(L-1) (1 - q^m) / (1 - q) with q = 2^(-1 / half_life), computed with expm1 so that a long half-life
 /// loses no precision. prepare: O(num_envs); draw: one engine output, the env from the guide table (EnvPicker),
-/// then a binary search over R (the newest starts) or the geometric series' inverse, one log1p (the older ones).
+/// then a binary search over R (the newest starts) or, among the older ones, a guided lookup in the series' first
+/// terms (GeometricTable) or past them its inverse, one log1p.
 /// Every weight is divided by r_max^power (r_max = min(longest view, L)), so the largest factor of power is 1; a
 /// weight that underflows (an age of more than about 1074 half-lives) is drawn with probability 0, the right limit.
 /// Of the options it takes the half-life (options.recency_half_life: finite, > 0); the planner table chooses it for
@@ -55,7 +57,10 @@ class RecencyPlanner final : public Planner {
   double c_ = 0.0;          // ln 2 / half_life: q = exp(-c)
   double expm1_c_ = 0.0;    // expm1(-c) = q - 1 (< 0)
   double full_ = 0.0;       // A: (L / r_max)^power q^(L - 1), the weight of a start with L steps left and age L - 1
+  double inverse_full_ = 0.0;     // 1 / A, so that a draw multiplies (0 when A is 0: never used then)
+  double minus_inverse_c_ = 0.0;  // -1 / c = 1 / log q
   EnvPicker envs_;          // the envs' cumulative weights
+  GeometricTable older_;    // the older starts' first cumulative weights, in units of A
   std::vector<double> r_;   // r_[t]: the total weight of ages 0..t-1 (t < L)
   // The key r_ was built for.
   std::size_t table_length_ = 0;
@@ -81,9 +86,18 @@ inline Draw RecencyPlanner::draw_one(Rng& rng) const noexcept {
   } else {
     // The older starts, k = 0..m-1 from the newest of them, weigh A q^k: their cumulative weight up to k is
     // A (1 - q^k) / (1 - q), so the k whose interval holds v is floor(log(1 - v (1 - q) / A) / log q).
-    const double v = std::max(0.0, offset - newest);
-    const double k = std::log1p(v * expm1_c_ / full_) / -c_;
-    const uint64_t whole = k >= 0.0 ? static_cast<uint64_t>(std::min(k, static_cast<double>(m - 1))) : 0;
+    const double w = std::max(0.0, offset - newest) * inverse_full_;  // in units of A: G(k) = (1 - q^k) / (1 - q)
+    // The first GeometricTable::kSize of them from the table, without a logarithm (where most draws land unless
+    // the half-life is long); the rest by the inverse.
+    // log1p(x), not log(1 + x): with a long half-life the older starts' y = 1 + x spans (q^m, 1], an interval far
+    // narrower than 1, where 1 + x would round away most of the draw's 53 bits (test_planner's 1e15 case shows it).
+    uint64_t whole = 0;
+    if (w < older_.limit()) {
+      whole = std::min<uint64_t>(older_.find(w), m - 1);
+    } else {
+      const double k = std::log1p(w * expm1_c_) * minus_inverse_c_;
+      whole = k >= 0.0 ? static_cast<uint64_t>(std::min(k, static_cast<double>(m - 1))) : 0;
+    }
     age = L - 1 + whole;
   }
   const uint64_t start = hi - 1 - age;
