@@ -118,6 +118,11 @@ inline constexpr std::array kSampleOptions = {
         "beta", kDrawCalls,
         "the importance-sampling exponent of a prioritized sample (finite, >= 0): weights in [0, 1] for any beta.",
         {{{"importance_exponent", AliasKind::name, "C++: SampleOptions::importance_exponent"}}}),
+    option<&SampleOptions::recency_half_life, NumberOption>(
+        "recency_half_life", kDrawCalls | kTotalWeight,
+        "recency sampling (0: off): a start weighs min(steps left, sequence_length)**power * "
+        "2**(-age / recency_half_life), age in steps behind its env's newest (cross, period 1; not with "
+        "prioritized)."),
     option<&SampleOptions::rate_limit_timeout_ms, SecondsOption>(
         "rate_limit_timeout", kDrawCalls,
         "in a buffer with a rate limiter, the seconds the call waits for it (0: RateLimited at once when it holds "
