@@ -61,6 +61,12 @@ void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, d
                 fmt::format("cannot {} '{}': distribution_power is {}, expected a finite number >= 0", op,
                             buffer_->name(), power));
   }
+  if (!options.mixture.empty()) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot {} '{}' with a mixture of selectors: only sample and sample_transitions draw "
+                            "one (a mixture's rows come from several selectors, not from one view's weights)",
+                            op, buffer_->name()));
+  }
   check_recency(op, length, options);
   if (options.prioritized) {
     if (!buffer_->has_priorities()) {

@@ -161,6 +161,12 @@ class Sampler {
   /// invalid_argument for stop or within on a buffer without episode fields and for a period of 0, and
   /// empty_view when the view holds fewer than options.min_steps steps or, for within, no start whose whole
   /// sequence lies in one episode. With default options it returns exactly what the call above returns.
+  /// With options.mixture (Mixture), the batch is blocks of rows of each selector, each block drawn as that
+  /// selector's call alone would draw it (uniform, prioritized and recency rows from `view`, online rows from the
+  /// online view), one after another with the same engine; the rate limiter admits the whole batch at once. Also
+  /// throws invalid_argument for a fraction that is negative or not finite, fractions that sum to 0, prioritized
+  /// = true beside a mixture, and whatever a selector with rows refuses alone (prioritized rows without
+  /// priorities; recency rows without a half-life).
   void sample(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power, Rng& rng,
               SampleBatch& out, const SampleOptions& options);
 
@@ -312,7 +318,11 @@ class Sampler {
   void check_args(const char* op, std::size_t rows, std::size_t length, double power,
                   const SampleOptions& options = {}) const;
   void check_recency(const char* op, std::size_t length, const SampleOptions& options) const;
-  static void finish_weights(SampleBatch& out, double beta) noexcept;
+  static void finish_weights(SampleBatch& out, double beta, std::size_t first, std::size_t count) noexcept;
+  // A batch of a mixture of selectors (lib/sampler_mixture.cpp), and the selector of a call without one.
+  void sample_mixture(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power,
+                      Rng& rng, SampleBatch& out, const SampleOptions& options);
+  static Selector selector_of(View view, const SampleOptions& options) noexcept;
   // The learner half of the rate limiter (lib/sampler_rate_limit.cpp). In a buffer with a limiter: waits until it
   // admits `rows` rows and reserves them (or throws rate_limited); returns whether it reserved them (false without
   // a limiter). After the rows were drawn, the call wakes writers (count_samples); a failed call gives them back.

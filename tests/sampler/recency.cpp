@@ -29,13 +29,6 @@ std::vector<double> full_ring_probabilities(double power, double half_life) {
   return p;
 }
 
-// Pushes make_step(env, step) to env `env`.
-void push_step(Writer& w, uint64_t env, uint64_t step) {
-  const Step st = make_step(env, step);
-  const std::array<FieldBytes, 3> fields = fields_of(st);
-  w.push(std::span<const uint64_t>(&env, 1), fields);
-}
-
 std::vector<uint64_t> heads_of(const Sampler& s) {
   std::vector<uint64_t> heads(kRecencyEnvs);
   for (uint64_t e = 0; e < kRecencyEnvs; ++e) heads[e] = s.sizes(e).head;
