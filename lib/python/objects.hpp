@@ -19,6 +19,7 @@ struct Batch {
   py::array env_ids;              // int64 [rows]
   py::array starts;               // int64 [rows]
   py::array weights;              // float32 [rows]: importance weights of a prioritized sample, else 1
+  std::array<std::size_t, kSelectors> selector_rows{};  // rows per selector of the last sample (SampleBatch's)
   std::size_t rows = 0;
   std::size_t length = 0;
 
@@ -359,6 +360,7 @@ struct PySampler {
       std::lock_guard batch_lock(*b.filling);
       body(*s, sb);
       std::copy(sb.weights().begin(), sb.weights().end(), weights);
+      b.selector_rows = sb.selector_rows();
     }
     return result;
   }

@@ -14,7 +14,8 @@
 //   seq 32x16 prio  rows/s of prioritized sample, 32 rows of 16 steps
 //   update          priorities/s of update_priorities for the 256 rows of a sample
 // Then a table of the selectors (issue 47) against a uniform call of the same shape in the same run, from the same
-// buffers: recency (recency_half_life = kHalfLife steps) for flat rows (sample_transitions, 256 rows) and
+// buffers: recency (recency_half_life a quarter of each env's ring, so that rows spread over the whole ring and read
+// the memory uniform rows read) for flat rows (sample_transitions, 256 rows) and
 // sequences (sample, 32 rows of 16 steps, power 1), and the time ratio of each to its uniform call.
 #include <algorithm>
 #include <chrono>
@@ -50,8 +51,6 @@ std::string mega(double per_s) { return fmt::format("{:.2f} M", per_s / 1e6); }
 const Schema kSchema = Schema::parse("obs:f32[17] action:f32[6] reward:f32 done:bool");
 constexpr uint64_t kEnvs = 16;
 
-constexpr double kHalfLife = 1000.0;
-
 // One size's row of the selectors' table: rows/s of uniform and recency calls of two shapes.
 struct SelectorRow {
   uint64_t size = 0;
@@ -60,7 +59,7 @@ struct SelectorRow {
 
 SelectorRow measure_selectors(const Options& o, uint64_t size, Sampler& s, Rng& rng) {
   SampleBatch batch;
-  const SampleOptions recency{.recency_half_life = kHalfLife};
+  const SampleOptions recency{.recency_half_life = static_cast<double>(size / kEnvs) / 4};
   const std::vector<std::function<uint64_t()>> ops = {
       [&] {
         s.sample_transitions(View::replay, 256, rng, batch);
@@ -91,10 +90,10 @@ SelectorRow measure_selectors(const Options& o, uint64_t size, Sampler& s, Rng& 
 }
 
 void print_selectors(const std::vector<SelectorRow>& rows) {
-  fmt::print("\n### Selectors\n\nThe same buffers; recency_half_life = {} steps; interleaved trials, rates per second "
+  fmt::print("\n### Selectors\n\nThe same buffers; recency_half_life a quarter of each env's ring (the oldest step weighs "
+             "1/16 of the newest); interleaved trials, rates per second "
              "of the thread's CPU time. `x uniform` is the recency call's time over the uniform call's of the same "
-             "shape in the same run (the goal: at most 1.2).\n\n",
-             kHalfLife);
+             "shape in the same run (the goal: at most 1.2).\n\n");
   fmt::print("| stored steps | flat uniform rows/s | flat recency rows/s | x uniform | seq 32x16 uniform rows/s | "
              "seq 32x16 recency rows/s | x uniform |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|---:|\n");

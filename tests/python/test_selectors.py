@@ -1,6 +1,7 @@
-"""Recency sampling from Python (recency_half_life=): the draws follow 2**(-age / half_life) over each env's steps,
-total_weight is their exact sum, and what the closed form cannot weigh is refused with the reason. (The planner is
-checked against a reference model in tests/planner/recency.cpp, and under writer threads in tests/sampler.)"""
+"""Recency sampling and mixtures of selectors from Python: recency_half_life= draws by 2**(-age / half_life) over
+each env's steps, total_weight is their exact sum, and what the closed form cannot weigh is refused with the reason;
+mixture= gives a block of rows per selector, told by batch.selector_rows. (The planner is checked against a reference
+model in tests/planner/recency.cpp; recency under writer threads and mixtures' distributions in tests/sampler.)"""
 import numpy as np
 import pytest
 
@@ -72,3 +73,37 @@ def test_recency_refuses_what_its_closed_form_cannot_weigh(name):
             s.total_weight("replay", 2, recency_half_life=float("nan"))
         with pytest.raises(TypeError, match=r"recency_half_life"):
             s.sample("replay", 4, 2, recency_half_life="long")
+
+
+def test_a_mixture_gives_a_block_per_selector_and_the_batch_tells_them(name):
+    buf = shmreplay.Buffer.create(name, 2, CAPACITY, SCHEMA, priority_exponent=1.0)
+    with shmreplay.Writer(buf, [0, 1]) as w:
+        for e, head in enumerate(HEADS):
+            for step in range(head):
+                w.push([e], {"env": np.array([e], np.uint64), "step": np.array([step], np.uint64)},
+                       priorities=np.array([1.0 + step % 3], np.float32))
+    with shmreplay.Sampler(buf, seed=4) as s:
+        mix = {"uniform": 0.5, "prioritized": 0.25, "recency": 0.25}
+        b = s.sample("replay", 10, 3, 1.0, recency_half_life=4.0, mixture=mix, beta=1.0)
+        # quotas 5, 2.5, 2.5: floors 5, 2, 2, and the row left to the earlier of the tied remainders
+        assert b.selector_rows == {"uniform": slice(0, 5, 1), "prioritized": slice(5, 8, 1),
+                                   "recency": slice(8, 10, 1)}
+        assert np.all(b.weights[b.selector_rows["uniform"]] == 1)
+        assert np.all(b.weights[b.selector_rows["recency"]] == 1)
+        prio = b.weights[b.selector_rows["prioritized"]]
+        assert prio.max() == 1 and np.all(prio > 0)
+        assert np.all(b["step"][:, 0] == b.starts)
+        # a plain call reports its one selector
+        t = s.sample_transitions("replay", 6, mixture={"online": 1.0, "uniform": 1.0})
+        assert t.selector_rows == {"uniform": slice(0, 3, 1), "online": slice(3, 6, 1)}
+        assert s.sample("replay", 4, 2).selector_rows == {"uniform": slice(0, 4, 1)}
+        assert s.sample_mixed(2, 3, 2).selector_rows == {"uniform": slice(0, 2, 1), "online": slice(2, 5, 1)}
+        assert s.sample("replay", 4, 2, mixture=None).selector_rows == {"uniform": slice(0, 4, 1)}
+        with pytest.raises(shmreplay.InvalidArgument, match=r"no selector 'newest'"):
+            s.sample("replay", 4, 2, mixture={"newest": 1.0})
+        with pytest.raises(shmreplay.InvalidArgument, match=r"recency fraction is -1"):
+            s.sample("replay", 4, 2, mixture={"uniform": 1.0, "recency": -1.0})
+        with pytest.raises(shmreplay.InvalidArgument, match=r"recency_half_life is 0"):
+            s.sample("replay", 4, 2, mixture={"recency": 1.0})
+        with pytest.raises(TypeError, match=r"argument 'mixture' must be a dict"):
+            s.sample("replay", 4, 2, mixture=[("uniform", 1.0)])
