@@ -79,11 +79,12 @@ class SampleBatch {
   /// selector's rows are one block, the blocks in Selector order: selector s's rows start where the blocks before it
   /// end (rows_of). A call without a mixture has one block (sample_mixed: its replay rows' and the online rows').
   const std::array<std::size_t, kSelectors>& selector_rows() const noexcept { return selector_rows_; }
-  /// The rows [first, first + count) that selector `s` drew in the last sample (count 0: none).
+  /// A block of rows: [first, first + count).
   struct RowBlock {
     std::size_t first = 0;  ///< its first row
     std::size_t count = 0;  ///< its rows
   };
+  /// The rows that selector `s` drew in the last sample (count 0: none).
   RowBlock rows_of(Selector s) const noexcept {
     std::size_t first = 0;
     for (std::size_t i = 0; i < static_cast<std::size_t>(s); ++i) first += selector_rows_[i];

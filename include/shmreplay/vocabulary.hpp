@@ -45,6 +45,7 @@ enum class Selector : uint8_t {
   recency,      ///< min(r, L)^power 2^(-age / half_life) (SampleOptions::recency_half_life)
   online,       ///< min(r, L)^power over the online view (View::online; sample_mixed's online rows)
 };
+/// The number of Selector values (the size of SampleBatch::selector_rows()).
 inline constexpr std::size_t kSelectors = 4;
 /// "uniform", "prioritized", "recency" or "online" (the Python names, also of Mixture's keys).
 std::string_view to_string(Selector selector) noexcept;
