@@ -30,6 +30,9 @@
 //   within: only starts whose whole sequence (L steps, below the head) lies in one episode; each such start has
 //           the same weight (flashbax's strict sequence length). Fewer valid starts than rows is fine (draws are
 //           with replacement); none at all is Errc::empty_view.
+// Selectors: SampleOptions::recency_half_life weighs starts by 2^(-age / half_life) besides min(r, L)^power (age:
+// steps behind the env's head), exactly; SampleOptions::mixture fills a batch from several selectors (uniform,
+// prioritized, recency, online) in fixed fractions, one block of rows each (docs/design/sampling.md).
 // period: starts are the steps lo, lo + period, lo + 2 period, ... of each env's view [lo, hi) (counted from the
 // view's oldest step, as flashbax does since its pull request 50). min_steps: a view holding fewer steps (all envs
 // together) is refused with Errc::empty_view, so a learner can ask for "at least N steps" on every call; wait()

@@ -81,8 +81,9 @@ inline Draw RecencyPlanner::draw_one(Rng& rng) const noexcept {
   uint64_t age = 0;
   if (tail > 0 && (offset < newest || m == 0 || full_ == 0.0)) {
     // The age a in 0..tail-1 whose weight interval [R[a], R[a + 1]) holds the offset.
+    // Branch-free (env_pick.hpp): the offset is random, so a branchy search mispredicts about half of its steps.
     const double* first = r_.data() + 1;
-    age = std::min<uint64_t>(static_cast<uint64_t>(std::upper_bound(first, first + tail, offset) - first), tail - 1);
+    age = std::min<uint64_t>(static_cast<uint64_t>(upper_bound_branchless(first, tail, offset) - first), tail - 1);
   } else {
     // The older starts, k = 0..m-1 from the newest of them, weigh A q^k: their cumulative weight up to k is
     // A (1 - q^k) / (1 - q), so the k whose interval holds v is floor(log(1 - v (1 - q) / A) / log q).
