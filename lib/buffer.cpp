@@ -59,7 +59,8 @@ detail::FieldRoles check_create_arguments(const std::string& name, uint64_t num_
                             name, options.mode, detail::kSegmentModeBits, problem));
   }
   detail::FieldRoles roles =
-      detail::resolve_field_roles(name, schema, options.episodes, options.episode_queue_capacity);
+      detail::resolve_field_roles(name, schema, options.episodes, options.episode_queue_capacity,
+                                  options.policy_version);
   if (options.priority_exponent && !(std::isfinite(*options.priority_exponent) && *options.priority_exponent >= 0)) {
     throw Error(Errc::invalid_argument,
                 fmt::format("cannot create shmreplay segment '{}': priority_exponent is {}, expected a finite number "

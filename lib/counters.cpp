@@ -11,6 +11,7 @@ namespace {
 using Type = CounterType;
 constexpr auto kEpisodes = CounterPresence::episodes;
 constexpr auto kCompressed = CounterPresence::compressed;
+constexpr auto kPolicy = CounterPresence::policy;
 constexpr auto kSince = CounterForm::since_ns;
 constexpr auto kEnv = CounterScope::env;
 constexpr auto kLearner = CounterScope::learner;
@@ -54,6 +55,24 @@ uint64_t packed_budget_lost(const EnvReading& r) noexcept {
     v = std::max(v, relaxed(r.seg.packed_control(p, r.env).budget_lost));
   }
   return v;
+}
+
+/// A PolicyEnv word (layout 1.11; every buffer has the section).
+template <std::atomic<uint64_t> layout::PolicyEnv::*Word>
+uint64_t policy_word(const EnvReading& r) noexcept {
+  return relaxed(r.seg.policy_env(r.env).*Word);
+}
+
+/// The env's newest policy version, 0 before its first versioned step.
+uint64_t policy_newest(const EnvReading& r) noexcept {
+  const uint64_t v = relaxed(r.seg.policy_env(r.env).newest);
+  return v == layout::kNoPolicyVersion ? 0 : v;
+}
+
+/// A PolicyLearner word of the slot.
+template <std::atomic<uint64_t> layout::PolicyLearner::*Word>
+const std::atomic<uint64_t>& policy_learner_word(const LearnerSlotReadWords& w) noexcept {
+  return w.policy.*Word;
 }
 
 /// A LearnerStats word of the slot.
@@ -150,6 +169,21 @@ const EnvCounterRow kEnvRows[] = {
       "Steps that left the env's view because its compressed frames outgrew their byte budget before the steps' "
       "slots were reclaimed", kEnv, kCompressed, {}, true, "LOST TO BUDGET"},
      packed_budget_lost, &EnvInfo::steps_lost_to_budget, &SegmentInfo::steps_lost_to_budget},
+    {{"policy_version", "shmreplay_env_policy_version", Type::gauge, "version",
+      "The policy version of the env's newest step (0 before any)", kEnv, kPolicy, {}, true, "VERSION"},
+     policy_newest},
+    {{"policy_held_pushes", "shmreplay_env_policy_held_pushes_total", Type::counter, "calls",
+      "Push calls of the env that the policy window held back (its writer's version was too old)", kEnv, kPolicy, {},
+      true, "HELD"},
+     policy_word<&layout::PolicyEnv::held_pushes>},
+    {{"policy_held_ns", "", Type::counter, "ns", "Nanoseconds those pushes waited, in total", kEnv, kPolicy},
+     policy_word<&layout::PolicyEnv::held_ns>},
+    {{"policy_held_since_ns", "shmreplay_env_policy_held_age_seconds", Type::gauge, "ns",
+      "Seconds the env's writer has been held back by the policy window (held only)", kEnv, kPolicy, kSince},
+     policy_word<&layout::PolicyEnv::held_since_ns>},
+    {{"policy_timeouts", "shmreplay_env_policy_timeouts_total", Type::counter, "calls",
+      "Held push calls of the env that gave up at their timeout", kEnv, kPolicy},
+     policy_word<&layout::PolicyEnv::timeouts>},
 };
 
 const LearnerCounterRow kLearnerRows[] = {
@@ -211,6 +245,12 @@ const LearnerCounterRow kLearnerRows[] = {
      &LearnerInfo::age_rows},
     {{"age_sum_steps", "", Type::counter, "steps", "The sum of the counted rows' ages", kLearner},
      stats_word<&layout::LearnerStats::age_sum_steps>, nullptr, &LearnerInfo::age_sum_steps},
+    {{"version_age_rows", "shmreplay_learner_version_age_rows_total", Type::counter, "rows",
+      "Rows sampled with a policy window whose version age was counted", kLearner, kPolicy},
+     policy_learner_word<&layout::PolicyLearner::rows>, nullptr},
+    {{"version_age_sum", "shmreplay_learner_version_age_sum_total", Type::counter, "versions",
+      "The sum of those rows' version ages (current version - the row's first step's version)", kLearner, kPolicy},
+     policy_learner_word<&layout::PolicyLearner::age_sum>, nullptr},
 };
 // clang-format on
 

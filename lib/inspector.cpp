@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "counters.hpp"
+#include "detail/protocol/policy.hpp"
 #include "detail/os/file.hpp"
 #include "detail/os/owner.hpp"
 #include "detail/os/process.hpp"
@@ -151,10 +152,26 @@ double CompressedFieldInfo::ratio() const noexcept {
   return record_bytes == 0 ? 0.0 : static_cast<double>(frames * frame_bytes) / static_cast<double>(record_bytes);
 }
 
+PolicyInfo policy_info(const Buffer& b) {
+  const layout::PolicyControl& p = segment_of(b).policy_control();
+  const detail::PolicyWindow w = detail::load_policy_window(p);
+  PolicyInfo out;
+  if (const auto f = b.episode_fields().policy_version) out.field = b.schema()[*f].name;
+  out.version = w.version;
+  if (w.on()) out.max_staleness = w.max_staleness;
+  out.publishes = p.publishes.load(std::memory_order_relaxed);
+  out.writers_held = p.writers_held.load(std::memory_order_relaxed);
+  out.writer_timeouts = p.writer_timeouts.load(std::memory_order_relaxed);
+  out.learner_paced = p.learner_paced.load(std::memory_order_relaxed);
+  out.learner_pace_timeouts = p.learner_pace_timeouts.load(std::memory_order_relaxed);
+  return out;
+}
+
 bool counter_applies(const Counter& row, const SegmentInfo& info) noexcept {
   switch (row.presence) {
     case CounterPresence::episodes: return info.episode_queue_capacity > 0;
     case CounterPresence::compressed: return !info.compressed.empty();
+    case CounterPresence::policy: return !info.policy.field.empty();
     default: return true;
   }
 }
@@ -206,6 +223,7 @@ SegmentInfo Inspector::snapshot() const {
     s.priority_updates_dropped = g.priority_updates_dropped.load(std::memory_order_relaxed);
   }
   s.rate_limit = b.rate_limit_state();
+  s.policy = policy_info(b);
   for (uint64_t slot = 0; slot < segment_of(b).max_learners(); ++slot) {
     s.learners.push_back(learner_info(segment_of(b), slot));
     s.live_learners += s.learners.back().state == OwnerState::alive ? 1u : 0u;

@@ -1,8 +1,8 @@
 // lib/sampler_mixture.cpp: a sample call with a mixture of selectors (SampleOptions::mixture), top to bottom: the
 // fractions checked and turned into rows per selector (Mixture::rows), each selector's options checked as its own
 // call's would be, one rate-limiter reservation for the batch, then each selector's block drawn by sample_rows
-// (sampler_sample.cpp) as its own call would draw it, the prioritized block's importance weights, and the call
-// counted once.
+// (sampler_sample.cpp) as its own call would draw it, under one policy window (sampler_policy.cpp), the prioritized
+// block's importance weights, the batch's versions, and the call counted once.
 //
 // Who calls it: Sampler::sample (and so sample_transitions) when options.mixture is not empty; one thread per
 // Sampler at a time.
@@ -83,6 +83,7 @@ void Sampler::sample_mixture(View view, std::size_t batch_size, std::size_t sequ
     const auto [one, power] = selector_call(static_cast<Selector>(i), options, distribution_power);
     check_args(kMixtureOp, rows[i], sequence_length, power, one);
   }
+  begin_window(options, kMixtureOp);  // one policy window for every block (sampler_policy.cpp)
   sampler_parts::Reservation reserved(
       segment_of(*buffer_).global_control(),
       wait_for_rate_limit(kMixtureOp, batch_size, options.rate_limit_timeout_ms) ? batch_size : 0);
@@ -98,6 +99,7 @@ void Sampler::sample_mixture(View view, std::size_t batch_size, std::size_t sequ
     first += rows[i];
   }
   out.selector_rows_ = rows;
+  finish_versions(out, batch_size);
   sampler_parts::count_call(segment_of(*buffer_), scratch_->slot, {scratch_->rounds.ages.data(), batch_size},
                             /*sample=*/true, batch_size - reserved.keep());
 }

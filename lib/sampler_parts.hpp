@@ -162,6 +162,19 @@ struct OnlineMarks {
   bool heads_reserved = false;
 };
 
+// A sample call's policy window (lib/sampler_policy.cpp): `on` when the call draws only versions >= floor.
+struct Window {
+  bool on = false;
+  uint64_t floor = 0;
+  uint64_t version = 0;   // the published version it was computed from
+  std::size_t field = 0;  // the policy-version field
+};
+
+// The first step of env e's view [v.lo, v.hi) whose policy version (field `field`) is >= floor, v.hi when none: a
+// binary search over the stored versions, validated as a copy is (a step overwritten or rewritten meanwhile
+// restarts it above the overwritten steps). lib/sampler_policy.cpp.
+uint64_t window_lo(const Segment& seg, std::size_t field, uint64_t e, detail::EnvView v, uint64_t floor) noexcept;
+
 // update_priorities' copy of the caller's arrays, checked and then used (grows to the largest update only).
 struct UpdateCopy {
   std::vector<uint64_t> envs;
@@ -194,6 +207,7 @@ struct Sampler::Scratch {
   sampler_parts::ChunkGather gather;
   sampler_parts::OnlineMarks online;
   sampler_parts::UpdateCopy update;
+  sampler_parts::Window window;
 };
 
 }  // namespace shmreplay

@@ -58,6 +58,7 @@ void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_len
     return;
   }
   check_args("sample", batch_size, sequence_length, distribution_power, options);
+  begin_window(options, "sample");
   Reservation reserved(segment_of(*buffer_).global_control(),
                        wait_for_rate_limit("sample", batch_size, options.rate_limit_timeout_ms) ? batch_size : 0);
   out.prepare(buffer_->schema(), batch_size, sequence_length);
@@ -66,6 +67,7 @@ void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_len
   if (options.prioritized) finish_weights(out, options.importance_exponent, 0, batch_size);
   out.selector_rows_ = {};
   out.selector_rows_[static_cast<std::size_t>(selector_of(view, options))] = batch_size;
+  finish_versions(out, batch_size);
   count_call(segment_of(*buffer_), scratch_->slot, {scratch_->rounds.ages.data(), batch_size}, /*sample=*/true,
              batch_size - reserved.keep());
 }
@@ -85,6 +87,7 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
   }
   const std::size_t rows = replay_batch + online_batch;
   check_args("sample (mixed)", rows, sequence_length, distribution_power, options);
+  begin_window(options, "sample (mixed)");
   Reservation reserved(segment_of(*buffer_).global_control(),
                        wait_for_rate_limit("sample (mixed)", rows, options.rate_limit_timeout_ms) ? rows : 0);
   out.prepare(buffer_->schema(), rows, sequence_length);
@@ -99,6 +102,7 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
   out.selector_rows_ = {};
   out.selector_rows_[static_cast<std::size_t>(selector_of(View::replay, options))] = replay_batch;
   out.selector_rows_[static_cast<std::size_t>(selector_of(View::online, options))] += online_batch;
+  finish_versions(out, rows);
   count_call(segment_of(*buffer_), scratch_->slot, {scratch_->rounds.ages.data(), rows}, /*sample=*/true,
              rows - reserved.keep());
 }
@@ -244,6 +248,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
       z.snapshot.views[e] = v;
       z.snapshot.hi_base[e] = v.hi - ring_mod(v.hi);  // so that a row's slot needs no division (draw_round)
     }
+    cut_views_to_window(view);  // a policy window keeps each env's suffix of versions inside it (hi unchanged)
     if (!planner.prepare(z.snapshot.views, length, power, plan)) {
       nothing_to_draw(planner, *buffer_, z.slot, view, o, length, shortfall_known);
       ++round;

@@ -104,6 +104,39 @@ layout::LearnerStats* Segment::learner_stats(uint64_t slot) noexcept {
   return std::launder(reinterpret_cast<layout::LearnerStats*>(base_ + g_.sections[kSectionLearnerStats].offset)) + slot;
 }
 
+const layout::PolicyControl& Segment::policy_control() const noexcept {
+  return *std::launder(reinterpret_cast<const layout::PolicyControl*>(base_ + g_.sections[kSectionPolicy].offset));
+}
+
+layout::PolicyControl& Segment::policy_control() noexcept {
+  assert(!read_only_);
+  return *std::launder(reinterpret_cast<layout::PolicyControl*>(base_ + g_.sections[kSectionPolicy].offset));
+}
+
+const layout::PolicyLearner& Segment::policy_learner(uint64_t slot) const noexcept {
+  assert(slot < g_.max_learners);
+  return std::launder(reinterpret_cast<const layout::PolicyLearner*>(base_ + g_.sections[kSectionPolicy].offset +
+                                                                     layout::policy_learners_at()))[slot];
+}
+
+layout::PolicyLearner& Segment::policy_learner(uint64_t slot) noexcept {
+  assert(!read_only_ && slot < g_.max_learners);
+  return std::launder(reinterpret_cast<layout::PolicyLearner*>(base_ + g_.sections[kSectionPolicy].offset +
+                                                               layout::policy_learners_at()))[slot];
+}
+
+const layout::PolicyEnv& Segment::policy_env(uint64_t env) const noexcept {
+  assert(env < g_.num_envs);
+  return std::launder(reinterpret_cast<const layout::PolicyEnv*>(base_ + g_.sections[kSectionPolicy].offset +
+                                                                 layout::policy_envs_at(g_.max_learners)))[env];
+}
+
+layout::PolicyEnv& Segment::policy_env(uint64_t env) noexcept {
+  assert(!read_only_ && env < g_.num_envs);
+  return std::launder(reinterpret_cast<layout::PolicyEnv*>(base_ + g_.sections[kSectionPolicy].offset +
+                                                           layout::policy_envs_at(g_.max_learners)))[env];
+}
+
 const std::atomic<uint64_t>* Segment::step_meta(uint64_t env) const noexcept {
   assert(has_episodes() && env < g_.num_envs);
   return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + g_.sections[kSectionStepMeta].offset)) + env * g_.capacity;

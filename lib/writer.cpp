@@ -98,6 +98,8 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
   }
   if (staged->any()) staged_ = std::move(staged);
   if (buffer.has_episodes()) roles_ = std::make_unique<detail::EpisodeRoles>(segment_of(buffer));
+  policy_field_ = segment_of(buffer).episode_fields().policy_version;
+  if (policy_field_) versions_.reserve(envs_.size());
 }
 
 Writer Writer::range(Buffer& buffer, uint64_t first, uint64_t count, const WriterOptions& options) {
@@ -131,7 +133,9 @@ Writer::Writer(Writer&& other) noexcept
       roles_(std::move(other.roles_)),
       staged_(std::move(other.staged_)),
       options_(other.options_),
-      admit_envs_(std::move(other.admit_envs_)) {
+      admit_envs_(std::move(other.admit_envs_)),
+      policy_field_(other.policy_field_),
+      versions_(std::move(other.versions_)) {
   other.envs_.clear();
 }
 

@@ -68,6 +68,10 @@ void StepSlot::commit() {
                 fmt::format("step {} of env {} was already committed or abandoned", step_, env_));
   }
   writer_->check_process("commit a step of");
+  if (writer_->policy_field_) {  // the step's version, read from the slot as filled
+    writer_->locals_[0] = local_;  // position 0 of a "call" of one step
+    writer_->admit_policy({}, 1, "commit a step of");
+  }
   if (writer_->staged_) {  // the staged kinds' fields, from the staging area they were filled in
     writer_->staged_->store_staged(local_, env_, step_, writer_->step_ends_episode(env_, step_));
   }
@@ -237,6 +241,7 @@ void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> 
                               envs_[l], buffer_->name()));
     }
   }
+  if (policy_field_) admit_policy(fields, n, "push to");
   if (options_.wait_for_rate_limit) {
     admit_envs_.clear();
     for (std::size_t i = 0; i < n; ++i) admit_envs_.push_back(control_[locals_[i]]);
@@ -302,7 +307,8 @@ void Writer::push_one(uint64_t env_id, std::span<const FieldBytes> fields) {
   // before writing anything and throws the precise error.
   const uint32_t l1 = env_id < local_.size() ? local_[static_cast<std::size_t>(env_id)] : 0;
   bool direct = l1 != 0 && !reserved_[l1 - 1] && fields.size() == field_bytes_.size() &&
-                fork_generation_ == detail::fork_generation_registered() && !options_.wait_for_rate_limit;
+                fork_generation_ == detail::fork_generation_registered() && !options_.wait_for_rate_limit &&
+                !policy_field_;
   for (std::size_t f = 0; direct && f < fields.size(); ++f) {
     direct = fields[f].data != nullptr && fields[f].bytes == field_bytes_[f];
   }

@@ -62,6 +62,12 @@ struct CreateOptions {
   /// Records each env's completed-episode queue holds before records are dropped (counted) because the learner
   /// did not pop them; 0 means layout::kDefaultEpisodeQueueCapacity. Only with episode fields.
   uint64_t episode_queue_capacity = 0;
+  /// Policy versions (layout 1.11; docs/design/policy.md): the name of a scalar integer field that holds, for each
+  /// step, the version of the policy that produced it (non-decreasing per env, checked at push). With it, a learner
+  /// publishes its current version and a staleness window (Sampler::publish_policy), samples only steps inside the
+  /// window (SampleOptions::max_staleness), and writers whose version the window has left behind are held back
+  /// (Writer::push waits) instead of having their steps discarded. Empty (the default): no such field.
+  std::string policy_version;
   /// Priorities (layout 1.3): with a value alpha (finite, >= 0), every stored step has a priority, and a
   /// prioritized sample draws a start with probability proportional to priority^alpha (Sampler::sample with
   /// SampleOptions::prioritized; Writer::push with priorities; Sampler::update_priorities). Costs 16 bytes per

@@ -25,9 +25,9 @@ enum class CounterScope : uint8_t { buffer, env, learner, writer };
 /// The Prometheus type of a row's family: a counter only grows over the segment's life, a gauge goes up and down.
 enum class CounterType : uint8_t { counter, gauge };
 
-/// When a row's family is exported (and its column shown): always, only for a buffer with episode fields, or only
-/// for one with compressed fields (":lz4", ":zstd=LEVEL").
-enum class CounterPresence : uint8_t { always, episodes, compressed };
+/// When a row's family is exported (and its column shown): always, only for a buffer with episode fields, only for
+/// one with compressed fields (":lz4", ":zstd=LEVEL"), or only for one with a policy-version field (layout 1.11).
+enum class CounterPresence : uint8_t { always, episodes, compressed, policy };
 
 /// What the value is: a number, or a CLOCK_REALTIME time in ns (0: never) that the exporter turns into the seconds
 /// since then (absent while 0).

@@ -126,6 +126,18 @@ struct CompressedFieldInfo {
   double ratio() const noexcept;
 };
 
+/// Policy versions as published, and the holds they caused (layout 1.11; docs/design/policy.md).
+struct PolicyInfo {
+  std::string field;                      ///< the policy-version field's name; "" without one
+  uint64_t version = 0;                   ///< the current version the learners published (0 before any)
+  std::optional<uint64_t> max_staleness;  ///< the window; nullopt when none
+  uint64_t publishes = 0;                 ///< publish calls that moved the version or changed the window
+  uint64_t writers_held = 0;              ///< push calls the window held back (every env's)
+  uint64_t writer_timeouts = 0;           ///< ... that gave up at their timeout
+  uint64_t learner_paced = 0;             ///< publish calls that waited for a slow writer (pacing)
+  uint64_t learner_pace_timeouts = 0;     ///< ... that gave up at their timeout
+};
+
 /// Everything Inspector::snapshot() reads from a segment: geometry, creation record, per-env and learner state,
 /// episode, priority and rate-limiter counters (what `shmreplay info` prints).
 struct SegmentInfo {
@@ -176,6 +188,7 @@ struct SegmentInfo {
   uint64_t priority_updates_dropped = 0;  ///< ... refused because the step had been overwritten
   // The rate limiter (layout 1.4): its settings (limit is nullopt without one), counts and waits.
   RateLimitState rate_limit;  ///< the rate limiter's settings (limit: nullopt without one), counts and waits
+  PolicyInfo policy;          ///< policy versions (layout 1.11): the published version and window, the holds
 };
 
 /// Consecutive published steps of one env, copied out of the segment (Inspector::read_steps). Each record is one

@@ -12,6 +12,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -92,6 +93,11 @@ class SampleBatch {
   }
   /// The episode fields of the buffer the batch was last filled from (schema indices; all empty without).
   const EpisodeFieldIndices& episode_fields() const noexcept { return episode_fields_; }
+  /// Policy versions (docs/design/policy.md): the current version the last sample call drew against (what the
+  /// learners had published; 0 before any publish), and the oldest version its window admitted (nullopt: the call
+  /// had no window). Each row's own version is its steps' policy-version field.
+  uint64_t policy_version() const noexcept { return policy_version_; }
+  std::optional<uint64_t> policy_floor() const noexcept { return policy_floor_; }
   /// The dtype of field `index` of the buffer the batch was last filled from.
   DType field_dtype(std::size_t index) const noexcept { return field_dtype_[index]; }
 
@@ -100,6 +106,8 @@ class SampleBatch {
   void prepare(const Schema& schema, std::size_t rows, std::size_t length);
   EpisodeFieldIndices episode_fields_;
   std::vector<DType> field_dtype_;
+  uint64_t policy_version_ = 0;
+  std::optional<uint64_t> policy_floor_;
 
   bool borrowed_ = false;
   std::vector<MutableFieldBytes> borrowed_fields_;

@@ -127,6 +127,23 @@ struct SamplerOptions {
   std::optional<uint64_t> rank;
 };
 
+/// How Sampler::publish_policy publishes (policy versions, docs/design/policy.md).
+struct PolicyPublish {
+  /// Pacing: before the new window is in force, wait while a writer that holds its env's lease (a live process)
+  /// would be left behind by it (its env's newest version below version - max_staleness), woken by writers as
+  /// their versions move; after pace_timeout_ms, Error(rate_limited) naming the env, with nothing published. So
+  /// a fast learner waits for slow producers instead of discarding their steps (pause, not discard).
+  bool pace = false;
+  uint64_t pace_timeout_ms = 10'000;  ///< with pace: how long to wait (kWaitForever: no timeout)
+};
+
+/// The policy version and window in force (Sampler::policy).
+struct PolicyState {
+  uint64_t version = 0;                  ///< the current version the learners published (0 before any)
+  std::optional<uint64_t> max_staleness;  ///< the window; nullopt when none
+  uint64_t publishes = 0;                ///< publish calls that moved the version or changed the window
+};
+
 /// Sizes of one env's views.
 struct EnvSizes {
   uint64_t head = 0;    ///< steps published since creation
@@ -191,6 +208,18 @@ class Sampler {
                           const SampleOptions& options) {
     sample(view, batch_size, 1, 0.0, rng, out, options);
   }
+
+  /// Publishes policy version `version` (raised, never lowered: of several learners' publishes the largest stays)
+  /// and the staleness window `max_staleness` (nullopt: none) in the segment: sample calls then draw only steps of
+  /// versions >= version - max_staleness (SampleOptions::max_staleness), and writers whose steps' versions lie below
+  /// it are held back (WriterOptions::policy_timeout_ms) until a wider window admits them. With options.pace, waits
+  /// first for the live writers the window would leave behind (PolicyPublish). Returns the state now in force.
+  /// Works on any buffer; a window needs a policy-version field (invalid_argument otherwise). O(num_envs) with
+  /// pace, O(1) without; wakes held writers when something changed.
+  PolicyState publish_policy(uint64_t version, std::optional<uint64_t> max_staleness,
+                             const PolicyPublish& options = {});
+  /// The policy version and window in force (what any learner published last).
+  PolicyState policy() const;
 
   /// The total weight of `view`'s starts for a sample call with these arguments: the sum, over every start that
   /// call could draw, of the weight it draws it with: min(r, L)^power (cross and stop, r the steps left as the
@@ -326,6 +355,13 @@ class Sampler {
   void sample_mixture(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power,
                       Rng& rng, SampleBatch& out, const SampleOptions& options);
   static Selector selector_of(View view, const SampleOptions& options) noexcept;
+  // The call's policy window (lib/sampler_policy.cpp): from options.max_staleness or the published one, into the
+  // scratch; each round's views are cut to it (sample_with, total_weight). count_versions: the rows' version ages.
+  void begin_window(const SampleOptions& options, const char* op);
+  void cut_views_to_window(View view);
+  void count_versions(const SampleBatch& out, std::size_t rows) noexcept;
+  // The batch's policy_version and policy_floor, and count_versions.
+  void finish_versions(SampleBatch& out, std::size_t rows) noexcept;
   // The learner half of the rate limiter (lib/sampler_rate_limit.cpp). In a buffer with a limiter: waits until it
   // admits `rows` rows and reserves them (or throws rate_limited); returns whether it reserved them (false without
   // a limiter). After the rows were drawn, the call wakes writers (count_samples); a failed call gives them back.

@@ -116,6 +116,14 @@ struct SampleOptions {
   /// it throws Error(rate_limited) naming the reason. 0: never wait, throw at once ("not now"). The whole batch
   /// is admitted at once or not at all. Ignored without a limiter.
   uint64_t rate_limit_timeout_ms = 10'000;
+  /// Policy versions (a buffer with a policy-version field, CreateOptions::policy_version; docs/design/policy.md):
+  /// draw only steps whose version is at least V - max_staleness, V the version the learners published
+  /// (Sampler::publish_policy). The draw is exact over the steps inside the window: an env's versions never
+  /// decrease, so its window is a suffix of its view, found by a binary search over the stored versions (O(log
+  /// capacity) per env per round), and every planner draws from it as from the view. nullopt (the default): the
+  /// window the learners published, if any (none: every step). A view with steps but none inside the window throws
+  /// empty_view. invalid_argument on a buffer without a policy-version field.
+  std::optional<uint64_t> max_staleness;
 };
 
 /// The work counters every sampling layer adds to (Sampler::stats()).
@@ -183,6 +191,9 @@ struct EpisodeFieldIndices {
   std::optional<std::size_t> terminated;  ///< the `terminated` flag field's index
   std::optional<std::size_t> truncated;   ///< the `truncated` flag field's index
   std::optional<std::size_t> reward;      ///< the reward field's index
+  /// The policy-version field's index (layout 1.11; CreateOptions::policy_version): not an episode field, but a
+  /// role of the same table.
+  std::optional<std::size_t> policy_version;
 
   /// Whether the buffer records episodes (it has a done, terminated or truncated field).
   bool any_flag() const noexcept { return done || terminated || truncated; }

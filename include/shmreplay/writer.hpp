@@ -71,6 +71,11 @@ struct WriterOptions {
   bool wait_for_rate_limit = false;
   /// With wait_for_rate_limit: how long one push may wait, in milliseconds (kWaitForever: no timeout).
   uint64_t rate_limit_timeout_ms = 10'000;
+  /// In a buffer with a policy-version field (CreateOptions::policy_version) whose learners published a window
+  /// (Sampler::publish_policy): how long a push of steps whose version the window has left behind waits for the
+  /// window to admit them (a wider window), in milliseconds, before it throws Error(rate_limited) saying which
+  /// version the window needs, having written nothing. 0: throw at once.
+  uint64_t policy_timeout_ms = 10'000;
 };
 
 /// A step reserved in place by Writer::reserve(): fill each field's bytes in the segment, then commit(). Until
@@ -238,6 +243,11 @@ class Writer {
   // With options_.wait_for_rate_limit: waits until the limiter admits one step of each env in admit_envs_ (or
   // throws rate_limited, having reserved nothing).
   void wait_for_rate_limit(const char* op);
+  // In a buffer with a policy-version field (lib/writer_policy.cpp): reads the version of each step of the call
+  // (rows of `fields`, or the reserved slot's when `fields` is empty) into versions_, checks that none is negative or
+  // below its env's newest, waits while the window leaves one behind, then stores the envs' newest versions.
+  void admit_policy(std::span<const FieldBytes> fields, std::size_t n, const char* op);
+  void wait_for_policy(std::size_t blocked, const char* op);
 
   Buffer* buffer_ = nullptr;
   // The push path's copies of the buffer's mapping and shape (Buffer's getters are out of line: the Segment is not
@@ -268,6 +278,8 @@ class Writer {
   std::unique_ptr<detail::StagedKinds> staged_;
   WriterOptions options_;
   std::vector<layout::EnvControl*> admit_envs_;  // the envs of the push being admitted by the rate limiter
+  std::optional<std::size_t> policy_field_;  // the policy-version field, if the buffer has one
+  std::vector<uint64_t> versions_;           // per position of the current push call: its step's version
 };
 
 }  // namespace shmreplay

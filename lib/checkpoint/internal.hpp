@@ -173,6 +173,11 @@ void load_global_state(Buffer& target, const CheckpointInfo& info, bool created,
 /// The CreateOptions that rebuild the file's buffer (episodes, priorities, limiter, stacks) with `mode`.
 CreateOptions create_options_of(const CheckpointInfo& info, uint32_t mode);
 
+/// Policy versions (format 2.2, lib/checkpoint/policy_state.cpp): the source's published version and window into
+/// `info` (save); published in the target, with each env's newest version read from its newest loaded step (load).
+void read_policy_state(const Buffer& b, CheckpointInfo& info);
+void load_policy_state(Buffer& target, const CheckpointInfo& info);
+
 /// The leases a load holds on its target (load_leases.cpp, which says which words it repairs and why no others):
 /// the learner lease and every env's lease, taken all or none by the constructor (Errc::lease_held naming a live
 /// holder; nothing is left held), released by the destructor. `path` names the checkpoint in messages.

@@ -252,6 +252,7 @@ uint64_t load_into(Buffer& target, const LoadSources& sources, const LoadOptions
     if (target.has_episodes()) rebuild_env(segment_of(target), e.env);
   }
   load_global_state(target, last, created, notes);
+  load_policy_state(target, last);
   progress.finish();
   left_out.note(notes);
   return left_out.kept();

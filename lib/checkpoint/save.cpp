@@ -166,6 +166,9 @@ CheckpointHeader make_header(const CheckpointInfo& info, const std::string& meta
   h.save_started_ns = info.save_started_ns;
   h.stack_restarts = info.stack_restarts;
   h.expected_compression_bits = std::bit_cast<uint64_t>(info.expected_compression);
+  h.policy_field = info.episode_fields.policy_version ? *info.episode_fields.policy_version + 1 : 0;
+  h.policy_version = info.policy_version;
+  h.policy_window = info.policy_max_staleness ? *info.policy_max_staleness + 1 : 0;
   h.stack_continuity = static_cast<uint64_t>(info.stack_continuity);
   // alpha = 0 as -0.0, as the segment stores it, so that 0 bits mean "no priorities".
   h.priority_exponent_bits =

@@ -184,6 +184,7 @@ void read_source_state(const Buffer& b, CheckpointInfo& info) {
   info.learner.priority_updates_dropped = g.priority_updates_dropped.load(std::memory_order_relaxed);
   // Layout 1.7: slots 1.. (slot 0's are the words above), each online start at most its env's saved head (a learner
   // may have reset its view past the instant an env's section describes).
+  read_policy_state(b, info);
   info.max_learners = seg.max_learners();
   info.learner_slots.clear();
   for (uint64_t r = 1; r < seg.max_learners(); ++r) {
@@ -209,6 +210,7 @@ CreateOptions create_options_of(const CheckpointInfo& info, uint32_t mode) {
                        name(info.episode_fields.truncated), name(info.episode_fields.reward)};
     create.episode_queue_capacity = info.episode_queue_capacity;
   }
+  if (info.episode_fields.policy_version) create.policy_version = info.schema[*info.episode_fields.policy_version].name;
   if (info.holds_state()) {
     create.priority_exponent = info.priority_exponent;
     create.rate_limit = info.limiter.limit;

@@ -63,6 +63,14 @@ void read_state(const std::string& path, const CheckpointHeader& h, CheckpointIn
   info.link_seq = h.link_seq;
   info.stack_restarts = h.stack_restarts;
   info.expected_compression = std::bit_cast<double>(h.expected_compression_bits);
+  // (2.2) policy versions; zeros in older files mean none.
+  if (h.policy_field > info.schema.size()) {
+    corrupt(path, fmt::format("its policy-version field is field {}, but the schema has {} fields", h.policy_field - 1,
+                              info.schema.size()));
+  }
+  if (h.policy_field != 0) info.episode_fields.policy_version = h.policy_field - 1;
+  info.policy_version = h.policy_version;
+  if (h.policy_window != 0) info.policy_max_staleness = h.policy_window - 1;
   if (!(info.expected_compression == 0 || (info.expected_compression >= 1 && info.expected_compression <= 1e6))) {
     info.expected_compression = 0;  // a damaged word: the load falls back to the default budget
   }

@@ -32,6 +32,10 @@ void bind_batch(py::module_& m) {
           },
           "{selector: slice of rows} of the last sample, blocks in the order uniform, prioritized, recency, online: "
           "a mixture's blocks, or the one selector of a plain call (sample_mixed: its replay and online rows)")
+      .def_readonly("policy_version", &Batch::policy_version,
+                    "the policy version the learners had published when this batch was sampled (0 before any)")
+      .def_readonly("policy_floor", &Batch::policy_floor,
+                    "the oldest policy version the sample's window admitted; None when it had no window")
       .def_readonly("rows", &Batch::rows, "rows of the last sample into this batch")
       .def_readonly("sequence_length", &Batch::length, "steps per row")
       .def("__getitem__", &Batch::field)

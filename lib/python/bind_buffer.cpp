@@ -24,7 +24,8 @@ void def_buffer_create(BufferClass& c) {
              const std::string& populate, py::object populate_progress,
              Int<"Buffer.create(): stack_restarts"> stack_restarts, const std::string& stack_continuity,
              Int<"Buffer.create(): max_learners", uint64_t, 1, layout::kMaxLearners> max_learners,
-             Int<"Buffer.create(): compressed_bytes"> compressed_bytes, double expected_compression) {
+             Int<"Buffer.create(): compressed_bytes"> compressed_bytes, double expected_compression,
+             std::optional<std::string> policy_version) {
             const Schema s = py::isinstance<py::str>(schema) ? Schema::parse(schema.cast<std::string>())
                                                              : schema.cast<Schema>();
             CreateOptions o{.mode = mode, .replace = replace};
@@ -36,6 +37,7 @@ void def_buffer_create(BufferClass& c) {
             o.max_learners = max_learners;
             o.compressed_bytes = compressed_bytes;
             o.expected_compression = expected_compression;
+            o.policy_version = policy_version.value_or("");
             if (stack_continuity == "episodes") {
               o.stack_continuity = StackContinuity::episodes;
             } else if (stack_continuity != "compare") {
@@ -66,7 +68,7 @@ void def_buffer_create(BufferClass& c) {
           "episode_queue_capacity"_a = 0, "priority_exponent"_a = py::none(), "rate_limit"_a = py::none(),
           "populate"_a = "never", "populate_progress"_a = py::none(), "stack_restarts"_a = 0,
           "stack_continuity"_a = "compare", "max_learners"_a = 1, "compressed_bytes"_a = 0,
-          "expected_compression"_a = 0.0,
+          "expected_compression"_a = 0.0, "policy_version"_a = py::none(),
           "Create a buffer of num_envs rings of capacity steps; schema is a Schema or its text form. With "
           "priority_exponent=alpha every stored step has a priority and prioritized samples draw starts with "
           "probability proportional to priority**alpha. With rate_limit=RateLimit.ratio(...) or "
@@ -81,7 +83,10 @@ void def_buffer_create(BufferClass& c) {
           "(1 to 64) learner processes may sample it at once, one Sampler per rank (Sampler(buffer, rank=r)). "
           "Compressed fields (NAME:DTYPE[SHAPE]:lz4 or :zstd=LEVEL) keep their records in compressed_bytes bytes, "
           "every compressed field and env together (0: their frames' bytes as pushed over expected_compression, "
-          "0 meaning 4); an env whose frames compress worse loses its oldest steps from the view.");
+          "0 meaning 4); an env whose frames compress worse loses its oldest steps from the view. policy_version names a "
+          "scalar integer field holding the version of the policy that produced each step (non-decreasing per env): "
+          "learners then publish a version and a staleness window (Sampler.publish_policy) and sample inside it "
+          "(max_staleness=), and writers the window left behind wait instead of being discarded.");
 }
 
 // Buffer.open, remove, exists, and the buffer's properties.
@@ -138,7 +143,14 @@ void def_buffer_properties(BufferClass& c) {
                                if (!b.has_priorities()) return std::nullopt;
                                return b.priority_exponent();
                              },
-                             "alpha of a buffer with priorities, None without");
+                             "alpha of a buffer with priorities, None without")
+      .def_property_readonly("policy_version",
+                             [](const Buffer& b) -> std::optional<std::string> {
+                               const auto f = b.episode_fields().policy_version;
+                               if (!f) return std::nullopt;
+                               return b.schema()[*f].name;
+                             },
+                             "the policy-version field's name (policy_version= of create), None without");
 }
 
 // The buffer's rate limiter, heads, and read_steps (a copy of stored steps without the learner lease).

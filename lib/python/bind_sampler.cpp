@@ -210,6 +210,42 @@ void def_sampler_rewrites(SamplerClass& c) {
                           "this call had taken are counted lost (`shmreplay info`: episode_records_lost).");
 }
 
+// Sampler's policy versions: publish_policy and policy (docs/design/policy.md).
+void def_sampler_policy(SamplerClass& c) {
+  auto state = [](const PolicyState& st) {
+    py::dict d;
+    d["version"] = st.version;
+    d["max_staleness"] = st.max_staleness ? py::object(py::int_(*st.max_staleness)) : py::none();
+    d["publishes"] = st.publishes;
+    return d;
+  };
+  c.def(
+       "publish_policy",
+       [state](PySampler& s, Int<"Sampler.publish_policy(): version"> version,
+               std::optional<Int<"Sampler.publish_policy(): max_staleness">> max_staleness, bool pace,
+               double pace_timeout) {
+         const std::shared_ptr<Sampler> smp = s.get("publish_policy");
+         const PolicyPublish o{.pace = pace, .pace_timeout_ms = timeout_ms("pace_timeout", pace_timeout)};
+         PolicyState st;
+         {
+           py::gil_scoped_release release;
+           const SignalCheck signals;  // Ctrl-C while pacing waits
+           std::lock_guard lock(s.mu);
+           st = smp->publish_policy(version, max_staleness ? std::optional<uint64_t>(*max_staleness) : std::nullopt,
+                                    o);
+         }
+         return state(st);
+       },
+       "version"_a, "max_staleness"_a = py::none(), py::kw_only(), "pace"_a = false, "pace_timeout"_a = 10.0,
+       "Publish the current policy version (raised, never lowered) and the staleness window (None: none): samples "
+       "then draw only steps of versions >= version - max_staleness, and writers whose versions it leaves behind "
+       "wait (Writer.policy_timeout). With pace=True, first wait (up to pace_timeout seconds, then RateLimited with "
+       "nothing published) for every live writer the new window would leave behind to load a newer policy: pause, "
+       "not discard. Returns {'version', 'max_staleness', 'publishes'} now in force.")
+      .def_property_readonly("policy", [state](PySampler& s) { return state(s.get("policy")->policy()); },
+                             "{'version', 'max_staleness', 'publishes'}: the policy version and window in force");
+}
+
 }  // namespace
 
 void bind_sampler(py::module_& m) {
@@ -258,6 +294,7 @@ void bind_sampler(py::module_& m) {
   def_sampler_priorities(sampler);
   def_sampler_reads(sampler);
   def_sampler_state(sampler);
+  def_sampler_policy(sampler);
   def_sampler_rewrites(sampler);
   add_sample_methods(sampler);  // sample, sample_mixed, sample_transitions and total_weight (sample_call.cpp)
 }

@@ -67,16 +67,16 @@ void def_writer_properties(WriterClass& c) {
           "range",
           [](std::shared_ptr<Buffer> buffer, Int<"Writer.range(): first"> first, Int<"Writer.range(): count"> count,
              bool wait_for_rate_limit,
-             double rate_limit_timeout) {
+             double rate_limit_timeout, double policy_timeout) {
             auto w = std::make_shared<PyWriter>();
             w->buffer = buffer;
-            const WriterOptions o = writer_options(wait_for_rate_limit, rate_limit_timeout);
+            const WriterOptions o = writer_options(wait_for_rate_limit, rate_limit_timeout, policy_timeout);
             py::gil_scoped_release release;
             w->writer.emplace(Writer::range(*buffer, first, count, o));
             return w;
           },
           "buffer"_a, "first"_a, "count"_a, py::kw_only(), "wait_for_rate_limit"_a = false,
-          "rate_limit_timeout"_a = 10.0, "Lease env ids first .. first+count-1.")
+          "rate_limit_timeout"_a = 10.0, "policy_timeout"_a = 10.0, "Lease env ids first .. first+count-1.")
       .def_property(
           "wait_for_rate_limit", [](PyWriter& w) { return w.get("wait_for_rate_limit").options().wait_for_rate_limit; },
           [](PyWriter& w, bool on) {
@@ -97,6 +97,18 @@ void def_writer_properties(WriterClass& c) {
             writer.set_options(o);
           },
           "seconds a push waits for the rate limiter before RateLimited (inf: no timeout; Ctrl-C interrupts a wait)")
+      .def_property(
+          "policy_timeout",
+          [](PyWriter& w) { return timeout_seconds(w.get("policy_timeout").options().policy_timeout_ms); },
+          [](PyWriter& w, double seconds) {
+            const auto lock = lock_holding_gil(w.mu);
+            Writer& writer = w.get("policy_timeout");
+            WriterOptions o = writer.options();
+            o.policy_timeout_ms = timeout_ms("policy_timeout", seconds);
+            writer.set_options(o);
+          },
+          "seconds a push whose policy version the learners' window has left behind waits for a wider window "
+          "before RateLimited (0: at once; inf: no timeout; Ctrl-C interrupts a wait)")
       .def_property_readonly("env_ids",
                              [](PyWriter& w) {
                                const auto& ids = w.get("env_ids").env_ids();
@@ -172,20 +184,23 @@ void bind_writer(py::module_& m) {
   auto writer = WriterClass(
       m, "Writer", "An env worker's view: it leases env ids for this process and pushes their steps.")
       .def(py::init([](std::shared_ptr<Buffer> buffer, py::object env_ids, bool wait_for_rate_limit,
-                       double rate_limit_timeout) {
+                       double rate_limit_timeout, double policy_timeout) {
              auto w = std::make_shared<PyWriter>();
              w->buffer = buffer;
              const std::vector<uint64_t> ids = env_id_vector("Writer", env_ids, buffer->num_envs());
-             const WriterOptions o = writer_options(wait_for_rate_limit, rate_limit_timeout);
+             const WriterOptions o = writer_options(wait_for_rate_limit, rate_limit_timeout, policy_timeout);
              py::gil_scoped_release release;
              w->writer.emplace(*buffer, ids, o);
              return w;
            }),
            "buffer"_a, "env_ids"_a, py::kw_only(), "wait_for_rate_limit"_a = false, "rate_limit_timeout"_a = 10.0,
+           "policy_timeout"_a = 10.0,
            "Lease env_ids; LeaseHeld names the owner's pid when another process has one. With "
            "wait_for_rate_limit=True, pushes wait (up to rate_limit_timeout seconds, then RateLimited; inf: no "
            "timeout; Ctrl-C raises KeyboardInterrupt within 50 ms, with nothing pushed) while the buffer's rate "
-           "limiter holds inserts back; by default a writer never waits.")
+           "limiter holds inserts back; by default a writer never waits for it. In a buffer with a policy-version "
+           "field, a push whose version the learners' window has left behind waits up to policy_timeout seconds "
+           "for a wider window (then RateLimited, with nothing pushed).")
       .def("close", &PyWriter::close,
            "Release the leases now (also done when the Writer is garbage-collected); open reservations are "
            "abandoned.")

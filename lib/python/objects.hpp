@@ -20,6 +20,8 @@ struct Batch {
   py::array starts;               // int64 [rows]
   py::array weights;              // float32 [rows]: importance weights of a prioritized sample, else 1
   std::array<std::size_t, kSelectors> selector_rows{};  // rows per selector of the last sample (SampleBatch's)
+  uint64_t policy_version = 0;            // the version the last sample drew against (SampleBatch::policy_version)
+  std::optional<uint64_t> policy_floor;   // the oldest version its window admitted; nullopt: no window
   std::size_t rows = 0;
   std::size_t length = 0;
 
@@ -197,7 +199,8 @@ struct PyWriter {
   // looked up under mu, so a close() from another thread is seen.
   template <class Call>
   void run(const char* op, std::size_t bytes, Call&& call) {
-    if (bytes <= kHoldGilBytes && !get(op).options().wait_for_rate_limit) {
+    // (A buffer with a policy-version field may hold a push back too: its pushes always release the GIL.)
+    if (bytes <= kHoldGilBytes && !get(op).options().wait_for_rate_limit && !buffer->episode_fields().policy_version) {
       std::unique_lock lock(mu, std::try_to_lock);
       if (lock.owns_lock()) {
         call(get(op));
@@ -361,6 +364,8 @@ struct PySampler {
       body(*s, sb);
       std::copy(sb.weights().begin(), sb.weights().end(), weights);
       b.selector_rows = sb.selector_rows();
+      b.policy_version = sb.policy_version();
+      b.policy_floor = sb.policy_floor();
     }
     return result;
   }

@@ -59,6 +59,14 @@ struct CountOption {
   static uint64_t from(const char* f, const char* n, PyObject* v) { return argument<uint64_t>(f, n, v); }
   static std::string text(uint64_t v) { return std::to_string(v); }
 };
+/// None or a count (std::optional<uint64_t>).
+struct OptionalCountOption {
+  static std::optional<uint64_t> from(const char* f, const char* n, PyObject* v) {
+    if (v == Py_None) return std::nullopt;
+    return argument<uint64_t>(f, n, v);
+  }
+  static std::string text(std::optional<uint64_t> v) { return v ? std::to_string(*v) : "None"; }
+};
 struct FlagOption {
   static bool from(const char* f, const char* n, PyObject* v) { return argument<bool>(f, n, v); }
   static std::string text(bool v) { return v ? "True" : "False"; }
@@ -165,6 +173,11 @@ inline constexpr std::array kSampleOptions = {
         {{{"rate_limit_timeout_ms", AliasKind::seconds, kRateLimitOrigin},
           {"timeout_ms", AliasKind::seconds, kRateLimitOrigin},
           {"timeout", AliasKind::name, "the wait for the rate limiter"}}}),
+    option<&SampleOptions::max_staleness, OptionalCountOption>(
+        "max_staleness", kDrawCalls | kTotalWeight,
+        "in a buffer with a policy-version field, draw only steps of versions >= V - max_staleness, V the version "
+        "the learners published (None: the published window, if any).",
+        {{{"max_policy_age", AliasKind::name, "torchforge"}, {"staleness", AliasKind::name, "the policy window"}}}),
 };
 
 // ---------------------------------------------------------------------------------------------------------------

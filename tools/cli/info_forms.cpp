@@ -197,6 +197,20 @@ Json rate_limit_json(const RateLimitState& s) {
   };
 }
 
+Json policy_json(const PolicyInfo& p) {
+  if (p.field.empty() && p.publishes == 0) return nullptr;
+  return {
+      {"field", p.field.empty() ? Json(nullptr) : Json(p.field)},
+      {"version", p.version},
+      {"max_staleness", p.max_staleness ? Json(*p.max_staleness) : Json(nullptr)},
+      {"publishes", p.publishes},
+      {"writers_held", p.writers_held},
+      {"writer_timeouts", p.writer_timeouts},
+      {"learner_paced", p.learner_paced},
+      {"learner_pace_timeouts", p.learner_pace_timeouts},
+  };
+}
+
 Json info_json(const SegmentInfo& i) {
   Json envs = Json::array();
   for (const EnvInfo& e : i.envs) envs.push_back(env_json(e));
@@ -243,6 +257,7 @@ Json info_json(const SegmentInfo& i) {
                                                 {"updates_dropped", i.priority_updates_dropped}}
                                          : Json(nullptr)},
       {"rate_limit", rate_limit_json(i.rate_limit)},
+      {"policy", policy_json(i.policy)},
       {"schema_spec", i.schema.to_string()},
       {"schema", schema_json(i.schema)},
       {"envs", std::move(envs)},
@@ -252,6 +267,18 @@ Json info_json(const SegmentInfo& i) {
 // -- text forms --
 
 void print_pair(std::string_view key, std::string_view value) { fmt::print("{:<14}{}\n", key, value); }
+
+// The policy line: the version and window in force, the field, the holds (layout 1.11).
+std::string policy_text(const PolicyInfo& p) {
+  const std::string window =
+      p.max_staleness ? fmt::format(", max_staleness {} (versions >= {})", *p.max_staleness,
+                                    p.version > *p.max_staleness ? p.version - *p.max_staleness : 0)
+                      : std::string(", no window");
+  return fmt::format("version {}{}; field {}; {} writer pushes held back ({} gave up), {} paced publishes ({} gave "
+                     "up)",
+                     p.version, window, p.field.empty() ? "none" : "'" + p.field + "'", p.writers_held,
+                     p.writer_timeouts, p.learner_paced, p.learner_pace_timeouts);
+}
 
 void print_info_summary(const SegmentInfo& i) {
   const uint64_t slots = i.num_envs * i.capacity;
@@ -317,6 +344,7 @@ void print_info_summary(const SegmentInfo& i) {
                                          i.priority_updates_dropped));
   }
   if (i.rate_limit.limit) print_pair("rate limit", rate_limit_text(i.rate_limit));
+  if (!i.policy.field.empty() || i.policy.publishes != 0) print_pair("policy", policy_text(i.policy));  // 1.11
   print_pair("sampled", fmt::format("{} in {}, {} retried, {} updated, {} online resets",
                                     counted(l.rows_sampled, "row", "rows"), counted(l.sample_calls, "call", "calls"),
                                     l.retries, counted(l.steps_updated, "step", "steps"), l.online_resets));

@@ -92,7 +92,7 @@ inline constexpr uint64_t kMagic = 0x54504b43524d4853ull;         ///< "SHMRCKPT
 inline constexpr uint64_t kEnvMagic = 0x32564e45524d4853ull;      ///< "SHMRENV2" (format 2)
 inline constexpr uint64_t kTrailerMagic = 0x444e4543524d4853ull;  ///< "SHMRCEND"
 inline constexpr uint32_t kFormatMajor = 2;  ///< the format this library writes
-inline constexpr uint32_t kFormatMinor = 1;  ///< ... minor (2.1: learner slots)
+inline constexpr uint32_t kFormatMinor = 2;  ///< ... minor (2.1: learner slots; 2.2: policy versions)
 inline constexpr uint64_t kMaxMetaBytes = 1ull << 20;  ///< bound on the name + schema text a loader accepts
 inline constexpr uint32_t kNoField = 0xffffffffu;      ///< an episode field index meaning "none"
 
@@ -158,7 +158,10 @@ struct CheckpointHeader {
   uint64_t learner_crc;              ///< (2.1) CRC-32 of the learner block (in the low 32 bits); 0 with one slot
   uint64_t expected_compression_bits;  ///< f64 bits of the ratio that gives each of the source's compressed fields
                                        ///< (layout 1.10) at least its byte ring; 0 without
-  uint64_t reserved[13];             ///< zero
+  uint64_t policy_field;             ///< (2.2) the policy-version field's schema index + 1; 0 without one
+  uint64_t policy_version;           ///< (2.2) the version the learners had published (PolicyControl::version)
+  uint64_t policy_window;            ///< (2.2) their window max_staleness + 1; 0 when none
+  uint64_t reserved[10];             ///< zero
   uint32_t meta_crc;                 ///< CRC-32 of the meta block
   uint32_t header_crc;               ///< CRC-32 of this header with header_crc = 0
 };

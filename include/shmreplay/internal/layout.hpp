@@ -106,7 +106,7 @@ namespace shmreplay::layout {
 inline constexpr uint64_t kMagic = 0x59414c50524d4853ull;  ///< the bytes "SHMRPLAY" read as little-endian u64
 /// The layout's major version: open() refuses a segment of another (Errc::version_mismatch).
 inline constexpr uint32_t kLayoutMajor = 1;
-inline constexpr uint32_t kLayoutMinor = 10;  ///< CHANGELOG.md, "Segment layout history", says what each added
+inline constexpr uint32_t kLayoutMinor = 11;  ///< CHANGELOG.md, "Segment layout history", says what each added
 
 /// SegmentHeader::state while the creator initialises the segment (open() waits, then throws not_ready).
 inline constexpr uint64_t kStateInitializing = 0;
@@ -135,7 +135,9 @@ enum SectionIndex : uint32_t {
   kSectionLearners = 8,       ///< LearnerSlot[max_learners - 1], then std::atomic<uint64_t>[max_learners - 1]
                               ///< [num_envs] online starts (since 1.7; 0 bytes with one learner)
   kSectionLearnerStats = 9,   ///< LearnerStats[max_learners], slot 0's first (since 1.8; every buffer)
-  kSectionsUsed = 10,  ///< sections this minor version defines; the rest of the table is zero
+  kSectionPolicy = 10,       ///< PolicyControl, PolicyLearner[max_learners], PolicyEnv[num_envs] (since 1.11;
+                              ///< every buffer; internal/policy_layout.hpp)
+  kSectionsUsed = 11,  ///< sections this minor version defines; the rest of the table is zero
 };
 inline constexpr std::size_t kMaxSections = 16;  ///< entries of the section table (1.10: room for six more)
 inline constexpr uint64_t kMaxLearners = 64;    ///< learner slots of a segment, at most (1.7)
@@ -217,7 +219,8 @@ enum FieldRole : uint32_t {
   kRoleTerminated = 2,  ///< the step ends its episode by termination
   kRoleTruncated = 3,   ///< the step ends its episode by truncation (a time limit)
   kRoleReward = 4,      ///< the step's reward, summed into completed-episode records
-  kRoleCount = 5,
+  kRolePolicyVersion = 5,  ///< (1.11) the policy version that produced the step (CreateOptions::policy_version)
+  kRoleCount = 6,
 };
 
 /// The owner lease word: pid in the high half, the low 32 bits of its start ticks in the low half; 0 when free.

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "shmreplay/internal/layout.hpp"
+#include "shmreplay/internal/policy_layout.hpp"
 #include "shmreplay/schema.hpp"
 #include "shmreplay/vocabulary.hpp"
 
@@ -204,6 +205,19 @@ class Segment {
   const layout::LearnerStats* learner_stats(uint64_t slot) const noexcept;
   /// The same, writable (a writable mapping only).
   layout::LearnerStats* learner_stats(uint64_t slot) noexcept;
+  /// The policy section (layout 1.11; internal/policy_layout.hpp): the published version and window, the words held
+  /// writers and pacing learners sleep on. Learners and writers store through the mutable overloads.
+  const layout::PolicyControl& policy_control() const noexcept;
+  /// The same, writable (a writable mapping only).
+  layout::PolicyControl& policy_control() noexcept;
+  /// Learner slot `slot`'s version ages of sampled rows (0 to max_learners() - 1).
+  const layout::PolicyLearner& policy_learner(uint64_t slot) const noexcept;
+  /// The same, writable (a writable mapping only).
+  layout::PolicyLearner& policy_learner(uint64_t slot) noexcept;
+  /// Env `env`'s newest version and starvation counters.
+  const layout::PolicyEnv& policy_env(uint64_t env) const noexcept;
+  /// The same, writable (a writable mapping only).
+  layout::PolicyEnv& policy_env(uint64_t env) noexcept;
   /// The segment-wide control block (learner slot 0's lease and counters, wake word, limiter).
   const layout::GlobalControl& global_control() const noexcept;
   /// The same, writable (a writable mapping only).

@@ -25,6 +25,7 @@ template <bool Writable>
 struct SlotWordsOf {
   using Word = std::conditional_t<Writable, std::atomic<uint64_t>, const std::atomic<uint64_t>>;
   using Stats = std::conditional_t<Writable, layout::LearnerStats, const layout::LearnerStats>;
+  using Policy = std::conditional_t<Writable, layout::PolicyLearner, const layout::PolicyLearner>;
   LeaseWordsOf<Word> lease;   ///< the slot's lease (taken by its Sampler, or a load)
   Word& rows_sampled;         ///< the slot's counters, written by its learner only
   Word& sample_calls;
@@ -39,6 +40,7 @@ struct SlotWordsOf {
   uint64_t online_stride;
   Stats& stats;               ///< the slot's sample ages and limiter timeouts (layout 1.8), written by its learner
                               ///< only; informational
+  Policy& policy;             ///< the slot's version ages of sampled rows (layout 1.11), likewise
 
   /// The slot's online start of env `env` (EnvControl::online_start for slot 0).
   Word& online_start(uint64_t env) const noexcept { return online_starts[env * online_stride]; }
@@ -46,7 +48,7 @@ struct SlotWordsOf {
   SlotWordsOf<false> read() const noexcept {
     return {{lease.lease, lease.start_ticks, lease.since_ns, lease.takeovers}, rows_sampled, sample_calls, retries,
             online_resets, steps_updated, priority_walk, waiting_rows, waiting_since_ns, waiters, online_starts,
-            online_stride, stats};
+            online_stride, stats, policy};
   }
 };
 using LearnerSlotWords = SlotWordsOf<true>;
@@ -64,13 +66,13 @@ inline SlotWordsOf<!std::is_const_v<Seg>> learner_slot(Seg& seg, uint64_t slot) 
             g.rows_sampled, g.sample_calls, g.retries, g.online_resets, g.steps_updated,
             g.priority_walk, g.learner_waiting_rows, g.learner_waiting_since_ns, g.slot0_waiters,
             &env0.online_start, sizeof(layout::EnvControl) / sizeof(std::atomic<uint64_t>),
-            *seg.learner_stats(0)};
+            *seg.learner_stats(0), seg.policy_learner(0)};
   }
   auto& s = *seg.learner_slot(slot);
   return {{s.lease, s.start_ticks, s.since_ns, s.takeovers},
           s.rows_sampled, s.sample_calls, s.retries, s.online_resets, s.steps_updated,
           s.priority_walk, s.waiting_rows, s.waiting_since_ns, s.waiters,
-          seg.learner_online_starts(slot), 1, *seg.learner_stats(slot)};
+          seg.learner_online_starts(slot), 1, *seg.learner_stats(slot), seg.policy_learner(slot)};
 }
 
 /// Sets every word of a slot's statistics (layout 1.8) to zero: what a checkpoint load does, holding every slot's

@@ -198,7 +198,8 @@ Field accept_field(const FieldDesc& entry, uint64_t i, const Sections& s, uint64
     v.fail(Errc::corrupt, fmt::format("{} has episode role code {}, which is unknown", what, d.role));
   }
   std::optional<std::size_t>* role_slot[] = {nullptr, &roles.done, &roles.terminated, &roles.truncated,
-                                             &roles.reward};
+                                             &roles.reward, &roles.policy_version};
+  static_assert(std::size(role_slot) == kRoleCount, "one slot per role code");
   if (d.role != kRoleNone) {
     if (*role_slot[d.role]) {
       v.fail(Errc::corrupt, fmt::format("{} and field {} both have episode role code {}", what,
@@ -283,6 +284,7 @@ LayoutVersion accept_prefix(int fd, const OpenCheck& check) {
         "sample ages and the learners' limiter timeouts",                           // 1.7
         "the step a learner rewrites, which the repair of a dead one needs",        // 1.8
         "the fields' storage kinds",                                                // 1.9
+        "the policy section (policy versions and their window)",                    // 1.10
     };
     static_assert(std::size(kLacks) == kLayoutMinor, "one entry per older minor version");
     check.fail(Errc::version_mismatch,

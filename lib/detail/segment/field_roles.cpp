@@ -41,6 +41,14 @@ std::string episode_role_problem(const Schema& schema, const EpisodeFieldIndices
                          describe(role, *f), dtype_name(schema[*f].dtype), schema[*f].shape_string());
     }
   }
+  if (r.policy_version) {
+    const Field& f = schema[*r.policy_version];
+    if (f.elements() != 1 || !is_integer_or_bool(f.dtype) || f.dtype == DType::boolean) {
+      return fmt::format("policy_version = '{}' ({}) is not a version: expected a scalar integer field, actual dtype "
+                         "{} shape {}",
+                         f.name, f.to_string(), dtype_name(f.dtype), f.shape_string());
+    }
+  }
   if (r.reward) {
     const Field& f = schema[*r.reward];
     if (f.elements() != 1 || f.dtype == DType::boolean) {
@@ -56,30 +64,34 @@ std::string episode_role_problem(const Schema& schema, const EpisodeFieldIndices
 }
 
 FieldRoles resolve_field_roles(const std::string& name, const Schema& schema, const EpisodeFields& ep,
-                               uint64_t episode_queue_capacity) {
+                               uint64_t episode_queue_capacity, const std::string& policy_version) {
   FieldRoles roles;
   roles.of_field.assign(schema.size(), kRoleNone);
   auto fail = [&](const std::string& what) {
     throw Error(Errc::invalid_argument, fmt::format("cannot create shmreplay segment '{}': {}", name, what));
   };
-  const std::pair<const char*, const std::string*> named[] = {
-      {"done", &ep.done}, {"terminated", &ep.terminated}, {"truncated", &ep.truncated}, {"reward", &ep.reward}};
-  const uint32_t codes[] = {kRoleDone, kRoleTerminated, kRoleTruncated, kRoleReward};
+  const std::pair<const char*, const std::string*> named[] = {{"done", &ep.done},
+                                                              {"terminated", &ep.terminated},
+                                                              {"truncated", &ep.truncated},
+                                                              {"reward", &ep.reward},
+                                                              {"policy_version", &policy_version}};
+  const uint32_t codes[] = {kRoleDone, kRoleTerminated, kRoleTruncated, kRoleReward, kRolePolicyVersion};
   std::optional<std::size_t>* slots[] = {&roles.indices.done, &roles.indices.terminated, &roles.indices.truncated,
-                                         &roles.indices.reward};
-  for (std::size_t i = 0; i < 4; ++i) {
+                                         &roles.indices.reward, &roles.indices.policy_version};
+  for (std::size_t i = 0; i < std::size(codes); ++i) {
     const std::string& field = *named[i].second;
     if (field.empty()) continue;
     const auto f = schema.find(field);
     if (!f) {
       std::vector<std::string> names;
       for (const Field& x : schema.fields()) names.push_back(x.name);
-      fail(fmt::format("episode field {} = '{}' names no field of the schema (its fields: {})", named[i].first,
+      fail(fmt::format("{} {} = '{}' names no field of the schema (its fields: {})",
+                       codes[i] == kRolePolicyVersion ? "field" : "episode field", named[i].first,
                        field, fmt::join(names, ", ")));
     }
     if (roles.of_field[*f] != kRoleNone) {
       const char* other = named[roles.of_field[*f] - 1].first;
-      fail(fmt::format("field '{}' is named as episode field {} and as {}; each role needs its own field", field,
+      fail(fmt::format("field '{}' is named as field {} and as {}; each role needs its own field", field,
                        other, named[i].first));
     }
     roles.of_field[*f] = codes[i];

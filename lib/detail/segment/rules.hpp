@@ -41,7 +41,7 @@ std::string episode_role_problem(const Schema& schema, const EpisodeFieldIndices
 /// Resolves the named episode fields of `fields` (with the queue capacity asked for, 0 for the default) against
 /// `schema`. Throws Error(invalid_argument) naming segment `name` when they do not fit.
 FieldRoles resolve_field_roles(const std::string& name, const Schema& schema, const EpisodeFields& fields,
-                               uint64_t episode_queue_capacity);
+                               uint64_t episode_queue_capacity, const std::string& policy_version = {});
 
 
 // -- Create's placement rule (placement.cpp) --

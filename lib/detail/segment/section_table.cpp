@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "detail/os/file.hpp"
+#include "shmreplay/internal/policy_layout.hpp"
 
 namespace shmreplay::detail {
 namespace {
@@ -130,6 +131,26 @@ void priorities_construct(std::byte* start, const SectionCounts& c) {
   zero_atomics(start, c.num_envs * 2 * std::bit_ceil(c.capacity));
 }
 
+// -- the policy section (1.11): every buffer --
+
+std::optional<uint64_t> policy_bytes(const SectionCounts& c) {
+  const std::optional<uint64_t> envs = mul(c.num_envs, sizeof(PolicyEnv));
+  if (!envs) return std::nullopt;
+  return policy_envs_at(c.max_learners) + *envs;  // bounded by kMaxLearners and kMaxEnvs: no overflow
+}
+std::string policy_explain(const SectionCounts& c) {
+  return fmt::format("{} bytes, {} learner slots x {} bytes and {} envs x {} bytes", sizeof(PolicyControl),
+                     c.max_learners, sizeof(PolicyLearner), c.num_envs, sizeof(PolicyEnv));
+}
+void policy_construct(std::byte* start, const SectionCounts& c) {
+  auto* control = new (start) PolicyControl{};
+  control->max_staleness.store(kNoPolicyWindow, std::memory_order_relaxed);
+  construct_blocks<PolicyLearner>(start + policy_learners_at(), c.max_learners);
+  construct_blocks<PolicyEnv>(start + policy_envs_at(c.max_learners), c.num_envs);
+  auto* envs = reinterpret_cast<PolicyEnv*>(start + policy_envs_at(c.max_learners));
+  for (uint64_t e = 0; e < c.num_envs; ++e) envs[e].newest.store(kNoPolicyVersion, std::memory_order_relaxed);
+}
+
 constexpr SectionSize kExact = SectionSize::exact;
 
 // Placement order. Rows: id, name, since, size rule, open's alignment, create's alignment, bytes, explain, construct.
@@ -154,6 +175,8 @@ constexpr std::array<SectionRow, kSectionsUsed> kRows = {{
      queues_explain, queues_construct},
     {kSectionPriorities, "the priority section", 3, kExact, kCacheLineBytes, kCacheLineBytes, priorities_bytes,
      priorities_explain, priorities_construct},
+    {kSectionPolicy, "the policy section", 11, kExact, kCacheLineBytes, kCacheLineBytes, policy_bytes, policy_explain,
+     policy_construct},
 }};
 
 // Every index of this minor version has exactly one row.

@@ -1,0 +1,184 @@
+// Policy versions, the learner's side: a sample with a window draws exactly from the steps inside it (chi-square,
+// a wrong model rejected), never outside it with writers pushing and several learner ranks, reports the version it
+// drew against, and counts the rows' version ages (docs/design/policy.md).
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "policy/policy_helpers.hpp"
+
+using namespace shmreplay;
+using namespace shmreplay::test;
+
+namespace {
+
+// Env e's step s carries version s / kRate[e]: env 0 moves to a new version every 2 steps, env 1 every 3, env 2
+// every 20 (a slow producer), each with kSteps[e] steps pushed into a ring of 32.
+constexpr uint64_t kEnvs = 3;
+constexpr uint64_t kCap = 32;
+constexpr uint64_t kRate[kEnvs] = {2, 3, 20};
+constexpr uint64_t kSteps[kEnvs] = {50, 40, 45};
+
+uint32_t version_of(uint64_t env, uint64_t step) { return static_cast<uint32_t>(step / kRate[env]); }
+
+void fill(Buffer& buf) {
+  Writer w(buf, {0, 1, 2});
+  for (uint64_t e = 0; e < kEnvs; ++e) {
+    for (uint64_t s = 0; s < kSteps[e]; ++s) push_versioned(w, e, version_of(e, s));
+  }
+}
+
+// The cell of (env, step) among every stored step, env by env.
+std::size_t cell(uint64_t env, uint64_t step) {
+  std::size_t at = 0;
+  for (uint64_t e = 0; e < env; ++e) at += kCap;
+  return at + static_cast<std::size_t>(step - (kSteps[env] - kCap));
+}
+
+}  // namespace
+
+TEST_CASE("a sample with a policy window draws uniformly from exactly the steps inside it (chi-square), and a "
+          "model that ignores the window is rejected") {
+  PolicyRig rig("policy-window", kEnvs, kCap);
+  fill(rig.buf);
+  Sampler s(rig.buf);
+  constexpr uint64_t kVersion = 14;
+  constexpr uint64_t kStale = 4;  // versions >= 10: env 0 steps 20..49 (of 18..49), env 1 30..39 (of 8..39), env 2 none
+  const PolicyState st = s.publish_policy(kVersion, kStale);
+  CHECK(st.version == kVersion);
+  CHECK(st.max_staleness == kStale);
+  std::vector<double> inside(kEnvs * kCap, 0.0), everything(kEnvs * kCap, 0.0);
+  double n_inside = 0;
+  for (uint64_t e = 0; e < kEnvs; ++e) {
+    for (uint64_t p = kSteps[e] - kCap; p < kSteps[e]; ++p) {
+      everything[cell(e, p)] = 1.0 / static_cast<double>(kEnvs * kCap);
+      if (version_of(e, p) >= kVersion - kStale) {
+        inside[cell(e, p)] = 1.0;
+        ++n_inside;
+      }
+    }
+  }
+  REQUIRE(n_inside == 30 + 10);
+  for (double& p : inside) p /= n_inside;
+  Rng rng(7);
+  SampleBatch batch;
+  std::vector<uint64_t> counts(kEnvs * kCap, 0);
+  uint64_t outside = 0;
+  constexpr std::size_t kCalls = 200, kRows = 500;
+  for (std::size_t c = 0; c < kCalls; ++c) {
+    s.sample_transitions(View::replay, kRows, rng, batch);
+    CHECK(batch.policy_version() == kVersion);
+    REQUIRE(batch.policy_floor() == kVersion - kStale);
+    const auto versions = batch.field_as<uint32_t>(0);
+    const auto envs = batch.field_as<uint64_t>(1);
+    const auto steps = batch.field_as<uint64_t>(2);
+    for (std::size_t r = 0; r < kRows; ++r) {
+      if (versions[r] < kVersion - kStale) ++outside;
+      ++counts[cell(envs[r], steps[r])];
+    }
+  }
+  const double n = kCalls * kRows;
+  CHECK(outside == 0);
+  CHECK(chi_square(counts, inside, n) < chi_square_bound(n_inside - 1));
+  CHECK(chi_square(counts, everything, n) > chi_square_bound(kEnvs * kCap - 1));
+  // The slot's version ages: every row counted, each of age 0 to 3.
+  const SegmentInfo info = Inspector(rig.guard.name()).snapshot();
+  CHECK(info.learner.counters[*counter_index(CounterScope::learner, "version_age_rows")] == n);
+}
+
+TEST_CASE("a call's max_staleness overrides the published window, and without either every step is drawn") {
+  PolicyRig rig("policy-override", kEnvs, kCap);
+  fill(rig.buf);
+  Sampler s(rig.buf);
+  Rng rng(3);
+  SampleBatch batch;
+  s.sample_transitions(View::replay, 2000, rng, batch);  // nothing published: no window
+  CHECK_FALSE(batch.policy_floor().has_value());
+  bool saw_old = false;
+  for (const uint32_t v : batch.field_as<uint32_t>(0)) saw_old = saw_old || v == 0;
+  CHECK(saw_old);  // env 2's steps 13..19 are version 0
+  s.publish_policy(4, std::nullopt);  // a version without a window
+  s.sample_transitions(View::replay, 2000, rng, batch);
+  CHECK_FALSE(batch.policy_floor().has_value());
+  CHECK(batch.policy_version() == 4);
+  s.sample_transitions(View::replay, 2000, rng, batch, {.max_staleness = 1});  // versions >= 3
+  REQUIRE(batch.policy_floor() == 3);
+  for (const uint32_t v : batch.field_as<uint32_t>(0)) REQUIRE(v >= 3);
+  std::string msg;
+  CHECK(error_of([&] { s.sample_transitions(View::replay, 8, rng, batch, {.max_staleness = 0}); }, &msg) == 0);
+  s.publish_policy(100, 5);  // every stored version is below 95
+  CHECK(error_of([&] { s.sample_transitions(View::replay, 8, rng, batch); }, &msg) == code(Errc::empty_view));
+  CHECK(contains(msg, "none of its 96 steps lies inside the policy window (version 100: versions >= 95)"));
+  CHECK(s.total_weight(View::replay, 1, 0.0) == 0.0);
+  CHECK(s.total_weight(View::replay, 1, 0.0, {.max_staleness = 100}) == 96.0);
+}
+
+TEST_CASE("the published version only grows, and a window needs a policy-version field") {
+  PolicyRig rig("policy-grows", 1, 8);
+  Sampler s(rig.buf);
+  CHECK(s.publish_policy(5, 2).version == 5);
+  const PolicyState st = s.publish_policy(3, 4);  // an older version does not go back; the window changes
+  CHECK(st.version == 5);
+  CHECK(st.max_staleness == 4);
+  CHECK(st.publishes == 2);
+  CHECK_FALSE(s.publish_policy(5, std::nullopt).max_staleness.has_value());
+  SegmentGuard g(unique_name("policy-none"));
+  Buffer plain = Buffer::create(g.name(), 1, 8, Schema::parse("x:f32"));
+  Sampler p(plain);
+  std::string msg;
+  CHECK(error_of([&] { p.publish_policy(1, 2); }, &msg) == code(Errc::invalid_argument));
+  CHECK(contains(msg, "it has no policy-version field"));
+  CHECK(p.publish_policy(1, std::nullopt).version == 1);  // a version alone needs no field
+  Rng rng(1);
+  SampleBatch b;
+  CHECK(error_of([&] { p.sample_transitions(View::replay, 1, rng, b, {.max_staleness = 1}); }, &msg) ==
+        code(Errc::invalid_argument));
+}
+
+TEST_CASE("with a writer pushing newer versions and three learner ranks sampling, no row comes from outside the "
+          "window in 10^7 draws") {
+  PolicyRig rig("policy-race", 4, 64, 3);
+  std::atomic<bool> stop{false};
+  std::atomic<uint32_t> newest{0};
+  {
+    Writer w(rig.buf, {0, 1, 2, 3});
+    for (uint64_t e = 0; e < 4; ++e) push_versioned(w, e, 0);
+    Sampler first(rig.buf);
+    first.publish_policy(0, 2);
+  }
+  std::thread writer([&] {
+    Writer w(rig.buf, {0, 1, 2, 3});
+    for (uint64_t i = 0; !stop.load(); ++i) {
+      const uint64_t e = (i * i) % 4;  // 0 or 1: envs 2 and 3 keep their first step, which the window leaves
+      const uint32_t v = static_cast<uint32_t>(i / 16);
+      push_versioned(w, e, v);
+      uint32_t seen = newest.load();
+      while (seen < v && !newest.compare_exchange_weak(seen, v)) {
+      }
+    }
+  });
+  std::atomic<uint64_t> rows{0}, outside{0};
+  std::vector<std::thread> learners;
+  for (uint64_t rank = 0; rank < 3; ++rank) {
+    learners.emplace_back([&, rank] {
+      Sampler s(rig.buf, {.rank = rank});
+      Rng rng = rank_rng(11, rank);
+      SampleBatch batch;
+      while (rows.load() < 10'000'000) {
+        if (rank == 0) s.publish_policy(newest.load(), 2);
+        s.sample_transitions(View::replay, 1000, rng, batch);
+        const uint64_t floor = *batch.policy_floor();
+        for (const uint32_t v : batch.field_as<uint32_t>(0)) outside += v < floor ? 1 : 0;
+        rows += 1000;
+      }
+    });
+  }
+  for (auto& t : learners) t.join();
+  stop = true;
+  writer.join();
+  CHECK(rows.load() >= 10'000'000);
+  CHECK(outside.load() == 0);
+}
