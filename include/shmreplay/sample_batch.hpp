@@ -78,7 +78,8 @@ class SampleBatch {
   std::span<const float> weights() const noexcept { return {weights_.data(), rows_}; }
   /// Per selector (Selector order), how many rows of the last sample it drew (SampleOptions::mixture). Each
   /// selector's rows are one block, the blocks in Selector order: selector s's rows start where the blocks before it
-  /// end (rows_of). A call without a mixture has one block (sample_mixed: its replay rows' and the online rows').
+  /// end (rows_of). A call without a mixture has one block (sample_mixed: its replay rows' and the online rows');
+  /// after a peek, none (all 0).
   const std::array<std::size_t, kSelectors>& selector_rows() const noexcept { return selector_rows_; }
   /// A block of rows: [first, first + count).
   struct RowBlock {

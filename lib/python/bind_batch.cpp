@@ -31,7 +31,8 @@ void bind_batch(py::module_& m) {
             return out;
           },
           "{selector: slice of rows} of the last sample, blocks in the order uniform, prioritized, recency, online: "
-          "a mixture's blocks, or the one selector of a plain call (sample_mixed: its replay and online rows)")
+          "a mixture's blocks, or the one selector of a plain call (sample_mixed: its replay and online rows; "
+          "a peek: none)")
       .def_readonly("policy_version", &Batch::policy_version,
                     "the policy version the learners had published when this batch was sampled (0 before any)")
       .def_readonly("policy_floor", &Batch::policy_floor,

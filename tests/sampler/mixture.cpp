@@ -247,4 +247,7 @@ TEST_CASE("every call without a mixture tells its selector: one block, and sampl
   rig.s.sample_mixed(3, 2, 2, 1.0, rng, b);
   CHECK(b.selector_rows() == Rows{3, 0, 0, 2});
   CHECK((b.rows_of(Selector::online).first == 3 && b.rows_of(Selector::online).count == 2));
+  const std::vector<uint64_t> envs = {0, 2};
+  rig.s.peek(envs, b);  // newest steps: no selector drew them
+  CHECK(b.selector_rows() == Rows{0, 0, 0, 0});
 }

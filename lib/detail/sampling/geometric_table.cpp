@@ -23,7 +23,7 @@ void GeometricTable::ensure(double half_life) {
   for (uint32_t b = 0; b <= buckets; ++b) {
     const double below = static_cast<double>(b) / bucket_scale_ * (1.0 - 1e-12);
     while (k < kSize - 1 && g_[k + 1] <= below) ++k;
-    guide_[b] = k;
+    guide_[b] = static_cast<uint16_t>(k);
   }
   half_life_ = half_life;
 }

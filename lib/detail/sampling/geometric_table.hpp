@@ -17,6 +17,7 @@ namespace shmreplay::detail {
 class GeometricTable {
  public:
   static constexpr uint32_t kSize = 4096;
+  static_assert(kSize <= 65536, "the guide holds term indices as uint16_t (16 KB for its 2 kSize buckets)");
 
   /// Rebuilds the table when the half-life changed since the last call: O(kSize) (about 100 us), allocating once.
   void ensure(double half_life);
@@ -33,7 +34,7 @@ class GeometricTable {
 
  private:
   std::vector<double> g_;         // G[0..kSize], then +infinity (the scan's sentinel)
-  std::vector<uint32_t> guide_;   // per bucket, an answer at or below its lowest w's; one extra bucket for rounding
+  std::vector<uint16_t> guide_;   // per bucket, an answer at or below its lowest w's; one extra bucket for rounding
   double bucket_scale_ = 0.0;     // buckets / limit()
   double half_life_ = 0.0;        // what the table was built for (0: not built)
 };
