@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -162,18 +163,27 @@ struct OnlineMarks {
   bool heads_reserved = false;
 };
 
-// A sample call's policy window (lib/sampler_policy.cpp): `on` when the call draws only versions >= floor.
+// A sample call's policy window (lib/sampler_policy.cpp): `on` when the call draws only versions >= floor; and
+// what earlier rounds learned of each env's bound for `cached_floor`: the first step whose version is >= it, found
+// (then every later step's is too: an env's versions never decrease, a stored step's never change), or not found
+// below bound[e] (every step below it is older). So in the steady state a round cuts the views without a load.
 struct Window {
+  static constexpr uint64_t kNoFloor = ~0ull;
   bool on = false;
   uint64_t floor = 0;
   uint64_t version = 0;   // the published version it was computed from
   std::size_t field = 0;  // the policy-version field
+  uint64_t cached_floor = kNoFloor;
+  std::vector<uint64_t> bound;  // per env
+  std::vector<uint8_t> found;   // per env: bound[e]'s version is >= cached_floor
 };
 
 // The first step of env e's view [v.lo, v.hi) whose policy version (field `field`) is >= floor, v.hi when none: a
-// binary search over the stored versions, validated as a copy is (a step overwritten or rewritten meanwhile
-// restarts it above the overwritten steps). lib/sampler_policy.cpp.
-uint64_t window_lo(const Segment& seg, std::size_t field, uint64_t e, detail::EnvView v, uint64_t floor) noexcept;
+// binary search over the stored versions (the oldest step probed first), validated as a copy is (a step
+// overwritten or rewritten meanwhile restarts it above the overwritten steps); nullopt when writers lapped the
+// ring through every try (the round draws nothing from the env). lib/sampler_policy.cpp.
+std::optional<uint64_t> window_lo(const Segment& seg, std::size_t field, uint64_t e, detail::EnvView v,
+                                  uint64_t floor) noexcept;
 
 // update_priorities' copy of the caller's arrays, checked and then used (grows to the largest update only).
 struct UpdateCopy {

@@ -36,7 +36,7 @@ PolicyState state_of(const layout::PolicyControl& p) {
 // Pacing: waits until no live writer's newest version is below `floor`; throws rate_limited at the deadline.
 void wait_for_pace(Segment& seg, const Buffer& buffer, uint64_t version, uint64_t max_staleness,
                    const PolicyPublish& options) {
-  const uint64_t floor = detail::PolicyWindow{version, max_staleness}.floor();
+  const uint64_t floor = detail::PolicyWindow{version, options.max_lag.value_or(max_staleness)}.floor();
   layout::PolicyControl& p = seg.policy_control();
   std::optional<uint64_t> behind = detail::pace_blocker(seg, floor);
   if (!behind) return;
@@ -49,9 +49,10 @@ void wait_for_pace(Segment& seg, const Buffer& buffer, uint64_t version, uint64_
   p.learner_pace_timeouts.fetch_add(1, std::memory_order_relaxed);
   const uint64_t lease = seg.env_control(*behind).lease.load(std::memory_order_relaxed);
   throw Error(Errc::rate_limited,
-              fmt::format("cannot publish policy version {} of '{}' with max_staleness {} (pace): env {} (writer pid "
-                          "{}) still produces with version {}, below {}, after {} ms; nothing published",
-                          version, buffer.name(), max_staleness, *behind, layout::owner_pid(lease),
+              fmt::format("cannot publish policy version {} of '{}' with max_staleness {} (pace, max_lag {}): env {} "
+                          "(writer pid {}) still produces with version {}, below {}, after {} ms; nothing published",
+                          version, buffer.name(), max_staleness, options.max_lag.value_or(max_staleness), *behind,
+                          layout::owner_pid(lease),
                           seg.policy_env(*behind).newest.load(std::memory_order_relaxed), floor,
                           options.pace_timeout_ms));
 }
@@ -75,6 +76,12 @@ PolicyState Sampler::publish_policy(uint64_t version, std::optional<uint64_t> ma
                             buffer_->name(), *max_staleness));
   }
   const uint64_t k = max_staleness.value_or(layout::kNoPolicyWindow);
+  if (options.pace && options.max_lag && *options.max_lag == 0) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot publish policy version {} of '{}': max_lag is 0, expected at least 1 (no writer can "
+                            "produce with a version before it is published)",
+                            version, buffer_->name()));
+  }
   if (options.pace && max_staleness) {
     const uint64_t current = seg.policy_control().version.load(std::memory_order_relaxed);
     wait_for_pace(seg, *buffer_, std::max(version, current), k, options);
@@ -105,39 +112,67 @@ void Sampler::begin_window(const SampleOptions& options, const char* op) {
 
 void Sampler::cut_views_to_window(View view) {
   Scratch& z = *scratch_;
-  if (!z.window.on || z.window.floor == 0) return;
+  sampler_parts::Window& w = z.window;
+  if (!w.on || w.floor == 0) return;
+  const std::size_t n = z.snapshot.views.size();
+  if (w.cached_floor == sampler_parts::Window::kNoFloor || w.floor < w.cached_floor) {
+    w.bound.assign(n, 0);  // a lower floor: what was below the old one may be inside
+    w.found.assign(n, 0);
+  } else if (w.floor > w.cached_floor) {
+    std::fill(w.found.begin(), w.found.end(), 0);  // below each bound stays below; search on from it
+  }
+  w.cached_floor = w.floor;
   const Segment& seg = segment_of(*buffer_);
   uint64_t before = 0;
   uint64_t after = 0;
-  for (std::size_t e = 0; e < z.snapshot.views.size(); ++e) {
+  bool lapped = false;  // an env's search could not be validated: this round tells nothing of emptiness
+  for (std::size_t e = 0; e < n; ++e) {
     detail::EnvView& v = z.snapshot.views[e];
     before += v.hi - v.lo;
-    v.lo = sampler_parts::window_lo(seg, z.window.field, e, v, z.window.floor);
+    if (w.found[e]) {
+      v.lo = std::clamp(w.bound[e], v.lo, v.hi);
+    } else {
+      const uint64_t from = std::clamp(w.bound[e], v.lo, v.hi);
+      const std::optional<uint64_t> lo = sampler_parts::window_lo(seg, w.field, e, {from, v.hi}, w.floor);
+      if (lo) {
+        w.bound[e] = *lo;
+        w.found[e] = *lo < v.hi ? 1 : 0;
+      }
+      v.lo = lo.value_or(v.hi);
+      lapped = lapped || !lo;
+    }
     after += v.hi - v.lo;
   }
-  if (after == 0 && before != 0) {
+  if (after == 0 && before != 0 && !lapped) {
     throw Error(Errc::empty_view,
                 fmt::format("cannot sample the {} view of '{}': none of its {} steps lies inside the policy window "
                             "(version {}: versions >= {})",
-                            to_string(view), buffer_->name(), before, z.window.version, z.window.floor));
+                            to_string(view), buffer_->name(), before, w.version, w.floor));
   }
 }
 
-uint64_t sampler_parts::window_lo(const Segment& seg, std::size_t field, uint64_t e, detail::EnvView v,
-                                  uint64_t floor) noexcept {
+std::optional<uint64_t> sampler_parts::window_lo(const Segment& seg, std::size_t field, uint64_t e, detail::EnvView v,
+                                                 uint64_t floor) noexcept {
   const layout::EnvControl& c = seg.env_control(e);
   const uint64_t cap = seg.capacity();
   const DType dtype = seg.schema()[field].dtype;
   const uint64_t bytes = seg.schema()[field].bytes();
   const std::byte* base = seg.field_data(field) + e * cap * bytes;
-  for (int attempt = 0; attempt < 64 && v.lo < v.hi; ++attempt) {
+  const auto inside = [&](uint64_t step) {
+    const std::optional<uint64_t> ver = detail::read_policy_version(base + (step % cap) * bytes, dtype);
+    return ver && *ver >= floor;
+  };
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    if (v.lo >= v.hi) return v.hi;
     const uint64_t begin = detail::read_begin(c);
     uint64_t lo = v.lo;
     uint64_t hi = v.hi;
+    if (inside(lo)) {
+      hi = lo;  // the oldest step is inside: so is the view (the common case of a wide window)
+    }
     while (lo < hi) {  // the first step whose version is >= floor: versions never decrease within an env
       const uint64_t mid = lo + (hi - lo) / 2;
-      const std::optional<uint64_t> ver = detail::read_policy_version(base + (mid % cap) * bytes, dtype);
-      if (ver && *ver >= floor) {
+      if (inside(mid)) {
         hi = mid;
       } else {
         lo = mid + 1;
@@ -148,7 +183,7 @@ uint64_t sampler_parts::window_lo(const Segment& seg, std::size_t field, uint64_
     if ((begin & 1) == 0 && begin == end.update_seq && intact <= v.lo) return lo;
     v.lo = std::max(v.lo, intact);  // search again above the steps reclaimed meanwhile
   }
-  return v.hi;  // writers lapped the ring through every search (or it is empty now): nothing this round
+  return std::nullopt;  // writers lapped the ring through every search: nothing from this env this round
 }
 
 void Sampler::finish_versions(SampleBatch& out, std::size_t rows) noexcept {

@@ -45,6 +45,13 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
                               step, env_id, buffer_->name(), schema[*flag].name));
     }
   }
+  if (ef.policy_version && fields[*ef.policy_version].data != nullptr) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot update step {} of env {} of '{}': field '{}' is the policy-version field, fixed "
+                            "when a step is pushed (a sample's window relies on each env's versions never "
+                            "decreasing); pass no data for it",
+                            step, env_id, buffer_->name(), schema[*ef.policy_version].name));
+  }
   for (std::size_t f = 0; f < fields.size(); ++f) {
     const detail::StorageSet& storages = scratch_->storages;
     if (fields[f].data != nullptr && !storages.kind_of(f).direct()) {

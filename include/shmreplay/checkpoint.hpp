@@ -208,9 +208,10 @@ struct CheckpointInfo {
                                          ///< source's compressed fields at least its byte ring: what a load into a new
                                          ///< segment creates it with; 0 without compressed fields
   std::vector<CheckpointLearnerSlot> learner_slots;  ///< slots 1 to max_learners - 1 (format 2.1)
-  /// The policy version the learners had published and their window (format 2.2; layout 1.11): a load publishes
-  /// them in the target; the policy-version field is episode_fields.policy_version. 0 and nullopt in older files.
+  /// The policy version the learners had published (format 2.2; layout 1.11): a load publishes it in the target;
+  /// the policy-version field is episode_fields.policy_version. 0 in older files.
   uint64_t policy_version = 0;
+  /// Their window (format 2.2): a load publishes it with the version; nullopt when none (and in older files).
   std::optional<uint64_t> policy_max_staleness;
   uint64_t chain_id = 0;                 ///< a chain's id (save_link); 0 for a self-contained checkpoint
   uint64_t link_seq = 0;                 ///< the link's number in its chain directory; 0 for save_checkpoint

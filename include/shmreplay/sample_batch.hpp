@@ -95,9 +95,9 @@ class SampleBatch {
   /// The episode fields of the buffer the batch was last filled from (schema indices; all empty without).
   const EpisodeFieldIndices& episode_fields() const noexcept { return episode_fields_; }
   /// Policy versions (docs/design/policy.md): the current version the last sample call drew against (what the
-  /// learners had published; 0 before any publish), and the oldest version its window admitted (nullopt: the call
-  /// had no window). Each row's own version is its steps' policy-version field.
+  /// learners had published; 0 before any publish). Each row's own version is its steps' policy-version field.
   uint64_t policy_version() const noexcept { return policy_version_; }
+  /// The oldest policy version the last sample call's window admitted; nullopt when the call had no window.
   std::optional<uint64_t> policy_floor() const noexcept { return policy_floor_; }
   /// The dtype of field `index` of the buffer the batch was last filled from.
   DType field_dtype(std::size_t index) const noexcept { return field_dtype_[index]; }

@@ -135,6 +135,11 @@ struct PolicyPublish {
   /// a fast learner waits for slow producers instead of discarding their steps (pause, not discard).
   bool pace = false;
   uint64_t pace_timeout_ms = 10'000;  ///< with pace: how long to wait (kWaitForever: no timeout)
+  /// With pace: how many versions behind the new one a live writer may be (its env's newest version at least
+  /// version - max_lag); nullopt: max_staleness (the window's own bound). 1 keeps the learner within one version
+  /// of the slowest live producer, so that a slow producer's steps stay in the window as long as a fast one's
+  /// (docs/benchmarks/policy.md); at least 1 (a writer cannot have a version not yet published).
+  std::optional<uint64_t> max_lag;
 };
 
 /// The policy version and window in force (Sampler::policy).

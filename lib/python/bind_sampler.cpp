@@ -223,9 +223,11 @@ void def_sampler_policy(SamplerClass& c) {
        "publish_policy",
        [state](PySampler& s, Int<"Sampler.publish_policy(): version"> version,
                std::optional<Int<"Sampler.publish_policy(): max_staleness">> max_staleness, bool pace,
-               double pace_timeout) {
+               double pace_timeout, std::optional<Int<"Sampler.publish_policy(): max_lag">> max_lag) {
          const std::shared_ptr<Sampler> smp = s.get("publish_policy");
-         const PolicyPublish o{.pace = pace, .pace_timeout_ms = timeout_ms("pace_timeout", pace_timeout)};
+         const PolicyPublish o{.pace = pace,
+                               .pace_timeout_ms = timeout_ms("pace_timeout", pace_timeout),
+                               .max_lag = max_lag ? std::optional<uint64_t>(*max_lag) : std::nullopt};
          PolicyState st;
          {
            py::gil_scoped_release release;
@@ -237,11 +239,13 @@ void def_sampler_policy(SamplerClass& c) {
          return state(st);
        },
        "version"_a, "max_staleness"_a = py::none(), py::kw_only(), "pace"_a = false, "pace_timeout"_a = 10.0,
+       "max_lag"_a = py::none(),
        "Publish the current policy version (raised, never lowered) and the staleness window (None: none): samples "
        "then draw only steps of versions >= version - max_staleness, and writers whose versions it leaves behind "
        "wait (Writer.policy_timeout). With pace=True, first wait (up to pace_timeout seconds, then RateLimited with "
        "nothing published) for every live writer the new window would leave behind to load a newer policy: pause, "
-       "not discard. Returns {'version', 'max_staleness', 'publishes'} now in force.")
+       "not discard (max_lag=1: for every live writer more than one version behind, which keeps a slow producer's "
+       "steps in the window as long as a fast one's). Returns {'version', 'max_staleness', 'publishes'} now in force.")
       .def_property_readonly("policy", [state](PySampler& s) { return state(s.get("policy")->policy()); },
                              "{'version', 'max_staleness', 'publishes'}: the policy version and window in force");
 }

@@ -104,17 +104,20 @@ TEST_CASE("docs/cli.md's metric table lists every family the exporter writes, wi
           "counter-table row with a family is one of them") {
   const std::string name = unique_name("cli-counters-doc");
   SegmentGuard guard(name);
-  // Every family has a sample: episodes, priorities, a rate limiter, two learner slots, a compressed field, a pushed
-  // step, and a writer and a learner holding their leases while the exporter reads.
-  Buffer b = Buffer::create(name, 2, 16, Schema::parse("obs:f32[2] reward:f32 done:bool pix:u8[8,8]:lz4"),
-                            {.episodes = {.done = "done", .reward = "reward"}, .priority_exponent = 0.5,
+  // Every family has a sample: episodes, priorities, a rate limiter, two learner slots, a compressed field, a policy
+  // version, a pushed step, and a writer and a learner holding their leases while the exporter reads.
+  Buffer b = Buffer::create(name, 2, 16, Schema::parse("obs:f32[2] reward:f32 done:bool pix:u8[8,8]:lz4 version:u32"),
+                            {.episodes = {.done = "done", .reward = "reward"}, .policy_version = "version",
+                             .priority_exponent = 0.5,
                              .rate_limit = RateLimit::ratio(1.0, 4, 100), .max_learners = 2});
   Writer w(b, {0});
   const float obs[2] = {1, 2};
   const float reward = 1;
   const bool done = true;
   const std::array<uint8_t, 64> pix{};
-  w.push_one(0, {FieldBytes{obs, sizeof obs}, FieldBytes{&reward, 4}, FieldBytes{&done, 1}, FieldBytes{pix.data(), 64}});
+  const uint32_t version = 0;
+  w.push_one(0, {FieldBytes{obs, sizeof obs}, FieldBytes{&reward, 4}, FieldBytes{&done, 1}, FieldBytes{pix.data(), 64},
+                 FieldBytes{&version, 4}});
   const Sampler learner(b);
   const auto exported = exported_families(run_cli({"metrics", name, "--once"}).out);
   const auto documented = documented_families();

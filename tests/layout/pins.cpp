@@ -22,9 +22,9 @@ using namespace shmreplay::layout;
 
 #pragma GCC diagnostic ignored "-Winvalid-offsetof"
 
-TEST_CASE("the layout version is 1.10 and its magic spells SHMRPLAY") {
+TEST_CASE("the layout version is 1.11 and its magic spells SHMRPLAY") {
   CHECK(kLayoutMajor == 1);
-  CHECK(kLayoutMinor == 10);
+  CHECK(kLayoutMinor == 11);
   const char expected[] = "SHMRPLAY";
   for (int i = 0; i < 8; ++i) CHECK(static_cast<char>((kMagic >> (8 * i)) & 0xff) == expected[i]);
 }
@@ -61,10 +61,11 @@ TEST_CASE("layout 1.10: SegmentHeader sizes and offsets are pinned") {
   CHECK(kSectionEpisodes == 4);
   CHECK(kSectionStepMeta == 5);
   CHECK(kSectionEpisodeQueues == 6);
-  CHECK(kSectionsUsed == 10);
+  CHECK(kSectionsUsed == 11);
   CHECK(kSectionPriorities == 7);
   CHECK(kSectionLearners == 8);      // 1.7
   CHECK(kSectionLearnerStats == 9);  // 1.8
+  CHECK(kSectionPolicy == 10);       // 1.11
 }
 
 TEST_CASE("layout 1.2: FieldDesc sizes and offsets are pinned") {
@@ -90,7 +91,8 @@ TEST_CASE("layout 1.2: FieldDesc sizes and offsets are pinned") {
   CHECK(kRoleTerminated == 2);
   CHECK(kRoleTruncated == 3);
   CHECK(kRoleReward == 4);
-  CHECK(kRoleCount == 5);
+  CHECK(kRolePolicyVersion == 5);  // 1.11
+  CHECK(kRoleCount == 6);
   CHECK(kMaxDims == 8);
   CHECK(kMaxNameBytes == 63);
   // The dtype codes are stored in the field table.
@@ -186,6 +188,35 @@ TEST_CASE("layout 1.7: a learner slot and the update lock's owner bits are pinne
   CHECK(update_lock_bits(0) == kUpdateLockBit);
   CHECK(update_lock_bits(63) == (kUpdateLockBit | (63ull << 56)));
   CHECK(update_lock_owner(12345 | update_lock_bits(5)) == 5);
+}
+
+TEST_CASE("layout 1.11: the policy section's blocks and their sentinels are pinned") {
+  CHECK(sizeof(PolicyControl) == 128);
+  CHECK(offsetof(PolicyControl, version) == 0);
+  CHECK(offsetof(PolicyControl, max_staleness) == 8);
+  CHECK(offsetof(PolicyControl, publishes) == 16);
+  CHECK(offsetof(PolicyControl, writer_wake) == 24);
+  CHECK(offsetof(PolicyControl, writer_waiters) == 32);
+  CHECK(offsetof(PolicyControl, learner_wake) == 40);
+  CHECK(offsetof(PolicyControl, learner_waiters) == 48);
+  CHECK(offsetof(PolicyControl, writers_held) == 64);
+  CHECK(offsetof(PolicyControl, writer_timeouts) == 72);
+  CHECK(offsetof(PolicyControl, learner_paced) == 80);
+  CHECK(offsetof(PolicyControl, learner_pace_timeouts) == 88);
+  CHECK(sizeof(PolicyLearner) == 64);
+  CHECK(offsetof(PolicyLearner, rows) == 0);
+  CHECK(offsetof(PolicyLearner, age_sum) == 8);
+  CHECK(offsetof(PolicyLearner, age_buckets) == 16);
+  CHECK(kVersionAgeBuckets == 6);
+  CHECK(sizeof(PolicyEnv) == 64);
+  CHECK(offsetof(PolicyEnv, newest) == 0);
+  CHECK(offsetof(PolicyEnv, held_pushes) == 8);
+  CHECK(offsetof(PolicyEnv, held_ns) == 16);
+  CHECK(offsetof(PolicyEnv, held_since_ns) == 24);
+  CHECK(offsetof(PolicyEnv, timeouts) == 32);
+  CHECK(kNoPolicyWindow == ~0ull);
+  CHECK(kNoPolicyVersion == ~0ull);
+  CHECK(policy_envs_at(3) == 128 + 3 * 64);
 }
 
 TEST_CASE("layout 1.8: a learner slot's statistics and the age buckets are pinned") {
@@ -357,7 +388,7 @@ TEST_CASE("a segment with episode fields places the episode sections after the d
   const Schema schema = Schema::parse("obs:f32[3] done:bool action:i64[2] reward:f32");
   const Buffer b = Buffer::create(name, 5, 7, schema, {.episodes = {.done = "done", .reward = "reward"}});
   const SegmentHeader& h = segment_of(b).header();
-  CHECK(h.num_sections == 10);
+  CHECK(h.num_sections == 11);
   CHECK(h.episode_queue_capacity == 128);
   // Data: 448 + 64 + 576 (5*7*16 = 560 rounded) + 5*7*4 = 140 -> [4096, 5324); the episode sections follow, each
   // on a cache line.

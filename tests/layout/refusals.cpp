@@ -36,13 +36,23 @@ std::string open_as_minor(const std::string& name, const std::string& path, std:
 
 }  // namespace
 
+TEST_CASE("layout 1.11: a 1.10 segment is refused, naming the policy section") {
+  const std::string name = test::unique_name("layout-1-10");
+  test::SegmentGuard guard(name);
+  (void)Buffer::create(name, 2, 8, Schema::parse("x:f32[2]"));
+  const std::string bytes = test::read_file(guard.path());
+  const std::string m = open_as_minor(name, guard.path(), bytes, 10);
+  CHECK(test::contains(m, "segment layout 1.10, library 1.11"));
+  CHECK(test::contains(m, "the policy section"));
+}
+
 TEST_CASE("layout 1.10: a 1.9 segment is refused, naming the storage kinds") {
   const std::string name = test::unique_name("layout-1-9");
   test::SegmentGuard guard(name);
   (void)Buffer::create(name, 2, 8, Schema::parse("x:f32[2]"));
   const std::string bytes = test::read_file(guard.path());
   const std::string m = open_as_minor(name, guard.path(), bytes, 9);
-  CHECK(test::contains(m, "segment layout 1.9, library 1.10"));
+  CHECK(test::contains(m, "segment layout 1.9, library 1.11"));
   CHECK(test::contains(m, "the fields' storage kinds"));
 }
 
@@ -79,7 +89,7 @@ TEST_CASE("layout 1.9: a 1.8 segment is refused, naming the step a learner rewri
   (void)Buffer::create(name, 2, 8, Schema::parse("x:f32[2]"));
   const std::string bytes = test::read_file(guard.path());
   const std::string m = open_as_minor(name, guard.path(), bytes, 8);
-  CHECK(test::contains(m, "segment layout 1.8, library 1.10"));
+  CHECK(test::contains(m, "segment layout 1.8, library 1.11"));
   CHECK(test::contains(m, "the step a learner rewrites"));
 }
 
@@ -92,9 +102,9 @@ TEST_CASE("layout 1.8: a 1.7 segment is refused naming what it lacks, and a 1.8 
   SegmentHeader h{};
   REQUIRE(bytes.size() >= sizeof h);
   std::memcpy(static_cast<void*>(&h), bytes.data(), sizeof h);
-  CHECK(h.num_sections == 10);  // a 1.7 library accepts 9 at most ("num_sections is 10, expected 9 to 9")
+  CHECK(h.num_sections == 11);  // a 1.7 library accepts 9 at most ("num_sections is 11, expected 9 to 9")
   const std::string m = open_as_minor(name, guard.path(), bytes, 7);
-  CHECK(test::contains(m, "segment layout 1.7, library 1.10"));
+  CHECK(test::contains(m, "segment layout 1.7, library 1.11"));
   CHECK(test::contains(m, "(sample ages and the learners' limiter timeouts); recreate the segment"));
 }
 

@@ -3,7 +3,9 @@
 // drew against, and counts the rows' version ages (docs/design/policy.md).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -181,4 +183,112 @@ TEST_CASE("with a writer pushing newer versions and three learner ranks sampling
   writer.join();
   CHECK(rows.load() >= 10'000'000);
   CHECK(outside.load() == 0);
+}
+
+TEST_CASE("the bounds a sampler learns follow a window that moves up, one that looks further back, and new steps") {
+  PolicyRig rig("policy-bounds", kEnvs, kCap);
+  fill(rig.buf);
+  Sampler s(rig.buf);
+  Rng rng(5);
+  SampleBatch batch;
+  // The oldest version each window admits, and which of env e's stored steps (18..49, 8..39, 13..44) are inside.
+  const auto check = [&](uint64_t floor) {
+    std::vector<uint64_t> seen(kEnvs * kCap, 0);
+    for (int c = 0; c < 40; ++c) {
+      s.sample_transitions(View::replay, 500, rng, batch);
+      REQUIRE(batch.policy_floor() == floor);
+      const auto envs = batch.field_as<uint64_t>(1);
+      const auto steps = batch.field_as<uint64_t>(2);
+      for (std::size_t r = 0; r < batch.rows(); ++r) {
+        REQUIRE(version_of(envs[r], steps[r]) >= floor);
+        ++seen[cell(envs[r], steps[r])];
+      }
+    }
+    for (uint64_t e = 0; e < kEnvs; ++e) {
+      for (uint64_t p = kSteps[e] - kCap; p < kSteps[e]; ++p) {
+        CAPTURE(e);
+        CAPTURE(p);
+        if (version_of(e, p) >= floor) CHECK(seen[cell(e, p)] > 0);  // 20,000 draws over at most 96 steps
+      }
+    }
+  };
+  s.publish_policy(14, 4);
+  check(10);
+  s.publish_policy(16, 4);  // up: env 0 from step 24, env 1 from 36
+  check(12);
+  s.publish_policy(16, 10);  // further back: env 2's last steps too (versions 0..2 stay out)
+  check(6);
+  s.publish_policy(16, 14);
+  check(2);
+  {
+    Writer w(rig.buf, {2});
+    for (uint64_t p = kSteps[2]; p < kSteps[2] + 8; ++p) push_versioned(w, 2, 12);  // env 2 catches up
+  }
+  s.publish_policy(16, 4);
+  std::vector<uint64_t> env2;
+  for (int c = 0; c < 20; ++c) {
+    s.sample_transitions(View::replay, 500, rng, batch);
+    for (std::size_t r = 0; r < batch.rows(); ++r) {
+      REQUIRE(batch.field_as<uint32_t>(0)[r] >= 12);
+      if (batch.field_as<uint64_t>(1)[r] == 2) env2.push_back(batch.field_as<uint64_t>(2)[r]);
+    }
+  }
+  CHECK(!env2.empty());
+  for (const uint64_t p : env2) CHECK(p >= kSteps[2]);
+}
+
+TEST_CASE("three learner ranks drawing sequences with a window follow its exact distribution together (chi-square), "
+          "and the same draws reject the distribution without the window") {
+  PolicyRig rig("policy-ranks", kEnvs, kCap, 3);
+  fill(rig.buf);
+  {
+    Sampler first(rig.buf);
+    first.publish_policy(14, 4);  // versions >= 10, as the first test's window
+  }
+  constexpr std::size_t kLength = 4;
+  constexpr double kPower = 1.0;
+  // A start p of env e weighs min(head - p, L)^power; inside the window only.
+  std::vector<double> inside(kEnvs * kCap, 0.0), everything(kEnvs * kCap, 0.0);
+  for (uint64_t e = 0; e < kEnvs; ++e) {
+    for (uint64_t p = kSteps[e] - kCap; p < kSteps[e]; ++p) {
+      const double w = std::pow(static_cast<double>(std::min<uint64_t>(kSteps[e] - p, kLength)), kPower);
+      everything[cell(e, p)] = w;
+      if (version_of(e, p) >= 10) inside[cell(e, p)] = w;
+    }
+  }
+  const auto normalise = [](std::vector<double>& p) {
+    double total = 0;
+    for (const double x : p) total += x;
+    for (double& x : p) x /= total;
+  };
+  normalise(inside);
+  normalise(everything);
+  std::vector<std::vector<uint64_t>> counts(3, std::vector<uint64_t>(kEnvs * kCap, 0));
+  std::vector<std::thread> ranks;
+  for (uint64_t r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      Sampler s(rig.buf, {.rank = r});
+      Rng rng = rank_rng(21, r);
+      SampleBatch batch;
+      for (int c = 0; c < 60; ++c) {
+        s.sample(View::replay, 500, kLength, kPower, rng, batch);
+        for (std::size_t row = 0; row < batch.rows(); ++row) {
+          ++counts[r][cell(batch.env_ids()[row], batch.start_steps()[row])];
+        }
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  std::vector<uint64_t> total(kEnvs * kCap, 0);
+  uint64_t outside = 0;
+  for (const auto& c : counts) {
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      total[i] += c[i];
+      if (inside[i] == 0) outside += c[i];
+    }
+  }
+  const double n = 3.0 * 60 * 500;
+  CHECK(outside == 0);
+  CHECK(chi_square(total, inside, n) < chi_square_bound(39));
+  CHECK(chi_square(total, everything, n) > chi_square_bound(kEnvs * kCap - 1));
 }

@@ -421,3 +421,38 @@ def test_a_node_lost_while_batches_are_in_flight_drops_out_and_the_others_give_i
         learner.close()
         del servers["node1"]
         close_all(servers)
+
+
+def push_versions(shm_dir, buffer_name, versions):
+    """A writer on a node: one step per version into env 0 (its step index beside it)."""
+    os.environ["SHMREPLAY_SHM_DIR"] = shm_dir
+    buf = shmreplay.Buffer.open(buffer_name)
+    with shmreplay.Writer(buf, [0]) as w:
+        for v in versions:
+            w.push_one(0, {"version": np.uint32(v), "step": np.uint64(w.head(0))})
+
+
+def test_a_learner_publishes_its_policy_window_on_every_node_and_draws_only_inside_it(cluster):
+    _, dirs = cluster
+    name = "policy"
+    create = {"num_envs": 1, "capacity": 64, "schema": "version:u32 step:u64", "policy_version": "version"}
+    servers = {f"node{k}": sr.NodeServer.options(name=f"{name}-node{k}", resources={f"node{k}": 1}).remote(
+        name, shm_dir=dirs[k], seed=k, create=create) for k in range(NODES)}
+    ray.get([h.ping.remote() for h in servers.values()])
+    # Node k's step s carries version s // (k + 1): versions >= 10 are node 0's steps 10..29 and node 1's 20..29.
+    writer = ray.remote(push_versions)
+    ray.get([writer.options(resources={f"node{k}": 1}).remote(dirs[k], name, [s // (k + 1) for s in range(30)])
+             for k in range(NODES)])
+    learner = sr.ClusterSampler({n: f"{name}-{n}" for n in servers}, seed=3)
+    try:
+        states = learner.publish_policy(12, 2)
+        assert states == {n: {"version": 12, "max_staleness": 2, "publishes": 1} for n in servers}
+        b = learner.sample("replay", 3000, 1, 0.0)
+        assert b["version"].min() >= 10
+        drawn = {(int(k), int(s)) for k, s in zip(b.node_ids, b["step"][:, 0])}
+        assert drawn == {(0, s) for s in range(10, 30)} | {(1, s) for s in range(20, 30)}
+        wide = learner.sample("replay", 3000, 1, 0.0, max_staleness=12)  # a call looks further back: every step
+        assert len({(int(k), int(s)) for k, s in zip(wide.node_ids, wide["step"][:, 0])}) == 90
+    finally:
+        learner.close()
+        close_all(servers)

@@ -46,6 +46,7 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::Range(1.0, 1000.0));
   app.add_option("--episode-steps", p.episode_steps, "Steps per episode")->check(CLI::Range(1u, 100000u));
   app.add_option("--max-staleness", p.max_staleness, "The window k");
+  app.add_option("--max-lag", p.max_lag, "Paced mode's PolicyPublish::max_lag (0: the window's k)");
   app.add_option("--batches-per-version", p.batches_per_version, "Batches between the learner's version moves")
       ->check(CLI::Range(1u, 1000000u));
   app.add_option("--train-ms", p.train_ms, "The learner's work per batch (a sleep)")->check(CLI::Range(0.0, 1000.0));

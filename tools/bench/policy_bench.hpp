@@ -19,6 +19,7 @@ struct PacingOptions {
   double speed_ratio = 10;         ///< a slow actor's time per step is fast_step_ms * speed_ratio
   uint32_t episode_steps = 25;     ///< steps per episode, both groups
   uint64_t max_staleness = 2;      ///< the window k
+  uint64_t max_lag = 0;            ///< paced mode's PolicyPublish::max_lag; 0: the window's k (the default)
   uint32_t batches_per_version = 20;  ///< the learner moves its version every this many batches
   uint32_t batch = 256;            ///< rows per sample call (single steps)
   double train_ms = 1.0;           ///< the learner's work per batch (a sleep standing for a gradient step)

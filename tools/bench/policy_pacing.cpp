@@ -138,7 +138,8 @@ void learn(Run& r, Sampler& s, ModeResult& m) {
   Rng rng(47);
   SampleBatch batch;
   const SampleOptions window{.max_staleness = o.max_staleness};
-  const PolicyPublish pace{.pace = true, .pace_timeout_ms = kLongWaitMs};
+  const PolicyPublish pace{.pace = true, .pace_timeout_ms = kLongWaitMs,
+                           .max_lag = o.max_lag == 0 ? std::nullopt : std::optional<uint64_t>(o.max_lag)};
   const auto train = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(o.train_ms));
   const auto start = Clock::now();
   const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));

@@ -28,6 +28,9 @@ std::optional<uint64_t> pace_blocker(const Segment& seg, uint64_t floor) noexcep
     // but the learner reports the value it read.
     const uint64_t newest = seg.policy_env(e).newest.load(std::memory_order_acquire);
     if (newest == layout::kNoPolicyVersion || newest >= floor) continue;
+    // A writer the window already holds back cannot catch up by itself (it needs a newer policy): pacing does not
+    // wait for it, or a paced learner and a held writer would wait for each other until both time out.
+    if (seg.policy_env(e).held_since_ns.load(std::memory_order_relaxed) != 0) continue;
     if (lease_holder_alive(seg.env_control(e).lease.load(std::memory_order_acquire))) return e;
   }
   return std::nullopt;

@@ -74,7 +74,8 @@ inline PolicyWindow load_policy_window(const layout::PolicyControl& p) noexcept 
 PolicyWindow publish_policy(layout::PolicyControl& p, uint64_t version, uint64_t max_staleness) noexcept;
 
 /// The first env whose writer holds a live lease and whose newest version is below `floor`, or nullopt. Envs
-/// without a live writer, or that never pushed a version, do not hold a learner back.
+/// without a live writer, that never pushed a version, or whose writer the window holds back already (it needs a
+/// newer policy, which pacing cannot give it) do not hold a learner back.
 std::optional<uint64_t> pace_blocker(const Segment& seg, uint64_t floor) noexcept;
 
 /// Writer side: stores env `env`'s newest version `v` (before the claim of its step), then wakes the pacing learners

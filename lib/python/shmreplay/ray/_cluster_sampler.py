@@ -468,6 +468,16 @@ class ClusterSampler:
             calls = [(n, n.handle.reset_online_queue.remote()) for n in self._nodes if n.alive]
         self._reweigh_after(calls)
 
+    def publish_policy(self, version: int, max_staleness: Optional[int] = None, **pacing: Any) -> Dict[str, Any]:
+        """``Sampler.publish_policy`` on every live node (in parallel; ``pace``, ``pace_timeout``, ``max_lag`` as
+        there): the version and window each node's buffer has now, by node. The next batch is split by totals that
+        include the window."""
+        self._drain()
+        with self._lock:
+            calls = [(n, n.handle.publish_policy.remote(version, max_staleness, **pacing))
+                     for n in self._nodes if n.alive]
+        return {node.name: state for node, state in self._reweigh_after(calls)}
+
     def size(self, view: str) -> int:
         """Steps in the view over every live node."""
         calls = [(n, [n.handle.size.remote(view)]) for n in self._nodes if n.alive]

@@ -110,6 +110,10 @@ class NodeServerImpl:
         """``Sampler.reset_online_queue`` of this node's buffer."""
         self._sampler.reset_online_queue()
 
+    def publish_policy(self, version: int, max_staleness: Optional[int] = None, **pacing: Any) -> Dict[str, Any]:
+        """``Sampler.publish_policy`` of this node's buffer (``pace``, ``pace_timeout``, ``max_lag`` as there)."""
+        return self._sampler.publish_policy(version, max_staleness, **pacing)
+
     def size(self, view: str) -> int:
         """``Sampler.size``: the steps in this node's view."""
         return self._sampler.size(view)
