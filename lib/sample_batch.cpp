@@ -24,6 +24,7 @@ SampleBatch SampleBatch::borrow(std::vector<MutableFieldBytes> fields, std::span
 
 void SampleBatch::prepare(const Schema& schema, std::size_t rows, std::size_t length) {
   weights_.assign(rows, 1.0f);  // grows only: assign keeps the capacity
+  selector_rows_ = {};          // the sample call sets its blocks; a peek has none
   const std::size_t nf = schema.size();
   const std::size_t cells = rows * length;
   if (borrowed_) {

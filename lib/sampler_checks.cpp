@@ -61,6 +61,13 @@ void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, d
                 fmt::format("cannot {} '{}': distribution_power is {}, expected a finite number >= 0", op,
                             buffer_->name(), power));
   }
+  if (!options.mixture.empty()) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot {} '{}' with a mixture of selectors: only sample and sample_transitions draw "
+                            "one (a mixture's rows come from several selectors, not from one view's weights)",
+                            op, buffer_->name()));
+  }
+  check_recency(op, length, options);
   if (options.prioritized) {
     if (!buffer_->has_priorities()) {
       throw Error(Errc::invalid_argument,
@@ -88,6 +95,34 @@ void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, d
                   fmt::format("cannot {} '{}': importance_exponent (beta) is {}, expected a finite number >= 0", op,
                               buffer_->name(), options.importance_exponent));
     }
+  }
+}
+
+void Sampler::check_recency(const char* op, std::size_t length, const SampleOptions& options) const {
+  const double h = options.recency_half_life;
+  if (!std::isfinite(h) || h < 0.0) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot {} '{}': recency_half_life is {}, expected a finite number of steps >= 0 (0: "
+                            "no recency weighting)",
+                            op, buffer_->name(), h));
+  }
+  if (h == 0.0) return;
+  const char* why = nullptr;
+  std::string what;
+  if (options.prioritized) {
+    what = "prioritized = true";
+    why = "a prioritized draw weighs a start by its priority^alpha alone (mix the two selectors instead)";
+  } else if (options.period != 1) {
+    what = fmt::format("period = {}", options.period);
+    why = "the recency weights are summed in closed form over every step of a view (period 1)";
+  } else if (options.episodes != Episodes::cross && length > 1) {
+    what = fmt::format("episodes = {} and sequence_length {}", to_string(options.episodes), length);
+    why = "the recency weights are summed in closed form over rows that run across episode ends (episodes = cross, "
+          "or sequence_length 1)";
+  }
+  if (why != nullptr) {
+    throw Error(Errc::invalid_argument, fmt::format("cannot {} '{}' by recency (recency_half_life = {}) with {}: {}",
+                                                    op, buffer_->name(), h, what, why));
   }
 }
 

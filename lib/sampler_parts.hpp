@@ -9,6 +9,7 @@
 //                           gather), the importance weights, the call's counters
 //   sampler_gather.hpp/.cpp the gather stage (a chunk of rows copied and validated) and peek, one gather of the
 //                           newest steps
+//   sampler_mixture.cpp     sample with a mixture of selectors: a block of rows per selector, each by sample_rows
 //   sampler_checks.cpp      the argument checks, and the error of a snapshot with nothing to draw
 //   sampler_weights.cpp     total_weight and priority_weights
 //   sampler_update.cpp      the learner's writes: try_update, update_priorities
@@ -22,11 +23,13 @@
 #include <cstdint>
 #include <span>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/priorities.hpp"
+#include "detail/protocol/rate_limit.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/storage/field_storage.hpp"
 #include "detail/sampling/planner.hpp"
@@ -95,6 +98,25 @@ bool check_shortfall(detail::Planner& planner, detail::Shortfall found, const Se
 // `unreserved`: the rows of a sample call that no reservation counted (all of them without a limiter).
 void count_call(Segment& seg, const detail::LearnerSlotWords& me, std::span<const uint64_t> ages, bool sample,
                 std::size_t unreserved = 0) noexcept;
+
+// The rows a sample call reserved with the rate limiter (try_reserve_samples), given back if the call fails
+// before keep(): an empty view, a contended ring, an interrupt (sampler_sample.cpp, sampler_mixture.cpp).
+class Reservation {
+ public:
+  Reservation(layout::GlobalControl& g, std::size_t rows) noexcept : g_(g), rows_(rows) {}
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+  ~Reservation() {
+    if (rows_ != 0) detail::return_samples(g_, rows_);
+  }
+  /// The rows drawn: they stay counted. Returns how many were reserved.
+  std::size_t keep() noexcept { return std::exchange(rows_, 0); }
+
+ private:
+  layout::GlobalControl& g_;
+  std::size_t rows_;
+};
+
 
 // The stages' state, one struct each (Sampler::Scratch below holds one of each).
 

@@ -40,28 +40,8 @@ namespace shmreplay {
 
 using layout::GlobalControl;
 using sampler_parts::count_call;
+using sampler_parts::Reservation;
 
-namespace {
-
-// The rows a sample call reserved with the rate limiter (try_reserve_samples), given back if the call fails
-// before keep(): an empty view, a contended ring, an interrupt.
-class Reservation {
- public:
-  Reservation(GlobalControl& g, std::size_t rows) noexcept : g_(g), rows_(rows) {}
-  Reservation(const Reservation&) = delete;
-  Reservation& operator=(const Reservation&) = delete;
-  ~Reservation() {
-    if (rows_ != 0) detail::return_samples(g_, rows_);
-  }
-  /// The rows drawn: they stay counted. Returns how many were reserved.
-  std::size_t keep() noexcept { return std::exchange(rows_, 0); }
-
- private:
-  GlobalControl& g_;
-  std::size_t rows_;
-};
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------------------------
 // The calls
@@ -73,6 +53,10 @@ void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_len
 
 void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power,
                      Rng& rng, SampleBatch& out, const SampleOptions& options) {
+  if (!options.mixture.empty()) {  // blocks of several selectors (sampler_mixture.cpp)
+    sample_mixture(view, batch_size, sequence_length, distribution_power, rng, out, options);
+    return;
+  }
   check_args("sample", batch_size, sequence_length, distribution_power, options);
   begin_window(options, "sample");
   Reservation reserved(segment_of(*buffer_).global_control(),
@@ -80,7 +64,9 @@ void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_len
   out.prepare(buffer_->schema(), batch_size, sequence_length);
   out.episode_fields_ = buffer_->episode_fields();
   sample_rows(view, 0, batch_size, sequence_length, distribution_power, options, rng, out);
-  if (options.prioritized) finish_weights(out, options.importance_exponent);
+  if (options.prioritized) finish_weights(out, options.importance_exponent, 0, batch_size);
+  out.selector_rows_ = {};
+  out.selector_rows_[static_cast<std::size_t>(selector_of(view, options))] = batch_size;
   finish_versions(out, batch_size);
   count_call(segment_of(*buffer_), scratch_->slot, {scratch_->rounds.ages.data(), batch_size}, /*sample=*/true,
              batch_size - reserved.keep());
@@ -112,7 +98,10 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
   if (online_batch > 0) {
     sample_rows(View::online, replay_batch, online_batch, sequence_length, distribution_power, options, rng, out);
   }
-  if (options.prioritized) finish_weights(out, options.importance_exponent);
+  if (options.prioritized) finish_weights(out, options.importance_exponent, 0, rows);
+  out.selector_rows_ = {};
+  out.selector_rows_[static_cast<std::size_t>(selector_of(View::replay, options))] = replay_batch;
+  out.selector_rows_[static_cast<std::size_t>(selector_of(View::online, options))] += online_batch;
   finish_versions(out, rows);
   count_call(segment_of(*buffer_), scratch_->slot, {scratch_->rounds.ages.data(), rows}, /*sample=*/true,
              rows - reserved.keep());
@@ -242,7 +231,8 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
   sampler_parts::Rounds& r = z.rounds;
   const uint64_t cap = buffer_->capacity();
   const detail::RingMod ring_mod(cap);
-  const detail::PlanOptions plan{o.episodes, std::min(o.period, cap)};  // a period of cap or more: first steps
+  // A period of cap or more: first steps.
+  const detail::PlanOptions plan{o.episodes, std::min(o.period, cap), o.recency_half_life};
   r.failed.reserve(count);  // no-op once warmed up
   r.redraw.reserve(count);
   if (r.ages.size() < first_row + count) r.ages.resize(first_row + count);  // grows to the largest batch only
@@ -359,10 +349,11 @@ std::size_t Sampler::draw_round(Plan& planner, std::size_t length, Rng& rng, Sam
 // largest, computed as (smallest N * P / N * P)^beta: a ratio in (0, 1] to the power beta, which neither overflows
 // nor, for the least likely row (exactly 1), underflows, whatever beta (as a quotient of two powers, beta = 1e9
 // made it inf / inf). A row whose N * P rounded to 0 in the f32 weights is the least likely.
-void Sampler::finish_weights(SampleBatch& out, double beta) noexcept {
+// Rows [first, first + count) only: a mixture's prioritized block (sampler_mixture.cpp).
+void Sampler::finish_weights(SampleBatch& out, double beta, std::size_t first, std::size_t count) noexcept {
   float smallest = std::numeric_limits<float>::infinity();
-  for (std::size_t r = 0; r < out.rows_; ++r) smallest = std::min(smallest, out.weights_[r]);
-  for (std::size_t r = 0; r < out.rows_; ++r) {
+  for (std::size_t r = first; r < first + count; ++r) smallest = std::min(smallest, out.weights_[r]);
+  for (std::size_t r = first; r < first + count; ++r) {
     const float np = out.weights_[r];
     out.weights_[r] = np <= smallest ? 1.0f : static_cast<float>(std::pow(static_cast<double>(smallest) / np, beta));
   }

@@ -1,6 +1,8 @@
 // lib/vocabulary.cpp: the names of the shared words' values (shmreplay/vocabulary.hpp).
 #include "shmreplay/vocabulary.hpp"
 
+#include <algorithm>
+
 namespace shmreplay {
 
 std::string_view to_string(View view) noexcept { return view == View::replay ? "replay" : "online"; }
@@ -12,6 +14,41 @@ std::string_view to_string(Episodes episodes) noexcept {
     case Episodes::within: return "within";
   }
   return "?";
+}
+
+std::string_view to_string(Selector selector) noexcept {
+  switch (selector) {
+    case Selector::uniform: return "uniform";
+    case Selector::prioritized: return "prioritized";
+    case Selector::recency: return "recency";
+    case Selector::online: return "online";
+  }
+  return "?";
+}
+
+std::array<std::size_t, kSelectors> Mixture::rows(std::size_t batch) const noexcept {
+  const double f[kSelectors] = {uniform, prioritized, recency, online};
+  double sum = 0.0;
+  for (const double x : f) sum += x;
+  std::array<std::size_t, kSelectors> rows{};
+  double remainder[kSelectors] = {};
+  std::size_t given = 0;
+  for (std::size_t s = 0; s < kSelectors; ++s) {
+    const double quota = f[s] / sum * static_cast<double>(batch);
+    rows[s] = std::min(static_cast<std::size_t>(quota), batch - given);  // quota <= batch, up to rounding
+    remainder[s] = f[s] > 0.0 ? quota - static_cast<double>(rows[s]) : -2.0;  // never a row without a fraction
+    given += rows[s];
+  }
+  while (given < batch) {  // at most kSelectors - 1 rows left, to the largest remainders (ties: the earlier)
+    std::size_t best = 0;
+    for (std::size_t s = 1; s < kSelectors; ++s) {
+      if (remainder[s] > remainder[best]) best = s;
+    }
+    ++rows[best];
+    remainder[best] = -1.0;
+    ++given;
+  }
+  return rows;
 }
 
 std::string_view to_string(EpisodeEnd end) noexcept {

@@ -9,6 +9,7 @@
 // or writes into caller arrays (borrow(), checked for size on every call).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -71,9 +72,26 @@ class SampleBatch {
   std::span<const uint64_t> start_steps() const noexcept { return {starts_, rows_}; }
   /// Per row, the importance weight of a prioritized sample, (N * P(row))^-beta over the batch's maximum (so the
   /// largest is 1; N is the number of steps in the row's view, P the probability its start was drawn with); 1 for
-  /// every row of a sample that was not prioritized. In [0, 1] for any beta: computed as (smallest N * P / N * P)^beta.
+  /// every row of a sample that was not prioritized. In a mixture (SampleOptions::mixture), the prioritized block's
+  /// rows hold that block's importance weights (over the block's maximum) and the other blocks 1. In [0, 1] for any beta: computed as (smallest N * P / N * P)^beta.
   /// Always owned by the batch, also when it borrows its arrays.
   std::span<const float> weights() const noexcept { return {weights_.data(), rows_}; }
+  /// Per selector (Selector order), how many rows of the last sample it drew (SampleOptions::mixture). Each
+  /// selector's rows are one block, the blocks in Selector order: selector s's rows start where the blocks before it
+  /// end (rows_of). A call without a mixture has one block (sample_mixed: its replay rows' and the online rows');
+  /// after a peek, none (all 0).
+  const std::array<std::size_t, kSelectors>& selector_rows() const noexcept { return selector_rows_; }
+  /// A block of rows: [first, first + count).
+  struct RowBlock {
+    std::size_t first = 0;  ///< its first row
+    std::size_t count = 0;  ///< its rows
+  };
+  /// The rows that selector `s` drew in the last sample (count 0: none).
+  RowBlock rows_of(Selector s) const noexcept {
+    std::size_t first = 0;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(s); ++i) first += selector_rows_[i];
+    return {first, selector_rows_[static_cast<std::size_t>(s)]};
+  }
   /// The episode fields of the buffer the batch was last filled from (schema indices; all empty without).
   const EpisodeFieldIndices& episode_fields() const noexcept { return episode_fields_; }
   /// Policy versions (docs/design/policy.md): the current version the last sample call drew against (what the
@@ -110,6 +128,7 @@ class SampleBatch {
   uint64_t* starts_ = nullptr;
   std::size_t rows_ = 0;
   std::size_t length_ = 0;
+  std::array<std::size_t, kSelectors> selector_rows_{};
 };
 
 }  // namespace shmreplay

@@ -30,6 +30,9 @@
 //   within: only starts whose whole sequence (L steps, below the head) lies in one episode; each such start has
 //           the same weight (flashbax's strict sequence length). Fewer valid starts than rows is fine (draws are
 //           with replacement); none at all is Errc::empty_view.
+// Selectors: SampleOptions::recency_half_life weighs starts by 2^(-age / half_life) besides min(r, L)^power (age:
+// steps behind the env's head), exactly; SampleOptions::mixture fills a batch from several selectors (uniform,
+// prioritized, recency, online) in fixed fractions, one block of rows each (docs/design/sampling.md).
 // period: starts are the steps lo, lo + period, lo + 2 period, ... of each env's view [lo, hi) (counted from the
 // view's oldest step, as flashbax does since its pull request 50). min_steps: a view holding fewer steps (all envs
 // together) is refused with Errc::empty_view, so a learner can ask for "at least N steps" on every call; wait()
@@ -183,6 +186,12 @@ class Sampler {
   /// invalid_argument for stop or within on a buffer without episode fields and for a period of 0, and
   /// empty_view when the view holds fewer than options.min_steps steps or, for within, no start whose whole
   /// sequence lies in one episode. With default options it returns exactly what the call above returns.
+  /// With options.mixture (Mixture), the batch is blocks of rows of each selector, each block drawn as that
+  /// selector's call alone would draw it (uniform, prioritized and recency rows from `view`, online rows from the
+  /// online view), one after another with the same engine; the rate limiter admits the whole batch at once. Also
+  /// throws invalid_argument for a fraction that is negative or not finite, fractions that sum to 0, prioritized
+  /// = true beside a mixture, and whatever a selector with rows refuses alone (prioritized rows without
+  /// priorities; recency rows without a half-life).
   void sample(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power, Rng& rng,
               SampleBatch& out, const SampleOptions& options);
 
@@ -345,7 +354,12 @@ class Sampler {
   std::size_t draw_round(Plan& planner, std::size_t length, Rng& rng, SampleBatch& out, bool& stalled);
   void check_args(const char* op, std::size_t rows, std::size_t length, double power,
                   const SampleOptions& options = {}) const;
-  static void finish_weights(SampleBatch& out, double beta) noexcept;
+  void check_recency(const char* op, std::size_t length, const SampleOptions& options) const;
+  static void finish_weights(SampleBatch& out, double beta, std::size_t first, std::size_t count) noexcept;
+  // A batch of a mixture of selectors (lib/sampler_mixture.cpp), and the selector of a call without one.
+  void sample_mixture(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power,
+                      Rng& rng, SampleBatch& out, const SampleOptions& options);
+  static Selector selector_of(View view, const SampleOptions& options) noexcept;
   // The call's policy window (lib/sampler_policy.cpp): from options.max_staleness or the published one, into the
   // scratch; each round's views are cut to it (sample_with, total_weight). count_versions: the rows' version ages.
   void begin_window(const SampleOptions& options, const char* op);

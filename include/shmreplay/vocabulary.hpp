@@ -6,6 +6,8 @@
 // type (docs/design/source_layout.md, "The include rule"). Plain values only: nothing here touches a segment.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <random>
@@ -36,6 +38,45 @@ enum class Episodes : uint8_t {
 /// "cross", "stop" or "within".
 std::string_view to_string(Episodes episodes) noexcept;
 
+/// The ways a batch's rows were drawn (SampleBatch::selector_rows), in the order their blocks lie in a batch.
+enum class Selector : uint8_t {
+  uniform,      ///< min(r, L)^power over the call's view (every call without the options below)
+  prioritized,  ///< priority^alpha (SampleOptions::prioritized)
+  recency,      ///< min(r, L)^power 2^(-age / half_life) (SampleOptions::recency_half_life)
+  online,       ///< min(r, L)^power over the online view (View::online; sample_mixed's online rows)
+};
+/// The number of Selector values (the size of SampleBatch::selector_rows()).
+inline constexpr std::size_t kSelectors = 4;
+/// "uniform", "prioritized", "recency" or "online" (the Python names, also of Mixture's keys).
+std::string_view to_string(Selector selector) noexcept;
+
+/// A per-batch mixture of selectors with fixed fractions (SampleOptions::mixture; DreamerV3's replay mixes uniform,
+/// prioritized and recency selectors so). Each fraction is finite and >= 0, their sum positive; they are normalized
+/// by it. A batch of B rows holds rows(B)[s] rows of selector s, in one contiguous block per selector, in Selector
+/// order (uniform first, online last), each drawn as a call of that selector alone would draw it: uniform from the
+/// call's view with its power; prioritized by priority^alpha (the power ignored; a buffer with priorities);
+/// recency with SampleOptions::recency_half_life (> 0) and the power; online from the online view with the power.
+/// The other options (episodes, period, min_steps, beta, the rate limiter's timeout) apply to every selector.
+struct Mixture {
+  double uniform = 0.0;      ///< fraction of uniform rows
+  double prioritized = 0.0;  ///< fraction of prioritized rows
+  double recency = 0.0;      ///< fraction of recency rows
+  double online = 0.0;       ///< fraction of online rows
+
+  /// Whether every fraction is 0 (no mixture: the call's own selector draws every row).
+  bool empty() const noexcept { return uniform == 0.0 && prioritized == 0.0 && recency == 0.0 && online == 0.0; }
+  /// The fraction of selector `s`.
+  double fraction(Selector s) const noexcept {
+    const double f[kSelectors] = {uniform, prioritized, recency, online};
+    return f[static_cast<std::size_t>(s)];
+  }
+  /// The rows of each selector (Selector order) in a batch of `batch` rows, by the largest-remainder rule: each
+  /// selector gets floor(q) of its quota q = fraction / sum * batch, then the rows left go one each to the
+  /// selectors with the largest remainders q - floor(q), ties to the earlier selector. Deterministic (no random
+  /// draw), sums to `batch`, and within one row of round(q) for each. Precondition: the fractions are valid.
+  std::array<std::size_t, kSelectors> rows(std::size_t batch) const noexcept;
+};
+
 /// Options of one sample call. The defaults are the behaviour of the calls without options, row for row.
 struct SampleOptions {
   /// How rows treat episode boundaries (Episodes); stop and within need a buffer with episode fields.
@@ -55,6 +96,21 @@ struct SampleOptions {
   /// beta, the importance-sampling exponent of a prioritized sample (finite, >= 0; 0 gives weights of 1). Any
   /// such beta gives weights in [0, 1]: they are computed as (smallest N * P / N * P)^beta.
   double importance_exponent = 0.4;
+  /// Recency sampling, in steps (0: off, the default): a start p of an env whose view ends at head h is drawn with
+  /// weight min(r, L)^distribution_power * 2^(-age / recency_half_life), where age = h - 1 - p (the env's newest
+  /// step has age 0; each env's age counts its own steps) and r the steps left (as without it): a start half a
+  /// half-life older weighs 2^-0.5 as much. Exact (closed form per env, O(num_envs) per call and O(log) per row).
+  /// Finite and >= 0 (invalid_argument otherwise). Works with episodes = cross and period 1 (stop and within only
+  /// with sequence_length 1, where they are cross); a period above 1, stop or within with longer sequences, and
+  /// prioritized are refused (invalid_argument): the closed form is over every step of a view, and a prioritized
+  /// draw's weight is the priority's alone. weights() stay 1 (the decay is the distribution asked for).
+  double recency_half_life = 0.0;
+  /// A per-batch mixture of selectors (Mixture; all fractions 0, the default: none). Sampler::sample and
+  /// sample_transitions only (sample_mixed and total_weight refuse it: invalid_argument); `prioritized` must then
+  /// be false (the mixture names its prioritized rows). The batch says which rows each selector drew
+  /// (SampleBatch::selector_rows), and its weights() hold, in the prioritized block, that block's importance
+  /// weights (as a prioritized call of that many rows computes them), 1 in the other blocks.
+  Mixture mixture;
   /// In a buffer with a rate limiter (shmreplay/rate_limit.hpp): how long the call waits while the limiter holds
   /// it back (too few steps stored, or the learner ahead of the writers), woken by writers across processes, before
   /// it throws Error(rate_limited) naming the reason. 0: never wait, throw at once ("not now"). The whole batch

@@ -18,6 +18,21 @@ void bind_batch(py::module_& m) {
       .def_readonly("starts", &Batch::starts, "the global step index of each row's first step")
       .def_readonly("weights", &Batch::weights,
                     "float32 [rows]: the importance weights (N * P)**-beta / max of a prioritized sample; 1 otherwise")
+      .def_property_readonly(
+          "selector_rows",
+          [](const Batch& b) {
+            py::dict out;
+            std::size_t first = 0;
+            for (std::size_t s = 0; s < kSelectors; ++s) {
+              const std::size_t n = b.selector_rows[s];
+              if (n > 0) out[py::str(std::string(to_string(static_cast<Selector>(s))))] = py::slice(first, first + n, 1);
+              first += n;
+            }
+            return out;
+          },
+          "{selector: slice of rows} of the last sample, blocks in the order uniform, prioritized, recency, online: "
+          "a mixture's blocks, or the one selector of a plain call (sample_mixed: its replay and online rows; "
+          "a peek: none)")
       .def_readonly("policy_version", &Batch::policy_version,
                     "the policy version the learners had published when this batch was sampled (0 before any)")
       .def_readonly("policy_floor", &Batch::policy_floor,

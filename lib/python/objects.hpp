@@ -19,6 +19,7 @@ struct Batch {
   py::array env_ids;              // int64 [rows]
   py::array starts;               // int64 [rows]
   py::array weights;              // float32 [rows]: importance weights of a prioritized sample, else 1
+  std::array<std::size_t, kSelectors> selector_rows{};  // rows per selector of the last sample (SampleBatch's)
   uint64_t policy_version = 0;            // the version the last sample drew against (SampleBatch::policy_version)
   std::optional<uint64_t> policy_floor;   // the oldest version its window admitted; nullopt: no window
   std::size_t rows = 0;
@@ -362,6 +363,7 @@ struct PySampler {
       std::lock_guard batch_lock(*b.filling);
       body(*s, sb);
       std::copy(sb.weights().begin(), sb.weights().end(), weights);
+      b.selector_rows = sb.selector_rows();
       b.policy_version = sb.policy_version();
       b.policy_floor = sb.policy_floor();
     }

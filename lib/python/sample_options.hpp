@@ -87,6 +87,36 @@ struct EpisodesOption {
   static std::string text(Episodes e) { return fmt::format("'{}'", episodes_name(e)); }
 };
 
+/// A mixture of selectors: a dict {selector name: fraction} with names from to_string(Selector);
+/// the fractions' own checks are the Sampler's (InvalidArgument naming the fraction). {} (the default) or None: none.
+struct MixtureOption {
+  static Mixture from(const char* f, const char* n, PyObject* v) {
+    Mixture m;
+    if (v == Py_None) return m;
+    if (!PyDict_Check(v)) {
+      throw py::type_error(fmt::format("{}(): argument '{}' must be a dict {{selector: fraction}} or None, got {}", f,
+                                       n, Py_TYPE(v)->tp_name));
+    }
+    double* fractions[kSelectors] = {&m.uniform, &m.prioritized, &m.recency, &m.online};
+    PyObject* key = nullptr;
+    PyObject* value = nullptr;
+    Py_ssize_t at = 0;
+    while (PyDict_Next(v, &at, &key, &value)) {
+      const std::string name = argument<std::string>(f, n, key);
+      std::size_t s = 0;
+      while (s < kSelectors && to_string(static_cast<Selector>(s)) != name) ++s;
+      if (s == kSelectors) {
+        throw Error(Errc::invalid_argument, fmt::format("{}(): {} has no selector '{}', expected 'uniform', "
+                                                        "'prioritized', 'recency' or 'online'",
+                                                        f, n, name));
+      }
+      *fractions[s] = argument<double>(f, n, value);
+    }
+    return m;
+  }
+  static std::string text(const Mixture&) { return "{}"; }  // no selector: the call's own
+};
+
 template <auto Member, class Conversion>
 void set_option(const char* function, const char* name, PyObject* value, SampleOptions& o) {
   o.*Member = Conversion::from(function, name, value);
@@ -126,6 +156,16 @@ inline constexpr std::array kSampleOptions = {
         "beta", kDrawCalls,
         "the importance-sampling exponent of a prioritized sample (finite, >= 0): weights in [0, 1] for any beta.",
         {{{"importance_exponent", AliasKind::name, "C++: SampleOptions::importance_exponent"}}}),
+    option<&SampleOptions::recency_half_life, NumberOption>(
+        "recency_half_life", kDrawCalls | kTotalWeight,
+        "recency sampling (0: off): a start weighs min(steps left, sequence_length)**power * "
+        "2**(-age / recency_half_life), age in steps behind its env's newest (cross, period 1; not with "
+        "prioritized)."),
+    option<&SampleOptions::mixture, MixtureOption>(
+        "mixture", kSample | kSampleTransitions,
+        "a per-batch mixture of selectors, {'uniform': f, 'prioritized': f, 'recency': f, 'online': f} (fractions "
+        "of the batch, normalized; rows by largest remainder), one block of rows each in that order; "
+        "batch.selector_rows tells the blocks, and batch.weights holds the prioritized block's importance weights."),
     option<&SampleOptions::rate_limit_timeout_ms, SecondsOption>(
         "rate_limit_timeout", kDrawCalls,
         "in a buffer with a rate limiter, the seconds the call waits for it (0: RateLimited at once when it holds "

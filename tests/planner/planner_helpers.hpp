@@ -1,6 +1,6 @@
 // tests/planner/planner_helpers.hpp: what the parts of test_planner share (tests/CMakeLists.txt builds them into one
 // executable): episode starts from a table, the reference model of every start's steps and weight, and the
-// distribution check (chi-square) of a planner's draws against it.
+// distribution check (chi-square) of a planner's draws against it (or against a model of the caller's: recency).
 // test_planner: the planners (lib/detail/sampling) without shared memory: given per-env views, episode starts, a
 // sequence length, a power and a period, every drawn row is one the reference model allows, with the steps the
 // model gives it and the draw probability the planner owes it, and the draws follow the model's weights
@@ -24,6 +24,7 @@
 #include "detail/sampling/episode_planners.hpp"
 #include "detail/sampling/planner_table.hpp"
 #include "detail/sampling/priority_planner.hpp"
+#include "detail/sampling/recency_planner.hpp"
 #include "detail/sampling/ring_mod.hpp"
 #include "shmreplay/sampler.hpp"
 
@@ -149,12 +150,11 @@ double bound(const std::vector<Cell>& cells) {
   return df + 6.0 * std::sqrt(2.0 * df);
 }
 
-// Prepares `planner`, draws `draws` rows and checks them against the model: all in it, with its steps, in its
-// proportions, each with relative_probability 1 (the model's planners draw what the call asked for: no importance
-// weight corrects them). Returns the tally for further checks.
-Tally check_distribution(detail::Planner& planner, const std::vector<EnvView>& views, const TableStarts* starts,
-                         uint64_t length, double power, const PlanOptions& o, uint64_t seed, uint64_t draws = 60000) {
-  const std::vector<Cell> cells = reference(views, starts, length, power, o);
+// Prepares `planner`, draws `draws` rows and checks them against the model `cells`: all in it, with its steps, in
+// its proportions, each with relative_probability 1 (the model's planners draw what the call asked for: no
+// importance weight corrects them). Returns the tally for further checks.
+Tally check_cells(detail::Planner& planner, const std::vector<EnvView>& views, const std::vector<Cell>& cells,
+                  uint64_t length, double power, const PlanOptions& o, uint64_t seed, uint64_t draws = 60000) {
   REQUIRE(cells.size() >= 2);
   planner.begin_call();
   REQUIRE(planner.prepare(views, length, power, o));
@@ -168,6 +168,12 @@ Tally check_distribution(detail::Planner& planner, const std::vector<EnvView>& v
   CAPTURE(cells.size());
   CHECK(x < bound(cells));
   return t;
+}
+
+// check_cells against the reference model of the views, episode starts, length, power and options.
+Tally check_distribution(detail::Planner& planner, const std::vector<EnvView>& views, const TableStarts* starts,
+                         uint64_t length, double power, const PlanOptions& o, uint64_t seed, uint64_t draws = 60000) {
+  return check_cells(planner, views, reference(views, starts, length, power, o), length, power, o, seed, draws);
 }
 
 // Views of four envs: never wrapped, wrapped, short, and empty.

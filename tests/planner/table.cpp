@@ -62,14 +62,17 @@ TEST_CASE("the env picker gives upper_bound's env for every draw, guided or not,
 
 TEST_CASE("the planner table picks, for every combination of options, the planner the Sampler picked before it") {
   // The choice as lib/sampler.cpp made it before the table (its PlanKind and switches), the reference here.
-  enum class Before { priority, closed_form, period, episodes };
+  // Recency (issue 47) is a row of its own, after priority.
+  enum class Before { priority, recency, closed_form, period, episodes };
   const auto before = [](const SampleOptions& o, std::size_t length) {
     if (o.prioritized) return Before::priority;
+    if (o.recency_half_life > 0.0) return Before::recency;
     if (o.period == 1 && (o.episodes == Episodes::cross || length == 1)) return Before::closed_form;
     return o.episodes == Episodes::cross ? Before::period : Before::episodes;
   };
   const std::map<Before, std::size_t> row_of = {
       {Before::priority, detail::kPlannerRowOf<detail::PriorityPlanner>},
+      {Before::recency, detail::kPlannerRowOf<detail::RecencyPlanner>},
       {Before::closed_form, detail::kPlannerRowOf<detail::ClosedFormPlanner>},
       {Before::period, detail::kPlannerRowOf<detail::PeriodPlanner>},
       {Before::episodes, detail::kPlannerRowOf<detail::RejectionPlanner>},
@@ -86,7 +89,8 @@ TEST_CASE("the planner table picks, for every combination of options, the planne
   detail::Planners planners(detail::PlannerInputs{stats, starts, trees});
 
   int combinations = 0;
-  for (const bool prioritized : {false, true}) {
+  using Selectors = std::initializer_list<std::pair<bool, double>>;  // prioritized, recency_half_life
+  for (const auto& [prioritized, half_life] : Selectors{{false, 0.0}, {true, 0.0}, {false, 8.0}, {true, 8.0}}) {
     for (const Episodes episodes : {Episodes::cross, Episodes::stop, Episodes::within}) {
       for (const uint64_t period : {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{64}, UINT64_MAX}) {
         for (const std::size_t length : {std::size_t{1}, std::size_t{2}, std::size_t{5}, std::size_t{64}}) {
@@ -96,11 +100,13 @@ TEST_CASE("the planner table picks, for every combination of options, the planne
             o.episodes = episodes;
             o.period = period;
             o.min_steps = min_steps;
+            o.recency_half_life = half_life;
             CAPTURE(prioritized);
             CAPTURE(to_string(episodes));
             CAPTURE(period);
             CAPTURE(length);
             CAPTURE(min_steps);
+            CAPTURE(half_life);
             const std::size_t expected = row_of.at(before(o, length));
             CHECK(detail::planner_row(o, length) == expected);
             // The planner `with` hands over is the chosen row's, as its own type.
@@ -114,7 +120,7 @@ TEST_CASE("the planner table picks, for every combination of options, the planne
       }
     }
   }
-  CHECK(combinations == 2 * 3 * 5 * 4 * 2);
+  CHECK(combinations == 2 * 2 * 3 * 5 * 4 * 2);
 }
 
 TEST_CASE("a step's ring slot without a division is step % capacity for every capacity, below and above 2^52") {

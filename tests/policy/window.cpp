@@ -3,7 +3,9 @@
 // drew against, and counts the rows' version ages (docs/design/policy.md).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -233,4 +235,60 @@ TEST_CASE("the bounds a sampler learns follow a window that moves up, one that l
   }
   CHECK(!env2.empty());
   for (const uint64_t p : env2) CHECK(p >= kSteps[2]);
+}
+
+TEST_CASE("three learner ranks drawing sequences with a window follow its exact distribution together (chi-square), "
+          "and the same draws reject the distribution without the window") {
+  PolicyRig rig("policy-ranks", kEnvs, kCap, 3);
+  fill(rig.buf);
+  {
+    Sampler first(rig.buf);
+    first.publish_policy(14, 4);  // versions >= 10, as the first test's window
+  }
+  constexpr std::size_t kLength = 4;
+  constexpr double kPower = 1.0;
+  // A start p of env e weighs min(head - p, L)^power; inside the window only.
+  std::vector<double> inside(kEnvs * kCap, 0.0), everything(kEnvs * kCap, 0.0);
+  for (uint64_t e = 0; e < kEnvs; ++e) {
+    for (uint64_t p = kSteps[e] - kCap; p < kSteps[e]; ++p) {
+      const double w = std::pow(static_cast<double>(std::min<uint64_t>(kSteps[e] - p, kLength)), kPower);
+      everything[cell(e, p)] = w;
+      if (version_of(e, p) >= 10) inside[cell(e, p)] = w;
+    }
+  }
+  const auto normalise = [](std::vector<double>& p) {
+    double total = 0;
+    for (const double x : p) total += x;
+    for (double& x : p) x /= total;
+  };
+  normalise(inside);
+  normalise(everything);
+  std::vector<std::vector<uint64_t>> counts(3, std::vector<uint64_t>(kEnvs * kCap, 0));
+  std::vector<std::thread> ranks;
+  for (uint64_t r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      Sampler s(rig.buf, {.rank = r});
+      Rng rng = rank_rng(21, r);
+      SampleBatch batch;
+      for (int c = 0; c < 60; ++c) {
+        s.sample(View::replay, 500, kLength, kPower, rng, batch);
+        for (std::size_t row = 0; row < batch.rows(); ++row) {
+          ++counts[r][cell(batch.env_ids()[row], batch.start_steps()[row])];
+        }
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  std::vector<uint64_t> total(kEnvs * kCap, 0);
+  uint64_t outside = 0;
+  for (const auto& c : counts) {
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      total[i] += c[i];
+      if (inside[i] == 0) outside += c[i];
+    }
+  }
+  const double n = 3.0 * 60 * 500;
+  CHECK(outside == 0);
+  CHECK(chi_square(total, inside, n) < chi_square_bound(39));
+  CHECK(chi_square(total, everything, n) > chi_square_bound(kEnvs * kCap - 1));
 }

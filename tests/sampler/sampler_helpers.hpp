@@ -63,6 +63,13 @@ inline std::array<FieldBytes, 3> fields_of(const Step& s) {
   return {FieldBytes{s.id, sizeof s.id}, FieldBytes{s.x, sizeof s.x}, value_bytes(s.flag)};
 }
 
+// Pushes make_step(env, step) to env `env` alone (for tests that keep no reference model).
+inline void push_step(Writer& w, uint64_t env, uint64_t step) {
+  const Step st = make_step(env, step);
+  const std::array<FieldBytes, 3> fields = fields_of(st);
+  w.push(std::span<const uint64_t>(&env, 1), fields);
+}
+
 // The reference model: per env every pushed step, and the head at the last reset_online_queue().
 using Model = test::ViewsModel<Step>;
 using test::Window;

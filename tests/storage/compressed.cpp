@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "detail/os/crc32c.hpp"
 #include "shmreplay/inspector.hpp"
 #include "shmreplay/internal/segment.hpp"
 #include "shmreplay/sampler.hpp"
@@ -322,5 +323,22 @@ TEST_CASE("the planners' draws over views that lost steps to the budget follow t
     }
     const double chi = test::chi_square(counts, prob, 64.0 * calls);
     CHECK(chi < test::chi_square_bound(static_cast<double>(cells - 1)));
+  }
+}
+
+TEST_CASE("the records' CRC-32C gives the standard check value, continues across pieces, and the instruction's path "
+          "and the table's agree on every length and alignment") {
+  const char text[] = "123456789";
+  CHECK(detail::crc32c(0, text, 9) == 0xe3069283u);
+  CHECK(detail::crc32c_portable(0, text, 9) == 0xe3069283u);
+  CHECK(detail::crc32c(detail::crc32c(0, text, 4), text + 4, 5) == 0xe3069283u);
+  std::vector<unsigned char> bytes(300);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (std::size_t start = 0; start < 9; ++start) {
+    for (std::size_t len = 0; len + start <= bytes.size(); len += 37) {
+      CAPTURE(start);
+      CAPTURE(len);
+      CHECK(detail::crc32c(0, bytes.data() + start, len) == detail::crc32c_portable(0, bytes.data() + start, len));
+    }
   }
 }

@@ -13,6 +13,10 @@
 //   prioritized     rows/s of prioritized sample_transitions, 256 rows per call (weights included)
 //   seq 32x16 prio  rows/s of prioritized sample, 32 rows of 16 steps
 //   update          priorities/s of update_priorities for the 256 rows of a sample
+// Then a table of the selectors (issue 47) against a uniform call of the same shape in the same run, from the same
+// buffers: recency (recency_half_life a quarter of each env's ring, so that rows spread over the whole ring and read
+// the memory uniform rows read) for flat rows (sample_transitions, 256 rows) and
+// sequences (sample, 32 rows of 16 steps, power 1), and the time ratio of each to its uniform call.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -47,8 +51,61 @@ std::string mega(double per_s) { return fmt::format("{:.2f} M", per_s / 1e6); }
 const Schema kSchema = Schema::parse("obs:f32[17] action:f32[6] reward:f32 done:bool");
 constexpr uint64_t kEnvs = 16;
 
-// Measures a buffer of `size` stored steps and prints its row of the table.
-void measure_size(const Options& o, uint64_t size, std::mt19937_64& gen) {
+// One size's row of the selectors' table: rows/s of uniform and recency calls of two shapes.
+struct SelectorRow {
+  uint64_t size = 0;
+  double flat_uniform = 0, flat_recency = 0, seq_uniform = 0, seq_recency = 0;
+};
+
+SelectorRow measure_selectors(const Options& o, uint64_t size, Sampler& s, Rng& rng) {
+  SampleBatch batch;
+  const SampleOptions recency{.recency_half_life = static_cast<double>(size / kEnvs) / 4};
+  const std::vector<std::function<uint64_t()>> ops = {
+      [&] {
+        s.sample_transitions(View::replay, 256, rng, batch);
+        return uint64_t{256};
+      },
+      [&] {
+        s.sample_transitions(View::replay, 256, rng, batch, recency);
+        return uint64_t{256};
+      },
+      [&] {
+        s.sample(View::replay, 32, 16, 1.0, rng, batch);
+        return uint64_t{32};
+      },
+      [&] {
+        s.sample(View::replay, 32, 16, 1.0, rng, batch, recency);
+        return uint64_t{32};
+      },
+  };
+  // Interleaved trials, rates per second of the thread's CPU time: the calls alternate on one machine, and a
+  // neighbour's load on the cores falls on neither.
+  std::vector<std::vector<double>> cpu;
+  (void)bench::interleaved_rates(o.seconds, o.trials, std::chrono::milliseconds(o.quick ? 1 : 20), ops, &cpu);
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return {size, median(cpu[0]), median(cpu[1]), median(cpu[2]), median(cpu[3])};
+}
+
+void print_selectors(const std::vector<SelectorRow>& rows) {
+  fmt::print("\n### Selectors\n\nThe same buffers; recency_half_life a quarter of each env's ring (the oldest step weighs "
+             "1/16 of the newest); interleaved trials, rates per second "
+             "of the thread's CPU time. `x uniform` is the recency call's time over the uniform call's of the same "
+             "shape in the same run (the goal: at most 1.2).\n\n");
+  fmt::print("| stored steps | flat uniform rows/s | flat recency rows/s | x uniform | seq 32x16 uniform rows/s | "
+             "seq 32x16 recency rows/s | x uniform |\n");
+  fmt::print("|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const SelectorRow& r : rows) {
+    fmt::print("| {} | {} | {} | {:.2f} | {} | {} | {:.2f} |\n", r.size, mega(r.flat_uniform), mega(r.flat_recency),
+               r.flat_uniform / r.flat_recency, mega(r.seq_uniform), mega(r.seq_recency),
+               r.seq_uniform / r.seq_recency);
+  }
+}
+
+// Measures a buffer of `size` stored steps, prints its row of the table and returns its selectors' row.
+SelectorRow measure_size(const Options& o, uint64_t size, std::mt19937_64& gen) {
   const Schema& schema = kSchema;
   const uint64_t envs = kEnvs;
   const uint64_t cap = size / envs;
@@ -118,6 +175,7 @@ void measure_size(const Options& o, uint64_t size, std::mt19937_64& gen) {
              mega(push_prio), mega(uniform), mega(prioritized), prioritized / uniform, mega(sequences),
              mega(updates));
   std::fflush(stdout);
+  return measure_selectors(o, size, s, rng);
 }
 
 int run(const Options& o, const std::string& command) {
@@ -131,7 +189,9 @@ int run(const Options& o, const std::string& command) {
              "prioritized rows/s | prio/uniform | seq 32x16 prio rows/s | updates/s |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::mt19937_64 gen(1);
-  for (const uint64_t size : sizes) measure_size(o, size, gen);
+  std::vector<SelectorRow> selectors;
+  for (const uint64_t size : sizes) selectors.push_back(measure_size(o, size, gen));
+  print_selectors(selectors);
   return 0;
 }
 

@@ -5,7 +5,7 @@
 #include <atomic>
 #include <cstring>
 
-#include "detail/os/crc32.hpp"
+#include "detail/os/crc32c.hpp"
 #include "detail/protocol/stacks.hpp"
 
 namespace shmreplay::detail {
@@ -67,7 +67,7 @@ FrameFault read_frame(const PackedGeometry& g, const PackedFrameDesc* descs, con
     return FrameFault::stale;
   }
   const std::byte* src = ring + at;
-  if (crc32(0, src, len) != crc) return FrameFault::checksum;
+  if (crc32c(0, src, len) != crc) return FrameFault::checksum;
   if (raw) {
     std::memcpy(dst, src, len);
     return FrameFault::none;
@@ -260,7 +260,7 @@ uint64_t encode_new_frames(const PackedGeometry& g, std::size_t p, const std::by
       r.len = st.frame_bytes;
       r.key = true;
     }
-    r.crc = crc32(0, rec, r.len);
+    r.crc = crc32c(0, rec, r.len);
     uint64_t pos = (byte_end + 7) / 8 * 8;
     if (pos % g.ring_bytes + r.len > g.ring_bytes) pos += g.ring_bytes - pos % g.ring_bytes;
     r.pos = pos;

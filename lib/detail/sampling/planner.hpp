@@ -18,6 +18,8 @@
 //   ExactPlanner        stop and within: enumerates the episode pieces of every view, exact weights
 //   PriorityPlanner     prioritized (cross or stop, period 1): priority^alpha of the start step, from the env's
 //                       sum tree (priority_planner.hpp)
+//   RecencyPlanner      recency_half_life > 0 (cross, period 1): min(r, L)^power 2^(-age / half_life), per env in
+//                       closed form, O(1) per env, O(log) per row (recency_planner.hpp)
 // A new way of drawing starts is a new Planner (its own file, a constructor from PlannerInputs) and one row in
 // planner_table.hpp.
 //
@@ -59,6 +61,8 @@ struct Draw {
 struct PlanOptions {
   Episodes episodes = Episodes::cross;
   uint64_t period = 1;
+  /// SampleOptions::recency_half_life: the recency planner's (finite, > 0 when it is chosen); the others ignore it.
+  double recency_half_life = 0.0;
 };
 
 /// Where episodes start, for the stop/within planners: the first step of the episode that step `step` of env
@@ -115,7 +119,8 @@ class Planner {
   virtual std::optional<Draw> draw(Rng& rng) = 0;
 
   /// The total weight of the starts of the last prepare's snapshot (one that returned true), in the weights' own
-  /// units: the sum of min(r, L)^power (cross, stop), of 1 (within), of priority^alpha (prioritized) over every
+  /// units: the sum of min(r, L)^power (cross, stop), of 1 (within), of priority^alpha (prioritized), of
+  /// min(r, L)^power 2^(-age / half_life) (recency) over every
   /// start a draw could return, so that a draw returns a start with probability weight / total_weight(). What
   /// Sampler::total_weight returns; samplers of several buffers split a batch by it (shmreplay.ray). O(1), except
   /// the rejection planner's, which enumerates the snapshot with its exact method (O(num_envs + episode pieces)).

@@ -20,6 +20,7 @@
 #include "detail/sampling/episode_planners.hpp"
 #include "detail/sampling/planner.hpp"
 #include "detail/sampling/priority_planner.hpp"
+#include "detail/sampling/recency_planner.hpp"
 #include "shmreplay/vocabulary.hpp"  // SampleOptions, Episodes
 
 namespace shmreplay::detail {
@@ -34,6 +35,8 @@ struct PlannerRow {
 /// The table. Its last row's test holds always (the default).
 inline constexpr std::tuple kPlannerTable{
     PlannerRow<PriorityPlanner>{[](const SampleOptions& o, std::size_t) { return o.prioritized; }},
+    // Sampler::check_args refuses a half-life with prioritized, a period above 1, and stop or within with L > 1.
+    PlannerRow<RecencyPlanner>{[](const SampleOptions& o, std::size_t) { return o.recency_half_life > 0.0; }},
     // A single step never crosses an episode end: with period 1 every mode is the uniform closed form.
     PlannerRow<ClosedFormPlanner>{
         [](const SampleOptions& o, std::size_t length) {
