@@ -69,6 +69,11 @@ TEST_CASE("the checkpoint format's structs keep their sizes and field offsets") 
   CHECK(offsetof(CheckpointHeader, max_learners) == 368);  // 2.1: were reserved
   CHECK(offsetof(CheckpointHeader, learner_bytes) == 376);
   CHECK(offsetof(CheckpointHeader, learner_crc) == 384);
+  CHECK(offsetof(CheckpointHeader, expected_compression_bits) == 392);
+  CHECK(offsetof(CheckpointHeader, policy_field) == 400);  // 2.2: were reserved
+  CHECK(offsetof(CheckpointHeader, policy_version) == 408);
+  CHECK(offsetof(CheckpointHeader, policy_window) == 416);
+  CHECK(offsetof(CheckpointHeader, max_times_sampled) == 424);
   CHECK(sizeof(LearnerSlotBytes) == 64);
   CHECK(learner_block_bytes(1, 8) == 0);
   CHECK(learner_block_bytes(3, 8) == 2 * (64 + 8 * 8));
@@ -84,7 +89,7 @@ TEST_CASE("the checkpoint format's structs keep their sizes and field offsets") 
   CHECK(sizeof(EpisodeRecordBytes) == 32);
   CHECK(sizeof(CheckpointTrailer) == 32);
   CHECK(kFormatMajor == 2);
-  CHECK(kFormatMinor == 1);
+  CHECK(kFormatMinor == 2);  // 2.2: policy versions and the sample cap
   // Format 1.0, still read.
   CHECK(sizeof(v1::CheckpointHeader) == 160);
   CHECK(offsetof(v1::CheckpointHeader, total_steps) == 64);
@@ -194,14 +199,14 @@ TEST_CASE("verify names what is wrong: not a checkpoint, a segment file, another
   std::string whole = slurp(file.path());
   checkpoint_format::CheckpointHeader h{};
   std::memcpy(&h, whole.data(), sizeof h);
-  h.format_major = 3;  // minor 1, as this library writes
+  h.format_major = 3;  // minor 2, as this library writes
   h.header_crc = 0;
   h.header_crc = detail::crc32(0, &h, sizeof h);
   std::string newer = whole;
   std::memcpy(newer.data(), &h, sizeof h);
   spit(bad.path(), newer);
   CHECK(test::error_of([&] { verify_checkpoint(bad.path()); }, &message) == static_cast<int>(Errc::version_mismatch));
-  CHECK(message.find("format 3.1") != std::string::npos);
+  CHECK(message.find("format 3.2") != std::string::npos);
 
   const CheckpointInfo info = verify_checkpoint(file.path());
   const uint64_t record = info.envs[1].offset + sizeof(checkpoint_format::EnvSection) + 2;
