@@ -19,9 +19,10 @@ Caps::Caps(Segment& seg, uint64_t rank) noexcept {
   capacity_ = seg.capacity();
 }
 
-bool Caps::note_rejection(const Segment& seg, std::span<const detail::EnvView> views) {
-  ++rejected_;
-  if (++rejections_ < next_check_) return false;
+bool Caps::note_rejections(const Segment& seg, std::span<const detail::EnvView> views, uint64_t n) {
+  rejected_ += n;
+  rejections_ += n;
+  if (rejections_ < next_check_) return false;
   // Every start of the snapshot's views, and whether one is still uncapped. O(stored steps), once per doubling.
   uint64_t uncapped = 0;
   uint64_t stored = 0;
@@ -84,8 +85,6 @@ std::size_t Caps::claim(std::span<const detail::GatherRow> rows, std::vector<uin
     } else {
       failed.push_back(static_cast<uint32_t>(r.row));
       ++refused_rows;
-      ++rejected_;
-      ++rejections_;
     }
   }
   return refused_rows;

@@ -51,6 +51,15 @@ class Caps {
     next_check_ = kCapCheckBase + kCapCheckPerRow * rows;
   }
 
+  // Whether the call checks each draw's count word before its copy (refused): from its first rejection on. Until
+  // then a draw only prefetches the word for its claim: a load whose branch waits on it before every copy cost the
+  // uniform call about half its rate (docs/benchmarks/caps.md), while a start capped in the common case (few are)
+  // costs only its copy, refused at the claim.
+  bool checking() const noexcept { return rejections_ != 0; }
+
+  // Brings ring slot index `index`'s count word into the cache, for writing (the claim's CAS).
+  SHMREPLAY_ALWAYS_INLINE void prefetch(uint64_t index) const noexcept { __builtin_prefetch(&words_[index], 1, 3); }
+
   // Whether a draw of `start`, in ring slot index `index` (env * capacity + slot), must be refused now: its count
   // word counts another step (overwritten since the snapshot) or reached the cap. Counts only grow, so a start
   // refused here would be refused by claim too: skipping it before the copy keeps the draw exact.
@@ -59,14 +68,15 @@ class Caps {
     return !layout::cap_word_for(w, start) || layout::cap_word_count(w) >= cap_;
   }
 
-  // Counts a refused draw. At each doubling of the call's rejections, checks the snapshot's `views`: returns true
-  // (take a fresh snapshot) when a writer published steps since it; throws Error(empty_view) when every start of
-  // the views is capped, or past kCapMaxRejections.
-  bool note_rejection(const Segment& seg, std::span<const detail::EnvView> views);
+  // Counts `n` refused draws (refused, or claim's). At each doubling of the call's rejections, checks the snapshot's
+  // `views`: returns true (take a fresh snapshot) when a writer published steps since it; throws Error(empty_view)
+  // when every start of the views is capped, or past kCapMaxRejections.
+  bool note_rejections(const Segment& seg, std::span<const detail::EnvView> views, uint64_t n);
 
   // Claims one delivery for each row of `rows` (a gathered chunk) that passed its validation: the rows from
   // failed[failed_before] on are the chunk's failed ones, in chunk order. A row whose claim fails (its start was
-  // capped or overwritten meanwhile) is appended to `failed`, to be redrawn. Returns the rows refused.
+  // capped or overwritten meanwhile) is appended to `failed`, to be redrawn. Returns the rows refused (the caller
+  // counts them with note_rejections).
   std::size_t claim(std::span<const detail::GatherRow> rows, std::vector<uint32_t>& failed,
                     std::size_t failed_before) noexcept;
 

@@ -317,10 +317,14 @@ std::size_t Sampler::draw_round(Plan& planner, std::size_t length, Rng& rng, Sam
       // most the ring), so it is at most one lap before the step in slot 0 of hi's lap.
       const uint64_t base = z.snapshot.hi_base[d->env];
       const uint64_t slot = d->start >= base ? d->start - base : d->start + cap - base;
-      if (caps.on() && caps.refused(d->env * cap + slot, d->start)) {  // capped: rejected, drawn again
-        resnapshot = caps.note_rejection(segment_of(*buffer_), z.snapshot.views);
-        if (resnapshot) break;
-        continue;
+      if (caps.on()) {  // sample caps (sampler_caps.hpp): a capped start is rejected and drawn again
+        if (!caps.checking()) {
+          caps.prefetch(d->env * cap + slot);  // for the claim after the copy
+        } else if (caps.refused(d->env * cap + slot, d->start)) {
+          resnapshot = caps.note_rejections(segment_of(*buffer_), z.snapshot.views, 1);
+          if (resnapshot) break;
+          continue;
+        }
       }
       const uint32_t row = r.redraw[i++];
       out.env_ids_[row] = d->env;
@@ -335,7 +339,10 @@ std::size_t Sampler::draw_round(Plan& planner, std::size_t length, Rng& rng, Sam
     copied += chunk_steps * step_bytes;
     const std::size_t failed_before = r.failed.size();
     overwritten += g.run(out.field_ptr_.data(), out.mask_, r.failed, z.stats);
-    if (caps.on()) caps.claim(g.rows(), r.failed, failed_before);  // one delivery per row kept, or redrawn
+    if (caps.on()) {  // one delivery claimed per row kept; a row refused is redrawn (next round)
+      const std::size_t refused = caps.claim(g.rows(), r.failed, failed_before);
+      if (refused > 0) resnapshot = caps.note_rejections(segment_of(*buffer_), z.snapshot.views, refused);
+    }
   }
   caps.flush();
   r.failed.insert(r.failed.end(), r.redraw.begin() + static_cast<std::ptrdiff_t>(i), r.redraw.end());  // deferred

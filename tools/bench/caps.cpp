@@ -92,7 +92,7 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app("shmreplay_bench_caps: a sample cap's cost against the same calls without one");
-  o.add_to(app, "one 10 ms trial of 4 envs x 256 steps: a smoke run for CI");
+  o.add_to(app, "one 10 ms trial of 4 envs x 4096 steps: a smoke run for CI");
   app.add_option("--envs", o.envs, "Envs (default 64)")->check(CLI::Range(1u, 4096u));
   app.add_option("--capacity", o.capacity, "Steps per env (default 4096)")->check(CLI::Range(16u, 1u << 20));
   return bench::bench_main(
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
       [&](const bench::QuickDefaults& quick) {
         o.quick_defaults(quick);
         quick("--envs", o.envs, 4u);
-        quick("--capacity", o.capacity, 256u);
+        quick("--capacity", o.capacity, 4096u);
       },
       [&](const std::string&) { return run(o); });
 }
