@@ -247,9 +247,6 @@ void bind_info(py::module_& m) {
       .def_readonly("max_learners", &CheckpointInfo::max_learners,
                     "the source's learner slots (1 before format 2.1); each slot's counters and online views are "
                     "loaded with it")
-      .def_readonly("max_times_sampled", &CheckpointInfo::max_times_sampled,
-                    "the source's sample cap (format 2.2; 0 without): a load creates the buffer with it, each "
-                    "loaded step's deliveries counted from 0")
       .def_readonly("stack_restarts", &CheckpointInfo::stack_restarts,
                     "the source's stack restart reserve (0 without stacked fields or in a 1.0 file)")
       .def_readonly("expected_compression", &CheckpointInfo::expected_compression,

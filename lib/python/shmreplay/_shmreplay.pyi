@@ -7,15 +7,14 @@ import numpy as np
 import numpy.typing as npt
 
 __version__: str
-
 ArrayLike = npt.ArrayLike
 EnvIds = Union[Sequence[int], npt.NDArray[np.integer]]
 PathLike = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
 Progress = Callable[[str, int, int], None]  # (phase, done_bytes, total_bytes)
 
 class Field:
-    def __init__(self, name: str, dtype: str, shape: Sequence[int] = ..., *,
-                 stack_axis: Optional[int] = ..., codec: Optional[str] = ...) -> None: ...
+    def __init__(self, name: str, dtype: str, shape: Sequence[int] = ..., *, stack_axis: Optional[int] = ...,
+                 codec: Optional[str] = ...) -> None: ...
     @property
     def name(self) -> str: ...
     @property
@@ -111,16 +110,15 @@ class Buffer:
     @staticmethod
     def create(name: str, num_envs: int, capacity: int, schema: Union[Schema, str], *, mode: int = ...,
                replace: bool = ..., done: Optional[str] = ..., terminated: Optional[str] = ...,
-               truncated: Optional[str] = ..., reward: Optional[str] = ...,
-               episode_queue_capacity: int = ..., priority_exponent: Optional[float] = ...,
-               rate_limit: Optional[RateLimit] = ..., populate: str = ...,
-               populate_progress: Optional[Callable[[int, int], None]] = ...,
-               stack_restarts: int = ..., stack_continuity: str = ..., max_learners: int = ...,
-               compressed_bytes: int = ..., expected_compression: float = ...,
-               policy_version: Optional[str] = ..., max_times_sampled: int = ...) -> Buffer: ...
+               truncated: Optional[str] = ..., reward: Optional[str] = ..., episode_queue_capacity: int = ...,
+               priority_exponent: Optional[float] = ..., rate_limit: Optional[RateLimit] = ..., populate: str = ...,
+               populate_progress: Optional[Callable[[int, int], None]] = ..., stack_restarts: int = ...,
+               stack_continuity: str = ..., max_learners: int = ..., compressed_bytes: int = ...,
+               expected_compression: float = ..., policy_version: Optional[str] = ...,
+               max_times_sampled: int = ...) -> Buffer: ...
     @staticmethod
-    def open(name: str, *, schema: Optional[Union[Schema, str]] = ..., read_only: bool = ...,
-             ready_timeout: float = ..., allow_other_owner: bool = ...) -> Buffer: ...
+    def open(name: str, *, schema: Optional[Union[Schema, str]] = ..., read_only: bool = ..., ready_timeout: float = ...,
+             allow_other_owner: bool = ...) -> Buffer: ...
     @staticmethod
     def remove(name: str) -> None: ...
     @staticmethod
@@ -284,8 +282,8 @@ class Sampler:
                            rate_limit_timeout: float = ..., max_staleness: Optional[int] = ...,
                            out: Optional[Batch] = ...) -> Batch: ...
     def total_weight(self, view: str, sequence_length: int, power: float = ..., *, episodes: str = ...,
-                     period: int = ..., min_steps: int = ..., prioritized: bool = ...,
-                     recency_half_life: float = ..., max_staleness: Optional[int] = ...) -> float: ...
+                     period: int = ..., min_steps: int = ..., prioritized: bool = ..., recency_half_life: float = ...,
+                     max_staleness: Optional[int] = ...) -> float: ...
     def publish_policy(self, version: int, max_staleness: Optional[int] = ..., *, pace: bool = ...,
                        pace_timeout: float = ..., max_lag: Optional[int] = ...) -> dict[str, Optional[int]]: ...
     @property
@@ -411,8 +409,6 @@ class CheckpointInfo:
     def episode_queue_capacity(self) -> int: ...
     @property
     def max_learners(self) -> int: ...
-    @property
-    def max_times_sampled(self) -> int: ...
     @property
     def stack_restarts(self) -> int: ...
     @property
