@@ -28,10 +28,6 @@ FILES: dict[str, str] = {
     "include/shmreplay/internal/layout.hpp":
         "the segment's struct definitions, one file by design: every byte of the segment declared in one place, "
         "with its diagram and static_asserts (docs/design/layout.md)",
-    "lib/python/shmreplay/_shmreplay.pyi":
-        "the type stubs of the one extension module _shmreplay: a stub file stands for its module, so it cannot be "
-        "split as the module is not a package; its classes follow the bindings' files (tests/python/test_stubs.py "
-        "holds it to the module)",
 }
 
 # Functions allowed past MAX_FUNCTION_LINES: (path, name as lizard gives it) -> why.
