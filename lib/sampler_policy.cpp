@@ -110,10 +110,10 @@ void Sampler::begin_window(const SampleOptions& options, const char* op) {
   w.field = field.value_or(0);
 }
 
-void Sampler::cut_views_to_window(View view) {
+std::optional<uint64_t> Sampler::cut_views_to_window() {
   Scratch& z = *scratch_;
   sampler_parts::Window& w = z.window;
-  if (!w.on || w.floor == 0) return;
+  if (!w.on || w.floor == 0) return std::nullopt;
   const std::size_t n = z.snapshot.views.size();
   if (w.cached_floor == sampler_parts::Window::kNoFloor || w.floor < w.cached_floor) {
     w.bound.assign(n, 0);  // a lower floor: what was below the old one may be inside
@@ -143,12 +143,16 @@ void Sampler::cut_views_to_window(View view) {
     }
     after += v.hi - v.lo;
   }
-  if (after == 0 && before != 0 && !lapped) {
-    throw Error(Errc::empty_view,
-                fmt::format("cannot sample the {} view of '{}': none of its {} steps lies inside the policy window "
-                            "(version {}: versions >= {})",
-                            to_string(view), buffer_->name(), before, w.version, w.floor));
-  }
+  if (after == 0 && before != 0 && !lapped) return before;
+  return std::nullopt;
+}
+
+void Sampler::throw_empty_window(View view, uint64_t steps) const {
+  const sampler_parts::Window& w = scratch_->window;
+  throw Error(Errc::empty_view,
+              fmt::format("cannot sample the {} view of '{}': none of its {} steps lies inside the policy window "
+                          "(version {}: versions >= {})",
+                          to_string(view), buffer_->name(), steps, w.version, w.floor));
 }
 
 std::optional<uint64_t> sampler_parts::window_lo(const Segment& seg, std::size_t field, uint64_t e, detail::EnvView v,
@@ -190,11 +194,6 @@ void Sampler::finish_versions(SampleBatch& out, std::size_t rows) noexcept {
   const sampler_parts::Window& w = scratch_->window;
   out.policy_version_ = w.version;
   out.policy_floor_ = w.on ? std::optional<uint64_t>(w.floor) : std::nullopt;
-  count_versions(out, rows);
-}
-
-void Sampler::count_versions(const SampleBatch& out, std::size_t rows) noexcept {
-  const sampler_parts::Window& w = scratch_->window;
   if (!w.on) return;
   layout::PolicyLearner& me = segment_of(*buffer_).policy_learner(rank_);
   uint64_t buckets[layout::kVersionAgeBuckets] = {};

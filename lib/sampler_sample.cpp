@@ -255,7 +255,8 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
       z.snapshot.views[e] = v;
       z.snapshot.hi_base[e] = v.hi - ring_mod(v.hi);  // so that a row's slot needs no division (draw_round)
     }
-    cut_views_to_window(view);  // a policy window keeps each env's suffix of versions inside it (hi unchanged)
+    // A policy window keeps each env's suffix of versions inside it (hi unchanged).
+    if (const std::optional<uint64_t> emptied = cut_views_to_window()) throw_empty_window(view, *emptied);
     if (!planner.prepare(z.snapshot.views, length, power, plan)) {
       nothing_to_draw(planner, *buffer_, z.slot, view, o, length, shortfall_known);
       ++round;

@@ -36,12 +36,7 @@ double Sampler::total_weight(View view, std::size_t sequence_length, double dist
     views[e] = sampler_parts::snapshot_view(segment_of(*buffer_), z.slot, e, view);  // as sample_with
   }
   begin_window(options, "compute the total weight of");
-  try {
-    cut_views_to_window(view);
-  } catch (const Error& e) {
-    if (e.code() != make_error_code(Errc::empty_view)) throw;
-    return 0.0;  // no step inside the window
-  }
+  if (cut_views_to_window()) return 0.0;  // no step inside the window
   // The planner a sample call with these options would use (detail/sampling/planner_table.hpp).
   return z.planning.planners.with(options, sequence_length, [&](detail::Planner& planner) {
     planner.begin_call();

@@ -361,11 +361,12 @@ class Sampler {
                       Rng& rng, SampleBatch& out, const SampleOptions& options);
   static Selector selector_of(View view, const SampleOptions& options) noexcept;
   // The call's policy window (lib/sampler_policy.cpp): from options.max_staleness or the published one, into the
-  // scratch; each round's views are cut to it (sample_with, total_weight). count_versions: the rows' version ages.
+  // scratch; each round's views are cut to it (sample_with, total_weight): the steps the views held when the window
+  // left none of them (a sample call throws that, throw_empty_window), else nullopt. finish_versions: the batch's
+  // policy_version and policy_floor, and the rows' version ages in the slot's counters.
   void begin_window(const SampleOptions& options, const char* op);
-  void cut_views_to_window(View view);
-  void count_versions(const SampleBatch& out, std::size_t rows) noexcept;
-  // The batch's policy_version and policy_floor, and count_versions.
+  std::optional<uint64_t> cut_views_to_window();
+  [[noreturn]] void throw_empty_window(View view, uint64_t steps) const;
   void finish_versions(SampleBatch& out, std::size_t rows) noexcept;
   // The learner half of the rate limiter (lib/sampler_rate_limit.cpp). In a buffer with a limiter: waits until it
   // admits `rows` rows and reserves them (or throws rate_limited); returns whether it reserved them (false without

@@ -14,24 +14,19 @@ using namespace shmreplay::test;
 
 namespace {
 
-// Env e's step s carries version s / kSelRate[e], with kSelSteps[e] steps pushed into a ring of 32.
-constexpr uint64_t kSelEnvs = 3;
-constexpr uint64_t kSelCap = 32;
-constexpr uint64_t kSelRate[kSelEnvs] = {2, 3, 20};
-constexpr uint64_t kSelSteps[kSelEnvs] = {50, 40, 45};
+using namespace staggered;  // the buffer window.cpp samples too (policy_helpers.hpp)
+
 constexpr double kSelHalfLife = 6.0;
 
-uint32_t sel_version(uint64_t env, uint64_t step) { return static_cast<uint32_t>(step / kSelRate[env]); }
-
-// Recency's probability of each stored step (cell env * kSelCap + step - lo), over the steps of versions >= floor.
+// Recency's probability of each stored step (cell env * kCap + step - lo), over the steps of versions >= floor.
 std::vector<double> recency_model(uint32_t floor) {
-  std::vector<double> p(kSelEnvs * kSelCap, 0.0);
+  std::vector<double> p(kEnvs * kCap, 0.0);
   double total = 0.0;
-  for (uint64_t e = 0; e < kSelEnvs; ++e) {
-    const uint64_t lo = kSelSteps[e] - kSelCap;
-    for (uint64_t s = lo; s < kSelSteps[e]; ++s) {
-      if (sel_version(e, s) < floor) continue;
-      total += p[e * kSelCap + (s - lo)] = std::exp2(-static_cast<double>(kSelSteps[e] - 1 - s) / kSelHalfLife);
+  for (uint64_t e = 0; e < kEnvs; ++e) {
+    const uint64_t lo = kSteps[e] - kCap;
+    for (uint64_t s = lo; s < kSteps[e]; ++s) {
+      if (version_of(e, s) < floor) continue;
+      total += p[cell(e, s)] = std::exp2(-static_cast<double>(kSteps[e] - 1 - s) / kSelHalfLife);
     }
   }
   for (double& x : p) x /= total;
@@ -42,19 +37,14 @@ std::vector<double> recency_model(uint32_t floor) {
 
 TEST_CASE("recency under a policy window draws by its decay from exactly the steps inside it, and every block of a "
           "mixture stays inside it") {
-  PolicyRig rig("policy-selectors", kSelEnvs, kSelCap);
-  {
-    Writer w(rig.buf, {0, 1, 2});
-    for (uint64_t e = 0; e < kSelEnvs; ++e) {
-      for (uint64_t s = 0; s < kSelSteps[e]; ++s) push_versioned(w, e, sel_version(e, s));
-    }
-  }
+  PolicyRig rig("policy-selectors", kEnvs, kCap);
+  fill(rig.buf);
   Sampler s(rig.buf);
   constexpr uint32_t kFloor = 10;
   (void)s.publish_policy(14, 4);  // versions >= 10: env 0 steps 20..49, env 1 30..39, env 2 none
   Rng rng(11);
   SampleBatch batch;
-  std::vector<uint64_t> counts(kSelEnvs * kSelCap, 0);
+  std::vector<uint64_t> counts(kEnvs * kCap, 0);
   uint64_t outside = 0;
   double n = 0;
   for (int c = 0; c < 150; ++c) {
@@ -64,7 +54,7 @@ TEST_CASE("recency under a policy window draws by its decay from exactly the ste
     for (std::size_t r = 0; r < batch.rows(); ++r) {
       const uint64_t e = batch.env_ids()[r];
       outside += versions[r] < kFloor;
-      ++counts[e * kSelCap + (batch.start_steps()[r] - (kSelSteps[e] - kSelCap))];
+      ++counts[cell(e, batch.start_steps()[r])];
       ++n;
     }
   }

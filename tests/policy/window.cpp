@@ -14,33 +14,7 @@
 
 using namespace shmreplay;
 using namespace shmreplay::test;
-
-namespace {
-
-// Env e's step s carries version s / kRate[e]: env 0 moves to a new version every 2 steps, env 1 every 3, env 2
-// every 20 (a slow producer), each with kSteps[e] steps pushed into a ring of 32.
-constexpr uint64_t kEnvs = 3;
-constexpr uint64_t kCap = 32;
-constexpr uint64_t kRate[kEnvs] = {2, 3, 20};
-constexpr uint64_t kSteps[kEnvs] = {50, 40, 45};
-
-uint32_t version_of(uint64_t env, uint64_t step) { return static_cast<uint32_t>(step / kRate[env]); }
-
-void fill(Buffer& buf) {
-  Writer w(buf, {0, 1, 2});
-  for (uint64_t e = 0; e < kEnvs; ++e) {
-    for (uint64_t s = 0; s < kSteps[e]; ++s) push_versioned(w, e, version_of(e, s));
-  }
-}
-
-// The cell of (env, step) among every stored step, env by env.
-std::size_t cell(uint64_t env, uint64_t step) {
-  std::size_t at = 0;
-  for (uint64_t e = 0; e < env; ++e) at += kCap;
-  return at + static_cast<std::size_t>(step - (kSteps[env] - kCap));
-}
-
-}  // namespace
+using namespace shmreplay::test::staggered;  // the buffer the tests below sample (policy_helpers.hpp)
 
 TEST_CASE("a sample with a policy window draws uniformly from exactly the steps inside it (chi-square), and a "
           "model that ignores the window is rejected") {
