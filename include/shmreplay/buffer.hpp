@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shmreplay/policy.hpp"
 #include "shmreplay/rate_limit.hpp"
 #include "shmreplay/schema.hpp"
 #include "shmreplay/vocabulary.hpp"  // IWYU pragma: export (EpisodeFields, EpisodeEnd, EpisodeFieldIndices: were declared here)
@@ -252,6 +253,16 @@ class Buffer {
   /// bounds (history counted under other settings holds neither side back). Throws invalid_argument (settings
   /// that cannot work: see RateLimit) and read_only.
   void set_rate_limit(const std::optional<RateLimit>& limit);
+
+  /// The policy version and staleness window in force (what a learner or set_policy_window published last; layout
+  /// 1.11, docs/design/policy.md). Read from the segment at each call.
+  PolicyState policy() const noexcept;
+  /// Sets (a number) or removes (nullopt) the staleness window of a running buffer, keeping the published version,
+  /// at once for every process: sample calls without their own max_staleness draw inside it, and writers it held
+  /// back re-check at once (`shmreplay limit --max-staleness`). Unlike Sampler::publish_policy it needs no learner
+  /// slot and never paces. Throws invalid_argument (a window on a buffer without a policy-version field, or
+  /// max_staleness kNoPolicyWindow, UINT64_MAX, which stands for "none") and read_only.
+  PolicyState set_policy_window(std::optional<uint64_t> max_staleness);
 
  private:
   // The mapped segment's words are not part of the API: shmreplay's own roles, tools and tests reach them through

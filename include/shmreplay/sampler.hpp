@@ -91,6 +91,7 @@
 
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/vocabulary.hpp"  // IWYU pragma: export (View, Episodes, SampleOptions, EpisodeRecord, Rng: were declared here)
+#include "shmreplay/policy.hpp"  // IWYU pragma: export (PolicyPublish, PolicyState: were declared here)
 #include "shmreplay/rate_limit.hpp"
 #include "shmreplay/nstep.hpp"         // IWYU pragma: export (NStep, nstep: were declared here)
 #include "shmreplay/sample_batch.hpp"  // IWYU pragma: export (SampleBatch, MutableFieldBytes: were declared here)
@@ -125,28 +126,6 @@ struct SamplerOptions {
   /// The learner slot to take (layout 1.7), 0 to max_learners - 1: a GPU rank's own slot. nullopt takes the first
   /// slot that is free or whose holder died, skipping slots this process holds through another Sampler.
   std::optional<uint64_t> rank;
-};
-
-/// How Sampler::publish_policy publishes (policy versions, docs/design/policy.md).
-struct PolicyPublish {
-  /// Pacing: before the new window is in force, wait while a writer that holds its env's lease (a live process)
-  /// would be left behind by it (its env's newest version below version - max_staleness), woken by writers as
-  /// their versions move; after pace_timeout_ms, Error(rate_limited) naming the env, with nothing published. So
-  /// a fast learner waits for slow producers instead of discarding their steps (pause, not discard).
-  bool pace = false;
-  uint64_t pace_timeout_ms = 10'000;  ///< with pace: how long to wait (kWaitForever: no timeout)
-  /// With pace: how many versions behind the new one a live writer may be (its env's newest version at least
-  /// version - max_lag); nullopt: max_staleness (the window's own bound). 1 keeps the learner within one version
-  /// of the slowest live producer, so that a slow producer's steps stay in the window as long as a fast one's
-  /// (docs/benchmarks/policy.md); at least 1 (a writer cannot have a version not yet published).
-  std::optional<uint64_t> max_lag;
-};
-
-/// The policy version and window in force (Sampler::policy).
-struct PolicyState {
-  uint64_t version = 0;                  ///< the current version the learners published (0 before any)
-  std::optional<uint64_t> max_staleness;  ///< the window; nullopt when none
-  uint64_t publishes = 0;                ///< publish calls that moved the version or changed the window
 };
 
 /// Sizes of one env's views.

@@ -269,7 +269,6 @@ Json info_json(const SegmentInfo& i) {
 
 void print_pair(std::string_view key, std::string_view value) { fmt::print("{:<14}{}\n", key, value); }
 
-// The policy line: the version and window in force, the field, the holds (layout 1.11).
 std::string policy_text(const PolicyInfo& p) {
   const std::string window =
       p.max_staleness ? fmt::format(", max_staleness {} (versions >= {})", *p.max_staleness,
