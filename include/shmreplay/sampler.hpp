@@ -368,6 +368,14 @@ class Sampler {
   std::optional<uint64_t> cut_views_to_window();
   [[noreturn]] void throw_empty_window(View view, uint64_t steps) const;
   void finish_versions(SampleBatch& out, std::size_t rows) noexcept;
+  // A consuming call (lib/sampler_consume.cpp): claims the rows' starts (waiting while too few are free), copies
+  // them, commits. check_consume throws the error of a call that cannot consume, or of a non-consuming call on a
+  // consuming queue (check_args calls it).
+  void sample_consume(View view, std::size_t batch_size, std::size_t length, double power, Rng& rng,
+                      SampleBatch& out, const SampleOptions& options);
+  void claim_consumed(std::size_t rows, std::size_t length, const SampleOptions& options, Rng& rng);
+  void copy_consumed(SampleBatch& out, std::size_t length);
+  [[noreturn]] void check_consume(const char* op, const SampleOptions& options) const;
   // The learner half of the rate limiter (lib/sampler_rate_limit.cpp). In a buffer with a limiter: waits until it
   // admits `rows` rows and reserves them (or throws rate_limited); returns whether it reserved them (false without
   // a limiter). After the rows were drawn, the call wakes writers (count_samples); a failed call gives them back.
