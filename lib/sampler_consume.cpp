@@ -210,9 +210,11 @@ void Sampler::claim_consumed(std::size_t rows, std::size_t length, const SampleO
     for (const ConsumeState::Row& r : c.rows) detail::give_back(seg.cap_words(r.env)[r.start % seg.capacity()], r.start);
     detail::end_claims(q);
     if (!c.rows.empty()) q.returned.fetch_add(c.rows.size(), std::memory_order_relaxed);
+    bool repaired = false;  // a killed learner's claims, given back (or delivered): claim again at once
     for (uint64_t dead = c.pending_slots & ~(uint64_t{1} << rank_); dead != 0; dead &= dead - 1) {
-      detail::repair_dead_claimer(seg, static_cast<uint64_t>(std::countr_zero(dead)));  // a killed learner's
+      repaired |= detail::repair_dead_claimer(seg, static_cast<uint64_t>(std::countr_zero(dead)));
     }
+    if (repaired) continue;
     if (!waited) q.waits.fetch_add(1, std::memory_order_relaxed);
     waited = true;
     const uint64_t free_seen = c.rows.size();
