@@ -46,6 +46,10 @@
 // switches the rest of the call to an exact method that enumerates the episodes in the views (one meta load per
 // episode): O(num_envs + stored episodes) once, then O(log) per row. stats() counts this work.
 //
+// Consuming queue (a buffer created with CreateOptions::consuming_queue): sample calls with SampleOptions::consume
+// deliver each step once in total, over every learner, in insertion order or at random; a killed learner's claims
+// are given back or delivered, never both (docs/design/consuming_queue.md). A queue takes no other sample call.
+//
 // Completed-episode records: when a writer publishes the last step of an episode it queues a record (env, first
 // step, length, return, how it ended) in the segment; pop_episodes() takes them, per env in order. A full queue
 // drops records (counted in Inspector's episode_records_dropped); records reach the learners at most once, and those
