@@ -259,6 +259,7 @@ Json info_json(const SegmentInfo& i) {
       {"rate_limit", rate_limit_json(i.rate_limit)},
       {"policy", policy_json(i.policy)},
       {"max_times_sampled", i.max_times_sampled},
+      {"consuming_queue", i.consuming_queue},
       {"schema_spec", i.schema.to_string()},
       {"schema", schema_json(i.schema)},
       {"envs", std::move(envs)},
@@ -350,6 +351,10 @@ void print_info_summary(const SegmentInfo& i) {
     print_pair("sample cap",
                fmt::format("max_times_sampled {}; {} delivered, {} steps retired, {} rows redrawn (capped)",
                            i.max_times_sampled, l.cap_claimed, l.cap_retired, l.cap_rejected));
+  }
+  if (i.consuming_queue) {  // 1.11
+    print_pair("consuming queue", fmt::format("{} delivered, {} claims refused, {} calls waited, {} claims given back",
+                                              l.queue_delivered, l.queue_refused, l.queue_waits, l.queue_returned));
   }
   print_pair("sampled", fmt::format("{} in {}, {} retried, {} updated, {} online resets",
                                     counted(l.rows_sampled, "row", "rows"), counted(l.sample_calls, "call", "calls"),
