@@ -107,6 +107,14 @@ struct CreateOptions {
   /// their races and deaths; a step sampled N times leaves the views (sample calls draw from the steps not yet
   /// capped). Costs 8 bytes per stored step and 64 per learner slot. 0, the default: no cap.
   uint64_t max_times_sampled = 0;
+  /// A consuming queue (layout 1.11; docs/design/consuming_queue.md), Reverb's queue across processes: each stored
+  /// step is delivered once, by sample calls with SampleOptions::consume (in insertion order or at random; the
+  /// buffer's other sample calls are refused), and a writer never overwrites a step not yet delivered: it waits
+  /// (WriterOptions::queue_timeout_ms) until the step in the ring slot it needs was delivered. A learner killed
+  /// during a call delivers its claimed rows or gives them back, never both and never neither. Implies
+  /// max_times_sampled 1 (0 or 1 may be given). Not with stacked or compressed fields (their steps may leave the
+  /// views undelivered) or a rate limiter (the queue is its own). Costs 16 bytes per stored step.
+  bool consuming_queue = false;
   /// Fault the segment's pages in at creation (see Populate): madvise(MADV_POPULATE_WRITE) in 64 MiB chunks, or,
   /// on kernels without it (before Linux 5.14), a write of zero to each page. Done before the segment is linked
   /// under its name, so it changes no guarantee of create(); it moves the page-zeroing cost from the first writer to
@@ -237,6 +245,8 @@ class Buffer {
   uint64_t max_learners() const noexcept;
   /// The sample cap (CreateOptions::max_times_sampled; layout 1.11): deliveries per stored step; 0 without.
   uint64_t max_times_sampled() const noexcept;
+  /// Whether it is a consuming queue (CreateOptions::consuming_queue; layout 1.11).
+  bool consuming_queue() const noexcept;
   /// How writers tell that a stacked field's stack continues the previous step's (CreateOptions::stack_continuity).
   StackContinuity stack_continuity() const noexcept;
   /// Alpha, the priority exponent (a sampling weight is priority^alpha); 0 without priorities.

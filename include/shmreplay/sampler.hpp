@@ -46,6 +46,10 @@
 // switches the rest of the call to an exact method that enumerates the episodes in the views (one meta load per
 // episode): O(num_envs + stored episodes) once, then O(log) per row. stats() counts this work.
 //
+// Consuming queue (a buffer created with CreateOptions::consuming_queue): sample calls with SampleOptions::consume
+// deliver each step once in total, over every learner, in insertion order or at random; a killed learner's claims
+// are given back or delivered, never both (docs/design/consuming_queue.md). A queue takes no other sample call.
+//
 // Completed-episode records: when a writer publishes the last step of an episode it queues a record (env, first
 // step, length, return, how it ended) in the segment; pop_episodes() takes them, per env in order. A full queue
 // drops records (counted in Inspector's episode_records_dropped); records reach the learners at most once, and those
@@ -347,6 +351,14 @@ class Sampler {
   std::optional<uint64_t> cut_views_to_window();
   [[noreturn]] void throw_empty_window(View view, uint64_t steps) const;
   void finish_versions(SampleBatch& out, std::size_t rows) noexcept;
+  // A consuming call (lib/sampler_consume.cpp): claims the rows' starts (waiting while too few are free), copies
+  // them, commits. check_consume throws the error of a call that cannot consume, or of a non-consuming call on a
+  // consuming queue (check_args calls it).
+  void sample_consume(View view, std::size_t batch_size, std::size_t length, double power, Rng& rng,
+                      SampleBatch& out, const SampleOptions& options);
+  void claim_consumed(std::size_t rows, std::size_t length, const SampleOptions& options, Rng& rng);
+  void copy_consumed(SampleBatch& out, std::size_t length);
+  [[noreturn]] void check_consume(const char* op, const SampleOptions& options) const;
   // The learner half of the rate limiter (lib/sampler_rate_limit.cpp). In a buffer with a limiter: waits until it
   // admits `rows` rows and reserves them (or throws rate_limited); returns whether it reserved them (false without
   // a limiter). After the rows were drawn, the call wakes writers (count_samples); a failed call gives them back.

@@ -85,6 +85,13 @@
 //                       | CapLearner[max_learners]           64 B each     |
 //                       | count words [num_envs][capacity] u64: ring slot  |
 //                       |   s % capacity holds (step << 8) | deliveries    |
+//                       +--------------------------------------------------+ 64-byte aligned
+//   Since 1.11, only in a buffer created with consuming_queue; 0 bytes otherwise (internal/queue_layout.hpp):
+//   sections[kQueue]    +--------------------------------------------------+
+//                       | QueueControl (tickets; blocked writers)  128 B   |
+//                       | QueueLearner[max_learners] (call word)   64 B    |
+//                       | QueueEnv[num_envs] (frontier; blocking)  64 B    |
+//                       | insertion tickets [num_envs][capacity] u64       |
 //                       +--------------------------------------------------+ total_bytes (page multiple)
 //
 // Rules that every reader relies on:
@@ -147,7 +154,10 @@ enum SectionIndex : uint32_t {
                               ///< every buffer; internal/policy_layout.hpp)
   kSectionSampleCaps = 11,    ///< CapLearner[max_learners], then std::atomic<uint64_t>[num_envs][capacity] sample
                               ///< counts (since 1.11; 0 bytes without a cap; internal/caps_layout.hpp)
-  kSectionsUsed = 12,  ///< sections this minor version defines; the rest of the table is zero
+  kSectionQueue = 12,         ///< QueueControl, QueueLearner[max_learners], QueueEnv[num_envs], then u64
+                              ///< [num_envs][capacity] insertion tickets (since 1.11; 0 bytes without a consuming
+                              ///< queue; internal/queue_layout.hpp)
+  kSectionsUsed = 13,  ///< sections this minor version defines; the rest of the table is zero
 };
 inline constexpr std::size_t kMaxSections = 16;  ///< entries of the section table (1.10: room for six more; 1.11
                                                  ///< took two)
@@ -189,7 +199,9 @@ struct SegmentHeader {
                           ///< (offset 272 in 1.7, 288 in 1.8 and 1.9, 384 since 1.10)
   uint64_t max_times_sampled;  ///< (1.11) the sample cap: deliveries per stored step, 1 to kMaxTimesSampled; 0
                                ///< without (then the sample-caps section is empty)
-  uint64_t reserved[6];   ///< reserved for a later minor version; zero
+  uint64_t consuming_queue;  ///< (1.11) 1: a consuming queue (then max_times_sampled is 1 and the queue section
+                             ///< is there); 0 without
+  uint64_t reserved[5];   ///< reserved for a later minor version; zero
 };
 
 /// One entry of the field table. Unused dims are 0; the name is NUL-padded.
@@ -550,8 +562,9 @@ static_assert(sizeof(LearnerSlot) == 3 * kCacheLineBytes && offsetof(LearnerSlot
               "a learner slot is 3 cache lines: its lease, its counters, its walk and waits");
 static_assert(offsetof(SegmentHeader, sections) % kCacheLineBytes == 0, "the section table starts a cache line");
 static_assert(offsetof(SegmentHeader, max_learners) == 384 && offsetof(SegmentHeader, max_times_sampled) == 392 &&
-                  sizeof(SegmentHeader::reserved) == 6 * sizeof(uint64_t),
-              "1.10: a section table of 16 entries; the header grew to 7 cache lines; 1.11 took a reserved word");
+                  offsetof(SegmentHeader, consuming_queue) == 400 &&
+                  sizeof(SegmentHeader::reserved) == 5 * sizeof(uint64_t),
+              "1.10: a section table of 16 entries; the header grew to 7 cache lines; 1.11 took two reserved words");
 static_assert(sizeof(LearnerStats) == 2 * kCacheLineBytes && alignof(LearnerStats) == kCacheLineBytes &&
                   offsetof(LearnerStats, limiter_timeouts) == 2 * kCacheLineBytes - sizeof(uint64_t),
               "a slot's statistics are 2 cache lines of its own: ages, buckets, then the limiter's timeouts");

@@ -27,6 +27,7 @@ struct SectionCounts {
   uint64_t max_learners = 1;
   bool priorities = false;
   uint64_t max_times_sampled = 0;  ///< the sample cap (1.11); 0 without (no sample-caps section)
+  bool consuming_queue = false;    ///< a consuming queue (1.11; the queue section; max_times_sampled is 1)
 };
 
 /// How open checks a section's size against SectionRow::bytes.
