@@ -26,7 +26,7 @@ void def_buffer_create(BufferClass& c) {
              Int<"Buffer.create(): max_learners", uint64_t, 1, layout::kMaxLearners> max_learners,
              Int<"Buffer.create(): compressed_bytes"> compressed_bytes, double expected_compression,
              std::optional<std::string> policy_version,
-             Int<"Buffer.create(): max_times_sampled"> max_times_sampled) {
+             Int<"Buffer.create(): max_times_sampled"> max_times_sampled, bool consuming_queue) {
             const Schema s = py::isinstance<py::str>(schema) ? Schema::parse(schema.cast<std::string>())
                                                              : schema.cast<Schema>();
             CreateOptions o{.mode = mode, .replace = replace};
@@ -40,6 +40,7 @@ void def_buffer_create(BufferClass& c) {
             o.expected_compression = expected_compression;
             o.policy_version = policy_version.value_or("");
             o.max_times_sampled = max_times_sampled;
+            o.consuming_queue = consuming_queue;
             if (stack_continuity == "episodes") {
               o.stack_continuity = StackContinuity::episodes;
             } else if (stack_continuity != "compare") {
@@ -71,6 +72,7 @@ void def_buffer_create(BufferClass& c) {
           "populate"_a = "never", "populate_progress"_a = py::none(), "stack_restarts"_a = 0,
           "stack_continuity"_a = "compare", "max_learners"_a = 1, "compressed_bytes"_a = 0,
           "expected_compression"_a = 0.0, "policy_version"_a = py::none(), "max_times_sampled"_a = 0,
+          "consuming_queue"_a = false,
           "Create a buffer of num_envs rings of capacity steps; schema is a Schema or its text form. With "
           "priority_exponent=alpha every stored step has a priority and prioritized samples draw starts with "
           "probability proportional to priority**alpha. With rate_limit=RateLimit.ratio(...) or "
@@ -90,7 +92,9 @@ void def_buffer_create(BufferClass& c) {
           "learners then publish a version and a staleness window (Sampler.publish_policy) and sample inside it "
           "(max_staleness=), and writers the window left behind wait instead of being discarded. With "
           "max_times_sampled=N (1 to 255; 0, the default, for none) a stored step starts at most N sampled rows in "
-          "total, over every learner, and then leaves the views.");
+          "total, over every learner, and then leaves the views. consuming_queue=True makes it a queue (Reverb's): "
+          "each step is delivered once, by sample calls with consume='fifo' or 'random', and writers wait "
+          "(Writer queue_timeout) instead of overwriting a step not yet delivered.");
 }
 
 // Buffer.open, remove, exists, and the buffer's properties.
@@ -155,6 +159,8 @@ void def_buffer_properties(BufferClass& c) {
                                return b.schema()[*f].name;
                              },
                              "the policy-version field's name (policy_version= of create), None without")
+      .def_property_readonly("consuming_queue", &Buffer::consuming_queue,
+                             "whether it is a consuming queue (consuming_queue= of create): each step delivered once")
       .def_property_readonly("max_times_sampled", &Buffer::max_times_sampled,
                              "the sample cap: sampled rows a stored step may start, over every learner "
                              "(max_times_sampled= of create); 0 without");

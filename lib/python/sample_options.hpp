@@ -87,6 +87,19 @@ struct EpisodesOption {
   static std::string text(Episodes e) { return fmt::format("'{}'", episodes_name(e)); }
 };
 
+/// A consuming call's order: 'fifo', 'random' or None (not a consuming call).
+struct ConsumeOption {
+  static Consume from(const char* f, const char* n, PyObject* v) {
+    if (v == Py_None) return Consume::off;
+    const std::string text = argument<std::string>(f, n, v);
+    if (text == to_string(Consume::fifo)) return Consume::fifo;
+    if (text == to_string(Consume::random)) return Consume::random;
+    throw Error(Errc::invalid_argument,
+                fmt::format("{}(): {} is '{}', expected 'fifo', 'random' or None", f, n, text));
+  }
+  static std::string text(Consume c) { return c == Consume::off ? "None" : fmt::format("'{}'", to_string(c)); }
+};
+
 /// A mixture of selectors: a dict {selector name: fraction} with names from to_string(Selector);
 /// the fractions' own checks are the Sampler's (InvalidArgument naming the fraction). {} (the default) or None: none.
 struct MixtureOption {
@@ -178,6 +191,15 @@ inline constexpr std::array kSampleOptions = {
         "in a buffer with a policy-version field, draw only steps of versions >= V - max_staleness, V the version "
         "the learners published (None: the published window, if any).",
         {{{"max_policy_age", AliasKind::name, "torchforge"}, {"staleness", AliasKind::name, "the policy window"}}}),
+    option<&SampleOptions::consume, ConsumeOption>(
+        "consume", kSample | kSampleTransitions,
+        "in a consuming queue (consuming_queue=True), take rows whose starts no call took before and deliver them: "
+        "'fifo' in insertion order, 'random' uniformly over the undelivered steps (replay view, power 0, no other "
+        "sampling option); each step is delivered once over every learner."),
+    option<&SampleOptions::consume_timeout_ms, SecondsOption>(
+        "consume_timeout", kSample | kSampleTransitions,
+        "with consume, the seconds the call waits for enough undelivered steps (0: EmptyView at once; inf: no "
+        "timeout), then EmptyView with nothing delivered."),
 };
 
 // ---------------------------------------------------------------------------------------------------------------
