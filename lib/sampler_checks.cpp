@@ -68,6 +68,13 @@ void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, d
                             op, buffer_->name()));
   }
   check_recency(op, length, options);
+  if (options.zero_on_sample && !options.prioritized) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot {} '{}' with zero_on_sample = true and prioritized = false: zero-on-sample sets "
+                            "the priority of each step a prioritized draw returns to 0 (pass prioritized = true, or "
+                            "a mixture with prioritized rows)",
+                            op, buffer_->name()));
+  }
   if (options.prioritized) {
     if (!buffer_->has_priorities()) {
       throw Error(Errc::invalid_argument,

@@ -35,6 +35,7 @@ std::pair<SampleOptions, double> selector_call(Selector s, const SampleOptions& 
   SampleOptions one = o;
   one.mixture = {};
   one.prioritized = s == Selector::prioritized;
+  one.zero_on_sample = o.zero_on_sample && s == Selector::prioritized;  // the prioritized block's rows only
   if (s != Selector::recency) one.recency_half_life = 0.0;
   return {one, s == Selector::prioritized ? 0.0 : power};
 }
@@ -60,6 +61,12 @@ void check_fractions(const Buffer& buffer, const SampleOptions& o) {
     throw Error(Errc::invalid_argument,
                 fmt::format("cannot {} '{}' with prioritized = true: a mixture names its prioritized rows "
                             "(Mixture::prioritized) and draws its other blocks by their own selectors",
+                            kMixtureOp, buffer.name()));
+  }
+  if (o.zero_on_sample && o.mixture.prioritized == 0.0) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot {} '{}' with zero_on_sample = true: the mixture has no prioritized rows, the "
+                            "only rows zero-on-sample applies to",
                             kMixtureOp, buffer.name()));
   }
   if (o.mixture.recency > 0.0 && !(o.recency_half_life > 0.0)) {

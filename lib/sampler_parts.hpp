@@ -38,6 +38,7 @@
 #include "shmreplay/sampler.hpp"
 #include "sampler_caps.hpp"
 #include "sampler_gather.hpp"
+#include "sampler_zero.hpp"
 
 namespace shmreplay::sampler_parts {
 
@@ -208,7 +209,8 @@ struct Sampler::Scratch {
         planning(segment_of(buffer), stats),
         gather(segment_of(buffer), storages),
         online(static_cast<std::size_t>(buffer.num_envs())),
-        caps(segment_of(buffer), rank) {}
+        caps(segment_of(buffer), rank),
+        zeroing(segment_of(buffer)) {}
 
   detail::LearnerSlotWords slot;  // the words of the Sampler's learner slot
   SamplerStats stats;             // the planners' and the gather's work counters (Sampler::stats)
@@ -221,6 +223,7 @@ struct Sampler::Scratch {
   sampler_parts::UpdateCopy update;
   sampler_parts::Window window;
   sampler_parts::Caps caps;  // the sample caps (sampler_caps.hpp); off without
+  sampler_parts::Zeroing zeroing;  // zero-on-sample (sampler_zero.hpp); off for calls without
 };
 
 }  // namespace shmreplay

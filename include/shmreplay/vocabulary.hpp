@@ -96,6 +96,15 @@ struct SampleOptions {
   /// beta, the importance-sampling exponent of a prioritized sample (finite, >= 0; 0 gives weights of 1). Any
   /// such beta gives weights in [0, 1]: they are computed as (smallest N * P / N * P)^beta.
   double importance_exponent = 0.4;
+  /// Zero-on-sample (DreamerV3's prioritized selector): each row a prioritized draw returns has its start step's
+  /// priority set to 0 once its copy is validated, so that step is not drawn by priority again until its priority
+  /// is raised (update_priorities). Exact under several learner ranks: the 0 is set by a compare-and-swap from the
+  /// positive weight the draw found, so of two ranks that draw one step at once, exactly one returns it; the other's
+  /// row is drawn again from the steps still positive. A batch is so a draw without replacement (each row by
+  /// priority among the steps no row has taken). A call that throws gives its steps their weights back. Needs
+  /// prioritized (or a mixture with prioritized rows, whose block it applies to; invalid_argument otherwise). A view
+  /// whose every step was taken throws empty_view (every stored step has priority 0).
+  bool zero_on_sample = false;
   /// Recency sampling, in steps (0: off, the default): a start p of an env whose view ends at head h is drawn with
   /// weight min(r, L)^distribution_power * 2^(-age / recency_half_life), where age = h - 1 - p (the env's newest
   /// step has age 0; each env's age counts its own steps) and r the steps left (as without it): a start half a

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 #include <memory>
 #include <new>
 #include <random>

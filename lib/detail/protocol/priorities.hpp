@@ -109,6 +109,24 @@ void walk(const PriorityTree& tree, uint64_t slot) noexcept;
 bool update_priority(const PriorityTree& tree, const layout::EnvControl& env, uint64_t env_index, uint64_t step,
                      double weight, std::atomic<uint64_t>& walk_word) noexcept;
 
+/// What take_priority found at a stored step's leaf.
+enum class Take : uint8_t {
+  taken,    ///< its positive weight was set to 0 by this call (the weight it had is returned)
+  zero,     ///< it weighs 0 already: another learner took it first (zero-on-sample), or it was given priority 0
+  gone,     ///< the slot holds, or is being given, another step (overwritten): nothing written
+};
+
+/// Zero-on-sample's claim: sets the weight of stored step `step` from a positive value to 0 with one compare-and-swap
+/// (so of two learners taking one step at once, exactly one gets `taken`, the other `zero`) and walks to the root.
+/// `old` receives the weight replaced. `walk_word` as for update_priority. O(log capacity).
+Take take_priority(const PriorityTree& tree, const layout::EnvControl& env, uint64_t env_index, uint64_t step,
+                   double& old, std::atomic<uint64_t>& walk_word) noexcept;
+
+/// Gives back a take (a sample call that throws returns no row): sets step `step`'s leaf from 0 back to `weight`,
+/// only while it still holds that step at 0 (a later update, or a writer's new step, wins). O(log capacity).
+void untake_priority(const PriorityTree& tree, uint64_t env_index, uint64_t step, double weight,
+                     std::atomic<uint64_t>& walk_word) noexcept;
+
 /// What a new learner does with a walk its dead predecessor left in `walk_word`: redoes it and clears the word.
 /// `tree_of(env)` gives env's tree. A word naming an env or slot outside the buffer (a damaged segment) is cleared
 /// without a walk.
