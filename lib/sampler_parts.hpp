@@ -64,6 +64,8 @@ class SegmentPriorityTrees final : public detail::PriorityTrees {
  public:
   explicit SegmentPriorityTrees(const Segment& seg) : seg_(&seg) {}
   detail::PriorityTreeView tree(std::size_t env) const noexcept override { return detail::priority_tree_of(*seg_, env); }
+  bool has_fresh() const noexcept override { return seg_->has_priorities() && seg_->fresh_trees(); }
+  detail::PriorityTreeView fresh(std::size_t env) const noexcept override { return detail::fresh_tree_of(*seg_, env); }
 
  private:
   const Segment* seg_;

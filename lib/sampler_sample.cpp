@@ -20,6 +20,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -244,7 +245,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
   std::iota(r.failed.begin(), r.failed.end(), static_cast<uint32_t>(first_row));
   planner.begin_call();
   z.caps.begin_call(count, view, first_row);
-  z.zeroing.begin_call(o.zero_on_sample, first_row, count);
+  z.zeroing.begin_call(o.prioritized, o.zero_on_sample, first_row, count);
   // `round` counts the rounds that made no clean progress (rows overwritten during their copy, or a view that was
   // momentarily unusable); it is what max_retry_rounds limits.
   uint32_t round = 0;
@@ -268,6 +269,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
       drew_nothing = true;
       continue;
     }
+    if constexpr (std::is_same_v<Plan, detail::PriorityPlanner>) z.zeroing.set_round(planner.drawing_fresh());
     std::swap(r.failed, r.redraw);
     r.failed.clear();
     bool stalled = false;

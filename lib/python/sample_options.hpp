@@ -156,6 +156,10 @@ inline constexpr std::array kSampleOptions = {
         "beta", kDrawCalls,
         "the importance-sampling exponent of a prioritized sample (finite, >= 0): weights in [0, 1] for any beta.",
         {{{"importance_exponent", AliasKind::name, "C++: SampleOptions::importance_exponent"}}}),
+    option<&SampleOptions::zero_on_sample, FlagOption>(
+        "zero_on_sample", kDrawCalls,
+        "with prioritized (or a mixture's prioritized rows), set each returned row's start step's priority to 0 once "
+        "copied, so no learner draws it by priority again until update_priorities raises it (DreamerV3)."),
     option<&SampleOptions::recency_half_life, NumberOption>(
         "recency_half_life", kDrawCalls | kTotalWeight,
         "recency sampling (0: off): a start weighs min(steps left, sequence_length)**power * "

@@ -73,6 +73,8 @@
 //   Since 1.3, only in a buffer created with priorities; 0 bytes otherwise:
 //   sections[kPriorities] +------------------------------------------------+
 //                       | one sum tree per env: [num_envs][2 x leaves] u64 |
+//                       |   (1.11: then as many fresh-step trees, only    |
+//                       |   with initial priority +infinity)             |
 //                       |   leaves = bit_ceil(capacity); words [1, leaves) |
 //                       |   internal sums (f64 bits), [leaves, 2 leaves)   |
 //                       |   one leaf per ring slot: priority^alpha (f32)   |
@@ -189,8 +191,15 @@ struct SegmentHeader {
                           ///< (offset 272 in 1.7, 288 in 1.8 and 1.9, 384 since 1.10)
   uint64_t max_times_sampled;  ///< (1.11) the sample cap: deliveries per stored step, 1 to kMaxTimesSampled; 0
                                ///< without (then the sample-caps section is empty)
-  uint64_t reserved[6];   ///< reserved for a later minor version; zero
+  uint64_t reserved_400;  ///< reserved for a later minor version; zero (another part of 1.11 takes it)
+  uint64_t initial_priority_bits;  ///< (1.11) the priority of a step pushed without one (initial_priority_of): 0,
+                                   ///< the running maximum; else f64 bits of a fixed value (0 stored as -0.0), or
+                                   ///< of +infinity: never-sampled steps are drawn first (a second tree per env)
+  uint64_t reserved[4];   ///< reserved for a later minor version; zero
 };
+
+/// SegmentHeader::initial_priority_bits of "never-sampled steps are drawn first" (+infinity's f64 bits).
+inline constexpr uint64_t kInitialPriorityFirst = 0x7ff0000000000000ull;
 
 /// One entry of the field table. Unused dims are 0; the name is NUL-padded.
 struct FieldDesc {
@@ -550,8 +559,9 @@ static_assert(sizeof(LearnerSlot) == 3 * kCacheLineBytes && offsetof(LearnerSlot
               "a learner slot is 3 cache lines: its lease, its counters, its walk and waits");
 static_assert(offsetof(SegmentHeader, sections) % kCacheLineBytes == 0, "the section table starts a cache line");
 static_assert(offsetof(SegmentHeader, max_learners) == 384 && offsetof(SegmentHeader, max_times_sampled) == 392 &&
-                  sizeof(SegmentHeader::reserved) == 6 * sizeof(uint64_t),
-              "1.10: a section table of 16 entries; the header grew to 7 cache lines; 1.11 took a reserved word");
+                  offsetof(SegmentHeader, initial_priority_bits) == 408 &&
+                  sizeof(SegmentHeader::reserved) == 4 * sizeof(uint64_t),
+              "1.10: a section table of 16 entries; the header grew to 7 cache lines; 1.11 took reserved words");
 static_assert(sizeof(LearnerStats) == 2 * kCacheLineBytes && alignof(LearnerStats) == kCacheLineBytes &&
                   offsetof(LearnerStats, limiter_timeouts) == 2 * kCacheLineBytes - sizeof(uint64_t),
               "a slot's statistics are 2 cache lines of its own: ages, buckets, then the limiter's timeouts");

@@ -26,6 +26,7 @@ void repair_env_takeover(Segment& seg, std::span<const uint64_t> envs, EnvTakeov
       const uint64_t head = c.head.load(std::memory_order_acquire);  // pairs with publish_step's release store
       if ((c.claimed.load(std::memory_order_relaxed) & layout::kClaimMask) != head) {
         walk(priority_tree_of(seg, e), head % seg.capacity());
+        if (seg.fresh_trees()) walk(fresh_tree_of(seg, e), head % seg.capacity());
       }
     }
   }

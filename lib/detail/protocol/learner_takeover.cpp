@@ -70,8 +70,10 @@ void repair_dead_learner(Segment& seg, uint64_t slot) noexcept {
   forget_waiters(g, me.waiters);
   me.waiting_rows.store(0, std::memory_order_relaxed);
   if (seg.has_priorities()) {
-    finish_dead_walk(me.priority_walk, seg.num_envs(), seg.capacity(),
-                     [&](uint64_t e) { return priority_tree_of(seg, e); });
+    finish_dead_walk(me.priority_walk, seg.num_envs(), seg.capacity(), [&](uint64_t e, uint64_t slot) {
+      walk(priority_tree_of(seg, e), slot);
+      if (seg.fresh_trees()) walk(fresh_tree_of(seg, e), slot);
+    });
   }
 }
 

@@ -12,12 +12,19 @@ bool PriorityPlanner::prepare(std::span<const EnvView> views, std::size_t length
   length_ = length;
   options_ = options;
   cumulative_.resize(views.size());
+  if (trees_->has_fresh() && sum_views(/*fresh=*/true)) return true;  // fresh steps first
+  return sum_views(/*fresh=*/false);
+}
+
+// The envs' running totals over their views, in the fresh trees or the priority trees; whether positive and finite.
+bool PriorityPlanner::sum_views(bool fresh) {
+  fresh_ = fresh;
   total_ = 0;
   starts_in_view_ = 0;
-  for (std::size_t e = 0; e < views.size(); ++e) {
-    const EnvView v = views[e];
+  for (std::size_t e = 0; e < views_.size(); ++e) {
+    const EnvView v = views_[e];
     if (v.hi > v.lo) {
-      total_ += range_weight(trees_->tree(e), v.lo, v.hi);
+      total_ += range_weight(drawn_tree(e), v.lo, v.hi);
       starts_in_view_ += v.hi - v.lo;
     }
     cumulative_[e] = total_;
@@ -67,7 +74,7 @@ std::optional<Draw> PriorityPlanner::draw(Rng& rng) {
     const auto env = static_cast<std::size_t>(it - cumulative_.begin());
     const double below = env == 0 ? 0.0 : cumulative_[env - 1];
     const EnvView v = views_[env];
-    const PriorityTreeView tree = trees_->tree(env);
+    const PriorityTreeView tree = drawn_tree(env);
     const uint64_t start = find_step(tree, v.lo, v.hi, u - below);
     const double w = slot_weight(tree, start);
     if (!(w > 0)) continue;

@@ -27,6 +27,13 @@ struct SectionCounts {
   uint64_t max_learners = 1;
   bool priorities = false;
   uint64_t max_times_sampled = 0;  ///< the sample cap (1.11); 0 without (no sample-caps section)
+  /// SegmentHeader::initial_priority_bits (1.11): with layout::kInitialPriorityFirst, the priority section holds a
+  /// second tree per env (the fresh-step trees)
+  uint64_t initial_priority_bits = 0;
+  /// The sum trees per env in the priority section: 0 without priorities, 2 with fresh-step trees, else 1.
+  uint64_t priority_trees() const noexcept {
+    return !priorities ? 0 : initial_priority_bits == layout::kInitialPriorityFirst ? 2 : 1;
+  }
 };
 
 /// How open checks a section's size against SectionRow::bytes.

@@ -271,14 +271,16 @@ class Sampler:
     def seed(self, seed: int) -> None: ...
     def sample(self, view: str, batch_size: int, sequence_length: int, power: float = ..., *, episodes: str = ...,
                period: int = ..., min_steps: int = ..., prioritized: bool = ..., beta: float = ...,
-               recency_half_life: float = ..., mixture: dict[str, float] = ..., rate_limit_timeout: float = ...,
-               max_staleness: Optional[int] = ..., out: Optional[Batch] = ...) -> Batch: ...
+               zero_on_sample: bool = ..., recency_half_life: float = ..., mixture: dict[str, float] = ...,
+               rate_limit_timeout: float = ..., max_staleness: Optional[int] = ...,
+               out: Optional[Batch] = ...) -> Batch: ...
     def sample_mixed(self, replay_batch: int, online_batch: int, sequence_length: int, power: float = ..., *,
                      episodes: str = ..., period: int = ..., min_steps: int = ..., prioritized: bool = ...,
-                     beta: float = ..., recency_half_life: float = ..., rate_limit_timeout: float = ...,
-                     max_staleness: Optional[int] = ..., out: Optional[Batch] = ...) -> Batch: ...
+                     beta: float = ..., zero_on_sample: bool = ..., recency_half_life: float = ...,
+                     rate_limit_timeout: float = ..., max_staleness: Optional[int] = ...,
+                     out: Optional[Batch] = ...) -> Batch: ...
     def sample_transitions(self, view: str, batch_size: int, *, prioritized: bool = ..., beta: float = ...,
-                           recency_half_life: float = ..., mixture: dict[str, float] = ...,
+                           zero_on_sample: bool = ..., recency_half_life: float = ..., mixture: dict[str, float] = ...,
                            rate_limit_timeout: float = ..., max_staleness: Optional[int] = ...,
                            out: Optional[Batch] = ...) -> Batch: ...
     def total_weight(self, view: str, sequence_length: int, power: float = ..., *, episodes: str = ...,
