@@ -75,6 +75,22 @@ void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, d
                             "a mixture with prioritized rows)",
                             op, buffer_->name()));
   }
+  if (options.prioritized && buffer_->sequence_priority_length() == length) {
+    const double eta = options.sequence_priority_eta;
+    if (!(eta >= 0.0 && eta <= 1.0)) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot {} '{}': sequence_priority_eta is {}, expected a number in [0, 1] (a start "
+                              "weighs eta * max + (1 - eta) * mean of its sequence's step weights)",
+                              op, buffer_->name(), eta));
+    }
+    if (options.zero_on_sample) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot {} '{}' with zero_on_sample and sequence priorities (sequence_length {}): a "
+                              "sequence's weight comes from every step of it, so zeroing its start would not keep it "
+                              "from being drawn again",
+                              op, buffer_->name(), length));
+    }
+  }
   if (options.prioritized) {
     if (!buffer_->has_priorities()) {
       throw Error(Errc::invalid_argument,

@@ -66,6 +66,12 @@ class SegmentPriorityTrees final : public detail::PriorityTrees {
   detail::PriorityTreeView tree(std::size_t env) const noexcept override { return detail::priority_tree_of(*seg_, env); }
   bool has_fresh() const noexcept override { return seg_->has_priorities() && seg_->fresh_trees(); }
   detail::PriorityTreeView fresh(std::size_t env) const noexcept override { return detail::fresh_tree_of(*seg_, env); }
+  uint64_t sequence_length() const noexcept override {
+    return seg_->has_priorities() ? seg_->sequence_priority_length() : 0;
+  }
+  detail::SequenceTreesView windows(std::size_t env) const noexcept override {
+    return detail::sequence_trees_of(*seg_, env);
+  }
 
  private:
   const Segment* seg_;
@@ -191,6 +197,7 @@ std::optional<uint64_t> window_lo(const Segment& seg, std::size_t field, uint64_
 
 // update_priorities' copy of the caller's arrays, checked and then used (grows to the largest update only).
 struct UpdateCopy {
+  std::vector<std::pair<uint64_t, uint64_t>> applied;  // (env, step) applied, with sequence priorities
   std::vector<uint64_t> envs;
   std::vector<uint64_t> steps;
   std::vector<float> priorities;

@@ -237,7 +237,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
   const uint64_t cap = buffer_->capacity();
   const detail::RingMod ring_mod(cap);
   // A period of cap or more: first steps.
-  const detail::PlanOptions plan{o.episodes, std::min(o.period, cap), o.recency_half_life};
+  const detail::PlanOptions plan{o.episodes, std::min(o.period, cap), o.recency_half_life, o.sequence_priority_eta};
   r.failed.reserve(count);  // no-op once warmed up
   r.redraw.reserve(count);
   if (r.ages.size() < first_row + count) r.ages.resize(first_row + count);  // grows to the largest batch only

@@ -23,6 +23,7 @@
 #include "detail/os/process.hpp"
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/priorities.hpp"
+#include "detail/protocol/sequence_priorities.hpp"
 #include "shmreplay/internal/caps_layout.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "detail/protocol/seqlock.hpp"
@@ -206,6 +207,10 @@ void Writer::set_priority(uint64_t env, uint64_t step, double priority) noexcept
                            detail::priority_weight(priority, seg_->priority_exponent()));
   // Initial priority +infinity: the step is fresh (drawn before any step a prioritized draw has returned).
   if (seg_->fresh_trees()) detail::set_new_priority(detail::fresh_tree_of(*seg_, env), step, 1.0);
+  // Sequence priorities: the windows that hold the step (starts step - L + 1 .. step), its own first.
+  if (seg_->sequence_priority_length() != 0) {
+    detail::refresh_windows(detail::sequence_trees_of(*seg_, env), step, step, step);
+  }
 }
 
 template <class Id>

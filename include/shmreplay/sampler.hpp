@@ -355,6 +355,7 @@ class Sampler {
   void check_args(const char* op, std::size_t rows, std::size_t length, double power,
                   const SampleOptions& options = {}) const;
   void check_recency(const char* op, std::size_t length, const SampleOptions& options) const;
+  void refresh_updated_windows() noexcept;  // sequence priorities, after update_priorities (sampler_update.cpp)
   static void finish_weights(SampleBatch& out, double beta, std::size_t first, std::size_t count) noexcept;
   // A batch of a mixture of selectors (lib/sampler_mixture.cpp), and the selector of a call without one.
   void sample_mixture(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power,

@@ -105,6 +105,10 @@ struct SampleOptions {
   /// prioritized (or a mixture with prioritized rows, whose block it applies to; invalid_argument otherwise). A view
   /// whose every step was taken throws empty_view (every stored step has priority 0).
   bool zero_on_sample = false;
+  /// Sequence priorities (a buffer created with CreateOptions::sequence_priority_length L; R2D2): a prioritized
+  /// draw of sequence_length L weighs a start by eta * max + (1 - eta) * mean of the step weights priority^alpha of
+  /// its sequence's stored steps, eta this value (in [0, 1]; invalid_argument otherwise). Other calls ignore it.
+  double sequence_priority_eta = 0.9;
   /// Recency sampling, in steps (0: off, the default): a start p of an env whose view ends at head h is drawn with
   /// weight min(r, L)^distribution_power * 2^(-age / recency_half_life), where age = h - 1 - p (the env's newest
   /// step has age 0; each env's age counts its own steps) and r the steps left (as without it): a start half a

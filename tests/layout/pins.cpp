@@ -53,8 +53,9 @@ TEST_CASE("layout 1.10: SegmentHeader sizes and offsets are pinned") {
   CHECK(offsetof(SegmentHeader, max_times_sampled) == 392);  // 1.11: a reserved word
   CHECK(offsetof(SegmentHeader, reserved_400) == 400);
   CHECK(offsetof(SegmentHeader, initial_priority_bits) == 408);  // 1.11: a reserved word
-  CHECK(offsetof(SegmentHeader, reserved) == 416);
-  CHECK(sizeof(SegmentHeader::reserved) == 4 * 8);
+  CHECK(offsetof(SegmentHeader, sequence_priority_length) == 416);  // 1.11: a reserved word
+  CHECK(offsetof(SegmentHeader, reserved) == 424);
+  CHECK(sizeof(SegmentHeader::reserved) == 3 * 8);
   CHECK(sizeof(SectionDesc) == 16);
   CHECK(kMaxSections == 16);
   CHECK(kSectionFields == 0);

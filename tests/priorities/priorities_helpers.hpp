@@ -25,6 +25,7 @@
 #include <set>
 #include <memory>
 #include <new>
+#include <numeric>
 #include <random>
 #include <string>
 #include <thread>

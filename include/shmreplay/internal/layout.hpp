@@ -74,7 +74,9 @@
 //   sections[kPriorities] +------------------------------------------------+
 //                       | one sum tree per env: [num_envs][2 x leaves] u64 |
 //                       |   (1.11: then as many fresh-step trees, only    |
-//                       |   with initial priority +infinity)             |
+//                       |   with initial priority +infinity; then window  |
+//                       |   max trees and window mean trees, only with   |
+//                       |   sequence priorities)                          |
 //                       |   leaves = bit_ceil(capacity); words [1, leaves) |
 //                       |   internal sums (f64 bits), [leaves, 2 leaves)   |
 //                       |   one leaf per ring slot: priority^alpha (f32)   |
@@ -195,7 +197,10 @@ struct SegmentHeader {
   uint64_t initial_priority_bits;  ///< (1.11) the priority of a step pushed without one (initial_priority_of): 0,
                                    ///< the running maximum; else f64 bits of a fixed value (0 stored as -0.0), or
                                    ///< of +infinity: never-sampled steps are drawn first (a second tree per env)
-  uint64_t reserved[4];   ///< reserved for a later minor version; zero
+  uint64_t sequence_priority_length;  ///< (1.11) L of sequence priorities: then the priority section holds two
+                                     ///< window trees per env after the others (max and mean over [q, q + L)); 0
+                                     ///< without
+  uint64_t reserved[3];   ///< reserved for a later minor version; zero
 };
 
 /// SegmentHeader::initial_priority_bits of "never-sampled steps are drawn first" (+infinity's f64 bits).
@@ -560,7 +565,8 @@ static_assert(sizeof(LearnerSlot) == 3 * kCacheLineBytes && offsetof(LearnerSlot
 static_assert(offsetof(SegmentHeader, sections) % kCacheLineBytes == 0, "the section table starts a cache line");
 static_assert(offsetof(SegmentHeader, max_learners) == 384 && offsetof(SegmentHeader, max_times_sampled) == 392 &&
                   offsetof(SegmentHeader, initial_priority_bits) == 408 &&
-                  sizeof(SegmentHeader::reserved) == 4 * sizeof(uint64_t),
+                  offsetof(SegmentHeader, sequence_priority_length) == 416 &&
+                  sizeof(SegmentHeader::reserved) == 3 * sizeof(uint64_t),
               "1.10: a section table of 16 entries; the header grew to 7 cache lines; 1.11 took reserved words");
 static_assert(sizeof(LearnerStats) == 2 * kCacheLineBytes && alignof(LearnerStats) == kCacheLineBytes &&
                   offsetof(LearnerStats, limiter_timeouts) == 2 * kCacheLineBytes - sizeof(uint64_t),

@@ -74,6 +74,7 @@ struct SegmentGeometry {
   uint64_t priority_leaves = 0;     ///< bit_ceil(capacity) with priorities, else 0
   double priority_exponent = 0.0;  ///< alpha; 0 without priorities
   uint64_t initial_priority_bits = 0;  ///< SegmentHeader::initial_priority_bits (layout 1.11)
+  uint64_t sequence_priority_length = 0;  ///< SegmentHeader::sequence_priority_length (layout 1.11); 0 without
 };
 
 /// One process's mapping of a validated segment: its geometry and the accessors to its sections' words (see the
@@ -125,6 +126,8 @@ class Segment {
   }
   /// Whether each env has a fresh-step tree beside its priority tree (initial priority +infinity; layout 1.11).
   bool fresh_trees() const noexcept { return g_.initial_priority_bits == layout::kInitialPriorityFirst; }
+  /// L of sequence priorities (CreateOptions::sequence_priority_length; layout 1.11); 0 without.
+  uint64_t sequence_priority_length() const noexcept { return g_.sequence_priority_length; }
   /// Field `field`'s storage kind (layout::kStoragePlainRing, ...; lib/detail/storage/storage_kinds.cpp).
   uint32_t field_kind(std::size_t field) const noexcept { return g_.field_kinds[field]; }
   /// Byte offset of each field's storage in the segment, in schema order.
@@ -279,6 +282,16 @@ class Segment {
   /// The same, writable (a writable mapping only).
   std::atomic<uint64_t>* fresh_tree(uint64_t env) noexcept {
     return priority_tree(env) + g_.num_envs * 2 * g_.priority_leaves;
+  }
+  /// The env's window tree `kind` (0: window max, 1: window mean) of sequence priorities, after the priority and
+  /// fresh-step trees (layout 1.11; detail/protocol/sequence_priorities.hpp). Precondition:
+  /// sequence_priority_length() > 0.
+  const std::atomic<uint64_t>* window_tree(uint64_t kind, uint64_t env) const noexcept {
+    return priority_tree(env) + (1 + (fresh_trees() ? 1 : 0) + kind) * g_.num_envs * 2 * g_.priority_leaves;
+  }
+  /// The same, writable (a writable mapping only).
+  std::atomic<uint64_t>* window_tree(uint64_t kind, uint64_t env) noexcept {
+    return priority_tree(env) + (1 + (fresh_trees() ? 1 : 0) + kind) * g_.num_envs * 2 * g_.priority_leaves;
   }
 
  private:

@@ -63,6 +63,8 @@ struct PlanOptions {
   uint64_t period = 1;
   /// SampleOptions::recency_half_life: the recency planner's (finite, > 0 when it is chosen); the others ignore it.
   double recency_half_life = 0.0;
+  /// SampleOptions::sequence_priority_eta: the priority planner's, in a buffer with sequence priorities.
+  double sequence_priority_eta = 0.9;
 };
 
 /// Where episodes start, for the stop/within planners: the first step of the episode that step `step` of env

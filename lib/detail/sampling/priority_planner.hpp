@@ -17,6 +17,11 @@
 // returned it), every draw of the snapshot is uniform over the fresh steps (the same descent, in the fresh trees),
 // and only a snapshot without one draws by priority. drawing_fresh() tells the Sampler which, so that it takes each
 // returned fresh step's leaf (sampler_zero.hpp).
+//
+// With sequence priorities (layout 1.11) and a call of their length L, a start q weighs eta M[q] + (1 - eta) A[q]
+// (its window's max and mean step weight: sequence_priorities.hpp): prepare sums each env's two window trees over its
+// view, and a draw picks the env, then the max tree with probability eta M_env / (its total), else the mean tree,
+// and descends it: one descent, exact for any eta.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +31,7 @@
 #include <vector>
 
 #include "detail/protocol/priorities.hpp"
+#include "detail/protocol/sequence_priorities.hpp"
 #include "detail/sampling/planner.hpp"
 
 namespace shmreplay::detail {
@@ -38,6 +44,9 @@ class PriorityTrees {
   /// Whether each env has a fresh-step tree (initial priority +infinity, layout 1.11), and env's.
   virtual bool has_fresh() const noexcept { return false; }
   virtual PriorityTreeView fresh(std::size_t /*env*/) const noexcept { return {}; }
+  /// L of sequence priorities (layout 1.11), 0 without, and env's trees.
+  virtual uint64_t sequence_length() const noexcept { return 0; }
+  virtual SequenceTreesView windows(std::size_t /*env*/) const noexcept { return {}; }
 };
 
 class PriorityPlanner final : public Planner {
@@ -73,6 +82,8 @@ class PriorityPlanner final : public Planner {
   // The tree the snapshot's draws descend: env's fresh tree while drawing fresh steps, else its priority tree.
   PriorityTreeView drawn_tree(std::size_t env) const noexcept { return fresh_ ? trees_->fresh(env) : trees_->tree(env); }
   bool sum_views(bool fresh);
+  bool sum_windows();
+  std::optional<Draw> draw_window(Rng& rng);
 
   const PriorityTrees* trees_;
   const EpisodeStarts* starts_;
@@ -83,6 +94,9 @@ class PriorityPlanner final : public Planner {
   double total_ = 0;
   uint64_t starts_in_view_ = 0;     // N: steps in the views, all envs
   bool fresh_ = false;              // the draws are of fresh steps (drawn_tree)
+  bool windows_ = false;            // the draws are by sequence priority (sum_windows)
+  double eta_ = 0.9;
+  std::vector<double> max_part_;    // per env, eta * (its view's window max total)
 };
 
 }  // namespace shmreplay::detail

@@ -100,6 +100,9 @@ Sections accept_counts(const SegmentHeader& h, LayoutVersion version, const Open
   if (c.priorities && !(std::isfinite(alpha) && alpha >= 0)) {
     v.fail(Errc::corrupt, fmt::format("the priority exponent is {}, expected a finite number >= 0", alpha));
   }
+  // (1.11) sequence priorities: L up to the capacity, only with priorities.
+  c.sequence_priority_length = in_range("sequence_priority_length", h.sequence_priority_length, 0,
+                                        c.priorities ? c.capacity : 0);
   // (1.11) 0 (the running maximum), a fixed priority that fits (0 stored as -0.0), or +infinity; only with priorities.
   c.initial_priority_bits = h.initial_priority_bits;
   const double initial = std::bit_cast<double>(c.initial_priority_bits);
@@ -401,6 +404,7 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
   g.max_learners = s.counts.max_learners;
   g.max_times_sampled = s.counts.max_times_sampled;
   g.initial_priority_bits = s.counts.initial_priority_bits;
+  g.sequence_priority_length = s.counts.sequence_priority_length;
   g.learner_online_offset = g.max_learners > 1 ? s.sec[kSectionLearners].offset + learner_online_starts_at(g.max_learners) : 0;
   g.episode_fields = roles;
   g.episode_queue_capacity = queue_capacity;

@@ -127,9 +127,8 @@ std::optional<uint64_t> priorities_bytes(const SectionCounts& c) {
 }
 std::string priorities_explain(const SectionCounts& c) {
   return fmt::format("{} envs x {} steps {}", c.num_envs, c.capacity,
-                     !c.priorities             ? "without priorities"
-                     : c.priority_trees() == 2 ? "with priorities and fresh-step trees (initial priority infinity)"
-                                               : "with priorities");
+                     !c.priorities ? "without priorities"
+                                   : fmt::format("with priorities, {} trees per env", c.priority_trees()));
 }
 void priorities_construct(std::byte* start, const SectionCounts& c) {
   zero_atomics(start, c.num_envs * c.priority_trees() * 2 * std::bit_ceil(c.capacity));

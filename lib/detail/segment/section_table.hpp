@@ -30,9 +30,13 @@ struct SectionCounts {
   /// SegmentHeader::initial_priority_bits (1.11): with layout::kInitialPriorityFirst, the priority section holds a
   /// second tree per env (the fresh-step trees)
   uint64_t initial_priority_bits = 0;
-  /// The sum trees per env in the priority section: 0 without priorities, 2 with fresh-step trees, else 1.
+  /// SegmentHeader::sequence_priority_length (1.11): with L > 0, two window trees per env follow.
+  uint64_t sequence_priority_length = 0;
+  /// The sum trees per env in the priority section: 0 without priorities; else 1, plus 1 with fresh-step trees,
+  /// plus 2 with sequence priorities.
   uint64_t priority_trees() const noexcept {
-    return !priorities ? 0 : initial_priority_bits == layout::kInitialPriorityFirst ? 2 : 1;
+    if (!priorities) return 0;
+    return 1 + (initial_priority_bits == layout::kInitialPriorityFirst ? 1 : 0) + (sequence_priority_length > 0 ? 2 : 0);
   }
 };
 
