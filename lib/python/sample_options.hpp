@@ -160,6 +160,10 @@ inline constexpr std::array kSampleOptions = {
         "zero_on_sample", kDrawCalls,
         "with prioritized (or a mixture's prioritized rows), set each returned row's start step's priority to 0 once "
         "copied, so no learner draws it by priority again until update_priorities raises it (DreamerV3)."),
+    option<&SampleOptions::sequence_priority_eta, NumberOption>(
+        "sequence_priority_eta", kDrawCalls | kTotalWeight,
+        "in a buffer with sequence priorities, a prioritized start of sequence_priority_length steps weighs eta * max "
+        "+ (1 - eta) * mean of its sequence's priority**alpha (R2D2's 0.9 by default; in [0, 1])."),
     option<&SampleOptions::recency_half_life, NumberOption>(
         "recency_half_life", kDrawCalls | kTotalWeight,
         "recency sampling (0: off): a start weighs min(steps left, sequence_length)**power * "
