@@ -2,7 +2,8 @@
 // SampleOptions::sequence_priority_eta): each start's window leaves equal eta-free max and mean of its sequence's
 // step weights after a writer and two learners changed them at once (and every window tree node the sum of its
 // children); draws of three learner ranks follow eta * max + (1 - eta) * mean (chi-square, with the start's own
-// priority rejected); the refusals.
+// priority rejected); the refusals; and stale windows and fresh sums that a killed writer or learner left are
+// refreshed by the party that takes its role over.
 // Part of test_priorities (tests/CMakeLists.txt); its helpers are in priorities_helpers.hpp.
 #include "priorities_helpers.hpp"
 
@@ -198,4 +199,71 @@ TEST_CASE("sequence priorities refuse what they cannot do, with clear errors") {
   CHECK(message.find("zero_on_sample") != std::string::npos);
   // Another sequence length draws by the start's own priority, as without sequence priorities.
   s.sample(View::replay, 2, 2, 0.0, rng, b, {.prioritized = true, .zero_on_sample = true});
+}
+
+TEST_CASE("window and fresh-step trees left stale by a killed writer or learner are refreshed by whoever takes its "
+          "role over") {
+  SegmentGuard guard(unique_name("seqrepair"));
+  constexpr uint64_t kLength = 4;
+  const double inf = std::numeric_limits<double>::infinity();
+  Buffer buf = Buffer::create(guard.name(), 2, 16, kSchema,
+                              {.priority_exponent = 1.0, .initial_priority = inf, .sequence_priority_length = kLength});
+  {
+    Writer w(buf, std::vector<uint64_t>{0, 1});
+    for (int i = 0; i < 40; ++i) push(w, buf, static_cast<uint64_t>(i % 2), static_cast<float>(1 + i % 5));
+  }
+  check_windows(buf, kLength);
+  const detail::SequenceTrees t = detail::sequence_trees_of(segment_of(buf), 0);
+  const detail::PriorityTree fresh = detail::fresh_tree_of(segment_of(buf), 0);
+  // Stale window leaves, and stale sums above a fresh-tree slot, as a party killed inside its refresh or walk leaves.
+  const auto scribble = [&](uint64_t first, uint64_t last, uint64_t fresh_slot) {
+    for (uint64_t q = first; q <= last; ++q) {
+      t.max.words[t.max.leaves + q % 16].store(detail::make_leaf(q, 1e6));
+      t.mean.words[t.mean.leaves + q % 16].store(detail::make_leaf(q, 1e6));
+    }
+    for (uint64_t n = (fresh.leaves + fresh_slot) / 2; n >= 1; n /= 2) fresh.words[n].store(std::bit_cast<uint64_t>(1e9));
+  };
+  const auto windows_hold = [&](uint64_t first, uint64_t last) {
+    double max = 0;
+    double mean = 0;
+    for (uint64_t q = first; q <= last; ++q) {
+      REQUIRE(detail::window_of(t.steps, kLength, q, max, mean));
+      CHECK(detail::slot_weight(t.max, q) == max);
+      CHECK(detail::slot_weight(t.mean, q) == static_cast<double>(static_cast<float>(mean)));
+    }
+    CHECK(check_sums(t.max).empty());
+    CHECK(check_sums(t.mean).empty());
+    CHECK(check_sums(fresh).empty());
+  };
+  // A writer killed inside its refresh of step `head`, after its step leaf: a child reserves the step and stops;
+  // the leaf and stale windows are what its death leaves.
+  const pid_t child = spawn([&] {
+    Buffer b = Buffer::open(guard.name());
+    Writer w(b, std::vector<uint64_t>{0});
+    StepSlot slot = w.reserve(0);
+    for (;;) ::pause();
+  });
+  const uint64_t head = segment_of(buf).env_control(0).head.load();
+  while ((segment_of(buf).env_control(0).claimed.load() & layout::kClaimMask) != head + 1) std::this_thread::yield();
+  detail::set_new_priority(t.steps, head, 3.0);
+  scribble(head - kLength + 1, head - 1, head % 16);
+  REQUIRE(kill_and_reap(child));
+  {
+    Writer replacement(buf, std::vector<uint64_t>{0});  // takes the dead lease over and redoes the refresh
+    CHECK(replacement.takeovers() == 1);
+    windows_hold(head - kLength + 1, head);
+  }
+  // A learner killed inside update_priorities' refresh: its slot's walk word names the env.
+  const pid_t doomed = spawn([&] {
+    Buffer b = Buffer::open(guard.name());
+    Sampler s(b);
+    for (;;) ::pause();
+  });
+  while (segment_of(buf).global_control().learner_lease.load() == 0) std::this_thread::yield();
+  scribble(8, 12, 3);
+  segment_of(buf).global_control().priority_walk.store((1ull << 40) | 3);  // env 0, slot 3
+  REQUIRE(kill_and_reap(doomed));
+  Sampler next(buf);
+  CHECK(segment_of(buf).global_control().priority_walk.load() == 0);
+  windows_hold(8, 12);
 }
