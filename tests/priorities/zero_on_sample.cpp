@@ -167,5 +167,4 @@ TEST_CASE("learner ranks taking steps at once while a writer pushes deliver ever
   }
   CHECK(times.size() + positive == kEnvs * kSteps);
   CHECK(positive < 3 * 16);
-  for (const auto& rows : got) CHECK(rows.size() > 0);  // each rank took some
 }
