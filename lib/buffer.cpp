@@ -39,6 +39,26 @@ using layout::kMaxEnvs;
 
 namespace {
 
+// A consuming queue's combinations (CreateOptions::consuming_queue).
+void check_queue_arguments(const std::string& name, const Schema& schema, const CreateOptions& options) {
+  const auto refuse = [&](const std::string& what) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot create shmreplay segment '{}' as a consuming queue: {}", name, what));
+  };
+  if (options.max_times_sampled > 1) {
+    refuse(fmt::format("max_times_sampled is {}, expected 0 or 1 (a queue delivers each step once)",
+                       options.max_times_sampled));
+  }
+  for (const Field& f : schema.fields()) {
+    if (f.stacked() || f.compressed()) {
+      refuse(fmt::format("field '{}' is {}; its steps may leave the views before they are delivered, which a queue "
+                         "cannot allow",
+                         f.name, f.stacked() ? "stacked" : "compressed"));
+    }
+  }
+  if (options.rate_limit) refuse("it has a rate limiter; a queue paces its writers and learners itself");
+}
+
 // Every argument of create, checked before anything is made; returns the episode roles they name.
 // CreateOptions::initial_priority as SegmentHeader::initial_priority_bits (0: the running maximum; a fixed value,
 // 0 stored as -0.0; +infinity: never-sampled steps first), checked: only with priorities, a priority that fits an
@@ -157,6 +177,7 @@ detail::FieldRoles check_create_arguments(const std::string& name, uint64_t num_
                             "(deliveries per stored step)",
                             name, options.max_times_sampled, layout::kMaxTimesSampled));
   }
+  if (options.consuming_queue) check_queue_arguments(name, schema, options);
   if (options.rate_limit) {
     detail::check_rate_limit(*options.rate_limit, num_envs * capacity,
                              fmt::format("cannot create shmreplay segment '{}' with rate limit {}", name,
@@ -212,7 +233,8 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
                                                        options.priority_exponent.has_value(), options.stack_restarts,
                                                        options.max_learners,
                                                        {options.compressed_bytes, options.expected_compression},
-                                                       options.max_times_sampled, initial_priority_bits,
+                                                       options.consuming_queue ? 1 : options.max_times_sampled,
+                                                       options.consuming_queue, initial_priority_bits,
                                                        options.sequence_priority_length);
   // An early, clear answer for the common case; publish_name() still settles races atomically.
   struct stat existing {};
@@ -392,6 +414,7 @@ uint64_t Buffer::episode_queue_capacity() const noexcept { return segment_of(*th
 bool Buffer::has_priorities() const noexcept { return segment_of(*this).has_priorities(); }
 uint64_t Buffer::max_learners() const noexcept { return segment_of(*this).max_learners(); }
 uint64_t Buffer::max_times_sampled() const noexcept { return segment_of(*this).max_times_sampled(); }
+bool Buffer::consuming_queue() const noexcept { return segment_of(*this).consuming_queue(); }
 StackContinuity Buffer::stack_continuity() const noexcept { return segment_of(*this).stack_continuity(); }
 double Buffer::priority_exponent() const noexcept { return segment_of(*this).priority_exponent(); }
 

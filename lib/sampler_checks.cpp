@@ -44,6 +44,7 @@ void Sampler::check_batch_shape(const Buffer& buffer, const char* op, std::size_
 void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, double power,
                          const SampleOptions& options) const {
   lease_.check_process(op);
+  if (buffer_->consuming_queue() || options.consume != Consume::off) check_consume(op, options);
   if (options.episodes != Episodes::cross && !buffer_->has_episodes()) {
     throw Error(Errc::invalid_argument,
                 fmt::format("cannot {} '{}' with episodes = {}: the buffer has no episode fields (create it with "

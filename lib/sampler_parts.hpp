@@ -37,6 +37,7 @@
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/sampler.hpp"
 #include "sampler_caps.hpp"
+#include "sampler_consume.hpp"
 #include "sampler_gather.hpp"
 #include "sampler_zero.hpp"
 
@@ -233,6 +234,7 @@ struct Sampler::Scratch {
   sampler_parts::Window window;
   sampler_parts::Caps caps;  // the sample caps (sampler_caps.hpp); off without
   sampler_parts::Zeroing zeroing;  // zero-on-sample (sampler_zero.hpp); off for calls without
+  sampler_parts::ConsumeState consume;  // a consuming call's claims (sampler_consume.hpp)
 };
 
 }  // namespace shmreplay

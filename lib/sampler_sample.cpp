@@ -54,6 +54,10 @@ void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_len
 
 void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power,
                      Rng& rng, SampleBatch& out, const SampleOptions& options) {
+  if (options.consume != Consume::off) {  // a consuming queue's call (sampler_consume.cpp)
+    sample_consume(view, batch_size, sequence_length, distribution_power, rng, out, options);
+    return;
+  }
   if (!options.mixture.empty()) {  // blocks of several selectors (sampler_mixture.cpp)
     sample_mixture(view, batch_size, sequence_length, distribution_power, rng, out, options);
     return;

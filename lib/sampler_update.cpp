@@ -33,6 +33,12 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
   lease_.check_process("update");
   const Schema& schema = buffer_->schema();
   detail::check_env_id(segment_of(*buffer_), env_id, "update");
+  if (buffer_->consuming_queue()) {  // a learner killed inside an update would leave its step undeliverable
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot update step {} of env {} of '{}': it is a consuming queue, whose steps are "
+                            "delivered as pushed",
+                            step, env_id, buffer_->name()));
+  }
   if (fields.size() != schema.size()) {
     throw Error(Errc::size_mismatch, fmt::format("cannot update '{}': {} field values given, the schema has {} ({})",
                                                  buffer_->name(), fields.size(), schema.size(), schema.to_string()));

@@ -74,6 +74,9 @@ void StepSlot::commit() {
     writer_->locals_[0] = local_;  // position 0 of a "call" of one step
     writer_->admit_policy({}, 1, "commit a step of");
   }
+  if (writer_->queue_tickets_ != nullptr) {  // the step's insertion ticket: its place in the queue is its commit's
+    writer_->ticket_ = writer_->seg_->queue_control().tickets.fetch_add(1, std::memory_order_relaxed);
+  }
   if (writer_->staged_) {  // the staged kinds' fields, from the staging area they were filled in
     writer_->staged_->store_staged(local_, env_, step_, writer_->step_ends_episode(env_, step_));
   }
@@ -131,6 +134,8 @@ SHMREPLAY_ALWAYS_INLINE void Writer::finish_step(uint32_t l, uint64_t env, uint6
   if (cap_words_ != nullptr) {
     assert(next_slot_[l] == step % capacity_);
     cap_words_[env * capacity_ + next_slot_[l]].store(layout::cap_word(step, 0), std::memory_order_relaxed);
+    // A consuming queue's insertion ticket of the step (its push call's), published with it likewise.
+    if (queue_tickets_ != nullptr) queue_tickets_[env * capacity_ + next_slot_[l]].store(ticket_, std::memory_order_relaxed);
   }
   publish(l, step, now_ns);
   if (record_due) detail::emit_record(*seg_, env, step + 1);
@@ -263,6 +268,7 @@ void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> 
     for (std::size_t i = 0; i < n; ++i) admit_envs_.push_back(control_[locals_[i]]);
     wait_for_rate_limit("push to");
   }
+  if (queue_tickets_ != nullptr) admit_queue(n, "push to");
   const uint64_t now = detail::coarse_realtime_ns();
   for (std::size_t i = 0; i < n; ++i) {
     write_step(locals_[i], envs_[locals_[i]], fields, i, priorities ? priorities[i] : -1.0, now);
@@ -324,7 +330,7 @@ void Writer::push_one(uint64_t env_id, std::span<const FieldBytes> fields) {
   const uint32_t l1 = env_id < local_.size() ? local_[static_cast<std::size_t>(env_id)] : 0;
   bool direct = l1 != 0 && !reserved_[l1 - 1] && fields.size() == field_bytes_.size() &&
                 fork_generation_ == detail::fork_generation_registered() && !options_.wait_for_rate_limit &&
-                !policy_field_;
+                !policy_field_ && queue_tickets_ == nullptr;
   for (std::size_t f = 0; direct && f < fields.size(); ++f) {
     direct = fields[f].data != nullptr && fields[f].bytes == field_bytes_[f];
   }
@@ -348,6 +354,10 @@ StepSlot Writer::reserve(uint64_t env_id) {
   if (options_.wait_for_rate_limit) {
     admit_envs_.assign(1, control_[l]);
     wait_for_rate_limit("reserve a step of");
+  }
+  if (queue_tickets_ != nullptr) {
+    locals_[0] = l;  // position 0 of a "call" of one step
+    admit_queue(1, "reserve a step of");
   }
   // Where the staged kinds' fields are filled until the commit stores them (before the claim: it may throw
   // bad_alloc).

@@ -77,6 +77,15 @@ struct Mixture {
   std::array<std::size_t, kSelectors> rows(std::size_t batch) const noexcept;
 };
 
+/// The order a consuming queue (CreateOptions::consuming_queue) delivers its steps in (SampleOptions::consume).
+enum class Consume : uint8_t {
+  off,     ///< not a consuming call (the default; every sample call on a buffer that is not a consuming queue)
+  fifo,    ///< insertion order: the undelivered steps of the oldest push calls first (ties: the lower env first)
+  random,  ///< uniformly at random among the undelivered steps, without replacement within a call
+};
+/// "off", "fifo" or "random" (the Python spelling, None for off).
+std::string_view to_string(Consume consume) noexcept;
+
 /// Options of one sample call. The defaults are the behaviour of the calls without options, row for row.
 struct SampleOptions {
   /// How rows treat episode boundaries (Episodes); stop and within need a buffer with episode fields.
@@ -137,6 +146,18 @@ struct SampleOptions {
   /// window the learners published, if any (none: every step). A view with steps but none inside the window throws
   /// empty_view. invalid_argument on a buffer without a policy-version field.
   std::optional<uint64_t> max_staleness;
+  /// A consuming call (a buffer created with CreateOptions::consuming_queue, which takes no other sample call;
+  /// docs/design/consuming_queue.md): each row starts at a step no call delivered before, claimed for this call and
+  /// delivered when it returns, in insertion order (Consume::fifo) or uniformly at random (Consume::random); a step
+  /// is delivered once in total, over every learner, whatever their races and deaths. Rows are sequences as
+  /// without it (the steps after the start are context and may be delivered as starts of other rows). Only with
+  /// View::replay, distribution_power 0 and the default episodes, period, prioritized, recency, mixture and
+  /// window (invalid_argument otherwise). While fewer undelivered starts than rows are stored, the call waits for
+  /// writers up to consume_timeout_ms, then throws empty_view having delivered nothing.
+  Consume consume = Consume::off;
+  /// With consume: how long the call waits for enough undelivered steps (0: throw at once; kWaitForever: no
+  /// timeout). Ctrl-C in Python interrupts it within 50 ms.
+  uint64_t consume_timeout_ms = 10'000;
 };
 
 /// The work counters every sampling layer adds to (Sampler::stats()).

@@ -190,6 +190,23 @@ void def_buffer_reads(BufferClass& c) {
       .def(
           "rate_limit_state", [](const Buffer& b) { return b.rate_limit_state(); },
           "The rate limiter's settings, counts (inserts, samples, error) and waits, read now.")
+      .def_property_readonly(
+          "policy", [](const Buffer& b) { return policy_dict(b.policy()); },
+          "{'version', 'max_staleness', 'publishes'}: the policy version and staleness window in force, read now")
+      .def(
+          "set_policy_window",
+          [](Buffer& b, std::optional<Int<"Buffer.set_policy_window(): max_staleness">> max_staleness) {
+            PolicyState st;
+            {
+              py::gil_scoped_release release;
+              st = b.set_policy_window(max_staleness ? std::optional<uint64_t>(*max_staleness) : std::nullopt);
+            }
+            return policy_dict(st);
+          },
+          "max_staleness"_a,
+          "Set (an int) or remove (None) the staleness window, keeping the published version, for every process at "
+          "once: samples without their own max_staleness draw inside it and held writers re-check at once (what "
+          "`shmreplay limit --max-staleness` does; needs no learner slot, never paces). Returns the new policy dict.")
       .def(
           "heads",
           [](const Buffer& b) {

@@ -29,6 +29,7 @@
 #include "shmreplay/internal/caps_layout.hpp"
 #include "shmreplay/internal/layout.hpp"
 #include "shmreplay/internal/policy_layout.hpp"
+#include "shmreplay/internal/queue_layout.hpp"
 #include "shmreplay/schema.hpp"
 #include "shmreplay/vocabulary.hpp"
 
@@ -62,6 +63,7 @@ struct SegmentGeometry {
   std::array<layout::SectionDesc, layout::kMaxSections> sections{};
   uint64_t max_learners = 1;          ///< learner slots (layout 1.7)
   uint64_t max_times_sampled = 0;     ///< the sample cap (layout 1.11); 0 without
+  bool consuming_queue = false;       ///< a consuming queue (layout 1.11; the queue section)
   uint64_t learner_online_offset = 0; ///< slots 1..'s online starts, [max_learners - 1][num_envs] u64, inside the
                                       ///< learner section (0 with one slot)
   std::vector<uint64_t> field_offsets;  ///< each field's storage, in schema order (a stacked field's frame rings)
@@ -246,6 +248,15 @@ class Segment {
   const layout::CapLearner& cap_learner(uint64_t slot) const noexcept;
   /// The same, writable (a writable mapping only).
   layout::CapLearner& cap_learner(uint64_t slot) noexcept;
+  /// Whether it is a consuming queue (layout 1.11; internal/queue_layout.hpp): then max_times_sampled() is 1.
+  bool consuming_queue() const noexcept { return g_.consuming_queue; }
+  /// The consuming-queue section's parts (a consuming queue only): the segment-wide words, learner slot `slot`'s,
+  /// env `env`'s, and env `env`'s insertion tickets, [capacity], one per ring slot. Writable through a writable
+  /// mapping only.
+  layout::QueueControl& queue_control() const noexcept;
+  layout::QueueLearner& queue_learner(uint64_t slot) const noexcept;
+  layout::QueueEnv& queue_env(uint64_t env) const noexcept;
+  std::atomic<uint64_t>* queue_tickets(uint64_t env) const noexcept;
   /// The segment-wide control block (learner slot 0's lease and counters, wake word, limiter).
   const layout::GlobalControl& global_control() const noexcept;
   /// The same, writable (a writable mapping only).

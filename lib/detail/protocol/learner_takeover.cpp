@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "detail/protocol/consume.hpp"
 #include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/sequence_priorities.hpp"
@@ -70,6 +71,7 @@ void repair_dead_learner(Segment& seg, uint64_t slot) noexcept {
   }
   forget_waiters(g, me.waiters);
   me.waiting_rows.store(0, std::memory_order_relaxed);
+  if (seg.consuming_queue()) repair_dead_claims(seg, slot);  // its last call's claims: delivered or given back
   if (seg.has_priorities()) {
     finish_dead_walk(me.priority_walk, seg.num_envs(), seg.capacity(), [&](uint64_t e, uint64_t slot) {
       walk(priority_tree_of(seg, e), slot);

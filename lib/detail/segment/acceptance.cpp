@@ -93,6 +93,10 @@ Sections accept_counts(const SegmentHeader& h, LayoutVersion version, const Open
                                       kSectionsUsed, kMaxSections, major, minor));
   }
   c.max_times_sampled = in_range("max_times_sampled", h.max_times_sampled, 0, kMaxTimesSampled);  // (1.11)
+  c.consuming_queue = in_range("consuming_queue", h.consuming_queue, 0, 1) == 1;                 // (1.11)
+  if (c.consuming_queue && c.max_times_sampled != 1) {
+    v.fail(Errc::corrupt, fmt::format("a consuming queue has max_times_sampled {}, expected 1", c.max_times_sampled));
+  }
   // (1.3) alpha's bits; 0 means no priorities (alpha = 0 is stored as -0.0).
   const uint64_t exponent_bits = h.priority_exponent_bits;
   c.priorities = exponent_bits != 0;
@@ -403,6 +407,7 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
   g.sections = s.sec;
   g.max_learners = s.counts.max_learners;
   g.max_times_sampled = s.counts.max_times_sampled;
+  g.consuming_queue = s.counts.consuming_queue;
   g.initial_priority_bits = s.counts.initial_priority_bits;
   g.sequence_priority_length = s.counts.sequence_priority_length;
   g.learner_online_offset = g.max_learners > 1 ? s.sec[kSectionLearners].offset + learner_online_starts_at(g.max_learners) : 0;

@@ -27,6 +27,7 @@ struct SectionCounts {
   uint64_t max_learners = 1;
   bool priorities = false;
   uint64_t max_times_sampled = 0;  ///< the sample cap (1.11); 0 without (no sample-caps section)
+  bool consuming_queue = false;    ///< a consuming queue (1.11; the queue section; max_times_sampled is 1)
   /// SegmentHeader::initial_priority_bits (1.11): with layout::kInitialPriorityFirst, the priority section holds a
   /// second tree per env (the fresh-step trees)
   uint64_t initial_priority_bits = 0;
