@@ -57,16 +57,18 @@ void check_windows(Buffer& buf, uint64_t length) {
 
 TEST_CASE("sequence priorities stay exact while a writer pushes and two learners update priorities at once: every "
           "window leaf is its sequence's max and mean step weight, every node the sum of its children") {
+  // (The writer pushes until the learners have made 500 updates, so that their refreshes overlap its own.)
   SegmentGuard guard(unique_name("seqprio"));
   constexpr uint64_t kLength = 5;
   Buffer buf = Buffer::create(guard.name(), 2, 64, kSchema,
                               {.priority_exponent = 1.0, .sequence_priority_length = kLength, .max_learners = 3});
   CHECK(buf.sequence_priority_length() == kLength);
   std::atomic<bool> writing{true};
+  std::atomic<uint64_t> updates{0};
   std::thread writer([&] {
     Writer w(buf, std::vector<uint64_t>{0, 1});
     std::mt19937_64 gen(3);
-    for (int s = 0; s < 3000; ++s) {
+    for (int s = 0; s < 3000 || updates < 500; ++s) {  // until the learners have updated while it pushed
       for (uint64_t e = 0; e < 2; ++e) push(w, buf, e, static_cast<float>(gen() % 16) * 0.25f);
     }
     writing = false;
@@ -92,6 +94,7 @@ TEST_CASE("sequence priorities stay exact while a writer pushes and two learners
           prios.push_back(static_cast<float>(gen() % 16) * 0.5f);
         }
         s.update_priorities(envs, steps, prios);
+        ++updates;
       }
     });
   }
