@@ -106,36 +106,9 @@ TEST_CASE("with initial priority infinity, learner ranks drawing by priority whi
     }
     writing = false;
   });
-  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> got(3);
-  std::vector<std::thread> learners;
-  for (uint64_t rank = 0; rank < 3; ++rank) {
-    learners.emplace_back([&, rank] {
-      Sampler s(buf, {.rank = rank});
-      Rng rng = rank_rng(4, rank);
-      SampleBatch out;
-      for (;;) {
-        const bool last = !writing;
-        try {
-          s.sample(View::replay, 8, 1, 0.0, rng, out, {.prioritized = true});
-        } catch (const Error& e) {
-          if (e.code() != make_error_code(Errc::empty_view)) throw;
-          if (last) return;
-          std::this_thread::yield();
-          continue;
-        }
-        for (std::size_t r = 0; r < 8; ++r) got[rank].emplace_back(out.env_ids()[r], out.start_steps()[r]);
-      }
-    });
-  }
+  const auto times = drain_ranks(buf, writing, 8, {.prioritized = true});
   writer.join();
-  for (std::thread& t : learners) t.join();
-  std::map<std::pair<uint64_t, uint64_t>, int> times;
-  for (const auto& rows : got) {
-    for (const auto& cell : rows) ++times[cell];
-  }
-  uint64_t twice = 0;
-  for (const auto& [cell, k] : times) twice += k > 1 ? 1u : 0u;
-  CHECK(twice == 0);
+  CHECK(returned_twice(times) == 0);
   uint64_t fresh_left = 0;
   for (uint64_t e = 0; e < kEnvs; ++e) {
     const detail::PriorityTreeView fresh = detail::fresh_tree_of(std::as_const(segment_of(buf)), e);

@@ -130,36 +130,9 @@ TEST_CASE("learner ranks taking steps at once while a writer pushes deliver ever
     }
     writing = false;
   });
-  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> got(3);
-  std::vector<std::thread> learners;
-  for (uint64_t rank = 0; rank < 3; ++rank) {
-    learners.emplace_back([&, rank] {
-      Sampler s(buf, {.rank = rank});
-      Rng rng = rank_rng(9, rank);
-      SampleBatch out;
-      for (;;) {
-        const bool last = !writing;  // read before the call: a call after the writer ended drains the rest
-        try {
-          s.sample(View::replay, 16, 1, 0.0, rng, out, {.prioritized = true, .zero_on_sample = true});
-        } catch (const Error& e) {
-          if (e.code() != make_error_code(Errc::empty_view)) throw;
-          if (last) return;  // every step taken
-          std::this_thread::yield();
-          continue;
-        }
-        for (std::size_t r = 0; r < 16; ++r) got[rank].emplace_back(out.env_ids()[r], out.start_steps()[r]);
-      }
-    });
-  }
+  const auto times = drain_ranks(buf, writing, 16, {.prioritized = true, .zero_on_sample = true});
   writer.join();
-  for (std::thread& t : learners) t.join();
-  std::map<std::pair<uint64_t, uint64_t>, int> times;
-  for (const auto& rows : got) {
-    for (const auto& cell : rows) ++times[cell];
-  }
-  uint64_t twice = 0;
-  for (const auto& [cell, k] : times) twice += k > 1 ? 1u : 0u;
-  CHECK(twice == 0);
+  CHECK(returned_twice(times) == 0);
   // Every step delivered or still positive: a call that found fewer than its 16 rows left gave its takes back.
   uint64_t positive = 0;
   for (uint64_t e = 0; e < kEnvs; ++e) {
