@@ -158,6 +158,7 @@ struct Rounds {
   // statistics. Grows to the largest batch only.
   std::vector<uint64_t> ages;
   std::vector<uint64_t> repair_envs;  // repair_dead_updaters' scratch (grows on that path only)
+  std::vector<double> mixture_p;      // per row, its probability under the mixture (mixture_importance only)
 };
 
 // The online view's marks, for reset_online_queue(OnlineReset::sampled).

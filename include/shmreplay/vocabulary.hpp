@@ -133,6 +133,12 @@ struct SampleOptions {
   /// (SampleBatch::selector_rows), and its weights() hold, in the prioritized block, that block's importance
   /// weights (as a prioritized call of that many rows computes them), 1 in the other blocks.
   Mixture mixture;
+  /// With a mixture: every row's importance weight from the mixture's own probability, (N P)^-beta over the batch's
+  /// largest with P = sum over selectors s of (rows_s / B) P_s(row), each P_s from a snapshot of s's view taken after
+  /// the draws (so the whole batch is corrected toward uniform), instead of the prioritized block's weights alone
+  /// (false, the default). Needs each selector's weight of any start in closed form: period 1, and episodes = cross
+  /// or sequence_length 1 (invalid_argument otherwise, and without a mixture).
+  bool mixture_importance = false;
   /// In a buffer with a rate limiter (shmreplay/rate_limit.hpp): how long the call waits while the limiter holds
   /// it back (too few steps stored, or the learner ahead of the writers), woken by writers across processes, before
   /// it throws Error(rate_limited) naming the reason. 0: never wait, throw at once ("not now"). The whole batch

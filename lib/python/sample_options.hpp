@@ -174,6 +174,10 @@ inline constexpr std::array kSampleOptions = {
         "a per-batch mixture of selectors, {'uniform': f, 'prioritized': f, 'recency': f, 'online': f} (fractions "
         "of the batch, normalized; rows by largest remainder), one block of rows each in that order; "
         "batch.selector_rows tells the blocks, and batch.weights holds the prioritized block's importance weights."),
+    option<&SampleOptions::mixture_importance, FlagOption>(
+        "mixture_importance", kSample | kSampleTransitions,
+        "with a mixture, every row's importance weight from the mixture's own probability (the whole batch corrected "
+        "toward uniform) instead of the prioritized block's alone (period 1; episodes='cross' or single steps)."),
     option<&SampleOptions::rate_limit_timeout_ms, SecondsOption>(
         "rate_limit_timeout", kDrawCalls,
         "in a buffer with a rate limiter, the seconds the call waits for it (0: RateLimited at once when it holds "

@@ -66,3 +66,18 @@ def test_sequence_priorities_weigh_a_start_by_eta_max_plus_one_minus_eta_mean(na
             assert got == pytest.approx(total, rel=1e-6)
         with pytest.raises(shmreplay.InvalidArgument, match="sequence_priority_eta"):
             s.sample("replay", 2, 3, prioritized=True, sequence_priority_eta=2.0)
+
+
+def test_mixture_importance_weighs_every_row_by_the_whole_mixtures_probability(name):
+    buf = shmreplay.Buffer.create(name, 1, 32, SCHEMA, priority_exponent=1.0)
+    with shmreplay.Writer(buf, [0]) as w, shmreplay.Sampler(buf, seed=2) as s:
+        push(w, 0, [1.0 + (i % 4) for i in range(32)])
+        mix = {"uniform": 0.5, "prioritized": 0.5}
+        b = s.sample_transitions("replay", 64, mixture=mix, mixture_importance=True, beta=1.0)
+        # P = 0.5 / 32 + 0.5 * priority / sum: the weight is min P / P, so a row's weight falls as its priority rises.
+        total = sum(1.0 + (i % 4) for i in range(32))
+        p = 0.5 / 32 + 0.5 * (1.0 + b.starts % 4) / total
+        np.testing.assert_allclose(b.weights, p.min() / p, rtol=1e-5)
+        assert b.weights[: b.rows // 2].min() < 1.0  # the uniform block is weighed too
+        with pytest.raises(shmreplay.InvalidArgument, match="mixture_importance"):
+            s.sample_transitions("replay", 4, mixture_importance=True)

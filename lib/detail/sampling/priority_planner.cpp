@@ -40,6 +40,16 @@ bool PriorityPlanner::sum_windows() {
   return total_ > 0 && std::isfinite(total_);
 }
 
+double PriorityPlanner::weight_of(std::size_t env, uint64_t start) const noexcept {
+  const EnvView v = views_[env];
+  if (start < v.lo || start >= v.hi) return 0.0;
+  if (windows_) {
+    const SequenceTreesView t = trees_->windows(env);
+    return eta_ * slot_weight(t.max, start) + (1 - eta_) * slot_weight(t.mean, start);
+  }
+  return slot_weight(drawn_tree(env), start);
+}
+
 std::optional<Draw> PriorityPlanner::draw_window(Rng& rng) {
   for (uint32_t tries = 0; tries < kMaxTries; ++tries) {
     const double u = uniform01(rng) * total_;

@@ -63,6 +63,9 @@ class PriorityPlanner final : public Planner {
   /// The last prepare's total, also when it returned false (0, or not finite in a damaged segment); while fresh
   /// steps are drawn, their number.
   double total_weight() override { return total_; }
+  /// The start's leaf in the tree(s) the snapshot's draws use: its fresh leaf, its window leaves mixed by eta, or its
+  /// priority leaf; 0 outside the view.
+  double weight_of(std::size_t env, uint64_t start) const noexcept override;
   /// Whether the last prepare's snapshot held fresh steps, so that its draws are of those.
   bool drawing_fresh() const noexcept { return fresh_; }
 

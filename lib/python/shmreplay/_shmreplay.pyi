@@ -280,8 +280,8 @@ class Sampler:
     def sample(self, view: str, batch_size: int, sequence_length: int, power: float = ..., *, episodes: str = ...,
                period: int = ..., min_steps: int = ..., prioritized: bool = ..., beta: float = ...,
                zero_on_sample: bool = ..., sequence_priority_eta: float = ..., recency_half_life: float = ...,
-               mixture: dict[str, float] = ..., rate_limit_timeout: float = ..., max_staleness: Optional[int] = ...,
-               out: Optional[Batch] = ...) -> Batch: ...
+               mixture: dict[str, float] = ..., mixture_importance: bool = ..., rate_limit_timeout: float = ...,
+               max_staleness: Optional[int] = ..., out: Optional[Batch] = ...) -> Batch: ...
     def sample_mixed(self, replay_batch: int, online_batch: int, sequence_length: int, power: float = ..., *,
                      episodes: str = ..., period: int = ..., min_steps: int = ..., prioritized: bool = ...,
                      beta: float = ..., zero_on_sample: bool = ..., sequence_priority_eta: float = ...,
@@ -290,7 +290,8 @@ class Sampler:
     def sample_transitions(self, view: str, batch_size: int, *, prioritized: bool = ..., beta: float = ...,
                            zero_on_sample: bool = ..., sequence_priority_eta: float = ...,
                            recency_half_life: float = ..., mixture: dict[str, float] = ...,
-                           rate_limit_timeout: float = ..., max_staleness: Optional[int] = ...,
+                           mixture_importance: bool = ..., rate_limit_timeout: float = ...,
+                           max_staleness: Optional[int] = ...,
                            out: Optional[Batch] = ...) -> Batch: ...
     def total_weight(self, view: str, sequence_length: int, power: float = ..., *, episodes: str = ...,
                      period: int = ..., min_steps: int = ..., prioritized: bool = ...,
