@@ -23,6 +23,7 @@
 #include "detail/os/process.hpp"
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/priorities.hpp"
+#include "detail/protocol/sequence_priorities.hpp"
 #include "shmreplay/internal/caps_layout.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "detail/protocol/seqlock.hpp"
@@ -196,17 +197,25 @@ const float* Writer::copy_priorities(std::size_t count, std::span<const float> p
 }
 
 // The writer half of the priority protocol for a claimed step: its leaf and the walk, before the head store.
-// A negative priority means the running maximum. The priority was checked (priority_fits) by the caller.
+// A negative priority means none was given (CreateOptions::initial_priority). The priority was checked
+// (priority_fits) by the caller.
 void Writer::set_priority(uint64_t env, uint64_t step, double priority) noexcept {
   if (!has_priorities_) return;
   layout::GlobalControl& g = seg_->global_control();
-  if (priority < 0) {
-    priority = detail::max_priority(g.max_priority);
+  if (priority < 0) {  // none given: CreateOptions::initial_priority, a fixed one or the running maximum
+    const std::optional<double> initial = seg_->initial_priority();
+    priority = initial && !seg_->fresh_trees() ? *initial : detail::max_priority(g.max_priority);
   } else {
     detail::raise_max_priority(g.max_priority, priority);
   }
   detail::set_new_priority(detail::priority_tree_of(*seg_, env), step,
                            detail::priority_weight(priority, seg_->priority_exponent()));
+  // Initial priority +infinity: the step is fresh (drawn before any step a prioritized draw has returned).
+  if (seg_->fresh_trees()) detail::set_new_priority(detail::fresh_tree_of(*seg_, env), step, 1.0);
+  // Sequence priorities: the windows that hold the step (starts step - L + 1 .. step), its own first.
+  if (seg_->sequence_priority_length() != 0) {
+    detail::refresh_windows(detail::sequence_trees_of(*seg_, env), step, step, step);
+  }
 }
 
 template <class Id>

@@ -74,6 +74,20 @@ struct CreateOptions {
   /// SampleOptions::prioritized; Writer::push with priorities; Sampler::update_priorities). Costs 16 bytes per
   /// ring slot (rounded up to a power of two per env). Without, the buffer is as before.
   std::optional<double> priority_exponent;
+  /// The priority of a step pushed without one (layout 1.11; a buffer with priorities): nullopt (the default), the
+  /// running maximum, the largest priority given so far (Schaul et al.); a fixed value in [0, FLT_MAX] (a step at 0 is
+  /// drawn by priority only once a learner raises it); or +infinity, DreamerV3's "initial priority infinity": a
+  /// step that no prioritized draw has returned yet is drawn before any other (uniformly among such steps, by any
+  /// learner, exactly once: docs/design/priorities.md, "Initial priorities"), and enters the priority tree at the
+  /// running maximum for the draws after. +infinity costs a second tree per env (16 bytes per ring slot).
+  std::optional<double> initial_priority;
+  /// Sequence priorities (layout 1.11; a buffer with priorities; R2D2): with L (1 to the capacity), a prioritized
+  /// sample of sequence_length L draws a start q with weight eta * max + (1 - eta) * mean of the step weights
+  /// priority^alpha of the sequence's stored steps [q, q + L) (SampleOptions::sequence_priority_eta, 0.9 by
+  /// default), exactly as steps arrive and priorities change: two more sum trees per env, refreshed by every writer
+  /// and learner that changes a step's priority (docs/design/priorities.md, "Sequence priorities"). Costs 32 bytes
+  /// per ring slot and O(L) work per pushed step and per updated run of steps. 0, the default: none.
+  uint64_t sequence_priority_length = 0;
   /// A rate limiter (layout 1.4; shmreplay/rate_limit.hpp): samples per inserted step within an error buffer,
   /// and/or no sampling before a minimum size, counted across every process. Changeable later
   /// (Buffer::set_rate_limit, `shmreplay limit`). Without, nothing is limited or counted.
@@ -249,6 +263,11 @@ class Buffer {
   bool consuming_queue() const noexcept;
   /// How writers tell that a stacked field's stack continues the previous step's (CreateOptions::stack_continuity).
   StackContinuity stack_continuity() const noexcept;
+  /// CreateOptions::initial_priority: nullopt (the running maximum), a fixed priority, or +infinity (never-sampled
+  /// steps first). Layout 1.11.
+  std::optional<double> initial_priority() const noexcept;
+  /// CreateOptions::sequence_priority_length: L of sequence priorities; 0 without. Layout 1.11.
+  uint64_t sequence_priority_length() const noexcept;
   /// Alpha, the priority exponent (a sampling weight is priority^alpha); 0 without priorities.
   double priority_exponent() const noexcept;
   /// Leaves of each env's priority tree: bit_ceil(capacity), 0 without priorities.

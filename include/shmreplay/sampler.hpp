@@ -338,6 +338,11 @@ class Sampler {
   void check_args(const char* op, std::size_t rows, std::size_t length, double power,
                   const SampleOptions& options = {}) const;
   void check_recency(const char* op, std::size_t length, const SampleOptions& options) const;
+  void check_priority_selectors(const char* op, std::size_t length, const SampleOptions& options) const;
+  void refresh_updated_windows() noexcept;  // sequence priorities, after update_priorities (sampler_update.cpp)
+  void mixture_probabilities(View view, std::size_t length, double power,
+                             const std::array<std::size_t, kSelectors>& rows, const SampleOptions& options,
+                             SampleBatch& out);  // SampleOptions::mixture_importance (sampler_mixture.cpp)
   static void finish_weights(SampleBatch& out, double beta, std::size_t first, std::size_t count) noexcept;
   // A batch of a mixture of selectors (lib/sampler_mixture.cpp), and the selector of a call without one.
   void sample_mixture(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power,

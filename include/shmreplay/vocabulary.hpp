@@ -105,6 +105,19 @@ struct SampleOptions {
   /// beta, the importance-sampling exponent of a prioritized sample (finite, >= 0; 0 gives weights of 1). Any
   /// such beta gives weights in [0, 1]: they are computed as (smallest N * P / N * P)^beta.
   double importance_exponent = 0.4;
+  /// Zero-on-sample (DreamerV3's prioritized selector): each row a prioritized draw returns has its start step's
+  /// priority set to 0 once its copy is validated, so that step is not drawn by priority again until its priority
+  /// is raised (update_priorities). Exact under several learner ranks: the 0 is set by a compare-and-swap from the
+  /// positive weight the draw found, so of two ranks that draw one step at once, exactly one returns it; the other's
+  /// row is drawn again from the steps still positive. A batch is so a draw without replacement (each row by
+  /// priority among the steps no row has taken). A call that throws gives its steps their weights back. Needs
+  /// prioritized (or a mixture with prioritized rows, whose block it applies to; invalid_argument otherwise). A view
+  /// whose every step was taken throws empty_view (every stored step has priority 0).
+  bool zero_on_sample = false;
+  /// Sequence priorities (a buffer created with CreateOptions::sequence_priority_length L; R2D2): a prioritized
+  /// draw of sequence_length L weighs a start by eta * max + (1 - eta) * mean of the step weights priority^alpha of
+  /// its sequence's stored steps, eta this value (in [0, 1]; invalid_argument otherwise). Other calls ignore it.
+  double sequence_priority_eta = 0.9;
   /// Recency sampling, in steps (0: off, the default): a start p of an env whose view ends at head h is drawn with
   /// weight min(r, L)^distribution_power * 2^(-age / recency_half_life), where age = h - 1 - p (the env's newest
   /// step has age 0; each env's age counts its own steps) and r the steps left (as without it): a start half a
@@ -120,6 +133,12 @@ struct SampleOptions {
   /// (SampleBatch::selector_rows), and its weights() hold, in the prioritized block, that block's importance
   /// weights (as a prioritized call of that many rows computes them), 1 in the other blocks.
   Mixture mixture;
+  /// With a mixture: every row's importance weight from the mixture's own probability, (N P)^-beta over the batch's
+  /// largest with P = sum over selectors s of (rows_s / B) P_s(row), each P_s from a snapshot of s's view taken after
+  /// the draws (so the whole batch is corrected toward uniform), instead of the prioritized block's weights alone
+  /// (false, the default). Needs each selector's weight of any start in closed form: period 1, and episodes = cross
+  /// or sequence_length 1 (invalid_argument otherwise, and without a mixture).
+  bool mixture_importance = false;
   /// In a buffer with a rate limiter (shmreplay/rate_limit.hpp): how long the call waits while the limiter holds
   /// it back (too few steps stored, or the learner ahead of the writers), woken by writers across processes, before
   /// it throws Error(rate_limited) naming the reason. 0: never wait, throw at once ("not now"). The whole batch

@@ -169,6 +169,14 @@ inline constexpr std::array kSampleOptions = {
         "beta", kDrawCalls,
         "the importance-sampling exponent of a prioritized sample (finite, >= 0): weights in [0, 1] for any beta.",
         {{{"importance_exponent", AliasKind::name, "C++: SampleOptions::importance_exponent"}}}),
+    option<&SampleOptions::zero_on_sample, FlagOption>(
+        "zero_on_sample", kDrawCalls,
+        "with prioritized (or a mixture's prioritized rows), set each returned row's start step's priority to 0 once "
+        "copied, so no learner draws it by priority again until update_priorities raises it (DreamerV3)."),
+    option<&SampleOptions::sequence_priority_eta, NumberOption>(
+        "sequence_priority_eta", kDrawCalls | kTotalWeight,
+        "in a buffer with sequence priorities, a prioritized start of sequence_priority_length steps weighs eta * max "
+        "+ (1 - eta) * mean of its sequence's priority**alpha (R2D2's 0.9 by default; in [0, 1])."),
     option<&SampleOptions::recency_half_life, NumberOption>(
         "recency_half_life", kDrawCalls | kTotalWeight,
         "recency sampling (0: off): a start weighs min(steps left, sequence_length)**power * "
@@ -179,6 +187,10 @@ inline constexpr std::array kSampleOptions = {
         "a per-batch mixture of selectors, {'uniform': f, 'prioritized': f, 'recency': f, 'online': f} (fractions "
         "of the batch, normalized; rows by largest remainder), one block of rows each in that order; "
         "batch.selector_rows tells the blocks, and batch.weights holds the prioritized block's importance weights."),
+    option<&SampleOptions::mixture_importance, FlagOption>(
+        "mixture_importance", kSample | kSampleTransitions,
+        "with a mixture, every row's importance weight from the mixture's own probability (the whole batch corrected "
+        "toward uniform) instead of the prioritized block's alone (period 1; episodes='cross' or single steps)."),
     option<&SampleOptions::rate_limit_timeout_ms, SecondsOption>(
         "rate_limit_timeout", kDrawCalls,
         "in a buffer with a rate limiter, the seconds the call waits for it (0: RateLimited at once when it holds "

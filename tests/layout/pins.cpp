@@ -52,8 +52,10 @@ TEST_CASE("layout 1.10: SegmentHeader sizes and offsets are pinned") {
   CHECK(offsetof(SegmentHeader, max_learners) == 384);  // 1.7: 272; 1.8: 288; 1.10: after the sixteenth entry
   CHECK(offsetof(SegmentHeader, max_times_sampled) == 392);  // 1.11: a reserved word
   CHECK(offsetof(SegmentHeader, consuming_queue) == 400);  // 1.11: a reserved word
-  CHECK(offsetof(SegmentHeader, reserved) == 408);
-  CHECK(sizeof(SegmentHeader::reserved) == 5 * 8);
+  CHECK(offsetof(SegmentHeader, initial_priority_bits) == 408);  // 1.11: a reserved word
+  CHECK(offsetof(SegmentHeader, sequence_priority_length) == 416);  // 1.11: a reserved word
+  CHECK(offsetof(SegmentHeader, reserved) == 424);
+  CHECK(sizeof(SegmentHeader::reserved) == 3 * 8);
   CHECK(sizeof(SectionDesc) == 16);
   CHECK(kMaxSections == 16);
   CHECK(kSectionFields == 0);

@@ -16,10 +16,13 @@
 
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cassert>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +75,8 @@ struct SegmentGeometry {
   uint64_t episode_queue_capacity = 0;  ///< 0 without episode fields
   uint64_t priority_leaves = 0;     ///< bit_ceil(capacity) with priorities, else 0
   double priority_exponent = 0.0;  ///< alpha; 0 without priorities
+  uint64_t initial_priority_bits = 0;  ///< SegmentHeader::initial_priority_bits (layout 1.11)
+  uint64_t sequence_priority_length = 0;  ///< SegmentHeader::sequence_priority_length (layout 1.11); 0 without
 };
 
 /// One process's mapping of a validated segment: its geometry and the accessors to its sections' words (see the
@@ -115,6 +120,16 @@ class Segment {
   double priority_exponent() const noexcept { return g_.priority_exponent; }
   /// Leaves of each env's priority tree: bit_ceil(capacity), 0 without priorities.
   uint64_t priority_leaves() const noexcept { return g_.priority_leaves; }
+  /// CreateOptions::initial_priority (layout 1.11): nullopt, the running maximum; a fixed priority; or +infinity,
+  /// never-sampled steps first (then fresh_trees()).
+  std::optional<double> initial_priority() const noexcept {
+    if (g_.initial_priority_bits == 0) return std::nullopt;
+    return std::abs(std::bit_cast<double>(g_.initial_priority_bits));
+  }
+  /// Whether each env has a fresh-step tree beside its priority tree (initial priority +infinity; layout 1.11).
+  bool fresh_trees() const noexcept { return g_.initial_priority_bits == layout::kInitialPriorityFirst; }
+  /// L of sequence priorities (CreateOptions::sequence_priority_length; layout 1.11); 0 without.
+  uint64_t sequence_priority_length() const noexcept { return g_.sequence_priority_length; }
   /// Field `field`'s storage kind (layout::kStoragePlainRing, ...; lib/detail/storage/storage_kinds.cpp).
   uint32_t field_kind(std::size_t field) const noexcept { return g_.field_kinds[field]; }
   /// Byte offset of each field's storage in the segment, in schema order.
@@ -270,6 +285,25 @@ class Segment {
   const std::atomic<uint64_t>* priority_tree(uint64_t env) const noexcept;
   /// The same, writable (a writable mapping only).
   std::atomic<uint64_t>* priority_tree(uint64_t env) noexcept;
+  /// The env's fresh-step tree words, 2 * priority_leaves() of them, after every env's priority tree (layout 1.11):
+  /// leaf weight 1 for a step no prioritized draw has returned yet, 0 after. Precondition: fresh_trees().
+  const std::atomic<uint64_t>* fresh_tree(uint64_t env) const noexcept {
+    return priority_tree(env) + g_.num_envs * 2 * g_.priority_leaves;
+  }
+  /// The same, writable (a writable mapping only).
+  std::atomic<uint64_t>* fresh_tree(uint64_t env) noexcept {
+    return priority_tree(env) + g_.num_envs * 2 * g_.priority_leaves;
+  }
+  /// The env's window tree `kind` (0: window max, 1: window mean) of sequence priorities, after the priority and
+  /// fresh-step trees (layout 1.11; detail/protocol/sequence_priorities.hpp). Precondition:
+  /// sequence_priority_length() > 0.
+  const std::atomic<uint64_t>* window_tree(uint64_t kind, uint64_t env) const noexcept {
+    return priority_tree(env) + (1 + (fresh_trees() ? 1 : 0) + kind) * g_.num_envs * 2 * g_.priority_leaves;
+  }
+  /// The same, writable (a writable mapping only).
+  std::atomic<uint64_t>* window_tree(uint64_t kind, uint64_t env) noexcept {
+    return priority_tree(env) + (1 + (fresh_trees() ? 1 : 0) + kind) * g_.num_envs * 2 * g_.priority_leaves;
+  }
 
  private:
   void unmap() noexcept;

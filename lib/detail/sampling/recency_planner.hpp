@@ -44,6 +44,11 @@ class RecencyPlanner final : public Planner {
   /// The weight of a start with `age` steps of age and `left` steps left (<= L) under the last prepare, in
   /// the units total_weight() returns: what a draw returns it with, times total_weight(). For tests and mixtures.
   double weight(uint64_t age, uint64_t left) const noexcept;
+  /// weight(age, left) of a start in the view (its age behind the env's newest step, its steps left); 0 outside.
+  double weight_of(std::size_t env, uint64_t start) const noexcept override {
+    const EnvView v = views_[env];
+    return start < v.lo || start >= v.hi ? 0.0 : weight(v.hi - 1 - start, v.hi - start);
+  }
 
  private:
   void ensure_table(std::size_t length, double power, uint64_t scale);

@@ -118,19 +118,21 @@ void queues_construct(std::byte* start, const SectionCounts& c) {
   construct_blocks<EpisodeRecordSlot>(start, c.num_envs * c.queue_capacity);
 }
 
-// -- the priority trees (1.3): one sum tree of 2 x bit_ceil(capacity) words per env; absent without priorities --
+// -- the priority trees (1.3): one sum tree of 2 x bit_ceil(capacity) words per env, then (1.11, initial priority
+//    infinity) one fresh-step tree per env; absent without priorities --
 
 std::optional<uint64_t> priorities_bytes(const SectionCounts& c) {
   if (!c.priorities) return 0;
   if (c.capacity > kMaxCapacity) return std::nullopt;  // bit_ceil would overflow
-  return mul(mul(c.num_envs, 2 * std::bit_ceil(c.capacity)), sizeof(uint64_t));
+  return mul(mul(mul(c.num_envs, c.priority_trees()), 2 * std::bit_ceil(c.capacity)), sizeof(uint64_t));
 }
 std::string priorities_explain(const SectionCounts& c) {
   return fmt::format("{} envs x {} steps {}", c.num_envs, c.capacity,
-                     c.priorities ? "with priorities" : "without priorities");
+                     !c.priorities ? "without priorities"
+                                   : fmt::format("with priorities, {} trees per env", c.priority_trees()));
 }
 void priorities_construct(std::byte* start, const SectionCounts& c) {
-  zero_atomics(start, c.num_envs * 2 * std::bit_ceil(c.capacity));
+  zero_atomics(start, c.num_envs * c.priority_trees() * 2 * std::bit_ceil(c.capacity));
 }
 
 // -- the policy section (1.11): every buffer --

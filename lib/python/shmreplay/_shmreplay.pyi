@@ -115,7 +115,8 @@ class Buffer:
                populate_progress: Optional[Callable[[int, int], None]] = ..., stack_restarts: int = ...,
                stack_continuity: str = ..., max_learners: int = ..., compressed_bytes: int = ...,
                expected_compression: float = ..., policy_version: Optional[str] = ...,
-               max_times_sampled: int = ..., consuming_queue: bool = ...) -> Buffer: ...
+               max_times_sampled: int = ..., initial_priority: Optional[float] = ...,
+               sequence_priority_length: int = ..., consuming_queue: bool = ...) -> Buffer: ...
     @staticmethod
     def open(name: str, *, schema: Optional[Union[Schema, str]] = ..., read_only: bool = ..., ready_timeout: float = ...,
              allow_other_owner: bool = ...) -> Buffer: ...
@@ -157,6 +158,10 @@ class Buffer:
     def consuming_queue(self) -> bool: ...
     @property
     def max_times_sampled(self) -> int: ...
+    @property
+    def initial_priority(self) -> Optional[float]: ...
+    @property
+    def sequence_priority_length(self) -> int: ...
     @property
     def policy(self) -> dict[str, Optional[int]]: ...
     def set_policy_window(self, max_staleness: Optional[int]) -> dict[str, Optional[int]]: ...
@@ -281,20 +286,25 @@ class Sampler:
     def seed(self, seed: int) -> None: ...
     def sample(self, view: str, batch_size: int, sequence_length: int, power: float = ..., *, episodes: str = ...,
                period: int = ..., min_steps: int = ..., prioritized: bool = ..., beta: float = ...,
-               recency_half_life: float = ..., mixture: dict[str, float] = ..., rate_limit_timeout: float = ...,
+               zero_on_sample: bool = ..., sequence_priority_eta: float = ..., recency_half_life: float = ...,
+               mixture: dict[str, float] = ..., mixture_importance: bool = ..., rate_limit_timeout: float = ...,
                max_staleness: Optional[int] = ..., consume: Optional[str] = ..., consume_timeout: float = ...,
                out: Optional[Batch] = ...) -> Batch: ...
     def sample_mixed(self, replay_batch: int, online_batch: int, sequence_length: int, power: float = ..., *,
                      episodes: str = ..., period: int = ..., min_steps: int = ..., prioritized: bool = ...,
-                     beta: float = ..., recency_half_life: float = ..., rate_limit_timeout: float = ...,
+                     beta: float = ..., zero_on_sample: bool = ..., sequence_priority_eta: float = ...,
+                     recency_half_life: float = ..., rate_limit_timeout: float = ...,
                      max_staleness: Optional[int] = ..., out: Optional[Batch] = ...) -> Batch: ...
     def sample_transitions(self, view: str, batch_size: int, *, prioritized: bool = ..., beta: float = ...,
+                           zero_on_sample: bool = ..., sequence_priority_eta: float = ...,
                            recency_half_life: float = ..., mixture: dict[str, float] = ...,
-                           rate_limit_timeout: float = ..., max_staleness: Optional[int] = ...,
-                           consume: Optional[str] = ..., consume_timeout: float = ...,
+                           mixture_importance: bool = ..., rate_limit_timeout: float = ...,
+                           max_staleness: Optional[int] = ..., consume: Optional[str] = ...,
+                           consume_timeout: float = ...,
                            out: Optional[Batch] = ...) -> Batch: ...
     def total_weight(self, view: str, sequence_length: int, power: float = ..., *, episodes: str = ...,
-                     period: int = ..., min_steps: int = ..., prioritized: bool = ..., recency_half_life: float = ...,
+                     period: int = ..., min_steps: int = ..., prioritized: bool = ...,
+                     sequence_priority_eta: float = ..., recency_half_life: float = ...,
                      max_staleness: Optional[int] = ...) -> float: ...
     def publish_policy(self, version: int, max_staleness: Optional[int] = ..., *, pace: bool = ...,
                        pace_timeout: float = ..., max_lag: Optional[int] = ...) -> dict[str, Optional[int]]: ...
