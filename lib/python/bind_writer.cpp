@@ -61,25 +61,9 @@ void bind_step_slot(py::module_& m) {
       });
 }
 
-// Writer.range, the limiter's settings, and the writer's envs, buffer, takeovers, restarts and heads.
-void def_writer_properties(WriterClass& c) {
-  c.def_static(
-          "range",
-          [](std::shared_ptr<Buffer> buffer, Int<"Writer.range(): first"> first, Int<"Writer.range(): count"> count,
-             bool wait_for_rate_limit,
-             double rate_limit_timeout, double policy_timeout, double queue_timeout) {
-            auto w = std::make_shared<PyWriter>();
-            w->buffer = buffer;
-            const WriterOptions o =
-                writer_options(wait_for_rate_limit, rate_limit_timeout, policy_timeout, queue_timeout);
-            py::gil_scoped_release release;
-            w->writer.emplace(Writer::range(*buffer, first, count, o));
-            return w;
-          },
-          "buffer"_a, "first"_a, "count"_a, py::kw_only(), "wait_for_rate_limit"_a = false,
-          "rate_limit_timeout"_a = 10.0, "policy_timeout"_a = 10.0, "queue_timeout"_a = 10.0,
-          "Lease env ids first .. first+count-1.")
-      .def_property(
+// The waits' settings: whether pushes wait for the rate limiter, and how long each wait lasts.
+void def_writer_waits(WriterClass& c) {
+  c.def_property(
           "wait_for_rate_limit", [](PyWriter& w) { return w.get("wait_for_rate_limit").options().wait_for_rate_limit; },
           [](PyWriter& w, bool on) {
             const auto lock = lock_holding_gil(w.mu);
@@ -122,7 +106,27 @@ void def_writer_properties(WriterClass& c) {
             writer.set_options(o);
           },
           "in a consuming queue, seconds a push waits for a learner to consume the step in its ring slot before "
-          "RateLimited (0: at once; inf: no timeout; Ctrl-C interrupts a wait)")
+          "RateLimited (0: at once; inf: no timeout; Ctrl-C interrupts a wait)");
+}
+
+// Writer.range, and the writer's envs, buffer, takeovers, restarts and heads.
+void def_writer_properties(WriterClass& c) {
+  c.def_static(
+          "range",
+          [](std::shared_ptr<Buffer> buffer, Int<"Writer.range(): first"> first, Int<"Writer.range(): count"> count,
+             bool wait_for_rate_limit,
+             double rate_limit_timeout, double policy_timeout, double queue_timeout) {
+            auto w = std::make_shared<PyWriter>();
+            w->buffer = buffer;
+            const WriterOptions o =
+                writer_options(wait_for_rate_limit, rate_limit_timeout, policy_timeout, queue_timeout);
+            py::gil_scoped_release release;
+            w->writer.emplace(Writer::range(*buffer, first, count, o));
+            return w;
+          },
+          "buffer"_a, "first"_a, "count"_a, py::kw_only(), "wait_for_rate_limit"_a = false,
+          "rate_limit_timeout"_a = 10.0, "policy_timeout"_a = 10.0, "queue_timeout"_a = 10.0,
+          "Lease env ids first .. first+count-1.")
       .def_property_readonly("env_ids",
                              [](PyWriter& w) {
                                const auto& ids = w.get("env_ids").env_ids();
@@ -226,6 +230,7 @@ void bind_writer(py::module_& m) {
         return false;
       });
   def_writer_properties(writer);
+  def_writer_waits(writer);
   def_writer_reserve(writer);
   add_push_methods(m, writer);  // push and push_one (push_call.cpp)
 }
