@@ -235,6 +235,8 @@ SegmentInfo Inspector::snapshot() const {
   const layout::GlobalControl& g = segment_of(b).global_control();
   if (b.has_priorities()) {
     s.priority_exponent = b.priority_exponent();
+    s.initial_priority = b.initial_priority();
+    s.sequence_priority_length = b.sequence_priority_length();
     s.max_priority = detail::max_priority(g.max_priority);
     s.priority_updates = g.priority_updates.load(std::memory_order_relaxed);
     s.priority_updates_dropped = g.priority_updates_dropped.load(std::memory_order_relaxed);

@@ -194,6 +194,10 @@ struct SegmentInfo {
   double priority_total = 0.0;          ///< sum of priority^alpha over every env's replay view
   uint64_t priority_updates = 0;        ///< priorities the learner set (Sampler::update_priorities)
   uint64_t priority_updates_dropped = 0;  ///< ... refused because the step had been overwritten
+  /// New steps' priority (layout 1.11, CreateOptions::initial_priority): nullopt the running maximum, a value, or
+  /// +infinity (never-sampled steps first).
+  std::optional<double> initial_priority;
+  uint64_t sequence_priority_length = 0;  ///< L of sequence priorities (layout 1.11); 0 without
   // The rate limiter (layout 1.4): its settings (limit is nullopt without one), counts and waits.
   RateLimitState rate_limit;  ///< the rate limiter's settings (limit: nullopt without one), counts and waits
   PolicyInfo policy;          ///< policy versions (layout 1.11): the published version and window, the holds

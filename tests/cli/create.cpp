@@ -336,3 +336,42 @@ TEST_CASE("--learners, --stack-restarts and --episode-queue take non-negative de
     CHECK_FALSE(Buffer::exists(name));
   }
 }
+
+TEST_CASE("create takes the sampling policies (initial priority, sequence priorities, consuming queue) and info "
+          "shows them") {
+  const std::string name = unique_name("cli-prio-policies");
+  SegmentGuard guard(name);
+  REQUIRE(run_cli({"create", name, "--envs", "2", "--capacity", "32", "--schema", "x:u8", "--priority-exponent",
+                   "0.6", "--initial-priority", "inf", "--sequence-priority-length", "4"}).exit_code == 0);
+  {
+    const Buffer b = Buffer::open(name, {.read_only = true});
+    REQUIRE(b.initial_priority().has_value());
+    CHECK(std::isinf(*b.initial_priority()));
+    CHECK(b.sequence_priority_length() == 4);
+  }
+  CHECK(contains(run_cli({"info", name}).out, "new steps at drawn first (inf); sequence priorities over 4 steps"));
+  const json j = parse_json(run_cli({"info", name, "--json"}).out);
+  CHECK(j["priorities"]["initial_priority"] == "inf");
+  CHECK(j["priorities"]["sequence_priority_length"] == 4);
+
+  const std::string fixed = unique_name("cli-prio-fixed");
+  SegmentGuard fixed_guard(fixed);
+  REQUIRE(run_cli({"create", fixed, "--envs", "1", "--capacity", "8", "--schema", "x:u8", "--priority-exponent", "1",
+                   "--initial-priority", "2.5"}).exit_code == 0);
+  CHECK(contains(run_cli({"info", fixed}).out, "new steps at 2.5;"));
+  CHECK(parse_json(run_cli({"info", fixed, "--json"}).out)["priorities"]["initial_priority"] == 2.5);
+
+  const std::string queue = unique_name("cli-queue");
+  SegmentGuard queue_guard(queue);
+  REQUIRE(run_cli({"create", queue, "--envs", "1", "--capacity", "8", "--schema", "x:u8", "--consuming-queue"})
+              .exit_code == 0);
+  CHECK(Buffer::open(queue, {.read_only = true}).consuming_queue());
+  CHECK(contains(run_cli({"info", queue}).out, "consuming queue"));
+  CHECK(parse_json(run_cli({"info", queue, "--json"}).out)["consuming_queue"] == true);
+  // What the library refuses is refused with its message: an initial priority needs priorities.
+  SegmentGuard bad_guard(unique_name("cli-prio-bad"));
+  const CliResult bad = run_cli({"create", bad_guard.name(), "--envs", "1", "--capacity", "8", "--schema", "x:u8",
+                                 "--initial-priority", "1"});
+  CHECK(bad.exit_code == 1);
+  CHECK(contains(bad.err, "initial_priority"));
+}

@@ -83,6 +83,8 @@ int run_create(const CreateArgs& args) {
        .episode_queue_capacity = args.episode_queue_capacity,
        .policy_version = args.policy_version,
        .priority_exponent = args.priority_exponent,
+       .initial_priority = args.initial_priority,
+       .sequence_priority_length = args.sequence_priority_length,
        .rate_limit = args.rate_limit.limit(),
        .stack_restarts = args.stack_restarts,
        .stack_continuity = args.stack_continuity == "episodes" ? StackContinuity::episodes : StackContinuity::compare,
@@ -90,6 +92,7 @@ int run_create(const CreateArgs& args) {
        .expected_compression = args.expected_compression,
        .max_learners = args.learners,
        .max_times_sampled = args.max_times_sampled,
+       .consuming_queue = args.consuming_queue,
        .populate = args.populate,
        .populate_progress = [&bar, &args](uint64_t done, uint64_t total) {
          if (args.progress || total > kBarFromBytes) bar("populating", done, total);

@@ -60,6 +60,9 @@ struct CreateArgs {
   uint64_t learners = 1;  ///< --learners: learner processes that may sample at once (max_learners)
   std::string policy_version;       ///< --policy-version: the field holding each step's policy version; empty: none
   uint64_t max_times_sampled = 0;   ///< --max-times-sampled: the sample cap; 0: none
+  std::optional<double> initial_priority;  ///< --initial-priority: new steps' priority; nullopt: the running maximum
+  uint64_t sequence_priority_length = 0;   ///< --sequence-priority-length: L of sequence priorities; 0: none
+  bool consuming_queue = false;            ///< --consuming-queue: each step delivered once
   uint64_t compressed_bytes = 0;      ///< --compressed-bytes: compressed fields' byte budget; 0: by the ratio
   double expected_compression = 0;    ///< --expected-compression: the ratio the budget assumes; 0: the default
   RateLimitArgs rate_limit;

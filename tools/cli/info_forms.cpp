@@ -197,20 +197,6 @@ Json rate_limit_json(const RateLimitState& s) {
   };
 }
 
-Json policy_json(const PolicyInfo& p) {
-  if (p.field.empty() && p.publishes == 0) return nullptr;
-  return {
-      {"field", p.field.empty() ? Json(nullptr) : Json(p.field)},
-      {"version", p.version},
-      {"max_staleness", p.max_staleness ? Json(*p.max_staleness) : Json(nullptr)},
-      {"publishes", p.publishes},
-      {"writers_held", p.writers_held},
-      {"writer_timeouts", p.writer_timeouts},
-      {"learner_paced", p.learner_paced},
-      {"learner_pace_timeouts", p.learner_pace_timeouts},
-  };
-}
-
 Json info_json(const SegmentInfo& i) {
   Json envs = Json::array();
   for (const EnvInfo& e : i.envs) envs.push_back(env_json(e));
@@ -252,6 +238,8 @@ Json info_json(const SegmentInfo& i) {
         {"records_lost", i.episode_records_lost}}},
       {"priorities", i.priority_exponent ? Json{{"exponent", *i.priority_exponent},
                                                 {"max_priority", i.max_priority},
+                                                {"initial_priority", initial_priority_json(i.initial_priority)},
+                                                {"sequence_priority_length", i.sequence_priority_length},
                                                 {"total", i.priority_total},
                                                 {"updates", i.priority_updates},
                                                 {"updates_dropped", i.priority_updates_dropped}}
@@ -269,32 +257,6 @@ Json info_json(const SegmentInfo& i) {
 // -- text forms --
 
 void print_pair(std::string_view key, std::string_view value) { fmt::print("{:<14}{}\n", key, value); }
-
-std::string policy_text(const PolicyInfo& p) {
-  const std::string window =
-      p.max_staleness ? fmt::format(", max_staleness {} (versions >= {})", *p.max_staleness,
-                                    p.version > *p.max_staleness ? p.version - *p.max_staleness : 0)
-                      : std::string(", no window");
-  return fmt::format("version {}{}; field {}; {} writer pushes held back ({} gave up), {} paced publishes ({} gave "
-                     "up)",
-                     p.version, window, p.field.empty() ? "none" : "'" + p.field + "'", p.writers_held,
-                     p.writer_timeouts, p.learner_paced, p.learner_pace_timeouts);
-}
-
-// The summary's lines of layout 1.11's sampling policies: the policy window, the sample cap, the consuming queue.
-void print_sampling_policies(const SegmentInfo& i) {
-  const LearnerInfo& l = i.learner;
-  if (!i.policy.field.empty() || i.policy.publishes != 0) print_pair("policy", policy_text(i.policy));
-  if (i.max_times_sampled != 0) {
-    print_pair("sample cap",
-               fmt::format("max_times_sampled {}; {} delivered, {} steps retired, {} rows redrawn (capped)",
-                           i.max_times_sampled, l.cap_claimed, l.cap_retired, l.cap_rejected));
-  }
-  if (i.consuming_queue) {
-    print_pair("consuming queue", fmt::format("{} delivered, {} claims refused, {} calls waited, {} claims given back",
-                                              l.queue_delivered, l.queue_refused, l.queue_waits, l.queue_returned));
-  }
-}
 
 void print_info_summary(const SegmentInfo& i) {
   const uint64_t slots = i.num_envs * i.capacity;
@@ -354,10 +316,16 @@ void print_info_summary(const SegmentInfo& i) {
                                        i.episode_queue_capacity, i.episode_records_lost, episode_fields_text(i)));
   }
   if (i.priority_exponent) {
+    const std::string initial = !i.initial_priority            ? std::string("the running maximum")
+                                : std::isinf(*i.initial_priority) ? std::string("drawn first (inf)")
+                                                                  : fmt::format("{:g}", *i.initial_priority);
+    const std::string sequences =
+        i.sequence_priority_length == 0 ? std::string()
+                                        : fmt::format("; sequence priorities over {} steps", i.sequence_priority_length);
     print_pair("priorities", fmt::format("alpha {:g}; total priority^alpha {:g} over the replay view, max priority "
-                                         "{:g}; {} updated by the learner, {} dropped (overwritten)",
-                                         *i.priority_exponent, i.priority_total, i.max_priority, i.priority_updates,
-                                         i.priority_updates_dropped));
+                                         "{:g}; new steps at {}{}; {} updated by the learner, {} dropped (overwritten)",
+                                         *i.priority_exponent, i.priority_total, i.max_priority, initial, sequences,
+                                         i.priority_updates, i.priority_updates_dropped));
   }
   if (i.rate_limit.limit) print_pair("rate limit", rate_limit_text(i.rate_limit));
   print_sampling_policies(i);

@@ -29,6 +29,11 @@ Json compressed_json(const SegmentInfo& i);
 Json policy_json(const PolicyInfo& p);
 /// The policy line of `info` and `limit`: the version and window in force, the field, the holds (layout 1.11).
 std::string policy_text(const PolicyInfo& p);
+/// `info --json`'s priorities' "initial_priority": null (the running maximum), "inf" (never-sampled steps first;
+/// JSON has no infinity), or the value (sampling_forms.cpp).
+Json initial_priority_json(const std::optional<double>& p);
+/// `info`'s lines of the sampling policies: the policy window, the sample cap, the consuming queue.
+void print_sampling_policies(const SegmentInfo& i);
 /// `info --json`: everything SegmentInfo holds.
 Json info_json(const SegmentInfo& i);
 /// One buffer of `ls --json`.

@@ -40,6 +40,7 @@
 #include "aliases.hpp"
 #include "commands.hpp"
 #include "option_checks.hpp"
+#include "sampling_options.hpp"
 #include "detail/os/file.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/internal/layout.hpp"
@@ -55,24 +56,6 @@ void add_allow_other_owner(CLI::App* cmd, bool& flag, const std::string& what) {
                 what + " (refused by default: another user may have made it to read your steps or feed your learner)");
 }
 
-// The rate limiter's options (create and limit). In `limit`, an option not given keeps its current value.
-void add_rate_limit_options(CLI::App* cmd, RateLimitArgs& args) {
-  CLI::Option_group* g = cmd->add_option_group(
-      "rate limit", "A rate limiter (Reverb's): samples per inserted step within an error buffer, and/or a minimum size");
-  g->add_option("--samples-per-insert", args.samples_per_insert,
-                "Sampled rows per pushed step the limiter keeps (needs --error-buffer)")
-      ->check(kFiniteNumber)
-      ->type_name("X");
-  g->add_option("--error-buffer", args.error_buffer,
-                "How far (in sampled rows) samples may run ahead of or behind the ratio")
-      ->check(kFiniteNumber)
-      ->type_name("E");
-  g->add_option("--min-size-to-sample", args.min_size_to_sample,
-                "No sampling before this many steps are stored (alone: Reverb's MinSize)")
-      ->check(kCount)
-      ->type_name("N");
-}
-
 // The options of `create` that are kept as text for CLI11 and converted after it (the validators above
 // guarantee that they convert).
 struct CreateText {
@@ -80,22 +63,6 @@ struct CreateText {
   std::string capacity;
   std::string mode = "0600";
 };
-
-// The sampling policies fixed at creation: priorities, the policy-version field, the sample cap.
-void add_sampling_policy_options(CLI::App* cmd, CreateArgs& args) {
-  cmd->add_option("--policy-version", args.policy_version,
-                  "Field that holds each step's policy version (scalar integer, non-decreasing per env): learners "
-                  "sample inside a staleness window (limit --max-staleness) and writers behind it are held back")
-      ->type_name("FIELD");
-  cmd->add_option("--max-times-sampled", args.max_times_sampled,
-                  "Deliver each stored step as a sampled row's start at most N times in all, by every learner "
-                  "together; a step sampled N times leaves the views")
-      ->check(kCount)
-      ->type_name("N");
-  cmd->add_option("--priority-exponent", args.priority_exponent,
-                  "Give every step a priority; prioritized samples draw starts by priority^ALPHA")
-      ->type_name("ALPHA");
-}
 
 CLI::App* add_create(CLI::App& app, CreateArgs& args, CreateText& raw) {
   CLI::App* cmd = app.add_subcommand("create", "Create a segment (fails if the name exists, unless --replace)");
