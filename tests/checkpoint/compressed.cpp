@@ -7,8 +7,11 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "checkpoint/chain_helpers.hpp"
@@ -56,17 +59,22 @@ struct Pusher {
     return out;
   }
 
+  // Env e's next step's field.
+  std::vector<uint8_t> next(uint64_t e) {
+    if (left[e] == 0) {  // a new episode: zero frames
+      left[e] = 7 + g() % 16;
+      std::fill(stacks[e].begin(), stacks[e].end(), 0);
+    }
+    --left[e];
+    stacks[e].erase(stacks[e].begin());
+    stacks[e].push_back(next_id[e]++);
+    return field(e);
+  }
+
   void push(Writer& w, Buffer& b, uint64_t steps) {
     for (uint64_t s = 0; s < steps; ++s) {
       for (uint64_t e = 0; e < b.num_envs(); ++e) {
-        if (left[e] == 0) {  // a new episode: zero frames
-          left[e] = 7 + g() % 16;
-          std::fill(stacks[e].begin(), stacks[e].end(), 0);
-        }
-        --left[e];
-        stacks[e].erase(stacks[e].begin());
-        stacks[e].push_back(next_id[e]++);
-        const std::vector<uint8_t> obs = field(e);
+        const std::vector<uint8_t> obs = next(e);
         const auto n = static_cast<uint32_t>(w.head(e));
         w.push_one(e, {{obs.data(), obs.size()}, {&n, sizeof n}});
       }
@@ -255,4 +263,69 @@ TEST_CASE("a format 2.2 checkpoint of a compressed buffer (decoded records) stil
   const LoadResult r = load_checkpoint(file.path(), dst.name());
   CHECK(r.info.format_minor == 2);
   check_same_steps(b, Buffer::open(dst.name()));
+}
+
+TEST_CASE("saves of a compressed buffer taken while its writer pushes past a tight byte budget load back with every "
+          "step exact") {
+  SegmentGuard src(unique_name("ckpt-packed-live"));
+  FileGuard file(temp_path("ckpt-packed-live"));
+  const Schema schema = Schema::parse("obs:u8[4,12,12]:stack=0:lz4 n:u32");
+  // A ring of about 20 steps' frames for 64 slots: the oldest steps keep leaving the view while the saves copy.
+  Buffer b = Buffer::create(src.name(), 1, 64, schema, {.compressed_bytes = 20 * kPixels});
+  Pusher pusher(1, 4, false);
+  constexpr uint64_t kSteps = 4000;
+  std::vector<std::vector<uint8_t>> pushed;
+  for (uint64_t s = 0; s < kSteps; ++s) pushed.push_back(pusher.next(0));
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> saves_done{0};
+  std::thread writer([&] {
+    Writer w(b, {0});
+    for (uint64_t s = 0; s < kSteps; ++s) {
+      const auto n = static_cast<uint32_t>(s);
+      w.push_one(0, {{pushed[s].data(), pushed[s].size()}, {&n, sizeof n}});
+      if (s % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(20));  // saves overlap the pushes
+      while (s % 400 == 399 && saves_done.load() < s / 400 + 1) std::this_thread::yield();  // at least 10 saves
+    }
+    done = true;
+  });
+  uint64_t saves = 0, checked = 0;
+  while (segment_of(b).env_control(0).head.load() == 0) std::this_thread::yield();
+  while (!done) {
+    (void)save_checkpoint(b, file.path(), {.decode_compressed = saves % 2 == 1});  // as they are, then decoded
+    SegmentGuard dst(unique_name("ckpt-packed-live-load"));
+    (void)load_checkpoint(file.path(), dst.name());
+    const Buffer loaded = Buffer::open(dst.name());
+    const StepRecords r = read_steps(loaded, 0, 0, UINT64_MAX);
+    for (uint64_t i = 0; i < r.count; ++i) {
+      const uint64_t step = r.first_step + i;
+      CAPTURE(step);
+      uint32_t n = 0;
+      std::memcpy(&n, r.field(i, 1).data(), sizeof n);
+      REQUIRE(n == step);
+      REQUIRE(std::memcmp(r.field(i, 0).data(), pushed[step].data(), pushed[step].size()) == 0);
+    }
+    checked += r.count;
+    saves_done = ++saves;
+  }
+  writer.join();
+  MESSAGE(saves, " saves while the writer pushed, ", checked, " loaded steps checked");
+  CHECK(saves >= 10);
+  CHECK(checked > 0);
+}
+
+TEST_CASE("a load into a buffer whose field has another codec is refused naming both declarations") {
+  SegmentGuard src(unique_name("ckpt-packed-codec")), dst(unique_name("ckpt-packed-codec-load"));
+  FileGuard file(temp_path("ckpt-packed-codec"));
+  Buffer b = Buffer::create(src.name(), 1, 16, Schema::parse("obs:u8[4,12,12]:stack=0:lz4 n:u32"));
+  Pusher pusher(1, 4, false);
+  Writer w(b, {0});
+  pusher.push(w, b, 10);
+  (void)save_checkpoint(b, file.path());
+  Buffer other = Buffer::create(dst.name(), 1, 16, Schema::parse("obs:u8[4,12,12]:stack=0:zstd=3 n:u32"));
+  std::string m;
+  CHECK(error_of([&] { (void)load_checkpoint_into(other, file.path()); }, &m) ==
+        static_cast<int>(Errc::schema_mismatch));
+  CHECK(contains(m, ":lz4"));
+  CHECK(contains(m, ":zstd=3"));
+  CHECK(read_steps(other, 0, 0, UINT64_MAX).count == 0);
 }
