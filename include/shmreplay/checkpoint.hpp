@@ -62,6 +62,11 @@
 //                                                      reserve at least the file's, unless allow_mismatch (the
 //                                                      reserve stays the target's: the saved steps whose frames do
 //                                                      not fit are left out, and a note says which)
+//   compressed fields (2.3:   decoded (each record's   the same, into the target's budget: steps whose frames do
+//   their records as they     CRC-32C checked first)   not fit leave the view, counted as lost to the budget; the
+//   are)                      and coded again          codec must be the same (it is part of the schema)
+//   sample cap, counts (2.3)  the file's cap and each  the cap must be the same; each loaded step's count (at
+//                             step's deliveries        most the cap)
 // A format 1.0 file lacks priorities, limiter, counters, episode records and stack settings: it loads as before
 // (the target keeps its own counters and limiter, every loaded step's priority is the running maximum, a new
 // segment has none of them) with a note that names what the file lacks.
