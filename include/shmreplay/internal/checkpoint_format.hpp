@@ -1,5 +1,6 @@
-// shmreplay/internal/checkpoint_format.hpp: the bytes of a checkpoint file, format 2.1 (what save_checkpoint and
-// save_link write; 2.0 is 2.1 without learner slots) and format 1.0 (what earlier releases wrote, which load_checkpoint still reads).
+// shmreplay/internal/checkpoint_format.hpp: the bytes of a checkpoint file, format 2.3 (what save_checkpoint and
+// save_link write; 2.0 is 2.1 without learner slots, 2.2 is 2.3 without packed records and sample-cap counts) and
+// format 1.0 (what earlier releases wrote, which load_checkpoint still reads).
 //
 // Who reads it: lib/checkpoint/ (save.cpp, save_env.cpp, verify.cpp), tests that damage files on purpose, fuzzers.
 // Programs use shmreplay/checkpoint.hpp, which includes this file.
@@ -31,13 +32,20 @@
 //                           |   weights (0 or head - first_step), queue     |
 //                           |   head, tail and drops, queued records,       |
 //                           |   data_crc, extra_crc, header_crc             |
-//                           | records: (head - data_from) x step_bytes,     |
+//                           | records: (head - data_from) x record_bytes,   |
 //                           |   steps data_from .. head - 1, oldest first,  |
-//                           |   one step's fields in schema order           |
+//                           |   one step's fields in schema order (2.3: a   |
+//                           |   compressed field as its newest frame, u64)  |
+//                           | (2.3) frame block, frame_bytes: per           |
+//                           |   compressed field a PackedBlockHeader, then  |
+//                           |   its frame records (PackedFrameBytes, bytes, |
+//                           |   padding to 8)                               |
 //                           | weights: f32 priority^alpha of steps          |
 //                           |   first_step .. head - 1 (with priorities)    |
 //                           | queued: EpisodeRecord x queued, the episode   |
 //                           |   records [queue_head, queue_tail) waiting    |
+//                           | (2.3) cap counts: u8 x cap_counts, each       |
+//                           |   window step's deliveries (with a cap)       |
 //                           | env 1: EnvSection, records, weights, queued   |
 //                           | ...                                           |
 //                           +-----------------------------------------------+
@@ -80,7 +88,10 @@
 // (section_bytes) and only append where an older reader does not look. 2.1 adds the learner slots of layout 1.7
 // (three header words that were reserved, zero for one learner, and the learner block): a 2.1 file of a one-learner
 // buffer is a 2.0 file but for its version; one with several slots a 2.0 reader refuses as corrupt (its trailer
-// is not where the env sections end), as it could not restore those slots.
+// is not where the env sections end), as it could not restore those slots. 2.3 takes a header word (record_bytes)
+// and three env-section words (cap_counts, frame_bytes, frame_crc): a file without compressed fields saved as records
+// and without a sample cap is a 2.2 file but for its version; one with either a 2.2 reader refuses as corrupt (its
+// sections are not where it expects), as it could not decode the records or keep the counts.
 #pragma once
 
 #include <cstddef>
