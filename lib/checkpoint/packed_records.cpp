@@ -224,7 +224,8 @@ struct ParsedField {
 };
 
 // Parses and checks the block `b` of env `e` (structure, lengths, flags, CRC-32C of every record); throws corrupt.
-std::vector<ParsedField> parse_block(const CheckpointInfo& info, const CheckpointEnv& e, const std::vector<std::byte>& b) {
+std::vector<ParsedField> parse_block(const CheckpointInfo& info, const CheckpointEnv& e,
+                                     const std::vector<std::byte>& b) {
   const auto bad = [&](const std::string& what) {
     corrupt(info.path, fmt::format("env {}'s compressed frames (bytes {}-{}): {}", e.env,
                                    e.records_offset + e.steps * info.record_bytes,
@@ -238,14 +239,17 @@ std::vector<ParsedField> parse_block(const CheckpointInfo& info, const Checkpoin
     if (b.size() - at < sizeof f.head) bad(fmt::format("the block ends before field '{}'", info.schema[index].name));
     std::memcpy(&f.head, b.data() + at, sizeof f.head);
     at += sizeof f.head;
-    if (f.head.field != index || f.head.bytes > b.size() - at || f.head.frames > f.head.bytes / sizeof(PackedFrameBytes)) {
+    if (f.head.field != index || f.head.bytes > b.size() - at ||
+        f.head.frames > f.head.bytes / sizeof(PackedFrameBytes)) {
       bad(fmt::format("the header of field '{}' says field {}, {} frames in {} bytes ({} bytes left)",
                       info.schema[index].name, f.head.field, f.head.frames, f.head.bytes, b.size() - at));
     }
     const uint64_t end = at + f.head.bytes;
     for (uint64_t k = 0; k < f.head.frames; ++k) {
       const uint64_t frame = f.head.first_frame + k;
-      if (end - at < sizeof(PackedFrameBytes)) bad(fmt::format("frame {} of field '{}' is cut off", frame, info.schema[index].name));
+      if (end - at < sizeof(PackedFrameBytes)) {
+        bad(fmt::format("frame {} of field '{}' is cut off", frame, info.schema[index].name));
+      }
       const auto* h = reinterpret_cast<const PackedFrameBytes*>(b.data() + at);  // 8-aligned in the block
       at += sizeof *h;
       const bool raw = (h->flags & kFrameRaw) != 0;

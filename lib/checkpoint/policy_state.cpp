@@ -5,7 +5,8 @@
 // is saved beside them, and (format 2.3) each window step's count of deliveries, which a load gives back to the
 // step's count word (docs/design/sample_caps.md).
 //
-// Who calls it: read_source_state and save_env_extras (save), load_into and load_env_extras (load), which holds every env's and slot's lease.
+// Who calls it: read_source_state and save_env_extras (save), load_into and load_env_extras (load), which holds
+// every env's and slot's lease.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>

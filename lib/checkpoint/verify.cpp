@@ -332,7 +332,10 @@ uint64_t CheckpointInfo::window_bytes() const noexcept {
     const uint64_t window = e.head - e.first_step;
     bytes += window * (record_bytes != 0 ? record_bytes : schema.step_bytes());
     // Compressed records (2.3): a link holds those of its own steps; the window's, at the same bytes per step.
-    if (e.steps > 0) bytes += static_cast<uint64_t>(static_cast<double>(e.frame_bytes) / static_cast<double>(e.steps) * static_cast<double>(window));
+    if (e.steps > 0) {
+      const double per_step = static_cast<double>(e.frame_bytes) / static_cast<double>(e.steps);
+      bytes += static_cast<uint64_t>(per_step * static_cast<double>(window));
+    }
   }
   return bytes;
 }

@@ -13,11 +13,11 @@
 #include <fmt/format.h>
 
 #include "checkpoint/internal.hpp"
+#include "checkpoint/packed_records.hpp"
 #include "detail/os/file.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/internal/caps_layout.hpp"
-#include "checkpoint/packed_records.hpp"
 #include "shmreplay/internal/layout.hpp"
 
 namespace shmreplay::detail {
