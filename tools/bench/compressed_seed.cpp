@@ -49,7 +49,7 @@ struct WriterReport {
     Buffer buf = Buffer::open(name);
     const uint64_t first = w * o.envs_per_writer;
     Writer writer = Writer::range(buf, first, o.envs_per_writer);
-    RecordedFeed feed(recs, o.envs_per_writer, first, o.writers * o.envs_per_writer);
+    RecordedFeed feed(recs, o.envs_per_writer, first, o.writers * o.envs_per_writer, /*seed_fields=*/true);
     std::vector<uint64_t> ids(o.envs_per_writer);
     for (uint64_t i = 0; i < ids.size(); ++i) ids[i] = first + i;
     WriterReport r;
@@ -215,7 +215,7 @@ int run_seed_scale(const SeedOptions& o, const std::string& frames, const std::s
   std::vector<const Recording*> ptrs;
   for (const Recording& r : recs) ptrs.push_back(&r);
   const uint64_t envs = o.writers * o.envs_per_writer;
-  const std::string schema_text = recorded_schema(recs.front(), ":" + o.codec);
+  const std::string schema_text = recorded_schema(recs.front(), ":" + o.codec, /*seed_fields=*/true);
   const Schema schema = Schema::parse(schema_text);
   const uint64_t budget = budget_for_segment(envs, o.capacity, schema, o.segment_bytes);
   const std::string name = fmt::format("shmreplay-bench-{}-seed-scale", ::getpid());
