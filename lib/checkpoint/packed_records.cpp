@@ -134,9 +134,13 @@ void PackedSaveCopy::reserve(uint64_t count) {
     const StackGeometry& st = seg_.packed()[p].stack;
     const uint64_t frames = (count + 1) * st.depth + kPackedKeyEvery + 1;
     FrameLog& log = logs_[p];
-    log.bytes.reserve(log.bytes.size() + frames * st.frame_bytes);
-    log.heads.reserve(log.heads.size() + frames);
-    log.at.reserve(log.at.size() + frames);
+    // Geometric growth: reserve() takes exactly what it is asked, and a run grows a chunk at a time.
+    const auto grow = [](auto& v, std::size_t more) {
+      if (v.size() + more > v.capacity()) v.reserve(std::max(v.size() + more, 2 * v.capacity()));
+    };
+    grow(log.bytes, frames * st.frame_bytes);
+    grow(log.heads, frames);
+    grow(log.at, frames);
   }
 }
 
