@@ -114,14 +114,15 @@ class WindowCopy {
       spoil();
       written_ = 0;
       crc_ = 0;
-      if (v >= t_ + n) {
+      // With compressed records the chunk's frames were copied from step t on (and a record overwritten meanwhile
+      // stopped that copy): the run restarts at v with a fresh copy of v's frames, back to their key frame.
+      if (v >= t_ + n || packed_) {
         s_ = t_ = v;
         if (packed_) packed_->clear();
         return Next::more;
       }
       keep = v - t_;
       s_ = v;
-      if (packed_) packed_->trim_for(staging_.data() + keep * sb_);  // the frames step v needs, and newer
     }
     append(staging_.data() + keep * sb_, n - keep);
     t_ += n;

@@ -276,38 +276,49 @@ TEST_CASE("saves of a compressed buffer taken while its writer pushes past a tig
   constexpr uint64_t kSteps = 4000;
   std::vector<std::vector<uint8_t>> pushed;
   for (uint64_t s = 0; s < kSteps; ++s) pushed.push_back(pusher.next(0));
-  std::atomic<bool> done{false};
+  std::atomic<bool> done{false}, stop{false};
   std::atomic<uint64_t> saves_done{0};
   std::thread writer([&] {
     Writer w(b, {0});
-    for (uint64_t s = 0; s < kSteps; ++s) {
+    for (uint64_t s = 0; s < kSteps && !stop; ++s) {
       const auto n = static_cast<uint32_t>(s);
       w.push_one(0, {{pushed[s].data(), pushed[s].size()}, {&n, sizeof n}});
       if (s % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(20));  // saves overlap the pushes
-      while (s % 400 == 399 && saves_done.load() < s / 400 + 1) std::this_thread::yield();  // at least 10 saves
+      while (s % 400 == 399 && saves_done.load() < s / 400 + 1 && !stop) std::this_thread::yield();  // >= 10 saves
     }
     done = true;
   });
+  struct Join {  // a failed check below throws: the writer stops and is joined first
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Join() {
+      stop = true;
+      t.join();
+    }
+  } join{stop, writer};
   uint64_t saves = 0, checked = 0;
+  std::string failure;  // the first step a load did not give back as pushed
   while (segment_of(b).env_control(0).head.load() == 0) std::this_thread::yield();
-  while (!done) {
-    (void)save_checkpoint(b, file.path(), {.decode_compressed = saves % 2 == 1});  // as they are, then decoded
+  while (!done && failure.empty()) {
+    const CheckpointInfo info = save_checkpoint(b, file.path(), {.decode_compressed = saves % 2 == 1});
     SegmentGuard dst(unique_name("ckpt-packed-live-load"));
     (void)load_checkpoint(file.path(), dst.name());
     const Buffer loaded = Buffer::open(dst.name());
     const StepRecords r = read_steps(loaded, 0, 0, UINT64_MAX);
-    for (uint64_t i = 0; i < r.count; ++i) {
+    for (uint64_t i = 0; i < r.count && failure.empty(); ++i) {
       const uint64_t step = r.first_step + i;
-      CAPTURE(step);
       uint32_t n = 0;
       std::memcpy(&n, r.field(i, 1).data(), sizeof n);
-      REQUIRE(n == step);
-      REQUIRE(std::memcmp(r.field(i, 0).data(), pushed[step].data(), pushed[step].size()) == 0);
+      if (n != step || std::memcmp(r.field(i, 0).data(), pushed[step].data(), pushed[step].size()) != 0) {
+        failure = fmt::format("save {} ({}): step {} of window {} .. {} reads as step {}{}", saves,
+                              saves % 2 == 1 ? "decoded" : "as they are", step, info.envs[0].first_step,
+                              info.envs[0].head - 1, n, n == step ? " with other obs bytes" : "");
+      }
     }
     checked += r.count;
     saves_done = ++saves;
   }
-  writer.join();
+  CHECK(failure == "");
   MESSAGE(saves, " saves while the writer pushed, ", checked, " loaded steps checked");
   CHECK(saves >= 10);
   CHECK(checked > 0);
