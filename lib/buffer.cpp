@@ -8,9 +8,11 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <new>
 #include <utility>
 
@@ -19,6 +21,7 @@
 #include "detail/os/file.hpp"
 #include "detail/os/owner.hpp"
 #include "detail/os/populate.hpp"
+#include "detail/protocol/priorities.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "detail/segment/name.hpp"
 #include "detail/segment/rules.hpp"
@@ -36,7 +39,59 @@ using layout::kMaxEnvs;
 
 namespace {
 
+// A consuming queue's combinations (CreateOptions::consuming_queue).
+void check_queue_arguments(const std::string& name, const Schema& schema, const CreateOptions& options) {
+  const auto refuse = [&](const std::string& what) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot create shmreplay segment '{}' as a consuming queue: {}", name, what));
+  };
+  if (options.max_times_sampled > 1) {
+    refuse(fmt::format("max_times_sampled is {}, expected 0 or 1 (a queue delivers each step once)",
+                       options.max_times_sampled));
+  }
+  for (const Field& f : schema.fields()) {
+    if (f.stacked() || f.compressed()) {
+      refuse(fmt::format("field '{}' is {}; its steps may leave the views before they are delivered, which a queue "
+                         "cannot allow",
+                         f.name, f.stacked() ? "stacked" : "compressed"));
+    }
+  }
+  if (options.rate_limit) refuse("it has a rate limiter; a queue paces its writers and learners itself");
+}
+
 // Every argument of create, checked before anything is made; returns the episode roles they name.
+// CreateOptions::initial_priority as SegmentHeader::initial_priority_bits (0: the running maximum; a fixed value,
+// 0 stored as -0.0; +infinity: never-sampled steps first), checked: only with priorities, a priority that fits an
+// f32 (as every priority must: priority_fits) or +infinity. Checks sequence_priority_length too (the other
+// priority option of layout 1.11).
+uint64_t initial_priority_word(const std::string& name, uint64_t capacity, const CreateOptions& options) {
+  if (options.sequence_priority_length != 0 &&
+      (!options.priority_exponent || options.sequence_priority_length > capacity)) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot create shmreplay segment '{}': sequence_priority_length is {}, expected {}",
+                            name, options.sequence_priority_length,
+                            options.priority_exponent ? fmt::format("1 to the capacity, {}", capacity)
+                                                      : std::string("0 in a buffer without priorities (give a "
+                                                                    "priority_exponent too)")));
+  }
+  if (!options.initial_priority) return 0;
+  const double p = *options.initial_priority;
+  if (!options.priority_exponent) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot create shmreplay segment '{}': initial_priority is {}, but the buffer has no "
+                            "priorities (give a priority_exponent too)",
+                            name, p));
+  }
+  if (p == std::numeric_limits<double>::infinity()) return layout::kInitialPriorityFirst;
+  if (!detail::priority_fits(p, *options.priority_exponent)) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot create shmreplay segment '{}': initial_priority {} {}, or +infinity (never-sampled "
+                            "steps drawn first)",
+                            name, p, detail::priority_misfit(p, *options.priority_exponent)));
+  }
+  return std::bit_cast<uint64_t>(p == 0 ? -0.0 : p);
+}
+
 detail::FieldRoles check_create_arguments(const std::string& name, uint64_t num_envs, uint64_t capacity,
                                           const Schema& schema, const CreateOptions& options) {
   if (num_envs < 1 || num_envs > kMaxEnvs) {
@@ -122,6 +177,7 @@ detail::FieldRoles check_create_arguments(const std::string& name, uint64_t num_
                             "(deliveries per stored step)",
                             name, options.max_times_sampled, layout::kMaxTimesSampled));
   }
+  if (options.consuming_queue) check_queue_arguments(name, schema, options);
   if (options.rate_limit) {
     detail::check_rate_limit(*options.rate_limit, num_envs * capacity,
                              fmt::format("cannot create shmreplay segment '{}' with rate limit {}", name,
@@ -172,11 +228,14 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
   const std::string dir = shm_directory();
   const std::string path = detail::segment_path(name);
   const detail::FieldRoles roles = check_create_arguments(name, num_envs, capacity, schema, options);
+  const uint64_t initial_priority_bits = initial_priority_word(name, capacity, options);
   const detail::SegmentPlan plan = detail::plan_segment(num_envs, capacity, schema, roles.queue_capacity,
                                                        options.priority_exponent.has_value(), options.stack_restarts,
                                                        options.max_learners,
                                                        {options.compressed_bytes, options.expected_compression},
-                                                       options.max_times_sampled);
+                                                       options.consuming_queue ? 1 : options.max_times_sampled,
+                                                       options.consuming_queue, initial_priority_bits,
+                                                       options.sequence_priority_length);
   // An early, clear answer for the common case; publish_name() still settles races atomically.
   struct stat existing {};
   if (!options.replace && ::lstat(path.c_str(), &existing) == 0) detail::already_exists(name, path);
@@ -355,8 +414,13 @@ uint64_t Buffer::episode_queue_capacity() const noexcept { return segment_of(*th
 bool Buffer::has_priorities() const noexcept { return segment_of(*this).has_priorities(); }
 uint64_t Buffer::max_learners() const noexcept { return segment_of(*this).max_learners(); }
 uint64_t Buffer::max_times_sampled() const noexcept { return segment_of(*this).max_times_sampled(); }
+bool Buffer::consuming_queue() const noexcept { return segment_of(*this).consuming_queue(); }
 StackContinuity Buffer::stack_continuity() const noexcept { return segment_of(*this).stack_continuity(); }
 double Buffer::priority_exponent() const noexcept { return segment_of(*this).priority_exponent(); }
+
+std::optional<double> Buffer::initial_priority() const noexcept { return segment_of(*this).initial_priority(); }
+
+uint64_t Buffer::sequence_priority_length() const noexcept { return segment_of(*this).sequence_priority_length(); }
 uint64_t Buffer::priority_leaves() const noexcept { return segment_of(*this).priority_leaves(); }
 
 }  // namespace shmreplay

@@ -13,6 +13,7 @@ constexpr auto kEpisodes = CounterPresence::episodes;
 constexpr auto kCompressed = CounterPresence::compressed;
 constexpr auto kPolicy = CounterPresence::policy;
 constexpr auto kCaps = CounterPresence::caps;
+constexpr auto kQueue = CounterPresence::queue;
 constexpr auto kSince = CounterForm::since_ns;
 constexpr auto kEnv = CounterScope::env;
 constexpr auto kLearner = CounterScope::learner;
@@ -68,6 +69,12 @@ uint64_t policy_word(const EnvReading& r) noexcept {
 uint64_t policy_newest(const EnvReading& r) noexcept {
   const uint64_t v = relaxed(r.seg.policy_env(r.env).newest);
   return v == layout::kNoPolicyVersion ? 0 : v;
+}
+
+/// A QueueEnv word (0 in a buffer that is not a consuming queue).
+template <std::atomic<uint64_t> layout::QueueEnv::*Word>
+uint64_t queue_word(const EnvReading& r) noexcept {
+  return r.seg.consuming_queue() ? relaxed(r.seg.queue_env(r.env).*Word) : 0;
 }
 
 /// A PolicyLearner word of the slot.
@@ -186,6 +193,21 @@ const EnvCounterRow kEnvRows[] = {
     {{"policy_timeouts", "shmreplay_env_policy_timeouts_total", Type::counter, "calls",
       "Held push calls of the env that gave up at their timeout", kEnv, kPolicy},
      policy_word<&layout::PolicyEnv::timeouts>},
+    {{"queue_frontier", "", Type::gauge, "steps",
+      "Every step of the env below it was delivered by the consuming queue (a lower bound)", kEnv, kQueue},
+     queue_word<&layout::QueueEnv::frontier>},
+    {{"queue_blocked_pushes", "shmreplay_env_queue_blocked_pushes_total", Type::counter, "calls",
+      "Push calls of the env that waited for a step not yet delivered to leave its ring slot (the queue was full)",
+      kEnv, kQueue, {}, true, "BLOCKED"},
+     queue_word<&layout::QueueEnv::blocked_pushes>},
+    {{"queue_blocked_ns", "", Type::counter, "ns", "Nanoseconds those pushes waited, in total", kEnv, kQueue},
+     queue_word<&layout::QueueEnv::blocked_ns>},
+    {{"queue_blocked_since_ns", "", Type::gauge, "ns",
+      "CLOCK_REALTIME when the env's writer began to wait for the queue (0: not waiting)", kEnv, kQueue, kSince},
+     queue_word<&layout::QueueEnv::blocked_since_ns>},
+    {{"queue_timeouts", "shmreplay_env_queue_timeouts_total", Type::counter, "calls",
+      "Blocked push calls of the env that gave up at their timeout", kEnv, kQueue},
+     queue_word<&layout::QueueEnv::timeouts>},
 };
 
 const LearnerCounterRow kLearnerRows[] = {
@@ -264,6 +286,20 @@ const LearnerCounterRow kLearnerRows[] = {
     {{"cap_retired", "shmreplay_learner_cap_retired_total", Type::counter, "steps",
       "Steps whose last allowed delivery the slot claimed (they left the views)", kLearner, kCaps},
      nullptr, [](const LearnerReading& r) noexcept { return r.info.cap_retired; }, &LearnerInfo::cap_retired},
+    {{"queue_delivered", "shmreplay_learner_queue_delivered_total", Type::counter, "rows",
+      "Rows the slot's consuming calls delivered (each step of a consuming queue once, over every slot)", kLearner,
+      kQueue},
+     nullptr, [](const LearnerReading& r) noexcept { return r.info.queue_delivered; }, &LearnerInfo::queue_delivered},
+    {{"queue_refused", "shmreplay_learner_queue_refused_total", Type::counter, "rows",
+      "Claims the slot's consuming calls lost to another learner's claim of the same step", kLearner, kQueue},
+     nullptr, [](const LearnerReading& r) noexcept { return r.info.queue_refused; }, &LearnerInfo::queue_refused},
+    {{"queue_waits", "shmreplay_learner_queue_waits_total", Type::counter, "calls",
+      "Consuming calls that waited because fewer steps were free than their rows", kLearner, kQueue},
+     nullptr, [](const LearnerReading& r) noexcept { return r.info.queue_waits; }, &LearnerInfo::queue_waits},
+    {{"queue_returned", "shmreplay_learner_queue_returned_total", Type::counter, "rows",
+      "Claims given back undelivered: calls that could not fill their batch, and the calls of the slot's learners "
+      "killed before their commit", kLearner, kQueue},
+     nullptr, [](const LearnerReading& r) noexcept { return r.info.queue_returned; }, &LearnerInfo::queue_returned},
 };
 // clang-format on
 

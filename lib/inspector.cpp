@@ -112,6 +112,13 @@ LearnerInfo learner_info(const Segment& seg, uint64_t slot) {
     l.cap_rejected = caps.rejected.load(std::memory_order_relaxed);
     l.cap_retired = caps.retired.load(std::memory_order_relaxed);
   }
+  if (seg.consuming_queue()) {  // layout 1.11's consuming queue: the slot's counters
+    const layout::QueueLearner& q = seg.queue_learner(slot);
+    l.queue_delivered = q.delivered.load(std::memory_order_relaxed);
+    l.queue_refused = q.refused.load(std::memory_order_relaxed);
+    l.queue_waits = q.waits.load(std::memory_order_relaxed);
+    l.queue_returned = q.returned.load(std::memory_order_relaxed);
+  }
   detail::fill_learner_counters({me, lease, l}, l);  // the counter table's learner rows
   return l;
 }
@@ -179,6 +186,7 @@ bool counter_applies(const Counter& row, const SegmentInfo& info) noexcept {
     case CounterPresence::compressed: return !info.compressed.empty();
     case CounterPresence::policy: return !info.policy.field.empty();
     case CounterPresence::caps: return info.max_times_sampled != 0;
+    case CounterPresence::queue: return info.consuming_queue;
     default: return true;
   }
 }
@@ -215,6 +223,7 @@ SegmentInfo Inspector::snapshot() const {
   s.episode_fields = b.episode_fields();
   s.episode_queue_capacity = b.episode_queue_capacity();
   s.max_times_sampled = b.max_times_sampled();
+  s.consuming_queue = b.consuming_queue();
 
   std::map<uint64_t, bool> alive;  // lease word -> liveness, so each owner's /proc entry is read once
   s.envs.reserve(b.num_envs());

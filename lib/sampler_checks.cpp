@@ -44,6 +44,7 @@ void Sampler::check_batch_shape(const Buffer& buffer, const char* op, std::size_
 void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, double power,
                          const SampleOptions& options) const {
   lease_.check_process(op);
+  if (buffer_->consuming_queue() || options.consume != Consume::off) check_consume(op, options);
   if (options.episodes != Episodes::cross && !buffer_->has_episodes()) {
     throw Error(Errc::invalid_argument,
                 fmt::format("cannot {} '{}' with episodes = {}: the buffer has no episode fields (create it with "
@@ -68,6 +69,7 @@ void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, d
                             op, buffer_->name()));
   }
   check_recency(op, length, options);
+  check_priority_selectors(op, length, options);
   if (options.prioritized) {
     if (!buffer_->has_priorities()) {
       throw Error(Errc::invalid_argument,
@@ -94,6 +96,40 @@ void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, d
       throw Error(Errc::invalid_argument,
                   fmt::format("cannot {} '{}': importance_exponent (beta) is {}, expected a finite number >= 0", op,
                               buffer_->name(), options.importance_exponent));
+    }
+  }
+}
+
+// The options of issue 47's prioritized selectors: mixture_importance only in a mixture's call, zero_on_sample only
+// with prioritized, and sequence priorities' eta and their refusal of zero_on_sample.
+void Sampler::check_priority_selectors(const char* op, std::size_t length, const SampleOptions& options) const {
+  if (options.mixture_importance) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot {} '{}' with mixture_importance = true and no mixture: it weighs each row by the "
+                            "mixture's probability (pass a mixture to sample or sample_transitions)",
+                            op, buffer_->name()));
+  }
+  if (options.zero_on_sample && !options.prioritized) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot {} '{}' with zero_on_sample = true and prioritized = false: zero-on-sample sets "
+                            "the priority of each step a prioritized draw returns to 0 (pass prioritized = true, or "
+                            "a mixture with prioritized rows)",
+                            op, buffer_->name()));
+  }
+  if (options.prioritized && buffer_->sequence_priority_length() == length) {
+    const double eta = options.sequence_priority_eta;
+    if (!(eta >= 0.0 && eta <= 1.0)) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot {} '{}': sequence_priority_eta is {}, expected a number in [0, 1] (a start "
+                              "weighs eta * max + (1 - eta) * mean of its sequence's step weights)",
+                              op, buffer_->name(), eta));
+    }
+    if (options.zero_on_sample) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("cannot {} '{}' with zero_on_sample and sequence priorities (sequence_length {}): a "
+                              "sequence's weight comes from every step of it, so zeroing its start would not keep it "
+                              "from being drawn again",
+                              op, buffer_->name(), length));
     }
   }
 }

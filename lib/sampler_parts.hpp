@@ -37,7 +37,9 @@
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/sampler.hpp"
 #include "sampler_caps.hpp"
+#include "sampler_consume.hpp"
 #include "sampler_gather.hpp"
+#include "sampler_zero.hpp"
 
 namespace shmreplay::sampler_parts {
 
@@ -63,6 +65,14 @@ class SegmentPriorityTrees final : public detail::PriorityTrees {
  public:
   explicit SegmentPriorityTrees(const Segment& seg) : seg_(&seg) {}
   detail::PriorityTreeView tree(std::size_t env) const noexcept override { return detail::priority_tree_of(*seg_, env); }
+  bool has_fresh() const noexcept override { return seg_->has_priorities() && seg_->fresh_trees(); }
+  detail::PriorityTreeView fresh(std::size_t env) const noexcept override { return detail::fresh_tree_of(*seg_, env); }
+  uint64_t sequence_length() const noexcept override {
+    return seg_->has_priorities() ? seg_->sequence_priority_length() : 0;
+  }
+  detail::SequenceTreesView windows(std::size_t env) const noexcept override {
+    return detail::sequence_trees_of(*seg_, env);
+  }
 
  private:
   const Segment* seg_;
@@ -148,6 +158,7 @@ struct Rounds {
   // statistics. Grows to the largest batch only.
   std::vector<uint64_t> ages;
   std::vector<uint64_t> repair_envs;  // repair_dead_updaters' scratch (grows on that path only)
+  std::vector<double> mixture_p;      // per row, its probability under the mixture (mixture_importance only)
 };
 
 // The online view's marks, for reset_online_queue(OnlineReset::sampled).
@@ -188,6 +199,7 @@ std::optional<uint64_t> window_lo(const Segment& seg, std::size_t field, uint64_
 
 // update_priorities' copy of the caller's arrays, checked and then used (grows to the largest update only).
 struct UpdateCopy {
+  std::vector<std::pair<uint64_t, uint64_t>> applied;  // (env, step) applied, with sequence priorities
   std::vector<uint64_t> envs;
   std::vector<uint64_t> steps;
   std::vector<float> priorities;
@@ -208,7 +220,8 @@ struct Sampler::Scratch {
         planning(segment_of(buffer), stats),
         gather(segment_of(buffer), storages),
         online(static_cast<std::size_t>(buffer.num_envs())),
-        caps(segment_of(buffer), rank) {}
+        caps(segment_of(buffer), rank),
+        zeroing(segment_of(buffer)) {}
 
   detail::LearnerSlotWords slot;  // the words of the Sampler's learner slot
   SamplerStats stats;             // the planners' and the gather's work counters (Sampler::stats)
@@ -221,6 +234,8 @@ struct Sampler::Scratch {
   sampler_parts::UpdateCopy update;
   sampler_parts::Window window;
   sampler_parts::Caps caps;  // the sample caps (sampler_caps.hpp); off without
+  sampler_parts::Zeroing zeroing;  // zero-on-sample (sampler_zero.hpp); off for calls without
+  sampler_parts::ConsumeState consume;  // a consuming call's claims (sampler_consume.hpp)
 };
 
 }  // namespace shmreplay

@@ -15,6 +15,7 @@
 #include "detail/os/process.hpp"
 #include "detail/protocol/policy.hpp"
 #include "detail/protocol/seqlock.hpp"
+#include "policy_checks.hpp"
 #include "sampler_parts.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/sampler.hpp"
@@ -23,15 +24,6 @@
 namespace shmreplay {
 
 namespace {
-
-PolicyState state_of(const layout::PolicyControl& p) {
-  const detail::PolicyWindow w = detail::load_policy_window(p);
-  PolicyState s;
-  s.version = w.version;
-  if (w.on()) s.max_staleness = w.max_staleness;
-  s.publishes = p.publishes.load(std::memory_order_relaxed);
-  return s;
-}
 
 // Pacing: waits until no live writer's newest version is below `floor`; throws rate_limited at the deadline.
 void wait_for_pace(Segment& seg, const Buffer& buffer, uint64_t version, uint64_t max_staleness,
@@ -63,18 +55,8 @@ PolicyState Sampler::publish_policy(uint64_t version, std::optional<uint64_t> ma
                                     const PolicyPublish& options) {
   lease_.check_process("publish the policy of");
   Segment& seg = segment_of(*buffer_);
-  if (max_staleness && !buffer_->episode_fields().policy_version) {
-    throw Error(Errc::invalid_argument,
-                fmt::format("cannot publish a policy window for '{}': it has no policy-version field (create it with "
-                            "CreateOptions::policy_version naming the field that holds each step's version)",
-                            buffer_->name()));
-  }
-  if (max_staleness && *max_staleness == layout::kNoPolicyWindow) {
-    throw Error(Errc::invalid_argument,
-                fmt::format("cannot publish a policy window for '{}': max_staleness {} is reserved for \"no window\"; "
-                            "pass nullopt (Python: None)",
-                            buffer_->name(), *max_staleness));
-  }
+  detail::check_policy_window(*buffer_, max_staleness,
+                              fmt::format("cannot publish a policy window for '{}'", buffer_->name()));
   const uint64_t k = max_staleness.value_or(layout::kNoPolicyWindow);
   if (options.pace && options.max_lag && *options.max_lag == 0) {
     throw Error(Errc::invalid_argument,
@@ -87,10 +69,10 @@ PolicyState Sampler::publish_policy(uint64_t version, std::optional<uint64_t> ma
     wait_for_pace(seg, *buffer_, std::max(version, current), k, options);
   }
   detail::publish_policy(seg.policy_control(), version, k);
-  return state_of(seg.policy_control());
+  return detail::policy_state(seg.policy_control());
 }
 
-PolicyState Sampler::policy() const { return state_of(segment_of(*buffer_).policy_control()); }
+PolicyState Sampler::policy() const { return buffer_->policy(); }
 
 void Sampler::begin_window(const SampleOptions& options, const char* op) {
   sampler_parts::Window& w = scratch_->window;

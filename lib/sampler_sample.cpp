@@ -20,6 +20,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -53,6 +54,10 @@ void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_len
 
 void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power,
                      Rng& rng, SampleBatch& out, const SampleOptions& options) {
+  if (options.consume != Consume::off) {  // a consuming queue's call (sampler_consume.cpp)
+    sample_consume(view, batch_size, sequence_length, distribution_power, rng, out, options);
+    return;
+  }
   if (!options.mixture.empty()) {  // blocks of several selectors (sampler_mixture.cpp)
     sample_mixture(view, batch_size, sequence_length, distribution_power, rng, out, options);
     return;
@@ -134,13 +139,17 @@ void Sampler::sample_rows(View view, std::size_t first_row, std::size_t count, s
   }
   // The planner the table chooses (detail/sampling/planner_table.hpp), as its own type: sample_with is a template
   // over it, so that the per-row draw is a direct call.
-  if (first_row == 0) z.caps.forget_claims();
+  if (first_row == 0) {
+    z.caps.forget_claims();
+    z.zeroing.forget_takes();
+  }
   try {
     z.planning.planners.with(o, length, [&](auto& planner) {
       sample_with(planner, view, first_row, count, length, power, o, rng, out);
     });
   } catch (...) {
     if (z.caps.on()) z.caps.release();  // a call that throws returns no row: its claimed deliveries go back
+    z.zeroing.release(z.slot.priority_walk);  // and the weights it took (zero-on-sample)
     throw;
   }
   if (view == View::online) {  // sample_with's last round: its snapshot's heads are the latest it drew under
@@ -232,7 +241,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
   const uint64_t cap = buffer_->capacity();
   const detail::RingMod ring_mod(cap);
   // A period of cap or more: first steps.
-  const detail::PlanOptions plan{o.episodes, std::min(o.period, cap), o.recency_half_life};
+  const detail::PlanOptions plan{o.episodes, std::min(o.period, cap), o.recency_half_life, o.sequence_priority_eta};
   r.failed.reserve(count);  // no-op once warmed up
   r.redraw.reserve(count);
   if (r.ages.size() < first_row + count) r.ages.resize(first_row + count);  // grows to the largest batch only
@@ -240,6 +249,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
   std::iota(r.failed.begin(), r.failed.end(), static_cast<uint32_t>(first_row));
   planner.begin_call();
   z.caps.begin_call(count, view, first_row);
+  z.zeroing.begin_call(o.prioritized, o.zero_on_sample, first_row, count);
   // `round` counts the rounds that made no clean progress (rows overwritten during their copy, or a view that was
   // momentarily unusable); it is what max_retry_rounds limits.
   uint32_t round = 0;
@@ -263,6 +273,7 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
       drew_nothing = true;
       continue;
     }
+    if constexpr (std::is_same_v<Plan, detail::PriorityPlanner>) z.zeroing.set_round(planner.drawing_fresh());
     std::swap(r.failed, r.redraw);
     r.failed.clear();
     bool stalled = false;
@@ -344,6 +355,7 @@ std::size_t Sampler::draw_round(Plan& planner, std::size_t length, Rng& rng, Sam
       const std::size_t refused = caps.claim(g.rows(), r.failed, failed_before);
       if (refused > 0) resnapshot = caps.note_rejections(segment_of(*buffer_), z.snapshot.views, refused);
     }
+    if (z.zeroing.on()) z.zeroing.take(g.rows(), r.failed, failed_before, z.slot.priority_walk);
   }
   caps.flush();
   r.failed.insert(r.failed.end(), r.redraw.begin() + static_cast<std::ptrdiff_t>(i), r.redraw.end());  // deferred

@@ -15,6 +15,7 @@
 #include "detail/protocol/env_ids.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
+#include "detail/protocol/sequence_priorities.hpp"
 #include "detail/test_hooks.hpp"
 #include "sampler_parts.hpp"
 #include "shmreplay/error.hpp"
@@ -32,6 +33,12 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
   lease_.check_process("update");
   const Schema& schema = buffer_->schema();
   detail::check_env_id(segment_of(*buffer_), env_id, "update");
+  if (buffer_->consuming_queue()) {  // a learner killed inside an update would leave its step undeliverable
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot update step {} of env {} of '{}': it is a consuming queue, whose steps are "
+                            "delivered as pushed",
+                            step, env_id, buffer_->name()));
+  }
   if (fields.size() != schema.size()) {
     throw Error(Errc::size_mismatch, fmt::format("cannot update '{}': {} field values given, the schema has {} ({})",
                                                  buffer_->name(), fields.size(), schema.size(), schema.to_string()));
@@ -120,6 +127,7 @@ PriorityUpdateResult Sampler::update_priorities(std::span<const uint64_t> env_id
   // thread may change the caller's arrays meanwhile.
   Scratch& z = *scratch_;
   sampler_parts::UpdateCopy& copy = z.update;
+  copy.applied.clear();
   copy.envs.assign(env_ids.begin(), env_ids.end());
   copy.steps.assign(steps.begin(), steps.end());
   copy.priorities.assign(priorities.begin(), priorities.end());
@@ -153,14 +161,43 @@ PriorityUpdateResult Sampler::update_priorities(std::span<const uint64_t> env_id
     const double weight = detail::priority_weight(priorities[i], alpha);
     if (detail::update_priority(tree, segment_of(*buffer_).env_control(e), e, steps[i], weight, z.slot.priority_walk)) {
       ++result.applied;
+      if (segment_of(*buffer_).sequence_priority_length() != 0) copy.applied.emplace_back(e, steps[i]);
     } else {
       ++result.dropped;
     }
   }
+  if (!copy.applied.empty()) refresh_updated_windows();
   if (env_ids.size() > 0) detail::raise_max_priority(g.max_priority, largest);
   g.priority_updates.fetch_add(result.applied, std::memory_order_relaxed);
   g.priority_updates_dropped.fetch_add(result.dropped, std::memory_order_relaxed);
   return result;
+}
+
+// Sequence priorities: the windows of the steps update_priorities changed, refreshed once per run of nearby steps
+// of one env (steps less than L apart share windows), so that a sequence's L updated steps cost O(L) rather than
+// O(L^2). The slot's priority_walk word names the run's env while it runs: a learner taking over a dead one's slot
+// refreshes every window of that env (learner_takeover.cpp).
+void Sampler::refresh_updated_windows() noexcept {
+  Segment& seg = segment_of(*buffer_);
+  std::vector<std::pair<uint64_t, uint64_t>>& applied = scratch_->update.applied;
+  std::sort(applied.begin(), applied.end());
+  const uint64_t length = seg.sequence_priority_length();
+  const uint64_t cap = seg.capacity();
+  std::atomic<uint64_t>& walk_word = scratch_->slot.priority_walk;
+  for (std::size_t i = 0; i < applied.size();) {
+    const uint64_t env = applied[i].first;
+    const uint64_t first = applied[i].second;
+    uint64_t last = first;
+    std::size_t j = i + 1;
+    while (j < applied.size() && applied[j].first == env && applied[j].second < last + length &&
+           applied[j].second - first + length < cap) {
+      last = applied[j++].second;
+    }
+    walk_word.store(((env + 1) << 40) | (first % cap), std::memory_order_seq_cst);  // read by finish_dead_walk
+    detail::refresh_windows(detail::sequence_trees_of(seg, env), first, last, ~0ull);
+    walk_word.store(0, std::memory_order_seq_cst);
+    i = j;
+  }
 }
 
 }  // namespace shmreplay

@@ -40,7 +40,8 @@ double Sampler::total_weight(View view, std::size_t sequence_length, double dist
   // The planner a sample call with these options would use (detail/sampling/planner_table.hpp).
   return z.planning.planners.with(options, sequence_length, [&](detail::Planner& planner) {
     planner.begin_call();
-    const detail::PlanOptions plan{options.episodes, std::min(options.period, cap), options.recency_half_life};
+    const detail::PlanOptions plan{options.episodes, std::min(options.period, cap), options.recency_half_life,
+                                   options.sequence_priority_eta};
     if (planner.prepare(views, sequence_length, distribution_power, plan)) return planner.total_weight();
     // Nothing to draw: 0, unless a weight is not finite (a damaged segment: check_shortfall throws).
     (void)sampler_parts::check_shortfall(planner, planner.shortfall(/*scan=*/false), segment_of(*buffer_),

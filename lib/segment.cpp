@@ -162,6 +162,31 @@ layout::CapLearner& Segment::cap_learner(uint64_t slot) noexcept {
   return std::launder(reinterpret_cast<layout::CapLearner*>(base_ + g_.sections[kSectionSampleCaps].offset))[slot];
 }
 
+// The queue section's parts are atomics: a const Segment (a read-only mapping's) hands them out for loads only.
+layout::QueueControl& Segment::queue_control() const noexcept {
+  assert(g_.consuming_queue);
+  return *std::launder(reinterpret_cast<layout::QueueControl*>(base_ + g_.sections[kSectionQueue].offset));
+}
+
+layout::QueueLearner& Segment::queue_learner(uint64_t slot) const noexcept {
+  assert(g_.consuming_queue && slot < g_.max_learners);
+  return std::launder(reinterpret_cast<layout::QueueLearner*>(base_ + g_.sections[kSectionQueue].offset +
+                                                              layout::queue_learners_at()))[slot];
+}
+
+layout::QueueEnv& Segment::queue_env(uint64_t env) const noexcept {
+  assert(g_.consuming_queue && env < g_.num_envs);
+  return std::launder(reinterpret_cast<layout::QueueEnv*>(base_ + g_.sections[kSectionQueue].offset +
+                                                          layout::queue_envs_at(g_.max_learners)))[env];
+}
+
+std::atomic<uint64_t>* Segment::queue_tickets(uint64_t env) const noexcept {
+  assert(g_.consuming_queue && env < g_.num_envs);
+  return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(
+             base_ + g_.sections[kSectionQueue].offset + layout::queue_tickets_at(g_.max_learners, g_.num_envs))) +
+         env * g_.capacity;
+}
+
 const std::atomic<uint64_t>* Segment::step_meta(uint64_t env) const noexcept {
   assert(has_episodes() && env < g_.num_envs);
   return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + g_.sections[kSectionStepMeta].offset)) + env * g_.capacity;

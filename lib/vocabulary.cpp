@@ -7,6 +7,14 @@ namespace shmreplay {
 
 std::string_view to_string(View view) noexcept { return view == View::replay ? "replay" : "online"; }
 
+std::string_view to_string(Consume consume) noexcept {
+  switch (consume) {
+    case Consume::fifo: return "fifo";
+    case Consume::random: return "random";
+    default: return "off";
+  }
+}
+
 std::string_view to_string(Episodes episodes) noexcept {
   switch (episodes) {
     case Episodes::cross: return "cross";

@@ -38,7 +38,8 @@ namespace shmreplay {
 Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOptions& options)
     : buffer_(&buffer), seg_(&segment_of(buffer)), capacity_(buffer.capacity()),
       has_priorities_(buffer.has_priorities()),
-      cap_words_(buffer.max_times_sampled() != 0 ? segment_of(buffer).cap_words(0) : nullptr), options_(options) {
+      cap_words_(buffer.max_times_sampled() != 0 ? segment_of(buffer).cap_words(0) : nullptr),
+      queue_tickets_(buffer.consuming_queue() ? segment_of(buffer).queue_tickets(0) : nullptr), options_(options) {
   const std::string& name = buffer.name();
   if (buffer.read_only()) {
     throw Error(Errc::read_only, fmt::format("cannot lease envs of '{}': the buffer is mapped read-only", name));
@@ -115,6 +116,8 @@ Writer::Writer(Writer&& other) noexcept
       capacity_(other.capacity_),
       has_priorities_(other.has_priorities_),
       cap_words_(other.cap_words_),
+      queue_tickets_(other.queue_tickets_),
+      ticket_(other.ticket_),
       envs_(std::move(other.envs_)),
       local_(std::move(other.local_)),
       seen_(std::move(other.seen_)),

@@ -23,6 +23,7 @@
 #include "detail/os/process.hpp"
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/priorities.hpp"
+#include "detail/protocol/sequence_priorities.hpp"
 #include "shmreplay/internal/caps_layout.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "detail/protocol/seqlock.hpp"
@@ -72,6 +73,9 @@ void StepSlot::commit() {
   if (writer_->policy_field_) {  // the step's version, read from the slot as filled
     writer_->locals_[0] = local_;  // position 0 of a "call" of one step
     writer_->admit_policy({}, 1, "commit a step of");
+  }
+  if (writer_->queue_tickets_ != nullptr) {  // the step's insertion ticket: its place in the queue is its commit's
+    writer_->ticket_ = writer_->seg_->queue_control().tickets.fetch_add(1, std::memory_order_relaxed);
   }
   if (writer_->staged_) {  // the staged kinds' fields, from the staging area they were filled in
     writer_->staged_->store_staged(local_, env_, step_, writer_->step_ends_episode(env_, step_));
@@ -130,6 +134,8 @@ SHMREPLAY_ALWAYS_INLINE void Writer::finish_step(uint32_t l, uint64_t env, uint6
   if (cap_words_ != nullptr) {
     assert(next_slot_[l] == step % capacity_);
     cap_words_[env * capacity_ + next_slot_[l]].store(layout::cap_word(step, 0), std::memory_order_relaxed);
+    // A consuming queue's insertion ticket of the step (its push call's), published with it likewise.
+    if (queue_tickets_ != nullptr) queue_tickets_[env * capacity_ + next_slot_[l]].store(ticket_, std::memory_order_relaxed);
   }
   publish(l, step, now_ns);
   if (record_due) detail::emit_record(*seg_, env, step + 1);
@@ -191,17 +197,25 @@ const float* Writer::copy_priorities(std::size_t count, std::span<const float> p
 }
 
 // The writer half of the priority protocol for a claimed step: its leaf and the walk, before the head store.
-// A negative priority means the running maximum. The priority was checked (priority_fits) by the caller.
+// A negative priority means none was given (CreateOptions::initial_priority). The priority was checked
+// (priority_fits) by the caller.
 void Writer::set_priority(uint64_t env, uint64_t step, double priority) noexcept {
   if (!has_priorities_) return;
   layout::GlobalControl& g = seg_->global_control();
-  if (priority < 0) {
-    priority = detail::max_priority(g.max_priority);
+  if (priority < 0) {  // none given: CreateOptions::initial_priority, a fixed one or the running maximum
+    const std::optional<double> initial = seg_->initial_priority();
+    priority = initial && !seg_->fresh_trees() ? *initial : detail::max_priority(g.max_priority);
   } else {
     detail::raise_max_priority(g.max_priority, priority);
   }
   detail::set_new_priority(detail::priority_tree_of(*seg_, env), step,
                            detail::priority_weight(priority, seg_->priority_exponent()));
+  // Initial priority +infinity: the step is fresh (drawn before any step a prioritized draw has returned).
+  if (seg_->fresh_trees()) detail::set_new_priority(detail::fresh_tree_of(*seg_, env), step, 1.0);
+  // Sequence priorities: the windows that hold the step (starts step - L + 1 .. step), its own first.
+  if (seg_->sequence_priority_length() != 0) {
+    detail::refresh_windows(detail::sequence_trees_of(*seg_, env), step, step, step);
+  }
 }
 
 template <class Id>
@@ -254,6 +268,7 @@ void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> 
     for (std::size_t i = 0; i < n; ++i) admit_envs_.push_back(control_[locals_[i]]);
     wait_for_rate_limit("push to");
   }
+  if (queue_tickets_ != nullptr) admit_queue(n, "push to");
   const uint64_t now = detail::coarse_realtime_ns();
   for (std::size_t i = 0; i < n; ++i) {
     write_step(locals_[i], envs_[locals_[i]], fields, i, priorities ? priorities[i] : -1.0, now);
@@ -315,7 +330,7 @@ void Writer::push_one(uint64_t env_id, std::span<const FieldBytes> fields) {
   const uint32_t l1 = env_id < local_.size() ? local_[static_cast<std::size_t>(env_id)] : 0;
   bool direct = l1 != 0 && !reserved_[l1 - 1] && fields.size() == field_bytes_.size() &&
                 fork_generation_ == detail::fork_generation_registered() && !options_.wait_for_rate_limit &&
-                !policy_field_;
+                !policy_field_ && queue_tickets_ == nullptr;
   for (std::size_t f = 0; direct && f < fields.size(); ++f) {
     direct = fields[f].data != nullptr && fields[f].bytes == field_bytes_[f];
   }
@@ -339,6 +354,10 @@ StepSlot Writer::reserve(uint64_t env_id) {
   if (options_.wait_for_rate_limit) {
     admit_envs_.assign(1, control_[l]);
     wait_for_rate_limit("reserve a step of");
+  }
+  if (queue_tickets_ != nullptr) {
+    locals_[0] = l;  // position 0 of a "call" of one step
+    admit_queue(1, "reserve a step of");
   }
   // Where the staged kinds' fields are filled until the commit stores them (before the claim: it may throw
   // bad_alloc).

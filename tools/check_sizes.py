@@ -28,6 +28,9 @@ FILES: dict[str, str] = {
     "include/shmreplay/internal/layout.hpp":
         "the segment's struct definitions, one file by design: every byte of the segment declared in one place, "
         "with its diagram and static_asserts (docs/design/layout.md)",
+    "lib/python/shmreplay/_shmreplay.pyi":
+        "the extension module's stub: type checkers find a compiled module's signatures in the one .pyi beside it "
+        "(PEP 561), so it cannot be split the way a source file can; it holds signatures only",
 }
 
 # Functions allowed past MAX_FUNCTION_LINES: (path, name as lizard gives it) -> why.

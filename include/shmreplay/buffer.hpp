@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shmreplay/policy.hpp"
 #include "shmreplay/rate_limit.hpp"
 #include "shmreplay/schema.hpp"
 #include "shmreplay/vocabulary.hpp"  // IWYU pragma: export (EpisodeFields, EpisodeEnd, EpisodeFieldIndices: were declared here)
@@ -73,6 +74,20 @@ struct CreateOptions {
   /// SampleOptions::prioritized; Writer::push with priorities; Sampler::update_priorities). Costs 16 bytes per
   /// ring slot (rounded up to a power of two per env). Without, the buffer is as before.
   std::optional<double> priority_exponent;
+  /// The priority of a step pushed without one (layout 1.11; a buffer with priorities): nullopt (the default), the
+  /// running maximum, the largest priority given so far (Schaul et al.); a fixed value in [0, FLT_MAX] (a step at 0 is
+  /// drawn by priority only once a learner raises it); or +infinity, DreamerV3's "initial priority infinity": a
+  /// step that no prioritized draw has returned yet is drawn before any other (uniformly among such steps, by any
+  /// learner, exactly once: docs/design/priorities.md, "Initial priorities"), and enters the priority tree at the
+  /// running maximum for the draws after. +infinity costs a second tree per env (16 bytes per ring slot).
+  std::optional<double> initial_priority;
+  /// Sequence priorities (layout 1.11; a buffer with priorities; R2D2): with L (1 to the capacity), a prioritized
+  /// sample of sequence_length L draws a start q with weight eta * max + (1 - eta) * mean of the step weights
+  /// priority^alpha of the sequence's stored steps [q, q + L) (SampleOptions::sequence_priority_eta, 0.9 by
+  /// default), exactly as steps arrive and priorities change: two more sum trees per env, refreshed by every writer
+  /// and learner that changes a step's priority (docs/design/priorities.md, "Sequence priorities"). Costs 32 bytes
+  /// per ring slot and O(L) work per pushed step and per updated run of steps. 0, the default: none.
+  uint64_t sequence_priority_length = 0;
   /// A rate limiter (layout 1.4; shmreplay/rate_limit.hpp): samples per inserted step within an error buffer,
   /// and/or no sampling before a minimum size, counted across every process. Changeable later
   /// (Buffer::set_rate_limit, `shmreplay limit`). Without, nothing is limited or counted.
@@ -106,6 +121,14 @@ struct CreateOptions {
   /// their races and deaths; a step sampled N times leaves the views (sample calls draw from the steps not yet
   /// capped). Costs 8 bytes per stored step and 64 per learner slot. 0, the default: no cap.
   uint64_t max_times_sampled = 0;
+  /// A consuming queue (layout 1.11; docs/design/consuming_queue.md), Reverb's queue across processes: each stored
+  /// step is delivered once, by sample calls with SampleOptions::consume (in insertion order or at random; the
+  /// buffer's other sample calls are refused), and a writer never overwrites a step not yet delivered: it waits
+  /// (WriterOptions::queue_timeout_ms) until the step in the ring slot it needs was delivered. A learner killed
+  /// during a call delivers its claimed rows or gives them back, never both and never neither. Implies
+  /// max_times_sampled 1 (0 or 1 may be given). Not with stacked or compressed fields (their steps may leave the
+  /// views undelivered) or a rate limiter (the queue is its own). Costs 16 bytes per stored step.
+  bool consuming_queue = false;
   /// Fault the segment's pages in at creation (see Populate): madvise(MADV_POPULATE_WRITE) in 64 MiB chunks, or,
   /// on kernels without it (before Linux 5.14), a write of zero to each page. Done before the segment is linked
   /// under its name, so it changes no guarantee of create(); it moves the page-zeroing cost from the first writer to
@@ -236,8 +259,15 @@ class Buffer {
   uint64_t max_learners() const noexcept;
   /// The sample cap (CreateOptions::max_times_sampled; layout 1.11): deliveries per stored step; 0 without.
   uint64_t max_times_sampled() const noexcept;
+  /// Whether it is a consuming queue (CreateOptions::consuming_queue; layout 1.11).
+  bool consuming_queue() const noexcept;
   /// How writers tell that a stacked field's stack continues the previous step's (CreateOptions::stack_continuity).
   StackContinuity stack_continuity() const noexcept;
+  /// CreateOptions::initial_priority: nullopt (the running maximum), a fixed priority, or +infinity (never-sampled
+  /// steps first). Layout 1.11.
+  std::optional<double> initial_priority() const noexcept;
+  /// CreateOptions::sequence_priority_length: L of sequence priorities; 0 without. Layout 1.11.
+  uint64_t sequence_priority_length() const noexcept;
   /// Alpha, the priority exponent (a sampling weight is priority^alpha); 0 without priorities.
   double priority_exponent() const noexcept;
   /// Leaves of each env's priority tree: bit_ceil(capacity), 0 without priorities.
@@ -252,6 +282,16 @@ class Buffer {
   /// bounds (history counted under other settings holds neither side back). Throws invalid_argument (settings
   /// that cannot work: see RateLimit) and read_only.
   void set_rate_limit(const std::optional<RateLimit>& limit);
+
+  /// The policy version and staleness window in force (what a learner or set_policy_window published last; layout
+  /// 1.11, docs/design/policy.md). Read from the segment at each call.
+  PolicyState policy() const noexcept;
+  /// Sets (a number) or removes (nullopt) the staleness window of a running buffer, keeping the published version,
+  /// at once for every process: sample calls without their own max_staleness draw inside it, and writers it held
+  /// back re-check at once (`shmreplay limit --max-staleness`). Unlike Sampler::publish_policy it needs no learner
+  /// slot and never paces. Throws invalid_argument (a window on a buffer without a policy-version field, or
+  /// max_staleness kNoPolicyWindow, UINT64_MAX, which stands for "none") and read_only.
+  PolicyState set_policy_window(std::optional<uint64_t> max_staleness);
 
  private:
   // The mapped segment's words are not part of the API: shmreplay's own roles, tools and tests reach them through

@@ -106,6 +106,10 @@ struct LearnerInfo {
   uint64_t cap_claimed = 0;   ///< deliveries the slot claimed: rows its sample calls returned, each counted once
   uint64_t cap_rejected = 0;  ///< rows it drew and redrew because their start was capped (or overwritten)
   uint64_t cap_retired = 0;   ///< starts whose last delivery (the cap's N-th) it claimed
+  uint64_t queue_delivered = 0;  ///< rows its consuming calls delivered (a consuming queue; layout 1.11)
+  uint64_t queue_refused = 0;    ///< claims lost to another learner's claim of the same step
+  uint64_t queue_waits = 0;      ///< consuming calls that waited for free steps
+  uint64_t queue_returned = 0;   ///< claims given back undelivered (short calls; its dead learners' uncommitted)
   /// Rows per age bucket, not cumulative: bucket k holds the ages in (layout::age_bucket_le(k - 1),
   /// layout::age_bucket_le(k)] (bucket 0: age 0); rows older than the last bound are in age_rows only.
   std::array<uint64_t, layout::kAgeBuckets> age_buckets{};
@@ -194,6 +198,7 @@ struct SegmentInfo {
   RateLimitState rate_limit;  ///< the rate limiter's settings (limit: nullopt without one), counts and waits
   PolicyInfo policy;          ///< policy versions (layout 1.11): the published version and window, the holds
   uint64_t max_times_sampled = 0;  ///< the sample cap (layout 1.11): deliveries per stored step; 0 without
+  bool consuming_queue = false;    ///< a consuming queue (layout 1.11; CreateOptions::consuming_queue)
 };
 
 /// Consecutive published steps of one env, copied out of the segment (Inspector::read_steps). Each record is one

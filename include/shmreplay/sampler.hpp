@@ -46,6 +46,10 @@
 // switches the rest of the call to an exact method that enumerates the episodes in the views (one meta load per
 // episode): O(num_envs + stored episodes) once, then O(log) per row. stats() counts this work.
 //
+// Consuming queue (a buffer created with CreateOptions::consuming_queue): sample calls with SampleOptions::consume
+// deliver each step once in total, over every learner, in insertion order or at random; a killed learner's claims
+// are given back or delivered, never both (docs/design/consuming_queue.md). A queue takes no other sample call.
+//
 // Completed-episode records: when a writer publishes the last step of an episode it queues a record (env, first
 // step, length, return, how it ended) in the segment; pop_episodes() takes them, per env in order. A full queue
 // drops records (counted in Inspector's episode_records_dropped); records reach the learners at most once, and those
@@ -91,6 +95,7 @@
 
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/vocabulary.hpp"  // IWYU pragma: export (View, Episodes, SampleOptions, EpisodeRecord, Rng: were declared here)
+#include "shmreplay/policy.hpp"  // IWYU pragma: export (PolicyPublish, PolicyState: were declared here)
 #include "shmreplay/rate_limit.hpp"
 #include "shmreplay/nstep.hpp"         // IWYU pragma: export (NStep, nstep: were declared here)
 #include "shmreplay/sample_batch.hpp"  // IWYU pragma: export (SampleBatch, MutableFieldBytes: were declared here)
@@ -125,28 +130,6 @@ struct SamplerOptions {
   /// The learner slot to take (layout 1.7), 0 to max_learners - 1: a GPU rank's own slot. nullopt takes the first
   /// slot that is free or whose holder died, skipping slots this process holds through another Sampler.
   std::optional<uint64_t> rank;
-};
-
-/// How Sampler::publish_policy publishes (policy versions, docs/design/policy.md).
-struct PolicyPublish {
-  /// Pacing: before the new window is in force, wait while a writer that holds its env's lease (a live process)
-  /// would be left behind by it (its env's newest version below version - max_staleness), woken by writers as
-  /// their versions move; after pace_timeout_ms, Error(rate_limited) naming the env, with nothing published. So
-  /// a fast learner waits for slow producers instead of discarding their steps (pause, not discard).
-  bool pace = false;
-  uint64_t pace_timeout_ms = 10'000;  ///< with pace: how long to wait (kWaitForever: no timeout)
-  /// With pace: how many versions behind the new one a live writer may be (its env's newest version at least
-  /// version - max_lag); nullopt: max_staleness (the window's own bound). 1 keeps the learner within one version
-  /// of the slowest live producer, so that a slow producer's steps stay in the window as long as a fast one's
-  /// (docs/benchmarks/policy.md); at least 1 (a writer cannot have a version not yet published).
-  std::optional<uint64_t> max_lag;
-};
-
-/// The policy version and window in force (Sampler::policy).
-struct PolicyState {
-  uint64_t version = 0;                  ///< the current version the learners published (0 before any)
-  std::optional<uint64_t> max_staleness;  ///< the window; nullopt when none
-  uint64_t publishes = 0;                ///< publish calls that moved the version or changed the window
 };
 
 /// Sizes of one env's views.
@@ -355,6 +338,11 @@ class Sampler {
   void check_args(const char* op, std::size_t rows, std::size_t length, double power,
                   const SampleOptions& options = {}) const;
   void check_recency(const char* op, std::size_t length, const SampleOptions& options) const;
+  void check_priority_selectors(const char* op, std::size_t length, const SampleOptions& options) const;
+  void refresh_updated_windows() noexcept;  // sequence priorities, after update_priorities (sampler_update.cpp)
+  void mixture_probabilities(View view, std::size_t length, double power,
+                             const std::array<std::size_t, kSelectors>& rows, const SampleOptions& options,
+                             SampleBatch& out);  // SampleOptions::mixture_importance (sampler_mixture.cpp)
   static void finish_weights(SampleBatch& out, double beta, std::size_t first, std::size_t count) noexcept;
   // A batch of a mixture of selectors (lib/sampler_mixture.cpp), and the selector of a call without one.
   void sample_mixture(View view, std::size_t batch_size, std::size_t sequence_length, double distribution_power,
@@ -368,6 +356,14 @@ class Sampler {
   std::optional<uint64_t> cut_views_to_window();
   [[noreturn]] void throw_empty_window(View view, uint64_t steps) const;
   void finish_versions(SampleBatch& out, std::size_t rows) noexcept;
+  // A consuming call (lib/sampler_consume.cpp): claims the rows' starts (waiting while too few are free), copies
+  // them, commits. check_consume throws the error of a call that cannot consume, or of a non-consuming call on a
+  // consuming queue (check_args calls it).
+  void sample_consume(View view, std::size_t batch_size, std::size_t length, double power, Rng& rng,
+                      SampleBatch& out, const SampleOptions& options);
+  void claim_consumed(std::size_t rows, std::size_t length, const SampleOptions& options, Rng& rng);
+  void copy_consumed(SampleBatch& out, std::size_t length);
+  [[noreturn]] void check_consume(const char* op, const SampleOptions& options) const;
   // The learner half of the rate limiter (lib/sampler_rate_limit.cpp). In a buffer with a limiter: waits until it
   // admits `rows` rows and reserves them (or throws rate_limited); returns whether it reserved them (false without
   // a limiter). After the rows were drawn, the call wakes writers (count_samples); a failed call gives them back.

@@ -8,6 +8,7 @@
 #include "shmreplay/error.hpp"      // IWYU pragma: export
 #include "shmreplay/inspector.hpp"  // IWYU pragma: export
 #include "shmreplay/nstep.hpp"      // IWYU pragma: export
+#include "shmreplay/policy.hpp"     // IWYU pragma: export
 #include "shmreplay/rate_limit.hpp"  // IWYU pragma: export
 #include "shmreplay/sample_age.hpp"  // IWYU pragma: export
 #include "shmreplay/sample_batch.hpp"  // IWYU pragma: export

@@ -77,6 +77,15 @@ struct Mixture {
   std::array<std::size_t, kSelectors> rows(std::size_t batch) const noexcept;
 };
 
+/// The order a consuming queue (CreateOptions::consuming_queue) delivers its steps in (SampleOptions::consume).
+enum class Consume : uint8_t {
+  off,     ///< not a consuming call (the default; every sample call on a buffer that is not a consuming queue)
+  fifo,    ///< insertion order: the undelivered steps of the oldest push calls first (ties: the lower env first)
+  random,  ///< uniformly at random among the undelivered steps, without replacement within a call
+};
+/// "off", "fifo" or "random" (the Python spelling, None for off).
+std::string_view to_string(Consume consume) noexcept;
+
 /// Options of one sample call. The defaults are the behaviour of the calls without options, row for row.
 struct SampleOptions {
   /// How rows treat episode boundaries (Episodes); stop and within need a buffer with episode fields.
@@ -96,6 +105,19 @@ struct SampleOptions {
   /// beta, the importance-sampling exponent of a prioritized sample (finite, >= 0; 0 gives weights of 1). Any
   /// such beta gives weights in [0, 1]: they are computed as (smallest N * P / N * P)^beta.
   double importance_exponent = 0.4;
+  /// Zero-on-sample (DreamerV3's prioritized selector): each row a prioritized draw returns has its start step's
+  /// priority set to 0 once its copy is validated, so that step is not drawn by priority again until its priority
+  /// is raised (update_priorities). Exact under several learner ranks: the 0 is set by a compare-and-swap from the
+  /// positive weight the draw found, so of two ranks that draw one step at once, exactly one returns it; the other's
+  /// row is drawn again from the steps still positive. A batch is so a draw without replacement (each row by
+  /// priority among the steps no row has taken). A call that throws gives its steps their weights back. Needs
+  /// prioritized (or a mixture with prioritized rows, whose block it applies to; invalid_argument otherwise). A view
+  /// whose every step was taken throws empty_view (every stored step has priority 0).
+  bool zero_on_sample = false;
+  /// Sequence priorities (a buffer created with CreateOptions::sequence_priority_length L; R2D2): a prioritized
+  /// draw of sequence_length L weighs a start by eta * max + (1 - eta) * mean of the step weights priority^alpha of
+  /// its sequence's stored steps, eta this value (in [0, 1]; invalid_argument otherwise). Other calls ignore it.
+  double sequence_priority_eta = 0.9;
   /// Recency sampling, in steps (0: off, the default): a start p of an env whose view ends at head h is drawn with
   /// weight min(r, L)^distribution_power * 2^(-age / recency_half_life), where age = h - 1 - p (the env's newest
   /// step has age 0; each env's age counts its own steps) and r the steps left (as without it): a start half a
@@ -111,6 +133,12 @@ struct SampleOptions {
   /// (SampleBatch::selector_rows), and its weights() hold, in the prioritized block, that block's importance
   /// weights (as a prioritized call of that many rows computes them), 1 in the other blocks.
   Mixture mixture;
+  /// With a mixture: every row's importance weight from the mixture's own probability, (N P)^-beta over the batch's
+  /// largest with P = sum over selectors s of (rows_s / B) P_s(row), each P_s from a snapshot of s's view taken after
+  /// the draws (so the whole batch is corrected toward uniform), instead of the prioritized block's weights alone
+  /// (false, the default). Needs each selector's weight of any start in closed form: period 1, and episodes = cross
+  /// or sequence_length 1 (invalid_argument otherwise, and without a mixture).
+  bool mixture_importance = false;
   /// In a buffer with a rate limiter (shmreplay/rate_limit.hpp): how long the call waits while the limiter holds
   /// it back (too few steps stored, or the learner ahead of the writers), woken by writers across processes, before
   /// it throws Error(rate_limited) naming the reason. 0: never wait, throw at once ("not now"). The whole batch
@@ -124,6 +152,18 @@ struct SampleOptions {
   /// window the learners published, if any (none: every step). A view with steps but none inside the window throws
   /// empty_view. invalid_argument on a buffer without a policy-version field.
   std::optional<uint64_t> max_staleness;
+  /// A consuming call (a buffer created with CreateOptions::consuming_queue, which takes no other sample call;
+  /// docs/design/consuming_queue.md): each row starts at a step no call delivered before, claimed for this call and
+  /// delivered when it returns, in insertion order (Consume::fifo) or uniformly at random (Consume::random); a step
+  /// is delivered once in total, over every learner, whatever their races and deaths. Rows are sequences as
+  /// without it (the steps after the start are context and may be delivered as starts of other rows). Only with
+  /// View::replay, distribution_power 0 and the default episodes, period, prioritized, recency, mixture and
+  /// window (invalid_argument otherwise). While fewer undelivered starts than rows are stored, the call waits for
+  /// writers up to consume_timeout_ms, then throws empty_view having delivered nothing.
+  Consume consume = Consume::off;
+  /// With consume: how long the call waits for enough undelivered steps (0: throw at once; kWaitForever: no
+  /// timeout). Ctrl-C in Python interrupts it within 50 ms.
+  uint64_t consume_timeout_ms = 10'000;
 };
 
 /// The work counters every sampling layer adds to (Sampler::stats()).

@@ -77,6 +77,11 @@ struct WriterOptions {
   /// window to admit them (a wider window), in milliseconds, before it throws Error(rate_limited) saying which
   /// version the window needs, having written nothing. 0: throw at once.
   uint64_t policy_timeout_ms = 10'000;
+  /// In a consuming queue (CreateOptions::consuming_queue): how long a push waits, in milliseconds, while the ring
+  /// slot an env's next step needs holds a step not yet delivered (the queue is full for that env), before it
+  /// throws Error(rate_limited) naming the env and the step, having written nothing. 0: throw at once;
+  /// kWaitForever: no timeout.
+  uint64_t queue_timeout_ms = 10'000;
 };
 
 /// A step reserved in place by Writer::reserve(): fill each field's bytes in the segment, then commit(). Until
@@ -249,6 +254,11 @@ class Writer {
   // below its env's newest, waits while the window leaves one behind, then stores the envs' newest versions.
   void admit_policy(std::span<const FieldBytes> fields, std::size_t n, const char* op);
   void wait_for_policy(std::size_t blocked, const char* op);
+  // In a consuming queue (lib/writer_queue.cpp): waits until the next step of each env of the call (locals_[0..n))
+  // may overwrite its ring slot (the step there was delivered), or throws rate_limited; then takes the call's
+  // insertion ticket into ticket_.
+  void admit_queue(std::size_t n, const char* op);
+  void wait_for_queue(std::size_t n, std::size_t blocked, const char* op);
 
   Buffer* buffer_ = nullptr;
   // The push path's copies of the buffer's mapping and shape (Buffer's getters are out of line: the Segment is not
@@ -257,6 +267,8 @@ class Writer {
   uint64_t capacity_ = 0;
   bool has_priorities_ = false;
   std::atomic<uint64_t>* cap_words_ = nullptr;  // the sample caps' count words, [num_envs][capacity] (null without)
+  std::atomic<uint64_t>* queue_tickets_ = nullptr;  // a consuming queue's insertion tickets (null without)
+  uint64_t ticket_ = 0;                             // the current push call's insertion ticket
   std::vector<uint64_t> envs_;         // leased env ids
   std::vector<uint32_t> local_;        // env id -> index in envs_ + 1; 0 when not leased
   std::vector<uint64_t> seen_;         // per leased env: the push call that last listed it (duplicate check)

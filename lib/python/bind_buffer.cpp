@@ -11,6 +11,34 @@ using BufferClass = py::class_<Buffer, std::shared_ptr<Buffer>>;
 
 namespace {
 
+// Buffer.create's docstring.
+constexpr const char* kCreateDoc =
+    "Create a buffer of num_envs rings of capacity steps; schema is a Schema or its text form. With "
+    "priority_exponent=alpha every stored step has a priority and prioritized samples draw starts with "
+    "probability proportional to priority**alpha. With rate_limit=RateLimit.ratio(...) or "
+    "RateLimit.min_size(...), samples per inserted step are kept within an error buffer across processes. "
+    "populate='always' faults every page in before the name appears ('auto': when the segment is at most "
+    "half of MemAvailable; 'never', the default: the first writer of each page does), calling "
+    "populate_progress(done_bytes, total_bytes) after each 64 MiB if given. A stacked field (NAME:DTYPE[SHAPE]"
+    ":stack=AXIS) keeps one frame per step; stack_restarts (0: 1 + capacity // 128) is how many steps per env "
+    "whose stack does not continue the previous one's (episode starts) its frame rings hold at no loss. "
+    "stack_continuity='compare' (the default) checks each pushed stack against the previous step's byte for "
+    "byte; 'episodes' trusts the episode flags instead (a push then reads and writes one frame). max_learners "
+    "(1 to 64) learner processes may sample it at once, one Sampler per rank (Sampler(buffer, rank=r)). "
+    "Compressed fields (NAME:DTYPE[SHAPE]:lz4 or :zstd=LEVEL) keep their records in compressed_bytes bytes, "
+    "every compressed field and env together (0: their frames' bytes as pushed over expected_compression, "
+    "0 meaning 4); an env whose frames compress worse loses its oldest steps from the view. policy_version names a "
+    "scalar integer field holding the version of the policy that produced each step (non-decreasing per env): "
+    "learners then publish a version and a staleness window (Sampler.publish_policy) and sample inside it "
+    "(max_staleness=), and writers the window left behind wait instead of being discarded. With "
+    "max_times_sampled=N (1 to 255; 0, the default, for none) a stored step starts at most N sampled rows in "
+    "total, over every learner, and then leaves the views. initial_priority is the priority of a step pushed "
+    "without one (None: the running maximum; float('inf'): steps no prioritized draw has returned are drawn "
+    "first). With sequence_priority_length=L, prioritized samples of L steps weigh a start by "
+    "eta * max + (1 - eta) * mean of its sequence's priority**alpha (sequence_priority_eta=). consuming_queue=True "
+    "makes it a queue (Reverb's): each step is delivered once, by sample calls with consume='fifo' or 'random', and "
+    "writers wait (Writer queue_timeout) instead of overwriting a step not yet delivered.";
+
 // Buffer.create: a new segment from its geometry, schema and options.
 void def_buffer_create(BufferClass& c) {
   c.def_static(
@@ -26,7 +54,8 @@ void def_buffer_create(BufferClass& c) {
              Int<"Buffer.create(): max_learners", uint64_t, 1, layout::kMaxLearners> max_learners,
              Int<"Buffer.create(): compressed_bytes"> compressed_bytes, double expected_compression,
              std::optional<std::string> policy_version,
-             Int<"Buffer.create(): max_times_sampled"> max_times_sampled) {
+             Int<"Buffer.create(): max_times_sampled"> max_times_sampled, std::optional<double> initial_priority,
+             Int<"Buffer.create(): sequence_priority_length"> sequence_priority_length, bool consuming_queue) {
             const Schema s = py::isinstance<py::str>(schema) ? Schema::parse(schema.cast<std::string>())
                                                              : schema.cast<Schema>();
             CreateOptions o{.mode = mode, .replace = replace};
@@ -40,6 +69,9 @@ void def_buffer_create(BufferClass& c) {
             o.expected_compression = expected_compression;
             o.policy_version = policy_version.value_or("");
             o.max_times_sampled = max_times_sampled;
+            o.initial_priority = initial_priority;
+            o.sequence_priority_length = sequence_priority_length;
+            o.consuming_queue = consuming_queue;
             if (stack_continuity == "episodes") {
               o.stack_continuity = StackContinuity::episodes;
             } else if (stack_continuity != "compare") {
@@ -71,26 +103,8 @@ void def_buffer_create(BufferClass& c) {
           "populate"_a = "never", "populate_progress"_a = py::none(), "stack_restarts"_a = 0,
           "stack_continuity"_a = "compare", "max_learners"_a = 1, "compressed_bytes"_a = 0,
           "expected_compression"_a = 0.0, "policy_version"_a = py::none(), "max_times_sampled"_a = 0,
-          "Create a buffer of num_envs rings of capacity steps; schema is a Schema or its text form. With "
-          "priority_exponent=alpha every stored step has a priority and prioritized samples draw starts with "
-          "probability proportional to priority**alpha. With rate_limit=RateLimit.ratio(...) or "
-          "RateLimit.min_size(...), samples per inserted step are kept within an error buffer across processes. "
-          "populate='always' faults every page in before the name appears ('auto': when the segment is at most "
-          "half of MemAvailable; 'never', the default: the first writer of each page does), calling "
-          "populate_progress(done_bytes, total_bytes) after each 64 MiB if given. A stacked field (NAME:DTYPE[SHAPE]"
-          ":stack=AXIS) keeps one frame per step; stack_restarts (0: 1 + capacity // 128) is how many steps per env "
-          "whose stack does not continue the previous one's (episode starts) its frame rings hold at no loss. "
-          "stack_continuity='compare' (the default) checks each pushed stack against the previous step's byte for "
-          "byte; 'episodes' trusts the episode flags instead (a push then reads and writes one frame). max_learners "
-          "(1 to 64) learner processes may sample it at once, one Sampler per rank (Sampler(buffer, rank=r)). "
-          "Compressed fields (NAME:DTYPE[SHAPE]:lz4 or :zstd=LEVEL) keep their records in compressed_bytes bytes, "
-          "every compressed field and env together (0: their frames' bytes as pushed over expected_compression, "
-          "0 meaning 4); an env whose frames compress worse loses its oldest steps from the view. policy_version names a "
-          "scalar integer field holding the version of the policy that produced each step (non-decreasing per env): "
-          "learners then publish a version and a staleness window (Sampler.publish_policy) and sample inside it "
-          "(max_staleness=), and writers the window left behind wait instead of being discarded. With "
-          "max_times_sampled=N (1 to 255; 0, the default, for none) a stored step starts at most N sampled rows in "
-          "total, over every learner, and then leaves the views.");
+          "initial_priority"_a = py::none(), "sequence_priority_length"_a = 0, "consuming_queue"_a = false,
+          kCreateDoc);
 }
 
 // Buffer.open, remove, exists, and the buffer's properties.
@@ -155,9 +169,16 @@ void def_buffer_properties(BufferClass& c) {
                                return b.schema()[*f].name;
                              },
                              "the policy-version field's name (policy_version= of create), None without")
+      .def_property_readonly("consuming_queue", &Buffer::consuming_queue,
+                             "whether it is a consuming queue (consuming_queue= of create): each step delivered once")
       .def_property_readonly("max_times_sampled", &Buffer::max_times_sampled,
                              "the sample cap: sampled rows a stored step may start, over every learner "
-                             "(max_times_sampled= of create); 0 without");
+                             "(max_times_sampled= of create); 0 without")
+      .def_property_readonly("initial_priority", &Buffer::initial_priority,
+                             "the priority of a step pushed without one (initial_priority= of create): None for the "
+                             "running maximum, inf for never-sampled steps first")
+      .def_property_readonly("sequence_priority_length", &Buffer::sequence_priority_length,
+                             "L of sequence priorities (sequence_priority_length= of create); 0 without");
 }
 
 // The buffer's rate limiter, heads, and read_steps (a copy of stored steps without the learner lease).
@@ -173,6 +194,23 @@ void def_buffer_reads(BufferClass& c) {
       .def(
           "rate_limit_state", [](const Buffer& b) { return b.rate_limit_state(); },
           "The rate limiter's settings, counts (inserts, samples, error) and waits, read now.")
+      .def_property_readonly(
+          "policy", [](const Buffer& b) { return policy_dict(b.policy()); },
+          "{'version', 'max_staleness', 'publishes'}: the policy version and staleness window in force, read now")
+      .def(
+          "set_policy_window",
+          [](Buffer& b, std::optional<Int<"Buffer.set_policy_window(): max_staleness">> max_staleness) {
+            PolicyState st;
+            {
+              py::gil_scoped_release release;
+              st = b.set_policy_window(max_staleness ? std::optional<uint64_t>(*max_staleness) : std::nullopt);
+            }
+            return policy_dict(st);
+          },
+          "max_staleness"_a,
+          "Set (an int) or remove (None) the staleness window, keeping the published version, for every process at "
+          "once: samples without their own max_staleness draw inside it and held writers re-check at once (what "
+          "`shmreplay limit --max-staleness` does; needs no learner slot, never paces). Returns the new policy dict.")
       .def(
           "heads",
           [](const Buffer& b) {

@@ -212,16 +212,9 @@ void def_sampler_rewrites(SamplerClass& c) {
 
 // Sampler's policy versions: publish_policy and policy (docs/design/policy.md).
 void def_sampler_policy(SamplerClass& c) {
-  auto state = [](const PolicyState& st) {
-    py::dict d;
-    d["version"] = st.version;
-    d["max_staleness"] = st.max_staleness ? py::object(py::int_(*st.max_staleness)) : py::none();
-    d["publishes"] = st.publishes;
-    return d;
-  };
   c.def(
        "publish_policy",
-       [state](PySampler& s, Int<"Sampler.publish_policy(): version"> version,
+       [](PySampler& s, Int<"Sampler.publish_policy(): version"> version,
                std::optional<Int<"Sampler.publish_policy(): max_staleness">> max_staleness, bool pace,
                double pace_timeout, std::optional<Int<"Sampler.publish_policy(): max_lag">> max_lag) {
          const std::shared_ptr<Sampler> smp = s.get("publish_policy");
@@ -236,7 +229,7 @@ void def_sampler_policy(SamplerClass& c) {
            st = smp->publish_policy(version, max_staleness ? std::optional<uint64_t>(*max_staleness) : std::nullopt,
                                     o);
          }
-         return state(st);
+         return policy_dict(st);
        },
        "version"_a, "max_staleness"_a = py::none(), py::kw_only(), "pace"_a = false, "pace_timeout"_a = 10.0,
        "max_lag"_a = py::none(),
@@ -246,7 +239,7 @@ void def_sampler_policy(SamplerClass& c) {
        "nothing published) for every live writer the new window would leave behind to load a newer policy: pause, "
        "not discard (max_lag=1: for every live writer more than one version behind, which keeps a slow producer's "
        "steps in the window as long as a fast one's). Returns {'version', 'max_staleness', 'publishes'} now in force.")
-      .def_property_readonly("policy", [state](PySampler& s) { return state(s.get("policy")->policy()); },
+      .def_property_readonly("policy", [](PySampler& s) { return policy_dict(s.get("policy")->policy()); },
                              "{'version', 'max_staleness', 'publishes'}: the policy version and window in force");
 }
 

@@ -61,23 +61,9 @@ void bind_step_slot(py::module_& m) {
       });
 }
 
-// Writer.range, the limiter's settings, and the writer's envs, buffer, takeovers, restarts and heads.
-void def_writer_properties(WriterClass& c) {
-  c.def_static(
-          "range",
-          [](std::shared_ptr<Buffer> buffer, Int<"Writer.range(): first"> first, Int<"Writer.range(): count"> count,
-             bool wait_for_rate_limit,
-             double rate_limit_timeout, double policy_timeout) {
-            auto w = std::make_shared<PyWriter>();
-            w->buffer = buffer;
-            const WriterOptions o = writer_options(wait_for_rate_limit, rate_limit_timeout, policy_timeout);
-            py::gil_scoped_release release;
-            w->writer.emplace(Writer::range(*buffer, first, count, o));
-            return w;
-          },
-          "buffer"_a, "first"_a, "count"_a, py::kw_only(), "wait_for_rate_limit"_a = false,
-          "rate_limit_timeout"_a = 10.0, "policy_timeout"_a = 10.0, "Lease env ids first .. first+count-1.")
-      .def_property(
+// The waits' settings: whether pushes wait for the rate limiter, and how long each wait lasts.
+void def_writer_waits(WriterClass& c) {
+  c.def_property(
           "wait_for_rate_limit", [](PyWriter& w) { return w.get("wait_for_rate_limit").options().wait_for_rate_limit; },
           [](PyWriter& w, bool on) {
             const auto lock = lock_holding_gil(w.mu);
@@ -109,6 +95,38 @@ void def_writer_properties(WriterClass& c) {
           },
           "seconds a push whose policy version the learners' window has left behind waits for a wider window "
           "before RateLimited (0: at once; inf: no timeout; Ctrl-C interrupts a wait)")
+      .def_property(
+          "queue_timeout",
+          [](PyWriter& w) { return timeout_seconds(w.get("queue_timeout").options().queue_timeout_ms); },
+          [](PyWriter& w, double seconds) {
+            const auto lock = lock_holding_gil(w.mu);
+            Writer& writer = w.get("queue_timeout");
+            WriterOptions o = writer.options();
+            o.queue_timeout_ms = timeout_ms("queue_timeout", seconds);
+            writer.set_options(o);
+          },
+          "in a consuming queue, seconds a push waits for a learner to consume the step in its ring slot before "
+          "RateLimited (0: at once; inf: no timeout; Ctrl-C interrupts a wait)");
+}
+
+// Writer.range, and the writer's envs, buffer, takeovers, restarts and heads.
+void def_writer_properties(WriterClass& c) {
+  c.def_static(
+          "range",
+          [](std::shared_ptr<Buffer> buffer, Int<"Writer.range(): first"> first, Int<"Writer.range(): count"> count,
+             bool wait_for_rate_limit,
+             double rate_limit_timeout, double policy_timeout, double queue_timeout) {
+            auto w = std::make_shared<PyWriter>();
+            w->buffer = buffer;
+            const WriterOptions o =
+                writer_options(wait_for_rate_limit, rate_limit_timeout, policy_timeout, queue_timeout);
+            py::gil_scoped_release release;
+            w->writer.emplace(Writer::range(*buffer, first, count, o));
+            return w;
+          },
+          "buffer"_a, "first"_a, "count"_a, py::kw_only(), "wait_for_rate_limit"_a = false,
+          "rate_limit_timeout"_a = 10.0, "policy_timeout"_a = 10.0, "queue_timeout"_a = 10.0,
+          "Lease env ids first .. first+count-1.")
       .def_property_readonly("env_ids",
                              [](PyWriter& w) {
                                const auto& ids = w.get("env_ids").env_ids();
@@ -184,23 +202,25 @@ void bind_writer(py::module_& m) {
   auto writer = WriterClass(
       m, "Writer", "An env worker's view: it leases env ids for this process and pushes their steps.")
       .def(py::init([](std::shared_ptr<Buffer> buffer, py::object env_ids, bool wait_for_rate_limit,
-                       double rate_limit_timeout, double policy_timeout) {
+                       double rate_limit_timeout, double policy_timeout, double queue_timeout) {
              auto w = std::make_shared<PyWriter>();
              w->buffer = buffer;
              const std::vector<uint64_t> ids = env_id_vector("Writer", env_ids, buffer->num_envs());
-             const WriterOptions o = writer_options(wait_for_rate_limit, rate_limit_timeout, policy_timeout);
+             const WriterOptions o =
+                 writer_options(wait_for_rate_limit, rate_limit_timeout, policy_timeout, queue_timeout);
              py::gil_scoped_release release;
              w->writer.emplace(*buffer, ids, o);
              return w;
            }),
            "buffer"_a, "env_ids"_a, py::kw_only(), "wait_for_rate_limit"_a = false, "rate_limit_timeout"_a = 10.0,
-           "policy_timeout"_a = 10.0,
+           "policy_timeout"_a = 10.0, "queue_timeout"_a = 10.0,
            "Lease env_ids; LeaseHeld names the owner's pid when another process has one. With "
            "wait_for_rate_limit=True, pushes wait (up to rate_limit_timeout seconds, then RateLimited; inf: no "
            "timeout; Ctrl-C raises KeyboardInterrupt within 50 ms, with nothing pushed) while the buffer's rate "
            "limiter holds inserts back; by default a writer never waits for it. In a buffer with a policy-version "
            "field, a push whose version the learners' window has left behind waits up to policy_timeout seconds "
-           "for a wider window (then RateLimited, with nothing pushed).")
+           "for a wider window (then RateLimited, with nothing pushed). In a consuming queue, a push whose ring slot "
+           "holds a step not yet delivered waits up to queue_timeout seconds (then RateLimited, nothing pushed).")
       .def("close", &PyWriter::close,
            "Release the leases now (also done when the Writer is garbage-collected); open reservations are "
            "abandoned.")
@@ -210,6 +230,7 @@ void bind_writer(py::module_& m) {
         return false;
       });
   def_writer_properties(writer);
+  def_writer_waits(writer);
   def_writer_reserve(writer);
   add_push_methods(m, writer);  // push and push_one (push_call.cpp)
 }

@@ -444,10 +444,12 @@ inline double timeout_seconds(uint64_t ms) {
   return ms == kWaitForever ? std::numeric_limits<double>::infinity() : static_cast<double>(ms) / 1e3;
 }
 
-inline WriterOptions writer_options(bool wait_for_rate_limit, double rate_limit_timeout, double policy_timeout = 10.0) {
+inline WriterOptions writer_options(bool wait_for_rate_limit, double rate_limit_timeout, double policy_timeout = 10.0,
+                                    double queue_timeout = 10.0) {
   return WriterOptions{.wait_for_rate_limit = wait_for_rate_limit,
                        .rate_limit_timeout_ms = timeout_ms("rate_limit_timeout", rate_limit_timeout),
-                       .policy_timeout_ms = timeout_ms("policy_timeout", policy_timeout)};
+                       .policy_timeout_ms = timeout_ms("policy_timeout", policy_timeout),
+                       .queue_timeout_ms = timeout_ms("queue_timeout", queue_timeout)};
 }
 
 // A 1-d array of `n` float32 priorities (converted once from any real dtype), or a clear error. A value past

@@ -8,6 +8,16 @@
 
 namespace shmreplay::python {
 
+/// A PolicyState as Python sees it (Sampler.policy, Buffer.policy): {'version', 'max_staleness' (None: no window),
+/// 'publishes'}.
+inline py::dict policy_dict(const PolicyState& st) {
+  py::dict d;
+  d["version"] = st.version;
+  d["max_staleness"] = st.max_staleness ? py::object(py::int_(*st.max_staleness)) : py::none();
+  d["publishes"] = st.publishes;
+  return d;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Batch: the arrays a sample fills. Freshly made by a sample call, or made once and passed back as out=.
 

@@ -87,6 +87,19 @@ struct EpisodesOption {
   static std::string text(Episodes e) { return fmt::format("'{}'", episodes_name(e)); }
 };
 
+/// A consuming call's order: 'fifo', 'random' or None (not a consuming call).
+struct ConsumeOption {
+  static Consume from(const char* f, const char* n, PyObject* v) {
+    if (v == Py_None) return Consume::off;
+    const std::string text = argument<std::string>(f, n, v);
+    if (text == to_string(Consume::fifo)) return Consume::fifo;
+    if (text == to_string(Consume::random)) return Consume::random;
+    throw Error(Errc::invalid_argument,
+                fmt::format("{}(): {} is '{}', expected 'fifo', 'random' or None", f, n, text));
+  }
+  static std::string text(Consume c) { return c == Consume::off ? "None" : fmt::format("'{}'", to_string(c)); }
+};
+
 /// A mixture of selectors: a dict {selector name: fraction} with names from to_string(Selector);
 /// the fractions' own checks are the Sampler's (InvalidArgument naming the fraction). {} (the default) or None: none.
 struct MixtureOption {
@@ -156,6 +169,14 @@ inline constexpr std::array kSampleOptions = {
         "beta", kDrawCalls,
         "the importance-sampling exponent of a prioritized sample (finite, >= 0): weights in [0, 1] for any beta.",
         {{{"importance_exponent", AliasKind::name, "C++: SampleOptions::importance_exponent"}}}),
+    option<&SampleOptions::zero_on_sample, FlagOption>(
+        "zero_on_sample", kDrawCalls,
+        "with prioritized (or a mixture's prioritized rows), set each returned row's start step's priority to 0 once "
+        "copied, so no learner draws it by priority again until update_priorities raises it (DreamerV3)."),
+    option<&SampleOptions::sequence_priority_eta, NumberOption>(
+        "sequence_priority_eta", kDrawCalls | kTotalWeight,
+        "in a buffer with sequence priorities, a prioritized start of sequence_priority_length steps weighs eta * max "
+        "+ (1 - eta) * mean of its sequence's priority**alpha (R2D2's 0.9 by default; in [0, 1])."),
     option<&SampleOptions::recency_half_life, NumberOption>(
         "recency_half_life", kDrawCalls | kTotalWeight,
         "recency sampling (0: off): a start weighs min(steps left, sequence_length)**power * "
@@ -166,6 +187,10 @@ inline constexpr std::array kSampleOptions = {
         "a per-batch mixture of selectors, {'uniform': f, 'prioritized': f, 'recency': f, 'online': f} (fractions "
         "of the batch, normalized; rows by largest remainder), one block of rows each in that order; "
         "batch.selector_rows tells the blocks, and batch.weights holds the prioritized block's importance weights."),
+    option<&SampleOptions::mixture_importance, FlagOption>(
+        "mixture_importance", kSample | kSampleTransitions,
+        "with a mixture, every row's importance weight from the mixture's own probability (the whole batch corrected "
+        "toward uniform) instead of the prioritized block's alone (period 1; episodes='cross' or single steps)."),
     option<&SampleOptions::rate_limit_timeout_ms, SecondsOption>(
         "rate_limit_timeout", kDrawCalls,
         "in a buffer with a rate limiter, the seconds the call waits for it (0: RateLimited at once when it holds "
@@ -178,6 +203,15 @@ inline constexpr std::array kSampleOptions = {
         "in a buffer with a policy-version field, draw only steps of versions >= V - max_staleness, V the version "
         "the learners published (None: the published window, if any).",
         {{{"max_policy_age", AliasKind::name, "torchforge"}, {"staleness", AliasKind::name, "the policy window"}}}),
+    option<&SampleOptions::consume, ConsumeOption>(
+        "consume", kSample | kSampleTransitions,
+        "in a consuming queue (consuming_queue=True), take rows whose starts no call took before and deliver them: "
+        "'fifo' in insertion order, 'random' uniformly over the undelivered steps (replay view, power 0, no other "
+        "sampling option); each step is delivered once over every learner."),
+    option<&SampleOptions::consume_timeout_ms, SecondsOption>(
+        "consume_timeout", kSample | kSampleTransitions,
+        "with consume, the seconds the call waits for enough undelivered steps (0: EmptyView at once; inf: no "
+        "timeout), then EmptyView with nothing delivered."),
 };
 
 // ---------------------------------------------------------------------------------------------------------------

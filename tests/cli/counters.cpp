@@ -119,7 +119,19 @@ TEST_CASE("docs/cli.md's metric table lists every family the exporter writes, wi
   w.push_one(0, {FieldBytes{obs, sizeof obs}, FieldBytes{&reward, 4}, FieldBytes{&done, 1}, FieldBytes{pix.data(), 64},
                  FieldBytes{&version, 4}});
   const Sampler learner(b);
-  const auto exported = exported_families(run_cli({"metrics", name, "--once"}).out);
+  auto exported = exported_families(run_cli({"metrics", name, "--once"}).out);
+  // A consuming queue's families (it refuses a rate limiter, a cap above 1 and compressed fields): from a second
+  // buffer, a queue with a pushed step and a learner.
+  const std::string queue_name = unique_name("cli-counters-queue");
+  SegmentGuard queue_guard(queue_name);
+  Buffer q = Buffer::create(queue_name, 1, 4, Schema::parse("x:u8"), {.consuming_queue = true});
+  Writer qw(q, {0});
+  const uint8_t x = 1;
+  qw.push_one(0, {FieldBytes{&x, 1}});
+  const Sampler queue_learner(q);
+  for (const auto& [family, described] : exported_families(run_cli({"metrics", queue_name, "--once"}).out)) {
+    if (exported.count(family) == 0 || exported.at(family).second.empty()) exported[family] = described;
+  }
   const auto documented = documented_families();
   REQUIRE(exported.size() > 40);
   for (const auto& [family, described] : exported) {

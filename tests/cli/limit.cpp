@@ -100,3 +100,56 @@ TEST_CASE("limit changes only the settings it is given, and non-finite numbers a
   }
   CHECK(limit_now() == RateLimit::ratio(2.0, 5, 16.0));
 }
+
+TEST_CASE("create --policy-version and --max-times-sampled make such a buffer; limit --max-staleness sets and removes "
+          "its window, keeping the version and the rate limiter") {
+  const std::string name = unique_name("cli-window");
+  SegmentGuard guard(name);
+  REQUIRE(run_cli({"create", name, "--envs", "2", "--capacity", "64", "--schema", "v:u32 x:u8", "--policy-version", "v",
+                   "--max-times-sampled", "3", "--min-size-to-sample", "4"}).exit_code == 0);
+  {
+    Buffer b = Buffer::open(name);
+    CHECK(b.episode_fields().policy_version == 0u);
+    CHECK(b.max_times_sampled() == 3);
+    Sampler s(b);
+    s.publish_policy(7, std::nullopt);
+  }
+  const CliResult set = run_cli({"limit", name, "--max-staleness", "2"});
+  REQUIRE(set.exit_code == 0);
+  CHECK(contains(set.out, "'" + name + "': new policy version 7, max_staleness 2 (versions >= 5); field 'v'"));
+  CHECK_FALSE(contains(set.out, "rate limit"));  // only what changed
+  const PolicyState st = Buffer::open(name, {.read_only = true}).policy();
+  CHECK(st.version == 7);
+  CHECK(st.max_staleness == 2);
+  CHECK(Buffer::open(name, {.read_only = true}).rate_limit() == RateLimit::min_size(4));
+  const json j = parse_json(run_cli({"limit", name, "--json"}).out);
+  CHECK(j["policy"]["version"] == 7);
+  CHECK(j["policy"]["max_staleness"] == 2);
+  CHECK(j["policy"]["field"] == "v");
+  CHECK(j["rate_limit"]["min_size_to_sample"] == 4);
+  const CliResult shown = run_cli({"limit", name});
+  CHECK(contains(shown.out, "rate limit min size 4"));
+  CHECK(contains(shown.out, "policy version 7, max_staleness 2"));
+  REQUIRE(run_cli({"limit", name, "--max-staleness", "off"}).exit_code == 0);
+  CHECK_FALSE(Buffer::open(name, {.read_only = true}).policy().max_staleness.has_value());
+  CHECK(parse_json(run_cli({"limit", name, "--json"}).out)["policy"]["max_staleness"].is_null());
+  for (const std::string& bad : {std::string("-1"), std::string("x"), std::string("18446744073709551615"), std::string("")}) {
+    CAPTURE(bad);
+    const CliResult r = run_cli({"limit", name, "--max-staleness", bad});
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.err, "is not a staleness window: a number of versions"));
+  }
+  // A window on a buffer without a policy-version field is refused, and nothing else it was given is changed.
+  const std::string plain = unique_name("cli-window-plain");
+  SegmentGuard plain_guard(plain);
+  REQUIRE(run_cli({"create", plain, "--envs", "1", "--capacity", "8", "--schema", "x:u8"}).exit_code == 0);
+  const CliResult refused = run_cli({"limit", plain, "--max-staleness", "2", "--min-size-to-sample", "3"});
+  CHECK(refused.exit_code == 1);
+  CHECK(contains(refused.err, "cannot set the policy window of '" + plain + "': it has no policy-version field"));
+  CHECK_FALSE(Buffer::open(plain, {.read_only = true}).rate_limit().has_value());
+  SegmentGuard cap_guard(unique_name("cli-cap-bad"));
+  const CliResult cap = run_cli({"create", cap_guard.name(), "--envs", "1", "--capacity", "8", "--schema",
+                                 "x:u8", "--max-times-sampled", "300"});
+  CHECK(cap.exit_code == 1);
+  CHECK(contains(cap.err, "max_times_sampled"));
+}

@@ -25,19 +25,20 @@ using detail::SectionSize;
 
 namespace {
 
-// A buffer with every section present: episode fields, priorities, four learner slots, a sample cap.
+// A buffer with every section present: episode fields, priorities, four learner slots, a sample cap (of 1: a
+// consuming queue's).
 Buffer create_full(const std::string& name) {
   CreateOptions options;
   options.episodes = {.done = "done", .reward = "reward"};
   options.priority_exponent = 0.6;
   options.max_learners = 4;
-  options.max_times_sampled = 3;
+  options.consuming_queue = true;
   return Buffer::create(name, 3, 16, Schema::parse("obs:f32[3] reward:f32 done:bool"), options);
 }
 
 SectionCounts counts_of(const SegmentHeader& h) {
   return {h.num_envs, h.capacity, h.num_fields, h.episode_queue_capacity, h.max_learners,
-          h.priority_exponent_bits != 0, h.max_times_sampled};
+          h.priority_exponent_bits != 0, h.max_times_sampled, h.consuming_queue != 0};
 }
 
 // Opens segment `name` rewritten as `bytes`: must be refused as corrupt; returns the message.

@@ -2,7 +2,10 @@
 // every start of a view weighs min(r, L)^power 2^(-age / half_life), age = hi - 1 - p in its env. The draws
 // (chi-square), a wrong model rejected, the exact total weight, and the limits of a very long and a very short
 // half-life. Part of test_planner (tests/CMakeLists.txt); its helpers are in planner_helpers.hpp.
+#include <numbers>
+
 #include "planner_helpers.hpp"
+#include "support.hpp"
 
 namespace {
 
@@ -119,5 +122,72 @@ TEST_CASE("recency draws stay inside the views with their steps left, for half-l
       REQUIRE(d.steps == std::min<uint64_t>(7, v.hi - d.start));
       CHECK(d.relative_probability == 1.0);
     }
+  }
+}
+
+TEST_CASE("recency draws ages past the first table's 4096 terms in their exact proportions, block edges included") {
+  // One env of 300,000 starts, L = 1: age a weighs q^a. Half-lives that put most draws past the first 4,096 ages
+  // (the block lookup) and one so long that the blocks themselves are nearly even. Bins: each age around the first
+  // block edges alone (an off-by-one between blocks shows there), the rest in bands of 512 ages, pooled where the
+  // expected count is small.
+  const uint64_t n = 300'000;
+  const std::vector<EnvView> views = {{0, n}};
+  const uint64_t kBlock = detail::GeometricTable::kSize;
+  uint64_t seed = 77;
+  for (const double half_life : {3000.0, 20'000.0, 1e6}) {
+    CAPTURE(half_life);
+    detail::RecencyPlanner planner;
+    REQUIRE(planner.prepare(views, 1, 0.0, recency(half_life)));
+    std::vector<uint64_t> edges;  // bin b holds ages [edges[b], edges[b + 1])
+    for (uint64_t a = 0; a < n; a += 512) {
+      edges.push_back(a);
+      for (const uint64_t block : {kBlock, 2 * kBlock, 3 * kBlock}) {
+        if (block >= a && block < a + 512) {
+          for (uint64_t e = block - 3; e <= block + 3; ++e) edges.push_back(e);
+          edges.push_back(block + 4);
+        }
+      }
+    }
+    edges.push_back(n);
+    std::sort(edges.begin(), edges.end());
+    edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+    const double c = std::numbers::ln2 / half_life;
+    const auto mass = [&](uint64_t from, uint64_t to) {  // sum of q^a over [from, to), in long double
+      return static_cast<double>((std::exp(-static_cast<long double>(from) * c) -
+                                  std::exp(-static_cast<long double>(to) * c)) /
+                                 (1.0L - std::exp(-static_cast<long double>(c))));
+    };
+    const double total = mass(0, n);
+    const uint64_t draws = 400'000;
+    std::vector<double> prob;
+    for (std::size_t b = 0; b + 1 < edges.size(); ++b) prob.push_back(mass(edges[b], edges[b + 1]) / total);
+    std::vector<uint64_t> counts(prob.size(), 0);
+    Rng rng(seed++);
+    uint64_t past_table = 0;
+    for (uint64_t i = 0; i < draws; ++i) {
+      const Draw d = planner.draw_one(rng);
+      REQUIRE(d.start < n);
+      const uint64_t age = n - 1 - d.start;
+      past_table += age >= kBlock;
+      const auto it = std::upper_bound(edges.begin(), edges.end(), age);
+      ++counts[static_cast<std::size_t>(it - edges.begin()) - 1];
+    }
+    CHECK(past_table > draws / 4);  // the block lookup was exercised
+    // Pool bins expected below 20 draws into their neighbour (the far tail of the short half-lives).
+    std::vector<uint64_t> pooled_counts;
+    std::vector<double> pooled_prob;
+    for (std::size_t b = 0; b < prob.size(); ++b) {
+      if (!pooled_prob.empty() && pooled_prob.back() * draws < 20) {
+        pooled_prob.back() += prob[b];
+        pooled_counts.back() += counts[b];
+      } else {
+        pooled_prob.push_back(prob[b]);
+        pooled_counts.push_back(counts[b]);
+      }
+    }
+    const double x = test::chi_square(pooled_counts, pooled_prob, static_cast<double>(draws));
+    CAPTURE(pooled_prob.size());
+    CHECK(x < test::chi_square_bound(static_cast<double>(pooled_prob.size() - 1)));
+    CHECK(planner.total_weight() == doctest::Approx(total).epsilon(1e-9));
   }
 }

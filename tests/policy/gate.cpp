@@ -72,6 +72,44 @@ TEST_CASE("a held push waits and goes through when the learner widens the window
   CHECK(env_counter(info, 0, "policy_timeouts") == 0);
 }
 
+TEST_CASE("a buffer's set_policy_window keeps the published version, releases a held push at once, and refuses what "
+          "a learner's publish refuses") {
+  PolicyRig rig("policy-setwin", 1, 8);
+  Sampler s(rig.buf);
+  s.publish_policy(10, 1);  // versions >= 9
+  Writer w(rig.buf, {0}, {.policy_timeout_ms = 20'000});
+  Buffer other = Buffer::open(rig.guard.name());  // another handle, as `shmreplay limit` opens one: no learner slot
+  std::thread later([&] {
+    std::this_thread::sleep_for(100ms);
+    const PolicyState st = other.set_policy_window(5);  // versions >= 5 now
+    CHECK(st.version == 10);
+    CHECK(st.max_staleness == 5);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  push_versioned(w, 0, 6);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  later.join();
+  CHECK(w.head(0) == 1);
+  CHECK(waited < 10s);
+  CHECK(rig.buf.policy().version == 10);
+  CHECK(rig.buf.policy().max_staleness == 5);
+  CHECK(s.policy().publishes == 2);
+  const PolicyState off = other.set_policy_window(std::nullopt);
+  CHECK(off.version == 10);
+  CHECK_FALSE(off.max_staleness.has_value());
+  std::string msg;
+  CHECK(error_of([&] { other.set_policy_window(UINT64_MAX); }, &msg) == code(Errc::invalid_argument));
+  CHECK(contains(msg, "cannot set the policy window of '" + rig.guard.name() + "': max_staleness " +
+                          std::to_string(UINT64_MAX) + " is reserved for \"no window\""));
+  Buffer seen = Buffer::open(rig.guard.name(), {.read_only = true});
+  CHECK(error_of([&] { seen.set_policy_window(3); }) == code(Errc::read_only));
+  SegmentGuard g(unique_name("policy-setwin-none"));
+  Buffer plain = Buffer::create(g.name(), 1, 8, Schema::parse("x:f32"));
+  CHECK(error_of([&] { plain.set_policy_window(3); }, &msg) == code(Errc::invalid_argument));
+  CHECK(contains(msg, "cannot set the policy window of '" + g.name() + "': it has no policy-version field"));
+  CHECK_FALSE(plain.set_policy_window(std::nullopt).max_staleness.has_value());  // none to remove: nothing to refuse
+}
+
 TEST_CASE("an env's versions never go down, a negative version is refused, and a reserved step is checked at commit") {
   SegmentGuard g(unique_name("policy-order"));
   Buffer buf = Buffer::create(g.name(), 2, 8, Schema::parse("v:i64 x:f32"), {.policy_version = "v"});

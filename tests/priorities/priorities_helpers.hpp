@@ -22,8 +22,10 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 #include <memory>
 #include <new>
+#include <numeric>
 #include <random>
 #include <string>
 #include <thread>
@@ -72,6 +74,47 @@ inline void push(Writer& w, Buffer& b, uint64_t e, float p) {
   const FieldBytes fields[2] = {field_bytes(std::span<const uint64_t>(&e, 1)),
                                 field_bytes(std::span<const uint64_t>(&step, 1))};
   w.push(std::span<const uint64_t>(ids, 1), fields, std::span<const float>(prio, 1));
+}
+
+// Three learner ranks sampling prioritized batches of `rows` single steps with `options` until `writing` is false and
+// a call finds nothing left (empty_view), each call's rows recorded; returns how many times each (env, step) was
+// returned, over every rank. An empty_view while the writer runs is waited out. (zero_on_sample.cpp, initial.cpp)
+inline std::map<std::pair<uint64_t, uint64_t>, int> drain_ranks(Buffer& buf, const std::atomic<bool>& writing,
+                                                               std::size_t rows, const SampleOptions& options) {
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> got(3);
+  std::vector<std::thread> learners;
+  for (uint64_t rank = 0; rank < 3; ++rank) {
+    learners.emplace_back([&, rank] {
+      Sampler s(buf, {.rank = rank});
+      Rng rng = rank_rng(9, rank);
+      SampleBatch out;
+      for (;;) {
+        const bool last = !writing;  // read before the call: a call after the writer ended drains the rest
+        try {
+          s.sample(View::replay, rows, 1, 0.0, rng, out, options);
+        } catch (const Error& e) {
+          if (e.code() != make_error_code(Errc::empty_view)) throw;
+          if (last) return;  // nothing left to take
+          std::this_thread::yield();
+          continue;
+        }
+        for (std::size_t r = 0; r < rows; ++r) got[rank].emplace_back(out.env_ids()[r], out.start_steps()[r]);
+      }
+    });
+  }
+  for (std::thread& t : learners) t.join();
+  std::map<std::pair<uint64_t, uint64_t>, int> times;
+  for (const auto& ranks_rows : got) {
+    for (const auto& cell : ranks_rows) ++times[cell];
+  }
+  return times;
+}
+
+// How many cells of `times` were returned more than once.
+inline uint64_t returned_twice(const std::map<std::pair<uint64_t, uint64_t>, int>& times) {
+  uint64_t twice = 0;
+  for (const auto& [cell, k] : times) twice += k > 1 ? 1u : 0u;
+  return twice;
 }
 
 }  // namespace

@@ -93,3 +93,24 @@ def test_a_window_needs_a_policy_version_field_and_the_field_must_be_an_integer(
     with pytest.raises(shmreplay.InvalidArgument, match="it has no policy-version field"):
         s.publish_policy(1, 1)
     assert s.publish_policy(1)["max_staleness"] is None
+
+
+def test_a_buffer_sets_the_window_without_a_learner_slot_and_keeps_the_version(name, closing):
+    buf = shmreplay.Buffer.create(name, 1, 16, SCHEMA, policy_version="version")
+    s = shmreplay.Sampler(buf, seed=1)
+    w = shmreplay.Writer(buf, [0])
+    closing += [w, s]
+    for step in range(12):
+        push(w, 0, step // 2, step)  # versions 0..5
+    s.publish_policy(5)
+    assert buf.set_policy_window(1) == {"version": 5, "max_staleness": 1, "publishes": 2}
+    assert buf.policy == s.policy
+    assert s.sample_transitions("replay", 200)["version"].min() == 4  # the window the buffer set
+    assert buf.set_policy_window(None)["max_staleness"] is None
+    assert s.sample_transitions("replay", 2000)["version"].min() == 0
+    plain = shmreplay.Buffer.create(name + "-plain", 1, 8, "x:f32")
+    try:
+        with pytest.raises(shmreplay.InvalidArgument, match="has no policy-version field"):
+            plain.set_policy_window(2)
+    finally:
+        shmreplay.Buffer.remove(name + "-plain")

@@ -1,7 +1,7 @@
 // tests/sampler/mixture.cpp: a batch of a mixture of selectors (SampleOptions::mixture): the rows per selector
 // (largest remainder), the blocks and what the batch says of them, the draws of the whole batch against the exact
-// mixture (chi-square, a wrong mixture rejected), the prioritized block's importance weights, determinism, the
-// refusals, and the selector every plain call reports. Part of test_sampler (tests/CMakeLists.txt).
+// mixture (chi-square, a wrong mixture rejected), the prioritized block's importance weights, the whole mixture's
+// (mixture_importance), determinism, the refusals, and the selector every plain call reports. Part of test_sampler (tests/CMakeLists.txt).
 #include "sampler_helpers.hpp"
 
 namespace {
@@ -192,6 +192,35 @@ TEST_CASE("a mixture's prioritized block holds its importance weights, the other
     const double want = static_cast<double>(mix_priority(b.start_steps()[r0])) / mix_priority(b.start_steps()[r]);
     CHECK(b.weights()[r] / b.weights()[r0] == doctest::Approx(want).epsilon(1e-5));
   }
+}
+
+TEST_CASE("with mixture_importance every row's weight is (N P)^-beta over the batch's largest, P the whole "
+          "mixture's probability of the row; without a mixture, or with a period, it is refused") {
+  MixRig rig;
+  SampleOptions o = mixture_options({.uniform = 1, .prioritized = 2, .recency = 1, .online = 1});
+  o.mixture_importance = true;
+  o.importance_exponent = 0.7;
+  Rng rng(9);
+  SampleBatch b;
+  rig.s.sample(View::replay, 50, kMixLength, kMixPower, rng, b, o);
+  const std::vector<double> p = mixture_probabilities(o.mixture.rows(50));
+  double smallest = 1.0;
+  for (std::size_t r = 0; r < b.rows(); ++r) smallest = std::min(smallest, p[mix_cell(b.env_ids()[r], b.start_steps()[r])]);
+  for (std::size_t r = 0; r < b.rows(); ++r) {
+    CAPTURE(r);
+    const double want = std::pow(smallest / p[mix_cell(b.env_ids()[r], b.start_steps()[r])], 0.7);
+    CHECK(b.weights()[r] == doctest::Approx(want).epsilon(1e-5));
+  }
+  std::string message;
+  SampleOptions alone;
+  alone.mixture_importance = true;
+  CHECK(error_of([&] { rig.s.sample(View::replay, 4, kMixLength, kMixPower, rng, b, alone); }, &message) ==
+        static_cast<int>(Errc::invalid_argument));
+  CHECK(message.find("mixture_importance") != std::string::npos);
+  o.period = 2;
+  CHECK(error_of([&] { rig.s.sample(View::replay, 4, kMixLength, kMixPower, rng, b, o); }, &message) ==
+        static_cast<int>(Errc::invalid_argument));
+  CHECK(message.find("period = 2") != std::string::npos);
 }
 
 TEST_CASE("a mixture refuses bad fractions, prioritized beside it, a selector its buffer cannot serve, and other calls") {

@@ -7,7 +7,7 @@
 // after each publish_policy returns, standing for the weight broadcast of an RL system (actors never call
 // Sampler::policy(): that is the learners' view, and a real actor knows the version of the weights it loaded).
 // The learner thread (main) samples `batch` single steps with the window max_staleness, sleeps train_ms per batch
-// (its gradient step) and publishes version + 1 every batches_per_version batches. Two modes, run one after the
+// (its gradient step) and publishes version + 1 every batches_per_version batches. Three modes, run one after the
 // other on fresh buffers of the same shape:
 //   paced     admission control: every publish with PolicyPublish::pace and the window; actors push each step as
 //             they produce it, through the writers' gate (a stale push would be held, WriterOptions::policy_timeout_ms)
@@ -15,6 +15,9 @@
 //             an actor keeps its episode and at its end checks the version it loaded against the broadcast: inside
 //             the window, it pushes the episode; left behind, it drops it (counted) and starts a fresh one with the
 //             newest version. The learner's calls draw with the same window (SampleOptions::max_staleness).
+//   queue     a consuming queue (CreateOptions::consuming_queue): actors push each step as they produce it, the
+//             learner's calls consume `batch` steps at random (SampleOptions::consume), each step delivered once;
+//             versions are published without a window (a consuming call draws every undelivered step).
 // The buffer holds every step either mode produces (no ring wraps), so only the window decides what is sampled.
 #include <algorithm>
 #include <array>
@@ -49,8 +52,11 @@ const Schema kStep = Schema::parse("version:u32 env:u32 obs:f32[8]");
 constexpr std::size_t kEnvField = 1;
 constexpr uint64_t kLongWaitMs = 60'000;  // a held push or a paced publish that waits this long is an error
 
-enum class Mode { paced, discard };
-const char* to_string(Mode m) { return m == Mode::paced ? "paced (admission control)" : "discard and requeue"; }
+enum class Mode { paced, queue, discard };
+const char* to_string(Mode m) {
+  return m == Mode::paced ? "paced (admission control)" : m == Mode::queue ? "consuming queue" : "discard and requeue";
+}
+const char* short_name(Mode m) { return m == Mode::paced ? "paced" : m == Mode::queue ? "queue" : "discard"; }
 
 // One env's counts, written by its actor only.
 struct alignas(64) EnvCounts {
@@ -90,7 +96,7 @@ void push_step(Writer& w, uint64_t env, uint32_t version, uint64_t step) {
 }
 
 void actor_loop(Run& r, uint64_t env) {
-  Writer w(r.buf, {env}, {.policy_timeout_ms = kLongWaitMs});
+  Writer w(r.buf, {env}, {.policy_timeout_ms = kLongWaitMs, .queue_timeout_ms = kLongWaitMs});
   const double step_ms = r.o.fast_step_ms * (r.fast(env) ? 1.0 : r.o.speed_ratio);
   const auto period = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(step_ms));
   const auto max_lag = std::max(Clock::duration(std::chrono::milliseconds(5)), 2 * period);
@@ -105,7 +111,7 @@ void actor_loop(Run& r, uint64_t env) {
       next += period;
       if (Clock::now() - next > max_lag) next = Clock::now();  // fell far behind (a loaded machine): no burst
       std::this_thread::sleep_until(next);
-      if (r.mode == Mode::paced) {
+      if (r.mode != Mode::discard) {  // paced and queue: each step as it is produced
         push_step(w, env, version, step);
         c.produced.fetch_add(1, std::memory_order_relaxed);
         c.inserted.fetch_add(1, std::memory_order_relaxed);
@@ -137,7 +143,9 @@ void learn(Run& r, Sampler& s, ModeResult& m) {
   const PacingOptions& o = r.o;
   Rng rng(47);
   SampleBatch batch;
-  const SampleOptions window{.max_staleness = o.max_staleness};
+  const SampleOptions draw = r.mode == Mode::queue
+                                 ? SampleOptions{.consume = Consume::random, .consume_timeout_ms = 1000}
+                                 : SampleOptions{.max_staleness = o.max_staleness};
   const PolicyPublish pace{.pace = true, .pace_timeout_ms = kLongWaitMs,
                            .max_lag = o.max_lag == 0 ? std::nullopt : std::optional<uint64_t>(o.max_lag)};
   const auto train = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(o.train_ms));
@@ -146,7 +154,7 @@ void learn(Run& r, Sampler& s, ModeResult& m) {
   uint64_t version = r.broadcast.load();
   while (Clock::now() < end && !r.stop.load()) {
     try {
-      s.sample_transitions(View::replay, o.batch, rng, batch, window);
+      s.sample_transitions(View::replay, o.batch, rng, batch, draw);
     } catch (const Error& e) {
       if (e.errc() != Errc::empty_view) throw;
       ++m.empty_calls;  // nothing inside the window yet
@@ -178,8 +186,9 @@ ModeResult run_mode(const PacingOptions& o, Mode mode) {
   const double fast_steps = o.seconds * 1000.0 / o.fast_step_ms;
   uint64_t capacity = 1024;
   while (static_cast<double>(capacity) < 1.5 * fast_steps + 4.0 * o.episode_steps) capacity *= 2;
-  const std::string name = fmt::format("bench-policy-{}-{}", ::getpid(), mode == Mode::paced ? "paced" : "discard");
-  Buffer buf = Buffer::create(name, envs, capacity, kStep, {.replace = true, .policy_version = "version"});
+  const std::string name = fmt::format("bench-policy-{}-{}", ::getpid(), short_name(mode));
+  Buffer buf = Buffer::create(name, envs, capacity, kStep,
+                              {.replace = true, .policy_version = "version", .consuming_queue = mode == Mode::queue});
   const RemoveBuffer remove(name);
   Run r(o, mode, buf);
   ModeResult m;
@@ -272,6 +281,7 @@ void print_pacing(const PacingOptions& o) {
              o.episode_steps, o.batch, o.max_staleness, o.train_ms, o.batches_per_version, o.seconds);
   std::vector<ModeResult> results;
   results.push_back(run_mode(o, Mode::paced));
+  results.push_back(run_mode(o, Mode::queue));
   results.push_back(run_mode(o, Mode::discard));
   print_groups(o, results);
   fmt::print("\nshares: of all envs' steps, per group; bias: sampled share / inserted (produced) share - 1\n\n");
@@ -286,6 +296,13 @@ void print_pacing(const PacingOptions& o) {
   fmt::print("goal: with admission control each group's sampled share within 5 % of its inserted share: {} (worst "
              "{:.1f} %); the window spans {:.1f} slow episodes\n\n",
              worst <= 0.05 ? "met" : "NOT met", 100 * worst, span_in_slow_episodes(o, paced));
+  const ModeResult& queue = results[1];
+  worst = 0;
+  for (std::size_t g = 0; g < 2; ++g) {
+    worst = std::max(worst, std::abs(share(queue.sampled, g) / share(queue.inserted, g) - 1.0));
+  }
+  fmt::print("goal, drawing through the consuming queue (each step delivered once): {} (worst {:.1f} %)\n\n",
+             worst <= 0.05 ? "met" : "NOT met", 100 * worst);
 }
 
 void print_pacing_sweep(const PacingOptions& o, const std::vector<uint32_t>& batches_per_version) {

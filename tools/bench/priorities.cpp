@@ -17,12 +17,19 @@
 // buffers: recency (recency_half_life a quarter of each env's ring, so that rows spread over the whole ring and read
 // the memory uniform rows read) for flat rows (sample_transitions, 256 rows) and
 // sequences (sample, 32 rows of 16 steps, power 1), and the time ratio of each to its uniform call.
+// Last, a table of the priority selectors (issue 47), each against a call of the same shape in the same run:
+// sequence priorities (a second buffer of the same geometry with sequence_priority_length 16: 32 rows of 16 steps
+// weighed by 0.9 max + 0.1 mean) against uniform sequences (power 0) and against prioritized sequences weighed by
+// the start's own priority; zero-on-sample (256 flat prioritized rows, then the update that gives them their
+// priorities back) against the same prioritized call and update without it; and the push with priorities into the
+// buffer with sequence priorities (16 windows refreshed per step) against the same push without them.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <span>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -104,8 +111,90 @@ void print_selectors(const std::vector<SelectorRow>& rows) {
   }
 }
 
+// One size's row of the priority selectors' table (see the top of this file).
+struct PrioritySelectorRow {
+  uint64_t size = 0;
+  double seq_uniform = 0, seq_start = 0, seq_windows = 0, flat_prio = 0, flat_zero = 0, push_plain = 0,
+         push_windows = 0;
+};
+
+// Interleaved rates per second of the thread's CPU time, medians, for `ops`.
+std::vector<double> interleaved_medians(const Options& o, const std::vector<std::function<uint64_t()>>& ops) {
+  std::vector<std::vector<double>> cpu;
+  (void)bench::interleaved_rates(o.seconds, o.trials, std::chrono::milliseconds(o.quick ? 1 : 20), ops, &cpu);
+  std::vector<double> out;
+  for (std::vector<double>& v : cpu) {
+    std::sort(v.begin(), v.end());
+    out.push_back(v[v.size() / 2]);
+  }
+  return out;
+}
+
+// The priority selectors at one size: `s` samples the plain prioritized buffer, `w` pushes into it (fields
+// `fields`, priorities `prio`); a second buffer of the same geometry holds sequence priorities.
+PrioritySelectorRow measure_priority_selectors(const Options& o, uint64_t size, Sampler& s, Writer& w,
+                                               std::span<const FieldBytes> fields, std::vector<float>& prio,
+                                               std::mt19937_64& gen) {
+  const uint64_t cap = size / kEnvs;
+  const std::string name = fmt::format("bench-seqprio-{}-{}", ::getpid(), size);
+  const bench::RemoveBuffer remove{name};
+  Buffer seq_buf = Buffer::create(name, kEnvs, cap, kSchema, {.priority_exponent = 0.6, .sequence_priority_length = 16});
+  std::vector<uint64_t> ids(kEnvs);
+  for (uint64_t e = 0; e < kEnvs; ++e) ids[e] = e;
+  Writer sw(seq_buf, ids);
+  for (uint64_t i = 0; i < cap; ++i) {
+    for (float& p : prio) p = static_cast<float>(gen() % 1000) / 100.0f;
+    sw.push(std::span<const uint64_t>(ids), fields, std::span<const float>(prio));
+  }
+  Sampler ss(seq_buf);
+  Rng rng(11);
+  SampleBatch a, b;
+  const SampleOptions po{.prioritized = true};
+  const SampleOptions zero{.prioritized = true, .zero_on_sample = true};
+  std::vector<float> back(256);
+  std::vector<uint64_t> envs(256), steps(256);
+  const auto sample_and_restore = [&](const SampleOptions& opts) {
+    s.sample_transitions(View::replay, 256, rng, a, opts);
+    for (std::size_t r = 0; r < 256; ++r) {  // each row's priority back (zero-on-sample took it)
+      envs[r] = a.env_ids()[r];
+      steps[r] = a.start_steps()[r];
+      back[r] = 1.0f + static_cast<float>(r % 7);
+    }
+    s.update_priorities(envs, steps, back);
+    return uint64_t{256};
+  };
+  const std::vector<double> m = interleaved_medians(
+      o, {[&] { s.sample(View::replay, 32, 16, 0.0, rng, a); return uint64_t{32}; },
+          [&] { s.sample(View::replay, 32, 16, 0.0, rng, a, po); return uint64_t{32}; },
+          [&] { ss.sample(View::replay, 32, 16, 0.0, rng, b, po); return uint64_t{32}; },
+          [&] { return sample_and_restore(po); }, [&] { return sample_and_restore(zero); },
+          [&] { w.push(std::span<const uint64_t>(ids), fields, std::span<const float>(prio)); return kEnvs; },
+          [&] { sw.push(std::span<const uint64_t>(ids), fields, std::span<const float>(prio)); return kEnvs; }});
+  return {size, m[0], m[1], m[2], m[3], m[4], m[5], m[6]};
+}
+
+void print_priority_selectors(const std::vector<PrioritySelectorRow>& rows) {
+  fmt::print("\n### Priority selectors\n\nInterleaved trials, rates per second of the thread's CPU time; each `x` is a "
+             "call's time over its baseline's in the same run. Sequences: 32 rows of 16 steps, uniform (power 0), "
+             "by the start's priority, and by sequence priority (0.9 max + 0.1 mean of the 16 steps' weights, a "
+             "second buffer with sequence_priority_length 16). Zero-on-sample: 256 flat prioritized rows and the "
+             "update that restores them, with and without zero_on_sample. Push: 16 envs with priorities, into the "
+             "buffer without and with sequence priorities.\n\n");
+  fmt::print("| stored steps | seq uniform rows/s | seq start-prio rows/s | seq sequence-prio rows/s | x uniform | "
+             "x start-prio | prio+update rows/s | zero+update rows/s | x prio | push+prio steps/s | push+windows "
+             "steps/s | x push |\n");
+  fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const PrioritySelectorRow& r : rows) {
+    fmt::print("| {} | {} | {} | {} | {:.2f} | {:.2f} | {} | {} | {:.2f} | {} | {} | {:.2f} |\n", r.size,
+               mega(r.seq_uniform), mega(r.seq_start), mega(r.seq_windows), r.seq_uniform / r.seq_windows,
+               r.seq_start / r.seq_windows, mega(r.flat_prio), mega(r.flat_zero), r.flat_prio / r.flat_zero,
+               mega(r.push_plain), mega(r.push_windows), r.push_plain / r.push_windows);
+  }
+}
+
 // Measures a buffer of `size` stored steps, prints its row of the table and returns its selectors' row.
-SelectorRow measure_size(const Options& o, uint64_t size, std::mt19937_64& gen) {
+SelectorRow measure_size(const Options& o, uint64_t size, std::mt19937_64& gen,
+                         std::vector<PrioritySelectorRow>& priority_rows) {
   const Schema& schema = kSchema;
   const uint64_t envs = kEnvs;
   const uint64_t cap = size / envs;
@@ -175,6 +264,7 @@ SelectorRow measure_size(const Options& o, uint64_t size, std::mt19937_64& gen) 
              mega(push_prio), mega(uniform), mega(prioritized), prioritized / uniform, mega(sequences),
              mega(updates));
   std::fflush(stdout);
+  priority_rows.push_back(measure_priority_selectors(o, size, s, w, fields, prio, gen));
   return measure_selectors(o, size, s, rng);
 }
 
@@ -190,8 +280,10 @@ int run(const Options& o, const std::string& command) {
   fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::mt19937_64 gen(1);
   std::vector<SelectorRow> selectors;
-  for (const uint64_t size : sizes) selectors.push_back(measure_size(o, size, gen));
+  std::vector<PrioritySelectorRow> priority_selectors;
+  for (const uint64_t size : sizes) selectors.push_back(measure_size(o, size, gen, priority_selectors));
   print_selectors(selectors);
+  print_priority_selectors(priority_selectors);
   return 0;
 }
 

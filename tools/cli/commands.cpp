@@ -81,6 +81,7 @@ int run_create(const CreateArgs& args) {
        .replace = args.replace,
        .episodes = args.episodes,
        .episode_queue_capacity = args.episode_queue_capacity,
+       .policy_version = args.policy_version,
        .priority_exponent = args.priority_exponent,
        .rate_limit = args.rate_limit.limit(),
        .stack_restarts = args.stack_restarts,
@@ -88,6 +89,7 @@ int run_create(const CreateArgs& args) {
        .compressed_bytes = args.compressed_bytes,
        .expected_compression = args.expected_compression,
        .max_learners = args.learners,
+       .max_times_sampled = args.max_times_sampled,
        .populate = args.populate,
        .populate_progress = [&bar, &args](uint64_t done, uint64_t total) {
          if (args.progress || total > kBarFromBytes) bar("populating", done, total);

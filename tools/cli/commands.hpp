@@ -58,6 +58,8 @@ struct CreateArgs {
   uint64_t stack_restarts = 0;  ///< stacked fields' reserve of non-continuing stacks per env; 0: the default
   std::string stack_continuity = "compare";  ///< --stack-continuity compare|episodes
   uint64_t learners = 1;  ///< --learners: learner processes that may sample at once (max_learners)
+  std::string policy_version;       ///< --policy-version: the field holding each step's policy version; empty: none
+  uint64_t max_times_sampled = 0;   ///< --max-times-sampled: the sample cap; 0: none
   uint64_t compressed_bytes = 0;      ///< --compressed-bytes: compressed fields' byte budget; 0: by the ratio
   double expected_compression = 0;    ///< --expected-compression: the ratio the budget assumes; 0: the default
   RateLimitArgs rate_limit;
@@ -69,6 +71,8 @@ struct LimitArgs {
   std::string name;
   RateLimitArgs rate_limit;
   bool off = false;   ///< remove the limiter
+  /// --max-staleness K|off: the policy window to set (Buffer::set_policy_window); empty: not given.
+  std::string max_staleness;
   bool json = false;
   bool allow_other_owner = false;  ///< change the limiter of another user's segment
 };

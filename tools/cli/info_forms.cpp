@@ -259,6 +259,7 @@ Json info_json(const SegmentInfo& i) {
       {"rate_limit", rate_limit_json(i.rate_limit)},
       {"policy", policy_json(i.policy)},
       {"max_times_sampled", i.max_times_sampled},
+      {"consuming_queue", i.consuming_queue},
       {"schema_spec", i.schema.to_string()},
       {"schema", schema_json(i.schema)},
       {"envs", std::move(envs)},
@@ -269,7 +270,6 @@ Json info_json(const SegmentInfo& i) {
 
 void print_pair(std::string_view key, std::string_view value) { fmt::print("{:<14}{}\n", key, value); }
 
-// The policy line: the version and window in force, the field, the holds (layout 1.11).
 std::string policy_text(const PolicyInfo& p) {
   const std::string window =
       p.max_staleness ? fmt::format(", max_staleness {} (versions >= {})", *p.max_staleness,
@@ -279,6 +279,21 @@ std::string policy_text(const PolicyInfo& p) {
                      "up)",
                      p.version, window, p.field.empty() ? "none" : "'" + p.field + "'", p.writers_held,
                      p.writer_timeouts, p.learner_paced, p.learner_pace_timeouts);
+}
+
+// The summary's lines of layout 1.11's sampling policies: the policy window, the sample cap, the consuming queue.
+void print_sampling_policies(const SegmentInfo& i) {
+  const LearnerInfo& l = i.learner;
+  if (!i.policy.field.empty() || i.policy.publishes != 0) print_pair("policy", policy_text(i.policy));
+  if (i.max_times_sampled != 0) {
+    print_pair("sample cap",
+               fmt::format("max_times_sampled {}; {} delivered, {} steps retired, {} rows redrawn (capped)",
+                           i.max_times_sampled, l.cap_claimed, l.cap_retired, l.cap_rejected));
+  }
+  if (i.consuming_queue) {
+    print_pair("consuming queue", fmt::format("{} delivered, {} claims refused, {} calls waited, {} claims given back",
+                                              l.queue_delivered, l.queue_refused, l.queue_waits, l.queue_returned));
+  }
 }
 
 void print_info_summary(const SegmentInfo& i) {
@@ -345,12 +360,7 @@ void print_info_summary(const SegmentInfo& i) {
                                          i.priority_updates_dropped));
   }
   if (i.rate_limit.limit) print_pair("rate limit", rate_limit_text(i.rate_limit));
-  if (!i.policy.field.empty() || i.policy.publishes != 0) print_pair("policy", policy_text(i.policy));  // 1.11
-  if (i.max_times_sampled != 0) {  // 1.11
-    print_pair("sample cap",
-               fmt::format("max_times_sampled {}; {} delivered, {} steps retired, {} rows redrawn (capped)",
-                           i.max_times_sampled, l.cap_claimed, l.cap_retired, l.cap_rejected));
-  }
+  print_sampling_policies(i);
   print_pair("sampled", fmt::format("{} in {}, {} retried, {} updated, {} online resets",
                                     counted(l.rows_sampled, "row", "rows"), counted(l.sample_calls, "call", "calls"),
                                     l.retries, counted(l.steps_updated, "step", "steps"), l.online_resets));

@@ -24,6 +24,11 @@ void add_counter_keys(Json& j, CounterScope scope, const std::vector<uint64_t>& 
 /// `info --json`'s "compressed": each compressed field's codec, budget and counters, the bytes per stored step and
 /// the steps lost to the budget; null without compressed fields (compression.cpp).
 Json compressed_json(const SegmentInfo& i);
+/// `info --json`'s "policy" and `limit --json`'s: the version and window in force, the field, the holds; null in a
+/// buffer without a policy-version field where nothing was published.
+Json policy_json(const PolicyInfo& p);
+/// The policy line of `info` and `limit`: the version and window in force, the field, the holds (layout 1.11).
+std::string policy_text(const PolicyInfo& p);
 /// `info --json`: everything SegmentInfo holds.
 Json info_json(const SegmentInfo& i);
 /// One buffer of `ls --json`.

@@ -1,7 +1,8 @@
-// `shmreplay limit`: show, set or remove a running segment's rate limiter; and the limiter's texts for `create`,
-// `info` and `watch`.
+// `shmreplay limit`: show, set or remove a running segment's rate limiter and policy window; and the limiter's
+// texts for `create`, `info` and `watch`.
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -9,6 +10,9 @@
 #include "commands.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/error.hpp"
+#include "shmreplay/inspector.hpp"
+#include "info_forms.hpp"
+#include "option_checks.hpp"
 #include "text.hpp"
 
 namespace shmreplay::cli {
@@ -59,35 +63,54 @@ std::string rate_limit_text(const RateLimitState& s) {
   return text;
 }
 
+namespace {
+
+nlohmann::ordered_json rate_limit_json(const RateLimitState& s) {
+  if (!s.limit) return nullptr;
+  return {{"text", s.limit->to_string()},
+          {"min_size_to_sample", s.limit->min_size_to_sample},
+          {"samples_per_insert", s.limit->samples_per_insert},
+          {"has_ratio", s.limit->has_ratio()},
+          {"error_buffer", s.limit->error_buffer()},
+          {"inserts", s.inserts},
+          {"samples", s.samples},
+          {"error", s.error}};
+}
+
+}  // namespace
+
 int run_limit(const LimitArgs& args) {
   if (args.off && args.rate_limit.any()) {
     throw Error(Errc::invalid_argument, "--off removes the rate limiter; it takes no other rate-limit option");
   }
-  const bool change = args.off || args.rate_limit.any();
+  const bool change_limit = args.off || args.rate_limit.any();
+  const std::optional<WindowArg> window =
+      args.max_staleness.empty() ? std::nullopt : parse_window(args.max_staleness);  // checked by the parser
+  const bool change = change_limit || window.has_value();
   // Showing the limiter of another user's segment is display (as `info`); changing it needs the opt-in.
   Buffer b = Buffer::open(args.name, {.read_only = !change, .allow_other_owner = args.allow_other_owner || !change});
+  // The window first: a window the buffer cannot take (no policy-version field) changes nothing.
+  if (window) b.set_policy_window(window->max_staleness);
   // Options not given keep their current values (read now; a concurrent `limit` may still win the write).
-  if (change) b.set_rate_limit(args.off ? std::nullopt : args.rate_limit.merged(b.rate_limit()));
+  if (change_limit) b.set_rate_limit(args.off ? std::nullopt : args.rate_limit.merged(b.rate_limit()));
   const RateLimitState s = b.rate_limit_state();
+  const std::string name = b.name();
+  const PolicyInfo policy = Inspector(std::move(b)).snapshot().policy;
   if (args.json) {
     nlohmann::ordered_json j;
-    j["name"] = b.name();
-    j["rate_limit"] = s.limit ? nlohmann::ordered_json{{"text", s.limit->to_string()},
-                                                       {"min_size_to_sample", s.limit->min_size_to_sample},
-                                                       {"samples_per_insert", s.limit->samples_per_insert},
-                                                       {"has_ratio", s.limit->has_ratio()},
-                                                       {"error_buffer", s.limit->error_buffer()},
-                                                       {"inserts", s.inserts},
-                                                       {"samples", s.samples},
-                                                       {"error", s.error}}
-                              : nlohmann::ordered_json(nullptr);
+    j["name"] = name;
+    j["rate_limit"] = rate_limit_json(s);
+    j["policy"] = policy_json(policy);
     fmt::print("{}\n", j.dump(2));
     return kExitOk;
   }
   if (args.off) {
-    fmt::print("'{}': rate limiter removed\n", b.name());
-  } else {
-    fmt::print("'{}': {}rate limit {}\n", b.name(), change ? "new " : "", rate_limit_text(s));
+    fmt::print("'{}': rate limiter removed\n", name);
+  } else if (change_limit || !window) {
+    fmt::print("'{}': {}rate limit {}\n", name, change_limit ? "new " : "", rate_limit_text(s));
+  }
+  if (window || !policy.field.empty() || policy.publishes != 0) {
+    fmt::print("'{}': {}policy {}\n", name, window ? "new " : "", policy_text(policy));
   }
   return kExitOk;
 }

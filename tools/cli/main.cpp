@@ -11,7 +11,8 @@
 //   shmreplay save NAME DIR --every SECONDS [--keep N] [--count N] [--nice N] [--progress] [--json]
 //                  [--allow-other-owner]
 //   shmreplay load FILE|DIR [NAME] [--mode OCTAL] [--progress] [--json] [--allow-other-owner] [--allow-mismatch]
-//   shmreplay limit NAME [--samples-per-insert X] [--error-buffer E] [--min-size-to-sample N] [--off] [--json]
+//   shmreplay limit NAME [--samples-per-insert X] [--error-buffer E] [--min-size-to-sample N] [--off]
+//                   [--max-staleness K|off] [--json]
 //                   [--allow-other-owner]
 //   shmreplay metrics [NAME...] (--listen HOST:PORT | --once)
 //   shmreplay rm NAME... [--force]
@@ -80,6 +81,22 @@ struct CreateText {
   std::string mode = "0600";
 };
 
+// The sampling policies fixed at creation: priorities, the policy-version field, the sample cap.
+void add_sampling_policy_options(CLI::App* cmd, CreateArgs& args) {
+  cmd->add_option("--policy-version", args.policy_version,
+                  "Field that holds each step's policy version (scalar integer, non-decreasing per env): learners "
+                  "sample inside a staleness window (limit --max-staleness) and writers behind it are held back")
+      ->type_name("FIELD");
+  cmd->add_option("--max-times-sampled", args.max_times_sampled,
+                  "Deliver each stored step as a sampled row's start at most N times in all, by every learner "
+                  "together; a step sampled N times leaves the views")
+      ->check(kCount)
+      ->type_name("N");
+  cmd->add_option("--priority-exponent", args.priority_exponent,
+                  "Give every step a priority; prioritized samples draw starts by priority^ALPHA")
+      ->type_name("ALPHA");
+}
+
 CLI::App* add_create(CLI::App& app, CreateArgs& args, CreateText& raw) {
   CLI::App* cmd = app.add_subcommand("create", "Create a segment (fails if the name exists, unless --replace)");
   cmd->add_option("NAME", args.name, "Segment name (the file " + shmreplay::shm_directory() + "/NAME)")
@@ -109,9 +126,7 @@ CLI::App* add_create(CLI::App& app, CreateArgs& args, CreateText& raw) {
   ep->add_option("--episode-queue", args.episode_queue_capacity, "Completed-episode records kept per env")
       ->check(kCount)
       ->type_name("N");
-  cmd->add_option("--priority-exponent", args.priority_exponent,
-                  "Give every step a priority; prioritized samples draw starts by priority^ALPHA")
-      ->type_name("ALPHA");
+  add_sampling_policy_options(cmd, args);
   add_rate_limit_options(cmd, args.rate_limit);
   cmd->add_option("--learners", args.learners,
                   "Learner processes that may sample the buffer at once, one per rank (Sampler rank=); 1 to 64")
@@ -310,7 +325,12 @@ CLI::App* add_limit(CLI::App& app, LimitArgs& args) {
   cmd->add_option("NAME", args.name, "Segment name")->required()->type_name("");
   add_rate_limit_options(cmd, args.rate_limit);
   cmd->add_flag("--off", args.off, "Remove the rate limiter");
-  cmd->add_flag("--json", args.json, "Print the limiter's state as JSON");
+  cmd->add_option("--max-staleness", args.max_staleness,
+                  "Set the policy window (a buffer with a policy-version field): samples draw steps of versions at "
+                  "least the published version minus K, and writers below it are held back; off removes it")
+      ->check(kWindow)
+      ->type_name("K|off");
+  cmd->add_flag("--json", args.json, "Print the limiter's and the policy window's state as JSON");
   add_allow_other_owner(cmd, args.allow_other_owner, "Change the limiter of a segment that belongs to another user");
   return cmd;
 }

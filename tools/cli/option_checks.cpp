@@ -3,6 +3,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -59,5 +60,23 @@ const CLI::Validator kFiniteNumber(
                  : fmt::format("'{}' is not a finite number", text);
     },
     "", "finite number");
+
+std::optional<WindowArg> parse_window(const std::string& text) {
+  if (text == "off") return WindowArg{};
+  uint64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty() || v == std::numeric_limits<uint64_t>::max()) {
+    return std::nullopt;
+  }
+  return WindowArg{v};
+}
+
+const CLI::Validator kWindow(
+    [](std::string& text) {
+      return parse_window(text) ? std::string()
+                                : fmt::format("'{}' is not a staleness window: a number of versions (0 to {}) or off",
+                                              text, std::numeric_limits<uint64_t>::max() - 1);
+    },
+    "", "window");
 
 }  // namespace shmreplay::cli

@@ -23,4 +23,14 @@ extern const CLI::Validator kOctalMode;
 /// A finite number (CLI11 would take "inf" and "nan", which no rate-limit setting means).
 extern const CLI::Validator kFiniteNumber;
 
+/// `limit --max-staleness`'s value: a number of versions below UINT64_MAX (reserved for "none"), or "off" (a
+/// window of nullopt).
+struct WindowArg {
+  std::optional<uint64_t> max_staleness;
+};
+/// The window `text` asks for; nullopt when it is neither a number nor "off".
+std::optional<WindowArg> parse_window(const std::string& text);
+/// A text parse_window takes.
+extern const CLI::Validator kWindow;
+
 }  // namespace shmreplay::cli

@@ -73,6 +73,10 @@
 //   Since 1.3, only in a buffer created with priorities; 0 bytes otherwise:
 //   sections[kPriorities] +------------------------------------------------+
 //                       | one sum tree per env: [num_envs][2 x leaves] u64 |
+//                       |   (1.11: then as many fresh-step trees, only    |
+//                       |   with initial priority +infinity; then window  |
+//                       |   max trees and window mean trees, only with   |
+//                       |   sequence priorities)                          |
 //                       |   leaves = bit_ceil(capacity); words [1, leaves) |
 //                       |   internal sums (f64 bits), [leaves, 2 leaves)   |
 //                       |   one leaf per ring slot: priority^alpha (f32)   |
@@ -85,6 +89,13 @@
 //                       | CapLearner[max_learners]           64 B each     |
 //                       | count words [num_envs][capacity] u64: ring slot  |
 //                       |   s % capacity holds (step << 8) | deliveries    |
+//                       +--------------------------------------------------+ 64-byte aligned
+//   Since 1.11, only in a buffer created with consuming_queue; 0 bytes otherwise (internal/queue_layout.hpp):
+//   sections[kQueue]    +--------------------------------------------------+
+//                       | QueueControl (tickets; blocked writers)  128 B   |
+//                       | QueueLearner[max_learners] (call word)   64 B    |
+//                       | QueueEnv[num_envs] (frontier; blocking)  64 B    |
+//                       | insertion tickets [num_envs][capacity] u64       |
 //                       +--------------------------------------------------+ total_bytes (page multiple)
 //
 // Rules that every reader relies on:
@@ -147,7 +158,10 @@ enum SectionIndex : uint32_t {
                               ///< every buffer; internal/policy_layout.hpp)
   kSectionSampleCaps = 11,    ///< CapLearner[max_learners], then std::atomic<uint64_t>[num_envs][capacity] sample
                               ///< counts (since 1.11; 0 bytes without a cap; internal/caps_layout.hpp)
-  kSectionsUsed = 12,  ///< sections this minor version defines; the rest of the table is zero
+  kSectionQueue = 12,         ///< QueueControl, QueueLearner[max_learners], QueueEnv[num_envs], then u64
+                              ///< [num_envs][capacity] insertion tickets (since 1.11; 0 bytes without a consuming
+                              ///< queue; internal/queue_layout.hpp)
+  kSectionsUsed = 13,  ///< sections this minor version defines; the rest of the table is zero
 };
 inline constexpr std::size_t kMaxSections = 16;  ///< entries of the section table (1.10: room for six more; 1.11
                                                  ///< took two)
@@ -189,8 +203,19 @@ struct SegmentHeader {
                           ///< (offset 272 in 1.7, 288 in 1.8 and 1.9, 384 since 1.10)
   uint64_t max_times_sampled;  ///< (1.11) the sample cap: deliveries per stored step, 1 to kMaxTimesSampled; 0
                                ///< without (then the sample-caps section is empty)
-  uint64_t reserved[6];   ///< reserved for a later minor version; zero
+  uint64_t consuming_queue;  ///< (1.11) 1: a consuming queue (then max_times_sampled is 1 and the queue section
+                             ///< is there); 0 without
+  uint64_t initial_priority_bits;  ///< (1.11) the priority of a step pushed without one: 0, the running maximum;
+                                   ///< else f64 bits of a fixed value (0 stored as -0.0), or of +infinity:
+                                   ///< never-sampled steps are drawn first (a second tree per env)
+  uint64_t sequence_priority_length;  ///< (1.11) L of sequence priorities: then the priority section holds two
+                                      ///< window trees per env after the others (max and mean over [q, q + L)); 0
+                                      ///< without
+  uint64_t reserved[3];   ///< reserved for a later minor version; zero
 };
+
+/// SegmentHeader::initial_priority_bits of "never-sampled steps are drawn first" (+infinity's f64 bits).
+inline constexpr uint64_t kInitialPriorityFirst = 0x7ff0000000000000ull;
 
 /// One entry of the field table. Unused dims are 0; the name is NUL-padded.
 struct FieldDesc {
@@ -550,8 +575,11 @@ static_assert(sizeof(LearnerSlot) == 3 * kCacheLineBytes && offsetof(LearnerSlot
               "a learner slot is 3 cache lines: its lease, its counters, its walk and waits");
 static_assert(offsetof(SegmentHeader, sections) % kCacheLineBytes == 0, "the section table starts a cache line");
 static_assert(offsetof(SegmentHeader, max_learners) == 384 && offsetof(SegmentHeader, max_times_sampled) == 392 &&
-                  sizeof(SegmentHeader::reserved) == 6 * sizeof(uint64_t),
-              "1.10: a section table of 16 entries; the header grew to 7 cache lines; 1.11 took a reserved word");
+                  offsetof(SegmentHeader, consuming_queue) == 400 &&
+                  offsetof(SegmentHeader, initial_priority_bits) == 408 &&
+                  offsetof(SegmentHeader, sequence_priority_length) == 416 &&
+                  sizeof(SegmentHeader::reserved) == 3 * sizeof(uint64_t),
+              "1.10: a section table of 16 entries; the header grew to 7 cache lines; 1.11 took four reserved words");
 static_assert(sizeof(LearnerStats) == 2 * kCacheLineBytes && alignof(LearnerStats) == kCacheLineBytes &&
                   offsetof(LearnerStats, limiter_timeouts) == 2 * kCacheLineBytes - sizeof(uint64_t),
               "a slot's statistics are 2 cache lines of its own: ages, buckets, then the limiter's timeouts");

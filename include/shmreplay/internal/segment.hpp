@@ -16,16 +16,20 @@
 
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cassert>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "shmreplay/internal/caps_layout.hpp"
 #include "shmreplay/internal/layout.hpp"
 #include "shmreplay/internal/policy_layout.hpp"
+#include "shmreplay/internal/queue_layout.hpp"
 #include "shmreplay/schema.hpp"
 #include "shmreplay/vocabulary.hpp"
 
@@ -59,6 +63,7 @@ struct SegmentGeometry {
   std::array<layout::SectionDesc, layout::kMaxSections> sections{};
   uint64_t max_learners = 1;          ///< learner slots (layout 1.7)
   uint64_t max_times_sampled = 0;     ///< the sample cap (layout 1.11); 0 without
+  bool consuming_queue = false;       ///< a consuming queue (layout 1.11; the queue section)
   uint64_t learner_online_offset = 0; ///< slots 1..'s online starts, [max_learners - 1][num_envs] u64, inside the
                                       ///< learner section (0 with one slot)
   std::vector<uint64_t> field_offsets;  ///< each field's storage, in schema order (a stacked field's frame rings)
@@ -70,6 +75,8 @@ struct SegmentGeometry {
   uint64_t episode_queue_capacity = 0;  ///< 0 without episode fields
   uint64_t priority_leaves = 0;     ///< bit_ceil(capacity) with priorities, else 0
   double priority_exponent = 0.0;  ///< alpha; 0 without priorities
+  uint64_t initial_priority_bits = 0;  ///< SegmentHeader::initial_priority_bits (layout 1.11)
+  uint64_t sequence_priority_length = 0;  ///< SegmentHeader::sequence_priority_length (layout 1.11); 0 without
 };
 
 /// One process's mapping of a validated segment: its geometry and the accessors to its sections' words (see the
@@ -113,6 +120,16 @@ class Segment {
   double priority_exponent() const noexcept { return g_.priority_exponent; }
   /// Leaves of each env's priority tree: bit_ceil(capacity), 0 without priorities.
   uint64_t priority_leaves() const noexcept { return g_.priority_leaves; }
+  /// CreateOptions::initial_priority (layout 1.11): nullopt, the running maximum; a fixed priority; or +infinity,
+  /// never-sampled steps first (then fresh_trees()).
+  std::optional<double> initial_priority() const noexcept {
+    if (g_.initial_priority_bits == 0) return std::nullopt;
+    return std::abs(std::bit_cast<double>(g_.initial_priority_bits));
+  }
+  /// Whether each env has a fresh-step tree beside its priority tree (initial priority +infinity; layout 1.11).
+  bool fresh_trees() const noexcept { return g_.initial_priority_bits == layout::kInitialPriorityFirst; }
+  /// L of sequence priorities (CreateOptions::sequence_priority_length; layout 1.11); 0 without.
+  uint64_t sequence_priority_length() const noexcept { return g_.sequence_priority_length; }
   /// Field `field`'s storage kind (layout::kStoragePlainRing, ...; lib/detail/storage/storage_kinds.cpp).
   uint32_t field_kind(std::size_t field) const noexcept { return g_.field_kinds[field]; }
   /// Byte offset of each field's storage in the segment, in schema order.
@@ -231,6 +248,15 @@ class Segment {
   const layout::CapLearner& cap_learner(uint64_t slot) const noexcept;
   /// The same, writable (a writable mapping only).
   layout::CapLearner& cap_learner(uint64_t slot) noexcept;
+  /// Whether it is a consuming queue (layout 1.11; internal/queue_layout.hpp): then max_times_sampled() is 1.
+  bool consuming_queue() const noexcept { return g_.consuming_queue; }
+  /// The consuming-queue section's parts (a consuming queue only): the segment-wide words, learner slot `slot`'s,
+  /// env `env`'s, and env `env`'s insertion tickets, [capacity], one per ring slot. Writable through a writable
+  /// mapping only.
+  layout::QueueControl& queue_control() const noexcept;
+  layout::QueueLearner& queue_learner(uint64_t slot) const noexcept;
+  layout::QueueEnv& queue_env(uint64_t env) const noexcept;
+  std::atomic<uint64_t>* queue_tickets(uint64_t env) const noexcept;
   /// The segment-wide control block (learner slot 0's lease and counters, wake word, limiter).
   const layout::GlobalControl& global_control() const noexcept;
   /// The same, writable (a writable mapping only).
@@ -259,6 +285,25 @@ class Segment {
   const std::atomic<uint64_t>* priority_tree(uint64_t env) const noexcept;
   /// The same, writable (a writable mapping only).
   std::atomic<uint64_t>* priority_tree(uint64_t env) noexcept;
+  /// The env's fresh-step tree words, 2 * priority_leaves() of them, after every env's priority tree (layout 1.11):
+  /// leaf weight 1 for a step no prioritized draw has returned yet, 0 after. Precondition: fresh_trees().
+  const std::atomic<uint64_t>* fresh_tree(uint64_t env) const noexcept {
+    return priority_tree(env) + g_.num_envs * 2 * g_.priority_leaves;
+  }
+  /// The same, writable (a writable mapping only).
+  std::atomic<uint64_t>* fresh_tree(uint64_t env) noexcept {
+    return priority_tree(env) + g_.num_envs * 2 * g_.priority_leaves;
+  }
+  /// The env's window tree `kind` (0: window max, 1: window mean) of sequence priorities, after the priority and
+  /// fresh-step trees (layout 1.11; detail/protocol/sequence_priorities.hpp). Precondition:
+  /// sequence_priority_length() > 0.
+  const std::atomic<uint64_t>* window_tree(uint64_t kind, uint64_t env) const noexcept {
+    return priority_tree(env) + (1 + (fresh_trees() ? 1 : 0) + kind) * g_.num_envs * 2 * g_.priority_leaves;
+  }
+  /// The same, writable (a writable mapping only).
+  std::atomic<uint64_t>* window_tree(uint64_t kind, uint64_t env) noexcept {
+    return priority_tree(env) + (1 + (fresh_trees() ? 1 : 0) + kind) * g_.num_envs * 2 * g_.priority_leaves;
+  }
 
  private:
   void unmap() noexcept;

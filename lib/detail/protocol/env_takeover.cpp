@@ -2,6 +2,7 @@
 
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/priorities.hpp"
+#include "detail/protocol/sequence_priorities.hpp"
 #include "detail/protocol/rate_limit.hpp"
 
 namespace shmreplay::detail {
@@ -26,6 +27,8 @@ void repair_env_takeover(Segment& seg, std::span<const uint64_t> envs, EnvTakeov
       const uint64_t head = c.head.load(std::memory_order_acquire);  // pairs with publish_step's release store
       if ((c.claimed.load(std::memory_order_relaxed) & layout::kClaimMask) != head) {
         walk(priority_tree_of(seg, e), head % seg.capacity());
+        if (seg.fresh_trees()) walk(fresh_tree_of(seg, e), head % seg.capacity());
+        if (seg.sequence_priority_length() != 0) refresh_windows(sequence_trees_of(seg, e), head, head, head);
       }
     }
   }

@@ -7,8 +7,10 @@
 
 #include <fmt/format.h>
 
+#include "detail/protocol/consume.hpp"
 #include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/priorities.hpp"
+#include "detail/protocol/sequence_priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/wake.hpp"
 #include "detail/test_hooks.hpp"
@@ -69,9 +71,16 @@ void repair_dead_learner(Segment& seg, uint64_t slot) noexcept {
   }
   forget_waiters(g, me.waiters);
   me.waiting_rows.store(0, std::memory_order_relaxed);
+  if (seg.consuming_queue()) repair_dead_claims(seg, slot);  // its last call's claims: delivered or given back
   if (seg.has_priorities()) {
-    finish_dead_walk(me.priority_walk, seg.num_envs(), seg.capacity(),
-                     [&](uint64_t e) { return priority_tree_of(seg, e); });
+    finish_dead_walk(me.priority_walk, seg.num_envs(), seg.capacity(), [&](uint64_t e, uint64_t slot) {
+      walk(priority_tree_of(seg, e), slot);
+      if (seg.fresh_trees()) walk(fresh_tree_of(seg, e), slot);
+      // Sequence priorities: the dead learner may have been refreshing any run of windows of the env.
+      if (seg.sequence_priority_length() != 0) {
+        refresh_all_windows(sequence_trees_of(seg, e), 0, seg.env_control(e).head.load(std::memory_order_acquire));
+      }
+    });
   }
 }
 

@@ -36,7 +36,8 @@ SlotTaken take_learner_slot(Segment& seg, std::optional<uint64_t> rank, uint64_t
 /// update_seq a dead checkpoint load left odd is ended), while waiting (its slot's waiter count is taken back from
 /// the global one: it would make every push issue a futex wake; so does its waiting mark, the limiter's sign of a
 /// waiting learner), or inside update_priorities' walk of a tree (its slot's walk is redone: priorities.hpp's
-/// finish_dead_walk). The other slots' state is left alone. O(num_envs), plus the walk.
+/// finish_dead_walk), or inside a consuming call (its claims are delivered or given back: consume.hpp's
+/// repair_dead_claims, O(num_envs x capacity)). The other slots' state is left alone. O(num_envs), plus the walk.
 void repair_dead_learner(Segment& seg, uint64_t slot) noexcept;
 
 /// The holder of an env's update lock, as a tool shows it (Inspector, `info`, metrics).

@@ -146,6 +146,47 @@ bool update_priority(const PriorityTree& t, const layout::EnvControl& env, uint6
   return applied;
 }
 
+Take take_priority(const PriorityTree& t, const layout::EnvControl& env, uint64_t env_index, uint64_t step,
+                   double& old, std::atomic<uint64_t>& walk_word) noexcept {
+  const uint64_t slot = step % t.capacity;
+  std::atomic<uint64_t>& leaf = t.words[t.leaves + slot];
+  uint64_t cur = leaf.load(std::memory_order_seq_cst);
+  if ((cur >> 32) != (step & kWeightMask)) return Take::gone;
+  // acquire: pairs with the writer's claim (claim_step), as in update_priority.
+  const uint64_t claimed = env.claimed.load(std::memory_order_acquire) & layout::kClaimMask;
+  if (claimed > step + t.capacity) return Take::gone;
+  walk_word.store(((env_index + 1) << 40) | slot, std::memory_order_seq_cst);  // read by finish_dead_walk
+  // The CAS from a positive weight tagged with the step: one modification order per leaf, so of two learners that
+  // both loaded the positive weight, the second's CAS fails and reloads 0 (zero), and a writer's new leaf (another
+  // tag) fails it too (gone).
+  Take result = Take::zero;
+  for (;;) {
+    if ((cur >> 32) != (step & kWeightMask)) {
+      result = Take::gone;
+      break;
+    }
+    if (!(leaf_weight(cur) > 0)) break;
+    if (leaf.compare_exchange_strong(cur, make_leaf(step, 0.0), std::memory_order_seq_cst)) {
+      old = leaf_weight(cur);
+      result = Take::taken;
+      walk(t, slot);
+      break;
+    }
+  }
+  walk_word.store(0, std::memory_order_seq_cst);
+  return result;
+}
+
+void untake_priority(const PriorityTree& t, uint64_t env_index, uint64_t step, double weight,
+                     std::atomic<uint64_t>& walk_word) noexcept {
+  const uint64_t slot = step % t.capacity;
+  std::atomic<uint64_t>& leaf = t.words[t.leaves + slot];
+  uint64_t expected = make_leaf(step, 0.0);
+  walk_word.store(((env_index + 1) << 40) | slot, std::memory_order_seq_cst);
+  if (leaf.compare_exchange_strong(expected, make_leaf(step, weight), std::memory_order_seq_cst)) walk(t, slot);
+  walk_word.store(0, std::memory_order_seq_cst);
+}
+
 void raise_max_priority(std::atomic<uint64_t>& max_word, double priority) noexcept {
   uint64_t cur = max_word.load(std::memory_order_relaxed);
   while (priority > max_priority(max_word) &&

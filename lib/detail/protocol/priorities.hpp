@@ -62,6 +62,16 @@ inline PriorityTree priority_tree_of(Segment& seg, uint64_t env) noexcept {
 inline PriorityTreeView priority_tree_of(const Segment& seg, uint64_t env) noexcept {
   return {seg.priority_tree(env), seg.priority_leaves(), seg.capacity()};
 }
+/// Env `env`'s fresh-step tree (layout 1.11: initial priority +infinity), writable: a leaf of weight 1 for a step no
+/// prioritized draw has returned yet. The same protocol as the priority tree's (set_new_priority by the writer,
+/// take_priority by the learner that returns the step). Precondition: seg.fresh_trees().
+inline PriorityTree fresh_tree_of(Segment& seg, uint64_t env) noexcept {
+  return {seg.fresh_tree(env), seg.priority_leaves(), seg.capacity()};
+}
+/// The same, read-only.
+inline PriorityTreeView fresh_tree_of(const Segment& seg, uint64_t env) noexcept {
+  return {seg.fresh_tree(env), seg.priority_leaves(), seg.capacity()};
+}
 
 /// The largest weight a leaf holds (an f32), which is also the largest priority: priorities reach the library
 /// as f32 (Writer::push, Sampler::update_priorities), and a larger one would be infinite there.
@@ -109,17 +119,35 @@ void walk(const PriorityTree& tree, uint64_t slot) noexcept;
 bool update_priority(const PriorityTree& tree, const layout::EnvControl& env, uint64_t env_index, uint64_t step,
                      double weight, std::atomic<uint64_t>& walk_word) noexcept;
 
+/// What take_priority found at a stored step's leaf.
+enum class Take : uint8_t {
+  taken,    ///< its positive weight was set to 0 by this call (the weight it had is returned)
+  zero,     ///< it weighs 0 already: another learner took it first (zero-on-sample), or it was given priority 0
+  gone,     ///< the slot holds, or is being given, another step (overwritten): nothing written
+};
+
+/// Zero-on-sample's claim: sets the weight of stored step `step` from a positive value to 0 with one compare-and-swap
+/// (so of two learners taking one step at once, exactly one gets `taken`, the other `zero`) and walks to the root.
+/// `old` receives the weight replaced. `walk_word` as for update_priority. O(log capacity).
+Take take_priority(const PriorityTree& tree, const layout::EnvControl& env, uint64_t env_index, uint64_t step,
+                   double& old, std::atomic<uint64_t>& walk_word) noexcept;
+
+/// Gives back a take (a sample call that throws returns no row): sets step `step`'s leaf from 0 back to `weight`,
+/// only while it still holds that step at 0 (a later update, or a writer's new step, wins). O(log capacity).
+void untake_priority(const PriorityTree& tree, uint64_t env_index, uint64_t step, double weight,
+                     std::atomic<uint64_t>& walk_word) noexcept;
+
 /// What a new learner does with a walk its dead predecessor left in `walk_word`: redoes it and clears the word.
-/// `tree_of(env)` gives env's tree. A word naming an env or slot outside the buffer (a damaged segment) is cleared
-/// without a walk.
-template <class TreeOf>
-void finish_dead_walk(std::atomic<uint64_t>& walk_word, uint64_t num_envs, uint64_t capacity,
-                      TreeOf&& tree_of) noexcept {
+/// `redo(env, slot)` walks that slot of env's trees (each of them: the word does not say which tree the walk was
+/// in, and a walk of an unchanged tree changes nothing). A word naming an env or slot outside the buffer (a damaged
+/// segment) is cleared without a walk.
+template <class Redo>
+void finish_dead_walk(std::atomic<uint64_t>& walk_word, uint64_t num_envs, uint64_t capacity, Redo&& redo) noexcept {
   const uint64_t w = walk_word.load(std::memory_order_seq_cst);  // pairs with update_priority's store of the word
   if (w == 0) return;
   const uint64_t env = (w >> 40) - 1;
   const uint64_t slot = w & ((1ull << 40) - 1);
-  if ((w >> 40) != 0 && env < num_envs && slot < capacity) walk(tree_of(env), slot);
+  if ((w >> 40) != 0 && env < num_envs && slot < capacity) redo(env, slot);
   walk_word.store(0, std::memory_order_seq_cst);
 }
 

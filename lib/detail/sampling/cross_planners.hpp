@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <optional>
 #include <span>
@@ -30,6 +31,12 @@ class ClosedFormPlanner final : public Planner {
   /// sampled row.
   Draw draw_one(Rng& rng) const noexcept;
   double total_weight() override;
+  /// min(r, L)^power for a start in the view, r its steps left.
+  double weight_of(std::size_t env, uint64_t start) const noexcept override {
+    const EnvView v = views_[env];
+    if (start < v.lo || start >= v.hi) return 0.0;
+    return std::pow(static_cast<double>(std::min<uint64_t>(v.hi - start, length_)), power_);
+  }
 
  private:
   std::span<const EnvView> views_;

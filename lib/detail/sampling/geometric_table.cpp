@@ -14,6 +14,8 @@ void GeometricTable::ensure(double half_life) {
   g_.resize(kSize + 2);
   for (uint32_t k = 0; k <= kSize; ++k) g_[k] = std::expm1(-static_cast<double>(k) * c) / step;
   g_[kSize + 1] = std::numeric_limits<double>::infinity();
+  inverse_terms_.resize(kSize + 1);
+  for (uint32_t k = 0; k <= kSize; ++k) inverse_terms_[k] = std::exp(static_cast<double>(k) * c);
   const uint32_t buckets = 2 * kSize;
   guide_.resize(buckets + 1);
   bucket_scale_ = static_cast<double>(buckets) / g_[kSize];

@@ -25,6 +25,12 @@ class GeometricTable {
   /// G[kSize]: the table covers w below it.
   double limit() const noexcept { return g_[kSize]; }
 
+  /// G[k], for k in [0, kSize].
+  double cumulative(uint32_t k) const noexcept { return g_[k]; }
+  /// q^-k, for k in [0, kSize] (+infinity where q^k underflows: never needed there, as a find() that returns k
+  /// saw G[k + 1] > G[k], so q^k is at least about 2^-53 (1 - q)).
+  double inverse_term(uint32_t k) const noexcept { return inverse_terms_[k]; }
+
   /// The k in [0, kSize) with G[k] <= w < G[k + 1]. Precondition: 0 <= w < limit().
   uint32_t find(double w) const noexcept {
     uint32_t k = guide_[static_cast<std::size_t>(w * bucket_scale_)];
@@ -35,6 +41,7 @@ class GeometricTable {
  private:
   std::vector<double> g_;         // G[0..kSize], then +infinity (the scan's sentinel)
   std::vector<uint16_t> guide_;   // per bucket, an answer at or below its lowest w's; one extra bucket for rounding
+  std::vector<double> inverse_terms_;  // q^-k, k = 0..kSize
   double bucket_scale_ = 0.0;     // buckets / limit()
   double half_life_ = 0.0;        // what the table was built for (0: not built)
 };

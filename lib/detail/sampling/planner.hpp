@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 
@@ -63,6 +64,8 @@ struct PlanOptions {
   uint64_t period = 1;
   /// SampleOptions::recency_half_life: the recency planner's (finite, > 0 when it is chosen); the others ignore it.
   double recency_half_life = 0.0;
+  /// SampleOptions::sequence_priority_eta: the priority planner's, in a buffer with sequence priorities.
+  double sequence_priority_eta = 0.9;
 };
 
 /// Where episodes start, for the stop/within planners: the first step of the episode that step `step` of env
@@ -134,6 +137,16 @@ class Planner {
   virtual Shortfall shortfall(bool scan) const noexcept {
     (void)scan;
     return Shortfall::unknown;
+  }
+
+  /// The weight of start `start` of env `env` in the last prepare's snapshot, in total_weight()'s units (0 outside
+  /// its view), so that a draw returns it with probability weight_of / total_weight(): what a mixture's own importance
+  /// weights need of each selector (SampleOptions::mixture_importance). NaN from a planner that cannot tell (the
+  /// period and episode planners, which a mixture with mixture_importance does not use). O(1).
+  virtual double weight_of(std::size_t env, uint64_t start) const noexcept {
+    (void)env;
+    (void)start;
+    return std::numeric_limits<double>::quiet_NaN();
   }
 
   /// What can leave a snapshot with no start to draw from, in words, for the Sampler's error after

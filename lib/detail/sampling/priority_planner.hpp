@@ -11,6 +11,17 @@
 // is not finite (every weight that enters a tree is checked: priority_fits): shortfall tells these apart for
 // the Sampler's error. With episodes = stop the row ends at its episode's last step
 // (a binary search over at most L steps of EpisodeStarts), as in unprioritized stop sampling.
+//
+// With fresh-step trees (initial priority +infinity; docs/design/priorities.md, "Initial priorities"), prepare
+// first sums each env's fresh tree over its view: while any step of the snapshot is fresh (no prioritized draw has
+// returned it), every draw of the snapshot is uniform over the fresh steps (the same descent, in the fresh trees),
+// and only a snapshot without one draws by priority. drawing_fresh() tells the Sampler which, so that it takes each
+// returned fresh step's leaf (sampler_zero.hpp).
+//
+// With sequence priorities (layout 1.11) and a call of their length L, a start q weighs eta M[q] + (1 - eta) A[q]
+// (its window's max and mean step weight: sequence_priorities.hpp): prepare sums each env's two window trees over its
+// view, and a draw picks the env, then the max tree with probability eta M_env / (its total), else the mean tree,
+// and descends it: one descent, exact for any eta.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +31,7 @@
 #include <vector>
 
 #include "detail/protocol/priorities.hpp"
+#include "detail/protocol/sequence_priorities.hpp"
 #include "detail/sampling/planner.hpp"
 
 namespace shmreplay::detail {
@@ -29,6 +41,12 @@ class PriorityTrees {
  public:
   virtual ~PriorityTrees() = default;
   virtual PriorityTreeView tree(std::size_t env) const noexcept = 0;
+  /// Whether each env has a fresh-step tree (initial priority +infinity, layout 1.11), and env's.
+  virtual bool has_fresh() const noexcept { return false; }
+  virtual PriorityTreeView fresh(std::size_t /*env*/) const noexcept { return {}; }
+  /// L of sequence priorities (layout 1.11), 0 without, and env's trees.
+  virtual uint64_t sequence_length() const noexcept { return 0; }
+  virtual SequenceTreesView windows(std::size_t /*env*/) const noexcept { return {}; }
 };
 
 class PriorityPlanner final : public Planner {
@@ -42,8 +60,14 @@ class PriorityPlanner final : public Planner {
   /// refuses any but 0). False also when the total is not finite (a damaged tree).
   bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;
   std::optional<Draw> draw(Rng& rng) override;
-  /// The last prepare's total, also when it returned false (0, or not finite in a damaged segment).
+  /// The last prepare's total, also when it returned false (0, or not finite in a damaged segment); while fresh
+  /// steps are drawn, their number.
   double total_weight() override { return total_; }
+  /// The start's leaf in the tree(s) the snapshot's draws use: its fresh leaf, its window leaves mixed by eta, or its
+  /// priority leaf; 0 outside the view.
+  double weight_of(std::size_t env, uint64_t start) const noexcept override;
+  /// Whether the last prepare's snapshot held fresh steps, so that its draws are of those.
+  bool drawing_fresh() const noexcept { return fresh_; }
 
   /// Why the last prepare or draw found nothing. Without `scan`: not_finite when the total is not finite, else
   /// unknown. With it, what the leaves of the views hold: no step at all (no_start: a write in progress, or an
@@ -58,6 +82,11 @@ class PriorityPlanner final : public Planner {
 
  private:
   uint64_t steps_in_episode(std::size_t env, uint64_t start, uint64_t end) const noexcept;
+  // The tree the snapshot's draws descend: env's fresh tree while drawing fresh steps, else its priority tree.
+  PriorityTreeView drawn_tree(std::size_t env) const noexcept { return fresh_ ? trees_->fresh(env) : trees_->tree(env); }
+  bool sum_views(bool fresh);
+  bool sum_windows();
+  std::optional<Draw> draw_window(Rng& rng);
 
   const PriorityTrees* trees_;
   const EpisodeStarts* starts_;
@@ -67,6 +96,10 @@ class PriorityPlanner final : public Planner {
   std::vector<double> cumulative_;  // cumulative_[e] = total weight of envs 0..e
   double total_ = 0;
   uint64_t starts_in_view_ = 0;     // N: steps in the views, all envs
+  bool fresh_ = false;              // the draws are of fresh steps (drawn_tree)
+  bool windows_ = false;            // the draws are by sequence priority (sum_windows)
+  double eta_ = 0.9;
+  std::vector<double> max_part_;    // per env, eta * (its view's window max total)
 };
 
 }  // namespace shmreplay::detail

@@ -44,6 +44,8 @@ bool RecencyPlanner::prepare(std::span<const EnvView> views, std::size_t length,
   full_ = r_max == L ? std::exp(-static_cast<double>(L - 1) * c_) : 0.0;
   inverse_full_ = full_ > 0.0 ? 1.0 / full_ : 0.0;
   older_.ensure(half_life_);
+  blocks_.ensure(half_life_ / GeometricTable::kSize);  // ratio q^kSize
+  inverse_block_ = 1.0 / older_.limit();
   minus_inverse_c_ = -1.0 / c_;
   double* cumulative = envs_.reset(views.size());
   double total = 0.0;

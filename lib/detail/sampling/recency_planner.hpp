@@ -25,7 +25,8 @@ namespace shmreplay::detail {
 /// L^power q^(L-1) (1 - q^m) / (1 - q) with q = 2^(-1 / half_life), computed with expm1 so that a long half-life
 /// loses no precision. prepare: O(num_envs); draw: one engine output, the env from the guide table (EnvPicker),
 /// then a binary search over R (the newest starts) or, among the older ones, a guided lookup in the series' first
-/// terms (GeometricTable) or past them its inverse, one log1p.
+/// terms (GeometricTable), past them two (the block of kSize terms, then the term inside it), and past kSize^2
+/// terms the series' inverse, one log1p.
 /// Every weight is divided by r_max^power (r_max = min(longest view, L)), so the largest factor of power is 1; a
 /// weight that underflows (an age of more than about 1074 half-lives) is drawn with probability 0, the right limit.
 /// Of the options it takes the half-life (options.recency_half_life: finite, > 0); the planner table chooses it for
@@ -43,6 +44,11 @@ class RecencyPlanner final : public Planner {
   /// The weight of a start with `age` steps of age and `left` steps left (<= L) under the last prepare, in
   /// the units total_weight() returns: what a draw returns it with, times total_weight(). For tests and mixtures.
   double weight(uint64_t age, uint64_t left) const noexcept;
+  /// weight(age, left) of a start in the view (its age behind the env's newest step, its steps left); 0 outside.
+  double weight_of(std::size_t env, uint64_t start) const noexcept override {
+    const EnvView v = views_[env];
+    return start < v.lo || start >= v.hi ? 0.0 : weight(v.hi - 1 - start, v.hi - start);
+  }
 
  private:
   void ensure_table(std::size_t length, double power, uint64_t scale);
@@ -61,6 +67,8 @@ class RecencyPlanner final : public Planner {
   double minus_inverse_c_ = 0.0;  // -1 / c = 1 / log q
   EnvPicker envs_;          // the envs' cumulative weights
   GeometricTable older_;    // the older starts' first cumulative weights, in units of A
+  GeometricTable blocks_;   // blocks of kSize older starts: cumulative weights in units of older_.limit()
+  double inverse_block_ = 0.0;    // 1 / older_.limit()
   std::vector<double> r_;   // r_[t]: the total weight of ages 0..t-1 (t < L)
   // The key r_ was built for.
   std::size_t table_length_ = 0;
@@ -95,6 +103,14 @@ inline Draw RecencyPlanner::draw_one(Rng& rng) const noexcept {
     uint64_t whole = 0;
     if (w < older_.limit()) {
       whole = std::min<uint64_t>(older_.find(w), m - 1);
+    } else if (const double wb = w * inverse_block_; wb < blocks_.limit()) {
+      // Past the first kSize terms, blocks of kSize: block b weighs G(kSize) Q^b (Q = q^kSize), so blocks_ (the
+      // series of ratio Q) finds b, and the rest of w inside it, in units of its first term A q^(b kSize), is
+      // found in older_ again: two guided lookups instead of a log1p (docs/design/sampling.md, "Recency").
+      const uint32_t b = blocks_.find(wb);
+      const double rest = (wb - blocks_.cumulative(b)) * older_.limit() * blocks_.inverse_term(b);
+      const uint64_t k = rest <= 0.0 ? 0 : rest < older_.limit() ? older_.find(rest) : GeometricTable::kSize - 1;
+      whole = std::min<uint64_t>(uint64_t{b} * GeometricTable::kSize + k, m - 1);
     } else {
       const double k = std::log1p(w * expm1_c_) * minus_inverse_c_;
       whole = k >= 0.0 ? static_cast<uint64_t>(std::min(k, static_cast<double>(m - 1))) : 0;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <string>
 #include <thread>
@@ -92,12 +93,30 @@ Sections accept_counts(const SegmentHeader& h, LayoutVersion version, const Open
                                       kSectionsUsed, kMaxSections, major, minor));
   }
   c.max_times_sampled = in_range("max_times_sampled", h.max_times_sampled, 0, kMaxTimesSampled);  // (1.11)
+  c.consuming_queue = in_range("consuming_queue", h.consuming_queue, 0, 1) == 1;                 // (1.11)
+  if (c.consuming_queue && c.max_times_sampled != 1) {
+    v.fail(Errc::corrupt, fmt::format("a consuming queue has max_times_sampled {}, expected 1", c.max_times_sampled));
+  }
   // (1.3) alpha's bits; 0 means no priorities (alpha = 0 is stored as -0.0).
   const uint64_t exponent_bits = h.priority_exponent_bits;
   c.priorities = exponent_bits != 0;
   const double alpha = s.alpha = std::bit_cast<double>(exponent_bits);
   if (c.priorities && !(std::isfinite(alpha) && alpha >= 0)) {
     v.fail(Errc::corrupt, fmt::format("the priority exponent is {}, expected a finite number >= 0", alpha));
+  }
+  // (1.11) sequence priorities: L up to the capacity, only with priorities.
+  c.sequence_priority_length = in_range("sequence_priority_length", h.sequence_priority_length, 0,
+                                        c.priorities ? c.capacity : 0);
+  // (1.11) 0 (the running maximum), a fixed priority that fits (0 stored as -0.0), or +infinity; only with priorities.
+  c.initial_priority_bits = h.initial_priority_bits;
+  const double initial = std::bit_cast<double>(c.initial_priority_bits);
+  const double largest = std::numeric_limits<float>::max();  // a priority is an f32 (priority_fits)
+  const bool fits = c.initial_priority_bits == kInitialPriorityFirst || c.initial_priority_bits == std::bit_cast<uint64_t>(-0.0) ||
+                    (initial > 0 && initial <= largest);
+  if (c.initial_priority_bits != 0 && (!c.priorities || !fits)) {
+    v.fail(Errc::corrupt, fmt::format("the initial priority is {}{}, expected a number in [0, {}] or +infinity",
+                                      initial, c.priorities ? "" : " in a buffer without priorities",
+                                      static_cast<float>(largest)));
   }
   return s;
 }
@@ -388,6 +407,9 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
   g.sections = s.sec;
   g.max_learners = s.counts.max_learners;
   g.max_times_sampled = s.counts.max_times_sampled;
+  g.consuming_queue = s.counts.consuming_queue;
+  g.initial_priority_bits = s.counts.initial_priority_bits;
+  g.sequence_priority_length = s.counts.sequence_priority_length;
   g.learner_online_offset = g.max_learners > 1 ? s.sec[kSectionLearners].offset + learner_online_starts_at(g.max_learners) : 0;
   g.episode_fields = roles;
   g.episode_queue_capacity = queue_capacity;

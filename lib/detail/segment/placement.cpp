@@ -36,10 +36,13 @@ uint64_t checked_add(uint64_t a, uint64_t b, uint64_t num_envs, uint64_t capacit
 
 SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& schema, uint64_t queue_capacity,
                          bool priorities, uint64_t stack_restarts, uint64_t max_learners, CompressionBudget budget,
-                         uint64_t max_times_sampled) {
+                         uint64_t max_times_sampled, bool consuming_queue, uint64_t initial_priority_bits,
+                         uint64_t sequence_priority_length) {
   if (stack_restarts == 0) stack_restarts = default_stack_restarts(capacity);
   SegmentPlan p;
-  p.counts = {num_envs, capacity, schema.size(), queue_capacity, max_learners, priorities, max_times_sampled};
+  p.counts = {num_envs,          capacity,        schema.size(),         queue_capacity,
+              max_learners,      priorities,      max_times_sampled,     consuming_queue,
+              initial_priority_bits, sequence_priority_length};
   uint64_t at = sizeof(SegmentHeader);
   // Every section, as its row sizes and aligns it (section_table.cpp); a section of 0 bytes is absent ({0, 0}).
   for (const SectionRow& row : section_rows()) {
@@ -94,6 +97,9 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
   for (uint32_t s = 0; s < kSectionsUsed; ++s) h->sections[s] = p.sections[s];
   h->max_learners = p.counts.max_learners;
   h->max_times_sampled = p.counts.max_times_sampled;
+  h->consuming_queue = p.counts.consuming_queue ? 1 : 0;
+  h->initial_priority_bits = p.counts.initial_priority_bits;
+  h->sequence_priority_length = p.counts.sequence_priority_length;
 
   auto* table = reinterpret_cast<FieldDesc*>(base + p.sections[kSectionFields].offset);
   for (std::size_t i = 0; i < schema.size(); ++i) {
@@ -137,6 +143,9 @@ SegmentGeometry planned_geometry(const std::string& name, uint64_t num_envs, uin
   std::copy(std::begin(plan.sections), std::end(plan.sections), g.sections.begin());
   g.max_learners = plan.counts.max_learners;
   g.max_times_sampled = plan.counts.max_times_sampled;
+  g.consuming_queue = plan.counts.consuming_queue;
+  g.initial_priority_bits = plan.counts.initial_priority_bits;
+  g.sequence_priority_length = plan.counts.sequence_priority_length;
   g.learner_online_offset = plan.learner_online_offset;
   for (const PlacedField& f : plan.fields) {
     g.field_offsets.push_back(f.data_offset);

@@ -59,10 +59,15 @@ struct SegmentPlan {
 /// each stacked field's frame rings (CreateOptions::stack_restarts; 0 for default_stack_restarts). `max_learners`:
 /// the learner slots (CreateOptions::max_learners, 1 to layout::kMaxLearners; layout 1.7). `budget`: the compressed
 /// fields' byte rings (CreateOptions::compressed_bytes, expected_compression; layout 1.10). `max_times_sampled`:
-/// the sample cap (CreateOptions::max_times_sampled, 0 for none; layout 1.11).
+/// the sample cap (CreateOptions::max_times_sampled, 0 for none; layout 1.11). `consuming_queue`: the queue section
+/// (CreateOptions::consuming_queue; layout 1.11; the caller passes a cap of 1 with it). `initial_priority_bits`:
+/// CreateOptions::initial_priority as SegmentHeader::initial_priority_bits; `sequence_priority_length`:
+/// CreateOptions::sequence_priority_length (0 for none).
 SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& schema, uint64_t queue_capacity,
                          bool priorities, uint64_t stack_restarts, uint64_t max_learners = 1,
-                         CompressionBudget budget = {}, uint64_t max_times_sampled = 0);
+                         CompressionBudget budget = {}, uint64_t max_times_sampled = 0,
+                         bool consuming_queue = false, uint64_t initial_priority_bits = 0,
+                         uint64_t sequence_priority_length = 0);
 
 /// Writes the header, the field table and every control block into `base` (a fresh, zero-filled file of
 /// plan.total_bytes), then publishes the state "ready" last (release).

@@ -12,6 +12,7 @@
 #include "detail/os/file.hpp"
 #include "shmreplay/internal/caps_layout.hpp"
 #include "shmreplay/internal/policy_layout.hpp"
+#include "shmreplay/internal/queue_layout.hpp"
 
 namespace shmreplay::detail {
 namespace {
@@ -117,19 +118,21 @@ void queues_construct(std::byte* start, const SectionCounts& c) {
   construct_blocks<EpisodeRecordSlot>(start, c.num_envs * c.queue_capacity);
 }
 
-// -- the priority trees (1.3): one sum tree of 2 x bit_ceil(capacity) words per env; absent without priorities --
+// -- the priority trees (1.3): one sum tree of 2 x bit_ceil(capacity) words per env, then (1.11, initial priority
+//    infinity) one fresh-step tree per env; absent without priorities --
 
 std::optional<uint64_t> priorities_bytes(const SectionCounts& c) {
   if (!c.priorities) return 0;
   if (c.capacity > kMaxCapacity) return std::nullopt;  // bit_ceil would overflow
-  return mul(mul(c.num_envs, 2 * std::bit_ceil(c.capacity)), sizeof(uint64_t));
+  return mul(mul(mul(c.num_envs, c.priority_trees()), 2 * std::bit_ceil(c.capacity)), sizeof(uint64_t));
 }
 std::string priorities_explain(const SectionCounts& c) {
   return fmt::format("{} envs x {} steps {}", c.num_envs, c.capacity,
-                     c.priorities ? "with priorities" : "without priorities");
+                     !c.priorities ? "without priorities"
+                                   : fmt::format("with priorities, {} trees per env", c.priority_trees()));
 }
 void priorities_construct(std::byte* start, const SectionCounts& c) {
-  zero_atomics(start, c.num_envs * 2 * std::bit_ceil(c.capacity));
+  zero_atomics(start, c.num_envs * c.priority_trees() * 2 * std::bit_ceil(c.capacity));
 }
 
 // -- the policy section (1.11): every buffer --
@@ -170,6 +173,28 @@ void caps_construct(std::byte* start, const SectionCounts& c) {
   zero_atomics(start + cap_words_at(c.max_learners), c.num_envs * c.capacity);  // step 0's word: cap_word(0, 0)
 }
 
+// -- the consuming-queue section (1.11): only in a consuming queue --
+
+std::optional<uint64_t> queue_section_bytes(const SectionCounts& c) {
+  if (!c.consuming_queue) return 0;
+  const std::optional<uint64_t> slots = mul(c.num_envs, c.capacity);
+  const uint64_t head = queue_tickets_at(c.max_learners, c.num_envs);  // bounded by kMaxLearners and kMaxEnvs
+  if (!slots || *slots > (UINT64_MAX - head) / 8) return std::nullopt;
+  return head + *slots * 8;
+}
+std::string queue_section_explain(const SectionCounts& c) {
+  if (!c.consuming_queue) return "none without a consuming queue";
+  return fmt::format("{} bytes, {} learner slots x {} bytes, {} envs x {} bytes and {} envs x {} steps x 8 bytes",
+                     sizeof(QueueControl), c.max_learners, sizeof(QueueLearner), c.num_envs, sizeof(QueueEnv),
+                     c.num_envs, c.capacity);
+}
+void queue_section_construct(std::byte* start, const SectionCounts& c) {
+  construct_blocks<QueueControl>(start, 1);
+  construct_blocks<QueueLearner>(start + queue_learners_at(), c.max_learners);
+  construct_blocks<QueueEnv>(start + queue_envs_at(c.max_learners), c.num_envs);
+  zero_atomics(start + queue_tickets_at(c.max_learners, c.num_envs), c.num_envs * c.capacity);
+}
+
 constexpr SectionSize kExact = SectionSize::exact;
 
 // Placement order. Rows: id, name, since, size rule, open's alignment, create's alignment, bytes, explain, construct.
@@ -198,6 +223,8 @@ constexpr std::array<SectionRow, kSectionsUsed> kRows = {{
      policy_construct},
     {kSectionSampleCaps, "the sample-caps section", 11, kExact, kCacheLineBytes, kCacheLineBytes, caps_bytes,
      caps_explain, caps_construct},
+    {kSectionQueue, "the consuming-queue section", 11, kExact, kCacheLineBytes, kCacheLineBytes, queue_section_bytes,
+     queue_section_explain, queue_section_construct},
 }};
 
 // Every index of this minor version has exactly one row.

@@ -27,6 +27,18 @@ struct SectionCounts {
   uint64_t max_learners = 1;
   bool priorities = false;
   uint64_t max_times_sampled = 0;  ///< the sample cap (1.11); 0 without (no sample-caps section)
+  bool consuming_queue = false;    ///< a consuming queue (1.11; the queue section; max_times_sampled is 1)
+  /// SegmentHeader::initial_priority_bits (1.11): with layout::kInitialPriorityFirst, the priority section holds a
+  /// second tree per env (the fresh-step trees)
+  uint64_t initial_priority_bits = 0;
+  /// SegmentHeader::sequence_priority_length (1.11): with L > 0, two window trees per env follow.
+  uint64_t sequence_priority_length = 0;
+  /// The sum trees per env in the priority section: 0 without priorities; else 1, plus 1 with fresh-step trees,
+  /// plus 2 with sequence priorities.
+  uint64_t priority_trees() const noexcept {
+    if (!priorities) return 0;
+    return 1 + (initial_priority_bits == layout::kInitialPriorityFirst ? 1 : 0) + (sequence_priority_length > 0 ? 2 : 0);
+  }
 };
 
 /// How open checks a section's size against SectionRow::bytes.

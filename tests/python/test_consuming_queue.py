@@ -1,0 +1,90 @@
+"""The consuming queue from Python (docs/design/consuming_queue.md): Buffer.create(consuming_queue=True), the
+consume= and consume_timeout= options of the sample calls, Writer(queue_timeout=), and what they refuse."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import shmreplay
+
+SCHEMA = "env:u64 step:u64"
+
+
+def push(writer, env):
+    writer.push_one(env, {"env": np.uint64(env), "step": np.uint64(writer.head(env))})
+
+
+def rows(batch):
+    return list(zip(batch["env"][:, 0].tolist(), batch["step"][:, 0].tolist()))
+
+
+def test_a_consuming_queue_delivers_each_step_once_in_insertion_order_then_raises_empty_view(name, closing):
+    buf = shmreplay.Buffer.create(name, 3, 8, SCHEMA, consuming_queue=True)
+    assert buf.consuming_queue and buf.max_times_sampled == 1
+    w = shmreplay.Writer(buf, [0, 1, 2])
+    s = shmreplay.Sampler(buf, seed=1)
+    closing += [w, s]
+    pushed = []
+    for env in [2, 0, 0, 1, 2, 1, 0, 2]:
+        pushed.append((env, w.head(env)))
+        push(w, env)
+    got = []
+    for _ in range(4):
+        got += rows(s.sample_transitions("replay", 2, consume="fifo", consume_timeout=0))
+    assert got == pushed
+    with pytest.raises(shmreplay.EmptyView, match="nothing was delivered"):
+        s.sample_transitions("replay", 1, consume="fifo", consume_timeout=0)
+
+
+def test_random_consumption_delivers_every_step_exactly_once(name, closing):
+    buf = shmreplay.Buffer.create(name, 2, 32, SCHEMA, consuming_queue=True)
+    w = shmreplay.Writer(buf, [0, 1])
+    s = shmreplay.Sampler(buf, seed=7)
+    closing += [w, s]
+    for _ in range(20):
+        push(w, 0)
+        push(w, 1)
+    got = []
+    for _ in range(10):
+        got += rows(s.sample("replay", 4, 1, consume="random", consume_timeout=0))
+    assert sorted(got) == sorted((e, t) for e in (0, 1) for t in range(20))
+    assert got != sorted(got)  # drawn at random, not in order (seeded: fixed)
+
+
+def test_a_full_queue_holds_its_writer_back_and_refuses_the_other_sample_calls(name, closing):
+    buf = shmreplay.Buffer.create(name, 1, 4, SCHEMA, consuming_queue=True)
+    w = shmreplay.Writer(buf, [0], queue_timeout=0)
+    s = shmreplay.Sampler(buf, seed=1)
+    closing += [w, s]
+    assert w.queue_timeout == 0.0
+    w.queue_timeout = 0.5
+    assert w.queue_timeout == 0.5
+    w.queue_timeout = 0
+    for _ in range(4):
+        push(w, 0)
+    with pytest.raises(shmreplay.RateLimited, match="env 0"):
+        push(w, 0)
+    assert w.head(0) == 4
+    assert rows(s.sample_transitions("replay", 1, consume="fifo")) == [(0, 0)]
+    push(w, 0)  # its slot was delivered: the push goes through
+    assert w.head(0) == 5
+    with pytest.raises(shmreplay.InvalidArgument, match="it is a consuming queue"):
+        s.sample_transitions("replay", 1)
+    with pytest.raises(shmreplay.InvalidArgument, match="expected 'fifo', 'random' or None"):
+        s.sample_transitions("replay", 1, consume="lifo")
+    info = json.loads(subprocess.run([sys.executable, "-m", "shmreplay", "info", name, "--json"], check=True,
+                                     capture_output=True, text=True).stdout)
+    assert info["consuming_queue"] is True
+
+
+def test_consume_on_a_buffer_that_is_not_a_queue_is_refused(name, closing):
+    buf = shmreplay.Buffer.create(name, 1, 4, SCHEMA)
+    assert not buf.consuming_queue
+    w = shmreplay.Writer(buf, [0])
+    s = shmreplay.Sampler(buf)
+    closing += [w, s]
+    push(w, 0)
+    with pytest.raises(shmreplay.InvalidArgument, match="it is not a consuming queue"):
+        s.sample_transitions("replay", 1, consume="fifo")
