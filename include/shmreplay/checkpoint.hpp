@@ -62,6 +62,11 @@
 //                                                      reserve at least the file's, unless allow_mismatch (the
 //                                                      reserve stays the target's: the saved steps whose frames do
 //                                                      not fit are left out, and a note says which)
+//   compressed fields (2.3:   decoded (each record's   the same, into the target's budget: steps whose frames do
+//   their records as they     CRC-32C checked first)   not fit leave the view, counted as lost to the budget; the
+//   are)                      and coded again          codec must be the same (it is part of the schema)
+//   sample cap, counts (2.3)  the file's cap and each  the cap must be the same; each loaded step's count (at
+//                             step's deliveries        most the cap)
 // A format 1.0 file lacks priorities, limiter, counters, episode records and stack settings: it loads as before
 // (the target keeps its own counters and limiter, every loaded step's priority is the running maximum, a new
 // segment has none of them) with a note that names what the file lacks.
@@ -134,8 +139,8 @@ struct CheckpointEnv {
   uint64_t last_push_ns = 0;  ///< CLOCK_REALTIME of the env's last push when saved; informational
   uint64_t update_seq = 0;    ///< the env's update_seq when saved (format 2.0)
   uint64_t offset = 0;        ///< where the env's section starts in the file
-  uint64_t records_offset = 0;  ///< where its records start (after the section header), then its weights and
-                                ///< queued episode records
+  uint64_t records_offset = 0;  ///< where its records start (after the section header), then its frame block
+                                ///< (2.3), weights, queued episode records and sample-cap counts (2.3)
   uint32_t data_crc = 0;      ///< CRC-32 of the env's records
   uint32_t extra_crc = 0;     ///< CRC-32 of its weights and queued records (format 2.0)
   uint64_t weights = 0;       ///< priority weights in the file: head - first_step, or 0 without priorities
@@ -143,6 +148,9 @@ struct CheckpointEnv {
   uint64_t queue_tail = 0;    ///< ... pushed since creation
   uint64_t records_dropped = 0;  ///< ... dropped because it was full
   uint64_t queued = 0;        ///< queue_tail - queue_head: records waiting, in the file
+  uint64_t cap_counts = 0;    ///< (format 2.3) sample-cap counts in the file, one per window step (0 without a cap)
+  uint64_t frame_bytes = 0;   ///< (format 2.3) bytes of its compressed frame block, after its records (0 without)
+  uint32_t frame_crc = 0;     ///< (format 2.3) CRC-32 of that block
 };
 
 /// The learner's counters (GlobalControl line 1 and the priority counters), as a checkpoint holds them.
@@ -214,9 +222,13 @@ struct CheckpointInfo {
   /// Their window (format 2.2): a load publishes it with the version; nullopt when none (and in older files).
   std::optional<uint64_t> policy_max_staleness;
   /// The source's sample cap (format 2.2; layout 1.11, CreateOptions::max_times_sampled): a load into a new segment
-  /// creates it with the cap; every loaded step starts with no deliveries counted (the counts are not saved). 0
-  /// without (and in older files).
+  /// creates it with the cap; from format 2.3 each loaded step keeps the deliveries counted when it was saved (older
+  /// files: none counted). 0 without (and in older files).
   uint64_t max_times_sampled = 0;
+  /// Bytes of one record in the file (format 2.3): schema.step_bytes(), or less when compressed fields are saved as
+  /// their compressed records (each such field's bytes in a record are then its u64 newest frame number, and the
+  /// env's frame block holds the records). Older files: schema.step_bytes().
+  uint64_t record_bytes = 0;
   uint64_t chain_id = 0;                 ///< a chain's id (save_link); 0 for a self-contained checkpoint
   uint64_t link_seq = 0;                 ///< the link's number in its chain directory; 0 for save_checkpoint
   uint64_t file_bytes = 0;               ///< the file's size
@@ -227,7 +239,8 @@ struct CheckpointInfo {
   bool holds_state() const noexcept { return format_major >= 2; }
   /// Whether every env's window is in this file (true but for a chain's incremental link).
   bool self_contained() const noexcept;
-  /// Bytes of every env's window's records: what a self-contained save of the same instant writes.
+  /// Bytes of every env's window's records: what a self-contained save of the same instant writes (with
+  /// compressed records, format 2.3, an estimate from the bytes per step of those this file holds).
   uint64_t window_bytes() const noexcept;
 };
 
@@ -255,6 +268,10 @@ struct SaveOptions {
   /// with "SHMRCKPT") and refuses anything else there (another file, a symbolic link, a directory) with
   /// Errc::already_exists, before it starts and again just before its rename.
   bool force = false;
+  /// Save compressed fields decoded, as whole steps (what format 2.2 wrote), instead of as their compressed records
+  /// (format 2.3's default: a file about as large as the segment's records). For comparisons and for readers older
+  /// than 2.3; a load reads both.
+  bool decode_compressed = false;
 };
 
 /// Saves `source` (which may be mapped read-only) to the file `path`: written under a temporary name in the same

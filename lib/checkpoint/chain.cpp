@@ -249,7 +249,7 @@ LinkResult save_link(const Buffer& source, const std::string& path, const ChainO
   LinkResult result;
   result.info = detail::write_checkpoint(source, dir.file(link_name(seq)), save, plan);
   result.whole = result.info.self_contained();
-  result.record_bytes = result.info.total_steps * result.info.schema.step_bytes();
+  result.record_bytes = result.info.total_steps * result.info.record_bytes;
   result.notes = listing_notes(dir, listing, /*without_list_note=*/false);  // the list exists now
   prune(dir, options.keep, damaged, result);
   return result;

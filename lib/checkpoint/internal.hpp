@@ -130,6 +130,8 @@ struct SavedEnv {
   uint64_t last_push_ns = 0;
   uint64_t update_seq = 0;
   uint32_t crc = 0;  ///< of the records written
+  uint64_t frame_bytes = 0;  ///< (2.3) of the frame block written after the records
+  uint32_t frame_crc = 0;    ///< ... its CRC-32
   uint64_t head() const noexcept { return data_from + steps; }
 };
 
@@ -140,11 +142,12 @@ struct EnvCopyPlan {
   uint64_t update_seq = 0;
 };
 
+struct RecordLayout;  // packed_records.hpp
 /// Copies one env's window into `out` at `data_start` while its writer may push (save_env.cpp), staging chunks
-/// in `staging`; throws Errc::contended after `max_rounds` spoilt copies.
+/// in `staging`, records laid out as `layout` says (with compressed fields as their records, the frame block after
+/// them); throws Errc::contended after `max_rounds` spoilt copies.
 SavedEnv save_env(const Buffer& b, uint64_t env, OutFile& out, uint64_t data_start, std::vector<std::byte>& staging,
-                  const std::vector<uint64_t>& offsets, Progress& progress, uint32_t max_rounds,
-                  const EnvCopyPlan& plan = {});
+                  const RecordLayout& layout, Progress& progress, uint32_t max_rounds, const EnvCopyPlan& plan = {});
 
 // -- state.cpp: everything a checkpoint holds besides the records, both halves --
 
@@ -177,9 +180,11 @@ CreateOptions create_options_of(const CheckpointInfo& info, uint32_t mode);
 /// `info` (save); published in the target, with each env's newest version read from its newest loaded step (load).
 void read_policy_state(const Buffer& b, CheckpointInfo& info);
 void load_policy_state(Buffer& target, const CheckpointInfo& info);
-/// Sample caps (format 2.2 keeps the cap, read_policy_state saves it): each loaded step's count word, tagged with its
-/// step and no delivery counted (the counts are not saved).
-void load_cap_words(Buffer& target);
+/// Sample caps (format 2.2 keeps the cap, read_policy_state saves it; 2.3 the counts): the deliveries counted of
+/// env `env`'s steps [first_step, head), read after its records (a slot reused since counts as capped); and each
+/// loaded step's count word, tagged with its step and its count from `counts` (none where the file has none).
+std::vector<uint8_t> save_cap_counts(const Buffer& b, uint64_t env, uint64_t first_step, uint64_t head);
+void load_cap_words(Buffer& target, const CheckpointEnv& e, const std::vector<uint8_t>& counts);
 
 /// The leases a load holds on its target (load_leases.cpp, which says which words it repairs and why no others):
 /// the learner lease and every env's lease, taken all or none by the constructor (Errc::lease_held naming a live
@@ -225,6 +230,9 @@ inline CheckpointEnv env_of(const checkpoint_format::EnvSection& s, uint64_t off
   e.queue_tail = s.queue_tail;
   e.records_dropped = s.records_dropped;
   e.queued = s.queued;
+  e.cap_counts = s.cap_counts;
+  e.frame_bytes = s.frame_bytes;
+  e.frame_crc = static_cast<uint32_t>(s.frame_crc);
   return e;
 }
 

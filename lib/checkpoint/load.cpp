@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "checkpoint/internal.hpp"
+#include "checkpoint/packed_records.hpp"
 #include "detail/os/file.hpp"
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/priorities.hpp"
@@ -143,18 +144,28 @@ class EnvWriter {
                                            sources_.infos.back()->envs[env].head));
   }
 
-  // Reads `fe`'s records of one file (all of them, for the checksum) and writes those of steps [lo, hi).
+  // Reads `fe`'s records of one file (all of them, for the checksum) and writes those of steps [lo, hi). A file
+  // with compressed fields as their records (format 2.3) has them rebuilt from its frame block first: the stores
+  // code them again, for the target's budget (docs/design/checkpoints.md, "Compressed fields").
   void copy_file(const detail::InFile& in, const CheckpointInfo& info, const CheckpointEnv& fe, uint64_t lo,
                  uint64_t hi) {
+    const detail::RecordLayout layout = detail::record_layout(schema_, info.record_bytes != sb_);
+    std::optional<detail::PackedFrameReader> frames;
+    if (layout.packed) frames.emplace(in, info, fe);
+    const uint64_t rb = layout.bytes;
     uint32_t crc = 0;
     for (uint64_t done = 0; done < fe.steps;) {
       const uint64_t n = std::min(per_block_, fe.steps - done);
-      in.read_at(fe.records_offset + done * sb_, block_.data(), n * sb_);
-      crc = detail::crc32(crc, block_.data(), n * sb_);
+      in.read_at(fe.records_offset + done * rb, block_.data(), n * rb);
+      crc = detail::crc32(crc, block_.data(), n * rb);
       for (uint64_t i = 0; i < n; ++i) {
         const uint64_t step = fe.data_from + done + i;
         if (step < lo || step >= hi) continue;
-        const std::byte* record = block_.data() + i * sb_;
+        const std::byte* record = block_.data() + i * rb;
+        if (frames) {
+          frames->rebuild(step, record, layout, offsets_, whole_.data());
+          record = whole_.data();
+        }
         stores_.store(fe.env, fe.env, step, /*ends_episode=*/false,
                       [&](std::size_t f) -> const std::byte* { return record + offsets_[f]; });
       }
@@ -177,6 +188,7 @@ class EnvWriter {
   const std::vector<uint64_t> offsets_;
   const uint64_t per_block_;
   std::vector<std::byte> block_;
+  std::vector<std::byte> whole_ = std::vector<std::byte>(static_cast<std::size_t>(sb_));  // a rebuilt step
   const std::vector<uint64_t> envs_;  // every env: the load's stores, local index = env id
   detail::StagedKinds stores_;        // every field's stores, through its kind (detail/storage/staged_kinds.hpp)
 };
@@ -253,7 +265,6 @@ uint64_t load_into(Buffer& target, const LoadSources& sources, const LoadOptions
   }
   load_global_state(target, last, created, notes);
   load_policy_state(target, last);
-  load_cap_words(target);
   progress.finish();
   left_out.note(notes);
   return left_out.kept();

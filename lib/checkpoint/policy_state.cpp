@@ -2,11 +2,15 @@
 // the version the learners had published and their window are saved, and a load publishes them in the target, and
 // gives each env the newest version of its newest loaded step, so that its next writer goes on from it (an env's
 // versions never decrease) and pacing learners see where each env stands. The sample cap (format 2.2, layout 1.11)
-// is saved beside them; a load tags each loaded step's count word with its step, no delivery counted
-// (docs/design/sample_caps.md).
+// is saved beside them, and (format 2.3) each window step's count of deliveries, which a load gives back to the
+// step's count word (docs/design/sample_caps.md).
 //
-// Who calls it: read_source_state (save) and load_into (load), which holds every env's and slot's lease.
+// Who calls it: read_source_state and save_env_extras (save), load_into and load_env_extras (load), which holds
+// every env's and slot's lease.
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <vector>
 
 #include "detail/protocol/policy.hpp"
 #include "detail/protocol/seqlock.hpp"
@@ -21,18 +25,37 @@ void read_policy_state(const Buffer& b, CheckpointInfo& info) {
   info.max_times_sampled = b.max_times_sampled();
 }
 
-void load_cap_words(Buffer& target) {
+std::vector<uint8_t> save_cap_counts(const Buffer& b, uint64_t env, uint64_t first_step, uint64_t head) {
+  const Segment& seg = segment_of(b);
+  const uint64_t cap = b.capacity();
+  const uint64_t most = seg.max_times_sampled();
+  const std::atomic<uint64_t>* words = seg.cap_words(env);
+  std::vector<uint8_t> counts;
+  counts.reserve(static_cast<std::size_t>(head - first_step));
+  for (uint64_t s = first_step; s < head; ++s) {
+    // relaxed: read after the env's records were copied; a step's count only grows, so this is at least its count
+    // at the instant the window describes. A slot a writer gave to a newer step since (the window is an earlier instant)
+    // says nothing of step s: it is saved as capped, the one count that never lets the load deliver it too often.
+    const uint64_t word = words[s % cap].load(std::memory_order_relaxed);
+    counts.push_back(static_cast<uint8_t>(layout::cap_word_for(word, s) ? layout::cap_word_count(word) : most));
+  }
+  return counts;
+}
+
+void load_cap_words(Buffer& target, const CheckpointEnv& e, const std::vector<uint8_t>& counts) {
   Segment& seg = segment_of(target);
-  if (seg.max_times_sampled() == 0) return;
+  const uint64_t most = seg.max_times_sampled();
+  if (most == 0) return;
   const uint64_t cap = target.capacity();
-  for (uint64_t e = 0; e < target.num_envs(); ++e) {
-    std::atomic<uint64_t>* words = seg.cap_words(e);
-    const uint64_t head = load_head(seg.env_control(e));
-    // relaxed: the load holds every lease; a learner's snapshot of the heads (acquire) comes after the leases'
-    // release. Each loaded step starts with no delivery counted.
-    for (uint64_t s = head > cap ? head - cap : 0; s < head; ++s) {
-      words[s % cap].store(layout::cap_word(s, 0), std::memory_order_relaxed);
-    }
+  std::atomic<uint64_t>* words = seg.cap_words(e.env);
+  const uint64_t head = load_head(seg.env_control(e.env));
+  // relaxed: the load holds every lease; a learner's snapshot of the heads (acquire) comes after the leases'
+  // release. Each loaded step starts with the deliveries the file counted (none in a file older than 2.3, or one
+  // saved without a cap), at most the target's cap.
+  for (uint64_t s = head > cap ? head - cap : 0; s < head; ++s) {
+    const uint64_t k = s - e.first_step;
+    const uint64_t count = s >= e.first_step && k < counts.size() ? std::min<uint64_t>(counts[k], most) : 0;
+    words[s % cap].store(layout::cap_word(s, count), std::memory_order_relaxed);
   }
 }
 

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "checkpoint/internal.hpp"
+#include "checkpoint/packed_records.hpp"
 #include "detail/os/process.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
@@ -78,16 +79,19 @@ uint64_t estimate_bytes(const Buffer& source, const detail::LinkPlan& link) {
 
 // Writes every env's section (its header, its records, its extras) from `offset` on; returns where they end.
 uint64_t write_env_sections(const Buffer& source, detail::OutFile& out, uint64_t offset, CheckpointInfo& info,
-                            detail::Progress& progress, uint32_t max_rounds, const detail::LinkPlan& link) {
+                            detail::Progress& progress, const SaveOptions& options, const detail::LinkPlan& link) {
   const Schema& schema = source.schema();
-  const uint64_t sb = schema.step_bytes();
   const uint64_t cap = source.capacity();
-  const std::vector<uint64_t> offsets = detail::record_field_offsets(schema);
-  std::vector<std::byte> staging(static_cast<std::size_t>(detail::block_steps(sb, cap) * sb));
+  const bool packed = !options.decode_compressed && !segment_of(source).packed().empty();
+  const detail::RecordLayout layout = detail::record_layout(schema, packed);
+  const uint64_t sb = layout.bytes;
+  info.record_bytes = sb;
+  // Chunks of about a MiB of steps as pushed (their records are fewer bytes when compressed fields are packed).
+  std::vector<std::byte> staging(static_cast<std::size_t>(detail::block_steps(schema.step_bytes(), cap) * sb));
   for (uint64_t e = 0; e < source.num_envs(); ++e) {
     const detail::EnvCopyPlan plan = e < link.envs.size() ? link.envs[e] : detail::EnvCopyPlan{};
-    const detail::SavedEnv saved =
-        detail::save_env(source, e, out, offset + sizeof(EnvSection), staging, offsets, progress, max_rounds, plan);
+    const detail::SavedEnv saved = detail::save_env(source, e, out, offset + sizeof(EnvSection), staging, layout,
+                                                    progress, options.max_rounds, plan);
     EnvSection s{};
     s.magic = checkpoint_format::kEnvMagic;
     s.env = e;
@@ -100,11 +104,14 @@ uint64_t write_env_sections(const Buffer& source, detail::OutFile& out, uint64_t
     s.last_push_ns = saved.last_push_ns;
     s.update_seq = saved.update_seq;
     s.data_crc = saved.crc;
-    const uint64_t extra = detail::save_env_extras(source, e, saved, out, offset + sizeof s + saved.steps * sb, s);
+    s.frame_bytes = saved.frame_bytes;
+    s.frame_crc = saved.frame_crc;
+    const uint64_t extras_at = offset + sizeof s + saved.steps * sb + saved.frame_bytes;
+    const uint64_t extra = detail::save_env_extras(source, e, saved, out, extras_at, s);
     s.header_crc = struct_crc(s, &EnvSection::header_crc);
     out.write_at(offset, &s, sizeof s);
     info.envs.push_back(detail::env_of(s, offset));
-    offset += sizeof s + saved.steps * sb + extra;
+    offset = extras_at + extra;
     info.total_steps += saved.steps;
   }
   return offset;
@@ -144,6 +151,7 @@ CheckpointHeader make_header(const CheckpointInfo& info, const std::string& meta
   h.capacity = info.capacity;
   h.num_fields = info.schema.size();
   h.step_bytes = info.schema.step_bytes();
+  h.record_bytes = info.record_bytes == h.step_bytes ? 0 : info.record_bytes;
   h.total_records = info.total_steps;
   h.meta_bytes = meta.size();
   h.name_bytes = info.source_name.size();
@@ -242,17 +250,17 @@ CheckpointInfo write_checkpoint(const Buffer& source, const std::string& path, c
   out.write_at(sizeof(CheckpointHeader), meta.data(), meta.size());
   detail::Progress progress(options.progress, "saving", estimate_bytes(source, link));
   const uint64_t envs_at = sizeof(CheckpointHeader) + meta.size();
-  uint64_t offset = write_env_sections(source, out, envs_at, info, progress, options.max_rounds, link);
+  uint64_t offset = write_env_sections(source, out, envs_at, info, progress, options, link);
   // The buffer-wide state as the save ends: its counts are at least those of every env's instant.
   read_source_state(source, info);
   const uint64_t extra_bytes =
-      offset - envs_at - info.envs.size() * sizeof(EnvSection) - info.total_steps * info.schema.step_bytes();
+      offset - envs_at - info.envs.size() * sizeof(EnvSection) - info.total_steps * info.record_bytes;
   const uint32_t learner_crc = write_learner_block(info, out, offset);
   offset += checkpoint_format::learner_block_bytes(info.max_learners, info.num_envs);
   CheckpointTrailer tr{};
   tr.magic = checkpoint_format::kTrailerMagic;
   tr.total_steps = info.total_steps;
-  tr.record_bytes = info.total_steps * info.schema.step_bytes();
+  tr.record_bytes = info.total_steps * info.record_bytes;
   tr.trailer_crc = struct_crc(tr, &CheckpointTrailer::trailer_crc);
   out.write_at(offset, &tr, sizeof tr);
   offset += sizeof tr;

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "checkpoint/internal.hpp"
+#include "checkpoint/packed_records.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/storage/field_storage.hpp"
 #include "shmreplay/error.hpp"
@@ -27,12 +28,14 @@ namespace {
 class WindowCopy {
  public:
   WindowCopy(const Buffer& b, uint64_t env, OutFile& out, uint64_t data_start, std::vector<std::byte>& staging,
-             const std::vector<uint64_t>& offsets, Progress& progress, uint32_t max_rounds, const EnvCopyPlan& plan)
-      : b_(b), env_(env), c_(segment_of(b).env_control(env)), cap_(b.capacity()), sb_(b.schema().step_bytes()),
+             const RecordLayout& layout, Progress& progress, uint32_t max_rounds, const EnvCopyPlan& plan)
+      : b_(b), env_(env), c_(segment_of(b).env_control(env)), cap_(b.capacity()), sb_(layout.bytes),
         chunk_(staging.size() / std::max<uint64_t>(sb_, 1)), out_(out), data_start_(data_start), staging_(staging),
-        offsets_(offsets), progress_(progress), max_rounds_(max_rounds), plan_(plan),
+        progress_(progress), max_rounds_(max_rounds), plan_(plan),
         stacked_(segment_of(b).has_stacks()), storages_(segment_of(b)),
-        copy_(segment_of(b), storages_, offsets, staging.data()) {}
+        copy_(segment_of(b), storages_, layout.offsets, staging.data()) {
+    if (layout.packed) packed_.emplace(segment_of(b), storages_, layout, staging.data());
+  }
 
   SavedEnv run() {
     for (;;) {  // one attempt from a fresh snapshot
@@ -42,6 +45,7 @@ class WindowCopy {
       spoil();
     }
     drop_records_below(std::max(s_, skip_));
+    if (packed_ && written_ == 0) packed_->clear();
     SavedEnv saved;
     saved.first_step = s_;
     saved.data_from = std::max(s_, skip_);
@@ -51,6 +55,7 @@ class WindowCopy {
     saved.online_start = std::min(online_, t_);
     saved.last_push_ns = c_.last_push_ns.load(std::memory_order_relaxed);
     saved.crc = crc_;
+    if (packed_) saved.frame_bytes = packed_->write(out_, data_start_ + saved.steps * sb_, saved.frame_crc);
     return saved;
   }
 
@@ -76,6 +81,7 @@ class WindowCopy {
     written_ = 0;
     crc_ = 0;
     claimed_out_ = 0;
+    if (packed_) packed_->clear();
     for (;;) {
       const Next next = t_ < h_ && t_ - s_ < cap_ ? copy_chunk() : follow_writer();
       if (next != Next::more) return next == Next::done;
@@ -88,9 +94,15 @@ class WindowCopy {
   // Copies the next chunk of [t, h) and appends its intact steps to the run.
   Next copy_chunk() {
     const uint64_t n = std::min({h_ - t_, chunk_, cap_ - (t_ - s_)});
+    std::vector<std::size_t> mark;
+    if (packed_) {
+      packed_->reserve(n);
+      mark = packed_->mark();
+    }
     clear_storage_faults();
-    const CopyResult r = copy_records(segment_of(b_), env_, t_, n, copy_);
+    const CopyResult r = copy_records(segment_of(b_), env_, t_, n, copier());
     if (r.outcome == CopyOutcome::ok) check_storage_faults(segment_of(b_), r.intact_from);  // corrupt: never saved
+    if (r.outcome != CopyOutcome::ok && packed_) packed_->rollback(mark);
     if (r.outcome == CopyOutcome::raced) {
       spoil();
       return Next::more;
@@ -102,8 +114,11 @@ class WindowCopy {
       spoil();
       written_ = 0;
       crc_ = 0;
-      if (v >= t_ + n) {
+      // With compressed records the chunk's frames were copied from step t on (and a record overwritten meanwhile
+      // stopped that copy): the run restarts at v with a fresh copy of v's frames, back to their key frame.
+      if (v >= t_ + n || packed_) {
         s_ = t_ = v;
+        if (packed_) packed_->clear();
         return Next::more;
       }
       keep = v - t_;
@@ -189,6 +204,7 @@ class WindowCopy {
     for (uint64_t done = 0; done < keep;) {
       const uint64_t n = std::min(chunk_, keep - done);
       out_.read_at(data_start_ + (drop + done) * sb_, staging_.data(), n * sb_);
+      if (packed_ && done == 0) packed_->trim_for(staging_.data());  // the frames step `from` needs, and newer
       out_.write_at(data_start_ + done * sb_, staging_.data(), n * sb_);
       crc_ = crc32(crc_, staging_.data(), n * sb_);
       done += n;
@@ -201,6 +217,12 @@ class WindowCopy {
     crc_ = crc32(crc_, records, n * sb_);
     written_ += n;
     progress_.add(n * sb_);
+  }
+
+  // The copy into the staging records: whole steps, or (format 2.3) compressed fields as their records.
+  const StepCopier& copier() const noexcept {
+    if (packed_) return *packed_;
+    return copy_;
   }
 
   void spoil() {
@@ -222,13 +244,13 @@ class WindowCopy {
   OutFile& out_;
   const uint64_t data_start_;
   std::vector<std::byte>& staging_;
-  const std::vector<uint64_t>& offsets_;
   Progress& progress_;
   const uint32_t max_rounds_;
   const EnvCopyPlan plan_;
   const bool stacked_;        // the buffer has stacked fields: the frames' bound may move the run's start
   const StorageSet storages_;  // where the fields' bytes live (detail/storage/field_storage.hpp)
-  const RecordCopy copy_;      // copy_records' copy into the staging records
+  const RecordCopy copy_;      // copy_records' copy into the staging records (whole steps)
+  std::optional<PackedSaveCopy> packed_;  // ... with compressed fields as their records (format 2.3)
   uint32_t spoilt_ = 0;
   uint64_t skip_ = 0;         // the attempt's steps below this are in earlier links (0: none skipped)
   uint64_t update_seq_ = 0;   // update_seq at the attempt's snapshot
@@ -246,9 +268,8 @@ class WindowCopy {
 }  // namespace
 
 SavedEnv save_env(const Buffer& b, uint64_t env, OutFile& out, uint64_t data_start, std::vector<std::byte>& staging,
-                  const std::vector<uint64_t>& offsets, Progress& progress, uint32_t max_rounds,
-                  const EnvCopyPlan& plan) {
-  return WindowCopy(b, env, out, data_start, staging, offsets, progress, max_rounds, plan).run();
+                  const RecordLayout& layout, Progress& progress, uint32_t max_rounds, const EnvCopyPlan& plan) {
+  return WindowCopy(b, env, out, data_start, staging, layout, progress, max_rounds, plan).run();
 }
 
 }  // namespace shmreplay::detail

@@ -132,6 +132,14 @@ uint64_t save_env_extras(const Buffer& b, uint64_t env, const SavedEnv& saved, O
     section.records_dropped = q.records_dropped;
     section.queued = q.records.size();
   }
+  section.cap_counts = 0;
+  if (seg.max_times_sampled() > 0) {
+    const std::vector<uint8_t> counts = save_cap_counts(b, env, saved.first_step, saved.head());
+    out.write_at(at + bytes, counts.data(), counts.size());
+    crc = crc32(crc, counts.data(), counts.size());
+    bytes += counts.size();
+    section.cap_counts = counts.size();
+  }
   section.extra_crc = crc;
   return bytes;
 }
@@ -317,11 +325,15 @@ void load_env_extras(Buffer& target, const InFile& in, const CheckpointInfo& inf
   // The extras follow the records; the second read's checksum catches a file changed since it was verified.
   std::vector<float> weights(static_cast<std::size_t>(e.weights));
   std::vector<EpisodeRecordBytes> queued(static_cast<std::size_t>(e.queued));
-  const uint64_t at = e.records_offset + e.steps * info.schema.step_bytes();
+  std::vector<uint8_t> counts(static_cast<std::size_t>(e.cap_counts));
+  const uint64_t at = e.records_offset + e.steps * info.record_bytes + e.frame_bytes;
+  const uint64_t queued_at = at + weights.size() * sizeof(float);
   in.read_at(at, weights.data(), weights.size() * sizeof(float));
-  in.read_at(at + weights.size() * sizeof(float), queued.data(), queued.size() * sizeof(EpisodeRecordBytes));
+  in.read_at(queued_at, queued.data(), queued.size() * sizeof(EpisodeRecordBytes));
+  in.read_at(queued_at + queued.size() * sizeof(EpisodeRecordBytes), counts.data(), counts.size());
   uint32_t crc = crc32(0, weights.data(), weights.size() * sizeof(float));
   crc = crc32(crc, queued.data(), queued.size() * sizeof(EpisodeRecordBytes));
+  crc = crc32(crc, counts.data(), counts.size());
   if (info.holds_state() && crc != e.extra_crc) {
     throw Error(Errc::corrupt, fmt::format("checkpoint '{}' changed while it was loaded into '{}': env {}'s "
                                            "weights and episode records no longer match their checksum",
@@ -329,6 +341,7 @@ void load_env_extras(Buffer& target, const InFile& in, const CheckpointInfo& inf
   }
 
   load_env_weights(seg, info, e, weights, notes);
+  load_cap_words(target, e, counts);
 
   if (seg.has_episodes() && info.holds_state()) {
     layout::EpisodeControl& c = seg.episode_control(e.env);

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "checkpoint/internal.hpp"
+#include "checkpoint/packed_records.hpp"
 #include "detail/os/file.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "shmreplay/error.hpp"
@@ -140,13 +141,22 @@ EnvSection read_env_section(const InFile& in, const CheckpointHeader& h, uint64_
                               where, e.weights, e.head - e.first_step, priorities ? "with" : "without", e.queue_head,
                               e.queue_tail, e.queued, h.episode_queue_capacity));
   }
-  const uint64_t sb = h.step_bytes;
+  const bool counts = h.format_minor >= 3 && h.max_times_sampled > 0;
+  if (e.cap_counts != (counts ? e.head - e.first_step : 0) || (h.record_bytes == 0 && e.frame_bytes != 0)) {
+    corrupt(path, fmt::format("{} is inconsistent: {} sample-cap counts for a window of {} steps {} a cap; a frame "
+                              "block of {} bytes {} compressed records",
+                              where, e.cap_counts, e.head - e.first_step, counts ? "with" : "without", e.frame_bytes,
+                              h.record_bytes == 0 ? "without" : "with"));
+  }
+  const uint64_t sb = h.record_bytes != 0 ? h.record_bytes : h.step_bytes;
   const uint64_t data_at = offset + section;
   const uint64_t extra = e.weights * sizeof(float) + e.queued * sizeof(checkpoint_format::EpisodeRecordBytes);
-  if ((sb != 0 && e.records > (end - data_at) / sb) || extra > end - data_at - e.records * sb) {
-    corrupt(path, fmt::format("env {}'s {} records of {} bytes and {} bytes of weights and episode records at offset "
-                              "{} run past the trailer at offset {}",
-                              k, e.records, sb, extra, data_at, end));
+  if ((sb != 0 && e.records > (end - data_at) / sb) || e.frame_bytes > end - data_at - e.records * sb ||
+      extra > end - data_at - e.records * sb - e.frame_bytes ||
+      e.cap_counts > end - data_at - e.records * sb - e.frame_bytes - extra) {
+    corrupt(path, fmt::format("env {}'s {} records of {} bytes, {} bytes of compressed frames and {} bytes of "
+                              "weights, episode records and counts at offset {} run past the trailer at offset {}",
+                              k, e.records, sb, e.frame_bytes, extra + e.cap_counts, data_at, end));
   }
   return e;
 }
@@ -163,7 +173,7 @@ void check_trailer(const InFile& in, const CheckpointHeader& h, uint64_t end, ui
                               end, printable_bytes(&tr.magic, sizeof tr.magic), tr.trailer_crc, tr_crc));
   }
   if (tr.total_steps != total_steps || h.total_records != total_steps ||
-      tr.record_bytes != total_steps * h.step_bytes) {
+      tr.record_bytes != total_steps * (h.record_bytes != 0 ? h.record_bytes : h.step_bytes)) {
     corrupt(path, fmt::format("its envs hold {} records, its header says {} and its trailer {} ({} record bytes)",
                               total_steps, h.total_records, tr.total_steps, tr.record_bytes));
   }
@@ -176,7 +186,7 @@ class EnvBytesCheck {
   EnvBytesCheck(const InFile& in, const CheckpointHeader& h, Progress& progress)
       : in_(in),
         progress_(progress),
-        block_(static_cast<std::size_t>(block_steps(h.step_bytes, h.capacity) * h.step_bytes)),
+        block_(static_cast<std::size_t>(block_steps(h.step_bytes, h.capacity) * h.step_bytes)),  // >= a record
         weights_(static_cast<std::size_t>(std::min<uint64_t>(h.capacity, 16384))) {}
 
   // Checks env k's section `e`: its records at `offset` (`data_bytes`), then its weights and queued records
@@ -192,7 +202,7 @@ class EnvBytesCheck {
     // The weights, then the queued records; each weight must be one a priority tree holds (a float from 0 to
     // kMaxWeight): a NaN or negative one would make the loaded tree's sums meaningless. The first that is not is
     // reported once the checksum holds (a damaged file is named as such first).
-    const uint64_t weights_at = offset + data_bytes;
+    const uint64_t weights_at = offset + data_bytes + e.frame_bytes;
     std::optional<std::pair<uint64_t, float>> bad_weight;  // (index, value)
     uint32_t extra_crc = 0;
     for (uint64_t done = 0; done < e.weights;) {
@@ -208,9 +218,9 @@ class EnvBytesCheck {
     const uint64_t weight_bytes = e.weights * sizeof(float);
     extra_crc = crc_of(weights_at + weight_bytes, extra_bytes - weight_bytes, extra_crc);
     if (extra_crc != e.extra_crc) {
-      corrupt(path, fmt::format("env {}'s weights and episode records (bytes {}-{}) fail their checksum: stored "
+      corrupt(path, fmt::format("env {}'s weights, episode records and counts (bytes {}-{}) fail their checksum: stored "
                                 "{:#010x}, computed {:#010x}",
-                                k, offset + data_bytes, offset + data_bytes + extra_bytes - 1, e.extra_crc,
+                                k, weights_at, weights_at + extra_bytes - 1, e.extra_crc,
                                 extra_crc));
     }
     if (bad_weight) {
@@ -264,12 +274,16 @@ void check_envs(const InFile& in, const CheckpointHeader& h, CheckpointInfo& inf
     CheckpointEnv env = env_of(e, offset);
     env.records_offset = offset + h.section_bytes;
     offset = env.records_offset;
-    const uint64_t data_bytes = e.records * h.step_bytes;  // records <= 2^40 and step_bytes <= 2^32
-    const uint64_t extra_bytes = e.weights * sizeof(float) + e.queued * sizeof(checkpoint_format::EpisodeRecordBytes);
-    if (!headers_only) bytes.check(e, k, offset, data_bytes, extra_bytes);
+    const uint64_t data_bytes = e.records * info.record_bytes;  // records <= 2^40 and record_bytes <= 2^32
+    const uint64_t extra_bytes = e.weights * sizeof(float) +
+                                 e.queued * sizeof(checkpoint_format::EpisodeRecordBytes) + e.cap_counts;
+    if (!headers_only) {
+      bytes.check(e, k, offset, data_bytes, extra_bytes);
+      if (e.frame_bytes != 0) check_frame_block(in, info, env);
+    }
     info.envs.push_back(env);
     progress.add(h.section_bytes);
-    offset += data_bytes + extra_bytes;
+    offset += data_bytes + e.frame_bytes + extra_bytes;
     total_steps += e.records;
   }
   if (offset != end) {
@@ -314,7 +328,15 @@ bool CheckpointInfo::self_contained() const noexcept {
 
 uint64_t CheckpointInfo::window_bytes() const noexcept {
   uint64_t bytes = 0;
-  for (const CheckpointEnv& e : envs) bytes += (e.head - e.first_step) * schema.step_bytes();
+  for (const CheckpointEnv& e : envs) {
+    const uint64_t window = e.head - e.first_step;
+    bytes += window * (record_bytes != 0 ? record_bytes : schema.step_bytes());
+    // Compressed records (2.3): a link holds those of its own steps; the window's, at the same bytes per step.
+    if (e.steps > 0) {
+      const double per_step = static_cast<double>(e.frame_bytes) / static_cast<double>(e.steps);
+      bytes += static_cast<uint64_t>(per_step * static_cast<double>(window));
+    }
+  }
   return bytes;
 }
 

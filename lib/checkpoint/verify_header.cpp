@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "checkpoint/internal.hpp"
+#include "checkpoint/packed_records.hpp"
 #include "detail/os/file.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "shmreplay/error.hpp"
@@ -245,6 +246,15 @@ CheckpointInfo read_meta(const InFile& in, const CheckpointHeader& h) {
                               h.num_fields, h.step_bytes, info.schema.to_string(), info.schema.size(),
                               info.schema.step_bytes()));
   }
+  // 2.3: records with compressed fields as their frame numbers, or whole steps (record_bytes 0).
+  const uint64_t packed_bytes = record_layout(info.schema, true).bytes;
+  if (h.record_bytes != 0 && (h.format_major != 2 || h.format_minor < 3 || h.record_bytes != packed_bytes ||
+                              packed_bytes == h.step_bytes)) {
+    corrupt(path, fmt::format("its header says {} bytes per record, expected 0 or {} for schema '{}' (format {}.{})",
+                              h.record_bytes, packed_bytes == h.step_bytes ? 0 : packed_bytes,
+                              info.schema.to_string(), h.format_major, h.format_minor));
+  }
+  info.record_bytes = h.record_bytes != 0 ? h.record_bytes : h.step_bytes;
   const auto episode_field = [&](uint32_t index, const char* role) -> std::optional<std::size_t> {
     if (index == checkpoint_format::kNoField) return std::nullopt;
     if (index >= info.schema.size()) {

@@ -1,6 +1,7 @@
 // Sample caps in one process (docs/design/sample_caps.md): a step delivered exactly max_times_sampled times and then
 // gone, the draws exact over the starts not yet capped (chi-square, a wrong model rejected), the step tag of a count
-// word refusing a slot whose word counts another step, the create option's bounds, and a checkpoint keeping the cap.
+// word refusing a slot whose word counts another step, the create option's bounds, and a checkpoint keeping the cap
+// and each step's count.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -183,8 +184,8 @@ TEST_CASE("max_times_sampled above 255 is refused at create, naming the bounds")
   CHECK(info.max_times_sampled == 0);
 }
 
-TEST_CASE("a checkpoint keeps the sample cap: the loaded buffer has it, and each loaded step starts with its "
-          "deliveries counted from 0") {
+TEST_CASE("a checkpoint keeps the sample cap and each step's count: a step at its cap before the save is not "
+          "delivered after the load") {
   CapsRig rig("caps-ckpt", 1, 4, 2);
   SegmentGuard loaded(unique_name("caps-ckpt-new"));
   FileGuard file(temp_path("caps-ckpt"));
@@ -193,17 +194,47 @@ TEST_CASE("a checkpoint keeps the sample cap: the loaded buffer has it, and each
   Sampler s(rig.buf);
   Rng rng(9);
   SampleBatch batch;
-  s.sample_transitions(View::replay, 8, rng, batch);  // every delivery taken
+  s.sample_transitions(View::replay, 8, rng, batch);  // every delivery taken: each step at its cap
   CHECK(save_checkpoint(rig.buf, file.path()).max_times_sampled == 2);
   const LoadResult r = load_checkpoint(file.path(), loaded.name());
   CHECK(r.info.max_times_sampled == 2);
   Buffer dst = Buffer::open(loaded.name());
   CHECK(dst.max_times_sampled() == 2);
   Sampler d(dst);
-  std::map<std::pair<uint64_t, uint64_t>, uint64_t> seen;
-  d.sample_transitions(View::replay, 8, rng, batch);
-  count_rows(batch, seen);
-  CHECK(seen.size() == 4);
-  for (const auto& [key, n] : seen) CHECK(n == 2);
+  std::string m;
+  CHECK(error_of([&] { d.sample_transitions(View::replay, 1, rng, batch); }, &m) == static_cast<int>(Errc::empty_view));
+  CHECK(contains(m, "max_times_sampled"));
+}
+
+TEST_CASE("a checkpoint keeps each step's count of deliveries: a step sampled k times before the save is delivered "
+          "N - k more times after the load") {
+  CapsRig rig("caps-ckpt-k", 2, 8, 3);
+  SegmentGuard loaded(unique_name("caps-ckpt-k-new"));
+  FileGuard file(temp_path("caps-ckpt-k"));
+  Writer w(rig.buf, {0, 1});
+  for (int i = 0; i < 11; ++i) {
+    push_tagged(w, 0);
+    push_tagged(w, 1);
+  }
+  Sampler s(rig.buf);
+  Rng rng(4);
+  SampleBatch batch;
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> before;
+  s.sample_transitions(View::replay, 20, rng, batch);  // of 48 deliveries: counts from 0 to 3
+  count_rows(batch, before);
+  (void)save_checkpoint(rig.buf, file.path());
+  (void)load_checkpoint(file.path(), loaded.name());
+  Buffer dst = Buffer::open(loaded.name());
+  Sampler d(dst);
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> after;
+  d.sample_transitions(View::replay, 48 - 20, rng, batch);  // exactly the deliveries left
+  count_rows(batch, after);
+  for (uint64_t e = 0; e < 2; ++e) {
+    for (uint64_t step = 3; step < 11; ++step) {
+      CAPTURE(e);
+      CAPTURE(step);
+      CHECK(before[{e, step}] + after[{e, step}] == 3);
+    }
+  }
   CHECK(error_of([&] { d.sample_transitions(View::replay, 1, rng, batch); }) == static_cast<int>(Errc::empty_view));
 }

@@ -74,6 +74,7 @@ TEST_CASE("the checkpoint format's structs keep their sizes and field offsets") 
   CHECK(offsetof(CheckpointHeader, policy_version) == 408);
   CHECK(offsetof(CheckpointHeader, policy_window) == 416);
   CHECK(offsetof(CheckpointHeader, max_times_sampled) == 424);
+  CHECK(offsetof(CheckpointHeader, record_bytes) == 432);  // 2.3: was reserved
   CHECK(sizeof(LearnerSlotBytes) == 64);
   CHECK(learner_block_bytes(1, 8) == 0);
   CHECK(learner_block_bytes(3, 8) == 2 * (64 + 8 * 8));
@@ -84,12 +85,17 @@ TEST_CASE("the checkpoint format's structs keep their sizes and field offsets") 
   CHECK(offsetof(EnvSection, claimed) == 48);
   CHECK(offsetof(EnvSection, weights) == 80);
   CHECK(offsetof(EnvSection, queued) == 112);
+  CHECK(offsetof(EnvSection, cap_counts) == 120);  // 2.3: were reserved
+  CHECK(offsetof(EnvSection, frame_bytes) == 128);
+  CHECK(offsetof(EnvSection, frame_crc) == 136);
+  CHECK(sizeof(PackedBlockHeader) == 32);
+  CHECK(sizeof(PackedFrameBytes) == 16);
   CHECK(offsetof(EnvSection, data_crc) == 176);
   CHECK(offsetof(EnvSection, header_crc) == 184);
   CHECK(sizeof(EpisodeRecordBytes) == 32);
   CHECK(sizeof(CheckpointTrailer) == 32);
   CHECK(kFormatMajor == 2);
-  CHECK(kFormatMinor == 2);  // 2.2: policy versions and the sample cap
+  CHECK(kFormatMinor == 3);  // 2.3: compressed records as they are, the sample-cap counts
   // Format 1.0, still read.
   CHECK(sizeof(v1::CheckpointHeader) == 160);
   CHECK(offsetof(v1::CheckpointHeader, total_steps) == 64);
@@ -199,14 +205,14 @@ TEST_CASE("verify names what is wrong: not a checkpoint, a segment file, another
   std::string whole = slurp(file.path());
   checkpoint_format::CheckpointHeader h{};
   std::memcpy(&h, whole.data(), sizeof h);
-  h.format_major = 3;  // minor 2, as this library writes
+  h.format_major = 3;  // minor 3, as this library writes
   h.header_crc = 0;
   h.header_crc = detail::crc32(0, &h, sizeof h);
   std::string newer = whole;
   std::memcpy(newer.data(), &h, sizeof h);
   spit(bad.path(), newer);
   CHECK(test::error_of([&] { verify_checkpoint(bad.path()); }, &message) == static_cast<int>(Errc::version_mismatch));
-  CHECK(message.find("format 3.2") != std::string::npos);
+  CHECK(message.find("format 3.3") != std::string::npos);
 
   const CheckpointInfo info = verify_checkpoint(file.path());
   const uint64_t record = info.envs[1].offset + sizeof(checkpoint_format::EnvSection) + 2;

@@ -1,4 +1,5 @@
-// Fuzz target: a checkpoint file of arbitrary bytes (format 2.0 or 1.0: the seeds hold both), loaded twice: as it
+// Fuzz target: a checkpoint file of arbitrary bytes (format 2.x or 1.0: the seeds hold both, and 2.3's compressed
+// records), loaded twice: as it
 // is, and with its checksums, sizes and totals repaired for the format it claims (so that mutations reach the
 // loader's own checks, the segment it builds, and a learner over that segment, instead of stopping at the first
 // CRC). Each time: verify_checkpoint, load_checkpoint into a new segment, save that segment and check the new file
@@ -56,16 +57,24 @@ void repair_as(std::vector<uint8_t>& f) {
       } else {
         records = e.steps;
       }
+      uint64_t record_bytes = h.step_bytes;
+      if constexpr (v2) {
+        if (h.record_bytes != 0) record_bytes = h.record_bytes;  // 2.3: compressed fields as their records
+      }
       uint64_t bytes = 0;
-      if (__builtin_mul_overflow(records, h.step_bytes, &bytes) || bytes > trailer_at - at - sizeof e) break;
+      if (__builtin_mul_overflow(records, record_bytes, &bytes) || bytes > trailer_at - at - sizeof e) break;
       e.data_crc = detail::crc32(0, f.data() + at + sizeof e, bytes);
       uint64_t extra = 0;
-      if constexpr (v2) {
+      if constexpr (v2) {  // 2.3's frame block after the records, then the extras with the cap counts
+        if (e.frame_bytes > trailer_at - at - sizeof e - bytes) break;
+        e.frame_crc = detail::crc32(0, f.data() + at + sizeof e + bytes, e.frame_bytes);
+        bytes += e.frame_bytes;
         uint64_t weights = 0;
         uint64_t queued = 0;
         if (__builtin_mul_overflow(e.weights, sizeof(float), &weights) ||
             __builtin_mul_overflow(e.queued, sizeof(checkpoint_format::EpisodeRecordBytes), &queued) ||
-            __builtin_add_overflow(weights, queued, &extra) || extra > trailer_at - at - sizeof e - bytes) {
+            __builtin_add_overflow(weights, queued, &extra) || __builtin_add_overflow(extra, e.cap_counts, &extra) ||
+            extra > trailer_at - at - sizeof e - bytes) {
           break;
         }
         e.extra_crc = detail::crc32(0, f.data() + at + sizeof e + bytes, extra);
@@ -87,6 +96,9 @@ void repair_as(std::vector<uint8_t>& f) {
   }
   tr.total_steps = total_records;
   tr.record_bytes = total_records * h.step_bytes;
+  if constexpr (v2) {
+    if (h.record_bytes != 0) tr.record_bytes = total_records * h.record_bytes;
+  }
   tr.trailer_crc = struct_crc(tr, &CheckpointTrailer::trailer_crc);
   std::memcpy(f.data() + trailer_at, &tr, sizeof tr);
   h.header_crc = struct_crc(h, &Header::header_crc);
@@ -116,8 +128,8 @@ bool small_enough(const CheckpointInfo& info) {
 
 // What a load into a new segment made of a checkpoint must save back to: the same envs, each with the same steps
 // (first step, head, records) and online start (claimed may differ: a partly filled env whose writer was mid-write
-// saves as claimed = head, the same steps; with a stacked field, a step whose frames the restart reserve does not
-// hold is left out, so the window may start later); and for a format 2.0 file the same state: alpha, running maximum,
+// saves as claimed = head, the same steps; with a stacked or compressed field, a step whose frames the restart
+// reserve or the budget does not hold is left out, so the window may start later); and for a format 2.0 file the same state: alpha, running maximum,
 // limiter settings, offset and counts, learner counters, stack rule. Any Error here is a finding too: the state came
 // from a verified file.
 void check_round_trip(const std::string& name, const CheckpointInfo& loaded) {
@@ -125,7 +137,9 @@ void check_round_trip(const std::string& name, const CheckpointInfo& loaded) {
   const Buffer b = Buffer::open(name, {.read_only = true});
   const CheckpointInfo saved = save_checkpoint(b, again);
   const CheckpointInfo verified = verify_checkpoint(again);
-  const bool stacked = !segment_of(b).stacks().empty();
+  // A compressed field's records name frames numbered anew by the load (and its budget may leave steps out): its
+  // steps are compared as a stacked field's are.
+  const bool stacked = !segment_of(b).stacks().empty() || !segment_of(b).packed().empty();
   if (saved.envs.size() != loaded.envs.size() || (!stacked && verified.total_steps != loaded.total_steps) ||
       !(verified.schema == loaded.schema) || !(verified.episode_fields == loaded.episode_fields)) {
     std::abort();

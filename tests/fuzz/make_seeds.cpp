@@ -221,6 +221,7 @@ int main(int argc, char** argv) {
       {"stacked", "obs:u8[3,2,2]:stack=0 x:u16", 2, 8, {}},
       {"stacked-ep", "obs:u8[2,3]:stack=1 reward:f32 done:bool", 2, 8, {.done = "done", .reward = "reward"}, 4, 0.7,
        std::nullopt, StackContinuity::episodes},
+      {"packed", "obs:u8[4,6,6]:stack=0:lz4 x:u16", 2, 8, {}},  // format 2.3: the records and their frame block
   };
   int made = 0;
   for (const Shape& shape : shapes) {
@@ -241,7 +242,9 @@ int main(int argc, char** argv) {
       fs::copy_file(b.path(), out / "segment" / name, fs::copy_options::overwrite_existing);
       const fs::path saved = out / "checkpoint" / (name + ".ckpt");
       (void)save_checkpoint(b, saved.string());
-      std::ofstream(out / "checkpoint" / (name + ".v1.ckpt"), std::ios::binary) << as_format_1_0(read_bytes(saved));
+      if (shape.tag != "packed") {  // 1.0 held whole records only
+        std::ofstream(out / "checkpoint" / (name + ".v1.ckpt"), std::ios::binary) << as_format_1_0(read_bytes(saved));
+      }
       if (shape.tag == "prio" && steps == 3) {  // a chain's incremental link: env 0's new steps only
         const fs::path dir = fs::path(dir_template) / "chain";
         (void)save_link(b, dir.string());

@@ -5,7 +5,7 @@
 // recorded env cyclically) until every env holds --seed-capacity steps; then it samples as the seed's learner does
 // (sample_mixed: 95% replay, 5% online, sequences of 32 at length^2 weights; the online queue reset after each call)
 // for --seed-seconds while the writers push at --inflow, and reports fill and sample rates, call latencies, the
-// segment's counters and every process's memory. The recorded frames stand in for envpool: filling 6 x 10^6 frames
+// segment's counters and every process's memory; with --seed-save, a checkpoint's bytes and seconds. The recorded frames stand in for envpool: filling 6 x 10^6 frames
 // with envpool on 2 cores would take hours.
 #include "compressed_seed.hpp"
 
@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 
 #include "compressed_store.hpp"
+#include "shmreplay/checkpoint.hpp"
 #include "proc_memory.hpp"
 
 namespace shmreplay::bench {
@@ -49,7 +50,7 @@ struct WriterReport {
     Buffer buf = Buffer::open(name);
     const uint64_t first = w * o.envs_per_writer;
     Writer writer = Writer::range(buf, first, o.envs_per_writer);
-    RecordedFeed feed(recs, o.envs_per_writer, first, o.writers * o.envs_per_writer);
+    RecordedFeed feed(recs, o.envs_per_writer, first, o.writers * o.envs_per_writer, /*seed_fields=*/true);
     std::vector<uint64_t> ids(o.envs_per_writer);
     for (uint64_t i = 0; i < ids.size(); ++i) ids[i] = first + i;
     WriterReport r;
@@ -167,9 +168,32 @@ double quantile(const std::vector<double>& sorted, double q) {
   return sorted[std::min(sorted.size() - 1, at)];
 }
 
+// --seed-save: a checkpoint of the buffer while the writers push, its records as they are (format 2.3), then
+// verified; the file removed.
+struct SaveFigures {
+  uint64_t file_bytes = 0, steps = 0;
+  double save_s = 0, verify_s = 0;
+};
+
+SaveFigures save_while_pushing(const SeedOptions& o, const Buffer& buf) {
+  SaveFigures f;
+  if (o.save_dir.empty()) return f;
+  const std::string path = fmt::format("{}/shmreplay-seed-{}.ckpt", o.save_dir, ::getpid());
+  auto t0 = Clock::now();
+  const CheckpointInfo info = save_checkpoint(buf, path);
+  f.save_s = since(t0);
+  t0 = Clock::now();
+  (void)verify_checkpoint(path);
+  f.verify_s = since(t0);
+  f.file_bytes = info.file_bytes;
+  f.steps = info.total_steps;
+  std::remove(path.c_str());
+  return f;
+}
+
 void print_seed(const SeedOptions& o, const std::string& command, const std::string& schema, uint64_t budget,
                 const StoreCounters& c, uint64_t shm_growth, double fill_s, const LearnerFigures& l,
-                const std::vector<Child>& kids) {
+                const std::vector<Child>& kids, const SaveFigures& saved) {
   const uint64_t envs = o.writers * o.envs_per_writer, online = online_rows(o);
   double run_steps = 0, run_s = 0;
   for (const Child& k : kids) {
@@ -205,6 +229,12 @@ void print_seed(const SeedOptions& o, const std::string& command, const std::str
     fmt::print("| writer {} RSS; fill {:.0f} steps/s; CPU {:.1f} s | {:.2f} GB |\n", w,
                static_cast<double>(r.fill_steps) / r.fill_s, r.cpu_s, gb(r.rss));
   }
+  if (saved.steps > 0) {
+    fmt::print("| checkpoint while the writers push ({} steps, records as they are; decoded: {:.0f} GB) | {:.2f} GB in "
+               "{:.1f} s ({:.0f} MB/s); verified in {:.1f} s |\n",
+               saved.steps, gb(saved.steps * 4 * 84 * 84), gb(saved.file_bytes), saved.save_s,
+               static_cast<double>(saved.file_bytes) * 1e-6 / saved.save_s, saved.verify_s);
+  }
   fmt::print("\nRSS counts the segment's pages a process touched (shared, counted once in the segment's figure).\n");
 }
 
@@ -215,7 +245,7 @@ int run_seed_scale(const SeedOptions& o, const std::string& frames, const std::s
   std::vector<const Recording*> ptrs;
   for (const Recording& r : recs) ptrs.push_back(&r);
   const uint64_t envs = o.writers * o.envs_per_writer;
-  const std::string schema_text = recorded_schema(recs.front(), ":" + o.codec);
+  const std::string schema_text = recorded_schema(recs.front(), ":" + o.codec, /*seed_fields=*/true);
   const Schema schema = Schema::parse(schema_text);
   const uint64_t budget = budget_for_segment(envs, o.capacity, schema, o.segment_bytes);
   const std::string name = fmt::format("shmreplay-bench-{}-seed-scale", ::getpid());
@@ -248,6 +278,7 @@ int run_seed_scale(const SeedOptions& o, const std::string& frames, const std::s
                   .segment_bytes = info.total_bytes, .stored_steps = info.replay_steps};
   fmt::print(stderr, "shmreplay_bench_compressed --seed-scale: filled in {:.1f} s; sampling\n", fill_s);
   const LearnerFigures l = learn(o, buf);
+  const SaveFigures saved = save_while_pushing(o, buf);
   for (Child& k : kids) ::kill(k.pid, SIGTERM);
   for (uint64_t w = 0; w < o.writers; ++w) {
     std::string line = read_line(kids[w], w);
@@ -259,7 +290,7 @@ int run_seed_scale(const SeedOptions& o, const std::string& frames, const std::s
     ::waitpid(kids[w].pid, nullptr, 0);
     kids[w].pid = -1;
   }
-  print_seed(o, command, schema_text, budget, c, shm_growth, fill_s, l, kids);
+  print_seed(o, command, schema_text, budget, c, shm_growth, fill_s, l, kids, saved);
   return 0;
 }
 

@@ -21,6 +21,7 @@ struct SeedOptions {
   uint64_t writers = 6, envs_per_writer = 16, capacity = 62500, segment_bytes = 8000000000;
   uint64_t rows = 96, length = 32;
   std::string codec = "lz4";
+  std::string save_dir;  // --seed-save: a checkpoint of the filled buffer there while the writers push, then removed
   double seconds = 30, inflow = 4000, power = 2.0, online_share = 0.05;
 
   void add_to(CLI::App& app) {
@@ -33,6 +34,9 @@ struct SeedOptions {
     app.add_option("--seed-segment-bytes", segment_bytes, "--seed-scale: the most bytes of the segment (default 8e9)");
     app.add_option("--codec", codec, "--seed-scale: obs's codec (default lz4)");
     app.add_option("--seed-seconds", seconds, "--seed-scale: how long the learner samples (default 30)");
+    app.add_option("--seed-save", save_dir, "--seed-scale: after sampling, save a checkpoint of the buffer into this "
+                                            "directory while the writers push (its compressed records as they are), "
+                                            "verify it, report bytes and seconds, and remove it");
     app.add_option("--inflow", inflow, "--seed-scale: steps/s of all writers while the learner samples (0: as fast "
                                        "as they can; default 4000)");
   }

@@ -28,21 +28,23 @@
 namespace shmreplay::bench {
 
 /// The schema of the replayed steps, with `obs_options` after obs's stack option (":lz4", ":zstd=3", or "" for the
-/// stacked-only field): obs as envpool's Atari gives it, and the step's action, reward and done.
-inline std::string recorded_schema(const Recording& rec, const std::string& obs_options) {
-  return fmt::format("obs:u8[{},{},{}]:stack=0{} action:i32 reward:f32 done:bool", rec.depth, rec.height, rec.width,
-                     obs_options);
+/// stacked-only field): obs as envpool's Atari gives it, and the step's action, reward and done; with `seed_fields`
+/// the seed's items (shared/seeds/muesli_uniform_buffer_jax.txt: obs, action, logprob, reward, value, done).
+inline std::string recorded_schema(const Recording& rec, const std::string& obs_options, bool seed_fields = false) {
+  return fmt::format("obs:u8[{},{},{}]:stack=0{} action:i32 {}reward:f32 {}done:bool", rec.depth, rec.height,
+                     rec.width, obs_options, seed_fields ? "logprob:f32 " : "", seed_fields ? "value:f32 " : "");
 }
 
 /// Steps of envs [first_env, first_env + envs) of `total_envs` (0: `envs`) replayed from `recordings` (all of one
 /// frame shape and depth, gray), as a batched push takes them: next() makes every env's next step, batch() is it.
 /// The action is the step's place in its file modulo 18 and the reward 0 (the recorder keeps neither); done is the
-/// file's DONE flag. Not thread-safe; one per Writer.
+/// file's DONE flag; with `seed_fields` (recorded_schema's) the logprob is the uniform policy's, log(1/18), and the
+/// value a ramp over the episode's steps (the recorder keeps no agent). Not thread-safe; one per Writer.
 class RecordedFeed {
  public:
   RecordedFeed(const std::vector<const Recording*>& recordings, uint64_t envs, uint64_t first_env = 0,
-               uint64_t total_envs = 0)
-      : envs_(envs) {
+               uint64_t total_envs = 0, bool seed_fields = false)
+      : envs_(envs), seed_fields_(seed_fields) {
     if (recordings.empty()) throw std::invalid_argument("RecordedFeed: no recordings");
     const Recording& a = *recordings.front();
     for (const Recording* r : recordings) {
@@ -65,6 +67,8 @@ class RecordedFeed {
     obs_.resize(envs * step_obs_bytes());
     action_.resize(envs);
     reward_.assign(envs, 0.0f);
+    logprob_.assign(envs, -2.8903718f);  // log(1/18)
+    value_.resize(envs);
     done_.resize(envs);
   }
 
@@ -94,15 +98,24 @@ class RecordedFeed {
       const Source& s = at_[e];
       action_[e] = static_cast<int32_t>((starts_[e] + t_) % s.rec->steps % 18);
       done_[e] = (flags(e, t_) & Recording::kDone) != 0 ? 1 : 0;
+      value_[e] = (flags(e, t_) & Recording::kFirst) != 0 ? 0.0f : value_[e] + 0.01f;
     }
     ++t_;
-    batch_ = {FieldBytes{obs_.data(), obs_.size()}, FieldBytes{action_.data(), envs_ * 4},
-              FieldBytes{reward_.data(), envs_ * 4}, FieldBytes{done_.data(), envs_}};
+    const FieldBytes obs{obs_.data(), obs_.size()}, action{action_.data(), envs_ * 4},
+        reward{reward_.data(), envs_ * 4}, done{done_.data(), envs_};
+    if (seed_fields_) {
+      batch_ = {obs, action, FieldBytes{logprob_.data(), envs_ * 4}, reward, FieldBytes{value_.data(), envs_ * 4},
+                done};
+    } else {
+      batch_ = {obs, action, reward, done};
+    }
   }
   /// The step next() made, per field [envs][field bytes], in recorded_schema's order.
-  std::span<const FieldBytes> batch() const noexcept { return batch_; }
+  std::span<const FieldBytes> batch() const noexcept {
+    return std::span<const FieldBytes>(batch_).first(seed_fields_ ? 6 : 4);
+  }
   /// Bytes of one env's step as pushed (all fields).
-  std::size_t step_bytes() const noexcept { return step_obs_bytes() + 9; }
+  std::size_t step_bytes() const noexcept { return step_obs_bytes() + (seed_fields_ ? 17 : 9); }
 
  private:
   struct Source {
@@ -110,6 +123,7 @@ class RecordedFeed {
     uint32_t env;
   };
   uint64_t envs_;
+  bool seed_fields_ = false;
   std::size_t frame_bytes_ = 0, depth_ = 0;
   uint64_t t_ = 0;
   std::vector<Source> sources_;  // every env of every recording
@@ -118,8 +132,10 @@ class RecordedFeed {
   std::vector<std::byte> obs_;
   std::vector<int32_t> action_;
   std::vector<float> reward_;
+  std::vector<float> logprob_;
+  std::vector<float> value_;
   std::vector<uint8_t> done_;
-  std::array<FieldBytes, 4> batch_{};
+  std::array<FieldBytes, 6> batch_{};
 };
 
 /// The Atari frames files of `dir` (stacked gray frames; DMC's RGB files are left out) whose game (the name before

@@ -1,5 +1,6 @@
-// shmreplay/internal/checkpoint_format.hpp: the bytes of a checkpoint file, format 2.1 (what save_checkpoint and
-// save_link write; 2.0 is 2.1 without learner slots) and format 1.0 (what earlier releases wrote, which load_checkpoint still reads).
+// shmreplay/internal/checkpoint_format.hpp: the bytes of a checkpoint file, format 2.3 (what save_checkpoint and
+// save_link write; 2.0 is 2.1 without learner slots, 2.2 is 2.3 without packed records and sample-cap counts) and
+// format 1.0 (what earlier releases wrote, which load_checkpoint still reads).
 //
 // Who reads it: lib/checkpoint/ (save.cpp, save_env.cpp, verify.cpp), tests that damage files on purpose, fuzzers.
 // Programs use shmreplay/checkpoint.hpp, which includes this file.
@@ -31,13 +32,20 @@
 //                           |   weights (0 or head - first_step), queue     |
 //                           |   head, tail and drops, queued records,       |
 //                           |   data_crc, extra_crc, header_crc             |
-//                           | records: (head - data_from) x step_bytes,     |
+//                           | records: (head - data_from) x record_bytes,   |
 //                           |   steps data_from .. head - 1, oldest first,  |
-//                           |   one step's fields in schema order           |
+//                           |   one step's fields in schema order (2.3: a   |
+//                           |   compressed field as its newest frame, u64)  |
+//                           | (2.3) frame block, frame_bytes: per           |
+//                           |   compressed field a PackedBlockHeader, then  |
+//                           |   its frame records (PackedFrameBytes, bytes, |
+//                           |   padding to 8)                               |
 //                           | weights: f32 priority^alpha of steps          |
 //                           |   first_step .. head - 1 (with priorities)    |
 //                           | queued: EpisodeRecord x queued, the episode   |
 //                           |   records [queue_head, queue_tail) waiting    |
+//                           | (2.3) cap counts: u8 x cap_counts, each       |
+//                           |   window step's deliveries (with a cap)       |
 //                           | env 1: EnvSection, records, weights, queued   |
 //                           | ...                                           |
 //                           +-----------------------------------------------+
@@ -80,7 +88,10 @@
 // (section_bytes) and only append where an older reader does not look. 2.1 adds the learner slots of layout 1.7
 // (three header words that were reserved, zero for one learner, and the learner block): a 2.1 file of a one-learner
 // buffer is a 2.0 file but for its version; one with several slots a 2.0 reader refuses as corrupt (its trailer
-// is not where the env sections end), as it could not restore those slots.
+// is not where the env sections end), as it could not restore those slots. 2.3 takes a header word (record_bytes)
+// and three env-section words (cap_counts, frame_bytes, frame_crc): a file without compressed fields saved as records
+// and without a sample cap is a 2.2 file but for its version; one with either a 2.2 reader refuses as corrupt (its
+// sections are not where it expects), as it could not decode the records or keep the counts.
 #pragma once
 
 #include <cstddef>
@@ -92,7 +103,8 @@ inline constexpr uint64_t kMagic = 0x54504b43524d4853ull;         ///< "SHMRCKPT
 inline constexpr uint64_t kEnvMagic = 0x32564e45524d4853ull;      ///< "SHMRENV2" (format 2)
 inline constexpr uint64_t kTrailerMagic = 0x444e4543524d4853ull;  ///< "SHMRCEND"
 inline constexpr uint32_t kFormatMajor = 2;  ///< the format this library writes
-inline constexpr uint32_t kFormatMinor = 2;  ///< ... minor (2.1: learner slots; 2.2: policy versions, the sample cap)
+inline constexpr uint32_t kFormatMinor = 3;  ///< ... minor (2.1: learner slots; 2.2: policy versions, the sample cap;
+                                             ///< 2.3: compressed records as they are, the sample-cap counts)
 inline constexpr uint64_t kMaxMetaBytes = 1ull << 20;  ///< bound on the name + schema text a loader accepts
 inline constexpr uint32_t kNoField = 0xffffffffu;      ///< an episode field index meaning "none"
 
@@ -162,7 +174,10 @@ struct CheckpointHeader {
   uint64_t policy_version;           ///< (2.2) the version the learners had published (PolicyControl::version)
   uint64_t policy_window;            ///< (2.2) their window max_staleness + 1; 0 when none
   uint64_t max_times_sampled;        ///< (2.2) the source's sample cap (layout 1.11); 0 without
-  uint64_t reserved[9];              ///< zero
+  uint64_t record_bytes;             ///< (2.3) bytes of one record in the file: step_bytes with each compressed
+                                     ///< field's bytes replaced by its u64 frame number (PackedStepWord); 0 when the
+                                     ///< records are whole steps (no compressed field, and every older format)
+  uint64_t reserved[8];              ///< zero
   uint32_t meta_crc;                 ///< CRC-32 of the meta block
   uint32_t header_crc;               ///< CRC-32 of this header with header_crc = 0
 };
@@ -185,7 +200,11 @@ struct EnvSection {
   uint64_t queue_tail;       ///< ... records pushed since creation
   uint64_t records_dropped;  ///< ... records dropped because it was full
   uint64_t queued;           ///< queue_tail - queue_head: EpisodeRecord entries after the weights
-  uint64_t reserved[7];      ///< zero
+  uint64_t cap_counts;       ///< (2.3) u8 sample-cap counts after the queued records, one per window step
+                             ///< first_step .. head - 1 with a cap (max_times_sampled), else 0; in extra_crc
+  uint64_t frame_bytes;      ///< (2.3) bytes of the compressed frame block after the records (0 without)
+  uint64_t frame_crc;        ///< (2.3) CRC-32 of the frame block (in the low 32 bits); 0 without
+  uint64_t reserved[4];      ///< zero
   uint32_t data_crc;         ///< CRC-32 of the records
   uint32_t extra_crc;        ///< CRC-32 of the weights, then the queued records
   uint32_t header_crc;       ///< CRC-32 of this section header with header_crc = 0
@@ -210,6 +229,27 @@ struct LearnerSlotBytes {
   uint64_t reserved[3];    ///< zero
 };
 
+/// (2.3) The frame block of an env whose schema has compressed fields: for each compressed field, in schema order,
+/// this header, then `frames` frame records [first_frame, first_frame + frames), each a PackedFrameBytes and its
+/// `length` bytes, padded with zeros to a multiple of 8. The records are the segment's as they were (its codec, each
+/// coded alone or against the frame before it); first_frame is a key frame, the one the env's first record's oldest
+/// frame is coded back to. A record's u64 word for the field is its newest frame; its stack the depth frames up to it.
+struct PackedBlockHeader {
+  uint64_t field;        ///< the field's schema index
+  uint64_t first_frame;  ///< the number of the block's first frame
+  uint64_t frames;       ///< frame records that follow
+  uint64_t bytes;        ///< their bytes, PackedFrameBytes and padding included
+};
+/// (2.3) One frame record of a frame block.
+struct PackedFrameBytes {
+  uint32_t length;  ///< bytes of the record: 1 to the frame's bytes
+  uint32_t flags;   ///< kFrameRaw | kFrameKey
+  uint32_t crc32c;  ///< CRC-32C (Castagnoli) of the record's bytes, as the segment holds it
+  uint32_t reserved;  ///< zero
+};
+inline constexpr uint32_t kFrameRaw = 1;  ///< the frame as pushed (always a key frame)
+inline constexpr uint32_t kFrameKey = 2;  ///< coded alone; else against the frame before it
+
 /// Bytes of the learner block of a file with `max_learners` slots and `num_envs` envs (2.1; 0 for one slot).
 constexpr uint64_t learner_block_bytes(uint64_t max_learners, uint64_t num_envs) noexcept {
   return max_learners <= 1 ? 0 : (max_learners - 1) * (sizeof(LearnerSlotBytes) + num_envs * sizeof(uint64_t));
@@ -229,6 +269,8 @@ static_assert(sizeof(EnvSection) == 192, "an env section header is 192 bytes in 
 static_assert(sizeof(EpisodeRecordBytes) == 32, "a queued episode record is 32 bytes");
 static_assert(sizeof(LearnerSlotBytes) == 64, "a learner slot's counters are 64 bytes in format 2.1");
 static_assert(sizeof(CheckpointTrailer) == 32, "the checkpoint trailer is 32 bytes");
+static_assert(sizeof(PackedBlockHeader) == 32, "a frame block's field header is 32 bytes in format 2.3");
+static_assert(sizeof(PackedFrameBytes) == 16, "a frame record's header is 16 bytes in format 2.3");
 
 /// Format 1.0, which earlier releases wrote: read by load_checkpoint and verify_checkpoint, never written.
 namespace v1 {
