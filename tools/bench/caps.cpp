@@ -9,6 +9,12 @@
 // Per sequence length (1 and 16), a uniform call (power 0) of `batch` rows on each, their trials interleaved.
 // ratio: the median over rounds of (time per call with the cap / time per call without), by wall clock and by the
 // thread's CPU time.
+// Then the consuming queue (CreateOptions::consuming_queue; docs/design/consuming_queue.md): a queue of the same
+// shape, filled before each round and consumed by calls of `batch` rows (random, then fifo) from full to half full
+// (the rest drained untimed, so that the next fill never waits), against as many uniform calls on the plain buffer,
+// both timed by the thread's CPU time; ratio: the median over rounds of the consuming calls' time over the
+// uniform calls'.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -21,6 +27,7 @@
 #include "bench_cli.hpp"
 #include "median_rate.hpp"
 #include "shmreplay/sampler.hpp"
+#include "shmreplay/error.hpp"
 #include "shmreplay/writer.hpp"
 
 namespace {
@@ -44,6 +51,48 @@ void fill(Buffer& buf, uint64_t envs, uint64_t capacity) {
   for (uint64_t step = 0; step < capacity; ++step) {
     for (uint64_t e = 0; e < envs; ++e) w.push_one(e, fields);
   }
+}
+
+// The consuming calls against uniform calls of the same shape (see the top of the file).
+void run_queue(const Options& o, const std::string& base, Sampler& s_plain, Rng& rng, SampleBatch& batch) {
+  Buffer queue = Buffer::create(base + "-queue", o.envs, o.capacity, kStep, {.replace = true, .consuming_queue = true});
+  const bench::RemoveBuffer remove_queue(queue.name());
+  Sampler s_queue(queue);
+  fmt::print("\n## The cost of a consuming call\n\n");
+  fmt::print("| sequence length | order | consuming rows/s | uniform rows/s | ratio (CPU time) |\n|--:|---|--:|--:|--:|\n");
+  for (const std::size_t len : {std::size_t{1}, std::size_t{16}}) {
+    for (const Consume order : {Consume::random, Consume::fifo}) {
+      const SampleOptions consume{.consume = order, .consume_timeout_ms = 0};
+      const uint64_t calls = std::max<uint64_t>(1, o.envs * (o.capacity - len + 1) / 2 / o.batch);
+      std::vector<double> ratios;
+      double queue_s = 0.0;
+      double plain_s = 0.0;
+      for (uint32_t round = 0; round < o.trials; ++round) {
+        fill(queue, o.envs, o.capacity);
+        double t0 = bench::thread_cpu_seconds();
+        for (uint64_t c = 0; c < calls; ++c) s_queue.sample(View::replay, o.batch, len, 0.0, rng, batch, consume);
+        const double tq = bench::thread_cpu_seconds() - t0;
+        t0 = bench::thread_cpu_seconds();
+        for (uint64_t c = 0; c < calls; ++c) s_plain.sample(View::replay, o.batch, len, 0.0, rng, batch);
+        const double tu = bench::thread_cpu_seconds() - t0;
+        ratios.push_back(tq / tu);
+        queue_s += tq;
+        plain_s += tu;
+        for (const std::size_t rows : {std::size_t{o.batch}, std::size_t{1}}) {  // the rest, untimed: every slot
+          try {                                                                  // delivered, so that the next fill
+            while (true) s_queue.sample(View::replay, rows, 1, 0.0, rng, batch, consume);  // pushes without waiting
+          } catch (const Error& e) {
+            if (e.code() != Errc::empty_view) throw;
+          }
+        }
+      }
+      const double rows = static_cast<double>(calls * o.batch * o.trials);
+      fmt::print("| {} | {} | {:.2f} M | {:.2f} M | {:.3f} |\n", len, to_string(order), rows / queue_s / 1e6,
+                 rows / plain_s / 1e6, bench::median(ratios));
+    }
+  }
+  fmt::print("\nratio: the consuming calls' CPU time over as many uniform calls' on the plain buffer, median over "
+             "rounds; each round consumes the queue from full to half full\n");
 }
 
 int run(const Options& o) {
@@ -84,6 +133,7 @@ int run(const Options& o) {
     }
   }
   fmt::print("\nratio: time per call over the uncapped call's in the same round, median over rounds\n");
+  run_queue(o, base, s_plain, rng, batch);
   return 0;
 }
 
