@@ -149,6 +149,8 @@ struct CheckpointEnv {
   uint64_t records_dropped = 0;  ///< ... dropped because it was full
   uint64_t queued = 0;        ///< queue_tail - queue_head: records waiting, in the file
   uint64_t cap_counts = 0;    ///< (format 2.3) sample-cap counts in the file, one per window step (0 without a cap)
+  uint64_t fresh = 0;         ///< (format 2.3) fresh flags in the file, one per window step (initial priority +inf)
+  uint64_t queue_tickets = 0; ///< (format 2.3) insertion tickets in the file, one per window step (a consuming queue)
   uint64_t frame_bytes = 0;   ///< (format 2.3) bytes of its compressed frame block, after its records (0 without)
   uint32_t frame_crc = 0;     ///< (format 2.3) CRC-32 of that block
 };
@@ -225,6 +227,17 @@ struct CheckpointInfo {
   /// creates it with the cap; from format 2.3 each loaded step keeps the deliveries counted when it was saved (older
   /// files: none counted). 0 without (and in older files).
   uint64_t max_times_sampled = 0;
+  /// Whether the source is a consuming queue (format 2.3; layout 1.11, CreateOptions::consuming_queue): a load into a
+  /// new segment makes a queue again, each loaded step free or delivered as saved (a claim pending at the save is
+  /// free: its call never committed), in the saved insertion order. false in older files.
+  bool consuming_queue = false;
+  /// The queue's next insertion ticket when saved (format 2.3): a load continues the order after the loaded steps'.
+  uint64_t queue_next_ticket = 0;
+  /// The priority of a step pushed without one (format 2.3; CreateOptions::initial_priority): nullopt the running
+  /// maximum, a fixed value, or +infinity (never-sampled steps first: each loaded step stays fresh as saved).
+  std::optional<double> initial_priority;
+  /// L of sequence priorities (format 2.3; CreateOptions::sequence_priority_length); 0 without (and in older files).
+  uint64_t sequence_priority_length = 0;
   /// Bytes of one record in the file (format 2.3): schema.step_bytes(), or less when compressed fields are saved as
   /// their compressed records (each such field's bytes in a record are then its u64 newest frame number, and the
   /// env's frame block holds the records). Older files: schema.step_bytes().

@@ -178,6 +178,12 @@ CheckpointHeader make_header(const CheckpointInfo& info, const std::string& meta
   h.policy_version = info.policy_version;
   h.policy_window = info.policy_max_staleness ? *info.policy_max_staleness + 1 : 0;
   h.max_times_sampled = info.max_times_sampled;
+  h.consuming_queue = info.consuming_queue ? 1 : 0;
+  h.queue_next_ticket = info.queue_next_ticket;
+  // 0: the running maximum; a fixed 0 as -0.0, so that 0 bits mean "none" (as the segment's word).
+  h.initial_priority_bits =
+      info.initial_priority ? std::bit_cast<uint64_t>(*info.initial_priority == 0 ? -0.0 : *info.initial_priority) : 0;
+  h.sequence_priority_length = info.sequence_priority_length;
   h.stack_continuity = static_cast<uint64_t>(info.stack_continuity);
   // alpha = 0 as -0.0, as the segment stores it, so that 0 bits mean "no priorities".
   h.priority_exponent_bits =
