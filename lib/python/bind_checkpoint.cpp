@@ -258,6 +258,12 @@ void bind_info(py::module_& m) {
       .def_readonly("priority_exponent", &CheckpointInfo::priority_exponent,
                     "alpha; None without priorities (or in a 1.0 file)")
       .def_readonly("max_priority", &CheckpointInfo::max_priority, "the running maximum priority")
+      .def_readonly("initial_priority", &CheckpointInfo::initial_priority,
+                    "the priority of a step pushed without one: None the running maximum, or inf (format 2.3)")
+      .def_readonly("sequence_priority_length", &CheckpointInfo::sequence_priority_length,
+                    "L of sequence priorities; 0 without (format 2.3)")
+      .def_readonly("max_times_sampled", &CheckpointInfo::max_times_sampled, "the sample cap; 0 without (2.2)")
+      .def_readonly("consuming_queue", &CheckpointInfo::consuming_queue, "whether it was a consuming queue (2.3)")
       .def_readonly("limiter", &CheckpointInfo::limiter, "the rate limiter (a CheckpointLimiter; format 2.0)")
       .def_readonly("learner", &CheckpointInfo::learner, "the learner's counters (a CheckpointLearner; format 2.0)")
       .def_readonly("chain_id", &CheckpointInfo::chain_id, "a chain's id (save_link); 0 for a self-contained save")
