@@ -67,6 +67,13 @@
 //   are)                      and coded again          codec must be the same (it is part of the schema)
 //   sample cap, counts (2.3)  the file's cap and each  the cap must be the same; each loaded step's count (at
 //                             step's deliveries        most the cap)
+//   consuming queue (2.3)     a queue; each step free  the same, if the target is a queue too (else refused
+//                             or delivered as saved,   unless allow_mismatch: a plain file's steps enter a queue
+//                             in the saved order       undelivered; a queue file's states leave with it)
+//   initial priority (2.3)    the file's; with +inf    must be the same unless allow_mismatch; with +inf each
+//                             each step's fresh flag   step's fresh flag (none in a file without: not fresh)
+//   sequence priorities (2.3) the file's length; the   must be the same unless allow_mismatch; the windows are
+//                             windows recomputed       recomputed from the loaded weights either way
 // A format 1.0 file lacks priorities, limiter, counters, episode records and stack settings: it loads as before
 // (the target keeps its own counters and limiter, every loaded step's priority is the running maximum, a new
 // segment has none of them) with a note that names what the file lacks.
