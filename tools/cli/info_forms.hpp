@@ -32,6 +32,8 @@ std::string policy_text(const PolicyInfo& p);
 /// `info --json`'s priorities' "initial_priority": null (the running maximum), "inf" (never-sampled steps first;
 /// JSON has no infinity), or the value (sampling_forms.cpp).
 Json initial_priority_json(const std::optional<double>& p);
+/// One `info` summary line: the key in a column of 14, then the value.
+void print_pair(std::string_view key, std::string_view value);
 /// `info`'s lines of the sampling policies: the policy window, the sample cap, the consuming queue.
 void print_sampling_policies(const SegmentInfo& i);
 /// `info --json`: everything SegmentInfo holds.

@@ -73,9 +73,9 @@ void repair_dead_learner(Segment& seg, uint64_t slot) noexcept {
   me.waiting_rows.store(0, std::memory_order_relaxed);
   if (seg.consuming_queue()) repair_dead_claims(seg, slot);  // its last call's claims: delivered or given back
   if (seg.has_priorities()) {
-    finish_dead_walk(me.priority_walk, seg.num_envs(), seg.capacity(), [&](uint64_t e, uint64_t slot) {
-      walk(priority_tree_of(seg, e), slot);
-      if (seg.fresh_trees()) walk(fresh_tree_of(seg, e), slot);
+    finish_dead_walk(me.priority_walk, seg.num_envs(), seg.capacity(), [&](uint64_t e, uint64_t ring_slot) {
+      walk(priority_tree_of(seg, e), ring_slot);
+      if (seg.fresh_trees()) walk(fresh_tree_of(seg, e), ring_slot);
       // Sequence priorities: the dead learner may have been refreshing any run of windows of the env.
       if (seg.sequence_priority_length() != 0) {
         refresh_all_windows(sequence_trees_of(seg, e), 0, seg.env_control(e).head.load(std::memory_order_acquire));

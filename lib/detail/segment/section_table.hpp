@@ -37,7 +37,8 @@ struct SectionCounts {
   /// plus 2 with sequence priorities.
   uint64_t priority_trees() const noexcept {
     if (!priorities) return 0;
-    return 1 + (initial_priority_bits == layout::kInitialPriorityFirst ? 1 : 0) + (sequence_priority_length > 0 ? 2 : 0);
+    return uint64_t{1} + (initial_priority_bits == layout::kInitialPriorityFirst ? 1u : 0u) +
+           (sequence_priority_length > 0 ? 2u : 0u);
   }
 };
 
