@@ -124,6 +124,9 @@ void load_sampling_state(Buffer& target, const CheckpointInfo& info, bool create
 }
 
 void sampling_mismatches(const Buffer& target, const CheckpointInfo& info, std::vector<std::string>& out) {
+  // A file older than 2.3 does not record these settings: it says nothing against the target's (its steps load as
+  // a buffer without them would hold them: undelivered, not fresh, windows computed from their weights).
+  if (info.format_major == 2 && info.format_minor < 3) return;
   if (target.consuming_queue() != info.consuming_queue) {
     out.push_back(fmt::format("consuming queue: the segment {} one, the checkpoint's buffer {} (each step's "
                               "delivered-once state would {})",
