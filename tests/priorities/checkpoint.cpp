@@ -59,11 +59,6 @@ std::vector<double> sequence_totals(Buffer& buf) {
   return out;
 }
 
-void push_unprioritized_step(Writer& w, uint64_t e) {
-  StepSlot slot = w.reserve(e);
-  slot.commit();
-}
-
 }  // namespace
 
 TEST_CASE("a checkpoint of a buffer with sequence priorities loads with its length and window trees recomputed, so "
@@ -159,7 +154,7 @@ TEST_CASE("a checkpoint keeps the initial priority: a fixed value for the loaded
     Buffer loaded = Buffer::open(fixed_dst.name());
     CHECK(loaded.initial_priority() == 2.5);
     Writer w(loaded, std::vector<uint64_t>{0});
-    push_unprioritized_step(w, 0);
+    push_unprioritized(w, 0);
     CHECK(detail::slot_weight(detail::priority_tree_of(std::as_const(segment_of(loaded)), 0), 0) == 2.5);
   }
   Buffer buf = Buffer::create(src.name(), 1, 32, kSchema, {.priority_exponent = 1.0, .initial_priority = kFirst});
