@@ -67,6 +67,13 @@
 //   are)                      and coded again          codec must be the same (it is part of the schema)
 //   sample cap, counts (2.3)  the file's cap and each  the cap must be the same; each loaded step's count (at
 //                             step's deliveries        most the cap)
+//   consuming queue (2.3)     a queue; each step free  the same, if the target is a queue too (else refused
+//                             or delivered as saved,   unless allow_mismatch: a plain file's steps enter a queue
+//                             in the saved order       undelivered; a queue file's states leave with it)
+//   initial priority (2.3)    the file's; with +inf    must be the same unless allow_mismatch; with +inf each
+//                             each step's fresh flag   step's fresh flag (none in a file without: not fresh)
+//   sequence priorities (2.3) the file's length; the   must be the same unless allow_mismatch; the windows are
+//                             windows recomputed       recomputed from the loaded weights either way
 // A format 1.0 file lacks priorities, limiter, counters, episode records and stack settings: it loads as before
 // (the target keeps its own counters and limiter, every loaded step's priority is the running maximum, a new
 // segment has none of them) with a note that names what the file lacks.
@@ -149,6 +156,8 @@ struct CheckpointEnv {
   uint64_t records_dropped = 0;  ///< ... dropped because it was full
   uint64_t queued = 0;        ///< queue_tail - queue_head: records waiting, in the file
   uint64_t cap_counts = 0;    ///< (format 2.3) sample-cap counts in the file, one per window step (0 without a cap)
+  uint64_t fresh = 0;         ///< (format 2.3) fresh flags in the file, one per window step (initial priority +inf)
+  uint64_t queue_tickets = 0; ///< (format 2.3) insertion tickets in the file, one per window step (a consuming queue)
   uint64_t frame_bytes = 0;   ///< (format 2.3) bytes of its compressed frame block, after its records (0 without)
   uint32_t frame_crc = 0;     ///< (format 2.3) CRC-32 of that block
 };
@@ -225,6 +234,17 @@ struct CheckpointInfo {
   /// creates it with the cap; from format 2.3 each loaded step keeps the deliveries counted when it was saved (older
   /// files: none counted). 0 without (and in older files).
   uint64_t max_times_sampled = 0;
+  /// Whether the source is a consuming queue (format 2.3; layout 1.11, CreateOptions::consuming_queue): a load into a
+  /// new segment makes a queue again, each loaded step free or delivered as saved (a claim pending at the save is
+  /// free: its call never committed), in the saved insertion order. false in older files.
+  bool consuming_queue = false;
+  /// The queue's next insertion ticket when saved (format 2.3): a load continues the order after the loaded steps'.
+  uint64_t queue_next_ticket = 0;
+  /// The priority of a step pushed without one (format 2.3; CreateOptions::initial_priority): nullopt the running
+  /// maximum, a fixed value, or +infinity (never-sampled steps first: each loaded step stays fresh as saved).
+  std::optional<double> initial_priority;
+  /// L of sequence priorities (format 2.3; CreateOptions::sequence_priority_length); 0 without (and in older files).
+  uint64_t sequence_priority_length = 0;
   /// Bytes of one record in the file (format 2.3): schema.step_bytes(), or less when compressed fields are saved as
   /// their compressed records (each such field's bytes in a record are then its u64 newest frame number, and the
   /// env's frame block holds the records). Older files: schema.step_bytes().

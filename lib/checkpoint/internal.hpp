@@ -186,6 +186,22 @@ void load_policy_state(Buffer& target, const CheckpointInfo& info);
 std::vector<uint8_t> save_cap_counts(const Buffer& b, uint64_t env, uint64_t first_step, uint64_t head);
 void load_cap_words(Buffer& target, const CheckpointEnv& e, const std::vector<uint8_t>& counts);
 
+/// The sampling policies' settings and per-step state (format 2.3, lib/checkpoint/sampling_state.cpp): the
+/// consuming queue (its flag, next ticket, each step's ticket; the states go through the cap counts), the initial
+/// priority (with +inf each step's fresh flag) and sequence priorities (the length; the window trees are rebuilt).
+void read_sampling_state(const Buffer& b, CheckpointInfo& info);
+/// Writes env `env`'s fresh flags and queue tickets for steps [first_step, head) at `at`, adding them to `crc` and
+/// `section`; returns the bytes written.
+uint64_t save_sampling_extras(const Buffer& b, uint64_t env, uint64_t first_step, uint64_t head, OutFile& out,
+                              uint64_t at, uint32_t& crc, checkpoint_format::EnvSection& section);
+/// Per env, after its step leaves and count words: its fresh leaves, queue tickets and frontier, window trees.
+void load_sampling_extras(Buffer& target, const CheckpointEnv& e, const std::vector<uint8_t>& fresh,
+                          const std::vector<uint64_t>& tickets);
+/// After every env: the queue's next ticket.
+void load_sampling_state(Buffer& target, const CheckpointInfo& info, bool created);
+/// The differences of the sampling settings between `target` and the file, each a sentence.
+void sampling_mismatches(const Buffer& target, const CheckpointInfo& info, std::vector<std::string>& out);
+
 /// The leases a load holds on its target (load_leases.cpp, which says which words it repairs and why no others):
 /// the learner lease and every env's lease, taken all or none by the constructor (Errc::lease_held naming a live
 /// holder; nothing is left held), released by the destructor. `path` names the checkpoint in messages.
@@ -231,6 +247,8 @@ inline CheckpointEnv env_of(const checkpoint_format::EnvSection& s, uint64_t off
   e.records_dropped = s.records_dropped;
   e.queued = s.queued;
   e.cap_counts = s.cap_counts;
+  e.fresh = s.fresh;
+  e.queue_tickets = s.queue_tickets;
   e.frame_bytes = s.frame_bytes;
   e.frame_crc = static_cast<uint32_t>(s.frame_crc);
   return e;

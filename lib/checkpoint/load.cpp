@@ -265,6 +265,7 @@ uint64_t load_into(Buffer& target, const LoadSources& sources, const LoadOptions
   }
   load_global_state(target, last, created, notes);
   load_policy_state(target, last);
+  load_sampling_state(target, last, created);
   progress.finish();
   left_out.note(notes);
   return left_out.kept();

@@ -9,14 +9,40 @@
 // every env's and slot's lease.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdint>
 #include <vector>
 
 #include "detail/protocol/policy.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "internal.hpp"
+#include "shmreplay/internal/queue_layout.hpp"
 
 namespace shmreplay::detail {
+namespace {
+
+// A consuming queue's step `s` whose word is a pending claim: its call's verdict. A live learner ends its call within
+// microseconds (it gives the claim back or commits and marks it delivered), so the save waits up to 100 ms for the
+// word to settle and saves what it became: a claim whose call had committed (delivered at its commit, the word not
+// yet stored) is never saved as free. A claim still pending then is a dead (or stopped) learner's: saved as the
+// slot's repair would settle it (repair_dead_claims): delivered when the slot's call word says its call committed
+// (no claiming bit), free otherwise.
+uint64_t settled_claim(const Segment& seg, const std::atomic<uint64_t>& word, uint64_t s) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  for (;;) {
+    // acquire: pairs with the learner's release store of delivered or free (deliver, give_back).
+    const uint64_t w = word.load(std::memory_order_acquire);
+    if (!layout::cap_word_for(w, s) || !layout::queue_is_pending(w)) return w;
+    if (std::chrono::steady_clock::now() >= until) {
+      const uint64_t call = seg.queue_learner(layout::queue_pending_slot(w)).call.load(std::memory_order_acquire);
+      return layout::cap_word(s, (call & layout::kQueueClaiming) != 0 ? 0 : 1);
+    }
+    std::this_thread::yield();
+  }
+}
+
+}  // namespace
 
 void read_policy_state(const Buffer& b, CheckpointInfo& info) {
   const PolicyWindow w = load_policy_window(segment_of(b).policy_control());
@@ -36,7 +62,10 @@ std::vector<uint8_t> save_cap_counts(const Buffer& b, uint64_t env, uint64_t fir
     // relaxed: read after the env's records were copied; a step's count only grows, so this is at least its count
     // at the instant the window describes. A slot a writer gave to a newer step since (the window is an earlier instant)
     // says nothing of step s: it is saved as capped, the one count that never lets the load deliver it too often.
-    const uint64_t word = words[s % cap].load(std::memory_order_relaxed);
+    uint64_t word = words[s % cap].load(std::memory_order_relaxed);
+    if (seg.consuming_queue() && layout::cap_word_for(word, s) && layout::queue_is_pending(word)) {
+      word = settled_claim(seg, words[s % cap], s);
+    }
     counts.push_back(static_cast<uint8_t>(layout::cap_word_for(word, s) ? layout::cap_word_count(word) : most));
   }
   return counts;

@@ -138,6 +138,21 @@ uint32_t write_learner_block(const CheckpointInfo& info, detail::OutFile& out, u
   return detail::crc32(0, block.data(), block.size());
 }
 
+// The sampling policies' words (2.2: policy versions and the sample cap; 2.3: the queue, initial and sequence
+// priorities).
+void put_sampling_words(const CheckpointInfo& info, CheckpointHeader& h) {
+  h.policy_field = info.episode_fields.policy_version ? *info.episode_fields.policy_version + 1 : 0;
+  h.policy_version = info.policy_version;
+  h.policy_window = info.policy_max_staleness ? *info.policy_max_staleness + 1 : 0;
+  h.max_times_sampled = info.max_times_sampled;
+  h.consuming_queue = info.consuming_queue ? 1 : 0;
+  h.queue_next_ticket = info.queue_next_ticket;
+  // 0: the running maximum; a fixed 0 as -0.0, so that 0 bits mean "none" (as the segment's word).
+  h.initial_priority_bits =
+      info.initial_priority ? std::bit_cast<uint64_t>(*info.initial_priority == 0 ? -0.0 : *info.initial_priority) : 0;
+  h.sequence_priority_length = info.sequence_priority_length;
+}
+
 // The header of the finished file `info` (file_bytes, total_steps and the envs filled), whose meta block is `meta`.
 CheckpointHeader make_header(const CheckpointInfo& info, const std::string& meta, uint64_t extra_bytes,
                              uint32_t learner_crc) {
@@ -174,10 +189,7 @@ CheckpointHeader make_header(const CheckpointInfo& info, const std::string& meta
   h.save_started_ns = info.save_started_ns;
   h.stack_restarts = info.stack_restarts;
   h.expected_compression_bits = std::bit_cast<uint64_t>(info.expected_compression);
-  h.policy_field = info.episode_fields.policy_version ? *info.episode_fields.policy_version + 1 : 0;
-  h.policy_version = info.policy_version;
-  h.policy_window = info.policy_max_staleness ? *info.policy_max_staleness + 1 : 0;
-  h.max_times_sampled = info.max_times_sampled;
+  put_sampling_words(info, h);
   h.stack_continuity = static_cast<uint64_t>(info.stack_continuity);
   // alpha = 0 as -0.0, as the segment stores it, so that 0 bits mean "no priorities".
   h.priority_exponent_bits =

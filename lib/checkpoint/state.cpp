@@ -140,6 +140,7 @@ uint64_t save_env_extras(const Buffer& b, uint64_t env, const SavedEnv& saved, O
     bytes += counts.size();
     section.cap_counts = counts.size();
   }
+  bytes += save_sampling_extras(b, env, saved.first_step, saved.head(), out, at + bytes, crc, section);
   section.extra_crc = crc;
   return bytes;
 }
@@ -193,6 +194,7 @@ void read_source_state(const Buffer& b, CheckpointInfo& info) {
   // Layout 1.7: slots 1.. (slot 0's are the words above), each online start at most its env's saved head (a learner
   // may have reset its view past the instant an env's section describes).
   read_policy_state(b, info);
+  read_sampling_state(b, info);
   info.max_learners = seg.max_learners();
   info.learner_slots.clear();
   for (uint64_t r = 1; r < seg.max_learners(); ++r) {
@@ -213,6 +215,9 @@ CreateOptions create_options_of(const CheckpointInfo& info, uint32_t mode) {
   create.mode = mode;
   create.max_learners = info.max_learners;
   create.max_times_sampled = info.max_times_sampled;
+  create.consuming_queue = info.consuming_queue;
+  create.initial_priority = info.initial_priority;
+  create.sequence_priority_length = info.sequence_priority_length;
   if (info.episode_fields.any_flag()) {
     const auto name = [&](const std::optional<std::size_t>& i) { return i ? info.schema[*i].name : std::string(); };
     create.episodes = {name(info.episode_fields.done), name(info.episode_fields.terminated),
@@ -250,6 +255,7 @@ std::vector<std::string> state_mismatches(const Buffer& target, const Checkpoint
     out.push_back(fmt::format("sample cap: the segment has max_times_sampled {}, the checkpoint {}",
                               target.max_times_sampled(), info.max_times_sampled));
   }
+  sampling_mismatches(target, info, out);
   if (target.max_learners() < info.max_learners) {
     out.push_back(fmt::format("learner slots: the segment has {}, the checkpoint {} (the slots past the segment's "
                               "would be lost)",
@@ -326,14 +332,20 @@ void load_env_extras(Buffer& target, const InFile& in, const CheckpointInfo& inf
   std::vector<float> weights(static_cast<std::size_t>(e.weights));
   std::vector<EpisodeRecordBytes> queued(static_cast<std::size_t>(e.queued));
   std::vector<uint8_t> counts(static_cast<std::size_t>(e.cap_counts));
-  const uint64_t at = e.records_offset + e.steps * info.record_bytes + e.frame_bytes;
-  const uint64_t queued_at = at + weights.size() * sizeof(float);
-  in.read_at(at, weights.data(), weights.size() * sizeof(float));
-  in.read_at(queued_at, queued.data(), queued.size() * sizeof(EpisodeRecordBytes));
-  in.read_at(queued_at + queued.size() * sizeof(EpisodeRecordBytes), counts.data(), counts.size());
-  uint32_t crc = crc32(0, weights.data(), weights.size() * sizeof(float));
-  crc = crc32(crc, queued.data(), queued.size() * sizeof(EpisodeRecordBytes));
-  crc = crc32(crc, counts.data(), counts.size());
+  std::vector<uint8_t> fresh(static_cast<std::size_t>(e.fresh));
+  std::vector<uint64_t> tickets(static_cast<std::size_t>(e.queue_tickets));
+  uint64_t at = e.records_offset + e.steps * info.record_bytes + e.frame_bytes;
+  uint32_t crc = 0;
+  const auto read = [&](void* data, uint64_t n) {
+    in.read_at(at, data, n);
+    crc = crc32(crc, data, n);
+    at += n;
+  };
+  read(weights.data(), weights.size() * sizeof(float));
+  read(queued.data(), queued.size() * sizeof(EpisodeRecordBytes));
+  read(counts.data(), counts.size());
+  read(fresh.data(), fresh.size());
+  read(tickets.data(), tickets.size() * sizeof(uint64_t));
   if (info.holds_state() && crc != e.extra_crc) {
     throw Error(Errc::corrupt, fmt::format("checkpoint '{}' changed while it was loaded into '{}': env {}'s "
                                            "weights and episode records no longer match their checksum",
@@ -342,6 +354,7 @@ void load_env_extras(Buffer& target, const InFile& in, const CheckpointInfo& inf
 
   load_env_weights(seg, info, e, weights, notes);
   load_cap_words(target, e, counts);
+  load_sampling_extras(target, e, fresh, tickets);
 
   if (seg.has_episodes() && info.holds_state()) {
     layout::EpisodeControl& c = seg.episode_control(e.env);

@@ -81,6 +81,28 @@ void read_learner_block(const InFile& in, const CheckpointHeader& h, uint64_t at
   }
 }
 
+// (2.3) The per-step extras an env section counts: as many as its window has steps, where the header says the
+// source had them (a sample cap, initial priority +inf, a consuming queue), else none; and a frame block only
+// with compressed records.
+void check_extra_counts(const std::string& path, const std::string& where, const CheckpointHeader& h,
+                        const EnvSection& e) {
+  const bool counts = h.format_minor >= 3 && h.max_times_sampled > 0;
+  const bool fresh = h.format_minor >= 3 && h.initial_priority_bits == layout::kInitialPriorityFirst;
+  const bool tickets = h.format_minor >= 3 && h.consuming_queue != 0;
+  if (e.fresh != (fresh ? e.head - e.first_step : 0) || e.queue_tickets != (tickets ? e.head - e.first_step : 0)) {
+    corrupt(path, fmt::format("{} is inconsistent: {} fresh flags and {} queue tickets for a window of {} steps {} "
+                              "initial priority +inf and {} a consuming queue",
+                              where, e.fresh, e.queue_tickets, e.head - e.first_step, fresh ? "with" : "without",
+                              tickets ? "with" : "without"));
+  }
+  if (e.cap_counts != (counts ? e.head - e.first_step : 0) || (h.record_bytes == 0 && e.frame_bytes != 0)) {
+    corrupt(path, fmt::format("{} is inconsistent: {} sample-cap counts for a window of {} steps {} a cap; a frame "
+                              "block of {} bytes {} compressed records",
+                              where, e.cap_counts, e.head - e.first_step, counts ? "with" : "without", e.frame_bytes,
+                              h.record_bytes == 0 ? "without" : "with"));
+  }
+}
+
 // Env k's section header at `offset`, checked: magic, checksum, env, consistent counters, records that end before
 // the trailer at `end`. The first saved step may lie above claimed - capacity: the steps below the env's
 // stacks_intact_from were out of its view (frames overwritten, layout 1.6; a dead updater's torn step, 1.9).
@@ -141,16 +163,12 @@ EnvSection read_env_section(const InFile& in, const CheckpointHeader& h, uint64_
                               where, e.weights, e.head - e.first_step, priorities ? "with" : "without", e.queue_head,
                               e.queue_tail, e.queued, h.episode_queue_capacity));
   }
-  const bool counts = h.format_minor >= 3 && h.max_times_sampled > 0;
-  if (e.cap_counts != (counts ? e.head - e.first_step : 0) || (h.record_bytes == 0 && e.frame_bytes != 0)) {
-    corrupt(path, fmt::format("{} is inconsistent: {} sample-cap counts for a window of {} steps {} a cap; a frame "
-                              "block of {} bytes {} compressed records",
-                              where, e.cap_counts, e.head - e.first_step, counts ? "with" : "without", e.frame_bytes,
-                              h.record_bytes == 0 ? "without" : "with"));
-  }
+  check_extra_counts(path, where, h, e);
   const uint64_t sb = h.record_bytes != 0 ? h.record_bytes : h.step_bytes;
   const uint64_t data_at = offset + section;
-  const uint64_t extra = e.weights * sizeof(float) + e.queued * sizeof(checkpoint_format::EpisodeRecordBytes);
+  // weights, records, counts, flags and tickets: each at most a window (<= 2^40 steps), so the sum cannot overflow
+  const uint64_t extra = e.weights * sizeof(float) + e.queued * sizeof(checkpoint_format::EpisodeRecordBytes) +
+                         e.fresh + e.queue_tickets * sizeof(uint64_t);
   if ((sb != 0 && e.records > (end - data_at) / sb) || e.frame_bytes > end - data_at - e.records * sb ||
       extra > end - data_at - e.records * sb - e.frame_bytes ||
       e.cap_counts > end - data_at - e.records * sb - e.frame_bytes - extra) {
@@ -276,7 +294,8 @@ void check_envs(const InFile& in, const CheckpointHeader& h, CheckpointInfo& inf
     offset = env.records_offset;
     const uint64_t data_bytes = e.records * info.record_bytes;  // records <= 2^40 and record_bytes <= 2^32
     const uint64_t extra_bytes = e.weights * sizeof(float) +
-                                 e.queued * sizeof(checkpoint_format::EpisodeRecordBytes) + e.cap_counts;
+                                 e.queued * sizeof(checkpoint_format::EpisodeRecordBytes) + e.cap_counts +
+                                 e.fresh + e.queue_tickets * sizeof(uint64_t);
     if (!headers_only) {
       bytes.check(e, k, offset, data_bytes, extra_bytes);
       if (e.frame_bytes != 0) check_frame_block(in, info, env);

@@ -58,6 +58,28 @@ CheckpointHeader as_v2(const v1::CheckpointHeader& o) noexcept {
   return h;
 }
 
+// (2.3) The sampling policies' words; zeros in older files mean none.
+void read_sampling_words(const std::string& path, const CheckpointHeader& h, CheckpointInfo& info) {
+  if (h.consuming_queue > 1 || (h.consuming_queue == 1 && h.max_times_sampled != 1)) {
+    corrupt(path, fmt::format("its consuming-queue word is {} with sample cap {}, expected 0, or 1 with cap 1",
+                              h.consuming_queue, h.max_times_sampled));
+  }
+  info.consuming_queue = h.consuming_queue == 1;
+  info.queue_next_ticket = h.queue_next_ticket;
+  if (h.initial_priority_bits != 0) {
+    const double p = std::bit_cast<double>(h.initial_priority_bits);
+    if (!(p >= 0) || (std::isinf(p) && h.initial_priority_bits != layout::kInitialPriorityFirst)) {
+      corrupt(path, fmt::format("its initial priority is {}, expected 0 to FLT_MAX or +infinity", p));
+    }
+    info.initial_priority = p == 0 ? 0.0 : p;
+  }
+  if (h.sequence_priority_length > h.capacity) {
+    corrupt(path, fmt::format("its sequence-priority length is {}, expected 0 to the capacity {}",
+                              h.sequence_priority_length, h.capacity));
+  }
+  info.sequence_priority_length = h.sequence_priority_length;
+}
+
 // The buffer-wide state of a 2.0 header, checked where a value could not have been saved.
 void read_state(const std::string& path, const CheckpointHeader& h, CheckpointInfo& info) {
   info.save_started_ns = h.save_started_ns;
@@ -78,6 +100,7 @@ void read_state(const std::string& path, const CheckpointHeader& h, CheckpointIn
                               layout::kMaxTimesSampled));
   }
   info.max_times_sampled = h.max_times_sampled;
+  read_sampling_words(path, h, info);
   if (!(info.expected_compression == 0 || (info.expected_compression >= 1 && info.expected_compression <= 1e6))) {
     info.expected_compression = 0;  // a damaged word: the load falls back to the default budget
   }

@@ -203,8 +203,16 @@ void bind_info_parts(py::module_& m) {
       });
 }
 
+// The sampling policies' settings (formats 2.2, 2.3).
+void def_sampling_settings(py::class_<CheckpointInfo>& c) {
+  c.def_readonly("initial_priority", &CheckpointInfo::initial_priority, "new steps' priority; None: the running max")
+      .def_readonly("sequence_priority_length", &CheckpointInfo::sequence_priority_length, "0: no sequence priorities")
+      .def_readonly("max_times_sampled", &CheckpointInfo::max_times_sampled, "the sample cap; 0 without (2.2)")
+      .def_readonly("consuming_queue", &CheckpointInfo::consuming_queue, "whether it was a consuming queue (2.3)");
+}
+
 void bind_info(py::module_& m) {
-  py::class_<CheckpointInfo>(m, "CheckpointInfo",
+  auto info = py::class_<CheckpointInfo>(m, "CheckpointInfo",
                              "What a checkpoint file holds, as read from its headers (save, verify, load).")
       .def_readonly("path", &CheckpointInfo::path, "the file")
       .def_property_readonly(
@@ -279,6 +287,7 @@ void bind_info(py::module_& m) {
                            i.capacity, i.total_steps, i.file_bytes,
                            i.link_seq == 0 ? std::string() : fmt::format(", link {}", i.link_seq));
       });
+  def_sampling_settings(info);
 }
 
 void bind_results(py::module_& m) {

@@ -9,11 +9,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-void push_unprioritized(Writer& w, uint64_t e) {
-  StepSlot slot = w.reserve(e);
-  slot.commit();
-}
-
 }  // namespace
 
 TEST_CASE("a step pushed without a priority enters at the buffer's initial priority: the running maximum by "

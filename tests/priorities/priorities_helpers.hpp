@@ -76,6 +76,12 @@ inline void push(Writer& w, Buffer& b, uint64_t e, float p) {
   w.push(std::span<const uint64_t>(ids, 1), fields, std::span<const float>(prio, 1));
 }
 
+// Pushes one step of env `e` without a priority: it enters at the buffer's initial priority.
+inline void push_unprioritized(Writer& w, uint64_t e) {
+  StepSlot slot = w.reserve(e);
+  slot.commit();
+}
+
 // Three learner ranks sampling prioritized batches of `rows` single steps with `options` until `writing` is false and
 // a call finds nothing left (empty_view), each call's rows recorded; returns how many times each (env, step) was
 // returned, over every rank. An empty_view while the writer runs is waited out. (zero_on_sample.cpp, initial.cpp)

@@ -88,3 +88,31 @@ def test_consume_on_a_buffer_that_is_not_a_queue_is_refused(name, closing):
     push(w, 0)
     with pytest.raises(shmreplay.InvalidArgument, match="it is not a consuming queue"):
         s.sample_transitions("replay", 1, consume="fifo")
+
+
+def test_a_checkpoint_of_a_queue_loads_as_a_queue_that_delivers_only_the_steps_not_delivered_before_the_save(
+        name, copy_name, closing, tmp_path):
+    buf = shmreplay.Buffer.create(name, 2, 8, SCHEMA, consuming_queue=True)
+    w = shmreplay.Writer(buf, [0, 1])
+    s = shmreplay.Sampler(buf, seed=1)
+    closing += [w, s]
+    pushed = []
+    for env in [1, 0, 0, 1, 1, 0]:
+        pushed.append((env, w.head(env)))
+        push(w, env)
+    assert rows(s.sample_transitions("replay", 2, consume="fifo", consume_timeout=0)) == pushed[:2]
+    path = tmp_path / "queue.shmrckpt"
+    info = shmreplay.save(buf, path)
+    assert (info.consuming_queue, info.max_times_sampled, info.initial_priority, info.sequence_priority_length) == (
+        True, 1, None, 0)
+    shown = json.loads(subprocess.run([sys.executable, "-m", "shmreplay", "save", name, str(tmp_path / "cli.shmrckpt"),
+                                       "--json"], check=True, capture_output=True, text=True).stdout)
+    assert (shown["consuming_queue"], shown["max_times_sampled"], shown["initial_priority"]) == (True, 1, None)
+    assert shmreplay.load(path, copy_name).info.consuming_queue
+    loaded = shmreplay.Buffer.open(copy_name)
+    d = shmreplay.Sampler(loaded, seed=2)
+    closing += [d]
+    assert loaded.consuming_queue
+    assert rows(d.sample_transitions("replay", 4, consume="fifo", consume_timeout=0)) == pushed[2:]
+    with pytest.raises(shmreplay.EmptyView):
+        d.sample_transitions("replay", 1, consume="fifo", consume_timeout=0)

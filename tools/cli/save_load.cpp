@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "info_forms.hpp"
 #include "progress.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/checkpoint.hpp"
@@ -87,6 +88,10 @@ Json checkpoint_json(const CheckpointInfo& info) {
       {"link", info.link_seq},
       {"max_learners", info.max_learners},
       {"priority_exponent", info.priority_exponent ? Json(*info.priority_exponent) : Json(nullptr)},
+      {"initial_priority", initial_priority_json(info.initial_priority)},
+      {"sequence_priority_length", info.sequence_priority_length},
+      {"max_times_sampled", info.max_times_sampled},
+      {"consuming_queue", info.consuming_queue},
       {"rate_limit", info.limiter.limit ? Json(info.limiter.limit->to_string()) : Json(nullptr)},
       {"limiter_samples", info.limiter.samples},
       {"rows_sampled", info.learner.rows_sampled},

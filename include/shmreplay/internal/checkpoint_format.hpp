@@ -45,7 +45,12 @@
 //                           | queued: EpisodeRecord x queued, the episode   |
 //                           |   records [queue_head, queue_tail) waiting    |
 //                           | (2.3) cap counts: u8 x cap_counts, each       |
-//                           |   window step's deliveries (with a cap)       |
+//                           |   window step's deliveries (with a cap; in a  |
+//                           |   queue 0 free, 1 delivered)                  |
+//                           | (2.3) fresh: u8 x fresh, each window step's   |
+//                           |   fresh flag (initial priority +inf)          |
+//                           | (2.3) tickets: u64 x queue_tickets, each      |
+//                           |   window step's insertion ticket (a queue)    |
 //                           | env 1: EnvSection, records, weights, queued   |
 //                           | ...                                           |
 //                           +-----------------------------------------------+
@@ -89,8 +94,10 @@
 // (three header words that were reserved, zero for one learner, and the learner block): a 2.1 file of a one-learner
 // buffer is a 2.0 file but for its version; one with several slots a 2.0 reader refuses as corrupt (its trailer
 // is not where the env sections end), as it could not restore those slots. 2.3 takes a header word (record_bytes)
-// and three env-section words (cap_counts, frame_bytes, frame_crc): a file without compressed fields saved as records
-// and without a sample cap is a 2.2 file but for its version; one with either a 2.2 reader refuses as corrupt (its
+// and three env-section words (cap_counts, frame_bytes, frame_crc), then four header words (the consuming queue, its
+// next ticket, the initial priority, the sequence-priority length) and two env-section words (fresh, queue_tickets):
+// a file without compressed fields saved as records, without a sample cap and without fresh flags is a 2.2 file but
+// for its version (a 2.2 reader ignores the new header words: it loads a plain buffer); one with either a 2.2 reader refuses as corrupt (its
 // sections are not where it expects), as it could not decode the records or keep the counts.
 #pragma once
 
@@ -177,7 +184,12 @@ struct CheckpointHeader {
   uint64_t record_bytes;             ///< (2.3) bytes of one record in the file: step_bytes with each compressed
                                      ///< field's bytes replaced by its u64 frame number (PackedStepWord); 0 when the
                                      ///< records are whole steps (no compressed field, and every older format)
-  uint64_t reserved[8];              ///< zero
+  uint64_t consuming_queue;          ///< (2.3) 1: the source is a consuming queue (layout 1.11); 0 without
+  uint64_t queue_next_ticket;        ///< (2.3) its next insertion ticket (QueueControl::tickets); 0 without a queue
+  uint64_t initial_priority_bits;    ///< (2.3) f64 bits of CreateOptions::initial_priority (0 is stored as -0.0,
+                                     ///< +inf for "never-sampled steps first"); 0: the running maximum
+  uint64_t sequence_priority_length; ///< (2.3) CreateOptions::sequence_priority_length; 0 without
+  uint64_t reserved[4];              ///< zero
   uint32_t meta_crc;                 ///< CRC-32 of the meta block
   uint32_t header_crc;               ///< CRC-32 of this header with header_crc = 0
 };
@@ -204,9 +216,13 @@ struct EnvSection {
                              ///< first_step .. head - 1 with a cap (max_times_sampled), else 0; in extra_crc
   uint64_t frame_bytes;      ///< (2.3) bytes of the compressed frame block after the records (0 without)
   uint64_t frame_crc;        ///< (2.3) CRC-32 of the frame block (in the low 32 bits); 0 without
-  uint64_t reserved[4];      ///< zero
+  uint64_t fresh;            ///< (2.3) u8 fresh flags after the cap counts, one per window step, with initial
+                             ///< priority +inf (1: no prioritized draw returned the step yet), else 0; in extra_crc
+  uint64_t queue_tickets;    ///< (2.3) u64 insertion tickets after the fresh flags, one per window step, in a
+                             ///< consuming queue, else 0; in extra_crc
+  uint64_t reserved[2];      ///< zero
   uint32_t data_crc;         ///< CRC-32 of the records
-  uint32_t extra_crc;        ///< CRC-32 of the weights, then the queued records
+  uint32_t extra_crc;        ///< CRC-32 of the weights, then the queued records, counts, flags and tickets
   uint32_t header_crc;       ///< CRC-32 of this section header with header_crc = 0
   uint32_t reserved2;        ///< zero
 };
