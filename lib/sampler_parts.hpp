@@ -192,8 +192,8 @@ struct Window {
 
 // The first step of env e's view [v.lo, v.hi) whose policy version (field `field`) is >= floor, v.hi when none: a
 // binary search over the stored versions (the oldest step probed first), validated as a copy is (a step
-// overwritten or rewritten meanwhile restarts it above the overwritten steps); nullopt when writers lapped the
-// ring through every try (the round draws nothing from the env). lib/sampler_policy.cpp.
+// overwritten or rewritten meanwhile restarts it above the overwritten steps); nullopt when writers reclaimed the
+// whole view or lapped the ring through every try (the round draws nothing from the env). lib/sampler_policy.cpp.
 std::optional<uint64_t> window_lo(const Segment& seg, std::size_t field, uint64_t e, detail::EnvView v,
                                   uint64_t floor) noexcept;
 

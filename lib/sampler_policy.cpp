@@ -148,8 +148,8 @@ std::optional<uint64_t> sampler_parts::window_lo(const Segment& seg, std::size_t
     const std::optional<uint64_t> ver = detail::read_policy_version(base + (step % cap) * bytes, dtype);
     return ver && *ver >= floor;
   };
+  if (v.lo >= v.hi) return v.hi;  // an empty view: nothing to search
   for (int attempt = 0; attempt < 64; ++attempt) {
-    if (v.lo >= v.hi) return v.hi;
     const uint64_t begin = detail::read_begin(c);
     uint64_t lo = v.lo;
     uint64_t hi = v.hi;
@@ -168,6 +168,10 @@ std::optional<uint64_t> sampler_parts::window_lo(const Segment& seg, std::size_t
     const uint64_t intact = detail::intact_from(end, cap);
     if ((begin & 1) == 0 && begin == end.update_seq && intact <= v.lo) return lo;
     v.lo = std::max(v.lo, intact);  // search again above the steps reclaimed meanwhile
+    // Writers reclaimed every step of the snapshot's view: its steps tell nothing of the window (the env holds newer
+    // steps, which may be inside it), so this round draws nothing from the env, as a lapped search (not "none is
+    // inside": that would make the call throw empty_view with steps inside the window stored).
+    if (v.lo >= v.hi) return std::nullopt;
   }
   return std::nullopt;  // writers lapped the ring through every search: nothing from this env this round
 }

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "policy/policy_helpers.hpp"
+#include "sampler_parts.hpp"
+#include "shmreplay/internal/segment.hpp"
 
 using namespace shmreplay;
 using namespace shmreplay::test;
@@ -157,6 +159,25 @@ TEST_CASE("with a writer pushing newer versions and three learner ranks sampling
   writer.join();
   CHECK(rows.load() >= 10'000'000);
   CHECK(outside.load() == 0);
+}
+
+TEST_CASE("a window search whose view writers overwrote entirely says nothing of the window, not that no step is "
+          "inside it") {
+  // The race of the test above, made deterministic: a learner's snapshot holds steps 0..7 (versions 0..7); before
+  // its search reads them, the writer laps the ring twice with versions 100 and up. The snapshot's steps are gone,
+  // so the search must not conclude "none inside" (which made a call throw empty_view with the env's newer steps
+  // inside the window); it reports the lap, and the next round takes a new snapshot.
+  PolicyRig rig("policy-lapped", 1, 8);
+  Writer w(rig.buf, {0});
+  for (uint32_t v = 0; v < 8; ++v) push_versioned(w, 0, v);
+  const detail::EnvView snapshot{0, 8};
+  for (uint32_t v = 100; v < 116; ++v) push_versioned(w, 0, v);
+  const Segment& seg = segment_of(rig.buf);
+  CHECK_FALSE(sampler_parts::window_lo(seg, 0, 0, snapshot, 50).has_value());
+  // A view the writer did not touch is searched as before: its first step of version >= 110, and none >= 200.
+  CHECK(sampler_parts::window_lo(seg, 0, 0, {16, 24}, 110) == 18u);  // step s >= 8 has version 92 + s
+  CHECK(sampler_parts::window_lo(seg, 0, 0, {16, 24}, 200) == 24u);
+  CHECK(sampler_parts::window_lo(seg, 0, 0, {24, 24}, 0) == 24u);  // an empty view
 }
 
 TEST_CASE("the bounds a sampler learns follow a window that moves up, one that looks further back, and new steps") {

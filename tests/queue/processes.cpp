@@ -35,7 +35,7 @@ constexpr uint64_t kEnvs = 2;
 constexpr uint64_t kCapacity = 16;
 constexpr uint64_t kRanks = 3;
 constexpr uint64_t kRows = 4;                  // rows per consuming call (the accounting counts calls)
-constexpr uint64_t kSteps = 6000;              // steps per env the writers push
+constexpr uint64_t kSteps = 2000;              // steps per env the writers push (a 16-slot ring: ~250 laps)
 constexpr uint64_t kTallySteps = kSteps + 16;  // room past kSteps (a takeover may rewrite the last step)
 
 struct Tally {
@@ -80,17 +80,22 @@ void consume_loop(const std::string& name, uint64_t rank, uint64_t seed, Tally* 
   Sampler s(b, SamplerOptions{.rank = rank});
   Rng rng(seed);
   SampleBatch batch;
+  std::size_t rows = kRows;
   for (;;) {
     const Consume order = drain || rng() % 2 == 0 ? Consume::fifo : Consume::random;
-    const std::size_t length = 1 + static_cast<std::size_t>(rng() % 3);
+    const std::size_t length = rows == kRows ? 1 + static_cast<std::size_t>(rng() % 3) : 1;
     try {
-      s.sample(View::replay, kRows, length, 0.0, rng, batch, {.consume = order, .consume_timeout_ms = drain ? 0u : 50u});
+      s.sample(View::replay, rows, length, 0.0, rng, batch, {.consume = order, .consume_timeout_ms = drain ? 0u : 50u});
     } catch (const Error& e) {
       if (e.errc() != Errc::empty_view) throw;
       if (drain) return;
+      // Fewer undelivered steps than the call asks for, and the writer may be waiting for one of them (the oldest
+      // of its ring: docs/design/consuming_queue.md, "A writer waits for the oldest undelivered step"): the next
+      // call takes one step, as a learner must then.
+      rows = 1;
       continue;
     }
-    for (std::size_t r = 0; r < kRows; ++r) {
+    for (std::size_t r = 0; r < rows; ++r) {
       uint64_t env = 0, step = 0;
       std::memcpy(&env, batch.step(0, r, 0), 8);
       std::memcpy(&step, batch.step(1, r, 0), 8);
@@ -101,6 +106,7 @@ void consume_loop(const std::string& name, uint64_t rank, uint64_t seed, Tally* 
       t->delivered[env][step].fetch_add(1);
     }
     t->reported[rank].fetch_add(1);
+    rows = kRows;
   }
 }
 
