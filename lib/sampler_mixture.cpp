@@ -146,7 +146,10 @@ void Sampler::mixture_probabilities(View view, std::size_t length, double power,
   for (std::size_t i = 0; i < kSelectors; ++i) {
     if (rows[i] == 0) continue;
     const auto s = static_cast<Selector>(i);
-    const auto [one, power_s] = selector_call(s, options, power);
+    // Not a structured binding: the lambda below captures them, which clang before 16 refuses (the fuzzers' build).
+    const std::pair<SampleOptions, double> call = selector_call(s, options, power);
+    const SampleOptions& one = call.first;
+    const double power_s = call.second;
     const View v = s == Selector::online ? View::online : view;
     for (std::size_t e = 0; e < z.snapshot.views.size(); ++e) {
       z.snapshot.views[e] = sampler_parts::snapshot_view(segment_of(*buffer_), z.slot, e, v);
