@@ -245,18 +245,18 @@ void Sampler::copy_consumed(SampleBatch& out, std::size_t length) {
   uint32_t round = 0;
   c.failed.clear();
   for (std::size_t i = 0; i < c.rows.size(); ++i) c.failed.push_back(static_cast<uint32_t>(i));
-  std::vector<uint32_t>& todo = c.todo;
+  std::vector<uint32_t>& to_copy = c.to_copy;
   while (!c.failed.empty()) {
     if (round++ > options_.max_retry_rounds) {
       throw Error(Errc::contended, fmt::format("cannot consume from '{}': {} claimed row(s) failed their copy {} times",
                                                buffer_->name(), c.failed.size(), options_.max_retry_rounds));
     }
-    todo.swap(c.failed);
+    to_copy.swap(c.failed);
     c.failed.clear();
-    for (std::size_t k = 0; k < todo.size();) {
+    for (std::size_t k = 0; k < to_copy.size();) {
       g.begin(length);
-      for (std::size_t n = 0; n < sampler_parts::kGatherRows && k < todo.size(); ++n, ++k) {
-        const uint32_t row = todo[k];
+      for (std::size_t n = 0; n < sampler_parts::kGatherRows && k < to_copy.size(); ++n, ++k) {
+        const uint32_t row = to_copy[k];
         const ConsumeState::Row& r = c.rows[row];
         out.env_ids_[row] = r.env;
         out.starts_[row] = r.start;

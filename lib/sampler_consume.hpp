@@ -34,7 +34,7 @@ struct ConsumeState {
   std::vector<uint64_t> cumulative;    // random: per env, the steps of the windows up to and including it
   std::vector<Candidate> heap;         // fifo: a min-heap by (ticket, env)
   std::vector<uint32_t> failed;        // rows whose copy failed validation (copied again)
-  std::vector<uint32_t> todo;          // the rows a copy round copies
+  std::vector<uint32_t> to_copy;          // the rows a copy round copies
   uint64_t pending_slots = 0;          // bit s: a pending claim of learner slot s was met (repair candidates)
   uint64_t refused = 0;                // claims refused since the last flush (the slot's counter)
   uint64_t heads_sum = 0;              // the windows' heads summed at the last attempt (the wait's condition)

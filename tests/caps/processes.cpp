@@ -46,21 +46,9 @@ struct Tally {
   std::atomic<uint64_t> failures;  // a child that threw what it should not have
 };
 
-Tally* map_tally() {
-  void* p = ::mmap(nullptr, sizeof(Tally), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  REQUIRE(p != MAP_FAILED);
-  return new (p) Tally{};
-}
+Tally* map_tally() { return map_shared_tally<Tally>(); }
 
-[[noreturn]] void child(Tally* t, const char* who, const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s %d: %s\n", who, static_cast<int>(::getpid()), e.what());
-    t->failures.fetch_add(1);
-  }
-  ::_exit(3);
-}
+[[noreturn]] void child(Tally* t, const char* who, const std::function<void()>& body) { run_child(t, who, body); }
 
 // Pushes both envs, a push or a committed reservation at a time, until kMaxSteps each; then idles until killed.
 [[noreturn]] void writer_main(const std::string& name, Tally* t) {
