@@ -232,3 +232,62 @@ TEST_CASE("a learner killed before its commit has its claims given back; after i
   CHECK(info.learners[1].counters[*counter_index(CounterScope::learner, "queue_returned")] == 1);
   CHECK(info.learners[1].counters[*counter_index(CounterScope::learner, "queue_delivered")] == 1);
 }
+
+TEST_CASE("a consuming call that finds fewer free steps than it asks for while a writer waits for one of them "
+          "returns a partial batch of those steps, and the writer goes on") {
+  for (const Consume order : {Consume::fifo, Consume::random}) {
+    CAPTURE(to_string(order));
+    QueueRig rig("queue-partial", 2, 4);
+    Sampler s(rig.buf);
+    Rng rng(11);
+    SampleBatch batch;
+    {
+      Writer w(rig.buf, {0, 1});
+      for (int i = 0; i < 4; ++i) push_tagged(w, 0);
+      for (int i = 0; i < 4; ++i) push_tagged(w, 1);
+    }
+    s.sample_transitions(View::replay, 4, rng, batch, consuming(Consume::fifo));  // env 0's four (the oldest pushes)
+    std::atomic<bool> pushed{false};
+    std::thread writer([&] {
+      Writer w(rig.buf, {1}, WriterOptions{.queue_timeout_ms = 3'000});
+      try {
+        push_tagged(w, 1);  // waits for env 1's step 0, one of the four free steps
+        pushed = true;
+      } catch (const Error&) {  // rate_limited: the learner never delivered it
+      }
+    });
+    Segment& seg = segment_of(rig.buf);
+    while (seg.queue_env(1).blocked_since_ns.load() == 0) ::usleep(1000);
+    // Eight rows asked, four free, and the writer that would bring more waits for one of them.
+    CHECK_NOTHROW(s.sample(View::replay, 8, 2, 0.0, rng, batch, consuming(order, 1'000)));
+    writer.join();
+    REQUIRE(pushed.load());
+    CHECK(batch.rows() == 4);
+    CHECK(batch.env_ids().size() == 4);
+    CHECK(batch.mask().size() == 8);
+    std::vector<std::pair<uint64_t, uint64_t>> got;
+    for (std::size_t r = 0; r < batch.rows(); ++r) {
+      got.emplace_back(batch.field_as<uint64_t>(0)[r * 2], batch.field_as<uint64_t>(1)[r * 2]);
+      CHECK(batch.env_ids()[r] == 1);
+    }
+    std::sort(got.begin(), got.end());
+    CHECK(got == std::vector<std::pair<uint64_t, uint64_t>>{{1, 0}, {1, 1}, {1, 2}, {1, 3}});
+    s.sample_transitions(View::replay, 1, rng, batch, consuming(order));  // the writer's step 4
+    CHECK(rows_of(batch) == std::vector<std::pair<uint64_t, uint64_t>>{{1, 4}});
+  }
+}
+
+TEST_CASE("a consuming call short of free steps with no writer waiting delivers nothing and throws empty_view") {
+  QueueRig rig("queue-short", 2, 4);
+  {
+    Writer w(rig.buf, {0, 1});
+    for (int i = 0; i < 3; ++i) push_tagged(w, 1);
+  }
+  Sampler s(rig.buf);
+  Rng rng(13);
+  SampleBatch batch;
+  CHECK(error_of([&] { s.sample_transitions(View::replay, 4, rng, batch, consuming(Consume::random, 20)); }) ==
+        static_cast<int>(Errc::empty_view));
+  s.sample_transitions(View::replay, 3, rng, batch, consuming(Consume::fifo));
+  CHECK(batch.rows() == 3);
+}
