@@ -37,6 +37,7 @@ using sampler_parts::ConsumeState;
 namespace {
 
 constexpr uint64_t kShortWaitMs = 1;  // a shortfall while other learners' claims are pending: retry this soon
+constexpr uint64_t kRefused = ~uint64_t{0};  // a random proposal refused when drawn
 
 // Each env's window of steps a claim may find free: [max(frontier, oldest stored), head). Returns the heads' sum.
 uint64_t load_windows(Segment& seg, ConsumeState& c) noexcept {
@@ -69,7 +70,7 @@ uint64_t env_holding(const std::vector<uint64_t>& cumulative, uint64_t u) noexce
   const uint64_t* b = cumulative.data();
   for (std::size_t n = cumulative.size(); n > 1;) {
     const std::size_t half = n / 2;
-    b = b[half - 1] <= u ? b + half : b;
+    b += static_cast<std::size_t>(b[half - 1] <= u) * half;  // a product, not a branch the compiler may keep
     n -= half;
   }
   return static_cast<uint64_t>(b - cumulative.data());
@@ -117,15 +118,21 @@ void claim_fifo(Segment& seg, ConsumeState& c, uint64_t slot, std::size_t rows, 
   }
 }
 
-// random: uniform proposals over the windows, claimed when free (rejection: exact over the free starts), up to
-// `rows` claims; stops early when a count of the windows finds too few free starts. The proposals are drawn up to
-// kProposalsAhead before their claims, each count word prefetched when drawn: the claims' cache misses overlap
-// instead of each waiting on the last. Proposals are independent of the claims, so drawing them early changes
-// nothing in the distribution; no more are drawn than rows remain to claim, so none is wasted but refusals.
+// random: uniform proposals, claimed when free (rejection: exact over the free starts, for proposals uniform over
+// any set that holds every free start), up to `rows` claims; stops early when a count of the windows finds too few
+// free starts. The proposals: while the windows fill at least half the rings, every env's ring slots (an env and a
+// slot from one 64-bit draw, two products: no search), refused at once outside the env's window; otherwise the
+// windows (a search of their cumulative sizes). They are drawn up to kProposalsAhead before their claims, each count
+// word prefetched when drawn: the claims' cache misses overlap instead of each waiting on the last. Proposals do not
+// depend on the claims, so drawing them early changes nothing in the distribution; no more are drawn than rows
+// remain to claim, so none is wasted but refusals.
 void claim_random(Segment& seg, ConsumeState& c, uint64_t slot, std::size_t rows, std::size_t length, Rng& rng) {
+  __extension__ using U128 = unsigned __int128;
   const uint64_t total = c.cumulative.empty() ? 0 : c.cumulative.back();
   if (total == 0) return;
   const uint64_t cap = seg.capacity();
+  const uint64_t envs = seg.num_envs();
+  const bool rings = total >= envs * cap / 2;
   uint64_t refusals = 0;
   uint64_t next_check = sampler_parts::kConsumeCheckBase + sampler_parts::kConsumeCheckPerRow * rows;
   using Proposal = ConsumeState::Proposal;
@@ -133,10 +140,25 @@ void claim_random(Segment& seg, ConsumeState& c, uint64_t slot, std::size_t rows
   std::size_t first = 0;  // the oldest proposal in the ring `ahead`
   std::size_t drawn = 0;  // proposals in it
   const auto draw = [&] {
-    const uint64_t u = detail::uniform_below(rng, total);
-    const uint64_t e = env_holding(c.cumulative, u);
-    const uint64_t step = c.lo[e] + (u - (e == 0 ? 0 : c.cumulative[e - 1]));
-    __builtin_prefetch(&c.words[e][slot_of(c, cap, e, step)], 1, 3);  // for the claim's load and CAS
+    uint64_t e = 0;
+    uint64_t step = 0;
+    uint64_t i = 0;
+    if (rings) {
+      const U128 x = static_cast<U128>(rng()) * envs;  // high word: the env; low word: a fraction for the slot
+      e = static_cast<uint64_t>(x >> 64);
+      i = static_cast<uint64_t>((static_cast<U128>(static_cast<uint64_t>(x)) * cap) >> 64);
+      step = c.lo[e] + (i >= c.lo_slot[e] ? i - c.lo_slot[e] : i + cap - c.lo_slot[e]);
+    } else {
+      const uint64_t u = detail::uniform_below(rng, total);
+      e = env_holding(c.cumulative, u);
+      step = c.lo[e] + (u - (e == 0 ? 0 : c.cumulative[e - 1]));
+      i = slot_of(c, cap, e, step);
+    }
+    if (step >= c.hi[e]) {
+      step = kRefused;  // outside the window: refused without a look at the word
+    } else {
+      __builtin_prefetch(&c.words[e][i], 1, 3);  // for the claim's load and CAS
+    }
     ahead[(first + drawn++) % ahead.size()] = {e, step};
   };
   while (c.rows.size() < rows) {
@@ -144,12 +166,12 @@ void claim_random(Segment& seg, ConsumeState& c, uint64_t slot, std::size_t rows
     const Proposal p = ahead[first];
     first = (first + 1) % ahead.size();
     --drawn;
-    if (claim_row(seg, c, p.env, p.step, slot, length)) continue;
+    if (p.step != kRefused && claim_row(seg, c, p.env, p.step, slot, length)) continue;
     if (++refusals < next_check) continue;
     uint64_t free = 0;  // the windows' free steps now: enough for the rows still to claim?
     for (uint64_t k = 0; k < seg.num_envs(); ++k) {
-      for (uint64_t s = c.lo[k]; s < c.hi[k]; ++s) {
-        free += seg.cap_words(k)[s % cap].load(std::memory_order_relaxed) == layout::cap_word(s, 0) ? 1u : 0u;
+      for (uint64_t s = c.lo[k], i = c.lo_slot[k]; s < c.hi[k]; ++s, i = i + 1 == cap ? 0 : i + 1) {
+        free += c.words[k][i].load(std::memory_order_relaxed) == layout::cap_word(s, 0) ? 1u : 0u;
       }
     }
     if (free < rows - c.rows.size()) return;

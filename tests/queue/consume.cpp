@@ -127,6 +127,65 @@ TEST_CASE("random consumption is uniform over the undelivered steps; a model tha
   CHECK(chi_square(undelivered, wrong_tail, n) > chi_square_bound(kCap - kOld - 1));
 }
 
+TEST_CASE("random consumption is uniform over the free steps of windows with delivered steps inside them, whether the "
+          "windows fill most of the rings or few of them; a model that counts the delivered ones is rejected") {
+  constexpr uint64_t kEnvs = 3, kCap = 16, kTrials = 2000;
+  struct Shape {
+    uint64_t pushed[kEnvs];  // steps pushed per env each trial
+    std::vector<std::pair<uint64_t, uint64_t>> holes;  // (env, offset) delivered before the draw
+  };
+  const Shape shapes[] = {{{16, 10, 4}, {{0, 3}, {0, 9}, {0, 15}, {1, 0}, {1, 5}}},  // 30 of 48: the rings
+                          {{9, 2, 1}, {{0, 1}, {0, 4}, {1, 1}}}};                     // 12 of 48: the windows
+  for (const Shape& shape : shapes) {
+    QueueRig rig("queue-holes", kEnvs, kCap);
+    Writer w(rig.buf, {0, 1, 2});
+    Sampler s(rig.buf);
+    Segment& seg = segment_of(rig.buf);
+    Rng rng(31);
+    SampleBatch batch;
+    std::vector<uint64_t> counts(kEnvs * kCap, 0);
+    for (uint64_t t = 0; t < kTrials; ++t) {
+      uint64_t base[kEnvs];
+      for (uint64_t e = 0; e < kEnvs; ++e) {
+        base[e] = w.head(e);
+        for (uint64_t i = 0; i < shape.pushed[e]; ++i) push_tagged(w, e);
+      }
+      for (const auto& [e, off] : shape.holes) {  // as a learner's delivery leaves them (its commit done)
+        const uint64_t step = base[e] + off;
+        detail::deliver(seg.cap_words(e)[step % kCap], step);
+      }
+      s.sample_transitions(View::replay, 1, rng, batch, consuming(Consume::random));
+      for (const auto& [env, step] : rows_of(batch)) ++counts[env * kCap + (step - base[env])];
+      uint64_t left = 0;
+      for (uint64_t e = 0; e < kEnvs; ++e) left += shape.pushed[e];
+      s.sample_transitions(View::replay, left - shape.holes.size() - 1, rng, batch, consuming(Consume::fifo));
+    }
+    std::vector<double> model(kEnvs * kCap, 0.0), wrong(kEnvs * kCap, 0.0);
+    uint64_t free = 0, stored = 0;
+    for (uint64_t e = 0; e < kEnvs; ++e) {
+      for (uint64_t i = 0; i < shape.pushed[e]; ++i) {
+        const bool hole = std::find(shape.holes.begin(), shape.holes.end(), std::pair{e, i}) != shape.holes.end();
+        model[e * kCap + i] = hole ? 0.0 : 1.0;
+        wrong[e * kCap + i] = 1.0;
+        free += hole ? 0 : 1;
+        ++stored;
+      }
+    }
+    for (double& m : model) m /= static_cast<double>(free);
+    for (double& m : wrong) m /= static_cast<double>(stored);
+    for (const auto& [e, off] : shape.holes) CHECK(counts[e * kCap + off] == 0);  // never a delivered step
+    for (uint64_t e = 0; e < kEnvs; ++e) {
+      for (uint64_t i = shape.pushed[e]; i < kCap; ++i) CHECK(counts[e * kCap + i] == 0);  // nor one not pushed
+    }
+    const double n = static_cast<double>(kTrials);
+    CHECK(chi_square(counts, model, n) < chi_square_bound(static_cast<double>(free - 1)));
+    CHECK(chi_square(counts, wrong, n) > chi_square_bound(static_cast<double>(stored - 1)));
+    uint64_t drawn = 0;
+    for (const uint64_t k : counts) drawn += k;
+    CHECK(drawn == kTrials);  // none outside the pushed steps (the models' zero cells)
+  }
+}
+
 TEST_CASE("a writer blocks while its ring slot holds an undelivered step, wakes when a learner consumes it, and "
           "times out naming the env and the step") {
   QueueRig rig("queue-block", 2, 4);
