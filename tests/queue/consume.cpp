@@ -75,7 +75,8 @@ TEST_CASE("a consuming queue delivers each step once, in insertion order across 
   CHECK(msg.find("nothing was delivered") != std::string::npos);
 }
 
-TEST_CASE("a consuming queue refuses sample calls without consume, and consume on a buffer that is not a queue") {
+TEST_CASE("a consuming queue refuses sample calls without consume, consume with a mixture or sample_mixed, and "
+          "consume on a buffer that is not a queue") {
   QueueRig rig("queue-refuse", 1, 4);
   Writer w(rig.buf, {0});
   push_tagged(w, 0);
@@ -88,6 +89,15 @@ TEST_CASE("a consuming queue refuses sample calls without consume, and consume o
   CHECK(msg.find("consume = fifo or random") != std::string::npos);
   CHECK(error_of([&] { s.sample(View::replay, 1, 1, 1.0, rng, batch, consuming(Consume::fifo)); }) ==
         static_cast<int>(Errc::invalid_argument));  // power 1
+  SampleOptions mixed = consuming(Consume::random);
+  mixed.mixture = Mixture{.uniform = 0.5, .recency = 0.5};
+  mixed.recency_half_life = 4.0;
+  CHECK(error_of([&] { s.sample(View::replay, 2, 1, 0.0, rng, batch, mixed); }, &msg) ==
+        static_cast<int>(Errc::invalid_argument));  // a mixture
+  CHECK(msg.find("no other sampling option") != std::string::npos);
+  CHECK(error_of([&] { s.sample_mixed(1, 1, 1, 0.0, rng, batch, consuming(Consume::fifo)); }, &msg) ==
+        static_cast<int>(Errc::invalid_argument));
+  CHECK(msg.find("only sample and sample_transitions consume") != std::string::npos);
   CapsRig plain("queue-plain", 1, 4, 0);
   Sampler p(plain.buf);
   CHECK(error_of([&] { p.sample_transitions(View::replay, 1, rng, batch, consuming(Consume::random)); }, &msg) ==
