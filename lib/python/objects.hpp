@@ -230,8 +230,10 @@ struct PyWriter {
   // looked up under mu, so a close() from another thread is seen.
   template <class Call>
   void run(const char* op, std::size_t bytes, Call&& call) {
-    // (A buffer with a policy-version field may hold a push back too: its pushes always release the GIL.)
-    if (bytes <= kHoldGilBytes && !get(op).options().wait_for_rate_limit && !buffer->episode_fields().policy_version) {
+    // (A buffer with a policy-version field, or a consuming queue, may hold a push back too: its pushes always
+    // release the GIL, or a learner thread of the same process could never deliver the step the push waits for.)
+    if (bytes <= kHoldGilBytes && !get(op).options().wait_for_rate_limit && !buffer->episode_fields().policy_version &&
+        !buffer->consuming_queue()) {
       std::unique_lock lock(mu, std::try_to_lock);
       if (lock.owns_lock()) {
         call(get(op));
