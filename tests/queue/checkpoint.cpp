@@ -215,12 +215,36 @@ int64_t now_ns() {
       .count();
 }
 
+// The learner that test kills: waits for `go`, consumes kKillRows rows a call at random and reports each call's
+// rows; idles once the queue is empty.
+void kill_learner_main(const std::string& name, KillTally* t, uint64_t seed) {
+  Buffer b = Buffer::open(name);
+  Sampler s(b, SamplerOptions{.rank = 0});
+  Rng rng(seed);
+  SampleBatch batch;
+  while (!t->go.load()) {
+  }
+  for (;;) {
+    const int64_t start = now_ns();
+    if (error_of([&] { s.sample_transitions(View::replay, kKillRows, rng, batch, {.consume = Consume::random}); }) != 0) {
+      for (;;) ::pause();
+    }
+    const int64_t end = now_ns();
+    const uint64_t n = t->n_rows.load();
+    for (std::size_t r = 0; r < batch.rows(); ++r) {
+      t->rows[n + r] = {start, end, batch.field_as<uint64_t>(0)[r], batch.field_as<uint64_t>(1)[r]};
+    }
+    t->n_rows.store(n + batch.rows());
+    t->reported.fetch_add(1);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("a learner SIGKILLed in its consuming calls while a save runs: the loaded queue holds no step the learner "
           "had delivered before the save began, and every step it never delivered, each once") {
   Rng dice(41);
-  for (int round = 0; round < 6; ++round) {
+  for (uint64_t round = 0; round < 6; ++round) {
     CAPTURE(round);
     SegmentGuard src(unique_name("qckpt-kill"));
     SegmentGuard dst(unique_name("qckpt-kill-dst"));
@@ -239,29 +263,7 @@ TEST_CASE("a learner SIGKILLed in its consuming calls while a save runs: the loa
       ~Unmap() { ::munmap(t, sizeof(KillTally)); }
     } unmap{t};
     const std::string name = src.name();
-    const pid_t learner = spawn([&] {
-      run_child(t, "learner", [&] {
-        Buffer b = Buffer::open(name);
-        Sampler s(b, SamplerOptions{.rank = 0});
-        Rng rng(7 + static_cast<uint64_t>(round));
-        SampleBatch batch;
-        while (!t->go.load()) {
-        }
-        for (;;) {  // until killed; idle once the queue is empty
-          const int64_t start = now_ns();
-          if (error_of([&] { s.sample_transitions(View::replay, kKillRows, rng, batch, {.consume = Consume::random}); }) != 0) {
-            for (;;) ::pause();
-          }
-          const int64_t end = now_ns();
-          const uint64_t n = t->n_rows.load();
-          for (std::size_t r = 0; r < batch.rows(); ++r) {
-            t->rows[n + r] = {start, end, batch.field_as<uint64_t>(0)[r], batch.field_as<uint64_t>(1)[r]};
-          }
-          t->n_rows.store(n + batch.rows());
-          t->reported.fetch_add(1);
-        }
-      });
-    });
+    const pid_t learner = spawn([&] { run_child(t, "learner", [&] { kill_learner_main(name, t, 7 + round); }); });
     // Killed at a random call of its run (it drains the queue in a few ms, within the save), by a thread that
     // watches its reports: an instant inside a call or between two, whichever the kill meets.
     const uint64_t kill_at = 5 + dice() % (2 * kKillSteps / kKillRows - 5);
@@ -306,8 +308,7 @@ TEST_CASE("a learner SIGKILLed in its consuming calls while a save runs: the loa
     CHECK(unreported <= 1);
     CHECK(missing <= unreported * kKillRows);  // the rows of a call killed after its commit, before its report
     MESSAGE("round " << round << ": killed " << (killed_ns.load() - began) / 1000 << " us into a save of "
-                     << (ended - began) / 1000
-                     << " us; rows reported " << reported.size() << ", loaded " << after.size() << ", missing "
+                     << (ended - began) / 1000 << " us; rows reported " << reported.size() << ", loaded " << after.size() << ", missing "
                      << missing << ", unreported calls " << unreported);
   }
 }
