@@ -1,12 +1,14 @@
 // lib/sampler_consume.cpp: a consuming call, top to bottom (SampleOptions::consume on a consuming queue;
 // docs/design/consuming_queue.md). The call marks its learner slot's call word "claiming", claims each row's start
 // by CAS (free -> pending for the slot: detail/protocol/consume.hpp) in insertion order (fifo: a heap of each env's
-// first free step by insertion ticket) or uniformly at random (random: a uniform proposal over every env's window
-// of undelivered steps, refused unless free: rejection, so exact over the free starts); with fewer free starts
-// than rows it gives its claims back and waits for writers. Then it copies the rows (the gather stage: writers
-// cannot overwrite a claimed step, so a copy fails only where a try_update could run, which a queue refuses), and
-// commits: one store of the call word delivers every row, after which the claimed words become "delivered", each
-// env's frontier moves past its delivered steps and the writers blocked on them are woken.
+// first free step by insertion ticket) or uniformly at random (random: uniform proposals over every env's ring
+// slots or windows of undelivered steps, refused unless free: rejection, so exact over the free starts). With fewer
+// free starts than rows it delivers those it claimed when a writer waits on the queue (a partial batch: the writer
+// may wait for one of them), and otherwise gives its claims back and waits for writers. Then it copies the rows
+// (the gather stage: writers cannot overwrite a claimed step, so a copy fails only where a try_update could run,
+// which a queue refuses), and commits: one store of the call word delivers every row, after which the claimed
+// words become "delivered", each env's frontier moves past its delivered steps and the writers blocked on them are
+// woken.
 //
 // Who calls it: Sampler::sample (sampler_sample.cpp), on the Sampler's thread.
 #include <algorithm>

@@ -226,7 +226,8 @@ void kill_learner_main(const std::string& name, KillTally* t, uint64_t seed) {
   }
   for (;;) {
     const int64_t start = now_ns();
-    if (error_of([&] { s.sample_transitions(View::replay, kKillRows, rng, batch, {.consume = Consume::random}); }) != 0) {
+    const SampleOptions random{.consume = Consume::random};
+    if (error_of([&] { s.sample_transitions(View::replay, kKillRows, rng, batch, random); }) != 0) {
       for (;;) ::pause();
     }
     const int64_t end = now_ns();
@@ -308,7 +309,7 @@ TEST_CASE("a learner SIGKILLed in its consuming calls while a save runs: the loa
     CHECK(unreported <= 1);
     CHECK(missing <= unreported * kKillRows);  // the rows of a call killed after its commit, before its report
     MESSAGE("round " << round << ": killed " << (killed_ns.load() - began) / 1000 << " us into a save of "
-                     << (ended - began) / 1000 << " us; rows reported " << reported.size() << ", loaded " << after.size() << ", missing "
-                     << missing << ", unreported calls " << unreported);
+                     << (ended - began) / 1000 << " us; rows reported " << reported.size() << ", loaded "
+                     << after.size() << ", missing " << missing << ", unreported calls " << unreported);
   }
 }
