@@ -29,8 +29,11 @@
 #pragma once
 
 #include <atomic>
+#include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 
 #include "shmreplay/internal/layout.hpp"
@@ -97,7 +100,9 @@ std::string priority_misfit(double priority, double alpha);
 double priority_weight(double priority, double alpha) noexcept;
 
 /// The weight a leaf word holds (its low half), and the leaf word for step `step` with weight `weight`.
-double leaf_weight(uint64_t word) noexcept;
+inline double leaf_weight(uint64_t word) noexcept {
+  return static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(word & 0xffffffffull)));
+}
 uint64_t make_leaf(uint64_t step, double weight) noexcept;
 
 // -- writer half ----------------------------------------------------------------------------------------------
@@ -158,8 +163,10 @@ double max_priority(const std::atomic<uint64_t>& max_word) noexcept;
 
 // -- readers --------------------------------------------------------------------------------------------------
 
-/// The weight of the leaf of the slot of `step` (whatever step it now holds).
-double slot_weight(const PriorityTreeView& tree, uint64_t step) noexcept;
+/// The weight of the leaf of the slot of `step` (whatever step it now holds). Inline: a draw reads one per row.
+inline double slot_weight(const PriorityTreeView& tree, uint64_t step) noexcept {
+  return leaf_weight(tree.words[tree.leaves + step % tree.capacity].load(std::memory_order_seq_cst));
+}
 
 /// The weight of step `step` while its slot's leaf holds it (tagged with the step, and `env` has not claimed the
 /// slot for a later step); -1 when the slot holds or is being given another step. O(1).
@@ -173,6 +180,36 @@ double range_weight(const PriorityTreeView& tree, uint64_t lo, uint64_t hi) noex
 /// instead (one descent from the root; the same distribution). Clamped to [lo, hi) when sums move underneath.
 /// O(log capacity).
 uint64_t find_step(const PriorityTreeView& tree, uint64_t lo, uint64_t hi, double u) noexcept;
+
+/// find_step in two halves, for drawing several rows at once (the priority planner): plan_descent says where a draw
+/// of `u` over steps [lo, hi) descends (the target of a descent from the root, and the slots its result is clamped
+/// to: a partial view reads a prefix sum, O(log capacity); the whole ring, nothing), descend_group descends, and
+/// step_of is the step of the slot found. find_step(t, lo, hi, u) == plan_descent(t, lo, hi, u).step_of(lo,
+/// t.capacity, the descent of its target).
+struct Descent {
+  double target = 0;        ///< the running sum from slot 0 that the descent passes
+  uint64_t first_slot = 0;  ///< the slot found is clamped to [first_slot, last_slot] (sums moving underneath)
+  uint64_t last_slot = 0;
+  uint64_t lo_slot = 0;     ///< lo's slot, lo % capacity
+  /// The step of the view [lo, ...) in slot `slot` (clamped first).
+  uint64_t step_of(uint64_t lo, uint64_t capacity, uint64_t slot) const noexcept {
+    slot = slot < first_slot ? first_slot : slot > last_slot ? last_slot : slot;
+    return lo + (slot >= lo_slot ? slot - lo_slot : slot + capacity - lo_slot);
+  }
+};
+Descent plan_descent(const PriorityTreeView& tree, uint64_t lo, uint64_t hi, double u) noexcept;
+
+/// The most descents descend_group takes at once.
+inline constexpr std::size_t kDescentGroup = 16;
+
+/// Several descents at once, in trees of one geometry (`leaves`: one buffer's trees): descent i goes down the tree at
+/// words[i] to the slot where the running sum from slot 0 first exceeds targets[i] (find_step's descent) and leaves
+/// it in slots[i]. Level by level over the descents, without a branch on the sums, each descent's next node
+/// prefetched while the others load theirs: the loads of one level are independent, so their cache misses overlap
+/// (one descent's are a chain). The same slots as one descent each, bit for bit. At most kDescentGroup descents;
+/// `targets` is consumed. O(n log capacity).
+void descend_group(std::span<const std::atomic<uint64_t>* const> words, uint64_t leaves, std::span<double> targets,
+                   std::span<uint64_t> slots) noexcept;
 
 /// Recomputes every internal node from the leaves (no party may be walking): checkpoint load, tests. O(leaves).
 void rebuild(const PriorityTree& tree) noexcept;

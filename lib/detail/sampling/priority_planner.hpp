@@ -59,7 +59,15 @@ class PriorityPlanner final : public Planner {
   /// Precondition: options.period == 1 and options.episodes is cross or stop. `power` is not used (the Sampler
   /// refuses any but 0). False also when the total is not finite (a damaged tree).
   bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;
+  /// Draws up to kDescentGroup rows ahead at a time, while expect_draws says more are coming (draw_group); else one.
   std::optional<Draw> draw(Rng& rng) override;
+  /// The next `rows` draws come from this snapshot: they are drawn kDescentGroup at a time, their descents
+  /// interleaved. Draws made ahead and not taken by the next expect_draws or prepare are dropped (independent draws
+  /// of one snapshot: dropping some changes no other's distribution).
+  void expect_draws(std::size_t rows) noexcept override {
+    ahead_ = rows;
+    next_ = drawn_count_ = 0;
+  }
   /// The last prepare's total, also when it returned false (0, or not finite in a damaged segment); while fresh
   /// steps are drawn, their number.
   double total_weight() override { return total_; }
@@ -86,7 +94,23 @@ class PriorityPlanner final : public Planner {
   PriorityTreeView drawn_tree(std::size_t env) const noexcept { return fresh_ ? trees_->fresh(env) : trees_->tree(env); }
   bool sum_views(bool fresh);
   bool sum_windows();
-  std::optional<Draw> draw_window(Rng& rng);
+  // One draw (kMaxTries tries), and a group of `rows` draws into pending_ (a row whose leaf reads 0 redrawn alone).
+  std::optional<Draw> draw_one(Rng& rng);
+  void draw_group(Rng& rng, std::size_t rows);
+  // The env whose running total first passes u (cumulative_'s upper bound, without a branch on the totals); the
+  // number of envs when u is not below the total.
+  std::size_t env_at(double u) const noexcept;
+  // Where a draw of `u` (in [0, total_)) goes: its env (or none), the tree it descends and the descent.
+  struct Aim {
+    std::size_t env = 0;
+    bool max_tree = false;  // sequence priorities: the window max tree, else the mean tree
+    Descent descent;
+  };
+  bool aim(double u, Aim& out) const noexcept;
+  PriorityTreeView aimed_tree(const Aim& a) const noexcept;
+  // The start's weight in the snapshot's draws (weight_of without the view check), and the draw it makes.
+  double start_weight(std::size_t env, uint64_t start) const noexcept;
+  Draw make_draw(std::size_t env, uint64_t start, double weight) const noexcept;
 
   const PriorityTrees* trees_;
   const EpisodeStarts* starts_;
@@ -100,6 +124,14 @@ class PriorityPlanner final : public Planner {
   bool windows_ = false;            // the draws are by sequence priority (sum_windows)
   double eta_ = 0.9;
   std::vector<double> max_part_;    // per env, eta * (its view's window max total)
+  // Per env, the trees the snapshot's draws descend (prepare: no virtual call per draw): drawn_tree, or with
+  // sequence priorities the window max and mean trees.
+  std::vector<PriorityTreeView> drawn_;
+  std::vector<SequenceTreesView> windows_of_;
+  // Draws made ahead (draw_group): pending_[next_, drawn_) are still to hand out; nullopt where a row found nothing.
+  std::optional<Draw> pending_[kDescentGroup];
+  std::size_t next_ = 0, drawn_count_ = 0;
+  std::size_t ahead_ = 0;           // expect_draws' rows not yet drawn
 };
 
 }  // namespace shmreplay::detail
