@@ -1,5 +1,6 @@
 // detail/sampling/env_pick.hpp: the env a draw falls in, from the cumulative weights of the envs (the cross
-// planners, cross_planners.hpp). Inline, because it runs once per sampled row.
+// planners, cross_planners.hpp; the priority planner takes upper_bound_branchless). Inline, because it runs once per
+// sampled row.
 #pragma once
 
 #include <algorithm>

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "detail/sampling/env_pick.hpp"  // upper_bound_branchless
+
 namespace shmreplay::detail {
 
 bool PriorityPlanner::prepare(std::span<const EnvView> views, std::size_t length, double /*power*/,
@@ -111,14 +113,8 @@ uint64_t PriorityPlanner::steps_in_episode(std::size_t env, uint64_t start, uint
 }
 
 std::size_t PriorityPlanner::env_at(double u) const noexcept {
-  const double* c = cumulative_.data();
-  std::size_t base = 0;
-  for (std::size_t len = cumulative_.size(); len > 1;) {  // c[base - 1] <= u (or base 0), and the answer > base - 1
-    const std::size_t half = len / 2;
-    base = c[base + half - 1] <= u ? base + half : base;
-    len -= half;
-  }
-  return base + (c[base] <= u ? 1 : 0);  // std::upper_bound's answer
+  return static_cast<std::size_t>(upper_bound_branchless(cumulative_.data(), cumulative_.size(), u) -
+                                  cumulative_.data());
 }
 
 // Where u goes: the env (by the running totals), then, with sequence priorities, the max tree for u below the env's
@@ -184,6 +180,12 @@ void PriorityPlanner::draw_group(Rng& rng, std::size_t rows) {
   }
   const uint64_t leaves = any.leaves;
   descend_group({words, rows}, leaves, {targets, rows}, {slots, rows});
+  if (windows_) {  // a start's weight also reads the other window tree's leaf: those misses overlap too
+    for (std::size_t i = 0; i < rows; ++i) {
+      const SequenceTreesView& t = windows_of_[aims[i].env];
+      __builtin_prefetch(&(aims[i].max_tree ? t.mean : t.max).words[leaves + slots[i]]);
+    }
+  }
   next_ = 0;
   drawn_count_ = rows;
   for (std::size_t i = 0; i < rows; ++i) {
