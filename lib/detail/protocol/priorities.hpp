@@ -167,6 +167,10 @@ double max_priority(const std::atomic<uint64_t>& max_word) noexcept;
 inline double slot_weight(const PriorityTreeView& tree, uint64_t step) noexcept {
   return leaf_weight(tree.words[tree.leaves + step % tree.capacity].load(std::memory_order_seq_cst));
 }
+/// The same for a slot (slot < capacity): no division.
+inline double weight_at_slot(const PriorityTreeView& tree, uint64_t slot) noexcept {
+  return leaf_weight(tree.words[tree.leaves + slot].load(std::memory_order_seq_cst));
+}
 
 /// The weight of step `step` while its slot's leaf holds it (tagged with the step, and `env` has not claimed the
 /// slot for a later step); -1 when the slot holds or is being given another step. O(1).
@@ -191,10 +195,16 @@ struct Descent {
   uint64_t first_slot = 0;  ///< the slot found is clamped to [first_slot, last_slot] (sums moving underneath)
   uint64_t last_slot = 0;
   uint64_t lo_slot = 0;     ///< lo's slot, lo % capacity
-  /// The step of the view [lo, ...) in slot `slot` (clamped first).
+  /// A slot the descent found, clamped.
+  uint64_t clamp(uint64_t slot) const noexcept {
+    return slot < first_slot ? first_slot : slot > last_slot ? last_slot : slot;
+  }
+  /// The step of the view [lo, ...) in a clamped slot, and in slot `slot` (clamped first).
+  uint64_t step_at(uint64_t lo, uint64_t capacity, uint64_t clamped) const noexcept {
+    return lo + (clamped >= lo_slot ? clamped - lo_slot : clamped + capacity - lo_slot);
+  }
   uint64_t step_of(uint64_t lo, uint64_t capacity, uint64_t slot) const noexcept {
-    slot = slot < first_slot ? first_slot : slot > last_slot ? last_slot : slot;
-    return lo + (slot >= lo_slot ? slot - lo_slot : slot + capacity - lo_slot);
+    return step_at(lo, capacity, clamp(slot));
   }
 };
 Descent plan_descent(const PriorityTreeView& tree, uint64_t lo, uint64_t hi, double u) noexcept;

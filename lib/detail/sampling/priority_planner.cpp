@@ -15,6 +15,11 @@ bool PriorityPlanner::prepare(std::span<const EnvView> views, std::size_t length
   options_ = options;
   cumulative_.resize(views.size());
   drawn_.resize(views.size());
+  lo_slot_.resize(views.size());
+  for (std::size_t e = 0; e < views.size(); ++e) {
+    drawn_[e] = trees_->tree(e);  // (sum_views replaces it by the fresh tree; every tree has one capacity)
+    lo_slot_[e] = views[e].lo % drawn_[e].capacity;
+  }
   windows_ = false;
   next_ = drawn_count_ = 0;  // draws made ahead are of the last snapshot
   ahead_ = 0;
@@ -50,15 +55,7 @@ bool PriorityPlanner::sum_windows() {
 double PriorityPlanner::weight_of(std::size_t env, uint64_t start) const noexcept {
   const EnvView v = views_[env];
   if (start < v.lo || start >= v.hi) return 0.0;
-  return start_weight(env, start);
-}
-
-double PriorityPlanner::start_weight(std::size_t env, uint64_t start) const noexcept {
-  if (windows_) {
-    const SequenceTreesView& t = windows_of_[env];
-    return eta_ * slot_weight(t.max, start) + (1 - eta_) * slot_weight(t.mean, start);
-  }
-  return slot_weight(drawn_[env], start);
+  return weight_at(env, start % drawn_[env].capacity);
 }
 
 // The envs' running totals over their views, in the fresh trees or the priority trees; whether positive and finite.
@@ -123,16 +120,23 @@ bool PriorityPlanner::aim(double u, Aim& out) const noexcept {
   const std::size_t env = env_at(u);
   if (env == cumulative_.size()) return false;
   const double v = u - (env == 0 ? 0.0 : cumulative_[env - 1]);
-  const EnvView view = views_[env];
   out.env = env;
-  if (!windows_) {
-    out.descent = plan_descent(drawn_[env], view.lo, view.hi, v);
-    return true;
-  }
-  out.max_tree = v < max_part_[env];
-  out.descent = plan_descent(aimed_tree(out), view.lo, view.hi,
-                             out.max_tree ? v / eta_ : (v - max_part_[env]) / (1 - eta_));
+  out.max_tree = windows_ && v < max_part_[env];
+  const double target = !windows_ ? v : out.max_tree ? v / eta_ : (v - max_part_[env]) / (1 - eta_);
+  const EnvView view = views_[env];
+  const uint64_t cap = drawn_[env].capacity;
+  // The whole ring (the steady state): plan_descent's first case, without its division or its call.
+  out.descent = view.hi - view.lo >= cap ? Descent{target, 0, cap - 1, lo_slot_[env]}
+                                         : plan_descent(aimed_tree(out), view.lo, view.hi, target);
   return true;
+}
+
+double PriorityPlanner::weight_at(std::size_t env, uint64_t slot) const noexcept {
+  if (windows_) {
+    const SequenceTreesView& t = windows_of_[env];
+    return eta_ * weight_at_slot(t.max, slot) + (1 - eta_) * weight_at_slot(t.mean, slot);
+  }
+  return weight_at_slot(drawn_[env], slot);
 }
 
 PriorityTreeView PriorityPlanner::aimed_tree(const Aim& a) const noexcept {
@@ -155,9 +159,9 @@ std::optional<Draw> PriorityPlanner::draw_one(Rng& rng) {
     double target[1] = {a.descent.target};
     uint64_t slot[1];
     descend_group(words, tree.leaves, target, slot);
-    const uint64_t start = a.descent.step_of(views_[a.env].lo, tree.capacity, slot[0]);
-    const double w = start_weight(a.env, start);
-    if (w > 0) return make_draw(a.env, start, w);
+    const uint64_t clamped = a.descent.clamp(slot[0]);
+    const double w = weight_at(a.env, clamped);
+    if (w > 0) return make_draw(a.env, a.descent.step_at(views_[a.env].lo, tree.capacity, clamped), w);
   }
   return std::nullopt;
 }
@@ -191,10 +195,10 @@ void PriorityPlanner::draw_group(Rng& rng, std::size_t rows) {
   for (std::size_t i = 0; i < rows; ++i) {
     if (aimed[i]) {
       const Aim& a = aims[i];
-      const uint64_t start = a.descent.step_of(views_[a.env].lo, any.capacity, slots[i]);
-      const double w = start_weight(a.env, start);
+      const uint64_t clamped = a.descent.clamp(slots[i]);
+      const double w = weight_at(a.env, clamped);
       if (w > 0) {
-        pending_[i] = make_draw(a.env, start, w);
+        pending_[i] = make_draw(a.env, a.descent.step_at(views_[a.env].lo, any.capacity, clamped), w);
         continue;
       }
     }

@@ -108,8 +108,8 @@ class PriorityPlanner final : public Planner {
   };
   bool aim(double u, Aim& out) const noexcept;
   PriorityTreeView aimed_tree(const Aim& a) const noexcept;
-  // The start's weight in the snapshot's draws (weight_of without the view check), and the draw it makes.
-  double start_weight(std::size_t env, uint64_t start) const noexcept;
+  // The weight of env's slot in the snapshot's draws (weight_of without the view check), and a draw.
+  double weight_at(std::size_t env, uint64_t slot) const noexcept;
   Draw make_draw(std::size_t env, uint64_t start, double weight) const noexcept;
 
   const PriorityTrees* trees_;
@@ -127,6 +127,7 @@ class PriorityPlanner final : public Planner {
   // Per env, the trees the snapshot's draws descend (prepare: no virtual call per draw): drawn_tree, or with
   // sequence priorities the window max and mean trees.
   std::vector<PriorityTreeView> drawn_;
+  std::vector<uint64_t> lo_slot_;   // per env, its view's lo % capacity
   std::vector<SequenceTreesView> windows_of_;
   // Draws made ahead (draw_group): pending_[next_, drawn_) are still to hand out; nullopt where a row found nothing.
   std::optional<Draw> pending_[kDescentGroup];
