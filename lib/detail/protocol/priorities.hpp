@@ -210,7 +210,7 @@ struct Descent {
 Descent plan_descent(const PriorityTreeView& tree, uint64_t lo, uint64_t hi, double u) noexcept;
 
 /// The most descents descend_group takes at once.
-inline constexpr std::size_t kDescentGroup = 16;
+inline constexpr std::size_t kDescentGroup = 64;
 
 /// Several descents at once, in trees of one geometry (`leaves`: one buffer's trees): descent i goes down the tree at
 /// words[i] to the slot where the running sum from slot 0 first exceeds targets[i] (find_step's descent) and leaves

@@ -4,7 +4,11 @@
 // sequence, stored at its start). See planner.hpp for the interface, who calls it and what is safe.
 //
 // prepare: one range sum per env (O(num_envs log capacity)). draw: an env by its share of the total (binary search
-// over the envs' running totals), then a descent of that env's tree (O(log capacity)). A draw whose leaf reads 0
+// over the envs' running totals), then a descent of that env's tree (O(log capacity)). Told how many rows come
+// (expect_draws, by the Sampler before each chunk), it draws up to kDescentGroup of them at once: their uniforms and
+// envs in the engine's order, then their descents together (descend_group: level by level, prefetched, no branch
+// on the sums), so that their cache misses overlap; the same rows as one draw at a time, unless a leaf reads 0
+// (then that row's redraw comes after the group's uniforms). A draw whose leaf reads 0
 // (its sums moved under the descent, or rounding at a range's edge) is redrawn, up to kMaxTries times; then draw
 // returns nullopt and the Sampler retakes its snapshot. prepare finds nothing to draw when the views hold no
 // step, or weigh 0 in all (every stored step has priority 0), or, in a damaged segment only, weigh something that
