@@ -1,5 +1,5 @@
 // tests/priorities/groups.cpp: drawing several rows at once (the priority planner's draw groups): a group of
-// descents finds, row for row, what one find_step each finds, and a planner that draws in groups returns the
+// descents, planned from a view's sums read once, finds, row for row, what one find_step each finds, and a planner that draws in groups returns the
 // same rows from the same engine as one that draws one row at a time.
 // Part of test_priorities (tests/CMakeLists.txt); its helpers are in priorities_helpers.hpp.
 #include "priorities_helpers.hpp"
@@ -20,7 +20,7 @@ struct NoEpisodes final : detail::EpisodeStarts {
 
 }  // namespace
 
-TEST_CASE("a group of descents in several trees finds, row for row, the step that one find_step each finds") {
+TEST_CASE("a group of descents in several trees, planned from sums read before, finds the step one find_step finds") {
   std::mt19937_64 rng(5);
   for (const uint64_t cap : {1u, 2u, 5u, 8u, 13u, 100u}) {
     std::vector<std::unique_ptr<LocalTree>> trees;
@@ -45,6 +45,13 @@ TEST_CASE("a group of descents in several trees finds, row for row, the step tha
         const double u = rng() % 17 == 0 ? std::nan("") : total * static_cast<double>(rng() % 1100) / 1000.0;
         expect[i] = detail::find_step(t, lo[i], hi[i], u);
         plans[i] = detail::plan_descent(t, lo[i], hi[i], u);
+        // Planned from sums read before (the planner's prepare), the same descent.
+        const detail::Descent from_sums =
+            detail::plan_descent(detail::range_sums(t, lo[i], hi[i]), lo[i] % cap, hi[i] - lo[i], cap, u);
+        CHECK(std::bit_cast<uint64_t>(from_sums.target) == std::bit_cast<uint64_t>(plans[i].target));
+        CHECK(from_sums.first_slot == plans[i].first_slot);
+        CHECK(from_sums.last_slot == plans[i].last_slot);
+        CHECK(from_sums.lo_slot == plans[i].lo_slot);
         words[i] = t.words;
         targets[i] = plans[i].target;
       }

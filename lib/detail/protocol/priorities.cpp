@@ -210,27 +210,27 @@ double step_weight(const PriorityTreeView& t, const layout::EnvControl& env, uin
 
 // A range of steps is one run of slots, or two when it wraps the ring. The sum of all slots is the root: leaves past
 // the capacity are 0.
-double range_weight(const PriorityTreeView& t, uint64_t lo, uint64_t hi) noexcept {
-  if (hi <= lo) return 0;
-  if (hi - lo >= t.capacity) return value(t, 1);  // the whole ring
+RangeSums range_sums(const PriorityTreeView& t, uint64_t lo, uint64_t hi) noexcept {
+  if (hi <= lo) return {};
+  if (hi - lo >= t.capacity) return {value(t, 1), 0, 0};  // the whole ring
   const uint64_t a = lo % t.capacity;
   const uint64_t b = a + (hi - lo);
-  const double w = b <= t.capacity ? prefix(t, b) - prefix(t, a)
-                                    : value(t, 1) - prefix(t, a) + prefix(t, b - t.capacity);
-  return std::max(w, 0.0);
+  const double before = prefix(t, a);
+  if (b <= t.capacity) return {std::max(prefix(t, b) - before, 0.0), before, 0};
+  const double root = value(t, 1);
+  return {std::max(root - before + prefix(t, b - t.capacity), 0.0), before, root};
+}
+
+double range_weight(const PriorityTreeView& t, uint64_t lo, uint64_t hi) noexcept {
+  return range_sums(t, lo, hi).total;
 }
 
 Descent plan_descent(const PriorityTreeView& t, uint64_t lo, uint64_t hi, double u) noexcept {
   const uint64_t cap = t.capacity;
   const uint64_t a = lo % cap;
-  const uint64_t b = a + (hi - lo);
-  // The whole ring (a full env outside a write): one descent from the root, the slot mapped back to its step.
-  if (hi - lo >= cap) return {u, 0, cap - 1, a};
-  const double before = prefix(t, a);  // the running sum starts at slot a
-  if (b <= cap) return {before + u, a, b - 1, a};
-  const double first = std::max(value(t, 1) - before, 0.0);  // slots [a, cap)
-  if (u < first) return {before + u, a, cap - 1, a};
-  return {u - first, 0, b - cap - 1, a};  // slots [0, b - cap)
+  if (hi - lo >= cap) return plan_descent(RangeSums{}, a, hi - lo, cap, u);
+  const bool wraps = a + (hi - lo) > cap;
+  return plan_descent(RangeSums{0, prefix(t, a), wraps ? value(t, 1) : 0}, a, hi - lo, cap, u);
 }
 
 uint64_t find_step(const PriorityTreeView& t, uint64_t lo, uint64_t hi, double u) noexcept {

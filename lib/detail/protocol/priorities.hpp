@@ -209,6 +209,30 @@ struct Descent {
 };
 Descent plan_descent(const PriorityTreeView& tree, uint64_t lo, uint64_t hi, double u) noexcept;
 
+/// What plan_descent reads of a tree for a view, read once for all the draws of a snapshot (the priority planner's
+/// prepare): the view's total, the sum of the slots before its first (`before`), and the root (read for a view that
+/// wraps the ring only). For a view of the whole ring, the root only (total).
+struct RangeSums {
+  double total = 0;
+  double before = 0;
+  double root = 0;
+};
+RangeSums range_sums(const PriorityTreeView& tree, uint64_t lo, uint64_t hi) noexcept;
+
+/// plan_descent from sums read before (`lo_slot` = lo % capacity, `steps` = hi - lo > 0): no load. The same descent
+/// as plan_descent's while the sums stay as they were read.
+inline Descent plan_descent(const RangeSums& sums, uint64_t lo_slot, uint64_t steps, uint64_t capacity,
+                            double u) noexcept {
+  const uint64_t a = lo_slot;
+  const uint64_t b = a + steps;
+  if (steps >= capacity) return {u, 0, capacity - 1, a};  // the whole ring: one descent from the root
+  if (b <= capacity) return {sums.before + u, a, b - 1, a};
+  const double left = sums.root - sums.before;
+  const double first = left < 0.0 ? 0.0 : left;  // slots [a, capacity); std::max(left, 0.0), NaN kept
+  if (u < first) return {sums.before + u, a, capacity - 1, a};
+  return {u - first, 0, b - capacity - 1, a};  // slots [0, b - capacity)
+}
+
 /// The most descents descend_group takes at once.
 inline constexpr std::size_t kDescentGroup = 64;
 

@@ -15,6 +15,7 @@ bool PriorityPlanner::prepare(std::span<const EnvView> views, std::size_t length
   options_ = options;
   cumulative_.resize(views.size());
   drawn_.resize(views.size());
+  sums_.resize(views.size());
   lo_slot_.resize(views.size());
   for (std::size_t e = 0; e < views.size(); ++e) {
     drawn_[e] = trees_->tree(e);  // (sum_views replaces it by the fresh tree; every tree has one capacity)
@@ -34,6 +35,7 @@ bool PriorityPlanner::sum_windows() {
   windows_ = true;
   eta_ = options_.sequence_priority_eta;
   max_part_.resize(views_.size());
+  max_sums_.resize(views_.size());
   windows_of_.resize(views_.size());
   total_ = 0;
   starts_in_view_ = 0;
@@ -43,8 +45,10 @@ bool PriorityPlanner::sum_windows() {
     windows_of_[e] = trees_->windows(e);
     if (v.hi > v.lo) {
       const SequenceTreesView& t = windows_of_[e];
-      max_part_[e] = eta_ == 0 ? 0.0 : eta_ * range_weight(t.max, v.lo, v.hi);
-      total_ += max_part_[e] + (eta_ == 1 ? 0.0 : (1 - eta_) * range_weight(t.mean, v.lo, v.hi));
+      max_sums_[e] = eta_ == 0 ? RangeSums{} : range_sums(t.max, v.lo, v.hi);
+      sums_[e] = eta_ == 1 ? RangeSums{} : range_sums(t.mean, v.lo, v.hi);  // the mean tree's
+      max_part_[e] = eta_ == 0 ? 0.0 : eta_ * max_sums_[e].total;
+      total_ += max_part_[e] + (eta_ == 1 ? 0.0 : (1 - eta_) * sums_[e].total);
       starts_in_view_ += v.hi - v.lo;
     }
     cumulative_[e] = total_;
@@ -67,7 +71,8 @@ bool PriorityPlanner::sum_views(bool fresh) {
     const EnvView v = views_[e];
     drawn_[e] = drawn_tree(e);
     if (v.hi > v.lo) {
-      total_ += range_weight(drawn_[e], v.lo, v.hi);
+      sums_[e] = range_sums(drawn_[e], v.lo, v.hi);
+      total_ += sums_[e].total;
       starts_in_view_ += v.hi - v.lo;
     }
     cumulative_[e] = total_;
@@ -123,11 +128,10 @@ bool PriorityPlanner::aim(double u, Aim& out) const noexcept {
   out.env = env;
   out.max_tree = windows_ && v < max_part_[env];
   const double target = !windows_ ? v : out.max_tree ? v / eta_ : (v - max_part_[env]) / (1 - eta_);
-  const EnvView view = views_[env];
-  const uint64_t cap = drawn_[env].capacity;
-  // The whole ring (the steady state): plan_descent's first case, without its division or its call.
-  out.descent = view.hi - view.lo >= cap ? Descent{target, 0, cap - 1, lo_slot_[env]}
-                                         : plan_descent(aimed_tree(out), view.lo, view.hi, target);
+  // From the sums prepare read: no load, no division (a partial view's prefix sum is read once per snapshot, not
+  // once per row).
+  out.descent = plan_descent(out.max_tree ? max_sums_[env] : sums_[env], lo_slot_[env], views_[env].hi - views_[env].lo,
+                             drawn_[env].capacity, target);
   return true;
 }
 

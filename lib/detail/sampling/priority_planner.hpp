@@ -132,6 +132,9 @@ class PriorityPlanner final : public Planner {
   // sequence priorities the window max and mean trees.
   std::vector<PriorityTreeView> drawn_;
   std::vector<uint64_t> lo_slot_;   // per env, its view's lo % capacity
+  // Per env, what the draws' descents start from (prepare reads them with the totals): the sums of its view in the
+  // drawn tree (with sequence priorities, the mean tree), and in the window max tree.
+  std::vector<RangeSums> sums_, max_sums_;
   std::vector<SequenceTreesView> windows_of_;
   // Draws made ahead (draw_group): pending_[next_, drawn_) are still to hand out; nullopt where a row found nothing.
   std::optional<Draw> pending_[kDescentGroup];
