@@ -173,7 +173,10 @@ Field accept_field(const FieldDesc& entry, uint64_t i, const Sections& s, uint64
   f.shape.assign(d.dims, d.dims + d.ndim);
   if (d.stack != 0) f.stack_axis = d.stack - 1;  // layout 1.6: checked below, as the Schema checks any field
   // Layout 1.10: the codec and its level, checked below as the Schema checks any field.
-  if ((d.codec >> 16) != 0) v.fail(Errc::corrupt, fmt::format("{} has codec word {:#x}, whose bits 16-31 are not 0", what, d.codec));
+  if ((d.codec & ~(0xffffu | kFieldDerived)) != 0) {  // 1.11: bits 16-31 are flags, kFieldDerived alone so far
+    v.fail(Errc::corrupt, fmt::format("{} has codec word {:#x}, whose bits 17-31 are not 0", what, d.codec));
+  }
+  f.derived = (d.codec & kFieldDerived) != 0;
   f.codec = static_cast<Codec>(d.codec & 0xff);
   f.codec_level = static_cast<int8_t>((d.codec >> 8) & 0xff);
   // Schema validation below rejects zero and overflowing dims; check them here first so bytes() is exact.
