@@ -191,7 +191,7 @@ TEST_CASE("write_back refuses data for a field that is not derived, and mismatch
 
 TEST_CASE("a derived field is declared ':derived', kept by the segment and compared by checkpoints") {
   CHECK(kWriteBackSchema[kTargetField].derived);
-  CHECK(kWriteBackSchema[kTargetField].to_string() == "target:u64[4]:derived");
+  CHECK(kWriteBackSchema[kTargetField].to_string() == "target:u64[256]:derived");
   CHECK(Schema::parse(kWriteBackSchema.to_string()) == kWriteBackSchema);
   std::string message;
   CHECK(error_of([] { (void)Schema::parse("obs:u8[4,8]:stack=0:derived"); }, &message) ==
@@ -200,7 +200,7 @@ TEST_CASE("a derived field is declared ':derived', kept by the segment and compa
   CHECK(error_of([] { (void)Schema::parse("obs:u8[8]:lz4:derived"); }) == code(Errc::invalid_schema));
   CHECK(error_of([] { (void)Schema::parse("v:f32:derived:derived"); }, &message) == code(Errc::invalid_schema));
   CHECK(contains(message, "given twice"));
-  const Schema plain = Schema::parse("env:u64 step:u64 done:bool target:u64[4]");
+  const Schema plain = Schema::parse("env:u64 step:u64 done:bool target:u64[256]");
   const std::vector<std::string> diff = Schema::differences(kWriteBackSchema, plain);
   REQUIRE(diff.size() == 1);
   CHECK(diff[0] == "field 'target': expected derived, actual not derived");

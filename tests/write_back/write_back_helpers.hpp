@@ -15,26 +15,27 @@
 
 namespace shmreplay::test {
 
-// env, step: the handle's step as pushed; target: the derived field (4 words).
-inline const Schema kWriteBackSchema = Schema::parse("env:u64 step:u64 done:bool target:u64[4]:derived");
+// env, step: the handle's step as pushed; target: the derived field, 2 KiB, so that a copy of it takes long enough
+// for a racing reader or a SIGKILL to land inside it.
+inline const Schema kWriteBackSchema = Schema::parse("env:u64 step:u64 done:bool target:u64[256]:derived");
 constexpr std::size_t kTargetField = 3;
-constexpr std::size_t kTargetWords = 4;
+constexpr std::size_t kTargetWords = 256;
 using Target = std::array<uint64_t, kTargetWords>;
 
 // The target a write-back with tag `tag` stores into step `step` of env `env` (tag 0: as pushed). Every word depends
 // on all three, so a mix of two write-backs' words (a torn row) or another step's words never checks.
 inline Target target_of(uint64_t env, uint64_t step, uint64_t tag) {
   Target t{};
-  for (std::size_t k = 0; k < kTargetWords; ++k) t[k] = (env << 48) ^ (step << 8) ^ (tag * 0x9e3779b97f4a7c15ull) ^ k;
+  t[0] = (env << 48) ^ (step << 16) ^ tag;
+  for (std::size_t k = 1; k < kTargetWords; ++k) t[k] = (env << 48) ^ (step << 8) ^ (tag * 0x9e3779b97f4a7c15ull) ^ k;
   return t;
 }
 
-// The tag of `t` if it is a whole target of (env, step) written with a tag below `tags`; nullopt otherwise.
+// The tag of `t` if it is a whole target of (env, step) written with a tag below `tags` (< 2^16); nullopt otherwise.
 inline std::optional<uint64_t> tag_of(const Target& t, uint64_t env, uint64_t step, uint64_t tags) {
-  for (uint64_t tag = 0; tag < tags; ++tag) {
-    if (t == target_of(env, step, tag)) return tag;
-  }
-  return std::nullopt;
+  const uint64_t tag = t[0] ^ (env << 48) ^ (step << 16);
+  if (tag >= tags || t != target_of(env, step, tag)) return std::nullopt;
+  return tag;
 }
 
 // Pushes the next step of `env` (episodes of 7 steps), its target as pushed.
