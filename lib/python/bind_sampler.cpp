@@ -185,6 +185,34 @@ void def_sampler_rewrites(SamplerClass& c) {
           "try_update for many steps: data maps some field names to arrays of shape ``(len(env_ids), *shape)``. "
           "Returns a bool array, False where the step was overwritten already.")
       .def(
+          "pop_episodes",
+          [](PySampler& s, Int<"Sampler.pop_episodes(): max", std::size_t> max) {
+            const std::shared_ptr<Sampler> smp = s.get("pop_episodes");
+            // no more than the envs' queues can hold at once, whatever max says
+            const uint64_t queued_at_most = s.buffer->num_envs() * s.buffer->episode_queue_capacity();
+            std::vector<EpisodeRecord> records(static_cast<std::size_t>(std::min<uint64_t>(max, queued_at_most)));
+            py::list out;
+            {
+              py::gil_scoped_release release;
+              std::lock_guard lock(s.mu);
+              // The records become the list's objects before the call counts them delivered: a process killed
+              // before that has them counted lost (episode_records_lost); once the list exists they are the
+              // caller's. Waiting for the GIL holding mu is safe under objects.hpp's rule.
+              smp->pop_episodes(records, [&](std::span<const EpisodeRecord> taken) {
+                py::gil_scoped_acquire gil;
+                for (const EpisodeRecord& r : taken) out.append(py::cast(r));
+              });
+            }
+            return out;
+          },
+          "max"_a = 1024, "Completed episodes queued by the writers, oldest first per env (buffers with episode "
+                          "fields). Each record reaches one learner at most once; the records a process killed inside "
+                          "this call had taken are counted lost (`shmreplay info`: episode_records_lost).");
+}
+
+// Sampler.write_back: reanalysed values written back by handle (docs/design/write_back.md).
+void def_sampler_write_back(SamplerClass& c) {
+  c.def(
           "write_back",
           [](PySampler& s, py::object env_ids, py::object steps, const py::kwargs& data) {
             const std::shared_ptr<Sampler> smp = s.get("write_back");
@@ -209,31 +237,7 @@ void def_sampler_rewrites(SamplerClass& c) {
           "derived field (declared ':derived') and gives an array of shape ``(len(env_ids), *shape)``, rows first. "
           "The handles are batch.env_ids and batch.starts (plus a row's offset inside a sequence). Returns (applied, "
           "refused): the rows written, and a bool array, True where the step was overwritten since (refused, never "
-          "written into the newer step). Data for a field that is not derived raises InvalidArgument.")
-      .def(
-          "pop_episodes",
-          [](PySampler& s, Int<"Sampler.pop_episodes(): max", std::size_t> max) {
-            const std::shared_ptr<Sampler> smp = s.get("pop_episodes");
-            // no more than the envs' queues can hold at once, whatever max says
-            const uint64_t queued_at_most = s.buffer->num_envs() * s.buffer->episode_queue_capacity();
-            std::vector<EpisodeRecord> records(static_cast<std::size_t>(std::min<uint64_t>(max, queued_at_most)));
-            py::list out;
-            {
-              py::gil_scoped_release release;
-              std::lock_guard lock(s.mu);
-              // The records become the list's objects before the call counts them delivered: a process killed
-              // before that has them counted lost (episode_records_lost); once the list exists they are the
-              // caller's. Waiting for the GIL holding mu is safe under objects.hpp's rule.
-              smp->pop_episodes(records, [&](std::span<const EpisodeRecord> taken) {
-                py::gil_scoped_acquire gil;
-                for (const EpisodeRecord& r : taken) out.append(py::cast(r));
-              });
-            }
-            return out;
-          },
-          "max"_a = 1024, "Completed episodes queued by the writers, oldest first per env (buffers with episode "
-                          "fields). Each record reaches one learner at most once; the records a process killed inside "
-                          "this call had taken are counted lost (`shmreplay info`: episode_records_lost).");
+          "written into the newer step). Data for a field that is not derived raises InvalidArgument.");
 }
 
 // Sampler's policy versions: publish_policy and policy (docs/design/policy.md).
@@ -319,6 +323,7 @@ void bind_sampler(py::module_& m) {
   def_sampler_state(sampler);
   def_sampler_policy(sampler);
   def_sampler_rewrites(sampler);
+  def_sampler_write_back(sampler);
   add_sample_methods(sampler);  // sample, sample_mixed, sample_transitions and total_weight (sample_call.cpp)
 }
 
