@@ -102,20 +102,23 @@ def shm_learner(name, rank, start_at, warmup_s, measure_s, out):
     out.put(("learner", counted(one, start_at, warmup_s, measure_s)))
 
 
-def shm_worker(name, rank, start_at, warmup_s, measure_s, out):
+def shm_worker(name, rank, start_at, warmup_s, measure_s, out, think_s):
     import shmreplay
     s = shmreplay.Sampler(shmreplay.Buffer.open(name), rank=rank, seed=rank)
     refused_rows = [0]
 
     def one():
         x = s.sample_transitions("replay", WB_BATCH)
-        applied, refused = s.write_back(x.env_ids, x.starts, **new_targets(x["obs"][:, 0], rank))
+        targets = new_targets(x["obs"][:, 0], rank)
+        if think_s:
+            time.sleep(think_s)  # the network's inference, on a GPU: the CPU is free meanwhile
+        applied, refused = s.write_back(x.env_ids, x.starts, **targets)
         refused_rows[0] += int(refused.sum())
         return applied
     out.put(("worker", counted(one, start_at, warmup_s, measure_s)))
 
 
-def run_shm(workers, warmup_s, measure_s):
+def run_shm(workers, warmup_s, measure_s, think_s):
     import shmreplay
     name = f"reanalyse-bench-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     buf = shmreplay.Buffer.create(name, ENVS, CAPACITY, SPEC, max_learners=1 + max(WORKER_COUNTS))
@@ -130,7 +133,7 @@ def run_shm(workers, warmup_s, measure_s):
         start_at = time.time() + 1.0
         procs = [ctx.Process(target=shm_writer, args=(name, stop))]
         procs.append(ctx.Process(target=shm_learner, args=(name, 0, start_at, warmup_s, measure_s, out)))
-        procs += [ctx.Process(target=shm_worker, args=(name, 1 + k, start_at, warmup_s, measure_s, out))
+        procs += [ctx.Process(target=shm_worker, args=(name, 1 + k, start_at, warmup_s, measure_s, out, think_s))
                   for k in range(workers)]
         for p in procs:
             p.start()
@@ -215,18 +218,21 @@ def ray_classes():
                 return LEARNER_BATCH
             return counted(one, start_at, warmup_s, measure_s)
 
-        def run_worker(self, actor, version, start_at, warmup_s, measure_s):
+        def run_worker(self, actor, version, start_at, warmup_s, measure_s, think_s):
             import ray as r
 
             def one():
                 slots, step_ids, obs = r.get(actor.sample_handles.remote(WB_BATCH))
-                return r.get(actor.write_targets.remote(slots, step_ids, new_targets(obs, version)))
+                targets = new_targets(obs, version)
+                if think_s:
+                    time.sleep(think_s)
+                return r.get(actor.write_targets.remote(slots, step_ids, targets))
             return counted(one, start_at, warmup_s, measure_s)
 
     return ReplayActor, Client
 
 
-def run_ray(workers, warmup_s, measure_s, classes):
+def run_ray(workers, warmup_s, measure_s, think_s, classes):
     import ray
     ReplayActor, Client = classes
     actor = ReplayActor.remote()
@@ -237,7 +243,8 @@ def run_ray(workers, warmup_s, measure_s, classes):
     total = 1.0 + warmup_s + measure_s + 1.0
     writer = clients[0].run_writer.remote(actor, total)
     learner = clients[1].run_learner.remote(actor, start_at, warmup_s, measure_s)
-    wbs = [clients[2 + k].run_worker.remote(actor, 1 + k, start_at, warmup_s, measure_s) for k in range(workers)]
+    wbs = [clients[2 + k].run_worker.remote(actor, 1 + k, start_at, warmup_s, measure_s, think_s)
+           for k in range(workers)]
     learner_rate, wb_rates = ray.get(learner), ray.get(wbs)
     ray.get(writer)
     for c in clients + [actor]:
@@ -253,42 +260,62 @@ def median_run(fn, trials):
     return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run: short windows, one trial")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
-    parser.add_argument("--trials", type=int, default=3)
-    args = parser.parse_args()
-    warmup_s, measure_s, trials = (0.3, 1.0, 1) if args.quick else (1.0, 4.0, args.trials)
-
-    shm = {k: median_run(lambda k=k: run_shm(k, warmup_s, measure_s), trials) for k in (0,) + WORKER_COUNTS}
-    import ray
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    classes = ray_classes()
-    actor = {k: median_run(lambda k=k: run_ray(k, warmup_s, measure_s, classes), trials) for k in (0,) + WORKER_COUNTS}
-    ray.shutdown()
-
+def table(shm, actor):
+    """The rows of one table: per worker count, both sides' write-back and learner rates."""
     rows = []
     for k in WORKER_COUNTS:
         rows.append({"workers": k, "shm_write_back_rows_s": shm[k][1], "shm_learner_rows_s": shm[k][0],
                      "shm_learner_vs_alone": shm[k][0] / shm[0][0], "actor_write_back_rows_s": actor[k][1],
                      "actor_learner_rows_s": actor[k][0], "actor_learner_vs_alone": actor[k][0] / actor[0][0],
                      "write_back_vs_actor": shm[k][1] / actor[k][1]})
-    result = {"cpus": os.cpu_count(), "learner_alone_rows_s": {"shmreplay": shm[0][0], "actor": actor[0][0]},
-              "rows": rows, "trials": trials, "measure_s": measure_s}
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    print(f"Learner alone (rows/s): shmreplay {shm[0][0]:,.0f}, Ray actor {actor[0][0]:,.0f}; {os.cpu_count()} CPUs, "
-          f"{trials} trial(s) of {measure_s:.0f} s\n")
+    return {"learner_alone_rows_s": {"shmreplay": shm[0][0], "actor": actor[0][0]}, "rows": rows}
+
+
+def print_table(title, t):
+    alone = t["learner_alone_rows_s"]
+    print(f"{title}. Learner alone (rows/s): shmreplay {alone['shmreplay']:,.0f}, Ray actor {alone['actor']:,.0f}.\n")
     print("| write-back processes | shmreplay write-back rows/s | learner rows/s (vs alone) | Ray actor write-back "
           "rows/s | actor's learner rows/s (vs alone) | write-back: shmreplay / actor |")
     print("|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
+    for r in t["rows"]:
         print(f"| {r['workers']} | {r['shm_write_back_rows_s']:,.0f} | {r['shm_learner_rows_s']:,.0f} "
               f"({r['shm_learner_vs_alone']:.0%}) | {r['actor_write_back_rows_s']:,.0f} | "
               f"{r['actor_learner_rows_s']:,.0f} ({r['actor_learner_vs_alone']:.0%}) | "
               f"{r['write_back_vs_actor']:.1f}x |")
+    print()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run: short windows, one trial")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of markdown tables")
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--think-ms", type=float, default=20.0,
+                        help="the paced table's inference time per write-back batch (a sleep: a GPU's time)")
+    args = parser.parse_args()
+    warmup_s, measure_s, trials = (0.3, 1.0, 1) if args.quick else (1.0, 4.0, args.trials)
+    counts = (0,) + WORKER_COUNTS
+    runs = {}
+    for label, think_s in (("flat out", 0.0), ("paced", args.think_ms / 1000)):
+        runs[label] = {"think_s": think_s, "shm": {k: median_run(lambda k=k: run_shm(k, warmup_s, measure_s, think_s),
+                                                                 trials) for k in counts}}
+    import ray
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    classes = ray_classes()
+    for label, run in runs.items():
+        run["actor"] = {k: median_run(lambda k=k: run_ray(k, warmup_s, measure_s, run["think_s"], classes), trials)
+                        for k in counts}
+    ray.shutdown()
+    result = {"cpus": os.cpu_count(), "trials": trials, "measure_s": measure_s,
+              "tables": {label: dict(table(r["shm"], r["actor"]), think_s=r["think_s"]) for label, r in runs.items()}}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"{os.cpu_count()} CPUs, {trials} trial(s) of {measure_s:.0f} s each, medians.\n")
+    for label, t in result["tables"].items():
+        title = ("Flat out: write-back processes that only sample and write back" if label == "flat out" else
+                 f"Paced: each write-back batch waits {t['think_s'] * 1000:.0f} ms for inference (a sleep)")
+        print_table(title, t)
 
 
 if __name__ == "__main__":
