@@ -61,20 +61,25 @@ def new_targets(obs, version):
             "root_value": value.astype(np.float32), "target_version": np.full(len(obs), version, np.int64)}
 
 
-def counted(fn, start_at, warmup_s, measure_s):
-    """Runs fn() (which returns rows done) until the window ends; the rows done inside the window per second."""
+def counted(fn, start_at, warmup_s, measure_s, cpu=False):
+    """Runs fn() (which returns rows done) until the window ends; the rows done inside the window per second, and
+    with cpu=True also per second of this process's CPU time in the window (what the machine's other load and the
+    CPU share the other processes take leave out: the buffer's own interference)."""
     while time.time() < start_at:
         time.sleep(0.001)
     begin, end = start_at + warmup_s, start_at + warmup_s + measure_s
-    rows = 0
+    rows, cpu_begin = 0, None
     while True:
         now = time.time()
         if now >= end:
             break
+        if now >= begin and cpu_begin is None:
+            cpu_begin = time.process_time()
         n = fn()
         if now >= begin:
             rows += n
-    return rows / measure_s
+    rate = rows / measure_s
+    return (rate, rows / max(time.process_time() - cpu_begin, 1e-9)) if cpu else rate
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -99,16 +104,17 @@ def shm_learner(name, rank, start_at, warmup_s, measure_s, out):
     def one():
         s.sample("replay", LEARNER_BATCH, UNROLL, out=batch)
         return LEARNER_BATCH
-    out.put(("learner", counted(one, start_at, warmup_s, measure_s)))
+    out.put(("learner", counted(one, start_at, warmup_s, measure_s, cpu=True)))
 
 
 def shm_worker(name, rank, start_at, warmup_s, measure_s, out, think_s):
     import shmreplay
     s = shmreplay.Sampler(shmreplay.Buffer.open(name), rank=rank, seed=rank)
+    batch = s.new_batch(WB_BATCH, 1)
     refused_rows = [0]
 
     def one():
-        x = s.sample_transitions("replay", WB_BATCH)
+        x = s.sample_transitions("replay", WB_BATCH, out=batch)
         targets = new_targets(x["obs"][:, 0], rank)
         if think_s:
             time.sleep(think_s)  # the network's inference, on a GPU: the CPU is free meanwhile
@@ -143,7 +149,8 @@ def run_shm(workers, warmup_s, measure_s, think_s):
             p.join(timeout=10)
     finally:
         shmreplay.Buffer.remove(name)
-    return (sum(r for k, r in results if k == "learner"), sum(r for k, r in results if k == "worker"))
+    learner = next(r for k, r in results if k == "learner")
+    return learner[0], sum(r for k, r in results if k == "worker"), learner[1]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -249,15 +256,27 @@ def run_ray(workers, warmup_s, measure_s, think_s, classes):
     ray.get(writer)
     for c in clients + [actor]:
         ray.kill(c)
-    return learner_rate, sum(wb_rates)
+    return learner_rate, sum(wb_rates), None
 
 
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def median_run(fn, trials):
-    runs = [fn() for _ in range(trials)]
-    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+def interleaved(run, counts, trials):
+    """Per worker count: the median learner and write-back rates over `trials`, and the median of each trial's
+    learner rate over the same trial's rate alone (count 0). Each trial runs every count in turn, so a drift of the
+    machine's load between trials (its cores are shared) cancels out of the ratios."""
+    runs = {k: [] for k in counts}
+    for _ in range(trials):
+        for k in counts:
+            runs[k].append(run(k))
+    out = {}
+    for k in counts:
+        ratios = [r[0] / alone[0] for r, alone in zip(runs[k], runs[0])]
+        cpu = [r[2] / alone[2] for r, alone in zip(runs[k], runs[0]) if r[2] is not None]
+        out[k] = (statistics.median(r[0] for r in runs[k]), statistics.median(r[1] for r in runs[k]),
+                  statistics.median(ratios), statistics.median(cpu) if cpu else None)
+    return out
 
 
 def table(shm, actor):
@@ -265,8 +284,9 @@ def table(shm, actor):
     rows = []
     for k in WORKER_COUNTS:
         rows.append({"workers": k, "shm_write_back_rows_s": shm[k][1], "shm_learner_rows_s": shm[k][0],
-                     "shm_learner_vs_alone": shm[k][0] / shm[0][0], "actor_write_back_rows_s": actor[k][1],
-                     "actor_learner_rows_s": actor[k][0], "actor_learner_vs_alone": actor[k][0] / actor[0][0],
+                     "shm_learner_vs_alone": shm[k][2], "shm_learner_per_cpu_vs_alone": shm[k][3],
+                     "actor_write_back_rows_s": actor[k][1],
+                     "actor_learner_rows_s": actor[k][0], "actor_learner_vs_alone": actor[k][2],
                      "write_back_vs_actor": shm[k][1] / actor[k][1]})
     return {"learner_alone_rows_s": {"shmreplay": shm[0][0], "actor": actor[0][0]}, "rows": rows}
 
@@ -274,12 +294,14 @@ def table(shm, actor):
 def print_table(title, t):
     alone = t["learner_alone_rows_s"]
     print(f"{title}. Learner alone (rows/s): shmreplay {alone['shmreplay']:,.0f}, Ray actor {alone['actor']:,.0f}.\n")
-    print("| write-back processes | shmreplay write-back rows/s | learner rows/s (vs alone) | Ray actor write-back "
-          "rows/s | actor's learner rows/s (vs alone) | write-back: shmreplay / actor |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| write-back processes | shmreplay write-back rows/s | learner rows/s (vs alone) | learner rows per CPU "
+          "second, vs alone | Ray actor write-back rows/s | actor's learner rows/s (vs alone) | write-back: "
+          "shmreplay / actor |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in t["rows"]:
         print(f"| {r['workers']} | {r['shm_write_back_rows_s']:,.0f} | {r['shm_learner_rows_s']:,.0f} "
-              f"({r['shm_learner_vs_alone']:.0%}) | {r['actor_write_back_rows_s']:,.0f} | "
+              f"({r['shm_learner_vs_alone']:.0%}) | {r['shm_learner_per_cpu_vs_alone']:.0%} | "
+              f"{r['actor_write_back_rows_s']:,.0f} | "
               f"{r['actor_learner_rows_s']:,.0f} ({r['actor_learner_vs_alone']:.0%}) | "
               f"{r['write_back_vs_actor']:.1f}x |")
     print()
@@ -297,21 +319,22 @@ def main():
     counts = (0,) + WORKER_COUNTS
     runs = {}
     for label, think_s in (("flat out", 0.0), ("paced", args.think_ms / 1000)):
-        runs[label] = {"think_s": think_s, "shm": {k: median_run(lambda k=k: run_shm(k, warmup_s, measure_s, think_s),
-                                                                 trials) for k in counts}}
+        runs[label] = {"think_s": think_s,
+                       "shm": interleaved(lambda k, t=think_s: run_shm(k, warmup_s, measure_s, t), counts, trials)}
     import ray
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     classes = ray_classes()
     for label, run in runs.items():
-        run["actor"] = {k: median_run(lambda k=k: run_ray(k, warmup_s, measure_s, run["think_s"], classes), trials)
-                        for k in counts}
+        run["actor"] = interleaved(lambda k, t=run["think_s"]: run_ray(k, warmup_s, measure_s, t, classes), counts,
+                                   trials)
     ray.shutdown()
     result = {"cpus": os.cpu_count(), "trials": trials, "measure_s": measure_s,
               "tables": {label: dict(table(r["shm"], r["actor"]), think_s=r["think_s"]) for label, r in runs.items()}}
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{os.cpu_count()} CPUs, {trials} trial(s) of {measure_s:.0f} s each, medians.\n")
+    print(f"{os.cpu_count()} CPUs, {trials} trial(s) of {measure_s:.0f} s each, medians; a learner's rate against its "
+          f"rate alone is the median of each trial's ratio.\n")
     for label, t in result["tables"].items():
         title = ("Flat out: write-back processes that only sample and write back" if label == "flat out" else
                  f"Paced: each write-back batch waits {t['think_s'] * 1000:.0f} ms for inference (a sleep)")
