@@ -318,6 +318,11 @@ class Sampler {
   /// lock of the same env, and the env's writer waits for the rows of its env.
   WriteBackResult write_back(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
                              std::span<const FieldBytes> fields, std::span<uint8_t> refused = {});
+  /// The same, with the fields as a braced list.
+  WriteBackResult write_back(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
+                             std::initializer_list<FieldBytes> fields, std::span<uint8_t> refused = {}) {
+    return write_back(env_ids, steps, std::span<const FieldBytes>(fields.begin(), fields.size()), refused);
+  }
 
   /// Sets the priority of stored step steps[i] of env env_ids[i] to priorities[i], for each i (the learner's new
   /// TD errors for the rows it sampled: pass batch.env_ids() and batch.start_steps()). An update for a step that a
