@@ -6,8 +6,10 @@ namespace shmreplay::python {
 
 using namespace py::literals;
 
-void bind_schema(py::module_& m) {
-  // ----- schema
+namespace {
+
+// The Field class: its constructor from the text form's parts, its properties.
+void bind_field(py::module_& m) {
   py::class_<Field>(m, "Field", "One named field of a step: a dtype and a shape (empty for a scalar).")
       .def(py::init([](const std::string& name, const std::string& dtype, const std::vector<Int<"Field(): shape">>& shape,
                        std::optional<Int<"Field(): stack_axis", int64_t>> stack_axis,
@@ -61,7 +63,12 @@ void bind_schema(py::module_& m) {
       .def("__str__", &Field::to_string)
       .def("__repr__", [](const Field& f) { return fmt::format("shmreplay.Field('{}')", f.to_string()); })
       .def(py::self == py::self);
+}
 
+}  // namespace
+
+void bind_schema(py::module_& m) {
+  bind_field(m);
   py::class_<Schema, std::shared_ptr<Schema>>(m, "Schema", "The ordered fields of every step of a buffer.")
       .def(py::init([](const std::vector<Field>& fields) { return std::make_shared<Schema>(fields); }), "fields"_a)
       .def_static("parse", [](const std::string& spec) { return std::make_shared<Schema>(Schema::parse(spec)); },
