@@ -256,6 +256,15 @@ Json info_json(const SegmentInfo& i) {
 
 // -- text forms --
 
+// ", N rows written back, M refused" for learners that called write_back (issue 48); "" for those that did not.
+std::string write_backs_text(const LearnerInfo& l) {
+  const uint64_t applied = l.counters.at(*counter_index(CounterScope::learner, "write_backs_applied"));
+  const uint64_t refused = l.counters.at(*counter_index(CounterScope::learner, "write_backs_refused"));
+  if (applied + refused == 0) return {};
+  return fmt::format(", {} written back, {} refused (overwritten since sampled)", counted(applied, "row", "rows"),
+                     refused);
+}
+
 void print_pair(std::string_view key, std::string_view value) { fmt::print("{:<14}{}\n", key, value); }
 
 void print_info_summary(const SegmentInfo& i) {
@@ -329,9 +338,10 @@ void print_info_summary(const SegmentInfo& i) {
   }
   if (i.rate_limit.limit) print_pair("rate limit", rate_limit_text(i.rate_limit));
   print_sampling_policies(i);
-  print_pair("sampled", fmt::format("{} in {}, {} retried, {} updated, {} online resets",
+  print_pair("sampled", fmt::format("{} in {}, {} retried, {} updated, {} online resets{}",
                                     counted(l.rows_sampled, "row", "rows"), counted(l.sample_calls, "call", "calls"),
-                                    l.retries, counted(l.steps_updated, "step", "steps"), l.online_resets));
+                                    l.retries, counted(l.steps_updated, "step", "steps"), l.online_resets,
+                                    write_backs_text(l)));
   if (l.age_rows != 0) {  // layout 1.8
     print_pair("sample age", fmt::format("{:.1f} steps behind the head on average ({} counted)",
                                          static_cast<double>(l.age_sum_steps) / static_cast<double>(l.age_rows),
