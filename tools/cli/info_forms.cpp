@@ -265,6 +265,13 @@ std::string write_backs_text(const LearnerInfo& l) {
                      refused);
 }
 
+// `info`'s sampled line: rows, calls, retries, updates, online resets, and write-backs.
+std::string sampled_text(const LearnerInfo& l) {
+  return fmt::format("{} in {}, {} retried, {} updated, {} online resets{}", counted(l.rows_sampled, "row", "rows"),
+                     counted(l.sample_calls, "call", "calls"), l.retries, counted(l.steps_updated, "step", "steps"),
+                     l.online_resets, write_backs_text(l));
+}
+
 void print_pair(std::string_view key, std::string_view value) { fmt::print("{:<14}{}\n", key, value); }
 
 void print_info_summary(const SegmentInfo& i) {
@@ -338,10 +345,7 @@ void print_info_summary(const SegmentInfo& i) {
   }
   if (i.rate_limit.limit) print_pair("rate limit", rate_limit_text(i.rate_limit));
   print_sampling_policies(i);
-  print_pair("sampled", fmt::format("{} in {}, {} retried, {} updated, {} online resets{}",
-                                    counted(l.rows_sampled, "row", "rows"), counted(l.sample_calls, "call", "calls"),
-                                    l.retries, counted(l.steps_updated, "step", "steps"), l.online_resets,
-                                    write_backs_text(l)));
+  print_pair("sampled", sampled_text(l));
   if (l.age_rows != 0) {  // layout 1.8
     print_pair("sample age", fmt::format("{:.1f} steps behind the head on average ({} counted)",
                                          static_cast<double>(l.age_sum_steps) / static_cast<double>(l.age_rows),
