@@ -34,9 +34,10 @@ TEST_CASE("info --json reports the geometry, the schema and empty envs") {
 
   const json& schema = j["schema"];
   REQUIRE(schema.size() == 4);
-  CHECK(schema[0] == json{{"name", "obs"}, {"dtype", "f32"}, {"shape", {4}}, {"bytes", 16}, {"stack_axis", nullptr}, {"codec", nullptr}});
-  CHECK(schema[1] ==
-        json{{"name", "action"}, {"dtype", "i32"}, {"shape", json::array()}, {"bytes", 4}, {"stack_axis", nullptr}, {"codec", nullptr}});
+  CHECK(schema[0] == json{{"name", "obs"}, {"dtype", "f32"}, {"shape", {4}}, {"bytes", 16}, {"stack_axis", nullptr},
+                          {"codec", nullptr}, {"derived", false}});
+  CHECK(schema[1] == json{{"name", "action"}, {"dtype", "i32"}, {"shape", json::array()}, {"bytes", 4},
+                          {"stack_axis", nullptr}, {"codec", nullptr}, {"derived", false}});
   CHECK(schema[3]["dtype"] == "bool");
 
   const json& envs = j["envs"];
@@ -440,6 +441,8 @@ TEST_CASE("info, info --json and watch show the rows a learner wrote back and th
   const json j = parse_json(run_cli({"info", name, "--json"}).out);
   CHECK(j["learner"]["write_backs_applied"] == 2);
   CHECK(j["learner"]["write_backs_refused"] == 1);
+  CHECK(j["schema"][1]["derived"] == true);
+  CHECK(j["schema"][0]["derived"] == false);
   const CliResult watch = run_cli({"watch", name, "--once"});
   REQUIRE(watch.exit_code == 0);
   CHECK(contains(watch.out, "2 rows written back, 1 refused"));

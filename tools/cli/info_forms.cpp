@@ -49,7 +49,8 @@ Json schema_json(const Schema& schema) {
                       {"shape", f.shape},
                       {"bytes", f.bytes()},
                       {"stack_axis", f.stack_axis ? Json(*f.stack_axis) : Json(nullptr)},
-                      {"codec", f.compressed() ? Json(codec_text(f.codec, f.codec_level)) : Json(nullptr)}});
+                      {"codec", f.compressed() ? Json(codec_text(f.codec, f.codec_level)) : Json(nullptr)},
+                      {"derived", f.derived}});
   }
   return fields;
 }
