@@ -69,8 +69,8 @@ TEST_CASE("info of a stacked buffer: each stacked field's K, axis, frames and fr
   CHECK(j["data_bytes"] == 2 * 20 * 16 + 2 * 16 * 8 + 2 * 16 * 4);  // rings, index words, t
   CHECK(j["stored_step_bytes"] == 32.0);                              // 1024 bytes / 32 step slots
   CHECK(j["schema_spec"] == kStackedSpec);
-  CHECK(j["schema"][0] ==
-        json{{"name", "obs"}, {"dtype", "u8"}, {"shape", {3, 4, 4}}, {"bytes", 48}, {"stack_axis", 0}, {"codec", nullptr}});
+  CHECK(j["schema"][0] == json{{"name", "obs"}, {"dtype", "u8"}, {"shape", {3, 4, 4}}, {"bytes", 48},
+                               {"stack_axis", 0}, {"codec", nullptr}, {"derived", false}});
   CHECK(j["schema"][1]["stack_axis"].is_null());
   REQUIRE(j["stacks"].size() == 1);
   CHECK(j["stacks"][0] == json{{"field", "obs"},
