@@ -13,6 +13,7 @@
 //   sampler_checks.cpp      the argument checks, and the error of a snapshot with nothing to draw
 //   sampler_weights.cpp     total_weight and priority_weights
 //   sampler_update.cpp      the learner's writes: try_update, update_priorities
+//   sampler_write_back.cpp  write_back: derived fields rewritten by handle, many rows per call
 //   sampler_rate_limit.cpp  the learner's half of the rate limiter
 //   sampler_episodes.cpp    pop_episodes
 #pragma once
@@ -198,6 +199,13 @@ std::optional<uint64_t> window_lo(const Segment& seg, std::size_t field, uint64_
                                   uint64_t floor) noexcept;
 
 // update_priorities' copy of the caller's arrays, checked and then used (grows to the largest update only).
+// Sampler::write_back's copy of its handles and the order it writes them in (by env, then step).
+struct WriteBackCopy {
+  std::vector<uint64_t> envs;
+  std::vector<uint64_t> steps;
+  std::vector<std::size_t> order;
+};
+
 struct UpdateCopy {
   std::vector<std::pair<uint64_t, uint64_t>> applied;  // (env, step) applied, with sequence priorities
   std::vector<uint64_t> envs;
@@ -232,6 +240,7 @@ struct Sampler::Scratch {
   sampler_parts::ChunkGather gather;
   sampler_parts::OnlineMarks online;
   sampler_parts::UpdateCopy update;
+  sampler_parts::WriteBackCopy write_back;  // write_back's handles (sampler_write_back.cpp)
   sampler_parts::Window window;
   sampler_parts::Caps caps;  // the sample caps (sampler_caps.hpp); off without
   sampler_parts::Zeroing zeroing;  // zero-on-sample (sampler_zero.hpp); off for calls without

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
+#include <functional>
 #include <set>
 
 #include "detail/os/char_text.hpp"
@@ -105,6 +107,11 @@ uint64_t validate_field(const Field& f, const std::string& where) {
                      f.codec == Codec::zstd ? fmt::format("is not a zstd level this library writes ({} to {}, not 0)",
                                                           kMinZstdLevel, kMaxZstdLevel)
                                             : std::string("is given for a codec without levels; expected 0")));
+  }
+  if (f.derived && (f.stack_axis || f.compressed())) {
+    fail(fmt::format("schema {}: a derived field is rewritten in place by write_back, so it is stored as pushed; "
+                     "drop ':{}' or ':derived'",
+                     where, f.stack_axis ? "stack=" : f.codec == Codec::lz4 ? "lz4" : "zstd"));
   }
   return bytes;
 }
@@ -212,31 +219,58 @@ void parse_zstd_level(Cursor& cur, Field& field, const Where& where) {
 }
 
 // The options after a field's shape, each ":WORD" or ":WORD=VALUE", each at most once (the cursor is at the first
-// ':'): "stack=AXIS", "lz4", "zstd", "zstd=LEVEL".
+// ':'): one row per word; a row's parse reads what follows the word. Rows of one group (the codecs) exclude each
+// other.
+struct FieldOption {
+  std::string_view word;
+  std::string_view group;  ///< options of one group exclude each other ("codec"); "" for an option of its own
+  void (*parse)(Cursor& cur, Field& field, const std::function<std::string()>& where);
+};
+
+constexpr FieldOption kFieldOptions[] = {
+    {"stack", "", [](Cursor& cur, Field& field, const std::function<std::string()>& where) {
+       parse_stack_axis(cur, field, where);
+     }},
+    {"lz4", "codec", [](Cursor&, Field& field, const std::function<std::string()>&) { field.codec = Codec::lz4; }},
+    {"zstd", "codec", [](Cursor& cur, Field& field, const std::function<std::string()>& where) {
+       parse_zstd_level(cur, field, where);
+     }},
+    {"derived", "", [](Cursor&, Field& field, const std::function<std::string()>&) { field.derived = true; }},
+};
+
+std::string option_words() {
+  std::string out;
+  for (const FieldOption& o : kFieldOptions) {
+    if (!out.empty()) out += ", ";
+    out += o.word;
+  }
+  return out;
+}
+
 template <class Where>
 void parse_field_options(Cursor& cur, Field& field, const Where& where) {
-  bool stack_seen = false;
+  std::vector<std::string_view> seen;  // the words and groups given so far
+  const std::function<std::string()> where_fn = where;
   while (cur.peek() == ':') {
     cur.advance();
     const std::string at = where();
     const std::string_view word = cur.take_while([](char c) { return is_word_char(c) || is_digit(c); });
-    const bool codec_word = word == "lz4" || word == "zstd";
-    if ((word == "stack" && stack_seen) || (codec_word && field.compressed())) {
-      fail(fmt::format("{}: '{}' {}", at, word,
-                       word == "stack" ? "is given twice" : "follows another codec; a field has at most one"));
+    const FieldOption* option = nullptr;
+    for (const FieldOption& o : kFieldOptions) {
+      if (o.word == word) option = &o;
     }
-    if (word == "stack") {
-      stack_seen = true;
-      parse_stack_axis(cur, field, where);
-    } else if (word == "lz4") {
-      field.codec = Codec::lz4;
-    } else if (word == "zstd") {
-      parse_zstd_level(cur, field, where);
-    } else {
-      fail(fmt::format("{}: expected an option after ':' (stack=AXIS, lz4 or zstd=LEVEL, as in {}:stack=0:lz4), "
-                       "found '{}'",
-                       at, field.to_string(), std::string(word) + (cur.done() ? std::string() : std::string(1, cur.peek()))));
+    if (option == nullptr) {
+      fail(fmt::format("{}: expected an option after ':' ({}; as in {}:stack=0:lz4), found '{}'", at, option_words(),
+                       field.to_string(), std::string(word) + (cur.done() ? std::string() : std::string(1, cur.peek()))));
     }
+    const auto given = [&](std::string_view key) { return std::find(seen.begin(), seen.end(), key) != seen.end(); };
+    if (given(option->word)) fail(fmt::format("{}: '{}' is given twice", at, word));
+    if (!option->group.empty() && given(option->group)) {
+      fail(fmt::format("{}: '{}' follows another codec; a field has at most one", at, word));
+    }
+    seen.push_back(option->word);
+    if (!option->group.empty()) seen.push_back(option->group);
+    option->parse(cur, field, where_fn);
   }
 }
 
@@ -279,6 +313,7 @@ std::string Field::to_string() const {
   if (stack_axis) s += fmt::format(":stack={}", *stack_axis);
   if (codec == Codec::lz4) s += ":lz4";
   if (codec == Codec::zstd) s += fmt::format(":zstd={}", codec_level);
+  if (derived) s += ":derived";
   return s;
 }
 
@@ -418,6 +453,10 @@ std::vector<std::string> Schema::differences(const Schema& expected, const Schem
                                       : fmt::format("compressed with {}", f.to_string().substr(f.to_string().rfind(':') + 1));
       };
       out.push_back(fmt::format("field '{}': expected {}, actual {}", want.name, keeping(want), keeping(have)));
+    }
+    if (want.derived != have.derived) {
+      const auto kind = [](const Field& f) { return f.derived ? "derived" : "not derived"; };
+      out.push_back(fmt::format("field '{}': expected {}, actual {}", want.name, kind(want), kind(have)));
     }
     if (*at != i) {
       out.push_back(fmt::format("field '{}': expected at position {}, actual position {}", want.name, i + 1, *at + 1));

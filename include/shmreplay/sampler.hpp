@@ -119,6 +119,11 @@ struct PriorityUpdateResult {
   uint64_t dropped = 0;  ///< refused because a writer had overwritten (or was overwriting) the step since
 };
 
+/// What Sampler::write_back did.
+struct WriteBackResult {
+  uint64_t applied = 0;  ///< rows whose step was rewritten
+  uint64_t refused = 0;  ///< rows refused because a writer had overwritten the step (or it left the view) since
+};
 
 /// How a Sampler retries: given to its constructor.
 struct SamplerOptions {
@@ -289,11 +294,35 @@ class Sampler {
   /// boundaries are fixed when the step is pushed; data for a stacked field, whose frames other steps share).
   /// Rewriting the reward field changes what samples read, not the records already queued.
   /// Concurrent samplers never see a half-updated step (they retry); the env's writer waits for the copy of
-  /// one step while it needs the same env's claim.
+  /// one step while it needs the same env's claim. Unlike write_back it rewrites any field that is neither an
+  /// episode flag, the policy version nor stacked, derived or not.
   bool try_update(uint64_t env_id, uint64_t step, std::span<const FieldBytes> fields);
   /// The same, with the fields as a braced list.
   bool try_update(uint64_t env_id, uint64_t step, std::initializer_list<FieldBytes> fields) {
     return try_update(env_id, step, std::span<const FieldBytes>(fields.begin(), fields.size()));
+  }
+
+  /// Writes reanalysed values back into stored steps by handle (docs/design/write_back.md): row i rewrites the
+  /// derived fields (Field::derived) of step steps[i] of env env_ids[i] with row i of each fields[f] that has data
+  /// ([n][field shape], C-contiguous: exactly n x the field's bytes, size_mismatch otherwise); fields with null data
+  /// are left as they are. The handles are what a sample returned: batch.env_ids() and batch.start_steps() (plus
+  /// the row's offset for a step inside a sequence). A row whose step a writer overwrote since (or that left the
+  /// view) is refused and counted, never applied to the newer step; `refused`, when given (n entries), gets 1 for
+  /// such a row and 0 for an applied one. Rows of one env are written under one take of the env's update lock, in
+  /// step order, each inside its own update section: a concurrent sampler never returns a half-written row (it
+  /// redraws), and a write-back killed mid-row leaves that row out of the view (the lock's repair). Rows of one
+  /// step given twice are both written, the later row last. Throws before writing anything: invalid_argument (data
+  /// for a field that is not derived: write_back never changes what a writer pushed; a step never published; a
+  /// consuming queue), size_mismatch (the lengths differ), env_out_of_range. The env ids and steps are copied once
+  /// (storage the Sampler reuses); the field bytes are read while they are written. Any learner rank may call it
+  /// (reanalyse workers are learner slots). O(n log n + n x derived bytes); waits only for another learner's update
+  /// lock of the same env, and the env's writer waits for the rows of its env.
+  WriteBackResult write_back(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
+                             std::span<const FieldBytes> fields, std::span<uint8_t> refused = {});
+  /// The same, with the fields as a braced list.
+  WriteBackResult write_back(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
+                             std::initializer_list<FieldBytes> fields, std::span<uint8_t> refused = {}) {
+    return write_back(env_ids, steps, std::span<const FieldBytes>(fields.begin(), fields.size()), refused);
   }
 
   /// Sets the priority of stored step steps[i] of env env_ids[i] to priorities[i], for each i (the learner's new

@@ -26,6 +26,13 @@
 // The buffer stores each frame as a compressed record and decompresses it when it is read, byte-exact
 // (docs/design/compression.md).
 //
+// A field that reanalyse recomputes (a value target, a root value, the version of the network that computed them)
+// is declared derived by appending ":derived". Writers push it as an initial value like any field; afterwards
+// Sampler::write_back rewrites it (and only derived fields) through the handles a sample returned
+// (docs/design/write_back.md). A derived field is stored as pushed: neither stacked nor compressed.
+//
+//     obs:u8[4,84,84]:stack=0 action:i32 reward:f32 done:bool value_target:f32:derived target_version:i64:derived
+//
 // Schema objects are plain values: immutable after construction, safe to share between threads.
 #pragma once
 
@@ -87,6 +94,9 @@ struct Field {
   Codec codec = Codec::none;
   /// zstd's level, kMinZstdLevel to kMaxZstdLevel but not 0, for Codec::zstd; 0 otherwise.
   int32_t codec_level = 0;
+  /// Whether the field is derived (":derived"): the only kind Sampler::write_back rewrites. Never stacked or
+  /// compressed.
+  bool derived = false;
 
   /// Elements per step: the product of the shape (1 for a scalar). Assumes a validated field.
   uint64_t elements() const noexcept;
@@ -101,12 +111,12 @@ struct Field {
   /// Whether the field is compressed (codec is not Codec::none).
   bool compressed() const noexcept { return codec != Codec::none; }
   /// The text form, e.g. "obs:u8[84,84,4]", "obs:u8[4,84,84]:stack=0" for a stacked field, with ":lz4" or
-  /// ":zstd=LEVEL" last for a compressed one.
+  /// ":zstd=LEVEL" after it for a compressed one and ":derived" last for a derived one.
   std::string to_string() const;
   /// The shape alone: "[84,84,4]", or "scalar".
   std::string shape_string() const;
 
-  /// Equal when name, dtype, shape, stack axis and codec (with its level) are.
+  /// Equal when name, dtype, shape, stack axis, codec (with its level) and derived are.
   friend bool operator==(const Field&, const Field&) = default;
 };
 

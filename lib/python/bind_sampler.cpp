@@ -210,6 +210,36 @@ void def_sampler_rewrites(SamplerClass& c) {
                           "this call had taken are counted lost (`shmreplay info`: episode_records_lost).");
 }
 
+// Sampler.write_back: reanalysed values written back by handle (docs/design/write_back.md).
+void def_sampler_write_back(SamplerClass& c) {
+  c.def(
+          "write_back",
+          [](PySampler& s, py::object env_ids, py::object steps, const py::kwargs& data) {
+            const std::shared_ptr<Sampler> smp = s.get("write_back");
+            const std::vector<uint64_t> ids = env_id_vector("write_back", env_ids, s.buffer->num_envs());
+            const std::vector<uint64_t> step_vec = step_vector("write_back", steps, ids.size());
+            const auto n = static_cast<py::ssize_t>(ids.size());
+            const auto arrays = field_arrays("write_back", *s.schema, data, true, {n});
+            const auto fields = arrays.bytes();
+            py::array_t<bool> refused(n);
+            WriteBackResult r;
+            {
+              py::gil_scoped_release release;
+              std::lock_guard lock(s.mu);
+              static_assert(sizeof(bool) == sizeof(uint8_t), "a NumPy bool is one byte");
+              r = smp->write_back(ids, step_vec, fields,
+                                  {reinterpret_cast<uint8_t*>(refused.mutable_data()), ids.size()});
+            }
+            return py::make_tuple(r.applied, refused);
+          },
+          "env_ids"_a, "steps"_a,
+          "Write reanalysed values back into stored steps by handle (docs/design/write_back.md): each keyword names a "
+          "derived field (declared ':derived') and gives an array of shape ``(len(env_ids), *shape)``, rows first. "
+          "The handles are batch.env_ids and batch.starts (plus a row's offset inside a sequence). Returns (applied, "
+          "refused): the rows written, and a bool array, True where the step was overwritten since (refused, never "
+          "written into the newer step). Data for a field that is not derived raises InvalidArgument.");
+}
+
 // Sampler's policy versions: publish_policy and policy (docs/design/policy.md).
 void def_sampler_policy(SamplerClass& c) {
   c.def(
@@ -293,6 +323,7 @@ void bind_sampler(py::module_& m) {
   def_sampler_state(sampler);
   def_sampler_policy(sampler);
   def_sampler_rewrites(sampler);
+  def_sampler_write_back(sampler);
   add_sample_methods(sampler);  // sample, sample_mixed, sample_transitions and total_weight (sample_call.cpp)
 }
 

@@ -6,24 +6,30 @@ namespace shmreplay::python {
 
 using namespace py::literals;
 
-void bind_schema(py::module_& m) {
-  // ----- schema
+namespace {
+
+// The Field class: its constructor from the text form's parts, its properties.
+void bind_field(py::module_& m) {
   py::class_<Field>(m, "Field", "One named field of a step: a dtype and a shape (empty for a scalar).")
       .def(py::init([](const std::string& name, const std::string& dtype, const std::vector<Int<"Field(): shape">>& shape,
                        std::optional<Int<"Field(): stack_axis", int64_t>> stack_axis,
-                       std::optional<std::string> codec) {
+                       std::optional<std::string> codec, bool derived) {
              Field f = make_field(name, dtype, std::vector<uint64_t>(shape.begin(), shape.end()),
                                   stack_axis ? std::optional<int64_t>(*stack_axis) : std::nullopt);
-             // The text form's option (":lz4", ":zstd=LEVEL"), read by the schema's own parser.
-             if (codec) f = Schema::parse(fmt::format("{}:{}", f.to_string(), *codec))[0];
+             // The text form's options (":lz4", ":zstd=LEVEL", ":derived"), read by the schema's own parser.
+             if (codec || derived) {
+               f = Schema::parse(fmt::format("{}{}{}", f.to_string(), codec ? ":" + *codec : std::string(),
+                                             derived ? ":derived" : ""))[0];
+             }
              return f;
            }),
            "name"_a, "dtype"_a, "shape"_a = std::vector<uint64_t>{}, py::kw_only(),
-           "stack_axis"_a = py::none(), "codec"_a = py::none(),
+           "stack_axis"_a = py::none(), "codec"_a = py::none(), "derived"_a = false,
            "A field: name, dtype as text (u8 i8 u16 i16 u32 i32 u64 i64 f16 bf16 f32 f64 bool), shape. With "
            "stack_axis, the field is a stack of shape[stack_axis] frames along that axis, newest last (-1: the last "
            "axis): pushed and sampled whole, stored one frame per step. With codec ('lz4', 'zstd' or 'zstd=LEVEL'), "
-           "its frames are kept compressed and decoded byte-exact when read.")
+           "its frames are kept compressed and decoded byte-exact when read. With derived=True, a value reanalyse "
+           "recomputes: Sampler.write_back rewrites it (and only derived fields) by handle.")
       .def_readonly("name", &Field::name, "the field's name")
       .def_property_readonly("dtype", [](const Field& f) { return std::string(dtype_name(f.dtype)); },
                              "the dtype as text: 'f32', 'u8', 'bool', ...")
@@ -52,10 +58,17 @@ void bind_schema(py::module_& m) {
                              "pushed")
       .def_property_readonly("codec_level", [](const Field& f) { return f.codec_level; },
                              "zstd's level (-7 to 19, not 0) for a 'zstd' field; 0 otherwise")
+      .def_readonly("derived", &Field::derived,
+                    "whether the field is derived (':derived'): the only kind Sampler.write_back rewrites")
       .def("__str__", &Field::to_string)
       .def("__repr__", [](const Field& f) { return fmt::format("shmreplay.Field('{}')", f.to_string()); })
       .def(py::self == py::self);
+}
 
+}  // namespace
+
+void bind_schema(py::module_& m) {
+  bind_field(m);
   py::class_<Schema, std::shared_ptr<Schema>>(m, "Schema", "The ordered fields of every step of a buffer.")
       .def(py::init([](const std::vector<Field>& fields) { return std::make_shared<Schema>(fields); }), "fields"_a)
       .def_static("parse", [](const std::string& spec) { return std::make_shared<Schema>(Schema::parse(spec)); },

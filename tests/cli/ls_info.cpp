@@ -34,9 +34,10 @@ TEST_CASE("info --json reports the geometry, the schema and empty envs") {
 
   const json& schema = j["schema"];
   REQUIRE(schema.size() == 4);
-  CHECK(schema[0] == json{{"name", "obs"}, {"dtype", "f32"}, {"shape", {4}}, {"bytes", 16}, {"stack_axis", nullptr}, {"codec", nullptr}});
-  CHECK(schema[1] ==
-        json{{"name", "action"}, {"dtype", "i32"}, {"shape", json::array()}, {"bytes", 4}, {"stack_axis", nullptr}, {"codec", nullptr}});
+  CHECK(schema[0] == json{{"name", "obs"}, {"dtype", "f32"}, {"shape", {4}}, {"bytes", 16}, {"stack_axis", nullptr},
+                          {"codec", nullptr}, {"derived", false}});
+  CHECK(schema[1] == json{{"name", "action"}, {"dtype", "i32"}, {"shape", json::array()}, {"bytes", 4},
+                          {"stack_axis", nullptr}, {"codec", nullptr}, {"derived", false}});
   CHECK(schema[3]["dtype"] == "bool");
 
   const json& envs = j["envs"];
@@ -68,8 +69,8 @@ TEST_CASE("info of a stacked buffer: each stacked field's K, axis, frames and fr
   CHECK(j["data_bytes"] == 2 * 20 * 16 + 2 * 16 * 8 + 2 * 16 * 4);  // rings, index words, t
   CHECK(j["stored_step_bytes"] == 32.0);                              // 1024 bytes / 32 step slots
   CHECK(j["schema_spec"] == kStackedSpec);
-  CHECK(j["schema"][0] ==
-        json{{"name", "obs"}, {"dtype", "u8"}, {"shape", {3, 4, 4}}, {"bytes", 48}, {"stack_axis", 0}, {"codec", nullptr}});
+  CHECK(j["schema"][0] == json{{"name", "obs"}, {"dtype", "u8"}, {"shape", {3, 4, 4}}, {"bytes", 48},
+                               {"stack_axis", 0}, {"codec", nullptr}, {"derived", false}});
   CHECK(j["schema"][1]["stack_axis"].is_null());
   REQUIRE(j["stacks"].size() == 1);
   CHECK(j["stacks"][0] == json{{"field", "obs"},
@@ -420,4 +421,34 @@ TEST_CASE("info, info --json and metrics count the episode records of a learner 
   CHECK(contains(m.out, "# TYPE shmreplay_episode_records_lost_total counter"));
   CHECK(contains(m.out, fmt::format("shmreplay_episode_records_lost_total{{buffer=\"{}\",env=\"0\"}} {}", name,
                                     j["envs"][0]["episode_records_lost"].get<uint64_t>())));
+}
+
+TEST_CASE("info, info --json and watch show the rows a learner wrote back and the rows refused") {
+  const std::string name = unique_name("cli-wb");
+  SegmentGuard guard(name);
+  Buffer b = Buffer::create(name, 1, 4, Schema::parse("obs:f32 value:f32:derived"));
+  Writer w = Writer::range(b, 0, 1);
+  const float x = 1.0f;
+  for (int s = 0; s < 6; ++s) w.push_one(0, {value_bytes(x), value_bytes(x)});  // steps 2..5 stored
+  Sampler s(b);
+  const std::vector<uint64_t> envs{0, 0, 0}, steps{1, 4, 5};
+  const std::vector<float> values{2.0f, 2.0f, 2.0f};
+  const WriteBackResult r = s.write_back(envs, steps, {FieldBytes{}, field_bytes(values)});
+  REQUIRE(r.applied == 2);
+  const CliResult info = run_cli({"info", name});
+  REQUIRE(info.exit_code == 0);
+  CHECK(contains(info.out, "2 rows written back, 1 refused (overwritten since sampled)"));
+  const json j = parse_json(run_cli({"info", name, "--json"}).out);
+  CHECK(j["learner"]["write_backs_applied"] == 2);
+  CHECK(j["learner"]["write_backs_refused"] == 1);
+  CHECK(j["schema"][1]["derived"] == true);
+  CHECK(j["schema"][0]["derived"] == false);
+  const CliResult watch = run_cli({"watch", name, "--once"});
+  REQUIRE(watch.exit_code == 0);
+  CHECK(contains(watch.out, "2 rows written back, 1 refused"));
+  // A buffer nobody wrote back into says nothing of write-backs.
+  const std::string other = unique_name("cli-wb0");
+  SegmentGuard other_guard(other);
+  REQUIRE(create(other, 1, 4).exit_code == 0);
+  CHECK(!contains(run_cli({"info", other}).out, "written back"));
 }

@@ -89,6 +89,7 @@ TEST_CASE("layout 1.2: FieldDesc sizes and offsets are pinned") {
   CHECK(offsetof(FieldDesc, stack_index_offset) == 176);  // 1.6: was reserved0[1]
   CHECK(offsetof(FieldDesc, storage_kind) == 184);  // 1.10: was half of reserved0
   CHECK(offsetof(FieldDesc, codec) == 188);  // 1.10: was the other half of reserved0
+  CHECK(kFieldDerived == 0x10000u);  // 1.11: FieldDesc::codec's flag bits are stored in segments
   CHECK(kStoragePlainRing == 0);  // FieldDesc::storage_kind codes are stored in segments
   CHECK(kStorageFrameRing == 1);
   // The episode role codes are stored in the field table.
@@ -139,6 +140,8 @@ TEST_CASE("layout 1.2: GlobalControl puts the learner lease, its counters and th
   CHECK(offsetof(GlobalControl, retries) == 80);
   CHECK(offsetof(GlobalControl, online_resets) == 88);
   CHECK(offsetof(GlobalControl, steps_updated) == 96);
+  CHECK(offsetof(GlobalControl, write_backs_applied) == 104);  // 1.11: was pad1[0]
+  CHECK(offsetof(GlobalControl, write_backs_refused) == 112);  // 1.11: was pad1[1]
   CHECK(offsetof(GlobalControl, wake_seq) == 128);
   CHECK(offsetof(GlobalControl, waiters) == 136);
   CHECK(offsetof(GlobalControl, slot0_waiters) == 144);  // 1.7: was pad2[0]
@@ -185,6 +188,8 @@ TEST_CASE("layout 1.7: a learner slot and the update lock's owner bits are pinne
   CHECK(offsetof(LearnerSlot, retries) == 80);
   CHECK(offsetof(LearnerSlot, online_resets) == 88);
   CHECK(offsetof(LearnerSlot, steps_updated) == 96);
+  CHECK(offsetof(LearnerSlot, write_backs_applied) == 104);  // 1.11: was pad1[0]
+  CHECK(offsetof(LearnerSlot, write_backs_refused) == 112);  // 1.11: was pad1[1]
   CHECK(offsetof(LearnerSlot, priority_walk) == 128);
   CHECK(offsetof(LearnerSlot, waiting_rows) == 136);
   CHECK(offsetof(LearnerSlot, waiting_since_ns) == 144);

@@ -38,7 +38,8 @@ def stub_parameters(fn):
     """The parameter names of a stubbed function, without self."""
     a = fn.args
     names = [x.arg for x in a.posonlyargs + a.args] + ([a.vararg.arg] if a.vararg else [])
-    return [n for n in names + [x.arg for x in a.kwonlyargs] if n != "self"]
+    kwargs = ["**" + a.kwarg.arg] if a.kwarg else []  # pybind11 names a py::kwargs parameter **kwargs
+    return [n for n in names + [x.arg for x in a.kwonlyargs] + kwargs if n != "self"]
 
 
 def runtime_parameters(obj):

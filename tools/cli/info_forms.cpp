@@ -49,7 +49,8 @@ Json schema_json(const Schema& schema) {
                       {"shape", f.shape},
                       {"bytes", f.bytes()},
                       {"stack_axis", f.stack_axis ? Json(*f.stack_axis) : Json(nullptr)},
-                      {"codec", f.compressed() ? Json(codec_text(f.codec, f.codec_level)) : Json(nullptr)}});
+                      {"codec", f.compressed() ? Json(codec_text(f.codec, f.codec_level)) : Json(nullptr)},
+                      {"derived", f.derived}});
   }
   return fields;
 }
@@ -256,6 +257,22 @@ Json info_json(const SegmentInfo& i) {
 
 // -- text forms --
 
+// ", N rows written back, M refused" for learners that called write_back (issue 48); "" for those that did not.
+std::string write_backs_text(const LearnerInfo& l) {
+  const uint64_t applied = l.counters.at(*counter_index(CounterScope::learner, "write_backs_applied"));
+  const uint64_t refused = l.counters.at(*counter_index(CounterScope::learner, "write_backs_refused"));
+  if (applied + refused == 0) return {};
+  return fmt::format(", {} written back, {} refused (overwritten since sampled)", counted(applied, "row", "rows"),
+                     refused);
+}
+
+// `info`'s sampled line: rows, calls, retries, updates, online resets, and write-backs.
+std::string sampled_text(const LearnerInfo& l) {
+  return fmt::format("{} in {}, {} retried, {} updated, {} online resets{}", counted(l.rows_sampled, "row", "rows"),
+                     counted(l.sample_calls, "call", "calls"), l.retries, counted(l.steps_updated, "step", "steps"),
+                     l.online_resets, write_backs_text(l));
+}
+
 void print_pair(std::string_view key, std::string_view value) { fmt::print("{:<14}{}\n", key, value); }
 
 void print_info_summary(const SegmentInfo& i) {
@@ -329,9 +346,7 @@ void print_info_summary(const SegmentInfo& i) {
   }
   if (i.rate_limit.limit) print_pair("rate limit", rate_limit_text(i.rate_limit));
   print_sampling_policies(i);
-  print_pair("sampled", fmt::format("{} in {}, {} retried, {} updated, {} online resets",
-                                    counted(l.rows_sampled, "row", "rows"), counted(l.sample_calls, "call", "calls"),
-                                    l.retries, counted(l.steps_updated, "step", "steps"), l.online_resets));
+  print_pair("sampled", sampled_text(l));
   if (l.age_rows != 0) {  // layout 1.8
     print_pair("sample age", fmt::format("{:.1f} steps behind the head on average ({} counted)",
                                          static_cast<double>(l.age_sum_steps) / static_cast<double>(l.age_rows),

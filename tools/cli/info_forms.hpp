@@ -18,6 +18,9 @@ using Json = nlohmann::ordered_json;  // keeps keys in the order written, so the
 
 /// "1 env", "3 envs".
 std::string counted(uint64_t n, std::string_view singular, std::string_view plural);
+/// ", N rows written back, M refused (overwritten since sampled)" for learners that called write_back; "" otherwise
+/// (`info`'s sampled line, `watch`'s samples line).
+std::string write_backs_text(const LearnerInfo& l);
 /// The rows of the counter table's `scope` that `info --json` shows (Counter::in_json), as keys of `j` with their
 /// values (EnvInfo::counters, LearnerInfo::counters), in row order.
 void add_counter_keys(Json& j, CounterScope scope, const std::vector<uint64_t>& values);

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "info_forms.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/inspector.hpp"
@@ -269,8 +270,8 @@ std::vector<std::string> frame_lines(const WatchArgs& args, const SegmentInfo& s
                            human_bytes(s.total_bytes)));
   pair("pushes/s", fmt::format("{} ({} steps pushed in all)", rate_text(r.pushes), s.total_pushed));
   const LearnerInfo& l = s.learner;
-  pair("samples/s", fmt::format("{} ({} rows sampled in all, {} retried, {} retried/s)", rate_text(r.samples),
-                                l.rows_sampled, l.retries, rate_text(r.retries)));
+  pair("samples/s", fmt::format("{} ({} rows sampled in all, {} retried, {} retried/s{})", rate_text(r.samples),
+                                l.rows_sampled, l.retries, rate_text(r.retries), write_backs_text(l)));
   pair("replay", fmt::format("{} steps ({} full)", s.replay_steps, percent(s.replay_steps, s.num_envs * s.capacity)));
   pair("online", fmt::format("{} steps", s.online_steps));
   const WriterCounts w = count_writers(s);

@@ -236,8 +236,12 @@ struct FieldDesc {
   uint32_t storage_kind;  ///< (1.10) the field's storage kind: its row id in detail/storage/storage_kinds.cpp
                           ///< (kStoragePlainRing, kStorageFrameRing); open refuses a code it does not know
   uint32_t codec;         ///< (1.10) a compressed field's Codec (bits 0-7) and zstd level (bits 8-15, two's
-                          ///< complement); 0 for a field stored as pushed
+                          ///< complement); 0 for a field stored as pushed. (1.11) Bits 16-31 are the field's
+                          ///< flags: kFieldDerived; the rest 0
 };
+
+/// FieldDesc::codec's flag (1.11) of a derived field (Field::derived: a value Sampler::write_back rewrites).
+inline constexpr uint32_t kFieldDerived = 1u << 16;
 
 /// FieldDesc::storage_kind (1.10): where a field's bytes live. Stored in the segment: never renumber. Codes from
 /// kStorageTestKinds up are kinds that only tests register (tests/storage/).
@@ -357,7 +361,10 @@ struct alignas(kCacheLineBytes) GlobalControl {
   std::atomic<uint64_t> retries;        ///< rows redrawn because a writer overwrote them during the copy
   std::atomic<uint64_t> online_resets;  ///< calls of reset_online_queue
   std::atomic<uint64_t> steps_updated;  ///< steps rewritten by the learner's update
-  uint64_t pad1[3];  ///< padding to the end of the cache line
+  std::atomic<uint64_t> write_backs_applied;  ///< (1.11) rows Sampler::write_back rewrote
+  std::atomic<uint64_t> write_backs_refused;  ///< (1.11) rows it refused: their step was overwritten (or left the
+                                              ///< view) since it was sampled
+  uint64_t pad1[1];  ///< padding to the end of the cache line
   // -- cache line 2: blocking waits. The low 32 bits of wake_seq are a shared futex word. --
   std::atomic<uint64_t> wake_seq;  ///< bumped by a writer after publishing when waiters != 0
   std::atomic<uint64_t> waiters;   ///< learners sleeping on wake_seq, every slot's
@@ -427,7 +434,9 @@ struct alignas(kCacheLineBytes) LearnerSlot {
   std::atomic<uint64_t> retries;        ///< ...
   std::atomic<uint64_t> online_resets;  ///< ...
   std::atomic<uint64_t> steps_updated;  ///< ...
-  uint64_t pad1[3];  ///< padding to the end of the cache line
+  std::atomic<uint64_t> write_backs_applied;  ///< (1.11) ...
+  std::atomic<uint64_t> write_backs_refused;  ///< (1.11) ...
+  uint64_t pad1[1];  ///< padding to the end of the cache line
   // -- cache line 2: the slot's tree walk and waits --
   std::atomic<uint64_t> priority_walk;     ///< as GlobalControl::priority_walk, for this slot's walks
   std::atomic<uint64_t> waiting_rows;      ///< as GlobalControl::learner_waiting_rows, for this slot

@@ -32,6 +32,8 @@ struct SlotWordsOf {
   Word& retries;
   Word& online_resets;
   Word& steps_updated;
+  Word& write_backs_applied;  ///< (1.11) rows Sampler::write_back rewrote, and refused
+  Word& write_backs_refused;
   Word& priority_walk;        ///< the slot's tree walk in progress (priorities.hpp)
   Word& waiting_rows;         ///< rows its sample call waits for the limiter to admit; 0 when none
   Word& waiting_since_ns;     ///< when that wait began
@@ -47,7 +49,8 @@ struct SlotWordsOf {
   /// The same words, read-only.
   SlotWordsOf<false> read() const noexcept {
     return {{lease.lease, lease.start_ticks, lease.since_ns, lease.takeovers}, rows_sampled, sample_calls, retries,
-            online_resets, steps_updated, priority_walk, waiting_rows, waiting_since_ns, waiters, online_starts,
+            online_resets, steps_updated, write_backs_applied, write_backs_refused, priority_walk, waiting_rows,
+            waiting_since_ns, waiters, online_starts,
             online_stride, stats, policy};
   }
 };
@@ -63,14 +66,16 @@ inline SlotWordsOf<!std::is_const_v<Seg>> learner_slot(Seg& seg, uint64_t slot) 
     auto& g = seg.global_control();
     auto& env0 = seg.env_control(0);
     return {{g.learner_lease, g.learner_start_ticks, g.learner_since_ns, g.learner_takeovers},
-            g.rows_sampled, g.sample_calls, g.retries, g.online_resets, g.steps_updated,
+            g.rows_sampled, g.sample_calls, g.retries, g.online_resets, g.steps_updated, g.write_backs_applied,
+            g.write_backs_refused,
             g.priority_walk, g.learner_waiting_rows, g.learner_waiting_since_ns, g.slot0_waiters,
             &env0.online_start, sizeof(layout::EnvControl) / sizeof(std::atomic<uint64_t>),
             *seg.learner_stats(0), seg.policy_learner(0)};
   }
   auto& s = *seg.learner_slot(slot);
   return {{s.lease, s.start_ticks, s.since_ns, s.takeovers},
-          s.rows_sampled, s.sample_calls, s.retries, s.online_resets, s.steps_updated,
+          s.rows_sampled, s.sample_calls, s.retries, s.online_resets, s.steps_updated, s.write_backs_applied,
+          s.write_backs_refused,
           s.priority_walk, s.waiting_rows, s.waiting_since_ns, s.waiters,
           seg.learner_online_starts(slot), 1, *seg.learner_stats(slot), seg.policy_learner(slot)};
 }

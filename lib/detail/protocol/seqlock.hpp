@@ -21,7 +21,7 @@
 //                  lease it holds: one writer per env, so head and the claim count have one writer each.
 //   learner side   reset_online_start, advance_online_start: Sampler::reset_online_queue (the learner lease
 //                  holder).
-//   update side    lock_for_update, unlock_update, UpdateSection: Sampler::try_update (the learner lease holder);
+//   update side    lock_for_update, unlock_update, UpdateSection: Sampler::try_update, write_back (a slot's holder);
 //                  UpdateSection and store_counters: a checkpoint load, which holds the learner lease and every
 //                  env's lease. release_dead_update_lock: a learner that took over a dead learner's lease, or a
 //                  writer that found the lock held by a dead learner; safe to race (CASes).

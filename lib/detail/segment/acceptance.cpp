@@ -147,6 +147,17 @@ Sections accept_sections(const SegmentHeader& h, LayoutVersion version, const Op
   return s;
 }
 
+// A field's codec word: its codec and level (1.10), its flags (1.11: bits 16-31, kFieldDerived alone so far), into
+// `f`; the Schema checks the codec and level as it checks any field.
+void accept_codec_word(uint32_t word, Field& f, const std::string& what, const OpenCheck& v) {
+  if ((word & ~(0xffffu | kFieldDerived)) != 0) {
+    v.fail(Errc::corrupt, fmt::format("{} has codec word {:#x}, whose bits 17-31 are not 0", what, word));
+  }
+  f.derived = (word & kFieldDerived) != 0;
+  f.codec = static_cast<Codec>(word & 0xff);
+  f.codec_level = static_cast<int8_t>((word >> 8) & 0xff);
+}
+
 // One entry of the field table, copied out of the segment once (a stranger may scribble on it while we read, and a
 // value checked must be the value used) and checked: a valid field whose storage lies inside the data section,
 // apart from the other fields' (storage collects the ranges), with a known episode role at most once (roles).
@@ -172,10 +183,7 @@ Field accept_field(const FieldDesc& entry, uint64_t i, const Sections& s, uint64
   f.dtype = static_cast<DType>(d.dtype);
   f.shape.assign(d.dims, d.dims + d.ndim);
   if (d.stack != 0) f.stack_axis = d.stack - 1;  // layout 1.6: checked below, as the Schema checks any field
-  // Layout 1.10: the codec and its level, checked below as the Schema checks any field.
-  if ((d.codec >> 16) != 0) v.fail(Errc::corrupt, fmt::format("{} has codec word {:#x}, whose bits 16-31 are not 0", what, d.codec));
-  f.codec = static_cast<Codec>(d.codec & 0xff);
-  f.codec_level = static_cast<int8_t>((d.codec >> 8) & 0xff);
+  accept_codec_word(d.codec, f, what, v);
   // Schema validation below rejects zero and overflowing dims; check them here first so bytes() is exact.
   try {
     (void)Schema({f});

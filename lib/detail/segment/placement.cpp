@@ -114,7 +114,8 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
     d->data_bytes = p.fields[i].data_bytes;
     d->role = roles.of_field[i];
     d->stack = f.stack_axis ? *f.stack_axis + 1 : 0;  // (1.6) the field's stacked axis + 1
-    d->codec = static_cast<uint32_t>(f.codec) | (static_cast<uint32_t>(static_cast<uint8_t>(f.codec_level)) << 8);  // (1.10)
+    d->codec = static_cast<uint32_t>(f.codec) | (static_cast<uint32_t>(static_cast<uint8_t>(f.codec_level)) << 8) |
+               (f.derived ? kFieldDerived : 0);  // (1.10; the flags 1.11)
     d->storage_kind = p.fields[i].kind;               // (1.10)
     storage_kind(p.fields[i].kind)->write(p.fields[i], *d, base, num_envs, capacity);
   }
