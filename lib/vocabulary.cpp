@@ -15,6 +15,14 @@ std::string_view to_string(Consume consume) noexcept {
   }
 }
 
+std::string_view to_string(ReanalyseOrder order) noexcept {
+  switch (order) {
+    case ReanalyseOrder::sweep: return "sweep";
+    case ReanalyseOrder::largest_return: return "largest_return";
+    default: return "oldest_version";
+  }
+}
+
 std::string_view to_string(Episodes episodes) noexcept {
   switch (episodes) {
     case Episodes::cross: return "cross";

@@ -86,6 +86,16 @@ enum class Consume : uint8_t {
 /// "off", "fifo" or "random" (the Python spelling, None for off).
 std::string_view to_string(Consume consume) noexcept;
 
+/// The order a reanalyse walk (CreateOptions::reanalyse_chunk) hands its due chunks out in (Reanalyser::try_next;
+/// docs/design/reanalyse.md). Whatever the order, a chunk is handed once per pass of the walk.
+enum class ReanalyseOrder : uint8_t {
+  oldest_version,  ///< never-reanalysed chunks first, then the lowest target version recorded at complete
+  sweep,           ///< the oldest stored chunk first (the lowest chunk index; ties: the lower env)
+  largest_return,  ///< the largest sum of the reward field over the chunk's stored steps first (episode fields)
+};
+/// "oldest_version", "sweep" or "largest_return" (the Python and CLI spelling).
+std::string_view to_string(ReanalyseOrder order) noexcept;
+
 /// Options of one sample call. The defaults are the behaviour of the calls without options, row for row.
 struct SampleOptions {
   /// How rows treat episode boundaries (Episodes); stop and within need a buffer with episode fields.

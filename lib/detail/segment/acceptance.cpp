@@ -26,6 +26,7 @@
 #include "detail/segment/section_table.hpp"
 #include "detail/storage/storage_kinds.hpp"
 #include "shmreplay/internal/caps_layout.hpp"
+#include "shmreplay/internal/walk_layout.hpp"
 #include "shmreplay/wait.hpp"
 
 namespace shmreplay::detail {
@@ -105,6 +106,8 @@ Sections accept_counts(const SegmentHeader& h, LayoutVersion version, const Open
     v.fail(Errc::corrupt, fmt::format("the priority exponent is {}, expected a finite number >= 0", alpha));
   }
   // (1.11) sequence priorities: L up to the capacity, only with priorities.
+  // (1.11) the reanalyse walk's chunk: 0 (none) or 1 to the capacity.
+  c.reanalyse_chunk = in_range("reanalyse_chunk", h.reanalyse_chunk, 0, std::min(c.capacity, kMaxReanalyseChunk));
   c.sequence_priority_length = in_range("sequence_priority_length", h.sequence_priority_length, 0,
                                         c.priorities ? c.capacity : 0);
   // (1.11) 0 (the running maximum), a fixed priority that fits (0 stored as -0.0), or +infinity; only with priorities.
@@ -410,6 +413,7 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
   g.consuming_queue = s.counts.consuming_queue;
   g.initial_priority_bits = s.counts.initial_priority_bits;
   g.sequence_priority_length = s.counts.sequence_priority_length;
+  g.reanalyse_chunk = s.counts.reanalyse_chunk;
   g.learner_online_offset = g.max_learners > 1 ? s.sec[kSectionLearners].offset + learner_online_starts_at(g.max_learners) : 0;
   g.episode_fields = roles;
   g.episode_queue_capacity = queue_capacity;
