@@ -229,6 +229,19 @@ uint64_t walk_repair_slot(const Segment& seg, uint64_t slot) noexcept {
   return let;
 }
 
+void walk_reset(const Segment& seg) noexcept {
+  for (uint64_t env = 0; env < seg.num_envs(); ++env) {
+    WalkChunk* chunks = seg.walk_chunks(env);
+    for (uint64_t i = 0; i < seg.walk_slots(); ++i) {
+      chunks[i].done.store(0, kRelaxed);
+      chunks[i].version.store(0, kRelaxed);
+      // release: pairs with the acquire of the next scan's load, which then reads the zeros above.
+      chunks[i].claim.store(0, std::memory_order_release);
+    }
+  }
+  seg.walk_control().newest_version.store(0, kRelaxed);
+}
+
 std::array<uint64_t, kWalkAgeBuckets> walk_age_steps(const Segment& seg, uint64_t env) noexcept {
   std::array<uint64_t, kWalkAgeBuckets> out{};
   const uint64_t c = seg.reanalyse_chunk();

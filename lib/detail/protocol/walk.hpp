@@ -56,6 +56,10 @@ bool walk_give_back(const Segment& seg, uint64_t slot, const WalkHeld& held) noe
 /// the slot's lease and its previous holder is dead (or gone). Returns the claims let go. O(chunk slots).
 uint64_t walk_repair_slot(const Segment& seg, uint64_t slot) noexcept;
 
+/// A checkpoint load's side: every chunk slot to "not held, never completed" and the newest version to none (the
+/// pass stays: it only grows). A worker that held a chunk finds its completion refused. O(chunk slots).
+void walk_reset(const Segment& seg) noexcept;
+
 /// The target-version age buckets of an env's stored full chunks, in steps: never reanalysed, then versions behind
 /// the newest completed version 0, 1, 2-3, 4-7, 8 and more (kWalkAgeBuckets). Relaxed loads: a snapshot for
 /// counters, not a synchronisation.
