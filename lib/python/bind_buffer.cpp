@@ -37,7 +37,8 @@ constexpr const char* kCreateDoc =
     "first). With sequence_priority_length=L, prioritized samples of L steps weigh a start by "
     "eta * max + (1 - eta) * mean of its sequence's priority**alpha (sequence_priority_eta=). consuming_queue=True "
     "makes it a queue (Reverb's): each step is delivered once, by sample calls with consume='fifo' or 'random', and "
-    "writers wait (Writer queue_timeout) instead of overwriting a step not yet delivered.";
+    "writers wait (Writer queue_timeout) instead of overwriting a step not yet delivered. reanalyse_chunk=C gives "
+    "it a reanalyse walk over C-step chunks (Reanalyser).";
 
 // Buffer.create: a new segment from its geometry, schema and options.
 void def_buffer_create(BufferClass& c) {
@@ -55,7 +56,8 @@ void def_buffer_create(BufferClass& c) {
              Int<"Buffer.create(): compressed_bytes"> compressed_bytes, double expected_compression,
              std::optional<std::string> policy_version,
              Int<"Buffer.create(): max_times_sampled"> max_times_sampled, std::optional<double> initial_priority,
-             Int<"Buffer.create(): sequence_priority_length"> sequence_priority_length, bool consuming_queue) {
+             Int<"Buffer.create(): sequence_priority_length"> sequence_priority_length, bool consuming_queue,
+             Int<"Buffer.create(): reanalyse_chunk"> reanalyse_chunk) {
             const Schema s = py::isinstance<py::str>(schema) ? Schema::parse(schema.cast<std::string>())
                                                              : schema.cast<Schema>();
             CreateOptions o{.mode = mode, .replace = replace};
@@ -72,6 +74,7 @@ void def_buffer_create(BufferClass& c) {
             o.initial_priority = initial_priority;
             o.sequence_priority_length = sequence_priority_length;
             o.consuming_queue = consuming_queue;
+            o.reanalyse_chunk = reanalyse_chunk;
             if (stack_continuity == "episodes") {
               o.stack_continuity = StackContinuity::episodes;
             } else if (stack_continuity != "compare") {
@@ -104,7 +107,7 @@ void def_buffer_create(BufferClass& c) {
           "stack_continuity"_a = "compare", "max_learners"_a = 1, "compressed_bytes"_a = 0,
           "expected_compression"_a = 0.0, "policy_version"_a = py::none(), "max_times_sampled"_a = 0,
           "initial_priority"_a = py::none(), "sequence_priority_length"_a = 0, "consuming_queue"_a = false,
-          kCreateDoc);
+          "reanalyse_chunk"_a = 0, kCreateDoc);
 }
 
 // Buffer.open, remove, exists, and the buffer's properties.
@@ -169,6 +172,8 @@ void def_buffer_properties(BufferClass& c) {
                                return b.schema()[*f].name;
                              },
                              "the policy-version field's name (policy_version= of create), None without")
+      .def_property_readonly("reanalyse_chunk", &Buffer::reanalyse_chunk,
+                             "steps per chunk of the reanalyse walk (reanalyse_chunk= of create); 0 without")
       .def_property_readonly("consuming_queue", &Buffer::consuming_queue,
                              "whether it is a consuming queue (consuming_queue= of create): each step delivered once")
       .def_property_readonly("max_times_sampled", &Buffer::max_times_sampled,
