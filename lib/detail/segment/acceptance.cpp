@@ -340,6 +340,20 @@ void await_ready(const SegmentHeader& header, uint64_t timeout_ms, const OpenChe
 
 }
 
+namespace {
+
+// The counts of the learner slots and the sampling policies (1.7, 1.11), as accept_counts checked them.
+void copy_policy_counts(const SectionCounts& c, SegmentGeometry& g) noexcept {
+  g.max_learners = c.max_learners;
+  g.max_times_sampled = c.max_times_sampled;
+  g.consuming_queue = c.consuming_queue;
+  g.initial_priority_bits = c.initial_priority_bits;
+  g.sequence_priority_length = c.sequence_priority_length;
+  g.reanalyse_chunk = c.reanalyse_chunk;
+}
+
+}  // namespace
+
 SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, const std::string& name,
                                const OpenCheck& check, const std::optional<Schema>& expected_schema) {
   const OpenCheck& v = check;
@@ -408,12 +422,7 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
   g.capacity = capacity;
   g.total_bytes = check.file_bytes();
   g.sections = s.sec;
-  g.max_learners = s.counts.max_learners;
-  g.max_times_sampled = s.counts.max_times_sampled;
-  g.consuming_queue = s.counts.consuming_queue;
-  g.initial_priority_bits = s.counts.initial_priority_bits;
-  g.sequence_priority_length = s.counts.sequence_priority_length;
-  g.reanalyse_chunk = s.counts.reanalyse_chunk;
+  copy_policy_counts(s.counts, g);
   g.learner_online_offset = g.max_learners > 1 ? s.sec[kSectionLearners].offset + learner_online_starts_at(g.max_learners) : 0;
   g.episode_fields = roles;
   g.episode_queue_capacity = queue_capacity;
