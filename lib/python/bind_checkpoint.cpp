@@ -124,12 +124,13 @@ class Progress {
 };
 
 CheckpointInfo save_file(const char* op, const std::shared_ptr<Buffer>& source, const std::filesystem::path& path,
-                         bool force, const py::object& progress) {
+                         bool force, bool decode_compressed, const py::object& progress) {
   const std::string file = path_text(op, "path", path);
   Progress report(op, progress);
   SaveOptions o;
   o.progress = report.function();
   o.force = force;
+  o.decode_compressed = decode_compressed;
   py::gil_scoped_release release;
   return save_checkpoint(*source, file, o);
 }
@@ -208,7 +209,11 @@ void def_sampling_settings(py::class_<CheckpointInfo>& c) {
   c.def_readonly("initial_priority", &CheckpointInfo::initial_priority, "new steps' priority; None: the running max")
       .def_readonly("sequence_priority_length", &CheckpointInfo::sequence_priority_length, "0: no sequence priorities")
       .def_readonly("max_times_sampled", &CheckpointInfo::max_times_sampled, "the sample cap; 0 without (2.2)")
-      .def_readonly("consuming_queue", &CheckpointInfo::consuming_queue, "whether it was a consuming queue (2.3)");
+      .def_readonly("consuming_queue", &CheckpointInfo::consuming_queue, "whether it was a consuming queue (2.3)")
+      .def_readonly("policy_version", &CheckpointInfo::policy_version,
+                    "the policy version the learners had published (2.2); 0 before any publish")
+      .def_readonly("policy_max_staleness", &CheckpointInfo::policy_max_staleness,
+                    "their window (2.2); None when none");
 }
 
 void bind_info(py::module_& m) {
@@ -359,28 +364,33 @@ void bind_save(py::module_& m) {
   m.def(
       "save",
       [](py::object buffer, const std::filesystem::path& path, bool force, bool allow_other_owner,
-         py::object progress) {
-        return save_file("save", source_of("save", buffer, allow_other_owner), path, force, progress);
+         bool decode_compressed, py::object progress) {
+        return save_file("save", source_of("save", buffer, allow_other_owner), path, force, decode_compressed,
+                         progress);
       },
       "buffer"_a, "path"_a, py::kw_only(), "force"_a = false, "allow_other_owner"_a = false,
-      "progress"_a = py::none(),
+      "decode_compressed"_a = false, "progress"_a = py::none(),
       "Save a buffer (a Buffer, or a buffer's name: opened read-only for the call) to the checkpoint file path, "
       "with everything a run needs to go on: every env's stored steps, heads and online queue, priority weights, "
       "waiting episode records, the rate limiter and the learner's counters. Writers and the learner keep running: "
       "the save never writes the buffer nor waits for them, and the GIL is released while it runs. The file is "
       "written under a temporary name and renamed, so path is either the complete new checkpoint or what it was; "
       "what is at path is replaced only when it is a checkpoint, unless force=True (else AlreadyExists). "
-      "progress(phase, done_bytes, total_bytes) is called after each MiB if given. Returns the CheckpointInfo "
+      "Compressed fields are saved as their records; decode_compressed=True saves them as whole decoded steps "
+      "(format 2.2's way, for readers older than 2.3). progress(phase, done_bytes, total_bytes) is called after each MiB if given. Returns the CheckpointInfo "
       "of the file.");
 
   py::handle buffer_class = m.attr("Buffer");
   py::setattr(buffer_class, "save",
               py::cpp_function(
                   [](std::shared_ptr<Buffer> self, const std::filesystem::path& path, bool force,
-                     py::object progress) { return save_file("Buffer.save", self, path, force, progress); },
+                     bool decode_compressed, py::object progress) {
+                    return save_file("Buffer.save", self, path, force, decode_compressed, progress);
+                  },
                   py::name("save"), py::is_method(buffer_class),
                   py::sibling(py::getattr(buffer_class, "save", py::none())),
-                  "path"_a, py::kw_only(), "force"_a = false, "progress"_a = py::none(),
+                  "path"_a, py::kw_only(), "force"_a = false, "decode_compressed"_a = false,
+                  "progress"_a = py::none(),
                   "Save this buffer to the checkpoint file path: shmreplay.save(self, path, ...). Returns its "
                   "CheckpointInfo."));
 }

@@ -147,3 +147,33 @@ TEST_CASE("create --expected-compression sizes each env's ring as the frames' by
   CHECK(contains(metrics.out, "# TYPE shmreplay_env_compressed_frames_total counter\n"));
   CHECK(!contains(metrics.out, fmt::format("shmreplay_env_compressed_frames_total{{buffer=\"{}\"", plain)));
 }
+
+TEST_CASE("save keeps a compressed field's records as they are, save --decode-compressed writes whole steps, and "
+          "both files load back to the same steps") {
+  const std::string name = unique_name("cli-compressed-save");
+  SegmentGuard guard(name);
+  REQUIRE(run_cli({"create", name, "--envs", "1", "--capacity", "64", "--schema", kCompressedSpec}).exit_code == 0);
+  {
+    Buffer b = Buffer::open(name);
+    push_steps(b, 0, 100, false);  // compressible frames: their records are a few dozen bytes
+  }
+  const std::string packed = temp_file("cli-packed");
+  const std::string decoded = temp_file("cli-decoded");
+  FileGuard packed_guard{packed};
+  FileGuard decoded_guard{decoded};
+  const json as_records = parse_json(run_cli({"save", name, packed, "--json"}).out);
+  const json whole = parse_json(run_cli({"save", name, decoded, "--decode-compressed", "--json"}).out);
+  const uint64_t stacks = 64 * kDepth * kFrame;  // the 64 stored steps' stacks, each whole
+  CHECK(as_records["file_bytes"].get<uint64_t>() < stacks / 4);
+  CHECK(whole["file_bytes"].get<uint64_t>() > stacks);
+  for (const std::string& file : {packed, decoded}) {
+    const std::string copy = unique_name("cli-compressed-copy");
+    SegmentGuard copy_guard(copy);
+    REQUIRE(run_cli({"load", file, copy}).exit_code == 0);
+    CHECK(run_cli({"dump", copy, "--json"}).out == run_cli({"dump", name, "--json"}).out);
+  }
+  // A chain's links hold the records as they are: the flag is refused with --every, as a usage error.
+  const CliResult chained = run_cli({"save", name, "/tmp/unused-chain-dir", "--every", "1", "--decode-compressed"});
+  CHECK(chained.exit_code == 2);
+  CHECK(contains(chained.err, "--decode-compressed excludes --every"));
+}

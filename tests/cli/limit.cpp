@@ -130,6 +130,13 @@ TEST_CASE("create --policy-version and --max-times-sampled make such a buffer; l
   const CliResult shown = run_cli({"limit", name});
   CHECK(contains(shown.out, "rate limit min size 4"));
   CHECK(contains(shown.out, "policy version 7, max_staleness 2"));
+  {  // a checkpoint keeps the version and the window, and save --json says which
+    const std::string file = temp_file("cli-window");
+    FileGuard file_guard{file};
+    const json saved = parse_json(run_cli({"save", name, file, "--json"}).out);
+    CHECK(saved["policy_version"] == 7);
+    CHECK(saved["policy_max_staleness"] == 2);
+  }
   REQUIRE(run_cli({"limit", name, "--max-staleness", "off"}).exit_code == 0);
   CHECK_FALSE(Buffer::open(name, {.read_only = true}).policy().max_staleness.has_value());
   CHECK(parse_json(run_cli({"limit", name, "--json"}).out)["policy"]["max_staleness"].is_null());

@@ -174,10 +174,14 @@ def test_try_update_rewrites_the_other_fields_and_refuses_data_for_a_compressed_
         assert model.check(s.peek()) == []
 
 
-def test_a_checkpoint_of_a_compressed_buffer_loads_back_every_step_byte_for_byte(name, tmp_path):
+@pytest.mark.parametrize("decode", [False, True], ids=["as-records", "decoded"])
+def test_a_checkpoint_of_a_compressed_buffer_loads_back_every_step_byte_for_byte(name, tmp_path, decode):
     buf, model = fill(name, "mixed", 80)
-    info = shmreplay.save(buf, tmp_path / "c.shmrckpt")
+    info = shmreplay.save(buf, tmp_path / "c.shmrckpt", decode_compressed=decode)
     assert info.total_steps == sum(h - model.lowest(e) for e, h in enumerate(model.heads()))
+    # Saved as records, the file is about the records' bytes; decoded, it holds every step's 4x32x32 obs stack whole.
+    whole_obs = info.total_steps * 4 * 32 * 32
+    assert (info.file_bytes > whole_obs) == decode, (info.file_bytes, whole_obs)
     copy = f"{name}-copy"
     try:
         shmreplay.load(tmp_path / "c.shmrckpt", copy)

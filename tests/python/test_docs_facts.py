@@ -138,3 +138,15 @@ def test_source_layout_md_names_only_paths_that_exist():
         if not (ROOT / path).exists():
             missing.append(path)
     assert not missing, f"source_layout.md names paths that do not exist: {missing}"
+
+
+def test_every_mutant_of_the_mutation_list_still_finds_its_text_in_its_file():
+    """docs/design/testing.md's mutation run (tools/mutation/run.py) needs each mutant's text exactly once in its file:
+    code that moves must take the list with it, or the run stops before the first mutant."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    listed = subprocess.run([sys.executable, str(ROOT / "tools/mutation/run.py"), "--list"], capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert listed.returncode == 0, listed.stderr
+    assert "each one's text is found exactly once" in listed.stdout

@@ -114,3 +114,24 @@ def test_a_buffer_sets_the_window_without_a_learner_slot_and_keeps_the_version(n
             plain.set_policy_window(2)
     finally:
         shmreplay.Buffer.remove(name + "-plain")
+
+
+def test_a_checkpoint_keeps_the_published_version_and_window_and_its_info_says_which(name, closing, tmp_path):
+    buf = shmreplay.Buffer.create(name, 1, 16, SCHEMA, policy_version="version")
+    s = shmreplay.Sampler(buf, seed=2)
+    w = shmreplay.Writer(buf, [0])
+    closing += [w, s]
+    for step in range(12):
+        push(w, 0, step // 2, step)  # versions 0..5
+    s.publish_policy(5, 2)
+    info = shmreplay.save(buf, tmp_path / "p.shmrckpt")
+    assert (info.policy_version, info.policy_max_staleness) == (5, 2)
+    assert shmreplay.verify(tmp_path / "p.shmrckpt").info.policy_max_staleness == 2
+    copy = name + "-copy"
+    try:
+        shmreplay.load(tmp_path / "p.shmrckpt", copy)
+        assert shmreplay.Buffer.open(copy).policy == {"version": 5, "max_staleness": 2, "publishes": 1}
+    finally:
+        shmreplay.Buffer.remove(copy)
+    buf.set_policy_window(None)
+    assert shmreplay.save(buf, tmp_path / "q.shmrckpt", force=True).policy_max_staleness is None

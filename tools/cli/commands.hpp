@@ -122,6 +122,7 @@ struct SaveArgs {
   bool json = false;
   bool allow_other_owner = false;  ///< save another user's segment, or into another user's chain directory
   bool force = false;              ///< replace FILE even when it is not a checkpoint
+  bool decode_compressed = false;  ///< compressed fields saved decoded, as whole steps (format 2.2's way)
   double every = 0;                ///< > 0: FILE is a chain directory; a link every this many seconds
   uint32_t keep = 3;               ///< with every: the newest links kept as restore points
   uint64_t count = 0;              ///< with every: stop after this many links (0, not given: until interrupted)

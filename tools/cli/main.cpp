@@ -7,7 +7,7 @@
 //   shmreplay info NAME [--json]
 //   shmreplay watch NAME [--interval S] [--once | --count N] [--json] [--plain]
 //   shmreplay dump NAME [--env E]... [--last N | --steps A:B] [--field F]... [--online] [--full] [--json]
-//   shmreplay save NAME FILE [--force] [--nice N] [--progress] [--json] [--allow-other-owner]
+//   shmreplay save NAME FILE [--force] [--decode-compressed] [--nice N] [--progress] [--json] [--allow-other-owner]
 //   shmreplay save NAME DIR --every SECONDS [--keep N] [--count N] [--nice N] [--progress] [--json]
 //                  [--allow-other-owner]
 //   shmreplay load FILE|DIR [NAME] [--mode OCTAL] [--progress] [--json] [--allow-other-owner] [--allow-mismatch]
@@ -235,6 +235,10 @@ CLI::App* add_save(CLI::App& app, SaveArgs& args) {
       ->required()
       ->type_name("");
   cmd->add_flag("--force", args.force, "Replace FILE even when it is not a shmreplay checkpoint");
+  CLI::Option* decode = cmd->add_flag(
+      "--decode-compressed", args.decode_compressed,
+      "Save compressed fields decoded, as whole steps (what format 2.2 wrote; for readers older than 2.3), instead "
+      "of as their compressed records");
   CLI::Option* every =
       cmd->add_option("--every", args.every,
                       "Save periodically: FILE is a chain directory, and every SECONDS a link holding the steps "
@@ -242,6 +246,7 @@ CLI::App* add_save(CLI::App& app, SaveArgs& args) {
                       "86400")
           ->check(kPositiveSeconds)
           ->type_name("SECONDS");
+  decode->excludes(every);  // save_link has no such option: a chain's links hold the records as they are
   cmd->add_option("--keep", args.keep, "With --every: the newest links kept as restore points (older ones are "
                                        "removed once no kept link needs them)")
       ->check(CLI::Range(1u, 1000000u))

@@ -92,6 +92,8 @@ Json checkpoint_json(const CheckpointInfo& info) {
       {"sequence_priority_length", info.sequence_priority_length},
       {"max_times_sampled", info.max_times_sampled},
       {"consuming_queue", info.consuming_queue},
+      {"policy_version", info.policy_version},
+      {"policy_max_staleness", info.policy_max_staleness ? Json(*info.policy_max_staleness) : Json(nullptr)},
       {"rate_limit", info.limiter.limit ? Json(info.limiter.limit->to_string()) : Json(nullptr)},
       {"limiter_samples", info.limiter.samples},
       {"rows_sampled", info.learner.rows_sampled},
@@ -192,7 +194,8 @@ int run_save(const SaveArgs& args) {
       source, args.file,
       {.progress = [&bar](const CheckpointProgress& p) { bar(p.phase, p.done_bytes, p.total_bytes); },
        .temp_file_created = remember_temp,
-       .force = args.force});
+       .force = args.force,
+       .decode_compressed = args.decode_compressed});
   g_temp_set.store(false, std::memory_order_release);  // renamed to args.file: nothing to remove any more
   if (args.json) {
     fmt::print("{}\n", checkpoint_json(info).dump(2));
