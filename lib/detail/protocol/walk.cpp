@@ -242,6 +242,25 @@ void walk_reset(const Segment& seg) noexcept {
   seg.walk_control().newest_version.store(0, kRelaxed);
 }
 
+void walk_fresh_ranges(const Segment& seg, std::vector<WalkRange>& out) {
+  out.clear();
+  if (seg.reanalyse_chunk() == 0) return;
+  const uint64_t newest = seg.walk_control().newest_version.load(kRelaxed);
+  if (newest == 0) return;
+  const uint64_t c = seg.reanalyse_chunk();
+  for (uint64_t env = 0; env < seg.num_envs(); ++env) {
+    const uint64_t head = seg.env_control(env).head.load(kRelaxed);
+    const uint64_t tail = stored_from(head, seg.capacity());
+    const WalkChunk* chunks = seg.walk_chunks(env);
+    for (uint64_t k = tail / c; k < head / c; ++k) {
+      const WalkChunk& slot = chunks[k % seg.walk_slots()];
+      const uint64_t done = slot.done.load(kRelaxed);
+      if (done == 0 || walk_done_lap(done) != k / seg.walk_slots() || slot.version.load(kRelaxed) != newest) continue;
+      out.push_back({env, std::max(k * c, tail), (k + 1) * c});
+    }
+  }
+}
+
 std::array<uint64_t, kWalkAgeBuckets> walk_age_steps(const Segment& seg, uint64_t env) noexcept {
   std::array<uint64_t, kWalkAgeBuckets> out{};
   const uint64_t c = seg.reanalyse_chunk();

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <optional>
 
+#include <vector>
+
 #include "shmreplay/internal/segment.hpp"
 #include "shmreplay/internal/walk_layout.hpp"
 #include "shmreplay/vocabulary.hpp"
@@ -59,6 +61,17 @@ uint64_t walk_repair_slot(const Segment& seg, uint64_t slot) noexcept;
 /// A checkpoint load's side: every chunk slot to "not held, never completed" and the newest version to none (the
 /// pass stays: it only grows). A worker that held a chunk finds its completion refused. O(chunk slots).
 void walk_reset(const Segment& seg) noexcept;
+
+/// The learner's mix (SampleOptions::reanalysed): replaces `out` with the steps of every env's stored full chunks
+/// whose last completion recorded the newest target version, [max(k C, tail), (k + 1) C) each, by env and step;
+/// empty without a walk or before any completion. Relaxed loads: one snapshot, whose rows the Sampler validates as
+/// any other. O(chunk slots).
+struct WalkRange {
+  uint64_t env = 0;
+  uint64_t lo = 0;
+  uint64_t hi = 0;
+};
+void walk_fresh_ranges(const Segment& seg, std::vector<WalkRange>& out);
 
 /// The target-version age buckets of an env's stored full chunks, in steps: never reanalysed, then versions behind
 /// the newest completed version 0, 1, 2-3, 4-7, 8 and more (kWalkAgeBuckets). Relaxed loads: a snapshot for
