@@ -107,3 +107,22 @@ def test_the_walk_refuses_a_buffer_without_one_a_chunk_past_the_ring_an_unknown_
         r.try_next("newest")
     with pytest.raises(shmreplay.InvalidArgument, match="it has no reward field"):
         r.try_next("largest_return")
+
+
+def test_a_mixture_takes_its_reanalysed_fraction_from_the_chunks_completed_with_the_newest_version(name, closing):
+    buf = shmreplay.Buffer.create(name, 1, 16, SCHEMA, reanalyse_chunk=4)
+    w = shmreplay.Writer(buf, [0])
+    r = shmreplay.Reanalyser(buf)
+    s = shmreplay.Sampler(buf, seed=3)
+    closing += [w, r, s]
+    push(w, 0, 16)
+    for version in [1, 2, 1, 2]:  # chunks 0..3: chunks 1 and 3 (steps 4-7, 12-15) are fresh
+        c = r.try_next("sweep")
+        assert r.complete(c, version)
+    b = s.sample("replay", 40, 1, mixture={"uniform": 0.5, "reanalysed": 0.5})
+    assert b.selector_rows == {"uniform": slice(0, 20, 1), "reanalysed": slice(20, 40, 1)}
+    fresh = b["step"][20:, 0].tolist()
+    assert all(4 <= t < 8 or 12 <= t < 16 for t in fresh)
+    assert len(set(fresh)) > 4
+    only = s.sample("replay", 16, 1, reanalysed=True)
+    assert all(4 <= t < 8 or 12 <= t < 16 for t in only["step"][:, 0].tolist())

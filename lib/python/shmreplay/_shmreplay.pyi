@@ -291,17 +291,18 @@ class Sampler:
     def sample(self, view: str, batch_size: int, sequence_length: int, power: float = ..., *, episodes: str = ...,
                period: int = ..., min_steps: int = ..., prioritized: bool = ..., beta: float = ...,
                zero_on_sample: bool = ..., sequence_priority_eta: float = ..., recency_half_life: float = ...,
-               mixture: dict[str, float] = ..., mixture_importance: bool = ..., rate_limit_timeout: float = ...,
+               reanalysed: bool = ..., mixture: dict[str, float] = ..., mixture_importance: bool = ...,
+               rate_limit_timeout: float = ...,
                max_staleness: Optional[int] = ..., consume: Optional[str] = ..., consume_timeout: float = ...,
                out: Optional[Batch] = ...) -> Batch: ...
     def sample_mixed(self, replay_batch: int, online_batch: int, sequence_length: int, power: float = ..., *,
                      episodes: str = ..., period: int = ..., min_steps: int = ..., prioritized: bool = ...,
                      beta: float = ..., zero_on_sample: bool = ..., sequence_priority_eta: float = ...,
-                     recency_half_life: float = ..., rate_limit_timeout: float = ...,
+                     recency_half_life: float = ..., reanalysed: bool = ..., rate_limit_timeout: float = ...,
                      max_staleness: Optional[int] = ..., out: Optional[Batch] = ...) -> Batch: ...
     def sample_transitions(self, view: str, batch_size: int, *, prioritized: bool = ..., beta: float = ...,
                            zero_on_sample: bool = ..., sequence_priority_eta: float = ...,
-                           recency_half_life: float = ..., mixture: dict[str, float] = ...,
+                           recency_half_life: float = ..., reanalysed: bool = ..., mixture: dict[str, float] = ...,
                            mixture_importance: bool = ..., rate_limit_timeout: float = ...,
                            max_staleness: Optional[int] = ..., consume: Optional[str] = ...,
                            consume_timeout: float = ...,
@@ -309,7 +310,7 @@ class Sampler:
     def total_weight(self, view: str, sequence_length: int, power: float = ..., *, episodes: str = ...,
                      period: int = ..., min_steps: int = ..., prioritized: bool = ...,
                      sequence_priority_eta: float = ..., recency_half_life: float = ...,
-                     max_staleness: Optional[int] = ...) -> float: ...
+                     reanalysed: bool = ..., max_staleness: Optional[int] = ...) -> float: ...
     def publish_policy(self, version: int, max_staleness: Optional[int] = ..., *, pace: bool = ...,
                        pace_timeout: float = ..., max_lag: Optional[int] = ...) -> dict[str, Optional[int]]: ...
     @property
