@@ -40,9 +40,9 @@ Reanalyser::Reanalyser(Buffer& buffer) : buffer_(&buffer), pid_(static_cast<uint
   lease_ = detail::self_lease_word();
   const std::optional<uint64_t> slot = detail::walk_attach(seg, lease_);
   if (!slot) {
-    throw Error(Errc::lease_held, fmt::format("cannot attach a reanalyse worker to '{}': all {} worker slots are held by "
-                                        "live processes",
-                                        buffer.name(), layout::kMaxWalkers));
+    throw Error(Errc::lease_held,
+                fmt::format("cannot attach a reanalyse worker to '{}': all {} worker slots are held by live processes",
+                            buffer.name(), layout::kMaxWalkers));
   }
   slot_ = *slot;
 }
@@ -71,7 +71,9 @@ void Reanalyser::release() noexcept {
 }
 
 void Reanalyser::check_process(const char* op) const {
-  if (buffer_ == nullptr) throw Error(Errc::invalid_argument, fmt::format("cannot {}: the Reanalyser was moved from", op));
+  if (buffer_ == nullptr) {
+    throw Error(Errc::invalid_argument, fmt::format("cannot {}: the Reanalyser was moved from", op));
+  }
   if (static_cast<uint64_t>(::getpid()) != pid_) {
     throw Error(Errc::invalid_argument,
                 fmt::format("cannot {} on '{}' from pid {}: this Reanalyser's worker slot {} belongs to pid {} (make "

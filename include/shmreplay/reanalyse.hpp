@@ -37,8 +37,8 @@ struct ReanalyseChunk {
 class Reanalyser {
  public:
   /// Takes a free worker slot of `buffer`'s walk (or a dead worker's, whose chunks it hands out again first).
-  /// Throws Error(invalid_argument) when the buffer has no walk, Error(lease_held) when 64 live workers hold every slot,
-  /// and Error(read_only) for a read-only buffer. `buffer` must outlive the Reanalyser.
+  /// Throws Error(invalid_argument) when the buffer has no walk, Error(lease_held) when 64 live workers hold every
+  /// slot, and Error(read_only) for a read-only buffer. `buffer` must outlive the Reanalyser.
   explicit Reanalyser(Buffer& buffer);
   Reanalyser(Reanalyser&& other) noexcept;
   Reanalyser& operator=(Reanalyser&& other) noexcept;

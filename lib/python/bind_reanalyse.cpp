@@ -28,7 +28,8 @@ struct PyReanalyser {
 };
 
 ReanalyseOrder parse_order(const std::string& order) {
-  for (const ReanalyseOrder o : {ReanalyseOrder::oldest_version, ReanalyseOrder::sweep, ReanalyseOrder::largest_return}) {
+  for (const ReanalyseOrder o :
+       {ReanalyseOrder::oldest_version, ReanalyseOrder::sweep, ReanalyseOrder::largest_return}) {
     if (order == to_string(o)) return o;
   }
   throw Error(Errc::invalid_argument, fmt::format("Reanalyser: order is '{}', expected 'oldest_version', 'sweep' or "

@@ -21,7 +21,9 @@ using layout::WalkChunk;
 
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
-LeaseWords worker_lease_words(layout::WalkWorker& w) noexcept { return {w.lease, w.start_ticks, w.since_ns, w.takeovers}; }
+LeaseWords worker_lease_words(layout::WalkWorker& w) noexcept {
+  return {w.lease, w.start_ticks, w.since_ns, w.takeovers};
+}
 
 uint64_t stored_from(uint64_t head, uint64_t capacity) noexcept { return head > capacity ? head - capacity : 0; }
 
