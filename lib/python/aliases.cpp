@@ -243,6 +243,11 @@ void add_alias_hints(py::module_& m) {
       const std::string method = dot == std::string::npos ? "__init__" : where.substr(dot + 1);
       const py::object entry = py::reinterpret_borrow<py::object>(cls.attr("__dict__"))[py::str(method)];
       if (Py_IS_TYPE(entry.ptr(), &PyMethodDescr_Type)) continue;  // a vectorcall method: bind_arguments asks
+      // A static vectorcall function (create_call.cpp) has its own text signature, pybind11's have none:
+      // bind_arguments asks.
+      const bool static_vectorcall = Py_IS_TYPE(entry.ptr(), &PyStaticMethod_Type) &&
+                                     !py::getattr(entry.attr("__func__"), "__text_signature__", py::none()).is_none();
+      if (static_vectorcall) continue;
       add_keyword_hints(cls, method, where);
     }
   }

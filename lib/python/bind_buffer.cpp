@@ -1,6 +1,7 @@
 // lib/python/bind_buffer.cpp: the Python Buffer.
 #include "shmreplay/internal/segment.hpp"
 #include "bindings.hpp"
+#include "create_options.hpp"
 #include "objects.hpp"
 
 namespace shmreplay::python {
@@ -10,105 +11,6 @@ using namespace py::literals;
 using BufferClass = py::class_<Buffer, std::shared_ptr<Buffer>>;
 
 namespace {
-
-// Buffer.create's docstring.
-constexpr const char* kCreateDoc =
-    "Create a buffer of num_envs rings of capacity steps; schema is a Schema or its text form. With "
-    "priority_exponent=alpha every stored step has a priority and prioritized samples draw starts with "
-    "probability proportional to priority**alpha. With rate_limit=RateLimit.ratio(...) or "
-    "RateLimit.min_size(...), samples per inserted step are kept within an error buffer across processes. "
-    "populate='always' faults every page in before the name appears ('auto': when the segment is at most "
-    "half of MemAvailable; 'never', the default: the first writer of each page does), calling "
-    "populate_progress(done_bytes, total_bytes) after each 64 MiB if given. A stacked field (NAME:DTYPE[SHAPE]"
-    ":stack=AXIS) keeps one frame per step; stack_restarts (0: 1 + capacity // 128) is how many steps per env "
-    "whose stack does not continue the previous one's (episode starts) its frame rings hold at no loss. "
-    "stack_continuity='compare' (the default) checks each pushed stack against the previous step's byte for "
-    "byte; 'episodes' trusts the episode flags instead (a push then reads and writes one frame). max_learners "
-    "(1 to 64) learner processes may sample it at once, one Sampler per rank (Sampler(buffer, rank=r)). "
-    "Compressed fields (NAME:DTYPE[SHAPE]:lz4 or :zstd=LEVEL) keep their records in compressed_bytes bytes, "
-    "every compressed field and env together (0: their frames' bytes as pushed over expected_compression, "
-    "0 meaning 4); an env whose frames compress worse loses its oldest steps from the view. policy_version names a "
-    "scalar integer field holding the version of the policy that produced each step (non-decreasing per env): "
-    "learners then publish a version and a staleness window (Sampler.publish_policy) and sample inside it "
-    "(max_staleness=), and writers the window left behind wait instead of being discarded. With "
-    "max_times_sampled=N (1 to 255; 0, the default, for none) a stored step starts at most N sampled rows in "
-    "total, over every learner, and then leaves the views. initial_priority is the priority of a step pushed "
-    "without one (None: the running maximum; float('inf'): steps no prioritized draw has returned are drawn "
-    "first). With sequence_priority_length=L, prioritized samples of L steps weigh a start by "
-    "eta * max + (1 - eta) * mean of its sequence's priority**alpha (sequence_priority_eta=). consuming_queue=True "
-    "makes it a queue (Reverb's): each step is delivered once, by sample calls with consume='fifo' or 'random', and "
-    "writers wait (Writer queue_timeout) instead of overwriting a step not yet delivered. reanalyse_chunk=C gives "
-    "it a reanalyse walk over C-step chunks (Reanalyser).";
-
-// Buffer.create: a new segment from its geometry, schema and options.
-void def_buffer_create(BufferClass& c) {
-  c.def_static(
-          "create",
-          [](const std::string& name, Int<"Buffer.create(): num_envs"> num_envs,
-             Int<"Buffer.create(): capacity"> capacity, py::object schema, Int<"Buffer.create(): mode", uint32_t> mode,
-             bool replace, std::optional<std::string> done, std::optional<std::string> terminated,
-             std::optional<std::string> truncated, std::optional<std::string> reward,
-             Int<"Buffer.create(): episode_queue_capacity"> episode_queue_capacity,
-             std::optional<double> priority_exponent, std::optional<RateLimit> rate_limit,
-             const std::string& populate, py::object populate_progress,
-             Int<"Buffer.create(): stack_restarts"> stack_restarts, const std::string& stack_continuity,
-             Int<"Buffer.create(): max_learners", uint64_t, 1, layout::kMaxLearners> max_learners,
-             Int<"Buffer.create(): compressed_bytes"> compressed_bytes, double expected_compression,
-             std::optional<std::string> policy_version,
-             Int<"Buffer.create(): max_times_sampled"> max_times_sampled, std::optional<double> initial_priority,
-             Int<"Buffer.create(): sequence_priority_length"> sequence_priority_length, bool consuming_queue,
-             Int<"Buffer.create(): reanalyse_chunk"> reanalyse_chunk) {
-            const Schema s = py::isinstance<py::str>(schema) ? Schema::parse(schema.cast<std::string>())
-                                                             : schema.cast<Schema>();
-            CreateOptions o{.mode = mode, .replace = replace};
-            o.episodes = {done.value_or(""), terminated.value_or(""), truncated.value_or(""), reward.value_or("")};
-            o.episode_queue_capacity = episode_queue_capacity;
-            o.priority_exponent = priority_exponent;
-            o.rate_limit = rate_limit;
-            o.stack_restarts = stack_restarts;
-            o.max_learners = max_learners;
-            o.compressed_bytes = compressed_bytes;
-            o.expected_compression = expected_compression;
-            o.policy_version = policy_version.value_or("");
-            o.max_times_sampled = max_times_sampled;
-            o.initial_priority = initial_priority;
-            o.sequence_priority_length = sequence_priority_length;
-            o.consuming_queue = consuming_queue;
-            o.reanalyse_chunk = reanalyse_chunk;
-            if (stack_continuity == "episodes") {
-              o.stack_continuity = StackContinuity::episodes;
-            } else if (stack_continuity != "compare") {
-              throw Error(Errc::invalid_argument,
-                          fmt::format("cannot create '{}': stack_continuity is '{}', expected 'compare' or 'episodes'",
-                                      name, stack_continuity));
-            }
-            o.populate = parse_populate(populate);
-            if (!populate_progress.is_none()) {
-              if (!PyCallable_Check(populate_progress.ptr())) {
-                throw Error(Errc::invalid_argument,
-                            fmt::format("cannot create '{}': populate_progress must be a callable (done_bytes, "
-                                        "total_bytes), got {}",
-                                        name, py::str(py::type::of(populate_progress)).cast<std::string>()));
-              }
-              // Called from create() with the GIL released: it takes the GIL back for the call. An exception it
-              // raises aborts create(), which leaves nothing behind, and reaches the caller.
-              o.populate_progress = [&populate_progress](uint64_t done_bytes, uint64_t total_bytes) {
-                py::gil_scoped_acquire gil;
-                populate_progress(done_bytes, total_bytes);
-              };
-            }
-            py::gil_scoped_release release;  // fallocate, populate and initialise: may take a while for big buffers
-            return std::make_shared<Buffer>(Buffer::create(name, num_envs, capacity, s, o));
-          },
-          "name"_a, "num_envs"_a, "capacity"_a, "schema"_a, py::kw_only(), "mode"_a = 0600, "replace"_a = false,
-          "done"_a = py::none(), "terminated"_a = py::none(), "truncated"_a = py::none(), "reward"_a = py::none(),
-          "episode_queue_capacity"_a = 0, "priority_exponent"_a = py::none(), "rate_limit"_a = py::none(),
-          "populate"_a = "never", "populate_progress"_a = py::none(), "stack_restarts"_a = 0,
-          "stack_continuity"_a = "compare", "max_learners"_a = 1, "compressed_bytes"_a = 0,
-          "expected_compression"_a = 0.0, "policy_version"_a = py::none(), "max_times_sampled"_a = 0,
-          "initial_priority"_a = py::none(), "sequence_priority_length"_a = 0, "consuming_queue"_a = false,
-          "reanalyse_chunk"_a = 0, kCreateDoc);
-}
 
 // Buffer.open, remove, exists, and the buffer's properties.
 void def_buffer_properties(BufferClass& c) {
@@ -262,7 +164,7 @@ void def_buffer_reads(BufferClass& c) {
 void bind_buffer(py::module_& m) {
   // ----- Buffer
   auto buffer = BufferClass(m, "Buffer", "A named replay buffer in POSIX shared memory.");
-  def_buffer_create(buffer);
+  add_create_method(buffer);  // create_call.cpp: its options are create_options.hpp's rows
   def_buffer_properties(buffer);
   def_buffer_reads(buffer);
   buffer.def("__repr__", [](const Buffer& b) {

@@ -189,3 +189,34 @@ def test_an_unknown_populate_mode_or_a_progress_that_is_not_callable_is_refused(
     with pytest.raises(shmreplay.InvalidArgument, match="populate_progress must be a callable"):
         shmreplay.Buffer.create(name, 1, 8, "a:u8", populate="always", populate_progress=5)
     assert not shmreplay.Buffer.exists(name)
+
+
+def test_the_defaults_buffer_create_shows_make_the_buffer_that_no_options_make(name):
+    """Buffer.create's options are rows of a table (lib/python/create_options.hpp) whose defaults are written as
+    Python text: passing each one explicitly must make what passing none makes (CreateOptions{}), segment for
+    segment, or the signature and docstring would tell users a default the library does not use."""
+    import inspect  # noqa: PLC0415
+    import json  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    defaults = {p.name: p.default for p in inspect.signature(shmreplay.Buffer.create).parameters.values()
+                if p.default is not inspect.Parameter.empty}
+    assert len(defaults) > 15
+    schema = "obs:u8[4,8,8]:stack=0 x:u8[16,16]:lz4 d:bool r:f32 v:u32"
+
+    def described(buffer_name):
+        out = subprocess.run([sys.executable, "-m", "shmreplay", "info", buffer_name, "--json"], capture_output=True,
+                             text=True, check=True).stdout
+        info = json.loads(out)
+        for key in ("name", "path", "creation_time_ns", "age_s"):
+            info.pop(key, None)
+        return info, os.stat(f"/dev/shm/{buffer_name}").st_mode, os.path.getsize(f"/dev/shm/{buffer_name}")
+
+    plain = shmreplay.Buffer.create(name, 2, 16, schema)
+    explicit = shmreplay.Buffer.create(name + "-explicit", 2, 16, schema, **defaults)
+    try:
+        assert described(name + "-explicit") == described(name)
+    finally:
+        shmreplay.Buffer.remove(name + "-explicit")
+    del plain, explicit
