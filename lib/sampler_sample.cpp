@@ -319,6 +319,7 @@ std::size_t Sampler::draw_round(Plan& planner, std::size_t length, Rng& rng, Sam
     const std::size_t chunk_end = std::min(
         {r.redraw.size(), i + sampler_parts::kGatherRows, i + std::max<std::size_t>(chunk_budget / row_bytes, 1)});
     uint64_t chunk_steps = 0;
+    planner.expect_draws(chunk_end - i);  // (the priority planner draws them in groups)
     while (i < chunk_end) {
       const std::optional<detail::Draw> d = planner.draw(rng);
       if (!d) {

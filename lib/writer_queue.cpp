@@ -35,9 +35,12 @@ void Writer::wait_for_queue(std::size_t n, std::size_t blocked, const char* op) 
   layout::QueueControl& q = seg_->queue_control();
   const uint64_t first_env = envs_[locals_[blocked]];
   layout::QueueEnv& qe = seg_->queue_env(first_env);
-  q.writers_blocked.fetch_add(1, std::memory_order_relaxed);
   qe.blocked_pushes.fetch_add(1, std::memory_order_relaxed);
   qe.blocked_since_ns.store(detail::realtime_ns(), std::memory_order_relaxed);
+  // release: pairs with a consuming call's acquire load: a call that sees the count sees the env's mark, and may
+  // return fewer rows than it asks for (the steps it waits for may be this writer's oldest); it is woken for that.
+  q.writers_blocked.fetch_add(1, std::memory_order_release);
+  detail::notify_waiters(seg_->global_control());
   const auto start = std::chrono::steady_clock::now();
   uint64_t next_repair_ns = 0;  // a dead claimer is looked for at most every millisecond (a /proc read)
   std::size_t stuck = blocked;  // the position whose env was not consumed at the last check

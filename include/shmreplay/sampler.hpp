@@ -48,7 +48,8 @@
 //
 // Consuming queue (a buffer created with CreateOptions::consuming_queue): sample calls with SampleOptions::consume
 // deliver each step once in total, over every learner, in insertion order or at random; a killed learner's claims
-// are given back or delivered, never both (docs/design/consuming_queue.md). A queue takes no other sample call.
+// are given back or delivered, never both (docs/design/consuming_queue.md). A queue takes no other sample call. A
+// consuming call may return fewer rows than asked (batch.rows()): those free while a writer waits on the queue.
 //
 // Completed-episode records: when a writer publishes the last step of an episode it queues a record (env, first
 // step, length, return, how it ended) in the segment; pop_episodes() takes them, per env in order. A full queue

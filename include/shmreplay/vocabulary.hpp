@@ -182,8 +182,10 @@ struct SampleOptions {
   /// is delivered once in total, over every learner, whatever their races and deaths. Rows are sequences as
   /// without it (the steps after the start are context and may be delivered as starts of other rows). Only with
   /// View::replay, distribution_power 0 and the default episodes, period, prioritized, recency, mixture and
-  /// window (invalid_argument otherwise). While fewer undelivered starts than rows are stored, the call waits for
-  /// writers up to consume_timeout_ms, then throws empty_view having delivered nothing.
+  /// window (invalid_argument otherwise). While fewer undelivered starts than rows are free, the call returns those
+  /// it found (at least one) when a writer waits on the queue (a partial batch: SampleBatch::rows() says how many;
+  /// the writer may be waiting for one of them); otherwise it waits for writers up to consume_timeout_ms, then
+  /// throws empty_view having delivered nothing.
   Consume consume = Consume::off;
   /// With consume: how long the call waits for enough undelivered steps (0: throw at once; kWaitForever: no
   /// timeout). Ctrl-C in Python interrupts it within 50 ms.

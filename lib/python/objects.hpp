@@ -116,6 +116,27 @@ struct Batch {
                                {static_cast<uint64_t*>(starts.mutable_data()), n(starts)});
   }
 
+  // A Batch of views of this one's first `n` rows (a consuming call's partial batch; the arrays stay this
+  // Batch's, so out= keeps taking the full one).
+  py::object first_rows(std::size_t n) const {
+    const py::slice first(0, static_cast<py::ssize_t>(n), 1);
+    const auto head = [&](const py::array& a) { return py::array(a[first]); };
+    Batch part;
+    part.schema = schema;
+    part.names = names;
+    for (const py::array& f : fields) part.fields.push_back(head(f));
+    part.mask = head(mask);
+    part.env_ids = head(env_ids);
+    part.starts = head(starts);
+    part.weights = head(weights);
+    part.selector_rows = selector_rows;
+    part.policy_version = policy_version;
+    part.policy_floor = policy_floor;
+    part.rows = n;
+    part.length = length;
+    return py::cast(std::move(part));
+  }
+
   py::array field(const std::string& name) const {
     for (std::size_t f = 0; f < names.size(); ++f) {
       if (names[f] == name) return fields[f];
@@ -209,8 +230,10 @@ struct PyWriter {
   // looked up under mu, so a close() from another thread is seen.
   template <class Call>
   void run(const char* op, std::size_t bytes, Call&& call) {
-    // (A buffer with a policy-version field may hold a push back too: its pushes always release the GIL.)
-    if (bytes <= kHoldGilBytes && !get(op).options().wait_for_rate_limit && !buffer->episode_fields().policy_version) {
+    // (A buffer with a policy-version field, or a consuming queue, may hold a push back too: its pushes always
+    // release the GIL, or a learner thread of the same process could never deliver the step the push waits for.)
+    if (bytes <= kHoldGilBytes && !get(op).options().wait_for_rate_limit && !buffer->episode_fields().policy_version &&
+        !buffer->consuming_queue()) {
       std::unique_lock lock(mu, std::try_to_lock);
       if (lock.owns_lock()) {
         call(get(op));
@@ -377,6 +400,7 @@ struct PySampler {
       b.policy_version = sb.policy_version();
       b.policy_floor = sb.policy_floor();
     }
+    if (sb.rows() < rows) return b.first_rows(sb.rows());  // a consuming call's partial batch
     return result;
   }
 };

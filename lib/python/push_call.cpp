@@ -5,8 +5,9 @@
 // - a field is found by pointer: the dict's keys are, in the common case, the very str objects of the schema's
 //   names (CPython interns identifier-like string literals and so do we), checked in schema order first;
 // - the GIL is kept for a small push (at most PyWriter::kHoldGilBytes of step data, PyWriter::run) by a writer
-//   that never waits for the rate limiter: such a push takes a few hundred nanoseconds, less than handing the GIL
-//   to another thread and taking it back. A larger push, or one that may wait, releases the GIL as before.
+//   that never waits (for the rate limiter, a policy window or a consuming queue's learners): such a push takes a
+//   few hundred nanoseconds, less than handing the GIL to another thread and taking it back. A larger push, or one
+//   that may wait, releases the GIL as before.
 // The conversions and errors are convert.hpp's, the same as every other call's.
 #include <cmath>
 #include <cstddef>

@@ -212,7 +212,9 @@ inline constexpr std::array kSampleOptions = {
         "consume", kSample | kSampleTransitions,
         "in a consuming queue (consuming_queue=True), take rows whose starts no call took before and deliver them: "
         "'fifo' in insertion order, 'random' uniformly over the undelivered steps (replay view, power 0, no other "
-        "sampling option); each step is delivered once over every learner."),
+        "sampling option); each step is delivered once over every learner. With fewer undelivered steps than "
+        "batch_size while a writer waits on the queue, a partial batch of those found (Batch.rows; with out=, views "
+        "of its first rows)."),
     option<&SampleOptions::consume_timeout_ms, SecondsOption>(
         "consume_timeout", kSample | kSampleTransitions,
         "with consume, the seconds the call waits for enough undelivered steps (0: EmptyView at once; inf: no "

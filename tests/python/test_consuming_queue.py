@@ -3,6 +3,8 @@ consume= and consume_timeout= options of the sample calls, Writer(queue_timeout=
 import json
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -77,6 +79,36 @@ def test_a_full_queue_holds_its_writer_back_and_refuses_the_other_sample_calls(n
     info = json.loads(subprocess.run([sys.executable, "-m", "shmreplay", "info", name, "--json"], check=True,
                                      capture_output=True, text=True).stdout)
     assert info["consuming_queue"] is True
+
+
+@pytest.mark.parametrize("use_out", [False, True])
+def test_a_consuming_call_returns_a_partial_batch_when_a_writer_waits_for_one_of_the_few_free_steps(
+        name, closing, use_out):
+    buf = shmreplay.Buffer.create(name, 2, 4, SCHEMA, consuming_queue=True)
+    w = shmreplay.Writer(buf, [0, 1])
+    s = shmreplay.Sampler(buf, seed=3)
+    closing += [w, s]
+    for env in (0, 1):
+        for _ in range(4):
+            push(w, env)
+    assert rows(s.sample_transitions("replay", 4, consume="fifo")) == [(0, t) for t in range(4)]
+    w.close()
+    blocked = shmreplay.Writer(buf, [1], queue_timeout=5)
+    closing.append(blocked)
+    pusher = threading.Thread(target=push, args=(blocked, 1))  # waits for env 1's step 0 to be delivered
+    pusher.start()
+    time.sleep(0.2)
+    out = s.new_batch(8, 2) if use_out else None
+    batch = s.sample("replay", 8, 2, consume="random", consume_timeout=2, out=out)
+    pusher.join()
+    assert blocked.head(1) == 5
+    assert batch.rows == 4
+    assert batch["step"].shape == (4, 2) and batch.mask.shape == (4, 2)
+    assert batch.env_ids.tolist() == [1] * 4 and sorted(batch.starts.tolist()) == [0, 1, 2, 3]
+    assert sorted(rows(batch)) == [(1, t) for t in range(4)]
+    if use_out:
+        assert out.rows == 8 and np.shares_memory(batch["step"], out["step"])
+        assert rows(s.sample_transitions("replay", 1, consume="fifo", out=s.new_batch(1, 1))) == [(1, 4)]
 
 
 def test_consume_on_a_buffer_that_is_not_a_queue_is_refused(name, closing):

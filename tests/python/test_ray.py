@@ -293,6 +293,9 @@ def test_the_cluster_sampler_takes_every_sample_option_of_the_bindings_table_and
         assert all(s == {**defaults, "min_steps": 1, "beta": 0.7, "period": 2} for s in seen), seen
         with pytest.raises(TypeError, match="unexpected keyword argument 'no_such_option'"):
             learner.sample("replay", 60, L, no_such_option=1)
+        for call in (learner.sample, learner.sample_async):  # refused before any node is asked
+            with pytest.raises(shmreplay.InvalidArgument, match="a ClusterSampler does not consume"):
+                call("replay", 60, L, consume="fifo")
     finally:
         learner.close()
         close_all(servers)

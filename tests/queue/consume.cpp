@@ -75,7 +75,8 @@ TEST_CASE("a consuming queue delivers each step once, in insertion order across 
   CHECK(msg.find("nothing was delivered") != std::string::npos);
 }
 
-TEST_CASE("a consuming queue refuses sample calls without consume, and consume on a buffer that is not a queue") {
+TEST_CASE("a consuming queue refuses sample calls without consume, consume with a mixture or sample_mixed, and "
+          "consume on a buffer that is not a queue") {
   QueueRig rig("queue-refuse", 1, 4);
   Writer w(rig.buf, {0});
   push_tagged(w, 0);
@@ -88,6 +89,15 @@ TEST_CASE("a consuming queue refuses sample calls without consume, and consume o
   CHECK(msg.find("consume = fifo or random") != std::string::npos);
   CHECK(error_of([&] { s.sample(View::replay, 1, 1, 1.0, rng, batch, consuming(Consume::fifo)); }) ==
         static_cast<int>(Errc::invalid_argument));  // power 1
+  SampleOptions mixed = consuming(Consume::random);
+  mixed.mixture = Mixture{.uniform = 0.5, .recency = 0.5};
+  mixed.recency_half_life = 4.0;
+  CHECK(error_of([&] { s.sample(View::replay, 2, 1, 0.0, rng, batch, mixed); }, &msg) ==
+        static_cast<int>(Errc::invalid_argument));  // a mixture
+  CHECK(msg.find("no other sampling option") != std::string::npos);
+  CHECK(error_of([&] { s.sample_mixed(1, 1, 1, 0.0, rng, batch, consuming(Consume::fifo)); }, &msg) ==
+        static_cast<int>(Errc::invalid_argument));
+  CHECK(msg.find("only sample and sample_transitions consume") != std::string::npos);
   CapsRig plain("queue-plain", 1, 4, 0);
   Sampler p(plain.buf);
   CHECK(error_of([&] { p.sample_transitions(View::replay, 1, rng, batch, consuming(Consume::random)); }, &msg) ==
@@ -125,6 +135,65 @@ TEST_CASE("random consumption is uniform over the undelivered steps; a model tha
   std::vector<double> wrong_tail(wrong.begin() + kOld, wrong.end());
   CHECK(chi_square(counts, wrong, n) > chi_square_bound(kCap - 1));
   CHECK(chi_square(undelivered, wrong_tail, n) > chi_square_bound(kCap - kOld - 1));
+}
+
+TEST_CASE("random consumption is uniform over the free steps of windows with delivered steps inside them, whether the "
+          "windows fill most of the rings or few of them; a model that counts the delivered ones is rejected") {
+  constexpr uint64_t kEnvs = 3, kCap = 16, kTrials = 2000;
+  struct Shape {
+    uint64_t pushed[kEnvs];  // steps pushed per env each trial
+    std::vector<std::pair<uint64_t, uint64_t>> holes;  // (env, offset) delivered before the draw
+  };
+  const Shape shapes[] = {{{16, 10, 4}, {{0, 3}, {0, 9}, {0, 15}, {1, 0}, {1, 5}}},  // 30 of 48: the rings
+                          {{9, 2, 1}, {{0, 1}, {0, 4}, {1, 1}}}};                     // 12 of 48: the windows
+  for (const Shape& shape : shapes) {
+    QueueRig rig("queue-holes", kEnvs, kCap);
+    Writer w(rig.buf, {0, 1, 2});
+    Sampler s(rig.buf);
+    Segment& seg = segment_of(rig.buf);
+    Rng rng(31);
+    SampleBatch batch;
+    std::vector<uint64_t> counts(kEnvs * kCap, 0);
+    for (uint64_t t = 0; t < kTrials; ++t) {
+      uint64_t base[kEnvs];
+      for (uint64_t e = 0; e < kEnvs; ++e) {
+        base[e] = w.head(e);
+        for (uint64_t i = 0; i < shape.pushed[e]; ++i) push_tagged(w, e);
+      }
+      for (const auto& [e, off] : shape.holes) {  // as a learner's delivery leaves them (its commit done)
+        const uint64_t step = base[e] + off;
+        detail::deliver(seg.cap_words(e)[step % kCap], step);
+      }
+      s.sample_transitions(View::replay, 1, rng, batch, consuming(Consume::random));
+      for (const auto& [env, step] : rows_of(batch)) ++counts[env * kCap + (step - base[env])];
+      uint64_t left = 0;
+      for (uint64_t e = 0; e < kEnvs; ++e) left += shape.pushed[e];
+      s.sample_transitions(View::replay, left - shape.holes.size() - 1, rng, batch, consuming(Consume::fifo));
+    }
+    std::vector<double> model(kEnvs * kCap, 0.0), wrong(kEnvs * kCap, 0.0);
+    uint64_t free = 0, stored = 0;
+    for (uint64_t e = 0; e < kEnvs; ++e) {
+      for (uint64_t i = 0; i < shape.pushed[e]; ++i) {
+        const bool hole = std::find(shape.holes.begin(), shape.holes.end(), std::pair{e, i}) != shape.holes.end();
+        model[e * kCap + i] = hole ? 0.0 : 1.0;
+        wrong[e * kCap + i] = 1.0;
+        free += hole ? 0 : 1;
+        ++stored;
+      }
+    }
+    for (double& m : model) m /= static_cast<double>(free);
+    for (double& m : wrong) m /= static_cast<double>(stored);
+    for (const auto& [e, off] : shape.holes) CHECK(counts[e * kCap + off] == 0);  // never a delivered step
+    for (uint64_t e = 0; e < kEnvs; ++e) {
+      for (uint64_t i = shape.pushed[e]; i < kCap; ++i) CHECK(counts[e * kCap + i] == 0);  // nor one not pushed
+    }
+    const double n = static_cast<double>(kTrials);
+    CHECK(chi_square(counts, model, n) < chi_square_bound(static_cast<double>(free - 1)));
+    CHECK(chi_square(counts, wrong, n) > chi_square_bound(static_cast<double>(stored - 1)));
+    uint64_t drawn = 0;
+    for (const uint64_t k : counts) drawn += k;
+    CHECK(drawn == kTrials);  // none outside the pushed steps (the models' zero cells)
+  }
 }
 
 TEST_CASE("a writer blocks while its ring slot holds an undelivered step, wakes when a learner consumes it, and "
@@ -231,4 +300,63 @@ TEST_CASE("a learner killed before its commit has its claims given back; after i
   const SegmentInfo info = Inspector(rig.guard.name()).snapshot();
   CHECK(info.learners[1].counters[*counter_index(CounterScope::learner, "queue_returned")] == 1);
   CHECK(info.learners[1].counters[*counter_index(CounterScope::learner, "queue_delivered")] == 1);
+}
+
+TEST_CASE("a consuming call that finds fewer free steps than it asks for while a writer waits for one of them "
+          "returns a partial batch of those steps, and the writer goes on") {
+  for (const Consume order : {Consume::fifo, Consume::random}) {
+    CAPTURE(to_string(order));
+    QueueRig rig("queue-partial", 2, 4);
+    Sampler s(rig.buf);
+    Rng rng(11);
+    SampleBatch batch;
+    {
+      Writer w(rig.buf, {0, 1});
+      for (int i = 0; i < 4; ++i) push_tagged(w, 0);
+      for (int i = 0; i < 4; ++i) push_tagged(w, 1);
+    }
+    s.sample_transitions(View::replay, 4, rng, batch, consuming(Consume::fifo));  // env 0's four (the oldest pushes)
+    std::atomic<bool> pushed{false};
+    std::thread writer([&] {
+      Writer w(rig.buf, {1}, WriterOptions{.queue_timeout_ms = 3'000});
+      try {
+        push_tagged(w, 1);  // waits for env 1's step 0, one of the four free steps
+        pushed = true;
+      } catch (const Error&) {  // rate_limited: the learner never delivered it
+      }
+    });
+    Segment& seg = segment_of(rig.buf);
+    while (seg.queue_env(1).blocked_since_ns.load() == 0) ::usleep(1000);
+    // Eight rows asked, four free, and the writer that would bring more waits for one of them.
+    CHECK_NOTHROW(s.sample(View::replay, 8, 2, 0.0, rng, batch, consuming(order, 1'000)));
+    writer.join();
+    REQUIRE(pushed.load());
+    CHECK(batch.rows() == 4);
+    CHECK(batch.env_ids().size() == 4);
+    CHECK(batch.mask().size() == 8);
+    std::vector<std::pair<uint64_t, uint64_t>> got;
+    for (std::size_t r = 0; r < batch.rows(); ++r) {
+      got.emplace_back(batch.field_as<uint64_t>(0)[r * 2], batch.field_as<uint64_t>(1)[r * 2]);
+      CHECK(batch.env_ids()[r] == 1);
+    }
+    std::sort(got.begin(), got.end());
+    CHECK(got == std::vector<std::pair<uint64_t, uint64_t>>{{1, 0}, {1, 1}, {1, 2}, {1, 3}});
+    s.sample_transitions(View::replay, 1, rng, batch, consuming(order));  // the writer's step 4
+    CHECK(rows_of(batch) == std::vector<std::pair<uint64_t, uint64_t>>{{1, 4}});
+  }
+}
+
+TEST_CASE("a consuming call short of free steps with no writer waiting delivers nothing and throws empty_view") {
+  QueueRig rig("queue-short", 2, 4);
+  {
+    Writer w(rig.buf, {0, 1});
+    for (int i = 0; i < 3; ++i) push_tagged(w, 1);
+  }
+  Sampler s(rig.buf);
+  Rng rng(13);
+  SampleBatch batch;
+  CHECK(error_of([&] { s.sample_transitions(View::replay, 4, rng, batch, consuming(Consume::random, 20)); }) ==
+        static_cast<int>(Errc::empty_view));
+  s.sample_transitions(View::replay, 3, rng, batch, consuming(Consume::fifo));
+  CHECK(batch.rows() == 3);
 }

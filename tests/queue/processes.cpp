@@ -34,7 +34,7 @@ namespace {
 constexpr uint64_t kEnvs = 2;
 constexpr uint64_t kCapacity = 16;
 constexpr uint64_t kRanks = 3;
-constexpr uint64_t kRows = 4;                  // rows per consuming call (the accounting counts calls)
+constexpr uint64_t kRows = 4;                  // rows per consuming call, at most (the accounting counts calls)
 constexpr uint64_t kSteps = 2000;              // steps per env the writers push (a 16-slot ring: ~250 laps)
 constexpr uint64_t kTallySteps = kSteps + 16;  // room past kSteps (a takeover may rewrite the last step)
 
@@ -68,22 +68,22 @@ void consume_loop(const std::string& name, uint64_t rank, uint64_t seed, Tally* 
   Sampler s(b, SamplerOptions{.rank = rank});
   Rng rng(seed);
   SampleBatch batch;
-  std::size_t rows = kRows;
+  std::size_t rows = kRows;  // the drain's last calls ask for what is left (no writer will bring more)
   for (;;) {
     const Consume order = drain || rng() % 2 == 0 ? Consume::fifo : Consume::random;
-    const std::size_t length = rows == kRows ? 1 + static_cast<std::size_t>(rng() % 3) : 1;
+    const std::size_t length = 1 + static_cast<std::size_t>(rng() % 3);
+    // Full batches: with fewer undelivered steps than kRows while the writer waits for one of them (the oldest of
+    // its ring), the call returns a partial batch (docs/design/consuming_queue.md) instead of both waiting.
     try {
       s.sample(View::replay, rows, length, 0.0, rng, batch, {.consume = order, .consume_timeout_ms = drain ? 0u : 50u});
     } catch (const Error& e) {
       if (e.errc() != Errc::empty_view) throw;
-      if (drain) return;
-      // Fewer undelivered steps than the call asks for, and the writer may be waiting for one of them (the oldest
-      // of its ring: docs/design/consuming_queue.md, "A writer waits for the oldest undelivered step"): the next
-      // call takes one step, as a learner must then.
-      rows = 1;
+      if (drain && rows == 1) return;
+      if (drain) --rows;
       continue;
     }
-    for (std::size_t r = 0; r < rows; ++r) {
+    if (batch.rows() == 0 || batch.rows() > kRows) t->bad_rows.fetch_add(1);
+    for (std::size_t r = 0; r < batch.rows(); ++r) {
       uint64_t env = 0, step = 0;
       std::memcpy(&env, batch.step(0, r, 0), 8);
       std::memcpy(&step, batch.step(1, r, 0), 8);
@@ -94,7 +94,6 @@ void consume_loop(const std::string& name, uint64_t rank, uint64_t seed, Tally* 
       t->delivered[env][step].fetch_add(1);
     }
     t->reported[rank].fetch_add(1);
-    rows = kRows;
   }
 }
 

@@ -12,6 +12,7 @@
 //   uniform         rows/s of sample_transitions, 256 rows per call
 //   prioritized     rows/s of prioritized sample_transitions, 256 rows per call (weights included)
 //   seq 32x16 prio  rows/s of prioritized sample, 32 rows of 16 steps
+//   (these three interleaved, per second of the thread's CPU time, as in the tables below)
 //   update          priorities/s of update_priorities for the 256 rows of a sample
 // Then a table of the selectors (issue 47) against a uniform call of the same shape in the same run, from the same
 // buffers: recency (recency_half_life a quarter of each env's ring, so that rows spread over the whole ring and read
@@ -239,20 +240,14 @@ SelectorRow measure_size(const Options& o, uint64_t size, std::mt19937_64& gen,
   Sampler s(buf);
   Rng rng(7);
   SampleBatch batch;
-  const double uniform = rate(o, [&] {
-    s.sample_transitions(View::replay, 256, rng, batch);
-    return uint64_t{256};
-  });
   const SampleOptions po{.prioritized = true, .importance_exponent = 0.4};
-  const double prioritized = rate(o, [&] {
-    s.sample_transitions(View::replay, 256, rng, batch, po);
-    return uint64_t{256};
-  });
   SampleBatch seq;
-  const double sequences = rate(o, [&] {
-    s.sample(View::replay, 32, 16, 0.0, rng, seq, po);
-    return uint64_t{32};
-  });
+  // Interleaved, per second of the thread's CPU time, as the selectors' tables: the ratio is the result.
+  const std::vector<double> sampled = interleaved_medians(
+      o, {[&] { s.sample_transitions(View::replay, 256, rng, batch); return uint64_t{256}; },
+          [&] { s.sample_transitions(View::replay, 256, rng, batch, po); return uint64_t{256}; },
+          [&] { s.sample(View::replay, 32, 16, 0.0, rng, seq, po); return uint64_t{32}; }});
+  const double uniform = sampled[0], prioritized = sampled[1], sequences = sampled[2];
   s.sample_transitions(View::replay, 256, rng, batch, po);
   std::vector<float> fresh(256);
   for (float& p : fresh) p = static_cast<float>(gen() % 1000) / 100.0f;
@@ -273,7 +268,7 @@ int run(const Options& o, const std::string& command) {
   if (o.quick) sizes.resize(2);
   fmt::print("### Priorities\n\n`{}`; {} trial(s) of {} s per figure, median; {} envs, a {}-byte step ({}), one "
              "process, no writer running. Rates in millions per second; `prio/uniform` is prioritized over uniform "
-             "flat sampling in the same run.\n\n",
+             "flat sampling in the same run (these three interleaved, per second of the thread's CPU time).\n\n",
              command, o.trials, o.seconds, kEnvs, kSchema.step_bytes(), kSchema.to_string());
   fmt::print("| stored steps | plain push steps/s | push steps/s | push+prio steps/s | uniform rows/s | "
              "prioritized rows/s | prio/uniform | seq 32x16 prio rows/s | updates/s |\n");

@@ -82,10 +82,6 @@ double priority_weight(double priority, double alpha) noexcept {
   return priority > 0 && w < kMinWeight ? kMinWeight : w;
 }
 
-double leaf_weight(uint64_t word) noexcept {
-  return static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(word & kWeightMask)));
-}
-
 uint64_t make_leaf(uint64_t step, double weight) noexcept {
   const auto w = static_cast<float>(weight);
   return (step << 32) | std::bit_cast<uint32_t>(w);
@@ -201,8 +197,6 @@ double max_priority(const std::atomic<uint64_t>& max_word) noexcept {
 
 // -- readers -------------------------------------------------------------------------------------------------------
 
-double slot_weight(const PriorityTreeView& t, uint64_t step) noexcept { return value(t, t.leaves + step % t.capacity); }
-
 double step_weight(const PriorityTreeView& t, const layout::EnvControl& env, uint64_t step) noexcept {
   const uint64_t word = t.words[t.leaves + step % t.capacity].load(std::memory_order_seq_cst);
   if ((word >> 32) != (step & kWeightMask)) return -1;  // the slot holds another step
@@ -216,30 +210,57 @@ double step_weight(const PriorityTreeView& t, const layout::EnvControl& env, uin
 
 // A range of steps is one run of slots, or two when it wraps the ring. The sum of all slots is the root: leaves past
 // the capacity are 0.
-double range_weight(const PriorityTreeView& t, uint64_t lo, uint64_t hi) noexcept {
-  if (hi <= lo) return 0;
-  if (hi - lo >= t.capacity) return value(t, 1);  // the whole ring
+RangeSums range_sums(const PriorityTreeView& t, uint64_t lo, uint64_t hi) noexcept {
+  if (hi <= lo) return {};
+  if (hi - lo >= t.capacity) return {value(t, 1), 0, 0};  // the whole ring
   const uint64_t a = lo % t.capacity;
   const uint64_t b = a + (hi - lo);
-  const double w = b <= t.capacity ? prefix(t, b) - prefix(t, a)
-                                    : value(t, 1) - prefix(t, a) + prefix(t, b - t.capacity);
-  return std::max(w, 0.0);
+  const double before = prefix(t, a);
+  if (b <= t.capacity) return {std::max(prefix(t, b) - before, 0.0), before, 0};
+  const double root = value(t, 1);
+  return {std::max(root - before + prefix(t, b - t.capacity), 0.0), before, root};
+}
+
+double range_weight(const PriorityTreeView& t, uint64_t lo, uint64_t hi) noexcept {
+  return range_sums(t, lo, hi).total;
+}
+
+Descent plan_descent(const PriorityTreeView& t, uint64_t lo, uint64_t hi, double u) noexcept {
+  const uint64_t cap = t.capacity;
+  const uint64_t a = lo % cap;
+  if (hi - lo >= cap) return plan_descent(RangeSums{}, a, hi - lo, cap, u);
+  const bool wraps = a + (hi - lo) > cap;
+  return plan_descent(RangeSums{0, prefix(t, a), wraps ? value(t, 1) : 0}, a, hi - lo, cap, u);
 }
 
 uint64_t find_step(const PriorityTreeView& t, uint64_t lo, uint64_t hi, double u) noexcept {
-  const uint64_t cap = t.capacity;
-  const uint64_t a = lo % cap;
-  const uint64_t b = a + (hi - lo);
-  if (hi - lo >= cap) {
-    // The whole ring (a full env outside a write): one descent from the root, the slot mapped back to its step.
-    const uint64_t slot = std::min(descend(t, u), cap - 1);
-    return lo + (slot + cap - a) % cap;
+  const Descent d = plan_descent(t, lo, hi, u);
+  return d.step_of(lo, t.capacity, descend(t, d.target));
+}
+
+void descend_group(std::span<const std::atomic<uint64_t>* const> words, uint64_t leaves, std::span<double> targets,
+                   std::span<uint64_t> slots) noexcept {
+  const std::size_t n = std::min(words.size(), kDescentGroup);
+  uint64_t nodes[kDescentGroup];
+  for (std::size_t i = 0; i < n; ++i) nodes[i] = 1;
+  // Level by level: `level` is the first node of the level the descents stand on. Children below the last internal
+  // level are leaves (an f32 weight in the low half), above it f64 sums.
+  for (uint64_t level = 1; level < leaves; level *= 2) {
+    const bool leaf_children = 2 * level >= leaves;
+    for (std::size_t i = 0; i < n; ++i) {
+      const uint64_t left_child = 2 * nodes[i];
+      const uint64_t word = words[i][left_child].load(std::memory_order_seq_cst);
+      const double left = leaf_children ? leaf_weight(word) : std::bit_cast<double>(word);
+      // Right unless the target is below the left sum (as descend: NaN goes right), then minus the left sum. A mask,
+      // not a branch: the direction is a coin toss, which a branch would mispredict half the time. t - 0.0 == t:
+      // the same bits as descend's.
+      const uint64_t right = targets[i] < left ? 0 : 1;
+      targets[i] -= std::bit_cast<double>(std::bit_cast<uint64_t>(left) & (0 - right));
+      nodes[i] = left_child + right;
+      if (!leaf_children) __builtin_prefetch(&words[i][2 * nodes[i]]);  // both children: one 16-byte pair
+    }
   }
-  const double before = prefix(t, a);  // the running sum starts at slot a
-  if (b <= cap) return lo + std::clamp(descend(t, before + u), a, b - 1) - a;
-  const double first = std::max(value(t, 1) - before, 0.0);  // slots [a, cap)
-  if (u < first) return lo + std::clamp(descend(t, before + u), a, cap - 1) - a;
-  return lo + (cap - a) + std::min(descend(t, u - first), b - cap - 1);  // slots [0, b - cap)
+  for (std::size_t i = 0; i < n; ++i) slots[i] = nodes[i] - leaves;
 }
 
 void rebuild(const PriorityTree& t) noexcept {

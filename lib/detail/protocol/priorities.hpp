@@ -29,8 +29,11 @@
 #pragma once
 
 #include <atomic>
+#include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 
 #include "shmreplay/internal/layout.hpp"
@@ -97,7 +100,9 @@ std::string priority_misfit(double priority, double alpha);
 double priority_weight(double priority, double alpha) noexcept;
 
 /// The weight a leaf word holds (its low half), and the leaf word for step `step` with weight `weight`.
-double leaf_weight(uint64_t word) noexcept;
+inline double leaf_weight(uint64_t word) noexcept {
+  return static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(word & 0xffffffffull)));
+}
 uint64_t make_leaf(uint64_t step, double weight) noexcept;
 
 // -- writer half ----------------------------------------------------------------------------------------------
@@ -158,8 +163,14 @@ double max_priority(const std::atomic<uint64_t>& max_word) noexcept;
 
 // -- readers --------------------------------------------------------------------------------------------------
 
-/// The weight of the leaf of the slot of `step` (whatever step it now holds).
-double slot_weight(const PriorityTreeView& tree, uint64_t step) noexcept;
+/// The weight of the leaf of the slot of `step` (whatever step it now holds). Inline: a draw reads one per row.
+inline double slot_weight(const PriorityTreeView& tree, uint64_t step) noexcept {
+  return leaf_weight(tree.words[tree.leaves + step % tree.capacity].load(std::memory_order_seq_cst));
+}
+/// The same for a slot (slot < capacity): no division.
+inline double weight_at_slot(const PriorityTreeView& tree, uint64_t slot) noexcept {
+  return leaf_weight(tree.words[tree.leaves + slot].load(std::memory_order_seq_cst));
+}
 
 /// The weight of step `step` while its slot's leaf holds it (tagged with the step, and `env` has not claimed the
 /// slot for a later step); -1 when the slot holds or is being given another step. O(1).
@@ -173,6 +184,66 @@ double range_weight(const PriorityTreeView& tree, uint64_t lo, uint64_t hi) noex
 /// instead (one descent from the root; the same distribution). Clamped to [lo, hi) when sums move underneath.
 /// O(log capacity).
 uint64_t find_step(const PriorityTreeView& tree, uint64_t lo, uint64_t hi, double u) noexcept;
+
+/// find_step in two halves, for drawing several rows at once (the priority planner): plan_descent says where a draw
+/// of `u` over steps [lo, hi) descends (the target of a descent from the root, and the slots its result is clamped
+/// to: a partial view reads a prefix sum, O(log capacity); the whole ring, nothing), descend_group descends, and
+/// step_of is the step of the slot found. find_step(t, lo, hi, u) == plan_descent(t, lo, hi, u).step_of(lo,
+/// t.capacity, the descent of its target).
+struct Descent {
+  double target = 0;        ///< the running sum from slot 0 that the descent passes
+  uint64_t first_slot = 0;  ///< the slot found is clamped to [first_slot, last_slot] (sums moving underneath)
+  uint64_t last_slot = 0;
+  uint64_t lo_slot = 0;     ///< lo's slot, lo % capacity
+  /// A slot the descent found, clamped.
+  uint64_t clamp(uint64_t slot) const noexcept {
+    return slot < first_slot ? first_slot : slot > last_slot ? last_slot : slot;
+  }
+  /// The step of the view [lo, ...) in a clamped slot, and in slot `slot` (clamped first).
+  uint64_t step_at(uint64_t lo, uint64_t capacity, uint64_t clamped) const noexcept {
+    return lo + (clamped >= lo_slot ? clamped - lo_slot : clamped + capacity - lo_slot);
+  }
+  uint64_t step_of(uint64_t lo, uint64_t capacity, uint64_t slot) const noexcept {
+    return step_at(lo, capacity, clamp(slot));
+  }
+};
+Descent plan_descent(const PriorityTreeView& tree, uint64_t lo, uint64_t hi, double u) noexcept;
+
+/// What plan_descent reads of a tree for a view, read once for all the draws of a snapshot (the priority planner's
+/// prepare): the view's total, the sum of the slots before its first (`before`), and the root (read for a view that
+/// wraps the ring only). For a view of the whole ring, the root only (total).
+struct RangeSums {
+  double total = 0;
+  double before = 0;
+  double root = 0;
+};
+RangeSums range_sums(const PriorityTreeView& tree, uint64_t lo, uint64_t hi) noexcept;
+
+/// plan_descent from sums read before (`lo_slot` = lo % capacity, `steps` = hi - lo > 0): no load. The same descent
+/// as plan_descent's while the sums stay as they were read.
+inline Descent plan_descent(const RangeSums& sums, uint64_t lo_slot, uint64_t steps, uint64_t capacity,
+                            double u) noexcept {
+  const uint64_t a = lo_slot;
+  const uint64_t b = a + steps;
+  if (steps >= capacity) return {u, 0, capacity - 1, a};  // the whole ring: one descent from the root
+  if (b <= capacity) return {sums.before + u, a, b - 1, a};
+  const double left = sums.root - sums.before;
+  const double first = left < 0.0 ? 0.0 : left;  // slots [a, capacity); std::max(left, 0.0), NaN kept
+  if (u < first) return {sums.before + u, a, capacity - 1, a};
+  return {u - first, 0, b - capacity - 1, a};  // slots [0, b - capacity)
+}
+
+/// The most descents descend_group takes at once.
+inline constexpr std::size_t kDescentGroup = 64;
+
+/// Several descents at once, in trees of one geometry (`leaves`: one buffer's trees): descent i goes down the tree at
+/// words[i] to the slot where the running sum from slot 0 first exceeds targets[i] (find_step's descent) and leaves
+/// it in slots[i]. Level by level over the descents, without a branch on the sums, each descent's next node
+/// prefetched while the others load theirs: the loads of one level are independent, so their cache misses overlap
+/// (one descent's are a chain). The same slots as one descent each, bit for bit. At most kDescentGroup descents;
+/// `targets` is consumed. O(n log capacity).
+void descend_group(std::span<const std::atomic<uint64_t>* const> words, uint64_t leaves, std::span<double> targets,
+                   std::span<uint64_t> slots) noexcept;
 
 /// Recomputes every internal node from the leaves (no party may be walking): checkpoint load, tests. O(leaves).
 void rebuild(const PriorityTree& tree) noexcept;

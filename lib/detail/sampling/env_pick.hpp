@@ -1,5 +1,6 @@
 // detail/sampling/env_pick.hpp: the env a draw falls in, from the cumulative weights of the envs (the cross
-// planners, cross_planners.hpp). Inline, because it runs once per sampled row.
+// planners, cross_planners.hpp; the priority planner takes upper_bound_branchless). Inline, because it runs once per
+// sampled row.
 #pragma once
 
 #include <algorithm>
@@ -19,14 +20,15 @@ struct EnvPick {
   double offset;
 };
 
-// std::upper_bound without branches on the data (a conditional move per halving): the env is drawn at random,
-// so a branchy search mispredicts about half of its steps. The same result as std::upper_bound.
+// std::upper_bound without branches on the data (a mask per halving): the env is drawn at random, so a branchy
+// search mispredicts about half of its steps. The same result as std::upper_bound. (Written `cond ? half : 0`, g++ 12
+// compiled it to a branch in the priority planner: perf showed a fifth of a prioritized sequence call in it.)
 inline const double* upper_bound_branchless(const double* first, std::size_t n, double u) noexcept {
   if (n == 0) return first;
   std::size_t len = n;  // the answer lies in [first, first + len]
   while (len > 1) {
     const std::size_t half = len / 2;
-    first += first[half - 1] <= u ? half : 0;
+    first += half & (std::size_t{0} - static_cast<std::size_t>(first[half - 1] <= u));
     len -= half;
   }
   return first + (*first <= u ? 1 : 0);

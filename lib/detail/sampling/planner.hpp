@@ -138,6 +138,12 @@ class Planner {
   /// proposals for rejection.
   virtual std::optional<Draw> draw(Rng& rng) = 0;
 
+  /// A hint before a run of draws: at most the next `rows` draws come from this snapshot (fewer when a draw finds
+  /// nothing or the caller stops early; more when the sample caps refuse some). A planner may draw that many ahead
+  /// together (the priority planner interleaves their tree descents) and drop what is not asked for; the default
+  /// ignores it. Called by draw_round before each chunk.
+  virtual void expect_draws(std::size_t rows) noexcept { (void)rows; }
+
   /// The total weight of the starts of the last prepare's snapshot (one that returned true), in the weights' own
   /// units: the sum of min(r, L)^power (cross, stop), of 1 (within), of priority^alpha (prioritized), of
   /// min(r, L)^power 2^(-age / half_life) (recency) over every

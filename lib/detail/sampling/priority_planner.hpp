@@ -4,7 +4,11 @@
 // sequence, stored at its start). See planner.hpp for the interface, who calls it and what is safe.
 //
 // prepare: one range sum per env (O(num_envs log capacity)). draw: an env by its share of the total (binary search
-// over the envs' running totals), then a descent of that env's tree (O(log capacity)). A draw whose leaf reads 0
+// over the envs' running totals), then a descent of that env's tree (O(log capacity)). Told how many rows come
+// (expect_draws, by the Sampler before each chunk), it draws up to kDescentGroup of them at once: their uniforms and
+// envs in the engine's order, then their descents together (descend_group: level by level, prefetched, no branch
+// on the sums), so that their cache misses overlap; the same rows as one draw at a time, unless a leaf reads 0
+// (then that row's redraw comes after the group's uniforms). A draw whose leaf reads 0
 // (its sums moved under the descent, or rounding at a range's edge) is redrawn, up to kMaxTries times; then draw
 // returns nullopt and the Sampler retakes its snapshot. prepare finds nothing to draw when the views hold no
 // step, or weigh 0 in all (every stored step has priority 0), or, in a damaged segment only, weigh something that
@@ -59,7 +63,15 @@ class PriorityPlanner final : public Planner {
   /// Precondition: options.period == 1 and options.episodes is cross or stop. `power` is not used (the Sampler
   /// refuses any but 0). False also when the total is not finite (a damaged tree).
   bool prepare(std::span<const EnvView> views, std::size_t length, double power, const PlanOptions& options) override;
+  /// Draws up to kDescentGroup rows ahead at a time, while expect_draws says more are coming (draw_group); else one.
   std::optional<Draw> draw(Rng& rng) override;
+  /// The next `rows` draws come from this snapshot: they are drawn kDescentGroup at a time, their descents
+  /// interleaved. Draws made ahead and not taken by the next expect_draws or prepare are dropped (independent draws
+  /// of one snapshot: dropping some changes no other's distribution).
+  void expect_draws(std::size_t rows) noexcept override {
+    ahead_ = rows;
+    next_ = drawn_count_ = 0;
+  }
   /// The last prepare's total, also when it returned false (0, or not finite in a damaged segment); while fresh
   /// steps are drawn, their number.
   double total_weight() override { return total_; }
@@ -86,7 +98,23 @@ class PriorityPlanner final : public Planner {
   PriorityTreeView drawn_tree(std::size_t env) const noexcept { return fresh_ ? trees_->fresh(env) : trees_->tree(env); }
   bool sum_views(bool fresh);
   bool sum_windows();
-  std::optional<Draw> draw_window(Rng& rng);
+  // One draw (kMaxTries tries), and a group of `rows` draws into pending_ (a row whose leaf reads 0 redrawn alone).
+  std::optional<Draw> draw_one(Rng& rng);
+  void draw_group(Rng& rng, std::size_t rows);
+  // The env whose running total first passes u (cumulative_'s upper bound, without a branch on the totals); the
+  // number of envs when u is not below the total.
+  std::size_t env_at(double u) const noexcept;
+  // Where a draw of `u` (in [0, total_)) goes: its env (or none), the tree it descends and the descent.
+  struct Aim {
+    std::size_t env = 0;
+    bool max_tree = false;  // sequence priorities: the window max tree, else the mean tree
+    Descent descent;
+  };
+  bool aim(double u, Aim& out) const noexcept;
+  PriorityTreeView aimed_tree(const Aim& a) const noexcept;
+  // The weight of env's slot in the snapshot's draws (weight_of without the view check), and a draw.
+  double weight_at(std::size_t env, uint64_t slot) const noexcept;
+  Draw make_draw(std::size_t env, uint64_t start, double weight) const noexcept;
 
   const PriorityTrees* trees_;
   const EpisodeStarts* starts_;
@@ -100,6 +128,18 @@ class PriorityPlanner final : public Planner {
   bool windows_ = false;            // the draws are by sequence priority (sum_windows)
   double eta_ = 0.9;
   std::vector<double> max_part_;    // per env, eta * (its view's window max total)
+  // Per env, the trees the snapshot's draws descend (prepare: no virtual call per draw): drawn_tree, or with
+  // sequence priorities the window max and mean trees.
+  std::vector<PriorityTreeView> drawn_;
+  std::vector<uint64_t> lo_slot_;   // per env, its view's lo % capacity
+  // Per env, what the draws' descents start from (prepare reads them with the totals): the sums of its view in the
+  // drawn tree (with sequence priorities, the mean tree), and in the window max tree.
+  std::vector<RangeSums> sums_, max_sums_;
+  std::vector<SequenceTreesView> windows_of_;
+  // Draws made ahead (draw_group): pending_[next_, drawn_) are still to hand out; nullopt where a row found nothing.
+  std::optional<Draw> pending_[kDescentGroup];
+  std::size_t next_ = 0, drawn_count_ = 0;
+  std::size_t ahead_ = 0;           // expect_draws' rows not yet drawn
 };
 
 }  // namespace shmreplay::detail

@@ -226,6 +226,13 @@ class ClusterSampler:
 
     def _request(self, function, view, batch_size, sequence_length, power, options, background) -> PendingBatch:
         options = _options.request_options(function, options)
+        if options["consume"] is not None:
+            # A queue's steps go to one learner each, and a node's call may return fewer rows than its share (a
+            # partial batch): the split across nodes assumes neither. Learners consume on each node instead.
+            raise shmreplay.InvalidArgument(
+                f"{function}: consume={options['consume']!r} is refused: a ClusterSampler does not consume (each "
+                "node's consuming queue delivers a step once, to a Sampler on that node; docs/design/"
+                "consuming_queue.md)")
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         beta = options.pop("beta")  # the client's: the global importance weights (each node's draw gets it too)
