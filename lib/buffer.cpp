@@ -178,6 +178,13 @@ detail::FieldRoles check_create_arguments(const std::string& name, uint64_t num_
                             name, options.max_times_sampled, layout::kMaxTimesSampled));
   }
   if (options.consuming_queue) check_queue_arguments(name, schema, options);
+  if (options.reanalyse_chunk > std::min(capacity, layout::kMaxReanalyseChunk)) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot create shmreplay segment '{}': reanalyse_chunk is {}, expected 0 (no walk) or 1 to "
+                            "the capacity, {}{}",
+                            name, options.reanalyse_chunk, capacity,
+                            capacity > layout::kMaxReanalyseChunk ? " (and at most 2^32)" : ""));
+  }
   if (options.rate_limit) {
     detail::check_rate_limit(*options.rate_limit, num_envs * capacity,
                              fmt::format("cannot create shmreplay segment '{}' with rate limit {}", name,
@@ -235,7 +242,7 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
                                                        {options.compressed_bytes, options.expected_compression},
                                                        options.consuming_queue ? 1 : options.max_times_sampled,
                                                        options.consuming_queue, initial_priority_bits,
-                                                       options.sequence_priority_length);
+                                                       options.sequence_priority_length, options.reanalyse_chunk);
   // An early, clear answer for the common case; publish_name() still settles races atomically.
   struct stat existing {};
   if (!options.replace && ::lstat(path.c_str(), &existing) == 0) detail::already_exists(name, path);
@@ -421,6 +428,7 @@ double Buffer::priority_exponent() const noexcept { return segment_of(*this).pri
 std::optional<double> Buffer::initial_priority() const noexcept { return segment_of(*this).initial_priority(); }
 
 uint64_t Buffer::sequence_priority_length() const noexcept { return segment_of(*this).sequence_priority_length(); }
+uint64_t Buffer::reanalyse_chunk() const noexcept { return segment_of(*this).reanalyse_chunk(); }
 uint64_t Buffer::priority_leaves() const noexcept { return segment_of(*this).priority_leaves(); }
 
 }  // namespace shmreplay

@@ -2,6 +2,8 @@
 // its family in `shmreplay metrics` and of its key in `info --json`; help texts are the families' HELP lines.
 #include "counters.hpp"
 
+#include "detail/protocol/walk.hpp"
+
 #include <algorithm>
 #include <vector>
 
@@ -14,6 +16,7 @@ constexpr auto kCompressed = CounterPresence::compressed;
 constexpr auto kPolicy = CounterPresence::policy;
 constexpr auto kCaps = CounterPresence::caps;
 constexpr auto kQueue = CounterPresence::queue;
+constexpr auto kWalk = CounterPresence::walk;
 constexpr auto kSince = CounterForm::since_ns;
 constexpr auto kEnv = CounterScope::env;
 constexpr auto kLearner = CounterScope::learner;
@@ -75,6 +78,18 @@ uint64_t policy_newest(const EnvReading& r) noexcept {
 template <std::atomic<uint64_t> layout::QueueEnv::*Word>
 uint64_t queue_word(const EnvReading& r) noexcept {
   return r.seg.consuming_queue() ? relaxed(r.seg.queue_env(r.env).*Word) : 0;
+}
+
+/// A WalkEnv word (0 in a buffer without a reanalyse walk).
+template <std::atomic<uint64_t> layout::WalkEnv::*Word>
+uint64_t walk_word(const EnvReading& r) noexcept {
+  return r.seg.reanalyse_chunk() != 0 ? relaxed(r.seg.walk_env(r.env).*Word) : 0;
+}
+
+/// The env's stored full chunks' steps in target-version age bucket `Bucket` (walk_age_steps; 0 without a walk).
+template <std::size_t Bucket>
+uint64_t walk_age(const EnvReading& r) noexcept {
+  return r.seg.reanalyse_chunk() != 0 ? walk_age_steps(r.seg, r.env)[Bucket] : 0;
 }
 
 /// A PolicyLearner word of the slot.
@@ -208,6 +223,37 @@ const EnvCounterRow kEnvRows[] = {
     {{"queue_timeouts", "shmreplay_env_queue_timeouts_total", Type::counter, "calls",
       "Blocked push calls of the env that gave up at their timeout", kEnv, kQueue},
      queue_word<&layout::QueueEnv::timeouts>},
+    // The reanalyse walk (layout 1.11; docs/design/reanalyse.md).
+    {{"walk_handed", "shmreplay_env_walk_handed_total", Type::counter, "chunks",
+      "Chunks of the env the reanalyse walk handed to a worker", kEnv, kWalk, {}, true, "HANDED"},
+     walk_word<&layout::WalkEnv::handed>},
+    {{"walk_completed", "shmreplay_env_walk_completed_total", Type::counter, "chunks",
+      "Chunks of the env a worker completed (their target version recorded)", kEnv, kWalk, {}, true, "REANALYSED"},
+     walk_word<&layout::WalkEnv::completed>},
+    {{"walk_rehanded", "shmreplay_env_walk_rehanded_total", Type::counter, "chunks",
+      "Chunks of the env whose worker died holding them, given back to be handed again", kEnv, kWalk},
+     walk_word<&layout::WalkEnv::rehanded>},
+    {{"walk_stale", "shmreplay_env_walk_stale_total", Type::counter, "chunks",
+      "Completions refused because writers had overwritten every step of the chunk", kEnv, kWalk},
+     walk_word<&layout::WalkEnv::stale>},
+    {{"walk_steps_never", "shmreplay_env_walk_steps_never", Type::gauge, "steps",
+      "Steps of the env's stored full chunks never reanalysed", kEnv, kWalk},
+     walk_age<0>},
+    {{"walk_steps_age_0", "shmreplay_env_walk_steps_age_0", Type::gauge, "steps",
+      "Steps of the env's stored full chunks whose target version is the newest completed one", kEnv, kWalk},
+     walk_age<1>},
+    {{"walk_steps_age_1", "shmreplay_env_walk_steps_age_1", Type::gauge, "steps",
+      "Steps of the env's stored full chunks one target version behind the newest", kEnv, kWalk},
+     walk_age<2>},
+    {{"walk_steps_age_2_3", "shmreplay_env_walk_steps_age_2_3", Type::gauge, "steps",
+      "Steps of the env's stored full chunks 2 to 3 target versions behind the newest", kEnv, kWalk},
+     walk_age<3>},
+    {{"walk_steps_age_4_7", "shmreplay_env_walk_steps_age_4_7", Type::gauge, "steps",
+      "Steps of the env's stored full chunks 4 to 7 target versions behind the newest", kEnv, kWalk},
+     walk_age<4>},
+    {{"walk_steps_age_8_up", "shmreplay_env_walk_steps_age_8_up", Type::gauge, "steps",
+      "Steps of the env's stored full chunks 8 or more target versions behind the newest", kEnv, kWalk},
+     walk_age<5>},
 };
 
 const LearnerCounterRow kLearnerRows[] = {

@@ -142,6 +142,22 @@ LearnerInfo every_learner(const std::vector<LearnerInfo>& slots, const layout::G
 }
 
 // The compressed fields (layout 1.10): geometry, and their writers' counters summed over the envs.
+WalkInfo walk_info(const Segment& seg) {
+  WalkInfo w;
+  w.chunk_steps = seg.reanalyse_chunk();
+  if (w.chunk_steps == 0) return w;
+  const layout::WalkControl& c = seg.walk_control();
+  w.pass = c.pass.load(std::memory_order_relaxed);
+  const uint64_t newest = c.newest_version.load(std::memory_order_relaxed);
+  if (newest != 0) w.newest_version = newest - 1;
+  w.repairs = c.repairs.load(std::memory_order_relaxed);
+  for (uint64_t s = 0; s < layout::kMaxWalkers; ++s) {
+    const uint64_t lease = seg.walk_worker(s).lease.load(std::memory_order_relaxed);
+    if (lease != 0 && detail::lease_holder_alive(lease)) ++w.workers;
+  }
+  return w;
+}
+
 std::vector<CompressedFieldInfo> compressed_fields(const Segment& seg) {
   std::vector<CompressedFieldInfo> out;
   for (std::size_t p = 0; p < seg.packed().size(); ++p) {
@@ -187,6 +203,7 @@ bool counter_applies(const Counter& row, const SegmentInfo& info) noexcept {
     case CounterPresence::policy: return !info.policy.field.empty();
     case CounterPresence::caps: return info.max_times_sampled != 0;
     case CounterPresence::queue: return info.consuming_queue;
+    case CounterPresence::walk: return info.walk.chunk_steps != 0;
     default: return true;
   }
 }
@@ -224,6 +241,7 @@ SegmentInfo Inspector::snapshot() const {
   s.episode_queue_capacity = b.episode_queue_capacity();
   s.max_times_sampled = b.max_times_sampled();
   s.consuming_queue = b.consuming_queue();
+  s.walk = walk_info(segment_of(b));
 
   std::map<uint64_t, bool> alive;  // lease word -> liveness, so each owner's /proc entry is read once
   s.envs.reserve(b.num_envs());

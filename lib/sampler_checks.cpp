@@ -41,8 +41,29 @@ void Sampler::check_batch_shape(const Buffer& buffer, const char* op, std::size_
   }
 }
 
+// SampleOptions::reanalysed (docs/design/reanalyse.md, "The learner's mix"): a buffer with a walk; uniform over the
+// fresh starts, so not with the options that weigh starts otherwise or restrict them to a grid or an episode.
+static void check_reanalysed(const Buffer& buffer, const char* op, const SampleOptions& o) {
+  if (!o.reanalysed) return;
+  std::string problem;
+  if (buffer.reanalyse_chunk() == 0) {
+    problem = "the buffer has no reanalyse walk (create it with reanalyse_chunk)";
+  } else if (o.prioritized || o.recency_half_life > 0.0) {
+    problem = fmt::format("{} weighs starts otherwise (the reanalysed rows are uniform over the fresh steps)",
+                          o.prioritized ? "prioritized" : "recency_half_life");
+  } else if (o.period != 1 || o.episodes != Episodes::cross) {
+    problem = o.period != 1 ? fmt::format("period = {}: expected 1", o.period)
+                            : fmt::format("episodes = {}: expected cross", to_string(o.episodes));
+  }
+  if (!problem.empty()) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot {} '{}' from the freshly reanalysed steps: {}", op, buffer.name(), problem));
+  }
+}
+
 void Sampler::check_args(const char* op, std::size_t rows, std::size_t length, double power,
                          const SampleOptions& options) const {
+  check_reanalysed(*buffer_, op, options);
   lease_.check_process(op);
   if (buffer_->consuming_queue() || options.consume != Consume::off) check_consume(op, options);
   if (options.episodes != Episodes::cross && !buffer_->has_episodes()) {

@@ -24,6 +24,7 @@
 namespace shmreplay {
 
 Selector Sampler::selector_of(View view, const SampleOptions& o) noexcept {
+  if (o.reanalysed) return Selector::reanalysed;
   if (o.prioritized) return Selector::prioritized;
   if (o.recency_half_life > 0.0) return Selector::recency;
   return view == View::online ? Selector::online : Selector::uniform;
@@ -38,10 +39,11 @@ std::pair<SampleOptions, double> selector_call(Selector s, const SampleOptions& 
   SampleOptions one = o;
   one.mixture = {};
   one.prioritized = s == Selector::prioritized;
+  one.reanalysed = s == Selector::reanalysed;
   one.zero_on_sample = o.zero_on_sample && s == Selector::prioritized;  // the prioritized block's rows only
   one.mixture_importance = false;
   if (s != Selector::recency) one.recency_half_life = 0.0;
-  return {one, s == Selector::prioritized ? 0.0 : power};
+  return {one, s == Selector::prioritized || s == Selector::reanalysed ? 0.0 : power};
 }
 
 void check_fractions(const Buffer& buffer, const SampleOptions& o) {
@@ -61,11 +63,12 @@ void check_fractions(const Buffer& buffer, const SampleOptions& o) {
                                                     "positive finite sum",
                                                     kMixtureOp, buffer.name(), sum));
   }
-  if (o.prioritized) {
+  if (o.prioritized || o.reanalysed) {
+    const char* which = o.prioritized ? "prioritized" : "reanalysed";
     throw Error(Errc::invalid_argument,
-                fmt::format("cannot {} '{}' with prioritized = true: a mixture names its prioritized rows "
-                            "(Mixture::prioritized) and draws its other blocks by their own selectors",
-                            kMixtureOp, buffer.name()));
+                fmt::format("cannot {} '{}' with {} = true: a mixture names its {} rows (Mixture::{}) and draws its "
+                            "other blocks by their own selectors",
+                            kMixtureOp, buffer.name(), which, which, which));
   }
   if (o.zero_on_sample && o.mixture.prioritized == 0.0) {
     throw Error(Errc::invalid_argument,

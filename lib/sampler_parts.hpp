@@ -32,6 +32,7 @@
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/rate_limit.hpp"
 #include "detail/protocol/seqlock.hpp"
+#include "detail/protocol/walk.hpp"
 #include "detail/storage/field_storage.hpp"
 #include "detail/sampling/planner.hpp"
 #include "detail/sampling/planner_table.hpp"
@@ -139,13 +140,29 @@ struct Snapshot {
   std::vector<uint64_t> hi_base;
 };
 
+// The walk's freshly reanalysed steps, for the fresh planner (SampleOptions::reanalysed).
+class SegmentFreshSteps final : public detail::FreshSteps {
+ public:
+  explicit SegmentFreshSteps(const Segment& seg) : seg_(&seg) {}
+  void fresh_ranges(std::vector<detail::FreshRange>& out) const override {
+    detail::walk_fresh_ranges(*seg_, read_);
+    out.clear();
+    for (const detail::WalkRange& r : read_) out.push_back({r.env, r.lo, r.hi});
+  }
+
+ private:
+  const Segment* seg_;
+  mutable std::vector<detail::WalkRange> read_;  // scratch: only grows
+};
+
 // The planning stage: one planner per way of drawing (detail/sampling, chosen by its planner table), and what they
-// are made from: the work counters and the segment behind their two interfaces.
+// are made from: the work counters and the segment behind their three interfaces.
 struct Planning {
-  Planning(const Segment& seg, SamplerStats& stats) : starts(seg), trees(seg), inputs{stats, starts, trees},
-                                                      planners(inputs) {}
+  Planning(const Segment& seg, SamplerStats& stats)
+      : starts(seg), trees(seg), fresh(seg), inputs{stats, starts, trees, &fresh}, planners(inputs) {}
   SegmentEpisodeStarts starts;
   SegmentPriorityTrees trees;
+  SegmentFreshSteps fresh;
   detail::PlannerInputs inputs;
   detail::Planners planners;  // one of each (detail/sampling/planner_table.hpp)
 };

@@ -187,6 +187,31 @@ std::atomic<uint64_t>* Segment::queue_tickets(uint64_t env) const noexcept {
          env * g_.capacity;
 }
 
+// The walk section's parts are atomics, like the queue section's: a const Segment hands them out for loads only.
+layout::WalkControl& Segment::walk_control() const noexcept {
+  assert(g_.reanalyse_chunk != 0);
+  return *std::launder(reinterpret_cast<layout::WalkControl*>(base_ + g_.sections[kSectionWalk].offset));
+}
+
+layout::WalkWorker& Segment::walk_worker(uint64_t slot) const noexcept {
+  assert(g_.reanalyse_chunk != 0 && slot < layout::kMaxWalkers);
+  return std::launder(reinterpret_cast<layout::WalkWorker*>(base_ + g_.sections[kSectionWalk].offset +
+                                                            layout::walk_workers_at()))[slot];
+}
+
+layout::WalkEnv& Segment::walk_env(uint64_t env) const noexcept {
+  assert(g_.reanalyse_chunk != 0 && env < g_.num_envs);
+  return std::launder(
+      reinterpret_cast<layout::WalkEnv*>(base_ + g_.sections[kSectionWalk].offset + layout::walk_envs_at()))[env];
+}
+
+layout::WalkChunk* Segment::walk_chunks(uint64_t env) const noexcept {
+  assert(g_.reanalyse_chunk != 0 && env < g_.num_envs);
+  return std::launder(reinterpret_cast<layout::WalkChunk*>(base_ + g_.sections[kSectionWalk].offset +
+                                                           layout::walk_chunks_at(g_.num_envs))) +
+         env * walk_slots();
+}
+
 const std::atomic<uint64_t>* Segment::step_meta(uint64_t env) const noexcept {
   assert(has_episodes() && env < g_.num_envs);
   return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + g_.sections[kSectionStepMeta].offset)) + env * g_.capacity;

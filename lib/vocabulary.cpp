@@ -15,6 +15,14 @@ std::string_view to_string(Consume consume) noexcept {
   }
 }
 
+std::string_view to_string(ReanalyseOrder order) noexcept {
+  switch (order) {
+    case ReanalyseOrder::sweep: return "sweep";
+    case ReanalyseOrder::largest_return: return "largest_return";
+    default: return "oldest_version";
+  }
+}
+
 std::string_view to_string(Episodes episodes) noexcept {
   switch (episodes) {
     case Episodes::cross: return "cross";
@@ -30,12 +38,13 @@ std::string_view to_string(Selector selector) noexcept {
     case Selector::prioritized: return "prioritized";
     case Selector::recency: return "recency";
     case Selector::online: return "online";
+    case Selector::reanalysed: return "reanalysed";
   }
   return "?";
 }
 
 std::array<std::size_t, kSelectors> Mixture::rows(std::size_t batch) const noexcept {
-  const double f[kSelectors] = {uniform, prioritized, recency, online};
+  const double f[kSelectors] = {uniform, prioritized, recency, online, reanalysed};
   double sum = 0.0;
   for (const double x : f) sum += x;
   std::array<std::size_t, kSelectors> rows{};

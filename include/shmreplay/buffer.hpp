@@ -129,6 +129,11 @@ struct CreateOptions {
   /// max_times_sampled 1 (0 or 1 may be given). Not with stacked or compressed fields (their steps may leave the
   /// views undelivered) or a rate limiter (the queue is its own). Costs 16 bytes per stored step.
   bool consuming_queue = false;
+  /// A reanalyse walk (layout 1.11; docs/design/reanalyse.md): steps per chunk, 1 to the capacity. Reanalyser
+  /// workers (shmreplay/reanalyse.hpp) are handed each env's aligned chunks [k C, (k + 1) C) in a chosen order, each
+  /// to one worker at a time, and record the target version they used; a dead worker's chunks are handed again.
+  /// Costs 32 bytes per chunk slot (ceil(capacity / C) + 1 per env), 64 per env and 4 KiB. 0, the default: no walk.
+  uint64_t reanalyse_chunk = 0;
   /// Fault the segment's pages in at creation (see Populate): madvise(MADV_POPULATE_WRITE) in 64 MiB chunks, or,
   /// on kernels without it (before Linux 5.14), a write of zero to each page. Done before the segment is linked
   /// under its name, so it changes no guarantee of create(); it moves the page-zeroing cost from the first writer to
@@ -268,6 +273,8 @@ class Buffer {
   std::optional<double> initial_priority() const noexcept;
   /// CreateOptions::sequence_priority_length: L of sequence priorities; 0 without. Layout 1.11.
   uint64_t sequence_priority_length() const noexcept;
+  /// CreateOptions::reanalyse_chunk: steps per chunk of the reanalyse walk; 0 without. Layout 1.11.
+  uint64_t reanalyse_chunk() const noexcept;
   /// Alpha, the priority exponent (a sampling weight is priority^alpha); 0 without priorities.
   double priority_exponent() const noexcept;
   /// Leaves of each env's priority tree: bit_ceil(capacity), 0 without priorities.

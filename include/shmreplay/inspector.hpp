@@ -146,6 +146,17 @@ struct PolicyInfo {
   uint64_t learner_pace_timeouts = 0;     ///< ... that gave up at their timeout
 };
 
+/// The reanalyse walk (layout 1.11; CreateOptions::reanalyse_chunk; docs/design/reanalyse.md): the buffer-wide
+/// words. Its per-env counters (chunks handed, completed, handed again after a death, stale completions, and steps
+/// per target-version age) are the counter table's walk rows.
+struct WalkInfo {
+  uint64_t chunk_steps = 0;  ///< steps per chunk; 0: no walk
+  uint64_t pass = 0;         ///< the pass in progress (from 1)
+  std::optional<uint64_t> newest_version;  ///< the newest target version a completion recorded; nullopt before any
+  uint64_t workers = 0;      ///< worker slots held by live processes
+  uint64_t repairs = 0;      ///< dead worker slots whose claims were given back
+};
+
 /// Everything Inspector::snapshot() reads from a segment: geometry, creation record, per-env and learner state,
 /// episode, priority and rate-limiter counters (what `shmreplay info` prints).
 struct SegmentInfo {
@@ -203,6 +214,7 @@ struct SegmentInfo {
   PolicyInfo policy;          ///< policy versions (layout 1.11): the published version and window, the holds
   uint64_t max_times_sampled = 0;  ///< the sample cap (layout 1.11): deliveries per stored step; 0 without
   bool consuming_queue = false;    ///< a consuming queue (layout 1.11; CreateOptions::consuming_queue)
+  WalkInfo walk;                   ///< the reanalyse walk (layout 1.11); chunk_steps 0 without
 };
 
 /// Consecutive published steps of one env, copied out of the segment (Inspector::read_steps). Each record is one

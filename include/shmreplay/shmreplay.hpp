@@ -10,6 +10,7 @@
 #include "shmreplay/nstep.hpp"      // IWYU pragma: export
 #include "shmreplay/policy.hpp"     // IWYU pragma: export
 #include "shmreplay/rate_limit.hpp"  // IWYU pragma: export
+#include "shmreplay/reanalyse.hpp"  // IWYU pragma: export
 #include "shmreplay/sample_age.hpp"  // IWYU pragma: export
 #include "shmreplay/sample_batch.hpp"  // IWYU pragma: export
 #include "shmreplay/sampler.hpp"    // IWYU pragma: export

@@ -44,10 +44,11 @@ enum class Selector : uint8_t {
   prioritized,  ///< priority^alpha (SampleOptions::prioritized)
   recency,      ///< min(r, L)^power 2^(-age / half_life) (SampleOptions::recency_half_life)
   online,       ///< min(r, L)^power over the online view (View::online; sample_mixed's online rows)
+  reanalysed,   ///< 1 for each freshly reanalysed start (SampleOptions::reanalysed; a buffer with a reanalyse walk)
 };
 /// The number of Selector values (the size of SampleBatch::selector_rows()).
-inline constexpr std::size_t kSelectors = 4;
-/// "uniform", "prioritized", "recency" or "online" (the Python names, also of Mixture's keys).
+inline constexpr std::size_t kSelectors = 5;
+/// "uniform", "prioritized", "recency", "online" or "reanalysed" (the Python names, also of Mixture's keys).
 std::string_view to_string(Selector selector) noexcept;
 
 /// A per-batch mixture of selectors with fixed fractions (SampleOptions::mixture; DreamerV3's replay mixes uniform,
@@ -55,19 +56,24 @@ std::string_view to_string(Selector selector) noexcept;
 /// by it. A batch of B rows holds rows(B)[s] rows of selector s, in one contiguous block per selector, in Selector
 /// order (uniform first, online last), each drawn as a call of that selector alone would draw it: uniform from the
 /// call's view with its power; prioritized by priority^alpha (the power ignored; a buffer with priorities);
-/// recency with SampleOptions::recency_half_life (> 0) and the power; online from the online view with the power.
+/// recency with SampleOptions::recency_half_life (> 0) and the power; online from the online view with the power;
+/// reanalysed uniformly from the freshly reanalysed starts (SampleOptions::reanalysed: MuZero Unplugged's reanalyse
+/// fraction).
 /// The other options (episodes, period, min_steps, beta, the rate limiter's timeout) apply to every selector.
 struct Mixture {
   double uniform = 0.0;      ///< fraction of uniform rows
   double prioritized = 0.0;  ///< fraction of prioritized rows
   double recency = 0.0;      ///< fraction of recency rows
   double online = 0.0;       ///< fraction of online rows
+  double reanalysed = 0.0;   ///< fraction of freshly reanalysed rows
 
   /// Whether every fraction is 0 (no mixture: the call's own selector draws every row).
-  bool empty() const noexcept { return uniform == 0.0 && prioritized == 0.0 && recency == 0.0 && online == 0.0; }
+  bool empty() const noexcept {
+    return uniform == 0.0 && prioritized == 0.0 && recency == 0.0 && online == 0.0 && reanalysed == 0.0;
+  }
   /// The fraction of selector `s`.
   double fraction(Selector s) const noexcept {
-    const double f[kSelectors] = {uniform, prioritized, recency, online};
+    const double f[kSelectors] = {uniform, prioritized, recency, online, reanalysed};
     return f[static_cast<std::size_t>(s)];
   }
   /// The rows of each selector (Selector order) in a batch of `batch` rows, by the largest-remainder rule: each
@@ -85,6 +91,16 @@ enum class Consume : uint8_t {
 };
 /// "off", "fifo" or "random" (the Python spelling, None for off).
 std::string_view to_string(Consume consume) noexcept;
+
+/// The order a reanalyse walk (CreateOptions::reanalyse_chunk) hands its due chunks out in (Reanalyser::try_next;
+/// docs/design/reanalyse.md). Whatever the order, a chunk is handed once per pass of the walk.
+enum class ReanalyseOrder : uint8_t {
+  oldest_version,  ///< never-reanalysed chunks first, then the lowest target version recorded at complete
+  sweep,           ///< the oldest stored chunk first (the lowest chunk index; ties: the lower env)
+  largest_return,  ///< the largest sum of the reward field over the chunk's stored steps first (episode fields)
+};
+/// "oldest_version", "sweep" or "largest_return" (the Python and CLI spelling).
+std::string_view to_string(ReanalyseOrder order) noexcept;
 
 /// Options of one sample call. The defaults are the behaviour of the calls without options, row for row.
 struct SampleOptions {
@@ -127,6 +143,14 @@ struct SampleOptions {
   /// prioritized are refused (invalid_argument): the closed form is over every step of a view, and a prioritized
   /// draw's weight is the priority's alone. weights() stay 1 (the decay is the distribution asked for).
   double recency_half_life = 0.0;
+  /// Draw from the freshly reanalysed steps only (a buffer with a reanalyse walk, CreateOptions::reanalyse_chunk;
+  /// docs/design/reanalyse.md, "The learner's mix"): a start is drawn uniformly among the stored steps of the
+  /// full chunks whose last completion recorded the walk's newest target version, every such step with
+  /// probability 1 / their number (distribution_power does not apply; rows run on from the start as in the view,
+  /// up to sequence_length steps). Exact over one snapshot of the walk's words. Episodes cross, period 1, and not
+  /// with prioritized or recency (invalid_argument); no fresh step in the view throws empty_view. In a Mixture, the
+  /// reanalysed rows.
+  bool reanalysed = false;
   /// A per-batch mixture of selectors (Mixture; all fractions 0, the default: none). Sampler::sample and
   /// sample_transitions only (sample_mixed and total_weight refuse it: invalid_argument); `prioritized` must then
   /// be false (the mixture names its prioritized rows). The batch says which rows each selector drew

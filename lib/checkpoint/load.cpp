@@ -18,6 +18,7 @@
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/stacks.hpp"
+#include "detail/protocol/walk.hpp"
 #include "detail/storage/staged_kinds.hpp"
 #include "shmreplay/error.hpp"
 
@@ -266,6 +267,8 @@ uint64_t load_into(Buffer& target, const LoadSources& sources, const LoadOptions
   load_global_state(target, last, created, notes);
   load_policy_state(target, last);
   load_sampling_state(target, last, created);
+  // The walk is not saved (docs/design/reanalyse.md, "Checkpoints"): the loaded steps start never reanalysed.
+  if (segment_of(target).reanalyse_chunk() != 0) walk_reset(segment_of(target));
   progress.finish();
   left_out.note(notes);
   return left_out.kept();

@@ -30,7 +30,8 @@ void bind_batch(py::module_& m) {
             }
             return out;
           },
-          "{selector: slice of rows} of the last sample, blocks in the order uniform, prioritized, recency, online: "
+          "{selector: slice of rows} of the last sample, blocks in the order uniform, prioritized, recency, online, "
+          "reanalysed: "
           "a mixture's blocks, or the one selector of a plain call (sample_mixed: its replay and online rows; "
           "a peek: none)")
       .def_readonly("policy_version", &Batch::policy_version,

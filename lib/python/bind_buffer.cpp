@@ -74,6 +74,8 @@ void def_buffer_properties(BufferClass& c) {
                                return b.schema()[*f].name;
                              },
                              "the policy-version field's name (policy_version= of create), None without")
+      .def_property_readonly("reanalyse_chunk", &Buffer::reanalyse_chunk,
+                             "steps per chunk of the reanalyse walk (reanalyse_chunk= of create); 0 without")
       .def_property_readonly("consuming_queue", &Buffer::consuming_queue,
                              "whether it is a consuming queue (consuming_queue= of create): each step delivered once")
       .def_property_readonly("max_times_sampled", &Buffer::max_times_sampled,

@@ -22,6 +22,7 @@ void add_sample_methods(pybind11::handle sampler_class);  // sample_call.cpp: Sa
 pybind11::list sample_option_rows();
 void bind_batch(pybind11::module_& m);    // bind_batch.cpp: Batch, EnvSizes, EpisodeRecord (the learner's outputs)
 void bind_sampler(pybind11::module_& m);  // bind_sampler.cpp: Sampler
+void bind_reanalyse(pybind11::module_& m);  // bind_reanalyse.cpp: Reanalyser, ReanalyseChunk (the walk's workers)
 // bind_checkpoint.cpp: save, load, verify, save_link, list_links, Buffer.save, and their result classes
 void bind_checkpoint(pybind11::module_& m);
 

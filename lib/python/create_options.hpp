@@ -130,6 +130,10 @@ inline constexpr std::array kCreateOptions = {
                  "make it a queue (Reverb's): each step is delivered once, by sample calls with consume='fifo' or "
                  "'random', and writers wait (Writer queue_timeout) instead of overwriting a step not yet "
                  "delivered."},
+    CreateOption{"reanalyse_chunk", set_int<&CreateOptions::reanalyse_chunk>, "0",
+                 "C (1 to the capacity; 0 for none): a reanalyse walk over C-step chunks, handed to Reanalyser "
+                 "workers once per pass in the order they ask for; sample calls may then draw freshly reanalysed "
+                 "rows (reanalysed=, a mixture's 'reanalysed')."},
 };
 
 /// Installs Buffer.create (create_call.cpp) on the bound Buffer class: a static vectorcall method whose options

@@ -110,7 +110,7 @@ struct MixtureOption {
       throw py::type_error(fmt::format("{}(): argument '{}' must be a dict {{selector: fraction}} or None, got {}", f,
                                        n, Py_TYPE(v)->tp_name));
     }
-    double* fractions[kSelectors] = {&m.uniform, &m.prioritized, &m.recency, &m.online};
+    double* fractions[kSelectors] = {&m.uniform, &m.prioritized, &m.recency, &m.online, &m.reanalysed};
     PyObject* key = nullptr;
     PyObject* value = nullptr;
     Py_ssize_t at = 0;
@@ -120,7 +120,7 @@ struct MixtureOption {
       while (s < kSelectors && to_string(static_cast<Selector>(s)) != name) ++s;
       if (s == kSelectors) {
         throw Error(Errc::invalid_argument, fmt::format("{}(): {} has no selector '{}', expected 'uniform', "
-                                                        "'prioritized', 'recency' or 'online'",
+                                                        "'prioritized', 'recency', 'online' or 'reanalysed'",
                                                         f, n, name));
       }
       *fractions[s] = argument<double>(f, n, value);
@@ -182,9 +182,14 @@ inline constexpr std::array kSampleOptions = {
         "recency sampling (0: off): a start weighs min(steps left, sequence_length)**power * "
         "2**(-age / recency_half_life), age in steps behind its env's newest (cross, period 1; not with "
         "prioritized)."),
+    option<&SampleOptions::reanalysed, FlagOption>(
+        "reanalysed", kDrawCalls | kTotalWeight,
+        "draw starts uniformly from the freshly reanalysed steps: the stored chunks of the buffer's reanalyse walk "
+        "completed with its newest target version (cross, period 1; not with prioritized or recency)."),
     option<&SampleOptions::mixture, MixtureOption>(
         "mixture", kSample | kSampleTransitions,
-        "a per-batch mixture of selectors, {'uniform': f, 'prioritized': f, 'recency': f, 'online': f} (fractions "
+        "a per-batch mixture of selectors, {'uniform': f, 'prioritized': f, 'recency': f, 'online': f, "
+        "'reanalysed': f} (fractions "
         "of the batch, normalized; rows by largest remainder), one block of rows each in that order; "
         "batch.selector_rows tells the blocks, and batch.weights holds the prioritized block's importance weights."),
     option<&SampleOptions::mixture_importance, FlagOption>(

@@ -105,11 +105,12 @@ TEST_CASE("docs/cli.md's metric table lists every family the exporter writes, wi
   const std::string name = unique_name("cli-counters-doc");
   SegmentGuard guard(name);
   // Every family has a sample: episodes, priorities, a rate limiter, two learner slots, a compressed field, a policy
-  // version, a pushed step, and a writer and a learner holding their leases while the exporter reads.
+  // version, a reanalyse walk, a pushed step, and a writer and a learner holding their leases while the exporter reads.
   Buffer b = Buffer::create(name, 2, 16, Schema::parse("obs:f32[2] reward:f32 done:bool pix:u8[8,8]:lz4 version:u32"),
                             {.episodes = {.done = "done", .reward = "reward"}, .policy_version = "version",
                              .priority_exponent = 0.5,
-                             .rate_limit = RateLimit::ratio(1.0, 4, 100), .max_learners = 2, .max_times_sampled = 3});
+                             .rate_limit = RateLimit::ratio(1.0, 4, 100), .max_learners = 2, .max_times_sampled = 3,
+                             .reanalyse_chunk = 1});
   Writer w(b, {0});
   const float obs[2] = {1, 2};
   const float reward = 1;

@@ -33,12 +33,14 @@ Buffer create_full(const std::string& name) {
   options.priority_exponent = 0.6;
   options.max_learners = 4;
   options.consuming_queue = true;
+  options.reanalyse_chunk = 5;
   return Buffer::create(name, 3, 16, Schema::parse("obs:f32[3] reward:f32 done:bool"), options);
 }
 
 SectionCounts counts_of(const SegmentHeader& h) {
   return {h.num_envs, h.capacity, h.num_fields, h.episode_queue_capacity, h.max_learners,
-          h.priority_exponent_bits != 0, h.max_times_sampled, h.consuming_queue != 0};
+          h.priority_exponent_bits != 0, h.max_times_sampled, h.consuming_queue != 0, h.initial_priority_bits,
+          h.sequence_priority_length, h.reanalyse_chunk};
 }
 
 // Opens segment `name` rewritten as `bytes`: must be refused as corrupt; returns the message.

@@ -121,6 +121,11 @@ TEST_CASE("the planner table picks, for every combination of options, the planne
     }
   }
   CHECK(combinations == 2 * 2 * 3 * 5 * 4 * 2);
+  // The reanalysed rows (issue 48) are a row of their own, before every other (check_args refuses the others with it).
+  SampleOptions fresh;
+  fresh.reanalysed = true;
+  CHECK(detail::planner_row(fresh, 3) == detail::kPlannerRowOf<detail::FreshPlanner>);
+  CHECK(detail::kPlannerRowOf<detail::FreshPlanner> < detail::kPlannerRows);
 }
 
 TEST_CASE("a step's ring slot without a division is step % capacity for every capacity, below and above 2^52") {

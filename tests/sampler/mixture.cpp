@@ -110,14 +110,14 @@ TEST_CASE("a mixture's rows per selector: floor of each quota, the rest to the l
     Mixture m{};
     double f[kSelectors];
     for (double& x : f) x = gen() % 3 == 0 ? 0.0 : static_cast<double>(gen() % 1000) / 7.0;
-    if (f[0] + f[1] + f[2] + f[3] == 0.0) f[gen() % kSelectors] = 1.0;
-    m = {f[0], f[1], f[2], f[3]};
+    if (f[0] + f[1] + f[2] + f[3] + f[4] == 0.0) f[gen() % kSelectors] = 1.0;
+    m = {f[0], f[1], f[2], f[3], f[4]};
     const std::size_t batch = 1 + gen() % 3000;
     const Rows rows = m.rows(batch);
     std::size_t sum = 0;
     for (std::size_t s = 0; s < kSelectors; ++s) {
       sum += rows[s];
-      const double quota = f[s] / (f[0] + f[1] + f[2] + f[3]) * static_cast<double>(batch);
+      const double quota = f[s] / (f[0] + f[1] + f[2] + f[3] + f[4]) * static_cast<double>(batch);
       REQUIRE(std::abs(static_cast<double>(rows[s]) - quota) < 1.0);  // within one row of its quota
       if (f[s] == 0.0) REQUIRE(rows[s] == 0);
     }

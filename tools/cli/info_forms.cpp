@@ -249,6 +249,14 @@ Json info_json(const SegmentInfo& i) {
       {"policy", policy_json(i.policy)},
       {"max_times_sampled", i.max_times_sampled},
       {"consuming_queue", i.consuming_queue},
+      {"reanalyse_walk", i.walk.chunk_steps == 0 ? Json(nullptr)
+                                                 : Json{{"chunk_steps", i.walk.chunk_steps},
+                                                        {"pass", i.walk.pass},
+                                                        {"newest_version", i.walk.newest_version
+                                                                               ? Json(*i.walk.newest_version)
+                                                                               : Json(nullptr)},
+                                                        {"workers", i.walk.workers},
+                                                        {"repairs", i.walk.repairs}}},
       {"schema_spec", i.schema.to_string()},
       {"schema", schema_json(i.schema)},
       {"envs", std::move(envs)},

@@ -55,6 +55,14 @@ void print_sampling_policies(const SegmentInfo& i) {
     print_pair("consuming queue", fmt::format("{} delivered, {} claims refused, {} calls waited, {} claims given back",
                                               l.queue_delivered, l.queue_refused, l.queue_waits, l.queue_returned));
   }
+  if (i.walk.chunk_steps != 0) {
+    print_pair("reanalyse",
+               fmt::format("a walk of {}-step chunks; pass {}; newest target version {}; {} live workers, {} dead "
+                           "ones repaired",
+                           i.walk.chunk_steps, i.walk.pass,
+                           i.walk.newest_version ? fmt::format("{}", *i.walk.newest_version) : std::string("none"),
+                           i.walk.workers, i.walk.repairs));
+  }
 }
 
 }  // namespace shmreplay::cli

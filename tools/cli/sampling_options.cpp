@@ -47,6 +47,11 @@ void add_sampling_policy_options(CLI::App* cmd, CreateArgs& args) {
   cmd->add_flag("--consuming-queue", args.consuming_queue,
                 "Make it a consuming queue: each step delivered once (sample with consume), writers wait instead of "
                 "overwriting a step not yet delivered");
+  cmd->add_option("--reanalyse-chunk", args.reanalyse_chunk,
+                  "Give it a reanalyse walk of C-step chunks: workers are handed each chunk once per pass, in an "
+                  "order they choose, and record the target version they used")
+      ->check(kCount)
+      ->type_name("C");
 }
 
 }  // namespace shmreplay::cli

@@ -96,6 +96,13 @@
 //                       | QueueLearner[max_learners] (call word)   64 B    |
 //                       | QueueEnv[num_envs] (frontier; blocking)  64 B    |
 //                       | insertion tickets [num_envs][capacity] u64       |
+//                       +--------------------------------------------------+ 64-byte aligned
+//   Since 1.11, only in a buffer created with reanalyse_chunk; 0 bytes otherwise (internal/walk_layout.hpp):
+//   sections[kWalk]     +--------------------------------------------------+
+//                       | WalkControl (pass, newest version)       64 B    |
+//                       | WalkWorker[kMaxWalkers] (lease, counts)  64 B    |
+//                       | WalkEnv[num_envs] (handed, completed)    64 B    |
+//                       | WalkChunk[num_envs][ceil(cap / C) + 1]   32 B    |
 //                       +--------------------------------------------------+ total_bytes (page multiple)
 //
 // Rules that every reader relies on:
@@ -161,10 +168,13 @@ enum SectionIndex : uint32_t {
   kSectionQueue = 12,         ///< QueueControl, QueueLearner[max_learners], QueueEnv[num_envs], then u64
                               ///< [num_envs][capacity] insertion tickets (since 1.11; 0 bytes without a consuming
                               ///< queue; internal/queue_layout.hpp)
-  kSectionsUsed = 13,  ///< sections this minor version defines; the rest of the table is zero
+  kSectionWalk = 13,          ///< WalkControl, WalkWorker[kMaxWalkers], WalkEnv[num_envs], then WalkChunk
+                              ///< [num_envs][walk_slots_per_env] (since 1.11; 0 bytes without a reanalyse walk;
+                              ///< internal/walk_layout.hpp)
+  kSectionsUsed = 14,  ///< sections this minor version defines; the rest of the table is zero
 };
 inline constexpr std::size_t kMaxSections = 16;  ///< entries of the section table (1.10: room for six more; 1.11
-                                                 ///< took two)
+                                                 ///< took four)
 inline constexpr uint64_t kMaxLearners = 64;    ///< learner slots of a segment, at most (1.7)
 
 /// One entry of the section table: where a section lies in the segment.
@@ -211,7 +221,9 @@ struct SegmentHeader {
   uint64_t sequence_priority_length;  ///< (1.11) L of sequence priorities: then the priority section holds two
                                       ///< window trees per env after the others (max and mean over [q, q + L)); 0
                                       ///< without
-  uint64_t reserved[3];   ///< reserved for a later minor version; zero
+  uint64_t reanalyse_chunk;  ///< (1.11) steps per chunk of the reanalyse walk (then the walk section is there); 0
+                             ///< without
+  uint64_t reserved[2];   ///< reserved for a later minor version; zero
 };
 
 /// SegmentHeader::initial_priority_bits of "never-sampled steps are drawn first" (+infinity's f64 bits).
@@ -587,8 +599,9 @@ static_assert(offsetof(SegmentHeader, max_learners) == 384 && offsetof(SegmentHe
                   offsetof(SegmentHeader, consuming_queue) == 400 &&
                   offsetof(SegmentHeader, initial_priority_bits) == 408 &&
                   offsetof(SegmentHeader, sequence_priority_length) == 416 &&
-                  sizeof(SegmentHeader::reserved) == 3 * sizeof(uint64_t),
-              "1.10: a section table of 16 entries; the header grew to 7 cache lines; 1.11 took four reserved words");
+                  offsetof(SegmentHeader, reanalyse_chunk) == 424 &&
+                  sizeof(SegmentHeader::reserved) == 2 * sizeof(uint64_t),
+              "1.10: a section table of 16 entries; the header grew to 7 cache lines; 1.11 took five reserved words");
 static_assert(sizeof(LearnerStats) == 2 * kCacheLineBytes && alignof(LearnerStats) == kCacheLineBytes &&
                   offsetof(LearnerStats, limiter_timeouts) == 2 * kCacheLineBytes - sizeof(uint64_t),
               "a slot's statistics are 2 cache lines of its own: ages, buckets, then the limiter's timeouts");

@@ -30,6 +30,7 @@
 #include "shmreplay/internal/layout.hpp"
 #include "shmreplay/internal/policy_layout.hpp"
 #include "shmreplay/internal/queue_layout.hpp"
+#include "shmreplay/internal/walk_layout.hpp"
 #include "shmreplay/schema.hpp"
 #include "shmreplay/vocabulary.hpp"
 
@@ -77,6 +78,7 @@ struct SegmentGeometry {
   double priority_exponent = 0.0;  ///< alpha; 0 without priorities
   uint64_t initial_priority_bits = 0;  ///< SegmentHeader::initial_priority_bits (layout 1.11)
   uint64_t sequence_priority_length = 0;  ///< SegmentHeader::sequence_priority_length (layout 1.11); 0 without
+  uint64_t reanalyse_chunk = 0;  ///< SegmentHeader::reanalyse_chunk (layout 1.11): steps per walk chunk; 0 without
 };
 
 /// One process's mapping of a validated segment: its geometry and the accessors to its sections' words (see the
@@ -257,6 +259,16 @@ class Segment {
   layout::QueueLearner& queue_learner(uint64_t slot) const noexcept;
   layout::QueueEnv& queue_env(uint64_t env) const noexcept;
   std::atomic<uint64_t>* queue_tickets(uint64_t env) const noexcept;
+  /// Steps per chunk of the reanalyse walk (layout 1.11; internal/walk_layout.hpp); 0 without a walk.
+  uint64_t reanalyse_chunk() const noexcept { return g_.reanalyse_chunk; }
+  /// Chunk slots per env of the walk: walk_slots_per_env(capacity, reanalyse_chunk). A walk only.
+  uint64_t walk_slots() const noexcept { return layout::walk_slots_per_env(g_.capacity, g_.reanalyse_chunk); }
+  /// The walk section's parts (a walk only): the segment-wide words, worker slot `slot`'s, env `env`'s counters and
+  /// env `env`'s chunk slots, [walk_slots()]. Writable through a writable mapping only.
+  layout::WalkControl& walk_control() const noexcept;
+  layout::WalkWorker& walk_worker(uint64_t slot) const noexcept;
+  layout::WalkEnv& walk_env(uint64_t env) const noexcept;
+  layout::WalkChunk* walk_chunks(uint64_t env) const noexcept;
   /// The segment-wide control block (learner slot 0's lease and counters, wake word, limiter).
   const layout::GlobalControl& global_control() const noexcept;
   /// The same, writable (a writable mapping only).

@@ -32,6 +32,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "shmreplay/vocabulary.hpp"
 
@@ -80,12 +81,28 @@ class EpisodeStarts {
 
 class PriorityTrees;  // the envs' priority trees (priority_planner.hpp)
 
+/// Steps [lo, hi) of env `env` that a reanalyse worker completed with the walk's newest target version.
+struct FreshRange {
+  uint64_t env = 0;
+  uint64_t lo = 0;
+  uint64_t hi = 0;
+};
+/// The freshly reanalysed steps, for the fresh planner (SampleOptions::reanalysed): the Sampler implements it over
+/// the walk's words (detail/protocol/walk.hpp), a test over a vector. Called from the sampling thread only.
+class FreshSteps {
+ public:
+  virtual ~FreshSteps() = default;
+  /// Replaces `out` with the fresh ranges of one snapshot, by env and then step, disjoint.
+  virtual void fresh_ranges(std::vector<FreshRange>& out) const = 0;
+};
+
 /// What a Sampler gives each planner it makes (one of each: planner_table.hpp): the work counters (SamplerStats)
 /// and the two ways a planner may look at the segment. Every planner has a constructor from it.
 struct PlannerInputs {
   SamplerStats& stats;
   const EpisodeStarts& starts;
   const PriorityTrees& trees;
+  const FreshSteps* fresh = nullptr;  ///< the fresh planner's (nullptr: it finds nothing to draw)
 };
 
 /// What a planner can tell of a snapshot that it found nothing to draw from (Planner::shortfall), for the caller's

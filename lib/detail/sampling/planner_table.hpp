@@ -18,6 +18,7 @@
 
 #include "detail/sampling/cross_planners.hpp"
 #include "detail/sampling/episode_planners.hpp"
+#include "detail/sampling/fresh_planner.hpp"
 #include "detail/sampling/planner.hpp"
 #include "detail/sampling/priority_planner.hpp"
 #include "detail/sampling/recency_planner.hpp"
@@ -34,6 +35,8 @@ struct PlannerRow {
 
 /// The table. Its last row's test holds always (the default).
 inline constexpr std::tuple kPlannerTable{
+    // Sampler::check_args refuses reanalysed with prioritized, recency, a period above 1, stop and within.
+    PlannerRow<FreshPlanner>{[](const SampleOptions& o, std::size_t) { return o.reanalysed; }},
     PlannerRow<PriorityPlanner>{[](const SampleOptions& o, std::size_t) { return o.prioritized; }},
     // Sampler::check_args refuses a half-life with prioritized, a period above 1, and stop or within with L > 1.
     PlannerRow<RecencyPlanner>{[](const SampleOptions& o, std::size_t) { return o.recency_half_life > 0.0; }},

@@ -26,6 +26,7 @@
 #include "detail/segment/section_table.hpp"
 #include "detail/storage/storage_kinds.hpp"
 #include "shmreplay/internal/caps_layout.hpp"
+#include "shmreplay/internal/walk_layout.hpp"
 #include "shmreplay/wait.hpp"
 
 namespace shmreplay::detail {
@@ -105,6 +106,8 @@ Sections accept_counts(const SegmentHeader& h, LayoutVersion version, const Open
     v.fail(Errc::corrupt, fmt::format("the priority exponent is {}, expected a finite number >= 0", alpha));
   }
   // (1.11) sequence priorities: L up to the capacity, only with priorities.
+  // (1.11) the reanalyse walk's chunk: 0 (none) or 1 to the capacity.
+  c.reanalyse_chunk = in_range("reanalyse_chunk", h.reanalyse_chunk, 0, std::min(c.capacity, kMaxReanalyseChunk));
   c.sequence_priority_length = in_range("sequence_priority_length", h.sequence_priority_length, 0,
                                         c.priorities ? c.capacity : 0);
   // (1.11) 0 (the running maximum), a fixed priority that fits (0 stored as -0.0), or +infinity; only with priorities.
@@ -345,6 +348,20 @@ void await_ready(const SegmentHeader& header, uint64_t timeout_ms, const OpenChe
 
 }
 
+namespace {
+
+// The counts of the learner slots and the sampling policies (1.7, 1.11), as accept_counts checked them.
+void copy_policy_counts(const SectionCounts& c, SegmentGeometry& g) noexcept {
+  g.max_learners = c.max_learners;
+  g.max_times_sampled = c.max_times_sampled;
+  g.consuming_queue = c.consuming_queue;
+  g.initial_priority_bits = c.initial_priority_bits;
+  g.sequence_priority_length = c.sequence_priority_length;
+  g.reanalyse_chunk = c.reanalyse_chunk;
+}
+
+}  // namespace
+
 SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, const std::string& name,
                                const OpenCheck& check, const std::optional<Schema>& expected_schema) {
   const OpenCheck& v = check;
@@ -413,11 +430,7 @@ SegmentGeometry accept_segment(const std::byte* base, LayoutVersion version, con
   g.capacity = capacity;
   g.total_bytes = check.file_bytes();
   g.sections = s.sec;
-  g.max_learners = s.counts.max_learners;
-  g.max_times_sampled = s.counts.max_times_sampled;
-  g.consuming_queue = s.counts.consuming_queue;
-  g.initial_priority_bits = s.counts.initial_priority_bits;
-  g.sequence_priority_length = s.counts.sequence_priority_length;
+  copy_policy_counts(s.counts, g);
   g.learner_online_offset = g.max_learners > 1 ? s.sec[kSectionLearners].offset + learner_online_starts_at(g.max_learners) : 0;
   g.episode_fields = roles;
   g.episode_queue_capacity = queue_capacity;

@@ -37,12 +37,12 @@ uint64_t checked_add(uint64_t a, uint64_t b, uint64_t num_envs, uint64_t capacit
 SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& schema, uint64_t queue_capacity,
                          bool priorities, uint64_t stack_restarts, uint64_t max_learners, CompressionBudget budget,
                          uint64_t max_times_sampled, bool consuming_queue, uint64_t initial_priority_bits,
-                         uint64_t sequence_priority_length) {
+                         uint64_t sequence_priority_length, uint64_t reanalyse_chunk) {
   if (stack_restarts == 0) stack_restarts = default_stack_restarts(capacity);
   SegmentPlan p;
   p.counts = {num_envs,          capacity,        schema.size(),         queue_capacity,
               max_learners,      priorities,      max_times_sampled,     consuming_queue,
-              initial_priority_bits, sequence_priority_length};
+              initial_priority_bits, sequence_priority_length, reanalyse_chunk};
   uint64_t at = sizeof(SegmentHeader);
   // Every section, as its row sizes and aligns it (section_table.cpp); a section of 0 bytes is absent ({0, 0}).
   for (const SectionRow& row : section_rows()) {
@@ -100,6 +100,7 @@ void write_segment(std::byte* base, uint64_t num_envs, uint64_t capacity, const 
   h->consuming_queue = p.counts.consuming_queue ? 1 : 0;
   h->initial_priority_bits = p.counts.initial_priority_bits;
   h->sequence_priority_length = p.counts.sequence_priority_length;
+  h->reanalyse_chunk = p.counts.reanalyse_chunk;
 
   auto* table = reinterpret_cast<FieldDesc*>(base + p.sections[kSectionFields].offset);
   for (std::size_t i = 0; i < schema.size(); ++i) {
@@ -147,6 +148,7 @@ SegmentGeometry planned_geometry(const std::string& name, uint64_t num_envs, uin
   g.consuming_queue = plan.counts.consuming_queue;
   g.initial_priority_bits = plan.counts.initial_priority_bits;
   g.sequence_priority_length = plan.counts.sequence_priority_length;
+  g.reanalyse_chunk = plan.counts.reanalyse_chunk;
   g.learner_online_offset = plan.learner_online_offset;
   for (const PlacedField& f : plan.fields) {
     g.field_offsets.push_back(f.data_offset);

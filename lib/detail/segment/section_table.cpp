@@ -13,6 +13,7 @@
 #include "shmreplay/internal/caps_layout.hpp"
 #include "shmreplay/internal/policy_layout.hpp"
 #include "shmreplay/internal/queue_layout.hpp"
+#include "shmreplay/internal/walk_layout.hpp"
 
 namespace shmreplay::detail {
 namespace {
@@ -195,6 +196,31 @@ void queue_section_construct(std::byte* start, const SectionCounts& c) {
   zero_atomics(start + queue_tickets_at(c.max_learners, c.num_envs), c.num_envs * c.capacity);
 }
 
+// -- the reanalyse-walk section (1.11): only with a walk --
+
+std::optional<uint64_t> walk_section_bytes(const SectionCounts& c) {
+  if (c.reanalyse_chunk == 0) return 0;
+  const std::optional<uint64_t> chunks = mul(c.num_envs, walk_slots_per_env(c.capacity, c.reanalyse_chunk));
+  const uint64_t head = walk_chunks_at(c.num_envs);  // bounded by kMaxEnvs
+  if (!chunks || *chunks > (UINT64_MAX - head) / sizeof(WalkChunk)) return std::nullopt;
+  return head + *chunks * sizeof(WalkChunk);
+}
+std::string walk_section_explain(const SectionCounts& c) {
+  if (c.reanalyse_chunk == 0) return "none without a reanalyse walk";
+  return fmt::format("{} bytes, {} worker slots x {} bytes, {} envs x {} bytes and {} envs x {} chunk slots x {} "
+                     "bytes",
+                     sizeof(WalkControl), kMaxWalkers, sizeof(WalkWorker), c.num_envs, sizeof(WalkEnv), c.num_envs,
+                     walk_slots_per_env(c.capacity, c.reanalyse_chunk), sizeof(WalkChunk));
+}
+void walk_section_construct(std::byte* start, const SectionCounts& c) {
+  construct_blocks<WalkControl>(start, 1);
+  reinterpret_cast<WalkControl*>(start)->pass.store(1, std::memory_order_relaxed);  // published by create's "ready"
+  construct_blocks<WalkWorker>(start + walk_workers_at(), kMaxWalkers);
+  construct_blocks<WalkEnv>(start + walk_envs_at(), c.num_envs);
+  construct_blocks<WalkChunk>(start + walk_chunks_at(c.num_envs),
+                              c.num_envs * walk_slots_per_env(c.capacity, c.reanalyse_chunk));
+}
+
 constexpr SectionSize kExact = SectionSize::exact;
 
 // Placement order. Rows: id, name, since, size rule, open's alignment, create's alignment, bytes, explain, construct.
@@ -225,6 +251,8 @@ constexpr std::array<SectionRow, kSectionsUsed> kRows = {{
      caps_explain, caps_construct},
     {kSectionQueue, "the consuming-queue section", 11, kExact, kCacheLineBytes, kCacheLineBytes, queue_section_bytes,
      queue_section_explain, queue_section_construct},
+    {kSectionWalk, "the reanalyse-walk section", 11, kExact, kCacheLineBytes, kCacheLineBytes, walk_section_bytes,
+     walk_section_explain, walk_section_construct},
 }};
 
 // Every index of this minor version has exactly one row.

@@ -33,6 +33,8 @@ struct SectionCounts {
   uint64_t initial_priority_bits = 0;
   /// SegmentHeader::sequence_priority_length (1.11): with L > 0, two window trees per env follow.
   uint64_t sequence_priority_length = 0;
+  /// SegmentHeader::reanalyse_chunk (1.11): steps per chunk of the reanalyse walk; 0 without (no walk section).
+  uint64_t reanalyse_chunk = 0;
   /// The sum trees per env in the priority section: 0 without priorities; else 1, plus 1 with fresh-step trees,
   /// plus 2 with sequence priorities.
   uint64_t priority_trees() const noexcept {
