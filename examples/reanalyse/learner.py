@@ -63,7 +63,7 @@ def sample(s, a, batch):
         try:
             return s.sample("replay", a.batch, 1, mixture={"uniform": 1.0 - a.reanalysed, "reanalysed": a.reanalysed},
                             out=batch)
-        except shmreplay.Error:  # no fresh step in the view yet: the walk has not completed a chunk
+        except shmreplay.EmptyView:  # no fresh step in the view yet: the walk has not completed a chunk
             pass
     return s.sample("replay", a.batch, 1, out=batch)
 

@@ -50,7 +50,7 @@ def main():
     stop, status = StopFlag(), Status(role)
     buf = shmreplay.Buffer.open(a.buffer, ready_timeout=30)
     params_file = ParamsFile(params_path(a.buffer))
-    counts = dict(chunks=0, completed=0, stale=0, applied=0, refused=0)
+    counts = dict(chunks=0, completed=0, stale=0, given_back=0, applied=0, refused=0)
     started = time.monotonic()
     next_progress = started + 5.0
     with shmreplay.Sampler(buf, seed=100 + a.index) as sampler, shmreplay.Reanalyser(buf) as walker:
@@ -67,7 +67,12 @@ def main():
             if chunk is None:
                 continue
             counts["chunks"] += 1
-            applied, refused = reanalyse(buf, sampler, chunk, params, version)
+            try:
+                applied, refused = reanalyse(buf, sampler, chunk, params, version)
+            except shmreplay.Contended:  # read_steps: the env's steps kept being rewritten during the copy
+                walker.give_back(chunk)  # due again in this pass: the next scan hands it out again
+                counts["given_back"] += 1
+                continue
             counts["applied"] += applied
             counts["refused"] += refused
             if walker.complete(chunk, version):
