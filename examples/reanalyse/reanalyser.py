@@ -8,7 +8,9 @@ A chunk is [first_step, end_step) of one env. The target of step t needs the obs
 worker reads one step past the chunk when the env has published it, and otherwise leaves the chunk's last step for
 the chunk after it (that step keeps its older target; the learner weighs a never-reanalysed step 0). A step the
 writer overwrote between the read and the write-back is refused by the write-back and counted (`refused`): its
-handle names a step that is gone, never the step now in its slot. Every 5 s a @progress line; at the end one @report
+handle names a step that is gone, never the step now in its slot. A worker that meets a new pass of the walk
+while the parameters are still those it began the last pass with gives the chunk back and waits for newer ones: the
+same parameters would compute the same targets again. Every 5 s a @progress line; at the end one @report
 line with the counts."""
 import argparse
 import json
@@ -51,6 +53,7 @@ def main():
     buf = shmreplay.Buffer.open(a.buffer, ready_timeout=30)
     params_file = ParamsFile(params_path(a.buffer))
     counts = dict(chunks=0, completed=0, stale=0, given_back=0, applied=0, refused=0)
+    walk_pass = pass_version = 0  # the pass this worker works in, and the version it began it with
     started = time.monotonic()
     next_progress = started + 5.0
     with shmreplay.Sampler(buf, seed=100 + a.index) as sampler, shmreplay.Reanalyser(buf) as walker:
@@ -66,6 +69,13 @@ def main():
             chunk = walker.next(a.order, timeout=0.2)
             if chunk is None:
                 continue
+            if chunk.walk_pass != walk_pass:  # a new pass: worth it only with parameters newer than the last one's
+                if version == pass_version:
+                    walker.give_back(chunk)
+                    status.set("waiting for newer parameters", version=version)
+                    time.sleep(0.02)
+                    continue
+                walk_pass, pass_version = chunk.walk_pass, version
             counts["chunks"] += 1
             try:
                 applied, refused = reanalyse(buf, sampler, chunk, params, version)
