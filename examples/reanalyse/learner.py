@@ -3,7 +3,8 @@ reanalyse workers wrote back into the sampled steps, publishing its parameters w
 
     python examples/reanalyse/learner.py --buffer NAME [--batch 128] [--publish-every 100] [--reanalysed 0.25]
 
-Each update samples one-step rows: a fraction --reanalysed of them from the freshly reanalysed steps (the chunks
+At most --updates-per-step updates per env step the actors pushed (DQN's replay ratio; the learner waits
+otherwise). Each update samples one-step rows: a fraction --reanalysed of them from the freshly reanalysed steps (the chunks
 completed with the newest target version: the mixture's 'reanalysed' selector, MuZero Unplugged's reanalyse
 fraction), the rest uniformly from the replay. The loss is the Huber loss between Q(s, a) and the stored
 value_target; a row whose target_version is 0 (never reanalysed) is left out of the loss (weight 0). Every second
@@ -31,6 +32,8 @@ def parse_args():
     p.add_argument("--publish-every", type=int, default=100, help="updates between published versions (K)")
     p.add_argument("--reanalysed", type=float, default=0.25, help="fraction of rows from freshly reanalysed steps")
     p.add_argument("--min-replay", type=int, default=1000)
+    p.add_argument("--updates-per-step", type=float, default=0.25,
+                   help="at most this many updates per env step pushed (DQN's replay ratio; 0: no bound)")
     return p.parse_args()
 
 
@@ -100,6 +103,10 @@ def main():
         batch = s.new_batch(a.batch, 1)
         while not stop:
             status.answer()
+            if a.updates_per_step > 0 and updates >= a.updates_per_step * int(buf.heads().sum()):
+                status.set("ahead of the actors", updates=updates)
+                time.sleep(0.005)
+                continue
             status.set("training", updates=updates, version=version)
             b = sample(s, a, batch)
             tv = b["target_version"][:, 0].astype(np.int64)

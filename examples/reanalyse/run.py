@@ -38,6 +38,7 @@ def parse_args():
     p.add_argument("--chunk", type=int, default=64, help="the walk's chunk (steps)")
     p.add_argument("--reanalysed", type=float, default=0.25, help="the learner's fraction of freshly reanalysed rows")
     p.add_argument("--publish-every", type=int, default=100)
+    p.add_argument("--updates-per-step", type=float, default=0.25, help="the learner's bound (0: none)")
     p.add_argument("--max-steps-per-s", type=float, default=1000, help="per actor (0: unpaced)")
     p.add_argument("--explore-steps", type=int, default=20000, help="per actor")
     p.add_argument("--min-replay", type=int, default=1000)
@@ -50,7 +51,8 @@ def parse_args():
 def commands(a):
     py = sys.executable
     procs = [("learner", [py, os.path.join(HERE, "learner.py"), "--buffer", a.name, "--reanalysed", str(a.reanalysed),
-                          "--publish-every", str(a.publish_every), "--min-replay", str(a.min_replay)])]
+                          "--publish-every", str(a.publish_every), "--min-replay", str(a.min_replay),
+                          "--updates-per-step", str(a.updates_per_step)])]
     orders = a.orders.split(",")
     for i in range(a.reanalysers):
         procs.append((f"reanalyser {i}", [py, os.path.join(HERE, "reanalyser.py"), "--buffer", a.name, "--index",
