@@ -223,26 +223,31 @@ void parse_zstd_level(Cursor& cur, Field& field, const Where& where) {
 // other.
 struct FieldOption {
   std::string_view word;
+  std::string_view form;   ///< how it is written, for messages ("stack=AXIS")
   std::string_view group;  ///< options of one group exclude each other ("codec"); "" for an option of its own
   void (*parse)(Cursor& cur, Field& field, const std::function<std::string()>& where);
 };
 
 constexpr FieldOption kFieldOptions[] = {
-    {"stack", "", [](Cursor& cur, Field& field, const std::function<std::string()>& where) {
+    {"stack", "stack=AXIS", "", [](Cursor& cur, Field& field, const std::function<std::string()>& where) {
        parse_stack_axis(cur, field, where);
      }},
-    {"lz4", "codec", [](Cursor&, Field& field, const std::function<std::string()>&) { field.codec = Codec::lz4; }},
-    {"zstd", "codec", [](Cursor& cur, Field& field, const std::function<std::string()>& where) {
+    {"lz4", "lz4", "codec",
+     [](Cursor&, Field& field, const std::function<std::string()>&) { field.codec = Codec::lz4; }},
+    {"zstd", "zstd=LEVEL", "codec", [](Cursor& cur, Field& field, const std::function<std::string()>& where) {
        parse_zstd_level(cur, field, where);
      }},
-    {"derived", "", [](Cursor&, Field& field, const std::function<std::string()>&) { field.derived = true; }},
+    {"derived", "derived", "",
+     [](Cursor&, Field& field, const std::function<std::string()>&) { field.derived = true; }},
 };
 
+// The options as written, "a, b, c or d" (messages).
 std::string option_words() {
   std::string out;
-  for (const FieldOption& o : kFieldOptions) {
-    if (!out.empty()) out += ", ";
-    out += o.word;
+  const std::size_t n = std::size(kFieldOptions);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i > 0) out += i + 1 == n ? " or " : ", ";
+    out += kFieldOptions[i].form;
   }
   return out;
 }

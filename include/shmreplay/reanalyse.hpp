@@ -22,11 +22,11 @@ namespace shmreplay {
 /// One chunk handed to a worker: env `env`'s steps [first_step, end_step) (global step indices; first_step is
 /// above chunk * C when writers had overwritten the chunk's oldest steps), its chunk index and the walk's pass it
 /// was handed in. Writers may overwrite the oldest of its steps while the worker holds it; a write-back must refuse
-/// those (Sampler::update does).
+/// those (Sampler::write_back does).
 struct ReanalyseChunk {
-  uint64_t env = 0;
-  uint64_t first_step = 0;
-  uint64_t end_step = 0;
+  uint64_t env = 0;         ///< the env whose steps these are
+  uint64_t first_step = 0;  ///< the chunk's first step still stored when it was handed out (a global step index)
+  uint64_t end_step = 0;    ///< one past its last step: (k + 1) C
   uint64_t chunk = 0;  ///< the chunk index k: its steps are [k C, (k + 1) C) before the clip to what is stored
   uint64_t pass = 0;   ///< the walk's pass it was handed in (from 1)
   /// Steps of the chunk, end_step - first_step.
@@ -40,7 +40,9 @@ class Reanalyser {
   /// Throws Error(invalid_argument) when the buffer has no walk, Error(lease_held) when 64 live workers hold every
   /// slot, and Error(read_only) for a read-only buffer. `buffer` must outlive the Reanalyser.
   explicit Reanalyser(Buffer& buffer);
+  /// Takes over `other`'s worker slot and held chunks; `other` then holds nothing.
   Reanalyser(Reanalyser&& other) noexcept;
+  /// Gives back what this one holds (as the destructor does), then takes over `other`'s slot and chunks.
   Reanalyser& operator=(Reanalyser&& other) noexcept;
   Reanalyser(const Reanalyser&) = delete;
   Reanalyser& operator=(const Reanalyser&) = delete;
@@ -64,8 +66,9 @@ class Reanalyser {
 
   /// The worker slot this Reanalyser holds (0 to 63).
   uint64_t slot() const noexcept { return slot_; }
-  /// The walk's pass in progress (from 1), and the newest target version completed so far (nullopt before any).
+  /// The walk's pass in progress (from 1).
   uint64_t pass() const noexcept;
+  /// The newest target version completed so far (nullopt before any).
   std::optional<uint64_t> newest_version() const noexcept;
 
  private:

@@ -60,12 +60,13 @@ void bind_chunk(py::module_& m) {
   py::class_<ReanalyseChunk>(m, "ReanalyseChunk",
                              "A chunk a Reanalyser holds: env's steps [first_step, end_step), its chunk index and the "
                              "walk's pass it was handed in.")
-      .def_readonly("env", &ReanalyseChunk::env)
-      .def_readonly("first_step", &ReanalyseChunk::first_step)
-      .def_readonly("end_step", &ReanalyseChunk::end_step)
+      .def_readonly("env", &ReanalyseChunk::env, "the env whose steps these are")
+      .def_readonly("first_step", &ReanalyseChunk::first_step,
+                    "the chunk's first step still stored when it was handed out (a global step index)")
+      .def_readonly("end_step", &ReanalyseChunk::end_step, "one past the chunk's last step")
       .def_readonly("chunk", &ReanalyseChunk::chunk, "the chunk index k: steps [k C, (k + 1) C) before the clip")
       .def_readonly("walk_pass", &ReanalyseChunk::pass, "the walk's pass it was handed in (from 1)")
-      .def_property_readonly("steps", &ReanalyseChunk::steps)
+      .def_property_readonly("steps", &ReanalyseChunk::steps, "end_step - first_step")
       .def("__repr__", [](const ReanalyseChunk& c) {
         return fmt::format("ReanalyseChunk(env={}, first_step={}, end_step={}, chunk={}, walk_pass={})", c.env,
                            c.first_step, c.end_step, c.chunk, c.pass);
@@ -112,7 +113,8 @@ void bind_reanalyse(py::module_& m) {
       .def(
           "give_back", [](PyReanalyser& r, const ReanalyseChunk& c) { return r.get("give_back").give_back(c); },
           "chunk"_a, "Let `chunk` go unrecorded (due again in this pass); False when not held.")
-      .def_property_readonly("slot", [](PyReanalyser& r) { return r.get("slot").slot(); })
+      .def_property_readonly(
+          "slot", [](PyReanalyser& r) { return r.get("slot").slot(); }, "the walk's worker slot it holds (0 to 63)")
       .def_property_readonly("walk_pass", [](PyReanalyser& r) { return r.get("walk_pass").pass(); },
                              "the walk's pass in progress (from 1)")
       .def_property_readonly(

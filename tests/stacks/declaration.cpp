@@ -87,7 +87,7 @@ TEST_CASE("a stacked declaration that cannot be is refused with the field, the c
   CHECK(contains(stack_parse_error("obs:u8:stack=0"), "stack axis 0 is not an axis of shape scalar"));
   // Garbage after ':'.
   CHECK(contains(stack_parse_error("obs:u8[4]:stak=0"),
-                 "expected an option after ':' (stack=AXIS, lz4 or zstd=LEVEL, as in obs:u8[4]:stack=0:lz4)"));
+                 "expected an option after ':' (stack=AXIS, lz4, zstd=LEVEL or derived; as in obs:u8[4]:stack=0:lz4)"));
   CHECK(contains(stack_parse_error("obs:u8[4]:"), "expected an option after ':'"));
   CHECK(contains(stack_parse_error("obs:u8[4]:axis=0"), "found 'axis='"));
   CHECK(contains(stack_parse_error("obs:u8[4]:stack=x"), "expected the stacked axis (an integer, -1 for the last)"));
