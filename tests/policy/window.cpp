@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -139,6 +140,7 @@ TEST_CASE("with a writer pushing newer versions and three learner ranks sampling
     }
   });
   std::atomic<uint64_t> rows{0}, outside{0};
+  std::vector<std::string> failures(3);  // an unexpected error of a rank's thread, reported on the test's thread
   std::vector<std::thread> learners;
   for (uint64_t rank = 0; rank < 3; ++rank) {
     learners.emplace_back([&, rank] {
@@ -147,7 +149,18 @@ TEST_CASE("with a writer pushing newer versions and three learner ranks sampling
       SampleBatch batch;
       while (rows.load() < 10'000'000) {
         if (rank == 0) s.publish_policy(newest.load(), 2);
-        s.sample_transitions(View::replay, 1000, rng, batch);
+        try {
+          s.sample_transitions(View::replay, 1000, rng, batch);
+        } catch (const Error& e) {
+          // contended: the unthrottled writer laps the 64-step rings while a rank, descheduled (three learners and a
+          // writer on fewer cores), copies its rows, every round of a call; the call returns nothing, and the next
+          // one goes on (what this test counts is rows outside the window, which a refused call cannot return).
+          if (e.code() != make_error_code(Errc::contended)) {
+            failures[rank] = e.what();
+            return;
+          }
+          continue;
+        }
         const uint64_t floor = *batch.policy_floor();
         for (const uint32_t v : batch.field_as<uint32_t>(0)) outside += v < floor ? 1 : 0;
         rows += 1000;
@@ -157,6 +170,7 @@ TEST_CASE("with a writer pushing newer versions and three learner ranks sampling
   for (auto& t : learners) t.join();
   stop = true;
   writer.join();
+  for (const std::string& f : failures) CHECK(f.empty());
   CHECK(rows.load() >= 10'000'000);
   CHECK(outside.load() == 0);
 }
