@@ -184,6 +184,28 @@ TEST_CASE("empty views give no start in every planner") {
   CHECK_FALSE(rejection.prepare(kViews, 13, 0.0, {Episodes::within, 1}));
 }
 
+TEST_CASE("views at the top of the 64-bit step range draw only inside themselves (no lo + length overflow)") {
+  // A hostile segment's head can be any 64-bit value (fuzz_segment found head = 2^64 - 1): lo + length wraps.
+  constexpr uint64_t kTop = ~uint64_t{0};
+  const std::vector<EnvView> views = {{kTop - 3, kTop - 3}, {kTop, kTop}, {kTop - 9, kTop - 1}};
+  detail::ClosedFormPlanner closed;
+  detail::PeriodPlanner period;
+  Rng rng(5);
+  for (detail::Planner* p : {static_cast<detail::Planner*>(&closed), static_cast<detail::Planner*>(&period)}) {
+    for (const uint64_t length : {uint64_t{5}, uint64_t{12}}) {
+      REQUIRE(p->prepare(views, length, 1.0, {Episodes::cross, p == &closed ? 1u : 3u}));
+      for (int i = 0; i < 2000; ++i) {
+        const std::optional<Draw> d = p->draw(rng);
+        REQUIRE(d);
+        REQUIRE(d->env == 2);  // the only env with steps
+        CHECK(d->start >= views[2].lo);
+        CHECK(d->start < views[2].hi);
+        CHECK(d->steps <= views[2].hi - d->start);
+      }
+    }
+  }
+}
+
 TEST_CASE("a huge power puts all the weight on the longest starts without overflowing") {
   detail::ClosedFormPlanner closed;
   detail::PeriodPlanner period;

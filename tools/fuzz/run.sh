@@ -94,7 +94,14 @@ for t in "${targets[@]}"; do
   cov=$(sed -nE 's/.* cov: ([0-9]+) ft: ([0-9]+) corp: ([0-9]+)\/.*/\1 \2 \3/p' <<<"$done_line")
   if [[ $status -ne 0 ]]; then
     failed=1
-    grep -E 'ERROR|SUMMARY|Test unit written' "$log" | head -5 || true
+    # The report itself (error line and the first frames), and the input as base64: a CI log alone reproduces it
+    # (base64 -d > crash; build-fuzz/tests/fuzz/TARGET crash).
+    grep -E 'runtime error|ERROR|SUMMARY|^ +#[0-9]+ |Test unit written' "$log" | head -40 || true
+    artifact=$(sed -nE 's/.*Test unit written to (.*)$/\1/p' "$log" | tail -1)
+    if [[ -n $artifact && -f $artifact && $(stat -c %s "$artifact") -le 65536 ]]; then
+      echo "the input ($(stat -c %s "$artifact") bytes, base64):"
+      base64 -w 120 "$artifact"
+    fi
     summary+=("$(printf '%-16s FAILED (exit %d); see %s' "$t" "$status" "$log")")
   else
     read -r c f n <<<"${cov:-? ? ?}"

@@ -196,7 +196,8 @@ inline uint64_t grid_ceil(uint64_t anchor, uint64_t period, uint64_t x) noexcept
 
 /// Grid points p with p + length <= hi, from `first` on (the starts that have `length` steps left): their count.
 inline uint64_t full_starts(uint64_t first, uint64_t hi, uint64_t length, uint64_t period) noexcept {
-  return hi >= first + length ? (hi - length - first) / period + 1 : 0;
+  // hi - first, not first + length: a hostile segment's head can lie at the top of the 64-bit range.
+  return hi >= first && hi - first >= length ? (hi - first - length) / period + 1 : 0;
 }
 
 }  // namespace shmreplay::detail
