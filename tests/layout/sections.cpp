@@ -64,6 +64,7 @@ TEST_CASE("create places every section of the table at its row's size and alignm
   uint64_t end = sizeof(SegmentHeader);
   for (const SectionRow& row : detail::section_rows()) {  // placement order
     CAPTURE(row.name);
+    if (row.id == kSectionReserved14) continue;  // no bytes in any buffer: held for the cold tier's branch
     const SectionDesc sec = h.sections[row.id];
     CHECK(sec.bytes > 0);  // this buffer has every section
     if (row.size == SectionSize::exact) CHECK(sec.bytes == *row.bytes(c));
@@ -86,6 +87,7 @@ TEST_CASE("open refuses each section whose size, alignment or range is wrong, na
   std::memcpy(static_cast<void*>(&h), good.data(), sizeof h);
   for (const SectionRow& row : detail::section_rows()) {
     CAPTURE(row.name);
+    if (row.id == kSectionReserved14) continue;  // no bytes in any buffer: held for the cold tier's branch
     const std::size_t at = offsetof(SegmentHeader, sections) + row.id * sizeof(SectionDesc);
     const auto poke = [&](std::size_t offset, uint64_t value) {
       std::string bytes = good;

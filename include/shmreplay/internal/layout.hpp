@@ -103,6 +103,11 @@
 //                       | WalkWorker[kMaxWalkers] (lease, counts)  64 B    |
 //                       | WalkEnv[num_envs] (handed, completed)    64 B    |
 //                       | WalkChunk[num_envs][ceil(cap / C) + 1]   32 B    |
+//                       +--------------------------------------------------+ 64-byte aligned
+//   Since 1.11, in every buffer (internal/journal_layout.hpp):
+//   sections[kJournal]  +--------------------------------------------------+
+//                       | JournalControl (lease, bound, newest link) 128 B |
+//                       | durable heads [num_envs] u64                     |
 //                       +--------------------------------------------------+ total_bytes (page multiple)
 //
 // Rules that every reader relies on:
@@ -171,10 +176,13 @@ enum SectionIndex : uint32_t {
   kSectionWalk = 13,          ///< WalkControl, WalkWorker[kMaxWalkers], WalkEnv[num_envs], then WalkChunk
                               ///< [num_envs][walk_slots_per_env] (since 1.11; 0 bytes without a reanalyse walk;
                               ///< internal/walk_layout.hpp)
-  kSectionsUsed = 14,  ///< sections this minor version defines; the rest of the table is zero
+  kSectionReserved14 = 14,    ///< held for the cold tier (issue 49 part 1, another branch): 0 bytes here
+  kSectionJournal = 15,       ///< JournalControl, then u64 [num_envs] durable heads (since 1.11; every buffer;
+                              ///< internal/journal_layout.hpp)
+  kSectionsUsed = 16,  ///< sections this minor version defines; the rest of the table is zero
 };
 inline constexpr std::size_t kMaxSections = 16;  ///< entries of the section table (1.10: room for six more; 1.11
-                                                 ///< took four)
+                                                 ///< took them all)
 inline constexpr uint64_t kMaxLearners = 64;    ///< learner slots of a segment, at most (1.7)
 
 /// One entry of the section table: where a section lies in the segment.

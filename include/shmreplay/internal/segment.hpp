@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "shmreplay/internal/caps_layout.hpp"
+#include "shmreplay/internal/journal_layout.hpp"
 #include "shmreplay/internal/layout.hpp"
 #include "shmreplay/internal/policy_layout.hpp"
 #include "shmreplay/internal/queue_layout.hpp"
@@ -269,6 +270,14 @@ class Segment {
   layout::WalkWorker& walk_worker(uint64_t slot) const noexcept;
   layout::WalkEnv& walk_env(uint64_t env) const noexcept;
   layout::WalkChunk* walk_chunks(uint64_t env) const noexcept;
+  /// The journal section (layout 1.11; internal/journal_layout.hpp; every buffer): the journal's lease, bound and
+  /// newest durable link, and env `env`'s durable head. Only the journal stores, through the mutable overloads.
+  const layout::JournalControl& journal_control() const noexcept;
+  /// The same, writable (a writable mapping only).
+  layout::JournalControl& journal_control() noexcept;
+  const std::atomic<uint64_t>& journal_head(uint64_t env) const noexcept;
+  /// The same, writable (a writable mapping only).
+  std::atomic<uint64_t>& journal_head(uint64_t env) noexcept;
   /// The segment-wide control block (learner slot 0's lease and counters, wake word, limiter).
   const layout::GlobalControl& global_control() const noexcept;
   /// The same, writable (a writable mapping only).

@@ -11,6 +11,7 @@
 
 #include "detail/os/file.hpp"
 #include "shmreplay/internal/caps_layout.hpp"
+#include "shmreplay/internal/journal_layout.hpp"
 #include "shmreplay/internal/policy_layout.hpp"
 #include "shmreplay/internal/queue_layout.hpp"
 #include "shmreplay/internal/walk_layout.hpp"
@@ -221,6 +222,24 @@ void walk_section_construct(std::byte* start, const SectionCounts& c) {
                               c.num_envs * walk_slots_per_env(c.capacity, c.reanalyse_chunk));
 }
 
+// -- the index held for the cold tier (another branch): no bytes here --
+
+std::optional<uint64_t> reserved_bytes(const SectionCounts&) { return 0; }
+std::string reserved_explain(const SectionCounts&) { return "none: the index is held for the cold tier"; }
+
+// -- the journal section (1.11): in every buffer --
+
+std::optional<uint64_t> journal_section_bytes(const SectionCounts& c) {
+  return journal_heads_at() + c.num_envs * 8;  // num_envs is bounded by kMaxEnvs
+}
+std::string journal_section_explain(const SectionCounts& c) {
+  return fmt::format("{} bytes and {} envs x 8 bytes", sizeof(JournalControl), c.num_envs);
+}
+void journal_section_construct(std::byte* start, const SectionCounts& c) {
+  construct_blocks<JournalControl>(start, 1);
+  zero_atomics(start + journal_heads_at(), c.num_envs);
+}
+
 constexpr SectionSize kExact = SectionSize::exact;
 
 // Placement order. Rows: id, name, since, size rule, open's alignment, create's alignment, bytes, explain, construct.
@@ -253,6 +272,10 @@ constexpr std::array<SectionRow, kSectionsUsed> kRows = {{
      queue_section_explain, queue_section_construct},
     {kSectionWalk, "the reanalyse-walk section", 11, kExact, kCacheLineBytes, kCacheLineBytes, walk_section_bytes,
      walk_section_explain, walk_section_construct},
+    {kSectionReserved14, "the section held for the cold tier", 11, kExact, kCacheLineBytes, kCacheLineBytes,
+     reserved_bytes, reserved_explain, nullptr},
+    {kSectionJournal, "the journal section", 11, kExact, kCacheLineBytes, kCacheLineBytes, journal_section_bytes,
+     journal_section_explain, journal_section_construct},
 }};
 
 // Every index of this minor version has exactly one row.

@@ -1,0 +1,32 @@
+// lib/journal_schedule.cpp: the journal's schedule (journal_schedule.hpp).
+#include "journal_schedule.hpp"
+
+#include <algorithm>
+
+namespace shmreplay::detail {
+
+JournalSchedule::JournalSchedule(double bound_s, double now)
+    : bound_s_(bound_s), poll_s_(std::clamp(bound_s / 20.0, 0.001, 0.05)), clean_since_(now) {}
+
+double JournalSchedule::estimate_s() const noexcept {
+  if (links_ == 0) return 0.0;
+  const std::size_t n = std::min(links_, kWindow);
+  const double longest = *std::max_element(recent_.begin(), recent_.begin() + static_cast<std::ptrdiff_t>(n));
+  return longest * kMargin + poll_s_;
+}
+
+double JournalSchedule::deadline() const noexcept {
+  return clean_since_ + std::max(0.0, bound_s_ - estimate_s() - poll_s_);
+}
+
+void JournalSchedule::nothing_pending(double now) noexcept { clean_since_ = std::max(clean_since_, now); }
+
+double JournalSchedule::link_done(double started, double seconds) noexcept {
+  const double lag = started + seconds - clean_since_;
+  recent_[links_ % kWindow] = seconds;
+  ++links_;
+  clean_since_ = std::max(clean_since_, started);
+  return lag;
+}
+
+}  // namespace shmreplay::detail
