@@ -10,6 +10,7 @@
 
 #include "detail/os/file.hpp"  // human_bytes, as the CLI prints bytes
 #include "shmreplay/counters.hpp"
+#include "shmreplay/journal.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
 
@@ -105,7 +106,8 @@ TEST_CASE("docs/cli.md's metric table lists every family the exporter writes, wi
   const std::string name = unique_name("cli-counters-doc");
   SegmentGuard guard(name);
   // Every family has a sample: episodes, priorities, a rate limiter, two learner slots, a compressed field, a policy
-  // version, a reanalyse walk, a pushed step, and a writer and a learner holding their leases while the exporter reads.
+  // version, a reanalyse walk, a pushed step, a journal with a link, and a writer and a learner holding their leases
+  // while the exporter reads.
   Buffer b = Buffer::create(name, 2, 16, Schema::parse("obs:f32[2] reward:f32 done:bool pix:u8[8,8]:lz4 version:u32"),
                             {.episodes = {.done = "done", .reward = "reward"}, .policy_version = "version",
                              .priority_exponent = 0.5,
@@ -120,6 +122,9 @@ TEST_CASE("docs/cli.md's metric table lists every family the exporter writes, wi
   w.push_one(0, {FieldBytes{obs, sizeof obs}, FieldBytes{&reward, 4}, FieldBytes{&done, 1}, FieldBytes{pix.data(), 64},
                  FieldBytes{&version, 4}});
   const Sampler learner(b);
+  test::DirGuard journal_dir(fmt::format("/tmp/{}.chain", name));
+  Journal journal(name, journal_dir.path());
+  (void)journal.write_link();
   auto exported = exported_families(run_cli({"metrics", name, "--once"}).out);
   // A consuming queue's families (it refuses a rate limiter, a cap above 1 and compressed fields): from a second
   // buffer, a queue with a pushed step and a learner.

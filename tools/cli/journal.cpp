@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "info_forms.hpp"
 #include "shmreplay/journal.hpp"
 #include "text.hpp"
 
@@ -62,6 +63,41 @@ void print_journal_link(const JournalLink& l, const JournalArgs& args) {
 }
 
 }  // namespace
+
+std::string journal_text(const JournalInfo& j, uint64_t now_ns) {
+  if (!j.present()) return {};
+  const std::string holder = j.state == OwnerState::alive  ? fmt::format("pid {}, bound {} s", j.pid, j.bound_s)
+                             : j.state == OwnerState::dead ? fmt::format("pid {} died (bound {} s)", j.pid, j.bound_s)
+                                                           : std::string("none runs");
+  const std::string link =
+      j.link_seq == 0 ? std::string("no durable link yet")
+                      : fmt::format("link {} durable {} ago (took {:.3f} s)", j.link_seq,
+                                    human_age(now_ns > j.done_ns ? now_ns - j.done_ns : 0),
+                                    static_cast<double>(j.link_ns) * 1e-9);
+  return fmt::format("{}; {}; lag {:.3f} s, {} steps not yet durable; {} links, {} late (largest lag {:.3f} s), {} "
+                     "failed",
+                     holder, link, j.lag_s(now_ns), j.pending_steps, j.links, j.late_links,
+                     static_cast<double>(j.max_lag_ns) * 1e-9, j.failures);
+}
+
+Json journal_json(const JournalInfo& j, uint64_t now_ns) {
+  if (!j.present()) return Json(nullptr);
+  return Json{{"state", j.state == OwnerState::alive ? "alive" : j.state == OwnerState::dead ? "dead" : "none"},
+              {"pid", j.pid},
+              {"since_ns", j.since_ns},
+              {"bound_seconds", j.bound_s},
+              {"link", j.link_seq},
+              {"durable_ns", j.durable_ns},
+              {"done_ns", j.done_ns},
+              {"link_seconds", static_cast<double>(j.link_ns) * 1e-9},
+              {"lag_seconds", j.lag_s(now_ns)},
+              {"pending_steps", j.pending_steps},
+              {"max_lag_seconds", static_cast<double>(j.max_lag_ns) * 1e-9},
+              {"links", j.links},
+              {"late_links", j.late_links},
+              {"failures", j.failures},
+              {"takeovers", j.takeovers}};
+}
 
 CLI::App* add_journal(CLI::App& app, JournalArgs& args) {
   CLI::App* cmd = app.add_subcommand(

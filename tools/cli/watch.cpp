@@ -284,6 +284,7 @@ std::vector<std::string> frame_lines(const WatchArgs& args, const SegmentInfo& s
   }
   if (s.rate_limit.limit) pair("rate limit", rate_limit_text(s.rate_limit));
   for (const auto& [key, text] : compressed_lines(s)) pair(key, text);
+  if (s.journal.present()) pair("journal", journal_text(s.journal, detail::realtime_ns()));
   lines.emplace_back();
 
   std::vector<Table::Column> headers{{"ENV", Align::right},    {"FILL"},
