@@ -9,7 +9,7 @@ JournalSchedule::JournalSchedule(double bound_s, double now)
     : bound_s_(bound_s), poll_s_(std::clamp(bound_s / 20.0, 0.001, 0.05)), clean_since_(now) {}
 
 double JournalSchedule::estimate_s() const noexcept {
-  if (links_ == 0) return 0.0;
+  if (links_ == 0) return bound_s_ / 4;  // the first link writes the chain's start: no measure of it yet
   const std::size_t n = std::min(links_, kWindow);
   const double longest = *std::max_element(recent_.begin(), recent_.begin() + static_cast<std::ptrdiff_t>(n));
   return longest * kMargin + poll_s_;

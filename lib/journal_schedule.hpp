@@ -4,7 +4,7 @@
 // pending at `clean_since` (the start of the previous link, or a later look that found every env's head durable),
 // every pending step was published after it, so a link that begins by clean_since + bound - t makes them durable
 // within the bound, t being the link's time. t is estimated from the recent links: the longest of the last
-// kJournalWindow, times kJournalMargin, plus one poll. Pure arithmetic on seconds of a monotonic clock: no clock,
+// kWindow, times kMargin, plus one poll (before the first link, a quarter of the bound). Pure arithmetic on seconds of a monotonic clock: no clock,
 // no I/O; tests drive it directly. Who calls it: lib/journal.cpp, one thread.
 #pragma once
 
@@ -23,7 +23,7 @@ class JournalSchedule {
 
   /// The poll: how often the journal looks at the heads (bound / 20, from 1 ms to 50 ms).
   double poll_s() const noexcept { return poll_s_; }
-  /// The estimate of one link's time, from the links so far (0 before any).
+  /// The estimate of one link's time, from the links so far (a quarter of the bound before any).
   double estimate_s() const noexcept;
   /// The latest instant the next link may begin and still keep the bound (no earlier than clean_since).
   double deadline() const noexcept;
