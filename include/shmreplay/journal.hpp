@@ -29,8 +29,9 @@
 
 namespace shmreplay {
 
-/// The largest and smallest bound a journal takes, in seconds.
+/// The smallest bound a journal takes, in seconds.
 inline constexpr double kJournalMinBoundS = 0.05;
+/// The largest bound a journal takes, in seconds.
 inline constexpr double kJournalMaxBoundS = 86400.0;
 
 /// What one link of the journal did (JournalOptions::on_link).
@@ -102,9 +103,13 @@ class Journal {
   /// Writes one link now on the calling thread and publishes it (not while the thread runs: invalid_argument).
   JournalLink write_link();
 
+  /// What this Journal did so far; any thread, while it runs too.
   JournalStats stats() const;
+  /// The mapping it journals (writable: its section is written).
   const Buffer& buffer() const noexcept;
+  /// The chain directory.
   const std::string& dir() const noexcept;
+  /// The bound, in seconds.
   double bound_s() const noexcept;
 
  private:

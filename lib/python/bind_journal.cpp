@@ -78,7 +78,10 @@ void bind_journal(py::module_& m) {
              return j;
            }),
            "buffer"_a, "dir"_a, py::kw_only(), "bound"_a = 2.0, "keep"_a = 3, "compact_ratio"_a = 2.0,
-           "allow_other_owner"_a = false)
+           "allow_other_owner"_a = false,
+           "Open the buffer (a Buffer, opened again writable, or a name) and take its journal lease (LeaseHeld while "
+           "another journal lives). `bound`: seconds within which a published step is durable (0.05 to 86400); "
+           "`keep`: links kept as restore points; `compact_ratio`: as save_link's.")
       .def(
           "start", [](PyJournal& j) { j.get("start").start(); },
           "Run the journal on a thread of its own until stop().")
@@ -102,9 +105,13 @@ void bind_journal(py::module_& m) {
             return link_dict(l);
           },
           "Write one link now (not while the thread runs); returns what it wrote as a dict.")
-      .def_property_readonly("running", [](const PyJournal& j) { return j.journal && j.journal->running(); })
-      .def_property_readonly("dir", [](const PyJournal& j) { return j.dir; })
-      .def_property_readonly("bound", [](PyJournal& j) { return j.get("bound").bound_s(); })
+      .def_property_readonly(
+          "running", [](const PyJournal& j) { return j.journal && j.journal->running(); },
+          "whether the journal's thread runs")
+      .def_property_readonly(
+          "dir", [](const PyJournal& j) { return j.dir; }, "the chain directory")
+      .def_property_readonly(
+          "bound", [](PyJournal& j) { return j.get("bound").bound_s(); }, "the bound, in seconds")
       .def(
           "stats",
           [](PyJournal& j) {
