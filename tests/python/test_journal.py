@@ -33,8 +33,8 @@ def test_a_journal_thread_keeps_a_pushing_buffer_durable_and_load_restores_every
     assert [e.head for e in result.info.envs] == [pushed, pushed]
     copy = shmreplay.Buffer.open(copy_name)
     first, steps = copy.read_steps(1, 0, pushed)
-    assert first == 0
-    assert np.array_equal(steps["head"][:, 1], np.arange(pushed, dtype=np.uint64))
+    assert first == max(0, pushed - 4096)  # the ring's newest steps
+    assert np.array_equal(steps["head"][:, 1], np.arange(first, pushed, dtype=np.uint64))
 
 
 def test_a_second_journal_is_refused_while_the_first_holds_the_lease_and_taken_after_close(name, tmp_path):

@@ -72,8 +72,8 @@ LinkLog* shared_log() {
   return new (p) LinkLog{};
 }
 
-// The journal process: its first link (the whole buffer) before the run starts, then the journal's thread until
-// the run stops, each later link logged.
+// The journal process: its first link (the whole buffer) while the workers set up, then the journal's thread
+// until the run stops, each later link logged.
 Body journal_body(const std::string& name, const std::string& dir, double bound, LinkLog* log) {
   return [=](Worker& worker) {
     bool logging = false;
@@ -93,10 +93,13 @@ Body journal_body(const std::string& name, const std::string& dir, double bound,
     };
     Journal j(name, dir, options);
     (void)j.write_link();
-    logging = true;  // before the thread starts: it reads the flag on its own thread after start()
-    if (!worker.start()) return;
+    // The thread starts at once, before the run's warm-up: a gap between the first link and the thread would be a
+    // time without a journal, which the next link's lag would count.
+    logging = true;  // before the thread starts, which makes it visible there
     j.start();
-    while (worker.done(0)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (worker.start()) {
+      while (worker.done(0)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     j.stop();
   };
 }
