@@ -92,7 +92,7 @@ JournalLink Journal::State::link(bool last) {
     out.steps = r.info.total_steps;
     out.file_bytes = r.info.file_bytes;
     out.whole = r.whole;
-    out.lag_s = schedule->link_done(started, out.seconds);
+    out.lag_s = schedule->link_done(started, out.seconds, out.whole);
     out.late = out.lag_s > options.bound_s;
     detail::DurableLink d{out.link_seq, started_ns, detail::realtime_ns(),
                           static_cast<uint64_t>(std::llround(out.seconds * 1e9)),

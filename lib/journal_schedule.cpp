@@ -12,7 +12,7 @@ double JournalSchedule::estimate_s() const noexcept {
   if (links_ == 0) return bound_s_ / 4;  // the first link writes the chain's start: no measure of it yet
   const std::size_t n = std::min(links_, kWindow);
   const double longest = *std::max_element(recent_.begin(), recent_.begin() + static_cast<std::ptrdiff_t>(n));
-  return longest * kMargin + poll_s_;
+  return std::max(longest, whole_s_) * kMargin + poll_s_;
 }
 
 double JournalSchedule::deadline() const noexcept {
@@ -21,8 +21,9 @@ double JournalSchedule::deadline() const noexcept {
 
 void JournalSchedule::nothing_pending(double now) noexcept { clean_since_ = std::max(clean_since_, now); }
 
-double JournalSchedule::link_done(double started, double seconds) noexcept {
+double JournalSchedule::link_done(double started, double seconds, bool whole) noexcept {
   const double lag = started + seconds - clean_since_;
+  if (whole) whole_s_ = seconds;
   recent_[links_ % kWindow] = seconds;
   ++links_;
   clean_since_ = std::max(clean_since_, started);

@@ -4,7 +4,8 @@
 // pending at `clean_since` (the start of the previous link, or a later look that found every env's head durable),
 // every pending step was published after it, so a link that begins by clean_since + bound - t makes them durable
 // within the bound, t being the link's time. t is estimated from the recent links: the longest of the last
-// kWindow, times kMargin, plus one poll (before the first link, a quarter of the bound). Pure arithmetic on seconds of a monotonic clock: no clock,
+// kWindow and of the latest whole link (the chain writes one whenever it compacts, so the next link may be whole
+// whatever the recent ones were), times kMargin, plus one poll (before the first link, a quarter of the bound). Pure arithmetic on seconds of a monotonic clock: no clock,
 // no I/O; tests drive it directly. Who calls it: lib/journal.cpp, one thread.
 #pragma once
 
@@ -30,14 +31,16 @@ class JournalSchedule {
 
   /// The journal looked at `now` and every env's head was durable.
   void nothing_pending(double now) noexcept;
-  /// A link began at `started` and took `seconds`; returns the lag it ended (its end minus clean_since before it).
-  double link_done(double started, double seconds) noexcept;
+  /// A link began at `started` and took `seconds` (`whole`: it held every env's window); returns the lag it ended
+  /// (its end minus clean_since before it).
+  double link_done(double started, double seconds, bool whole = false) noexcept;
 
  private:
   double bound_s_;
   double poll_s_;
   double clean_since_;
   std::array<double, kWindow> recent_{};
+  double whole_s_ = 0.0;  ///< the latest whole link's time
   std::size_t links_ = 0;
 };
 

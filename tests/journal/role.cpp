@@ -39,9 +39,15 @@ TEST_CASE("the schedule starts a link by the last clean instant plus the bound l
   CHECK(s.estimate_s() == doctest::Approx(0.2 * detail::JournalSchedule::kMargin + 0.05));
   (void)s.link_done(120.0, 0.01);
   CHECK(s.estimate_s() == doctest::Approx(0.01 * detail::JournalSchedule::kMargin + 0.05));
+  // A whole link counts however many faster ones followed it: the chain writes one whenever it compacts.
+  (void)s.link_done(121.0, 0.3, /*whole=*/true);
+  for (std::size_t k = 0; k < 2 * detail::JournalSchedule::kWindow; ++k) {
+    (void)s.link_done(122.0 + static_cast<double>(k), 0.01);
+  }
+  CHECK(s.estimate_s() == doctest::Approx(0.3 * detail::JournalSchedule::kMargin + 0.05));
   // A link longer than the bound: the next one is due at once.
-  (void)s.link_done(130.0, 3.0);
-  CHECK(s.deadline() == doctest::Approx(130.0));
+  (void)s.link_done(140.0, 3.0);
+  CHECK(s.deadline() == doctest::Approx(140.0));
 }
 
 TEST_CASE("a journal refuses a bound out of range, keep 0, a compact ratio below 1 and a read-only mapping") {
