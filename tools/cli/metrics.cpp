@@ -284,9 +284,9 @@ void Writer::journal_families() {  // buffers that have been journaled only (Jou
                return i.journal.done_ns != 0 ? D(seconds_since(i.journal.done_ns, now)) : D();
              });
   per_buffer("shmreplay_journal_link_seconds", Type::gauge, "How long the newest durable link's save took",
-             [](const SegmentInfo& i) { return i.journal.link_seq != 0 ? D(i.journal.link_ns * 1e-9) : D(); });
+             [](const SegmentInfo& i) { return i.journal.link_seq != 0 ? D(static_cast<double>(i.journal.link_ns) * 1e-9) : D(); });
   per_buffer("shmreplay_journal_max_lag_seconds", Type::gauge, "The largest lag a link of the journal ended",
-             [on](const SegmentInfo& i) { return on(i) ? D(i.journal.max_lag_ns * 1e-9) : D(); });
+             [on](const SegmentInfo& i) { return on(i) ? D(static_cast<double>(i.journal.max_lag_ns) * 1e-9) : D(); });
   per_buffer("shmreplay_journal_links_total", Type::counter, "Links the buffer's journals wrote",
              [on](const SegmentInfo& i) { return on(i) ? U(i.journal.links) : U(); });
   per_buffer("shmreplay_journal_late_links_total", Type::counter, "Links whose lag passed the journal's bound",
