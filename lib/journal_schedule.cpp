@@ -16,7 +16,9 @@ double JournalSchedule::estimate_s() const noexcept {
 }
 
 double JournalSchedule::deadline() const noexcept {
-  return clean_since_ + std::max(0.0, bound_s_ - estimate_s() - poll_s_);
+  // At least a quarter of the bound between links: a link slower than three quarters of it cannot keep the bound
+  // whatever the schedule, and links back to back would only add to the load that made it slow.
+  return clean_since_ + std::max(bound_s_ * kMinGap, bound_s_ - estimate_s() - poll_s_);
 }
 
 void JournalSchedule::nothing_pending(double now) noexcept { clean_since_ = std::max(clean_since_, now); }

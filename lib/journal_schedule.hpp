@@ -18,6 +18,7 @@ class JournalSchedule {
  public:
   static constexpr std::size_t kWindow = 8;     ///< links the estimate looks back at
   static constexpr double kMargin = 1.5;        ///< the estimate's factor over the longest of them
+  static constexpr double kMinGap = 0.25;       ///< the least time from clean_since to a link, times the bound
 
   /// A schedule for `bound_s`, begun at `now` (steps pending then count from then).
   JournalSchedule(double bound_s, double now);
@@ -26,7 +27,8 @@ class JournalSchedule {
   double poll_s() const noexcept { return poll_s_; }
   /// The estimate of one link's time, from the links so far (a quarter of the bound before any).
   double estimate_s() const noexcept;
-  /// The latest instant the next link may begin and still keep the bound (no earlier than clean_since).
+  /// The latest instant the next link may begin and still keep the bound, and no earlier than clean_since plus a
+  /// quarter of the bound (a link that takes more than the rest cannot keep the bound anyway).
   double deadline() const noexcept;
 
   /// The journal looked at `now` and every env's head was durable.

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
@@ -52,9 +53,12 @@ inline void push_tagged(Writer& w, uint64_t env, uint64_t step) {
   w.push_one(env, {FieldBytes{&tag, 8}, FieldBytes{&t, 8}, FieldBytes{body.data(), body.size()}});
 }
 
-/// A process that pushes tagged steps into `envs` of `name`, one every `pause_us` per env, until killed.
+/// A process that pushes tagged steps into `envs` of `name`, one every `pause_us` per env, until killed. It runs at
+/// nice 5: the load it makes must not starve the journal the test measures (a test's writers are its load, not
+/// what it checks).
 inline pid_t spawn_tagged_writer(const std::string& name, std::vector<uint64_t> envs, int pause_us) {
   return spawn([name, envs, pause_us] {
+    (void)::nice(5);
     Buffer b = Buffer::open(name);
     Writer w(b, envs);
     for (uint64_t step = 0;; ++step) {
