@@ -387,6 +387,7 @@ Json frame_json(const SegmentInfo& s, const Rates& r, bool removed) {
                                                {"learner_waiting_rows", s.rate_limit.learner_waiting_rows},
                                                {"writer_waiters", s.rate_limit.writer_waiters}}
                                         : Json(nullptr)},
+      {"journal", journal_json(s.journal, detail::realtime_ns())},
       {"envs", std::move(envs)},
   };
 }
