@@ -39,6 +39,12 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
                             "delivered as pushed",
                             step, env_id, buffer_->name()));
   }
+  if (buffer_->cold_capacity() != 0) {  // (1.11) its sealed copy in the cold tier would keep the old bytes
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot update step {} of env {} of '{}': it has a cold tier, and updates of stored steps "
+                            "are not supported with one yet",
+                            step, env_id, buffer_->name()));
+  }
   if (fields.size() != schema.size()) {
     throw Error(Errc::size_mismatch, fmt::format("cannot update '{}': {} field values given, the schema has {} ({})",
                                                  buffer_->name(), fields.size(), schema.size(), schema.to_string()));

@@ -78,6 +78,12 @@ WriteBackResult Sampler::write_back(std::span<const uint64_t> env_ids, std::span
                             buffer_->name(), n, steps.size(),
                             refused.empty() ? std::string() : fmt::format(" and {} refused flags", refused.size())));
   }
+  if (buffer_->cold_capacity() != 0) {  // (1.11) as try_update: the sealed copies would keep the old values
+    throw Error(Errc::invalid_argument,
+                fmt::format("cannot write back into '{}': it has a cold tier, and write-backs are not supported with "
+                            "one yet",
+                            buffer_->name()));
+  }
   if (buffer_->consuming_queue()) {  // as try_update: a learner killed mid-write would leave its step undeliverable
     throw Error(Errc::invalid_argument, fmt::format("cannot write back into '{}': it is a consuming queue, whose "
                                                     "steps are delivered as pushed",
