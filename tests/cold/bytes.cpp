@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cold/cold_helpers.hpp"
+#include "shmreplay/inspector.hpp"
 #include "shmreplay/sampler.hpp"
 
 using namespace shmreplay;
@@ -100,5 +101,37 @@ TEST_CASE("a second process's Sampler of a tiered buffer reads the cold tier thr
     return k.cold > 0 && k.straddling > 0;
   });
   CHECK(rc == 0);
+  Buffer::remove(name);
+}
+
+TEST_CASE("read_steps (behind dump) returns an env's run over both tiers, every byte as pushed, and info counts it") {
+  const ColdDir dir("read");
+  const std::string name = unique_name("cold-read");
+  SegmentGuard guard(name);
+  Buffer b = make_tiered(name, dir, 2, 8, 32);
+  push_payloads(b, 60);  // per env: [20, 60), steps [20, 52) in the cold tier
+  const Inspector in(name, {.read_only = true});  // its own read-only mapping, as `dump` has
+  for (uint64_t e = 0; e < 2; ++e) {
+    const StepRecords all = in.read_steps(e, 0, 1000);
+    CHECK(all.first_step == 20);
+    REQUIRE(all.count == 40);
+    for (uint64_t k = 0; k < all.count; ++k) {
+      const std::string got(reinterpret_cast<const char*>(all.bytes.data()) + k * all.record_bytes, all.record_bytes);
+      REQUIRE_MESSAGE(got == payload_bytes(e, 20 + k), "step ", 20 + k);
+    }
+    const StepRecords cold_only = in.read_steps(e, 25, 5);  // a run inside the cold tier
+    CHECK(cold_only.first_step == 25);
+    CHECK(cold_only.count == 5);
+    const StepRecords straddling = in.read_steps(e, 48, 8);
+    CHECK(straddling.first_step == 48);
+    CHECK(straddling.count == 8);
+    CHECK(std::string(reinterpret_cast<const char*>(straddling.bytes.data()) + 5 * straddling.record_bytes,
+                      straddling.record_bytes) == payload_bytes(e, 53));
+  }
+  const SegmentInfo info = in.snapshot();
+  CHECK(info.cold.capacity == 32);
+  CHECK(info.cold.steps == 2 * 32);
+  CHECK(info.replay_steps == 2 * 8);
+  CHECK(info.cold.dir == dir.path());
   Buffer::remove(name);
 }
