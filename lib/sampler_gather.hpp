@@ -47,6 +47,7 @@ class ChunkGather {
   ChunkGather(const Segment& seg, const detail::StorageSet& storages)
       : seg_(&seg), storages_(&storages), capacity_(seg.capacity()), chunk_(kGatherRows), read_(seg.num_envs()) {
     if (seg.cold_capacity() != 0) cold_.resize(kGatherRows);
+    for (const Field& f : seg.schema().fields()) field_bytes_.push_back(f.bytes());
   }
 
   // Forgets the last chunk; its rows will have `length` steps at most.
@@ -98,7 +99,7 @@ class ChunkGather {
   std::size_t run(std::byte* const* outs, uint8_t* mask, std::vector<uint32_t>& failed, SamplerStats& stats) {
     std::size_t cold_failed = 0;
     for (std::size_t k = 0; k < cold_size_; ++k) {  // a tiered buffer's rows below the ring, one by one
-      if (!detail::gather_cold_row(*seg_, outs, mask, length_, cold_[k])) {
+      if (!detail::gather_cold_row(*seg_, field_bytes_.data(), outs, mask, length_, cold_[k])) {
         failed.push_back(static_cast<uint32_t>(cold_[k].row));
         ++cold_failed;
       }
@@ -152,6 +153,7 @@ class ChunkGather {
   std::size_t size_ = 0;
   std::vector<detail::ColdRow> cold_;     // a tiered buffer's rows below the ring: its first cold_size_ entries
   std::size_t cold_size_ = 0;
+  std::vector<uint64_t> field_bytes_;     // each field's bytes per step (the cold gather's)
   std::size_t length_ = 1;                // the sequence length of the rows being added
   bool whole_ = true;                     // every row of the chunk is a whole_run (gather.hpp)
   detail::BatchedReader read_;            // the chunk's seqlock validation

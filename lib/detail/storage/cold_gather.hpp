@@ -9,8 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 
+#include "detail/copy_bytes.hpp"
 #include "detail/protocol/cold_seal.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "shmreplay/internal/segment.hpp"
@@ -30,8 +32,9 @@ struct ColdRow {
 /// Copies `r` into the batch's field arrays `outs` (row-major [rows][length][field bytes]) and its `mask`, zeros and
 /// mask 0 past its steps, and returns whether the copy is whole: every cold step was sealed before the copy and its
 /// record not reused by the end of it, and no writer reclaimed (nor learner updated) a hot step's slot meanwhile.
-inline bool gather_cold_row(const Segment& seg, std::byte* const* outs, uint8_t* mask, std::size_t length,
-                            const ColdRow& r) noexcept {
+/// `field_bytes`: each field's bytes per step, in schema order.
+inline bool gather_cold_row(const Segment& seg, const uint64_t* field_bytes, std::byte* const* outs, uint8_t* mask,
+                            std::size_t length, const ColdRow& r) noexcept {
   const uint64_t cap = seg.capacity();
   const uint64_t cold_cap = seg.cold_capacity();
   const layout::EnvControl& c = seg.env_control(r.env);
@@ -42,18 +45,27 @@ inline bool gather_cold_row(const Segment& seg, std::byte* const* outs, uint8_t*
   if (cold_sealed(ce) < split) return false;  // a stale snapshot: the steps are not in the cold tier yet
   const std::byte* records = seg.cold_records(r.env);
   const uint64_t record_bytes = seg.cold_record_bytes();
-  const Schema& schema = seg.schema();
-  uint64_t in_record = 0;  // the field's offset in a record
-  for (std::size_t f = 0; f < schema.size(); ++f) {
-    const uint64_t bytes = schema[f].bytes();
-    std::byte* dst = outs[f] + r.row * length * bytes;
-    for (uint64_t t = r.start; t < split; ++t, dst += bytes) {
-      std::memcpy(dst, records + (t % cold_cap) * record_bytes + in_record, bytes);
+  const std::size_t fields = seg.schema().size();
+  // The cold steps, record by record (a record holds the step's fields side by side).
+  for (uint64_t t = r.start; t < split; ++t) {
+    const std::byte* record = records + (t % cold_cap) * record_bytes;
+    for (std::size_t f = 0; f < fields; ++f) {
+      const uint64_t bytes = field_bytes[f];
+      copy_bytes(outs[f] + (r.row * length + (t - r.start)) * bytes, record, bytes);
+      record += bytes;
     }
+  }
+  // The ring's steps, field by field: one run of slots, in two pieces where it wraps; then the zeros.
+  for (std::size_t f = 0; f < fields; ++f) {
+    const uint64_t bytes = field_bytes[f];
+    std::byte* dst = outs[f] + (r.row * length + (split - r.start)) * bytes;
     const std::byte* ring = seg.field_data(f) + r.env * cap * bytes;
-    for (uint64_t t = split; t < end; ++t, dst += bytes) std::memcpy(dst, ring + (t % cap) * bytes, bytes);
-    if (r.steps < length) std::memset(dst, 0, (length - r.steps) * bytes);
-    in_record += bytes;
+    const uint64_t hot = end - split;
+    const uint64_t slot = split % cap;
+    const uint64_t first = std::min(hot, cap - slot);
+    std::memcpy(dst, ring + slot * bytes, first * bytes);
+    if (hot > first) std::memcpy(dst + first * bytes, ring, (hot - first) * bytes);
+    if (r.steps < length) std::memset(outs[f] + (r.row * length + r.steps) * bytes, 0, (length - r.steps) * bytes);
   }
   uint8_t* m = mask + r.row * length;
   std::memset(m, 1, r.steps);
