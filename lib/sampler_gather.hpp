@@ -98,6 +98,7 @@ class ChunkGather {
   // StorageFaults::kMax faults in one chunk, every row is copied again.
   std::size_t run(std::byte* const* outs, uint8_t* mask, std::vector<uint32_t>& failed, SamplerStats& stats) {
     std::size_t cold_failed = 0;
+    if (cold_size_ > 0) prefetch_cold();
     for (std::size_t k = 0; k < cold_size_; ++k) {  // a tiered buffer's rows below the ring, one by one
       if (!detail::gather_cold_row(*seg_, field_bytes_.data(), outs, mask, length_, cold_[k])) {
         failed.push_back(static_cast<uint32_t>(cold_[k].row));
@@ -133,6 +134,18 @@ class ChunkGather {
   }
 
  private:
+  // The first record of each cold row (its first lines), all before the first copy, so that their misses overlap as
+  // the ring rows' do (gather.hpp).
+  void prefetch_cold() const noexcept {
+    const uint64_t cold_cap = seg_->cold_capacity();
+    const uint64_t record_bytes = seg_->cold_record_bytes();
+    const uint64_t row_bytes = record_bytes * length_;
+    for (std::size_t k = 0; k < cold_size_; ++k) {
+      const detail::ColdRow& r = cold_[k];
+      detail::prefetch_bytes(seg_->cold_records(r.env) + (r.start % cold_cap) * record_bytes, row_bytes, 4);
+    }
+  }
+
   // Throws Error(corrupt) when a noted fault lies in row `r`, which passed validation.
   void check_faults(const detail::GatherRow& r) const {
     const detail::StorageFaults& faults = detail::thread_storage_faults();
