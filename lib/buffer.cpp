@@ -60,6 +60,22 @@ void check_queue_arguments(const std::string& name, const Schema& schema, const 
   if (options.rate_limit) refuse("it has a rate limiter; a queue paces its writers and learners itself");
 }
 
+// The cold tier's options for the storage layer (detail/storage/cold_files.hpp), with what of the other options the
+// first slice of the tier does not support yet.
+detail::ColdOptions cold_options(const CreateOptions& o) {
+  detail::ColdOptions c{o.cold_capacity, o.cold_dir, o.mode, o.replace, {}};
+  const EpisodeFields& ep = o.episodes;
+  if (o.priority_exponent) c.unsupported = "priority_exponent is given (priorities over the cold tier are not supported yet)";
+  if (!ep.done.empty() || !ep.terminated.empty() || !ep.truncated.empty() || !ep.reward.empty()) {
+    c.unsupported = "episode fields are given (episode bookkeeping over the cold tier is not supported yet)";
+  }
+  if (!o.policy_version.empty()) c.unsupported = "policy_version is given (policy windows over the cold tier are not supported yet)";
+  if (o.consuming_queue) c.unsupported = "consuming_queue is set (a queue never lets a step leave the ring undelivered)";
+  if (o.max_times_sampled != 0) c.unsupported = "max_times_sampled is given (sample caps over the cold tier are not supported yet)";
+  if (o.reanalyse_chunk != 0) c.unsupported = "reanalyse_chunk is given (a reanalyse walk over the cold tier is not supported yet)";
+  return c;
+}
+
 // Every argument of create, checked before anything is made; returns the episode roles they name.
 // CreateOptions::initial_priority as SegmentHeader::initial_priority_bits (0: the running maximum; a fixed value,
 // 0 stored as -0.0; +infinity: never-sampled steps first), checked: only with priorities, a priority that fits an
@@ -186,7 +202,7 @@ detail::FieldRoles check_create_arguments(const std::string& name, uint64_t num_
                             name, options.reanalyse_chunk, capacity,
                             capacity > layout::kMaxReanalyseChunk ? " (and at most 2^32)" : ""));
   }
-  detail::check_cold_arguments(name, schema, options);  // (1.11) the cold tier
+  detail::check_cold_arguments(name, schema, cold_options(options));  // (1.11) the cold tier
   if (options.rate_limit) {
     detail::check_rate_limit(*options.rate_limit, num_envs * capacity,
                              fmt::format("cannot create shmreplay segment '{}' with rate limit {}", name,
@@ -294,7 +310,7 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
                                                                   options.stack_continuity));
   map.release();
   b.unnamed_fd_ = fd.release();
-  if (options.cold_capacity > 0) detail::create_cold_files(*b.segment_, options);
+  if (options.cold_capacity > 0) detail::create_cold_files(*b.segment_, cold_options(options));
   b.replace_on_publish_ = options.replace;
   return b;
 }

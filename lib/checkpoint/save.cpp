@@ -238,7 +238,7 @@ namespace detail {
 
 CheckpointInfo write_checkpoint(const Buffer& source, const std::string& path, const SaveOptions& options,
                                 const LinkPlan& link) {
-  refuse_cold(segment_of(source), "save a checkpoint of");  // (1.11) the first slice of the cold tier
+  refuse_cold(segment_of(source), "save a checkpoint of", "checkpoints do not hold it yet");  // (1.11) the first slice of the cold tier
   detail::check_replaceable(path, options.force);
   detail::remove_stale_temporaries(path);
   static std::atomic<uint64_t> counter{0};

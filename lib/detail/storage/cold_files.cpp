@@ -29,26 +29,6 @@ using layout::ColdFileHeader;
   throw Error(Errc::invalid_argument, fmt::format("cannot create shmreplay segment '{}': {}", name, why));
 }
 
-// What the first slice does not support with a cold tier, or "" when the options are all it supports.
-std::string unsupported(const Schema& schema, const CreateOptions& o) {
-  for (std::size_t i = 0; i < schema.size(); ++i) {
-    if (schema[i].stacked() || schema[i].compressed()) {
-      return fmt::format("field '{}' is {}, and a cold tier holds only fields stored as pushed so far", schema[i].name,
-                         schema[i].stacked() ? "stacked" : "compressed");
-    }
-  }
-  if (o.priority_exponent) return "priority_exponent is given (priorities over the cold tier are not supported yet)";
-  if (!o.episodes.done.empty() || !o.episodes.terminated.empty() || !o.episodes.truncated.empty() ||
-      !o.episodes.reward.empty()) {
-    return "episode fields are given (episode bookkeeping over the cold tier is not supported yet)";
-  }
-  if (!o.policy_version.empty()) return "policy_version is given (policy windows over the cold tier are not supported yet)";
-  if (o.consuming_queue) return "consuming_queue is set (a queue never lets a step leave the ring undelivered)";
-  if (o.max_times_sampled != 0) return "max_times_sampled is given (sample caps over the cold tier are not supported yet)";
-  if (o.reanalyse_chunk != 0) return "reanalyse_chunk is given (a reanalyse walk over the cold tier is not supported yet)";
-  return {};
-}
-
 // A cold directory's mode: the segment's read/write bits, with search (x) where it gives read.
 mode_t dir_mode(uint32_t mode) noexcept {
   const uint32_t shared = mode & 0066u;
@@ -125,7 +105,7 @@ uint64_t file_bytes_of(const ColdControl& cc) { return layout::kColdRecordsOffse
 
 }  // namespace
 
-void check_cold_arguments(const std::string& name, const Schema& schema, const CreateOptions& o) {
+void check_cold_arguments(const std::string& name, const Schema& schema, const ColdOptions& o) {
   if (o.cold_capacity == 0) {
     if (!o.cold_dir.empty()) refuse(name, "cold_dir is given without cold_capacity (steps per env on disk)");
     return;
@@ -144,9 +124,14 @@ void check_cold_arguments(const std::string& name, const Schema& schema, const C
   if (::stat(o.cold_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     refuse(name, fmt::format("cold_dir '{}' is not an existing directory", o.cold_dir));
   }
-  if (const std::string why = unsupported(schema, o); !why.empty()) {
-    refuse(name, fmt::format("with cold_capacity {}: {}", o.cold_capacity, why));
+  for (std::size_t i = 0; i < schema.size(); ++i) {
+    if (schema[i].stacked() || schema[i].compressed()) {
+      refuse(name, fmt::format("with cold_capacity {}: field '{}' is {}, and a cold tier holds only fields stored as "
+                               "pushed so far",
+                               o.cold_capacity, schema[i].name, schema[i].stacked() ? "stacked" : "compressed"));
+    }
   }
+  if (!o.unsupported.empty()) refuse(name, fmt::format("with cold_capacity {}: {}", o.cold_capacity, o.unsupported));
   if (schema.step_bytes() > (UINT64_MAX - layout::kColdRecordsOffset) / o.cold_capacity) {
     refuse(name, fmt::format("cold_capacity {} x {} bytes per step overflows 64 bits", o.cold_capacity,
                              schema.step_bytes()));
@@ -156,7 +141,7 @@ void check_cold_arguments(const std::string& name, const Schema& schema, const C
 namespace {
 
 // create_cold_files once <path> is made (and removed again by the caller if this throws).
-void fill_cold_dir(Segment& seg, const CreateOptions& o, const std::string& path) {
+void fill_cold_dir(Segment& seg, const ColdOptions& o, const std::string& path) {
   const std::string& name = seg.name();
   UniqueFd dir_fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir_fd || ::fchmod(dir_fd.get(), dir_mode(o.mode)) != 0) {
@@ -181,7 +166,7 @@ void fill_cold_dir(Segment& seg, const CreateOptions& o, const std::string& path
 
 }  // namespace
 
-void create_cold_files(Segment& seg, const CreateOptions& o) {
+void create_cold_files(Segment& seg, const ColdOptions& o) {
   const std::string& name = seg.name();
   const std::string path = cold_path(o.cold_dir, name);
   if (o.replace) {
@@ -277,12 +262,12 @@ void remove_cold_files(int segment_fd, const std::string& name) {
   }
 }
 
-void refuse_cold(const Segment& seg, const char* what) {
+void refuse_cold(const Segment& seg, const char* what, const char* why) {
   if (seg.cold_capacity() == 0) return;
   throw Error(Errc::invalid_argument,
-              fmt::format("cannot {} '{}': it has a cold tier ({} steps per env on disk), which checkpoints do not "
-                          "hold yet (docs/design/cold_tier.md)",
-                          what, seg.name(), seg.cold_capacity()));
+              fmt::format("cannot {} '{}': it has a cold tier ({} steps per env on disk), and {} (docs/design/"
+                          "cold_tier.md)",
+                          what, seg.name(), seg.cold_capacity(), why));
 }
 
 }  // namespace shmreplay::detail
