@@ -10,6 +10,7 @@
 // Private to lib/sampler*.cpp.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -98,8 +99,9 @@ class ChunkGather {
   // StorageFaults::kMax faults in one chunk, every row is copied again.
   std::size_t run(std::byte* const* outs, uint8_t* mask, std::vector<uint32_t>& failed, SamplerStats& stats) {
     std::size_t cold_failed = 0;
-    if (cold_size_ > 0) prefetch_cold();
+    for (std::size_t k = 0; k < std::min(cold_size_, detail::kSmallAhead); ++k) prefetch_cold(k);
     for (std::size_t k = 0; k < cold_size_; ++k) {  // a tiered buffer's rows below the ring, one by one
+      if (k + detail::kSmallAhead < cold_size_) prefetch_cold(k + detail::kSmallAhead);
       if (!detail::gather_cold_row(*seg_, field_bytes_.data(), outs, mask, length_, cold_[k])) {
         failed.push_back(static_cast<uint32_t>(cold_[k].row));
         ++cold_failed;
@@ -134,16 +136,13 @@ class ChunkGather {
   }
 
  private:
-  // The first record of each cold row (its first lines), all before the first copy, so that their misses overlap as
+  // The first lines of cold row k's records, kSmallAhead rows ahead of its copy, so that the rows' misses overlap as
   // the ring rows' do (gather.hpp).
-  void prefetch_cold() const noexcept {
-    const uint64_t cold_cap = seg_->cold_capacity();
+  void prefetch_cold(std::size_t k) const noexcept {
+    const detail::ColdRow& r = cold_[k];
     const uint64_t record_bytes = seg_->cold_record_bytes();
-    const uint64_t row_bytes = record_bytes * length_;
-    for (std::size_t k = 0; k < cold_size_; ++k) {
-      const detail::ColdRow& r = cold_[k];
-      detail::prefetch_bytes(seg_->cold_records(r.env) + (r.start % cold_cap) * record_bytes, row_bytes, 4);
-    }
+    detail::prefetch_bytes(seg_->cold_records(r.env) + (r.start % seg_->cold_capacity()) * record_bytes,
+                           record_bytes * length_, 4);
   }
 
   // Throws Error(corrupt) when a noted fault lies in row `r`, which passed validation.
