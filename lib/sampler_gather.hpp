@@ -68,7 +68,7 @@ class ChunkGather {
   // Adds a row of a tiered buffer that begins below its env's hot ring (`split`, the snapshot's hi - capacity):
   // copied and validated on its own by run (detail/storage/cold_gather.hpp). A chunk holds at most kGatherRows.
   void add_cold(uint64_t env, uint64_t start, uint64_t steps, uint64_t split, uint32_t row) noexcept {
-    cold_[cold_size_++] = detail::ColdRow{env, start, steps, split, row};
+    cold_[cold_size_++] = detail::ColdRow{env, start, steps, split, row, 0, false};
   }
 
   // Adds steps [start, start + steps) of `env`, whose first step is in ring slot `slot`, as batch row `row`. (No
@@ -100,9 +100,13 @@ class ChunkGather {
   std::size_t run(std::byte* const* outs, uint8_t* mask, std::vector<uint32_t>& failed, SamplerStats& stats) {
     std::size_t cold_failed = 0;
     for (std::size_t k = 0; k < std::min(cold_size_, detail::kSmallAhead); ++k) prefetch_cold(k);
-    for (std::size_t k = 0; k < cold_size_; ++k) {  // a tiered buffer's rows below the ring, one by one
+    for (std::size_t k = 0; k < cold_size_; ++k) {  // a tiered buffer's rows below the ring: copied, then validated
       if (k + detail::kSmallAhead < cold_size_) prefetch_cold(k + detail::kSmallAhead);
-      if (!detail::gather_cold_row(*seg_, field_bytes_.data(), outs, mask, length_, cold_[k])) {
+      detail::copy_cold_row(*seg_, field_bytes_.data(), outs, mask, length_, cold_[k]);
+    }
+    if (cold_size_ > 0) detail::end_copies();
+    for (std::size_t k = 0; k < cold_size_; ++k) {
+      if (!detail::validate_cold_row(*seg_, cold_[k])) {
         failed.push_back(static_cast<uint32_t>(cold_[k].row));
         ++cold_failed;
       }
