@@ -144,7 +144,7 @@ struct CreateOptions {
   /// none.
   uint64_t cold_capacity = 0;
   /// The cold tier's directory (with cold_capacity; an absolute path of an existing directory on a local disk, below
-  /// 448 bytes): create makes <cold_dir>/<name>.cold/ with one file per env (env-0, env-1, ...; mode as the
+  /// 448 bytes): create makes `cold_dir/NAME.cold/` with one file per env (env-0, env-1, ...; mode as the
   /// segment's), and Buffer::remove (`shmreplay rm`) removes them with the segment.
   std::string cold_dir;
   /// Fault the segment's pages in at creation (see Populate): madvise(MADV_POPULATE_WRITE) in 64 MiB chunks, or,

@@ -160,7 +160,7 @@ struct WalkInfo {
 /// A buffer's cold tier (layout 1.11; CreateOptions::cold_capacity), as Inspector::snapshot() read it.
 struct ColdInfo {
   uint64_t capacity = 0;    ///< steps per env on disk; 0 without a cold tier
-  std::string dir;          ///< the directory its <name>.cold/ lies in
+  std::string dir;          ///< the directory its `NAME.cold/` lies in
   uint64_t steps = 0;       ///< stored steps below the rings, every env together (the replay view's cold part)
   uint64_t file_bytes = 0;  ///< bytes of its env files on disk, headers included
 };
