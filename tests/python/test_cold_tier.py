@@ -30,11 +30,14 @@ def test_rows_over_both_tiers_hold_every_value_as_pushed(name, tmp_path, closing
     s = shmreplay.Sampler(buf)
     closing.append(s)
     b = s.sample("replay", 256, 5)
-    assert np.all(b.mask)  # every start has 5 steps before the head
+    expected = b.starts[:, None] + np.arange(5)[None, :]
+    assert np.array_equal(b.mask, expected < 50)  # rows end at the head
     steps = b["step"].astype(np.int64)
-    assert np.array_equal(steps, b.starts[:, None] + np.arange(5)[None, :])
-    assert np.array_equal(b["env"].astype(np.int64), np.repeat(b.env_ids[:, None], 5, axis=1))
-    assert np.array_equal(b["obs"][..., 2], steps * 0.5)
+    m = b.mask
+    assert np.array_equal(steps[m], expected[m]) and np.all(steps[~m] == 0)
+    assert np.array_equal(b["env"].astype(np.int64)[m], np.repeat(b.env_ids[:, None], 5, axis=1)[m])
+    assert np.array_equal(b["obs"][..., 0][m], steps[m].astype(np.float32))
+    assert np.array_equal(b["obs"][..., 2][m], steps[m] * 0.5)
     assert b.starts.min() < 42 - 5  # rows wholly in the cold tier were drawn
     assert s.total_weight("replay", 5, 0.0) == pytest.approx(2 * 50)
 
