@@ -96,6 +96,8 @@ inline detail::EnvView cold_view(const Segment& seg, const detail::LearnerSlotWo
   uint64_t lo = detail::cold_intact_from(detail::cold_read_end(seg.cold_env(e)), seg.cold_capacity());
   lo = std::max(lo, c.stacks_intact_from.load(std::memory_order_relaxed));  // a dead updater's repair, as the ring
   if (view == View::online) lo = std::max(lo, me.online_start(e).load(std::memory_order_relaxed));
+  const uint64_t stored = seg.capacity() + seg.cold_capacity();  // at most both tiers, as the ring view at most the ring
+  lo = std::max(lo, r.hi > stored ? r.hi - stored : 0);
   return {std::min(lo, r.hi), r.hi};
 }
 
@@ -150,7 +152,7 @@ class Reservation {
 
 // The stages' state, one struct each (Sampler::Scratch below holds one of each).
 
-// The snapshot stage: per env, the view [lo, hi) of the current round's snapshot (at most the ring: snapshot_view),
+// The snapshot stage: per env, the view [lo, hi) of the current round's snapshot (at most the ring, or with a cold tier the two tiers: snapshot_view),
 // and hi - hi % capacity, the step in slot 0 of hi's lap, so that a drawn row's slot needs no division.
 // A tiered buffer's snapshot also keeps, per env, where the ring's part of its view starts (hot_lo; snapshot_view).
 struct Snapshot {

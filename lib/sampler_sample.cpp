@@ -281,7 +281,9 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
                         out.starts_);
     }
     for (std::size_t e = 0; e < z.snapshot.views.size(); ++e) {
-      // At most the ring, which the slot computation in draw_round needs.
+      // At most the ring, which the slot computation in draw_round needs; a tiered buffer's reaches below it, into
+      // the cold tier, and hot_lo says where the ring's part starts (draw_round sends the rows below it to the cold
+      // gather).
       const detail::EnvView v =
           sampler_parts::snapshot_view(segment_of(*buffer_), z.slot, e, view, &z.snapshot.hot_lo[e]);
       z.snapshot.views[e] = v;
