@@ -15,6 +15,7 @@
 
 #include "detail/os/process.hpp"
 #include "detail/protocol/journal.hpp"
+#include "detail/storage/cold_files.hpp"
 #include "journal_schedule.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/internal/segment.hpp"
@@ -151,6 +152,8 @@ Journal::Journal(Buffer buffer, std::string dir, JournalOptions options) {
                             "it writable)",
                             buffer.name()));
   }
+  // (1.11) the cold tier's first slice: a link is a checkpoint link, which does not hold the cold steps yet.
+  detail::refuse_cold(segment_of(buffer), "journal", "its links are checkpoint links, which do not hold it yet");
   state_ = std::make_unique<State>(std::move(buffer));
   State& s = *state_;
   s.dir = std::move(dir);

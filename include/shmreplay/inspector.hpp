@@ -157,6 +157,14 @@ struct WalkInfo {
   uint64_t repairs = 0;      ///< dead worker slots whose claims were given back
 };
 
+/// A buffer's cold tier (layout 1.11; CreateOptions::cold_capacity), as Inspector::snapshot() read it.
+struct ColdInfo {
+  uint64_t capacity = 0;    ///< steps per env on disk; 0 without a cold tier
+  std::string dir;          ///< the directory its `NAME.cold/` lies in
+  uint64_t steps = 0;       ///< stored steps below the rings, every env together (the replay view's cold part)
+  uint64_t file_bytes = 0;  ///< bytes of its env files on disk, headers included
+};
+
 /// The journal (layout 1.11; shmreplay/journal.hpp; docs/design/journal.md): its lease, bound and newest durable
 /// link. Per env, the durable head and the steps not yet durable are the counter table's journal rows.
 struct JournalInfo {
@@ -240,6 +248,8 @@ struct SegmentInfo {
   uint64_t max_times_sampled = 0;  ///< the sample cap (layout 1.11): deliveries per stored step; 0 without
   bool consuming_queue = false;    ///< a consuming queue (layout 1.11; CreateOptions::consuming_queue)
   WalkInfo walk;                   ///< the reanalyse walk (layout 1.11); chunk_steps 0 without
+  ColdInfo cold;                   ///< the cold tier (layout 1.11): its steps and bytes; capacity 0 without.
+                                   ///< replay_steps and stored_bytes count the rings' steps only
   JournalInfo journal;             ///< the journal (layout 1.11); present() false when never journaled
 };
 

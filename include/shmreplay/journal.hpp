@@ -77,7 +77,8 @@ class Journal {
  public:
   /// Opens the segment `name` writable (its journal section is written; its steps are only read) and takes its
   /// journal lease: Errc::lease_held while another live journal holds it (the message names it), and for a second
-  /// Journal of this process. Errc::invalid_argument for a bound out of range, keep 0 or compact_ratio below 1.
+  /// Journal of this process. Errc::invalid_argument for a bound out of range, keep 0 or compact_ratio below 1, and
+  /// for a buffer with a cold tier (layout 1.11: checkpoint links do not hold its steps on disk yet).
   /// The chain directory is created at the first link.
   Journal(std::string_view name, std::string dir, JournalOptions options = {});
   /// The same for a mapping this process holds already (it must be writable: Errc::permission_denied if not).

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "journal/journal_helpers.hpp"
 #include "journal_schedule.hpp"
@@ -64,6 +65,20 @@ TEST_CASE("a journal refuses a bound out of range, keep 0, a compact ratio below
   CHECK(test::error_of([&] { Journal j(Buffer::open(name, {.read_only = true}), "/tmp/x"); }, &m) ==
         static_cast<int>(Errc::permission_denied));
   CHECK(test::contains(m, "read-only"));
+}
+
+TEST_CASE("a journal refuses a buffer with a cold tier, whose steps on disk a link does not hold yet") {
+  const std::string name = unique_name("journal-cold");
+  SegmentGuard guard(name);
+  DirGuard cold(fmt::format("/tmp/{}.colddir", name));
+  std::filesystem::create_directories(cold.path());
+  Buffer b = Buffer::create(name, 1, 8, test::kTaggedSchema, {.cold_capacity = 64, .cold_dir = cold.path()});
+  std::string m;
+  CHECK(test::error_of([&] { Journal j(name, chain_dir("journal-cold")); }, &m) ==
+        static_cast<int>(Errc::invalid_argument));
+  CHECK(test::contains(m, "cold"));
+  CHECK(segment_of(b).journal_control().lease.load() == 0);  // refused before the lease
+  Buffer::remove(name);  // its cold files too
 }
 
 TEST_CASE("a second journal of a buffer is refused while the first lives, and a dead one's lease is taken over") {

@@ -39,7 +39,7 @@ TEST_CASE("every buffer has the journal section: its control block and a durable
   const SegmentHeader& h = segment_of(b).header();
   CHECK(h.sections[kSectionJournal].bytes == 128 + 3 * 8);
   CHECK(h.sections[kSectionJournal].offset % 64 == 0);
-  CHECK(h.sections[kSectionReserved14].bytes == 0);
+  CHECK(h.sections[kSectionCold].bytes == 0);  // no cold tier: the journal section is there all the same
   CHECK(segment_of(b).journal_control().link_seq.load() == 0);
   CHECK(segment_of(b).journal_control().lease.load() == 0);
   for (uint64_t e = 0; e < 3; ++e) CHECK(segment_of(b).journal_head(e).load() == 0);

@@ -104,6 +104,11 @@
 //                       | WalkEnv[num_envs] (handed, completed)    64 B    |
 //                       | WalkChunk[num_envs][ceil(cap / C) + 1]   32 B    |
 //                       +--------------------------------------------------+ 64-byte aligned
+//   Since 1.11, only in a buffer created with cold_capacity; 0 bytes otherwise (internal/cold_layout.hpp):
+//   sections[kCold]     +--------------------------------------------------+
+//                       | ColdControl (capacity, format, directory) 512 B  |
+//                       | ColdEnv[num_envs] (cold claimed, head)   64 B    |
+//                       +--------------------------------------------------+ 64-byte aligned
 //   Since 1.11, in every buffer (internal/journal_layout.hpp):
 //   sections[kJournal]  +--------------------------------------------------+
 //                       | JournalControl (lease, bound, newest link) 128 B |
@@ -176,7 +181,8 @@ enum SectionIndex : uint32_t {
   kSectionWalk = 13,          ///< WalkControl, WalkWorker[kMaxWalkers], WalkEnv[num_envs], then WalkChunk
                               ///< [num_envs][walk_slots_per_env] (since 1.11; 0 bytes without a reanalyse walk;
                               ///< internal/walk_layout.hpp)
-  kSectionReserved14 = 14,    ///< held for the cold tier (issue 49 part 1, another branch): 0 bytes here
+  kSectionCold = 14,          ///< ColdControl, then ColdEnv[num_envs]: the cold tier's identity and each env's cold
+                              ///< seqlock (since 1.11; 0 bytes without a cold tier; internal/cold_layout.hpp)
   kSectionJournal = 15,       ///< JournalControl, then u64 [num_envs] durable heads (since 1.11; every buffer;
                               ///< internal/journal_layout.hpp)
   kSectionsUsed = 16,  ///< sections this minor version defines; the rest of the table is zero

@@ -11,6 +11,7 @@
 
 #include "detail/os/file.hpp"
 #include "shmreplay/internal/caps_layout.hpp"
+#include "shmreplay/internal/cold_layout.hpp"
 #include "shmreplay/internal/journal_layout.hpp"
 #include "shmreplay/internal/policy_layout.hpp"
 #include "shmreplay/internal/queue_layout.hpp"
@@ -222,10 +223,19 @@ void walk_section_construct(std::byte* start, const SectionCounts& c) {
                               c.num_envs * walk_slots_per_env(c.capacity, c.reanalyse_chunk));
 }
 
-// -- the index held for the cold tier (another branch): no bytes here --
+// -- the cold-tier section (1.11): only with a cold tier --
 
-std::optional<uint64_t> reserved_bytes(const SectionCounts&) { return 0; }
-std::string reserved_explain(const SectionCounts&) { return "none: the index is held for the cold tier"; }
+std::optional<uint64_t> cold_section_bytes(const SectionCounts& c) {
+  return c.cold ? layout::cold_section_bytes(c.num_envs) : 0;  // bounded by kMaxEnvs
+}
+std::string cold_section_explain(const SectionCounts& c) {
+  if (!c.cold) return "none without a cold tier";
+  return fmt::format("{} bytes and {} envs x {} bytes", sizeof(ColdControl), c.num_envs, sizeof(ColdEnv));
+}
+void cold_section_construct(std::byte* start, const SectionCounts& c) {
+  construct_blocks<ColdControl>(start, 1);  // its words are filled by create (cold_files.cpp) before the name
+  construct_blocks<ColdEnv>(start + cold_envs_at(), c.num_envs);
+}
 
 // -- the journal section (1.11): in every buffer --
 
@@ -272,8 +282,8 @@ constexpr std::array<SectionRow, kSectionsUsed> kRows = {{
      queue_section_explain, queue_section_construct},
     {kSectionWalk, "the reanalyse-walk section", 11, kExact, kCacheLineBytes, kCacheLineBytes, walk_section_bytes,
      walk_section_explain, walk_section_construct},
-    {kSectionReserved14, "the section held for the cold tier", 11, kExact, kCacheLineBytes, kCacheLineBytes,
-     reserved_bytes, reserved_explain, nullptr},
+    {kSectionCold, "the cold-tier section", 11, kExact, kCacheLineBytes, kCacheLineBytes, cold_section_bytes,
+     cold_section_explain, cold_section_construct},
     {kSectionJournal, "the journal section", 11, kExact, kCacheLineBytes, kCacheLineBytes, journal_section_bytes,
      journal_section_explain, journal_section_construct},
 }};
