@@ -225,7 +225,9 @@ const EnvCounterRow kEnvRows[] = {
      queue_word<&layout::QueueEnv::timeouts>},
     // The reanalyse walk (layout 1.11; docs/design/reanalyse.md).
     {{"walk_handed", "shmreplay_env_walk_handed_total", Type::counter, "chunks",
-      "Chunks of the env the reanalyse walk handed to a worker", kEnv, kWalk, {}, true, "HANDED"},
+      "Hand-outs of the env's chunks to a worker (a chunk given back and handed again counts again): completed + "
+      "stale + given back + rehanded + held now",
+      kEnv, kWalk, {}, true, "HANDED"},
      walk_word<&layout::WalkEnv::handed>},
     {{"walk_completed", "shmreplay_env_walk_completed_total", Type::counter, "chunks",
       "Chunks of the env a worker completed (their target version recorded)", kEnv, kWalk, {}, true, "REANALYSED"},
@@ -236,6 +238,10 @@ const EnvCounterRow kEnvRows[] = {
     {{"walk_stale", "shmreplay_env_walk_stale_total", Type::counter, "chunks",
       "Completions refused because writers had overwritten every step of the chunk", kEnv, kWalk},
      walk_word<&layout::WalkEnv::stale>},
+    {{"walk_given_back", "shmreplay_env_walk_given_back_total", Type::counter, "chunks",
+      "Hand-outs of the env's chunks a live worker let go unrecorded (give_back, or its Reanalyser closed)", kEnv,
+      kWalk},
+     walk_word<&layout::WalkEnv::given_back>},
     {{"walk_steps_never", "shmreplay_env_walk_steps_never", Type::gauge, "steps",
       "Steps of the env's stored full chunks never reanalysed", kEnv, kWalk},
      walk_age<0>},

@@ -18,7 +18,9 @@
 //                       a learner waits.
 //   sleep_until         a learner (Sampler::wait, a sample call held back by the limiter), any number at once,
 //   (learner_wake)      each counted in its slot's word too; one membarrier system call per wait (heavy_fence).
-//   forget_waiters      a learner that took over a dead learner's slot.
+//   forget_waiters      a learner that took over a dead learner's slot; a reanalyse worker (or a scan) that
+//                       repairs a dead worker's slot (detail/protocol/walk: the walk's sleeping place is a
+//                       WakeWord of the same kind, walk_wake).
 //   notify_writers      the learner, after counting its samples (count_samples): one fence and one load, and a
 //                       system call only while a waiting writer's promise is pending.
 //   wake_all_writers    a change of the rate limiter's settings (store_rate_limit).
@@ -155,9 +157,12 @@ inline void notify_waiters(layout::GlobalControl& g, bool fenced = true) noexcep
 /// Takes back the waiter counts left raised by a learner that died while waiting in slot `slot_waiters` (its slot's
 /// own count): subtracts them from the global count and zeroes the slot's. The other slots' sleepers stay counted.
 /// Precondition: the caller has just taken over the slot from a dead holder (nobody else changes its count).
-inline void forget_waiters(layout::GlobalControl& g, std::atomic<uint64_t>& slot_waiters) noexcept {
+inline void forget_waiters(std::atomic<uint64_t>& waiters, std::atomic<uint64_t>& slot_waiters) noexcept {
   const uint64_t dead = slot_waiters.exchange(0, std::memory_order_relaxed);
-  if (dead != 0) g.waiters.fetch_sub(dead, std::memory_order_relaxed);
+  if (dead != 0) waiters.fetch_sub(dead, std::memory_order_relaxed);
+}
+inline void forget_waiters(layout::GlobalControl& g, std::atomic<uint64_t>& slot_waiters) noexcept {
+  forget_waiters(g.waiters, slot_waiters);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

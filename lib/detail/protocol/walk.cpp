@@ -140,7 +140,7 @@ std::optional<uint64_t> walk_attach(const Segment& seg, uint64_t me) noexcept {
 }
 
 void walk_detach(const Segment& seg, uint64_t slot, uint64_t me) noexcept {
-  walk_repair_slot(seg, slot);  // our own claims: the Reanalyser gave back what it held; this is the safety net
+  walk_repair_slot(seg, slot, /*own=*/true);  // our own claims: the Reanalyser gave back what it held; this is the safety net
   release_lease_word(seg.walk_worker(slot).lease, me);
 }
 
@@ -198,6 +198,7 @@ bool walk_complete(const Segment& seg, uint64_t slot, const WalkHeld& held, uint
   let_go(chunk_slot, held.chunk, slot + 1);  // its release publishes version and done to the next claimer
   if (gone) {  // every step of the chunk was overwritten: nothing to record
     seg.walk_env(held.env).stale.fetch_add(1, kRelaxed);
+    walk_notify(seg);  // nothing held may now mean the pass can end
     return false;
   }
   layout::WalkControl& control = seg.walk_control();
@@ -207,14 +208,21 @@ bool walk_complete(const Segment& seg, uint64_t slot, const WalkHeld& held, uint
   }
   seg.walk_env(held.env).completed.fetch_add(1, kRelaxed);
   seg.walk_worker(slot).completed.fetch_add(1, kRelaxed);
+  walk_notify(seg);  // nothing held may now mean the pass can end: the next pass's chunks are due
   return true;
 }
 
 bool walk_give_back(const Segment& seg, uint64_t slot, const WalkHeld& held) noexcept {
-  return let_go(seg.walk_chunks(held.env)[held.chunk % seg.walk_slots()], held.chunk, slot + 1);
+  if (!let_go(seg.walk_chunks(held.env)[held.chunk % seg.walk_slots()], held.chunk, slot + 1)) return false;
+  seg.walk_env(held.env).given_back.fetch_add(1, kRelaxed);
+  walk_notify(seg);  // the chunk is due again
+  return true;
 }
 
-uint64_t walk_repair_slot(const Segment& seg, uint64_t slot) noexcept {
+uint64_t walk_repair_slot(const Segment& seg, uint64_t slot, bool own) noexcept {
+  // A worker killed while it slept in next() left its sleeper counted: take it back, or every push call of every
+  // writer would make a futex system call for nobody (the learners' repair, wake.hpp's forget_waiters).
+  forget_waiters(seg.walk_control().waiters, seg.walk_worker(slot).waiters);
   uint64_t let = 0;
   for (uint64_t env = 0; env < seg.num_envs(); ++env) {
     WalkChunk* chunks = seg.walk_chunks(env);
@@ -224,10 +232,11 @@ uint64_t walk_repair_slot(const Segment& seg, uint64_t slot) noexcept {
       // A dead holder's completion is its done store: made or not, the claim only has to go.
       if (walk_claim_holder(w) == slot + 1 && let_go(chunks[i], walk_claim_chunk(w), slot + 1)) ++env_let;
     }
-    if (env_let != 0) seg.walk_env(env).rehanded.fetch_add(env_let, kRelaxed);
+    if (env_let != 0) (own ? seg.walk_env(env).given_back : seg.walk_env(env).rehanded).fetch_add(env_let, kRelaxed);
     let += env_let;
   }
-  if (let != 0) seg.walk_control().repairs.fetch_add(1, kRelaxed);
+  if (let != 0 && !own) seg.walk_control().repairs.fetch_add(1, kRelaxed);
+  if (let != 0) walk_notify(seg);
   return let;
 }
 
@@ -242,6 +251,7 @@ void walk_reset(const Segment& seg) noexcept {
     }
   }
   seg.walk_control().newest_version.store(0, kRelaxed);
+  walk_notify(seg);  // the loaded steps' chunks are due
 }
 
 void walk_fresh_ranges(const Segment& seg, std::vector<WalkRange>& out) {
