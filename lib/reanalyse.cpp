@@ -91,9 +91,13 @@ std::optional<ReanalyseChunk> Reanalyser::try_next(ReanalyseOrder order) {
                             "field (create it with episodes naming one)",
                             buffer_->name()));
   }
+  // Read before the claim: a load after it gives a newer generation, and the chunk's write-backs are refused.
+  // acquire: pairs with the load's release increment, after its rewrite and walk_reset: a claim made after reading
+  // a load's generation is of the loaded steps.
+  const uint64_t loads = seg.global_control().load_generation.load(std::memory_order_acquire);
   const std::optional<detail::WalkHeld> h = detail::walk_claim_next(seg, slot_, lease_, order);
   if (!h) return std::nullopt;
-  return ReanalyseChunk{h->env, h->first_step, h->end_step, h->chunk, h->pass};
+  return ReanalyseChunk{h->env, h->first_step, h->end_step, h->chunk, h->pass, loads};
 }
 
 std::optional<ReanalyseChunk> Reanalyser::next(ReanalyseOrder order, int64_t timeout_ms) {

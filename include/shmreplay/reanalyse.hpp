@@ -29,6 +29,9 @@ struct ReanalyseChunk {
   uint64_t end_step = 0;    ///< one past its last step: (k + 1) C
   uint64_t chunk = 0;  ///< the chunk index k: its steps are [k C, (k + 1) C) before the clip to what is stored
   uint64_t pass = 0;   ///< the walk's pass it was handed in (from 1)
+  /// The buffer's checkpoint-load generation when it was handed out: pass it to Sampler::write_back with the
+  /// chunk's steps, which refuses them when a checkpoint was loaded into the buffer since.
+  uint64_t load_generation = 0;
   /// Steps of the chunk, end_step - first_step.
   uint64_t steps() const noexcept { return end_step - first_step; }
 };

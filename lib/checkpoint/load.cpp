@@ -269,6 +269,11 @@ uint64_t load_into(Buffer& target, const LoadSources& sources, const LoadOptions
   load_sampling_state(target, last, created);
   // The walk is not saved (docs/design/reanalyse.md, "Checkpoints"): the loaded steps start never reanalysed.
   if (segment_of(target).reanalyse_chunk() != 0) walk_reset(segment_of(target));
+  // Handles from before the load name step indices the load may have given other content: write_back refuses a
+  // handle whose generation differs (docs/design/write_back.md, "Across a checkpoint load"). release: pairs with a
+  // Reanalyser's acquire load before its claim (the walk is not excluded by the load's leases); a Sampler reads it
+  // after taking a learner lease the load released.
+  segment_of(target).global_control().load_generation.fetch_add(1, std::memory_order_release);
   progress.finish();
   left_out.note(notes);
   return left_out.kept();

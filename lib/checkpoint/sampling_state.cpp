@@ -42,6 +42,7 @@ void read_sampling_state(const Buffer& b, CheckpointInfo& info) {
   info.queue_next_ticket = seg.consuming_queue() ? seg.queue_control().tickets.load(std::memory_order_relaxed) : 0;
   info.initial_priority = seg.initial_priority();
   info.sequence_priority_length = seg.sequence_priority_length();
+  info.reanalyse_chunk = seg.reanalyse_chunk();
 }
 
 uint64_t save_sampling_extras(const Buffer& b, uint64_t env, uint64_t first_step, uint64_t head, OutFile& out,
@@ -142,6 +143,11 @@ void sampling_mismatches(const Buffer& target, const CheckpointInfo& info, std::
   if (target.sequence_priority_length() != info.sequence_priority_length) {
     out.push_back(fmt::format("sequence priorities: the segment's length is {}, the checkpoint's {} (0: none)",
                               target.sequence_priority_length(), info.sequence_priority_length));
+  }
+  // (2.4) A 2.3 file does not say: a load keeps the target's walk (reset), as before.
+  if (info.reanalyse_chunk && target.reanalyse_chunk() != *info.reanalyse_chunk) {
+    out.push_back(fmt::format("reanalyse walk: the segment's chunk is {} steps, the checkpoint's {} (0: no walk)",
+                              target.reanalyse_chunk(), *info.reanalyse_chunk));
   }
 }
 

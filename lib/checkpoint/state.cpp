@@ -218,6 +218,7 @@ CreateOptions create_options_of(const CheckpointInfo& info, uint32_t mode) {
   create.consuming_queue = info.consuming_queue;
   create.initial_priority = info.initial_priority;
   create.sequence_priority_length = info.sequence_priority_length;
+  create.reanalyse_chunk = info.reanalyse_chunk.value_or(0);
   if (info.episode_fields.any_flag()) {
     const auto name = [&](const std::optional<std::size_t>& i) { return i ? info.schema[*i].name : std::string(); };
     create.episodes = {name(info.episode_fields.done), name(info.episode_fields.terminated),

@@ -69,7 +69,8 @@ void read_learner_block(const InFile& in, const CheckpointHeader& h, uint64_t at
     checkpoint_format::LearnerSlotBytes b{};
     std::memcpy(&b, block.data() + r * sizeof b, sizeof b);
     CheckpointLearnerSlot& slot = info.learner_slots[static_cast<std::size_t>(r)];
-    slot.counters = {b.rows_sampled, b.sample_calls, b.retries, b.online_resets, b.steps_updated, 0, 0};
+    slot.counters = {b.rows_sampled,  b.sample_calls, b.retries, b.online_resets, b.steps_updated, 0, 0,
+                     b.write_backs_applied, b.write_backs_refused};  // zeros before 2.4
     slot.online_starts.resize(static_cast<std::size_t>(h.num_envs));
     std::memcpy(slot.online_starts.data(), starts + r * h.num_envs * sizeof(uint64_t), h.num_envs * sizeof(uint64_t));
     for (uint64_t e = 0; e < h.num_envs; ++e) {

@@ -72,10 +72,14 @@ void bind_chunk(py::module_& m) {
       .def_readonly("end_step", &ReanalyseChunk::end_step, "one past the chunk's last step")
       .def_readonly("chunk", &ReanalyseChunk::chunk, "the chunk index k: steps [k C, (k + 1) C) before the clip")
       .def_readonly("walk_pass", &ReanalyseChunk::pass, "the walk's pass it was handed in (from 1)")
+      .def_readonly("load_generation", &ReanalyseChunk::load_generation,
+                    "the buffer's checkpoint-load generation when it was handed out: "
+                    "Sampler.write_back(load_generation=) refuses the chunk's rows when a load came since")
       .def_property_readonly("steps", &ReanalyseChunk::steps, "end_step - first_step")
       .def("__repr__", [](const ReanalyseChunk& c) {
-        return fmt::format("ReanalyseChunk(env={}, first_step={}, end_step={}, chunk={}, walk_pass={})", c.env,
-                           c.first_step, c.end_step, c.chunk, c.pass);
+        return fmt::format("ReanalyseChunk(env={}, first_step={}, end_step={}, chunk={}, walk_pass={}, "
+                           "load_generation={})",
+                           c.env, c.first_step, c.end_step, c.chunk, c.pass, c.load_generation);
       });
 }
 

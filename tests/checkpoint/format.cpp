@@ -75,7 +75,14 @@ TEST_CASE("the checkpoint format's structs keep their sizes and field offsets") 
   CHECK(offsetof(CheckpointHeader, policy_window) == 416);
   CHECK(offsetof(CheckpointHeader, max_times_sampled) == 424);
   CHECK(offsetof(CheckpointHeader, record_bytes) == 432);  // 2.3: was reserved
+  CHECK(offsetof(CheckpointHeader, sequence_priority_length) == 464);
+  CHECK(offsetof(CheckpointHeader, reanalyse_chunk) == 472);  // 2.4: were reserved
+  CHECK(offsetof(CheckpointHeader, write_backs_applied) == 480);
+  CHECK(offsetof(CheckpointHeader, write_backs_refused) == 488);
+  CHECK(offsetof(CheckpointHeader, reserved) == 496);
   CHECK(sizeof(LearnerSlotBytes) == 64);
+  CHECK(offsetof(LearnerSlotBytes, write_backs_applied) == 40);  // 2.4: were reserved
+  CHECK(offsetof(LearnerSlotBytes, write_backs_refused) == 48);
   CHECK(learner_block_bytes(1, 8) == 0);
   CHECK(learner_block_bytes(3, 8) == 2 * (64 + 8 * 8));
   CHECK(offsetof(CheckpointHeader, meta_crc) == 504);
@@ -95,7 +102,7 @@ TEST_CASE("the checkpoint format's structs keep their sizes and field offsets") 
   CHECK(sizeof(EpisodeRecordBytes) == 32);
   CHECK(sizeof(CheckpointTrailer) == 32);
   CHECK(kFormatMajor == 2);
-  CHECK(kFormatMinor == 3);  // 2.3: compressed records as they are, the sample-cap counts
+  CHECK(kFormatMinor == 4);  // 2.4: the reanalyse walk's chunk, the write-back counters
   // Format 1.0, still read.
   CHECK(sizeof(v1::CheckpointHeader) == 160);
   CHECK(offsetof(v1::CheckpointHeader, total_steps) == 64);
