@@ -212,14 +212,14 @@ TEST_CASE("verify names what is wrong: not a checkpoint, a segment file, another
   std::string whole = slurp(file.path());
   checkpoint_format::CheckpointHeader h{};
   std::memcpy(&h, whole.data(), sizeof h);
-  h.format_major = 3;  // minor 3, as this library writes
+  h.format_major = 3;  // minor 4, as this library writes
   h.header_crc = 0;
   h.header_crc = detail::crc32(0, &h, sizeof h);
   std::string newer = whole;
   std::memcpy(newer.data(), &h, sizeof h);
   spit(bad.path(), newer);
   CHECK(test::error_of([&] { verify_checkpoint(bad.path()); }, &message) == static_cast<int>(Errc::version_mismatch));
-  CHECK(message.find("format 3.3") != std::string::npos);
+  CHECK(message.find("format 3.4") != std::string::npos);
 
   const CheckpointInfo info = verify_checkpoint(file.path());
   const uint64_t record = info.envs[1].offset + sizeof(checkpoint_format::EnvSection) + 2;
