@@ -30,7 +30,7 @@ class Category final : public std::error_category {
       case Errc::size_mismatch: return "size does not match the schema";
       case Errc::empty_view: return "nothing to sample";
       case Errc::timeout: return "timed out";
-      case Errc::contended: return "sample kept being overwritten";
+      case Errc::contended: return "sample kept failing its copy";
       case Errc::read_only: return "read-only mapping";
       case Errc::rate_limited: return "held back by the rate limiter";
     }

@@ -214,12 +214,27 @@ void nothing_to_draw(detail::Planner& planner, const Buffer& buffer, const detai
 }
 
 // The error of a call whose last max_retry_rounds rounds made no progress, saying why.
+// A failed row whose start is still stored was not overwritten: a learner's update section (update_priorities,
+// zero_on_sample, write_back, try_update) rewrote its env during the copy, and the error says so.
 [[noreturn]] void throw_no_progress(const detail::Planner& planner, const Buffer& buffer, View view, uint32_t rounds,
-                                    bool drew_nothing, std::span<const uint32_t> failed, const uint64_t* env_ids) {
+                                    bool drew_nothing, std::span<const uint32_t> failed, const uint64_t* env_ids,
+                                    const uint64_t* starts) {
   if (drew_nothing) {
     throw Error(Errc::contended,
                 fmt::format("cannot sample the {} view of '{}': {} snapshots in a row had no start to draw from ({})",
                             to_string(view), buffer.name(), rounds, planner.no_start_causes()));
+  }
+  const Segment& seg = segment_of(buffer);
+  const bool none_overwritten = std::all_of(failed.begin(), failed.end(), [&](uint32_t row) {
+    return starts[row] >= detail::view_range(seg.env_control(env_ids[row]), View::replay, buffer.capacity()).lo;
+  });
+  if (none_overwritten) {
+    throw Error(Errc::contended,
+                fmt::format("cannot sample the {} view of '{}': {} row(s) failed their copy {} times in a row while "
+                            "learners rewrote their envs (update sections of update_priorities, zero_on_sample, "
+                            "write_back or try_update); none was overwritten by a writer{}",
+                            to_string(view), buffer.name(), failed.size(), rounds,
+                            sampler_parts::updater_note(seg, failed, env_ids)));
   }
   throw Error(Errc::contended,
               fmt::format("cannot sample the {} view of '{}': {} row(s) were overwritten by writers during the copy "
@@ -257,7 +272,8 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
   bool shortfall_known = false;  // nothing_to_draw's check_shortfall would only repeat itself
   while (!r.failed.empty()) {
     if (round > options_.max_retry_rounds) {
-      throw_no_progress(planner, *buffer_, view, options_.max_retry_rounds, drew_nothing, r.failed, out.env_ids_);
+      throw_no_progress(planner, *buffer_, view, options_.max_retry_rounds, drew_nothing, r.failed, out.env_ids_,
+                        out.starts_);
     }
     for (std::size_t e = 0; e < z.snapshot.views.size(); ++e) {
       // At most the ring, which the slot computation in draw_round needs.

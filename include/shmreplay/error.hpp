@@ -38,8 +38,9 @@ enum class Errc : int {
                          ///< Episodes::within) no start whose whole sequence lies in one episode, or (prioritized)
                          ///< only steps of priority 0
   timeout,               ///< a blocking wait ran out of time
-  contended,             ///< a sample kept being overwritten by writers and gave up after its retry limit (or
-                         ///< its snapshots kept having no start to draw from; the message says which)
+  contended,             ///< a sample's rows kept failing their copy (overwritten by writers, or their envs
+                         ///< rewritten by learners' updates) and it gave up after its retry limit (or its
+                         ///< snapshots kept having no start to draw from; the message says which)
   read_only,             ///< a writing role on a read-only mapping
   rate_limited,          ///< the rate limiter held a sample or a waiting writer's push back past its timeout (or,
                          ///< with a timeout of 0, at once: "not now")

@@ -255,3 +255,26 @@ TEST_CASE("a moved Sampler keeps the learner lease, and a moved-from one release
   later.reset();
   CHECK(lease() == 0);
 }
+
+TEST_CASE("a call whose rows keep failing because a learner keeps rewriting their env says so, not that writers "
+          "overwrote them") {
+  // No writer runs: env 0's update sequence stays odd (a learner's update section, as update_priorities,
+  // zero_on_sample and write_back open, that never ends while the call retries), so every row of env 0 fails
+  // its validation; none was overwritten, and the ring is not too small for anything.
+  SegmentGuard guard(unique_name("rewritten"));
+  Buffer buf = Buffer::create(guard.name(), 1, 8, kSchema);
+  Writer w(buf, std::vector<uint64_t>{0});
+  Model m(1, 8);
+  push_env(w, m, 0, 6);
+  Sampler s(buf, {.max_retry_rounds = 8});
+  layout::EnvControl& c = segment_of(buf).env_control(0);
+  c.update_seq.store(c.update_seq.load() + 1);  // odd: a section in progress
+  Rng rng(3);
+  SampleBatch out;
+  std::string msg;
+  CHECK(error_of([&] { s.sample(View::replay, 4, 2, 0.0, rng, out); }, &msg) == code(Errc::contended));
+  CHECK(contains(msg, "rewrote"));
+  CHECK_FALSE(contains(msg, "too small for the write rate"));
+  c.update_seq.store(c.update_seq.load() + 1);  // the section ends: the same call succeeds
+  CHECK(error_of([&] { s.sample(View::replay, 4, 2, 0.0, rng, out); }) == 0);
+}

@@ -43,7 +43,8 @@ _TABLE = [
     ("EmptyView", "empty_view", (), "Sampling a view that holds no steps (or too few, or by priority only steps "
                                     "of priority 0)."),
     ("Timeout", "timeout", (TimeoutError,), "A blocking wait ran out of time."),
-    ("Contended", "contended", (), "A sample kept being overwritten by writers and gave up."),
+    ("Contended", "contended", (), "A sample's rows kept failing their copy (overwritten by writers, or rewritten "
+                                   "by learners' updates) and it gave up."),
     ("ReadOnly", "read_only", (), "A writing role on a read-only mapping."),
     ("RateLimited", "rate_limited", (TimeoutError,),
      "The rate limiter held a sample or a waiting writer's push back past its timeout (with timeout 0: not now)."),
