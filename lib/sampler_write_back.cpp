@@ -66,6 +66,13 @@ void check_write_back_fields(const Buffer& buffer, const detail::StorageSet& sto
   }
 }
 
+// Every row refused and counted, nothing written.
+WriteBackResult refuse_all(std::span<uint8_t> refused, std::size_t n, std::atomic<uint64_t>& counter) noexcept {
+  std::fill(refused.begin(), refused.end(), uint8_t{1});
+  counter.fetch_add(n, std::memory_order_relaxed);
+  return {.applied = 0, .refused = n};
+}
+
 }  // namespace
 
 WriteBackResult Sampler::write_back(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
@@ -106,14 +113,10 @@ WriteBackResult Sampler::write_back(std::span<const uint64_t> env_ids, std::span
                               copy.steps[i], copy.envs[i], buffer_->name(), i, head));
     }
   }
-  if (load_generation != loads_seen()) {
-    // Handles from before a checkpoint load: the load may have given their step indices other content (an older
-    // checkpoint's steps, then new pushes). No load runs while this Sampler holds its learner lease, so the check
-    // once, here, holds for the whole call.
-    if (!refused.empty()) std::fill(refused.begin(), refused.end(), uint8_t{1});
-    scratch_->slot.write_backs_refused.fetch_add(n, std::memory_order_relaxed);
-    return {.applied = 0, .refused = n};
-  }
+  // Handles from before a checkpoint load: the load may have given their step indices other content (an older
+  // checkpoint's steps, then new pushes). No load runs while this Sampler holds its learner lease, so the check
+  // once, here, holds for the whole call.
+  if (load_generation != loads_seen()) return refuse_all(refused, n, scratch_->slot.write_backs_refused);
   copy.order.resize(n);
   for (std::size_t i = 0; i < n; ++i) copy.order[i] = i;
   std::stable_sort(copy.order.begin(), copy.order.end(), [&](std::size_t a, std::size_t b) {
