@@ -140,7 +140,8 @@ std::optional<uint64_t> walk_attach(const Segment& seg, uint64_t me) noexcept {
 }
 
 void walk_detach(const Segment& seg, uint64_t slot, uint64_t me) noexcept {
-  walk_repair_slot(seg, slot, /*own=*/true);  // our own claims: the Reanalyser gave back what it held; this is the safety net
+  // Our own claims (counted as given back): the Reanalyser gave back what it held; this is the safety net.
+  walk_repair_slot(seg, slot, /*own=*/true);
   release_lease_word(seg.walk_worker(slot).lease, me);
 }
 
