@@ -1,6 +1,6 @@
 // detail/protocol/wake.hpp: blocking waits across processes, both halves of each handshake (the waker's notify, the
 // sleeper's sleep_until) on a sequence word whose low 32 bits are a process-shared futex word. docs/design/waits.md,
-// "Blocking waits", has the argument that no wake-up is lost. Two sleeping places exist:
+// "Blocking waits", has the argument that no wake-up is lost. Three sleeping places exist:
 // - the learners' (GlobalControl line 2: wake_seq and `waiters`, a count; layout 1.7: and each learner slot's own
 //   count): the learners sleep, writers wake them after publishing. A learner killed while it sleeps leaves both
 //   counts raised; the next learner of its slot subtracts the slot's count from the global one when it takes the
@@ -10,6 +10,8 @@
 //   A count could not be repaired here (a writer killed while it sleeps is not replaced as the learner is), so
 //   each sleeper promises instead to re-check by a time, and the learner wakes only while a promise is pending:
 //   a dead sleeper's promise runs out by itself, two re-check periods after its last.
+// - the reanalyse workers' (WalkControl: wake_seq and waiters, and each worker slot's own count; detail/protocol/
+//   walk.hpp's walk_wake): a count like the learners', repaired when a dead worker's slot is (walk_repair_slot).
 //
 // Who calls what, and what is safe across processes:
 //   notify_waiters      every Writer, after the head stores of a push call; any number of writer processes at
