@@ -1,6 +1,7 @@
 // detail/protocol/wake.hpp: blocking waits across processes, both halves of each handshake (the waker's notify, the
 // sleeper's sleep_until) on a sequence word whose low 32 bits are a process-shared futex word. docs/design/waits.md,
-// "Blocking waits", has the argument that no wake-up is lost. Three sleeping places exist:
+// "Blocking waits", has the argument that no wake-up is lost. The sleeping places (besides the policy
+// window's, detail/protocol/policy.hpp, a WakeWord too):
 // - the learners' (GlobalControl line 2: wake_seq and `waiters`, a count; layout 1.7: and each learner slot's own
 //   count): the learners sleep, writers wake them after publishing. A learner killed while it sleeps leaves both
 //   counts raised; the next learner of its slot subtracts the slot's count from the global one when it takes the
