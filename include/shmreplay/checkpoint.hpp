@@ -162,6 +162,7 @@ struct CheckpointEnv {
   uint64_t cap_counts = 0;    ///< (format 2.3) sample-cap counts in the file, one per window step (0 without a cap)
   uint64_t fresh = 0;         ///< (format 2.3) fresh flags in the file, one per window step (initial priority +inf)
   uint64_t queue_tickets = 0; ///< (format 2.3) insertion tickets in the file, one per window step (a consuming queue)
+  uint64_t walk_versions = 0; ///< (format 2.4) target versions + 1 in the file, one per full chunk with a window step
   uint64_t frame_bytes = 0;   ///< (format 2.3) bytes of its compressed frame block, after its records (0 without)
   uint32_t frame_crc = 0;     ///< (format 2.3) CRC-32 of that block
 };

@@ -17,6 +17,7 @@
 #include "detail/protocol/consume.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/sequence_priorities.hpp"
+#include "detail/protocol/walk.hpp"
 #include "internal.hpp"
 
 namespace shmreplay::detail {
@@ -75,6 +76,19 @@ uint64_t save_sampling_extras(const Buffer& b, uint64_t env, uint64_t first_step
     section.queue_tickets = saved.size();
   }
   return bytes;
+}
+
+uint64_t save_walk_extras(const Buffer& b, uint64_t env, uint64_t first_step, uint64_t head, OutFile& out,
+                          uint64_t at, uint32_t& crc, checkpoint_format::EnvSection& section) {
+  section.walk_versions = 0;
+  if (b.reanalyse_chunk() == 0) return 0;
+  std::vector<uint64_t> versions;
+  walk_save_versions(segment_of(b), env, first_step, head, versions);
+  const uint64_t n = versions.size() * sizeof(uint64_t);
+  out.write_at(at, versions.data(), n);
+  crc = crc32(crc, versions.data(), n);
+  section.walk_versions = versions.size();
+  return n;
 }
 
 void load_sampling_extras(Buffer& target, const CheckpointEnv& e, const std::vector<uint8_t>& fresh,

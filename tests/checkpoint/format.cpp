@@ -95,6 +95,8 @@ TEST_CASE("the checkpoint format's structs keep their sizes and field offsets") 
   CHECK(offsetof(EnvSection, cap_counts) == 120);  // 2.3: were reserved
   CHECK(offsetof(EnvSection, frame_bytes) == 128);
   CHECK(offsetof(EnvSection, frame_crc) == 136);
+  CHECK(offsetof(EnvSection, walk_versions) == 160);  // 2.4: was reserved
+  CHECK(offsetof(EnvSection, reserved) == 168);
   CHECK(sizeof(PackedBlockHeader) == 32);
   CHECK(sizeof(PackedFrameBytes) == 16);
   CHECK(offsetof(EnvSection, data_crc) == 176);

@@ -3,6 +3,7 @@
 // the walk's chunk (format 2.4): a load into a new name recreates the walk, into another chunk is refused.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "checkpoint/checkpoint_helpers.hpp"
 #include "detail/os/crc32.hpp"
+#include "detail/protocol/walk.hpp"
 #include "shmreplay/internal/checkpoint_format.hpp"
 #include "reanalyse/reanalyse_helpers.hpp"
 #include "shmreplay/internal/segment.hpp"
@@ -62,8 +64,7 @@ void as_format_2_3(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("a checkpoint keeps the walk's chunk: a load into a new name recreates the walk, every loaded chunk "
-          "never reanalysed") {
+TEST_CASE("a checkpoint keeps the walk's chunk: a load into a new name recreates the walk") {
   WalkRig rig("walk_ckpt_new", 2, 16, 4);
   SegmentGuard loaded(unique_name("walk_ckpt_new_load"));
   FileGuard file(temp_path("walk_ckpt_new"));
@@ -84,8 +85,8 @@ TEST_CASE("a checkpoint keeps the walk's chunk: a load into a new name recreates
   CHECK(b.reanalyse_chunk() == 4);
   CHECK(segment_of(b).walk_env(0).completed.load() == 0);
   Reanalyser r(b);
-  CHECK_FALSE(r.newest_version());
-  CHECK(take_all(r, ReanalyseOrder::oldest_version, [](const ReanalyseChunk&) { return 1; }) ==
+  CHECK(r.newest_version() == 7);  // the chunks' versions travel too (below)
+  CHECK(take_all(r, ReanalyseOrder::oldest_version, [](const ReanalyseChunk&) { return 8; }) ==
         std::vector<Taken>{{0, 0}, {1, 0}, {0, 1}});
 }
 
@@ -118,12 +119,15 @@ TEST_CASE("a format 2.3 checkpoint, which does not record the walk, loads into a
           "into a new name without one") {
   WalkRig rig("walk_ckpt_23", 1, 16, 4);
   SegmentGuard loaded(unique_name("walk_ckpt_23_load"));
+  SegmentGuard plain_name(unique_name("walk_ckpt_23_plain"));
   FileGuard file(temp_path("walk_ckpt_23"));
+  Buffer plain =
+      Buffer::create(plain_name.name(), 1, 16, kWalkSchema, {.episodes = {.done = "done", .reward = "reward"}});
   {
-    Writer w(rig.buf, {0});
+    Writer w(plain, {0});  // a buffer without a walk: its 2.4 file is a 2.3 file but for the version
     push_steps(w, 0, 8);
   }
-  (void)save_checkpoint(rig.buf, file.path());
+  (void)save_checkpoint(plain, file.path());
   as_format_2_3(file.path());
   CHECK_FALSE(verify_checkpoint(file.path()).reanalyse_chunk);
   (void)load_checkpoint_into(rig.buf, file.path());
@@ -132,4 +136,44 @@ TEST_CASE("a format 2.3 checkpoint, which does not record the walk, loads into a
         std::vector<Taken>{{0, 0}, {0, 1}});
   (void)load_checkpoint(file.path(), loaded.name());
   CHECK(Buffer::open(loaded.name()).reanalyse_chunk() == 0);
+}
+
+TEST_CASE("a checkpoint keeps each stored chunk's last target version: a load, into a new name or the same buffer, "
+          "restores the steps per target-version age and oldest_version's order") {
+  WalkRig rig("walk_ckpt_ages", 1, 16, 4);
+  SegmentGuard loaded(unique_name("walk_ckpt_ages_load"));
+  FileGuard file(temp_path("walk_ckpt_ages"));
+  {
+    Writer w(rig.buf, {0});
+    push_steps(w, 0, 16);  // chunks 0..3
+  }
+  {
+    Reanalyser r(rig.buf);
+    for (const uint64_t version : {uint64_t{5}, uint64_t{2}, uint64_t{9}}) {  // chunks 0, 1, 2; chunk 3 never reanalysed
+      const std::optional<ReanalyseChunk> c = r.try_next(ReanalyseOrder::sweep);
+      REQUIRE(c);
+      REQUIRE(r.complete(*c, version));
+    }
+  }
+  const auto ages = detail::walk_age_steps(segment_of(rig.buf), 0);
+  // Ages behind version 9: chunk 3 never, chunk 2 0, chunks 0 and 1 4 and 7 (buckets never, 0, 1, 2-3, 4-7, 8+).
+  CHECK(ages == std::array<uint64_t, detail::kWalkAgeBuckets>{4, 4, 0, 0, 8, 0});
+  (void)save_checkpoint(rig.buf, file.path());
+  CHECK(verify_checkpoint(file.path()).envs[0].walk_versions == 4);
+  const auto check_restored = [&](Buffer& b) {
+    CHECK(detail::walk_age_steps(segment_of(b), 0) == ages);
+    Reanalyser r(b);
+    CHECK(r.newest_version() == 9);
+    CHECK(take_all(r, ReanalyseOrder::oldest_version, [](const ReanalyseChunk&) { return 10; }) ==
+          std::vector<Taken>{{0, 3}, {0, 1}, {0, 0}, {0, 2}});
+  };
+  (void)load_checkpoint(file.path(), loaded.name());
+  Buffer b = Buffer::open(loaded.name());
+  check_restored(b);
+  {
+    Reanalyser r(rig.buf);  // the source moves on: every chunk completed with version 20
+    (void)take_all(r, ReanalyseOrder::sweep, [](const ReanalyseChunk&) { return 20; });
+  }
+  (void)load_checkpoint_into(rig.buf, file.path());
+  check_restored(rig.buf);
 }

@@ -52,6 +52,8 @@
 //                           |   fresh flag (initial priority +inf)          |
 //                           | (2.3) tickets: u64 x queue_tickets, each      |
 //                           |   window step's insertion ticket (a queue)    |
+//                           | (2.4) walk: u64 x walk_versions, each window  |
+//                           |   full chunk's target version + 1 (a walk)    |
 //                           | env 1: EnvSection, records, weights, queued   |
 //                           | ...                                           |
 //                           +-----------------------------------------------+
@@ -100,9 +102,11 @@
 // a file without compressed fields saved as records, without a sample cap and without fresh flags is a 2.2 file but
 // for its version (a 2.2 reader ignores the new header words: it loads a plain buffer); one with either a 2.2 reader refuses as corrupt (its
 // sections are not where it expects), as it could not decode the records or keep the counts. 2.4 takes three header
-// words (reanalyse_chunk, learner slot 0's write_backs_applied and write_backs_refused) and two words of each
-// LearnerSlotBytes (the other slots' write-back counters), all zero in a 2.3 file: a 2.4 file is a 2.3 file but for
-// its version and those words, which a 2.3 reader ignores (it loads without the walk's setting and the counters).
+// words (reanalyse_chunk, learner slot 0's write_backs_applied and write_backs_refused), two words of each
+// LearnerSlotBytes (the other slots' write-back counters) and an env-section word (walk_versions), all zero in a 2.3
+// file: a 2.4 file of a buffer without a walk is a 2.3 file but for its version and those words, which a 2.3 reader
+// ignores (it loads without the counters); one with a walk a 2.3 reader refuses as corrupt (its sections are not
+// where it expects).
 #pragma once
 
 #include <cstddef>
@@ -229,7 +233,11 @@ struct EnvSection {
                              ///< priority +inf (1: no prioritized draw returned the step yet), else 0; in extra_crc
   uint64_t queue_tickets;    ///< (2.3) u64 insertion tickets after the fresh flags, one per window step, in a
                              ///< consuming queue, else 0; in extra_crc
-  uint64_t reserved[2];      ///< zero
+  uint64_t walk_versions;    ///< (2.4) u64 words after the tickets, with a reanalyse walk (reanalyse_chunk C): one
+                             ///< per full chunk k with a window step, k from first_step / C to head / C - 1: the
+                             ///< target version of its last completion + 1 (0: never reanalysed); else 0; in
+                             ///< extra_crc
+  uint64_t reserved[1];      ///< zero
   uint32_t data_crc;         ///< CRC-32 of the records
   uint32_t extra_crc;        ///< CRC-32 of the weights, then the queued records, counts, flags and tickets
   uint32_t header_crc;       ///< CRC-32 of this section header with header_crc = 0

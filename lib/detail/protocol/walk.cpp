@@ -255,6 +255,51 @@ void walk_reset(const Segment& seg) noexcept {
   walk_notify(seg);  // the loaded steps' chunks are due
 }
 
+void walk_save_versions(const Segment& seg, uint64_t env, uint64_t first_step, uint64_t head,
+                        std::vector<uint64_t>& out) {
+  out.clear();
+  const uint64_t c = seg.reanalyse_chunk();
+  const WalkChunk* chunks = seg.walk_chunks(env);
+  for (uint64_t k = std::min(first_step / c, head / c); k < head / c; ++k) {
+    const WalkChunk& slot = chunks[k % seg.walk_slots()];
+    const uint64_t done = slot.done.load(kRelaxed);
+    const bool mine = walk_claim_chunk(slot.claim.load(kRelaxed)) == k;  // not a newer chunk's slot now
+    out.push_back(mine && done != 0 && walk_done_lap(done) == k / seg.walk_slots() ? slot.version.load(kRelaxed) : 0);
+  }
+}
+
+void walk_restore_versions(const Segment& seg, uint64_t env, uint64_t first_step, uint64_t head,
+                           const std::vector<uint64_t>& versions) noexcept {
+  const uint64_t c = seg.reanalyse_chunk();
+  const uint64_t pass = seg.walk_control().pass.load(kRelaxed);
+  WalkChunk* chunks = seg.walk_chunks(env);
+  const uint64_t first = std::min(first_step / c, head / c);
+  for (uint64_t k = first; k < head / c && k - first < versions.size(); ++k) {
+    const uint64_t v = versions[k - first];
+    if (v == 0) continue;
+    WalkChunk& slot = chunks[k % seg.walk_slots()];
+    slot.version.store(v, kRelaxed);
+    slot.done.store(walk_done(k / seg.walk_slots(), pass), kRelaxed);
+    // release: pairs with the acquire of the next scan's load, which then reads the words above.
+    slot.claim.store(walk_claim(k, 0), std::memory_order_release);
+  }
+}
+
+void walk_restored(const Segment& seg) noexcept {
+  uint64_t newest = 0;
+  for (uint64_t env = 0; env < seg.num_envs(); ++env) {
+    const WalkChunk* chunks = seg.walk_chunks(env);
+    for (uint64_t i = 0; i < seg.walk_slots(); ++i) {
+      if (chunks[i].done.load(kRelaxed) != 0) newest = std::max(newest, chunks[i].version.load(kRelaxed));
+    }
+  }
+  layout::WalkControl& control = seg.walk_control();
+  control.newest_version.store(newest, kRelaxed);
+  // acq_rel: as the scan's CAS that opens a pass: the restored completions (in the pass before) are due in it.
+  control.pass.fetch_add(1, std::memory_order_acq_rel);
+  walk_notify(seg);
+}
+
 void walk_fresh_ranges(const Segment& seg, std::vector<WalkRange>& out) {
   out.clear();
   if (seg.reanalyse_chunk() == 0) return;

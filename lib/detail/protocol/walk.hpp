@@ -92,6 +92,20 @@ uint64_t walk_repair_slot(const Segment& seg, uint64_t slot, bool own = false) n
 /// pass stays: it only grows). A worker that held a chunk finds its completion refused. O(chunk slots).
 void walk_reset(const Segment& seg) noexcept;
 
+/// A checkpoint's side (format 2.4): the target version + 1 of the last completion of each full chunk k of `env`
+/// with a step in [first_step, head), k from first_step / C to head / C - 1 (0: never completed), into `out`.
+/// Relaxed loads of words workers may be changing: a snapshot, as the counters are. O(chunks).
+void walk_save_versions(const Segment& seg, uint64_t env, uint64_t first_step, uint64_t head,
+                        std::vector<uint64_t>& out);
+/// A load's side, after walk_reset and the env's rewrite: each saved version != 0 recorded as a completion of its
+/// chunk in the pass in progress (not held). Then walk_restored, once. The load holds no walk word: a worker that
+/// claims meanwhile loses its claim (its completion is refused).
+void walk_restore_versions(const Segment& seg, uint64_t env, uint64_t first_step, uint64_t head,
+                           const std::vector<uint64_t>& versions) noexcept;
+/// After every env's walk_restore_versions: the newest version is the largest restored, the next pass opens (every
+/// restored chunk is due again, in the order of its version) and the sleeping workers are woken.
+void walk_restored(const Segment& seg) noexcept;
+
 /// The learner's mix (SampleOptions::reanalysed): replaces `out` with the steps of every env's stored full chunks
 /// whose last completion recorded the newest target version, [max(k C, tail), (k + 1) C) each, by env and step;
 /// empty without a walk or before any completion. Relaxed loads: one snapshot, whose rows the Sampler validates as
