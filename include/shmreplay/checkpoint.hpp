@@ -75,9 +75,10 @@
 //                             each step's fresh flag   step's fresh flag (none in a file without: not fresh)
 //   sequence priorities (2.3) the file's length; the   must be the same unless allow_mismatch; the windows are
 //                             windows recomputed       recomputed from the loaded weights either way
-//   reanalyse walk (2.4)      the file's chunk: a walk  the chunk must be the same (2.3 files do not say: not
-//                             with every loaded chunk   checked) unless allow_mismatch; either way the walk is
-//                             never reanalysed          reset (every loaded chunk never reanalysed, holds dropped)
+//   reanalyse walk (2.4)      the file's chunk; each    the chunk must be the same (2.3 files do not say: not
+//                             loaded chunk's last       checked) unless allow_mismatch; the walk is reset (holds
+//                             target version, due in    dropped), then given the file's versions when the chunk
+//                             a new pass                is the same (else every loaded chunk never reanalysed)
 // A format 1.0 file lacks priorities, limiter, counters, episode records and stack settings: it loads as before
 // (the target keeps its own counters and limiter, every loaded step's priority is the running maximum, a new
 // segment has none of them) with a note that names what the file lacks.
@@ -253,8 +254,9 @@ struct CheckpointInfo {
   /// L of sequence priorities (format 2.3; CreateOptions::sequence_priority_length); 0 without (and in older files).
   uint64_t sequence_priority_length = 0;
   /// Steps per chunk of the source's reanalyse walk (format 2.4; CreateOptions::reanalyse_chunk): a load into a new
-  /// segment recreates the walk (every loaded chunk never reanalysed), a load into one with another chunk is
-  /// refused. 0 without a walk; nullopt in older files, which do not say (a load then keeps the target's).
+  /// segment recreates the walk (each loaded chunk with its saved target version, CheckpointEnv::walk_versions), a
+  /// load into one with another chunk is refused. 0 without a walk; nullopt in older files, which do not say (a
+  /// load then keeps the target's walk, every loaded chunk never reanalysed).
   std::optional<uint64_t> reanalyse_chunk;
   /// Bytes of one record in the file (format 2.3): schema.step_bytes(), or less when compressed fields are saved as
   /// their compressed records (each such field's bytes in a record are then its u64 newest frame number, and the
