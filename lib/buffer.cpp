@@ -25,6 +25,7 @@
 #include "detail/protocol/rate_limit.hpp"
 #include "detail/segment/name.hpp"
 #include "detail/segment/rules.hpp"
+#include "detail/storage/cold_files.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/internal/caps_layout.hpp"
 #include "shmreplay/internal/segment.hpp"
@@ -57,6 +58,22 @@ void check_queue_arguments(const std::string& name, const Schema& schema, const 
     }
   }
   if (options.rate_limit) refuse("it has a rate limiter; a queue paces its writers and learners itself");
+}
+
+// The cold tier's options for the storage layer (detail/storage/cold_files.hpp), with what of the other options the
+// first slice of the tier does not support yet.
+detail::ColdOptions cold_options(const CreateOptions& o) {
+  detail::ColdOptions c{o.cold_capacity, o.cold_dir, o.mode, o.replace, {}};
+  const EpisodeFields& ep = o.episodes;
+  if (o.priority_exponent) c.unsupported = "priority_exponent is given (priorities over the cold tier are not supported yet)";
+  if (!ep.done.empty() || !ep.terminated.empty() || !ep.truncated.empty() || !ep.reward.empty()) {
+    c.unsupported = "episode fields are given (episode bookkeeping over the cold tier is not supported yet)";
+  }
+  if (!o.policy_version.empty()) c.unsupported = "policy_version is given (policy windows over the cold tier are not supported yet)";
+  if (o.consuming_queue) c.unsupported = "consuming_queue is set (a queue never lets a step leave the ring undelivered)";
+  if (o.max_times_sampled != 0) c.unsupported = "max_times_sampled is given (sample caps over the cold tier are not supported yet)";
+  if (o.reanalyse_chunk != 0) c.unsupported = "reanalyse_chunk is given (a reanalyse walk over the cold tier is not supported yet)";
+  return c;
 }
 
 // Every argument of create, checked before anything is made; returns the episode roles they name.
@@ -185,6 +202,7 @@ detail::FieldRoles check_create_arguments(const std::string& name, uint64_t num_
                             name, options.reanalyse_chunk, capacity,
                             capacity > layout::kMaxReanalyseChunk ? " (and at most 2^32)" : ""));
   }
+  detail::check_cold_arguments(name, schema, cold_options(options));  // (1.11) the cold tier
   if (options.rate_limit) {
     detail::check_rate_limit(*options.rate_limit, num_envs * capacity,
                              fmt::format("cannot create shmreplay segment '{}' with rate limit {}", name,
@@ -242,7 +260,8 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
                                                        {options.compressed_bytes, options.expected_compression},
                                                        options.consuming_queue ? 1 : options.max_times_sampled,
                                                        options.consuming_queue, initial_priority_bits,
-                                                       options.sequence_priority_length, options.reanalyse_chunk);
+                                                       options.sequence_priority_length, options.reanalyse_chunk,
+                                                       options.cold_capacity > 0);
   // An early, clear answer for the common case; publish_name() still settles races atomically.
   struct stat existing {};
   if (!options.replace && ::lstat(path.c_str(), &existing) == 0) detail::already_exists(name, path);
@@ -291,6 +310,7 @@ Buffer Buffer::create_unnamed(std::string_view name_in, uint64_t num_envs, uint6
                                                                   options.stack_continuity));
   map.release();
   b.unnamed_fd_ = fd.release();
+  if (options.cold_capacity > 0) detail::create_cold_files(*b.segment_, cold_options(options));
   b.replace_on_publish_ = options.replace;
   return b;
 }
@@ -348,6 +368,7 @@ Buffer Buffer::open(std::string_view name_in, const OpenOptions& options) {
   b.owner_uid_ = static_cast<uint32_t>(st.st_uid);
   b.segment_ = std::make_unique<Segment>(map.data(), map.size(), options.read_only, std::move(geometry));
   map.release();
+  if (b.segment_->has_cold_section()) detail::open_cold_files(*b.segment_);
   return b;
 }
 
@@ -375,6 +396,7 @@ void Buffer::remove(std::string_view name_in) {
   if (::unlink(path.c_str()) != 0) {
     throw_errno(errno, fmt::format("cannot remove shmreplay segment '{}' ({})", name, path));
   }
+  detail::remove_cold_files(fd.get(), name);  // (1.11) its cold tier's files, if it has one
 }
 
 bool Buffer::exists(std::string_view name) {
@@ -429,6 +451,7 @@ std::optional<double> Buffer::initial_priority() const noexcept { return segment
 
 uint64_t Buffer::sequence_priority_length() const noexcept { return segment_of(*this).sequence_priority_length(); }
 uint64_t Buffer::reanalyse_chunk() const noexcept { return segment_of(*this).reanalyse_chunk(); }
+uint64_t Buffer::cold_capacity() const noexcept { return segment_of(*this).cold_capacity(); }
 uint64_t Buffer::priority_leaves() const noexcept { return segment_of(*this).priority_leaves(); }
 
 }  // namespace shmreplay

@@ -8,6 +8,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <utility>
@@ -26,6 +27,7 @@
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/learner_takeover.hpp"
+#include "detail/protocol/cold_seal.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/storage/field_storage.hpp"
 #include "shmreplay/error.hpp"
@@ -216,6 +218,27 @@ double stored_bytes_per_step(const SegmentInfo& info) noexcept {
 Inspector::Inspector(std::string_view name, OpenOptions options)
     : buffer_(Buffer::open(name, read_only(std::move(options)))) {}
 
+namespace {
+
+// The cold tier's steps below each env's ring view (the ring's steps are the env's replay steps), and its files.
+ColdInfo cold_info(const Segment& seg) {
+  ColdInfo c;
+  c.capacity = seg.cold_capacity();
+  if (c.capacity == 0) return c;
+  const layout::ColdControl& cc = seg.cold_control();
+  c.dir.assign(reinterpret_cast<const char*>(cc.dir), std::min<uint64_t>(cc.dir_bytes, layout::kColdDirBytes - 1));
+  c.file_bytes = seg.num_envs() * (layout::kColdRecordsOffset + c.capacity * seg.cold_record_bytes());
+  for (uint64_t e = 0; e < seg.num_envs(); ++e) {
+    const detail::StepRange ring = detail::view_range(seg.env_control(e), View::replay, seg.capacity());
+    const uint64_t lo = detail::cold_intact_from(detail::cold_read_end(seg.cold_env(e)), c.capacity);
+    const uint64_t hi = std::min(detail::cold_sealed(seg.cold_env(e)), ring.lo);
+    c.steps += hi > lo ? hi - lo : 0;
+  }
+  return c;
+}
+
+}  // namespace
+
 SegmentInfo Inspector::snapshot() const {
   const Buffer& b = buffer_;
   const auto& h = segment_of(b).header();
@@ -242,6 +265,7 @@ SegmentInfo Inspector::snapshot() const {
   s.max_times_sampled = b.max_times_sampled();
   s.consuming_queue = b.consuming_queue();
   s.walk = walk_info(segment_of(b));
+  s.cold = cold_info(segment_of(b));
 
   std::map<uint64_t, bool> alive;  // lease word -> liveness, so each owner's /proc entry is read once
   s.envs.reserve(b.num_envs());
@@ -294,7 +318,54 @@ uint64_t stored_data_bytes(const Buffer& b) noexcept {
   return bytes;
 }
 
+namespace {
+
+// A tiered buffer's steps [first_step, end) below `out`'s ring steps (layout 1.11), read from the cold tier under the
+// cold seqlock (detail/protocol/cold_seal.hpp) and put before them. The ring's read came first: the steps it lost to
+// writers meanwhile were sealed before their slots were reclaimed, so the two runs meet. Returns false when the cold
+// tier does not yet hold the steps below the ring's run (a stale look): the caller reads again.
+bool prepend_cold_steps(const Segment& seg, uint64_t env, uint64_t first_step, uint64_t end, StepRecords& out) {
+  const uint64_t cold_cap = seg.cold_capacity();
+  const layout::ColdEnv& ce = seg.cold_env(env);
+  const uint64_t hi = std::min(end, out.first_step);
+  const uint64_t lo = std::max(first_step, detail::cold_intact_from(detail::cold_read_end(ce), cold_cap));
+  if (lo >= hi) return true;
+  if (detail::cold_sealed(ce) < hi) return false;
+  std::vector<std::byte> cold(static_cast<std::size_t>((hi - lo) * out.record_bytes));
+  for (uint64_t t = lo; t < hi; ++t) {
+    std::memcpy(cold.data() + (t - lo) * out.record_bytes, seg.cold_records(env) + (t % cold_cap) * out.record_bytes,
+                out.record_bytes);
+  }
+  detail::end_copies();  // the acquire fence before the cold claim is read again
+  const uint64_t keep_from = std::clamp(detail::cold_intact_from(detail::cold_read_end(ce), cold_cap), lo, hi);
+  cold.erase(cold.begin(), cold.begin() + static_cast<std::ptrdiff_t>((keep_from - lo) * out.record_bytes));
+  if (keep_from == hi) return true;  // every cold step was reused meanwhile
+  const uint64_t ring_count = hi == out.first_step ? out.count : 0;  // 0: the ring's steps all lie past `end`
+  if (ring_count == 0) out.bytes.clear();
+  out.bytes.insert(out.bytes.begin(), cold.begin(), cold.end());
+  out.count = ring_count + (hi - keep_from);
+  out.first_step = keep_from;
+  return true;
+}
+
+StepRecords read_ring_steps(const Buffer& b, uint64_t env, uint64_t first_step, uint64_t count);
+
+}  // namespace
+
 StepRecords read_steps(const Buffer& b, uint64_t env, uint64_t first_step, uint64_t count) {
+  const Segment& seg = segment_of(b);
+  for (int round = 0;; ++round) {
+    StepRecords out = read_ring_steps(b, env, first_step, count);
+    if (seg.cold_capacity() == 0) return out;
+    const uint64_t end = count > UINT64_MAX - first_step ? UINT64_MAX : first_step + count;
+    if (prepend_cold_steps(seg, env, first_step, end, out) || round >= 10000) return out;
+    ::sched_yield();
+  }
+}
+
+namespace {
+
+StepRecords read_ring_steps(const Buffer& b, uint64_t env, uint64_t first_step, uint64_t count) {
   detail::check_env_id(segment_of(b), env, "read steps of");
   StepRecords out;
   out.env = env;
@@ -339,6 +410,8 @@ StepRecords read_steps(const Buffer& b, uint64_t env, uint64_t first_step, uint6
                                            "the copy {} times in a row",
                                            env, b.name(), kMaxRounds));
 }
+
+}  // namespace
 
 std::vector<ListedSegment> list_segments() {
   std::vector<ListedSegment> out;

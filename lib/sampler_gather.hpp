@@ -10,6 +10,7 @@
 // Private to lib/sampler*.cpp.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -18,6 +19,7 @@
 
 #include "detail/always_inline.hpp"
 #include "detail/protocol/seqlock.hpp"
+#include "detail/storage/cold_gather.hpp"
 #include "detail/storage/field_storage.hpp"
 #include "detail/storage/gather.hpp"
 #include "shmreplay/internal/segment.hpp"
@@ -44,11 +46,15 @@ class ChunkGather {
  public:
   // `storages` (the segment's fields' storage kinds) must outlive it.
   ChunkGather(const Segment& seg, const detail::StorageSet& storages)
-      : seg_(&seg), storages_(&storages), capacity_(seg.capacity()), chunk_(kGatherRows), read_(seg.num_envs()) {}
+      : seg_(&seg), storages_(&storages), capacity_(seg.capacity()), chunk_(kGatherRows), read_(seg.num_envs()) {
+    if (seg.cold_capacity() != 0) cold_.resize(kGatherRows);
+    for (const Field& f : seg.schema().fields()) field_bytes_.push_back(f.bytes());
+  }
 
   // Forgets the last chunk; its rows will have `length` steps at most.
   void begin(std::size_t length) noexcept {
     size_ = 0;
+    cold_size_ = 0;
     whole_ = true;
     read_.begin_chunk();
     length_ = length;
@@ -57,6 +63,12 @@ class ChunkGather {
   // Room for `rows` rows in one chunk (peek's); grows only.
   void reserve(std::size_t rows) {
     if (chunk_.size() < rows) chunk_.resize(rows);
+  }
+
+  // Adds a row of a tiered buffer that begins below its env's hot ring (`split`, the snapshot's hi - capacity):
+  // copied and validated on its own by run (detail/storage/cold_gather.hpp). A chunk holds at most kGatherRows.
+  void add_cold(uint64_t env, uint64_t start, uint64_t steps, uint64_t split, uint32_t row) noexcept {
+    cold_[cold_size_++] = detail::ColdRow{env, start, steps, split, row, 0, false};
   }
 
   // Adds steps [start, start + steps) of `env`, whose first step is in ring slot `slot`, as batch row `row`. (No
@@ -86,8 +98,22 @@ class ChunkGather {
   // passes it means the segment is corrupt, and run throws Error(corrupt) instead of returning it. Past
   // StorageFaults::kMax faults in one chunk, every row is copied again.
   std::size_t run(std::byte* const* outs, uint8_t* mask, std::vector<uint32_t>& failed, SamplerStats& stats) {
+    std::size_t cold_failed = 0;
+    for (std::size_t k = 0; k < std::min(cold_size_, detail::kSmallAhead); ++k) prefetch_cold(k);
+    for (std::size_t k = 0; k < cold_size_; ++k) {  // a tiered buffer's rows below the ring: copied, then validated
+      if (k + detail::kSmallAhead < cold_size_) prefetch_cold(k + detail::kSmallAhead);
+      detail::copy_cold_row(*seg_, field_bytes_.data(), outs, mask, length_, cold_[k]);
+    }
+    if (cold_size_ > 0) detail::end_copies();
+    for (std::size_t k = 0; k < cold_size_; ++k) {
+      if (!detail::validate_cold_row(*seg_, cold_[k])) {
+        failed.push_back(static_cast<uint32_t>(cold_[k].row));
+        ++cold_failed;
+      }
+    }
+    stats.rows_gathered += cold_size_;
     const std::size_t n = size_;
-    if (n == 0) return 0;
+    if (n == 0) return cold_failed;
     const detail::GatherRow* rows = chunk_.data();
     storages_->gather(*seg_, outs, length_, rows, n, whole_);
     detail::gather_mask(mask, length_, rows, n);
@@ -110,10 +136,19 @@ class ChunkGather {
     }
     stats.rows_gathered += n;
     ++stats.gather_chunks;
-    return count;
+    return count + cold_failed;
   }
 
  private:
+  // The first lines of cold row k's records, kSmallAhead rows ahead of its copy, so that the rows' misses overlap as
+  // the ring rows' do (gather.hpp).
+  void prefetch_cold(std::size_t k) const noexcept {
+    const detail::ColdRow& r = cold_[k];
+    const uint64_t record_bytes = seg_->cold_record_bytes();
+    detail::prefetch_bytes(seg_->cold_records(r.env) + (r.start % seg_->cold_capacity()) * record_bytes,
+                           record_bytes * length_, 4);
+  }
+
   // Throws Error(corrupt) when a noted fault lies in row `r`, which passed validation.
   void check_faults(const detail::GatherRow& r) const {
     const detail::StorageFaults& faults = detail::thread_storage_faults();
@@ -132,6 +167,9 @@ class ChunkGather {
   uint64_t capacity_;
   std::vector<detail::GatherRow> chunk_;  // its first size_ entries (never shrinks: no reallocation)
   std::size_t size_ = 0;
+  std::vector<detail::ColdRow> cold_;     // a tiered buffer's rows below the ring: its first cold_size_ entries
+  std::size_t cold_size_ = 0;
+  std::vector<uint64_t> field_bytes_;     // each field's bytes per step (the cold gather's)
   std::size_t length_ = 1;                // the sequence length of the rows being added
   bool whole_ = true;                     // every row of the chunk is a whole_run (gather.hpp)
   detail::BatchedReader read_;            // the chunk's seqlock validation

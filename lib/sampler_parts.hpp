@@ -31,6 +31,7 @@
 #include "detail/protocol/learner_slots.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/rate_limit.hpp"
+#include "detail/protocol/cold_seal.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/protocol/walk.hpp"
 #include "detail/storage/field_storage.hpp"
@@ -85,11 +86,30 @@ class SegmentPriorityTrees final : public detail::PriorityTrees {
 // reports as corrupt, and which neither the draws (their slot computation) nor total_weight may see: both take
 // their views from here, so total_weight weighs the view that sample draws from.
 // The online view is the Sampler's learner slot's (`me`).
+// A tiered buffer's view (layout 1.11; docs/design/cold_tier.md): the ring's view `r` extended below the ring by the
+// cold tier, down to the oldest step whose cold record no seal has begun to reuse. The writer seals a step before
+// its claim reclaims the step's slot, so the two tiers' steps are one run; a step of the run that a stale snapshot
+// places in the wrong tier fails its validation (cold_gather.hpp) and is drawn again.
+inline detail::EnvView cold_view(const Segment& seg, const detail::LearnerSlotWords& me, uint64_t e, View view,
+                                 detail::StepRange r) noexcept {
+  const layout::EnvControl& c = seg.env_control(e);
+  uint64_t lo = detail::cold_intact_from(detail::cold_read_end(seg.cold_env(e)), seg.cold_capacity());
+  lo = std::max(lo, c.stacks_intact_from.load(std::memory_order_relaxed));  // a dead updater's repair, as the ring
+  if (view == View::online) lo = std::max(lo, me.online_start(e).load(std::memory_order_relaxed));
+  const uint64_t stored = seg.capacity() + seg.cold_capacity();  // at most both tiers, as the ring view at most the ring
+  lo = std::max(lo, r.hi > stored ? r.hi - stored : 0);
+  return {std::min(lo, r.hi), r.hi};
+}
+
+// `hot_lo` (a tiered buffer's): where the ring's part of the view starts; the steps below it are the cold tier's.
 inline detail::EnvView snapshot_view(const Segment& seg, const detail::LearnerSlotWords& me, uint64_t e,
-                                     View view) noexcept {
+                                     View view, uint64_t* hot_lo = nullptr) noexcept {
   const uint64_t cap = seg.capacity();
   const detail::StepRange r = detail::view_range(seg.env_control(e), view, cap, me.online_start(e));
-  return {std::max(r.lo, r.hi > cap ? r.hi - cap : 0), r.hi};
+  const detail::EnvView ring{std::max(r.lo, r.hi > cap ? r.hi - cap : 0), r.hi};
+  if (seg.cold_capacity() == 0) return ring;
+  if (hot_lo != nullptr) *hot_lo = ring.lo;
+  return cold_view(seg, me, e, view, r);
 }
 
 // Steps published and not yet overwritten by a completed write, over all envs (a write in progress does not
@@ -132,12 +152,14 @@ class Reservation {
 
 // The stages' state, one struct each (Sampler::Scratch below holds one of each).
 
-// The snapshot stage: per env, the view [lo, hi) of the current round's snapshot (at most the ring: snapshot_view),
+// The snapshot stage: per env, the view [lo, hi) of the current round's snapshot (at most the ring, or with a cold tier the two tiers: snapshot_view),
 // and hi - hi % capacity, the step in slot 0 of hi's lap, so that a drawn row's slot needs no division.
+// A tiered buffer's snapshot also keeps, per env, where the ring's part of its view starts (hot_lo; snapshot_view).
 struct Snapshot {
-  explicit Snapshot(std::size_t num_envs) : views(num_envs), hi_base(num_envs) {}
+  explicit Snapshot(std::size_t num_envs) : views(num_envs), hi_base(num_envs), hot_lo(num_envs) {}
   std::vector<detail::EnvView> views;
   std::vector<uint64_t> hi_base;
+  std::vector<uint64_t> hot_lo;
 };
 
 // The walk's freshly reanalysed steps, for the fresh planner (SampleOptions::reanalysed).

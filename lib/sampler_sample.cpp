@@ -118,6 +118,11 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
 uint64_t sampler_parts::published_steps(const Segment& seg, const detail::LearnerSlotWords& me, View view) noexcept {
   uint64_t total = 0;
   for (uint64_t e = 0; e < seg.num_envs(); ++e) {
+    if (seg.cold_capacity() != 0) {  // (1.11) both tiers
+      const detail::EnvView v = snapshot_view(seg, me, e, view);
+      total += v.hi - v.lo;
+      continue;
+    }
     const detail::StepRange r = detail::published_range(seg.env_control(e), view, seg.capacity(), me.online_start(e));
     total += r.hi - r.lo;
   }
@@ -276,8 +281,11 @@ void Sampler::sample_with(Plan& planner, View view, std::size_t first_row, std::
                         out.starts_);
     }
     for (std::size_t e = 0; e < z.snapshot.views.size(); ++e) {
-      // At most the ring, which the slot computation in draw_round needs.
-      const detail::EnvView v = sampler_parts::snapshot_view(segment_of(*buffer_), z.slot, e, view);
+      // At most the ring, which the slot computation in draw_round needs; a tiered buffer's reaches below it, into
+      // the cold tier, and hot_lo says where the ring's part starts (draw_round sends the rows below it to the cold
+      // gather).
+      const detail::EnvView v =
+          sampler_parts::snapshot_view(segment_of(*buffer_), z.slot, e, view, &z.snapshot.hot_lo[e]);
       z.snapshot.views[e] = v;
       z.snapshot.hi_base[e] = v.hi - ring_mod(v.hi);  // so that a row's slot needs no division (draw_round)
     }
@@ -324,6 +332,7 @@ std::size_t Sampler::draw_round(Plan& planner, std::size_t length, Rng& rng, Sam
   const uint64_t step_bytes = buffer_->schema().step_bytes();
   // A row has at most `length` steps, so the chunk's row count keeps it within its bytes (one row at least).
   const uint64_t row_bytes = std::max<uint64_t>(length * step_bytes, 1);
+  const bool tiered = segment_of(*buffer_).cold_capacity() != 0;  // (1.11) rows below the ring are the cold tier's
   sampler_parts::Caps& caps = z.caps;
   std::size_t overwritten = 0;
   uint64_t copied = 0;
@@ -343,7 +352,8 @@ std::size_t Sampler::draw_round(Plan& planner, std::size_t length, Rng& rng, Sam
         break;
       }
       // The start's slot without a division: a start in the view is in [hi - cap, hi) (the snapshot's views are at
-      // most the ring), so it is at most one lap before the step in slot 0 of hi's lap.
+      // most the ring, and a tiered buffer's start below it is the cold tier's), so it is at most one lap before the
+      // step in slot 0 of hi's lap.
       const uint64_t base = z.snapshot.hi_base[d->env];
       const uint64_t slot = d->start >= base ? d->start - base : d->start + cap - base;
       if (caps.on()) {  // sample caps (sampler_caps.hpp): a capped start is rejected and drawn again
@@ -362,7 +372,11 @@ std::size_t Sampler::draw_round(Plan& planner, std::size_t length, Rng& rng, Sam
       // is at most the head; a redraw of the row overwrites the entry.
       r.ages[row] = z.snapshot.views[d->env].hi - (d->start + d->steps);
       out.weights_[row] = static_cast<float>(d->relative_probability);  // 1, or N * P (finish_weights)
-      g.add(d->env, d->start, slot, d->steps, row);
+      if (tiered && d->start < z.snapshot.hot_lo[d->env]) [[unlikely]] {  // below the ring: the cold tier's
+        g.add_cold(d->env, d->start, d->steps, z.snapshot.hot_lo[d->env], row);
+      } else {
+        g.add(d->env, d->start, slot, d->steps, row);
+      }
       chunk_steps += d->steps;
     }
     copied += chunk_steps * step_bytes;

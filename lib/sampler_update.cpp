@@ -18,6 +18,7 @@
 #include "detail/protocol/sequence_priorities.hpp"
 #include "detail/test_hooks.hpp"
 #include "sampler_parts.hpp"
+#include "detail/storage/cold_files.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/sampler.hpp"
 
@@ -39,6 +40,8 @@ bool Sampler::try_update(uint64_t env_id, uint64_t step, std::span<const FieldBy
                             "delivered as pushed",
                             step, env_id, buffer_->name()));
   }
+  // (1.11) its sealed copy in the cold tier would keep the old bytes
+  detail::refuse_cold(segment_of(*buffer_), "update a step of", "updates of stored steps are not supported with one yet");
   if (fields.size() != schema.size()) {
     throw Error(Errc::size_mismatch, fmt::format("cannot update '{}': {} field values given, the schema has {} ({})",
                                                  buffer_->name(), fields.size(), schema.size(), schema.to_string()));

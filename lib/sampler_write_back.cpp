@@ -17,6 +17,7 @@
 #include "detail/protocol/seqlock.hpp"
 #include "detail/test_hooks.hpp"
 #include "sampler_parts.hpp"
+#include "detail/storage/cold_files.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/sampler.hpp"
 
@@ -91,6 +92,8 @@ WriteBackResult Sampler::write_back(std::span<const uint64_t> env_ids, std::span
                             buffer_->name(), n, steps.size(),
                             refused.empty() ? std::string() : fmt::format(" and {} refused flags", refused.size())));
   }
+  // (1.11) as try_update: the sealed copies would keep the old values
+  detail::refuse_cold(segment_of(*buffer_), "write back into", "write-backs are not supported with one yet");
   if (buffer_->consuming_queue()) {  // as try_update: a learner killed mid-write would leave its step undeliverable
     throw Error(Errc::invalid_argument, fmt::format("cannot write back into '{}': it is a consuming queue, whose "
                                                     "steps are delivered as pushed",

@@ -23,6 +23,7 @@ Segment& Segment::operator=(Segment&& other) noexcept {
     map_bytes_ = std::exchange(other.map_bytes_, 0);
     read_only_ = other.read_only_;
     g_ = std::exchange(other.g_, {});
+    cold_ = std::exchange(other.cold_, {});
   }
   return *this;
 }
@@ -30,6 +31,7 @@ Segment& Segment::operator=(Segment&& other) noexcept {
 Segment::~Segment() { unmap(); }
 
 void Segment::unmap() noexcept {
+  cold_ = {};  // the cold files' mappings go with the segment's
   if (base_ != nullptr) ::munmap(base_, map_bytes_);
   base_ = nullptr;
   map_bytes_ = 0;

@@ -37,7 +37,7 @@ namespace shmreplay {
 
 Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOptions& options)
     : buffer_(&buffer), seg_(&segment_of(buffer)), capacity_(buffer.capacity()),
-      has_priorities_(buffer.has_priorities()),
+      cold_capacity_(buffer.cold_capacity()), has_priorities_(buffer.has_priorities()),
       cap_words_(buffer.max_times_sampled() != 0 ? segment_of(buffer).cap_words(0) : nullptr),
       queue_tickets_(buffer.consuming_queue() ? segment_of(buffer).queue_tickets(0) : nullptr), options_(options) {
   const std::string& name = buffer.name();
@@ -118,6 +118,7 @@ Writer::Writer(Writer&& other) noexcept
     : buffer_(std::exchange(other.buffer_, nullptr)),
       seg_(other.seg_),
       capacity_(other.capacity_),
+      cold_capacity_(other.cold_capacity_),
       has_priorities_(other.has_priorities_),
       cap_words_(other.cap_words_),
       queue_tickets_(other.queue_tickets_),

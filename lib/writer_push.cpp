@@ -26,6 +26,7 @@
 #include "detail/protocol/sequence_priorities.hpp"
 #include "shmreplay/internal/caps_layout.hpp"
 #include "detail/protocol/rate_limit.hpp"
+#include "detail/protocol/cold_seal.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/storage/staged_kinds.hpp"
 #include "detail/protocol/walk.hpp"
@@ -112,8 +113,33 @@ SHMREPLAY_ALWAYS_INLINE uint32_t Writer::local_of(uint64_t env_id, const char* o
   throw_not_leased(env_id, op);
 }
 
-// Claims the next step of leased env `local` (detail::claim_step: the seqlock's "write begins").
+// Seals step head - capacity of leased env `local` into the env's cold tier (detail/protocol/cold_seal.hpp), before the
+// claim of step head reclaims its slot: the union of the tiers stays contiguous. A chunk is one step in this slice.
+void Writer::seal_cold(uint32_t local) noexcept {
+  const uint64_t head = control_[local]->head.load(std::memory_order_relaxed);  // only this writer stores head
+  if (head < capacity_) return;  // no slot is reclaimed yet
+  const uint64_t t = head - capacity_;
+  const uint64_t env = envs_[local];
+  layout::ColdEnv& cold = seg_->cold_env(env);
+  if (!detail::cold_due(cold, t)) return;  // a predecessor killed after its seal of t did it
+  detail::cold_claim(cold, t);
+  std::byte* record = seg_->cold_records(env) + (t % cold_capacity_) * seg_->cold_record_bytes();
+  const uint64_t slot = env * capacity_ + t % capacity_;
+  const uint64_t next = t % capacity_ + 1 == capacity_ ? slot + 1 - capacity_ : slot + 1;  // step t + 1's slot
+  for (const uint32_t f : plain_fields_) {  // every field is plain in a tiered buffer (create refuses the others)
+    const std::byte* from = field_base_[f] + slot * field_bytes_[f];
+    detail::copy_bytes(record, from, field_bytes_[f]);
+    record += field_bytes_[f];
+    __builtin_prefetch(field_base_[f] + next * field_bytes_[f]);  // the next seal's step, written a lap ago
+  }
+  __builtin_prefetch(record);  // the next record
+  detail::cold_publish(cold, t);
+}
+
+// Claims the next step of leased env `local` (detail::claim_step: the seqlock's "write begins"), after sealing the
+// step whose slot it reclaims with a cold tier.
 SHMREPLAY_ALWAYS_INLINE uint64_t Writer::claim(uint32_t local) noexcept {
+  if (cold_capacity_ != 0) [[unlikely]] seal_cold(local);
   return detail::claim_step(*control_[local], *seg_);
 }
 

@@ -134,6 +134,19 @@ struct CreateOptions {
   /// to one worker at a time, and record the target version they used; a dead worker's chunks are handed again.
   /// Costs 32 bytes per chunk slot (ceil(capacity / C) + 1 per env), 64 per env and 4 KiB. 0, the default: no walk.
   uint64_t reanalyse_chunk = 0;
+  /// A cold tier (layout 1.11; docs/design/cold_tier.md): steps per env kept on disk beyond the RAM ring, 1 to
+  /// layout::kMaxColdCapacity (2^40). Before a writer's claim reclaims a ring slot, it copies the slot's step into
+  /// its env's cold file, a ring of cold_capacity records under cold_dir, mapped by every process that opens the
+  /// buffer; sample calls, read_steps and `dump` see both tiers as one run of stored steps per env (an env holds up to
+  /// capacity + cold_capacity steps), the segment's RAM stays that of the ring. Writers never fsync. This first
+  /// slice refuses (invalid_argument) stacked or compressed fields, priorities, episode fields, a policy-version
+  /// field, a consuming queue, sample caps and a reanalyse walk, and checkpoints of a tiered buffer. 0, the default:
+  /// none.
+  uint64_t cold_capacity = 0;
+  /// The cold tier's directory (with cold_capacity; an absolute path of an existing directory on a local disk, below
+  /// 448 bytes): create makes `cold_dir/NAME.cold/` with one file per env (env-0, env-1, ...; mode as the
+  /// segment's), and Buffer::remove (`shmreplay rm`) removes them with the segment.
+  std::string cold_dir;
   /// Fault the segment's pages in at creation (see Populate): madvise(MADV_POPULATE_WRITE) in 64 MiB chunks, or,
   /// on kernels without it (before Linux 5.14), a write of zero to each page. Done before the segment is linked
   /// under its name, so it changes no guarantee of create(); it moves the page-zeroing cost from the first writer to
@@ -215,8 +228,8 @@ class Buffer {
   /// each message names the segment and gives expected versus actual.
   static Buffer open(std::string_view name, const OpenOptions& options = {});
 
-  /// Removes the segment's name. Processes that have it mapped keep working on their mapping; the memory is
-  /// freed when the last one unmaps. Refuses (Errc::not_a_segment) a file that does not start with
+  /// Removes the segment's name, and the files of its cold tier if it has one (layout 1.11). Processes that have it
+  /// mapped keep working on their mapping; the memory is freed when the last one unmaps. Refuses (Errc::not_a_segment) a file that does not start with
   /// shmreplay's magic; throws Errc::not_found when there is no such file.
   static void remove(std::string_view name);
 
@@ -275,6 +288,8 @@ class Buffer {
   uint64_t sequence_priority_length() const noexcept;
   /// CreateOptions::reanalyse_chunk: steps per chunk of the reanalyse walk; 0 without. Layout 1.11.
   uint64_t reanalyse_chunk() const noexcept;
+  /// CreateOptions::cold_capacity: steps per env kept on disk; 0 without a cold tier. Layout 1.11.
+  uint64_t cold_capacity() const noexcept;
   /// Alpha, the priority exponent (a sampling weight is priority^alpha); 0 without priorities.
   double priority_exponent() const noexcept;
   /// Leaves of each env's priority tree: bit_ceil(capacity), 0 without priorities.

@@ -157,6 +157,14 @@ struct WalkInfo {
   uint64_t repairs = 0;      ///< dead worker slots whose claims were given back
 };
 
+/// A buffer's cold tier (layout 1.11; CreateOptions::cold_capacity), as Inspector::snapshot() read it.
+struct ColdInfo {
+  uint64_t capacity = 0;    ///< steps per env on disk; 0 without a cold tier
+  std::string dir;          ///< the directory its `NAME.cold/` lies in
+  uint64_t steps = 0;       ///< stored steps below the rings, every env together (the replay view's cold part)
+  uint64_t file_bytes = 0;  ///< bytes of its env files on disk, headers included
+};
+
 /// Everything Inspector::snapshot() reads from a segment: geometry, creation record, per-env and learner state,
 /// episode, priority and rate-limiter counters (what `shmreplay info` prints).
 struct SegmentInfo {
@@ -215,6 +223,8 @@ struct SegmentInfo {
   uint64_t max_times_sampled = 0;  ///< the sample cap (layout 1.11): deliveries per stored step; 0 without
   bool consuming_queue = false;    ///< a consuming queue (layout 1.11; CreateOptions::consuming_queue)
   WalkInfo walk;                   ///< the reanalyse walk (layout 1.11); chunk_steps 0 without
+  ColdInfo cold;                   ///< the cold tier (layout 1.11): its steps and bytes; capacity 0 without.
+                                   ///< replay_steps and stored_bytes count the rings' steps only
 };
 
 /// Consecutive published steps of one env, copied out of the segment (Inspector::read_steps). Each record is one

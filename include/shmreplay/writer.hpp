@@ -234,6 +234,7 @@ class Writer {
   [[noreturn]] void throw_not_leased(uint64_t env_id, const char* op) const;
   void check_process(const char* op) const;
   uint64_t claim(uint32_t local) noexcept;
+  void seal_cold(uint32_t local) noexcept;  // (1.11) the step whose slot the next claim reclaims, into the cold tier
   void publish(uint32_t local, uint64_t step, uint64_t now_ns) noexcept;
   void write_step(uint32_t local, uint64_t env, std::span<const FieldBytes> fields, std::size_t row, double priority,
                   uint64_t now_ns) noexcept;
@@ -269,6 +270,7 @@ class Writer {
   // part of the API). A Buffer's Segment does not move (it is on the heap), so the pointer survives a moved Buffer.
   Segment* seg_ = nullptr;
   uint64_t capacity_ = 0;
+  uint64_t cold_capacity_ = 0;  // steps per env on disk (layout 1.11); 0 without a cold tier (no seal)
   bool has_priorities_ = false;
   std::atomic<uint64_t>* cap_words_ = nullptr;  // the sample caps' count words, [num_envs][capacity] (null without)
   std::atomic<uint64_t>* queue_tickets_ = nullptr;  // a consuming queue's insertion tickets (null without)

@@ -16,6 +16,7 @@
 
 #include "checkpoint/chain_dir.hpp"
 #include "checkpoint/internal.hpp"
+#include "detail/storage/cold_files.hpp"
 #include "shmreplay/error.hpp"
 #include "shmreplay/internal/segment.hpp"
 
@@ -216,6 +217,7 @@ bool is_chain_dir(const std::string& path) {
 }
 
 LinkResult save_link(const Buffer& source, const std::string& path, const ChainOptions& options) {
+  detail::refuse_cold(segment_of(source), "save a checkpoint link of", "checkpoints do not hold it yet");  // (1.11) the first slice of the cold tier
   const ChainDir dir = ChainDir::create(path, source.mode(), options.allow_other_owner);
   const detail::UniqueFd lock = dir.lock();
   const Listing listing = dir.list();

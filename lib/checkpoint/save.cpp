@@ -22,6 +22,7 @@
 #include "detail/os/process.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/seqlock.hpp"
+#include "detail/storage/cold_files.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay {
@@ -242,6 +243,7 @@ namespace detail {
 
 CheckpointInfo write_checkpoint(const Buffer& source, const std::string& path, const SaveOptions& options,
                                 const LinkPlan& link) {
+  refuse_cold(segment_of(source), "save a checkpoint of", "checkpoints do not hold it yet");  // (1.11) the first slice of the cold tier
   detail::check_replaceable(path, options.force);
   detail::remove_stale_temporaries(path);
   static std::atomic<uint64_t> counter{0};

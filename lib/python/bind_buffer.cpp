@@ -76,6 +76,8 @@ void def_buffer_properties(BufferClass& c) {
                              "the policy-version field's name (policy_version= of create), None without")
       .def_property_readonly("reanalyse_chunk", &Buffer::reanalyse_chunk,
                              "steps per chunk of the reanalyse walk (reanalyse_chunk= of create); 0 without")
+      .def_property_readonly("cold_capacity", &Buffer::cold_capacity,
+                             "steps per env kept on disk (cold_capacity= of create); 0 without a cold tier")
       .def_property_readonly("consuming_queue", &Buffer::consuming_queue,
                              "whether it is a consuming queue (consuming_queue= of create): each step delivered once")
       .def_property_readonly("max_times_sampled", &Buffer::max_times_sampled,

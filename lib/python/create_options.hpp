@@ -134,6 +134,12 @@ inline constexpr std::array kCreateOptions = {
                  "C (1 to the capacity; 0 for none): a reanalyse walk over C-step chunks, handed to Reanalyser "
                  "workers once per pass in the order they ask for; sample calls may then draw freshly reanalysed "
                  "rows (reanalysed=, a mixture's 'reanalysed')."},
+    CreateOption{"cold_capacity", set_int<&CreateOptions::cold_capacity>, "0",
+                 "N (0 for none): a cold tier, N more steps per env kept on disk beyond the ring, in files under "
+                 "cold_dir; sample calls draw over both tiers (docs/design/cold_tier.md)."},
+    CreateOption{"cold_dir", set_name<&CreateOptions::cold_dir>, "None",
+                 "the cold tier's directory (an absolute path on a local disk; with cold_capacity): its files go "
+                 "into cold_dir/NAME.cold/, and Buffer.remove removes them."},
 };
 
 /// Installs Buffer.create (create_call.cpp) on the bound Buffer class: a static vectorcall method whose options

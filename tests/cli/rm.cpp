@@ -79,3 +79,24 @@ TEST_CASE("a symlink at a buffer's name: info and rm word it alike, and create's
   CHECK(contains(again.err, fmt::format("`shmreplay rm {}`", name)));
   CHECK(run_cli({"rm", name}).exit_code == 0);
 }
+
+TEST_CASE("create --cold-capacity makes a cold tier that info shows, and rm removes its files with the segment") {
+  const std::string name = unique_name("cli-cold");
+  SegmentGuard guard(name);
+  const shmreplay::test::DirGuard dir("/tmp/" + unique_name("cli-cold-dir"));
+  std::filesystem::create_directories(dir.path());
+  const CliResult made = run_cli({"create", name, "--envs", "2", "--capacity", "8", "--schema", "x:f32[3]",
+                                  "--cold-capacity", "100", "--cold-dir", dir.path()});
+  REQUIRE(made.exit_code == 0);
+  CHECK(std::filesystem::exists(dir.path() + "/" + name + ".cold/env-1"));
+  const CliResult info = run_cli({"info", name});
+  CHECK(contains(info.out, "cold steps    0 on disk"));
+  CHECK(contains(info.out, "100 per env"));
+  const CliResult r = run_cli({"rm", name});
+  CHECK(r.exit_code == 0);
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/" + name + ".cold"));
+  const CliResult bad = run_cli({"create", name, "--envs", "2", "--capacity", "8", "--schema", "x:f32[3]",
+                                 "--cold-capacity", "100", "--cold-dir", "relative"});
+  CHECK(bad.exit_code != 0);
+  CHECK(contains(bad.err, "expected the absolute path"));
+}

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -40,7 +41,16 @@ Buffer create_full(const std::string& name) {
 SectionCounts counts_of(const SegmentHeader& h) {
   return {h.num_envs, h.capacity, h.num_fields, h.episode_queue_capacity, h.max_learners,
           h.priority_exponent_bits != 0, h.max_times_sampled, h.consuming_queue != 0, h.initial_priority_bits,
-          h.sequence_priority_length, h.reanalyse_chunk};
+          h.sequence_priority_length, h.reanalyse_chunk, h.sections[kSectionCold].bytes != 0};
+}
+
+// The cold section cannot go with the others (a cold tier refuses episodes, priorities, a queue, a walk): a buffer
+// with it alone, in a directory of its own (removed with the segment by the caller's Buffer::remove).
+Buffer create_tiered(const std::string& name) {
+  static const test::DirGuard dir("/tmp/" + test::unique_name("sections-cold"));  // removed at exit
+  std::filesystem::create_directories(dir.path());
+  return Buffer::create(name, 3, 16, Schema::parse("obs:f32[3]"),
+                        {.replace = true, .cold_capacity = 8, .cold_dir = dir.path()});
 }
 
 // Opens segment `name` rewritten as `bytes`: must be refused as corrupt; returns the message.
@@ -64,6 +74,7 @@ TEST_CASE("create places every section of the table at its row's size and alignm
   uint64_t end = sizeof(SegmentHeader);
   for (const SectionRow& row : detail::section_rows()) {  // placement order
     CAPTURE(row.name);
+    if (row.id == kSectionCold) continue;  // the tiered buffer's test below
     const SectionDesc sec = h.sections[row.id];
     CHECK(sec.bytes > 0);  // this buffer has every section
     if (row.size == SectionSize::exact) CHECK(sec.bytes == *row.bytes(c));
@@ -86,6 +97,7 @@ TEST_CASE("open refuses each section whose size, alignment or range is wrong, na
   std::memcpy(static_cast<void*>(&h), good.data(), sizeof h);
   for (const SectionRow& row : detail::section_rows()) {
     CAPTURE(row.name);
+    if (row.id == kSectionCold) continue;  // the tiered buffer's test below
     const std::size_t at = offsetof(SegmentHeader, sections) + row.id * sizeof(SectionDesc);
     const auto poke = [&](std::size_t offset, uint64_t value) {
       std::string bytes = good;
@@ -102,4 +114,29 @@ TEST_CASE("open refuses each section whose size, alignment or range is wrong, na
     CHECK(test::contains(m, std::string(row.name) + " is "));
     CHECK(test::contains(m, "bytes, expected"));
   }
+}
+
+TEST_CASE("a tiered buffer's cold section is placed at its row's size, and open refuses it misplaced or resized") {
+  const std::string name = test::unique_name("sections-cold");
+  test::SegmentGuard guard(name);
+  { const Buffer b = create_tiered(name); }
+  const std::string good = test::read_file(guard.path());
+  SegmentHeader h{};
+  std::memcpy(static_cast<void*>(&h), good.data(), sizeof h);
+  const SectionRow* row = nullptr;
+  for (const SectionRow& r : detail::section_rows()) row = r.id == kSectionCold ? &r : row;
+  REQUIRE(row != nullptr);
+  const SectionDesc sec = h.sections[kSectionCold];
+  CHECK(sec.bytes == *row->bytes(counts_of(h)));
+  CHECK(sec.offset % row->align == 0);
+  const std::size_t at = offsetof(SegmentHeader, sections) + kSectionCold * sizeof(SectionDesc);
+  const auto poke = [&](std::size_t offset, uint64_t value) {
+    std::string bytes = good;
+    std::memcpy(bytes.data() + offset, &value, sizeof value);
+    return refused(name, guard.path(), bytes);
+  };
+  CHECK(test::contains(poke(at, sec.offset + 1), "not aligned"));
+  CHECK(test::contains(poke(at + sizeof(uint64_t), sec.bytes + 64), std::string(row->name) + " is "));
+  test::write_file(guard.path(), good);
+  Buffer::remove(name);
 }

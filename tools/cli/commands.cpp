@@ -94,6 +94,8 @@ int run_create(const CreateArgs& args) {
        .max_times_sampled = args.max_times_sampled,
        .consuming_queue = args.consuming_queue,
        .reanalyse_chunk = args.reanalyse_chunk,
+       .cold_capacity = args.cold_capacity,
+       .cold_dir = args.cold_dir,
        .populate = args.populate,
        .populate_progress = [&bar, &args](uint64_t done, uint64_t total) {
          if (args.progress || total > kBarFromBytes) bar("populating", done, total);

@@ -64,6 +64,8 @@ struct CreateArgs {
   uint64_t sequence_priority_length = 0;   ///< --sequence-priority-length: L of sequence priorities; 0: none
   bool consuming_queue = false;            ///< --consuming-queue: each step delivered once
   uint64_t reanalyse_chunk = 0;            ///< --reanalyse-chunk C: a reanalyse walk of C-step chunks
+  uint64_t cold_capacity = 0;              ///< --cold-capacity N: steps per env kept on disk; 0: no cold tier
+  std::string cold_dir;                    ///< --cold-dir D: the cold tier's directory
   uint64_t compressed_bytes = 0;      ///< --compressed-bytes: compressed fields' byte budget; 0: by the ratio
   double expected_compression = 0;    ///< --expected-compression: the ratio the budget assumes; 0: the default
   RateLimitArgs rate_limit;

@@ -257,6 +257,11 @@ Json info_json(const SegmentInfo& i) {
                                                                                : Json(nullptr)},
                                                         {"workers", i.walk.workers},
                                                         {"repairs", i.walk.repairs}}},
+      {"cold_tier", i.cold.capacity == 0 ? Json(nullptr)
+                                         : Json{{"capacity", i.cold.capacity},
+                                                {"dir", i.cold.dir},
+                                                {"steps", i.cold.steps},
+                                                {"file_bytes", i.cold.file_bytes}}},
       {"schema_spec", i.schema.to_string()},
       {"schema", schema_json(i.schema)},
       {"envs", std::move(envs)},
@@ -264,6 +269,13 @@ Json info_json(const SegmentInfo& i) {
 }
 
 // -- text forms --
+
+// The cold tier's line of `info` (layout 1.11): its steps below the rings and its files.
+std::string cold_steps_text(const SegmentInfo& i) {
+  return fmt::format("{} on disk ({} full; {} per env, {} of files in {}/{}.cold)", i.cold.steps,
+                     percent(i.cold.steps, i.cold.capacity * i.num_envs), i.cold.capacity,
+                     human_bytes(i.cold.file_bytes), i.cold.dir, i.name);
+}
 
 // ", N rows written back, M refused" for learners that called write_back (issue 48); "" for those that did not.
 std::string write_backs_text(const LearnerInfo& l) {
@@ -310,6 +322,7 @@ void print_info_summary(const SegmentInfo& i) {
   print_pair("created", fmt::format("{} ago ({})", human_age(age_ns(i.creation_time_ns)), iso_utc(i.creation_time_ns)));
   print_pair("total pushed", counted(i.total_pushed, "step", "steps"));
   print_pair("replay steps", fmt::format("{} ({} full)", i.replay_steps, percent(i.replay_steps, slots)));
+  if (i.cold.capacity != 0) print_pair("cold steps", cold_steps_text(i));  // (1.11) the views' part below the rings
   print_pair("online steps", fmt::format("{} ({} full)", i.online_steps, percent(i.online_steps, slots)));
   print_pair("live writers", fmt::format("{}", i.live_writers));
   const LearnerInfo& l = i.learner;

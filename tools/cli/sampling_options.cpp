@@ -52,6 +52,15 @@ void add_sampling_policy_options(CLI::App* cmd, CreateArgs& args) {
                   "order they choose, and record the target version they used")
       ->check(kCount)
       ->type_name("C");
+  cmd->add_option("--cold-capacity", args.cold_capacity,
+                  "Keep N more steps per env on disk beyond the ring (a cold tier, sampled with the ring's steps; "
+                  "needs --cold-dir)")
+      ->check(kCount)
+      ->type_name("N");
+  cmd->add_option("--cold-dir", args.cold_dir,
+                  "The cold tier's directory, an absolute path on a local disk: its files go into D/NAME.cold/ and "
+                  "`rm` removes them")
+      ->type_name("D");
 }
 
 }  // namespace shmreplay::cli

@@ -103,6 +103,11 @@
 //                       | WalkWorker[kMaxWalkers] (lease, counts)  64 B    |
 //                       | WalkEnv[num_envs] (handed, completed)    64 B    |
 //                       | WalkChunk[num_envs][ceil(cap / C) + 1]   32 B    |
+//                       +--------------------------------------------------+ 64-byte aligned
+//   Since 1.11, only in a buffer created with cold_capacity; 0 bytes otherwise (internal/cold_layout.hpp):
+//   sections[kCold]     +--------------------------------------------------+
+//                       | ColdControl (capacity, format, directory) 512 B  |
+//                       | ColdEnv[num_envs] (cold claimed, head)   64 B    |
 //                       +--------------------------------------------------+ total_bytes (page multiple)
 //
 // Rules that every reader relies on:
@@ -171,10 +176,12 @@ enum SectionIndex : uint32_t {
   kSectionWalk = 13,          ///< WalkControl, WalkWorker[kMaxWalkers], WalkEnv[num_envs], then WalkChunk
                               ///< [num_envs][walk_slots_per_env] (since 1.11; 0 bytes without a reanalyse walk;
                               ///< internal/walk_layout.hpp)
-  kSectionsUsed = 14,  ///< sections this minor version defines; the rest of the table is zero
+  kSectionCold = 14,          ///< ColdControl, then ColdEnv[num_envs]: the cold tier's identity and each env's cold
+                              ///< seqlock (since 1.11; 0 bytes without a cold tier; internal/cold_layout.hpp)
+  kSectionsUsed = 15,  ///< sections this minor version defines; the rest of the table is zero
 };
 inline constexpr std::size_t kMaxSections = 16;  ///< entries of the section table (1.10: room for six more; 1.11
-                                                 ///< took four)
+                                                 ///< took five)
 inline constexpr uint64_t kMaxLearners = 64;    ///< learner slots of a segment, at most (1.7)
 
 /// One entry of the section table: where a section lies in the segment.

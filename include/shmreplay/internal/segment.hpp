@@ -21,12 +21,14 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <new>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "shmreplay/internal/caps_layout.hpp"
+#include "shmreplay/internal/cold_layout.hpp"
 #include "shmreplay/internal/layout.hpp"
 #include "shmreplay/internal/policy_layout.hpp"
 #include "shmreplay/internal/queue_layout.hpp"
@@ -79,6 +81,15 @@ struct SegmentGeometry {
   uint64_t initial_priority_bits = 0;  ///< SegmentHeader::initial_priority_bits (layout 1.11)
   uint64_t sequence_priority_length = 0;  ///< SegmentHeader::sequence_priority_length (layout 1.11); 0 without
   uint64_t reanalyse_chunk = 0;  ///< SegmentHeader::reanalyse_chunk (layout 1.11): steps per walk chunk; 0 without
+};
+
+/// A segment's cold files as one process mapped them (layout 1.11; lib/detail/storage/cold_files.cpp): each env's
+/// records and what unmaps them. Made by create and open only, handed to the Segment with attach_cold.
+struct ColdMapping {
+  uint64_t cold_capacity = 0;           ///< records per env file
+  uint64_t record_bytes = 0;            ///< bytes per record: one step, its fields back to back
+  std::vector<std::byte*> records;      ///< per env, its record 0 in this process's mapping of its file
+  std::shared_ptr<void> maps;           ///< unmaps every file's mapping when the last owner lets go
 };
 
 /// One process's mapping of a validated segment: its geometry and the accessors to its sections' words (see the
@@ -269,6 +280,37 @@ class Segment {
   layout::WalkWorker& walk_worker(uint64_t slot) const noexcept;
   layout::WalkEnv& walk_env(uint64_t env) const noexcept;
   layout::WalkChunk* walk_chunks(uint64_t env) const noexcept;
+  /// Steps per env of the cold tier, on disk (layout 1.11; internal/cold_layout.hpp); 0 without a cold tier.
+  uint64_t cold_capacity() const noexcept { return cold_.cold_capacity; }
+  /// Bytes of one cold record (the step's bytes, every field plain). A cold tier only.
+  uint64_t cold_record_bytes() const noexcept { return cold_.record_bytes; }
+  /// The cold section's identity words (a cold tier only): what create wrote; open copied and checked them.
+  const layout::ColdControl& cold_control() const noexcept {
+    return *std::launder(reinterpret_cast<const layout::ColdControl*>(base_ + g_.sections[layout::kSectionCold].offset));
+  }
+  /// Env `env`'s cold seqlock (a cold tier only). Only the env's writer stores to it, through the mutable overload.
+  const layout::ColdEnv& cold_env(uint64_t env) const noexcept {
+    return std::launder(reinterpret_cast<const layout::ColdEnv*>(base_ + g_.sections[layout::kSectionCold].offset +
+                                                                 layout::cold_envs_at()))[env];
+  }
+  /// The same, writable (a writable mapping only).
+  layout::ColdEnv& cold_env(uint64_t env) noexcept {
+    assert(!read_only_);
+    return std::launder(reinterpret_cast<layout::ColdEnv*>(base_ + g_.sections[layout::kSectionCold].offset +
+                                                           layout::cold_envs_at()))[env];
+  }
+  /// Env `env`'s cold records, cold_capacity() of cold_record_bytes() each: cold step t in record t % cold_capacity.
+  const std::byte* cold_records(uint64_t env) const noexcept { return cold_.records[env]; }
+  /// The same, writable (a writable mapping only: the files are mapped as the segment is).
+  std::byte* cold_records(uint64_t env) noexcept {
+    assert(!read_only_);
+    return cold_.records[env];
+  }
+  /// Whether the segment has a cold section (create placed one, or open accepted one): then it has a cold tier.
+  bool has_cold_section() const noexcept { return g_.sections[layout::kSectionCold].bytes != 0; }
+  /// Hands this Segment its cold files' mappings (create and open only, before the Segment is shared).
+  void attach_cold(ColdMapping cold) noexcept { cold_ = std::move(cold); }
+
   /// The segment-wide control block (learner slot 0's lease and counters, wake word, limiter).
   const layout::GlobalControl& global_control() const noexcept;
   /// The same, writable (a writable mapping only).
@@ -324,6 +366,7 @@ class Segment {
   std::size_t map_bytes_ = 0;
   bool read_only_ = false;
   SegmentGeometry g_;
+  ColdMapping cold_;  // the cold files' mappings (layout 1.11); empty without a cold tier
 };
 
 /// The Segment a Buffer maps: its words, for shmreplay's own roles (writer, sampler, inspector, checkpoints), the

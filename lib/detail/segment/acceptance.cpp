@@ -107,6 +107,8 @@ Sections accept_counts(const SegmentHeader& h, LayoutVersion version, const Open
   }
   // (1.11) sequence priorities: L up to the capacity, only with priorities.
   // (1.11) the reanalyse walk's chunk: 0 (none) or 1 to the capacity.
+  // (1.11) a cold tier: its section's entry says (no header word does); the row checks the entry's size.
+  c.cold = h.sections[kSectionCold].bytes != 0;
   c.reanalyse_chunk = in_range("reanalyse_chunk", h.reanalyse_chunk, 0, std::min(c.capacity, kMaxReanalyseChunk));
   c.sequence_priority_length = in_range("sequence_priority_length", h.sequence_priority_length, 0,
                                         c.priorities ? c.capacity : 0);

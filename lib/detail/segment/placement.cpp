@@ -37,12 +37,12 @@ uint64_t checked_add(uint64_t a, uint64_t b, uint64_t num_envs, uint64_t capacit
 SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& schema, uint64_t queue_capacity,
                          bool priorities, uint64_t stack_restarts, uint64_t max_learners, CompressionBudget budget,
                          uint64_t max_times_sampled, bool consuming_queue, uint64_t initial_priority_bits,
-                         uint64_t sequence_priority_length, uint64_t reanalyse_chunk) {
+                         uint64_t sequence_priority_length, uint64_t reanalyse_chunk, bool cold) {
   if (stack_restarts == 0) stack_restarts = default_stack_restarts(capacity);
   SegmentPlan p;
   p.counts = {num_envs,          capacity,        schema.size(),         queue_capacity,
               max_learners,      priorities,      max_times_sampled,     consuming_queue,
-              initial_priority_bits, sequence_priority_length, reanalyse_chunk};
+              initial_priority_bits, sequence_priority_length, reanalyse_chunk, cold};
   uint64_t at = sizeof(SegmentHeader);
   // Every section, as its row sizes and aligns it (section_table.cpp); a section of 0 bytes is absent ({0, 0}).
   for (const SectionRow& row : section_rows()) {

@@ -63,12 +63,12 @@ struct SegmentPlan {
 /// (CreateOptions::consuming_queue; layout 1.11; the caller passes a cap of 1 with it). `initial_priority_bits`:
 /// CreateOptions::initial_priority as SegmentHeader::initial_priority_bits; `sequence_priority_length`:
 /// CreateOptions::sequence_priority_length (0 for none); `reanalyse_chunk`: CreateOptions::reanalyse_chunk (0 for
-/// none; the walk section).
+/// none; the walk section). `cold`: a cold tier (CreateOptions::cold_capacity > 0; the cold section).
 SegmentPlan plan_segment(uint64_t num_envs, uint64_t capacity, const Schema& schema, uint64_t queue_capacity,
                          bool priorities, uint64_t stack_restarts, uint64_t max_learners = 1,
                          CompressionBudget budget = {}, uint64_t max_times_sampled = 0,
                          bool consuming_queue = false, uint64_t initial_priority_bits = 0,
-                         uint64_t sequence_priority_length = 0, uint64_t reanalyse_chunk = 0);
+                         uint64_t sequence_priority_length = 0, uint64_t reanalyse_chunk = 0, bool cold = false);
 
 /// Writes the header, the field table and every control block into `base` (a fresh, zero-filled file of
 /// plan.total_bytes), then publishes the state "ready" last (release).

@@ -11,6 +11,7 @@
 
 #include "detail/os/file.hpp"
 #include "shmreplay/internal/caps_layout.hpp"
+#include "shmreplay/internal/cold_layout.hpp"
 #include "shmreplay/internal/policy_layout.hpp"
 #include "shmreplay/internal/queue_layout.hpp"
 #include "shmreplay/internal/walk_layout.hpp"
@@ -221,6 +222,20 @@ void walk_section_construct(std::byte* start, const SectionCounts& c) {
                               c.num_envs * walk_slots_per_env(c.capacity, c.reanalyse_chunk));
 }
 
+// -- the cold-tier section (1.11): only with a cold tier --
+
+std::optional<uint64_t> cold_section_bytes(const SectionCounts& c) {
+  return c.cold ? layout::cold_section_bytes(c.num_envs) : 0;  // bounded by kMaxEnvs
+}
+std::string cold_section_explain(const SectionCounts& c) {
+  if (!c.cold) return "none without a cold tier";
+  return fmt::format("{} bytes and {} envs x {} bytes", sizeof(ColdControl), c.num_envs, sizeof(ColdEnv));
+}
+void cold_section_construct(std::byte* start, const SectionCounts& c) {
+  construct_blocks<ColdControl>(start, 1);  // its words are filled by create (cold_files.cpp) before the name
+  construct_blocks<ColdEnv>(start + cold_envs_at(), c.num_envs);
+}
+
 constexpr SectionSize kExact = SectionSize::exact;
 
 // Placement order. Rows: id, name, since, size rule, open's alignment, create's alignment, bytes, explain, construct.
@@ -253,6 +268,8 @@ constexpr std::array<SectionRow, kSectionsUsed> kRows = {{
      queue_section_explain, queue_section_construct},
     {kSectionWalk, "the reanalyse-walk section", 11, kExact, kCacheLineBytes, kCacheLineBytes, walk_section_bytes,
      walk_section_explain, walk_section_construct},
+    {kSectionCold, "the cold-tier section", 11, kExact, kCacheLineBytes, kCacheLineBytes, cold_section_bytes,
+     cold_section_explain, cold_section_construct},
 }};
 
 // Every index of this minor version has exactly one row.

@@ -35,6 +35,9 @@ struct SectionCounts {
   uint64_t sequence_priority_length = 0;
   /// SegmentHeader::reanalyse_chunk (1.11): steps per chunk of the reanalyse walk; 0 without (no walk section).
   uint64_t reanalyse_chunk = 0;
+  /// A cold tier (1.11; internal/cold_layout.hpp): then the cold section is there. No header word says so: open
+  /// reads it from the section table entry's bytes, which the row then checks.
+  bool cold = false;
   /// The sum trees per env in the priority section: 0 without priorities; else 1, plus 1 with fresh-step trees,
   /// plus 2 with sequence priorities.
   uint64_t priority_trees() const noexcept {
