@@ -58,6 +58,25 @@ py::dict link_dict(const JournalLink& l) {
                   "seconds"_a = l.seconds, "lag_seconds"_a = l.lag_s, "late"_a = l.late, "error"_a = l.error);
 }
 
+// Journal(buffer, dir, *, bound, keep, compact_ratio, allow_other_owner): the lease is taken without the GIL.
+std::shared_ptr<PyJournal> make_journal(py::handle buffer, const std::filesystem::path& dir, double bound,
+                                        uint32_t keep, double compact_ratio, bool allow_other_owner) {
+  auto j = std::make_shared<PyJournal>();
+  j->dir = dir.string();
+  Buffer b = journal_buffer(buffer, allow_other_owner);
+  py::gil_scoped_release release;
+  j->journal.emplace(std::move(b), j->dir,
+                     JournalOptions{.bound_s = bound, .keep = keep, .compact_ratio = compact_ratio,
+                                    .allow_other_owner = allow_other_owner});
+  return j;
+}
+
+py::dict stats_dict(const JournalStats& s) {
+  return py::dict("links"_a = s.links, "failures"_a = s.failures, "late"_a = s.late, "link"_a = s.link_seq,
+                  "max_lag_seconds"_a = s.max_lag_s, "estimate_seconds"_a = s.estimate_s,
+                  "max_link_seconds"_a = s.max_link_s);
+}
+
 }  // namespace
 
 void bind_journal(py::module_& m) {
@@ -66,17 +85,7 @@ void bind_journal(py::module_& m) {
       "Keeps a buffer durable in a chain directory: every published step is in a synced link at most `bound` seconds "
       "later (docs/design/journal.md). One journal per buffer (LeaseHeld while another lives). start() runs it on a "
       "thread, stop() ends it with a last link; shmreplay.load(dir) restores it.")
-      .def(py::init([](py::handle buffer, const std::filesystem::path& dir, double bound, uint32_t keep,
-                       double compact_ratio, bool allow_other_owner) {
-             auto j = std::make_shared<PyJournal>();
-             j->dir = dir.string();
-             Buffer b = journal_buffer(buffer, allow_other_owner);
-             py::gil_scoped_release release;
-             j->journal.emplace(std::move(b), j->dir,
-                                JournalOptions{.bound_s = bound, .keep = keep, .compact_ratio = compact_ratio,
-                                               .allow_other_owner = allow_other_owner});
-             return j;
-           }),
+      .def(py::init(&make_journal),
            "buffer"_a, "dir"_a, py::kw_only(), "bound"_a = 2.0, "keep"_a = 3, "compact_ratio"_a = 2.0,
            "allow_other_owner"_a = false,
            "Open the buffer (a Buffer, opened again writable, or a name) and take its journal lease (LeaseHeld while "
@@ -114,12 +123,7 @@ void bind_journal(py::module_& m) {
           "bound", [](PyJournal& j) { return j.get("bound").bound_s(); }, "the bound, in seconds")
       .def(
           "stats",
-          [](PyJournal& j) {
-            const JournalStats s = j.get("stats").stats();
-            return py::dict("links"_a = s.links, "failures"_a = s.failures, "late"_a = s.late,
-                            "link"_a = s.link_seq, "max_lag_seconds"_a = s.max_lag_s,
-                            "estimate_seconds"_a = s.estimate_s, "max_link_seconds"_a = s.max_link_s);
-          },
+          [](PyJournal& j) { return stats_dict(j.get("stats").stats()); },
           "What the journal did so far: links, failures, late links, the newest link, the largest lag.")
       .def(
           "close",
