@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -13,6 +12,7 @@
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/walk.hpp"
 #include "shmreplay/error.hpp"
+#include "shmreplay/wait.hpp"
 #include "shmreplay/internal/segment.hpp"
 
 namespace shmreplay {
@@ -91,18 +91,28 @@ std::optional<ReanalyseChunk> Reanalyser::try_next(ReanalyseOrder order) {
                             "field (create it with episodes naming one)",
                             buffer_->name()));
   }
+  // Read before the claim: a load after it gives a newer generation, and the chunk's write-backs are refused.
+  // acquire: pairs with the load's release increment, after its rewrite and walk_reset: a claim made after reading
+  // a load's generation is of the loaded steps.
+  const uint64_t loads = seg.global_control().load_generation.load(std::memory_order_acquire);
   const std::optional<detail::WalkHeld> h = detail::walk_claim_next(seg, slot_, lease_, order);
   if (!h) return std::nullopt;
-  return ReanalyseChunk{h->env, h->first_step, h->end_step, h->chunk, h->pass};
+  return ReanalyseChunk{h->env, h->first_step, h->end_step, h->chunk, h->pass, loads};
 }
 
 std::optional<ReanalyseChunk> Reanalyser::next(ReanalyseOrder order, int64_t timeout_ms) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
-  for (;;) {
-    if (std::optional<ReanalyseChunk> c = try_next(order)) return c;
-    if (timeout_ms >= 0 && std::chrono::steady_clock::now() >= deadline) return std::nullopt;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  if (std::optional<ReanalyseChunk> c = try_next(order)) return c;  // checks the process and the order first
+  const auto deadline = timeout_ms < 0 ? std::chrono::steady_clock::time_point::max()
+                                       : deadline_after_ms(static_cast<uint64_t>(timeout_ms));
+  std::optional<ReanalyseChunk> got;
+  // Sleeps on the walk's futex word between scans; woken by a writer that filled a chunk, a completion, a
+  // give-back or a repair, and re-scans by itself every re-check period (50 ms), which is also when it meets (and
+  // repairs) a dead worker's claims. The scan is the condition: it claims what it finds.
+  detail::sleep_until(detail::walk_wake(segment_of(*buffer_), slot_), deadline, [&] {
+    got = try_next(order);
+    return got.has_value();
+  });
+  return got;
 }
 
 bool Reanalyser::complete(const ReanalyseChunk& chunk, uint64_t target_version) {

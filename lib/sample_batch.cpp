@@ -22,7 +22,8 @@ SampleBatch SampleBatch::borrow(std::vector<MutableFieldBytes> fields, std::span
   return b;
 }
 
-void SampleBatch::prepare(const Schema& schema, std::size_t rows, std::size_t length) {
+void SampleBatch::prepare(const Schema& schema, std::size_t rows, std::size_t length, uint64_t load_generation) {
+  load_generation_ = load_generation;
   weights_.assign(rows, 1.0f);  // grows only: assign keeps the capacity
   selector_rows_ = {};          // the sample call sets its blocks; a peek has none
   const std::size_t nf = schema.size();

@@ -57,6 +57,12 @@ Sampler::Sampler(Buffer& buffer, const SamplerOptions& options) : buffer_(&buffe
 }
 
 Sampler::Sampler(Sampler&& other) noexcept = default;
+
+uint64_t Sampler::loads_seen() const noexcept {
+  // relaxed: a load holds every learner lease while it rewrites the buffer and bumps the word; this Sampler's lease
+  // CAS (acquire) came after its release.
+  return segment_of(*buffer_).global_control().load_generation.load(std::memory_order_relaxed);
+}
 Sampler::~Sampler() = default;
 
 Sampler::LearnerLease::LearnerLease(Buffer* buffer, uint64_t slot, uint64_t word) noexcept

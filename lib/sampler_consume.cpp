@@ -228,7 +228,7 @@ void Sampler::sample_consume(View view, std::size_t batch_size, std::size_t leng
                 fmt::format("cannot consume {} rows of '{}': it holds at most {} steps ({} envs x {})", batch_size,
                             buffer_->name(), seg.num_envs() * seg.capacity(), seg.num_envs(), seg.capacity()));
   }
-  out.prepare(buffer_->schema(), batch_size, length);
+  out.prepare(buffer_->schema(), batch_size, length, loads_seen());
   out.episode_fields_ = buffer_->episode_fields();
   claim_consumed(batch_size, length, o, rng);
   ConsumeState& c = scratch_->consume;

@@ -54,7 +54,7 @@ void Sampler::peek(std::span<const uint64_t> env_ids, SampleBatch& out) {
     throw Error(Errc::invalid_argument, fmt::format("cannot peek into '{}': the list of env ids is empty",
                                                     buffer_->name()));
   }
-  out.prepare(buffer_->schema(), env_ids.size(), 1);
+  out.prepare(buffer_->schema(), env_ids.size(), 1, loads_seen());
   out.episode_fields_ = buffer_->episode_fields();
   Scratch& z = *scratch_;
   sampler_parts::Rounds& r = z.rounds;

@@ -110,7 +110,7 @@ void Sampler::sample_mixture(View view, std::size_t batch_size, std::size_t sequ
   sampler_parts::Reservation reserved(
       segment_of(*buffer_).global_control(),
       wait_for_rate_limit(kMixtureOp, batch_size, options.rate_limit_timeout_ms) ? batch_size : 0);
-  out.prepare(buffer_->schema(), batch_size, sequence_length);
+  out.prepare(buffer_->schema(), batch_size, sequence_length, loads_seen());
   out.episode_fields_ = buffer_->episode_fields();
   std::size_t first = 0;
   for (std::size_t i = 0; i < kSelectors; ++i) {

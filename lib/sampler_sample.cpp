@@ -66,7 +66,7 @@ void Sampler::sample(View view, std::size_t batch_size, std::size_t sequence_len
   begin_window(options, "sample");
   Reservation reserved(segment_of(*buffer_).global_control(),
                        wait_for_rate_limit("sample", batch_size, options.rate_limit_timeout_ms) ? batch_size : 0);
-  out.prepare(buffer_->schema(), batch_size, sequence_length);
+  out.prepare(buffer_->schema(), batch_size, sequence_length, loads_seen());
   out.episode_fields_ = buffer_->episode_fields();
   sample_rows(view, 0, batch_size, sequence_length, distribution_power, options, rng, out);
   if (options.prioritized) finish_weights(out, options.importance_exponent, 0, batch_size);
@@ -95,7 +95,7 @@ void Sampler::sample_mixed(std::size_t replay_batch, std::size_t online_batch, s
   begin_window(options, "sample (mixed)");
   Reservation reserved(segment_of(*buffer_).global_control(),
                        wait_for_rate_limit("sample (mixed)", rows, options.rate_limit_timeout_ms) ? rows : 0);
-  out.prepare(buffer_->schema(), rows, sequence_length);
+  out.prepare(buffer_->schema(), rows, sequence_length, loads_seen());
   out.episode_fields_ = buffer_->episode_fields();
   if (replay_batch > 0) {
     sample_rows(View::replay, 0, replay_batch, sequence_length, distribution_power, options, rng, out);

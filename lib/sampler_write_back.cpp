@@ -67,10 +67,23 @@ void check_write_back_fields(const Buffer& buffer, const detail::StorageSet& sto
   }
 }
 
+// Every row refused and counted, nothing written.
+WriteBackResult refuse_all(std::span<uint8_t> refused, std::size_t n, std::atomic<uint64_t>& counter) noexcept {
+  std::fill(refused.begin(), refused.end(), uint8_t{1});
+  counter.fetch_add(n, std::memory_order_relaxed);
+  return {.applied = 0, .refused = n};
+}
+
 }  // namespace
 
 WriteBackResult Sampler::write_back(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
                                     std::span<const FieldBytes> fields, std::span<uint8_t> refused) {
+  return write_back(env_ids, steps, fields, refused, loads_seen());
+}
+
+WriteBackResult Sampler::write_back(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
+                                    std::span<const FieldBytes> fields, std::span<uint8_t> refused,
+                                    uint64_t load_generation) {
   lease_.check_process("write back into");
   const std::size_t n = env_ids.size();
   if (steps.size() != n || (!refused.empty() && refused.size() != n)) {
@@ -103,6 +116,10 @@ WriteBackResult Sampler::write_back(std::span<const uint64_t> env_ids, std::span
                               copy.steps[i], copy.envs[i], buffer_->name(), i, head));
     }
   }
+  // Handles from before a checkpoint load: the load may have given their step indices other content (an older
+  // checkpoint's steps, then new pushes). No load runs while this Sampler holds its learner lease, so the check
+  // once, here, holds for the whole call.
+  if (load_generation != loads_seen()) return refuse_all(refused, n, scratch_->slot.write_backs_refused);
   copy.order.resize(n);
   for (std::size_t i = 0; i < n; ++i) copy.order[i] = i;
   std::stable_sort(copy.order.begin(), copy.order.end(), [&](std::size_t a, std::size_t b) {

@@ -60,6 +60,10 @@ Writer::Writer(Buffer& buffer, std::span<const uint64_t> env_ids, const WriterOp
     local_[e] = static_cast<uint32_t>(i + 1);
   }
   global_ = &segment_of(buffer).global_control();
+  if (buffer.reanalyse_chunk() != 0) {
+    walk_ = &segment_of(buffer).walk_control();
+    walk_chunk_ = buffer.reanalyse_chunk();
+  }
   lease_word_ = detail::self_lease_word();
   fork_generation_ = detail::fork_generation();
   // Before the first push: whether this process may leave out the fence of notify_waiters (the learner's heavy
@@ -129,6 +133,8 @@ Writer::Writer(Writer&& other) noexcept
       field_bytes_(std::move(other.field_bytes_)),
       plain_fields_(std::move(other.plain_fields_)),
       global_(other.global_),
+      walk_(other.walk_),
+      walk_chunk_(other.walk_chunk_),
       locals_(std::move(other.locals_)),
       priorities_(std::move(other.priorities_)),
       calls_(other.calls_),

@@ -29,6 +29,7 @@
 #include "detail/protocol/cold_seal.hpp"
 #include "detail/protocol/seqlock.hpp"
 #include "detail/storage/staged_kinds.hpp"
+#include "detail/protocol/walk.hpp"
 #include "detail/protocol/wake.hpp"
 #include "shmreplay/error.hpp"
 
@@ -83,7 +84,7 @@ void StepSlot::commit() {
   }
   writer_->finish_step(local_, env_, step_, priority_, detail::coarse_realtime_ns());
   writer_->reserved_[local_] = 0;
-  writer_->notify();
+  writer_->notify(&local_, 1);
   writer_ = nullptr;
 }
 
@@ -188,7 +189,22 @@ bool Writer::stage_episode(uint64_t env, uint64_t step) noexcept {
   return detail::stage_step(*seg_, env, step, flags);
 }
 
-SHMREPLAY_ALWAYS_INLINE void Writer::notify() noexcept { detail::notify_waiters(*global_, !light_notify_); }
+SHMREPLAY_ALWAYS_INLINE void Writer::notify(const uint32_t* locals, std::size_t n) noexcept {
+  detail::notify_waiters(*global_, !light_notify_);
+  // After notify_waiters: its fence (or, registered, the sleeper's heavy fence) orders the head stores before the
+  // load of the walk's sleepers too.
+  if (walk_ != nullptr) [[unlikely]] wake_walkers(locals, n);
+}
+
+// A push call filled a chunk when one of its envs' heads is now a multiple of the chunk (each env got one step).
+void Writer::wake_walkers(const uint32_t* locals, std::size_t n) noexcept {
+  detail::walk_notify_filled(*walk_, [&] {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (control_[locals[i]]->head.load(std::memory_order_relaxed) % walk_chunk_ == 0) return true;
+    }
+    return false;
+  });
+}
 
 // Refuses priorities that do not fit the call or the buffer (before anything is written).
 void Writer::check_priorities(std::size_t count, std::span<const float> priorities) const {
@@ -298,7 +314,7 @@ void Writer::push_impl(std::span<const Id> env_ids, std::span<const FieldBytes> 
   for (std::size_t i = 0; i < n; ++i) {
     write_step(locals_[i], envs_[locals_[i]], fields, i, priorities ? priorities[i] : -1.0, now);
   }
-  notify();
+  notify(locals_.data(), n);
 }
 
 // Claims, fills from row `row` of `fields`, and publishes the next step of leased env `env` (local index `l`).
@@ -365,7 +381,8 @@ void Writer::push_one(uint64_t env_id, std::span<const FieldBytes> fields) {
     return;
   }
   write_step(l1 - 1, env_id, fields, 0, -1.0, detail::coarse_realtime_ns());
-  notify();
+  const uint32_t local = l1 - 1;
+  notify(&local, 1);
 }
 
 StepSlot Writer::reserve(uint64_t env_id) {

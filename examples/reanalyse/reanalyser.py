@@ -41,7 +41,9 @@ def reanalyse(buf, sampler, chunk, params, version):
         return 0, 0
     targets = one_step_targets(params, {k: v[:n] for k, v in steps.items()}, steps["obs"][1:])
     handles = np.arange(first, first + n, dtype=np.int64)
-    applied, refused = sampler.write_back(np.full(n, chunk.env, np.int64), handles, value_target=targets,
+    # load_generation: refused whole if a checkpoint was loaded into the buffer since the chunk was handed out.
+    applied, refused = sampler.write_back(np.full(n, chunk.env, np.int64), handles,
+                                          load_generation=chunk.load_generation, value_target=targets,
                                           target_version=np.full(n, version, np.uint32))
     return applied, int(np.count_nonzero(refused))
 

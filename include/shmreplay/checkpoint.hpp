@@ -56,7 +56,8 @@
 //                             offset and counts        the same, else refused unless allow_mismatch (then the
 //                                                      target keeps its settings and its error restarts at the
 //                                                      middle of its bounds, as `shmreplay limit` does)
-//   learner counters          the file's               the file's
+//   learner counters          the file's (2.4: the     the file's
+//   (2.4: write-backs)        write-back counters too)
 //   episode queues            the file's records       the file's records (the target's own are replaced)
 //   stack restarts, rule      the file's               the rule must be the same, and the target's restart
 //                                                      reserve at least the file's, unless allow_mismatch (the
@@ -74,6 +75,10 @@
 //                             each step's fresh flag   step's fresh flag (none in a file without: not fresh)
 //   sequence priorities (2.3) the file's length; the   must be the same unless allow_mismatch; the windows are
 //                             windows recomputed       recomputed from the loaded weights either way
+//   reanalyse walk (2.4)      the file's chunk; each    the chunk must be the same (2.3 files do not say: not
+//                             loaded chunk's last       checked) unless allow_mismatch; the walk is reset (holds
+//                             target version, due in    dropped), then given the file's versions when the chunk
+//                             a new pass                is the same (else every loaded chunk never reanalysed)
 // A format 1.0 file lacks priorities, limiter, counters, episode records and stack settings: it loads as before
 // (the target keeps its own counters and limiter, every loaded step's priority is the running maximum, a new
 // segment has none of them) with a note that names what the file lacks.
@@ -158,6 +163,7 @@ struct CheckpointEnv {
   uint64_t cap_counts = 0;    ///< (format 2.3) sample-cap counts in the file, one per window step (0 without a cap)
   uint64_t fresh = 0;         ///< (format 2.3) fresh flags in the file, one per window step (initial priority +inf)
   uint64_t queue_tickets = 0; ///< (format 2.3) insertion tickets in the file, one per window step (a consuming queue)
+  uint64_t walk_versions = 0; ///< (format 2.4) target versions + 1 in the file, one per full chunk with a window step
   uint64_t frame_bytes = 0;   ///< (format 2.3) bytes of its compressed frame block, after its records (0 without)
   uint32_t frame_crc = 0;     ///< (format 2.3) CRC-32 of that block
 };
@@ -171,6 +177,8 @@ struct CheckpointLearner {
   uint64_t steps_updated = 0;  ///< steps rewritten in place by the learner
   uint64_t priority_updates = 0;          ///< priorities the learner set
   uint64_t priority_updates_dropped = 0;  ///< ... refused because the step had been overwritten
+  uint64_t write_backs_applied = 0;  ///< (format 2.4) rows write_back rewrote; 0 in older files
+  uint64_t write_backs_refused = 0;  ///< (format 2.4) ... refused (overwritten since, or a load came between)
   /// Equal when every counter is.
   friend bool operator==(const CheckpointLearner&, const CheckpointLearner&) = default;
 };
@@ -245,6 +253,11 @@ struct CheckpointInfo {
   std::optional<double> initial_priority;
   /// L of sequence priorities (format 2.3; CreateOptions::sequence_priority_length); 0 without (and in older files).
   uint64_t sequence_priority_length = 0;
+  /// Steps per chunk of the source's reanalyse walk (format 2.4; CreateOptions::reanalyse_chunk): a load into a new
+  /// segment recreates the walk (each loaded chunk with its saved target version, CheckpointEnv::walk_versions), a
+  /// load into one with another chunk is refused. 0 without a walk; nullopt in older files, which do not say (a
+  /// load then keeps the target's walk, every loaded chunk never reanalysed).
+  std::optional<uint64_t> reanalyse_chunk;
   /// Bytes of one record in the file (format 2.3): schema.step_bytes(), or less when compressed fields are saved as
   /// their compressed records (each such field's bytes in a record are then its u64 newest frame number, and the
   /// env's frame block holds the records). Older files: schema.step_bytes().

@@ -29,6 +29,9 @@ struct ReanalyseChunk {
   uint64_t end_step = 0;    ///< one past its last step: (k + 1) C
   uint64_t chunk = 0;  ///< the chunk index k: its steps are [k C, (k + 1) C) before the clip to what is stored
   uint64_t pass = 0;   ///< the walk's pass it was handed in (from 1)
+  /// The buffer's checkpoint-load generation when it was handed out: pass it to Sampler::write_back with the
+  /// chunk's steps, which refuses them when a checkpoint was loaded into the buffer since.
+  uint64_t load_generation = 0;
   /// Steps of the chunk, end_step - first_step.
   uint64_t steps() const noexcept { return end_step - first_step; }
 };
@@ -55,7 +58,11 @@ class Reanalyser {
   /// O(stored chunks); largest_return O(stored steps). Throws Error(invalid_argument) for largest_return in a
   /// buffer without a reward field (CreateOptions::episodes), and from a forked child of the creating process.
   std::optional<ReanalyseChunk> try_next(ReanalyseOrder order = ReanalyseOrder::oldest_version);
-  /// try_next, polled every millisecond until a chunk is due or `timeout_ms` passes (< 0: no limit).
+  /// try_next, blocking until a chunk is due or `timeout_ms` passes (< 0: no limit); nullopt at the timeout. Sleeps
+  /// on the walk's process-shared futex word, woken by what can make a chunk due: a writer's push call that filled a
+  /// chunk, a completion or give-back (which may end a pass), the repair of a dead worker's claims; it also
+  /// re-scans by itself every re-check period (50 ms; docs/design/waits.md), which is when it repairs a dead
+  /// worker's claims that no one else met. The thread's InterruptCheck runs between slices.
   std::optional<ReanalyseChunk> next(ReanalyseOrder order, int64_t timeout_ms);
   /// Records that `chunk` was reanalysed with targets of version `target_version` and lets it go. Returns false
   /// when nothing was recorded: writers overwrote every step of the chunk meanwhile (counted as stale), or this

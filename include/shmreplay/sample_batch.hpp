@@ -97,6 +97,10 @@ class SampleBatch {
   /// Policy versions (docs/design/policy.md): the current version the last sample call drew against (what the
   /// learners had published; 0 before any publish). Each row's own version is its steps' policy-version field.
   uint64_t policy_version() const noexcept { return policy_version_; }
+  /// The buffer's checkpoint-load generation when the last sample call drew (GlobalControl::load_generation): the
+  /// third part of this batch's handles. Pass it to Sampler::write_back, which refuses every row when a checkpoint
+  /// was loaded into the buffer since (a load may give the same step indices other content).
+  uint64_t load_generation() const noexcept { return load_generation_; }
   /// The oldest policy version the last sample call's window admitted; nullopt when the call had no window.
   std::optional<uint64_t> policy_floor() const noexcept { return policy_floor_; }
   /// The dtype of field `index` of the buffer the batch was last filled from.
@@ -104,10 +108,11 @@ class SampleBatch {
 
  private:
   friend class Sampler;  // fills it
-  void prepare(const Schema& schema, std::size_t rows, std::size_t length);
+  void prepare(const Schema& schema, std::size_t rows, std::size_t length, uint64_t load_generation);
   EpisodeFieldIndices episode_fields_;
   std::vector<DType> field_dtype_;
   uint64_t policy_version_ = 0;
+  uint64_t load_generation_ = 0;
   std::optional<uint64_t> policy_floor_;
 
   bool borrowed_ = false;

@@ -122,7 +122,8 @@ struct PriorityUpdateResult {
 /// What Sampler::write_back did.
 struct WriteBackResult {
   uint64_t applied = 0;  ///< rows whose step was rewritten
-  uint64_t refused = 0;  ///< rows refused because a writer had overwritten the step (or it left the view) since
+  uint64_t refused = 0;  ///< rows refused because a writer had overwritten the step (or it left the view) since,
+                         ///< or a checkpoint was loaded into the buffer since (every row of such a call)
 };
 
 /// How a Sampler retries: given to its constructor.
@@ -319,6 +320,13 @@ class Sampler {
   /// lock of the same env, and the env's writer waits for the rows of its env.
   WriteBackResult write_back(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
                              std::span<const FieldBytes> fields, std::span<uint8_t> refused = {});
+  /// The same for handles of generation `load_generation` (SampleBatch::load_generation(), ReanalyseChunk::
+  /// load_generation): when a checkpoint was loaded into the buffer since (the buffer's generation differs), every
+  /// row is refused and counted, nothing written: a load may give the same step indices other content. Handles
+  /// that outlive the Sampler that sampled them (kept across a load, or a reanalyse worker's chunk) need this form;
+  /// the one without a generation is for handles this Sampler sampled (no load runs while it exists).
+  WriteBackResult write_back(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
+                             std::span<const FieldBytes> fields, std::span<uint8_t> refused, uint64_t load_generation);
   /// The same, with the fields as a braced list.
   WriteBackResult write_back(std::span<const uint64_t> env_ids, std::span<const uint64_t> steps,
                              std::initializer_list<FieldBytes> fields, std::span<uint8_t> refused = {}) {
@@ -352,6 +360,9 @@ class Sampler {
   static void check_batch_shape(const Buffer& buffer, const char* op, std::size_t rows, std::size_t length);
 
  private:
+  // The buffer's checkpoint-load generation (GlobalControl::load_generation), for SampleBatch::prepare. No load runs
+  // while this Sampler holds its learner lease, so it is the same for every call.
+  uint64_t loads_seen() const noexcept;
   // The state of its calls' stages (defined in lib/sampler_parts.hpp): the snapshot's views, the planners
   // (lib/detail/sampling), the rows still to draw, the gather, the work counters. Behind a pointer, so that this
   // header carries none of it.

@@ -51,6 +51,7 @@ namespace shmreplay {
 namespace layout {
 struct EnvControl;     // shmreplay/internal/layout.hpp
 struct GlobalControl;  // idem
+struct WalkControl;    // shmreplay/internal/walk_layout.hpp
 }  // namespace layout
 
 namespace detail {
@@ -245,7 +246,10 @@ class Writer {
   // Whether step `step` of `env`'s own flags end its episode, read from the ring slot as written (the frame ring's
   // episodes rule asks; false without episode fields or under another rule).
   bool step_ends_episode(uint64_t env, uint64_t step) const noexcept;
-  void notify() noexcept;
+  // Wakes the learners (always) and the sleeping reanalyse workers (when one of the call's envs, locals[0..n),
+  // filled a chunk of the walk) after a push call's head stores.
+  void notify(const uint32_t* locals, std::size_t n) noexcept;
+  void wake_walkers(const uint32_t* locals, std::size_t n) noexcept;
   void release_all() noexcept;
   // With options_.wait_for_rate_limit: waits until the limiter admits one step of each env in admit_envs_ (or
   // throws rate_limited, having reserved nothing).
@@ -281,6 +285,8 @@ class Writer {
   std::vector<uint64_t> field_bytes_;  // bytes per step of each field
   std::vector<uint32_t> plain_fields_;  // the plain-ring fields, stored inline (plain_ring.hpp), in schema order
   layout::GlobalControl* global_ = nullptr;  // the buffer's, in the mapping
+  layout::WalkControl* walk_ = nullptr;      // the reanalyse walk's control line (null without a walk)
+  uint64_t walk_chunk_ = 0;                  // its steps per chunk
   std::vector<uint32_t> locals_;       // per position of the current push call: its env's index in envs_
   std::vector<float> priorities_;      // the current push call's priorities, copied once and checked
   uint64_t calls_ = 0;

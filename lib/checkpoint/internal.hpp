@@ -197,6 +197,10 @@ uint64_t save_sampling_extras(const Buffer& b, uint64_t env, uint64_t first_step
 /// Per env, after its step leaves and count words: its fresh leaves, queue tickets and frontier, window trees.
 void load_sampling_extras(Buffer& target, const CheckpointEnv& e, const std::vector<uint8_t>& fresh,
                           const std::vector<uint64_t>& tickets);
+/// (2.4) Writes env `env`'s walk versions (walk_save_versions) at `at`, adding them to `crc` and `section`; returns
+/// the bytes written (0 without a walk).
+uint64_t save_walk_extras(const Buffer& b, uint64_t env, uint64_t first_step, uint64_t head, OutFile& out,
+                          uint64_t at, uint32_t& crc, checkpoint_format::EnvSection& section);
 /// After every env: the queue's next ticket.
 void load_sampling_state(Buffer& target, const CheckpointInfo& info, bool created);
 /// The differences of the sampling settings between `target` and the file, each a sentence.
@@ -249,6 +253,7 @@ inline CheckpointEnv env_of(const checkpoint_format::EnvSection& s, uint64_t off
   e.cap_counts = s.cap_counts;
   e.fresh = s.fresh;
   e.queue_tickets = s.queue_tickets;
+  e.walk_versions = s.walk_versions;
   e.frame_bytes = s.frame_bytes;
   e.frame_crc = static_cast<uint32_t>(s.frame_crc);
   return e;

@@ -250,6 +250,10 @@ uint64_t load_into(Buffer& target, const LoadSources& sources, const LoadOptions
   Progress progress(options.progress, "loading", total);
   EnvWriter writer(target, sources, progress);
   LeftOut left_out(target, last);
+  // The walk starts over (holds dropped, never completed; docs/design/reanalyse.md, "Checkpoints"); a 2.4 file's
+  // env sections then give each loaded chunk its last target version (load_env_extras), and walk_restored below.
+  const bool walk = segment_of(target).reanalyse_chunk() != 0;
+  if (walk) walk_reset(segment_of(target));
   for (const CheckpointEnv& e : last.envs) {
     layout::EnvControl& c = segment_of(target).env_control(e.env);
     // This process is the learner now, the only writer of update_seq: the env is rewritten inside an update
@@ -267,8 +271,12 @@ uint64_t load_into(Buffer& target, const LoadSources& sources, const LoadOptions
   load_global_state(target, last, created, notes);
   load_policy_state(target, last);
   load_sampling_state(target, last, created);
-  // The walk is not saved (docs/design/reanalyse.md, "Checkpoints"): the loaded steps start never reanalysed.
-  if (segment_of(target).reanalyse_chunk() != 0) walk_reset(segment_of(target));
+  if (walk) walk_restored(segment_of(target));
+  // Handles from before the load name step indices the load may have given other content: write_back refuses a
+  // handle whose generation differs (docs/design/write_back.md, "Across a checkpoint load"). release: pairs with a
+  // Reanalyser's acquire load before its claim (the walk is not excluded by the load's leases); a Sampler reads it
+  // after taking a learner lease the load released.
+  segment_of(target).global_control().load_generation.fetch_add(1, std::memory_order_release);
   progress.finish();
   left_out.note(notes);
   return left_out.kept();

@@ -17,6 +17,7 @@
 #include "detail/protocol/consume.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/sequence_priorities.hpp"
+#include "detail/protocol/walk.hpp"
 #include "internal.hpp"
 
 namespace shmreplay::detail {
@@ -42,6 +43,7 @@ void read_sampling_state(const Buffer& b, CheckpointInfo& info) {
   info.queue_next_ticket = seg.consuming_queue() ? seg.queue_control().tickets.load(std::memory_order_relaxed) : 0;
   info.initial_priority = seg.initial_priority();
   info.sequence_priority_length = seg.sequence_priority_length();
+  info.reanalyse_chunk = seg.reanalyse_chunk();
 }
 
 uint64_t save_sampling_extras(const Buffer& b, uint64_t env, uint64_t first_step, uint64_t head, OutFile& out,
@@ -74,6 +76,19 @@ uint64_t save_sampling_extras(const Buffer& b, uint64_t env, uint64_t first_step
     section.queue_tickets = saved.size();
   }
   return bytes;
+}
+
+uint64_t save_walk_extras(const Buffer& b, uint64_t env, uint64_t first_step, uint64_t head, OutFile& out,
+                          uint64_t at, uint32_t& crc, checkpoint_format::EnvSection& section) {
+  section.walk_versions = 0;
+  if (b.reanalyse_chunk() == 0) return 0;
+  std::vector<uint64_t> versions;
+  walk_save_versions(segment_of(b), env, first_step, head, versions);
+  const uint64_t n = versions.size() * sizeof(uint64_t);
+  out.write_at(at, versions.data(), n);
+  crc = crc32(crc, versions.data(), n);
+  section.walk_versions = versions.size();
+  return n;
 }
 
 void load_sampling_extras(Buffer& target, const CheckpointEnv& e, const std::vector<uint8_t>& fresh,
@@ -142,6 +157,11 @@ void sampling_mismatches(const Buffer& target, const CheckpointInfo& info, std::
   if (target.sequence_priority_length() != info.sequence_priority_length) {
     out.push_back(fmt::format("sequence priorities: the segment's length is {}, the checkpoint's {} (0: none)",
                               target.sequence_priority_length(), info.sequence_priority_length));
+  }
+  // (2.4) A 2.3 file does not say: a load keeps the target's walk (reset), as before.
+  if (info.reanalyse_chunk && target.reanalyse_chunk() != *info.reanalyse_chunk) {
+    out.push_back(fmt::format("reanalyse walk: the segment's chunk is {} steps, the checkpoint's {} (0: no walk)",
+                              target.reanalyse_chunk(), *info.reanalyse_chunk));
   }
 }
 

@@ -128,6 +128,8 @@ uint32_t write_learner_block(const CheckpointInfo& info, detail::OutFile& out, u
     b.retries = slot.counters.retries;
     b.online_resets = slot.counters.online_resets;
     b.steps_updated = slot.counters.steps_updated;
+    b.write_backs_applied = slot.counters.write_backs_applied;
+    b.write_backs_refused = slot.counters.write_backs_refused;
     const auto* p = reinterpret_cast<const std::byte*>(&b);
     block.insert(block.end(), p, p + sizeof b);
   }
@@ -152,6 +154,7 @@ void put_sampling_words(const CheckpointInfo& info, CheckpointHeader& h) {
   h.initial_priority_bits =
       info.initial_priority ? std::bit_cast<uint64_t>(*info.initial_priority == 0 ? -0.0 : *info.initial_priority) : 0;
   h.sequence_priority_length = info.sequence_priority_length;
+  h.reanalyse_chunk = info.reanalyse_chunk.value_or(0);  // (2.4)
 }
 
 // The header of the finished file `info` (file_bytes, total_steps and the envs filled), whose meta block is `meta`.
@@ -215,6 +218,8 @@ CheckpointHeader make_header(const CheckpointInfo& info, const std::string& meta
   h.retries = info.learner.retries;
   h.online_resets = info.learner.online_resets;
   h.steps_updated = info.learner.steps_updated;
+  h.write_backs_applied = info.learner.write_backs_applied;  // (2.4)
+  h.write_backs_refused = info.learner.write_backs_refused;
   h.priority_updates = info.learner.priority_updates;
   h.priority_updates_dropped = info.learner.priority_updates_dropped;
   h.extra_bytes = extra_bytes;

@@ -23,6 +23,7 @@
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/rate_limit.hpp"
+#include "detail/protocol/walk.hpp"
 #include "shmreplay/error.hpp"
 
 namespace shmreplay::detail {
@@ -141,6 +142,7 @@ uint64_t save_env_extras(const Buffer& b, uint64_t env, const SavedEnv& saved, O
     section.cap_counts = counts.size();
   }
   bytes += save_sampling_extras(b, env, saved.first_step, saved.head(), out, at + bytes, crc, section);
+  bytes += save_walk_extras(b, env, saved.first_step, saved.head(), out, at + bytes, crc, section);
   section.extra_crc = crc;
   return bytes;
 }
@@ -218,6 +220,7 @@ CreateOptions create_options_of(const CheckpointInfo& info, uint32_t mode) {
   create.consuming_queue = info.consuming_queue;
   create.initial_priority = info.initial_priority;
   create.sequence_priority_length = info.sequence_priority_length;
+  create.reanalyse_chunk = info.reanalyse_chunk.value_or(0);
   if (info.episode_fields.any_flag()) {
     const auto name = [&](const std::optional<std::size_t>& i) { return i ? info.schema[*i].name : std::string(); };
     create.episodes = {name(info.episode_fields.done), name(info.episode_fields.terminated),
@@ -334,6 +337,7 @@ void load_env_extras(Buffer& target, const InFile& in, const CheckpointInfo& inf
   std::vector<uint8_t> counts(static_cast<std::size_t>(e.cap_counts));
   std::vector<uint8_t> fresh(static_cast<std::size_t>(e.fresh));
   std::vector<uint64_t> tickets(static_cast<std::size_t>(e.queue_tickets));
+  std::vector<uint64_t> walk(static_cast<std::size_t>(e.walk_versions));
   uint64_t at = e.records_offset + e.steps * info.record_bytes + e.frame_bytes;
   uint32_t crc = 0;
   const auto read = [&](void* data, uint64_t n) {
@@ -346,6 +350,7 @@ void load_env_extras(Buffer& target, const InFile& in, const CheckpointInfo& inf
   read(counts.data(), counts.size());
   read(fresh.data(), fresh.size());
   read(tickets.data(), tickets.size() * sizeof(uint64_t));
+  read(walk.data(), walk.size() * sizeof(uint64_t));
   if (info.holds_state() && crc != e.extra_crc) {
     throw Error(Errc::corrupt, fmt::format("checkpoint '{}' changed while it was loaded into '{}': env {}'s "
                                            "weights and episode records no longer match their checksum",
@@ -355,6 +360,11 @@ void load_env_extras(Buffer& target, const InFile& in, const CheckpointInfo& inf
   load_env_weights(seg, info, e, weights, notes);
   load_cap_words(target, e, counts);
   load_sampling_extras(target, e, fresh, tickets);
+  // (2.4) Each loaded full chunk's last target version, into the walk load_into reset (none: never reanalysed);
+  // versions of another chunk length (allow_mismatch) would describe other chunks: left out.
+  if (seg.reanalyse_chunk() != 0 && info.reanalyse_chunk == seg.reanalyse_chunk()) {
+    walk_restore_versions(seg, e.env, e.first_step, e.head, walk);
+  }
 
   if (seg.has_episodes() && info.holds_state()) {
     layout::EpisodeControl& c = seg.episode_control(e.env);

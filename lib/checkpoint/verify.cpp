@@ -69,7 +69,8 @@ void read_learner_block(const InFile& in, const CheckpointHeader& h, uint64_t at
     checkpoint_format::LearnerSlotBytes b{};
     std::memcpy(&b, block.data() + r * sizeof b, sizeof b);
     CheckpointLearnerSlot& slot = info.learner_slots[static_cast<std::size_t>(r)];
-    slot.counters = {b.rows_sampled, b.sample_calls, b.retries, b.online_resets, b.steps_updated, 0, 0};
+    slot.counters = {b.rows_sampled,  b.sample_calls, b.retries, b.online_resets, b.steps_updated, 0, 0,
+                     b.write_backs_applied, b.write_backs_refused};  // zeros before 2.4
     slot.online_starts.resize(static_cast<std::size_t>(h.num_envs));
     std::memcpy(slot.online_starts.data(), starts + r * h.num_envs * sizeof(uint64_t), h.num_envs * sizeof(uint64_t));
     for (uint64_t e = 0; e < h.num_envs; ++e) {
@@ -94,6 +95,14 @@ void check_extra_counts(const std::string& path, const std::string& where, const
                               "initial priority +inf and {} a consuming queue",
                               where, e.fresh, e.queue_tickets, e.head - e.first_step, fresh ? "with" : "without",
                               tickets ? "with" : "without"));
+  }
+  // (2.4) One version per full chunk with a window step (first_step <= head was checked before).
+  const uint64_t c = h.format_minor >= 4 ? h.reanalyse_chunk : 0;
+  const uint64_t chunks = c != 0 ? e.head / c - std::min(e.first_step / c, e.head / c) : 0;
+  if (e.walk_versions != chunks) {
+    corrupt(path, fmt::format("{} is inconsistent: {} reanalyse-walk versions for the window [{}, {}) in chunks of {} "
+                              "steps, expected {}",
+                              where, e.walk_versions, e.first_step, e.head, c, chunks));
   }
   if (e.cap_counts != (counts ? e.head - e.first_step : 0) || (h.record_bytes == 0 && e.frame_bytes != 0)) {
     corrupt(path, fmt::format("{} is inconsistent: {} sample-cap counts for a window of {} steps {} a cap; a frame "
@@ -168,7 +177,7 @@ EnvSection read_env_section(const InFile& in, const CheckpointHeader& h, uint64_
   const uint64_t data_at = offset + section;
   // weights, records, counts, flags and tickets: each at most a window (<= 2^40 steps), so the sum cannot overflow
   const uint64_t extra = e.weights * sizeof(float) + e.queued * sizeof(checkpoint_format::EpisodeRecordBytes) +
-                         e.fresh + e.queue_tickets * sizeof(uint64_t);
+                         e.fresh + (e.queue_tickets + e.walk_versions) * sizeof(uint64_t);
   if ((sb != 0 && e.records > (end - data_at) / sb) || e.frame_bytes > end - data_at - e.records * sb ||
       extra > end - data_at - e.records * sb - e.frame_bytes ||
       e.cap_counts > end - data_at - e.records * sb - e.frame_bytes - extra) {
@@ -295,7 +304,7 @@ void check_envs(const InFile& in, const CheckpointHeader& h, CheckpointInfo& inf
     const uint64_t data_bytes = e.records * info.record_bytes;  // records <= 2^40 and record_bytes <= 2^32
     const uint64_t extra_bytes = e.weights * sizeof(float) +
                                  e.queued * sizeof(checkpoint_format::EpisodeRecordBytes) + e.cap_counts +
-                                 e.fresh + e.queue_tickets * sizeof(uint64_t);
+                                 e.fresh + (e.queue_tickets + e.walk_versions) * sizeof(uint64_t);
     if (!headers_only) {
       bytes.check(e, k, offset, data_bytes, extra_bytes);
       if (e.frame_bytes != 0) check_frame_block(in, info, env);

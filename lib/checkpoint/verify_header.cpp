@@ -19,6 +19,7 @@
 #include "shmreplay/error.hpp"
 #include "shmreplay/internal/caps_layout.hpp"
 #include "shmreplay/internal/layout.hpp"
+#include "shmreplay/internal/walk_layout.hpp"
 
 namespace shmreplay::detail {
 namespace {
@@ -78,6 +79,13 @@ void read_sampling_words(const std::string& path, const CheckpointHeader& h, Che
                               h.sequence_priority_length, h.capacity));
   }
   info.sequence_priority_length = h.sequence_priority_length;
+  // (2.4) the reanalyse walk's chunk; an older file does not say (nullopt), and its word is zero.
+  if (h.format_major == 2 && h.format_minor < 4) return;
+  if (h.reanalyse_chunk > std::min(h.capacity, layout::kMaxReanalyseChunk)) {
+    corrupt(path, fmt::format("its reanalyse chunk is {} steps, expected 0 (no walk) to the capacity {}",
+                              h.reanalyse_chunk, h.capacity));
+  }
+  info.reanalyse_chunk = h.reanalyse_chunk;
 }
 
 // The buffer-wide state of a 2.0 header, checked where a value could not have been saved.
@@ -138,8 +146,9 @@ void read_state(const std::string& path, const CheckpointHeader& h, CheckpointIn
   info.limiter.learner_limited = h.learner_limited;
   info.limiter.writers_limited = h.writers_limited;
   info.limiter.writer_timeouts = h.writer_timeouts;
-  info.learner = {h.rows_sampled,  h.sample_calls,     h.retries, h.online_resets, h.steps_updated,
-                  h.priority_updates, h.priority_updates_dropped};
+  info.learner = {h.rows_sampled,     h.sample_calls,           h.retries,
+                  h.online_resets,    h.steps_updated,          h.priority_updates,
+                  h.priority_updates_dropped, h.write_backs_applied, h.write_backs_refused};  // zeros before 2.4
   // Format 2.1: learner slots (0 means one); the block's size follows from them (its contents: check_envs).
   info.max_learners = h.max_learners == 0 ? 1 : h.max_learners;
   if (h.max_learners == 1 || info.max_learners > layout::kMaxLearners) {

@@ -36,6 +36,10 @@ void bind_batch(py::module_& m) {
           "a peek: none)")
       .def_readonly("policy_version", &Batch::policy_version,
                     "the policy version the learners had published when this batch was sampled (0 before any)")
+      .def_readonly("load_generation", &Batch::load_generation,
+                    "the buffer's checkpoint-load generation when this batch was sampled: pass it to "
+                    "Sampler.write_back(load_generation=), which refuses the rows when a checkpoint was loaded into "
+                    "the buffer since")
       .def_readonly("policy_floor", &Batch::policy_floor,
                     "the oldest policy version the sample's window admitted; None when it had no window")
       .def_readonly("rows", &Batch::rows, "rows of the last sample into this batch")

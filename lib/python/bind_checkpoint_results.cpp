@@ -69,6 +69,10 @@ void bind_info_parts(py::module_& m) {
       .def_readonly("priority_updates", &CheckpointLearner::priority_updates, "priorities the learner set")
       .def_readonly("priority_updates_dropped", &CheckpointLearner::priority_updates_dropped,
                     "priority updates refused because the step had been overwritten")
+      .def_readonly("write_backs_applied", &CheckpointLearner::write_backs_applied,
+                    "rows write_back rewrote (format 2.4; 0 in older files)")
+      .def_readonly("write_backs_refused", &CheckpointLearner::write_backs_refused,
+                    "rows write_back refused (format 2.4; 0 in older files)")
       .def(py::self == py::self)
       .def("__repr__", [](const CheckpointLearner& l) {
         return fmt::format("<shmreplay.CheckpointLearner: {} rows in {} sample calls, {} priority updates>",
@@ -99,6 +103,8 @@ void bind_info_parts(py::module_& m) {
 void def_sampling_settings(py::class_<CheckpointInfo>& c) {
   c.def_readonly("initial_priority", &CheckpointInfo::initial_priority, "new steps' priority; None: the running max")
       .def_readonly("sequence_priority_length", &CheckpointInfo::sequence_priority_length, "0: no sequence priorities")
+      .def_readonly("reanalyse_chunk", &CheckpointInfo::reanalyse_chunk,
+                    "steps per chunk of the reanalyse walk; 0 without; None in files older than 2.4")
       .def_readonly("max_times_sampled", &CheckpointInfo::max_times_sampled, "the sample cap; 0 without (2.2)")
       .def_readonly("consuming_queue", &CheckpointInfo::consuming_queue, "whether it was a consuming queue (2.3)")
       .def_readonly("policy_version", &CheckpointInfo::policy_version,

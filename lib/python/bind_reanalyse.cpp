@@ -3,10 +3,10 @@
 #include "bindings.hpp"
 #include "objects.hpp"
 
-#include <chrono>
 #include <cmath>
-#include <thread>
+#include <mutex>
 
+#include "interrupt.hpp"
 #include "shmreplay/reanalyse.hpp"
 
 namespace shmreplay::python {
@@ -15,17 +15,27 @@ using namespace py::literals;
 
 namespace {
 
-// The worker and the buffer it keeps alive. Its calls run with the GIL held (a scan is short beside the network
-// inference a chunk stands for), so Python threads sharing one Reanalyser take turns.
+// The worker and the buffer it keeps alive. One call at a time: next() sleeps with the GIL released, so each call
+// takes `busy` (having released the GIL first: a sleeping next() takes the GIL for its Ctrl-C check) and Python
+// threads sharing one Reanalyser take turns, a call waiting for a sleeping next() to return.
 struct PyReanalyser {
   std::shared_ptr<Buffer> buffer;
   std::optional<Reanalyser> worker;
+  std::mutex busy;
 
   Reanalyser& get(const char* op) {
     if (!worker) throw Error(Errc::invalid_argument, fmt::format("Reanalyser.{}: this Reanalyser is closed", op));
     return *worker;
   }
 };
+
+// Runs `f` holding `r.busy`, with the GIL released (f must not touch Python objects).
+template <class F>
+auto one_at_a_time(PyReanalyser& r, F&& f) {
+  py::gil_scoped_release release;
+  const std::lock_guard<std::mutex> lock(r.busy);
+  return f();
+}
 
 ReanalyseOrder parse_order(const std::string& order) {
   for (const ReanalyseOrder o :
@@ -37,23 +47,19 @@ ReanalyseOrder parse_order(const std::string& order) {
                                                   order));
 }
 
-// next(): try_next polled every millisecond, sleeping with the GIL released; Ctrl-C raises KeyboardInterrupt.
+// next(): Reanalyser::next with the GIL released; Ctrl-C raises KeyboardInterrupt within a re-check period.
 std::optional<ReanalyseChunk> next_chunk(PyReanalyser& r, ReanalyseOrder order, double timeout) {
   if (std::isnan(timeout) || timeout < 0) {
     throw Error(Errc::invalid_argument, fmt::format("Reanalyser.next(): timeout is {}, expected seconds >= 0 (inf: "
                                                     "no limit)",
                                                     timeout));
   }
-  const auto start = std::chrono::steady_clock::now();
-  for (;;) {
-    if (std::optional<ReanalyseChunk> c = r.get("next").try_next(order)) return c;
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= timeout) return std::nullopt;
-    {
-      py::gil_scoped_release release;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-  }
+  const uint64_t ms = timeout_ms("timeout", timeout);
+  const int64_t limit = ms >= static_cast<uint64_t>(INT64_MAX) ? -1 : static_cast<int64_t>(ms);
+  return one_at_a_time(r, [&] {
+    const SignalCheck signals;
+    return r.get("next").next(order, limit);
+  });
 }
 
 void bind_chunk(py::module_& m) {
@@ -66,10 +72,14 @@ void bind_chunk(py::module_& m) {
       .def_readonly("end_step", &ReanalyseChunk::end_step, "one past the chunk's last step")
       .def_readonly("chunk", &ReanalyseChunk::chunk, "the chunk index k: steps [k C, (k + 1) C) before the clip")
       .def_readonly("walk_pass", &ReanalyseChunk::pass, "the walk's pass it was handed in (from 1)")
+      .def_readonly("load_generation", &ReanalyseChunk::load_generation,
+                    "the buffer's checkpoint-load generation when it was handed out: "
+                    "Sampler.write_back(load_generation=) refuses the chunk's rows when a load came since")
       .def_property_readonly("steps", &ReanalyseChunk::steps, "end_step - first_step")
       .def("__repr__", [](const ReanalyseChunk& c) {
-        return fmt::format("ReanalyseChunk(env={}, first_step={}, end_step={}, chunk={}, walk_pass={})", c.env,
-                           c.first_step, c.end_step, c.chunk, c.pass);
+        return fmt::format("ReanalyseChunk(env={}, first_step={}, end_step={}, chunk={}, walk_pass={}, "
+                           "load_generation={})",
+                           c.env, c.first_step, c.end_step, c.chunk, c.pass, c.load_generation);
       });
 }
 
@@ -91,7 +101,10 @@ void bind_reanalyse(py::module_& m) {
            "buffer"_a, "Take one of the walk's 64 worker slots (LeaseHeld when live workers hold every one).")
       .def(
           "try_next",
-          [](PyReanalyser& r, const std::string& order) { return r.get("try_next").try_next(parse_order(order)); },
+          [](PyReanalyser& r, const std::string& order) {
+            const ReanalyseOrder o = parse_order(order);
+            return one_at_a_time(r, [&] { return r.get("try_next").try_next(o); });
+          },
           "order"_a = "oldest_version",
           "The next due chunk in `order` ('oldest_version': never reanalysed, then the lowest target version; "
           "'sweep': the oldest stored chunk; 'largest_return': the largest reward sum), or None when none is due now.")
@@ -101,17 +114,23 @@ void bind_reanalyse(py::module_& m) {
             return next_chunk(r, parse_order(order), timeout);
           },
           "order"_a = "oldest_version", "timeout"_a = std::numeric_limits<double>::infinity(),
-          "try_next, polled every millisecond for up to `timeout` seconds (inf: no limit); None at the timeout.")
+          "try_next, blocking for up to `timeout` seconds (inf: no limit) until a chunk is due; None at the timeout. "
+          "Sleeps on the walk's futex word (woken by a writer filling a chunk, a completion, a give-back, a dead "
+          "worker's repair) with the GIL released; Ctrl-C raises KeyboardInterrupt.")
       .def(
           "complete",
           [](PyReanalyser& r, const ReanalyseChunk& c, Int<"Reanalyser.complete(): target_version"> version) {
-            return r.get("complete").complete(c, version);
+            const uint64_t v = version;
+            return one_at_a_time(r, [&] { return r.get("complete").complete(c, v); });
           },
           "chunk"_a, "target_version"_a,
           "Record that `chunk` was reanalysed with targets of `target_version` and let it go; False when nothing "
           "was recorded (writers overwrote all its steps, or this worker no longer holds it).")
       .def(
-          "give_back", [](PyReanalyser& r, const ReanalyseChunk& c) { return r.get("give_back").give_back(c); },
+          "give_back",
+          [](PyReanalyser& r, const ReanalyseChunk& c) {
+            return one_at_a_time(r, [&] { return r.get("give_back").give_back(c); });
+          },
           "chunk"_a, "Let `chunk` go unrecorded (due again in this pass); False when not held.")
       .def_property_readonly(
           "slot", [](PyReanalyser& r) { return r.get("slot").slot(); }, "the walk's worker slot it holds (0 to 63)")
@@ -120,11 +139,11 @@ void bind_reanalyse(py::module_& m) {
       .def_property_readonly(
           "newest_version", [](PyReanalyser& r) { return r.get("newest_version").newest_version(); },
           "the newest target version a completion recorded (None before any)")
-      .def("close", [](PyReanalyser& r) { r.worker.reset(); },
+      .def("close", [](PyReanalyser& r) { one_at_a_time(r, [&] { r.worker.reset(); }); },
            "Give back the chunks it holds and its worker slot (also done when garbage-collected).")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyReanalyser& r, py::object, py::object, py::object) {
-        r.worker.reset();
+        one_at_a_time(r, [&] { r.worker.reset(); });
         return false;
       });
 }

@@ -214,7 +214,8 @@ void def_sampler_rewrites(SamplerClass& c) {
 void def_sampler_write_back(SamplerClass& c) {
   c.def(
           "write_back",
-          [](PySampler& s, py::object env_ids, py::object steps, const py::kwargs& data) {
+          [](PySampler& s, py::object env_ids, py::object steps,
+             std::optional<Int<"Sampler.write_back(): load_generation">> load_generation, const py::kwargs& data) {
             const std::shared_ptr<Sampler> smp = s.get("write_back");
             const std::vector<uint64_t> ids = env_id_vector("write_back", env_ids, s.buffer->num_envs());
             const std::vector<uint64_t> step_vec = step_vector("write_back", steps, ids.size());
@@ -227,17 +228,21 @@ void def_sampler_write_back(SamplerClass& c) {
               py::gil_scoped_release release;
               std::lock_guard lock(s.mu);
               static_assert(sizeof(bool) == sizeof(uint8_t), "a NumPy bool is one byte");
-              r = smp->write_back(ids, step_vec, fields,
-                                  {reinterpret_cast<uint8_t*>(refused.mutable_data()), ids.size()});
+              const std::span<uint8_t> flags(reinterpret_cast<uint8_t*>(refused.mutable_data()), ids.size());
+              r = load_generation ? smp->write_back(ids, step_vec, fields, flags, *load_generation)
+                                  : smp->write_back(ids, step_vec, fields, flags);
             }
             return py::make_tuple(r.applied, refused);
           },
-          "env_ids"_a, "steps"_a,
+          "env_ids"_a, "steps"_a, py::kw_only(), "load_generation"_a = py::none(),
           "Write reanalysed values back into stored steps by handle (docs/design/write_back.md): each keyword names a "
           "derived field (declared ':derived') and gives an array of shape ``(len(env_ids), *shape)``, rows first. "
-          "The handles are batch.env_ids and batch.starts (plus a row's offset inside a sequence). Returns (applied, "
-          "refused): the rows written, and a bool array, True where the step was overwritten since (refused, never "
-          "written into the newer step). Data for a field that is not derived raises InvalidArgument.");
+          "The handles are batch.env_ids and batch.starts (plus a row's offset inside a sequence), and "
+          "load_generation= batch.load_generation (or a ReanalyseChunk's) for handles this Sampler did not sample: "
+          "when a checkpoint was loaded into the buffer since, every row is refused. Returns (applied, refused): the "
+          "rows written, and a bool array, True where the step was overwritten since or a load came between "
+          "(refused, never written into the newer step). Data for a field that is not derived raises "
+          "InvalidArgument.");
 }
 
 // Sampler's policy versions: publish_policy and policy (docs/design/policy.md).

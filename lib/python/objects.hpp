@@ -31,6 +31,7 @@ struct Batch {
   py::array weights;              // float32 [rows]: importance weights of a prioritized sample, else 1
   std::array<std::size_t, kSelectors> selector_rows{};  // rows per selector of the last sample (SampleBatch's)
   uint64_t policy_version = 0;            // the version the last sample drew against (SampleBatch::policy_version)
+  uint64_t load_generation = 0;           // the buffer's checkpoint loads then (SampleBatch::load_generation)
   std::optional<uint64_t> policy_floor;   // the oldest version its window admitted; nullopt: no window
   std::size_t rows = 0;
   std::size_t length = 0;
@@ -131,6 +132,7 @@ struct Batch {
     part.weights = head(weights);
     part.selector_rows = selector_rows;
     part.policy_version = policy_version;
+    part.load_generation = load_generation;
     part.policy_floor = policy_floor;
     part.rows = n;
     part.length = length;
@@ -398,6 +400,7 @@ struct PySampler {
       std::copy(sb.weights().begin(), sb.weights().end(), weights);
       b.selector_rows = sb.selector_rows();
       b.policy_version = sb.policy_version();
+      b.load_generation = sb.load_generation();
       b.policy_floor = sb.policy_floor();
     }
     if (sb.rows() < rows) return b.first_rows(sb.rows());  // a consuming call's partial batch

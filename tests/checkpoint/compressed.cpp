@@ -136,7 +136,7 @@ TEST_CASE("a checkpoint of compressed fields saves their records as they are, fa
     Writer w(b, {0, 1});
     pusher.push(w, b, 150);  // wrapped twice
     const CheckpointInfo packed = save_checkpoint(b, packed_file.path());
-    CHECK(packed.format_minor == 3);
+    CHECK(packed.format_minor == checkpoint_format::kFormatMinor);
     CHECK(packed.record_bytes == 8 + 4);
     CHECK(packed.envs[0].frame_bytes > 0);
     const CheckpointInfo whole = save_checkpoint(b, decoded_file.path(), {.decode_compressed = true});

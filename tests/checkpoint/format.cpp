@@ -75,7 +75,14 @@ TEST_CASE("the checkpoint format's structs keep their sizes and field offsets") 
   CHECK(offsetof(CheckpointHeader, policy_window) == 416);
   CHECK(offsetof(CheckpointHeader, max_times_sampled) == 424);
   CHECK(offsetof(CheckpointHeader, record_bytes) == 432);  // 2.3: was reserved
+  CHECK(offsetof(CheckpointHeader, sequence_priority_length) == 464);
+  CHECK(offsetof(CheckpointHeader, reanalyse_chunk) == 472);  // 2.4: were reserved
+  CHECK(offsetof(CheckpointHeader, write_backs_applied) == 480);
+  CHECK(offsetof(CheckpointHeader, write_backs_refused) == 488);
+  CHECK(offsetof(CheckpointHeader, reserved) == 496);
   CHECK(sizeof(LearnerSlotBytes) == 64);
+  CHECK(offsetof(LearnerSlotBytes, write_backs_applied) == 40);  // 2.4: were reserved
+  CHECK(offsetof(LearnerSlotBytes, write_backs_refused) == 48);
   CHECK(learner_block_bytes(1, 8) == 0);
   CHECK(learner_block_bytes(3, 8) == 2 * (64 + 8 * 8));
   CHECK(offsetof(CheckpointHeader, meta_crc) == 504);
@@ -88,6 +95,8 @@ TEST_CASE("the checkpoint format's structs keep their sizes and field offsets") 
   CHECK(offsetof(EnvSection, cap_counts) == 120);  // 2.3: were reserved
   CHECK(offsetof(EnvSection, frame_bytes) == 128);
   CHECK(offsetof(EnvSection, frame_crc) == 136);
+  CHECK(offsetof(EnvSection, walk_versions) == 160);  // 2.4: was reserved
+  CHECK(offsetof(EnvSection, reserved) == 168);
   CHECK(sizeof(PackedBlockHeader) == 32);
   CHECK(sizeof(PackedFrameBytes) == 16);
   CHECK(offsetof(EnvSection, data_crc) == 176);
@@ -95,7 +104,7 @@ TEST_CASE("the checkpoint format's structs keep their sizes and field offsets") 
   CHECK(sizeof(EpisodeRecordBytes) == 32);
   CHECK(sizeof(CheckpointTrailer) == 32);
   CHECK(kFormatMajor == 2);
-  CHECK(kFormatMinor == 3);  // 2.3: compressed records as they are, the sample-cap counts
+  CHECK(kFormatMinor == 4);  // 2.4: the reanalyse walk's chunk, the write-back counters
   // Format 1.0, still read.
   CHECK(sizeof(v1::CheckpointHeader) == 160);
   CHECK(offsetof(v1::CheckpointHeader, total_steps) == 64);
@@ -205,14 +214,14 @@ TEST_CASE("verify names what is wrong: not a checkpoint, a segment file, another
   std::string whole = slurp(file.path());
   checkpoint_format::CheckpointHeader h{};
   std::memcpy(&h, whole.data(), sizeof h);
-  h.format_major = 3;  // minor 3, as this library writes
+  h.format_major = 3;  // minor 4, as this library writes
   h.header_crc = 0;
   h.header_crc = detail::crc32(0, &h, sizeof h);
   std::string newer = whole;
   std::memcpy(newer.data(), &h, sizeof h);
   spit(bad.path(), newer);
   CHECK(test::error_of([&] { verify_checkpoint(bad.path()); }, &message) == static_cast<int>(Errc::version_mismatch));
-  CHECK(message.find("format 3.3") != std::string::npos);
+  CHECK(message.find("format 3.4") != std::string::npos);
 
   const CheckpointInfo info = verify_checkpoint(file.path());
   const uint64_t record = info.envs[1].offset + sizeof(checkpoint_format::EnvSection) + 2;

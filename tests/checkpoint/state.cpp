@@ -406,7 +406,7 @@ TEST_CASE("a checkpoint of a buffer with several learner slots gives back each s
     r2.sample(View::replay, 5, 2, 0.0, rng, out);
   }
   const CheckpointInfo saved = save_checkpoint(src, file.path());
-  CHECK(saved.format_minor == 3);
+  CHECK(saved.format_minor == checkpoint_format::kFormatMinor);
   CHECK(saved.max_learners == 3);
   REQUIRE(saved.learner_slots.size() == 2);
   CHECK(saved.learner_slots[0].counters.rows_sampled == 7);

@@ -24,7 +24,7 @@ TEST_CASE("save while a writer process keeps pushing, then load: every restored 
   CHECK(s["num_envs"] == 4);
   CHECK(s["capacity"] == 128);
   CHECK(s["schema_spec"] == kPayloadSpec);
-  CHECK(s["format"] == "2.3");
+  CHECK(s["format"] == "2.4");
   REQUIRE(s["envs"].size() == 4);
   uint64_t total = 0;
   for (const json& e : s["envs"]) {

@@ -151,6 +151,7 @@ TEST_CASE("layout 1.2: GlobalControl puts the learner lease, its counters and th
   CHECK(offsetof(GlobalControl, priority_walk) == 200);
   CHECK(offsetof(GlobalControl, priority_updates) == 208);
   CHECK(offsetof(GlobalControl, priority_updates_dropped) == 216);
+  CHECK(offsetof(GlobalControl, load_generation) == 224);  // 1.11: was reserved[0]
   // 1.4: the rate limiter's settings, its learner side and its writer side.
   CHECK(offsetof(GlobalControl, limiter_index) == 256);
   CHECK(offsetof(GlobalControl, limiter_writer) == 264);

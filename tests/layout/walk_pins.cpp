@@ -19,6 +19,8 @@ TEST_CASE("layout 1.11: the reanalyse-walk section's blocks and its claim and do
   CHECK(offsetof(WalkControl, pass) == 0);
   CHECK(offsetof(WalkControl, newest_version) == 8);
   CHECK(offsetof(WalkControl, repairs) == 16);
+  CHECK(offsetof(WalkControl, wake_seq) == 24);
+  CHECK(offsetof(WalkControl, waiters) == 32);
   CHECK(sizeof(WalkWorker) == 64);
   CHECK(offsetof(WalkWorker, lease) == 0);
   CHECK(offsetof(WalkWorker, start_ticks) == 8);
@@ -26,11 +28,13 @@ TEST_CASE("layout 1.11: the reanalyse-walk section's blocks and its claim and do
   CHECK(offsetof(WalkWorker, takeovers) == 24);
   CHECK(offsetof(WalkWorker, handed) == 32);
   CHECK(offsetof(WalkWorker, completed) == 40);
+  CHECK(offsetof(WalkWorker, waiters) == 48);
   CHECK(sizeof(WalkEnv) == 64);
   CHECK(offsetof(WalkEnv, handed) == 0);
   CHECK(offsetof(WalkEnv, completed) == 8);
   CHECK(offsetof(WalkEnv, rehanded) == 16);
   CHECK(offsetof(WalkEnv, stale) == 24);
+  CHECK(offsetof(WalkEnv, given_back) == 32);
   CHECK(sizeof(WalkChunk) == 32);
   CHECK(offsetof(WalkChunk, claim) == 0);
   CHECK(offsetof(WalkChunk, done) == 8);

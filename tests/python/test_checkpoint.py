@@ -52,7 +52,7 @@ def test_a_loaded_buffer_has_the_steps_priorities_limiter_episodes_and_counters_
         s.update_priorities([0, 1], [9, 2], [0.25, 7.0])
         assert len(s.pop_episodes(max=1)) == 1  # one record popped, the others wait in the queues
         info = shmreplay.save(buf, tmp_path / "a.shmrckpt")
-    assert (info.format, info.holds_state, info.self_contained) == ("2.3", True, True)
+    assert (info.format, info.holds_state, info.self_contained) == ("2.4", True, True)
     assert (info.source_name, info.num_envs, info.capacity, info.total_steps) == (name, 2, 8, 8 + 5)
     assert info.priority_exponent == pytest.approx(0.6)
     assert info.episode_fields == {"done": "done", "reward": "reward"}

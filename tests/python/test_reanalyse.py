@@ -4,6 +4,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -126,3 +128,22 @@ def test_a_mixture_takes_its_reanalysed_fraction_from_the_chunks_completed_with_
     assert len(set(fresh)) > 4
     only = s.sample("replay", 16, 1, reanalysed=True)
     assert all(4 <= t < 8 or 12 <= t < 16 for t in only["step"][:, 0].tolist())
+
+
+def test_next_sleeps_with_the_gil_released_until_a_writer_thread_fills_a_chunk_and_returns_none_at_its_timeout(
+        name, closing, monkeypatch):
+    monkeypatch.setenv("SHMREPLAY_RECHECK_MS", "30000")  # a wake-up that does not come shows as the 20 s timeout
+    buf = shmreplay.Buffer.create(name, 1, 16, SCHEMA, reanalyse_chunk=4)
+    w = shmreplay.Writer(buf, [0])
+    r = shmreplay.Reanalyser(buf)
+    closing += [w, r]
+    push(w, 0, 3)
+    assert r.next("sweep", timeout=0.2) is None
+    got = []
+    t = threading.Thread(target=lambda: got.append(r.next("sweep", timeout=20.0)))
+    t.start()
+    time.sleep(0.3)  # (most likely) asleep in next() by now
+    push(w, 0, 1)  # this thread runs while the other sleeps in next(): the GIL is released
+    t.join(30)
+    assert not t.is_alive()
+    assert got[0] is not None and (got[0].chunk, got[0].first_step, got[0].end_step) == (0, 0, 4)

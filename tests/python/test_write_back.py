@@ -189,3 +189,43 @@ def test_write_backs_racing_a_lapping_writer_a_learner_and_kills_never_land_on_a
     info = info_json(name)
     assert info["learners"][1]["write_backs_applied"] > 0
     assert info["learner"]["write_backs_refused"] > 0  # the writer lapped handles the workers held
+
+
+def test_write_back_refuses_handles_from_before_a_checkpoint_load_into_the_same_buffer(name, tmp_path):
+    b = shmreplay.Buffer.create(name, 1, 32, SCHEMA, reanalyse_chunk=4)
+    w = shmreplay.Writer(b, [0])
+    for s in range(8):
+        push(w, [0], [s])
+    w.close()
+    path = tmp_path / "a.shmrckpt"
+    shmreplay.save(b, path)  # steps 0..7
+    w = shmreplay.Writer(b, [0])
+    for s in range(8, 16):
+        push(w, [0], [s])
+    w.close()
+    s = shmreplay.Sampler(b, seed=1)
+    batch = s.sample("replay", 8, 1)
+    envs, starts, before = batch.env_ids.copy(), batch.starts.copy(), batch.load_generation
+    r = shmreplay.Reanalyser(b)
+    chunk = r.try_next("sweep")
+    s.close()
+    shmreplay.load(path, name)  # head back to 8
+    w = shmreplay.Writer(b, [0])
+    for step in range(8, 16):  # the same step indices again
+        push(w, [0], [step])
+    w.close()
+    s = shmreplay.Sampler(b, seed=2)
+    applied, refused = s.write_back(envs, starts, load_generation=before, target=targets(envs, starts, [3] * 8))
+    assert applied == 0 and refused.all()
+    steps = np.arange(chunk.first_step, chunk.end_step)
+    applied, refused = s.write_back([0] * len(steps), steps, load_generation=chunk.load_generation,
+                                    target=targets([0] * len(steps), steps, [3] * len(steps)))
+    assert applied == 0 and refused.all()
+    now = s.sample("replay", 8, 1)
+    assert now.load_generation != before
+    applied, refused = s.write_back(now.env_ids, now.starts, load_generation=now.load_generation,
+                                    target=targets(now.env_ids, now.starts, [4] * 8))
+    assert applied == 8 and not refused.any()
+    assert info_json(name)["learner"]["write_backs_refused"] == 8 + len(steps)
+    r.close()
+    s.close()

@@ -1,5 +1,6 @@
-// shmreplay/internal/checkpoint_format.hpp: the bytes of a checkpoint file, format 2.3 (what save_checkpoint and
-// save_link write; 2.0 is 2.1 without learner slots, 2.2 is 2.3 without packed records and sample-cap counts) and
+// shmreplay/internal/checkpoint_format.hpp: the bytes of a checkpoint file, format 2.4 (what save_checkpoint and
+// save_link write; 2.0 is 2.1 without learner slots, 2.2 is 2.3 without packed records and sample-cap counts, 2.3
+// is 2.4 without the reanalyse chunk and the write-back counters) and
 // format 1.0 (what earlier releases wrote, which load_checkpoint still reads).
 //
 // Who reads it: lib/checkpoint/ (save.cpp, save_env.cpp, verify.cpp), tests that damage files on purpose, fuzzers.
@@ -51,6 +52,8 @@
 //                           |   fresh flag (initial priority +inf)          |
 //                           | (2.3) tickets: u64 x queue_tickets, each      |
 //                           |   window step's insertion ticket (a queue)    |
+//                           | (2.4) walk: u64 x walk_versions, each window  |
+//                           |   full chunk's target version + 1 (a walk)    |
 //                           | env 1: EnvSection, records, weights, queued   |
 //                           | ...                                           |
 //                           +-----------------------------------------------+
@@ -98,7 +101,12 @@
 // next ticket, the initial priority, the sequence-priority length) and two env-section words (fresh, queue_tickets):
 // a file without compressed fields saved as records, without a sample cap and without fresh flags is a 2.2 file but
 // for its version (a 2.2 reader ignores the new header words: it loads a plain buffer); one with either a 2.2 reader refuses as corrupt (its
-// sections are not where it expects), as it could not decode the records or keep the counts.
+// sections are not where it expects), as it could not decode the records or keep the counts. 2.4 takes three header
+// words (reanalyse_chunk, learner slot 0's write_backs_applied and write_backs_refused), two words of each
+// LearnerSlotBytes (the other slots' write-back counters) and an env-section word (walk_versions), all zero in a 2.3
+// file: a 2.4 file of a buffer without a walk is a 2.3 file but for its version and those words, which a 2.3 reader
+// ignores (it loads without the counters); one with a walk a 2.3 reader refuses as corrupt (its sections are not
+// where it expects).
 #pragma once
 
 #include <cstddef>
@@ -110,8 +118,9 @@ inline constexpr uint64_t kMagic = 0x54504b43524d4853ull;         ///< "SHMRCKPT
 inline constexpr uint64_t kEnvMagic = 0x32564e45524d4853ull;      ///< "SHMRENV2" (format 2)
 inline constexpr uint64_t kTrailerMagic = 0x444e4543524d4853ull;  ///< "SHMRCEND"
 inline constexpr uint32_t kFormatMajor = 2;  ///< the format this library writes
-inline constexpr uint32_t kFormatMinor = 3;  ///< ... minor (2.1: learner slots; 2.2: policy versions, the sample cap;
-                                             ///< 2.3: compressed records as they are, the sample-cap counts)
+inline constexpr uint32_t kFormatMinor = 4;  ///< ... minor (2.1: learner slots; 2.2: policy versions, the sample cap;
+                                             ///< 2.3: compressed records as they are, the sample-cap counts; 2.4:
+                                             ///< the reanalyse walk's chunk, the write-back counters)
 inline constexpr uint64_t kMaxMetaBytes = 1ull << 20;  ///< bound on the name + schema text a loader accepts
 inline constexpr uint32_t kNoField = 0xffffffffu;      ///< an episode field index meaning "none"
 
@@ -189,7 +198,11 @@ struct CheckpointHeader {
   uint64_t initial_priority_bits;    ///< (2.3) f64 bits of CreateOptions::initial_priority (0 is stored as -0.0,
                                      ///< +inf for "never-sampled steps first"); 0: the running maximum
   uint64_t sequence_priority_length; ///< (2.3) CreateOptions::sequence_priority_length; 0 without
-  uint64_t reserved[4];              ///< zero
+  uint64_t reanalyse_chunk;          ///< (2.4) CreateOptions::reanalyse_chunk, steps per chunk of the reanalyse
+                                     ///< walk; 0 without a walk (and in older files, which do not say)
+  uint64_t write_backs_applied;      ///< (2.4) learner slot 0's write_backs_applied (its others are the header's
+  uint64_t write_backs_refused;      ///< (2.4) ... and write_backs_refused   rows_sampled .. steps_updated)
+  uint64_t reserved[1];              ///< zero
   uint32_t meta_crc;                 ///< CRC-32 of the meta block
   uint32_t header_crc;               ///< CRC-32 of this header with header_crc = 0
 };
@@ -220,7 +233,11 @@ struct EnvSection {
                              ///< priority +inf (1: no prioritized draw returned the step yet), else 0; in extra_crc
   uint64_t queue_tickets;    ///< (2.3) u64 insertion tickets after the fresh flags, one per window step, in a
                              ///< consuming queue, else 0; in extra_crc
-  uint64_t reserved[2];      ///< zero
+  uint64_t walk_versions;    ///< (2.4) u64 words after the tickets, with a reanalyse walk (reanalyse_chunk C): one
+                             ///< per full chunk k with a window step, k from first_step / C to head / C - 1: the
+                             ///< target version of its last completion + 1 (0: never reanalysed); else 0; in
+                             ///< extra_crc
+  uint64_t reserved[1];      ///< zero
   uint32_t data_crc;         ///< CRC-32 of the records
   uint32_t extra_crc;        ///< CRC-32 of the weights, then the queued records, counts, flags and tickets
   uint32_t header_crc;       ///< CRC-32 of this section header with header_crc = 0
@@ -242,7 +259,9 @@ struct LearnerSlotBytes {
   uint64_t retries;        ///< ... retries
   uint64_t online_resets;  ///< ... online_resets
   uint64_t steps_updated;  ///< ... steps_updated
-  uint64_t reserved[3];    ///< zero
+  uint64_t write_backs_applied;  ///< (2.4) ... write_backs_applied (0 in older files)
+  uint64_t write_backs_refused;  ///< (2.4) ... write_backs_refused
+  uint64_t reserved[1];    ///< zero
 };
 
 /// (2.3) The frame block of an env whose schema has compressed fields: for each compressed field, in schema order,

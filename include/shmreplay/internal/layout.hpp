@@ -397,7 +397,10 @@ struct alignas(kCacheLineBytes) GlobalControl {
                                            ///< when none; a learner taking over a dead one's lease redoes it
   std::atomic<uint64_t> priority_updates;  ///< priorities the learners set (update_priorities), every slot's
   std::atomic<uint64_t> priority_updates_dropped;  ///< ... refused because the step had been overwritten
-  uint64_t reserved[4];  ///< reserved for a later minor version; zero
+  std::atomic<uint64_t> load_generation;  ///< (1.11) checkpoint loads that rewrote this segment: a handle's
+                                          ///< generation (SampleBatch::load_generation) that differs is refused
+                                          ///< by write_back (a load may give its step indices other content)
+  uint64_t reserved[3];  ///< reserved for a later minor version; zero
   // -- cache line 4: which of the rate limiter's two settings slots (lines 7-8) is in force (since 1.4). A
   //    rewriter fills the other slot and then flips the index, so a rewriter killed at any instruction leaves the
   //    settings in force whole (detail/protocol/rate_limit.hpp) --

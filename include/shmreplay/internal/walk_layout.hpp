@@ -39,7 +39,12 @@ struct alignas(kCacheLineBytes) WalkControl {
   std::atomic<uint64_t> pass;            ///< the pass in progress, from 1: a chunk is due when its done_pass is lower
   std::atomic<uint64_t> newest_version;  ///< the largest target version a completion recorded, + 1; 0 before any
   std::atomic<uint64_t> repairs;         ///< dead worker slots whose claims were given back
-  uint64_t pad[5];
+  /// The workers' sleeping place (Reanalyser::next; detail/protocol/wake.hpp's WakeWord): the sequence whose low 32
+  /// bits are the futex word, bumped by whatever can make a chunk due (a writer filling a chunk, a completion, a
+  /// give-back, a repair) while `waiters` is not 0, and the count of workers sleeping on it.
+  std::atomic<uint64_t> wake_seq;
+  std::atomic<uint64_t> waiters;
+  uint64_t pad[3];
 };
 
 /// One worker slot, one cache line: the lease words (detail/protocol/lease.hpp's LeaseWords order) and the slot's
@@ -51,7 +56,10 @@ struct alignas(kCacheLineBytes) WalkWorker {
   std::atomic<uint64_t> takeovers;    ///< dead workers of the slot whose claims were given back
   std::atomic<uint64_t> handed;       ///< chunks handed to the slot's workers
   std::atomic<uint64_t> completed;    ///< chunks they completed
-  uint64_t pad[2];
+  /// This slot's part of WalkControl::waiters (0 or 1, never ahead of it): what a successor of a worker killed
+  /// while it slept takes back from the global count (forget_waiters).
+  std::atomic<uint64_t> waiters;
+  uint64_t pad[1];
 };
 
 /// One env's walk counters, one cache line (relaxed, informational; any worker adds to them).
@@ -60,7 +68,8 @@ struct alignas(kCacheLineBytes) WalkEnv {
   std::atomic<uint64_t> completed;  ///< chunks completed (their version recorded)
   std::atomic<uint64_t> rehanded;   ///< claims given back because their worker died (the chunk is handed again)
   std::atomic<uint64_t> stale;      ///< completions refused: writers overwrote the chunk's slot meanwhile
-  uint64_t pad[4];
+  std::atomic<uint64_t> given_back;  ///< hand-outs let go unrecorded by a live worker (give_back, its detach)
+  uint64_t pad[3];
 };
 
 /// A chunk slot's done word: walk_done(lap, pass) of its last completion, lap = chunk / walk_slots_per_env (which

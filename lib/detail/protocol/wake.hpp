@@ -1,6 +1,7 @@
 // detail/protocol/wake.hpp: blocking waits across processes, both halves of each handshake (the waker's notify, the
 // sleeper's sleep_until) on a sequence word whose low 32 bits are a process-shared futex word. docs/design/waits.md,
-// "Blocking waits", has the argument that no wake-up is lost. Two sleeping places exist:
+// "Blocking waits", has the argument that no wake-up is lost. The sleeping places (besides the policy
+// window's, detail/protocol/policy.hpp, a WakeWord too):
 // - the learners' (GlobalControl line 2: wake_seq and `waiters`, a count; layout 1.7: and each learner slot's own
 //   count): the learners sleep, writers wake them after publishing. A learner killed while it sleeps leaves both
 //   counts raised; the next learner of its slot subtracts the slot's count from the global one when it takes the
@@ -10,6 +11,8 @@
 //   A count could not be repaired here (a writer killed while it sleeps is not replaced as the learner is), so
 //   each sleeper promises instead to re-check by a time, and the learner wakes only while a promise is pending:
 //   a dead sleeper's promise runs out by itself, two re-check periods after its last.
+// - the reanalyse workers' (WalkControl: wake_seq and waiters, and each worker slot's own count; detail/protocol/
+//   walk.hpp's walk_wake): a count like the learners', repaired when a dead worker's slot is (walk_repair_slot).
 //
 // Who calls what, and what is safe across processes:
 //   notify_waiters      every Writer, after the head stores of a push call; any number of writer processes at
@@ -18,7 +21,9 @@
 //                       a learner waits.
 //   sleep_until         a learner (Sampler::wait, a sample call held back by the limiter), any number at once,
 //   (learner_wake)      each counted in its slot's word too; one membarrier system call per wait (heavy_fence).
-//   forget_waiters      a learner that took over a dead learner's slot.
+//   forget_waiters      a learner that took over a dead learner's slot; a reanalyse worker (or a scan) that
+//                       repairs a dead worker's slot (detail/protocol/walk: the walk's sleeping place is a
+//                       WakeWord of the same kind, walk_wake).
 //   notify_writers      the learner, after counting its samples (count_samples): one fence and one load, and a
 //                       system call only while a waiting writer's promise is pending.
 //   wake_all_writers    a change of the rate limiter's settings (store_rate_limit).
@@ -155,9 +160,12 @@ inline void notify_waiters(layout::GlobalControl& g, bool fenced = true) noexcep
 /// Takes back the waiter counts left raised by a learner that died while waiting in slot `slot_waiters` (its slot's
 /// own count): subtracts them from the global count and zeroes the slot's. The other slots' sleepers stay counted.
 /// Precondition: the caller has just taken over the slot from a dead holder (nobody else changes its count).
-inline void forget_waiters(layout::GlobalControl& g, std::atomic<uint64_t>& slot_waiters) noexcept {
+inline void forget_waiters(std::atomic<uint64_t>& waiters, std::atomic<uint64_t>& slot_waiters) noexcept {
   const uint64_t dead = slot_waiters.exchange(0, std::memory_order_relaxed);
-  if (dead != 0) g.waiters.fetch_sub(dead, std::memory_order_relaxed);
+  if (dead != 0) waiters.fetch_sub(dead, std::memory_order_relaxed);
+}
+inline void forget_waiters(layout::GlobalControl& g, std::atomic<uint64_t>& slot_waiters) noexcept {
+  forget_waiters(g.waiters, slot_waiters);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -140,7 +140,8 @@ std::optional<uint64_t> walk_attach(const Segment& seg, uint64_t me) noexcept {
 }
 
 void walk_detach(const Segment& seg, uint64_t slot, uint64_t me) noexcept {
-  walk_repair_slot(seg, slot);  // our own claims: the Reanalyser gave back what it held; this is the safety net
+  // Our own claims (counted as given back): the Reanalyser gave back what it held; this is the safety net.
+  walk_repair_slot(seg, slot, /*own=*/true);
   release_lease_word(seg.walk_worker(slot).lease, me);
 }
 
@@ -198,6 +199,7 @@ bool walk_complete(const Segment& seg, uint64_t slot, const WalkHeld& held, uint
   let_go(chunk_slot, held.chunk, slot + 1);  // its release publishes version and done to the next claimer
   if (gone) {  // every step of the chunk was overwritten: nothing to record
     seg.walk_env(held.env).stale.fetch_add(1, kRelaxed);
+    walk_notify(seg);  // nothing held may now mean the pass can end
     return false;
   }
   layout::WalkControl& control = seg.walk_control();
@@ -207,14 +209,21 @@ bool walk_complete(const Segment& seg, uint64_t slot, const WalkHeld& held, uint
   }
   seg.walk_env(held.env).completed.fetch_add(1, kRelaxed);
   seg.walk_worker(slot).completed.fetch_add(1, kRelaxed);
+  walk_notify(seg);  // nothing held may now mean the pass can end: the next pass's chunks are due
   return true;
 }
 
 bool walk_give_back(const Segment& seg, uint64_t slot, const WalkHeld& held) noexcept {
-  return let_go(seg.walk_chunks(held.env)[held.chunk % seg.walk_slots()], held.chunk, slot + 1);
+  if (!let_go(seg.walk_chunks(held.env)[held.chunk % seg.walk_slots()], held.chunk, slot + 1)) return false;
+  seg.walk_env(held.env).given_back.fetch_add(1, kRelaxed);
+  walk_notify(seg);  // the chunk is due again
+  return true;
 }
 
-uint64_t walk_repair_slot(const Segment& seg, uint64_t slot) noexcept {
+uint64_t walk_repair_slot(const Segment& seg, uint64_t slot, bool own) noexcept {
+  // A worker killed while it slept in next() left its sleeper counted: take it back, or every push call of every
+  // writer would make a futex system call for nobody (the learners' repair, wake.hpp's forget_waiters).
+  forget_waiters(seg.walk_control().waiters, seg.walk_worker(slot).waiters);
   uint64_t let = 0;
   for (uint64_t env = 0; env < seg.num_envs(); ++env) {
     WalkChunk* chunks = seg.walk_chunks(env);
@@ -224,10 +233,11 @@ uint64_t walk_repair_slot(const Segment& seg, uint64_t slot) noexcept {
       // A dead holder's completion is its done store: made or not, the claim only has to go.
       if (walk_claim_holder(w) == slot + 1 && let_go(chunks[i], walk_claim_chunk(w), slot + 1)) ++env_let;
     }
-    if (env_let != 0) seg.walk_env(env).rehanded.fetch_add(env_let, kRelaxed);
+    if (env_let != 0) (own ? seg.walk_env(env).given_back : seg.walk_env(env).rehanded).fetch_add(env_let, kRelaxed);
     let += env_let;
   }
-  if (let != 0) seg.walk_control().repairs.fetch_add(1, kRelaxed);
+  if (let != 0 && !own) seg.walk_control().repairs.fetch_add(1, kRelaxed);
+  if (let != 0) walk_notify(seg);
   return let;
 }
 
@@ -242,6 +252,52 @@ void walk_reset(const Segment& seg) noexcept {
     }
   }
   seg.walk_control().newest_version.store(0, kRelaxed);
+  walk_notify(seg);  // the loaded steps' chunks are due
+}
+
+void walk_save_versions(const Segment& seg, uint64_t env, uint64_t first_step, uint64_t head,
+                        std::vector<uint64_t>& out) {
+  out.clear();
+  const uint64_t c = seg.reanalyse_chunk();
+  const WalkChunk* chunks = seg.walk_chunks(env);
+  for (uint64_t k = std::min(first_step / c, head / c); k < head / c; ++k) {
+    const WalkChunk& slot = chunks[k % seg.walk_slots()];
+    const uint64_t done = slot.done.load(kRelaxed);
+    const bool mine = walk_claim_chunk(slot.claim.load(kRelaxed)) == k;  // not a newer chunk's slot now
+    out.push_back(mine && done != 0 && walk_done_lap(done) == k / seg.walk_slots() ? slot.version.load(kRelaxed) : 0);
+  }
+}
+
+void walk_restore_versions(const Segment& seg, uint64_t env, uint64_t first_step, uint64_t head,
+                           const std::vector<uint64_t>& versions) noexcept {
+  const uint64_t c = seg.reanalyse_chunk();
+  const uint64_t pass = seg.walk_control().pass.load(kRelaxed);
+  WalkChunk* chunks = seg.walk_chunks(env);
+  const uint64_t first = std::min(first_step / c, head / c);
+  for (uint64_t k = first; k < head / c && k - first < versions.size(); ++k) {
+    const uint64_t v = versions[k - first];
+    if (v == 0) continue;
+    WalkChunk& slot = chunks[k % seg.walk_slots()];
+    slot.version.store(v, kRelaxed);
+    slot.done.store(walk_done(k / seg.walk_slots(), pass), kRelaxed);
+    // release: pairs with the acquire of the next scan's load, which then reads the words above.
+    slot.claim.store(walk_claim(k, 0), std::memory_order_release);
+  }
+}
+
+void walk_restored(const Segment& seg) noexcept {
+  uint64_t newest = 0;
+  for (uint64_t env = 0; env < seg.num_envs(); ++env) {
+    const WalkChunk* chunks = seg.walk_chunks(env);
+    for (uint64_t i = 0; i < seg.walk_slots(); ++i) {
+      if (chunks[i].done.load(kRelaxed) != 0) newest = std::max(newest, chunks[i].version.load(kRelaxed));
+    }
+  }
+  layout::WalkControl& control = seg.walk_control();
+  control.newest_version.store(newest, kRelaxed);
+  // acq_rel: as the scan's CAS that opens a pass: the restored completions (in the pass before) are due in it.
+  control.pass.fetch_add(1, std::memory_order_acq_rel);
+  walk_notify(seg);
 }
 
 void walk_fresh_ranges(const Segment& seg, std::vector<WalkRange>& out) {

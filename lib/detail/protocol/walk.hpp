@@ -7,6 +7,10 @@
 //             When nothing is due and nothing is held, it opens the next pass (a CAS of the pass word).
 //   complete  walk_complete: stores the chunk's pass and target version, then lets the claim go with a release
 //             CAS; walk_give_back lets it go without recording anything.
+//   wait      walk_wake: the workers' sleeping place (Reanalyser::next sleeps there with wake.hpp's sleep_until,
+//             counted in WalkControl::waiters and its slot's own word); walk_notify wakes it after a completion,
+//             a give-back, a repair or a load's reset; a Writer wakes it after a push call that filled a chunk,
+//             only while a worker sleeps (walk_notify_filled: one load per push call otherwise).
 //   repair    walk_repair_slot: for the process that holds a dead worker slot's lease now (a successor, or a
 //             claimer that met the dead slot's claim and took its lease for the moment of the repair): every claim
 //             of the slot is let go (its chunk is due again, in the same pass).
@@ -20,6 +24,7 @@
 
 #include <vector>
 
+#include "detail/protocol/wake.hpp"
 #include "shmreplay/internal/segment.hpp"
 #include "shmreplay/internal/walk_layout.hpp"
 #include "shmreplay/vocabulary.hpp"
@@ -54,13 +59,52 @@ bool walk_complete(const Segment& seg, uint64_t slot, const WalkHeld& held, uint
 /// Lets the chunk's claim go without a completion (it is due again); false when the slot no longer holds it.
 bool walk_give_back(const Segment& seg, uint64_t slot, const WalkHeld& held) noexcept;
 
-/// Repair: lets every claim of worker slot `slot` go and counts them per env (WalkEnv::rehanded). The caller holds
-/// the slot's lease and its previous holder is dead (or gone). Returns the claims let go. O(chunk slots).
-uint64_t walk_repair_slot(const Segment& seg, uint64_t slot) noexcept;
+/// The walk's sleeping place for worker slot `slot`: WalkControl's wake_seq and waiters, and the slot's own count.
+inline WakeWord walk_wake(const Segment& seg, uint64_t slot) noexcept {
+  layout::WalkControl& c = seg.walk_control();
+  return {c.wake_seq, c.waiters, &seg.walk_worker(slot).waiters};
+}
+/// Wakes the workers sleeping in Reanalyser::next (after a store that can make a chunk due: a completion, a
+/// give-back, a repair, a reset). Its own seq_cst fence: rare calls.
+inline void walk_notify(const Segment& seg) noexcept {
+  layout::WalkControl& c = seg.walk_control();
+  notify(WakeWord{c.wake_seq, c.waiters});
+}
+/// Writer side, after a push call's head stores and notify_waiters (whose fence, or the sleeper's heavy fence,
+/// orders those stores before this load): when a worker sleeps and `filled` says the call filled a chunk, wakes
+/// it. One relaxed load per push call while nobody sleeps; `filled` is asked only while someone does.
+template <class Filled>
+inline void walk_notify_filled(layout::WalkControl& c, Filled&& filled) noexcept {
+  if (c.waiters.load(std::memory_order_relaxed) == 0) [[likely]] return;
+  if (!filled()) return;
+  // release: pairs with the sleeper's seq_cst load of wake_seq before it sleeps (FUTEX_WAIT compares it).
+  c.wake_seq.fetch_add(1, std::memory_order_release);
+  futex_wake_all(c.wake_seq);
+}
+
+/// Repair: lets every claim of worker slot `slot` go, counts them per env (WalkEnv::rehanded; given_back when
+/// `own` says the caller is the slot's live worker detaching) and takes back the slot's sleeper count
+/// (forget_waiters). The caller holds the slot's lease and its previous holder is dead (or gone), or `own`. Wakes
+/// the sleeping workers when it let a claim go. Returns the claims let go. O(chunk slots).
+uint64_t walk_repair_slot(const Segment& seg, uint64_t slot, bool own = false) noexcept;
 
 /// A checkpoint load's side: every chunk slot to "not held, never completed" and the newest version to none (the
 /// pass stays: it only grows). A worker that held a chunk finds its completion refused. O(chunk slots).
 void walk_reset(const Segment& seg) noexcept;
+
+/// A checkpoint's side (format 2.4): the target version + 1 of the last completion of each full chunk k of `env`
+/// with a step in [first_step, head), k from first_step / C to head / C - 1 (0: never completed), into `out`.
+/// Relaxed loads of words workers may be changing: a snapshot, as the counters are. O(chunks).
+void walk_save_versions(const Segment& seg, uint64_t env, uint64_t first_step, uint64_t head,
+                        std::vector<uint64_t>& out);
+/// A load's side, after walk_reset and the env's rewrite: each saved version != 0 recorded as a completion of its
+/// chunk in the pass in progress (not held). Then walk_restored, once. The load holds no walk word: a worker that
+/// claims meanwhile loses its claim (its completion is refused).
+void walk_restore_versions(const Segment& seg, uint64_t env, uint64_t first_step, uint64_t head,
+                           const std::vector<uint64_t>& versions) noexcept;
+/// After every env's walk_restore_versions: the newest version is the largest restored, the next pass opens (every
+/// restored chunk is due again, in the order of its version) and the sleeping workers are woken.
+void walk_restored(const Segment& seg) noexcept;
 
 /// The learner's mix (SampleOptions::reanalysed): replaces `out` with the steps of every env's stored full chunks
 /// whose last completion recorded the newest target version, [max(k C, tail), (k + 1) C) each, by env and step;
