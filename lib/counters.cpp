@@ -2,6 +2,7 @@
 // its family in `shmreplay metrics` and of its key in `info --json`; help texts are the families' HELP lines.
 #include "counters.hpp"
 
+#include "detail/protocol/journal.hpp"
 #include "detail/protocol/walk.hpp"
 
 #include <algorithm>
@@ -17,6 +18,7 @@ constexpr auto kPolicy = CounterPresence::policy;
 constexpr auto kCaps = CounterPresence::caps;
 constexpr auto kQueue = CounterPresence::queue;
 constexpr auto kWalk = CounterPresence::walk;
+constexpr auto kJournal = CounterPresence::journal;
 constexpr auto kSince = CounterForm::since_ns;
 constexpr auto kEnv = CounterScope::env;
 constexpr auto kLearner = CounterScope::learner;
@@ -105,6 +107,12 @@ const std::atomic<uint64_t>& stats_word(const LearnerSlotReadWords& w) noexcept 
 }
 
 uint64_t flag(bool b) noexcept { return b ? 1 : 0; }
+
+/// Steps the env published that the journal's newest durable link lacks.
+uint64_t journal_pending(const EnvReading& r) noexcept {
+  const uint64_t durable = journal_durable_head(r.seg, r.env);
+  return r.replay.hi > durable ? r.replay.hi - durable : 0;
+}
 
 // clang-format off
 const EnvCounterRow kEnvRows[] = {
@@ -260,6 +268,14 @@ const EnvCounterRow kEnvRows[] = {
     {{"walk_steps_age_8_up", "shmreplay_env_walk_steps_age_8_up", Type::gauge, "steps",
       "Steps of the env's stored full chunks 8 or more target versions behind the newest", kEnv, kWalk},
      walk_age<5>},
+    // The journal (layout 1.11; docs/design/journal.md): how far the env is durable.
+    {{"journal_durable_head", "shmreplay_env_journal_durable_steps", Type::gauge, "steps",
+      "Steps of the env in the journal's newest durable link: every step below it survives a crash", kEnv, kJournal},
+     [](const EnvReading& r) noexcept { return journal_durable_head(r.seg, r.env); }},
+    {{"journal_pending_steps", "shmreplay_env_journal_pending_steps", Type::gauge, "steps",
+      "Steps the env published that no durable link of the journal holds yet", kEnv, kJournal, {}, true,
+      "NOT DURABLE"},
+     journal_pending},
 };
 
 const LearnerCounterRow kLearnerRows[] = {

@@ -24,6 +24,7 @@
 #include "detail/protocol/episode_queue.hpp"
 #include "detail/protocol/episodes.hpp"
 #include "detail/protocol/learner_slots.hpp"
+#include "detail/protocol/journal.hpp"
 #include "detail/protocol/lease.hpp"
 #include "detail/protocol/priorities.hpp"
 #include "detail/protocol/learner_takeover.hpp"
@@ -160,6 +161,28 @@ WalkInfo walk_info(const Segment& seg) {
   return w;
 }
 
+// The journal section (layout 1.11): the lease's state and the newest link; pending_steps is summed by snapshot().
+JournalInfo journal_info(const Segment& seg) {
+  const detail::JournalReading r = detail::read_journal(seg);
+  JournalInfo j;
+  if (r.lease != 0) {
+    j.state = detail::lease_holder_alive(r.lease) ? OwnerState::alive : OwnerState::dead;
+    j.pid = layout::owner_pid(r.lease);
+    j.since_ns = r.since_ns;
+  }
+  j.bound_s = static_cast<double>(r.bound_ns) * 1e-9;
+  j.link_seq = r.link_seq;
+  j.durable_ns = r.durable_ns;
+  j.done_ns = r.done_ns;
+  j.link_ns = r.link_ns;
+  j.max_lag_ns = r.max_lag_ns;
+  j.links = r.links;
+  j.failures = r.failures;
+  j.late_links = r.bound_misses;
+  j.takeovers = r.takeovers;
+  return j;
+}
+
 std::vector<CompressedFieldInfo> compressed_fields(const Segment& seg) {
   std::vector<CompressedFieldInfo> out;
   for (std::size_t p = 0; p < seg.packed().size(); ++p) {
@@ -178,6 +201,12 @@ std::vector<CompressedFieldInfo> compressed_fields(const Segment& seg) {
 }
 
 }  // namespace
+
+double JournalInfo::lag_s(uint64_t now_ns) const noexcept {
+  if (pending_steps == 0) return 0.0;
+  const uint64_t from = durable_ns != 0 ? durable_ns : since_ns;
+  return from == 0 || now_ns <= from ? 0.0 : static_cast<double>(now_ns - from) * 1e-9;
+}
 
 double CompressedFieldInfo::ratio() const noexcept {
   return record_bytes == 0 ? 0.0 : static_cast<double>(frames * frame_bytes) / static_cast<double>(record_bytes);
@@ -206,6 +235,7 @@ bool counter_applies(const Counter& row, const SegmentInfo& info) noexcept {
     case CounterPresence::caps: return info.max_times_sampled != 0;
     case CounterPresence::queue: return info.consuming_queue;
     case CounterPresence::walk: return info.walk.chunk_steps != 0;
+    case CounterPresence::journal: return info.journal.present();
     default: return true;
   }
 }
@@ -266,12 +296,16 @@ SegmentInfo Inspector::snapshot() const {
   s.consuming_queue = b.consuming_queue();
   s.walk = walk_info(segment_of(b));
   s.cold = cold_info(segment_of(b));
+  s.journal = journal_info(segment_of(b));  // before the envs: their journal rows read the heads after the link
 
   std::map<uint64_t, bool> alive;  // lease word -> liveness, so each owner's /proc entry is read once
   s.envs.reserve(b.num_envs());
   const detail::StorageSet storages(segment_of(b));
   for (uint64_t e = 0; e < b.num_envs(); ++e) s.envs.push_back(env_info(b, e, alive, s, storages));
   s.compressed = compressed_fields(segment_of(b));
+  if (const auto k = counter_index(CounterScope::env, "journal_pending_steps")) {
+    for (const EnvInfo& e : s.envs) s.journal.pending_steps += e.counters[*k];
+  }
   s.live_writers = static_cast<uint64_t>(std::count_if(alive.begin(), alive.end(), [](const auto& kv) { return kv.second; }));
 
   const layout::GlobalControl& g = segment_of(b).global_control();

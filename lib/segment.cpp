@@ -214,6 +214,27 @@ layout::WalkChunk* Segment::walk_chunks(uint64_t env) const noexcept {
          env * walk_slots();
 }
 
+const layout::JournalControl& Segment::journal_control() const noexcept {
+  return *std::launder(reinterpret_cast<const layout::JournalControl*>(base_ + g_.sections[kSectionJournal].offset));
+}
+
+layout::JournalControl& Segment::journal_control() noexcept {
+  assert(!read_only_);
+  return *std::launder(reinterpret_cast<layout::JournalControl*>(base_ + g_.sections[kSectionJournal].offset));
+}
+
+const std::atomic<uint64_t>& Segment::journal_head(uint64_t env) const noexcept {
+  assert(env < g_.num_envs);
+  return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + g_.sections[kSectionJournal].offset +
+                                                                     layout::journal_heads_at()))[env];
+}
+
+std::atomic<uint64_t>& Segment::journal_head(uint64_t env) noexcept {
+  assert(!read_only_ && env < g_.num_envs);
+  return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(base_ + g_.sections[kSectionJournal].offset +
+                                                               layout::journal_heads_at()))[env];
+}
+
 const std::atomic<uint64_t>* Segment::step_meta(uint64_t env) const noexcept {
   assert(has_episodes() && env < g_.num_envs);
   return std::launder(reinterpret_cast<const std::atomic<uint64_t>*>(base_ + g_.sections[kSectionStepMeta].offset)) + env * g_.capacity;

@@ -29,8 +29,9 @@ enum class CounterType : uint8_t { counter, gauge };
 /// one with compressed fields (":lz4", ":zstd=LEVEL"), only for one with a policy-version field (layout 1.11), or
 /// only for one with a sample cap (CreateOptions::max_times_sampled, layout 1.11), or only for a consuming queue
 /// (CreateOptions::consuming_queue, layout 1.11), or only for a buffer with a reanalyse walk
-/// (CreateOptions::reanalyse_chunk, layout 1.11).
-enum class CounterPresence : uint8_t { always, episodes, compressed, policy, caps, queue, walk };
+/// (CreateOptions::reanalyse_chunk, layout 1.11), or only for a buffer that has been journaled (a journal holds its
+/// lease or wrote a link: JournalInfo::present, layout 1.11).
+enum class CounterPresence : uint8_t { always, episodes, compressed, policy, caps, queue, walk, journal };
 
 /// What the value is: a number, or a CLOCK_REALTIME time in ns (0: never) that the exporter turns into the seconds
 /// since then (absent while 0).

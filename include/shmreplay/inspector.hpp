@@ -165,6 +165,31 @@ struct ColdInfo {
   uint64_t file_bytes = 0;  ///< bytes of its env files on disk, headers included
 };
 
+/// The journal (layout 1.11; shmreplay/journal.hpp; docs/design/journal.md): its lease, bound and newest durable
+/// link. Per env, the durable head and the steps not yet durable are the counter table's journal rows.
+struct JournalInfo {
+  OwnerState state = OwnerState::none;  ///< whether a journal holds the lease, and whether it runs
+  uint64_t pid = 0;             ///< the holder's pid (0: none)
+  uint64_t since_ns = 0;        ///< CLOCK_REALTIME when it took the lease (0: none)
+  double bound_s = 0.0;         ///< its bound: published steps are durable within it
+  uint64_t link_seq = 0;        ///< the newest durable link's number in the chain directory; 0 before any
+  uint64_t durable_ns = 0;      ///< CLOCK_REALTIME when that link's save began: every step published before is durable
+  uint64_t done_ns = 0;         ///< CLOCK_REALTIME when it was synced and named
+  uint64_t link_ns = 0;         ///< how long its save took
+  uint64_t max_lag_ns = 0;      ///< the largest lag a link ended (since the buffer's creation)
+  uint64_t links = 0;           ///< links the buffer's journals wrote
+  uint64_t failures = 0;        ///< links that failed
+  uint64_t late_links = 0;      ///< links whose lag passed the bound
+  uint64_t takeovers = 0;       ///< dead journals' leases taken over
+  uint64_t pending_steps = 0;   ///< steps published that the newest durable link lacks, every env together
+  /// Whether the buffer has been journaled at all (a lease held, or a link written).
+  bool present() const noexcept { return state != OwnerState::none || links != 0; }
+  /// The journal's lag at `now_ns`: seconds since the instant up to which every published step is durable (the
+  /// newest link's start, or before the first link the journal's start), while some step is not yet durable; 0
+  /// when every published step is durable.
+  double lag_s(uint64_t now_ns) const noexcept;
+};
+
 /// Everything Inspector::snapshot() reads from a segment: geometry, creation record, per-env and learner state,
 /// episode, priority and rate-limiter counters (what `shmreplay info` prints).
 struct SegmentInfo {
@@ -225,6 +250,7 @@ struct SegmentInfo {
   WalkInfo walk;                   ///< the reanalyse walk (layout 1.11); chunk_steps 0 without
   ColdInfo cold;                   ///< the cold tier (layout 1.11): its steps and bytes; capacity 0 without.
                                    ///< replay_steps and stored_bytes count the rings' steps only
+  JournalInfo journal;             ///< the journal (layout 1.11); present() false when never journaled
 };
 
 /// Consecutive published steps of one env, copied out of the segment (Inspector::read_steps). Each record is one

@@ -7,6 +7,7 @@
 #include "shmreplay/counters.hpp"  // IWYU pragma: export
 #include "shmreplay/error.hpp"      // IWYU pragma: export
 #include "shmreplay/inspector.hpp"  // IWYU pragma: export
+#include "shmreplay/journal.hpp"    // IWYU pragma: export
 #include "shmreplay/nstep.hpp"      // IWYU pragma: export
 #include "shmreplay/policy.hpp"     // IWYU pragma: export
 #include "shmreplay/rate_limit.hpp"  // IWYU pragma: export

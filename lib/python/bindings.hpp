@@ -25,6 +25,7 @@ void bind_sampler(pybind11::module_& m);  // bind_sampler.cpp: Sampler
 void bind_reanalyse(pybind11::module_& m);  // bind_reanalyse.cpp: Reanalyser, ReanalyseChunk (the walk's workers)
 // bind_checkpoint.cpp: save, load, verify, save_link, list_links, Buffer.save, and their result classes
 void bind_checkpoint(pybind11::module_& m);
+void bind_journal(pybind11::module_& m);  // bind_journal.cpp: Journal
 
 /// Sets the Python exception of e's code (shmreplay/_errors.py) with e's message (module.cpp; the module's
 /// exception translator and the vectorcall entries, vectorcall.hpp, both use it).

@@ -75,6 +75,7 @@ PYBIND11_MODULE(_shmreplay, m) {
   bind_sampler(m);
   bind_reanalyse(m);
   bind_checkpoint(m);
+  bind_journal(m);
   // Other interfaces' names for the Python ones (docs/naming.md): rejected with a message naming the right one.
   add_alias_hints(m);
   m.def("_aliases", &alias_rows,

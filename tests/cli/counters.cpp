@@ -11,6 +11,7 @@
 
 #include "detail/os/file.hpp"  // human_bytes, as the CLI prints bytes
 #include "shmreplay/counters.hpp"
+#include "shmreplay/journal.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
 
@@ -106,7 +107,8 @@ TEST_CASE("docs/cli.md's metric table lists every family the exporter writes, wi
   const std::string name = unique_name("cli-counters-doc");
   SegmentGuard guard(name);
   // Every family has a sample: episodes, priorities, a rate limiter, two learner slots, a compressed field, a policy
-  // version, a reanalyse walk, a pushed step, and a writer and a learner holding their leases while the exporter reads.
+  // version, a reanalyse walk, a pushed step, a journal with a link, and a writer and a learner holding their leases
+  // while the exporter reads.
   Buffer b = Buffer::create(name, 2, 16, Schema::parse("obs:f32[2] reward:f32 done:bool pix:u8[8,8]:lz4 version:u32"),
                             {.episodes = {.done = "done", .reward = "reward"}, .policy_version = "version",
                              .priority_exponent = 0.5,
@@ -121,6 +123,9 @@ TEST_CASE("docs/cli.md's metric table lists every family the exporter writes, wi
   w.push_one(0, {FieldBytes{obs, sizeof obs}, FieldBytes{&reward, 4}, FieldBytes{&done, 1}, FieldBytes{pix.data(), 64},
                  FieldBytes{&version, 4}});
   const Sampler learner(b);
+  test::DirGuard journal_dir(fmt::format("/tmp/{}.chain", name));
+  Journal journal(name, journal_dir.path());
+  (void)journal.write_link();
   auto exported = exported_families(run_cli({"metrics", name, "--once"}).out);
   // A consuming queue's families (it refuses a rate limiter, a cap above 1 and compressed fields): from a second
   // buffer, a queue with a pushed step and a learner.
@@ -161,4 +166,39 @@ TEST_CASE("docs/cli.md's metric table lists every family the exporter writes, wi
       if (!c.metric.empty()) CHECK(exported.count(std::string(c.metric)) == 1);
     }
   }
+}
+
+TEST_CASE("info, watch and metrics show a journal's lag: the steps not yet durable per env and in all, and the "
+          "newest durable link") {
+  const std::string name = unique_name("cli-journal");
+  SegmentGuard guard(name);
+  REQUIRE(create_payload(name, 2, 16).exit_code == 0);
+  CHECK_FALSE(contains(run_cli({"info", name}).out, "\njournal "));  // never journaled: no journal line
+  CHECK(parse_json(run_cli({"info", name, "--json"}).out)["journal"].is_null());
+  test::DirGuard dir(fmt::format("/tmp/{}.chain", name));
+  Buffer b = Buffer::open(name);
+  Writer w(b, {0});
+  test::PayloadPusher pusher;
+  for (int i = 0; i < 5; ++i) pusher.push(w, {0});
+  Journal journal(name, dir.path(), {.bound_s = 3.0});
+  (void)journal.write_link();
+  for (int i = 0; i < 2; ++i) pusher.push(w, {0});
+  const json info = parse_json(run_cli({"info", name, "--json"}).out);
+  CHECK(info["journal"]["state"] == "alive");
+  CHECK(info["journal"]["link"] == 1);
+  CHECK(info["journal"]["bound_seconds"] == 3.0);
+  CHECK(info["journal"]["pending_steps"] == 2);
+  CHECK(info["journal"]["lag_seconds"].get<double>() > 0.0);
+  CHECK(info["envs"][0]["journal_durable_head"] == 5);
+  CHECK(info["envs"][0]["journal_pending_steps"] == 2);
+  const CliResult text = run_cli({"info", name});
+  CHECK(contains(line_starting(text.out, "journal"), "2 steps not yet durable"));
+  CHECK(words(line_starting(text.out, "  ENV")).back() == "DURABLE");  // the column NOT DURABLE
+  const json frame = parse_json(run_cli({"watch", name, "--json", "--once", "--interval", "0.01"}).out);
+  CHECK(frame["journal"]["pending_steps"] == 2);
+  CHECK(frame["envs"][0]["journal_pending_steps"] == 2);
+  const CliResult metrics = run_cli({"metrics", name, "--once"});
+  CHECK(contains(metrics.out, fmt::format("shmreplay_journal_pending_steps{{buffer=\"{}\"}} 2\n", name)));
+  CHECK(contains(metrics.out, fmt::format("shmreplay_env_journal_pending_steps{{buffer=\"{}\",env=\"0\"}} 2\n", name)));
+  CHECK(contains(metrics.out, fmt::format("shmreplay_journal_up{{buffer=\"{}\"}} 1\n", name)));
 }

@@ -1,6 +1,9 @@
 // tests/cli/save_load.cpp: `shmreplay save` and `shmreplay load`: under a writer that keeps pushing, progress,
-// refused checkpoints and segments, file modes, and replacing a file.
+// refused checkpoints and segments, file modes, and replacing a file; `shmreplay journal` and the load of its chain.
 // Part of test_cli (tests/CMakeLists.txt); its helpers are in cli_helpers.hpp.
+#include <chrono>
+#include <thread>
+
 #include "shmreplay/internal/checkpoint_format.hpp"
 #include "cli_helpers.hpp"
 
@@ -400,4 +403,34 @@ TEST_CASE("save --every notes a link-like name it does not read, and ends at a l
   CHECK(ended.err.find("error:") == ended.err.rfind("error:"));  // the first link ends the command
   CHECK(contains(ended.err, last));
   CHECK(test::entries_containing(dir.path(), "link-").size() == 5);  // links 1 to 3 and the two planted names
+}
+
+TEST_CASE("journal runs until SIGTERM, refuses a second journal of the buffer meanwhile, and its last link holds "
+          "every step pushed before the signal") {
+  const std::string name = unique_name("cli-journal-run");
+  SegmentGuard guard(name);
+  REQUIRE(create_payload(name, 2, 256).exit_code == 0);
+  test::DirGuard dir(fmt::format("/tmp/{}.chain", name));
+  RunningCli journal({"journal", name, dir.path(), "--bound", "0.2"});
+  Buffer b = Buffer::open(name);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (segment_of(b).journal_control().lease.load() == 0) {
+    REQUIRE(std::chrono::steady_clock::now() < give_up);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const CliResult second = run_cli({"journal", name, dir.path() + "-other"});
+  CHECK(second.exit_code == 1);
+  CHECK(contains(second.err, "a buffer has one journal at a time"));
+  {
+    Writer w(b, {0, 1});
+    test::PayloadPusher pusher;
+    for (int i = 0; i < 40; ++i) pusher.push(w, {0, 1});
+  }
+  CHECK(journal.finish(SIGTERM) == 0);
+  const std::string restored = unique_name("cli-journal-restored");
+  SegmentGuard restored_guard(restored);
+  REQUIRE(run_cli({"load", dir.path(), restored}).exit_code == 0);
+  const Buffer r = Buffer::open(restored, {.read_only = true});
+  CHECK(segment_of(r).env_control(0).head.load() == 40);
+  CHECK(segment_of(r).env_control(1).head.load() == 40);
 }

@@ -66,7 +66,7 @@ TEST_CASE("layout 1.10: SegmentHeader sizes and offsets are pinned") {
   CHECK(kSectionEpisodes == 4);
   CHECK(kSectionStepMeta == 5);
   CHECK(kSectionEpisodeQueues == 6);
-  CHECK(kSectionsUsed == 15);
+  CHECK(kSectionsUsed == 16);
   CHECK(kSectionPriorities == 7);
   CHECK(kSectionLearners == 8);      // 1.7
   CHECK(kSectionLearnerStats == 9);  // 1.8
@@ -74,6 +74,7 @@ TEST_CASE("layout 1.10: SegmentHeader sizes and offsets are pinned") {
   CHECK(kSectionSampleCaps == 11);   // 1.11
   CHECK(kSectionQueue == 12);        // 1.11
   CHECK(kSectionWalk == 13);         // 1.11
+  CHECK(kSectionJournal == 15);      // 1.11 (14: the cold tier's)
 }
 
 TEST_CASE("layout 1.2: FieldDesc sizes and offsets are pinned") {
@@ -402,7 +403,7 @@ TEST_CASE("a segment with episode fields places the episode sections after the d
   const Schema schema = Schema::parse("obs:f32[3] done:bool action:i64[2] reward:f32");
   const Buffer b = Buffer::create(name, 5, 7, schema, {.episodes = {.done = "done", .reward = "reward"}});
   const SegmentHeader& h = segment_of(b).header();
-  CHECK(h.num_sections == 15);
+  CHECK(h.num_sections == 16);
   CHECK(h.episode_queue_capacity == 128);
   // Data: 448 + 64 + 576 (5*7*16 = 560 rounded) + 5*7*4 = 140 -> [4096, 5324); the episode sections follow, each
   // on a cache line.

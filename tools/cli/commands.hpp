@@ -14,6 +14,10 @@
 #include "shmreplay/counters.hpp"
 #include "shmreplay/inspector.hpp"
 
+namespace CLI {
+class App;
+}
+
 namespace shmreplay::cli {
 
 /// Exit codes: success, a runtime failure (the segment, the OS), a usage error (the command line).
@@ -131,6 +135,16 @@ struct SaveArgs {
   int nice = 10;                   ///< added to the process's nice value before the save (0: leave it)
 };
 
+struct JournalArgs {
+  std::string name;
+  std::string dir;
+  double bound = 2.0;   ///< seconds within which a published step is durable
+  uint32_t keep = 3;    ///< the newest links kept as restore points
+  bool verbose = false; ///< a line per link
+  bool json = false;    ///< a JSON object per link
+  bool allow_other_owner = false;
+};
+
 struct MetricsArgs {
   std::vector<std::string> names;  ///< the buffers to export; empty: every shmreplay segment, listed at each scrape
   std::string listen;              ///< HOST:PORT to serve /metrics on (port 0: any free port, printed on stderr)
@@ -157,6 +171,9 @@ int run_watch(const WatchArgs& args);  // watch.cpp
 int run_dump(const DumpArgs& args);    // dump.cpp
 int run_save(const SaveArgs& args);    // save_load.cpp
 int run_load(const LoadArgs& args);    // save_load.cpp
+int run_journal(const JournalArgs& args);  // journal.cpp
+/// The `journal` subcommand's options (journal.cpp keeps them beside the command).
+CLI::App* add_journal(CLI::App& app, JournalArgs& args);
 int run_limit(const LimitArgs& args);  // limit.cpp
 int run_metrics(const MetricsArgs& args);  // metrics.cpp
 

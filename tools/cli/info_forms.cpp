@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "detail/os/owner.hpp"
+#include "detail/os/process.hpp"
 #include "shmreplay/buffer.hpp"
 #include "shmreplay/counters.hpp"
 #include "shmreplay/error.hpp"
@@ -262,6 +263,7 @@ Json info_json(const SegmentInfo& i) {
                                                 {"dir", i.cold.dir},
                                                 {"steps", i.cold.steps},
                                                 {"file_bytes", i.cold.file_bytes}}},
+      {"journal", journal_json(i.journal, detail::realtime_ns())},
       {"schema_spec", i.schema.to_string()},
       {"schema", schema_json(i.schema)},
       {"envs", std::move(envs)},
@@ -367,6 +369,7 @@ void print_info_summary(const SegmentInfo& i) {
   }
   if (i.rate_limit.limit) print_pair("rate limit", rate_limit_text(i.rate_limit));
   print_sampling_policies(i);
+  if (i.journal.present()) print_pair("journal", journal_text(i.journal, detail::realtime_ns()));
   print_pair("sampled", sampled_text(l));
   if (l.age_rows != 0) {  // layout 1.8
     print_pair("sample age", fmt::format("{:.1f} steps behind the head on average ({} counted)",

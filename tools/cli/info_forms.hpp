@@ -35,6 +35,11 @@ std::string policy_text(const PolicyInfo& p);
 /// `info --json`'s priorities' "initial_priority": null (the running maximum), "inf" (never-sampled steps first;
 /// JSON has no infinity), or the value (sampling_forms.cpp).
 Json initial_priority_json(const std::optional<double>& p);
+/// The journal line of `info` and `watch` (journal.cpp): the holder, the bound, the newest durable link, the lag in
+/// seconds and steps; "" for a buffer never journaled.
+std::string journal_text(const JournalInfo& j, uint64_t now_ns);
+/// `info --json`'s "journal" (journal.cpp): JournalInfo with the lag at `now_ns`; null for a buffer never journaled.
+Json journal_json(const JournalInfo& j, uint64_t now_ns);
 /// One `info` summary line: the key in a column of 14, then the value.
 void print_pair(std::string_view key, std::string_view value);
 /// `info`'s lines of the sampling policies: the policy window, the sample cap, the consuming queue.

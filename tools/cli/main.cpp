@@ -10,6 +10,7 @@
 //   shmreplay save NAME FILE [--force] [--decode-compressed] [--nice N] [--progress] [--json] [--allow-other-owner]
 //   shmreplay save NAME DIR --every SECONDS [--keep N] [--count N] [--nice N] [--progress] [--json]
 //                  [--allow-other-owner]
+//   shmreplay journal NAME DIR [--bound SECONDS] [--keep N] [--verbose] [--json] [--allow-other-owner]
 //   shmreplay load FILE|DIR [NAME] [--mode OCTAL] [--progress] [--json] [--allow-other-owner] [--allow-mismatch]
 //   shmreplay limit NAME [--samples-per-insert X] [--error-buffer E] [--min-size-to-sample N] [--off]
 //                   [--max-staleness K|off] [--json]
@@ -326,7 +327,7 @@ CLI::App* add_metrics(CLI::App& app, MetricsArgs& args) {
   return cmd;
 }
 
-constexpr const char* kSubcommands = "create, ls, info, watch, dump, save, load, limit, metrics or rm";
+constexpr const char* kSubcommands = "create, ls, info, watch, dump, save, journal, load, limit, metrics or rm";
 
 // One line for a command-line error: CLI11's message, or a clearer one for an unknown subcommand or for an option
 // another interface spells differently (aliases.hpp: whichever error CLI11 reports first, such an option is the
@@ -367,6 +368,7 @@ struct Subcommands {
   DumpArgs dump_args;
   DumpText dump_raw;
   SaveArgs save_args;
+  JournalArgs journal_args;
   LoadArgs load_args;
   std::string load_mode = "0600";
   LimitArgs limit_args;
@@ -377,6 +379,7 @@ struct Subcommands {
   CLI::App* watch;
   CLI::App* dump;
   CLI::App* save;
+  CLI::App* journal;
   CLI::App* load;
   CLI::App* rm;
   CLI::App* limit;
@@ -389,6 +392,7 @@ struct Subcommands {
         watch(add_watch(app, watch_args, watch_raw)),
         dump(add_dump(app, dump_args, dump_raw)),
         save(add_save(app, save_args)),
+        journal(add_journal(app, journal_args)),
         load(add_load(app, load_args, load_mode)),
         rm(add_rm(app, rm_args)),
         limit(add_limit(app, limit_args)),
@@ -420,6 +424,7 @@ struct Subcommands {
       return run_dump(dump_args);
     }
     if (save->parsed()) return run_save(save_args);
+    if (journal->parsed()) return run_journal(journal_args);
     if (limit->parsed()) return run_limit(limit_args);
     if (metrics->parsed()) return run_metrics(metrics_args);
     if (load->parsed()) {

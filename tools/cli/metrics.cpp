@@ -100,6 +100,7 @@ class Writer {
   void age_histograms();
   void priority_families();
   void limiter_families();
+  void journal_families();
   // The sample of row `c` with value `v`: a since_ns row as the seconds since then, left out while 0.
   void row_sample(const Counter& c, const std::vector<Label>& labels, uint64_t v) {
     if (c.form != CounterForm::since_ns) return x_.sample(labels, v);
@@ -143,6 +144,7 @@ void Writer::all() {
   age_histograms();
   priority_families();
   limiter_families();
+  journal_families();
 }
 
 // Steps and bytes per tier (layout 1.11): "ram", the rings' part of the replay views, and "disk", a cold tier's part
@@ -286,6 +288,37 @@ void Writer::limiter_families() {
              [](const SegmentInfo& i) { return i.rate_limit.limit ? U(i.rate_limit.learner_waiting_rows) : U(); });
   per_buffer("shmreplay_rate_limit_setting_changes_total", Type::counter, "Changes of the limiter's settings",
              [](const SegmentInfo& i) { return i.rate_limit.limit ? U(i.rate_limit.changes) : U(); });
+}
+
+void Writer::journal_families() {  // buffers that have been journaled only (JournalInfo::present)
+  const auto on = [](const SegmentInfo& i) { return i.journal.present(); };
+  per_buffer("shmreplay_journal_up", Type::gauge, "1 while a live journal keeps the buffer durable, 0 when none runs",
+             [on](const SegmentInfo& i) { return on(i) ? U(i.journal.state == OwnerState::alive ? 1u : 0u) : U(); });
+  per_buffer("shmreplay_journal_bound_seconds", Type::gauge, "The journal's bound: steps are durable within it",
+             [on](const SegmentInfo& i) { return on(i) ? D(i.journal.bound_s) : D(); });
+  const uint64_t now = now_;
+  per_buffer("shmreplay_journal_lag_seconds", Type::gauge,
+             "Seconds since the instant up to which every published step is durable, while some step is not yet "
+             "durable (0 when all are)",
+             [on, now](const SegmentInfo& i) { return on(i) ? D(i.journal.lag_s(now)) : D(); });
+  per_buffer("shmreplay_journal_pending_steps", Type::gauge,
+             "Steps published that no durable link holds yet, every env together",
+             [on](const SegmentInfo& i) { return on(i) ? U(i.journal.pending_steps) : U(); });
+  per_buffer("shmreplay_journal_last_link_age_seconds", Type::gauge, "Seconds since the newest durable link was synced",
+             [now](const SegmentInfo& i) {
+               return i.journal.done_ns != 0 ? D(seconds_since(i.journal.done_ns, now)) : D();
+             });
+  per_buffer("shmreplay_journal_link_seconds", Type::gauge, "How long the newest durable link's save took",
+             [](const SegmentInfo& i) { return i.journal.link_seq != 0 ? D(static_cast<double>(i.journal.link_ns) * 1e-9) : D(); });
+  per_buffer("shmreplay_journal_max_lag_seconds", Type::gauge, "The largest lag a link of the journal ended",
+             [on](const SegmentInfo& i) { return on(i) ? D(static_cast<double>(i.journal.max_lag_ns) * 1e-9) : D(); });
+  per_buffer("shmreplay_journal_links_total", Type::counter, "Links the buffer's journals wrote",
+             [on](const SegmentInfo& i) { return on(i) ? U(i.journal.links) : U(); });
+  per_buffer("shmreplay_journal_late_links_total", Type::counter, "Links whose lag passed the journal's bound",
+             [on](const SegmentInfo& i) { return on(i) ? U(i.journal.late_links) : U(); });
+  per_buffer("shmreplay_journal_link_failures_total", Type::counter,
+             "Links that failed (the chain stayed as it was, and the journal tried again)",
+             [on](const SegmentInfo& i) { return on(i) ? U(i.journal.failures) : U(); });
 }
 
 }  // namespace

@@ -289,6 +289,7 @@ std::vector<std::string> frame_lines(const WatchArgs& args, const SegmentInfo& s
   }
   if (s.rate_limit.limit) pair("rate limit", rate_limit_text(s.rate_limit));
   for (const auto& [key, text] : compressed_lines(s)) pair(key, text);
+  if (s.journal.present()) pair("journal", journal_text(s.journal, detail::realtime_ns()));
   lines.emplace_back();
 
   std::vector<Table::Column> headers{{"ENV", Align::right},    {"FILL"},
@@ -391,6 +392,7 @@ Json frame_json(const SegmentInfo& s, const Rates& r, bool removed) {
                                                {"learner_waiting_rows", s.rate_limit.learner_waiting_rows},
                                                {"writer_waiters", s.rate_limit.writer_waiters}}
                                         : Json(nullptr)},
+      {"journal", journal_json(s.journal, detail::realtime_ns())},
       {"envs", std::move(envs)},
   };
 }

@@ -108,6 +108,11 @@
 //   sections[kCold]     +--------------------------------------------------+
 //                       | ColdControl (capacity, format, directory) 512 B  |
 //                       | ColdEnv[num_envs] (cold claimed, head)   64 B    |
+//                       +--------------------------------------------------+ 64-byte aligned
+//   Since 1.11, in every buffer (internal/journal_layout.hpp):
+//   sections[kJournal]  +--------------------------------------------------+
+//                       | JournalControl (lease, bound, newest link) 128 B |
+//                       | durable heads [num_envs] u64                     |
 //                       +--------------------------------------------------+ total_bytes (page multiple)
 //
 // Rules that every reader relies on:
@@ -178,10 +183,12 @@ enum SectionIndex : uint32_t {
                               ///< internal/walk_layout.hpp)
   kSectionCold = 14,          ///< ColdControl, then ColdEnv[num_envs]: the cold tier's identity and each env's cold
                               ///< seqlock (since 1.11; 0 bytes without a cold tier; internal/cold_layout.hpp)
-  kSectionsUsed = 15,  ///< sections this minor version defines; the rest of the table is zero
+  kSectionJournal = 15,       ///< JournalControl, then u64 [num_envs] durable heads (since 1.11; every buffer;
+                              ///< internal/journal_layout.hpp)
+  kSectionsUsed = 16,  ///< sections this minor version defines; the rest of the table is zero
 };
 inline constexpr std::size_t kMaxSections = 16;  ///< entries of the section table (1.10: room for six more; 1.11
-                                                 ///< took five)
+                                                 ///< took them all)
 inline constexpr uint64_t kMaxLearners = 64;    ///< learner slots of a segment, at most (1.7)
 
 /// One entry of the section table: where a section lies in the segment.

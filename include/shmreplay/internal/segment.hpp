@@ -29,6 +29,7 @@
 
 #include "shmreplay/internal/caps_layout.hpp"
 #include "shmreplay/internal/cold_layout.hpp"
+#include "shmreplay/internal/journal_layout.hpp"
 #include "shmreplay/internal/layout.hpp"
 #include "shmreplay/internal/policy_layout.hpp"
 #include "shmreplay/internal/queue_layout.hpp"
@@ -315,6 +316,14 @@ class Segment {
   /// Hands this Segment its cold files' mappings (create and open only, before the Segment is shared).
   void attach_cold(ColdMapping cold) noexcept { cold_ = std::move(cold); }
 
+  /// The journal section (layout 1.11; internal/journal_layout.hpp; every buffer): the journal's lease, bound and
+  /// newest durable link, and env `env`'s durable head. Only the journal stores, through the mutable overloads.
+  const layout::JournalControl& journal_control() const noexcept;
+  /// The same, writable (a writable mapping only).
+  layout::JournalControl& journal_control() noexcept;
+  const std::atomic<uint64_t>& journal_head(uint64_t env) const noexcept;
+  /// The same, writable (a writable mapping only).
+  std::atomic<uint64_t>& journal_head(uint64_t env) noexcept;
   /// The segment-wide control block (learner slot 0's lease and counters, wake word, limiter).
   const layout::GlobalControl& global_control() const noexcept;
   /// The same, writable (a writable mapping only).

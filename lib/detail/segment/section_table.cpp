@@ -12,6 +12,7 @@
 #include "detail/os/file.hpp"
 #include "shmreplay/internal/caps_layout.hpp"
 #include "shmreplay/internal/cold_layout.hpp"
+#include "shmreplay/internal/journal_layout.hpp"
 #include "shmreplay/internal/policy_layout.hpp"
 #include "shmreplay/internal/queue_layout.hpp"
 #include "shmreplay/internal/walk_layout.hpp"
@@ -236,6 +237,19 @@ void cold_section_construct(std::byte* start, const SectionCounts& c) {
   construct_blocks<ColdEnv>(start + cold_envs_at(), c.num_envs);
 }
 
+// -- the journal section (1.11): in every buffer --
+
+std::optional<uint64_t> journal_section_bytes(const SectionCounts& c) {
+  return journal_heads_at() + c.num_envs * 8;  // num_envs is bounded by kMaxEnvs
+}
+std::string journal_section_explain(const SectionCounts& c) {
+  return fmt::format("{} bytes and {} envs x 8 bytes", sizeof(JournalControl), c.num_envs);
+}
+void journal_section_construct(std::byte* start, const SectionCounts& c) {
+  construct_blocks<JournalControl>(start, 1);
+  zero_atomics(start + journal_heads_at(), c.num_envs);
+}
+
 constexpr SectionSize kExact = SectionSize::exact;
 
 // Placement order. Rows: id, name, since, size rule, open's alignment, create's alignment, bytes, explain, construct.
@@ -270,6 +284,8 @@ constexpr std::array<SectionRow, kSectionsUsed> kRows = {{
      walk_section_explain, walk_section_construct},
     {kSectionCold, "the cold-tier section", 11, kExact, kCacheLineBytes, kCacheLineBytes, cold_section_bytes,
      cold_section_explain, cold_section_construct},
+    {kSectionJournal, "the journal section", 11, kExact, kCacheLineBytes, kCacheLineBytes, journal_section_bytes,
+     journal_section_explain, journal_section_construct},
 }};
 
 // Every index of this minor version has exactly one row.
