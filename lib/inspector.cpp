@@ -366,9 +366,13 @@ bool prepend_cold_steps(const Segment& seg, uint64_t env, uint64_t first_step, u
   if (lo >= hi) return true;
   if (detail::cold_sealed(ce) < hi) return false;
   std::vector<std::byte> cold(static_cast<std::size_t>((hi - lo) * out.record_bytes));
-  for (uint64_t t = lo; t < hi; ++t) {
-    std::memcpy(cold.data() + (t - lo) * out.record_bytes, seg.cold_records(env) + (t % cold_cap) * out.record_bytes,
-                out.record_bytes);
+  for (std::size_t f = 0; f < out.field_offsets.size(); ++f) {  // the files are column-major: scatter into records
+    const uint64_t bytes = seg.schema()[f].bytes();
+    const std::byte* column = seg.cold_column(env, f);
+    for (uint64_t t = lo; t < hi; ++t) {
+      std::memcpy(cold.data() + (t - lo) * out.record_bytes + out.field_offsets[f], column + (t % cold_cap) * bytes,
+                  bytes);
+    }
   }
   detail::end_copies();  // the acquire fence before the cold claim is read again
   const uint64_t keep_from = std::clamp(detail::cold_intact_from(detail::cold_read_end(ce), cold_cap), lo, hi);

@@ -140,13 +140,14 @@ class ChunkGather {
   }
 
  private:
-  // The first lines of cold row k's records, kSmallAhead rows ahead of its copy, so that the rows' misses overlap as
-  // the ring rows' do (gather.hpp).
+  // The first lines of cold row k's run in each field's column, kSmallAhead rows ahead of its copy, so that the rows'
+  // misses overlap as the ring rows' do (gather.hpp).
   void prefetch_cold(std::size_t k) const noexcept {
     const detail::ColdRow& r = cold_[k];
-    const uint64_t record_bytes = seg_->cold_record_bytes();
-    detail::prefetch_bytes(seg_->cold_records(r.env) + (r.start % seg_->cold_capacity()) * record_bytes,
-                           record_bytes * length_, 4);
+    const uint64_t index = r.start % seg_->cold_capacity();
+    for (std::size_t f = 0; f < field_bytes_.size(); ++f) {
+      detail::prefetch_bytes(seg_->cold_column(r.env, f) + index * field_bytes_[f], field_bytes_[f] * length_, 2);
+    }
   }
 
   // Throws Error(corrupt) when a noted fault lies in row `r`, which passed validation.

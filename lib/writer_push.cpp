@@ -123,16 +123,15 @@ void Writer::seal_cold(uint32_t local) noexcept {
   layout::ColdEnv& cold = seg_->cold_env(env);
   if (!detail::cold_due(cold, t)) return;  // a predecessor killed after its seal of t did it
   detail::cold_claim(cold, t);
-  std::byte* record = seg_->cold_records(env) + (t % cold_capacity_) * seg_->cold_record_bytes();
+  const uint64_t index = t % cold_capacity_;  // the step's index in each field's column
   const uint64_t slot = env * capacity_ + t % capacity_;
   const uint64_t next = t % capacity_ + 1 == capacity_ ? slot + 1 - capacity_ : slot + 1;  // step t + 1's slot
   for (const uint32_t f : plain_fields_) {  // every field is plain in a tiered buffer (create refuses the others)
-    const std::byte* from = field_base_[f] + slot * field_bytes_[f];
-    detail::copy_bytes(record, from, field_bytes_[f]);
-    record += field_bytes_[f];
+    std::byte* to = seg_->cold_column(env, f) + index * field_bytes_[f];
+    detail::copy_bytes(to, field_base_[f] + slot * field_bytes_[f], field_bytes_[f]);
     __builtin_prefetch(field_base_[f] + next * field_bytes_[f]);  // the next seal's step, written a lap ago
+    __builtin_prefetch(to + field_bytes_[f], 1);                  // its value's place in the column
   }
-  __builtin_prefetch(record);  // the next record
   detail::cold_publish(cold, t);
 }
 

@@ -4,6 +4,7 @@
 // Part of test_cli (tests/CMakeLists.txt); its helpers are in cli_helpers.hpp.
 #include "cli_helpers.hpp"
 
+#include <filesystem>
 #include <map>
 #include <set>
 #include <tuple>
@@ -136,6 +137,16 @@ TEST_CASE("docs/cli.md's metric table lists every family the exporter writes, wi
   qw.push_one(0, {FieldBytes{&x, 1}});
   const Sampler queue_learner(q);
   for (const auto& [family, described] : exported_families(run_cli({"metrics", queue_name, "--once"}).out)) {
+    if (exported.count(family) == 0 || exported.at(family).second.empty()) exported[family] = described;
+  }
+  // A cold tier's families (layout 1.11; it refuses priorities, episodes, caps): from a third, tiered buffer.
+  const std::string cold_name = unique_name("cli-counters-cold");
+  SegmentGuard cold_guard(cold_name);
+  const shmreplay::test::DirGuard cold_dir("/tmp/" + unique_name("cli-counters-cold-dir"));
+  std::filesystem::create_directories(cold_dir.path());
+  const Buffer c =
+      Buffer::create(cold_name, 1, 4, Schema::parse("x:u8"), {.cold_capacity = 4, .cold_dir = cold_dir.path()});
+  for (const auto& [family, described] : exported_families(run_cli({"metrics", cold_name, "--once"}).out)) {
     if (exported.count(family) == 0 || exported.at(family).second.empty()) exported[family] = described;
   }
   const auto documented = documented_families();

@@ -319,6 +319,36 @@ TEST_CASE("metrics --once: Prometheus's parser accepts the text, with every lear
   CHECK_MESSAGE(contains(lint, "rc=0"), lint);
 }
 
+TEST_CASE("metrics and watch give a tiered buffer's steps and bytes per tier: the rings' in RAM, the cold tier's on "
+          "disk") {
+  const std::string name = unique_name("metrics_tiers");
+  SegmentGuard guard(name);
+  const test::DirGuard dir("/tmp/" + unique_name("metrics-tiers-dir"));
+  std::filesystem::create_directories(dir.path());
+  Buffer buf = Buffer::create(name, 2, 8, test::kPayloadSchema, {.cold_capacity = 100, .cold_dir = dir.path()});
+  {
+    Writer w(buf, {0, 1});
+    test::PayloadPusher pusher;
+    for (int i = 0; i < 20; ++i) pusher.push(w, {0, 1});  // per env: 8 steps in the ring, 12 sealed on disk
+  }
+  const uint64_t step = test::kPayloadSchema.step_bytes();
+  const CliResult r = run_cli({"metrics", name, "--once"});
+  REQUIRE(r.exit_code == 0);
+  const auto tier = [&](std::string_view family, std::string_view t, uint64_t v) {
+    return fmt::format("shmreplay_tier_{}{{buffer=\"{}\",tier=\"{}\"}} {}\n", family, name, t, v);
+  };
+  CHECK(contains(r.out, tier("steps", "ram", 16)));
+  CHECK(contains(r.out, tier("steps", "disk", 24)));
+  CHECK(contains(r.out, tier("bytes", "ram", 16 * step)));
+  CHECK(contains(r.out, tier("bytes", "disk", 24 * step)));
+  CHECK(contains(r.out, fmt::format("shmreplay_cold_file_bytes{{buffer=\"{}\"}} {}\n", name,
+                                    2 * (4096 + 100 * step))));
+  const CliResult watch = run_cli({"watch", name, "--once", "--interval", "0.02"});
+  REQUIRE(watch.exit_code == 0);
+  CHECK(contains(watch.out, "on disk     24 steps (12.0% full)"));
+  Buffer::remove(name);
+}
+
 TEST_CASE("metrics serves only the buffers of the user running it unless --all-users: another user's segment is left "
           "out of an every-buffer scrape, and a named one reads buffer_up 0 with a note on stderr") {
   const std::string mine = unique_name("metrics_mine");

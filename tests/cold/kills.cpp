@@ -52,10 +52,12 @@ TEST_CASE("a writer SIGKILLed at random points leaves no torn row and loses noth
       const uint64_t claimed = segment_of(b).env_control(e).claimed.load() & layout::kClaimMask;
       CHECK(sealed + kCap >= claimed);  // sealed before the claim that reclaimed its slot
       const uint64_t from = sealed > kCold ? sealed - kCold : 0;
-      const std::byte* records = segment_of(b).cold_records(e);
       for (uint64_t t = from; t < sealed; ++t) {
-        const std::string bytes(reinterpret_cast<const char*>(records + (t % kCold) * kPayloadSchema.step_bytes()),
-                                kPayloadSchema.step_bytes());
+        std::string bytes;  // the step's values from each field's column (the files are column-major)
+        for (std::size_t f = 0; f < kPayloadSchema.size(); ++f) {
+          const uint64_t field = kPayloadSchema[f].bytes();
+          bytes.append(reinterpret_cast<const char*>(segment_of(b).cold_column(e, f) + (t % kCold) * field), field);
+        }
         if (ce.claimed.load() > t + kCold) continue;  // a seal killed mid-copy reuses this record: not stored
         REQUIRE_MESSAGE(bytes == payload_bytes(e, t), "env ", e, " cold step ", t);
       }

@@ -7,9 +7,15 @@
 // trials interleaved; ratio: the median over rounds of the tiered buffer's rows/s over the all-in-RAM buffer's. The
 // cold files are in the page cache (they were just written); a run on a cold page cache reads the disk instead.
 // Pushing: one step into every env of a buffer without a tier and of the tiered one, both full (every push seals a
-// step), interleaved; ratio likewise.
+// step), interleaved; ratio likewise. With --cold-cache, also sampling right after the tiered files' pages were
+// evicted from the page cache (madvise(MADV_PAGEOUT) on this process's mapping, the only one), so that the calls read
+// the disk: rows/s of the first calls, against the warm rate.
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -21,6 +27,7 @@
 #include "bench_cli.hpp"
 #include "median_rate.hpp"
 #include "shmreplay/error.hpp"
+#include "shmreplay/internal/segment.hpp"
 #include "shmreplay/sampler.hpp"
 #include "shmreplay/writer.hpp"
 
@@ -36,6 +43,8 @@ struct Options : bench::TrialOptions {
   uint32_t cold = 15 * 1024;
   uint32_t batch = 256;
   std::string cold_dir = "/var/tmp";
+  bool cold_cache = false;
+  uint32_t cold_calls = 16;
 };
 
 // One push of a step into every env (push_one per env), the fields' bytes reused.
@@ -89,6 +98,58 @@ void run_sampling(const Options& o, Buffer& ram, Buffer& tiered) {
   fmt::print("\nratio: rows/s over the all-in-RAM buffer's in the same round, median over rounds\n\n");
 }
 
+// Evicts the tiered buffer's cold files from the page cache (their pages are mapped by this process only; written
+// back first, as reclaim skips dirty pages); returns the pages still resident after it, by mincore.
+uint64_t evict_cold(Buffer& tiered) {
+  const Segment& seg = segment_of(tiered);
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  uint64_t resident = 0;
+  for (uint64_t e = 0; e < seg.num_envs(); ++e) {
+    const auto from = reinterpret_cast<uintptr_t>(seg.cold_column(e, 0)) & ~(page - 1);
+    const auto to = reinterpret_cast<uintptr_t>(seg.cold_column(e, 0)) + seg.cold_capacity() * seg.cold_record_bytes();
+    const std::size_t bytes = to - from;
+    if (::msync(reinterpret_cast<void*>(from), bytes, MS_SYNC) != 0) throw_errno(errno, "msync");  // clean first
+    if (::madvise(reinterpret_cast<void*>(from), bytes, MADV_PAGEOUT) != 0) {
+      throw_errno(errno, "madvise(MADV_PAGEOUT)");
+    }
+    std::vector<unsigned char> in((bytes + page - 1) / page);
+    if (::mincore(reinterpret_cast<void*>(from), bytes, in.data()) != 0) throw_errno(errno, "mincore");
+    for (const unsigned char c : in) resident += c & 1u;
+  }
+  return resident;
+}
+
+// Sampling right after evict_cold: `cold_calls` calls per round, their rows/s, median over the trials.
+void run_cold_cache(const Options& o, Buffer& tiered) {
+  Sampler s(tiered);
+  Rng rng(11);
+  SampleBatch batch;
+  fmt::print("## Sampling the tiered buffer on a cold page cache\n\n");
+  fmt::print("The first {} calls of {} rows after its cold files' pages were evicted (madvise(MADV_PAGEOUT)), "
+             "median of {} rounds; warm: the same calls with the pages cached\n\n",
+             o.cold_calls, o.batch, o.trials);
+  fmt::print("| sequence length | page cache | rows/s | ratio | pages still cached after the eviction |\n"
+             "|--:|---|--:|--:|--:|\n");
+  for (const std::size_t len : {std::size_t{1}, std::size_t{16}}) {
+    std::vector<double> cold;
+    std::vector<double> warm;
+    uint64_t resident = 0;
+    for (uint32_t t = 0; t < o.trials; ++t) {
+      for (const bool evict : {true, false}) {
+        if (evict) resident = std::max(resident, evict_cold(tiered));
+        const auto start = std::chrono::steady_clock::now();
+        for (uint32_t c = 0; c < o.cold_calls; ++c) s.sample(View::replay, o.batch, len, 0.0, rng, batch);
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        (evict ? cold : warm).push_back(static_cast<double>(o.cold_calls) * o.batch / secs);
+      }
+    }
+    fmt::print("| {} | warm | {:.3f} M | 1.000 | |\n", len, bench::median(warm) / 1e6);
+    fmt::print("| {} | cold | {:.3f} M | {:.3f} | {} |\n", len, bench::median(cold) / 1e6,
+               bench::median_ratio(cold, warm), resident);
+  }
+  fmt::print("\n");
+}
+
 void run_pushing(const Options& o, const std::string& base, Buffer& tiered) {
   Buffer plain = Buffer::create(base + "-plain", o.envs, o.capacity, kStep, {.replace = true});
   const bench::RemoveBuffer remove_plain(plain.name());
@@ -124,6 +185,7 @@ int run(const Options& o) {
   fill(ram, o.envs, o.capacity + o.cold);
   fill(tiered, o.envs, o.capacity + o.cold);
   run_sampling(o, ram, tiered);
+  if (o.cold_cache) run_cold_cache(o, tiered);
   run_pushing(o, base, tiered);
   return 0;
 }
@@ -138,6 +200,9 @@ int main(int argc, char** argv) {
   app.add_option("--capacity", o.capacity, "Ring steps per env (default 1024)")->check(CLI::Range(16u, 1u << 24));
   app.add_option("--cold", o.cold, "Steps per env on disk (default 15360)")->check(CLI::Range(1u, 1u << 30));
   app.add_option("--batch", o.batch, "Rows per call (default 256)")->check(CLI::Range(1u, 1u << 16));
+  app.add_flag("--cold-cache", o.cold_cache, "Also sample right after evicting the cold files from the page cache");
+  app.add_option("--cold-calls", o.cold_calls, "Calls timed after each eviction (default 16)")
+      ->check(CLI::Range(1u, 1u << 20));
   app.add_option("--cold-dir", o.cold_dir, "The cold tier's directory, on the disk to measure (default /var/tmp)");
   return bench::bench_main(
       app, argc, argv,

@@ -96,6 +96,7 @@ class Writer {
 
  private:
   void buffer_families();
+  void tier_families();
   void age_histograms();
   void priority_families();
   void limiter_families();
@@ -146,6 +147,29 @@ void Writer::all() {
   journal_families();
 }
 
+// Steps and bytes per tier (layout 1.11): "ram", the rings' part of the replay views, and "disk", a cold tier's part
+// (a buffer without one has no disk sample), and the cold files' size.
+void Writer::tier_families() {
+  x_.family("shmreplay_tier_steps", Type::gauge,
+            "Stored steps of the replay views per tier (ram: the rings, disk: the cold tier)");
+  for (const Scraped& b : buffers_) {
+    if (!b.info) continue;
+    x_.sample({{"buffer", b.name}, {"tier", "ram"}}, b.info->replay_steps);
+    if (b.info->cold.capacity != 0) x_.sample({{"buffer", b.name}, {"tier", "disk"}}, b.info->cold.steps);
+  }
+  x_.family("shmreplay_tier_bytes", Type::gauge,
+            "Bytes the stored steps of each tier occupy (ram: the rings, disk: the cold tier)");
+  for (const Scraped& b : buffers_) {
+    if (!b.info) continue;
+    x_.sample({{"buffer", b.name}, {"tier", "ram"}}, b.info->stored_bytes);
+    if (b.info->cold.capacity != 0) {
+      x_.sample({{"buffer", b.name}, {"tier", "disk"}}, b.info->cold.steps * b.info->step_bytes);
+    }
+  }
+  per_buffer("shmreplay_cold_file_bytes", Type::gauge, "Bytes of the cold tier's files on disk, headers included",
+             [](const SegmentInfo& i) { return i.cold.capacity == 0 ? U() : U(i.cold.file_bytes); });
+}
+
 void Writer::buffer_families() {
   x_.family("shmreplay_buffer_up", Type::gauge, "1 when the buffer's segment opened and was read, 0 when not");
   for (const Scraped& b : buffers_) x_.sample({{"buffer", b.name}}, uint64_t{b.info ? 1u : 0u});
@@ -162,6 +186,7 @@ void Writer::buffer_families() {
              [](const SegmentInfo& i) { return U(i.step_bytes); });
   per_buffer("shmreplay_max_learners", Type::gauge, "Learner slots of the buffer",
              [](const SegmentInfo& i) { return U(i.learners.size()); });
+  tier_families();
 
   // inserts and samples
   per_buffer("shmreplay_inserts_total", Type::counter, "Steps published since creation, every env together",

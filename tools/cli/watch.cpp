@@ -274,6 +274,11 @@ std::vector<std::string> frame_lines(const WatchArgs& args, const SegmentInfo& s
                                 l.rows_sampled, l.retries, rate_text(r.retries), write_backs_text(l)));
   pair("replay", fmt::format("{} steps ({} full)", s.replay_steps, percent(s.replay_steps, s.num_envs * s.capacity)));
   pair("online", fmt::format("{} steps", s.online_steps));
+  if (s.cold.capacity != 0) {  // (layout 1.11) the replay view's steps per tier: the rings above, the cold tier's here
+    pair("on disk", fmt::format("{} steps ({} full), {} of them, {} of files", s.cold.steps,
+                                percent(s.cold.steps, s.num_envs * s.cold.capacity),
+                                human_bytes(s.cold.steps * s.step_bytes), human_bytes(s.cold.file_bytes)));
+  }
   const WriterCounts w = count_writers(s);
   pair("writers", fmt::format("{} alive, {} dead, {} env{} without a writer", w.alive, w.dead, w.free,
                               w.free == 1 ? "" : "s"));

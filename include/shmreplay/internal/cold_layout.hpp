@@ -17,8 +17,9 @@
 // On disk, per env e, the file <cold_dir>/<segment name>.cold/env-<e>:
 //
 //   offset 0 ---------> ColdFileHeader (kColdRecordsOffset bytes, zero-padded)
-//   offset 4096 ------> record[cold_capacity], record_bytes each: cold step t in record t % cold_capacity, the
-//                       step's fields in schema order, back to back (as a checkpoint's step records)
+//   offset 4096 ------> per field f in schema order, its column: cold_capacity values of the field's bytes, cold
+//                       step t's at index t % cold_capacity (column-major, as the ring's field arrays;
+//                       record_bytes = the step's bytes, cold_capacity x record_bytes in all)
 //
 // Segment-resident: fixed-width words only.
 #pragma once

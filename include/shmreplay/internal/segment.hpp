@@ -88,8 +88,9 @@ struct SegmentGeometry {
 /// records and what unmaps them. Made by create and open only, handed to the Segment with attach_cold.
 struct ColdMapping {
   uint64_t cold_capacity = 0;           ///< records per env file
-  uint64_t record_bytes = 0;            ///< bytes per record: one step, its fields back to back
-  std::vector<std::byte*> records;      ///< per env, its record 0 in this process's mapping of its file
+  uint64_t record_bytes = 0;            ///< bytes of one step's fields together
+  std::vector<std::byte*> records;      ///< per env, the start of its records in this process's mapping of its file
+  std::vector<uint64_t> columns;        ///< per field, where its column starts from records: cold_capacity x offset
   std::shared_ptr<void> maps;           ///< unmaps every file's mapping when the last owner lets go
 };
 
@@ -300,12 +301,15 @@ class Segment {
     return std::launder(reinterpret_cast<layout::ColdEnv*>(base_ + g_.sections[layout::kSectionCold].offset +
                                                            layout::cold_envs_at()))[env];
   }
-  /// Env `env`'s cold records, cold_capacity() of cold_record_bytes() each: cold step t in record t % cold_capacity.
-  const std::byte* cold_records(uint64_t env) const noexcept { return cold_.records[env]; }
+  /// Env `env`'s cold column of field `field` (the files are column-major), cold_capacity() values of the field's
+  /// bytes each: cold step t's value at index t % cold_capacity.
+  const std::byte* cold_column(uint64_t env, std::size_t field) const noexcept {
+    return cold_.records[env] + cold_.columns[field];
+  }
   /// The same, writable (a writable mapping only: the files are mapped as the segment is).
-  std::byte* cold_records(uint64_t env) noexcept {
+  std::byte* cold_column(uint64_t env, std::size_t field) noexcept {
     assert(!read_only_);
-    return cold_.records[env];
+    return cold_.records[env] + cold_.columns[field];
   }
   /// Whether the segment has a cold section (create placed one, or open accepted one): then it has a cold tier.
   bool has_cold_section() const noexcept { return g_.sections[layout::kSectionCold].bytes != 0; }

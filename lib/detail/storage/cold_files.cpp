@@ -79,8 +79,8 @@ UniqueFd make_env_file(int dir_fd, uint64_t env, uint64_t file_bytes, const Cold
 }
 
 // Maps each env file of `fds` (`file_bytes` each) into a ColdMapping.
-ColdMapping map_files(std::vector<UniqueFd>& fds, uint64_t file_bytes, const ColdControl& cc, bool writable,
-                      const std::string& where) {
+ColdMapping map_files(std::vector<UniqueFd>& fds, uint64_t file_bytes, const ColdControl& cc, const Schema& schema,
+                      bool writable, const std::string& where) {
   struct Maps {
     std::vector<std::pair<void*, std::size_t>> list;
     ~Maps() {
@@ -91,6 +91,11 @@ ColdMapping map_files(std::vector<UniqueFd>& fds, uint64_t file_bytes, const Col
   ColdMapping m;
   m.cold_capacity = cc.cold_capacity;
   m.record_bytes = cc.record_bytes;
+  uint64_t column = 0;  // per field a column of cold_capacity values, in schema order
+  for (const Field& f : schema.fields()) {
+    m.columns.push_back(column);
+    column += cc.cold_capacity * f.bytes();
+  }
   for (std::size_t e = 0; e < fds.size(); ++e) {
     void* addr = ::mmap(nullptr, file_bytes, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fds[e].get(), 0);
     if (addr == MAP_FAILED) throw_errno(errno, fmt::format("cannot map the cold file '{}/{}'", where, env_file(e)));
@@ -161,7 +166,7 @@ void fill_cold_dir(Segment& seg, const ColdOptions& o, const std::string& path) 
                             layout::kColdRecordsOffset, h.creation_time_ns, h.creator_pid};
     fds.push_back(make_env_file(dir_fd.get(), e, file_bytes_of(cc), fh, o.mode, path));
   }
-  seg.attach_cold(map_files(fds, file_bytes_of(cc), cc, /*writable=*/true, path));
+  seg.attach_cold(map_files(fds, file_bytes_of(cc), cc, seg.schema(), /*writable=*/true, path));
 }
 
 }  // namespace
@@ -240,7 +245,7 @@ void open_cold_files(Segment& seg) {
     }
     fds.push_back(std::move(fd));
   }
-  seg.attach_cold(map_files(fds, bytes, cc, !seg.read_only(), path));
+  seg.attach_cold(map_files(fds, bytes, cc, seg.schema(), !seg.read_only(), path));
 }
 
 void remove_cold_files(int segment_fd, const std::string& name) {

@@ -44,19 +44,19 @@ inline void copy_cold_row(const Segment& seg, const uint64_t* field_bytes, std::
   const uint64_t split = std::min(std::max(r.split, r.start), end);
   r.begin_seq = read_begin(seg.env_control(r.env));
   r.sealed = cold_sealed(seg.cold_env(r.env)) >= split;  // else a stale snapshot: not in the cold tier yet
-  const std::byte* records = seg.cold_records(r.env);
-  const uint64_t record_bytes = seg.cold_record_bytes();
   const std::size_t fields = seg.schema().size();
-  // The cold steps, record by record (a record holds the step's fields side by side).
-  uint64_t slot = r.start % cold_cap;
-  for (uint64_t t = r.start; t < split; ++t) {
-    const std::byte* record = records + slot * record_bytes;
+  // The cold steps, field by field: one run of the field's column (the files are column-major, as the ring), in two
+  // pieces where it wraps.
+  if (split > r.start) {
+    const uint64_t slot = r.start % cold_cap;
+    const uint64_t first = std::min(split - r.start, cold_cap - slot);
     for (std::size_t f = 0; f < fields; ++f) {
       const uint64_t bytes = field_bytes[f];
-      copy_bytes(outs[f] + (r.row * length + (t - r.start)) * bytes, record, bytes);
-      record += bytes;
+      std::byte* dst = outs[f] + r.row * length * bytes;
+      const std::byte* column = seg.cold_column(r.env, f);
+      std::memcpy(dst, column + slot * bytes, first * bytes);
+      if (split - r.start > first) std::memcpy(dst + first * bytes, column, (split - r.start - first) * bytes);
     }
-    if (++slot == cold_cap) slot = 0;
   }
   // The ring's steps, field by field: one run of slots, in two pieces where it wraps; then the zeros.
   for (std::size_t f = 0; f < fields; ++f) {
