@@ -24,8 +24,11 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 #include "bench_support.hpp"  // clobber, for the workloads
@@ -158,6 +161,23 @@ class Janitor {
  private:
   pid_t pid_ = -1;
   int write_fd_ = -1;
+};
+
+/// A benchmark's scratch directory (a checkpoint chain, a journal's links): created, and removed with everything in
+/// it when the scope ends (errors ignored: a benchmark's cleanup must not hide its result).
+class ScratchDir {
+ public:
+  explicit ScratchDir(std::string path) : path_(std::move(path)) { std::filesystem::create_directories(path_); }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
 };
 
 /// Maps every page of [base, base + bytes) into this process's page tables for writing (MADV_POPULATE_WRITE, or

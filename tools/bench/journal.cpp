@@ -222,14 +222,7 @@ int run(const Options& o, const std::string& command) {
   const std::string dir = fmt::format("{}/shmreplay-bench-journal-{}", o.dir, ::getpid());
   const Janitor janitor({shm_directory() + "/" + name});
   register_segment_file(shm_directory() + "/" + name);
-  fs::create_directories(dir);
-  struct DirGone {
-    std::string dir;
-    ~DirGone() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } dir_gone{dir};
+  const ScratchDir scratch(dir);
   fmt::print("## shmreplay_bench_journal\n\n`{}` on {} ({} cores online, {:.1f} GiB), {}, {} build, load "
              "average {}.\n\n",
              command, machine.cpu, machine.cores_online, machine.memory_gib, machine.kernel, machine.build_type,
