@@ -161,9 +161,9 @@ TEST_CASE("docs/cli.md's metric table lists every family the exporter writes, wi
     CHECK(exported.count(family) == 1);
   }
   for (const CounterScope scope : {CounterScope::env, CounterScope::learner}) {
-    for (const Counter& c : counters(scope)) {
-      INFO(c.name);
-      if (!c.metric.empty()) CHECK(exported.count(std::string(c.metric)) == 1);
+    for (const Counter& counter : counters(scope)) {
+      INFO(counter.name);
+      if (!counter.metric.empty()) CHECK(exported.count(std::string(counter.metric)) == 1);
     }
   }
 }
